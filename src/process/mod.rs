@@ -1,0 +1,166 @@
+//! Linux process control: /proc, ptrace stops, remote memory and remote
+//! syscalls. Nothing here knows an instruction set except through
+//! [`crate::arch::Arch`].
+
+pub mod maps;
+pub mod memory;
+pub mod ptrace;
+pub mod remote;
+pub mod stop;
+
+use std::fmt;
+use std::path::PathBuf;
+
+use nix::unistd::Pid;
+
+pub use maps::Mapping;
+
+/// A condition about the target process that a user can act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProcessError {
+    /// No process with this PID exists.
+    NoSuchProcess(i32),
+    /// The process exists but is a zombie: it has exited and waits to be reaped.
+    Zombie(i32),
+    /// Another tracer (gdb, strace, tp) is attached.
+    AlreadyTraced {
+        /// The target.
+        pid: i32,
+        /// The tracer's PID.
+        tracer: i32,
+        /// The tracer's command name.
+        tracer_name: String,
+    },
+    /// ptrace or /proc access was refused.
+    PermissionDenied(i32),
+    /// The process exited while tp was working on it.
+    Exited(i32),
+}
+
+impl fmt::Display for ProcessError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProcessError::NoSuchProcess(pid) => write!(f, "no process with PID {pid}; check the PID with `ps`"),
+            ProcessError::Zombie(pid) => {
+                write!(f, "process {pid} is a zombie (it has exited); there is nothing left to trace")
+            }
+            ProcessError::AlreadyTraced { pid, tracer, tracer_name } => {
+                write!(f, "process {pid} is already traced by PID {tracer} ({tracer_name}); detach that tracer first")
+            }
+            ProcessError::PermissionDenied(pid) => write!(
+                f,
+                "permission denied tracing process {pid}; run as root or with CAP_SYS_PTRACE, \
+                 or allow it with `sysctl kernel.yama.ptrace_scope=0`"
+            ),
+            ProcessError::Exited(pid) => write!(f, "process {pid} exited while tp was attaching"),
+        }
+    }
+}
+
+impl std::error::Error for ProcessError {}
+
+/// What `/proc/PID/status` says about a process.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Status {
+    /// Command name.
+    pub name: String,
+    /// State letter (R, S, D, T, t, Z, X).
+    pub state: char,
+    /// PID of the tracer, 0 if none.
+    pub tracer_pid: i32,
+}
+
+/// Parses the fields tp needs from the text of `/proc/PID/status`.
+pub fn parse_status(text: &str) -> Status {
+    let mut st = Status::default();
+    for line in text.lines() {
+        let Some((key, value)) = line.split_once(':') else { continue };
+        let value = value.trim();
+        match key {
+            "Name" => st.name = value.to_string(),
+            "State" => st.state = value.chars().next().unwrap_or('?'),
+            "TracerPid" => st.tracer_pid = value.parse().unwrap_or(0),
+            _ => {}
+        }
+    }
+    st
+}
+
+/// Reads `/proc/PID/status`, mapping a missing process to [`ProcessError::NoSuchProcess`].
+pub fn status(pid: i32) -> Result<Status, ProcessError> {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(text) => Ok(parse_status(&text)),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(ProcessError::PermissionDenied(pid)),
+        Err(_) => Err(ProcessError::NoSuchProcess(pid)),
+    }
+}
+
+/// Checks that `pid` names a live process that tp may attach to: it exists,
+/// is not a zombie, and no other tracer holds it.
+pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
+    if pid <= 0 {
+        return Err(ProcessError::NoSuchProcess(pid));
+    }
+    let st = status(pid)?;
+    if st.state == 'Z' || st.state == 'X' {
+        return Err(ProcessError::Zombie(pid));
+    }
+    if st.tracer_pid != 0 {
+        let tracer_name = status(st.tracer_pid).map(|s| s.name).unwrap_or_else(|_| "?".into());
+        return Err(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
+    }
+    Ok(st)
+}
+
+/// The thread IDs listed in `/proc/PID/task` right now.
+pub fn threads(pid: i32) -> std::io::Result<Vec<Pid>> {
+    let mut tids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        if let Some(tid) = entry?.file_name().to_str().and_then(|s| s.parse().ok()) {
+            tids.push(Pid::from_raw(tid));
+        }
+    }
+    tids.sort();
+    Ok(tids)
+}
+
+/// The process's memory mappings.
+pub fn read_maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
+    Ok(maps::parse(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
+}
+
+/// Path of the process's executable as the kernel sees it (may end in " (deleted)").
+pub fn exe_path(pid: i32) -> std::io::Result<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe"))
+}
+
+/// True while the process exists and has not become a zombie.
+pub fn is_alive(pid: i32) -> bool {
+    matches!(status(pid), Ok(st) if st.state != 'Z' && st.state != 'X')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_status_fields() {
+        let st = parse_status("Name:\tcounter\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t5\nTracerPid:\t42\n");
+        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42 });
+    }
+
+    #[test]
+    fn own_process_is_attachable_shape() {
+        let me = std::process::id() as i32;
+        let st = status(me).unwrap();
+        assert!(matches!(st.state, 'R' | 'S'));
+        assert!(threads(me).unwrap().contains(&Pid::from_raw(me)));
+        assert!(read_maps(me).unwrap().iter().any(|m| m.path == "[stack]"));
+    }
+
+    #[test]
+    fn missing_process_is_named() {
+        assert_eq!(check_attachable(0), Err(ProcessError::NoSuchProcess(0)));
+        assert_eq!(check_attachable(i32::MAX), Err(ProcessError::NoSuchProcess(i32::MAX)));
+    }
+}

@@ -1,0 +1,151 @@
+//! Thin, raw ptrace and waitpid calls.
+//!
+//! nix's `Signal` enum has no real-time signals and its `WaitStatus` decoder
+//! rejects them, but real programs use them (glibc itself uses SIGRTMIN+0 and
+//! +1), and a tracer must pass every signal through unchanged. So these
+//! wrappers take and return raw signal numbers.
+
+use std::io;
+
+use nix::errno::Errno;
+use nix::unistd::Pid;
+
+/// `PTRACE_EVENT_STOP`: the stop that PTRACE_INTERRUPT (or a group-stop) causes.
+pub const EVENT_STOP: i32 = 128;
+/// `PTRACE_EVENT_CLONE`.
+pub const EVENT_CLONE: i32 = 3;
+
+/// What `waitpid` reported for one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wait {
+    /// The thread exited or was killed; it is gone.
+    Gone,
+    /// A ptrace event stop (`event` is PTRACE_EVENT_*; `sig` is the stop signal).
+    Event {
+        /// The PTRACE_EVENT_* number.
+        event: i32,
+        /// The signal reported with it.
+        sig: i32,
+    },
+    /// A signal-delivery stop (or a single-step trap, as SIGTRAP).
+    Signal(i32),
+}
+
+fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+fn request(req: libc::c_uint, tid: Pid, addr: usize, data: usize) -> io::Result<libc::c_long> {
+    // SAFETY: ptrace with integer addr/data arguments has no memory effects in
+    // this process; requests that write through `data` use `request_ptr`.
+    check(unsafe { libc::ptrace(req, tid.as_raw(), addr, data) })
+}
+
+/// PTRACE_SEIZE with the given PTRACE_O_* options.
+pub fn seize(tid: Pid, options: i32) -> io::Result<()> {
+    request(libc::PTRACE_SEIZE, tid, 0, options as usize).map(drop)
+}
+
+/// PTRACE_INTERRUPT: ask a seized thread to stop.
+pub fn interrupt(tid: Pid) -> io::Result<()> {
+    request(libc::PTRACE_INTERRUPT, tid, 0, 0).map(drop)
+}
+
+/// PTRACE_CONT, delivering `sig` (0 for none).
+pub fn cont(tid: Pid, sig: i32) -> io::Result<()> {
+    request(libc::PTRACE_CONT, tid, 0, sig as usize).map(drop)
+}
+
+/// PTRACE_SINGLESTEP, delivering `sig` (0 for none).
+pub fn step(tid: Pid, sig: i32) -> io::Result<()> {
+    request(libc::PTRACE_SINGLESTEP, tid, 0, sig as usize).map(drop)
+}
+
+/// PTRACE_DETACH, delivering `sig` (0 for none).
+pub fn detach(tid: Pid, sig: i32) -> io::Result<()> {
+    request(libc::PTRACE_DETACH, tid, 0, sig as usize).map(drop)
+}
+
+/// PTRACE_GETEVENTMSG (the new thread's TID after a clone event).
+pub fn event_msg(tid: Pid) -> io::Result<u64> {
+    let mut msg: libc::c_ulong = 0;
+    // SAFETY: the kernel writes one unsigned long to `msg`, which outlives the call.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETEVENTMSG, tid.as_raw(), 0usize, &mut msg as *mut libc::c_ulong) })?;
+    Ok(msg as u64)
+}
+
+/// PTRACE_GETREGSET into `T` (a `#[repr(C)]` register struct matching regset `nt`).
+pub fn get_regset<T: Copy>(tid: Pid, nt: u32, out: &mut T) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: out as *mut T as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
+    // SAFETY: iov describes `out`, which is valid for writes of size_of::<T>()
+    // bytes; the kernel writes at most iov_len bytes and updates iov_len.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })?;
+    Ok(iov.iov_len)
+}
+
+/// PTRACE_SETREGSET from `T`.
+pub fn set_regset<T: Copy>(tid: Pid, nt: u32, regs: &T) -> io::Result<()> {
+    let mut iov = libc::iovec { iov_base: regs as *const T as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
+    // SAFETY: the kernel only reads iov_len bytes from `regs`.
+    check(unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })
+        .map(drop)
+}
+
+/// Waits for a state change of one traced thread (`__WALL`), retrying on EINTR.
+pub fn wait(tid: Pid) -> io::Result<Wait> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status to a local.
+        let rc = unsafe { libc::waitpid(tid.as_raw(), &mut status, libc::__WALL) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            if err.raw_os_error() == Some(libc::ECHILD) {
+                return Ok(Wait::Gone);
+            }
+            return Err(err);
+        }
+        return Ok(decode(status));
+    }
+}
+
+/// Decodes a raw wait status.
+pub fn decode(status: i32) -> Wait {
+    if libc::WIFEXITED(status) || libc::WIFSIGNALED(status) {
+        return Wait::Gone;
+    }
+    if libc::WIFSTOPPED(status) {
+        let sig = libc::WSTOPSIG(status);
+        let event = status >> 16;
+        if event != 0 {
+            return Wait::Event { event, sig };
+        }
+        return Wait::Signal(sig);
+    }
+    // WIFCONTINUED is not requested; treat anything else as a spurious stop.
+    Wait::Signal(0)
+}
+
+/// True if the error means the thread no longer exists.
+pub fn is_gone(err: &io::Error) -> bool {
+    err.raw_os_error() == Some(Errno::ESRCH as i32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_wait_statuses() {
+        // exit(0), killed by SIGKILL, SIGTRAP stop, PTRACE_EVENT_STOP, clone event.
+        assert_eq!(decode(0), Wait::Gone);
+        assert_eq!(decode(9), Wait::Gone);
+        assert_eq!(decode(0x057f), Wait::Signal(5));
+        assert_eq!(decode((EVENT_STOP << 16) | 0x057f), Wait::Event { event: EVENT_STOP, sig: 5 });
+        assert_eq!(decode((EVENT_CLONE << 16) | 0x057f), Wait::Event { event: EVENT_CLONE, sig: 5 });
+        // a real-time signal stop (SIGRTMIN+2 = 36) decodes with its number.
+        assert_eq!(decode((36 << 8) | 0x7f), Wait::Signal(36));
+    }
+}

@@ -1,0 +1,323 @@
+//! Stopping threads of a process, up to all of them ("stop the world"), and
+//! letting go again.
+//!
+//! [`Stopped::stop_all`] seizes each thread with PTRACE_SEIZE (with
+//! PTRACE_O_TRACECLONE, so threads cloned meanwhile are attached by the
+//! kernel), interrupts it, and waits for its stop; it re-lists
+//! `/proc/PID/task` until a pass finds no new thread. [`Stopped::stop_worker`]
+//! stops just one thread, for work that needs no more (remote syscalls into
+//! memory nothing uses yet), so the whole process is stopped only briefly.
+//! Dropping the [`Stopped`] value detaches every thread, on every path,
+//! errors included, so no error can leave the target stopped.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use nix::unistd::Pid;
+
+use super::ProcessError;
+use super::ptrace::{self, Wait};
+
+/// How many times a signal may interrupt one thread's stop before tp gives up.
+const MAX_SIGNALS_WHILE_STOPPING: u32 = 1000;
+
+/// One stopped thread.
+#[derive(Debug, Clone)]
+pub struct StoppedThread {
+    /// Its thread ID.
+    pub tid: Pid,
+    /// False between PTRACE_SEIZE and the observed stop.
+    confirmed: bool,
+    /// Signals that arrived while tp worked with the thread, to deliver on release.
+    deferred: Vec<i32>,
+}
+
+/// Threads of a process, stopped under ptrace. Dropping it resumes them.
+#[derive(Debug)]
+pub struct Stopped {
+    pid: i32,
+    threads: BTreeMap<i32, StoppedThread>,
+    worker: Option<Pid>,
+    world_stopped_at: Option<Instant>,
+    world_stop: Duration,
+}
+
+impl Stopped {
+    /// Seizes and interrupts every thread of `pid` and waits until all are stopped.
+    pub fn stop(pid: i32) -> Result<Stopped> {
+        let mut stopped = Stopped::none(pid);
+        stopped.stop_all()?;
+        Ok(stopped)
+    }
+
+    fn none(pid: i32) -> Stopped {
+        Stopped { pid, threads: BTreeMap::new(), worker: None, world_stopped_at: None, world_stop: Duration::ZERO }
+    }
+
+    /// Stops one thread of `pid`, the one that will make remote syscalls:
+    /// the main thread, unless it has exited.
+    pub fn stop_worker(pid: i32) -> Result<Stopped> {
+        let tids = super::threads(pid).map_err(|_| ProcessError::NoSuchProcess(pid))?;
+        let worker = tids
+            .iter()
+            .copied()
+            .filter(|&t| !thread_is_dead(pid, t))
+            .min_by_key(|t| t.as_raw() != pid)
+            .ok_or(ProcessError::Exited(pid))?;
+        let mut stopped = Stopped::none(pid);
+        if !stopped.seize(worker)? {
+            bail!(ProcessError::Exited(pid));
+        }
+        let _ = ptrace::interrupt(worker);
+        let mut cloned = Vec::new();
+        stopped.settle(worker, &mut cloned)?;
+        stopped.settle_cloned(cloned)?;
+        if !stopped.threads.contains_key(&worker.as_raw()) {
+            bail!(ProcessError::Exited(pid));
+        }
+        stopped.worker = Some(worker);
+        Ok(stopped)
+    }
+
+    /// Stops every thread not stopped yet, until a pass over
+    /// `/proc/PID/task` finds no new thread.
+    pub fn stop_all(&mut self) -> Result<()> {
+        let pid = self.pid;
+        loop {
+            let tids = match super::threads(pid) {
+                Ok(t) => t,
+                Err(_) if !self.threads.is_empty() => bail!(ProcessError::Exited(pid)),
+                Err(_) => bail!(ProcessError::NoSuchProcess(pid)),
+            };
+            let new: Vec<Pid> = tids
+                .into_iter()
+                .filter(|t| !self.threads.contains_key(&t.as_raw()))
+                .filter(|t| !thread_is_dead(pid, *t))
+                .collect();
+            if new.is_empty() {
+                break;
+            }
+            let mut seized = Vec::new();
+            for tid in new {
+                if self.seize(tid)? {
+                    seized.push(tid);
+                }
+            }
+            self.world_stopped_at.get_or_insert_with(Instant::now);
+            for &tid in &seized {
+                // A thread that vanished between seize and interrupt shows up in wait.
+                let _ = ptrace::interrupt(tid);
+            }
+            let mut cloned = Vec::new();
+            for tid in seized {
+                self.settle(tid, &mut cloned)?;
+            }
+            self.settle_cloned(cloned)?;
+        }
+        if self.threads.is_empty() {
+            bail!(ProcessError::Exited(pid));
+        }
+        self.world_stopped_at.get_or_insert_with(Instant::now);
+        crate::fault::point("after-seize");
+        Ok(())
+    }
+
+    /// PTRACE_SEIZE; false if the thread is gone.
+    fn seize(&mut self, tid: Pid) -> Result<bool> {
+        let pid = self.pid;
+        match ptrace::seize(tid, libc::PTRACE_O_TRACECLONE) {
+            Ok(()) => {
+                // Held from here on, so that an error below still detaches it.
+                self.threads.insert(tid.as_raw(), StoppedThread { tid, confirmed: false, deferred: Vec::new() });
+                Ok(true)
+            }
+            Err(e) if ptrace::is_gone(&e) => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+                // EPERM: not allowed, or another tracer holds the thread.
+                let st = super::status(pid)?;
+                if st.tracer_pid != 0 && st.tracer_pid != std::process::id() as i32 {
+                    let tracer_name = super::status(st.tracer_pid).map(|s| s.name).unwrap_or_else(|_| "?".into());
+                    bail!(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
+                }
+                bail!(ProcessError::PermissionDenied(pid));
+            }
+            Err(e) => bail!("PTRACE_SEIZE of thread {tid} failed: {e}"),
+        }
+    }
+
+    /// Threads cloned by a thread seized but not yet stopped were attached by
+    /// the kernel (TRACECLONE) and start in a stop of their own.
+    fn settle_cloned(&mut self, mut cloned: Vec<Pid>) -> Result<()> {
+        while let Some(tid) = cloned.pop() {
+            if self.threads.get(&tid.as_raw()).is_some_and(|t| t.confirmed) {
+                continue;
+            }
+            self.settle(tid, &mut cloned)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for `tid` to stop and records it as stopped, or forgets it if it is gone.
+    fn settle(&mut self, tid: Pid, cloned: &mut Vec<Pid>) -> Result<()> {
+        if self.wait_for_stop(tid, cloned)? {
+            if let Some(t) = self.threads.get_mut(&tid.as_raw()) {
+                t.confirmed = true;
+            }
+        } else {
+            self.threads.remove(&tid.as_raw());
+        }
+        Ok(())
+    }
+
+    /// Waits until `tid` is in a stop tp may work with; false if it is gone.
+    fn wait_for_stop(&mut self, tid: Pid, cloned: &mut Vec<Pid>) -> Result<bool> {
+        let mut signals = 0;
+        loop {
+            match ptrace::wait(tid)? {
+                Wait::Gone => return Ok(false),
+                Wait::Event { event: ptrace::EVENT_STOP, .. } => return Ok(true),
+                Wait::Event { event: ptrace::EVENT_CLONE, .. } => {
+                    if let Ok(child) = ptrace::event_msg(tid) {
+                        let child = Pid::from_raw(child as i32);
+                        self.threads.entry(child.as_raw()).or_insert(StoppedThread {
+                            tid: child,
+                            confirmed: false,
+                            deferred: Vec::new(),
+                        });
+                        cloned.push(child);
+                    }
+                    resume_and_reinterrupt(tid, 0)?;
+                }
+                Wait::Event { .. } => resume_and_reinterrupt(tid, 0)?,
+                Wait::Signal(sig) => {
+                    // A signal arrived before our interrupt: deliver it unchanged
+                    // and stop again right after.
+                    signals += 1;
+                    if signals > MAX_SIGNALS_WHILE_STOPPING {
+                        bail!("thread {tid} keeps receiving signals; cannot stop it");
+                    }
+                    resume_and_reinterrupt(tid, sig)?;
+                }
+            }
+        }
+    }
+
+    /// The PID of the process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The stopped threads, in TID order.
+    pub fn threads(&self) -> impl Iterator<Item = &StoppedThread> {
+        self.threads.values()
+    }
+
+    /// Number of stopped threads.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+
+    /// The thread to use for remote syscalls: the one [`Stopped::stop_worker`]
+    /// stopped, else the main thread if it is stopped.
+    pub fn worker(&self) -> Pid {
+        self.worker
+            .or_else(|| self.threads.get(&self.pid).or_else(|| self.threads.values().next()).map(|t| t.tid))
+            .expect("at least one stopped thread")
+    }
+
+    /// Remembers a signal that arrived for `tid` while tp held it; it is
+    /// delivered when the thread is released.
+    pub fn defer_signal(&mut self, tid: Pid, sig: i32) {
+        if let Some(t) = self.threads.get_mut(&tid.as_raw()) {
+            t.deferred.push(sig);
+        }
+    }
+
+    /// Lets every thread but the worker run again; returns how long all
+    /// threads were stopped.
+    pub fn release_all_but_worker(&mut self) -> Duration {
+        let worker = self.worker();
+        self.worker = Some(worker);
+        let others: Vec<StoppedThread> = self.threads.values().filter(|t| t.tid != worker).cloned().collect();
+        self.threads.retain(|_, t| t.tid == worker);
+        release_threads(self.pid, &others);
+        self.end_world_stop();
+        self.world_stop
+    }
+
+    /// Detaches from every thread; returns how long all threads were stopped.
+    pub fn resume(mut self) -> Duration {
+        self.release();
+        self.world_stop
+    }
+
+    fn release(&mut self) {
+        let threads: Vec<StoppedThread> = std::mem::take(&mut self.threads).into_values().collect();
+        release_threads(self.pid, &threads);
+        self.end_world_stop();
+    }
+
+    fn end_world_stop(&mut self) {
+        if let Some(at) = self.world_stopped_at.take() {
+            self.world_stop = at.elapsed();
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+fn release_threads(pid: i32, threads: &[StoppedThread]) {
+    for t in threads {
+        if !t.confirmed {
+            // Seized but never seen stopped (an error came first): PTRACE_DETACH
+            // needs a stopped tracee, so stop it before letting go.
+            if ptrace::interrupt(t.tid).is_ok() {
+                match ptrace::wait(t.tid) {
+                    Ok(Wait::Signal(sig)) => drop(ptrace::detach(t.tid, sig)),
+                    Ok(Wait::Event { .. }) => drop(ptrace::detach(t.tid, 0)),
+                    Ok(Wait::Gone) | Err(_) => {}
+                }
+            }
+            continue;
+        }
+        // The first deferred signal goes with the detach (the thread sits in a
+        // signal-delivery stop after tp's single-steps); any others are re-sent.
+        let first = t.deferred.first().copied().unwrap_or(0);
+        if let Err(e) = ptrace::detach(t.tid, first)
+            && !ptrace::is_gone(&e)
+        {
+            eprintln!("tp: warning: cannot detach from thread {}: {e}", t.tid);
+        }
+        for &sig in t.deferred.iter().skip(1) {
+            // SAFETY: tgkill with plain integer arguments.
+            unsafe { libc::syscall(libc::SYS_tgkill, pid, t.tid.as_raw(), sig) };
+        }
+    }
+}
+
+fn resume_and_reinterrupt(tid: Pid, sig: i32) -> io::Result<()> {
+    match ptrace::cont(tid, sig) {
+        Ok(()) => {}
+        Err(e) if ptrace::is_gone(&e) => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    match ptrace::interrupt(tid) {
+        Err(e) if !ptrace::is_gone(&e) => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// True if the thread has exited (state Z or X) but is still listed,
+/// as a thread-group leader that called pthread_exit is.
+fn thread_is_dead(pid: i32, tid: Pid) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")) else { return true };
+    // The state follows the command name, which is in parentheses and may contain any byte.
+    let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+    matches!(state, Some('Z') | Some('X'))
+}
