@@ -1,0 +1,81 @@
+//! AArch64: registers and remote syscalls. Probe planning and detours are
+//! not built yet: every function is refused with a reason.
+
+pub mod regs;
+
+use std::io;
+
+use nix::unistd::Pid;
+
+use crate::arch::{Arch, Detour, DetourSpec, Refusal, SitePlan, Syscalls};
+
+/// The AArch64 architecture.
+#[derive(Debug, Clone, Copy)]
+pub struct AArch64;
+
+const NOT_YET: Refusal = Refusal::Unsupported("AArch64 probes are not implemented yet");
+
+impl Arch for AArch64 {
+    const NAME: &'static str = "aarch64";
+    const ELF_MACHINE: u16 = 183; // EM_AARCH64
+    const BRANCH_REACH: u64 = (128 << 20) - 4;
+    const PATCH_LEN: usize = 4;
+    const INSN_ALIGN: usize = 4;
+    const SYSCALLS: Syscalls = Syscalls { mmap: 222, munmap: 215, memfd_create: 279, ftruncate: 46, close: 57 };
+
+    type Regs = regs::Regs;
+
+    fn plan(_code: &[u8], _function: u64, _extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        Err(NOT_YET)
+    }
+
+    fn branch_targets(_code: &[u8], _addr: u64) -> Vec<u64> {
+        Vec::new()
+    }
+
+    fn build_detour(_plan: &SitePlan, _at: u64, _spec: &DetourSpec) -> Result<Detour, Refusal> {
+        Err(NOT_YET)
+    }
+
+    fn patch_bytes(_plan: &SitePlan, _detour: u64) -> Result<Vec<u8>, Refusal> {
+        Err(NOT_YET)
+    }
+
+    fn syscall_insn() -> &'static [u8] {
+        &[0x01, 0x00, 0x00, 0xd4] // svc #0
+    }
+
+    fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
+        regs::get(tid)
+    }
+
+    fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
+        regs::set(tid, r)
+    }
+
+    fn pc(r: &regs::Regs) -> u64 {
+        r.pt.pc
+    }
+
+    fn set_pc(r: &mut regs::Regs, pc: u64) {
+        r.pt.pc = pc;
+        r.pt.pstate &= !regs::PSTATE_BTYPE;
+    }
+
+    fn sp(r: &regs::Regs) -> u64 {
+        r.pt.sp
+    }
+
+    fn restart_pc(r: &regs::Regs) -> Option<u64> {
+        regs::restart_pc(r)
+    }
+
+    fn prepare_syscall(tid: Pid, r: &mut regs::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()> {
+        regs::prepare_syscall(r, insn, nr, args);
+        regs::set(tid, r)
+    }
+
+    fn syscall_result(r: &regs::Regs) -> i64 {
+        r.pt.regs[0] as i64
+    }
+}

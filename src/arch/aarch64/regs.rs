@@ -1,0 +1,90 @@
+//! AArch64 thread registers: NT_PRSTATUS (`struct user_pt_regs`) plus
+//! NT_ARM_SYSTEM_CALL, the number of the syscall a thread is stopped in.
+//!
+//! Writing -1 to NT_ARM_SYSTEM_CALL is how a tracer tells the kernel the
+//! thread is no longer in a syscall, so it will not rewind the PC to restart
+//! one (arch/arm64/kernel/ptrace.c, system_call_set).
+
+use std::io;
+
+use nix::unistd::Pid;
+
+use crate::process::ptrace;
+
+/// `struct user_pt_regs` of arm64 Linux.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PtRegs {
+    /// x0..x30.
+    pub regs: [u64; 31],
+    /// Stack pointer.
+    pub sp: u64,
+    /// Program counter.
+    pub pc: u64,
+    /// PSTATE (NZCV, BTYPE, ...).
+    pub pstate: u64,
+}
+
+/// A stopped thread's registers and the syscall it is in (-1 if none).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Regs {
+    /// General registers.
+    pub pt: PtRegs,
+    /// NT_ARM_SYSTEM_CALL.
+    pub syscallno: i32,
+}
+
+const NT_PRSTATUS: u32 = 1;
+const NT_ARM_SYSTEM_CALL: u32 = 0x404;
+/// PSTATE.BTYPE (bits 11:10): must be cleared when redirecting a thread, or
+/// the first instruction at the new PC must be a BTI landing pad.
+pub const PSTATE_BTYPE: u64 = 0b11 << 10;
+const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
+
+/// Reads the registers of a stopped thread.
+pub fn get(tid: Pid) -> io::Result<Regs> {
+    let mut r = Regs::default();
+    ptrace::get_regset(tid, NT_PRSTATUS, &mut r.pt)?;
+    ptrace::get_regset(tid, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
+    Ok(r)
+}
+
+/// Writes the registers of a stopped thread.
+pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
+    ptrace::set_regset(tid, NT_PRSTATUS, &r.pt)?;
+    ptrace::set_regset(tid, NT_ARM_SYSTEM_CALL, &r.syscallno)
+}
+
+/// Where the thread resumes if the kernel restarts its interrupted syscall.
+pub fn restart_pc(r: &Regs) -> Option<u64> {
+    (r.syscallno >= 0 && RESTART_CODES.contains(&(r.pt.regs[0] as i64))).then(|| r.pt.pc.wrapping_sub(4))
+}
+
+/// Sets up a syscall at `insn` (an `svc #0`).
+pub fn prepare_syscall(r: &mut Regs, insn: u64, nr: u64, a: [u64; 6]) {
+    r.pt.pc = insn;
+    r.pt.pstate &= !PSTATE_BTYPE;
+    r.pt.regs[8] = nr;
+    r.pt.regs[..6].copy_from_slice(&a);
+    r.syscallno = -1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_the_kernel() {
+        assert_eq!(std::mem::size_of::<PtRegs>(), 34 * 8);
+    }
+
+    #[test]
+    fn restart_pc_needs_a_syscall_and_a_restart_code() {
+        let mut r = Regs { syscallno: 101, ..Default::default() };
+        r.pt.pc = 0x1004;
+        r.pt.regs[0] = (-516i64) as u64;
+        assert_eq!(restart_pc(&r), Some(0x1000));
+        r.syscallno = -1;
+        assert_eq!(restart_pc(&r), None);
+    }
+}

@@ -1,0 +1,321 @@
+//! Everything that knows an instruction set, behind the [`Arch`] trait.
+//!
+//! Both architectures compile on every host, so their planners, relocators
+//! and code generators are unit-tested everywhere; only [`Host`], the
+//! architecture tp runs on, is chosen by `cfg`. The rest of tp uses `Host`
+//! and this trait and never matches on an architecture.
+
+pub mod aarch64;
+pub mod x86_64;
+
+use std::fmt;
+use std::io;
+
+use nix::unistd::Pid;
+
+/// The architecture tp was built for and traces.
+#[cfg(target_arch = "x86_64")]
+pub type Host = x86_64::X86_64;
+/// The architecture tp was built for and traces.
+#[cfg(target_arch = "aarch64")]
+pub type Host = aarch64::AArch64;
+
+/// Why a function cannot be probed. The text is what `list-probes` and
+/// `attach` show after "refused: ".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The function is smaller than the branch that would replace its entry.
+    TooShort {
+        /// Bytes available from the probe site to the function's end.
+        have: u64,
+        /// Bytes the branch needs.
+        need: u64,
+    },
+    /// The decoder does not know the bytes at this address.
+    Undecodable {
+        /// Address of the unknown bytes.
+        at: u64,
+    },
+    /// An instruction that must not run out of place (trap, halt, privileged, far transfer).
+    Unsafe {
+        /// Its mnemonic.
+        mnemonic: String,
+        /// Its address.
+        at: u64,
+    },
+    /// A call or syscall before the end of the window: a thread inside it
+    /// would return into the overwritten bytes.
+    CallInWindow {
+        /// Its mnemonic.
+        mnemonic: String,
+        /// Its address.
+        at: u64,
+    },
+    /// A direct branch elsewhere in the function targets the window's interior.
+    BranchIntoWindow {
+        /// Address of the branch.
+        from: u64,
+    },
+    /// An exception landing pad lies inside the window.
+    LandingPadInWindow {
+        /// The landing pad's address.
+        at: u64,
+    },
+    /// An indirect jump (a jump table?) could target the window's interior.
+    IndirectJump {
+        /// Address of the jump.
+        at: u64,
+    },
+    /// A PC-relative operand or branch target would be out of reach from the detour.
+    OutOfReach {
+        /// Address of the instruction.
+        at: u64,
+    },
+    /// The relocator cannot re-encode this instruction at another address.
+    Unrelocatable {
+        /// Its mnemonic.
+        mnemonic: String,
+        /// Its address.
+        at: u64,
+        /// What went wrong.
+        why: String,
+    },
+    /// The function's code is not what the file says (already patched by another tool?).
+    CodeMismatch {
+        /// The function's address.
+        at: u64,
+    },
+    /// This architecture has no probe support yet.
+    Unsupported(&'static str),
+}
+
+impl Refusal {
+    /// The reason without addresses, for grouping refusals in summaries.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::TooShort { .. } => "too short",
+            Refusal::Undecodable { .. } => "undecodable instruction",
+            Refusal::Unsafe { .. } => "instruction cannot run out of place",
+            Refusal::CallInWindow { .. } => "call or syscall inside the window",
+            Refusal::BranchIntoWindow { .. } => "branch into window",
+            Refusal::LandingPadInWindow { .. } => "landing pad inside the window",
+            Refusal::IndirectJump { .. } => "indirect jump with a multi-instruction window",
+            Refusal::OutOfReach { .. } => "PC-relative reference out of reach",
+            Refusal::Unrelocatable { .. } => "cannot relocate",
+            Refusal::CodeMismatch { .. } => "code differs from the file",
+            Refusal::Unsupported(_) => "unsupported architecture",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::TooShort { have, need } => write!(f, "too short ({have} bytes, a probe needs {need})"),
+            Refusal::Undecodable { at } => write!(f, "undecodable instruction at {at:#x}"),
+            Refusal::Unsafe { mnemonic, at } => write!(f, "`{mnemonic}` at {at:#x} cannot run out of place"),
+            Refusal::CallInWindow { mnemonic, at } => {
+                write!(f, "`{mnemonic}` at {at:#x} is inside the patch window, before its end")
+            }
+            Refusal::BranchIntoWindow { from } => write!(f, "branch into window from {from:#x}"),
+            Refusal::LandingPadInWindow { at } => write!(f, "exception landing pad at {at:#x} inside the window"),
+            Refusal::IndirectJump { at } => {
+                write!(f, "indirect jump at {at:#x} (jump table?) and a window of several instructions")
+            }
+            Refusal::OutOfReach { at } => write!(f, "PC-relative reference at {at:#x} out of reach of the detour"),
+            Refusal::Unrelocatable { mnemonic, at, why } => write!(f, "cannot relocate `{mnemonic}` at {at:#x}: {why}"),
+            Refusal::CodeMismatch { at } => {
+                write!(f, "code at {at:#x} differs from the file (patched by another tool?)")
+            }
+            Refusal::Unsupported(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// One decoded instruction of a window, for display.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowInsn {
+    /// Offset from the probe site.
+    pub offset: u32,
+    /// Length in bytes.
+    pub len: u32,
+    /// Mnemonic, e.g. `push`.
+    pub mnemonic: String,
+}
+
+/// Where and how a function is patched, decided from its bytes alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SitePlan {
+    /// The function's first address.
+    pub function: u64,
+    /// Where the branch goes (after a landing pad such as `endbr64` or `bti c`).
+    pub site: u64,
+    /// The original bytes of the window, `[site, site + window.len())`.
+    pub window: Vec<u8>,
+    /// The whole instructions of the window.
+    pub insns: Vec<WindowInsn>,
+}
+
+impl SitePlan {
+    /// The window's length in bytes.
+    pub fn len(&self) -> usize {
+        self.window.len()
+    }
+
+    /// True for an empty window (never produced by a planner).
+    pub fn is_empty(&self) -> bool {
+        self.window.is_empty()
+    }
+
+    /// Mnemonics of the displaced instructions, joined for display: `mov, push`.
+    pub fn summary(&self) -> String {
+        self.insns.iter().map(|i| i.mnemonic.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// Addresses of instruction starts strictly inside the window: a thread
+    /// resuming at one of these would execute the middle of the branch.
+    pub fn interior_boundaries(&self) -> impl Iterator<Item = u64> + '_ {
+        self.insns.iter().skip(1).map(move |i| self.site + i.offset as u64)
+    }
+}
+
+/// Where a detour finds the shared data it writes on a hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DetourSpec {
+    /// The probe's index in the shared probe table.
+    pub probe_index: u32,
+    /// Address in the target of this probe's enable flag (one byte; 0 = disabled).
+    pub flag_addr: u64,
+    /// Address in the target of the per-thread counter rows.
+    pub counters: u64,
+    /// log2 of the number of counter rows (threads hash into rows).
+    pub slot_bits: u32,
+    /// log2 of the byte stride between counter rows.
+    pub stride_shift: u32,
+}
+
+/// A detour assembled for one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Detour {
+    /// The code, to be written at the address it was built for.
+    pub bytes: Vec<u8>,
+    /// For a PC at `site + offset` (a window instruction boundary), the
+    /// equivalent PC in the detour; `offset == window length` maps the window's end.
+    pub pc_map: Vec<(u32, u64)>,
+}
+
+impl Detour {
+    /// The detour address equivalent to the window PC `site + offset`, if any.
+    pub fn map_pc(&self, offset: u32) -> Option<u64> {
+        self.pc_map.iter().find(|(o, _)| *o == offset).map(|(_, pc)| *pc)
+    }
+}
+
+/// Syscall numbers tp makes in the target.
+#[derive(Debug, Clone, Copy)]
+pub struct Syscalls {
+    /// mmap.
+    pub mmap: u64,
+    /// munmap.
+    pub munmap: u64,
+    /// memfd_create.
+    pub memfd_create: u64,
+    /// ftruncate.
+    pub ftruncate: u64,
+    /// close.
+    pub close: u64,
+}
+
+/// [`Arch::plan`] as a function pointer.
+pub type PlanFn = fn(&[u8], u64, &[u64]) -> Result<SitePlan, Refusal>;
+
+/// The architecture-specific functions that work on bytes alone, for any
+/// binary tp can read (list-probes inspects files of other architectures).
+#[derive(Clone, Copy)]
+pub struct Isa {
+    /// Its name.
+    pub name: &'static str,
+    /// [`Arch::plan`].
+    pub plan: PlanFn,
+    /// [`Arch::branch_targets`].
+    pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
+}
+
+impl Isa {
+    fn of<A: Arch>() -> Isa {
+        Isa { name: A::NAME, plan: A::plan, branch_targets: A::branch_targets }
+    }
+
+    /// The functions for ELF machine `machine`, if tp knows it.
+    pub fn for_machine(machine: u16) -> Option<Isa> {
+        [Isa::of::<x86_64::X86_64>(), Isa::of::<aarch64::AArch64>()]
+            .into_iter()
+            .zip([x86_64::X86_64::ELF_MACHINE, aarch64::AArch64::ELF_MACHINE])
+            .find(|(_, m)| *m == machine)
+            .map(|(isa, _)| isa)
+    }
+
+    /// The host's functions.
+    pub fn host() -> Isa {
+        Isa::of::<Host>()
+    }
+}
+
+/// An instruction set tp can probe.
+pub trait Arch {
+    /// Name, as Rust's `target_arch` spells it.
+    const NAME: &'static str;
+    /// The ELF `e_machine` of this architecture's binaries.
+    const ELF_MACHINE: u16;
+    /// How far the patched branch reaches (either way), in bytes.
+    const BRANCH_REACH: u64;
+    /// Bytes the patched branch occupies.
+    const PATCH_LEN: usize;
+    /// Instruction alignment: 1 for variable-length encodings, 4 for A64.
+    const INSN_ALIGN: usize;
+    /// Syscall numbers.
+    const SYSCALLS: Syscalls;
+
+    /// The registers of a stopped thread.
+    type Regs: Copy + Default + fmt::Debug;
+
+    /// Decides the patch window of the function whose code is `code` at
+    /// `function`, and checks the whole function: no branch, and no address in
+    /// `extra_targets` (landing pads, jumps from split-off parts), may enter
+    /// the window's interior.
+    fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal>;
+
+    /// Targets of the direct branches in `code` (at `addr`), for jumps into a
+    /// function from its split-off parts.
+    fn branch_targets(code: &[u8], addr: u64) -> Vec<u64>;
+
+    /// Assembles the detour for `plan`, to run at address `at`.
+    fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal>;
+
+    /// The bytes that replace the window: a branch from the site to `detour`,
+    /// padded to the window's length.
+    fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
+
+    /// The syscall instruction's encoding.
+    fn syscall_insn() -> &'static [u8];
+
+    /// Reads a stopped thread's registers.
+    fn get_regs(tid: Pid) -> io::Result<Self::Regs>;
+    /// Writes a stopped thread's registers.
+    fn set_regs(tid: Pid, regs: &Self::Regs) -> io::Result<()>;
+    /// The program counter.
+    fn pc(regs: &Self::Regs) -> u64;
+    /// Sets the program counter.
+    fn set_pc(regs: &mut Self::Regs, pc: u64);
+    /// The stack pointer.
+    fn sp(regs: &Self::Regs) -> u64;
+    /// Where the thread resumes if the kernel restarts the syscall it was
+    /// stopped in; `None` if it was not stopped in a restartable syscall.
+    fn restart_pc(regs: &Self::Regs) -> Option<u64>;
+    /// Points a stopped thread at a syscall instruction at `insn` with the
+    /// given number and arguments, and keeps the kernel from restarting an
+    /// interrupted syscall instead.
+    fn prepare_syscall(tid: Pid, regs: &mut Self::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()>;
+    /// The return value of a syscall that just completed.
+    fn syscall_result(regs: &Self::Regs) -> i64;
+}

@@ -1,0 +1,239 @@
+//! x86-64 decoding with capstone, reduced to what probe planning needs:
+//! each instruction's length, mnemonic, class and direct branch target.
+
+use std::cell::RefCell;
+
+use capstone::arch::x86::{ArchMode, X86Insn, X86OperandType, X86Reg};
+use capstone::arch::{ArchOperand, BuildsCapstone};
+use capstone::{Capstone, InsnGroupType};
+
+/// What an instruction means for relocation and for the safety scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// Runs the same anywhere.
+    Plain,
+    /// `endbr64` / `endbr32`: an indirect-branch landing pad.
+    LandingPad,
+    /// Has a RIP-relative memory operand (and is not a branch).
+    RipRelative,
+    /// A conditional direct branch (jcc, loop, jrcxz, xbegin).
+    CondBranch,
+    /// An unconditional direct `jmp`.
+    Jump,
+    /// An indirect `jmp` through a register or memory.
+    IndirectJump,
+    /// An indirect `jmp [rip + disp]`: a single pointer, as in tail calls through the GOT.
+    IndirectJumpRip,
+    /// A direct `call`.
+    Call,
+    /// An indirect `call`.
+    IndirectCall,
+    /// `ret` and its variants.
+    Ret,
+    /// `syscall` / `sysenter`.
+    Syscall,
+    /// Traps, halts, privileged and far control transfers.
+    Unsafe,
+}
+
+/// One decoded instruction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Insn {
+    /// Its address.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u32,
+    /// Mnemonic, as capstone prints it.
+    pub mnemonic: String,
+    /// Operands, as capstone prints them.
+    pub operands: String,
+    /// What it means for tp.
+    pub class: Class,
+    /// The absolute target of a direct branch or call.
+    pub target: Option<u64>,
+}
+
+impl Insn {
+    /// One past its last byte.
+    pub fn end(&self) -> u64 {
+        self.addr + self.len as u64
+    }
+}
+
+thread_local! {
+    static CAPSTONE: RefCell<Capstone> = RefCell::new(
+        Capstone::new().x86().mode(ArchMode::Mode64).detail(true).build().expect("capstone x86-64"),
+    );
+}
+
+/// Decodes `code` (which starts at `addr`) until its end or the first byte
+/// sequence capstone does not know.
+pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
+    CAPSTONE.with(|cs| {
+        let cs = cs.borrow();
+        let Ok(insns) = cs.disasm_all(code, addr) else { return Vec::new() };
+        insns
+            .iter()
+            .map(|i| {
+                let (class, target) = classify(&cs, i);
+                Insn {
+                    addr: i.address(),
+                    len: i.len() as u32,
+                    mnemonic: i.mnemonic().unwrap_or("?").to_string(),
+                    operands: i.op_str().unwrap_or("").to_string(),
+                    class,
+                    target,
+                }
+            })
+            .collect()
+    })
+}
+
+fn has_group(groups: &[capstone::InsnGroupId], g: u32) -> bool {
+    groups.iter().any(|x| u32::from(x.0) == g)
+}
+
+fn classify(cs: &Capstone, insn: &capstone::Insn) -> (Class, Option<u64>) {
+    let id = insn.id().0;
+    let is = |x: X86Insn| id == x as u32;
+    if is(X86Insn::X86_INS_ENDBR64) || is(X86Insn::X86_INS_ENDBR32) {
+        return (Class::LandingPad, None);
+    }
+    let Ok(detail) = cs.insn_detail(insn) else { return (Class::Unsafe, None) };
+    let groups = detail.groups();
+    let ops = detail.arch_detail().operands();
+    let imm = ops.iter().find_map(|op| match op {
+        ArchOperand::X86Operand(o) => match o.op_type {
+            X86OperandType::Imm(v) => Some(v as u64),
+            _ => None,
+        },
+        _ => None,
+    });
+    let rip_mem = ops.iter().any(|op| match op {
+        ArchOperand::X86Operand(o) => match &o.op_type {
+            X86OperandType::Mem(m) => u32::from(m.base().0) == X86Reg::X86_REG_RIP,
+            _ => false,
+        },
+        _ => false,
+    });
+    if is(X86Insn::X86_INS_SYSCALL) || is(X86Insn::X86_INS_SYSENTER) {
+        return (Class::Syscall, None);
+    }
+    let unsafe_ids = [
+        X86Insn::X86_INS_UD0,
+        X86Insn::X86_INS_UD1,
+        X86Insn::X86_INS_UD2,
+        X86Insn::X86_INS_HLT,
+        X86Insn::X86_INS_LJMP,
+        X86Insn::X86_INS_LCALL,
+        X86Insn::X86_INS_INT,
+        X86Insn::X86_INS_INT1,
+        X86Insn::X86_INS_INT3,
+        X86Insn::X86_INS_INTO,
+    ];
+    if unsafe_ids.iter().any(|&x| is(x))
+        || has_group(groups, InsnGroupType::CS_GRP_INT)
+        || has_group(groups, InsnGroupType::CS_GRP_IRET)
+        || has_group(groups, InsnGroupType::CS_GRP_PRIVILEGE)
+    {
+        return (Class::Unsafe, None);
+    }
+    if has_group(groups, InsnGroupType::CS_GRP_RET) {
+        return (Class::Ret, None);
+    }
+    if has_group(groups, InsnGroupType::CS_GRP_CALL) {
+        return match imm {
+            Some(t) => (Class::Call, Some(t)),
+            None => (Class::IndirectCall, None),
+        };
+    }
+    let loops = [
+        X86Insn::X86_INS_XBEGIN,
+        X86Insn::X86_INS_LOOP,
+        X86Insn::X86_INS_LOOPE,
+        X86Insn::X86_INS_LOOPNE,
+        X86Insn::X86_INS_JRCXZ,
+        X86Insn::X86_INS_JECXZ,
+    ];
+    if loops.iter().any(|&x| is(x)) {
+        return (Class::CondBranch, imm);
+    }
+    if has_group(groups, InsnGroupType::CS_GRP_JUMP) {
+        let unconditional = is(X86Insn::X86_INS_JMP);
+        return match (imm, unconditional) {
+            (Some(t), true) => (Class::Jump, Some(t)),
+            (Some(t), false) => (Class::CondBranch, Some(t)),
+            (None, _) if rip_mem && !has_index(&ops) => (Class::IndirectJumpRip, None),
+            (None, _) => (Class::IndirectJump, None),
+        };
+    }
+    if rip_mem {
+        return (Class::RipRelative, None);
+    }
+    (Class::Plain, None)
+}
+
+fn has_index(ops: &[ArchOperand]) -> bool {
+    ops.iter().any(|op| match op {
+        ArchOperand::X86Operand(o) => match &o.op_type {
+            X86OperandType::Mem(m) => m.index().0 != 0,
+            _ => false,
+        },
+        _ => false,
+    })
+}
+
+/// One line per instruction, `mnemonic operands`, for display and tests.
+pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
+    decode(code, addr)
+        .into_iter()
+        .map(|i| if i.operands.is_empty() { i.mnemonic } else { format!("{} {}", i.mnemonic, i.operands) })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class_of(bytes: &[u8]) -> (Class, Option<u64>) {
+        let d = decode(bytes, 0x1000);
+        assert_eq!(d.len(), 1, "{bytes:02x?} decodes to {d:?}");
+        assert_eq!(d[0].len as usize, bytes.len());
+        (d[0].class, d[0].target)
+    }
+
+    #[test]
+    fn classifies_each_instruction_class() {
+        assert_eq!(class_of(&[0x55]), (Class::Plain, None)); // push rbp
+        assert_eq!(class_of(&[0xf3, 0x0f, 0x1e, 0xfa]), (Class::LandingPad, None)); // endbr64
+        assert_eq!(class_of(&[0x48, 0x8d, 0x05, 0x10, 0, 0, 0]), (Class::RipRelative, None)); // lea rax, [rip+0x10]
+        assert_eq!(class_of(&[0x75, 0x10]), (Class::CondBranch, Some(0x1012))); // jne short
+        assert_eq!(class_of(&[0xe3, 0x05]), (Class::CondBranch, Some(0x1007))); // jrcxz
+        assert_eq!(class_of(&[0xe2, 0xfe]), (Class::CondBranch, Some(0x1000))); // loop
+        assert_eq!(class_of(&[0xeb, 0x00]), (Class::Jump, Some(0x1002))); // jmp short
+        assert_eq!(class_of(&[0xe9, 0, 1, 0, 0]), (Class::Jump, Some(0x1105))); // jmp near
+        assert_eq!(class_of(&[0xff, 0xe0]), (Class::IndirectJump, None)); // jmp rax
+        assert_eq!(class_of(&[0x3e, 0xff, 0xe0]), (Class::IndirectJump, None)); // notrack jmp rax
+        assert_eq!(class_of(&[0xff, 0x25, 0, 0, 0, 0]), (Class::IndirectJumpRip, None)); // jmp [rip]
+        assert_eq!(class_of(&[0xff, 0x24, 0xc5, 0, 0, 0, 0]), (Class::IndirectJump, None)); // jmp [rax*8]
+        assert_eq!(class_of(&[0xe8, 0, 1, 0, 0]), (Class::Call, Some(0x1105))); // call
+        assert_eq!(class_of(&[0xff, 0xd0]), (Class::IndirectCall, None)); // call rax
+        assert_eq!(class_of(&[0xc3]), (Class::Ret, None));
+        assert_eq!(class_of(&[0x0f, 0x05]), (Class::Syscall, None));
+        for trap in [&[0xcc][..], &[0xcd, 0x80], &[0x0f, 0x0b], &[0xf4], &[0xfa]] {
+            assert_eq!(class_of(trap).0, Class::Unsafe, "{trap:02x?}"); // int3, int 0x80, ud2, hlt, cli
+        }
+    }
+
+    #[test]
+    fn stops_at_unknown_bytes() {
+        // push rbp; then 0x06 (invalid in 64-bit mode)
+        let d = decode(&[0x55, 0x06, 0x90], 0);
+        assert_eq!(d.len(), 1);
+    }
+
+    #[test]
+    fn disassembles_for_display() {
+        assert_eq!(disassemble(&[0x55, 0x48, 0x89, 0xe5], 0), ["push rbp", "mov rbp, rsp"]);
+    }
+}

@@ -1,0 +1,86 @@
+//! x86-64: `jmp rel32` probes, capstone decoding, iced-x86 relocation.
+//!
+//! References: the System V AMD64 psABI (red zone §3.2.2, dead flags and r11
+//! at calls §3.2.1), the Intel SDM vol. 2 for encodings, and Linux
+//! arch/x86/include/asm/user_64.h for the register layout.
+
+pub mod decode;
+pub mod detour;
+pub mod regs;
+pub mod relocate;
+pub mod window;
+pub mod writer;
+
+use std::io;
+
+use nix::unistd::Pid;
+
+use crate::arch::{Arch, Detour, DetourSpec, Refusal, SitePlan, Syscalls};
+
+/// The x86-64 architecture.
+#[derive(Debug, Clone, Copy)]
+pub struct X86_64;
+
+impl Arch for X86_64 {
+    const NAME: &'static str = "x86_64";
+    const ELF_MACHINE: u16 = 62; // EM_X86_64
+    const BRANCH_REACH: u64 = (1 << 31) - 1;
+    const PATCH_LEN: usize = window::PATCH_LEN;
+    const INSN_ALIGN: usize = 1;
+    const SYSCALLS: Syscalls = Syscalls { mmap: 9, munmap: 11, memfd_create: 319, ftruncate: 77, close: 3 };
+
+    type Regs = regs::Regs;
+
+    fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        window::plan(code, function, extra_targets)
+    }
+
+    fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
+        decode::decode(code, addr).iter().filter_map(|i| i.target).collect()
+    }
+
+    fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
+        detour::build(plan, at, spec)
+    }
+
+    fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
+        detour::patch(plan, detour)
+    }
+
+    fn syscall_insn() -> &'static [u8] {
+        &[0x0f, 0x05]
+    }
+
+    fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
+        regs::get(tid)
+    }
+
+    fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
+        regs::set(tid, r)
+    }
+
+    fn pc(r: &regs::Regs) -> u64 {
+        r.rip
+    }
+
+    fn set_pc(r: &mut regs::Regs, pc: u64) {
+        r.rip = pc;
+    }
+
+    fn sp(r: &regs::Regs) -> u64 {
+        r.rsp
+    }
+
+    fn restart_pc(r: &regs::Regs) -> Option<u64> {
+        regs::restart_pc(r)
+    }
+
+    fn prepare_syscall(tid: Pid, r: &mut regs::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()> {
+        regs::prepare_syscall(r, insn, nr, args);
+        regs::set(tid, r)
+    }
+
+    fn syscall_result(r: &regs::Regs) -> i64 {
+        r.rax as i64
+    }
+}

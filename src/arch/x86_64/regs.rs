@@ -1,0 +1,106 @@
+//! x86-64 thread registers through PTRACE_GETREGSET/SETREGSET (NT_PRSTATUS).
+//!
+//! [`Regs`] is this crate's own copy of the kernel's `struct user_regs_struct`
+//! (arch/x86/include/asm/user_64.h), so it compiles on every host.
+
+use std::io;
+
+use nix::unistd::Pid;
+
+use crate::process::ptrace;
+
+/// `struct user_regs_struct` of x86-64 Linux.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct Regs {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rax: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub orig_rax: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub eflags: u64,
+    pub rsp: u64,
+    pub ss: u64,
+    pub fs_base: u64,
+    pub gs_base: u64,
+    pub ds: u64,
+    pub es: u64,
+    pub fs: u64,
+    pub gs: u64,
+}
+
+const NT_PRSTATUS: u32 = 1;
+
+/// Kernel-internal return values of an interrupted syscall that will be
+/// restarted by rewinding the PC over the `syscall` instruction
+/// (include/linux/errno.h: ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK).
+const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
+
+/// Reads the registers of a stopped thread.
+pub fn get(tid: Pid) -> io::Result<Regs> {
+    let mut r = Regs::default();
+    ptrace::get_regset(tid, NT_PRSTATUS, &mut r)?;
+    Ok(r)
+}
+
+/// Writes the registers of a stopped thread.
+pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
+    ptrace::set_regset(tid, NT_PRSTATUS, r)
+}
+
+/// Where the thread resumes if the kernel restarts its interrupted syscall.
+pub fn restart_pc(r: &Regs) -> Option<u64> {
+    ((r.orig_rax as i64) >= 0 && RESTART_CODES.contains(&(r.rax as i64))).then(|| r.rip.wrapping_sub(2))
+}
+
+/// Sets up a syscall at `insn`. orig_rax = -1 tells the kernel the thread is
+/// no longer in a syscall, so it does not rewind the PC to restart one.
+pub fn prepare_syscall(r: &mut Regs, insn: u64, nr: u64, a: [u64; 6]) {
+    r.rip = insn;
+    r.rax = nr;
+    r.orig_rax = u64::MAX;
+    r.rdi = a[0];
+    r.rsi = a[1];
+    r.rdx = a[2];
+    r.r10 = a[3];
+    r.r8 = a[4];
+    r.r9 = a[5];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layout_matches_the_kernel() {
+        assert_eq!(std::mem::size_of::<Regs>(), 27 * 8);
+        assert_eq!(std::mem::offset_of!(Regs, orig_rax), 15 * 8);
+        assert_eq!(std::mem::offset_of!(Regs, rip), 16 * 8);
+        assert_eq!(std::mem::offset_of!(Regs, fs_base), 21 * 8);
+    }
+
+    #[test]
+    fn restart_pc_only_for_restartable_syscalls() {
+        let mut r = Regs { rip: 0x1002, orig_rax: 35, rax: (-516i64) as u64, ..Default::default() };
+        assert_eq!(restart_pc(&r), Some(0x1000));
+        r.rax = (-4i64) as u64; // EINTR is final
+        assert_eq!(restart_pc(&r), None);
+        r.orig_rax = u64::MAX;
+        r.rax = (-512i64) as u64;
+        assert_eq!(restart_pc(&r), None);
+    }
+}

@@ -1,0 +1,246 @@
+//! Relocating an x86-64 window's instructions to a detour, with iced-x86's
+//! BlockEncoder doing the re-encoding: RIP-relative displacements are
+//! recomputed, short branches widened, `jrcxz`/`loop` rewritten, and targets
+//! out of rel32 reach either encoded long or refused.
+//!
+//! Two rewrites are tp's own. A `call` as the window's last instruction
+//! becomes "push the original return address; jmp target", so the callee
+//! returns into the original code, never into the detour. A window that does
+//! not end in `ret`/`jmp` gets a `jmp` back to the first byte after it.
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, MemoryOperand,
+    OpKind, Register,
+};
+
+use super::decode::{self, Class};
+use crate::arch::{Refusal, SitePlan};
+
+/// The relocated instructions of one window.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Relocated {
+    /// The code, valid only at the address it was encoded for.
+    pub code: Vec<u8>,
+    /// For each window offset of an instruction that runs, its offset in `code`.
+    /// The window's length maps to the `jmp` back when there is one.
+    pub offsets: Vec<(u32, u32)>,
+}
+
+/// Relocates the window of `plan` to run at `at`.
+pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
+    let classes = decode::decode(&plan.window, plan.site);
+    let decoded: Vec<Instruction> =
+        Decoder::with_ip(64, &plan.window, plan.site, DecoderOptions::NONE).into_iter().collect();
+    let mut block: Vec<Instruction> = Vec::new();
+    let mut origin: Vec<Option<u32>> = Vec::new(); // window offset of each block instruction
+    let mut ends_in_transfer = false;
+    for (k, (c, ins)) in classes.iter().zip(&decoded).enumerate() {
+        let offset = (c.addr - plan.site) as u32;
+        if ins.is_invalid() || ins.len() as u32 != c.len {
+            return Err(unrelocatable(c, "the two decoders disagree on this instruction"));
+        }
+        let last = k + 1 == classes.len() || c.end() >= plan.site + plan.len() as u64;
+        match c.class {
+            Class::Call | Class::IndirectCall if last => {
+                let ret = plan.site + plan.len() as u64;
+                push_return_address(&mut block, &mut origin, offset, ret);
+                let jump = if c.class == Class::Call {
+                    Instruction::with_branch(Code::Jmp_rel32_64, ins.near_branch_target())
+                        .map_err(|e| unrelocatable(c, &e.to_string()))?
+                } else {
+                    call_to_jump(ins).ok_or_else(|| unrelocatable(c, "its operand uses rsp"))?
+                };
+                block.push(jump);
+                origin.push(None);
+                ends_in_transfer = true;
+                break;
+            }
+            _ => {
+                block.push(*ins);
+                origin.push(Some(offset));
+            }
+        }
+        if matches!(c.class, Class::Ret | Class::Jump | Class::IndirectJump | Class::IndirectJumpRip) {
+            ends_in_transfer = true;
+            break;
+        }
+        if last {
+            break;
+        }
+    }
+    if !ends_in_transfer {
+        let back = plan.site + plan.len() as u64;
+        block.push(Instruction::with_branch(Code::Jmp_rel32_64, back).expect("jmp rel32"));
+        origin.push(Some(plan.len() as u32));
+    }
+    let encoded = BlockEncoder::encode(
+        64,
+        InstructionBlock::new(&block, at),
+        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+    )
+    .map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains("too far") {
+            Refusal::OutOfReach { at: plan.site }
+        } else {
+            Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why: msg }
+        }
+    })?;
+    let offsets = origin
+        .iter()
+        .zip(&encoded.new_instruction_offsets)
+        .filter_map(|(o, &n)| Some(((*o)?, n)).filter(|_| n != u32::MAX))
+        .collect();
+    Ok(Relocated { code: encoded.code_buffer, offsets })
+}
+
+/// Pushes `ret` as a call would: `push imm32` sign-extends, so a return
+/// address above 2 GiB gets its high half stored separately.
+fn push_return_address(block: &mut Vec<Instruction>, origin: &mut Vec<Option<u32>>, offset: u32, ret: u64) {
+    let low = ret as u32 as i32;
+    block.push(Instruction::with1(Code::Pushq_imm32, low).expect("push imm32"));
+    origin.push(Some(offset));
+    if (low as i64) as u64 != ret {
+        let high_half = MemoryOperand::with_base_displ(Register::RSP, 4);
+        block.push(Instruction::with2(Code::Mov_rm32_imm32, high_half, (ret >> 32) as u32).expect("mov [rsp+4]"));
+        origin.push(None);
+    }
+}
+
+/// `call r/m64` becomes `jmp r/m64` with the same operand, unless the operand
+/// reads rsp (which the pushed return address has moved).
+fn call_to_jump(call: &Instruction) -> Option<Instruction> {
+    if call.code() != Code::Call_rm64 {
+        return None;
+    }
+    let uses_rsp = match call.op0_kind() {
+        OpKind::Register => call.op0_register() == Register::RSP,
+        OpKind::Memory => call.memory_base() == Register::RSP || call.memory_index() == Register::RSP,
+        _ => true,
+    };
+    if uses_rsp {
+        return None;
+    }
+    let mut jump = *call;
+    jump.set_code(Code::Jmp_rm64);
+    Some(jump)
+}
+
+fn unrelocatable(c: &decode::Insn, why: &str) -> Refusal {
+    Refusal::Unrelocatable { mnemonic: c.mnemonic.clone(), at: c.addr, why: why.to_string() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::WindowInsn;
+    use crate::arch::x86_64::decode::disassemble;
+
+    const SITE: u64 = 0x5555_5555_1000;
+
+    fn plan_of(window: &[u8]) -> SitePlan {
+        let insns = decode::decode(window, SITE)
+            .into_iter()
+            .map(|i| WindowInsn { offset: (i.addr - SITE) as u32, len: i.len, mnemonic: i.mnemonic })
+            .collect();
+        SitePlan { function: SITE, site: SITE, window: window.to_vec(), insns }
+    }
+
+    fn relocated_asm(window: &[u8], at: u64) -> Vec<String> {
+        let r = relocate(&plan_of(window), at).unwrap();
+        disassemble(&r.code, at)
+    }
+
+    #[test]
+    fn plain_instructions_are_copied_then_jump_back() {
+        // push rbp; mov rbp, rsp; push rbx
+        let at = SITE + 0x1000_0000;
+        assert_eq!(
+            relocated_asm(&[0x55, 0x48, 0x89, 0xe5, 0x53], at),
+            ["push rbp", "mov rbp, rsp", "push rbx", "jmp 0x555555551005"]
+        );
+        let r = relocate(&plan_of(&[0x55, 0x48, 0x89, 0xe5, 0x53]), at).unwrap();
+        assert_eq!(r.offsets, [(0, 0), (1, 1), (4, 4), (5, 5)]);
+    }
+
+    #[test]
+    fn rip_relative_operand_keeps_its_target() {
+        // mov rcx, rdi; lea rdx, [rip + 0xaa6] -> target SITE + 10 + 0xaa6
+        let at = SITE - 0x4000_0000;
+        let asm = relocated_asm(&[0x48, 0x89, 0xf9, 0x48, 0x8d, 0x15, 0xa6, 0x0a, 0, 0], at);
+        let target = SITE + 10 + 0xaa6;
+        let disp = target as i64 - (at as i64 + 3 + 7);
+        assert_eq!(asm[1], format!("lea rdx, [rip + {:#x}]", disp));
+    }
+
+    #[test]
+    fn rip_relative_out_of_reach_is_refused() {
+        // lea rdx, [rip + 0]: the detour 8 GiB away cannot reach the original target.
+        let err = relocate(&plan_of(&[0x48, 0x8d, 0x15, 0, 0, 0, 0]), SITE + (8 << 30)).unwrap_err();
+        assert_eq!(err, Refusal::OutOfReach { at: SITE });
+    }
+
+    #[test]
+    fn short_conditional_branch_is_widened() {
+        // test edi, edi; jne +0x10; nop
+        let at = SITE + 0x2000_0000;
+        let asm = relocated_asm(&[0x85, 0xff, 0x75, 0x10, 0x90], at);
+        assert_eq!(asm[1], format!("jne {:#x}", SITE + 4 + 0x10));
+        let r = relocate(&plan_of(&[0x85, 0xff, 0x75, 0x10, 0x90]), at).unwrap();
+        assert_eq!(r.code[2..4], [0x0f, 0x85], "rel8 jne became rel32");
+    }
+
+    #[test]
+    fn last_call_pushes_the_original_return_address() {
+        // push rbp; call +0x100 (ends at 6): the callee must return to SITE + 6.
+        let at = SITE + 0x1000;
+        let asm = relocated_asm(&[0x55, 0xe8, 0x00, 0x01, 0x00, 0x00], at);
+        assert_eq!(
+            asm,
+            [
+                "push rbp".to_string(),
+                format!("push {:#x}", 0x55551006u32 as i32 as i64 as u64),
+                "mov dword ptr [rsp + 4], 0x5555".to_string(),
+                format!("jmp {:#x}", SITE + 6 + 0x100),
+            ]
+        );
+    }
+
+    #[test]
+    fn last_call_with_a_low_return_address_is_one_push() {
+        let site = 0x401000;
+        let mut p = plan_of(&[0x55, 0xe8, 0x00, 0x01, 0x00, 0x00]);
+        p.site = site;
+        p.function = site;
+        let r = relocate(&p, 0x500000).unwrap();
+        assert_eq!(disassemble(&r.code, 0x500000)[1..], ["push 0x401006", "jmp 0x401106"]);
+    }
+
+    #[test]
+    fn last_indirect_call_becomes_an_indirect_jump() {
+        // push rbx; push rbp; push r12; call rax  (1+1+2+2 = 6 bytes)
+        let asm = relocated_asm(&[0x53, 0x55, 0x41, 0x54, 0xff, 0xd0], SITE + 0x1000);
+        assert_eq!(asm.last().unwrap(), "jmp rax");
+        // call [rsp + 8] reads rsp, which the pushed return address moves.
+        let err = relocate(&plan_of(&[0x90, 0xff, 0x54, 0x24, 0x08]), SITE + 0x1000).unwrap_err();
+        assert!(matches!(err, Refusal::Unrelocatable { .. }), "{err:?}");
+    }
+
+    #[test]
+    fn ret_and_jmp_end_the_relocated_code() {
+        // test edi, edi; je +1; ret; nop  (ret at 4 ends it; nothing jumps back)
+        let asm = relocated_asm(&[0x85, 0xff, 0x74, 0x01, 0xc3, 0x90], SITE + 0x1000);
+        assert_eq!(asm.len(), 3);
+        assert_eq!(asm[2], "ret");
+    }
+
+    #[test]
+    fn jrcxz_and_loop_are_rewritten_when_far() {
+        // jrcxz +3; nop; nop; nop   relocated 1 GiB away: no rel8 form reaches.
+        let at = SITE + (1 << 30);
+        let r = relocate(&plan_of(&[0xe3, 0x03, 0x90, 0x90, 0x90]), at).unwrap();
+        let asm = disassemble(&r.code, at);
+        assert!(asm.iter().any(|l| l.starts_with("jrcxz")), "{asm:?}");
+        assert!(asm.iter().any(|l| *l == format!("jmp {:#x}", SITE + 5)), "{asm:?}");
+    }
+}

@@ -1,0 +1,195 @@
+//! Choosing an x86-64 patch window and proving it safe.
+//!
+//! The window is the shortest run of whole instructions, starting after an
+//! `endbr64` landing pad, that covers the 5-byte `jmp rel32`. It is refused
+//! when it would pass the function's end, when it holds an instruction that
+//! cannot run elsewhere or a call/syscall before its last instruction (a
+//! thread inside the callee would return into the overwritten bytes), and
+//! when any direct branch of the whole function, or any extra target
+//! (landing pads, jumps from split-off `.cold` parts), enters bytes 1..n-1
+//! of the window. An indirect jump in the function refuses windows of more
+//! than one instruction, since its targets are unknown.
+
+use super::decode::{Class, Insn, decode};
+use super::relocate;
+use crate::arch::{Refusal, SitePlan, WindowInsn};
+
+/// Bytes of `jmp rel32`.
+pub const PATCH_LEN: usize = 5;
+
+/// Plans the probe of the function `code` at `function`; see the module doc.
+pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+    let insns = decode(code, function);
+    let func_end = function + code.len() as u64;
+    let mut next = 0;
+    let mut site = function;
+    if insns.first().is_some_and(|i| i.class == Class::LandingPad) {
+        site = insns[0].end();
+        next = 1;
+    }
+    let have = func_end - site;
+    if have < PATCH_LEN as u64 {
+        return Err(Refusal::TooShort { have, need: PATCH_LEN as u64 });
+    }
+
+    let mut window: Vec<&Insn> = Vec::new();
+    let mut len = 0u64;
+    let mut live = true;
+    while len < PATCH_LEN as u64 {
+        let Some(insn) = insns.get(next) else { return Err(Refusal::Undecodable { at: site + len }) };
+        next += 1;
+        if live {
+            match insn.class {
+                Class::Unsafe => return Err(Refusal::Unsafe { mnemonic: insn.mnemonic.clone(), at: insn.addr }),
+                Class::LandingPad => return Err(Refusal::LandingPadInWindow { at: insn.addr }),
+                Class::Call | Class::IndirectCall | Class::Syscall if len + (insn.len as u64) < PATCH_LEN as u64 => {
+                    return Err(Refusal::CallInWindow { mnemonic: insn.mnemonic.clone(), at: insn.addr });
+                }
+                Class::Ret | Class::Jump | Class::IndirectJump | Class::IndirectJumpRip => live = false,
+                _ => {}
+            }
+        }
+        window.push(insn);
+        len += insn.len as u64;
+    }
+
+    // The whole function must decode, or the scan below could miss a branch.
+    let decoded_end = insns.last().map_or(function, Insn::end);
+    if decoded_end < func_end {
+        return Err(Refusal::Undecodable { at: decoded_end });
+    }
+    let inside = |t: u64| t > site && t < site + len;
+    for insn in &insns {
+        if let Some(t) = insn.target
+            && inside(t)
+        {
+            return Err(Refusal::BranchIntoWindow { from: insn.addr });
+        }
+        if insn.class == Class::IndirectJump && window.len() > 1 {
+            return Err(Refusal::IndirectJump { at: insn.addr });
+        }
+    }
+    if let Some(&t) = extra_targets.iter().find(|&&t| inside(t)) {
+        return Err(Refusal::LandingPadInWindow { at: t });
+    }
+
+    let start = (site - function) as usize;
+    let plan = SitePlan {
+        function,
+        site,
+        window: code[start..start + len as usize].to_vec(),
+        insns: window
+            .iter()
+            .map(|i| WindowInsn { offset: (i.addr - site) as u32, len: i.len, mnemonic: i.mnemonic.clone() })
+            .collect(),
+    };
+    // Prove the window relocates, at a distance any detour may have; the real
+    // detour address is checked again when the detour is built.
+    relocate::relocate(&plan, site.wrapping_add(1 << 30))?;
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: u64 = 0x401000;
+
+    fn refusal(code: &[u8]) -> Refusal {
+        plan(code, F, &[]).unwrap_err()
+    }
+
+    #[test]
+    fn one_long_instruction_is_the_whole_window() {
+        // movabs rax, 0x9e3779b97f4a7c15; imul rax, rdi; ret
+        let code = [0x48, 0xb8, 0x15, 0x7c, 0x4a, 0x7f, 0xb9, 0x79, 0x37, 0x9e, 0x48, 0x0f, 0xaf, 0xc7, 0xc3];
+        let p = plan(&code, F, &[]).unwrap();
+        assert_eq!((p.site, p.len()), (F, 10));
+        assert_eq!(p.summary(), "movabs");
+        assert_eq!(p.interior_boundaries().count(), 0);
+    }
+
+    #[test]
+    fn window_starts_after_endbr64() {
+        // endbr64; push rbp; mov rbp, rsp; push rbx; ret
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3];
+        let p = plan(&code, F, &[]).unwrap();
+        assert_eq!(p.site, F + 4);
+        assert_eq!(p.window, [0x55, 0x48, 0x89, 0xe5, 0x53]);
+        assert_eq!(p.summary(), "push, mov, push");
+        assert_eq!(p.interior_boundaries().collect::<Vec<_>>(), [F + 5, F + 8]);
+    }
+
+    #[test]
+    fn too_short_functions_are_refused() {
+        assert_eq!(refusal(&[0x31, 0xc0, 0xc3]), Refusal::TooShort { have: 3, need: 5 }); // xor eax,eax; ret
+        assert_eq!(refusal(&[0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xc0, 0xc3]), Refusal::TooShort { have: 3, need: 5 });
+    }
+
+    #[test]
+    fn call_before_the_window_end_is_refused() {
+        // call +0; nop; nop; ...: the call ends at 5 = the window end, so it is the last and allowed.
+        assert!(plan(&[0xe8, 0, 0, 0, 0, 0xc3], F, &[]).is_ok());
+        // push rbp; call rax; ...: call ends at 3 < 5.
+        let r = refusal(&[0x55, 0xff, 0xd0, 0x90, 0x90, 0xc3]);
+        assert!(matches!(r, Refusal::CallInWindow { at, .. } if at == F + 1), "{r:?}");
+        // mov eax, edi; syscall; ret: syscall ends at 4 < 5.
+        assert!(matches!(refusal(&[0x89, 0xf8, 0x0f, 0x05, 0xc3]), Refusal::CallInWindow { .. }));
+    }
+
+    #[test]
+    fn traps_are_refused() {
+        let r = refusal(&[0xcc, 0x90, 0x90, 0x90, 0x90, 0xc3]);
+        assert_eq!(r, Refusal::Unsafe { mnemonic: "int3".into(), at: F });
+        assert!(matches!(refusal(&[0x90, 0x0f, 0x0b, 0x90, 0x90, 0xc3]), Refusal::Unsafe { .. }));
+    }
+
+    #[test]
+    fn branch_into_the_window_is_refused() {
+        // 0: push rbp; 1: mov rbp, rsp; 4: push rbx; 5: jne 1 (75 fa); 7: ret
+        let r = refusal(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0x75, 0xfa, 0xc3]);
+        assert_eq!(r, Refusal::BranchIntoWindow { from: F + 5 });
+        // A branch back to the site itself is fine (it re-enters the probe).
+        assert!(plan(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0x75, 0xf9, 0xc3], F, &[]).is_ok());
+    }
+
+    #[test]
+    fn branch_inside_the_window_into_the_window_is_refused() {
+        // 0: test edi, edi; 2: je 2 (74 fe: jumps to itself, inside the window); 4: nop; 5: ret
+        let r = refusal(&[0x85, 0xff, 0x74, 0xfe, 0x90, 0xc3]);
+        assert_eq!(r, Refusal::BranchIntoWindow { from: F + 2 });
+    }
+
+    #[test]
+    fn indirect_jump_refuses_multi_instruction_windows_only() {
+        // push rbp; mov rbp,rsp; push rbx; jmp rax
+        assert_eq!(refusal(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0xff, 0xe0]), Refusal::IndirectJump { at: F + 5 });
+        // mov eax, 1 (5 bytes, one instruction); jmp rax
+        assert!(plan(&[0xb8, 1, 0, 0, 0, 0xff, 0xe0], F, &[]).is_ok());
+        // A tail call through the GOT (jmp [rip+x]) is a single pointer, not a table.
+        assert!(plan(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0xff, 0x25, 0, 0, 0, 0], F, &[]).is_ok());
+    }
+
+    #[test]
+    fn extra_targets_inside_the_window_are_refused() {
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3];
+        assert_eq!(plan(&code, F, &[F + 4]).unwrap_err(), Refusal::LandingPadInWindow { at: F + 4 });
+        assert!(plan(&code, F, &[F, F + 5]).is_ok());
+    }
+
+    #[test]
+    fn ret_ends_what_runs_but_the_window_still_covers_five_bytes() {
+        // test edi,edi; je +2; ret; mov eax, 1; ret   (the je jumps over the ret, to offset 5)
+        let code = [0x85, 0xff, 0x74, 0x01, 0xc3, 0xb8, 1, 0, 0, 0, 0xc3];
+        let p = plan(&code, F, &[]).unwrap();
+        assert_eq!(p.summary(), "test, je, ret");
+        assert_eq!(p.len(), 5);
+    }
+
+    #[test]
+    fn undecodable_code_is_refused() {
+        // push rbp; mov rbp, rsp; push rbx; then an invalid byte 0x06 in the body
+        let r = refusal(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0x06, 0xc3]);
+        assert_eq!(r, Refusal::Undecodable { at: F + 5 });
+    }
+}

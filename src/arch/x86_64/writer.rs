@@ -1,0 +1,171 @@
+//! The handful of fixed x86-64 encodings tp's detours are made of.
+//!
+//! Each `put_*` appends one instruction. The writer knows the address its
+//! first byte will run at, so RIP-relative operands and branches are encoded
+//! for that address, not for where the buffer lives. Every encoding is
+//! checked against capstone's disassembly in the tests below.
+
+/// An instruction buffer that will run at `base`.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    base: u64,
+    buf: Vec<u8>,
+}
+
+impl Writer {
+    /// An empty buffer whose first byte will run at `base`.
+    pub fn new(base: u64) -> Writer {
+        Writer { base, buf: Vec::new() }
+    }
+
+    /// The address of the next byte.
+    pub fn pc(&self) -> u64 {
+        self.base + self.buf.len() as u64
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// True if nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.buf.is_empty()
+    }
+
+    /// The code.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    fn rel32(&self, end_of_insn: u64, target: u64) -> [u8; 4] {
+        let rel = target.wrapping_sub(end_of_insn) as i64;
+        assert!(i32::try_from(rel).is_ok(), "rel32 out of range: {end_of_insn:#x} -> {target:#x}");
+        (rel as i32).to_le_bytes()
+    }
+
+    /// `mov r11, qword [rip + to(addr)]`.
+    pub fn put_mov_r11_rip(&mut self, addr: u64) {
+        let end = self.pc() + 7;
+        let d = self.rel32(end, addr);
+        self.buf.extend_from_slice(&[0x4c, 0x8b, 0x1d]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `add r11, qword [rip + to(addr)]`.
+    pub fn put_add_r11_rip(&mut self, addr: u64) {
+        let end = self.pc() + 7;
+        let d = self.rel32(end, addr);
+        self.buf.extend_from_slice(&[0x4c, 0x03, 0x1d]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `cmp byte [r11], 0`.
+    pub fn put_cmp_byte_r11_0(&mut self) {
+        self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
+    }
+
+    /// `je target` (rel32).
+    pub fn put_je(&mut self, target: u64) {
+        let end = self.pc() + 6;
+        let d = self.rel32(end, target);
+        self.buf.extend_from_slice(&[0x0f, 0x84]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `jmp target` (rel32).
+    pub fn put_jmp(&mut self, target: u64) {
+        let end = self.pc() + 5;
+        let d = self.rel32(end, target);
+        self.buf.push(0xe9);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `mov r11, qword fs:[0]`: the thread pointer (glibc and musl keep the
+    /// TCB's own address at fs:0).
+    pub fn put_mov_r11_fs0(&mut self) {
+        self.buf.extend_from_slice(&[0x64, 0x4c, 0x8b, 0x1c, 0x25, 0, 0, 0, 0]);
+    }
+
+    /// `imul r11, qword [rip + to(addr)]`.
+    pub fn put_imul_r11_rip(&mut self, addr: u64) {
+        let end = self.pc() + 8;
+        let d = self.rel32(end, addr);
+        self.buf.extend_from_slice(&[0x4c, 0x0f, 0xaf, 0x1d]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `shr r11, imm8`.
+    pub fn put_shr_r11(&mut self, n: u8) {
+        self.buf.extend_from_slice(&[0x49, 0xc1, 0xeb, n]);
+    }
+
+    /// `shl r11, imm8`.
+    pub fn put_shl_r11(&mut self, n: u8) {
+        self.buf.extend_from_slice(&[0x49, 0xc1, 0xe3, n]);
+    }
+
+    /// `lock inc qword [r11 + disp32]`.
+    pub fn put_lock_inc_r11_disp(&mut self, disp: i32) {
+        self.buf.extend_from_slice(&[0xf0, 0x49, 0xff, 0x83]);
+        self.buf.extend_from_slice(&disp.to_le_bytes());
+    }
+
+    /// Raw bytes (relocated code produced elsewhere for this same address).
+    pub fn put_bytes(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// `int3` padding up to an address aligned to `align`.
+    pub fn put_align(&mut self, align: u64) {
+        while !self.pc().is_multiple_of(align) {
+            self.buf.push(0xcc);
+        }
+    }
+
+    /// A little-endian 64-bit literal.
+    pub fn put_u64(&mut self, v: u64) {
+        self.buf.extend_from_slice(&v.to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::x86_64::decode::disassemble;
+
+    const AT: u64 = 0x7f00_0000_1000;
+
+    fn asm(f: impl FnOnce(&mut Writer)) -> Vec<String> {
+        let mut w = Writer::new(AT);
+        f(&mut w);
+        disassemble(&w.into_bytes(), AT)
+    }
+
+    #[test]
+    fn each_encoding_disassembles_as_intended() {
+        assert_eq!(asm(|w| w.put_mov_r11_rip(AT + 0x107)), ["mov r11, qword ptr [rip + 0x100]"]);
+        assert_eq!(asm(|w| w.put_add_r11_rip(AT - 0x10 + 7)), ["add r11, qword ptr [rip - 0x10]"]);
+        assert_eq!(asm(|w| w.put_cmp_byte_r11_0()), ["cmp byte ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_je(AT + 0x40)), [format!("je {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
+        assert_eq!(asm(|w| w.put_mov_r11_fs0()), ["mov r11, qword ptr fs:[0]"]);
+        assert_eq!(asm(|w| w.put_imul_r11_rip(AT + 0x48)), ["imul r11, qword ptr [rip + 0x40]"]);
+        assert_eq!(asm(|w| w.put_shr_r11(57)), ["shr r11, 0x39"]);
+        assert_eq!(asm(|w| w.put_shl_r11(15)), ["shl r11, 0xf"]);
+        assert_eq!(asm(|w| w.put_lock_inc_r11_disp(0x18)), ["lock inc qword ptr [r11 + 0x18]"]);
+    }
+
+    #[test]
+    fn align_pads_with_int3() {
+        let mut w = Writer::new(AT + 3);
+        w.put_align(8);
+        assert_eq!(w.into_bytes(), [0xcc; 5]);
+    }
+
+    #[test]
+    #[should_panic(expected = "rel32 out of range")]
+    fn far_branches_are_a_bug() {
+        Writer::new(AT).put_jmp(AT + (4 << 30));
+    }
+}
