@@ -1,0 +1,428 @@
+//! Installing probes, in two steps.
+//!
+//! [`prepare`] needs only one stopped thread, which makes the remote
+//! syscalls: it creates the data region and code arenas and writes the
+//! detours, memory that nothing executes yet, while the other threads run.
+//! [`commit`] needs every thread stopped: it moves each thread whose PC, or
+//! whose restart PC after an interrupted syscall, lies inside a window to the
+//! equivalent instruction of its detour, then patches each site. So the
+//! whole process is stopped only for the checks and the patch writes.
+//!
+//! Order matters for what a tracer killed at any step leaves behind:
+//! unused memory (region, arenas), then unused code (detours, recorded as
+//! Inactive entries), then threads moved into complete detours, then each
+//! site marked Installing, patched with one write, marked Active. The target
+//! only ever holds complete detours and sites that are either original or
+//! fully patched, and the region records enough for `tp detach` to restore
+//! them. If a step fails, [`PatchGuard`] restores every site this commit
+//! patched.
+
+use anyhow::{Context, Result, bail};
+use nix::unistd::Pid;
+
+use super::Request;
+use super::arena::{self, Span};
+use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State};
+use super::region::Region;
+use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal};
+use crate::process::memory::Memory;
+use crate::process::remote::RemoteCaller;
+use crate::process::stop::Stopped;
+use crate::process::{self, Mapping};
+
+/// How far up from a thread's stack pointer tp looks for saved PCs.
+const STACK_SCAN_BYTES: u64 = 64 << 10;
+/// The smallest code arena tp maps.
+const MIN_ARENA: u64 = 64 << 10;
+/// An upper bound on one detour's size, for arena sizing.
+const DETOUR_BUDGET: u64 = 160;
+
+/// A probe that is live after [`install`].
+#[derive(Debug, Clone)]
+pub struct Installed {
+    /// Its entry in the region.
+    pub index: u32,
+    /// The request it came from.
+    pub request: Request,
+    /// Where its detour is.
+    pub detour: u64,
+}
+
+/// What an install did.
+#[derive(Debug)]
+pub struct Report {
+    /// The live probes, in request order.
+    pub installed: Vec<Installed>,
+    /// Threads moved out of a window into a detour.
+    pub moved_threads: usize,
+    /// True if this transaction created the data region.
+    pub created_region: bool,
+}
+
+/// Probes whose detours are written and recorded, ready to [`commit`].
+pub struct Prepared {
+    /// The region they are recorded in.
+    pub region: Region,
+    requests: Vec<Request>,
+    placed: Vec<Placed>,
+    created_region: bool,
+}
+
+/// Writes detours for `requests` using the stopped worker thread.
+/// `region` is the process's existing data region, if it has one.
+pub fn prepare(
+    stopped: &mut Stopped,
+    mem: &Memory,
+    region: Option<Region>,
+    requests: &[Request],
+    owner: u32,
+) -> Result<Prepared> {
+    let pid = stopped.pid();
+    let maps = process::read_maps(pid).context("reading the target's memory map")?;
+    if let Some(r) = &region {
+        check_not_probed(pid, r, requests)?;
+    }
+    check_code(mem, requests)?;
+
+    let mut caller = RemoteCaller::new(pid, stopped.worker(), mem, &maps)?;
+    let created_region = region.is_none();
+    let result = (|| {
+        let region = match region {
+            Some(r) => r,
+            None => create_region(&mut caller, mem, &maps, requests)?,
+        };
+        crate::fault::point("after-inject");
+        let placed = write_detours(mem, &mut caller, &maps, &region, requests, owner)?;
+        Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
+    })();
+    for sig in std::mem::take(&mut caller.deferred_signals) {
+        stopped.defer_signal(caller.tid(), sig);
+    }
+    result
+}
+
+/// Makes prepared probes live; every thread must be stopped.
+pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result<(Region, Report)> {
+    let Prepared { region, requests, placed, created_region } = prepared;
+    check_code(mem, &requests)?;
+    let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
+    let moved_threads = move_threads_out_of_windows(stopped, mem, &maps, &requests, &placed)?;
+
+    let mut guard = PatchGuard { mem, region: &region, patched: Vec::new() };
+    for (req, p) in requests.iter().zip(&placed) {
+        let e = region.entry(p.index);
+        region.set_state(p.index, State::Installing)?;
+        mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
+        guard.patched.push(p.index);
+        region.set_state(p.index, State::Active)?;
+        crate::fault::point("after-patch");
+    }
+    guard.patched.clear();
+    drop(guard);
+    let installed = requests
+        .into_iter()
+        .zip(&placed)
+        .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
+        .collect();
+    Ok((region, Report { installed, moved_threads, created_region }))
+}
+
+/// Refuses functions whose code in memory is not what the file holds.
+fn check_code(mem: &Memory, requests: &[Request]) -> Result<()> {
+    for req in requests {
+        let now = mem.read_vec(req.plan.site, req.plan.len())?;
+        if now != req.plan.window {
+            bail!("cannot probe `{}`: {}", req.function.name, Refusal::CodeMismatch { at: req.plan.site });
+        }
+    }
+    Ok(())
+}
+
+fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<()> {
+    for (_, e) in region.entries() {
+        if e.state().maybe_patched()
+            && let Some(req) = requests.iter().find(|r| r.plan.site == e.site)
+        {
+            let who = match e.owner {
+                0 => "kept with --keep".to_string(),
+                pid => format!("by tp session {pid}"),
+            };
+            bail!("`{}` is already probed ({who}); remove it with `tp detach -p {pid}` first", req.function.name);
+        }
+    }
+    Ok(())
+}
+
+/// Where probe `index`'s detour finds its flag and counters.
+fn spec_for(region: &Region, h: &Header, index: u32) -> DetourSpec {
+    DetourSpec {
+        probe_index: index,
+        flag_addr: region.target_addr() + h.flags_off + index as u64,
+        counters: region.target_addr() + h.counters_off,
+        slot_bits: h.slot_bits,
+        stride_shift: h.stride_shift,
+    }
+}
+
+/// Creates the data region: a code arena first (its bytes hold the memfd's
+/// name, which memfd_create must read from the target's memory), then
+/// memfd_create, ftruncate, mmap MAP_SHARED and close in the target.
+fn create_region(caller: &mut RemoteCaller, mem: &Memory, maps: &[Mapping], requests: &[Request]) -> Result<Region> {
+    let g = layout::geometry(requests.len() as u32);
+    let span = requests.first().map(|r| r.span).context("nothing to install")?;
+    let arena = alloc_arena(caller, maps, span, arena_size(requests.len()))?;
+    let name_at = arena.addr + arena.size - 64;
+    let mut name = MEMFD_NAME.as_bytes().to_vec();
+    name.push(0);
+    mem.write(name_at, &name).context("writing the memfd name")?;
+    let sc = Host::SYSCALLS;
+    let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?;
+    let made = (|| -> Result<Region> {
+        caller.checked("ftruncate", sc.ftruncate, [fd, g.total_size, 0, 0, 0, 0])?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{}/fd/{fd}", mem.pid()))
+            .context("opening the target's memfd")?;
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let addr = caller.checked("mmap", sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, fd, 0])?;
+        let region = Region::from_file(file, addr, g.total_size)?;
+        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
+        h.arenas[0] = arena;
+        h.arena_count = 1;
+        region.set_header(&h)?;
+        Ok(region)
+    })();
+    caller.checked("close", sc.close, [fd, 0, 0, 0, 0, 0])?;
+    made
+}
+
+fn arena_size(probes: usize) -> u64 {
+    (probes as u64 * DETOUR_BUDGET).max(MIN_ARENA).next_multiple_of(4096)
+}
+
+/// Maps a fresh R-X arena near `span`, trying candidate holes nearest first.
+fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, size: u64) -> Result<Arena> {
+    let sc = Host::SYSCALLS;
+    let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+    for addr in arena::candidates(maps, span, size, Host::BRANCH_REACH).into_iter().take(8) {
+        let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
+        if got as u64 == addr {
+            return Ok(Arena { addr, size, used: 0 });
+        }
+        if got >= 0 {
+            // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint: undo.
+            caller.syscall(sc.munmap, [got as u64, size, 0, 0, 0, 0])?;
+        }
+    }
+    bail!("no free address range within branch reach of {:#x}-{:#x} for tp's code", span.lo, span.hi)
+}
+
+/// A detour planned for one request: where it goes and whether it must be written.
+struct Placed {
+    index: u32,
+    detour: Detour,
+    at: u64,
+}
+
+/// Writes (or reuses) a detour for each request and records its entry as Inactive.
+fn write_detours(
+    mem: &Memory,
+    caller: &mut RemoteCaller,
+    maps: &[Mapping],
+    region: &Region,
+    requests: &[Request],
+    owner: u32,
+) -> Result<Vec<Placed>> {
+    let mut h = region.header();
+
+    // Detours: reuse an identical one left by an earlier session, or append a new one.
+    let mut placed = Vec::new();
+    for (k, req) in requests.iter().enumerate() {
+        if let Some(p) = reuse(region, mem, req, &h, &placed)? {
+            placed.push(p);
+            continue;
+        }
+        if h.count >= h.capacity {
+            let pid = mem.pid();
+            bail!("tp's data region in process {pid} is full ({} probes); run `tp detach -p {pid}` first", h.capacity);
+        }
+        let index = h.count;
+        let spec = spec_for(region, &h, index);
+        let (at, detour) = place_detour(caller, maps, &mut h, req, &spec, requests.len() - k)?;
+        mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
+        h.count += 1;
+        region.set_header(&h)?;
+        placed.push(Placed { index, detour, at });
+    }
+    crate::fault::point("after-detour");
+
+    // Entries, recorded before any site changes.
+    for (req, p) in requests.iter().zip(&placed) {
+        let mut e = Entry::free();
+        e.state = State::Inactive as u32;
+        e.owner = owner;
+        e.function = req.function.addr;
+        e.site = req.plan.site;
+        e.detour = p.at;
+        e.detour_len = p.detour.bytes.len() as u32;
+        e.window_len = req.plan.len() as u32;
+        e.original[..req.plan.len()].copy_from_slice(&req.plan.window);
+        let patch = Host::patch_bytes(&req.plan, p.at).map_err(|r| anyhow::anyhow!("`{}`: {r}", req.function.name))?;
+        e.patch[..patch.len()].copy_from_slice(&patch);
+        e.set_name(&req.function.name);
+        e.set_module(&req.function.module);
+        region.zero_hits(p.index)?;
+        region.set_enabled(p.index, true)?;
+        region.set_entry(p.index, &e)?;
+    }
+
+    Ok(placed)
+}
+
+/// Finds an inactive entry for the same site whose detour, rebuilt for that
+/// entry, is byte-identical to what the target already holds.
+fn reuse(region: &Region, mem: &Memory, req: &Request, h: &Header, taken: &[Placed]) -> Result<Option<Placed>> {
+    for (i, e) in region.entries() {
+        if e.state() != State::Inactive || e.site != req.plan.site || e.detour == 0 {
+            continue;
+        }
+        if taken.iter().any(|p| p.index == i) {
+            continue;
+        }
+        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i)) else { continue };
+        if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
+            return Ok(Some(Placed { index: i, detour, at: e.detour }));
+        }
+    }
+    Ok(None)
+}
+
+/// Builds the detour in an arena within reach (allocating one if needed) and
+/// reserves its bytes in the header.
+fn place_detour(
+    caller: &mut RemoteCaller,
+    maps: &[Mapping],
+    h: &mut Header,
+    req: &Request,
+    spec: &DetourSpec,
+    remaining: usize,
+) -> Result<(u64, Detour)> {
+    let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
+    for a in h.arenas[..h.arena_count as usize].iter_mut() {
+        if !arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH) || a.size - a.used < DETOUR_BUDGET {
+            continue;
+        }
+        let at = a.addr + a.used;
+        let detour = Host::build_detour(&req.plan, at, spec).map_err(refused)?;
+        if detour.bytes.len() as u64 <= a.size - a.used {
+            a.used = (a.used + detour.bytes.len() as u64).next_multiple_of(16);
+            return Ok((at, detour));
+        }
+    }
+    if h.arena_count as usize == layout::MAX_ARENAS {
+        bail!("tp's data region has no room for another code arena; run `tp detach` first");
+    }
+    let mut a = alloc_arena(caller, maps, req.span, arena_size(remaining))?;
+    let detour = Host::build_detour(&req.plan, a.addr, spec).map_err(refused)?;
+    a.used = (detour.bytes.len() as u64).next_multiple_of(16);
+    h.arenas[h.arena_count as usize] = a;
+    h.arena_count += 1;
+    Ok((a.addr, detour))
+}
+
+/// Moves every thread whose PC (or restart PC) lies inside a window to the
+/// same instruction in the detour, and refuses if a thread's stack holds an
+/// address inside a window (a signal frame would return there).
+fn move_threads_out_of_windows(
+    stopped: &mut Stopped,
+    mem: &Memory,
+    maps: &[Mapping],
+    requests: &[Request],
+    placed: &[Placed],
+) -> Result<usize> {
+    let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
+    let mut moves = Vec::new();
+    for tid in tids {
+        let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        let pc = Host::pc(&regs);
+        for (req, p) in requests.iter().zip(placed) {
+            let site = req.plan.site;
+            let inside = |a: u64| a > site && a < site + req.plan.len() as u64;
+            let target = if inside(pc) {
+                p.detour.map_pc((pc - site) as u32)
+            } else if let Some(restart) = Host::restart_pc(&regs).filter(|&r| inside(r)) {
+                // The kernel will rewind the PC onto an instruction inside the window.
+                p.detour.map_pc((restart - site) as u32).map(|d| d + (pc - restart))
+            } else {
+                continue;
+            };
+            let Some(target) = target else {
+                bail!(
+                    "thread {tid} is stopped inside the patch window of `{}` at {pc:#x}; try again",
+                    req.function.name
+                );
+            };
+            Host::set_pc(&mut regs, target);
+            moves.push((tid, regs));
+        }
+        scan_stack(tid, mem, maps, &regs, requests)?;
+    }
+    for (tid, regs) in &moves {
+        Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
+    }
+    Ok(moves.len())
+}
+
+/// Refuses if the stack above the thread's SP holds the address of an
+/// instruction strictly inside a window: a signal frame or anything else that
+/// would later jump there.
+fn scan_stack(
+    tid: Pid,
+    mem: &Memory,
+    maps: &[Mapping],
+    regs: &<Host as Arch>::Regs,
+    requests: &[Request],
+) -> Result<()> {
+    let interior: Vec<(u64, &Request)> =
+        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
+    if interior.is_empty() {
+        return Ok(());
+    }
+    let sp = Host::sp(regs);
+    let Some(stack) = maps.iter().find(|m| m.contains(sp)) else { return Ok(()) };
+    let len = (stack.end - sp).min(STACK_SCAN_BYTES);
+    let bytes = mem.read_partial(sp & !7, len as usize);
+    for word in bytes.chunks_exact(8) {
+        let v = u64::from_le_bytes(word.try_into().unwrap());
+        if let Some((_, req)) = interior.iter().find(|(a, _)| *a == v) {
+            bail!(
+                "thread {tid} has an address inside the patch window of `{}` on its stack \
+                 (interrupted by a signal there?); try again",
+                req.function.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Restores the sites a failed transaction had patched.
+struct PatchGuard<'a> {
+    mem: &'a Memory,
+    region: &'a Region,
+    patched: Vec<u32>,
+}
+
+impl Drop for PatchGuard<'_> {
+    fn drop(&mut self) {
+        for &i in self.patched.iter().rev() {
+            let e = self.region.entry(i);
+            if let Err(err) = self.mem.write(e.site, e.original()) {
+                eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", e.name(), e.site);
+                continue;
+            }
+            let _ = self.region.set_state(i, State::Inactive);
+        }
+    }
+}

@@ -1,0 +1,387 @@
+//! The byte layout of tp's data region: the memfd that the target maps
+//! MAP_SHARED and that every tp command reads and writes.
+//!
+//! The region holds everything needed to undo tp's changes from the target's
+//! state alone, so that `tp detach` works after the tracer that attached was
+//! killed:
+//!
+//! ```text
+//! offset 0         Header     magic "tp-data\0", layout version, sizes, arenas
+//! probes_off       Entry[cap] one 256-byte entry per probe: state, site,
+//!                             original and patch bytes, detour, name
+//! flags_off        u8[cap]    per-probe enable flag, read by every detour
+//! counters_off     rows       2^slot_bits rows of 2^stride_shift bytes; row r
+//!                             holds one u64 hit counter per probe for the
+//!                             threads that hash to r
+//! ```
+//!
+//! Entries change only while the target is ptrace-stopped by the tp that
+//! changes them, and ptrace admits one tracer, so writers never race.
+
+/// The magic at offset 0.
+pub const MAGIC: [u8; 8] = *b"tp-data\0";
+/// The layout version; bumped on any incompatible change.
+pub const VERSION: u32 = 1;
+/// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
+pub const MEMFD_NAME: &str = "tp-data";
+/// How many code arenas the header records.
+pub const MAX_ARENAS: usize = 64;
+/// log2 of the counter rows: threads hash their thread pointer into 64 rows.
+pub const SLOT_BITS: u32 = 6;
+/// The smallest probe capacity a region is created with.
+pub const MIN_CAPACITY: u32 = 4096;
+
+/// A code arena: private R-X pages in the target that hold detours.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Arena {
+    /// Its address in the target.
+    pub addr: u64,
+    /// Its size in bytes.
+    pub size: u64,
+    /// Bytes used from the start; detours are only ever appended.
+    pub used: u64,
+}
+
+/// The region header.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: [u8; 8],
+    /// [`VERSION`].
+    pub version: u32,
+    /// ELF machine of the process (62 x86-64, 183 AArch64).
+    pub machine: u32,
+    /// Size of the region in bytes.
+    pub total_size: u64,
+    /// Number of probe entries the region has room for.
+    pub capacity: u32,
+    /// Entries in use (all entries past it are free).
+    pub count: u32,
+    /// log2 of the number of counter rows.
+    pub slot_bits: u32,
+    /// log2 of the byte stride between counter rows.
+    pub stride_shift: u32,
+    /// Offset of the entry table.
+    pub probes_off: u64,
+    /// Offset of the enable flags.
+    pub flags_off: u64,
+    /// Offset of the counter rows.
+    pub counters_off: u64,
+    /// Address of the region in the target.
+    pub target_addr: u64,
+    /// Incremented by every change to the entries.
+    pub generation: u64,
+    /// Arenas in use.
+    pub arena_count: u32,
+    /// Reserved.
+    pub reserved: u32,
+    /// The code arenas.
+    pub arenas: [Arena; MAX_ARENAS],
+}
+
+/// The life of a probe entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum State {
+    /// Never used.
+    Free = 0,
+    /// Its site is being patched: the site holds either the original or the patch bytes.
+    Installing = 1,
+    /// Its site holds the patch.
+    Active = 2,
+    /// Its site is being restored: it holds either the patch or the original bytes.
+    Removing = 3,
+    /// Its site holds the original bytes; the detour stays and may be reused.
+    Inactive = 4,
+}
+
+impl State {
+    /// Decodes a stored state; unknown values read as `Free`.
+    pub fn from_u32(v: u32) -> State {
+        match v {
+            1 => State::Installing,
+            2 => State::Active,
+            3 => State::Removing,
+            4 => State::Inactive,
+            _ => State::Free,
+        }
+    }
+
+    /// True if the site may hold the patch (and so needs restoring on detach).
+    pub fn maybe_patched(self) -> bool {
+        matches!(self, State::Installing | State::Active | State::Removing)
+    }
+}
+
+/// One probe entry.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    /// A [`State`].
+    pub state: u32,
+    /// PID of the tp session that owns the probe, or 0 when kept with `--keep`.
+    pub owner: u32,
+    /// The probed function's address.
+    pub function: u64,
+    /// Where the patch is written.
+    pub site: u64,
+    /// The detour's address.
+    pub detour: u64,
+    /// The detour's length.
+    pub detour_len: u32,
+    /// Bytes of the window (of `original` and `patch`).
+    pub window_len: u32,
+    /// The original bytes of the window.
+    pub original: [u8; 24],
+    /// The bytes written over the window.
+    pub patch: [u8; 24],
+    /// The function's name, NUL-terminated.
+    pub name: [u8; 96],
+    /// The module's file name, NUL-terminated.
+    pub module: [u8; 72],
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_SIZE as usize);
+const _: () = assert!(std::mem::size_of::<Header>() <= 4096);
+
+/// Bytes per entry.
+pub const ENTRY_SIZE: u64 = 256;
+
+impl Entry {
+    /// An unused entry.
+    pub fn free() -> Entry {
+        Entry {
+            state: 0,
+            owner: 0,
+            function: 0,
+            site: 0,
+            detour: 0,
+            detour_len: 0,
+            window_len: 0,
+            original: [0; 24],
+            patch: [0; 24],
+            name: [0; 96],
+            module: [0; 72],
+        }
+    }
+
+    /// The decoded state.
+    pub fn state(&self) -> State {
+        State::from_u32(self.state)
+    }
+
+    /// The original window bytes.
+    pub fn original(&self) -> &[u8] {
+        &self.original[..self.window_len as usize]
+    }
+
+    /// The patch bytes.
+    pub fn patch(&self) -> &[u8] {
+        &self.patch[..self.window_len as usize]
+    }
+
+    /// The function name.
+    pub fn name(&self) -> String {
+        c_string(&self.name)
+    }
+
+    /// The module file name.
+    pub fn module(&self) -> String {
+        c_string(&self.module)
+    }
+
+    /// Stores a NUL-terminated copy of `s`, truncated to fit.
+    pub fn set_name(&mut self, s: &str) {
+        put_c_string(&mut self.name, s);
+    }
+
+    /// Stores a NUL-terminated copy of `s`, truncated to fit.
+    pub fn set_module(&mut self, s: &str) {
+        put_c_string(&mut self.module, s);
+    }
+}
+
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+fn put_c_string(dst: &mut [u8], s: &str) {
+    dst.fill(0);
+    let mut n = s.len().min(dst.len() - 1);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    dst[..n].copy_from_slice(&s.as_bytes()[..n]);
+}
+
+/// Where everything lives in a region of a given capacity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Entries.
+    pub capacity: u32,
+    /// Offset of the entries.
+    pub probes_off: u64,
+    /// Offset of the flags.
+    pub flags_off: u64,
+    /// Offset of the counter rows.
+    pub counters_off: u64,
+    /// log2 of the row stride.
+    pub stride_shift: u32,
+    /// Total bytes.
+    pub total_size: u64,
+}
+
+/// The geometry of a region with room for at least `probes` probes.
+pub fn geometry(probes: u32) -> Geometry {
+    let capacity = probes.max(MIN_CAPACITY).next_power_of_two();
+    let page = 4096u64;
+    let probes_off = page;
+    let flags_off = probes_off + capacity as u64 * ENTRY_SIZE;
+    let counters_off = (flags_off + capacity as u64).next_multiple_of(page);
+    // A row holds one u64 per probe; a power-of-two stride lets detours find a row with a shift.
+    let stride_shift = (capacity as u64 * 8).trailing_zeros();
+    let total_size = counters_off + (1u64 << SLOT_BITS) * (1u64 << stride_shift);
+    Geometry { capacity, probes_off, flags_off, counters_off, stride_shift, total_size }
+}
+
+impl Header {
+    /// A fresh header for a region of geometry `g` at `target_addr`.
+    pub fn new(g: &Geometry, machine: u32, target_addr: u64) -> Header {
+        Header {
+            magic: MAGIC,
+            version: VERSION,
+            machine,
+            total_size: g.total_size,
+            capacity: g.capacity,
+            count: 0,
+            slot_bits: SLOT_BITS,
+            stride_shift: g.stride_shift,
+            probes_off: g.probes_off,
+            flags_off: g.flags_off,
+            counters_off: g.counters_off,
+            target_addr,
+            generation: 0,
+            arena_count: 0,
+            reserved: 0,
+            arenas: [Arena::default(); MAX_ARENAS],
+        }
+    }
+
+    /// Checks magic, version and that the offsets lie inside the region.
+    pub fn validate(&self, len: u64) -> Result<(), String> {
+        if self.magic != MAGIC {
+            return Err("not a tp data region (bad magic)".into());
+        }
+        if self.version != VERSION {
+            return Err(format!(
+                "tp data region has layout version {}, this tp reads version {VERSION}; use the tp that attached",
+                self.version
+            ));
+        }
+        let g = geometry(self.capacity);
+        let fits = self.capacity.is_power_of_two()
+            && self.count <= self.capacity
+            && self.arena_count as usize <= MAX_ARENAS
+            && self.slot_bits == SLOT_BITS
+            && (self.probes_off, self.flags_off, self.counters_off, self.stride_shift, self.total_size)
+                == (g.probes_off, g.flags_off, g.counters_off, g.stride_shift, g.total_size)
+            && self.total_size <= len;
+        if !fits {
+            return Err("tp data region is corrupt (inconsistent sizes)".into());
+        }
+        Ok(())
+    }
+
+    /// Offset of entry `i`.
+    pub fn entry_off(&self, i: u32) -> u64 {
+        self.probes_off + i as u64 * ENTRY_SIZE
+    }
+
+    /// Offset of probe `i`'s counter in row `row`.
+    pub fn counter_off(&self, row: u64, i: u32) -> u64 {
+        self.counters_off + (row << self.stride_shift) + i as u64 * 8
+    }
+}
+
+/// Marker for plain data types that may be copied to and from raw bytes.
+///
+/// # Safety
+/// Implementors must be `repr(C)`, contain no padding that matters and no
+/// pointers, and be valid for every bit pattern.
+pub unsafe trait Plain: Copy {}
+// SAFETY: all three are repr(C) structs of integers and byte arrays.
+unsafe impl Plain for Header {}
+// SAFETY: as above.
+unsafe impl Plain for Entry {}
+// SAFETY: as above.
+unsafe impl Plain for Arena {}
+
+/// The bytes of a plain value.
+pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {
+    // SAFETY: T is Plain: any of its bytes may be read.
+    unsafe { std::slice::from_raw_parts(v as *const T as *const u8, std::mem::size_of::<T>()) }
+}
+
+/// A plain value read from the start of `b` (which must be long enough).
+pub fn from_bytes<T: Plain>(b: &[u8]) -> T {
+    assert!(b.len() >= std::mem::size_of::<T>());
+    // SAFETY: T is Plain (valid for any bits) and b holds enough bytes; the
+    // read is unaligned-safe.
+    unsafe { std::ptr::read_unaligned(b.as_ptr() as *const T) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_rounds_capacity_and_aligns_rows() {
+        let g = geometry(10);
+        assert_eq!(g.capacity, MIN_CAPACITY);
+        assert_eq!(g.probes_off, 4096);
+        assert_eq!(g.flags_off, 4096 + 4096 * 256);
+        assert_eq!(g.counters_off % 4096, 0);
+        assert_eq!(1u64 << g.stride_shift, 4096 * 8);
+        assert_eq!(g.total_size, g.counters_off + 64 * 4096 * 8);
+        assert_eq!(geometry(10_000).capacity, 16384);
+    }
+
+    #[test]
+    fn header_round_trips_and_validates() {
+        let g = geometry(1);
+        let h = Header::new(&g, 62, 0x7f00_0000_0000);
+        let back: Header = from_bytes(bytes_of(&h));
+        assert_eq!(back, h);
+        assert_eq!(h.validate(g.total_size), Ok(()));
+        assert!(h.validate(g.total_size - 1).is_err());
+        let mut bad = h;
+        bad.magic[0] = b'x';
+        assert!(bad.validate(g.total_size).unwrap_err().contains("magic"));
+        let mut old = h;
+        old.version = 99;
+        assert!(old.validate(g.total_size).unwrap_err().contains("version 99"));
+    }
+
+    #[test]
+    fn entry_strings_truncate_on_char_boundaries() {
+        let mut e = Entry::free();
+        e.set_name("foo");
+        assert_eq!(e.name(), "foo");
+        let long = "é".repeat(60); // 120 bytes
+        e.set_name(&long);
+        assert_eq!(e.name().len(), 94);
+        assert!(e.name().chars().all(|c| c == 'é'));
+    }
+
+    #[test]
+    fn states_decode() {
+        for s in [State::Free, State::Installing, State::Active, State::Removing, State::Inactive] {
+            assert_eq!(State::from_u32(s as u32), s);
+        }
+        assert!(State::Installing.maybe_patched() && !State::Inactive.maybe_patched());
+        assert_eq!(State::from_u32(77), State::Free);
+    }
+}

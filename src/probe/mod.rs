@@ -1,0 +1,26 @@
+//! Probes as tp installs them: the shared data region ([`layout`],
+//! [`region`]), code arenas near the probed modules ([`arena`]), and the two
+//! transactions that change a stopped target ([`install`], [`remove`]).
+
+pub mod arena;
+pub mod install;
+pub mod layout;
+pub mod region;
+pub mod remove;
+
+use crate::arch::SitePlan;
+use crate::symbols::Function;
+
+pub use arena::Span;
+pub use region::Region;
+
+/// A function to probe, with its patch plan and its module's address span.
+#[derive(Debug, Clone)]
+pub struct Request {
+    /// The function.
+    pub function: Function,
+    /// Where and how to patch it.
+    pub plan: SitePlan,
+    /// The addresses of its module (detours must be within branch reach).
+    pub span: Span,
+}

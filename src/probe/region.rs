@@ -1,0 +1,301 @@
+//! The tracer's handle on a target's data region.
+//!
+//! A region is found by its memfd name in `/proc/PID/maps` and opened through
+//! `/proc/PID/map_files/` (which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE,
+//! as well as ptrace access), giving tp the same shared pages the target
+//! uses. Without that privilege tp falls back to reading and writing the
+//! region through `/proc/PID/mem`, which only needs ptrace access.
+
+use std::fs::{File, OpenOptions};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::{Context, Result, bail};
+
+use super::layout::{self, Entry, Header, MEMFD_NAME, Plain, State};
+use crate::process::Mapping;
+use crate::process::memory::Memory;
+
+/// How the tracer reaches the region's bytes.
+#[derive(Debug)]
+enum Backing {
+    /// The memfd mapped into this process.
+    Mapped { ptr: *mut u8, len: usize, _file: File },
+    /// Through the target's `/proc/PID/mem`.
+    Remote { mem: Memory, addr: u64 },
+}
+
+/// A target's data region.
+#[derive(Debug)]
+pub struct Region {
+    backing: Backing,
+    target_addr: u64,
+    len: u64,
+    inode: u64,
+}
+
+/// Finds tp's data region among a process's mappings. A tp tracer maps
+/// regions too; [`Region::open`] tells the two apart.
+pub fn find(maps: &[Mapping]) -> Option<&Mapping> {
+    let prefix = format!("/memfd:{MEMFD_NAME}");
+    maps.iter().find(|m| m.shared && (m.path == prefix || m.path.starts_with(&format!("{prefix} "))))
+}
+
+impl Region {
+    /// Maps `file` (the region's memfd) into this process.
+    pub fn from_file(file: File, target_addr: u64, len: u64) -> Result<Region> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a fresh shared mapping of a file we hold; nothing else in this
+        // process aliases it, and it is unmapped in Drop.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            bail!("cannot map tp's data region: {}", std::io::Error::last_os_error());
+        }
+        use std::os::unix::fs::MetadataExt;
+        let inode = file.metadata().map(|m| m.ino()).unwrap_or(0);
+        Ok(Region {
+            backing: Backing::Mapped { ptr: ptr as *mut u8, len: len as usize, _file: file },
+            target_addr,
+            len,
+            inode,
+        })
+    }
+
+    /// Opens the existing region `mapping` of process `pid` and checks its header.
+    pub fn open(pid: i32, mapping: &Mapping) -> Result<Region> {
+        let path = format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
+        let region = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(file) => Region::from_file(file, mapping.start, mapping.len())?,
+            Err(_) => Region {
+                backing: Backing::Remote { mem: Memory::open(pid)?, addr: mapping.start },
+                target_addr: mapping.start,
+                len: mapping.len(),
+                inode: mapping.inode,
+            },
+        };
+        let h = region.header();
+        h.validate(region.len).map_err(anyhow::Error::msg).with_context(|| format!("process {pid}"))?;
+        if h.target_addr != mapping.start {
+            // Tracers map the same memfd elsewhere: this is a tp, not a target.
+            bail!("process {pid} is a tp tracer, not a target (its view of a region is at {:#x})", mapping.start);
+        }
+        Ok(region)
+    }
+
+    /// True if `maps` (of the target) still show this region at its address.
+    pub fn is_mapped_in(&self, maps: &[Mapping]) -> bool {
+        maps.iter().any(|m| m.start == self.target_addr && m.inode == self.inode && m.shared)
+    }
+
+    /// The region's address in the target.
+    pub fn target_addr(&self) -> u64 {
+        self.target_addr
+    }
+
+    /// The region's size.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for a zero-sized region (never the case once created).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn read(&self, off: u64, buf: &mut [u8]) {
+        assert!(off + buf.len() as u64 <= self.len, "read past the region");
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: in bounds (checked above) of a live mapping; the bytes
+                // may change concurrently, which a byte copy tolerates.
+                unsafe { std::ptr::copy_nonoverlapping(ptr.add(off as usize), buf.as_mut_ptr(), buf.len()) }
+            }
+            Backing::Remote { mem, addr } => {
+                if mem.read(addr + off, buf).is_err() {
+                    buf.fill(0);
+                }
+            }
+        }
+    }
+
+    fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+        assert!(off + bytes.len() as u64 <= self.len, "write past the region");
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: in bounds of a live, writable mapping.
+                unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr.add(off as usize), bytes.len()) }
+            }
+            Backing::Remote { mem, addr } => mem.write(addr + off, bytes).context("writing tp's data region")?,
+        }
+        Ok(())
+    }
+
+    fn get<T: Plain>(&self, off: u64) -> T {
+        let mut buf = vec![0u8; std::mem::size_of::<T>()];
+        self.read(off, &mut buf);
+        layout::from_bytes(&buf)
+    }
+
+    /// The header.
+    pub fn header(&self) -> Header {
+        self.get(0)
+    }
+
+    /// Replaces the header.
+    pub fn set_header(&self, h: &Header) -> Result<()> {
+        self.write(0, layout::bytes_of(h))
+    }
+
+    /// Entry `i`.
+    pub fn entry(&self, i: u32) -> Entry {
+        self.get(self.header().entry_off(i))
+    }
+
+    /// Replaces entry `i` and bumps the generation.
+    pub fn set_entry(&self, i: u32, e: &Entry) -> Result<()> {
+        let mut h = self.header();
+        self.write(h.entry_off(i), layout::bytes_of(e))?;
+        h.generation += 1;
+        self.write(std::mem::offset_of!(Header, generation) as u64, &h.generation.to_le_bytes())
+    }
+
+    /// Sets only the state of entry `i`.
+    pub fn set_state(&self, i: u32, s: State) -> Result<()> {
+        let mut e = self.entry(i);
+        e.state = s as u32;
+        self.set_entry(i, &e)
+    }
+
+    /// Every entry in use, with its index.
+    pub fn entries(&self) -> Vec<(u32, Entry)> {
+        (0..self.header().count).map(|i| (i, self.entry(i))).collect()
+    }
+
+    /// Turns probe `i`'s detour on or off.
+    pub fn set_enabled(&self, i: u32, on: bool) -> Result<()> {
+        let off = self.header().flags_off + i as u64;
+        self.write(off, &[on as u8])
+    }
+
+    /// True if probe `i` is enabled.
+    pub fn enabled(&self, i: u32) -> bool {
+        let mut b = [0];
+        self.read(self.header().flags_off + i as u64, &mut b);
+        b[0] != 0
+    }
+
+    /// Address in the target of probe `i`'s enable flag.
+    pub fn flag_addr(&self, i: u32) -> u64 {
+        self.target_addr + self.header().flags_off + i as u64
+    }
+
+    /// Address in the target of the counter rows.
+    pub fn counters_addr(&self) -> u64 {
+        self.target_addr + self.header().counters_off
+    }
+
+    /// The counter rows that some thread has written, as a bit per row. Rows
+    /// never written have no pages; reading them would allocate memory for
+    /// nothing, so they are skipped.
+    fn rows_in_use(&self, h: &Header, probe: u32) -> Vec<u64> {
+        let rows = 1u64 << h.slot_bits;
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => (0..rows)
+                .filter(|&r| {
+                    let off = h.counter_off(r, probe);
+                    // SAFETY: the page lies inside our mapping.
+                    let page = unsafe { ptr.add((off & !4095) as usize) };
+                    let mut v = 0u8;
+                    // SAFETY: mincore of one mapped page into one byte.
+                    unsafe { libc::mincore(page as *mut libc::c_void, 4096, &mut v) == 0 && v & 1 != 0 }
+                })
+                .collect(),
+            Backing::Remote { .. } => (0..rows).collect(),
+        }
+    }
+
+    /// Probe `i`'s hits: the sum over all counter rows.
+    pub fn hits(&self, i: u32) -> u64 {
+        let h = self.header();
+        self.rows_in_use(&h, i).into_iter().map(|r| self.counter(&h, r, i)).sum()
+    }
+
+    fn counter(&self, h: &Header, row: u64, i: u32) -> u64 {
+        let off = h.counter_off(row, i);
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 8-aligned, in bounds, shared with the target, which
+                // updates it with locked instructions: an atomic load sees whole values.
+                let a = unsafe { AtomicU64::from_ptr(ptr.add(off as usize) as *mut u64) };
+                a.load(Ordering::Relaxed)
+            }
+            Backing::Remote { mem, addr } => mem.read_u64(addr + off).unwrap_or(0),
+        }
+    }
+
+    /// Sets probe `i`'s counters to zero in every row (the target is stopped).
+    pub fn zero_hits(&self, i: u32) -> Result<()> {
+        let h = self.header();
+        for r in self.rows_in_use(&h, i) {
+            if self.counter(&h, r, i) != 0 {
+                self.write(h.counter_off(r, i), &0u64.to_le_bytes())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Backing::Mapped { ptr, len, .. } = self.backing {
+            // SAFETY: unmapping the mapping made in from_file, exactly once.
+            unsafe { libc::munmap(ptr as *mut libc::c_void, len) };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::process::maps;
+
+    #[test]
+    fn finds_the_memfd_by_name() {
+        let m = maps::parse(
+            "7f00-8f00 rw-s 00000000 00:01 1 /memfd:other (deleted)\n\
+             9f00-af00 rw-s 00000000 00:01 2 /memfd:tp-data (deleted)\n",
+        );
+        assert_eq!(find(&m).unwrap().start, 0x9f00);
+        assert!(find(&m[..1]).is_none());
+    }
+
+    #[test]
+    fn a_region_in_our_own_memfd_counts_and_flags() {
+        let g = layout::geometry(1);
+        let fd = nix::sys::memfd::memfd_create(c"tp-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
+        let file = File::from(fd);
+        file.set_len(g.total_size).unwrap();
+        let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
+        r.set_header(&Header::new(&g, 62, 0x7000_0000)).unwrap();
+        assert_eq!(r.header().validate(r.len()), Ok(()));
+        assert_eq!(r.hits(5), 0);
+        // Two rows hold counts for probe 5: the sum is the hit count.
+        let h = r.header();
+        r.write(h.counter_off(3, 5), &40u64.to_le_bytes()).unwrap();
+        r.write(h.counter_off(60, 5), &2u64.to_le_bytes()).unwrap();
+        assert_eq!(r.hits(5), 42);
+        r.zero_hits(5).unwrap();
+        assert_eq!(r.hits(5), 0);
+        r.set_enabled(5, true).unwrap();
+        assert!(r.enabled(5) && !r.enabled(4));
+        assert_eq!(r.flag_addr(5), 0x7000_0000 + g.flags_off + 5);
+    }
+}

@@ -1,0 +1,142 @@
+//! Removing probes from a stopped process, and unmapping tp's memory when
+//! nothing can still run in it.
+//!
+//! Removal writes each site's original bytes back (the region recorded
+//! them), so it needs nothing from the session that installed the probe.
+//! Detours stay mapped after removal: a thread may be inside one, or a signal
+//! frame may hold an address in one, and the detour still runs correctly,
+//! ending with a jump back to the (now original) code. [`unmap`] removes the
+//! arenas and the region only when [`check_unused`] found that no probe is
+//! live and no thread's PC or stack refers to them.
+
+use anyhow::{Context, Result};
+
+use super::layout::{Entry, State};
+use super::region::Region;
+use crate::arch::{Arch, Host};
+use crate::process::memory::Memory;
+use crate::process::remote::RemoteCaller;
+use crate::process::stop::Stopped;
+use crate::process::{self};
+
+/// A probe that [`remove`] took out.
+#[derive(Debug, Clone)]
+pub struct Removed {
+    /// Its entry.
+    pub index: u32,
+    /// Its entry as it was.
+    pub entry: Entry,
+    /// Its final hit count.
+    pub hits: u64,
+    /// False if the site held neither tp's patch nor the original bytes (left alone).
+    pub restored: bool,
+}
+
+/// Restores every possibly-patched probe that `select` picks.
+pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> bool) -> Result<Vec<Removed>> {
+    let mut out = Vec::new();
+    for (i, e) in region.entries() {
+        if !e.state().maybe_patched() || !select(i, &e) {
+            continue;
+        }
+        let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
+        let restored = if now == e.patch() {
+            region.set_state(i, State::Removing)?;
+            mem.write(e.site, e.original()).with_context(|| format!("restoring `{}`", e.name()))?;
+            crate::fault::point("during-detach");
+            true
+        } else {
+            now == e.original()
+        };
+        if !restored {
+            eprintln!(
+                "tp: warning: the code of `{}` at {:#x} was changed by something else since tp patched it; left as it is",
+                e.name(),
+                e.site
+            );
+        }
+        region.set_state(i, State::Inactive)?;
+        out.push(Removed { index: i, entry: e, hits: region.hits(i), restored });
+    }
+    Ok(out)
+}
+
+/// Why tp's memory stayed mapped after a detach.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// Some probes are still live.
+    LiveProbes,
+    /// A thread is running in, or its stack refers to, tp's code.
+    InUse {
+        /// The thread.
+        tid: i32,
+    },
+    /// Another tp has unmapped it already.
+    Gone,
+}
+
+/// Decides, with every thread stopped, whether tp's memory can go: no probe
+/// is live and no thread's PC or stack refers to a code arena. Once that
+/// holds it stays true (nothing can create a new reference), so the unmap
+/// itself ([`unmap`]) needs only the worker thread stopped.
+pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
+    if region.entries().iter().any(|(_, e)| e.state().maybe_patched()) {
+        return Ok(Some(Kept::LiveProbes));
+    }
+    let maps = process::read_maps(stopped.pid())?;
+    if !region.is_mapped_in(&maps) {
+        // Another tp unmapped it already; its addresses may hold something else now.
+        return Ok(Some(Kept::Gone));
+    }
+    let h = region.header();
+    let arenas = &h.arenas[..h.arena_count as usize];
+    let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.size);
+    for t in stopped.threads() {
+        let regs = Host::get_regs(t.tid)?;
+        let sp = Host::sp(&regs);
+        let mut refs = in_arena(Host::pc(&regs));
+        if let Some(stack) = maps.iter().find(|m| m.contains(sp)) {
+            // The whole used stack: a return address or a signal frame anywhere
+            // in it may come back into a detour.
+            let bytes = mem.read_partial(sp & !7, (stack.end - (sp & !7)) as usize);
+            refs |= bytes.chunks_exact(8).any(|w| in_arena(u64::from_le_bytes(w.try_into().unwrap())));
+        }
+        if refs {
+            return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
+        }
+    }
+    Ok(None)
+}
+
+/// Ends a detach: with every thread still stopped, checks whether tp's memory
+/// is unused; lets all threads but the worker go; unmaps the memory if it
+/// was unused; lets the worker go. Returns why the memory was kept, if it
+/// was, and how long all threads were stopped.
+pub fn finish(mut stopped: Stopped, mem: &Memory, region: &Region) -> Result<(Option<Kept>, std::time::Duration)> {
+    let kept = check_unused(&stopped, mem, region)?;
+    let world = stopped.release_all_but_worker();
+    if kept.is_none() {
+        unmap(&mut stopped, mem, region)?;
+    }
+    stopped.resume();
+    Ok((kept, world))
+}
+
+/// Unmaps the data region and the code arenas, after [`check_unused`] said so.
+pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()> {
+    let h = region.header();
+    let arenas = &h.arenas[..h.arena_count as usize];
+    let maps = process::read_maps(stopped.pid())?;
+    let mut caller = RemoteCaller::new(stopped.pid(), stopped.worker(), mem, &maps)?;
+    let sc = Host::SYSCALLS;
+    // The region first: once its header is gone no later tp will look for the
+    // arenas, so dying between the two calls leaks pages but breaks nothing.
+    caller.checked("munmap", sc.munmap, [region.target_addr(), region.len(), 0, 0, 0, 0])?;
+    for a in arenas {
+        caller.checked("munmap", sc.munmap, [a.addr, a.size, 0, 0, 0, 0])?;
+    }
+    for sig in std::mem::take(&mut caller.deferred_signals) {
+        stopped.defer_signal(caller.tid(), sig);
+    }
+    Ok(())
+}
