@@ -1,0 +1,139 @@
+//! `tp demo`: the whole story on a bundled target. It starts `counter`,
+//! lets two of its threads call `foo` and `bar`, attaches, shows live hits,
+//! detaches, then checks the facts: tp's counts equal the target's own,
+//! the target's checksum holds, its code is byte-identical to the file
+//! again, and it exits 0.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use super::attach::{Attached, End, observe, print_summary};
+use super::interrupt;
+use crate::cli::DemoArgs;
+use crate::output::thousands;
+use crate::process;
+use crate::symbols::Module;
+
+/// Where the build put the bundled targets.
+pub fn targets_dir() -> PathBuf {
+    PathBuf::from(env!("TP_TARGETS_DIR"))
+}
+
+/// A target process driven through its stdin and stdout.
+struct Target {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Target {
+    fn start(path: &PathBuf) -> Result<Target> {
+        let mut child =
+            Command::new(path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().with_context(|| {
+                format!("cannot start the demo target `{}` (run from the source tree)", path.display())
+            })?;
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut t = Target { child, stdin, stdout };
+        t.expect("ready")?;
+        Ok(t)
+    }
+
+    fn expect(&mut self, prefix: &str) -> Result<String> {
+        let mut line = String::new();
+        self.stdout.read_line(&mut line)?;
+        if !line.starts_with(prefix) {
+            bail!("the demo target said {line:?}, expected {prefix:?}");
+        }
+        Ok(line.trim_end().to_string())
+    }
+
+    fn ask(&mut self, cmd: &str, answer: &str) -> Result<String> {
+        writeln!(self.stdin, "{cmd}")?;
+        self.stdin.flush()?;
+        self.expect(answer)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn field(line: &str, key: &str) -> Option<u64> {
+    line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+}
+
+/// Runs `tp demo`.
+pub fn run(args: DemoArgs) -> Result<ExitCode> {
+    interrupt::install();
+    let path = targets_dir().join("counter");
+    let mut target = Target::start(&path)?;
+    let pid = target.child.id() as i32;
+    eprintln!("tp demo: started {} as process {pid}", path.display());
+
+    let funcs = vec!["foo".to_string(), "bar".to_string()];
+    let attached = Attached::attach(pid, &funcs, std::process::id())?;
+    eprintln!(
+        "tp demo: attached 2 probes in {:.1} ms (all threads stopped {} µs); two threads now call foo and bar",
+        attached.attach_time.as_secs_f64() * 1e3,
+        attached.stop_time.as_micros()
+    );
+    target.ask("spin 2", "spinning")?;
+    let end = observe(&attached, Some(Duration::from_secs_f64(args.duration)));
+    let stopped = target.ask("stop", "stopped")?;
+    let d = attached.detach()?;
+    if end == End::Interrupted {
+        eprintln!("tp demo: interrupted");
+    }
+    eprintln!("tp demo: detached, code restored (all threads stopped {} µs)", d.stop_time.as_micros());
+    print_summary(&d.summary, false)?;
+
+    // The facts.
+    let own_foo = field(&stopped, "foo").context("target's foo count")?;
+    let own_bar = field(&stopped, "bar").context("target's bar count")?;
+    let hits = |name: &str| d.summary.probes.iter().find(|p| p.func == name).map_or(0, |p| p.hits);
+    let checksum_ok = stopped.contains("checksum=ok");
+    let code_ok = code_matches_file(pid, &funcs)?;
+    target.ask("quit", "").ok();
+    let status = target.child.wait()?;
+    let checks = [
+        (
+            format!("foo: tp counted {}, the target counted {}", thousands(hits("foo")), thousands(own_foo)),
+            hits("foo") == own_foo,
+        ),
+        (
+            format!("bar: tp counted {}, the target counted {}", thousands(hits("bar")), thousands(own_bar)),
+            hits("bar") == own_bar,
+        ),
+        ("the target's checksum of every result holds".to_string(), checksum_ok),
+        ("foo and bar are byte-identical to the file again".to_string(), code_ok),
+        (format!("the target exited with {status}"), status.success()),
+    ];
+    let mut all = true;
+    for (what, ok) in &checks {
+        eprintln!("tp demo: {} {what}", if *ok { "✓" } else { "✗" });
+        all &= ok;
+    }
+    Ok(if all { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// True if the in-memory code of each function equals its bytes in the file.
+fn code_matches_file(pid: i32, funcs: &[String]) -> Result<bool> {
+    let maps = process::read_maps(pid)?;
+    let module = Module::main_executable(pid, &maps)?;
+    let mem = process::memory::Memory::open(pid)?;
+    for name in funcs {
+        let f = module.function(name)?;
+        if mem.read_vec(f.addr, f.size as usize)? != module.code_of(&f)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}

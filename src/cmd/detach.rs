@@ -1,0 +1,86 @@
+//! `tp detach`: restore the original code of every tp probe in a process
+//! (or in every process that has some), using only what the target's data
+//! region records, so it works after the tracer that attached was killed.
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+
+use crate::cli::DetachArgs;
+use crate::output::thousands;
+use crate::probe::region::{self, Region};
+use crate::probe::remove::{self, Kept};
+use crate::process::memory::Memory;
+use crate::process::stop::Stopped;
+use crate::process::{self};
+
+/// Runs `tp detach`.
+pub fn run(args: DetachArgs) -> Result<ExitCode> {
+    super::interrupt::install();
+    let pids = match args.pid {
+        Some(pid) => {
+            process::status(pid)?;
+            vec![pid]
+        }
+        None => processes_with_probes(),
+    };
+    if pids.is_empty() {
+        eprintln!("tp: no process holds tp probes");
+    }
+    let mut failed = false;
+    for pid in pids {
+        if let Err(e) = detach_one(pid) {
+            eprintln!("tp: process {pid}: {e:#}");
+            failed = true;
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// Every process whose memory map shows a tp data region.
+fn processes_with_probes() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let mut pids: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&pid: &i32| pid as u32 != std::process::id())
+        .filter(|&pid| {
+            process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| Region::open(pid, r).is_ok()))
+        })
+        .collect();
+    pids.sort();
+    pids
+}
+
+fn detach_one(pid: i32) -> Result<()> {
+    let maps = process::read_maps(pid)?;
+    let Some(mapping) = region::find(&maps) else {
+        eprintln!("tp: process {pid} has no tp probes");
+        return Ok(());
+    };
+    process::check_attachable(pid)?;
+    let region = Region::open(pid, mapping)?;
+    let mem = Memory::open(pid)?;
+    let stopped = Stopped::stop(pid)?;
+    let removed = remove::remove(&mem, &region, |_, _| true).context("restoring the code")?;
+    let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
+    for r in &removed {
+        eprintln!(
+            "tp: {pid}: {} `{}` ({} hits)",
+            if r.restored { "restored" } else { "left changed" },
+            r.entry.name(),
+            thousands(r.hits)
+        );
+    }
+    let memory = match kept {
+        None => "tp's memory unmapped".to_string(),
+        Some(Kept::LiveProbes) => "tp's memory kept (probes left)".to_string(),
+        Some(Kept::InUse { tid }) => format!("tp's memory kept: thread {tid} still refers to it"),
+        Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
+    };
+    eprintln!(
+        "tp: detached from {pid}: {} probes removed, {memory} (target stopped {} µs)",
+        removed.len(),
+        stop_time.as_micros()
+    );
+    Ok(())
+}

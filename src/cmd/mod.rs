@@ -1,0 +1,27 @@
+//! The subcommands: each turns validated arguments into calls on the engine
+//! (`process`, `symbols`, `probe`) and hands the results to `output`.
+
+pub mod attach;
+pub mod demo;
+pub mod detach;
+pub mod interrupt;
+pub mod list_probes;
+pub mod resolve;
+pub mod status;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Command};
+
+/// Runs one command line.
+pub fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Attach(args) => attach::run(args),
+        Command::Status(args) => status::run(args),
+        Command::Detach(args) => detach::run(args),
+        Command::ListProbes(args) => list_probes::run(args),
+        Command::Demo(args) => demo::run(args),
+    }
+}

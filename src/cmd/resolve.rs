@@ -1,0 +1,29 @@
+//! From function names to planned probe requests, before anything is stopped.
+
+use anyhow::{Result, bail};
+
+use crate::arch::{Arch, Host};
+use crate::probe::Request;
+use crate::symbols::Module;
+
+/// Resolves and plans each name in `module`; any unknown or refused name is an error.
+pub fn requests(module: &Module, names: &[String]) -> Result<Vec<Request>> {
+    let mut out: Vec<Request> = Vec::new();
+    for name in names {
+        let function = module.function(name)?;
+        if out.iter().any(|r| r.function.addr == function.addr) {
+            continue;
+        }
+        if function.size == 0 {
+            bail!("cannot probe `{name}`: its symbol has no size, so tp cannot check its code");
+        }
+        let code = module.code_of(&function)?;
+        let extra = module.extra_targets(&function);
+        let plan = match Host::plan(code, function.addr, &extra) {
+            Ok(p) => p,
+            Err(refusal) => bail!("cannot probe `{name}`: {refusal}"),
+        };
+        out.push(Request { function, plan, span: module.span });
+    }
+    Ok(out)
+}

@@ -1,0 +1,30 @@
+//! `tp status`: the probes installed in a process and their counts, read
+//! from the target's data region without stopping it.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use super::attach::print_summary;
+use crate::cli::StatusArgs;
+use crate::output::{ProbeStat, Summary};
+use crate::probe::region::{self, Region};
+use crate::process;
+
+/// Runs `tp status`.
+pub fn run(args: StatusArgs) -> Result<ExitCode> {
+    process::status(args.pid)?;
+    let maps = process::read_maps(args.pid)?;
+    let Some(mapping) = region::find(&maps) else {
+        bail!("process {} has no tp probes; install some with `tp attach -p {} -f NAME --keep`", args.pid, args.pid);
+    };
+    let region = Region::open(args.pid, mapping)?;
+    let probes = region
+        .entries()
+        .into_iter()
+        .filter(|(_, e)| e.state().maybe_patched())
+        .map(|(i, e)| ProbeStat { func: e.name(), module: e.module(), address: e.function, hits: region.hits(i) })
+        .collect();
+    print_summary(&Summary { pid: args.pid, probes }, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,65 @@
+//! JSON output, written by hand: tp emits a few fixed shapes, so a string
+//! escaper and a formatter per shape are all it needs.
+
+use std::fmt::Write;
+
+use super::Summary;
+
+/// `s` as a JSON string literal.
+pub fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N},…]}`.
+pub fn summary(s: &Summary) -> String {
+    let probes: Vec<String> = s
+        .probes
+        .iter()
+        .map(|p| {
+            format!(
+                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{}}}",
+                string(&p.func),
+                string(&p.module),
+                p.address,
+                p.hits
+            )
+        })
+        .collect();
+    format!("{{\"pid\":{},\"probes\":[{}]}}", s.pid, probes.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::ProbeStat;
+
+    #[test]
+    fn escapes_strings() {
+        assert_eq!(string("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\u0001é\"");
+    }
+
+    #[test]
+    fn summary_shape() {
+        let s = Summary {
+            pid: 7,
+            probes: vec![ProbeStat { func: "foo".into(), module: "m".into(), address: 0x1630, hits: 3 }],
+        };
+        assert_eq!(summary(&s), r#"{"pid":7,"probes":[{"func":"foo","module":"m","address":"0x1630","hits":3}]}"#);
+    }
+}

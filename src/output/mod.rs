@@ -1,0 +1,67 @@
+//! Presentation: what tp prints, and nothing about how the numbers were
+//! obtained. Data goes to stdout; status lines go to stderr.
+
+pub mod json;
+pub mod live;
+pub mod table;
+
+/// One probe's numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeStat {
+    /// Function name.
+    pub func: String,
+    /// Module file name.
+    pub module: String,
+    /// The function's address in the target.
+    pub address: u64,
+    /// Calls counted.
+    pub hits: u64,
+}
+
+/// The probes of one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Summary {
+    /// The process.
+    pub pid: i32,
+    /// Its probes.
+    pub probes: Vec<ProbeStat>,
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// A rate per second, short: `950/s`, `12.3k/s`, `4.56M/s`.
+pub fn rate(per_sec: f64) -> String {
+    match per_sec {
+        r if r >= 1e9 => format!("{:.2}G/s", r / 1e9),
+        r if r >= 1e6 => format!("{:.2}M/s", r / 1e6),
+        r if r >= 1e3 => format!("{:.1}k/s", r / 1e3),
+        r => format!("{r:.0}/s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_numbers() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1000), "1,000");
+        assert_eq!(thousands(1234567), "1,234,567");
+        assert_eq!(rate(950.0), "950/s");
+        assert_eq!(rate(12_345.0), "12.3k/s");
+        assert_eq!(rate(4_560_000.0), "4.56M/s");
+    }
+}
