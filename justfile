@@ -1,0 +1,28 @@
+# tp's tasks. `just --list` shows them. CI runs .ci/run, which calls the
+# same cargo commands, so `just` itself is optional.
+
+# Run the demo: start a target, attach, show live hits, detach, check.
+[group('dev')]
+demo:
+    cargo run --release -- demo
+
+# Run every test (needs root or CAP_SYS_PTRACE for the end-to-end tests).
+[group('test')]
+test:
+    cargo test
+
+# Only the end-to-end tests against real processes.
+[group('test')]
+e2e:
+    cargo test --test e2e
+
+# Formatting and lints, as CI checks them.
+[group('check')]
+lint:
+    cargo fmt --check
+    cargo clippy --all-targets -- -D warnings
+
+# What CI runs.
+[group('check')]
+ci:
+    .ci/run

@@ -1,0 +1,123 @@
+//! Attach, count, detach: the count equals the target's own, the target's
+//! checksum holds, its code is byte-identical to the file afterwards, and
+//! it exits 0.
+
+use crate::util::*;
+
+/// Attaches to `target` for `funcs`, makes the calls, detaches, and checks everything.
+fn count_exactly(target: &str, funcs: &[&str], calls: u64, threads: u32) {
+    let mut t = Target::start(target);
+    let pid = t.pid.to_string();
+    let mut args = vec!["-p", pid.as_str(), "--json"];
+    for f in funcs {
+        args.extend(["-f", f]);
+    }
+    let session = Session::start(&args);
+    let mut own = std::collections::BTreeMap::new();
+    for f in funcs {
+        own.insert(f.to_string(), t.call(f, calls, threads));
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert!(stderr.contains("code restored"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
+    assert_code_is_original(&t, funcs);
+    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach");
+    // The target still computes correctly after detach.
+    assert_eq!(t.call("foo", 1000, 1), 1000);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn counts_a_single_instruction_window_exactly() {
+    count_exactly("counter", &["foo"], 1_000_000, 1);
+}
+
+#[test]
+fn counts_a_multi_instruction_window_exactly() {
+    count_exactly("counter", &["bar"], 300_000, 1);
+}
+
+#[test]
+fn counts_a_rip_relative_window_exactly() {
+    count_exactly("counter", &["baz"], 300_000, 1);
+}
+
+#[test]
+fn counts_in_a_non_pie_executable() {
+    count_exactly("counter-nopie", &["foo", "bar", "baz"], 200_000, 1);
+}
+
+#[test]
+fn counts_after_an_endbr64_landing_pad() {
+    let t = Target::start("counter-cet");
+    let (now, _) = entry_bytes(&t, "foo");
+    assert_eq!(now[..4], [0xf3, 0x0f, 0x1e, 0xfa], "the CET build should start with endbr64");
+    drop(t);
+    count_exactly("counter-cet", &["foo", "bar"], 200_000, 1);
+}
+
+#[test]
+fn counts_four_threads_on_one_probe_without_losing_any() {
+    count_exactly("counter", &["foo", "bar"], 250_000, 4);
+}
+
+#[test]
+fn patch_is_a_jump_and_endbr64_stays() {
+    let t = Target::start("counter-cet");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "foo"]);
+    let (now, file) = entry_bytes(&t, "foo");
+    assert_eq!(now[..4], file[..4], "endbr64 must stay in place");
+    assert_eq!(now[4], 0xe9, "a jmp rel32 follows the landing pad: {now:02x?}");
+    let (status, _, _) = session.interrupt();
+    assert!(status.success());
+    assert_code_is_original(&t, &["foo"]);
+}
+
+#[test]
+fn duration_ends_the_session_and_prints_a_table() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "0.5"];
+    let out = tp(&args);
+    let stdout = expect_success(&args, &out);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].starts_with("FUNCTION") && lines[0].contains("HITS"), "{stdout}");
+    assert!(lines[1].starts_with("foo "), "{stdout}");
+    assert_code_is_original(&t, &["foo"]);
+    assert_eq!(t.call("foo", 10, 1), 10);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn target_exit_ends_the_session_with_final_counts() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--json"]);
+    let calls = t.call("foo", 123_456, 1);
+    assert!(t.quit().success());
+    let (status, stdout, stderr) = session.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("exited"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["foo"], calls);
+}
+
+#[test]
+fn hot_threads_survive_repeated_attach_and_detach() {
+    // Four threads call foo and bar (a three-instruction window) as fast as
+    // they can while tp attaches and detaches again and again: threads caught
+    // inside a window are moved, and every result still checks out.
+    let mut t = Target::start("counter");
+    t.ask("spin 4 hot", "spinning");
+    let pid = t.pid.to_string();
+    for _ in 0..20 {
+        let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.05"];
+        let out = tp(&args);
+        expect_success(&args, &out);
+    }
+    let stopped = t.ask("stop", "stopped");
+    assert!(stopped.ends_with("checksum=ok"), "{stopped}");
+    assert_code_is_original(&t, &["foo", "bar"]);
+    assert!(t.quit().success());
+}

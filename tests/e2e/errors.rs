@@ -1,0 +1,57 @@
+//! Bad input: one line naming the problem and the fix, exit code != 0, no
+//! panic, and the target left untouched.
+
+use crate::util::*;
+
+#[test]
+fn no_such_process() {
+    expect_error(&["attach", "-p", "999999999", "-f", "foo"], "no process with PID 999999999");
+    expect_error(&["status", "-p", "999999999"], "no process with PID");
+    expect_error(&["detach", "-p", "999999999"], "no process with PID");
+}
+
+#[test]
+fn unknown_function_suggests_close_names() {
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "fooo"], "function `fooo` not found");
+    assert!(line.contains("did you mean `foo`"), "{line}");
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid), "nothing may be injected when resolution fails");
+}
+
+#[test]
+fn process_already_traced_is_named_with_its_tracer() {
+    let t = Target::start("counter");
+    // This test process becomes the target's tracer.
+    // SAFETY: plain ptrace calls on a child we own.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_SEIZE, t.pid, 0, 0) };
+    assert_eq!(rc, 0, "PTRACE_SEIZE: {}", std::io::Error::last_os_error());
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "already traced by PID");
+    assert!(line.contains("detach that tracer first"), "{line}");
+    // SAFETY: as above.
+    unsafe { libc::ptrace(libc::PTRACE_DETACH, t.pid, 0, 0) };
+}
+
+#[test]
+fn status_of_a_process_without_probes() {
+    let t = Target::start("counter");
+    expect_error(&["status", "-p", &t.pid.to_string()], "has no tp probes");
+}
+
+#[test]
+fn list_probes_of_missing_and_non_elf_files() {
+    expect_error(&["list-probes", "/nonexistent/binary"], "cannot read `/nonexistent/binary`");
+    let script = std::env::temp_dir().join(format!("tp-not-elf-{}", std::process::id()));
+    std::fs::write(&script, "#!/bin/sh\necho hi\n").unwrap();
+    expect_error(&["list-probes", script.to_str().unwrap()], "is not an ELF file");
+    std::fs::remove_file(&script).unwrap();
+}
+
+#[test]
+fn conflicting_flags_are_rejected_by_the_parser() {
+    let out = tp(&["attach", "-p", "1", "-f", "foo", "--keep", "--duration", "1"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be used with"));
+}

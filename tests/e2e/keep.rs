@@ -1,0 +1,88 @@
+//! Probes that outlive the tracer: `--keep`, `status`, `detach`, and
+//! `detach` after the tracer was killed with SIGKILL.
+
+use crate::util::*;
+
+#[test]
+fn keep_then_status_then_detach() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--keep"];
+    let out = tp(&args);
+    expect_success(&args, &out);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("tp detach -p"));
+    let foo = t.call("foo", 100_000, 2);
+    let bar = t.call("bar", 7_000, 1);
+
+    let status = tp(&["status", "-p", &pid, "--json"]);
+    let counts = hits_from_json(&expect_success(&["status"], &status));
+    assert_eq!(counts["foo"], foo);
+    assert_eq!(counts["bar"], bar);
+    let table = expect_success(&["status"], &tp(&["status", "-p", &pid]));
+    assert!(table.lines().any(|l| l.starts_with("foo ") && l.contains("200,000")), "{table}");
+
+    // Probes keep counting while no tp runs at all.
+    let more = t.call("foo", 5, 1);
+    let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
+    assert_eq!(counts["foo"], foo + more);
+
+    let out = tp(&["detach", "-p", &pid]);
+    expect_success(&["detach"], &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("restored `foo`") && stderr.contains("restored `bar`"), "{stderr}");
+    assert_code_is_original(&t, &["foo", "bar"]);
+    assert!(!has_region(t.pid));
+    assert_eq!(t.call("foo", 10, 1), 10);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn detach_restores_the_code_after_the_tracer_was_killed() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "foo", "-f", "baz"]);
+    session.kill();
+    // The target does not depend on the tracer: it keeps running, and counting.
+    let calls = t.call("foo", 50_000, 2);
+    let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
+    assert_eq!(counts["foo"], calls);
+    expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+    assert_code_is_original(&t, &["foo", "baz"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn detach_without_pid_cleans_every_process() {
+    let _alone = system_wide();
+    let mut a = Target::start_unlocked("counter");
+    let mut b = Target::start_unlocked("counter-nopie");
+    for t in [&a, &b] {
+        let pid = t.pid.to_string();
+        expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "--keep"]));
+    }
+    let out = tp(&["detach"]);
+    expect_success(&["detach"], &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for t in [&a, &b] {
+        assert!(stderr.contains(&format!("detached from {}", t.pid)), "{stderr}");
+        assert_code_is_original(t, &["foo"]);
+    }
+    assert_eq!(a.call("foo", 3, 1), 3);
+    assert_eq!(b.call("foo", 3, 1), 3);
+    assert!(a.quit().success() && b.quit().success());
+}
+
+#[test]
+fn a_second_attach_refuses_a_function_already_probed() {
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "--keep"]));
+    let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "already probed");
+    assert!(line.contains(&format!("tp detach -p {pid}")), "{line}");
+    // Another function can be added next to it.
+    expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "bar", "--keep"]));
+    let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
+    assert_eq!(counts.keys().collect::<Vec<_>>(), ["bar", "foo"]);
+    expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+    assert_code_is_original(&t, &["foo", "bar"]);
+}

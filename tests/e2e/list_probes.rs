@@ -1,0 +1,42 @@
+//! list-probes on the bundled targets: every function with its verdict.
+
+use crate::util::*;
+
+#[test]
+fn lists_every_function_with_a_verdict() {
+    let path = target_path("counter");
+    let args = ["list-probes", path.to_str().unwrap()];
+    let stdout = expect_success(&args, &tp(&args));
+    let line = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(name))
+            .unwrap_or_else(|| panic!("no line for {name}:\n{stdout}"))
+            .to_string()
+    };
+    assert!(line("foo").ends_with("ok (10 bytes: movabs)"), "{}", line("foo"));
+    assert!(line("bar").ends_with("ok (5 bytes: push, mov, push)"), "{}", line("bar"));
+    assert!(line("baz").ends_with("ok (10 bytes: mov, lea)"), "{}", line("baz"));
+}
+
+#[test]
+fn json_has_one_object_per_function() {
+    let path = target_path("counter-nopie");
+    let args = ["list-probes", path.to_str().unwrap(), "--json"];
+    let stdout = expect_success(&args, &tp(&args));
+    let objs: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let foo = objs.iter().find(|o| o["func"] == "foo").expect("foo");
+    assert_eq!(foo["module"], "counter-nopie");
+    assert_eq!(foo["probeable"], true);
+    assert!(foo["reason"].is_null());
+    assert!(foo["address"].as_str().unwrap().starts_with("0x40"));
+    assert!(foo["size"].as_u64().unwrap() >= 10);
+}
+
+#[test]
+fn summary_counts_probeable_functions() {
+    let path = target_path("counter");
+    let args = ["list-probes", path.to_str().unwrap(), "--summary"];
+    let stdout = expect_success(&args, &tp(&args));
+    assert!(stdout.lines().any(|l| l.starts_with("probeable: ")), "{stdout}");
+}

@@ -1,0 +1,13 @@
+//! End-to-end tests: the real `tp` binary against real target processes.
+//! They need ptrace rights (root or CAP_SYS_PTRACE).
+
+mod util;
+
+// Attaching and counting: exact hit counts, checksums, restored code.
+mod attach;
+// --keep, status and detach, also after the tracer was killed.
+mod keep;
+// Bad input: one line, the fix, a non-zero exit, nothing touched.
+mod errors;
+// list-probes on the bundled targets.
+mod list_probes;

@@ -1,0 +1,297 @@
+//! Test plumbing: target processes driven over stdin/stdout, and runs of the
+//! real `tp` binary, all with timeouts so no test can hang.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
+
+/// How long any single wait in a test may take.
+pub const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Path of a bundled target program.
+pub fn target_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("TP_TARGETS_DIR")).join(name)
+}
+
+/// Path of the tp binary under test.
+pub fn tp_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_tp"))
+}
+
+/// Lines of a child's output, read on a thread so waits can time out.
+pub struct Lines {
+    rx: Receiver<String>,
+    pub seen: Vec<String>,
+}
+
+impl Lines {
+    pub fn new(r: impl std::io::Read + Send + 'static) -> Lines {
+        let (tx, rx) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(r).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Lines { rx, seen: Vec::new() }
+    }
+
+    /// The next line that starts with `prefix` (earlier lines are kept in `seen`).
+    pub fn wait_for(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
+                }
+                Err(e) => panic!("waiting for a line starting with {prefix:?}: {e}; seen: {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Everything until the stream closes.
+    pub fn rest(&mut self) -> Vec<String> {
+        let deadline = Instant::now() + TIMEOUT;
+        while let Ok(line) = self.rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            self.seen.push(line);
+        }
+        self.seen.clone()
+    }
+}
+
+/// Tests that act on every process with probes (`tp detach` without a PID)
+/// take this exclusively; every target holds it shared while it lives.
+static SYSTEM_WIDE: RwLock<()> = RwLock::new(());
+
+/// Excludes all other targets while held.
+pub fn system_wide() -> RwLockWriteGuard<'static, ()> {
+    SYSTEM_WIDE.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A running target program. Killed on drop.
+pub struct Target {
+    pub child: Child,
+    stdin: ChildStdin,
+    pub out: Lines,
+    pub pid: i32,
+    _shared: Option<RwLockReadGuard<'static, ()>>,
+}
+
+impl Target {
+    pub fn start(name: &str) -> Target {
+        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let mut t = Self::start_unlocked(name);
+        t._shared = Some(guard);
+        t
+    }
+
+    /// Starts a target without the shared lock (for tests holding [`system_wide`]).
+    pub fn start_unlocked(name: &str) -> Target {
+        let path = target_path(name);
+        let mut child = Command::new(&path)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {}: {e}", path.display()));
+        let stdin = child.stdin.take().unwrap();
+        let mut out = Lines::new(child.stdout.take().unwrap());
+        let ready = out.wait_for("ready pid=");
+        let pid = ready.trim_start_matches("ready pid=").parse().unwrap();
+        assert_eq!(pid, child.id() as i32);
+        Target { child, stdin, out, pid, _shared: None }
+    }
+
+    /// Sends a command and returns the answer line starting with `answer`.
+    pub fn ask(&mut self, cmd: &str, answer: &str) -> String {
+        writeln!(self.stdin, "{cmd}").unwrap();
+        self.stdin.flush().unwrap();
+        self.out.wait_for(answer)
+    }
+
+    /// Calls `func` `n` times on each of `threads` threads; asserts the checksum held.
+    pub fn call(&mut self, func: &str, n: u64, threads: u32) -> u64 {
+        let line = self.ask(&format!("call {func} {n} {threads}"), "done");
+        assert!(line.ends_with("checksum=ok"), "target checksum failed: {line}");
+        field(&line, "calls")
+    }
+
+    /// Asks the target to exit and returns its status.
+    pub fn quit(mut self) -> ExitStatus {
+        writeln!(self.stdin, "quit").unwrap();
+        let _ = self.stdin.flush();
+        wait_timeout(&mut self.child)
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The number after `key=` in a line.
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+/// Waits for a child, killing it after [`TIMEOUT`].
+pub fn wait_timeout(child: &mut Child) -> ExitStatus {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("child {} did not exit in time", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs tp to completion.
+pub fn tp(args: &[&str]) -> Output {
+    let mut child = Command::new(tp_path())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tp");
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    let mut err = Lines::new(child.stderr.take().unwrap());
+    let status = wait_timeout(&mut child);
+    let stdout = out.rest().join("\n");
+    let stderr = err.rest().join("\n");
+    Output { status, stdout: stdout.into_bytes(), stderr: stderr.into_bytes() }
+}
+
+/// Asserts tp succeeded, showing everything it printed if not; returns stdout.
+pub fn expect_success(args: &[&str], out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tp {args:?} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    stdout
+}
+
+/// Asserts tp failed with exactly one line on stderr starting with "tp: "
+/// and containing `needle`; returns that line.
+pub fn expect_error(args: &[&str], needle: &str) -> String {
+    let out = tp(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "tp {args:?} should fail; stderr: {stderr}");
+    assert!(out.status.code().is_some(), "tp {args:?} died of signal {:?}", out.status.signal());
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "tp {args:?} should print one line, printed: {stderr}");
+    assert!(lines[0].starts_with("tp: "), "{stderr}");
+    assert!(lines[0].contains(needle), "tp {args:?}: {:?} does not contain {needle:?}", lines[0]);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    lines[0].to_string()
+}
+
+/// A `tp attach` running in the foreground, stopped with SIGINT.
+pub struct Session {
+    pub child: Child,
+    pub err: Lines,
+    out: Lines,
+}
+
+impl Session {
+    /// Starts `tp attach ARGS` and waits until it reports the probes live.
+    pub fn start(args: &[&str]) -> Session {
+        Self::start_with_env(args, &[])
+    }
+
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Session {
+        let mut cmd = Command::new(tp_path());
+        cmd.arg("attach").args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("run tp attach");
+        let out = Lines::new(child.stdout.take().unwrap());
+        let mut err = Lines::new(child.stderr.take().unwrap());
+        if env.is_empty() {
+            err.wait_for("tp: attached");
+        }
+        Session { child, err, out }
+    }
+
+    /// Sends SIGINT (as Ctrl-C does), waits for exit, returns (status, stdout, stderr).
+    pub fn interrupt(mut self) -> (ExitStatus, String, String) {
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = wait_timeout(&mut self.child);
+        (status, self.out.rest().join("\n"), self.err.rest().join("\n"))
+    }
+
+    /// Waits for tp to exit by itself; returns (status, stdout, stderr).
+    pub fn wait(mut self) -> (ExitStatus, String, String) {
+        let status = wait_timeout(&mut self.child);
+        (status, self.out.rest().join("\n"), self.err.rest().join("\n"))
+    }
+
+    /// Kills tp with SIGKILL.
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parses tp's JSON summary into (func -> hits).
+pub fn hits_from_json(stdout: &str) -> std::collections::BTreeMap<String, u64> {
+    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {stdout:?}"));
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    v["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["func"].as_str().unwrap().to_string(), p["hits"].as_u64().unwrap()))
+        .collect()
+}
+
+/// Reads `len` bytes of a process's memory.
+pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut buf = vec![0; len];
+    f.read_exact_at(&mut buf, addr).unwrap();
+    buf
+}
+
+/// Asserts that each function's code in the process equals its bytes in the file.
+pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
+    let maps = tp::process::read_maps(t.pid).unwrap();
+    let module = tp::symbols::Module::main_executable(t.pid, &maps).unwrap();
+    for name in funcs {
+        let f = module.function(name).unwrap();
+        let file = module.code_of(&f).unwrap();
+        assert_eq!(read_mem(t.pid, f.addr, f.size as usize), file, "`{name}` differs from the file");
+    }
+}
+
+/// The first bytes of a function as they are now in the process, and in the file.
+pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
+    let maps = tp::process::read_maps(t.pid).unwrap();
+    let module = tp::symbols::Module::main_executable(t.pid, &maps).unwrap();
+    let f = module.function(func).unwrap();
+    (read_mem(t.pid, f.addr, 16), module.code_of(&f).unwrap()[..16].to_vec())
+}
+
+/// True if the process has a tp data region mapped.
+pub fn has_region(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().contains("/memfd:tp-data")
+}
