@@ -158,7 +158,11 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         (true, _) => eprintln!("tp: process {} exited; final counts:", args.pid),
         (false, End::Removed) => eprintln!("tp: the probes were removed by another tp; final counts:"),
         (false, _) => {
-            eprintln!("tp: detached from {}, code restored (all threads stopped {} µs)", args.pid, d.stop_time.as_micros())
+            eprintln!(
+                "tp: detached from {}, code restored (all threads stopped {} µs)",
+                args.pid,
+                d.stop_time.as_micros()
+            )
         }
     }
     print_summary(&d.summary, args.json)?;
