@@ -32,6 +32,8 @@ pub struct Attached {
     pub attach_time: Duration,
     /// How long all of the target's threads were stopped.
     pub stop_time: Duration,
+    /// How long the worker thread was stopped (it makes the remote syscalls).
+    pub worker_time: Duration,
     /// Threads that had to be moved out of a patch window.
     pub moved_threads: usize,
 }
@@ -59,6 +61,7 @@ impl Attached {
         let requests = resolve::requests(&module, funcs)?;
         let mem = Memory::open(pid)?;
         let existing = region::find(&maps).map(|m| Region::open(pid, m)).transpose()?;
+        let worker_started = Instant::now();
         let mut stopped = Stopped::stop_worker(pid)?;
         let prepared = install::prepare(&mut stopped, &mem, existing, &requests, owner)?;
         stopped.stop_all()?;
@@ -72,6 +75,7 @@ impl Attached {
             owner,
             attach_time: started.elapsed(),
             stop_time,
+            worker_time: worker_started.elapsed(),
             moved_threads: report.moved_threads,
         })
     }
@@ -139,11 +143,12 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     let attached = Attached::attach(args.pid, &args.funcs, owner)?;
     let n = attached.probes.len();
     eprintln!(
-        "tp: attached {n} probe{} to {} in {:.1} ms (all threads stopped {} µs)",
+        "tp: attached {n} probe{} to {} in {:.1} ms (target stopped {} µs; one thread {} µs for injection)",
         if n == 1 { "" } else { "s" },
         args.pid,
         attached.attach_time.as_secs_f64() * 1e3,
-        attached.stop_time.as_micros()
+        attached.stop_time.as_micros(),
+        attached.worker_time.as_micros()
     );
     if args.keep {
         eprintln!(
@@ -158,11 +163,7 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         (true, _) => eprintln!("tp: process {} exited; final counts:", args.pid),
         (false, End::Removed) => eprintln!("tp: the probes were removed by another tp; final counts:"),
         (false, _) => {
-            eprintln!(
-                "tp: detached from {}, code restored (all threads stopped {} µs)",
-                args.pid,
-                d.stop_time.as_micros()
-            )
+            eprintln!("tp: detached from {}, code restored (target stopped {} µs)", args.pid, d.stop_time.as_micros())
         }
     }
     print_summary(&d.summary, args.json)?;

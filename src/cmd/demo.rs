@@ -81,7 +81,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let funcs = vec!["foo".to_string(), "bar".to_string()];
     let attached = Attached::attach(pid, &funcs, std::process::id())?;
     eprintln!(
-        "tp demo: attached 2 probes in {:.1} ms (all threads stopped {} µs); two threads now call foo and bar",
+        "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         attached.attach_time.as_secs_f64() * 1e3,
         attached.stop_time.as_micros()
     );
@@ -92,7 +92,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     if end == End::Interrupted {
         eprintln!("tp demo: interrupted");
     }
-    eprintln!("tp demo: detached, code restored (all threads stopped {} µs)", d.stop_time.as_micros());
+    eprintln!("tp demo: detached, code restored (target stopped {} µs)", d.stop_time.as_micros());
     print_summary(&d.summary, false)?;
 
     // The facts.

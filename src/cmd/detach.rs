@@ -1,6 +1,11 @@
 //! `tp detach`: restore the original code of every tp probe in a process
 //! (or in every process that has some), using only what the target's data
 //! region records, so it works after the tracer that attached was killed.
+//!
+//! With `-p PID` every probe of that process goes. Without it, tp cleans up
+//! probes kept with `--keep` and probes whose session died, but leaves the
+//! probes of a `tp attach` that is still running: that session restores
+//! them itself when it ends.
 
 use std::process::ExitCode;
 
@@ -17,19 +22,19 @@ use crate::process::{self};
 /// Runs `tp detach`.
 pub fn run(args: DetachArgs) -> Result<ExitCode> {
     super::interrupt::install();
-    let pids = match args.pid {
+    let (pids, spare_live_sessions) = match args.pid {
         Some(pid) => {
             process::status(pid)?;
-            vec![pid]
+            (vec![pid], false)
         }
-        None => processes_with_probes(),
+        None => (processes_with_probes(), true),
     };
     if pids.is_empty() {
         eprintln!("tp: no process holds tp probes");
     }
     let mut failed = false;
     for pid in pids {
-        if let Err(e) = detach_one(pid) {
+        if let Err(e) = detach_one(pid, spare_live_sessions) {
             eprintln!("tp: process {pid}: {e:#}");
             failed = true;
         }
@@ -51,7 +56,14 @@ fn processes_with_probes() -> Vec<i32> {
     pids
 }
 
-fn detach_one(pid: i32) -> Result<()> {
+/// True if `owner` is a running tp session (not this process).
+fn session_is_live(owner: u32) -> bool {
+    owner != 0
+        && owner != std::process::id()
+        && process::status(owner as i32).is_ok_and(|st| st.name == "tp" && st.state != 'Z')
+}
+
+fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
     let maps = process::read_maps(pid)?;
     let Some(mapping) = region::find(&maps) else {
         eprintln!("tp: process {pid} has no tp probes");
@@ -61,7 +73,8 @@ fn detach_one(pid: i32) -> Result<()> {
     let region = Region::open(pid, mapping)?;
     let mem = Memory::open(pid)?;
     let stopped = Stopped::stop(pid)?;
-    let removed = remove::remove(&mem, &region, |_, _| true).context("restoring the code")?;
+    let removed = remove::remove(&mem, &region, |_, e| !(spare_live_sessions && session_is_live(e.owner)))
+        .context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
     for r in &removed {
         eprintln!(

@@ -86,3 +86,19 @@ fn a_second_attach_refuses_a_function_already_probed() {
     expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
     assert_code_is_original(&t, &["foo", "bar"]);
 }
+
+#[test]
+fn detach_without_pid_spares_a_running_session() {
+    let _alone = system_wide();
+    let mut t = Target::start_unlocked("counter");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--json"]);
+    expect_success(&["detach"], &tp(&["detach"]));
+    let (now, file) = entry_bytes(&t, "foo");
+    assert_ne!(now[..5], file[..5], "the running session's probe must stay");
+    let calls = t.call("foo", 1000, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["foo"], calls);
+    assert_code_is_original(&t, &["foo"]);
+}
