@@ -152,12 +152,18 @@ impl ElfFile {
             ))
         });
         let cold_parts = cold_parts_of(&functions);
-        let build_id = elf.iter_note_headers(&data).and_then(|notes| {
-            notes
-                .filter_map(|n| n.ok())
-                .find(|n| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU")
-                .map(|n| n.desc.to_vec())
-        });
+        // The note section first: in a debug file made by `objcopy
+        // --only-keep-debug`, the PT_NOTE segment still points at the
+        // stripped-away file offsets.
+        let is_build_id =
+            |n: &goblin::elf::note::Note| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU";
+        let build_id = elf
+            .iter_note_sections(&data, Some(".note.gnu.build-id"))
+            .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
+            .or_else(|| {
+                elf.iter_note_headers(&data)
+                    .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
+            });
         let sections: Vec<Section> = elf
             .section_headers
             .iter()

@@ -127,8 +127,12 @@ impl Module {
             return Ok(self.function_of(i));
         }
         let hint = suggestions(name, names.iter().map(|n| n.display()));
-        let stripped =
-            if self.elf.has_symtab { "" } else { " (the file is stripped: only exported functions are known)" };
+        let stripped = if self.elf.has_symtab {
+            ""
+        } else {
+            " (the file is stripped: only exported functions are known; install its debug symbols \
+             or point TP_DEBUG_DIRS at them)"
+        };
         bail!("function `{name}` not found in `{}`{stripped}{hint}", self.path.display())
     }
 

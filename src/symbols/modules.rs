@@ -194,12 +194,19 @@ impl ProcessModules {
         hits.dedup_by_key(|f| f.function.addr);
         match hits.len() {
             0 => {
-                let hint = suggestions(
-                    &p.function,
-                    exe.functions().iter().map(|f| f.name.as_str()).collect::<Vec<_>>().into_iter(),
-                );
+                let names: Vec<String> = exe.functions().into_iter().map(|f| f.name).collect();
+                let hint = suggestions(&p.function, names.iter().map(String::as_str));
+                let stripped = if exe.elf.has_symtab {
+                    String::new()
+                } else {
+                    format!(
+                        "; `{}` is stripped, so only its exported functions are known: install its debug \
+                         symbols (the -dbg or -dbgsym package) or point TP_DEBUG_DIRS at them",
+                        exe.name
+                    )
+                };
                 bail!(
-                    "function `{}` not found in process {} (searched {} modules){hint}",
+                    "function `{}` not found in process {} (searched {} modules){stripped}{hint}",
                     p.function,
                     self.pid,
                     self.len()

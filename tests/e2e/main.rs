@@ -9,5 +9,9 @@ mod attach;
 mod keep;
 // Bad input: one line, the fix, a non-zero exit, nothing touched.
 mod errors;
+// Shared libraries, globs, demangled names, separate debug info.
+mod modules;
+// redis-server from Debian, counted against INFO commandstats.
+mod redis;
 // list-probes on the bundled targets.
 mod list_probes;
