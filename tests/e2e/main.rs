@@ -13,5 +13,7 @@ mod errors;
 mod modules;
 // redis-server from Debian, counted against INFO commandstats.
 mod redis;
+// Arguments, return values, latency, exceptions, lost events, Perfetto.
+mod events;
 // list-probes on the bundled targets.
 mod list_probes;
