@@ -201,7 +201,7 @@ impl Attached {
 
     /// Current hit counts, in request order.
     pub fn hits(&self) -> Vec<u64> {
-        self.user_probes().map(|p| self.region.hits(p.index)).collect()
+        self.region.hits_of(&self.user_probes().map(|p| p.index).collect::<Vec<_>>())
     }
 
     /// What probe `i` (in [`Attached::infos`] order) records.
@@ -233,11 +233,12 @@ impl Attached {
             pid: self.pid,
             probes: self
                 .user_probes()
-                .map(|p| ProbeStat {
+                .zip(self.hits())
+                .map(|(p, hits)| ProbeStat {
                     func: p.request.function.name.clone(),
                     module: p.request.function.module.clone(),
                     address: p.request.function.addr,
-                    hits: self.region.hits(p.index),
+                    hits,
                 })
                 .collect(),
         }

@@ -307,6 +307,7 @@ fn write_detours(
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.
+    region.zero_hits_of(&placed.iter().map(|p| p.index).collect::<Vec<_>>())?;
     for (req, p) in requests.iter().zip(&placed) {
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
@@ -322,7 +323,6 @@ fn write_detours(
         e.patch[..patch.len()].copy_from_slice(&patch);
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
-        region.zero_hits(p.index)?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
     }
