@@ -41,6 +41,11 @@ const TARGETS: &[Target] = &[
     c("counter-nopie", &["-fno-pie", "-no-pie"]),
     Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Benchmark targets (benches/tp). `many` has 10,000 functions: -O0 keeps
+    // its build to seconds and gives them the usual push/mov prologue.
+    Target { name: "hot", sources: &["hot.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },
+    Target { name: "many", sources: &["many.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     Target {
         name: "libalpha.so",
         sources: &["libwork.c"],

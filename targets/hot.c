@@ -1,0 +1,267 @@
+/* hot: the benchmark target for the cost of one probe hit (benches/tp).
+ *
+ * work() is a tiny noinline integer hash (a few ns); the target times its own
+ * calls of it with CLOCK_MONOTONIC, unprobed, probed and unprobed again, in
+ * one process, so any tracer is measured the same way: the target notices a
+ * tracer by watching its own entry bytes (int3, jmp or call), which also
+ * timestamps "probe live". Built as `hot` (PIE; entry `imul`) and, on
+ * x86-64, `hot-nop5` (-DNOP5: entry is a 5-byte nop, which Linux >= 6.18
+ * uprobes turn into a call to a trampoline instead of an int3).
+ *
+ * Modes (every loop and wait is bounded):
+ *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S]
+ *       T worker threads. A phase is BURSTS bursts: all T threads start
+ *       together, each times CALLS calls of work(), then the main thread
+ *       sleeps PAUSE_US (time for a tracer to drain its buffers). Phases:
+ *       warm-up and unprobed; "ready"; wait for the entry bytes to change
+ *       ("patched") and 50 ms more; probed; bench_done() (where a debugger
+ *       stops); wait for the bytes to be restored ("unpatched"); unprobed
+ *       again. Each phase prints the median over bursts of ns per call, per
+ *       thread, averaged over threads.
+ *   hot step [MAXS]
+ *       calls one_call() once a millisecond: the place where the benchmark
+ *       counts the instructions of one call by single-stepping it.
+ * Every output line is a tag followed by key=value tokens.
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#if defined(NOP5)
+#define ENTRY_PAD __asm__ volatile(".byte 0x0f,0x1f,0x44,0x00,0x00" ::: "memory")
+#else
+#define ENTRY_PAD \
+	do { \
+	} while (0)
+#endif
+
+/* The probed function. */
+TP_PROBED int work(int x)
+{
+	ENTRY_PAD;
+	unsigned u = (unsigned)x * 0x9E3779B1u;
+	u ^= u >> 15;
+	u *= 0x85EBCA77u;
+	u ^= u >> 13;
+	return (int)u;
+}
+
+/* The same function, for checksums; never probed. */
+static inline unsigned work_ref(int x)
+{
+	unsigned u = (unsigned)x * 0x9E3779B1u;
+	u ^= u >> 15;
+	u *= 0x85EBCA77u;
+	u ^= u >> 13;
+	return u;
+}
+
+/* Called once after the probed phase: a debugger stops here. */
+TP_PROBED void bench_done(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+/* One call of work(), the unit the instruction counter steps through. */
+TP_PROBED int one_call(int x)
+{
+	return work(x) + 1;
+}
+
+static double now_mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double now_real(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void sleep_us(long us)
+{
+	struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+	nanosleep(&ts, NULL);
+}
+
+static uint64_t entry_bytes(void)
+{
+	const volatile unsigned char *p = (const volatile unsigned char *)(uintptr_t)&work;
+	uint64_t v = 0;
+	for (int i = 0; i < 8; i++)
+		v |= (uint64_t)p[i] << (8 * i);
+	return v;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	fflush(stdout);
+}
+
+#define MAX_THREADS 16
+/* Pause between "patched" and the probed phase. */
+#define SETTLE_US 50000
+
+static int nthreads, nbursts;
+static long ncalls;
+static pthread_barrier_t start_line, finish_line;
+static volatile int quit;
+
+struct worker {
+	int id;
+	uint64_t expect; /* checksum of one burst */
+	int bad;         /* bursts whose checksum failed */
+	double *ns;      /* ns per call, per burst of the current phase */
+	char pad[64];
+};
+
+static struct worker workers[MAX_THREADS];
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	int base = w->id * 1000003;
+	for (;;) {
+		for (int b = 0; b < nbursts; b++) {
+			pthread_barrier_wait(&start_line);
+			if (quit)
+				return NULL;
+			uint64_t acc = 0;
+			double t0 = now_mono();
+			for (long i = 0; i < ncalls; i++)
+				acc += (unsigned)work(base + (int)i);
+			double t1 = now_mono();
+			w->ns[b] = (t1 - t0) * 1e9 / (double)ncalls;
+			if (acc != w->expect)
+				w->bad++;
+			pthread_barrier_wait(&finish_line);
+		}
+	}
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Runs one phase; returns ns per call per thread (the mean over threads of
+ * each thread's median burst) and prints it with the spread. */
+static double phase(const char *name, long pause_us)
+{
+	for (int b = 0; b < nbursts; b++) {
+		pthread_barrier_wait(&start_line);
+		pthread_barrier_wait(&finish_line);
+		if (pause_us > 0)
+			sleep_us(pause_us);
+	}
+	double mean = 0, lo = 1e300, hi = 0;
+	for (int t = 0; t < nthreads; t++) {
+		qsort(workers[t].ns, (size_t)nbursts, sizeof(double), cmp_double);
+		double med = workers[t].ns[nbursts / 2];
+		mean += med / nthreads;
+		lo = med < lo ? med : lo;
+		hi = med > hi ? med : hi;
+	}
+	say("phase name=%s ns=%.4f thread_min=%.4f thread_max=%.4f calls=%ld\n", name, mean, lo, hi,
+	    (long)nthreads * nbursts * ncalls);
+	return mean;
+}
+
+static int wait_entry(uint64_t orig, int want_changed, double timeout)
+{
+	double deadline = now_mono() + timeout;
+	while ((entry_bytes() != orig) != want_changed) {
+		if (now_mono() > deadline)
+			return 0;
+		sleep_us(1000);
+	}
+	return 1;
+}
+
+static int mode_wait(int t, int bursts, long calls, long pause_us, double timeout)
+{
+	if (t < 1 || t > MAX_THREADS || bursts < 1 || calls < 1 || pause_us < 0) {
+		fprintf(stderr, "hot: bad wait arguments\n");
+		return 1;
+	}
+	nthreads = t;
+	nbursts = bursts;
+	ncalls = calls;
+	uint64_t orig = entry_bytes();
+	pthread_barrier_init(&start_line, NULL, (unsigned)t + 1);
+	pthread_barrier_init(&finish_line, NULL, (unsigned)t + 1);
+	pthread_t tids[MAX_THREADS];
+	for (int i = 0; i < t; i++) {
+		workers[i].id = i;
+		workers[i].ns = calloc((size_t)bursts, sizeof(double));
+		for (long c = 0; c < calls; c++)
+			workers[i].expect += work_ref(i * 1000003 + (int)c);
+		pthread_create(&tids[i], NULL, worker_main, &workers[i]);
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	phase("warmup", pause_us);
+	double pre = phase("base_pre", pause_us);
+	say("ready pid=%d threads=%d entry=%016llx t=%.6f\n", (int)getpid(), t, (unsigned long long)orig, now_real());
+	if (!wait_entry(orig, 1, timeout)) {
+		say("error=patch_timeout\n");
+		return 3;
+	}
+	say("patched t=%.6f entry=%016llx\n", now_real(), (unsigned long long)entry_bytes());
+	/* Let the tracer finish attaching (its own work after the patch) first. */
+	sleep_us(SETTLE_US);
+	double probed = phase("probed", pause_us);
+	bench_done();
+	say("probed t=%.6f\n", now_real());
+	if (!wait_entry(orig, 0, timeout)) {
+		say("error=unpatch_timeout entry=%016llx\n", (unsigned long long)entry_bytes());
+		return 4;
+	}
+	say("unpatched t=%.6f\n", now_real());
+	double post = phase("base_post", pause_us);
+	int bad = 0;
+	for (int i = 0; i < t; i++)
+		bad += workers[i].bad;
+	quit = 1;
+	pthread_barrier_wait(&start_line);
+	for (int i = 0; i < t; i++)
+		pthread_join(tids[i], NULL);
+	say("result base_pre=%.4f probed=%.4f base_post=%.4f probed_calls=%ld checksum=%s\n", pre, probed, post,
+	    (long)t * bursts * calls, bad ? "BAD" : "ok");
+	return bad ? 2 : 0;
+}
+
+static int mode_step(double max_s)
+{
+	tp_ready();
+	double end = now_mono() + max_s;
+	int bad = 0;
+	for (int i = 0; now_mono() < end; i++) {
+		if ((unsigned)one_call(i) != work_ref(i) + 1)
+			bad++;
+		sleep_us(1000);
+	}
+	say("exit checksum=%s\n", bad ? "BAD" : "ok");
+	return bad ? 2 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc >= 6 && !strcmp(argv[1], "wait"))
+		return mode_wait(atoi(argv[2]), atoi(argv[3]), atol(argv[4]), atol(argv[5]),
+				 argc >= 7 ? atof(argv[6]) : 60.0);
+	if (argc >= 2 && !strcmp(argv[1], "step"))
+		return mode_step(argc >= 3 ? atof(argv[2]) : 60.0);
+	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S] | step [MAXS]\n", argv[0]);
+	return 1;
+}
