@@ -1,0 +1,267 @@
+//! The cost of one hit: extra nanoseconds per call of `work()` in the `hot`
+//! target (targets/hot.c), probed against unprobed, measured inside the
+//! target, the same way for tp and for every peer.
+//!
+//! One run: start `hot wait`, which times unprobed bursts of calls and says
+//! `ready`; start the tracer; the target sees its entry bytes change, times
+//! probed bursts and says `probed`; stop the tracer; the target sees its
+//! bytes restored and times unprobed bursts again. Extra = probed − the mean
+//! of the two unprobed phases, all in one process a few seconds apart. The
+//! tracer's own hit count is checked against the calls the target made.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+use crate::env::Env;
+use crate::proc::{Proc, kv_f64, number_before};
+
+/// What a probe records (the tp modes, and the peer rows compared with them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Records {
+    /// Counts calls.
+    Count,
+    /// Records each entry with its arguments and a timestamp.
+    Args,
+    /// Records each exit with the return value and the call's duration.
+    Ret,
+    /// Both.
+    ArgsRet,
+    /// An installed probe whose enable flag is off.
+    Disabled,
+}
+
+impl Records {
+    /// As the tables write it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Records::Count => "count",
+            Records::Args => "entry + args",
+            Records::Ret => "exit + latency",
+            Records::ArgsRet => "entry + args, exit + latency",
+            Records::Disabled => "disabled (flag off)",
+        }
+    }
+}
+
+/// How much a run calls `work()`: `bursts` bursts of `calls` calls per
+/// thread, with `pause_us` between bursts for the tracer to drain.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    /// Bursts per phase (the target reports the median burst).
+    pub bursts: u32,
+    /// Calls per burst per thread.
+    pub calls: u64,
+    /// Pause after each burst, µs.
+    pub pause_us: u64,
+}
+
+impl Sizes {
+    /// The smoke-test version: a few short bursts.
+    pub fn smoke(self) -> Sizes {
+        Sizes { bursts: 3, calls: (self.calls / 20).max(50), pause_us: self.pause_us.min(5_000) }
+    }
+}
+
+/// What a tracer reports when stopped.
+#[derive(Debug, Default, Clone)]
+pub struct Outcome {
+    /// Hits the tracer counted (None if it cannot say).
+    pub hits: Option<u64>,
+    /// Events the tracer lost (tp: a thread's ring was full).
+    pub lost: Option<u64>,
+    /// tp's own report of how long the target was stopped to attach, µs.
+    pub tp_stop_us: Option<f64>,
+}
+
+/// A way to probe `work()` in a running process.
+pub trait Tracer {
+    /// The row's name.
+    fn name(&self) -> String;
+    /// What it records (rows are compared with tp's row of the same kind).
+    fn records(&self) -> Records;
+    /// Which build of the target it probes.
+    fn binary(&self) -> &'static str {
+        "hot"
+    }
+    /// How much to call `work()` (the slow peers get fewer calls).
+    fn sizes(&self) -> Sizes;
+    /// Hits the tracer counts per call.
+    fn hits_per_call(&self) -> u64 {
+        1
+    }
+    /// Starts probing process `pid` running `binary`.
+    fn start(&mut self, env: &Env, pid: i32, binary: &Path) -> Result<()>;
+    /// Stops probing (the target has finished its probed phase) and says
+    /// what the tracer counted.
+    fn stop(&mut self) -> Result<Outcome>;
+}
+
+/// One run's result.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Mean of the unprobed phases before and after, ns per call per thread.
+    pub base: f64,
+    /// The probed phase, ns per call per thread.
+    pub probed: f64,
+    /// Tracer start → the target saw its entry bytes change, ms.
+    pub live_ms: f64,
+    /// What the tracer said.
+    pub outcome: Outcome,
+    /// The tracer's count matched (None: it does not count).
+    pub hits_ok: Option<bool>,
+}
+
+impl Run {
+    /// Extra ns per call.
+    pub fn extra(&self) -> f64 {
+        self.probed - self.base
+    }
+}
+
+/// Runs `tracer` once against a fresh target with `threads` threads.
+pub fn run_once(env: &Env, tracer: &mut dyn Tracer, threads: u32) -> Result<Run> {
+    let sizes = if env.smoke { tracer.sizes().smoke() } else { tracer.sizes() };
+    let binary = env.target(tracer.binary());
+    let args: Vec<String> = vec![
+        "wait".into(),
+        threads.to_string(),
+        sizes.bursts.to_string(),
+        sizes.calls.to_string(),
+        sizes.pause_us.to_string(),
+        "60".into(),
+    ];
+    let mut target = Proc::spawn(tracer.binary(), &binary, &args, false)?;
+    let long = Duration::from_secs(120);
+    target.wait_prefix("ready", long)?;
+    let started = Instant::now();
+    if let Err(e) = tracer.start(env, target.pid(), &binary) {
+        let _ = tracer.stop();
+        return Err(e.context(format!("starting {}", tracer.name())));
+    }
+    let patched = match target.wait_prefix("patched", Duration::from_secs(60)) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = tracer.stop();
+            return Err(e);
+        }
+    };
+    let live_ms = patched.at.duration_since(started).as_secs_f64() * 1e3;
+    let probed = target.wait_prefix("probed", long);
+    let outcome = tracer.stop().with_context(|| format!("stopping {}", tracer.name()))?;
+    probed?;
+    let result = target.wait_prefix("result", long)?;
+    let status = target.wait_exit(Duration::from_secs(10));
+    let line = &result.text;
+    if !line.contains("checksum=ok") {
+        bail!("{}: the target computed wrong results while probed: {line}", tracer.name());
+    }
+    if !status.is_some_and(|s| s.success()) {
+        bail!("{}: the target did not exit cleanly ({status:?})", tracer.name());
+    }
+    let get = |k: &str| kv_f64(line, k).with_context(|| format!("no {k} in `{line}`"));
+    let calls = get("probed_calls")? as u64;
+    let hits_ok = outcome.hits.map(|h| h == calls * tracer.hits_per_call());
+    Ok(Run { base: (get("base_pre")? + get("base_post")?) / 2.0, probed: get("probed")?, live_ms, outcome, hits_ok })
+}
+
+/// tp itself, as a user runs it: `tp attach -p PID -f work [--args] [--ret]`,
+/// stopped with Ctrl-C (SIGINT). `Disabled` attaches the same way and then
+/// turns the probe's enable flag off in the shared data region.
+pub struct Tp {
+    records: Records,
+    session: Option<Proc>,
+}
+
+impl Tp {
+    /// tp recording `records`.
+    pub fn new(records: Records) -> Tp {
+        Tp { records, session: None }
+    }
+}
+
+/// Events per thread ring: room for several bursts, so the ring is never
+/// full when the tracer drains between bursts.
+const RING: u32 = 1 << 16;
+
+impl Tracer for Tp {
+    fn name(&self) -> String {
+        format!("tp: {}", self.records.label())
+    }
+
+    fn records(&self) -> Records {
+        self.records
+    }
+
+    fn hits_per_call(&self) -> u64 {
+        // A disabled probe counts nothing (the target makes no call between
+        // the patch and the flag going off).
+        u64::from(self.records != Records::Disabled)
+    }
+
+    fn sizes(&self) -> Sizes {
+        match self.records {
+            Records::Count | Records::Disabled => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
+            // Bursts that fit in the ring, and pauses longer than tp's
+            // 20 ms drain period.
+            _ => Sizes { bursts: 31, calls: 16_384, pause_us: 25_000 },
+        }
+    }
+
+    fn start(&mut self, env: &Env, pid: i32, _binary: &Path) -> Result<()> {
+        let mut args: Vec<String> = vec!["attach".into(), "-p".into(), pid.to_string(), "-f".into(), "work".into()];
+        match self.records {
+            Records::Args => args.push("--args".into()),
+            Records::Ret => args.push("--ret".into()),
+            Records::ArgsRet => args.extend(["--args".into(), "--ret".into()]),
+            Records::Count | Records::Disabled => {}
+        }
+        args.extend(["-q".into(), "--json".into(), "--ring-size".into(), RING.to_string()]);
+        let mut p = Proc::spawn("tp", &env.tp, &args, false)?;
+        if self.records == Records::Disabled {
+            p.wait_prefix("tp: attached", Duration::from_secs(30))?;
+            set_enabled(pid, "work", false)?;
+        }
+        self.session = Some(p);
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<Outcome> {
+        let Some(mut p) = self.session.take() else { bail!("tp was not started") };
+        p.stop(libc::SIGINT, Duration::from_secs(60));
+        let attached = p.last("tp: attached").map(|l| l.text.clone());
+        let Some(attached) = attached else { bail!("tp did not attach:\n{}", p.text()) };
+        let json = p.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).map(|l| l.text.clone());
+        let Some(json) = json else { bail!("tp printed no summary:\n{}", p.text()) };
+        let v: serde_json::Value = serde_json::from_str(&json).context("tp's JSON summary")?;
+        let hits = v["probes"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["func"] == "work"))
+            .and_then(|p| p["hits"].as_u64());
+        Ok(Outcome {
+            hits,
+            lost: v["lost_events"].as_u64(),
+            tp_stop_us: number_before(&attached, "target stopped", " µs"),
+        })
+    }
+}
+
+/// Turns the enable flag of the probe on `func` in process `pid` on or off,
+/// through tp's shared data region (what `tp enable`/`tp disable` do).
+pub fn set_enabled(pid: i32, func: &str, on: bool) -> Result<()> {
+    let region = open_region(pid)?;
+    let (i, _) = region
+        .entries()
+        .into_iter()
+        .find(|(_, e)| e.state() == tp::probe::layout::State::Active && e.name() == func)
+        .with_context(|| format!("no active probe on `{func}` in {pid}"))?;
+    region.set_enabled(i, on)
+}
+
+/// tp's data region in process `pid`.
+pub fn open_region(pid: i32) -> Result<tp::probe::region::Region> {
+    let maps = tp::process::read_maps(pid)?;
+    let m = tp::probe::region::find(&maps).with_context(|| format!("process {pid} has no tp data region"))?;
+    tp::probe::region::Region::open(pid, m)
+}

@@ -1,0 +1,352 @@
+//! tp's benchmark (issue 7): what a probe hit, an attach, a detach and a
+//! toggle cost, beside the tools a user would pick instead, measured the
+//! same way in one run. `cargo bench --bench tp` runs it (`just bench`);
+//! docs/benchmarks.md explains the method and holds the latest numbers.
+//!
+//! ```text
+//! cargo bench --bench tp [-- OPTIONS]
+//!   --reps N     runs of every measurement (default 5)
+//!   --smoke      one short run of everything, to check that it works (CI)
+//!   --only LIST  sections to run, comma-separated: hit,steps,attach,toggle
+//!   --no-peers   tp only
+//!   --match LIST only the hit-cost rows whose name contains one of LIST
+//!                (comma-separated)
+//!   --doc        also write the results into docs/benchmarks.md
+//! ```
+//!
+//! Needs root (ptrace, tracefs). Results also go to target/bench/.
+
+mod attach;
+mod env;
+mod hit;
+mod peers;
+mod proc;
+mod report;
+mod stats;
+mod steps;
+mod toggle;
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+
+use crate::env::Env;
+use crate::hit::{Records, Tp, Tracer};
+use crate::report::{AttachRow, HitRow, Results, StepRow};
+
+/// Command-line options.
+struct Options {
+    reps: usize,
+    smoke: bool,
+    sections: Vec<String>,
+    peers: bool,
+    doc: bool,
+    matching: Option<String>,
+}
+
+const SECTIONS: [&str; 4] = ["steps", "attach", "toggle", "hit"];
+
+fn options() -> Result<Options> {
+    let mut o = Options {
+        reps: 5,
+        smoke: false,
+        sections: SECTIONS.map(String::from).to_vec(),
+        peers: true,
+        doc: false,
+        matching: None,
+    };
+    let mut args = std::env::args().skip(1);
+    let mut reps_given = false;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--bench" => {} // cargo bench passes it
+            "--smoke" => o.smoke = true,
+            "--no-peers" => o.peers = false,
+            "--doc" => o.doc = true,
+            "--reps" => {
+                let v = args.next().context("--reps needs a number")?;
+                o.reps = v
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .with_context(|| format!("--reps: `{v}` is not a positive number"))?;
+                reps_given = true;
+            }
+            "--match" => o.matching = Some(args.next().context("--match needs a list of names")?),
+            "--only" => {
+                let v = args.next().context("--only needs a list of sections")?;
+                o.sections = v.split(',').map(str::to_string).collect();
+                if let Some(bad) = o.sections.iter().find(|s| !SECTIONS.contains(&s.as_str())) {
+                    bail!("--only: no section `{bad}` (sections: {})", SECTIONS.join(", "));
+                }
+            }
+            other => bail!(
+                "unknown option `{other}` (options: --reps N, --smoke, --only LIST, --no-peers, --match LIST, --doc)"
+            ),
+        }
+    }
+    if o.smoke && !reps_given {
+        o.reps = 1;
+    }
+    Ok(o)
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs the sections; Ok(false) if a measurement of tp failed.
+fn run() -> Result<bool> {
+    let o = options()?;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!("the benchmark needs root (ptrace of other processes, tracefs)");
+    }
+    let env = Env::new(o.smoke, o.reps);
+    let mut r = Results {
+        date: env::first_line("date", &["-u", "+%Y-%m-%d %H:%M UTC"]).unwrap_or_default(),
+        command: command_line(),
+        machine: env::machine(),
+        load: (env::load_average(), String::new()),
+        reps: o.reps,
+        ..Results::default()
+    };
+    eprintln!("bench: {} runs; load average {}; {}", o.reps, r.load.0, r.machine);
+    if env::load1() > 1.5 && !o.smoke {
+        eprintln!("bench: the load average is above 1.5: other work on this machine will show in the numbers");
+    }
+    let mut ok = true;
+    let on = |s: &str| o.sections.iter().any(|x| x == s);
+    if on("steps") {
+        ok &= steps_section(&env, &mut r);
+    }
+    if on("attach") {
+        ok &= attach_section(&env, &mut r);
+    }
+    if on("toggle") {
+        ok &= toggle_section(&env, &mut r);
+    }
+    if on("hit") {
+        ok &= hit_section(&env, &o, &mut r);
+    }
+    r.load.1 = env::load_average();
+    let md = r.markdown();
+    println!("\n{md}");
+    let out = env.root.join("target/bench");
+    std::fs::create_dir_all(&out)?;
+    std::fs::write(out.join("results.md"), &md)?;
+    std::fs::write(out.join("listing.txt"), r.listings())?;
+    eprintln!("bench: written to {}", out.display());
+    if o.doc {
+        write_doc(&env, &md)?;
+    }
+    if !ok {
+        eprintln!("bench: some measurements of tp failed (above)");
+    }
+    Ok(ok)
+}
+
+fn command_line() -> String {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench" && a != "--doc").collect();
+    if args.is_empty() {
+        "cargo bench --bench tp".into()
+    } else {
+        format!("cargo bench --bench tp -- {}", args.join(" "))
+    }
+}
+
+fn steps_section(env: &Env, r: &mut Results) -> bool {
+    if !cfg!(target_arch = "x86_64") {
+        r.notes.push("Instruction counts: x86-64 only for now.".into());
+        return true;
+    }
+    let mut ok = true;
+    for records in [
+        None,
+        Some(Records::Count),
+        Some(Records::Disabled),
+        Some(Records::Args),
+        Some(Records::Ret),
+        Some(Records::ArgsRet),
+    ] {
+        match steps::count(env, records) {
+            Ok((base, probed)) => {
+                let count = probed.unwrap_or_else(|| base.clone());
+                eprintln!("steps: {:?}: {} instructions per call (unprobed {})", records, count.total, base.total);
+                r.steps.push(StepRow { records, count, base: base.total });
+            }
+            Err(e) => {
+                eprintln!("steps: {records:?}: {e:#}");
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+fn attach_section(env: &Env, r: &mut Results) -> bool {
+    let mut rows: Vec<AttachRow> = attach::SIZES
+        .iter()
+        .map(|&(probes, _)| AttachRow { probes, cycles: Vec::new(), failures: Vec::new() })
+        .collect();
+    for rep in 0..env.reps {
+        for (row, &(probes, glob)) in rows.iter_mut().zip(attach::SIZES.iter()) {
+            match attach::cycle(env, probes, glob) {
+                Ok(c) => {
+                    eprintln!(
+                        "attach: {probes} probes, run {}: attach {:.1} ms (stopped {} µs), detach {:.1} ms (stopped {} µs)",
+                        rep + 1,
+                        c.attach_wall_ms,
+                        c.attach_stop_us,
+                        c.detach_wall_ms,
+                        c.detach_stop_us
+                    );
+                    row.cycles.push(c);
+                }
+                Err(e) => {
+                    eprintln!("attach: {probes} probes, run {}: {e:#}", rep + 1);
+                    row.failures.push(format!("{e:#}"));
+                }
+            }
+        }
+    }
+    let ok = rows.iter().all(|row| row.failures.is_empty());
+    r.attach = rows;
+    ok
+}
+
+fn toggle_section(env: &Env, r: &mut Results) -> bool {
+    let rounds = if env.smoke { 1_000 } else { 100_000 };
+    let mut ok = true;
+    for _ in 0..env.reps {
+        match toggle::measure(env, rounds) {
+            Ok(ns) => {
+                eprintln!("toggle: {ns:.1} ns per toggle");
+                r.toggle.push(ns);
+            }
+            Err(e) => {
+                eprintln!("toggle: {e:#}");
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+/// The rows of the hit table: tp's, then the peers' that are available.
+fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> {
+    let mut v: Vec<(Box<dyn Tracer>, u32)> = Vec::new();
+    for (records, threads) in [
+        (Records::Count, 1),
+        (Records::Count, 2),
+        (Records::Disabled, 1),
+        (Records::Args, 1),
+        (Records::Args, 2),
+        (Records::Ret, 1),
+        (Records::Ret, 2),
+        (Records::ArgsRet, 1),
+    ] {
+        v.push((Box::new(Tp::new(records)), threads));
+    }
+    if !o.peers {
+        return v;
+    }
+    match peers::tracefs_ready() {
+        Ok(()) => {
+            v.push((Box::new(peers::Uprobe::int3()), 1));
+            v.push((Box::new(peers::Uprobe::int3()), 2));
+            if cfg!(target_arch = "x86_64") {
+                v.push((Box::new(peers::Uprobe::nop5()), 1));
+            }
+            v.push((Box::new(peers::Uprobe::args()), 1));
+            v.push((Box::new(peers::Uprobe::ret()), 1));
+        }
+        Err(e) => notes.push(format!("uprobes skipped: {e:#}")),
+    }
+    match peers::Gdb::new() {
+        Ok(g) => v.push((Box::new(g), 1)),
+        Err(e) => notes.push(format!("gdb skipped: {e:#}")),
+    }
+    for records in [Records::Count, Records::Args, Records::Ret] {
+        match peers::Frida::new(records) {
+            Ok(f) => v.push((Box::new(f), 1)),
+            Err(e) => {
+                notes.push(format!("Frida skipped: {e:#}"));
+                break;
+            }
+        }
+    }
+    v
+}
+
+fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
+    let mut list = tracers(o, &mut r.notes);
+    if let Some(m) = &o.matching {
+        list.retain(|(t, _)| m.split(',').any(|w| t.name().contains(w)));
+    }
+    for n in &r.notes {
+        eprintln!("bench: {n}");
+    }
+    let mut rows: Vec<HitRow> = list
+        .iter()
+        .map(|(t, threads)| HitRow {
+            name: t.name(),
+            records: t.records(),
+            threads: *threads,
+            tp: t.name().starts_with("tp:"),
+            runs: Vec::new(),
+            failures: Vec::new(),
+        })
+        .collect();
+    // Repetitions outside, so the noise of a given minute spreads over every row.
+    for rep in 0..env.reps {
+        for ((tracer, threads), row) in list.iter_mut().zip(rows.iter_mut()) {
+            let result = hit::run_once(env, tracer.as_mut(), *threads);
+            peers::tracefs_cleanup();
+            match result {
+                Ok(run) => {
+                    eprintln!(
+                        "hit: {} ({} threads), run {}: {:+.2} ns/call (probed {:.2}, unprobed {:.2}), live in {:.1} ms",
+                        row.name,
+                        threads,
+                        rep + 1,
+                        run.extra(),
+                        run.probed,
+                        run.base,
+                        run.live_ms
+                    );
+                    row.runs.push(run);
+                }
+                Err(e) => {
+                    eprintln!("hit: {} ({} threads), run {}: {e:#}", row.name, threads, rep + 1);
+                    row.failures.push(format!("{e:#}"));
+                }
+            }
+        }
+    }
+    let ok = rows.iter().filter(|row| row.tp).all(|row| row.failures.is_empty());
+    r.hit = rows;
+    ok
+}
+
+/// Puts `md` into docs/benchmarks.md between its result markers.
+fn write_doc(env: &Env, md: &str) -> Result<()> {
+    const BEGIN: &str = "<!-- results: written by `cargo bench --bench tp -- --doc` -->";
+    const END: &str = "<!-- end of results -->";
+    let path = env.root.join("docs/benchmarks.md");
+    let doc = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
+    let (Some(b), Some(e)) = (doc.find(BEGIN), doc.find(END)) else {
+        bail!("{} has no result markers", path.display());
+    };
+    let updated = format!("{}{BEGIN}\n\n{md}{}", &doc[..b], &doc[e..]);
+    std::fs::write(&path, updated)?;
+    eprintln!("bench: results written into {}", path.display());
+    Ok(())
+}

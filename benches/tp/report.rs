@@ -1,0 +1,333 @@
+//! The results of one benchmark run as Markdown: the tables printed at the
+//! end, written to target/bench/results.md, and with `--doc` put into
+//! docs/benchmarks.md between its result markers.
+
+use std::fmt::Write;
+
+use crate::attach::Cycle;
+use crate::hit::{Records, Run};
+use crate::stats::{Spread, int, num, ratio, show};
+use crate::steps::Count;
+
+/// One row of the hit-cost table: a tracer and a thread count.
+pub struct HitRow {
+    /// The tracer's name.
+    pub name: String,
+    /// What it records.
+    pub records: Records,
+    /// Threads calling `work()`.
+    pub threads: u32,
+    /// True for tp's own rows.
+    pub tp: bool,
+    /// Runs that completed.
+    pub runs: Vec<Run>,
+    /// Why the other runs failed.
+    pub failures: Vec<String>,
+}
+
+impl HitRow {
+    /// Extra ns per call over the runs.
+    pub fn extra(&self) -> Option<Spread> {
+        Spread::of(&self.runs.iter().map(Run::extra).collect::<Vec<_>>())
+    }
+}
+
+/// One row of the instruction counts.
+pub struct StepRow {
+    /// What the probe records (None: unprobed).
+    pub records: Option<Records>,
+    /// The probed call.
+    pub count: Count,
+    /// The same call unprobed.
+    pub base: usize,
+}
+
+/// The cycles of one probe count.
+pub struct AttachRow {
+    /// Probes per attach.
+    pub probes: usize,
+    /// Cycles that completed.
+    pub cycles: Vec<Cycle>,
+    /// Why the others failed.
+    pub failures: Vec<String>,
+}
+
+impl AttachRow {
+    fn spread(&self, f: impl Fn(&Cycle) -> f64) -> Option<Spread> {
+        Spread::of(&self.cycles.iter().map(f).collect::<Vec<_>>())
+    }
+}
+
+/// Everything one run measured.
+#[derive(Default)]
+pub struct Results {
+    /// When it started (UTC).
+    pub date: String,
+    /// The command that produced it.
+    pub command: String,
+    /// CPU, cores and kernel.
+    pub machine: String,
+    /// Load averages when the run started and ended.
+    pub load: (String, String),
+    /// Repetitions.
+    pub reps: usize,
+    /// Hit-cost rows.
+    pub hit: Vec<HitRow>,
+    /// Instruction counts.
+    pub steps: Vec<StepRow>,
+    /// Attach and detach rows.
+    pub attach: Vec<AttachRow>,
+    /// ns per toggle, over the runs.
+    pub toggle: Vec<f64>,
+    /// Sections or peers skipped, and why.
+    pub notes: Vec<String>,
+}
+
+impl Results {
+    /// tp's row recording `records` with `threads` threads.
+    fn tp_row(&self, records: Records, threads: u32) -> Option<&HitRow> {
+        self.hit.iter().find(|r| r.tp && r.records == records && r.threads == threads)
+    }
+
+    fn tp_extra(&self, records: Records, threads: u32) -> Option<f64> {
+        self.tp_row(records, threads)?.extra().map(|s| s.median)
+    }
+
+    fn attach_row(&self, probes: usize) -> Option<&AttachRow> {
+        self.attach.iter().find(|r| r.probes == probes)
+    }
+
+    /// The whole report.
+    pub fn markdown(&self) -> String {
+        let mut out = String::new();
+        let o = &mut out;
+        let _ = writeln!(o, "Run of {} with `{}`, {} runs of everything.", self.date, self.command, self.reps);
+        let _ = writeln!(
+            o,
+            "Machine: {}. Load average (1, 5, 15 min): {} at the start, {} at the end.\n",
+            self.machine, self.load.0, self.load.1
+        );
+        for n in &self.notes {
+            let _ = writeln!(o, "- {n}");
+        }
+        if !self.notes.is_empty() {
+            o.push('\n');
+        }
+        self.targets(o);
+        self.hits(o);
+        self.steps(o);
+        self.attach(o);
+        self.toggle(o);
+        out
+    }
+
+    fn targets(&self, o: &mut String) {
+        let _ = writeln!(o, "### Targets (issue 7)\n");
+        let _ = writeln!(o, "| target | goal | measured (median) | met |");
+        let _ = writeln!(o, "|---|---|---|---|");
+        let mut row = |what: &str, goal: f64, unit: &str, got: Option<f64>| {
+            let (m, met) = match got {
+                Some(v) => (format!("{} {unit}", num(v)), if v <= goal { "yes" } else { "**no**" }),
+                None => ("–".into(), "–"),
+            };
+            let _ = writeln!(o, "| {what} | ≤ {} {unit} | {m} | {met} |", num(goal));
+        };
+        row("count-only hit, 1 thread", 2.0, "ns", self.tp_extra(Records::Count, 1));
+        row("count-only hit, 2 threads on the probe", 2.0, "ns", self.tp_extra(Records::Count, 2));
+        row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1));
+        row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2));
+        row("exit with latency (`--ret`)", 30.0, "ns", self.tp_extra(Records::Ret, 1));
+        row("entry + exit with latency (`--args --ret`)", 30.0, "ns", self.tp_extra(Records::ArgsRet, 1));
+        let a1 = self.attach_row(1);
+        let a10k = self.attach_row(10_000);
+        let med = |r: Option<&AttachRow>, f: fn(&Cycle) -> f64| r.and_then(|r| r.spread(f)).map(|s| s.median);
+        row("attach 1 probe: wall", 10.0, "ms", med(a1, |c| c.attach_wall_ms));
+        row("attach 1 probe: target stopped", 1000.0, "µs", med(a1, |c| c.attach_stop_us));
+        row("attach 10,000 probes: wall", 1000.0, "ms", med(a10k, |c| c.attach_wall_ms));
+        row("attach 10,000 probes: target stopped (one stop)", 100_000.0, "µs", med(a10k, |c| c.attach_stop_us));
+        row("toggle one probe (no stop)", 100.0, "ns", Spread::of(&self.toggle).map(|s| s.median));
+        o.push('\n');
+    }
+
+    fn hits(&self, o: &mut String) {
+        let _ = writeln!(o, "### Cost of a hit: extra ns per call of `work()`\n");
+        let _ = writeln!(
+            o,
+            "Median [min–max] over the runs; each run compares probed and unprobed phases in one target process. \
+             \"tp ÷ peer\" divides tp's extra cost (same records, same threads) by the peer's.\n"
+        );
+        let _ = writeln!(
+            o,
+            "| probe | records | threads | extra ns/call | probed ns/call | unprobed ns/call | tp ÷ peer | start → live ms | target stopped µs | counts exact |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
+        for r in &self.hit {
+            let spread = |f: fn(&Run) -> f64| show(Spread::of(&r.runs.iter().map(f).collect::<Vec<_>>()));
+            let extra = r.extra();
+            let vs = if r.tp {
+                String::new()
+            } else {
+                let tp = self.tp_extra(r.records, r.threads).or_else(|| self.tp_extra(r.records, 1));
+                match (tp, extra) {
+                    (Some(t), Some(p)) => ratio(t, p.median),
+                    _ => "–".into(),
+                }
+            };
+            let stop = if r.tp {
+                show(Spread::of(&r.runs.iter().filter_map(|x| x.outcome.tp_stop_us).collect::<Vec<_>>()))
+            } else {
+                String::new()
+            };
+            let exact = exactness(r);
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {vs} | {} | {stop} | {exact} |",
+                r.name,
+                r.records.label(),
+                r.threads,
+                show(extra),
+                spread(|x| x.probed),
+                spread(|x| x.base),
+                spread(|x| x.live_ms),
+            );
+        }
+        o.push('\n');
+        for r in &self.hit {
+            for f in &r.failures {
+                let _ = writeln!(o, "- {} ({} threads), failed run: {}", r.name, r.threads, first_line(f));
+            }
+        }
+        if self.hit.iter().any(|r| !r.failures.is_empty()) {
+            o.push('\n');
+        }
+    }
+
+    fn steps(&self, o: &mut String) {
+        if self.steps.is_empty() {
+            return;
+        }
+        let _ = writeln!(o, "### Instructions per hit (exact; single-stepped with ptrace)\n");
+        let _ = writeln!(o, "| probe | instructions per call | extra | in the detour | in tp's runtime |");
+        let _ = writeln!(o, "|---|---|---|---|---|");
+        for s in &self.steps {
+            let name = s.records.map_or("unprobed".to_string(), |r| format!("tp: {}", r.label()));
+            let _ = writeln!(
+                o,
+                "| {name} | {} | {} | {} | {} |",
+                s.count.total,
+                s.count.total as i64 - s.base as i64,
+                s.count.detour,
+                s.count.runtime
+            );
+        }
+        o.push('\n');
+    }
+
+    fn attach(&self, o: &mut String) {
+        if self.attach.is_empty() {
+            return;
+        }
+        let _ = writeln!(o, "### Attach and detach (`tp attach -p PID -f GLOB`, then Ctrl-C)\n");
+        let _ = writeln!(
+            o,
+            "| probes | attach: wall ms | tp's own ms | target stopped µs | one thread stopped µs | detach: wall ms | target stopped µs |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+        for r in &self.attach {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                int(r.probes as u64),
+                show(r.spread(|c| c.attach_wall_ms)),
+                show(r.spread(|c| c.attach_tp_ms)),
+                show(r.spread(|c| c.attach_stop_us)),
+                show(r.spread(|c| c.worker_us)),
+                show(r.spread(|c| c.detach_wall_ms)),
+                show(r.spread(|c| c.detach_stop_us)),
+            );
+        }
+        o.push('\n');
+        let _ = writeln!(o, "Memory tp adds to the target (count-only probes, read from its data region and smaps):\n");
+        let _ = writeln!(
+            o,
+            "| probes | detour code, bytes per probe | code arenas: used / mapped | data reserved per probe | data region: mapped / resident |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|");
+        for r in &self.attach {
+            let Some(c) = r.cycles.last() else { continue };
+            let m = &c.memory;
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} / {} | {} B | {} / {} |",
+                int(r.probes as u64),
+                num(m.detour_bytes as f64 / r.probes as f64),
+                bytes(m.arena_used),
+                bytes(m.arena_mapped),
+                m.data_per_probe,
+                bytes(m.region_bytes),
+                bytes(m.region_rss),
+            );
+        }
+        o.push('\n');
+        for r in &self.attach {
+            for f in &r.failures {
+                let _ = writeln!(o, "- {} probes, failed cycle: {}", r.probes, first_line(f));
+            }
+        }
+    }
+
+    fn toggle(&self, o: &mut String) {
+        let _ = writeln!(o, "### Toggle\n");
+        let _ = writeln!(o, "| how | ns per toggle | target stopped |");
+        let _ = writeln!(o, "|---|---|---|");
+        let _ = writeln!(
+            o,
+            "| enable flag store through tp's library (`Region::set_enabled`) | {} | no |",
+            show(Spread::of(&self.toggle))
+        );
+        let _ = writeln!(o, "| `tp disable` / `tp enable` commands | *to fill when issue 9 lands on main* | |");
+        o.push('\n');
+    }
+
+    /// The instruction listings of the hit paths (outside the target's code).
+    pub fn listings(&self) -> String {
+        let mut out = String::new();
+        for s in &self.steps {
+            let Some(r) = s.records else { continue };
+            let _ = writeln!(out, "== tp: {} ({} instructions outside the function)", r.label(), s.count.listing.len());
+            for l in &s.count.listing {
+                let _ = writeln!(out, "  {l}");
+            }
+            out.push('\n');
+        }
+        out
+    }
+}
+
+fn exactness(r: &HitRow) -> String {
+    let checked: Vec<bool> = r.runs.iter().filter_map(|x| x.hits_ok).collect();
+    let lost: u64 = r.runs.iter().filter_map(|x| x.outcome.lost).sum();
+    let mut s = if checked.is_empty() {
+        "–".to_string()
+    } else if checked.iter().all(|&b| b) {
+        "yes".to_string()
+    } else {
+        format!("**no** ({} of {} runs)", checked.iter().filter(|&&b| !b).count(), checked.len())
+    };
+    if lost > 0 {
+        let _ = write!(s, "; {} events lost", num(lost as f64));
+    }
+    s
+}
+
+fn first_line(s: &str) -> &str {
+    s.lines().next().unwrap_or("")
+}
+
+fn bytes(b: u64) -> String {
+    match b {
+        b if b >= 10 << 20 => format!("{} MiB", b >> 20),
+        b if b >= 10 << 10 => format!("{} KiB", b >> 10),
+        b => format!("{b} B"),
+    }
+}
