@@ -46,6 +46,7 @@ const TARGETS: &[Target] = &[
     Target { name: "hot", sources: &["hot.c"], ..c("", &["-fPIE", "-pie"]) },
     Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },
     Target { name: "many", sources: &["many.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
+    Target { name: "floor", sources: &["floor.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     Target {
         name: "libalpha.so",
         sources: &["libwork.c"],

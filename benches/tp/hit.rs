@@ -205,7 +205,7 @@ impl Tracer for Tp {
             Records::Count | Records::Disabled => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
             // Bursts that fit in the ring, and pauses longer than tp's
             // 20 ms drain period.
-            _ => Sizes { bursts: 31, calls: 16_384, pause_us: 25_000 },
+            _ => Sizes { bursts: 31, calls: 8_192, pause_us: 25_000 },
         }
     }
 

@@ -18,6 +18,7 @@
 
 mod attach;
 mod env;
+mod floor;
 mod hit;
 mod peers;
 mod proc;
@@ -116,6 +117,7 @@ fn run() -> Result<bool> {
         machine: env::machine(),
         load: (env::load_average(), String::new()),
         reps: o.reps,
+        smoke: o.smoke,
         ..Results::default()
     };
     eprintln!("bench: {} runs; load average {}; {}", o.reps, r.load.0, r.machine);
@@ -307,6 +309,21 @@ fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         .collect();
     // Repetitions outside, so the noise of a given minute spreads over every row.
     for rep in 0..env.reps {
+        if cfg!(target_arch = "x86_64") {
+            match floor::measure(env) {
+                Ok(f) => {
+                    eprintln!(
+                        "floor: run {}: per-thread lock inc +{:.2} ns (1 thread), +{:.2} ns (2 threads); rdtsc {:.2} ns",
+                        rep + 1,
+                        f.slot[0] - f.plain[0],
+                        f.slot[1] - f.plain[1],
+                        f.rdtsc
+                    );
+                    r.floor.push(f);
+                }
+                Err(e) => eprintln!("floor: {e:#}"),
+            }
+        }
         for ((tracer, threads), row) in list.iter_mut().zip(rows.iter_mut()) {
             let result = hit::run_once(env, tracer.as_mut(), *threads);
             peers::tracefs_cleanup();

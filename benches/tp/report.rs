@@ -5,6 +5,7 @@
 use std::fmt::Write;
 
 use crate::attach::Cycle;
+use crate::floor::Floor;
 use crate::hit::{Records, Run};
 use crate::stats::{Spread, int, num, ratio, show};
 use crate::steps::Count;
@@ -71,6 +72,8 @@ pub struct Results {
     pub load: (String, String),
     /// Repetitions.
     pub reps: usize,
+    /// A smoke run (CI): too short for the numbers to mean anything.
+    pub smoke: bool,
     /// Hit-cost rows.
     pub hit: Vec<HitRow>,
     /// Instruction counts.
@@ -79,6 +82,8 @@ pub struct Results {
     pub attach: Vec<AttachRow>,
     /// ns per toggle, over the runs.
     pub toggle: Vec<f64>,
+    /// The floor, once per repetition of the hit-cost runs.
+    pub floor: Vec<Floor>,
     /// Sections or peers skipped, and why.
     pub notes: Vec<String>,
 }
@@ -101,7 +106,11 @@ impl Results {
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         let o = &mut out;
-        let _ = writeln!(o, "Run of {} with `{}`, {} runs of everything.", self.date, self.command, self.reps);
+        let runs = if self.reps == 1 { "1 run".to_string() } else { format!("{} runs", self.reps) };
+        let _ = writeln!(o, "Run of {} with `{}`, {runs} of everything.", self.date, self.command);
+        if self.smoke {
+            let _ = writeln!(o, "**A smoke run: short bursts, one run; the numbers mean nothing.**\n");
+        }
         let _ = writeln!(
             o,
             "Machine: {}. Load average (1, 5, 15 min): {} at the start, {} at the end.\n",
@@ -115,37 +124,78 @@ impl Results {
         }
         self.targets(o);
         self.hits(o);
+        self.floor(o);
         self.steps(o);
         self.attach(o);
         self.toggle(o);
         out
     }
 
+    /// The median over the runs of `f` of the floor.
+    fn floor_of(&self, f: impl Fn(&Floor) -> f64) -> Option<f64> {
+        Spread::of(&self.floor.iter().map(f).collect::<Vec<_>>()).map(|s| s.median)
+    }
+
     fn targets(&self, o: &mut String) {
         let _ = writeln!(o, "### Targets (issue 7)\n");
-        let _ = writeln!(o, "| target | goal | measured (median) | met |");
-        let _ = writeln!(o, "|---|---|---|---|");
-        let mut row = |what: &str, goal: f64, unit: &str, got: Option<f64>| {
+        let _ = writeln!(
+            o,
+            "\"Floor\" is what the same thing costs at best on this machine in this run, with no tracer \
+             (see the floor table below).\n"
+        );
+        let _ = writeln!(o, "| target | goal | measured (median) | met | floor in this run |");
+        let _ = writeln!(o, "|---|---|---|---|---|");
+        let mut row = |what: &str, goal: f64, unit: &str, got: Option<f64>, floor: Option<f64>| {
             let (m, met) = match got {
                 Some(v) => (format!("{} {unit}", num(v)), if v <= goal { "yes" } else { "**no**" }),
                 None => ("–".into(), "–"),
             };
-            let _ = writeln!(o, "| {what} | ≤ {} {unit} | {m} | {met} |", num(goal));
+            let floor = floor.map_or(String::new(), |f| format!("{} {unit}", num(f)));
+            let _ = writeln!(o, "| {what} | ≤ {} {unit} | {m} | {met} | {floor} |", num(goal));
         };
-        row("count-only hit, 1 thread", 2.0, "ns", self.tp_extra(Records::Count, 1));
-        row("count-only hit, 2 threads on the probe", 2.0, "ns", self.tp_extra(Records::Count, 2));
-        row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1));
-        row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2));
-        row("exit with latency (`--ret`)", 30.0, "ns", self.tp_extra(Records::Ret, 1));
-        row("entry + exit with latency (`--args --ret`)", 30.0, "ns", self.tp_extra(Records::ArgsRet, 1));
+        let slot = |t: usize| self.floor_of(|f| f.slot[t] - f.plain[t]);
+        let rdtsc = self.floor_of(|f| f.rdtsc);
+        row("count-only hit, 1 thread", 2.0, "ns", self.tp_extra(Records::Count, 1), slot(0));
+        row("count-only hit, 2 threads on the probe", 2.0, "ns", self.tp_extra(Records::Count, 2), slot(1));
+        row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1), rdtsc);
+        row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2), rdtsc);
+        let two = rdtsc.map(|r| 2.0 * r);
+        row("exit with latency (`--ret`)", 30.0, "ns", self.tp_extra(Records::Ret, 1), two);
+        row("entry + exit with latency (`--args --ret`)", 30.0, "ns", self.tp_extra(Records::ArgsRet, 1), two);
         let a1 = self.attach_row(1);
         let a10k = self.attach_row(10_000);
         let med = |r: Option<&AttachRow>, f: fn(&Cycle) -> f64| r.and_then(|r| r.spread(f)).map(|s| s.median);
-        row("attach 1 probe: wall", 10.0, "ms", med(a1, |c| c.attach_wall_ms));
-        row("attach 1 probe: target stopped", 1000.0, "µs", med(a1, |c| c.attach_stop_us));
-        row("attach 10,000 probes: wall", 1000.0, "ms", med(a10k, |c| c.attach_wall_ms));
-        row("attach 10,000 probes: target stopped (one stop)", 100_000.0, "µs", med(a10k, |c| c.attach_stop_us));
-        row("toggle one probe (no stop)", 100.0, "ns", Spread::of(&self.toggle).map(|s| s.median));
+        row("attach 1 probe: wall", 10.0, "ms", med(a1, |c| c.attach_wall_ms), None);
+        row("attach 1 probe: target stopped", 1000.0, "µs", med(a1, |c| c.attach_stop_us), None);
+        row("attach 10,000 probes: wall", 1000.0, "ms", med(a10k, |c| c.attach_wall_ms), None);
+        row("attach 10,000 probes: target stopped (one stop)", 100_000.0, "µs", med(a10k, |c| c.attach_stop_us), None);
+        row("toggle one probe (no stop)", 100.0, "ns", Spread::of(&self.toggle).map(|s| s.median), None);
+        o.push('\n');
+    }
+
+    fn floor(&self, o: &mut String) {
+        if self.floor.is_empty() {
+            return;
+        }
+        let _ = writeln!(o, "### Floor in this run (no tracer; targets/floor.c)\n");
+        let _ = writeln!(o, "| | 1 thread | 2 threads |");
+        let _ = writeln!(o, "|---|---|---|");
+        let s = |f: &dyn Fn(&Floor) -> f64| show(Spread::of(&self.floor.iter().map(f).collect::<Vec<_>>()));
+        let _ =
+            writeln!(o, "| tiny function, ns per call per thread | {} | {} |", s(&|f| f.plain[0]), s(&|f| f.plain[1]));
+        let _ = writeln!(
+            o,
+            "| extra for a per-thread `lock inc` (tp's counter rows) | {} | {} |",
+            s(&|f| f.slot[0] - f.plain[0]),
+            s(&|f| f.slot[1] - f.plain[1])
+        );
+        let _ = writeln!(
+            o,
+            "| extra for one shared `lock inc` | {} | {} |",
+            s(&|f| f.shared[0] - f.plain[0]),
+            s(&|f| f.shared[1] - f.plain[1])
+        );
+        let _ = writeln!(o, "| one `rdtsc`, ns | {} | |", s(&|f| f.rdtsc));
         o.push('\n');
     }
 

@@ -1,0 +1,43 @@
+//! The floor, measured in the same run: what counting a call costs at best
+//! on this machine right now (targets/floor.c: a tiny function called by 1
+//! and 2 threads, plain, with a per-thread `lock inc` as tp's detour does it,
+//! with one shared `lock inc`), and one `rdtsc`. On a shared, noisy machine
+//! tp's rows are read against these.
+
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::env::Env;
+use crate::proc::{Proc, kv_f64};
+
+/// One run of the floor program.
+#[derive(Debug, Clone, Default)]
+pub struct Floor {
+    /// ns per call per thread, for 1 and 2 threads: plain, per-thread slot, shared counter.
+    pub plain: [f64; 2],
+    /// With a per-thread counter slot.
+    pub slot: [f64; 2],
+    /// With one shared counter.
+    pub shared: [f64; 2],
+    /// One rdtsc, ns.
+    pub rdtsc: f64,
+}
+
+/// Runs the floor program once.
+pub fn measure(env: &Env) -> Result<Floor> {
+    let calls = if env.smoke { "200000" } else { "20000000" };
+    let mut p = Proc::spawn("floor", &env.target("floor"), &[calls.to_string()], false)?;
+    let mut f = Floor::default();
+    for t in 0..2 {
+        let l = p.wait_prefix("floor threads=", Duration::from_secs(120))?;
+        let get = |k: &str| kv_f64(&l.text, k).with_context(|| format!("no {k} in `{}`", l.text));
+        f.plain[t] = get("plain")?;
+        f.slot[t] = get("slot")?;
+        f.shared[t] = get("shared")?;
+    }
+    let l = p.wait_prefix("floor rdtsc=", Duration::from_secs(60))?;
+    f.rdtsc = kv_f64(&l.text, "rdtsc").context("no rdtsc")?;
+    p.wait_exit(Duration::from_secs(10));
+    Ok(f)
+}

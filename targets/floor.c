@@ -1,0 +1,113 @@
+/* floor: what counting a call costs at best on this machine, measured in
+ * the same benchmark run as tp (benches/tp), so tp's numbers can be read
+ * against the machine's state at that moment. No tracer is involved.
+ *
+ * A tiny noinline function is called in a loop by 1 and by 2 threads:
+ *   plain   as it is;
+ *   slot    plus `lock inc` of a counter in a row chosen by hashing the
+ *           thread pointer (fs:0), as tp's counting detour does;
+ *   shared  plus `lock inc` of one counter that every thread writes.
+ * and rdtsc, the timestamp an event costs, is timed on its own.
+ *
+ *   floor N   prints "floor threads=T plain=NS slot=NS shared=NS" for T = 1
+ *             and 2 (ns per call per thread, the median of 5 runs of N
+ *             calls per thread), then "floor rdtsc=NS".
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <x86intrin.h>
+
+#define ROWS 64
+#define STRIDE 512 /* u64s per row: rows are 4 KiB apart */
+
+static uint64_t rows[ROWS * STRIDE] __attribute__((aligned(4096)));
+static uint64_t shared_counter __attribute__((aligned(64)));
+
+TP_PROBED unsigned f_plain(unsigned x)
+{
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+TP_PROBED unsigned f_slot(unsigned x)
+{
+	uint64_t tp;
+	__asm__ volatile("mov %%fs:0, %0" : "=r"(tp));
+	uint64_t row = ((tp >> 12) * 0x9e3779b97f4a7c15ull) >> 58;
+	__atomic_fetch_add(&rows[row * STRIDE], 1, __ATOMIC_RELAXED);
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+TP_PROBED unsigned f_shared(unsigned x)
+{
+	__atomic_fetch_add(&shared_counter, 1, __ATOMIC_RELAXED);
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+static double now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static long calls;
+static unsigned (*volatile fn)(unsigned);
+
+static void *loop(void *arg)
+{
+	(void)arg;
+	unsigned (*f)(unsigned) = fn;
+	volatile unsigned sink = 0;
+	for (long i = 0; i < calls; i++)
+		sink += f((unsigned)i);
+	return NULL;
+}
+
+/* ns per call per thread of `f` with `threads` threads. */
+static double run(unsigned (*f)(unsigned), int threads)
+{
+	pthread_t t[2];
+	fn = f;
+	double t0 = now();
+	for (int i = 0; i < threads; i++)
+		pthread_create(&t[i], NULL, loop, NULL);
+	for (int i = 0; i < threads; i++)
+		pthread_join(t[i], NULL);
+	return (now() - t0) * 1e9 / (double)calls;
+}
+
+static int cmp(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median5(unsigned (*f)(unsigned), int threads)
+{
+	double v[5];
+	for (int i = 0; i < 5; i++)
+		v[i] = run(f, threads);
+	qsort(v, 5, sizeof v[0], cmp);
+	return v[2];
+}
+
+int main(int argc, char **argv)
+{
+	calls = argc >= 2 ? atol(argv[1]) : 20000000;
+	if (calls < 1)
+		calls = 1;
+	for (int threads = 1; threads <= 2; threads++) {
+		double plain = median5(f_plain, threads);
+		double slot = median5(f_slot, threads);
+		double shared = median5(f_shared, threads);
+		printf("floor threads=%d plain=%.3f slot=%.3f shared=%.3f\n", threads, plain, slot, shared);
+	}
+	uint64_t s = 0;
+	double t0 = now();
+	for (long i = 0; i < calls; i++)
+		s += __rdtsc();
+	printf("floor rdtsc=%.3f sink=%llu\n", (now() - t0) * 1e9 / (double)calls, (unsigned long long)(s & 1));
+	return 0;
+}
