@@ -27,16 +27,13 @@ lint:
 ci:
     .ci/run
 
-# The benchmark: tp's costs beside uprobes, gdb and Frida, measured the same
-# way in one run (a few minutes; needs root). Prints the tables; ARGS go to
-# the benchmark (`--doc` writes them into docs/benchmarks.md).
+# The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]
 bench *ARGS: bench-peers
     cargo bench --bench tp -- {{ARGS}}
 
-# Installs the peers the benchmark compares tp with, when they are missing
-# (gdb from Debian, Frida from PyPI); the benchmark skips any that is not there.
+# Install the peers the benchmark compares with, if missing (gdb: Debian; Frida: PyPI).
 [group('bench')]
 bench-peers:
-    command -v gdb >/dev/null || (apt-get install -y -qq gdb >/dev/null 2>&1) || echo "bench: gdb not installed"
+    command -v gdb >/dev/null || (apt-get update -qq && apt-get install -y -qq gdb) >/dev/null 2>&1 || echo "bench: gdb not installed"
     python3 -c 'import frida' 2>/dev/null || python3 -m pip install -q frida >/dev/null 2>&1 || echo "bench: Frida not installed (pip install frida)"
