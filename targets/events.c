@@ -11,6 +11,8 @@
  *   nap MS         one call of nap(MS), which sleeps MS milliseconds -> "done nap MS"
  *   jump D         recurse D levels in jumper(), then longjmp out -> "done jump D"
  *   quiet N        N calls of add without logging -> "done quiet N"
+ *   tail N         N calls of tail_outer, which tail-calls tail_inner
+ *                  -> "done tail N sum=S"
  *   quit
  */
 #include "common.h"
@@ -69,6 +71,18 @@ TP_PROBED TP_RECURSIVE int jumper(int depth)
 	return jumper(depth - 1) + 1;
 }
 #pragma GCC diagnostic pop
+
+TP_PROBED long tail_inner(long x)
+{
+	return x * 3;
+}
+
+/* A sibling call: GCC makes it a jmp, so tail_inner runs with the return
+ * address tail_outer was given. */
+TP_PROBED long tail_outer(long x)
+{
+	return tail_inner(x + 1);
+}
 
 static pid_t tid(void)
 {
@@ -158,6 +172,11 @@ int main(void)
 			if (setjmp(escape) == 0)
 				jumper(k);
 			printf("done jump %d\n", k);
+		} else if (sscanf(line, "tail %lu", &n) == 1) {
+			long sum = 0;
+			for (unsigned long i = 0; i < n; i++)
+				sum += tail_outer((long)i);
+			printf("done tail %lu sum=%ld\n", n, sum);
 		} else if (sscanf(line, "quiet %lu", &n) == 1) {
 			long sum = 0;
 			for (unsigned long i = 0; i < n; i++)

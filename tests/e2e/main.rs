@@ -17,3 +17,7 @@ mod redis;
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// enable/disable without stopping the target.
+mod toggle;
+// tp profile: sampled latency with exact call counts.
+mod profile;

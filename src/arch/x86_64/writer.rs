@@ -65,6 +65,19 @@ impl Writer {
         self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
     }
 
+    /// `cmp dword [r11], 0`.
+    pub fn put_cmp_dword_r11_0(&mut self) {
+        self.buf.extend_from_slice(&[0x41, 0x83, 0x3b, 0x00]);
+    }
+
+    /// `jle target` (rel32).
+    pub fn put_jle(&mut self, target: u64) {
+        let end = self.pc() + 6;
+        let d = self.rel32(end, target);
+        self.buf.extend_from_slice(&[0x0f, 0x8e]);
+        self.buf.extend_from_slice(&d);
+    }
+
     /// `je target` (rel32).
     pub fn put_je(&mut self, target: u64) {
         let end = self.pc() + 6;
@@ -222,6 +235,8 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_r11_rip(AT + 0x107)), ["mov r11, qword ptr [rip + 0x100]"]);
         assert_eq!(asm(|w| w.put_add_r11_rip(AT - 0x10 + 7)), ["add r11, qword ptr [rip - 0x10]"]);
         assert_eq!(asm(|w| w.put_cmp_byte_r11_0()), ["cmp byte ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_cmp_dword_r11_0()), ["cmp dword ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_jle(AT + 0x40)), [format!("jle {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_je(AT + 0x40)), [format!("je {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
         assert_eq!(asm(|w| w.put_mov_r11_fs0()), ["mov r11, qword ptr fs:[0]"]);
