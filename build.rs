@@ -20,8 +20,10 @@ const TARGETS: &[Target] = &[
     Target { name: "counter-nopie", sources: &["counter.c"], flags: &["-fno-pie", "-no-pie"] },
 ];
 
-const X86_64_ONLY: &[Target] =
-    &[Target { name: "counter-cet", sources: &["counter.c"], flags: &["-fPIE", "-pie", "-fcf-protection=full"] }];
+const X86_64_ONLY: &[Target] = &[
+    Target { name: "counter-cet", sources: &["counter.c"], flags: &["-fPIE", "-pie", "-fcf-protection=full"] },
+    Target { name: "reloc_harness", sources: &["reloc_harness.c"], flags: &["-fPIE", "-pie"] },
+];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
