@@ -1,4 +1,4 @@
-//! Builds the C target programs in `targets/` into `targets/bin/<arch>/`,
+//! Builds the C (and x86-64 assembly) target programs in `targets/` into `targets/bin/<arch>/`,
 //! so that `cargo build` and `cargo test` need no separate step.
 //!
 //! Every target is built PIE and non-PIE, plus one variant with Intel CET
@@ -23,6 +23,7 @@ const TARGETS: &[Target] = &[
 const X86_64_ONLY: &[Target] = &[
     Target { name: "counter-cet", sources: &["counter.c"], flags: &["-fPIE", "-pie", "-fcf-protection=full"] },
     Target { name: "reloc_harness", sources: &["reloc_harness.c"], flags: &["-fPIE", "-pie"] },
+    Target { name: "prologues", sources: &["prologues.c", "prologues_x86_64.S"], flags: &["-fPIE", "-pie"] },
 ];
 
 fn main() {

@@ -61,6 +61,25 @@ pub enum Refusal {
         /// The landing pad's address.
         at: u64,
     },
+    /// The function has an exception table tp cannot read, so its landing
+    /// pads are unknown.
+    UnknownLandingPads {
+        /// The function's address.
+        at: u64,
+    },
+    /// Something outside the function's own direct branches enters the
+    /// window's interior: another symbol, a split-off part, an `endbr64`.
+    EntersWindow {
+        /// The address inside the window.
+        at: u64,
+        /// What enters there, e.g. "function `f`".
+        from: String,
+    },
+    /// The last instruction of the window would pass the function's end.
+    PastEnd {
+        /// Address of the instruction that crosses the end.
+        at: u64,
+    },
     /// An indirect jump (a jump table?) could target the window's interior.
     IndirectJump {
         /// Address of the jump.
@@ -99,6 +118,9 @@ impl Refusal {
             Refusal::CallInWindow { .. } => "call or syscall inside the window",
             Refusal::BranchIntoWindow { .. } => "branch into window",
             Refusal::LandingPadInWindow { .. } => "landing pad inside the window",
+            Refusal::UnknownLandingPads { .. } => "unreadable exception table",
+            Refusal::EntersWindow { .. } => "entered from outside the function",
+            Refusal::PastEnd { .. } => "window passes the function's end",
             Refusal::IndirectJump { .. } => "indirect jump with a multi-instruction window",
             Refusal::OutOfReach { .. } => "PC-relative reference out of reach",
             Refusal::Unrelocatable { .. } => "cannot relocate",
@@ -119,6 +141,11 @@ impl fmt::Display for Refusal {
             }
             Refusal::BranchIntoWindow { from } => write!(f, "branch into window from {from:#x}"),
             Refusal::LandingPadInWindow { at } => write!(f, "exception landing pad at {at:#x} inside the window"),
+            Refusal::UnknownLandingPads { at } => {
+                write!(f, "the exception table of the function at {at:#x} cannot be read (landing pads unknown)")
+            }
+            Refusal::EntersWindow { at, from } => write!(f, "{from} enters the window at {at:#x}"),
+            Refusal::PastEnd { at } => write!(f, "the instruction at {at:#x} passes the function's end"),
             Refusal::IndirectJump { at } => {
                 write!(f, "indirect jump at {at:#x} (jump table?) and a window of several instructions")
             }

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use crate::arch::{Isa, Refusal, SitePlan};
 use crate::cli::ListProbesArgs;
 use crate::output::json;
-use crate::symbols::{self, ElfFile, elf::machine_name};
+use crate::symbols::{self, ElfFile, elf::machine_name, entries::Entries};
 
 /// One function and its verdict.
 struct Row {
@@ -64,6 +64,7 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
 }
 
 fn verdicts(elf: &ElfFile, isa: Isa) -> Vec<Row> {
+    let entries = Entries::of(elf);
     elf.unique_functions()
         .into_iter()
         .filter(|f| f.size > 0)
@@ -72,7 +73,7 @@ fn verdicts(elf: &ElfFile, isa: Isa) -> Vec<Row> {
                 None => Err(Refusal::Undecodable { at: f.addr }),
                 Some(code) => {
                     let extra = symbols::cold_targets(elf, 0, &f.name, f.addr, f.size, isa);
-                    (isa.plan)(code, f.addr, &extra)
+                    (isa.plan)(code, f.addr, &extra).and_then(|p| entries.check(&p, 0).map(|()| p))
                 }
             };
             Row { name: f.name.clone(), addr: f.addr, size: f.size, verdict }

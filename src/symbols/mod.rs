@@ -1,7 +1,9 @@
 //! Functions by name: ELF symbols of the modules mapped in a process, with
 //! each module's load bias, and the code behind each function.
 
+pub mod eh;
 pub mod elf;
+pub mod entries;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

@@ -11,3 +11,6 @@ mod keep;
 mod errors;
 // list-probes on the bundled targets.
 mod list_probes;
+// Hand-written x86-64 prologues: every rewrite counted, every refusal named.
+#[cfg(target_arch = "x86_64")]
+mod prologues;

@@ -36,12 +36,14 @@ pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePla
     let mut len = 0u64;
     let mut live = true;
     while len < PATCH_LEN as u64 {
-        let Some(insn) = insns.get(next) else { return Err(Refusal::Undecodable { at: site + len }) };
+        let Some(insn) = insns.get(next) else { return Err(cut_or_unknown(code, function, site + len)) };
         next += 1;
         if live {
             match insn.class {
                 Class::Unsafe => return Err(Refusal::Unsafe { mnemonic: insn.mnemonic.clone(), at: insn.addr }),
-                Class::LandingPad => return Err(Refusal::LandingPadInWindow { at: insn.addr }),
+                Class::LandingPad => {
+                    return Err(Refusal::EntersWindow { at: insn.addr, from: "an indirect branch (`endbr64`)".into() });
+                }
                 Class::Call | Class::IndirectCall | Class::Syscall if len + (insn.len as u64) < PATCH_LEN as u64 => {
                     return Err(Refusal::CallInWindow { mnemonic: insn.mnemonic.clone(), at: insn.addr });
                 }
@@ -70,7 +72,7 @@ pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePla
         }
     }
     if let Some(&t) = extra_targets.iter().find(|&&t| inside(t)) {
-        return Err(Refusal::LandingPadInWindow { at: t });
+        return Err(Refusal::EntersWindow { at: t, from: "a jump from outside the function".into() });
     }
 
     let start = (site - function) as usize;
@@ -87,6 +89,18 @@ pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePla
     // detour address is checked again when the detour is built.
     relocate::relocate(&plan, site.wrapping_add(1 << 30))?;
     Ok(plan)
+}
+
+/// Why decoding stopped at `at` inside the window: an instruction that the
+/// function's end cuts short, or bytes the decoder does not know.
+fn cut_or_unknown(code: &[u8], function: u64, at: u64) -> Refusal {
+    let rest = &code[(at - function) as usize..];
+    let mut padded = rest.to_vec();
+    padded.extend([0u8; 15]);
+    match decode(&padded, at).first() {
+        Some(i) if i.len as usize > rest.len() => Refusal::PastEnd { at },
+        _ => Refusal::Undecodable { at },
+    }
 }
 
 #[cfg(test)]
@@ -173,7 +187,8 @@ mod tests {
     #[test]
     fn extra_targets_inside_the_window_are_refused() {
         let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3];
-        assert_eq!(plan(&code, F, &[F + 4]).unwrap_err(), Refusal::LandingPadInWindow { at: F + 4 });
+        let from = "a jump from outside the function".to_string();
+        assert_eq!(plan(&code, F, &[F + 4]).unwrap_err(), Refusal::EntersWindow { at: F + 4, from });
         assert!(plan(&code, F, &[F, F + 5]).is_ok());
     }
 
@@ -191,5 +206,19 @@ mod tests {
         // push rbp; mov rbp, rsp; push rbx; then an invalid byte 0x06 in the body
         let r = refusal(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0x06, 0xc3]);
         assert_eq!(r, Refusal::Undecodable { at: F + 5 });
+    }
+
+    #[test]
+    fn window_passing_the_function_end_is_refused() {
+        // push rbx; then movabs rax, imm64 cut after 4 of its 10 bytes by the symbol size.
+        let r = refusal(&[0x53, 0x48, 0xb8, 0x01, 0x02]);
+        assert_eq!(r, Refusal::PastEnd { at: F + 1 });
+    }
+
+    #[test]
+    fn endbr64_inside_the_window_is_refused() {
+        // push rbx; endbr64; ret: an indirect branch may land at offset 1.
+        let r = refusal(&[0x53, 0xf3, 0x0f, 0x1e, 0xfa, 0xc3]);
+        assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 1), "{r:?}");
     }
 }
