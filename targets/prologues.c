@@ -17,12 +17,51 @@ typedef uint64_t (*fn_t)(uint64_t);
 	X(loop) X(jrcxz) X(syscall)
 FUNCS(PAIR)
 
+/* Compiled prologues with indirect jumps: a switch through a jump table
+ * and a computed goto, each keeping a frame pointer so the window holds
+ * several instructions. tp accepts them only after following the table and
+ * the stored label addresses. */
+TP_PROBED uint64_t c_helper(uint64_t x)
+{
+	return x * 7;
+}
+
+#define SWITCH_BODY(x)                                                                                      \
+	switch (((x) >> 3) & 15) {                                                                               \
+	case 0: return (x) * 3;                                                                             \
+	case 1: return (x) ^ 0x5555;                                                                        \
+	case 2: return (x) >> 2;                                                                            \
+	case 3: return (x) + 7;                                                                             \
+	case 4: return ~(x);                                                                                \
+	case 5: return (x) * (x);                                                                           \
+	case 6: return (x) << 3;                                                                            \
+	case 7: return (x) - 99;                                                                            \
+	case 8: return (x) / 3;                                                                             \
+	case 9: return (x) % 1000;                                                                          \
+	default: return c_helper(x) | 0xf0;                                                                 \
+	}
+
+#define GOTO_BODY(x)                                                                                        \
+	static void *const labels[] = {&&l0, &&l1, &&l2, &&l3};                                             \
+	uint64_t acc = (x);                                                                                 \
+	goto *labels[acc & 3];                                                                              \
+	l0: return acc * 5;                                                                                 \
+	l1: return acc + 11;                                                                                \
+	l2: return acc ^ 0xff;                                                                              \
+	l3: return acc >> 1;
+
+#define FRAME __attribute__((noinline, noclone, noipa, used, optimize("no-omit-frame-pointer")))
+FRAME uint64_t pr_switch(uint64_t x) { SWITCH_BODY(x) }
+FRAME uint64_t pr_switch_ref(uint64_t x) { SWITCH_BODY(x) }
+FRAME uint64_t pr_goto(uint64_t x) { GOTO_BODY(x) }
+FRAME uint64_t pr_goto_ref(uint64_t x) { GOTO_BODY(x) }
+
 static const struct {
 	const char *name;
 	fn_t probed, ref;
 } funcs[] = {
 #define ENTRY(n) {#n, pr_##n, pr_##n##_ref},
-	FUNCS(ENTRY)
+	FUNCS(ENTRY) ENTRY(switch) ENTRY(goto)
 };
 
 #define NFUNCS (sizeof funcs / sizeof *funcs)

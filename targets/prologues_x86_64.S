@@ -309,13 +309,25 @@ FUNC r_branch_into
 	ret
 ENDF r_branch_into
 
-/* An indirect jump (unknown targets) and a window of several instructions. */
+/* A switch whose table sends one case into the window's interior. */
 FUNC r_indirect
 	push rbp
-	mov rbp, rsp
+1:	mov rbp, rsp
 	push rbx
+	lea rdx, [rip + .Lswitch]
+	movsxd rax, dword ptr [rdx + rdi*4]
+	add rax, rdx
 	jmp rax
+2:	pop rbx
+	pop rbp
+	ret
 ENDF r_indirect
+	.section .rodata
+	.p2align 2
+.Lswitch:
+	.long 2b - .Lswitch
+	.long 1b - .Lswitch
+	.text
 
 /* Bytes the decoder does not know, after the window. */
 FUNC r_undecodable

@@ -10,7 +10,7 @@ use anyhow::{Result, bail};
 use crate::arch::{Isa, Refusal, SitePlan};
 use crate::cli::ListProbesArgs;
 use crate::output::json;
-use crate::symbols::{self, ElfFile, elf::machine_name, entries::Entries};
+use crate::symbols::{self, ElfFile, elf::machine_name, entries::Entries, image::ElfImage};
 
 /// One function and its verdict.
 struct Row {
@@ -65,6 +65,7 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
 
 fn verdicts(elf: &ElfFile, isa: Isa) -> Vec<Row> {
     let entries = Entries::of(elf);
+    let image = ElfImage::new(elf, 0);
     elf.unique_functions()
         .into_iter()
         .filter(|f| f.size > 0)
@@ -73,7 +74,7 @@ fn verdicts(elf: &ElfFile, isa: Isa) -> Vec<Row> {
                 None => Err(Refusal::Undecodable { at: f.addr }),
                 Some(code) => {
                     let extra = symbols::cold_targets(elf, 0, &f.name, f.addr, f.size, isa);
-                    (isa.plan)(code, f.addr, &extra).and_then(|p| entries.check(&p, 0).map(|()| p))
+                    (isa.plan_in)(code, f.addr, &extra, &image).and_then(|p| entries.check(&p, 0).map(|()| p))
                 }
             };
             Row { name: f.name.clone(), addr: f.addr, size: f.size, verdict }

@@ -4,6 +4,7 @@
 pub mod eh;
 pub mod elf;
 pub mod entries;
+pub mod image;
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};

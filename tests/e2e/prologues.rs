@@ -27,6 +27,10 @@ const REWRITES: &[&str] = &[
     "loop",
     "jrcxz",
     "syscall",
+    // Compiled C: a switch (jump table) and a computed goto (stored label
+    // addresses), with windows of two instructions.
+    "switch",
+    "goto",
 ];
 
 /// The r_* functions and what tp must say about each.
@@ -38,7 +42,7 @@ const REFUSALS: &[(&str, &str)] = &[
     ("r_call_first", "`call` at 0x"),
     ("r_syscall_first", "`syscall` at 0x"),
     ("r_branch_into", "branch into window from 0x"),
-    ("r_indirect", "indirect jump at 0x"),
+    ("r_indirect", "indirect jump at 0x"), // its switch table points into the window
     ("r_undecodable", "undecodable instruction at 0x"),
     ("r_past_end", "passes the function's end"),
     ("r_outer", "function `r_inner` enters the window at 0x"),

@@ -8,6 +8,7 @@ pub mod decode;
 pub mod detour;
 pub mod regs;
 pub mod relocate;
+pub mod taken;
 pub mod window;
 pub mod writer;
 
@@ -15,7 +16,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Refusal, SitePlan, Syscalls};
+use crate::arch::{Arch, Detour, DetourSpec, Image, Refusal, SitePlan, Syscalls};
 
 /// The x86-64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +34,10 @@ impl Arch for X86_64 {
 
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         window::plan(code, function, extra_targets)
+    }
+
+    fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
+        window::plan_in(code, function, extra_targets, image)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
