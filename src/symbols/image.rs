@@ -10,34 +10,41 @@ use goblin::elf::reloc::{R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X
 use super::ElfFile;
 use crate::arch::Image;
 
-/// `elf` loaded at `bias`.
-#[derive(Debug)]
-pub struct ElfImage<'a> {
-    elf: &'a ElfFile,
-    bias: u64,
+/// What one file's code and data say about code addresses, read once.
+#[derive(Debug, Default)]
+pub struct CodeFacts {
     absolute_code: bool,
     /// Link-time code addresses that data may hold, sorted.
     targets: Vec<u64>,
 }
 
-impl<'a> ElfImage<'a> {
-    /// Reads the relocations of `elf`, loaded at `bias`.
-    pub fn new(elf: &'a ElfFile, bias: u64) -> ElfImage<'a> {
-        let mut image = ElfImage { elf, bias, absolute_code: true, targets: Vec::new() };
-        let Ok(parsed) = goblin::elf::Elf::parse(elf.data()) else { return image };
+/// `elf` loaded at `bias`, with its [`CodeFacts`].
+#[derive(Debug, Clone, Copy)]
+pub struct ElfImage<'a> {
+    /// The file.
+    pub elf: &'a ElfFile,
+    /// Its load bias.
+    pub bias: u64,
+    /// What was read of it.
+    pub facts: &'a CodeFacts,
+}
+
+impl CodeFacts {
+    /// Reads the relocations (or, position-dependent, the data words) of
+    /// `elf`. Only x86-64 files are read: other planners do not use them.
+    pub fn of(elf: &ElfFile) -> CodeFacts {
+        let mut facts = CodeFacts { absolute_code: true, targets: Vec::new() };
+        let Ok(parsed) = goblin::elf::Elf::parse(elf.data()) else { return facts };
+        if parsed.header.e_machine != goblin::elf::header::EM_X86_64 {
+            return facts;
+        }
         let textrel = parsed.dynamic.as_ref().is_some_and(|d| {
             d.dyns.iter().any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
         });
-        image.absolute_code = !elf.position_independent || textrel;
+        facts.absolute_code = !elf.position_independent || textrel;
         if !elf.position_independent {
-            image.targets = image.data_words();
-            return image;
-        }
-        if parsed.header.e_machine != goblin::elf::header::EM_X86_64 {
-            // Relocation numbers below are x86-64's: claim nothing is stored,
-            // and let the planner stay conservative about absolute code.
-            image.absolute_code = true;
-            return image;
+            facts.targets = data_words(elf);
+            return facts;
         }
         let relocs = parsed.dynrelas.iter().chain(parsed.dynrels.iter()).chain(parsed.pltrelocs.iter());
         for r in relocs {
@@ -52,41 +59,42 @@ impl<'a> ElfImage<'a> {
                 }
                 _ => continue,
             };
-            if elf.segments.iter().any(|s| s.exec && s.vaddr <= target && target < s.vaddr + s.memsz) {
-                image.targets.push(target);
+            if in_code(elf, target) {
+                facts.targets.push(target);
             }
         }
-        image.targets.sort_unstable();
-        image.targets.dedup();
-        image
+        facts.targets.sort_unstable();
+        facts.targets.dedup();
+        facts
     }
+}
 
-    fn in_code(&self, a: u64) -> bool {
-        self.elf.segments.iter().any(|s| s.exec && s.vaddr <= a && a < s.vaddr + s.filesz)
-    }
+/// True if link-time address `a` lies in an executable segment's file bytes.
+fn in_code(elf: &ElfFile, a: u64) -> bool {
+    elf.segments.iter().any(|s| s.exec && s.vaddr <= a && a < s.vaddr + s.filesz)
+}
 
-    /// Every word of the non-executable segments that is a code address.
-    fn data_words(&self) -> Vec<u64> {
-        let mut out = Vec::new();
-        for seg in self.elf.segments.iter().filter(|s| !s.exec) {
-            let Some(bytes) = self.elf.bytes_at(seg.vaddr, seg.filesz) else { continue };
-            for off in (0..bytes.len().saturating_sub(3)).step_by(4) {
-                let w4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
-                if self.in_code(w4) {
-                    out.push(w4);
-                }
-                if let Some(b) = bytes.get(off..off + 8) {
-                    let w8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                    if w8 != w4 && self.in_code(w8) {
-                        out.push(w8);
-                    }
+/// Every word of the non-executable segments that is a code address.
+fn data_words(elf: &ElfFile) -> Vec<u64> {
+    let mut out = Vec::new();
+    for seg in elf.segments.iter().filter(|s| !s.exec) {
+        let Some(bytes) = elf.bytes_at(seg.vaddr, seg.filesz) else { continue };
+        for off in (0..bytes.len().saturating_sub(3)).step_by(4) {
+            let w4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
+            if in_code(elf, w4) {
+                out.push(w4);
+            }
+            if let Some(b) = bytes.get(off..off + 8) {
+                let w8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                if w8 != w4 && in_code(elf, w8) {
+                    out.push(w8);
                 }
             }
         }
-        out.sort_unstable();
-        out.dedup();
-        out
     }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 impl Image for ElfImage<'_> {
@@ -95,17 +103,18 @@ impl Image for ElfImage<'_> {
     }
 
     fn is_code(&self, addr: u64) -> bool {
-        self.in_code(addr.wrapping_sub(self.bias))
+        in_code(self.elf, addr.wrapping_sub(self.bias))
     }
 
     fn absolute_code(&self) -> bool {
-        self.absolute_code
+        self.facts.absolute_code
     }
 
     fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
         let (lo, hi) = (lo.wrapping_sub(self.bias), hi.wrapping_sub(self.bias));
-        let first = self.targets.partition_point(|&t| t < lo);
-        self.targets[first..].iter().take_while(|&&t| t < hi).map(|&t| t.wrapping_add(self.bias)).collect()
+        let targets = &self.facts.targets;
+        let first = targets.partition_point(|&t| t < lo);
+        targets[first..].iter().take_while(|&&t| t < hi).map(|&t| t.wrapping_add(self.bias)).collect()
     }
 }
 
@@ -119,7 +128,8 @@ mod tests {
         // .init_array and vtables of std) are RELATIVE relocations.
         let p = std::env::current_exe().unwrap();
         let elf = ElfFile::open(&p, &p).unwrap();
-        let image = ElfImage::new(&elf, 0);
+        let facts = CodeFacts::of(&elf);
+        let image = ElfImage { elf: &elf, bias: 0, facts: &facts };
         assert!(!image.absolute_code());
         let stored = image.stored_targets(0, u64::MAX);
         assert!(stored.len() > 100, "{}", stored.len());

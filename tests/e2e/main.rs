@@ -9,6 +9,10 @@ mod attach;
 mod keep;
 // Bad input: one line, the fix, a non-zero exit, nothing touched.
 mod errors;
+// Shared libraries, globs, demangled names, separate debug info.
+mod modules;
+// redis-server from Debian, counted against INFO commandstats.
+mod redis;
 // list-probes on the bundled targets.
 mod list_probes;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.
