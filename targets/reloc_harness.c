@@ -2,7 +2,7 @@
  * relocated copy (tests/reloc drives it; the pattern follows
  * ../shared/aarch64/reloc_harness.c).
  *
- *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-v]
+ *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES] [-v]
  *                 ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX
  *
  * Maps ORIG_HEX at ORIG_ADDR and RELOC_HEX (the relocated instructions, which
@@ -18,6 +18,8 @@
  * flags, xmm0-15, where control ended (trap address, or signal and fault
  * address) and the whole data region. Registers named with -c are not
  * compared (e.g. rcx after a syscall, which holds the address after it).
+ * -z leaves out the BYTES below the initial stack pointer: a detour may
+ * save registers there (at a function's entry that stack is dead).
  * Exit status 0 when every trial matches, 1 on a mismatch, 2 on misuse.
  *
  * Entry: a signal handler rewrites the interrupted context and returns into
@@ -188,11 +190,14 @@ static void run(uint64_t pc, state_t *out, uint8_t *data_copy)
 int main(int argc, char **argv)
 {
 	int trials = 64, verbose = 0;
+	uint64_t below_sp = 0;
 	int skip[NREG + 3] = {0};
 	int opt;
-	while ((opt = getopt(argc, argv, "n:c:d:v")) != -1) {
+	while ((opt = getopt(argc, argv, "n:c:d:z:v")) != -1) {
 		if (opt == 'n')
 			trials = atoi(optarg);
+		else if (opt == 'z')
+			below_sp = strtoull(optarg, 0, 0);
 		else if (opt == 'd')
 			data_addr = strtoull(optarg, 0, 0);
 		else if (opt == 'v')
@@ -204,7 +209,7 @@ int main(int argc, char **argv)
 					if (!strcmp(tok, regname[i]))
 						skip[i] = 1;
 		} else {
-			fprintf(stderr, "usage: %s [-n N] [-c regs] [-d addr] [-v] ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX\n",
+			fprintf(stderr, "usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-v] ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX\n",
 				argv[0]);
 			return 2;
 		}
@@ -257,6 +262,9 @@ int main(int argc, char **argv)
 		state_t a, b;
 		run(orig, &a, d1);
 		run(reloc, &b, d2);
+		uint64_t sp_off = in_st.sp - data_addr;
+		memset(d1 + sp_off - below_sp, 0, below_sp);
+		memset(d2 + sp_off - below_sp, 0, below_sp);
 		int diff = 0;
 		char why[768] = "";
 		size_t wl = 0;

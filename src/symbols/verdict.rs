@@ -1,7 +1,8 @@
 //! The verdict on one function, exactly as `attach` and `list-probes` both
 //! decide it: the architecture's planner with the module at hand (its jump
 //! tables, stored code pointers, split-off parts), then the entries that
-//! only the file shows (exception landing pads, other symbols).
+//! only the whole file shows (exception landing pads, other symbols, direct
+//! branches from other functions).
 
 use super::entries::Entries;
 use super::image::{CodeFacts, ElfImage};
@@ -18,7 +19,7 @@ pub struct Planner {
 impl Planner {
     /// Reads the entries and code facts of `m`.
     pub fn of(m: &Module) -> Planner {
-        Planner { entries: Entries::of(&m.elf), facts: CodeFacts::of(&m.elf) }
+        Planner { entries: Entries::of(&m.elf, Isa::for_machine(m.elf.machine)), facts: CodeFacts::of(&m.elf) }
     }
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.

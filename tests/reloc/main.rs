@@ -12,9 +12,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use tp::arch::SitePlan;
 use tp::arch::x86_64::decode::disassemble;
-use tp::arch::x86_64::{relocate, window};
+use tp::arch::x86_64::{detour, relocate, window};
+use tp::arch::{DetourSpec, SitePlan};
 
 /// Addresses of the original code; the data region is 1 MiB below each.
 const ORIGINS: [u64; 2] = [0x1040_0000, 0x5555_5540_0000];
@@ -120,8 +120,20 @@ fn plan_at(c: &Case, orig: u64) -> SitePlan {
 
 /// Runs the harness on `orig_bytes` at `orig` and `reloc` at `at`; returns (matched, output).
 fn run_harness(orig: u64, orig_bytes: &[u8], at: u64, reloc: &[u8], skip: &str) -> (bool, String) {
+    run_harness_below_sp(orig, orig_bytes, at, reloc, skip, 0)
+}
+
+/// Like [`run_harness`], leaving `below_sp` bytes under the stack pointer out.
+fn run_harness_below_sp(
+    orig: u64,
+    orig_bytes: &[u8],
+    at: u64,
+    reloc: &[u8],
+    skip: &str,
+    below_sp: u64,
+) -> (bool, String) {
     let mut cmd = Command::new(harness());
-    cmd.args(["-n", TRIALS, "-d", &format!("{:#x}", orig - DATA_BELOW)]);
+    cmd.args(["-n", TRIALS, "-d", &format!("{:#x}", orig - DATA_BELOW), "-z", &below_sp.to_string()]);
     if !skip.is_empty() {
         cmd.args(["-c", skip]);
     }
@@ -201,4 +213,29 @@ fn harness_detects_wrong_relocations() {
     let short = [&push[..], &jmp(5, orig + 4)].concat();
     let (ok, text) = run_harness(orig, &push, at, &short, "");
     assert!(!ok, "a jump back to the wrong address went unnoticed: {text}");
+}
+
+/// The whole detour (counting prefix, then the relocated window) leaves
+/// every register and flag as the original does, whether the probe counts
+/// or is disabled. Its counters live in the copy's trap region; the two
+/// words it saves below the stack pointer are left out of the comparison.
+#[test]
+fn the_whole_detour_preserves_every_register_and_flag() {
+    let mut runs = 0;
+    for c in CASES.iter().filter(|c| c.skip.is_empty()) {
+        for orig in ORIGINS {
+            let plan = plan_at(c, orig);
+            let at = orig.wrapping_add_signed(DISTANCES[0]);
+            // A byte of int3 (enabled), then a zero byte of the data region (disabled).
+            for flag_addr in [orig + 0x2000, orig - DATA_BELOW + 7] {
+                let spec =
+                    DetourSpec { probe_index: 5, flag_addr, counters: at + 0x2_0000, slot_bits: 6, stride_shift: 8 };
+                let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
+                let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);
+                assert!(ok, "detour of `{}` at {orig:#x} (flag {flag_addr:#x}):\n{text}", c.asm);
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs >= 100, "{runs}");
 }

@@ -212,6 +212,31 @@ fn has_index(ops: &[ArchOperand]) -> bool {
     })
 }
 
+/// Targets of the direct branches and calls in `code` (at `addr`), decoded
+/// with iced-x86 (much faster than capstone with details, for scanning whole
+/// modules), up to the first byte sequence it does not know.
+pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut decoder = iced_x86::Decoder::with_ip(64, code, addr, iced_x86::DecoderOptions::NONE);
+    let mut insn = iced_x86::Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut insn);
+        if insn.is_invalid() {
+            break;
+        }
+        let near = (0..insn.op_count()).any(|k| {
+            matches!(
+                insn.op_kind(k),
+                iced_x86::OpKind::NearBranch16 | iced_x86::OpKind::NearBranch32 | iced_x86::OpKind::NearBranch64
+            )
+        });
+        if near {
+            out.push(insn.near_branch_target());
+        }
+    }
+    out
+}
+
 /// One line per instruction, `mnemonic operands`, for display and tests.
 pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
     decode(code, addr)
@@ -272,6 +297,15 @@ mod tests {
         assert_eq!(abs(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]), None); // mov rax, fs:[0x28]
         assert_eq!(abs(&[0xe8, 0, 1, 0, 0]), None); // call: a direct target, not a formed address
         assert_eq!(abs(&[0x48, 0x8b, 0x43, 0x10]), None); // mov rax, [rbx + 0x10]
+    }
+
+    #[test]
+    fn branch_targets_agree_with_the_classifier() {
+        // jne +0x10; call +0x100; jrcxz +5; jmp rax; xbegin +0x20; ret
+        let code = [0x75, 0x10, 0xe8, 0, 1, 0, 0, 0xe3, 0x05, 0xff, 0xe0, 0xc7, 0xf8, 0x20, 0, 0, 0, 0xc3];
+        let slow: Vec<u64> = decode(&code, 0x1000).iter().filter_map(|i| i.target).collect();
+        assert_eq!(branch_targets(&code, 0x1000), slow);
+        assert_eq!(slow, [0x1012, 0x1107, 0x100e, 0x1031]);
     }
 
     #[test]

@@ -1,9 +1,13 @@
 //! The x86-64 counting detour.
 //!
 //! ```text
-//! detour:  mov  r11, [rip + lit_flag]     ; this probe's enable flag
+//! detour:  push rax                       ; save the scratch registers and
+//!          push r11                       ;  the status flags (below the
+//!          lahf                           ;  return address: at a function's
+//!          seto al                        ;  entry that stack is the callee's)
+//!          mov  r11, [rip + lit_flag]     ; this probe's enable flag
 //!          cmp  byte [r11], 0
-//!          je   relocated                 ; disabled: just run the displaced code
+//!          je   restore                   ; disabled: just run the displaced code
 //!          mov  r11, fs:[0]               ; thread pointer
 //!          shr  r11, 12                   ; hash it (Fibonacci hashing of
 //!          imul r11, [rip + lit_hash]     ;  its page number) ...
@@ -11,6 +15,10 @@
 //!          shl  r11, STRIDE_SHIFT
 //!          add  r11, [rip + lit_counters]
 //!          lock inc qword [r11 + 8*probe] ; this thread's row, this probe's counter
+//! restore: add  al, 0x7f                  ; OF back from al
+//!          sahf                           ; SF ZF AF PF CF back from ah
+//!          pop  r11
+//!          pop  rax
 //! relocated:
 //!          <displaced instructions, relocated>
 //!          jmp  site + window              ; unless they end in ret/jmp
@@ -19,11 +27,15 @@
 //! lit_hash:     .quad 0x9e3779b97f4a7c15
 //! ```
 //!
-//! Only r11 and the flags are written. At a function's entry both are dead
-//! under the SysV ABI (r11 is the linker's scratch register, and no flag is
-//! live across a call), so nothing is saved and the red zone is not touched.
-//! Threads hash into rows, so two threads rarely write one cache line; the
-//! `lock` keeps the count exact when they do.
+//! Every register and status flag is preserved. The SysV ABI would let a
+//! function's entry clobber r11 and the flags, but GCC's interprocedural
+//! register allocation (`-fipa-ra`, on at -O2) lets a caller keep values in
+//! registers that a local callee is known not to touch: glibc's `_dl_fini`
+//! keeps a pointer in r11 across its call to `dfs_traversal`, whose prologue
+//! a detour clobbering r11 broke. `lahf`/`seto` and `add`/`sahf` restore the
+//! flags in a few cycles (`popfq` costs tens). Threads hash into rows, so
+//! two threads rarely write one cache line; the `lock` keeps the count exact
+//! when they do.
 
 use super::relocate;
 use super::writer::Writer;
@@ -32,8 +44,13 @@ use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
 
+/// Bytes of the code that saves the scratch registers and flags.
+const SAVE_LEN: u64 = 7;
+/// Bytes of the code that restores them.
+const RESTORE_LEN: u64 = 6;
+
 /// Bytes of the counting prefix before the relocated instructions.
-pub const PREFIX_LEN: u64 = 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8;
+pub const PREFIX_LEN: u64 = SAVE_LEN + 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8 + RESTORE_LEN;
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
@@ -44,10 +61,12 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let lit_counters = literals + 8;
     let lit_hash = literals + 16;
 
+    let restore = relocated_at - RESTORE_LEN;
     let mut w = Writer::new(at);
+    w.put_save_scratch_and_flags();
     w.put_mov_r11_rip(lit_flag);
     w.put_cmp_byte_r11_0();
-    w.put_je(relocated_at);
+    w.put_je(restore);
     w.put_mov_r11_fs0();
     w.put_shr_r11(12);
     w.put_imul_r11_rip(lit_hash);
@@ -55,6 +74,8 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     w.put_shl_r11(spec.stride_shift as u8);
     w.put_add_r11_rip(lit_counters);
     w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
+    debug_assert_eq!(w.pc(), restore);
+    w.put_restore_scratch_and_flags();
     debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
     w.put_align(8);
@@ -113,19 +134,25 @@ mod tests {
         let d = build(&plan, AT, &spec()).unwrap();
         let asm = disassemble(&d.bytes, AT);
         let relocated = AT + PREFIX_LEN;
+        let restore = relocated - 6;
         let expected = [
-            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7)),
+            "push rax".to_string(),
+            "push r11".into(),
+            "lahf".into(),
+            "seto al".into(),
+            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7 + 7)),
             "cmp byte ptr [r11], 0".into(),
-            format!("je {relocated:#x}"),
+            format!("je {restore:#x}"),
             "mov r11, qword ptr fs:[0]".into(),
             "shr r11, 0xc".into(),
         ];
-        assert_eq!(asm[..5], expected);
-        assert!(asm[5].starts_with("imul r11, qword ptr [rip + "));
-        assert_eq!(asm[6..8], ["shr r11, 0x39", "shl r11, 0xf"]);
-        assert!(asm[8].starts_with("add r11, qword ptr [rip + "));
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]");
-        assert_eq!(asm[10..14], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(asm[..9], expected);
+        assert!(asm[9].starts_with("imul r11, qword ptr [rip + "));
+        assert_eq!(asm[10..12], ["shr r11, 0x39", "shl r11, 0xf"]);
+        assert!(asm[12].starts_with("add r11, qword ptr [rip + "));
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]");
+        assert_eq!(asm[14..18], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[18..22], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         let lits = d.bytes.len() - 24;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
         assert_eq!((lit(0), lit(1), lit(2)), (spec().flag_addr, spec().counters, HASH));

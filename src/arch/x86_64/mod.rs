@@ -41,7 +41,7 @@ impl Arch for X86_64 {
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
-        decode::decode(code, addr).iter().filter_map(|i| i.target).collect()
+        decode::branch_targets(code, addr)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
