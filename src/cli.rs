@@ -46,8 +46,23 @@ pub struct AttachArgs {
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target.
-    #[arg(long, conflicts_with = "duration")]
+    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output"])]
     pub keep: bool,
+    /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
+    #[arg(long)]
+    pub args: bool,
+    /// Record each call's return value and duration (return probes).
+    #[arg(long)]
+    pub ret: bool,
+    /// Print only the summary, not every event.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process).
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    pub ring_size: u32,
     /// Detach after this many seconds (default: until Ctrl-C or the target exits).
     #[arg(short, long, value_name = "SECS")]
     pub duration: Option<f64>,
@@ -140,9 +155,22 @@ mod tests {
     }
 
     #[test]
-    fn keep_conflicts_with_duration() {
-        let err = parse("tp attach -p 1 -f foo --keep --duration 3").unwrap_err();
-        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    fn keep_conflicts_with_duration_and_events() {
+        for extra in ["--duration 3", "--args", "--ret", "-o t.json"] {
+            let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{extra}");
+        }
+    }
+
+    #[test]
+    fn event_flags_parse() {
+        let Command::Attach(a) =
+            parse("tp attach -p 1 -f foo --args --ret -q -o t.json --ring-size 64").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(a.args && a.ret && a.quiet);
+        assert_eq!((a.output, a.ring_size), (Some(PathBuf::from("t.json")), 64));
     }
 
     #[test]

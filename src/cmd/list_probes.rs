@@ -13,7 +13,6 @@ use crate::cli::ListProbesArgs;
 use crate::output::json;
 use crate::output::progress::Progress;
 use crate::process;
-use crate::symbols::verdict::Planner;
 use crate::symbols::{Module, ProcessModules, elf::machine_name};
 
 /// The rows of some modules, with each module's index.
@@ -101,7 +100,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
 /// The verdict on every function of `m`, plus its functions inlined everywhere.
 fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
     let dwarf = m.dwarf();
-    let planner = Planner::of(m);
+    let planner = m.planner();
     let mut rows: Vec<Row> = m
         .functions()
         .into_iter()

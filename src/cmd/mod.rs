@@ -8,6 +8,7 @@ pub mod interrupt;
 pub mod list_probes;
 pub mod resolve;
 pub mod status;
+pub mod trace;
 
 use std::process::ExitCode;
 

@@ -3,13 +3,11 @@
 
 use anyhow::{Result, bail};
 
-use std::collections::HashMap;
-
+use crate::arch::SitePlan;
 use crate::arch::{Isa, Refusal};
 use crate::output::progress::Progress;
 use crate::probe::Request;
-use crate::symbols::verdict::Planner;
-use crate::symbols::{Found, Function, ProcessModules};
+use crate::symbols::{Found, Function, Module, ProcessModules};
 
 /// The outcome of resolving and planning.
 #[derive(Debug)]
@@ -20,10 +18,23 @@ pub struct Resolved {
     pub refused: Vec<(Function, Refusal)>,
 }
 
-/// Resolves `patterns` and `addrs` in `modules` and plans each function.
-/// A function named exactly that cannot be probed is an error; one matched
-/// by a glob is skipped and reported in [`Resolved::refused`].
-pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64]) -> Result<Resolved> {
+/// Plans the probe of function `f` of module `m`.
+pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
+    if f.ifunc {
+        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
+    }
+    if f.size == 0 {
+        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
+    }
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    m.planner().plan(m, f, code, Isa::host())
+}
+
+/// Resolves `patterns` and `addrs` in `modules` and plans each function,
+/// to record `kind` (bits of `probe::layout::kind`). A function named
+/// exactly that cannot be probed is an error; one matched by a glob is
+/// skipped and reported in [`Resolved::refused`].
+pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64], kind: u32) -> Result<Resolved> {
     let mut found = modules.resolve(patterns)?;
     for &a in addrs {
         let f = modules.at_address(a)?;
@@ -34,21 +45,11 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64]) ->
     let progress = Progress::new(found.len() as u64, "planning probes");
     let mut requests = Vec::new();
     let mut refused = Vec::new();
-    let mut planners: HashMap<usize, Planner> = HashMap::new();
     for Found { module, function, explicit } in found {
         progress.inc();
         let m = modules.get(module)?;
-        let planner = planners.entry(module).or_insert_with(|| Planner::of(m));
-        let verdict = if function.ifunc {
-            Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"))
-        } else if function.size == 0 {
-            Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"))
-        } else {
-            let code = m.code_of(&function)?;
-            planner.plan(m, &function, code, Isa::host())
-        };
-        match verdict {
-            Ok(plan) => requests.push(Request { function, plan, span: m.span }),
+        match plan(m, &function) {
+            Ok(plan) => requests.push(Request { function, plan, span: m.span, kind }),
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),
         }

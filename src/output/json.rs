@@ -44,6 +44,42 @@ pub fn summary(s: &Summary) -> String {
     format!("{{\"pid\":{},\"probes\":[{}]}}", s.pid, probes.join(","))
 }
 
+/// The summary with latency: each probe gains `calls_timed`, `total_ns`,
+/// `avg_ns`, `p50_ns`, `p99_ns` and `histogram` (`[[low_ns, high_ns, count], …]`)
+/// when it was timed, and the object gains `lost_events`.
+pub fn summary_with_latency(s: &Summary, latency: &[Option<&crate::events::stats::Latency>], lost: u64) -> String {
+    let probes: Vec<String> = s
+        .probes
+        .iter()
+        .zip(latency)
+        .map(|(p, l)| {
+            let mut o = format!(
+                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{}",
+                string(&p.func),
+                string(&p.module),
+                p.address,
+                p.hits
+            );
+            if let Some(l) = l {
+                let hist: Vec<String> = l.log2_buckets().iter().map(|(lo, hi, n)| format!("[{lo},{hi},{n}]")).collect();
+                let _ = write!(
+                    o,
+                    ",\"calls_timed\":{},\"total_ns\":{},\"avg_ns\":{},\"p50_ns\":{},\"p99_ns\":{},\"histogram\":[{}]",
+                    l.count,
+                    l.total_ns,
+                    l.avg_ns(),
+                    l.quantile_ns(0.5),
+                    l.quantile_ns(0.99),
+                    hist.join(",")
+                );
+            }
+            o.push('}');
+            o
+        })
+        .collect();
+    format!("{{\"pid\":{},\"probes\":[{}],\"lost_events\":{lost}}}", s.pid, probes.join(","))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

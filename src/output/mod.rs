@@ -1,6 +1,9 @@
 //! Presentation: what tp prints, and nothing about how the numbers were
 //! obtained. Data goes to stdout; status lines go to stderr.
 
+pub mod chrome;
+pub mod events;
+pub mod histogram;
 pub mod json;
 pub mod live;
 pub mod progress;

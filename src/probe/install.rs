@@ -22,11 +22,11 @@ use std::collections::HashMap;
 use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
 
-use super::Request;
 use super::arena::{self, Span};
-use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State};
+use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State, kind};
 use super::region::Region;
-use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal};
+use super::{Request, runtime};
+use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal, RuntimeAddrs};
 use crate::output::progress::Progress;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
@@ -71,6 +71,15 @@ pub struct Prepared {
     created_region: bool,
 }
 
+/// How to install.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The tp session that owns the probes, or 0 to keep them after tp exits.
+    pub owner: u32,
+    /// Events per thread ring, for a region created now.
+    pub ring_len: u32,
+}
+
 /// Writes detours for `requests` using the stopped worker thread.
 /// `region` is the process's existing data region, if it has one.
 pub fn prepare(
@@ -78,7 +87,7 @@ pub fn prepare(
     mem: &Memory,
     region: Option<Region>,
     requests: &[Request],
-    owner: u32,
+    opts: Options,
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
@@ -92,10 +101,10 @@ pub fn prepare(
     let result = (|| {
         let region = match region {
             Some(r) => r,
-            None => create_region(&mut caller, mem, &maps, requests)?,
+            None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
         };
         crate::fault::point("after-inject");
-        let placed = write_detours(mem, &mut caller, &maps, &region, requests, owner)?;
+        let placed = write_detours(mem, &mut caller, &maps, &region, requests, opts.owner)?;
         Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
     })();
     for sig in std::mem::take(&mut caller.deferred_signals) {
@@ -109,6 +118,9 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
     let Prepared { region, requests, placed, created_region } = prepared;
     check_code(mem, &requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
+    if requests.iter().any(|r| r.kind & (kind::ARGS | kind::RET) != 0) {
+        learn_tid_offset(stopped, mem, &region)?;
+    }
     let moved_threads = move_threads_out_of_windows(stopped, mem, &maps, &requests, &placed)?;
 
     let mut guard = PatchGuard { mem, region: &region, patched: Vec::new() };
@@ -128,6 +140,23 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
         .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
         .collect();
     Ok((region, Report { installed, moved_threads, created_region }))
+}
+
+/// Tells the runtime where each thread's TCB keeps its TID, if the stopped
+/// threads show it, so events carry the TID without a syscall.
+fn learn_tid_offset(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()> {
+    let mut h = region.header();
+    if h.ctx.tid_offset != 0 {
+        return Ok(());
+    }
+    let threads: Vec<(i32, <Host as Arch>::Regs)> =
+        stopped.threads().filter_map(|t| Some((t.tid.as_raw(), Host::get_regs(t.tid).ok()?))).collect();
+    let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
+    if let Some(off) = Host::tid_offset(&threads, &read) {
+        h.ctx.tid_offset = off;
+        region.set_header(&h)?;
+    }
+    Ok(())
 }
 
 /// Refuses functions whose code in memory is not what the file holds.
@@ -156,10 +185,12 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
     Ok(())
 }
 
-/// Where probe `index`'s detour finds its flag and counters.
-fn spec_for(region: &Region, h: &Header, index: u32) -> DetourSpec {
+/// Where probe `index`'s detour finds its flag, counters and runtime.
+fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     DetourSpec {
         probe_index: index,
+        kind,
+        runtime,
         flag_addr: region.target_addr() + h.flags_off + index as u64,
         counters: region.target_addr() + h.counters_off,
         slot_bits: h.slot_bits,
@@ -170,8 +201,14 @@ fn spec_for(region: &Region, h: &Header, index: u32) -> DetourSpec {
 /// Creates the data region: a code arena first (its bytes hold the memfd's
 /// name, which memfd_create must read from the target's memory), then
 /// memfd_create, ftruncate, mmap MAP_SHARED and close in the target.
-fn create_region(caller: &mut RemoteCaller, mem: &Memory, maps: &[Mapping], requests: &[Request]) -> Result<Region> {
-    let g = layout::geometry(requests.len() as u32);
+fn create_region(
+    caller: &mut RemoteCaller,
+    mem: &Memory,
+    maps: &[Mapping],
+    requests: &[Request],
+    ring_len: u32,
+) -> Result<Region> {
+    let g = layout::geometry(requests.len() as u32, ring_len);
     let span = requests.first().map(|r| r.span).context("nothing to install")?;
     let arena = alloc_arena(caller, maps, span, arena_size(requests.len()))?;
     let name_at = arena.addr + arena.size - 64;
@@ -212,7 +249,7 @@ fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, size: u6
     for addr in arena::candidates(maps, span, size, Host::BRANCH_REACH).into_iter().take(8) {
         let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
         if got as u64 == addr {
-            return Ok(Arena { addr, size, used: 0 });
+            return Ok(Arena { addr, size, used: 0, runtime: 0 });
         }
         if got >= 0 {
             // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint: undo.
@@ -260,8 +297,7 @@ fn write_detours(
             bail!("tp's data region in process {pid} is full ({} probes); run `tp detach -p {pid}` first", h.capacity);
         }
         let index = h.count;
-        let spec = spec_for(region, &h, index);
-        let (at, detour) = place_detour(caller, maps, &mut h, req, &spec, requests.len() - k)?;
+        let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, requests.len() - k)?;
         mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
         h.count += 1;
         region.set_header(&h)?;
@@ -280,6 +316,7 @@ fn write_detours(
         e.detour = p.at;
         e.detour_len = p.detour.bytes.len() as u32;
         e.window_len = req.plan.len() as u32;
+        e.kind = req.kind;
         e.original[..req.plan.len()].copy_from_slice(&req.plan.window);
         let patch = Host::patch_bytes(&req.plan, p.at).map_err(|r| anyhow::anyhow!("`{}`: {r}", req.function.name))?;
         e.patch[..patch.len()].copy_from_slice(&patch);
@@ -305,7 +342,20 @@ fn reuse(
     let Some(candidates) = candidates else { return Ok(None) };
     for k in 0..candidates.len() {
         let (i, e) = candidates[k];
-        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i)) else { continue };
+        if e.kind != req.kind {
+            continue;
+        }
+        let runtime = if req.kind == kind::COUNT {
+            None
+        } else {
+            match h.arenas[..h.arena_count as usize].iter().find(|a| a.addr <= e.detour && e.detour < a.addr + a.size) {
+                Some(a) if a.runtime != 0 => Some(runtime_addrs(region, h, a.runtime)),
+                _ => continue,
+            }
+        };
+        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req.kind, runtime)) else {
+            continue;
+        };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
             candidates.swap_remove(k);
             return Ok(Some(Placed { index: i, detour, at: e.detour }));
@@ -314,37 +364,65 @@ fn reuse(
     Ok(None)
 }
 
-/// Builds the detour in an arena within reach (allocating one if needed) and
-/// reserves its bytes in the header.
+/// Where the runtime block at `at` keeps its parts.
+fn runtime_addrs(region: &Region, h: &Header, at: u64) -> RuntimeAddrs {
+    let ctx = region.target_addr() + Header::ctx_off();
+    let _ = h;
+    Host::build_runtime(at, ctx, &runtime::blobs()).addrs
+}
+
+/// Builds the detour of probe `index` in an arena within reach (allocating
+/// one if needed, and writing the arena's runtime block first when the probe
+/// needs it) and reserves its bytes in the header.
+#[allow(clippy::too_many_arguments)]
 fn place_detour(
     caller: &mut RemoteCaller,
+    mem: &Memory,
     maps: &[Mapping],
+    region: &Region,
     h: &mut Header,
     req: &Request,
-    spec: &DetourSpec,
+    index: u32,
     remaining: usize,
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
-    for a in h.arenas[..h.arena_count as usize].iter_mut() {
-        if !arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH) || a.size - a.used < DETOUR_BUDGET {
-            continue;
+    let needs_runtime = req.kind != kind::COUNT;
+    let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
+    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH);
+    let fits = |a: &Arena| {
+        let extra = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
+        a.size - a.used >= DETOUR_BUDGET + extra
+    };
+    let slot = match h.arenas[..h.arena_count as usize].iter().position(|a| reachable(a) && fits(a)) {
+        Some(i) => i,
+        None => {
+            if h.arena_count as usize == layout::MAX_ARENAS {
+                bail!("tp's data region has no room for another code arena; run `tp detach` first");
+            }
+            let size = arena_size(remaining) + if needs_runtime { runtime_len } else { 0 };
+            h.arenas[h.arena_count as usize] = alloc_arena(caller, maps, req.span, size)?;
+            h.arena_count += 1;
+            h.arena_count as usize - 1
         }
+    };
+    if needs_runtime && h.arenas[slot].runtime == 0 {
+        let a = &mut h.arenas[slot];
         let at = a.addr + a.used;
-        let detour = Host::build_detour(&req.plan, at, spec).map_err(refused)?;
-        if detour.bytes.len() as u64 <= a.size - a.used {
-            a.used = (a.used + detour.bytes.len() as u64).next_multiple_of(16);
-            return Ok((at, detour));
-        }
+        let block = Host::build_runtime(at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
+        mem.write(at, &block.bytes).context("writing tp's runtime into the target")?;
+        a.runtime = at;
+        a.used = (a.used + block.bytes.len() as u64).next_multiple_of(16);
     }
-    if h.arena_count as usize == layout::MAX_ARENAS {
-        bail!("tp's data region has no room for another code arena; run `tp detach` first");
+    let runtime = needs_runtime.then(|| runtime_addrs(region, h, h.arenas[slot].runtime));
+    let spec = spec_for(region, h, index, req.kind, runtime);
+    let a = &mut h.arenas[slot];
+    let at = a.addr + a.used;
+    let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
+    if detour.bytes.len() as u64 > a.size - a.used {
+        bail!("the detour of `{}` does not fit its code arena", req.function.name);
     }
-    let mut a = alloc_arena(caller, maps, req.span, arena_size(remaining))?;
-    let detour = Host::build_detour(&req.plan, a.addr, spec).map_err(refused)?;
-    a.used = (detour.bytes.len() as u64).next_multiple_of(16);
-    h.arenas[h.arena_count as usize] = a;
-    h.arena_count += 1;
-    Ok((a.addr, detour))
+    a.used = (a.used + detour.bytes.len() as u64).next_multiple_of(16);
+    Ok((at, detour))
 }
 
 /// Moves every thread whose PC (or restart PC) lies inside a window to the

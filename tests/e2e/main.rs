@@ -13,6 +13,8 @@ mod errors;
 mod modules;
 // redis-server from Debian, counted against INFO commandstats.
 mod redis;
+// Arguments, return values, latency, exceptions, lost events, Perfetto.
+mod events;
 // list-probes on the bundled targets.
 mod list_probes;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.

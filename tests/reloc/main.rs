@@ -15,6 +15,7 @@ use std::process::Command;
 use tp::arch::x86_64::decode::disassemble;
 use tp::arch::x86_64::{detour, relocate, window};
 use tp::arch::{DetourSpec, SitePlan};
+use tp::probe::layout::kind;
 
 /// Addresses of the original code; the data region is 1 MiB below each.
 const ORIGINS: [u64; 2] = [0x1040_0000, 0x5555_5540_0000];
@@ -228,8 +229,15 @@ fn the_whole_detour_preserves_every_register_and_flag() {
             let at = orig.wrapping_add_signed(DISTANCES[0]);
             // A byte of int3 (enabled), then a zero byte of the data region (disabled).
             for flag_addr in [orig + 0x2000, orig - DATA_BELOW + 7] {
-                let spec =
-                    DetourSpec { probe_index: 5, flag_addr, counters: at + 0x2_0000, slot_bits: 6, stride_shift: 8 };
+                let spec = DetourSpec {
+                    probe_index: 5,
+                    kind: kind::COUNT,
+                    runtime: None,
+                    flag_addr,
+                    counters: at + 0x2_0000,
+                    slot_bits: 6,
+                    stride_shift: 8,
+                };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);
                 assert!(ok, "detour of `{}` at {orig:#x} (flag {flag_addr:#x}):\n{text}", c.asm);
