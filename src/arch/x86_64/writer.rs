@@ -124,6 +124,19 @@ impl Writer {
         self.buf.extend_from_slice(&disp.to_le_bytes());
     }
 
+    /// `push rax; push r11; lahf; seto al`: saves the two scratch registers
+    /// and the status flags (SF ZF AF PF CF in ah, OF in al).
+    pub fn put_save_scratch_and_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x50, 0x41, 0x53, 0x9f, 0x0f, 0x90, 0xc0]);
+    }
+
+    /// `add al, 0x7f; sahf; pop r11; pop rax`: the inverse of
+    /// [`Writer::put_save_scratch_and_flags`] (`add` sets OF exactly when
+    /// al was 1, `sahf` restores the other five flags).
+    pub fn put_restore_scratch_and_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x04, 0x7f, 0x9e, 0x41, 0x5b, 0x58]);
+    }
+
     /// `push reg` for a register number 0..15 (rax=0 … r15=15).
     pub fn put_push(&mut self, reg: u8) {
         if reg >= 8 {
