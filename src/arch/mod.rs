@@ -256,6 +256,8 @@ pub struct DetourSpec {
     pub runtime: Option<RuntimeAddrs>,
     /// Address in the target of this probe's enable flag (one byte; 0 = disabled).
     pub flag_addr: u64,
+    /// Address in the target of this probe's sample budget (sampling probes).
+    pub budget_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
     /// log2 of the number of counter rows (threads hash into rows).

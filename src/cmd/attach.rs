@@ -76,6 +76,8 @@ pub struct Selection {
     pub kind: u32,
     /// Ring size for a region created now.
     pub ring_len: u32,
+    /// Samples per epoch for sampling probes.
+    pub sample_budget: i32,
 }
 
 /// A live attach session: probes installed, the target running.
@@ -161,7 +163,7 @@ impl Attached {
         let mem = Memory::open(pid)?;
         let worker_started = Instant::now();
         let mut stopped = Stopped::stop_worker(pid)?;
-        let opts = Options { owner, ring_len: what.ring_len };
+        let opts = Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
         let prepared = install::prepare(&mut stopped, &mem, existing, &requests, opts)?;
         stopped.stop_all()?;
         let (region, report) = install::commit(&mut stopped, &mem, prepared)?;
@@ -201,7 +203,18 @@ impl Attached {
 
     /// Current hit counts, in request order.
     pub fn hits(&self) -> Vec<u64> {
-        self.user_probes().map(|p| self.region.hits(p.index)).collect()
+        let idx: Vec<u32> = self.user_probes().map(|p| p.index).collect();
+        self.region.hits_of(&idx)
+    }
+
+    /// The module of each of the user's probes, in request order.
+    pub fn modules_of_probes(&self) -> Vec<String> {
+        self.user_probes().map(|p| p.request.function.module.clone()).collect()
+    }
+
+    /// The entry indexes of the user's probes, in request order.
+    pub fn indexes(&self) -> Vec<u32> {
+        self.user_probes().map(|p| p.index).collect()
     }
 
     /// What probe `i` (in [`Attached::infos`] order) records.
@@ -238,6 +251,7 @@ impl Attached {
                     module: p.request.function.module.clone(),
                     address: p.request.function.addr,
                     hits: self.region.hits(p.index),
+                    enabled: self.region.enabled(p.index),
                 })
                 .collect(),
         }
@@ -357,7 +371,13 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     if args.ret {
         k |= kind::RET;
     }
-    let what = Selection { funcs: args.funcs.clone(), addrs: args.addrs.clone(), kind: k, ring_len: args.ring_size };
+    let what = Selection {
+        funcs: args.funcs.clone(),
+        addrs: args.addrs.clone(),
+        kind: k,
+        ring_len: args.ring_size,
+        sample_budget: 0,
+    };
     let attached = Attached::attach(args.pid, &what, owner)?;
     let n = attached.names().len();
     if attached.refused > 0 {

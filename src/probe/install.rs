@@ -37,8 +37,10 @@ use crate::process::{self, Mapping};
 const STACK_SCAN_BYTES: u64 = 64 << 10;
 /// The smallest code arena tp maps.
 const MIN_ARENA: u64 = 64 << 10;
-/// An upper bound on one detour's size, for arena sizing.
+/// A typical detour's size, for sizing arenas: a counting detour, and one
+/// that also calls the runtime. Placement checks the real size.
 const DETOUR_BUDGET: u64 = 160;
+const EVENT_DETOUR_BUDGET: u64 = 320;
 
 /// A probe that is live after [`install`].
 #[derive(Debug, Clone)]
@@ -78,6 +80,8 @@ pub struct Options {
     pub owner: u32,
     /// Events per thread ring, for a region created now.
     pub ring_len: u32,
+    /// Samples each probe may record before it disables itself (sampling probes).
+    pub sample_budget: i32,
 }
 
 /// Writes detours for `requests` using the stopped worker thread.
@@ -104,7 +108,7 @@ pub fn prepare(
             None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
         };
         crate::fault::point("after-inject");
-        let placed = write_detours(mem, &mut caller, &maps, &region, requests, opts.owner)?;
+        let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
         Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
     })();
     for sig in std::mem::take(&mut caller.deferred_signals) {
@@ -192,6 +196,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
         kind,
         runtime,
         flag_addr: region.target_addr() + h.flags_off + index as u64,
+        budget_addr: region.target_addr() + h.budgets_off + 4 * index as u64,
         counters: region.target_addr() + h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
@@ -210,7 +215,8 @@ fn create_region(
 ) -> Result<Region> {
     let g = layout::geometry(requests.len() as u32, ring_len);
     let span = requests.first().map(|r| r.span).context("nothing to install")?;
-    let arena = alloc_arena(caller, maps, span, arena_size(requests.len()))?;
+    let kind = requests.iter().fold(0, |k, r| k | r.kind);
+    let arena = alloc_arena(caller, maps, span, arena_size(requests.len(), kind))?;
     let name_at = arena.addr + arena.size - 64;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
@@ -237,8 +243,9 @@ fn create_region(
     made
 }
 
-fn arena_size(probes: usize) -> u64 {
-    (probes as u64 * DETOUR_BUDGET).max(MIN_ARENA).next_multiple_of(4096)
+fn arena_size(probes: usize, kind: u32) -> u64 {
+    let each = if kind == kind::COUNT { DETOUR_BUDGET } else { EVENT_DETOUR_BUDGET };
+    (probes as u64 * each).max(MIN_ARENA).next_multiple_of(4096)
 }
 
 /// Maps a fresh R-X arena near `span`, trying candidate holes nearest first.
@@ -273,7 +280,7 @@ fn write_detours(
     maps: &[Mapping],
     region: &Region,
     requests: &[Request],
-    owner: u32,
+    opts: &Options,
 ) -> Result<Vec<Placed>> {
     let mut h = region.header();
     let mut inactive: HashMap<u64, Vec<(u32, Entry)>> = HashMap::new();
@@ -310,7 +317,7 @@ fn write_detours(
     for (req, p) in requests.iter().zip(&placed) {
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
-        e.owner = owner;
+        e.owner = opts.owner;
         e.function = req.function.addr;
         e.site = req.plan.site;
         e.detour = p.at;
@@ -323,6 +330,7 @@ fn write_detours(
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         region.zero_hits(p.index)?;
+        region.set_budget(p.index, opts.sample_budget)?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
     }
@@ -389,40 +397,51 @@ fn place_detour(
     let needs_runtime = req.kind != kind::COUNT;
     let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
     let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH);
-    let fits = |a: &Arena| {
-        let extra = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
-        a.size - a.used >= DETOUR_BUDGET + extra
-    };
-    let slot = match h.arenas[..h.arena_count as usize].iter().position(|a| reachable(a) && fits(a)) {
-        Some(i) => i,
-        None => {
+    // Arenas within reach first, then a new one: the detour goes in the
+    // first where it really fits (its size depends on where it goes).
+    let mut tried_new = false;
+    let mut slot = 0;
+    loop {
+        if slot == h.arena_count as usize {
+            if tried_new {
+                bail!("the detour of `{}` does not fit a new code arena", req.function.name);
+            }
             if h.arena_count as usize == layout::MAX_ARENAS {
                 bail!("tp's data region has no room for another code arena; run `tp detach` first");
             }
-            let size = arena_size(remaining) + if needs_runtime { runtime_len } else { 0 };
-            h.arenas[h.arena_count as usize] = alloc_arena(caller, maps, req.span, size)?;
+            let size = arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
+            h.arenas[slot] = alloc_arena(caller, maps, req.span, size)?;
             h.arena_count += 1;
-            h.arena_count as usize - 1
+            tried_new = true;
         }
-    };
-    if needs_runtime && h.arenas[slot].runtime == 0 {
+        let a = h.arenas[slot];
+        let runtime_still_needed = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
+        let room = (a.size - a.used).saturating_sub(runtime_still_needed);
+        if !reachable(&a) || room < DETOUR_BUDGET {
+            slot += 1;
+            continue;
+        }
+        // Where the detour would go, after a runtime block the arena may still need.
+        let (runtime_at, at) = match (needs_runtime, a.runtime) {
+            (true, 0) => (a.addr + a.used, (a.addr + a.used + runtime_len).next_multiple_of(16)),
+            (_, r) => (r, a.addr + a.used),
+        };
+        let runtime = needs_runtime.then(|| runtime_addrs(region, h, runtime_at));
+        let spec = spec_for(region, h, index, req.kind, runtime);
+        let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
+        if at + detour.bytes.len() as u64 > a.addr + a.size {
+            slot += 1;
+            continue;
+        }
         let a = &mut h.arenas[slot];
-        let at = a.addr + a.used;
-        let block = Host::build_runtime(at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
-        mem.write(at, &block.bytes).context("writing tp's runtime into the target")?;
-        a.runtime = at;
-        a.used = (a.used + block.bytes.len() as u64).next_multiple_of(16);
+        if needs_runtime && a.runtime == 0 {
+            let block = Host::build_runtime(runtime_at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
+            mem.write(runtime_at, &block.bytes).context("writing tp's runtime into the target")?;
+            a.runtime = runtime_at;
+        }
+        a.used = (at + detour.bytes.len() as u64).next_multiple_of(16) - a.addr;
+        return Ok((at, detour));
     }
-    let runtime = needs_runtime.then(|| runtime_addrs(region, h, h.arenas[slot].runtime));
-    let spec = spec_for(region, h, index, req.kind, runtime);
-    let a = &mut h.arenas[slot];
-    let at = a.addr + a.used;
-    let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
-    if detour.bytes.len() as u64 > a.size - a.used {
-        bail!("the detour of `{}` does not fit its code arena", req.function.name);
-    }
-    a.used = (a.used + detour.bytes.len() as u64).next_multiple_of(16);
-    Ok((at, detour))
 }
 
 /// Moves every thread whose PC (or restart PC) lies inside a window to the

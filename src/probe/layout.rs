@@ -11,6 +11,7 @@
 //! probes_off       Entry[cap] one 256-byte entry per probe: state, kind,
 //!                             site, original and patch bytes, detour, name
 //! flags_off        u8[cap]    per-probe enable flag, read by every detour
+//! budgets_off      i32[cap]   per-probe sample budget (tp profile)
 //! counters_off     rows       2^slot_bits rows of 2^stride_shift bytes; row r
 //!                             holds one u64 hit counter per probe for the
 //!                             threads that hash to r
@@ -25,7 +26,7 @@
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -74,6 +75,10 @@ pub struct EventCtx {
     pub tid_offset: i32,
     /// Events dropped because every slot was taken.
     pub lost_no_slot: u64,
+    /// Address in the target of the enable flags.
+    pub flags: u64,
+    /// Address in the target of the sample budgets.
+    pub budgets: u64,
 }
 
 /// The head of a thread slot (`struct tp_slot` in runtime.c).
@@ -153,6 +158,9 @@ pub mod entry_flags {
     pub const RECORD_ENTRY: u32 = 1 << 24;
     /// Replace the return address to see the exit.
     pub const HIJACK_RETURN: u32 = 1 << 25;
+    /// Spend one of the probe's sample budget (the detour calls the runtime
+    /// only while the budget is positive).
+    pub const SAMPLE: u32 = 1 << 26;
 }
 
 const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
@@ -183,6 +191,8 @@ pub struct Header {
     pub probes_off: u64,
     /// Offset of the enable flags.
     pub flags_off: u64,
+    /// Offset of the sample budgets.
+    pub budgets_off: u64,
     /// Offset of the counter rows.
     pub counters_off: u64,
     /// Address of the region in the target.
@@ -245,6 +255,9 @@ pub mod kind {
     pub const RET: u32 = 2;
     /// tp's own probe on an unwinder entry point (see runtime.c, tp_unwind).
     pub const UNWIND: u32 = 4;
+    /// Samples: times a budget of calls per epoch, then only counts until
+    /// tp gives it a new budget (tp profile).
+    pub const SAMPLE: u32 = 8;
 }
 
 /// One probe entry.
@@ -367,6 +380,8 @@ pub struct Geometry {
     pub probes_off: u64,
     /// Offset of the flags.
     pub flags_off: u64,
+    /// Offset of the sample budgets.
+    pub budgets_off: u64,
     /// Offset of the counter rows.
     pub counters_off: u64,
     /// log2 of the row stride.
@@ -382,7 +397,8 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
     let page = 4096u64;
     let probes_off = page;
     let flags_off = probes_off + capacity as u64 * ENTRY_SIZE;
-    let counters_off = (flags_off + capacity as u64).next_multiple_of(page);
+    let budgets_off = (flags_off + capacity as u64).next_multiple_of(64);
+    let counters_off = (budgets_off + 4 * capacity as u64).next_multiple_of(page);
     // A row holds one u64 per probe; a power-of-two stride lets detours find a row with a shift.
     let stride_shift = (capacity as u64 * 8).trailing_zeros();
     let events_off = counters_off + (1u64 << SLOT_BITS) * (1u64 << stride_shift);
@@ -396,6 +412,7 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
         capacity,
         probes_off,
         flags_off,
+        budgets_off,
         counters_off,
         stride_shift,
         events_off,
@@ -419,6 +436,7 @@ impl Header {
             stride_shift: g.stride_shift,
             probes_off: g.probes_off,
             flags_off: g.flags_off,
+            budgets_off: g.budgets_off,
             counters_off: g.counters_off,
             target_addr,
             generation: 0,
@@ -433,6 +451,8 @@ impl Header {
                 shadow_len: SHADOW_LEN,
                 tid_offset: 0,
                 lost_no_slot: 0,
+                flags: target_addr + g.flags_off,
+                budgets: target_addr + g.budgets_off,
             },
             arenas: [Arena::default(); MAX_ARENAS],
         }
@@ -472,8 +492,9 @@ impl Header {
             && self.count <= self.capacity
             && self.arena_count as usize <= MAX_ARENAS
             && self.slot_bits == SLOT_BITS
-            && (self.probes_off, self.flags_off, self.counters_off, self.stride_shift, self.total_size)
-                == (g.probes_off, g.flags_off, g.counters_off, g.stride_shift, g.total_size)
+            && (self.probes_off, self.flags_off, self.budgets_off, self.counters_off)
+                == (g.probes_off, g.flags_off, g.budgets_off, g.counters_off)
+            && (self.stride_shift, self.total_size) == (g.stride_shift, g.total_size)
             && (self.events_off, self.ctx.slot_size) == (g.events_off, g.slot_size)
             && self.ctx.shadow_len == SHADOW_LEN
             && self.ctx.slot_bits == EVENT_SLOT_BITS

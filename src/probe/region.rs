@@ -195,6 +195,51 @@ impl Region {
         b[0] != 0
     }
 
+    /// Sets probe `i`'s sample budget (tp profile).
+    pub fn set_budget(&self, i: u32, n: i32) -> Result<()> {
+        let off = self.header().budgets_off + 4 * i as u64;
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target, which
+                // changes it with atomic instructions.
+                let a = unsafe { std::sync::atomic::AtomicI32::from_ptr(ptr.add(off as usize) as *mut i32) };
+                a.store(n, Ordering::Relaxed);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &n.to_le_bytes()),
+        }
+    }
+
+    /// The sample budgets of `probes` (one header read for all).
+    pub fn budgets_of(&self, probes: &[u32]) -> Vec<i32> {
+        let off = self.header().budgets_off;
+        probes
+            .iter()
+            .map(|&i| {
+                let mut b = [0; 4];
+                self.read(off + 4 * i as u64, &mut b);
+                i32::from_le_bytes(b)
+            })
+            .collect()
+    }
+
+    /// The hits of each of `probes`, asking about each counter page once
+    /// (neighbouring probes share pages).
+    pub fn hits_of(&self, probes: &[u32]) -> Vec<u64> {
+        let h = self.header();
+        let mut out = vec![0u64; probes.len()];
+        let mut resident: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+        for row in 0..(1u64 << h.slot_bits) {
+            for (k, &i) in probes.iter().enumerate() {
+                let off = h.counter_off(row, i);
+                if *resident.entry(off & !4095).or_insert_with(|| self.is_resident(off)) {
+                    out[k] += self.load_u64(off);
+                }
+            }
+        }
+        out
+    }
+
     /// Address in the target of probe `i`'s enable flag.
     pub fn flag_addr(&self, i: u32) -> u64 {
         self.target_addr + self.header().flags_off + i as u64

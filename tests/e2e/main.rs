@@ -29,3 +29,7 @@ mod coverage;
 // Exception landing pads of a C++ target and of libstdc++.
 #[cfg(target_arch = "x86_64")]
 mod landing_pads;
+// enable/disable without stopping the target.
+mod toggle;
+// tp profile: sampled latency with exact call counts.
+mod profile;

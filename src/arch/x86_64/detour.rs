@@ -44,7 +44,17 @@
 //! ```text
 //! relocated: <displaced instructions, relocated>
 //!            jmp  site + window            ; unless they end in ret/jmp
-//! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline]
+//! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline, budget]
+//! ```
+//!
+//! A sampling probe (tp profile) tests its budget before the call, so once
+//! the budget of an epoch is spent the function pays for its count and one
+//! test only:
+//!
+//! ```text
+//!          mov  r11, [rip + lit_budget]
+//!          cmp  dword [r11], 0
+//!          jle  restore
 //! ```
 
 use super::relocate;
@@ -79,6 +89,7 @@ struct Literals {
     hash: u64,
     ctx: u64,
     tramp: u64,
+    budget: u64,
 }
 
 /// Assembles the detour of `plan` at address `at`.
@@ -88,7 +99,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         return Err(Refusal::Unsupported("an event probe needs the runtime block"));
     }
     // The prefix has a fixed length for a given kind: measure it first.
-    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at };
+    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, budget: at };
     let mut w = Writer::new(at);
     emit_prefix(&mut w, spec, &dummy);
     let relocated_at = w.pc();
@@ -101,6 +112,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         hash: literals + 16,
         ctx: literals + 24,
         tramp: literals + 32,
+        budget: literals + 40,
     };
 
     let mut w = Writer::new(at);
@@ -114,6 +126,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     if let Some(rt) = spec.runtime {
         w.put_u64(rt.ctx);
         w.put_u64(rt.trampoline);
+        w.put_u64(spec.budget_addr);
     }
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
     Ok(Detour { bytes: w.into_bytes(), pc_map })
@@ -144,12 +157,21 @@ fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
             w.put_call(rt.unwind);
         });
     } else if spec.kind & (kind::ARGS | kind::RET) != 0 {
+        if spec.kind & kind::SAMPLE != 0 {
+            // Time only while this epoch's budget lasts; count always.
+            w.put_mov_r11_rip(l.budget);
+            w.put_cmp_dword_r11_0();
+            w.put_jle(l.relocated - RESTORE_LEN);
+        }
         let mut flags = spec.probe_index;
         if spec.kind & kind::ARGS != 0 {
             flags |= entry_flags::RECORD_ENTRY;
         }
         if spec.kind & kind::RET != 0 {
             flags |= entry_flags::HIJACK_RETURN;
+        }
+        if spec.kind & kind::SAMPLE != 0 {
+            flags |= entry_flags::SAMPLE;
         }
         call_runtime(w, |w| {
             // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline)
@@ -222,6 +244,7 @@ mod tests {
             kind: kind::COUNT,
             runtime: None,
             flag_addr: 0x7f00_0000_2003,
+            budget_addr: 0x7f00_0000_300c,
             counters: 0x7f00_0001_0000,
             slot_bits: 7,
             stride_shift: 15,
@@ -293,10 +316,27 @@ mod tests {
         assert_eq!(asm[42..45], ["push rbp", "mov rbp, rsp", "push rbx"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
         assert_eq!(asm[6], format!("je {:#x}", d.map_pc(1).unwrap() - 1 - 6));
-        // Literals: flag, counters, hash, context, trampoline.
-        let lits = d.bytes.len() - 40;
+        // Literals: flag, counters, hash, context, trampoline, budget.
+        let lits = d.bytes.len() - 48;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
         assert_eq!((lit(3), lit(4)), (runtime().ctx, runtime().trampoline));
+    }
+
+    #[test]
+    fn sampling_detour_tests_its_budget_before_the_call() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::RET | kind::SAMPLE, runtime: Some(runtime()), ..spec() };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
+        assert!(asm[14].starts_with("mov r11, qword ptr [rip + "));
+        assert_eq!(asm[15], "cmp dword ptr [r11], 0");
+        // A spent budget skips the call, to the restore of rax, r11 and the flags.
+        assert_eq!(asm[16], format!("jle {:#x}", d.map_pc(1).unwrap() - 1 - 6));
+        let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
+        assert!(asm.contains(&format!("mov esi, {flags:#x}")), "{asm:#?}");
+        let lit = u64::from_le_bytes(d.bytes[d.bytes.len() - 8..].try_into().unwrap());
+        assert_eq!(lit, spec().budget_addr);
     }
 
     #[test]

@@ -65,6 +65,19 @@ impl Writer {
         self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
     }
 
+    /// `cmp dword [r11], 0`.
+    pub fn put_cmp_dword_r11_0(&mut self) {
+        self.buf.extend_from_slice(&[0x41, 0x83, 0x3b, 0x00]);
+    }
+
+    /// `jle target` (rel32).
+    pub fn put_jle(&mut self, target: u64) {
+        let end = self.pc() + 6;
+        let d = self.rel32(end, target);
+        self.buf.extend_from_slice(&[0x0f, 0x8e]);
+        self.buf.extend_from_slice(&d);
+    }
+
     /// `je target` (rel32).
     pub fn put_je(&mut self, target: u64) {
         let end = self.pc() + 6;
@@ -189,14 +202,25 @@ impl Writer {
         self.buf.extend_from_slice(&d);
     }
 
-    /// `mov r11, rax`.
-    pub fn put_mov_r11_rax(&mut self) {
-        self.buf.extend_from_slice(&[0x49, 0x89, 0xc3]);
+    /// `test rax, rax; jnz +2; ud2; mov [rsp + disp], rax`: store rax on
+    /// the stack, or trap if it is 0.
+    pub fn put_store_rax_or_trap(&mut self, disp: i8) {
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xc0, 0x75, 0x02, 0x0f, 0x0b, 0x48, 0x89, 0x44, 0x24, disp as u8]);
     }
 
-    /// `test r11, r11; jz +2; jmp r11; ud2`: go to r11, or trap if it is 0.
-    pub fn put_jmp_r11_or_trap(&mut self) {
-        self.buf.extend_from_slice(&[0x4d, 0x85, 0xdb, 0x74, 0x03, 0x41, 0xff, 0xe3, 0x0f, 0x0b]);
+    /// `pushfq`.
+    pub fn put_pushfq(&mut self) {
+        self.buf.push(0x9c);
+    }
+
+    /// `popfq`.
+    pub fn put_popfq(&mut self) {
+        self.buf.push(0x9d);
+    }
+
+    /// `ret`.
+    pub fn put_ret(&mut self) {
+        self.buf.push(0xc3);
     }
 
     /// Raw bytes (relocated code produced elsewhere for this same address).
@@ -235,6 +259,8 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_r11_rip(AT + 0x107)), ["mov r11, qword ptr [rip + 0x100]"]);
         assert_eq!(asm(|w| w.put_add_r11_rip(AT - 0x10 + 7)), ["add r11, qword ptr [rip - 0x10]"]);
         assert_eq!(asm(|w| w.put_cmp_byte_r11_0()), ["cmp byte ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_cmp_dword_r11_0()), ["cmp dword ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_jle(AT + 0x40)), [format!("jle {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_je(AT + 0x40)), [format!("je {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
         assert_eq!(asm(|w| w.put_mov_r11_fs0()), ["mov r11, qword ptr fs:[0]"]);
@@ -256,8 +282,11 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_rsi_rsp()), ["mov rsi, rsp"]);
         assert_eq!(asm(|w| w.put_zero_r8()), ["xor r8d, r8d"]);
         assert_eq!(asm(|w| w.put_call(AT + 0x100)), [format!("call {:#x}", AT + 0x100)]);
-        assert_eq!(asm(|w| w.put_mov_r11_rax()), ["mov r11, rax"]);
-        assert_eq!(asm(|w| w.put_jmp_r11_or_trap()), ["test r11, r11", &format!("je {:#x}", AT + 8), "jmp r11", "ud2"]);
+        let store = asm(|w| w.put_store_rax_or_trap(0x58));
+        assert_eq!(store, ["test rax, rax", &format!("jne {:#x}", AT + 7), "ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        assert_eq!(asm(|w| w.put_pushfq()), ["pushfq"]);
+        assert_eq!(asm(|w| w.put_popfq()), ["popfq"]);
+        assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
 
     #[test]

@@ -23,6 +23,7 @@
 /* Flags passed to tp_entry with the probe index. */
 #define TP_RECORD_ENTRY (1u << 24)
 #define TP_HIJACK_RETURN (1u << 25)
+#define TP_SAMPLE (1u << 26)
 
 #define TP_PROBE_MASK 0xffffffu
 /* Frames deeper on the same stack than one that returns are dead; frames
@@ -40,6 +41,8 @@ struct tp_ctx {
 	uint32_t shadow_len;   /* shadow frames per slot */
 	int32_t tid_offset;    /* where the TCB keeps the TID, from the thread pointer; 0: unknown */
 	uint64_t lost_no_slot; /* events dropped because every slot was taken */
+	uint64_t flags;        /* address of the per-probe enable flags */
+	uint64_t budgets;      /* address of the per-probe sample budgets */
 };
 
 /* One saved return address (layout.rs: Frame). */
@@ -154,6 +157,14 @@ HOT void emit(struct tp_ctx *c, struct tp_slot *s, uint32_t probe, uint64_t tsc,
  * trampoline to put there when the probe records returns. */
 void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp)
 {
+	if (probe_flags & TP_SAMPLE) {
+		/* Spend one sample of this epoch's budget. The detour calls here only
+		 * while the budget is positive, so once it is spent the function
+		 * pays for its count and one test until tp gives it a new budget. */
+		uint32_t probe = probe_flags & TP_PROBE_MASK;
+		if (__atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0)
+			return; /* another thread took the last one */
+	}
 	struct tp_slot *s = thread_slot(c, 1);
 	if (!s)
 		return;
@@ -168,10 +179,13 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		 * still holds its trampoline, so this never drops one (also not
 		 * for a signal handler running on an alternate stack). */
 		uint64_t here = (uint64_t)slot;
-		/* A frame whose slot this call's return address now occupies is
-		 * dead, and so is everything it called on this stack. */
+		/* A frame whose slot a real call has since overwritten with its own
+		 * return address is dead, and so is everything it called on this
+		 * stack. (A tail call reuses the slot with the trampoline still in
+		 * it: that frame is alive and returns through both exits.) */
+		uint64_t current = *(volatile uint64_t *)slot;
 		for (uint32_t k = d; k > 0; k--) {
-			if (s->shadow[k - 1].slot != here)
+			if (s->shadow[k - 1].slot != here || current == s->shadow[k - 1].tramp)
 				continue;
 			uint32_t keep = k - 1;
 			for (uint32_t i = k; i < d; i++) {
