@@ -59,6 +59,16 @@ impl LandingPads {
         self.unreadable.iter().any(|&(lo, hi)| lo <= addr && addr < hi)
     }
 
+    /// Every landing pad found, sorted.
+    pub fn pads(&self) -> &[u64] {
+        &self.pads
+    }
+
+    /// Number of functions whose LSDA could not be read.
+    pub fn unreadable(&self) -> usize {
+        self.unreadable.len()
+    }
+
     /// Number of landing pads found.
     pub fn len(&self) -> usize {
         self.pads.len()

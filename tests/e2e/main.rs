@@ -26,6 +26,9 @@ mod probe_all;
 // Coverage of list-probes on Debian's libc, python3, libstdc++, libsqlite3, libcrypto and perl.
 #[cfg(target_arch = "x86_64")]
 mod coverage;
+// Exception landing pads of a C++ target and of libstdc++.
+#[cfg(target_arch = "x86_64")]
+mod landing_pads;
 // enable/disable without stopping the target.
 mod toggle;
 // tp profile: sampled latency with exact call counts.

@@ -51,8 +51,8 @@ fn reference(cmd: &[String], input: &[u8]) -> Vec<u8> {
 type Hits = BTreeMap<(String, String), u64>;
 
 /// Starts `cmd`, attaches tp with `patterns` before giving it `input`, lets
-/// it finish; returns its stdout, tp's stderr and tp's counts.
-fn probed(cmd: &[String], input: &[u8], patterns: &[&str]) -> (Vec<u8>, String, Hits) {
+/// it finish; returns its stdout, tp's stderr, tp's counts and its number of probes.
+fn probed(cmd: &[String], input: &[u8], patterns: &[&str]) -> (Vec<u8>, String, Hits, usize) {
     let mut child = Command::new(&cmd[0])
         .args(&cmd[1..])
         .stdin(Stdio::piped())
@@ -81,25 +81,35 @@ fn probed(cmd: &[String], input: &[u8], patterns: &[&str]) -> (Vec<u8>, String, 
     assert!(tp_status.success(), "tp failed: {tp_err}");
     let line = tp_out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON: {tp_out}"));
     let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    let hits = v["probes"]
-        .as_array()
-        .unwrap()
+    let probes = v["probes"].as_array().unwrap();
+    let hits = probes
         .iter()
         .map(|p| {
             let key = (p["module"].as_str().unwrap().to_string(), p["func"].as_str().unwrap().to_string());
             (key, p["hits"].as_u64().unwrap())
         })
         .collect();
-    (out, tp_err, hits)
+    (out, tp_err, hits, probes.len())
 }
+
+/// One probe-all run at a time: planning thousands of functions in a debug
+/// build is heavy, and three at once on a small machine nears the timeouts.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs the workload with and without probes and checks everything.
 fn probe_all(cmd: &[String], input: &[u8], patterns: &[&str], modules: &[&str], called: &[(&str, &str)]) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let want = reference(cmd, input);
     assert!(!want.is_empty());
-    let (got, tp_err, hits) = probed(cmd, input, patterns);
+    let (got, tp_err, hits, probes) = probed(cmd, input, patterns);
     assert!(got == want, "output differs under probes:\n{}\n---\n{}", String::from_utf8_lossy(&got), tp_err);
-    assert!(tp_err.contains("one thread") || tp_err.contains("attached"), "{tp_err}");
+    // One attach, one stop of the world, for all of them.
+    let attached: Vec<&str> = tp_err.lines().filter(|l| l.starts_with("tp: attached ")).collect();
+    assert_eq!(attached.len(), 1, "{tp_err}");
+    assert_eq!(attached[0].matches("target stopped").count(), 1, "{tp_err}");
+    let n: usize = attached[0].split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert_eq!(n, probes, "{tp_err}");
+    assert!(n >= 3000, "only {n} probes: {tp_err}");
     for m in modules {
         let n = hits.keys().filter(|(module, _)| module.starts_with(m)).count();
         assert!(n >= 1000, "only {n} probes in `{m}`: {tp_err}");
