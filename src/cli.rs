@@ -139,10 +139,10 @@ pub struct ProfileArgs {
     /// Functions to profile: names or globs such as `'*'` or `'libz:*'` (repeat for several).
     #[arg(short, long = "func", value_name = "GLOB", required = true)]
     pub funcs: Vec<String>,
-    /// Calls each function times per epoch before its probe turns itself off.
-    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    /// Timed calls per function per epoch, on average (at most twice as many).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=500_000))]
     pub sample: u32,
-    /// How often tp turns the probes back on: `10ms`, `500us`, `1s`.
+    /// How often tp adapts the sampling periods and renews the budgets: `10ms`, `500us`, `1s`.
     #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = parse_time)]
     pub epoch: std::time::Duration,
     /// Stop after this many seconds (default: Ctrl-C or the target's exit).

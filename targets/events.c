@@ -13,6 +13,9 @@
  *   quiet N        N calls of add without logging -> "done quiet N"
  *   tail N         N calls of tail_outer, which tail-calls tail_inner
  *                  -> "done tail N sum=S"
+ *   burst R        R rounds of: a 1 ms sleep, one call of pulse(1), which
+ *                  spins 200 us, then 99 calls of pulse(0), which return at
+ *                  once -> "done burst R"
  *   ipa N          N calls of ipa_caller, which keeps values in registers the
  *                  ABI lets a callee clobber across its call of ipa_leaf
  *                  -> "done ipa N bad=B" (B: calls whose result was wrong)
@@ -138,6 +141,25 @@ long ipa_caller(long x)
 }
 #endif
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The first call after a pause is long, the rest short: a profiler that
+ * times the first calls after an instant sees mostly the long one. */
+TP_PROBED int pulse(int long_one)
+{
+	if (long_one) {
+		uint64_t end = now_ns() + 200000;
+		while (now_ns() < end)
+			;
+	}
+	return long_one;
+}
+
 static pid_t tid(void)
 {
 	return (pid_t)syscall(SYS_gettid);
@@ -231,6 +253,15 @@ int main(void)
 			for (unsigned long i = 0; i < n; i++)
 				sum += tail_outer((long)i);
 			printf("done tail %lu sum=%ld\n", n, sum);
+		} else if (sscanf(line, "burst %lu", &n) == 1) {
+			for (unsigned long r = 0; r < n; r++) {
+				struct timespec ms = {0, 1000000};
+				nanosleep(&ms, NULL);
+				pulse(1);
+				for (int i = 0; i < 99; i++)
+					pulse(0);
+			}
+			printf("done burst %lu\n", n);
 		} else if (sscanf(line, "ipa %lu", &n) == 1) {
 			unsigned long bad = 0;
 			for (unsigned long i = 0; i < n; i++)

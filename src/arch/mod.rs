@@ -256,10 +256,10 @@ pub struct DetourSpec {
     pub runtime: Option<RuntimeAddrs>,
     /// Address in the target of this probe's enable flag (one byte; 0 = disabled).
     pub flag_addr: u64,
-    /// Address in the target of this probe's sample budget (sampling probes).
-    pub budget_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
+    /// Bytes from a counter row to the matching countdown row (sampling probes).
+    pub countdowns_from_counters: u64,
     /// log2 of the number of counter rows (threads hash into rows).
     pub slot_bits: u32,
     /// log2 of the byte stride between counter rows.

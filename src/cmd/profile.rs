@@ -1,13 +1,17 @@
 //! `tp profile`: the latency of many functions at once, at a cost the
 //! target can live with (the fastinst idea, without cross-modifying code).
 //!
-//! Every matching function gets a sampling return probe. Each probe has a
-//! budget of `--sample` timed calls per epoch; the in-target runtime spends
-//! it, and once it is spent the detour stops calling the runtime by itself,
-//! so for the rest of the epoch the function pays for its count and one test
-//! only. At every epoch tp gives the probes that spent their budget a new
-//! one: one store each, no stop, no code modification. Calls are counted
-//! exactly throughout; latencies come from the samples. A function's share
+//! Every matching function gets a sampling return probe: it counts every
+//! call and times one call in `period`, at random (the in-target runtime
+//! draws the calls to skip before the next sample). At every epoch tp sets
+//! each function's period from its calls in the last epoch, so that it gets
+//! about `--sample` samples per epoch, and gives every probe that spent some
+//! of its budget (at most twice that many samples per epoch, for functions
+//! whose calls suddenly became frequent) a new one: one store each, no stop,
+//! no code modification. Timing calls at random among all calls, rather
+//! than the first calls of each epoch, keeps the latencies unbiased: the
+//! first call after an instant is more likely one that follows a long pause.
+//! Calls are counted exactly; latencies come from the samples. A function's share
 //! of time is its calls times its mean latency over the wall-clock time of
 //! the profile: inclusive (a callee's time counts in its callers' too), and
 //! above 100 % only when several threads run it at once.
@@ -24,6 +28,7 @@ use super::interrupt;
 use crate::cli::ProfileArgs;
 use crate::events::Kind;
 use crate::events::drain::Drainer;
+use crate::events::sampling::{FIRST_EPOCH, Sampler};
 use crate::events::stats::Latency;
 use crate::output::chrome::ChromeTrace;
 use crate::output::events::duration;
@@ -44,19 +49,20 @@ struct Profile {
 /// Runs `tp profile`.
 pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     interrupt::install();
-    let budget = args.sample as i32;
+    let budget = Sampler::budget_for(args.sample);
     let what = Selection {
         funcs: args.funcs.clone(),
         addrs: Vec::new(),
         kind: kind::RET | kind::SAMPLE,
         // Room for every function's samples of an epoch.
-        ring_len: (args.sample as usize * 4096).clamp(2048, 1 << 18) as u32,
+        ring_len: (budget as usize * 4096).clamp(2048, 1 << 18) as u32,
         sample_budget: budget,
     };
     let attached = Attached::attach(args.pid, &what, std::process::id())?;
     let idx = attached.indexes();
     // Calls are counted from here on (before tp says it is profiling).
     let at_start = attached.region.hits_of(&idx);
+    let mut sampler = Sampler::new(&attached.region, idx.clone(), args.sample);
     let names = attached.names();
     eprintln!(
         "tp: profiling {} functions of {} ({} timed calls each per {} epoch; Ctrl-C to stop){}",
@@ -74,33 +80,27 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     let mut clock = attached.clock.clone();
     let mut drainer = Drainer::default();
     let mut profiles = vec![Profile::default(); idx.len()];
-    let (mut toggles, mut samples, mut epochs) = (0u64, 0u64, 0u64);
+    let (mut samples, mut epochs) = (0u64, 0u64);
     let started = Instant::now();
     let mut batch = Vec::new();
     loop {
-        std::thread::sleep(args.epoch);
+        std::thread::sleep(if epochs == 0 { args.epoch.min(FIRST_EPOCH) } else { args.epoch });
         clock.refine();
         batch.clear();
         drainer.drain(&attached.region, &mut batch)?;
+        sampler.end_epoch(&attached.region)?;
         for ev in &batch {
             let Some(&k) = position.get(&ev.probe) else { continue };
             if ev.kind != Kind::Exit {
                 continue;
             }
-            let dur = clock.duration_ns(ev.entry_tsc(), ev.tsc);
-            profiles[k].latency.add(dur);
+            profiles[k].latency.add(clock.duration_ns(ev.timed_from(), ev.tsc));
             samples += 1;
             if let Some(c) = &mut chrome {
-                c.slice(&names[k], ev.tid, clock.ns(ev.entry_tsc()), dur, "{}")?;
+                let span = clock.duration_ns(ev.entry_tsc(), ev.tsc);
+                c.slice(&names[k], ev.tid, clock.ns(ev.entry_tsc()), span, "{}")?;
             }
         }
-        // A new budget for every probe that spent (some of) its own.
-        let spent: Vec<u32> =
-            attached.region.budgets_of(&idx).iter().zip(&idx).filter(|(b, _)| **b < budget).map(|(_, &i)| i).collect();
-        for &i in &spent {
-            attached.region.set_budget(i, budget)?;
-        }
-        toggles += spent.len() as u64;
         epochs += 1;
         let stop = interrupt::interrupted()
             || args.duration.is_some_and(|d| started.elapsed() >= Duration::from_secs_f64(d))
@@ -121,10 +121,11 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     if let Some(c) = chrome {
         c.finish().context("writing the trace file")?;
     }
+    let toggles = sampler.toggles;
     eprintln!(
         "tp: {epochs} epochs in {elapsed:.1} s: {} toggles/s, {} samples/s",
         thousands((toggles as f64 / elapsed) as u64),
-        thousands((samples as f64 / elapsed) as u64)
+        thousands((samples as f64 / elapsed) as u64),
     );
     print(&args, &attached, &names, &profiles, elapsed, toggles, samples)?;
     Ok(ExitCode::SUCCESS)

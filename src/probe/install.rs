@@ -196,8 +196,8 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
         kind,
         runtime,
         flag_addr: region.target_addr() + h.flags_off + index as u64,
-        budget_addr: region.target_addr() + h.budgets_off + 4 * index as u64,
         counters: region.target_addr() + h.counters_off,
+        countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
     }

@@ -210,6 +210,33 @@ impl Region {
         }
     }
 
+    /// Sets probe `i`'s sampling period: one call in `period` is timed, on
+    /// average (0 or 1: every call).
+    pub fn set_period(&self, i: u32, period: u32) -> Result<()> {
+        let off = self.header().periods_off + 4 * i as u64;
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target, which only reads it.
+                let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(ptr.add(off as usize) as *mut u32) };
+                a.store(period, Ordering::Relaxed);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &period.to_le_bytes()),
+        }
+    }
+
+    /// Sets probe `i`'s sampling countdown in every counter row a thread
+    /// uses to a value from `value` (the target's threads update them too;
+    /// a lost update only moves one sample).
+    pub fn set_countdowns(&self, i: u32, mut value: impl FnMut() -> u64) -> Result<()> {
+        let h = self.header();
+        let countdowns = h.countdowns_off - h.counters_off;
+        for r in self.rows_in_use(&h, i) {
+            self.store_u64(h.counter_off(r, i) + countdowns, value())?;
+        }
+        Ok(())
+    }
+
     /// The sample budgets of `probes` (one header read for all).
     pub fn budgets_of(&self, probes: &[u32]) -> Vec<i32> {
         let off = self.header().budgets_off;
@@ -281,10 +308,6 @@ impl Region {
         self.hits_of(&[i])[0]
     }
 
-    fn counter(&self, h: &Header, row: u64, i: u32) -> u64 {
-        self.load_u64(h.counter_off(row, i))
-    }
-
     /// An 8-aligned u64 that the target updates concurrently, loaded atomically (acquire).
     pub fn load_u64(&self, off: u64) -> u64 {
         assert!(off.is_multiple_of(8) && off + 8 <= self.len, "bad u64 offset");
@@ -313,15 +336,19 @@ impl Region {
         }
     }
 
-    /// Sets probe `i`'s counters to zero in every row (the target is stopped).
+    /// Sets probe `i`'s counters and sampling countdowns to zero in every
+    /// row, and its period (the target is stopped).
     pub fn zero_hits(&self, i: u32) -> Result<()> {
         let h = self.header();
+        let countdowns = h.countdowns_off - h.counters_off;
         for r in self.rows_in_use(&h, i) {
-            if self.counter(&h, r, i) != 0 {
-                self.write(h.counter_off(r, i), &0u64.to_le_bytes())?;
+            for off in [h.counter_off(r, i), h.counter_off(r, i) + countdowns] {
+                if self.load_u64(off) != 0 {
+                    self.write(off, &0u64.to_le_bytes())?;
+                }
             }
         }
-        Ok(())
+        self.set_period(i, 0)
     }
 }
 

@@ -58,8 +58,9 @@ fn calls_are_exact_and_samples_stay_within_each_epochs_budget() {
     let tail = t.ask("tail 5000", "done tail");
     assert_eq!(field(&tail, "sum"), 3 * 5000 * 5001 / 2, "tail calls under return probes must return the right values");
     t.ask("jump 50", "done jump");
-    t.ask("nap 30", "done nap");
-    t.ask("nap 30", "done nap");
+    for _ in 0..3 {
+        t.ask("nap 30", "done nap");
+    }
     t.ask("quiet 10", "done quiet");
     let (stdout, epochs, _) = stop(session);
     assert!(t.quit().success(), "the target must exit 0");
@@ -70,41 +71,61 @@ fn calls_are_exact_and_samples_stay_within_each_epochs_budget() {
     assert_eq!(calls("fib"), field(&fib, "calls"));
     assert_eq!((calls("tail_outer"), calls("tail_inner")), (5000, 5000));
     assert_eq!(calls("jumper"), 51);
-    assert_eq!(calls("nap"), 2);
+    assert_eq!(calls("nap"), 3);
     for (func, row) in &rows {
         let samples = num(row, "samples");
-        // One budget at install, one more at every epoch.
-        assert!(samples <= 3 * (epochs + 1), "{func}: {samples} samples in {epochs} epochs");
+        // At most twice --sample per epoch, and one budget more at install.
+        assert!(samples <= 6 * (epochs + 1), "{func}: {samples} samples in {epochs} epochs");
         assert!(samples <= num(row, "calls"), "{row}");
         assert!(func == "jumper" || samples >= 1, "{row}");
     }
     // Frames longjmp skipped never return: they are reaped, not timed.
     assert_eq!(num(&rows["jumper"], "samples"), 0, "{}", rows["jumper"]);
     assert!(rows["jumper"]["mean_ns"].is_null());
+    // The first call of a function whose rate tp does not know yet is never
+    // timed (see events/sampling.rs); once its rate is known (one call per
+    // epoch), every call is.
     let nap = &rows["nap"];
     assert_eq!(num(nap, "samples"), 2);
     let mean = num(nap, "mean_ns");
     assert!((30_000_000..300_000_000).contains(&mean), "nap(30) took {mean} ns on average");
-    // A tail call returns through both exits: the outer one takes at least as long.
-    assert!(num(&rows["tail_outer"], "mean_ns") >= num(&rows["tail_inner"], "mean_ns"));
-    // Shares are of the profile's wall-clock time: nap ran 60 ms of it.
+    // Shares are of the profile's wall-clock time: nap ran 90 ms of it.
     let seconds = seconds(&stdout);
     let nap_share = rows["nap"]["time_share"].as_f64().unwrap();
-    assert!(nap_share * seconds >= 0.06 && nap_share < 1.0, "nap: {nap_share} of {seconds} s");
+    assert!(nap_share * seconds >= 0.085 && nap_share <= 1.0, "nap: {nap_share} of {seconds} s");
 }
 
 #[test]
 fn threads_racing_for_the_last_sample_never_overspend_it() {
     let mut t = Target::start("counter");
     let session = start(t.pid, &["-f", "foo", "-f", "bar", "--sample", "5", "--epoch", "5ms", "--json"]);
-    let foo = t.call("foo", 300_000, 2);
+    let foo = t.call("foo", 3_000_000, 2);
     let bar = t.call("bar", 1_000, 2);
     let (stdout, epochs, _) = stop(session);
     assert!(t.quit().success());
     let rows = rows(&stdout);
     assert_eq!((num(&rows["foo"], "calls"), num(&rows["bar"], "calls")), (foo, bar));
     let samples = num(&rows["foo"], "samples");
-    assert!(samples >= 5 && samples <= 5 * (epochs + 1), "{samples} samples in {epochs} epochs");
+    assert!(samples >= 5 && samples <= 10 * (epochs + 1), "{samples} samples in {epochs} epochs");
+}
+
+#[test]
+fn samples_are_spread_over_calls_not_taken_after_pauses() {
+    // Each round: a 1 ms pause, one 200 µs call of pulse, 99 that return at
+    // once; the true mean is about 2 µs. Timing the first calls after each
+    // epoch began would mostly catch the long call that follows the pause
+    // (a mean near 20 µs); timing calls at random among all calls does not.
+    let mut t = Target::start("events");
+    let session = start(t.pid, &["-f", "pulse", "--json"]);
+    t.ask("burst 400", "done burst");
+    let (stdout, _, _) = stop(session);
+    assert!(t.quit().success());
+    let rows = rows(&stdout);
+    let pulse = &rows["pulse"];
+    assert_eq!(num(pulse, "calls"), 40_000);
+    let (samples, mean) = (num(pulse, "samples"), num(pulse, "mean_ns"));
+    assert!(samples >= 100, "{pulse}");
+    assert!(mean < 8_000, "the mean of {samples} samples is {mean} ns: biased towards the calls after a pause");
 }
 
 #[test]
@@ -114,7 +135,9 @@ fn the_table_and_the_trace_file() {
     let path = trace.to_str().unwrap();
     let session = start(t.pid, &["-f", "*", "--sample", "2", "-o", path]);
     t.ask("call 20 2", "done call");
-    t.ask("nap 5", "done nap");
+    for _ in 0..3 {
+        t.ask("nap 30", "done nap");
+    }
     let (stdout, _, stderr) = stop(session);
     assert!(t.quit().success());
     assert!(stderr.contains("functions of"), "{stderr}");
@@ -123,7 +146,7 @@ fn the_table_and_the_trace_file() {
     assert_eq!(head, ["FUNCTION", "SAMPLES", "CALLS", "MEAN", "P50", "P99", "TIME%"]);
     let nap = lines.find(|l| l.starts_with("nap ")).unwrap_or_else(|| panic!("{stdout}"));
     let cols: Vec<&str> = nap.split_whitespace().collect();
-    assert_eq!(cols[1..3], ["1", "1"], "{nap}");
+    assert_eq!(cols[1..3], ["2", "3"], "{nap}");
     assert!(stdout.lines().any(|l| l.starts_with("greet ")), "{stdout}");
 
     let text = std::fs::read_to_string(&trace).unwrap();
@@ -131,8 +154,8 @@ fn the_table_and_the_trace_file() {
     let v: Value = serde_json::from_str(&text).unwrap();
     let events = v["traceEvents"].as_array().unwrap();
     let naps: Vec<&Value> = events.iter().filter(|e| e["name"] == "nap" && e["ph"] == "X").collect();
-    assert_eq!(naps.len(), 1, "{text}");
-    assert!(naps[0]["dur"].as_f64().unwrap() >= 5_000.0, "{}", naps[0]);
+    assert_eq!(naps.len(), 2, "{text}");
+    assert!(naps[0]["dur"].as_f64().unwrap() >= 30_000.0, "{}", naps[0]);
 }
 
 #[test]

@@ -234,7 +234,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     kind: kind::COUNT,
                     runtime: None,
                     flag_addr,
-                    budget_addr: 0,
+                    countdowns_from_counters: 0,
                     counters: at + 0x2_0000,
                     slot_bits: 6,
                     stride_shift: 8,

@@ -44,21 +44,23 @@
 //! ```text
 //! relocated: <displaced instructions, relocated>
 //!            jmp  site + window            ; unless they end in ret/jmp
-//! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline, budget]
+//! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline]
 //! ```
 //!
-//! A sampling probe (tp profile) tests its budget after counting and calls
-//! the runtime only while the budget lasts. The call sits out of line, after
-//! the relocated code, so once the budget of an epoch is spent the function
-//! pays for its count, one load and a branch not taken:
+//! A sampling probe (tp profile) also counts down, in the same row, the
+//! calls left before its next sample, and calls the runtime when none are
+//! left (the subtraction borrows). The runtime draws the next countdown at
+//! random around the probe's period, so samples are spread over calls
+//! without bias. The call sits out of line, after the relocated code, so an
+//! unsampled call pays for its count, one subtraction and a branch not
+//! taken:
 //!
 //! ```text
-//!          mov  r11, [rip + lit_budget]
-//!          cmp  dword [r11], 0
-//!          jg   sample                    ; budget left: time this call
+//!          sub  qword [r11 + COUNTDOWNS + 8*probe], 1
+//!          jb   sample                    ; the countdown was 0: sample
 //! restore: ...
 //! relocated: ...
-//! sample:  <save, call tp_entry, restore as above>
+//! sample:  <save, call tp_entry (r9 = the countdown's address), restore>
 //!          jmp  restore
 //! ```
 
@@ -94,7 +96,6 @@ struct Literals {
     hash: u64,
     ctx: u64,
     tramp: u64,
-    budget: u64,
     /// The out-of-line call of a sampling probe.
     sample: u64,
 }
@@ -106,8 +107,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         return Err(Refusal::Unsupported("an event probe needs the runtime block"));
     }
     // The prefix and the sample block have a fixed length for a given kind: measure them first.
-    let dummy =
-        Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, budget: at, sample: at };
+    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
     let mut w = Writer::new(at);
     emit_prefix(&mut w, spec, &dummy);
     let relocated_at = w.pc();
@@ -124,7 +124,6 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         hash: literals + 16,
         ctx: literals + 24,
         tramp: literals + 32,
-        budget: literals + 40,
     };
 
     let mut w = Writer::new(at);
@@ -139,7 +138,6 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     if let Some(rt) = spec.runtime {
         w.put_u64(rt.ctx);
         w.put_u64(rt.trampoline);
-        w.put_u64(spec.budget_addr);
     }
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
     Ok(Detour { bytes: w.into_bytes(), pc_map })
@@ -170,11 +168,10 @@ fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
             w.put_call(rt.unwind);
         });
     } else if spec.kind & kind::SAMPLE != 0 {
-        // Time only while this epoch's budget lasts (out of line, so a spent
-        // budget costs a branch not taken); count always.
-        w.put_mov_r11_rip(l.budget);
-        w.put_cmp_dword_r11_0();
-        w.put_jg(l.sample);
+        // Count down to the next sample in this thread's row; the call of
+        // the runtime is out of line.
+        w.put_sub_r11_disp_1(countdown_disp(spec));
+        w.put_jb(l.sample);
     } else if spec.kind & (kind::ARGS | kind::RET) != 0 {
         emit_entry_call(w, spec, l, rt);
     }
@@ -202,7 +199,7 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeA
         flags |= entry_flags::SAMPLE;
     }
     call_runtime(w, |w| {
-        // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline)
+        // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
         w.put_mov_reg_rip(RDI, l.ctx);
         w.put_mov_esi_imm32(flags);
         w.put_lea_rsp(RDX, 8);
@@ -212,8 +209,17 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeA
         } else {
             w.put_zero_r8();
         }
+        if spec.kind & kind::SAMPLE != 0 {
+            // r11 still holds this thread's counter row.
+            w.put_lea_r9_r11_disp(countdown_disp(spec));
+        }
         w.put_call(rt.entry);
     });
+}
+
+/// Displacement from a counter row to the probe's countdown in that row.
+fn countdown_disp(spec: &DetourSpec) -> i32 {
+    (spec.countdowns_from_counters + spec.probe_index as u64 * 8) as i32
 }
 
 /// Saves rdi, rsi, rdx, rcx, r8, r9, rax, r10 (in that order upwards from
@@ -271,8 +277,8 @@ mod tests {
             kind: kind::COUNT,
             runtime: None,
             flag_addr: 0x7f00_0000_2003,
-            budget_addr: 0x7f00_0000_300c,
             counters: 0x7f00_0001_0000,
+            countdowns_from_counters: 0x20_0000,
             slot_bits: 7,
             stride_shift: 15,
         }
@@ -343,35 +349,34 @@ mod tests {
         assert_eq!(asm[42..45], ["push rbp", "mov rbp, rsp", "push rbx"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
         assert_eq!(asm[6], format!("je {:#x}", d.map_pc(1).unwrap() - 1 - 6));
-        // Literals: flag, counters, hash, context, trampoline, budget.
-        let lits = d.bytes.len() - 48;
+        // Literals: flag, counters, hash, context, trampoline.
+        let lits = d.bytes.len() - 40;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
         assert_eq!((lit(3), lit(4)), (runtime().ctx, runtime().trampoline));
     }
 
     #[test]
-    fn sampling_detour_tests_its_budget_before_the_call() {
+    fn sampling_detour_counts_down_to_its_next_sample() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { kind: kind::RET | kind::SAMPLE, runtime: Some(runtime()), ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
         assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
-        assert!(asm[14].starts_with("mov r11, qword ptr [rip + "));
-        assert_eq!(asm[15], "cmp dword ptr [r11], 0");
-        // A budget left jumps out of line to the call; a spent one falls
-        // through to the restore of rax, r11 and the flags.
-        let sample = u64::from_str_radix(asm[16].strip_prefix("jg 0x").unwrap(), 16).unwrap();
-        assert_eq!(asm[17..21], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[21..25], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        // The countdown of probe 3 in the same row, 2 MiB on.
+        assert_eq!(asm[14], "sub qword ptr [r11 + 0x200018], 1");
+        // A borrow (the countdown was 0) jumps out of line to the call;
+        // otherwise on to the restore of rax, r11 and the flags.
+        let sample = u64::from_str_radix(asm[15].strip_prefix("jb 0x").unwrap(), 16).unwrap();
+        assert_eq!(asm[16..20], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[20..24], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         // The sample block follows the relocated code's jump back.
         let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
         assert_eq!(block[0], "push r10");
         let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
         assert_eq!(block[10], format!("mov esi, {flags:#x}"));
-        assert_eq!(block[14], format!("call {:#x}", runtime().entry));
-        assert_eq!(block[24], format!("jmp {:#x}", d.map_pc(1).unwrap() - 1 - 6), "back to the restore");
-        let lit = u64::from_le_bytes(d.bytes[d.bytes.len() - 8..].try_into().unwrap());
-        assert_eq!(lit, spec().budget_addr);
+        assert_eq!(block[14], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
+        assert_eq!(block[15], format!("call {:#x}", runtime().entry));
+        assert_eq!(block[25], format!("jmp {:#x}", d.map_pc(1).unwrap() - 1 - 6), "back to the restore");
     }
 
     #[test]

@@ -65,25 +65,25 @@ impl Writer {
         self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
     }
 
-    /// `cmp dword [r11], 0`.
-    pub fn put_cmp_dword_r11_0(&mut self) {
-        self.buf.extend_from_slice(&[0x41, 0x83, 0x3b, 0x00]);
-    }
-
-    /// `jle target` (rel32).
-    pub fn put_jle(&mut self, target: u64) {
+    /// `jb target` (rel32): taken when the last subtraction borrowed.
+    pub fn put_jb(&mut self, target: u64) {
         let end = self.pc() + 6;
         let d = self.rel32(end, target);
-        self.buf.extend_from_slice(&[0x0f, 0x8e]);
+        self.buf.extend_from_slice(&[0x0f, 0x82]);
         self.buf.extend_from_slice(&d);
     }
 
-    /// `jg target` (rel32).
-    pub fn put_jg(&mut self, target: u64) {
-        let end = self.pc() + 6;
-        let d = self.rel32(end, target);
-        self.buf.extend_from_slice(&[0x0f, 0x8f]);
-        self.buf.extend_from_slice(&d);
+    /// `sub qword [r11 + disp], 1` (sets CF when the value was 0).
+    pub fn put_sub_r11_disp_1(&mut self, disp: i32) {
+        self.buf.extend_from_slice(&[0x49, 0x83, 0xab]);
+        self.buf.extend_from_slice(&disp.to_le_bytes());
+        self.buf.push(1);
+    }
+
+    /// `lea r9, [r11 + disp]`.
+    pub fn put_lea_r9_r11_disp(&mut self, disp: i32) {
+        self.buf.extend_from_slice(&[0x4d, 0x8d, 0x8b]);
+        self.buf.extend_from_slice(&disp.to_le_bytes());
     }
 
     /// `je target` (rel32).
@@ -267,8 +267,6 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_r11_rip(AT + 0x107)), ["mov r11, qword ptr [rip + 0x100]"]);
         assert_eq!(asm(|w| w.put_add_r11_rip(AT - 0x10 + 7)), ["add r11, qword ptr [rip - 0x10]"]);
         assert_eq!(asm(|w| w.put_cmp_byte_r11_0()), ["cmp byte ptr [r11], 0"]);
-        assert_eq!(asm(|w| w.put_cmp_dword_r11_0()), ["cmp dword ptr [r11], 0"]);
-        assert_eq!(asm(|w| w.put_jle(AT + 0x40)), [format!("jle {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_je(AT + 0x40)), [format!("je {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
         assert_eq!(asm(|w| w.put_mov_r11_fs0()), ["mov r11, qword ptr fs:[0]"]);
@@ -293,7 +291,9 @@ mod tests {
         let store = asm(|w| w.put_store_rax_or_trap(0x58));
         assert_eq!(store, ["test rax, rax", &format!("jne {:#x}", AT + 7), "ud2", "mov qword ptr [rsp + 0x58], rax"]);
         assert_eq!(asm(|w| w.put_pushfq()), ["pushfq"]);
-        assert_eq!(asm(|w| w.put_jg(AT + 0x40)), [format!("jg {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_jb(AT + 0x40)), [format!("jb {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018)), ["sub qword ptr [r11 + 0x200018], 1"]);
+        assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
         assert_eq!(asm(|w| w.put_popfq()), ["popfq"]);
         assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
