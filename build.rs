@@ -2,8 +2,10 @@
 //! so that `cargo build` and `cargo test` need no separate step.
 //!
 //! Every target is built PIE and non-PIE, plus one variant with Intel CET
-//! landing pads (`endbr64`) on x86-64. Cross builds (aarch64) link statically
-//! so the binaries run in the test VM without a sysroot.
+//! landing pads (`endbr64`) on x86-64, and the AArch64 prologue targets
+//! (one of them BTI-guarded) on aarch64. Cross builds (aarch64) link
+//! statically (`-static-pie` for PIE) so the binaries run in the test VM
+//! without a sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,6 +25,15 @@ const TARGETS: &[Target] = &[
 const X86_64_ONLY: &[Target] =
     &[Target { name: "counter-cet", sources: &["counter.c"], flags: &["-fPIE", "-pie", "-fcf-protection=full"] }];
 
+const AARCH64_ONLY: &[Target] = &[
+    Target { name: "prologues", sources: &["prologues.c", "prologues_aarch64.S"], flags: &["-fPIE", "-pie"] },
+    Target {
+        name: "prologues-bti",
+        sources: &["prologues.c", "prologues_aarch64.S"],
+        flags: &["-fno-pie", "-no-pie", "-DTP_BTI"],
+    },
+];
+
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap();
@@ -41,6 +52,9 @@ fn main() {
     if arch == "x86_64" {
         all.extend(X86_64_ONLY);
     }
+    if arch == "aarch64" {
+        all.extend(AARCH64_ONLY);
+    }
     for t in all {
         build_one(compiler.path(), &src_dir, &out_dir, t, cross);
     }
@@ -53,9 +67,13 @@ fn build_one(cc: &Path, src_dir: &Path, out_dir: &Path, t: &Target, cross: bool)
     let tmp = out_dir.join(format!(".{}.{}", t.name, std::process::id()));
     let mut cmd = Command::new(cc);
     cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
-    cmd.args(t.flags);
     if cross {
-        cmd.arg("-static");
+        // A static executable can still be position-independent.
+        let pie = t.flags.contains(&"-pie");
+        cmd.args(t.flags.iter().filter(|f| **f != "-pie"));
+        cmd.arg(if pie { "-static-pie" } else { "-static" });
+    } else {
+        cmd.args(t.flags);
     }
     cmd.arg("-I").arg(src_dir);
     for s in t.sources {
