@@ -20,6 +20,15 @@ pub type Host = x86_64::X86_64;
 #[cfg(target_arch = "aarch64")]
 pub type Host = aarch64::AArch64;
 
+/// One past the highest user-space address on the host (TASK_SIZE): 47 bits
+/// on x86-64, 48 bits on AArch64 (mmap goes above them only when asked to).
+#[cfg(not(target_arch = "aarch64"))]
+pub const USER_END: u64 = 0x7fff_ffff_f000;
+/// One past the highest user-space address on the host (TASK_SIZE): 47 bits
+/// on x86-64, 48 bits on AArch64 (mmap goes above them only when asked to).
+#[cfg(target_arch = "aarch64")]
+pub const USER_END: u64 = 1 << 48;
+
 /// Why a function cannot be probed. The text is what `list-probes` and
 /// `attach` show after "refused: ".
 #[derive(Debug, Clone, PartialEq, Eq)]
