@@ -11,3 +11,6 @@ mod keep;
 mod errors;
 // list-probes on the bundled targets.
 mod list_probes;
+// AArch64: every relocated instruction class, BTI landing pads, atomics.
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
