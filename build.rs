@@ -1,44 +1,111 @@
-//! Builds the C target programs in `targets/` into `targets/bin/<arch>/`,
-//! so that `cargo build` and `cargo test` need no separate step.
+//! Builds the target programs in `targets/` into `targets/bin/<arch>/`, so
+//! that `cargo build` and `cargo test` need no separate step.
 //!
-//! Every target is built PIE and non-PIE, plus one variant with Intel CET
-//! landing pads (`endbr64`) on x86-64, and the AArch64 prologue targets
-//! (one of them BTI-guarded) on aarch64. Cross builds (aarch64) link
-//! statically (`-static-pie` for PIE) so the binaries run in the test VM
-//! without a sysroot.
+//! C targets are built PIE and non-PIE. Host builds also get: a variant with
+//! Intel CET landing pads (`endbr64`), two shared libraries with the same
+//! function names and a program using both, a C++ program, Rust programs
+//! with the legacy and the v0 symbol mangling, and stripped copies of
+//! `counter` whose symbols live only in separate debug files (found by
+//! build-id, or by `.gnu_debuglink`). AArch64 builds get the prologue
+//! targets, one of them BTI-guarded. Cross builds (aarch64) link statically
+//! (`-static-pie` for PIE) so the binaries run in the test VM without a
+//! sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// One executable to build: output name, sources, extra compiler flags.
+/// The language a target is written in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    C,
+    Cpp,
+    Rust,
+}
+
+/// One program or library to build.
 struct Target {
     name: &'static str,
+    lang: Lang,
     sources: &'static [&'static str],
     flags: &'static [&'static str],
+    /// Built only when the target architecture is the host's.
+    host_only: bool,
+    /// Built only for this architecture.
+    arch: Option<&'static str>,
+}
+
+const fn c(name: &'static str, flags: &'static [&'static str]) -> Target {
+    Target { name, lang: Lang::C, sources: &["counter.c"], flags, host_only: false, arch: None }
 }
 
 const TARGETS: &[Target] = &[
-    Target { name: "counter", sources: &["counter.c"], flags: &["-fPIE", "-pie"] },
-    Target { name: "counter-nopie", sources: &["counter.c"], flags: &["-fno-pie", "-no-pie"] },
-];
-
-const X86_64_ONLY: &[Target] =
-    &[Target { name: "counter-cet", sources: &["counter.c"], flags: &["-fPIE", "-pie", "-fcf-protection=full"] }];
-
-const AARCH64_ONLY: &[Target] = &[
-    Target { name: "prologues", sources: &["prologues.c", "prologues_aarch64.S"], flags: &["-fPIE", "-pie"] },
+    c("counter", &["-fPIE", "-pie"]),
+    c("counter-nopie", &["-fno-pie", "-no-pie"]),
+    Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
+    Target {
+        name: "prologues",
+        sources: &["prologues.c", "prologues_aarch64.S"],
+        arch: Some("aarch64"),
+        ..c("", &["-fPIE", "-pie"])
+    },
     Target {
         name: "prologues-bti",
         sources: &["prologues.c", "prologues_aarch64.S"],
-        flags: &["-fno-pie", "-no-pie", "-DTP_BTI"],
+        arch: Some("aarch64"),
+        ..c("", &["-fno-pie", "-no-pie", "-DTP_BTI"])
+    },
+    Target {
+        name: "libalpha.so",
+        sources: &["libwork.c"],
+        flags: &["-shared", "-fPIC", "-DLIBNAME=alpha", "-DLIBSEED=3"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "libbeta.so",
+        sources: &["libwork.c"],
+        flags: &["-shared", "-fPIC", "-DLIBNAME=beta", "-DLIBSEED=5"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "libgamma.so",
+        sources: &["libwork.c"],
+        flags: &["-shared", "-fPIC", "-DLIBNAME=gamma", "-DLIBSEED=7"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "libuser",
+        sources: &["libuser.c"],
+        flags: &["-fPIE", "-pie", "-L{out}", "-lalpha", "-lbeta", "-ldl", "-Wl,-rpath,$ORIGIN"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target { name: "shapes", lang: Lang::Cpp, sources: &["shapes.cpp"], flags: &[], host_only: true, arch: None },
+    Target {
+        name: "rusty-legacy",
+        lang: Lang::Rust,
+        sources: &["rusty.rs"],
+        // Stable rustc mangles the legacy way by default (naming it needs -Z).
+        flags: &[],
+        host_only: true,
+        arch: None,
+    },
+    Target {
+        name: "rusty-v0",
+        lang: Lang::Rust,
+        sources: &["rusty.rs"],
+        flags: &["-C", "symbol-mangling-version=v0"],
+        host_only: true,
+        arch: None,
     },
 ];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap();
-    let host = std::env::var("HOST").unwrap();
-    let target = std::env::var("TARGET").unwrap();
+    let cross = std::env::var("HOST").unwrap() != std::env::var("TARGET").unwrap();
     let src_dir = manifest.join("targets");
     let out_dir = src_dir.join("bin").join(&arch);
     std::fs::create_dir_all(&out_dir).expect("create targets/bin");
@@ -46,41 +113,81 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-env=TP_TARGETS_DIR={}", out_dir.display());
 
-    let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
-    let cross = host != target;
-    let mut all: Vec<&Target> = TARGETS.iter().collect();
-    if arch == "x86_64" {
-        all.extend(X86_64_ONLY);
+    for t in TARGETS {
+        if (t.host_only && cross) || t.arch.is_some_and(|a| a != arch) {
+            continue;
+        }
+        build_one(&src_dir, &out_dir, t, cross);
     }
-    if arch == "aarch64" {
-        all.extend(AARCH64_ONLY);
-    }
-    for t in all {
-        build_one(compiler.path(), &src_dir, &out_dir, t, cross);
+    if !cross {
+        split_debug_info(&out_dir);
     }
 }
 
-fn build_one(cc: &Path, src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
+fn compiler(lang: Lang) -> PathBuf {
+    match lang {
+        Lang::C => cc::Build::new().cargo_metadata(false).get_compiler().path().to_path_buf(),
+        Lang::Cpp => cc::Build::new().cargo_metadata(false).cpp(true).get_compiler().path().to_path_buf(),
+        Lang::Rust => PathBuf::from(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())),
+    }
+}
+
+fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
     let out = out_dir.join(t.name);
     // Write to a temporary name and rename, so concurrent builds of several
-    // profiles never leave a half-written executable behind.
+    // profiles never leave a half-written file behind.
     let tmp = out_dir.join(format!(".{}.{}", t.name, std::process::id()));
-    let mut cmd = Command::new(cc);
-    cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
-    if cross {
-        // A static executable can still be position-independent.
-        let pie = t.flags.contains(&"-pie");
-        cmd.args(t.flags.iter().filter(|f| **f != "-pie"));
-        cmd.arg(if pie { "-static-pie" } else { "-static" });
-    } else {
-        cmd.args(t.flags);
+    let tool = compiler(t.lang);
+    let mut cmd = Command::new(&tool);
+    match t.lang {
+        Lang::C | Lang::Cpp => {
+            cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
+            if cross {
+                // A static executable can still be position-independent.
+                cmd.arg(if t.flags.contains(&"-pie") { "-static-pie" } else { "-static" });
+            }
+            cmd.arg("-I").arg(src_dir);
+            for s in t.sources {
+                cmd.arg(src_dir.join(s));
+            }
+        }
+        Lang::Rust => {
+            cmd.args(["-O", "-g", "--edition", "2021"]);
+            for s in t.sources {
+                cmd.arg(src_dir.join(s));
+            }
+        }
     }
-    cmd.arg("-I").arg(src_dir);
-    for s in t.sources {
-        cmd.arg(src_dir.join(s));
+    for f in t.flags.iter().filter(|f| !(cross && **f == "-pie")) {
+        cmd.arg(f.replace("{out}", &out_dir.display().to_string()));
     }
     cmd.arg("-o").arg(&tmp);
-    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
     assert!(status.success(), "building target {} failed: {cmd:?}", t.name);
     std::fs::rename(&tmp, &out).expect("rename target");
+}
+
+/// `counter-stripped` finds its symbols through `.gnu_debuglink` (the debug
+/// file lies next to it); `counter-stripped-id` only through its build-id,
+/// under `debug/.build-id/`. Both debug files have zlib-compressed DWARF.
+fn split_debug_info(out_dir: &Path) {
+    let run = |args: &[&str]| {
+        let status = Command::new("objcopy").args(args).current_dir(out_dir).status().expect("run objcopy");
+        assert!(status.success(), "objcopy {args:?} failed");
+    };
+    run(&["--only-keep-debug", "--compress-debug-sections=zlib", "counter", "counter-stripped.debug"]);
+    run(&["--strip-all", "--add-gnu-debuglink=counter-stripped.debug", "counter", "counter-stripped"]);
+    run(&["--strip-all", "counter", "counter-stripped-id"]);
+    let id = build_id(&out_dir.join("counter")).expect("counter has a build-id");
+    let dir = out_dir.join("debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&dir).expect("create debug dir");
+    std::fs::copy(out_dir.join("counter-stripped.debug"), dir.join(format!("{}.debug", &id[2..])))
+        .expect("copy debug file");
+}
+
+/// The GNU build-id of an ELF file, in hex, read with readelf.
+fn build_id(path: &Path) -> Option<String> {
+    let out = Command::new("readelf").arg("-n").arg(path).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
 }

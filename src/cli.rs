@@ -38,9 +38,13 @@ pub struct AttachArgs {
     /// Process to attach to.
     #[arg(short, long)]
     pub pid: i32,
-    /// Function to probe (repeat for several).
-    #[arg(short, long = "func", value_name = "NAME", required = true)]
+    /// Function to probe: `foo`, `libc:malloc`, or a glob such as `'sqlite3_*'`
+    /// or `'libz:*'` (repeat for several).
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "addrs")]
     pub funcs: Vec<String>,
+    /// Address of a function's first instruction, in hex (repeat for several).
+    #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
+    pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target.
     #[arg(long, conflicts_with = "duration")]
     pub keep: bool,
@@ -75,7 +79,14 @@ pub struct DetachArgs {
 #[derive(Debug, Args)]
 pub struct ListProbesArgs {
     /// Executable or shared library to inspect.
-    pub binary: PathBuf,
+    #[arg(required_unless_present = "pid", conflicts_with = "pid")]
+    pub binary: Option<PathBuf>,
+    /// List every module of this running process instead.
+    #[arg(short, long)]
+    pub pid: Option<i32>,
+    /// Show each function's signature from DWARF.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Print totals and the most common refusal reasons instead of every function.
     #[arg(long)]
     pub summary: bool,
@@ -90,6 +101,12 @@ pub struct DemoArgs {
     /// How long to show live hits, in seconds.
     #[arg(short, long, default_value_t = 5.0, value_name = "SECS")]
     pub duration: f64,
+}
+
+/// Parses `0x1234` (or `1234`) as a hexadecimal address.
+fn parse_addr(s: &str) -> Result<u64, String> {
+    let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+    u64::from_str_radix(digits, 16).map_err(|_| format!("`{s}` is not a hexadecimal address (like 0x401136)"))
 }
 
 #[cfg(test)]
@@ -111,9 +128,15 @@ mod tests {
     }
 
     #[test]
-    fn attach_needs_a_function() {
+    fn attach_needs_a_function_or_an_address() {
         let err = parse("tp attach -p 12").unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        let Command::Attach(a) = parse("tp attach -p 12 --addr 0x401136 --addr 7f00").unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.addrs, [0x401136, 0x7f00]);
+        assert!(a.funcs.is_empty());
+        assert_eq!(parse("tp attach -p 1 --addr zz").unwrap_err().kind(), clap::error::ErrorKind::ValueValidation);
     }
 
     #[test]
@@ -133,8 +156,12 @@ mod tests {
     #[test]
     fn list_probes_takes_a_path_and_flags() {
         let Command::ListProbes(l) = parse("tp list-probes /bin/true --summary").unwrap().command else { panic!() };
-        assert_eq!(l.binary, PathBuf::from("/bin/true"));
-        assert!(l.summary && !l.json);
+        assert_eq!(l.binary, Some(PathBuf::from("/bin/true")));
+        assert!(l.summary && !l.json && !l.verbose);
+        let Command::ListProbes(l) = parse("tp list-probes -p 42 -v").unwrap().command else { panic!() };
+        assert_eq!((l.pid, l.binary, l.verbose), (Some(42), None, true));
+        assert!(parse("tp list-probes").is_err());
+        assert!(parse("tp list-probes /bin/true -p 3").is_err());
     }
 
     #[test]

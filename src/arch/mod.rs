@@ -94,6 +94,8 @@ pub enum Refusal {
         /// The function's address.
         at: u64,
     },
+    /// The function has no code of its own: the compiler inlined it everywhere.
+    InlinedEverywhere,
     /// This architecture has no probe support yet.
     Unsupported(&'static str),
 }
@@ -112,7 +114,8 @@ impl Refusal {
             Refusal::OutOfReach { .. } => "PC-relative reference out of reach",
             Refusal::Unrelocatable { .. } => "cannot relocate",
             Refusal::CodeMismatch { .. } => "code differs from the file",
-            Refusal::Unsupported(_) => "unsupported architecture",
+            Refusal::InlinedEverywhere => "inlined everywhere",
+            Refusal::Unsupported(_) => "unsupported",
         }
     }
 }
@@ -136,6 +139,7 @@ impl fmt::Display for Refusal {
             Refusal::CodeMismatch { at } => {
                 write!(f, "code at {at:#x} differs from the file (patched by another tool?)")
             }
+            Refusal::InlinedEverywhere => write!(f, "inlined everywhere"),
             Refusal::Unsupported(why) => write!(f, "{why}"),
         }
     }

@@ -18,7 +18,7 @@ use crate::probe::remove::{self, Kept};
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
-use crate::symbols::Module;
+use crate::symbols::ProcessModules;
 
 /// A live attach session: probes installed, the target running.
 pub struct Attached {
@@ -51,14 +51,21 @@ pub struct Detached {
 }
 
 impl Attached {
-    /// Resolves `funcs` in the main executable of `pid` and installs probes
-    /// owned by `owner` (0: kept after tp exits).
-    pub fn attach(pid: i32, funcs: &[String], owner: u32) -> Result<Attached> {
+    /// Resolves `funcs` (patterns) and `addrs` in the modules of `pid` and
+    /// installs probes owned by `owner` (0: kept after tp exits).
+    pub fn attach(pid: i32, funcs: &[String], addrs: &[u64], owner: u32) -> Result<Attached> {
         let started = Instant::now();
         process::check_attachable(pid)?;
         let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
-        let module = Module::main_executable(pid, &maps)?;
-        let requests = resolve::requests(&module, funcs)?;
+        let modules = ProcessModules::new(pid, &maps)?;
+        let resolved = resolve::requests(&modules, funcs, addrs)?;
+        if !resolved.refused.is_empty() {
+            eprintln!(
+                "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {pid}` says why)",
+                resolved.refused.len()
+            );
+        }
+        let requests = resolved.requests;
         let mem = Memory::open(pid)?;
         let existing = region::find(&maps).map(|m| Region::open(pid, m)).transpose()?;
         let worker_started = Instant::now();
@@ -140,7 +147,7 @@ impl Attached {
 pub fn run(args: AttachArgs) -> Result<ExitCode> {
     interrupt::install();
     let owner = if args.keep { 0 } else { std::process::id() };
-    let attached = Attached::attach(args.pid, &args.funcs, owner)?;
+    let attached = Attached::attach(args.pid, &args.funcs, &args.addrs, owner)?;
     let n = attached.probes.len();
     eprintln!(
         "tp: attached {n} probe{} to {} in {:.1} ms (target stopped {} µs; one thread {} µs for injection)",

@@ -16,7 +16,7 @@ use super::interrupt;
 use crate::cli::DemoArgs;
 use crate::output::thousands;
 use crate::process;
-use crate::symbols::Module;
+use crate::symbols::ProcessModules;
 
 /// Where the build put the bundled targets.
 pub fn targets_dir() -> PathBuf {
@@ -79,7 +79,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     eprintln!("tp demo: started {} as process {pid}", path.display());
 
     let funcs = vec!["foo".to_string(), "bar".to_string()];
-    let attached = Attached::attach(pid, &funcs, std::process::id())?;
+    let attached = Attached::attach(pid, &funcs, &[], std::process::id())?;
     eprintln!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         attached.attach_time.as_secs_f64() * 1e3,
@@ -127,7 +127,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
 /// True if the in-memory code of each function equals its bytes in the file.
 fn code_matches_file(pid: i32, funcs: &[String]) -> Result<bool> {
     let maps = process::read_maps(pid)?;
-    let module = Module::main_executable(pid, &maps)?;
+    let modules = ProcessModules::new(pid, &maps)?;
+    let module = modules.main()?;
     let mem = process::memory::Memory::open(pid)?;
     for name in funcs {
         let f = module.function(name)?;

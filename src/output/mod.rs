@@ -3,6 +3,7 @@
 
 pub mod json;
 pub mod live;
+pub mod progress;
 pub mod table;
 
 /// One probe's numbers.

@@ -17,6 +17,8 @@
 //! them. If a step fails, [`PatchGuard`] restores every site this commit
 //! patched.
 
+use std::collections::HashMap;
+
 use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
 
@@ -25,6 +27,7 @@ use super::arena::{self, Span};
 use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State};
 use super::region::Region;
 use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal};
+use crate::output::progress::Progress;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -236,11 +239,19 @@ fn write_detours(
     owner: u32,
 ) -> Result<Vec<Placed>> {
     let mut h = region.header();
+    let mut inactive: HashMap<u64, Vec<(u32, Entry)>> = HashMap::new();
+    for (i, e) in region.entries() {
+        if e.state() == State::Inactive && e.detour != 0 {
+            inactive.entry(e.site).or_default().push((i, e));
+        }
+    }
 
     // Detours: reuse an identical one left by an earlier session, or append a new one.
+    let progress = Progress::new(requests.len() as u64, "writing detours");
     let mut placed = Vec::new();
     for (k, req) in requests.iter().enumerate() {
-        if let Some(p) = reuse(region, mem, req, &h, &placed)? {
+        progress.inc();
+        if let Some(p) = reuse(region, mem, req, &h, inactive.get_mut(&req.plan.site))? {
             placed.push(p);
             continue;
         }
@@ -256,6 +267,7 @@ fn write_detours(
         region.set_header(&h)?;
         placed.push(Placed { index, detour, at });
     }
+    progress.finish();
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.
@@ -281,18 +293,21 @@ fn write_detours(
     Ok(placed)
 }
 
-/// Finds an inactive entry for the same site whose detour, rebuilt for that
-/// entry, is byte-identical to what the target already holds.
-fn reuse(region: &Region, mem: &Memory, req: &Request, h: &Header, taken: &[Placed]) -> Result<Option<Placed>> {
-    for (i, e) in region.entries() {
-        if e.state() != State::Inactive || e.site != req.plan.site || e.detour == 0 {
-            continue;
-        }
-        if taken.iter().any(|p| p.index == i) {
-            continue;
-        }
+/// Takes an inactive entry for the same site (from `candidates`) whose
+/// detour, rebuilt for that entry, is byte-identical to what the target holds.
+fn reuse(
+    region: &Region,
+    mem: &Memory,
+    req: &Request,
+    h: &Header,
+    candidates: Option<&mut Vec<(u32, Entry)>>,
+) -> Result<Option<Placed>> {
+    let Some(candidates) = candidates else { return Ok(None) };
+    for k in 0..candidates.len() {
+        let (i, e) = candidates[k];
         let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i)) else { continue };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
+            candidates.swap_remove(k);
             return Ok(Some(Placed { index: i, detour, at: e.detour }));
         }
     }
@@ -343,6 +358,8 @@ fn move_threads_out_of_windows(
     placed: &[Placed],
 ) -> Result<usize> {
     let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
+    let interior: HashMap<u64, &Request> =
+        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
     let mut moves = Vec::new();
     for tid in tids {
         let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
@@ -367,7 +384,7 @@ fn move_threads_out_of_windows(
             Host::set_pc(&mut regs, target);
             moves.push((tid, regs));
         }
-        scan_stack(tid, mem, maps, &regs, requests)?;
+        scan_stack(tid, mem, maps, &regs, &interior)?;
     }
     for (tid, regs) in &moves {
         Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
@@ -383,10 +400,8 @@ fn scan_stack(
     mem: &Memory,
     maps: &[Mapping],
     regs: &<Host as Arch>::Regs,
-    requests: &[Request],
+    interior: &HashMap<u64, &Request>,
 ) -> Result<()> {
-    let interior: Vec<(u64, &Request)> =
-        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
     if interior.is_empty() {
         return Ok(());
     }
@@ -396,7 +411,7 @@ fn scan_stack(
     let bytes = mem.read_partial(sp & !7, len as usize);
     for word in bytes.chunks_exact(8) {
         let v = u64::from_le_bytes(word.try_into().unwrap());
-        if let Some((_, req)) = interior.iter().find(|(a, _)| *a == v) {
+        if let Some(req) = interior.get(&v) {
             bail!(
                 "thread {tid} has an address inside the patch window of `{}` on its stack \
                  (interrupted by a signal there?); try again",

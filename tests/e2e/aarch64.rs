@@ -29,7 +29,8 @@ fn branch_target(pid: i32, addr: u64) -> u64 {
 
 fn function_addr(t: &Target, func: &str) -> u64 {
     let maps = tp::process::read_maps(t.pid).unwrap();
-    tp::symbols::Module::main_executable(t.pid, &maps).unwrap().function(func).unwrap().addr
+    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
+    modules.main().unwrap().function(func).unwrap().addr
 }
 
 /// Attaches to `funcs` of `target`, calls each `calls` times on `threads`

@@ -9,6 +9,14 @@ mod attach;
 mod keep;
 // Bad input: one line, the fix, a non-zero exit, nothing touched.
 mod errors;
+// Shared libraries, globs, demangled names, separate debug info.
+// (These two need host-only targets and Debian packages; the arm64 test VM
+// has static targets only.)
+#[cfg(target_arch = "x86_64")]
+mod modules;
+// redis-server from Debian, counted against INFO commandstats.
+#[cfg(target_arch = "x86_64")]
+mod redis;
 // list-probes on the bundled targets.
 mod list_probes;
 // AArch64: every relocated instruction class, BTI landing pads, atomics.

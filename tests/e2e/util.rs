@@ -280,7 +280,8 @@ pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
 /// Asserts that each function's code in the process equals its bytes in the file.
 pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
     let maps = tp::process::read_maps(t.pid).unwrap();
-    let module = tp::symbols::Module::main_executable(t.pid, &maps).unwrap();
+    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
+    let module = modules.main().unwrap();
     for name in funcs {
         let f = module.function(name).unwrap();
         let file = module.code_of(&f).unwrap();
@@ -291,7 +292,8 @@ pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
 /// The first bytes of a function as they are now in the process, and in the file.
 pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
     let maps = tp::process::read_maps(t.pid).unwrap();
-    let module = tp::symbols::Module::main_executable(t.pid, &maps).unwrap();
+    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
+    let module = modules.main().unwrap();
     let f = module.function(func).unwrap();
     (read_mem(t.pid, f.addr, 16), module.code_of(&f).unwrap()[..16].to_vec())
 }
