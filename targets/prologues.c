@@ -43,7 +43,7 @@ extern char tp_guarded_start[], tp_guarded_end[];
 #define K4_HIGH 0x7766554433221100ull
 
 /* Through a volatile pointer: the compiler must emit blr. */
-static fn1 volatile indirect_bti = p_bti, indirect_pac = p_pac, indirect_canary = tp_bti_canary;
+static fn1 volatile indirect_bti = p_bti, indirect_pac = p_pac;
 
 struct func {
 	const char *name;
@@ -134,6 +134,7 @@ static void *job_main(void *arg)
 }
 
 #ifdef TP_BTI
+static fn1 volatile indirect_canary = tp_bti_canary;
 static sigjmp_buf bti_jump;
 
 static void on_sigill(int sig)

@@ -348,6 +348,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")] // reads the x86-64 libc and its libc6-dbg file
     fn reads_build_id_and_compressed_sections() {
         // libc's build-id leads to its separate debug file (libc6-dbg), whose
         // DWARF sections are SHF_COMPRESSED.
