@@ -309,6 +309,19 @@ pub trait Arch {
     /// padded to the window's length.
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
 
+    /// How far the long form of the patch reaches, where there is one
+    /// (see [`Arch::plan_long`]); 0 where there is none.
+    const LONG_REACH: u64 = 0;
+
+    /// Plans the long form of the probe, used at a function's entry when no
+    /// code arena can be placed within [`Arch::BRANCH_REACH`] of its module:
+    /// a longer patch that reaches [`Arch::LONG_REACH`]. [`Arch::build_detour`]
+    /// and [`Arch::patch_bytes`] accept the plan it returns.
+    fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        let _ = (code, extra_targets);
+        Err(Refusal::OutOfReach { at: function })
+    }
+
     /// The syscall instruction's encoding.
     fn syscall_insn() -> &'static [u8];
 

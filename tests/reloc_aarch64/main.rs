@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use tp::arch::aarch64::decode::disassemble;
-use tp::arch::aarch64::relocate::relocate_alone;
+use tp::arch::aarch64::relocate::{Exit, relocate_alone};
 use tp::arch::aarch64::window;
 
 /// Where the original instruction sits.
@@ -44,13 +44,18 @@ fn hex(bytes: &[u8]) -> String {
 
 /// Runs the harness; returns (all trials matched, its output).
 fn differential(orig: &[u8], tramp: &[u8], scratch: &[&str]) -> (bool, String) {
+    differential_at(TRAMP, orig, tramp, scratch)
+}
+
+/// Runs the harness with the relocation at `at`.
+fn differential_at(at: u64, orig: &[u8], tramp: &[u8], scratch: &[&str]) -> (bool, String) {
     let mut cmd = Command::new("qemu-aarch64-static");
     // Without SVE, signal frames carry v0-v31 where the harness edits them.
     cmd.args(["-cpu", "max,sve=off,sme=off"]).arg(harness()).args(["-n", "64"]);
     if !scratch.is_empty() {
         cmd.args(["-c", &scratch.join(",")]);
     }
-    cmd.args([format!("{ORIG:#x}"), hex(orig), format!("{TRAMP:#x}"), hex(tramp)]);
+    cmd.args([format!("{ORIG:#x}"), hex(orig), format!("{at:#x}"), hex(tramp)]);
     let out = cmd.output().unwrap_or_else(|e| panic!("qemu-aarch64-static: {e} (run .ci/aarch64/setup-host.sh)"));
     let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(text.contains("trials matched"), "the harness did not run: {text}");
@@ -120,7 +125,7 @@ fn every_rewrite_class_behaves_like_the_original() {
     let mut failed = Vec::new();
     for c in cases() {
         assert_eq!(disassemble(&c.word.to_le_bytes(), ORIG), [c.asm.as_str()], "{:#010x}", c.word);
-        let relocated = relocate_alone(&plan_of(c.word), TRAMP).unwrap();
+        let relocated = relocate_alone(&plan_of(c.word), TRAMP, Exit::Branch).unwrap();
         let (ok, out) = differential(&c.word.to_le_bytes(), &relocated, c.scratch);
         eprintln!("{:<32} {}", c.asm, out.lines().last().unwrap_or(""));
         if !ok {
@@ -163,4 +168,39 @@ fn the_harness_catches_a_wrong_rewrite() {
     w.put_b(ORIG + 4);
     let (ok, out) = differential(&add, &w.finish(), &[]);
     assert!(ok, "{out}");
+}
+
+/// The long form's detour sits 1 GiB away and leaves with `ret`.
+const TRAMP_FAR: u64 = ORIG + (1 << 30);
+
+#[test]
+fn long_form_windows_behave_like_the_original() {
+    use tp::arch::aarch64::long::{exit, plan_long};
+    let windows: [(&str, [u32; 3]); 9] = [
+        ("stp; mov x29, sp; bl", [0xa9bf_7bfd, 0x9100_03fd, 0x9400_0010]),
+        ("cbz x1; adr x0; ldr x2", [0xb400_0201, 0x1000_0800, 0x5800_0402]),
+        ("b.ne; b.eq; add", [0x5400_0201, 0x5400_0400, 0x8b02_0020]),
+        ("adrp x1; add x1; ldrsw x3", [0xb000_0001, 0x9100_4021, 0x9800_0103]),
+        ("tbz; tbnz; blr x7", [0x3600_0203, 0x372f_fe04, 0xd63f_00e0]),
+        ("add; b; (nop)", [0x9100_0400, 0x1400_0010, 0xd503_201f]),
+        ("mov x0, #1; ret; (nop)", [0xd280_0020, 0xd65f_03c0, 0xd503_201f]),
+        ("ldr q3; prfm; ldr d2", [0x9c00_1003, 0xd800_0100, 0x5cff_f802]),
+        ("mov x16; add x0, x0, x16; adds", [0xd280_0030, 0x8b10_0000, 0xb100_0401]),
+    ];
+    let mut failed = Vec::new();
+    for (name, words) in windows {
+        let mut function: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        function.extend(0xd65f_03c0u32.to_le_bytes()); // ret
+        let plan = plan_long(&function, ORIG, &[]).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
+        let relocated = relocate_alone(&plan, TRAMP_FAR, exit(&plan).unwrap()).unwrap();
+        // x16 and x17 are scratch, unless the window itself uses them.
+        let asm = disassemble(&function[..12], ORIG).join("; ");
+        let scratch: Vec<&str> = ["x16", "x17"].into_iter().filter(|r| !asm.contains(r)).collect();
+        let (ok, out) = differential_at(TRAMP_FAR, &function[..12], &relocated, &scratch);
+        eprintln!("{asm:<60} {}", out.lines().last().unwrap_or(""));
+        if !ok {
+            failed.push(format!("{asm}: relocated as {:?}\n{out}", disassemble(&relocated, TRAMP_FAR)));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
 }

@@ -34,8 +34,8 @@
 //! wrote. Threads hash into rows, so two threads rarely write one cache
 //! line; the atomic add keeps the count exact when they do.
 
-use super::relocate;
 use super::writer::{Writer, X16, X17};
+use super::{long, relocate};
 use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
@@ -105,8 +105,8 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
         }
     }
     debug_assert_eq!(w.pc(), relocated_at);
-    relocate::relocate(plan, &mut w)?;
-    Ok(Detour { bytes: w.finish(), pc_map: vec![(0, relocated_at)] })
+    let pc_map = relocate::relocate(plan, &mut w, long::exit(plan)?)?;
+    Ok(Detour { bytes: w.finish(), pc_map })
 }
 
 /// The row a thread pointer hashes to: what the detour computes.
@@ -114,8 +114,12 @@ pub fn slot_of(thread_pointer: u64, slot_bits: u32) -> u64 {
     (thread_pointer >> 12).wrapping_mul(HASH) >> (64 - slot_bits)
 }
 
-/// The bytes replacing the window: `b detour`.
+/// The bytes replacing the window: `b detour`, or the long form's three
+/// instructions for a window of three.
 pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
+    if plan.len() == long::LONG_PATCH_LEN {
+        return long::patch(plan, detour);
+    }
     let mut w = Writer::new(plan.site);
     if !super::writer::reaches(plan.site, detour, super::writer::B_REACH) {
         return Err(Refusal::OutOfReach { at: plan.site });
@@ -214,6 +218,39 @@ mod tests {
         let asm = disassemble(&d.bytes, AT);
         assert_eq!(asm[12], format!("ldr x0, #{:#x}", AT + 56 + 24));
         assert_eq!(literals(&d.bytes, 4)[3], SITE & !0xfff);
+    }
+
+    #[test]
+    fn long_form_detour_returns_with_ret_and_maps_every_window_instruction() {
+        // bti c; stp x29, x30, [sp, #-16]!; mov x29, sp; b.ne .+0x40; ret
+        let code: Vec<u8> = [0xd503245fu32, 0xa9bf7bfd, 0x910003fd, 0x54000201, 0xd65f03c0]
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .collect();
+        let plan = crate::arch::aarch64::long::plan_long(&code, SITE - 4, &[]).unwrap();
+        let far = (SITE + (3 << 30)) & !15;
+        let d = build(&plan, far, &spec(), Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, far);
+        let r = far + 48;
+        assert_eq!(
+            asm[12..20],
+            [
+                "stp x29, x30, [sp, #-0x10]!".to_string(),
+                "mov x29, sp".into(),
+                format!("b.ne #{:#x}", r + 8 + 12),
+                format!("ldr x16, #{:#x}", far + 80 + 24),
+                "ret x16".into(),
+                format!("ldr x16, #{:#x}", far + 80 + 32),
+                "ret x16".into(),
+                "brk #0".into(),
+            ]
+        );
+        assert_eq!(literals(&d.bytes, 5)[3..], [SITE + 12, SITE + 8 + 0x40]);
+        assert_eq!(d.pc_map, [(0, r), (4, r + 4), (8, r + 8)]);
+        assert_eq!(
+            disassemble(&patch(&plan, far).unwrap(), SITE),
+            [format!("adrp x16, #{:#x}", far & !0xfff), format!("add x16, x16, #{:#x}", far & 0xfff), "br x16".into()]
+        );
     }
 
     #[test]

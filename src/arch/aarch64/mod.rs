@@ -8,6 +8,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod long;
 pub mod regs;
 pub mod relocate;
 pub mod window;
@@ -47,6 +48,12 @@ impl Arch for AArch64 {
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
         detour::patch(plan, detour)
+    }
+
+    const LONG_REACH: u64 = long::LONG_REACH;
+
+    fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        long::plan_long(code, function, extra_targets)
     }
 
     fn syscall_insn() -> &'static [u8] {

@@ -1,54 +1,99 @@
-//! Relocating the displaced A64 instruction into a detour.
+//! Relocating the displaced A64 instructions into a detour.
 //!
-//! The instruction ran at `pc` (the probe site); its copy runs elsewhere and
-//! must do exactly what it did, then continue at `pc + 4` or at its branch
-//! target, reached with `b` (never `br`, which a BTI-guarded page would
-//! refuse to land on). The rewrites:
+//! Each instruction ran at its `pc` in the function; its copy runs
+//! elsewhere and must do exactly what it did, then continue with the next
+//! one, or leave for `pc + 4` or its branch target. A detour within ±128 MiB
+//! leaves with `b` ([`Exit::Branch`]); the long form's detour, anywhere
+//! within ±4 GiB, leaves with `ldr xS, =target ; ret xS`
+//! ([`Exit::Return`]). Neither uses `br`, which a BTI-guarded page would
+//! refuse to land on mid-function. The rewrites (`exit T` is either):
 //!
 //! | original | relocated |
 //! | --- | --- |
 //! | `adr xd, A` / `adrp xd, P` | `ldr xd, =A` / `ldr xd, =P` |
 //! | `ldr wt/xt, A`, `ldrsw xt, A` | `ldr xt, =A ; ldr wt/xt, [xt]` / `ldrsw xt, [xt]` |
 //! | `prfm op, A`, `ldr st/dt/qt, A` | `ldr x16, =A ; prfm op, [x16]` / `ldr st/dt/qt, [x16]` |
-//! | `b T` | `b T` |
-//! | `bl T` | `ldr x30, =pc+4 ; b T` (the callee returns into the function) |
-//! | `b.cond T`, `cbz`, `cbnz`, `tbz`, `tbnz` | `b.cond 1f ; b pc+4 ; 1: b T` |
+//! | `b T` | `exit T` |
+//! | `bl T` | `ldr x30, =pc+4 ; exit T` (the callee returns into the function) |
+//! | `b.cond T`, `cbz`, `cbnz`, `tbz`, `tbnz` | `b.cond 1f ; exit pc+4 ; 1: exit T` |
 //! | `blr xn` | `mov x17, xn ; ldr x30, =pc+4 ; br x17` |
 //! | `ret`, `br xn` | copied |
-//! | anything else | copied, then `b pc+4` |
+//! | anything else | copied |
 //!
-//! The conditional form keeps the original condition rather than inverting
-//! it (inverting `al` would give `nv`, which A64 also executes as always).
-//! Only x16 and x17, free at a function's entry under AAPCS64, are used as
-//! scratch, and only where the instruction has no destination to use.
+//! and after the window's last instruction, if control can fall through,
+//! `exit` to the first instruction after the window. A conditional branch
+//! that is not the last becomes `b.cond 1f ; b 2f ; 1: exit T ; 2:`.
+//! Conditions are kept rather than inverted (inverting `al` would give
+//! `nv`, which A64 also executes as always). Only x16 and x17, free at a
+//! function's entry under AAPCS64, are used as scratch, and only where the
+//! instruction has no destination register to use.
 
 use super::decode::{Class, classify};
-use super::writer::{B_REACH, LR, LoadKind, Writer, X16, X17, XZR, reaches};
+use super::writer::{B_REACH, LR, LoadKind, Reg, Writer, X16, X17, XZR, reaches};
 use crate::arch::{Refusal, SitePlan};
 
-/// Appends the relocated window of `plan` to `w`, including the branch back.
-pub fn relocate(plan: &SitePlan, w: &mut Writer) -> Result<(), Refusal> {
-    let pc = plan.site;
-    let next = pc + 4;
-    let word = u32::from_le_bytes(plan.window[..4].try_into().expect("a 4-byte window"));
-    let far = Refusal::OutOfReach { at: pc };
-    let b = |w: &mut Writer, target: u64| -> Result<(), Refusal> {
-        if !reaches(w.pc(), target, B_REACH) {
-            return Err(far.clone());
+/// How relocated code continues in the function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// `b target`: the detour lies within ±128 MiB of the function.
+    Branch,
+    /// `ldr xS, =target ; ret xS`, with xS a scratch register the window
+    /// does not use: from any distance, and `ret` needs no landing pad.
+    Return(Reg),
+}
+
+impl Exit {
+    /// Instructions an exit takes.
+    fn len(self) -> u64 {
+        match self {
+            Exit::Branch => 1,
+            Exit::Return(_) => 2,
         }
-        w.put_b(target);
+    }
+
+    fn put(self, w: &mut Writer, target: u64, site: u64) -> Result<(), Refusal> {
+        match self {
+            Exit::Branch if reaches(w.pc(), target, B_REACH) => w.put_b(target),
+            Exit::Branch => return Err(Refusal::OutOfReach { at: site }),
+            Exit::Return(scratch) => {
+                w.put_ldr_literal(scratch, target);
+                w.put_ret(scratch);
+            }
+        }
         Ok(())
-    };
+    }
+}
+
+/// Appends the relocated window of `plan` to `w`, including the way back.
+/// Returns, for each window offset whose instruction was relocated, the
+/// address of its copy.
+pub fn relocate(plan: &SitePlan, w: &mut Writer, exit: Exit) -> Result<Vec<(u32, u64)>, Refusal> {
+    let mut map = Vec::new();
+    let end = plan.site + plan.len() as u64;
+    for (k, chunk) in plan.window.chunks_exact(4).enumerate() {
+        let pc = plan.site + 4 * k as u64;
+        map.push((4 * k as u32, w.pc()));
+        let word = u32::from_le_bytes(chunk.try_into().unwrap());
+        let last = pc + 4 == end;
+        if !relocate_one(word, pc, last, w, exit, plan)? {
+            return Ok(map);
+        }
+    }
+    exit.put(w, end, plan.site)?;
+    Ok(map)
+}
+
+/// Appends the copy of `word`, which ran at `pc`; returns true if control
+/// falls through to what follows it.
+fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan: &SitePlan) -> Result<bool, Refusal> {
+    let next = pc + 4;
     match classify(word, pc) {
-        Class::Plain => {
+        Class::Plain => w.put(word),
+        Class::IndirectJump => {
             w.put(word);
-            b(w, next)?;
+            return Ok(false);
         }
-        Class::IndirectJump => w.put(word),
-        Class::Adr { rd, target } | Class::Adrp { rd, target } => {
-            w.put_ldr_literal(rd, target);
-            b(w, next)?;
-        }
+        Class::Adr { rd, target } | Class::Adrp { rd, target } => w.put_ldr_literal(rd, target),
         Class::LoadLiteral { kind, rt, addr } => {
             let base = match kind {
                 LoadKind::W | LoadKind::X | LoadKind::Sw if rt != XZR => rt,
@@ -56,23 +101,33 @@ pub fn relocate(plan: &SitePlan, w: &mut Writer) -> Result<(), Refusal> {
             };
             w.put_ldr_literal(base, addr);
             w.put_load(kind, rt, base);
-            b(w, next)?;
         }
-        Class::Branch { target } => b(w, target)?,
+        Class::Branch { target } => {
+            exit.put(w, target, plan.site)?;
+            return Ok(false);
+        }
         Class::Call { target } => {
             w.put_ldr_literal(LR, next);
-            b(w, target)?;
+            exit.put(w, target, plan.site)?;
+            return Ok(false);
+        }
+        Class::CondBranch { target } if last => {
+            w.put_cond_branch(word, w.pc() + 4 * (1 + exit.len()));
+            exit.put(w, next, plan.site)?;
+            exit.put(w, target, plan.site)?;
+            return Ok(false);
         }
         Class::CondBranch { target } => {
             let taken = w.pc() + 8;
             w.put_cond_branch(word, taken);
-            b(w, next)?;
-            b(w, target)?;
+            w.put_b(taken + 4 * exit.len());
+            exit.put(w, target, plan.site)?;
         }
         Class::CallRegister { rn } => {
             w.put_mov(X17, rn);
             w.put_ldr_literal(LR, next);
             w.put_br(X17);
+            return Ok(false);
         }
         class @ (Class::LandingPad | Class::Exclusive | Class::System | Class::Unsafe | Class::Unsupported) => {
             return Err(Refusal::Unrelocatable {
@@ -82,13 +137,13 @@ pub fn relocate(plan: &SitePlan, w: &mut Writer) -> Result<(), Refusal> {
             });
         }
     }
-    Ok(())
+    Ok(true)
 }
 
 /// The relocated window alone, with its literal pool, to run at `at`.
-pub fn relocate_alone(plan: &SitePlan, at: u64) -> Result<Vec<u8>, Refusal> {
+pub fn relocate_alone(plan: &SitePlan, at: u64, exit: Exit) -> Result<Vec<u8>, Refusal> {
     let mut w = Writer::new(at);
-    relocate(plan, &mut w)?;
+    relocate(plan, &mut w, exit)?;
     Ok(w.finish())
 }
 
@@ -113,7 +168,7 @@ mod tests {
 
     /// The relocated code's disassembly, then its literals.
     fn relocated(word: u32) -> (Vec<String>, Vec<u64>) {
-        let bytes = relocate_alone(&plan_of(word), AT).unwrap();
+        let bytes = relocate_alone(&plan_of(word), AT, Exit::Branch).unwrap();
         let asm = disassemble(&bytes, AT);
         let code_words = asm.iter().take_while(|l| !l.starts_with("brk") && !l.starts_with("udf")).count();
         let lits_at = (code_words * 4).next_multiple_of(8);
@@ -178,9 +233,15 @@ mod tests {
     fn branches_out_of_reach_are_refused() {
         // b .+0x40 from a detour 128 MiB away cannot reach the target or the way back.
         let far = SITE + (129 << 20);
-        assert_eq!(relocate_alone(&plan_of(0x14000010), far).unwrap_err(), Refusal::OutOfReach { at: SITE });
-        assert_eq!(relocate_alone(&plan_of(0xa9bf7bfd), far + 0x100).unwrap_err(), Refusal::OutOfReach { at: SITE });
+        assert_eq!(
+            relocate_alone(&plan_of(0x14000010), far, Exit::Branch).unwrap_err(),
+            Refusal::OutOfReach { at: SITE }
+        );
+        assert_eq!(
+            relocate_alone(&plan_of(0xa9bf7bfd), far + 0x100, Exit::Branch).unwrap_err(),
+            Refusal::OutOfReach { at: SITE }
+        );
         // ... while the literal-based rewrites need no reach for their value.
-        assert!(relocate_alone(&plan_of(0x10000080), SITE + (100 << 20)).is_ok());
+        assert!(relocate_alone(&plan_of(0x10000080), SITE + (100 << 20), Exit::Branch).is_ok());
     }
 }

@@ -56,7 +56,7 @@ pub fn plan(code: &[u8], function: u64, _extra_targets: &[u64]) -> Result<SitePl
     };
     // Prove the window relocates to where an arena may be (right below the
     // module); the real detour address is checked when the detour is built.
-    relocate::relocate_alone(&plan, site.wrapping_sub(1 << 20) & !15)?;
+    relocate::relocate_alone(&plan, site.wrapping_sub(1 << 20) & !15, relocate::Exit::Branch)?;
     Ok(plan)
 }
 
