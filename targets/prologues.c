@@ -12,6 +12,11 @@
  * Commands (one per line on stdin; each answer is one line on stdout):
  *   call FUNC N [T]  T threads (default 1) each call FUNC N times
  *                    -> "done FUNC calls=C checksum=ok|BAD"
+ *   crowd            reserves (PROT_NONE) every free range within 129 MiB of
+ *                    this program but the 256 MiB the heap and the stack may
+ *                    grow into (tp leaves those alone too), so no code page
+ *                    fits within `b` reach of it
+ *                    -> "crowded kib=N" (-1 if it could not)
  *   quit             -> exit status 0, or 1 if any checksum failed
  */
 #include "common.h"
@@ -166,6 +171,63 @@ static void guard_with_bti(void)
 }
 #endif
 
+#define CROWD_REACH (129ull << 20)
+#define GROWTH_ROOM (256ull << 20)
+
+/* See "crowd" above; returns the KiB reserved, or -1. */
+static long long crowd(void)
+{
+	char exe[512], line[1024], path[512];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	FILE *maps = fopen("/proc/self/maps", "r");
+	if (n < 0 || !maps)
+		return -1;
+	exe[n] = 0;
+	struct { unsigned long long start, end; char kind; } m[512];
+	int count = 0;
+	unsigned long long lo = ~0ull, hi = 0;
+	while (count < 512 && fgets(line, sizeof line, maps)) {
+		path[0] = 0;
+		if (sscanf(line, "%llx-%llx %*s %*s %*s %*s %511s", &m[count].start, &m[count].end, path) < 2)
+			continue;
+		m[count].kind = strcmp(path, "[heap]") == 0 ? 'h' : strcmp(path, "[stack]") == 0 ? 's' : 0;
+		if (strcmp(path, exe) == 0) {
+			lo = m[count].start < lo ? m[count].start : lo;
+			hi = m[count].end > hi ? m[count].end : hi;
+		}
+		count++;
+	}
+	fclose(maps);
+	if (hi == 0)
+		return -1;
+	unsigned long long from = lo > CROWD_REACH + 0x10000 ? lo - CROWD_REACH : 0x10000, to = hi + CROWD_REACH;
+	long long reserved = 0;
+	unsigned long long prev_end = 0x10000;
+	char prev_kind = 0;
+	for (int i = 0; i <= count; i++) {
+		unsigned long long start = i < count ? m[i].start : to;
+		char next_kind = i < count ? m[i].kind : 0;
+		unsigned long long a = prev_end > from ? prev_end : from, b = start < to ? start : to;
+		/* Leave the heap and the stack room to grow, as tp does. */
+		if (prev_kind == 'h' && a < prev_end + GROWTH_ROOM)
+			a = prev_end + GROWTH_ROOM;
+		if (next_kind == 's' && b > start - GROWTH_ROOM)
+			b = start - GROWTH_ROOM;
+		if (a < b) {
+			void *p = mmap((void *)a, b - a, PROT_NONE,
+				       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+			if (p != (void *)a)
+				return -1;
+			reserved += (long long)((b - a) >> 10);
+		}
+		if (i < count) {
+			prev_end = m[i].end > prev_end ? m[i].end : prev_end;
+			prev_kind = m[i].kind;
+		}
+	}
+	return reserved;
+}
+
 int main(void)
 {
 	char line[256];
@@ -198,6 +260,8 @@ int main(void)
 				ok &= jobs[i].ok;
 			}
 			printf("done %s calls=%llu checksum=%s\n", name, n * (unsigned long long)t, ok ? "ok" : "BAD");
+		} else if (strcmp(line, "crowd") == 0) {
+			printf("crowded kib=%lld\n", crowd());
 		} else if (strcmp(line, "quit") == 0) {
 			break;
 		} else {

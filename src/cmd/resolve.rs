@@ -40,10 +40,11 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64]) ->
             Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"))
         } else {
             let code = m.code_of(&function)?;
-            Host::plan(code, function.addr, &m.extra_targets(&function))
+            let extra = m.extra_targets(&function);
+            Host::plan(code, function.addr, &extra).map(|plan| (plan, Host::plan_long(code, function.addr, &extra)))
         };
         match verdict {
-            Ok(plan) => requests.push(Request { function, plan, span: m.span }),
+            Ok((plan, long)) => requests.push(Request { function, plan, long, span: m.span }),
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),
         }

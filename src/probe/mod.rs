@@ -8,7 +8,7 @@ pub mod layout;
 pub mod region;
 pub mod remove;
 
-use crate::arch::SitePlan;
+use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;
 
 pub use arena::Span;
@@ -21,6 +21,9 @@ pub struct Request {
     pub function: Function,
     /// Where and how to patch it.
     pub plan: SitePlan,
+    /// The long form of the plan ([`crate::arch::Arch::plan_long`]), used
+    /// when no arena fits within branch reach of the module; or why it has none.
+    pub long: Result<SitePlan, Refusal>,
     /// The addresses of its module (detours must be within branch reach).
     pub span: Span,
 }

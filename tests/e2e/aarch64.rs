@@ -142,3 +142,50 @@ fn attaching_a_refused_function_touches_nothing() {
     assert!(!has_region(t.pid), "nothing may be injected when a function is refused");
     assert_code_is_original(&t, &["p_adr", "p_ldxr"]);
 }
+
+#[test]
+fn long_form_when_no_arena_fits_within_branch_reach() {
+    // With every free range within 129 MiB of the target reserved, tp's only
+    // way in is `adrp x16; add x16; br x16` to an arena up to 4 GiB away.
+    const ADRP_X16: (u32, u32) = (0x9f00_001f, 0x9000_0010);
+    const ADD_X16_X16: (u32, u32) = (0xffc0_03ff, 0x9100_0210);
+    const BR_X16: u32 = 0xd61f_0200;
+    let mut t = Target::start("prologues");
+    let crowded = t.ask("crowd", "crowded");
+    assert!(!crowded.contains("kib=-"), "the target could not reserve its neighbourhood: {crowded}");
+    assert!(field(&crowded, "kib") > 0, "{crowded}");
+    let pid = t.pid.to_string();
+    let funcs = ["p_adr", "p_adrp", "p_ldr_x", "p_bcond", "p_cbz", "p_tbz", "p_pac"];
+    let mut args = vec!["-p", pid.as_str(), "--json"];
+    for f in funcs {
+        args.extend(["-f", f]);
+    }
+    let session = Session::start(&args);
+    for f in funcs {
+        let site = function_addr(&t, f) + if f == "p_pac" { 4 } else { 0 };
+        let w: Vec<u32> = (0..3).map(|k| word_at(t.pid, site + 4 * k)).collect();
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+        assert_eq!(w[0] & ADRP_X16.0, ADRP_X16.1, "{f}: {w:08x?} {site:#x}\n{maps}");
+        assert_eq!(w[1] & ADD_X16_X16.0, ADD_X16_X16.1, "{f}: {w:08x?}");
+        assert_eq!(w[2], BR_X16, "{f}: {w:08x?}");
+        let imm = (((w[0] >> 29) & 3) | (((w[0] >> 5) & 0x7_ffff) << 2)) as i64;
+        let detour = (site & !0xfff).wrapping_add(((imm << 43) >> 31) as u64) + ((w[1] >> 10) & 0xfff) as u64;
+        let distance = detour.abs_diff(site);
+        assert!(distance > 128 << 20 && distance < 4 << 30, "{f}: detour {detour:#x} is {distance:#x} away");
+    }
+    assert_eq!(word_at(t.pid, function_addr(&t, "p_pac")), PACIASP);
+    let mut own = std::collections::BTreeMap::new();
+    for f in funcs {
+        own.insert(f.to_string(), t.call(f, 20_000, 2));
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
+    assert_code_is_original(&t, &funcs);
+    assert!(!has_region(t.pid));
+    // p_b's first instruction branches to its third: the long form cannot take it.
+    let line = expect_error(&["attach", "-p", &pid, "-f", "p_b"], "cannot probe `p_b`");
+    assert!(line.contains("long form") && line.contains("branch into window"), "{line}");
+    assert!(!has_region(t.pid), "nothing may be injected when the only form is refused");
+    assert!(t.quit().success());
+}
