@@ -42,6 +42,7 @@ const TARGETS: &[Target] = &[
     c("counter", &["-fPIE", "-pie"]),
     c("counter-nopie", &["-fno-pie", "-no-pie"]),
     Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
+    Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
     Target {
         name: "prologues",
         sources: &["prologues.c", "prologues_aarch64.S"],
@@ -84,6 +85,14 @@ const TARGETS: &[Target] = &[
     },
     Target { name: "shapes", lang: Lang::Cpp, sources: &["shapes.cpp"], flags: &[], host_only: true, arch: None },
     Target {
+        name: "exceptions",
+        lang: Lang::Cpp,
+        sources: &["exceptions.cpp"],
+        flags: &[],
+        host_only: true,
+        arch: None,
+    },
+    Target {
         name: "rusty-legacy",
         lang: Lang::Rust,
         sources: &["rusty.rs"],
@@ -121,6 +130,65 @@ fn main() {
     }
     if !cross {
         split_debug_info(&out_dir);
+    }
+    build_runtime(&manifest, &arch);
+}
+
+/// The functions of tp's in-target runtime, each extracted as a blob.
+const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind"];
+
+/// Compiles src/probe/runtime/runtime.c for the target architecture into
+/// position-independent blobs in OUT_DIR (`tp_entry.bin`, ...), and refuses
+/// any blob with a relocation: blobs are copied into the target as they are.
+fn build_runtime(manifest: &Path, arch: &str) {
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let src = manifest.join("src/probe/runtime/runtime.c");
+    println!("cargo:rerun-if-changed=src/probe/runtime");
+    println!("cargo:rerun-if-changed=src/arch/{arch}/runtime.h");
+    let cc = compiler(Lang::C);
+    let tools = binutils_prefix(&cc);
+    let object = out.join("runtime.o");
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-O2", "-std=gnu11", "-Wall", "-Werror", "-fPIC", "-fno-plt", "-ffreestanding", "-fno-builtin"]);
+    cmd.args(["-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-fno-jump-tables"]);
+    cmd.args(["-fomit-frame-pointer", "-mgeneral-regs-only", "-ffunction-sections", "-c"]);
+    cmd.arg(match arch {
+        "x86_64" => "-fcf-protection=none",
+        _ => "-mbranch-protection=none",
+    });
+    if arch == "aarch64" {
+        // Atomics inline (LL/SC, ARMv8.0), not calls to libgcc's outline helpers.
+        cmd.arg("-mno-outline-atomics");
+    }
+    cmd.arg("-I").arg(manifest.join("src/arch").join(arch));
+    cmd.arg(&src).arg("-o").arg(&object);
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
+    assert!(status.success(), "building the runtime failed: {cmd:?}");
+
+    let relocs = Command::new(format!("{tools}readelf")).arg("-rW").arg(&object).output().expect("run readelf");
+    let relocs = String::from_utf8_lossy(&relocs.stdout).into_owned();
+    assert!(
+        relocs.contains("There are no relocations"),
+        "tp's runtime must be position-independent without relocations:\n{relocs}"
+    );
+    for f in RUNTIME_FUNCTIONS {
+        let blob = out.join(format!("{f}.bin"));
+        let status = Command::new(format!("{tools}objcopy"))
+            .args(["-O", "binary", &format!("--only-section=.text.{f}")])
+            .arg(&object)
+            .arg(&blob)
+            .status()
+            .expect("run objcopy");
+        assert!(status.success() && std::fs::metadata(&blob).map(|m| m.len() > 0).unwrap_or(false), "extract {f}");
+    }
+}
+
+/// `aarch64-linux-gnu-` for `aarch64-linux-gnu-gcc`, "" for `cc` or `gcc`.
+fn binutils_prefix(cc: &Path) -> String {
+    let name = cc.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match name.rfind('-') {
+        Some(i) if name[..i].contains('-') => name[..=i].to_string(),
+        _ => String::new(),
     }
 }
 

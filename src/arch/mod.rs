@@ -192,13 +192,52 @@ impl SitePlan {
     }
 }
 
+/// Where a detour finds the in-target runtime (in its arena's runtime block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeAddrs {
+    /// `tp_entry`.
+    pub entry: u64,
+    /// The return trampoline.
+    pub trampoline: u64,
+    /// `tp_unwind`.
+    pub unwind: u64,
+    /// The runtime's context (`struct tp_ctx`) in the data region.
+    pub ctx: u64,
+}
+
+/// The runtime's functions, compiled for one architecture by build.rs.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeBlobs {
+    /// `tp_entry`.
+    pub entry: &'static [u8],
+    /// `tp_exit`.
+    pub exit: &'static [u8],
+    /// `tp_unwind`.
+    pub unwind: &'static [u8],
+}
+
+/// A runtime block assembled for one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeBlock {
+    /// The code.
+    pub bytes: Vec<u8>,
+    /// Where its parts are.
+    pub addrs: RuntimeAddrs,
+}
+
 /// Where a detour finds the shared data it writes on a hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DetourSpec {
     /// The probe's index in the shared probe table.
     pub probe_index: u32,
+    /// What the probe records: bits of `probe::layout::kind`.
+    pub kind: u32,
+    /// The runtime, for probes that record more than a count.
+    pub runtime: Option<RuntimeAddrs>,
     /// Address in the target of this probe's enable flag (one byte; 0 = disabled).
     pub flag_addr: u64,
+    /// Address in the target of this probe's sample budget (sampling probes).
+    pub budget_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
     /// log2 of the number of counter rows (threads hash into rows).
@@ -305,9 +344,28 @@ pub trait Arch {
     /// Assembles the detour for `plan`, to run at address `at`.
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal>;
 
+    /// Reads, in the tracer, the counter the runtime stamps events with.
+    fn timestamp() -> u64;
+
+    /// The counter's frequency when the hardware says it (AArch64's CNTFRQ_EL0).
+    fn timestamp_hz() -> Option<u64>;
+
+    /// Assembles an arena's runtime block at `at`: the runtime's functions
+    /// and the return trampoline, which reach the context at `ctx`.
+    fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock;
+
+    /// Where the TCB keeps each thread's TID, as an offset from the thread
+    /// pointer the runtime uses, found by reading the TCBs of stopped
+    /// threads (`threads`: TID and registers); None if it cannot be told.
+    fn tid_offset(threads: &[(i32, Self::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32>;
+
     /// The bytes that replace the window: a branch from the site to `detour`,
     /// padded to the window's length.
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
+
+    /// Whether detours can record events (arguments, return values,
+    /// latency) through the in-target runtime, or only count.
+    const RECORDS_EVENTS: bool = true;
 
     /// How far the long form of the patch reaches, where there is one
     /// (see [`Arch::plan_long`]); 0 where there is none.

@@ -3,10 +3,11 @@
 
 use anyhow::{Result, bail};
 
+use crate::arch::SitePlan;
 use crate::arch::{Arch, Host, Refusal};
 use crate::output::progress::Progress;
 use crate::probe::Request;
-use crate::symbols::{Found, Function, ProcessModules};
+use crate::symbols::{Found, Function, Module, ProcessModules};
 
 /// The outcome of resolving and planning.
 #[derive(Debug)]
@@ -17,10 +18,37 @@ pub struct Resolved {
     pub refused: Vec<(Function, Refusal)>,
 }
 
-/// Resolves `patterns` and `addrs` in `modules` and plans each function.
-/// A function named exactly that cannot be probed is an error; one matched
-/// by a glob is skipped and reported in [`Resolved::refused`].
-pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64]) -> Result<Resolved> {
+/// Plans the probe of function `f` of module `m`.
+pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
+    if f.ifunc {
+        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
+    }
+    if f.size == 0 {
+        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
+    }
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    Host::plan(code, f.addr, &m.extra_targets(f))
+}
+
+/// Plans the long form of the probe of `f` ([`Arch::plan_long`]), which
+/// install uses when no code arena fits within branch reach of `m`.
+pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    Host::plan_long(code, f.addr, &m.extra_targets(f))
+}
+
+/// Resolves `patterns` and `addrs` in `modules` and plans each function,
+/// to record `kind` (bits of `probe::layout::kind`). A function named
+/// exactly that cannot be probed is an error; one matched by a glob is
+/// skipped and reported in [`Resolved::refused`].
+pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64], kind: u32) -> Result<Resolved> {
+    if kind != crate::probe::layout::kind::COUNT && !Host::RECORDS_EVENTS {
+        bail!(
+            "{} probes count calls but do not record arguments, return values or latency yet; \
+             count them with `tp attach` without --args/--ret",
+            Host::NAME
+        );
+    }
     let mut found = modules.resolve(patterns)?;
     for &a in addrs {
         let f = modules.at_address(a)?;
@@ -34,17 +62,8 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64]) ->
     for Found { module, function, explicit } in found {
         progress.inc();
         let m = modules.get(module)?;
-        let verdict = if function.ifunc {
-            Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"))
-        } else if function.size == 0 {
-            Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"))
-        } else {
-            let code = m.code_of(&function)?;
-            let extra = m.extra_targets(&function);
-            Host::plan(code, function.addr, &extra).map(|plan| (plan, Host::plan_long(code, function.addr, &extra)))
-        };
-        match verdict {
-            Ok((plan, long)) => requests.push(Request { function, plan, long, span: m.span }),
+        match plan(m, &function) {
+            Ok(plan) => requests.push(Request { long: plan_long(m, &function), function, plan, span: m.span, kind }),
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),
         }

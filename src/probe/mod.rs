@@ -7,6 +7,7 @@ pub mod install;
 pub mod layout;
 pub mod region;
 pub mod remove;
+pub mod runtime;
 
 use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;
@@ -26,4 +27,6 @@ pub struct Request {
     pub long: Result<SitePlan, Refusal>,
     /// The addresses of its module (detours must be within branch reach).
     pub span: Span,
+    /// What to record: bits of [`layout::kind`].
+    pub kind: u32,
 }

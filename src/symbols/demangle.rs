@@ -86,8 +86,8 @@ fn inherent_path(name: &str) -> Option<String> {
 }
 
 /// Drops a trailing parameter list `(…)` with its qualifiers, or a trailing
-/// generic argument list `::<…>`.
-fn strip_arguments(name: &str) -> String {
+/// generic argument list `::<…>`: `app::Stats::add(long)` → `app::Stats::add`.
+pub fn strip_arguments(name: &str) -> String {
     let trimmed = name.trim_end_matches(|c: char| c.is_ascii_alphabetic() || c == ' ' || c == '&');
     if let Some(open) = matching_open(trimmed, '(', ')') {
         return name[..open].to_string();

@@ -122,6 +122,12 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
                     let low = match e.attr_value(gimli::DW_AT_low_pc) {
                         Some(AttributeValue::Addr(a)) => Some(a),
                         Some(AttributeValue::DebugAddrIndex(i)) => dwarf.address(&unit, i).ok(),
+                        // A function split into hot and cold parts has ranges; its entry
+                        // is DW_AT_entry_pc, else the start of the first range.
+                        _ if e.attr_value(gimli::DW_AT_ranges).is_some() => match e.attr_value(gimli::DW_AT_entry_pc) {
+                            Some(AttributeValue::Addr(a)) => Some(a),
+                            _ => dwarf.die_ranges(&unit, e)?.next()?.map(|r| r.begin),
+                        },
                         _ => None,
                     };
                     let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
@@ -272,8 +278,10 @@ fn describe(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Re
             let enc = e.attr_value(gimli::DW_AT_encoding);
             let ty = match enc {
                 Some(AttributeValue::Encoding(gimli::DW_ATE_boolean)) => Type::Bool,
+                // Plain `char` is text; `signed char` and `unsigned char` (int8_t,
+                // uint8_t) are small numbers.
                 Some(AttributeValue::Encoding(gimli::DW_ATE_signed_char | gimli::DW_ATE_unsigned_char))
-                    if size == 1 =>
+                    if size == 1 && name == "char" =>
                 {
                     Type::Char
                 }

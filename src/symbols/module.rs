@@ -153,6 +153,28 @@ impl Module {
         out
     }
 
+    /// Every function whose symbol as stored (mangled) matches the glob
+    /// `pattern`, without demangling anything.
+    pub fn matching_symbols(&self, pattern: &str) -> Vec<Function> {
+        let syms = &self.elf.functions;
+        let mut out: Vec<Function> = Vec::new();
+        for s in syms.iter() {
+            let addr = s.addr.wrapping_add(self.bias);
+            if glob(pattern, &s.name) && out.last().is_none_or(|f: &Function| f.addr != addr) {
+                let names = super::demangle::Names::of(&s.name);
+                out.push(Function {
+                    name: names.display().to_string(),
+                    symbol: s.name.clone(),
+                    module: self.name.clone(),
+                    addr,
+                    size: s.size,
+                    ifunc: s.ifunc,
+                });
+            }
+        }
+        out
+    }
+
     /// Every function, one per address (aliases dropped, globals preferred).
     pub fn functions(&self) -> Vec<Function> {
         let syms = &self.elf.functions;

@@ -53,30 +53,33 @@ pub fn has_glob(s: &str) -> bool {
     s.contains(['*', '?', '['])
 }
 
-/// Shell-style glob match: `*` any run, `?` one character, `[abc]`/`[a-z]`/`[!x]` a class.
+/// Shell-style glob match: `*` any run, `?` one byte, `[abc]`/`[a-z]`/`[!x]`
+/// a class. Symbol names are ASCII in practice, so this works on bytes and
+/// allocates nothing: it runs over every name of every symbol a pattern is
+/// tried against.
 pub fn glob(pattern: &str, text: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
+    if !has_glob(pattern) {
+        return pattern == text;
+    }
+    let (p, t) = (pattern.as_bytes(), text.as_bytes());
     // Iterative matcher with one backtrack point for the last `*`.
     let (mut pi, mut ti) = (0, 0);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
         if pi < p.len() {
             match p[pi] {
-                '*' => {
+                b'*' => {
                     star = Some((pi, ti));
                     pi += 1;
                     continue;
                 }
-                '?' => {
+                b'?' => {
                     pi += 1;
                     ti += 1;
                     continue;
                 }
-                '[' => {
-                    if let Some((matched, next)) = class(&p, pi, t[ti])
-                        && matched
-                    {
+                b'[' => {
+                    if let Some((true, next)) = class(p, pi, t[ti]) {
                         pi = next;
                         ti += 1;
                         continue;
@@ -99,21 +102,21 @@ pub fn glob(pattern: &str, text: &str) -> bool {
             None => return false,
         }
     }
-    p[pi..].iter().all(|&c| c == '*')
+    p[pi..].iter().all(|&c| c == b'*')
 }
 
 /// Matches `c` against the class starting at `p[start] == '['`; returns
 /// (matched, index after the class), or None if the class is unterminated.
-fn class(p: &[char], start: usize, c: char) -> Option<(bool, usize)> {
+fn class(p: &[u8], start: usize, c: u8) -> Option<(bool, usize)> {
     let mut i = start + 1;
-    let negate = matches!(p.get(i), Some('!') | Some('^'));
+    let negate = matches!(p.get(i), Some(b'!') | Some(b'^'));
     if negate {
         i += 1;
     }
     let mut matched = false;
     let first = i;
-    while i < p.len() && (p[i] != ']' || i == first) {
-        if i + 2 < p.len() && p[i + 1] == '-' && p[i + 2] != ']' {
+    while i < p.len() && (p[i] != b']' || i == first) {
+        if i + 2 < p.len() && p[i + 1] == b'-' && p[i + 2] != b']' {
             matched |= p[i] <= c && c <= p[i + 2];
             i += 3;
         } else {

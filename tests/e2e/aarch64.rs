@@ -189,3 +189,17 @@ fn long_form_when_no_arena_fits_within_branch_reach() {
     assert!(!has_region(t.pid), "nothing may be injected when the only form is refused");
     assert!(t.quit().success());
 }
+
+#[test]
+fn event_probes_are_refused_and_nothing_is_left_behind() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "foo", "--args", "--ret"], "aarch64 probes count calls");
+    assert!(line.contains("`tp attach` without --args/--ret"), "{line}");
+    let line = expect_error(&["profile", "-p", &pid, "-f", "foo", "--duration", "1"], "aarch64 probes count calls");
+    assert!(line.starts_with("tp: "), "{line}");
+    assert!(!has_region(t.pid), "a refused event probe must leave no memory behind");
+    assert_code_is_original(&t, &["foo"]);
+    assert_eq!(t.call("foo", 10, 1), 10);
+    assert!(t.quit().success());
+}

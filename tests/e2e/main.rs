@@ -17,8 +17,17 @@ mod modules;
 // redis-server from Debian, counted against INFO commandstats.
 #[cfg(target_arch = "x86_64")]
 mod redis;
+// Arguments, return values, latency, exceptions, lost events, Perfetto.
+// (x86-64 only: AArch64 probes count, and refuse event probes.)
+#[cfg(target_arch = "x86_64")]
+mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// enable/disable without stopping the target.
+mod toggle;
+// tp profile: sampled latency with exact call counts (x86-64 only, as events).
+#[cfg(target_arch = "x86_64")]
+mod profile;
 // AArch64: every relocated instruction class, BTI landing pads, atomics.
 #[cfg(target_arch = "aarch64")]
 mod aarch64;

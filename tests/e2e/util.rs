@@ -221,16 +221,22 @@ impl Session {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Session {
+        Self::spawn("attach", args, env, (env.is_empty()).then_some("tp: attached"))
+    }
+
+    /// Starts `tp SUBCOMMAND ARGS` and, given `ready`, waits for a line on
+    /// stderr starting with it.
+    pub fn spawn(sub: &str, args: &[&str], env: &[(&str, &str)], ready: Option<&str>) -> Session {
         let mut cmd = Command::new(tp_path());
-        cmd.arg("attach").args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.arg(sub).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("run tp attach");
+        let mut child = cmd.spawn().expect("run tp");
         let out = Lines::new(child.stdout.take().unwrap());
         let mut err = Lines::new(child.stderr.take().unwrap());
-        if env.is_empty() {
-            err.wait_for("tp: attached");
+        if let Some(ready) = ready {
+            err.wait_for(ready);
         }
         Session { child, err, out }
     }

@@ -37,6 +37,7 @@
 use super::writer::{Writer, X16, X17};
 use super::{long, relocate};
 use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
+use crate::probe::layout::kind;
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -76,6 +77,11 @@ impl Atomics {
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> Result<Detour, Refusal> {
+    if spec.kind != kind::COUNT {
+        return Err(Refusal::Unsupported(
+            "AArch64 probes count calls; arguments, return values and latency are not recorded there yet",
+        ));
+    }
     let relocated_at = at + atomics.prefix_len();
     let mut w = Writer::new(at);
     w.put_ldr_literal(X16, spec.flag_addr);
@@ -140,6 +146,9 @@ mod tests {
     fn spec() -> DetourSpec {
         DetourSpec {
             probe_index: 3,
+            kind: kind::COUNT,
+            runtime: None,
+            budget_addr: 0,
             flag_addr: 0xffff_8000_2003,
             counters: 0xffff_8001_0000,
             slot_bits: 6,
@@ -251,6 +260,12 @@ mod tests {
             disassemble(&patch(&plan, far).unwrap(), SITE),
             [format!("adrp x16, #{:#x}", far & !0xfff), format!("add x16, x16, #{:#x}", far & 0xfff), "br x16".into()]
         );
+    }
+
+    #[test]
+    fn event_probes_are_refused() {
+        let spec = DetourSpec { kind: kind::ARGS | kind::RET, ..spec() };
+        assert!(matches!(build(&stp_plan(), AT, &spec, Atomics::Lse), Err(Refusal::Unsupported(_))));
     }
 
     #[test]
