@@ -45,13 +45,13 @@ const TARGETS: &[Target] = &[
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
     Target {
         name: "prologues",
-        sources: &["prologues.c", "prologues_aarch64.S"],
+        sources: &["prologues_aarch64.c", "prologues_aarch64.S"],
         arch: Some("aarch64"),
         ..c("", &["-fPIE", "-pie"])
     },
     Target {
         name: "prologues-bti",
-        sources: &["prologues.c", "prologues_aarch64.S"],
+        sources: &["prologues_aarch64.c", "prologues_aarch64.S"],
         arch: Some("aarch64"),
         ..c("", &["-fno-pie", "-no-pie", "-DTP_BTI"])
     },

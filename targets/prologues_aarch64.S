@@ -1,10 +1,10 @@
 /* prologues_aarch64.S: functions whose first instruction (after a landing
  * pad, for p_bti and p_pac) is each class tp must relocate on AArch64, and
- * a few it must refuse. prologues.c calls them and checks every result
+ * a few it must refuse. prologues_aarch64.c calls them and checks every result
  * against a C reference.
  *
  * Everything sits in one page-aligned, page-padded section, so the BTI
- * build of prologues.c can mprotect exactly these pages with PROT_BTI:
+ * build of prologues_aarch64.c can mprotect exactly these pages with PROT_BTI:
  * Debian's crt and libc carry no BTI note, so the kernel would not guard
  * them itself, and guarding libc's pages would fault on its own calls.
  * In a guarded page an indirect call (blr) must land on `bti c` or

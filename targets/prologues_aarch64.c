@@ -1,4 +1,4 @@
-/* prologues (AArch64 only): calls the functions of prologues_aarch64.S,
+/* prologues_aarch64.c (AArch64 only): calls the functions of prologues_aarch64.S,
  * each starting with a PC-relative or otherwise special instruction, from
  * one or more threads, and checks every result against a C reference.
  *
