@@ -6,10 +6,11 @@
 //! function names and a program using both, a C++ program, Rust programs
 //! with the legacy and the v0 symbol mangling, and stripped copies of
 //! `counter` whose symbols live only in separate debug files (found by
-//! build-id, or by `.gnu_debuglink`). AArch64 builds get the prologue
-//! targets, one of them BTI-guarded. Cross builds (aarch64) link statically
-//! (`-static-pie` for PIE) so the binaries run in the test VM without a
-//! sysroot.
+//! build-id, or by `.gnu_debuglink`). On x86-64: hand-written prologues
+//! (assembly) and the relocation harness; on AArch64: hand-written
+//! prologues, also in a BTI-guarded build. Cross builds (aarch64) link
+//! statically (`-static-pie` for PIE) so the binaries run in the test VM
+//! without a sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -42,6 +43,19 @@ const TARGETS: &[Target] = &[
     c("counter", &["-fPIE", "-pie"]),
     c("counter-nopie", &["-fno-pie", "-no-pie"]),
     Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
+    // The differential-execution harness of tests/reloc, and hand-written
+    // prologues for every x86-64 rewrite and refusal.
+    Target {
+        arch: Some("x86_64"),
+        host_only: true,
+        sources: &["reloc_harness.c"],
+        ..c("reloc_harness", &["-fPIE", "-pie"])
+    },
+    Target {
+        arch: Some("x86_64"),
+        sources: &["prologues.c", "prologues_x86_64.S"],
+        ..c("prologues", &["-fPIE", "-pie"])
+    },
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
     Target {
         name: "prologues",

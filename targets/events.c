@@ -13,6 +13,9 @@
  *   quiet N        N calls of add without logging -> "done quiet N"
  *   tail N         N calls of tail_outer, which tail-calls tail_inner
  *                  -> "done tail N sum=S"
+ *   ipa N          N calls of ipa_caller, which keeps values in registers the
+ *                  ABI lets a callee clobber across its call of ipa_leaf
+ *                  -> "done ipa N bad=B" (B: calls whose result was wrong)
  *   quit
  */
 #include "common.h"
@@ -83,6 +86,57 @@ TP_PROBED long tail_outer(long x)
 {
 	return tail_inner(x + 1);
 }
+
+/* ipa_caller(x) keeps x in rsi, rcx, r8-r11 and rdi, and a comparison in
+ * the flags, across its call of ipa_leaf, which touches none of them: GCC's
+ * -fipa-ra does this with local callees. A probe that clobbers any of them
+ * on entry or on return breaks the result, 8x + 1 + (x == 5). */
+long ipa_caller(long x);
+#if defined(__x86_64__)
+__asm__(".text\n"
+	".globl ipa_leaf\n"
+	".type ipa_leaf, @function\n"
+	"ipa_leaf:\n"
+	"	leaq 1(%rdi), %rax\n"
+	"	leaq (%rax), %rax\n"
+	"	ret\n"
+	".size ipa_leaf, .-ipa_leaf\n"
+	".globl ipa_caller\n"
+	".type ipa_caller, @function\n"
+	"ipa_caller:\n"
+	"	pushq %rbx\n"
+	"	movq %rdi, %rsi\n"
+	"	movq %rdi, %rcx\n"
+	"	movq %rdi, %r8\n"
+	"	movq %rdi, %r9\n"
+	"	movq %rdi, %r10\n"
+	"	movq %rdi, %r11\n"
+	"	xorl %edx, %edx\n"
+	"	cmpq $5, %rdi\n"
+	"	call ipa_leaf\n"
+	"	sete %dl\n"
+	"	addq %rdx, %rax\n"
+	"	addq %rdi, %rax\n"
+	"	addq %rsi, %rax\n"
+	"	addq %rcx, %rax\n"
+	"	addq %r8, %rax\n"
+	"	addq %r9, %rax\n"
+	"	addq %r10, %rax\n"
+	"	addq %r11, %rax\n"
+	"	popq %rbx\n"
+	"	ret\n"
+	".size ipa_caller, .-ipa_caller\n");
+#else
+TP_PROBED long ipa_leaf(long x)
+{
+	return x + 1;
+}
+
+long ipa_caller(long x)
+{
+	return 7 * x + ipa_leaf(x) + (x == 5);
+}
+#endif
 
 static pid_t tid(void)
 {
@@ -177,6 +231,11 @@ int main(void)
 			for (unsigned long i = 0; i < n; i++)
 				sum += tail_outer((long)i);
 			printf("done tail %lu sum=%ld\n", n, sum);
+		} else if (sscanf(line, "ipa %lu", &n) == 1) {
+			unsigned long bad = 0;
+			for (unsigned long i = 0; i < n; i++)
+				bad += ipa_caller((long)(i % 11)) != 8 * (long)(i % 11) + 1 + (i % 11 == 5);
+			printf("done ipa %lu bad=%lu\n", n, bad);
 		} else if (sscanf(line, "quiet %lu", &n) == 1) {
 			long sum = 0;
 			for (unsigned long i = 0; i < n; i++)

@@ -242,15 +242,17 @@ impl Attached {
     }
 
     fn summary(&self) -> Summary {
+        let hits = self.hits();
         Summary {
             pid: self.pid,
             probes: self
                 .user_probes()
-                .map(|p| ProbeStat {
+                .zip(hits)
+                .map(|(p, hits)| ProbeStat {
                     func: p.request.function.name.clone(),
                     module: p.request.function.module.clone(),
                     address: p.request.function.addr,
-                    hits: self.region.hits(p.index),
+                    hits,
                     enabled: self.region.enabled(p.index),
                 })
                 .collect(),

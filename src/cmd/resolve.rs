@@ -4,7 +4,7 @@
 use anyhow::{Result, bail};
 
 use crate::arch::SitePlan;
-use crate::arch::{Arch, Host, Refusal};
+use crate::arch::{Arch, Host, Isa, Refusal};
 use crate::output::progress::Progress;
 use crate::probe::Request;
 use crate::symbols::{Found, Function, Module, ProcessModules};
@@ -27,14 +27,16 @@ pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
-    Host::plan(code, f.addr, &m.extra_targets(f))
+    m.planner().plan(m, f, code, Isa::host())
 }
 
 /// Plans the long form of the probe of `f` ([`Arch::plan_long`]), which
 /// install uses when no code arena fits within branch reach of `m`.
 pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
-    Host::plan_long(code, f.addr, &m.extra_targets(f))
+    let plan = Host::plan_long(code, f.addr, &m.extra_targets(f))?;
+    m.planner().check_entries(&plan, m.bias)?;
+    Ok(plan)
 }
 
 /// Resolves `patterns` and `addrs` in `modules` and plans each function,

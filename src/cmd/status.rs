@@ -19,15 +19,16 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
         bail!("process {} has no tp probes; install some with `tp attach -p {} -f NAME --keep`", args.pid, args.pid);
     };
     let region = Region::open(args.pid, mapping)?;
-    let probes = region
-        .entries()
+    let live: Vec<_> = region.entries().into_iter().filter(|(_, e)| e.state().maybe_patched()).collect();
+    let hits = region.hits_of(&live.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+    let probes = live
         .into_iter()
-        .filter(|(_, e)| e.state().maybe_patched())
-        .map(|(i, e)| ProbeStat {
+        .zip(hits)
+        .map(|((i, e), hits)| ProbeStat {
             func: e.name(),
             module: e.module(),
             address: e.function,
-            hits: region.hits(i),
+            hits,
             enabled: region.enabled(i),
         })
         .collect();

@@ -79,7 +79,13 @@ pub struct EventCtx {
     pub flags: u64,
     /// Address in the target of the sample budgets.
     pub budgets: u64,
+    /// Bit i: thread slot i has been claimed. The tracer reads only those
+    /// (reading the others would allocate their pages).
+    pub claimed: [u64; CLAIMED_WORDS],
 }
+
+/// Words of [`EventCtx::claimed`].
+pub const CLAIMED_WORDS: usize = (1 << EVENT_SLOT_BITS) / 64;
 
 /// The head of a thread slot (`struct tp_slot` in runtime.c).
 #[repr(C)]
@@ -453,6 +459,7 @@ impl Header {
                 lost_no_slot: 0,
                 flags: target_addr + g.flags_off,
                 budgets: target_addr + g.budgets_off,
+                claimed: [0; CLAIMED_WORDS],
             },
             arenas: [Arena::default(); MAX_ARENAS],
         }

@@ -223,21 +223,20 @@ impl Region {
             .collect()
     }
 
-    /// The hits of each of `probes`, asking about each counter page once
-    /// (neighbouring probes share pages).
+    /// The hits of each of `probes`: the sum over the counter rows.
     pub fn hits_of(&self, probes: &[u32]) -> Vec<u64> {
         let h = self.header();
-        let mut out = vec![0u64; probes.len()];
-        let mut resident: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
-        for row in 0..(1u64 << h.slot_bits) {
-            for (k, &i) in probes.iter().enumerate() {
-                let off = h.counter_off(row, i);
-                if *resident.entry(off & !4095).or_insert_with(|| self.is_resident(off)) {
-                    out[k] += self.load_u64(off);
-                }
-            }
-        }
-        out
+        let resident = self.resident_counter_pages(&h);
+        probes
+            .iter()
+            .map(|&i| {
+                (0..1u64 << h.slot_bits)
+                    .map(|row| h.counter_off(row, i))
+                    .filter(|&off| resident[((off - h.counters_off) / 4096) as usize])
+                    .map(|off| self.load_u64(off))
+                    .sum()
+            })
+            .collect()
     }
 
     /// Address in the target of probe `i`'s enable flag.
@@ -250,33 +249,36 @@ impl Region {
         self.target_addr + self.header().counters_off
     }
 
-    /// The counter rows that some thread has written, as a bit per row. Rows
-    /// never written have no pages; reading them would allocate memory for
-    /// nothing, so they are skipped.
-    fn rows_in_use(&self, h: &Header, probe: u32) -> Vec<u64> {
-        let rows = 1u64 << h.slot_bits;
-        (0..rows).filter(|&r| self.is_resident(h.counter_off(r, probe))).collect()
-    }
-
-    /// True if the page at offset `off` has been touched by anyone (reading
-    /// an untouched page of shared memory would allocate it).
-    pub fn is_resident(&self, off: u64) -> bool {
+    /// For each page of the counter rows, whether some thread has written
+    /// it: one `mincore` for all. Pages never written are skipped: reading
+    /// them would allocate memory for nothing.
+    fn resident_counter_pages(&self, h: &Header) -> Vec<bool> {
+        let pages = (((1u64 << h.slot_bits) << h.stride_shift) / 4096).max(1) as usize;
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
-                // SAFETY: the page lies inside our mapping.
-                let page = unsafe { ptr.add((off & !4095) as usize) };
-                let mut v = 0u8;
-                // SAFETY: mincore of one mapped page into one byte.
-                unsafe { libc::mincore(page as *mut libc::c_void, 4096, &mut v) == 0 && v & 1 != 0 }
+                let mut v = vec![0u8; pages];
+                // SAFETY: the counter rows lie inside our mapping, page-aligned; one byte per page.
+                let ok = unsafe {
+                    let start = ptr.add(h.counters_off as usize) as *mut libc::c_void;
+                    libc::mincore(start, pages * 4096, v.as_mut_ptr()) == 0
+                };
+                v.into_iter().map(|b| ok && b & 1 != 0).collect()
             }
-            Backing::Remote { .. } => true,
+            Backing::Remote { .. } => vec![true; pages],
         }
+    }
+
+    /// The counter rows in which probe `probe`'s counter page was written.
+    fn rows_in_use(&self, h: &Header, probe: u32) -> Vec<u64> {
+        let resident = self.resident_counter_pages(h);
+        (0..1u64 << h.slot_bits)
+            .filter(|&r| resident[((h.counter_off(r, probe) - h.counters_off) / 4096) as usize])
+            .collect()
     }
 
     /// Probe `i`'s hits: the sum over all counter rows.
     pub fn hits(&self, i: u32) -> u64 {
-        let h = self.header();
-        self.rows_in_use(&h, i).into_iter().map(|r| self.counter(&h, r, i)).sum()
+        self.hits_of(&[i])[0]
     }
 
     fn counter(&self, h: &Header, row: u64, i: u32) -> u64 {

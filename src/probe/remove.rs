@@ -56,7 +56,11 @@ pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> boo
             );
         }
         region.set_state(i, State::Inactive)?;
-        out.push(Removed { index: i, entry: e, hits: region.hits(i), restored });
+        out.push(Removed { index: i, entry: e, hits: 0, restored });
+    }
+    let indexes: Vec<u32> = out.iter().map(|r| r.index).collect();
+    for (r, hits) in out.iter_mut().zip(region.hits_of(&indexes)) {
+        r.hits = hits;
     }
     Ok(out)
 }

@@ -237,6 +237,18 @@ impl ElfFile {
         self.data.get(off..off + len as usize)
     }
 
+    /// The file bytes from `vaddr` to the end of the segment holding it.
+    pub fn bytes_from(&self, vaddr: u64) -> Option<&[u8]> {
+        let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.filesz)?;
+        let off = (seg.offset + (vaddr - seg.vaddr)) as usize;
+        self.data.get(off..(seg.offset + seg.filesz) as usize)
+    }
+
+    /// The whole file.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
     /// The segment containing file offset `offset`.
     pub fn segment_at_offset(&self, offset: u64) -> Option<&Segment> {
         self.segments.iter().find(|s| s.offset <= offset && offset < s.offset + s.filesz.max(1))

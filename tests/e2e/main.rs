@@ -23,6 +23,18 @@ mod redis;
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// Hand-written x86-64 prologues: every rewrite counted, every refusal named.
+#[cfg(target_arch = "x86_64")]
+mod prologues;
+// Every function of python3, perl and libsqlite3 (and libc) at once, under a real workload.
+#[cfg(target_arch = "x86_64")]
+mod probe_all;
+// Coverage of list-probes on Debian's libc, python3, libstdc++, libsqlite3, libcrypto and perl.
+#[cfg(target_arch = "x86_64")]
+mod coverage;
+// Exception landing pads of a C++ target and of libstdc++.
+#[cfg(target_arch = "x86_64")]
+mod landing_pads;
 // enable/disable without stopping the target.
 mod toggle;
 // tp profile: sampled latency with exact call counts (x86-64 only, as events).

@@ -142,6 +142,20 @@ fn field(word: u32, lo: u32, bits: u32) -> u32 {
     (word >> lo) & ((1 << bits) - 1)
 }
 
+/// The targets of the direct branches among the words of `code` (at
+/// `addr`). Every word is looked at, decodable or not (A64 has no
+/// misalignment to lose sync with), so data that looks like a branch adds
+/// a target: a conservative answer for the window checks that use it.
+pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
+    code.chunks_exact(4)
+        .enumerate()
+        .filter_map(|(k, w)| match classify(u32::from_le_bytes(w.try_into().unwrap()), addr + 4 * k as u64) {
+            Class::Branch { target } | Class::Call { target } | Class::CondBranch { target } => Some(target),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The class of the instruction `word` at `pc`, from its encoding alone.
 pub fn classify(word: u32, pc: u64) -> Class {
     let rel = |imm: i64| pc.wrapping_add((imm * 4) as u64);
@@ -303,6 +317,14 @@ mod tests {
             assert_eq!(disassemble(&word.to_le_bytes(), PC), [text], "{word:#010x}");
             assert_eq!(class_of(word), class, "{text}");
         }
+    }
+
+    #[test]
+    fn branch_targets_look_past_unknown_words() {
+        // b .+8; an unallocated word; cbz x0, .-8
+        let code = [0x14000002u32, 0xffff_ffff, 0xb4ffffc0];
+        let bytes: Vec<u8> = code.iter().flat_map(|w| w.to_le_bytes()).collect();
+        assert_eq!(branch_targets(&bytes, PC), [PC + 8, PC]);
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl Arch for AArch64 {
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
-        decode::decode(code, addr).iter().filter_map(decode::Insn::target).collect()
+        decode::branch_targets(code, addr)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {

@@ -3,9 +3,13 @@
 //! Every detour starts with the counting prefix:
 //!
 //! ```text
-//! detour:  mov  r11, [rip + lit_flag]     ; this probe's enable flag
+//! detour:  push rax                       ; save the scratch registers and
+//!          push r11                       ;  the status flags (below the
+//!          lahf                           ;  return address: at a function's
+//!          seto al                        ;  entry that stack is the callee's)
+//!          mov  r11, [rip + lit_flag]     ; this probe's enable flag
 //!          cmp  byte [r11], 0
-//!          je   relocated                 ; disabled: just run the displaced code
+//!          je   restore                   ; disabled: just run the displaced code
 //!          mov  r11, fs:[0]               ; thread pointer
 //!          shr  r11, 12                   ; Fibonacci hash of its page number ...
 //!          imul r11, [rip + lit_hash]
@@ -13,19 +17,29 @@
 //!          shl  r11, STRIDE_SHIFT
 //!          add  r11, [rip + lit_counters]
 //!          lock inc qword [r11 + 8*probe] ; this row's counter for this probe
+//!          ...                            ; event probes: call the runtime
+//! restore: add  al, 0x7f                  ; OF back from al
+//!          sahf                           ; SF ZF AF PF CF back from ah
+//!          pop  r11
+//!          pop  rax
 //! ```
 //!
-//! It writes only r11 and the flags, both dead at a function's entry under
-//! the SysV ABI (r11 is the linker's scratch register, and no flag is live
-//! across a call), so a count-only probe saves nothing and does not touch
-//! the stack. Threads hash into rows, so two threads rarely write one cache
-//! line; `lock` keeps the count exact when they do.
+//! Every register and status flag is preserved. The SysV ABI would let a
+//! function's entry clobber r11 and the flags, but GCC's interprocedural
+//! register allocation (`-fipa-ra`, on at -O2) lets a caller keep values in
+//! registers that a local callee is known not to touch: glibc's `_dl_fini`
+//! keeps a pointer in r11 across its call to `dfs_traversal`, whose prologue
+//! a detour clobbering r11 broke. `lahf`/`seto` and `add`/`sahf` restore the
+//! flags in a few cycles (`popfq` costs tens). Threads hash into rows, so
+//! two threads rarely write one cache line; `lock` keeps the count exact
+//! when they do.
 //!
-//! A probe that records arguments or returns then calls the runtime's
-//! `tp_entry`, saving the registers a C function may clobber and the
+//! A probe that records arguments or returns calls the runtime's `tp_entry`
+//! after counting, saving the registers a C function may clobber and the
 //! function may still need (the six argument registers, rax for variadic
-//! calls, r10 for a static chain); the runtime uses no vector registers. An
-//! unwinder probe calls `tp_unwind` the same way. Then:
+//! calls, r10 for a static chain; r11 and the flags are already saved); the
+//! runtime uses no vector registers. An unwinder probe calls `tp_unwind` the
+//! same way. Then:
 //!
 //! ```text
 //! relocated: <displaced instructions, relocated>
@@ -40,7 +54,7 @@
 //! ```text
 //!          mov  r11, [rip + lit_budget]
 //!          cmp  dword [r11], 0
-//!          jle  relocated
+//!          jle  restore
 //! ```
 
 use super::relocate;
@@ -50,6 +64,11 @@ use crate::probe::layout::{entry_flags, kind};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Bytes the prefix pushes before anything else (rax and r11).
+const SAVED: i8 = 16;
+/// Bytes of the code that restores them and the flags.
+const RESTORE_LEN: u64 = 6;
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -114,9 +133,10 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
 }
 
 fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    w.put_save_scratch_and_flags();
     w.put_mov_r11_rip(l.flag);
     w.put_cmp_byte_r11_0();
-    w.put_je(l.relocated);
+    w.put_je(l.relocated - RESTORE_LEN);
     w.put_mov_r11_fs0();
     w.put_shr_r11(12);
     w.put_imul_r11_rip(l.hash);
@@ -124,6 +144,12 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     w.put_shl_r11(spec.stride_shift as u8);
     w.put_add_r11_rip(l.counters);
     w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
+    emit_runtime_call(w, spec, l);
+    w.put_restore_scratch_and_flags();
+}
+
+/// The call into the runtime of an event or unwinder probe, if any.
+fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     let Some(rt) = spec.runtime else { return };
     if spec.kind & kind::UNWIND != 0 {
         call_runtime(w, |w| {
@@ -135,7 +161,7 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
             // Time only while this epoch's budget lasts; count always.
             w.put_mov_r11_rip(l.budget);
             w.put_cmp_dword_r11_0();
-            w.put_jle(l.relocated);
+            w.put_jle(l.relocated - RESTORE_LEN);
         }
         let mut flags = spec.probe_index;
         if spec.kind & kind::ARGS != 0 {
@@ -152,7 +178,7 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
             w.put_mov_reg_rip(RDI, l.ctx);
             w.put_mov_esi_imm32(flags);
             w.put_lea_rsp(RDX, 8);
-            w.put_lea_rsp(RCX, 8 + 64);
+            w.put_lea_rsp(RCX, 8 + 64 + SAVED);
             if spec.kind & kind::RET != 0 {
                 w.put_mov_reg_rip(R8, l.tramp);
             } else {
@@ -165,11 +191,13 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
 
 /// Saves rdi, rsi, rdx, rcx, r8, r9, rax, r10 (in that order upwards from
 /// rsp + 8), aligns the stack for a call, runs `call`, and restores them.
+/// The saved rax holds the status flags (see the module doc).
 fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
         w.put_push(r);
     }
-    // At entry rsp is 8 mod 16; eight pushes keep it so; one more word aligns it.
+    // At entry rsp is 8 mod 16; the two words of the prefix and eight pushes
+    // keep it so; one more word aligns it.
     w.put_sub_rsp(8);
     call(w);
     w.put_add_rsp(8);
@@ -208,7 +236,7 @@ mod tests {
     const SITE: u64 = 0x5555_5555_1630;
     const AT: u64 = 0x5555_5550_0000;
     /// Length of the counting prefix.
-    const COUNT_PREFIX: u64 = 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8;
+    const COUNT_PREFIX: u64 = 7 + 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8 + 6;
 
     fn spec() -> DetourSpec {
         DetourSpec {
@@ -237,18 +265,23 @@ mod tests {
         let asm = disassemble(&d.bytes, AT);
         let relocated = AT + COUNT_PREFIX;
         let expected = [
-            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7)),
+            "push rax".to_string(),
+            "push r11".into(),
+            "lahf".into(),
+            "seto al".into(),
+            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7 + 7)),
             "cmp byte ptr [r11], 0".into(),
-            format!("je {relocated:#x}"),
+            format!("je {:#x}", relocated - 6),
             "mov r11, qword ptr fs:[0]".into(),
             "shr r11, 0xc".into(),
         ];
-        assert_eq!(asm[..5], expected);
-        assert!(asm[5].starts_with("imul r11, qword ptr [rip + "));
-        assert_eq!(asm[6..8], ["shr r11, 0x39", "shl r11, 0xf"]);
-        assert!(asm[8].starts_with("add r11, qword ptr [rip + "));
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]");
-        assert_eq!(asm[10..14], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(asm[..9], expected);
+        assert!(asm[9].starts_with("imul r11, qword ptr [rip + "));
+        assert_eq!(asm[10..12], ["shr r11, 0x39", "shl r11, 0xf"]);
+        assert!(asm[12].starts_with("add r11, qword ptr [rip + "));
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]");
+        assert_eq!(asm[14..18], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[18..22], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         let lits = d.bytes.len() - 24;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
         assert_eq!((lit(0), lit(1), lit(2)), (spec().flag_addr, spec().counters, HASH));
@@ -264,22 +297,25 @@ mod tests {
         let s = DetourSpec { kind: kind::ARGS | kind::RET, runtime: Some(runtime()), ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]", "events still count");
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "events still count");
         let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
-        assert_eq!(asm[10..18], saves);
-        assert_eq!(asm[18], "sub rsp, 8");
-        assert!(asm[19].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[14..22], saves);
+        assert_eq!(asm[22], "sub rsp, 8");
+        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
         let flags = 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN;
-        assert_eq!(asm[20], format!("mov esi, {flags:#x}"));
-        assert_eq!(asm[21..23], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x48]"]);
-        assert!(asm[23].starts_with("mov r8, qword ptr [rip + "));
-        assert_eq!(asm[24], format!("call {:#x}", runtime().entry));
-        assert_eq!(asm[25], "add rsp, 8");
+        assert_eq!(asm[24], format!("mov esi, {flags:#x}"));
+        // The return address sits above the eight saved registers, the
+        // alignment word and the prefix's rax and r11.
+        assert_eq!(asm[25..27], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x58]"]);
+        assert!(asm[27].starts_with("mov r8, qword ptr [rip + "));
+        assert_eq!(asm[28], format!("call {:#x}", runtime().entry));
+        assert_eq!(asm[29], "add rsp, 8");
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[26..34], restores);
-        assert_eq!(asm[34..37], ["push rbp", "mov rbp, rsp", "push rbx"]);
-        // The je of a disabled probe skips the count and the call, straight to the relocated code.
-        assert_eq!(asm[2], format!("je {:#x}", d.map_pc(1).unwrap() - 1));
+        assert_eq!(asm[30..38], restores);
+        assert_eq!(asm[38..42], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[42..45], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        // The je of a disabled probe skips the count and the call, straight to the restore.
+        assert_eq!(asm[6], format!("je {:#x}", d.map_pc(1).unwrap() - 1 - 6));
         // Literals: flag, counters, hash, context, trampoline, budget.
         let lits = d.bytes.len() - 48;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
@@ -292,10 +328,11 @@ mod tests {
         let s = DetourSpec { kind: kind::RET | kind::SAMPLE, runtime: Some(runtime()), ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
-        assert!(asm[10].starts_with("mov r11, qword ptr [rip + "));
-        assert_eq!(asm[11], "cmp dword ptr [r11], 0");
-        assert_eq!(asm[12], format!("jle {:#x}", d.map_pc(1).unwrap() - 1));
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
+        assert!(asm[14].starts_with("mov r11, qword ptr [rip + "));
+        assert_eq!(asm[15], "cmp dword ptr [r11], 0");
+        // A spent budget skips the call, to the restore of rax, r11 and the flags.
+        assert_eq!(asm[16], format!("jle {:#x}", d.map_pc(1).unwrap() - 1 - 6));
         let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
         assert!(asm.contains(&format!("mov esi, {flags:#x}")), "{asm:#?}");
         let lit = u64::from_le_bytes(d.bytes[d.bytes.len() - 8..].try_into().unwrap());
@@ -307,8 +344,8 @@ mod tests {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { kind: kind::ARGS, runtime: Some(runtime()), ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert_eq!(asm[20], format!("mov esi, {:#x}", 3 | entry_flags::RECORD_ENTRY));
-        assert_eq!(asm[23], "xor r8d, r8d");
+        assert_eq!(asm[24], format!("mov esi, {:#x}", 3 | entry_flags::RECORD_ENTRY));
+        assert_eq!(asm[27], "xor r8d, r8d");
     }
 
     #[test]
@@ -316,8 +353,8 @@ mod tests {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { kind: kind::UNWIND, runtime: Some(runtime()), ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert!(asm[19].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[20], format!("call {:#x}", runtime().unwind));
+        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[24], format!("call {:#x}", runtime().unwind));
     }
 
     #[test]

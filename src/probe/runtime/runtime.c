@@ -43,6 +43,7 @@ struct tp_ctx {
 	uint64_t lost_no_slot; /* events dropped because every slot was taken */
 	uint64_t flags;        /* address of the per-probe enable flags */
 	uint64_t budgets;      /* address of the per-probe sample budgets */
+	uint64_t claimed[2];   /* bit i: slot i has been claimed (so the tracer reads only those) */
 };
 
 /* One saved return address (layout.rs: Frame). */
@@ -110,6 +111,8 @@ HOT struct tp_slot *thread_slot(struct tp_ctx *c, int claim)
 		if (__atomic_compare_exchange_n(&s->key, &expected, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 			if (c->tid_offset == 0)
 				s->tid = tp_gettid();
+			uint64_t k = (h + i) & (n - 1);
+			__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
 			return s;
 		}
 		if (expected == tp)
