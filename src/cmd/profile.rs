@@ -7,7 +7,10 @@
 //! so for the rest of the epoch the function pays for its count and one test
 //! only. At every epoch tp gives the probes that spent their budget a new
 //! one: one store each, no stop, no code modification. Calls are counted
-//! exactly throughout; latencies come from the samples.
+//! exactly throughout; latencies come from the samples. A function's share
+//! of time is its calls times its mean latency over the wall-clock time of
+//! the profile: inclusive (a callee's time counts in its callers' too), and
+//! above 100 % only when several threads run it at once.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -137,7 +140,9 @@ fn print(
     samples: u64,
 ) -> Result<()> {
     let time = |p: &Profile| p.calls as f64 * p.latency.avg_ns() as f64;
-    let total: f64 = profiles.iter().map(time).sum::<f64>().max(1.0);
+    // Inclusive time (callees count in their callers) as a share of the
+    // profile's wall-clock time: above 100 % only with several threads.
+    let total = (elapsed * 1e9).max(1.0);
     // Every function that ran; one whose calls all left by longjmp or an
     // exception has calls but no samples.
     let mut order: Vec<usize> =

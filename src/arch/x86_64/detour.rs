@@ -47,19 +47,24 @@
 //! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline, budget]
 //! ```
 //!
-//! A sampling probe (tp profile) tests its budget before the call, so once
-//! the budget of an epoch is spent the function pays for its count and one
-//! test only:
+//! A sampling probe (tp profile) tests its budget after counting and calls
+//! the runtime only while the budget lasts. The call sits out of line, after
+//! the relocated code, so once the budget of an epoch is spent the function
+//! pays for its count, one load and a branch not taken:
 //!
 //! ```text
 //!          mov  r11, [rip + lit_budget]
 //!          cmp  dword [r11], 0
-//!          jle  restore
+//!          jg   sample                    ; budget left: time this call
+//! restore: ...
+//! relocated: ...
+//! sample:  <save, call tp_entry, restore as above>
+//!          jmp  restore
 //! ```
 
 use super::relocate;
 use super::writer::Writer;
-use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
+use crate::arch::{Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
 use crate::probe::layout::{entry_flags, kind};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
@@ -90,6 +95,8 @@ struct Literals {
     ctx: u64,
     tramp: u64,
     budget: u64,
+    /// The out-of-line call of a sampling probe.
+    sample: u64,
 }
 
 /// Assembles the detour of `plan` at address `at`.
@@ -98,14 +105,19 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     if needs_runtime && spec.runtime.is_none() {
         return Err(Refusal::Unsupported("an event probe needs the runtime block"));
     }
-    // The prefix has a fixed length for a given kind: measure it first.
-    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, budget: at };
+    // The prefix and the sample block have a fixed length for a given kind: measure them first.
+    let dummy =
+        Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, budget: at, sample: at };
     let mut w = Writer::new(at);
     emit_prefix(&mut w, spec, &dummy);
     let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
-    let literals = (relocated_at + reloc.code.len() as u64).next_multiple_of(8);
+    let sample_at = relocated_at + reloc.code.len() as u64;
+    let mut w = Writer::new(sample_at);
+    emit_sample_block(&mut w, spec, &dummy);
+    let literals = w.pc().next_multiple_of(8);
     let lits = Literals {
+        sample: sample_at,
         relocated: relocated_at,
         flag: literals,
         counters: literals + 8,
@@ -119,6 +131,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     emit_prefix(&mut w, spec, &lits);
     debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
+    emit_sample_block(&mut w, spec, &lits);
     w.put_align(8);
     w.put_u64(spec.flag_addr);
     w.put_u64(spec.counters);
@@ -156,37 +169,51 @@ fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
             w.put_mov_reg_rip(RDI, l.ctx);
             w.put_call(rt.unwind);
         });
+    } else if spec.kind & kind::SAMPLE != 0 {
+        // Time only while this epoch's budget lasts (out of line, so a spent
+        // budget costs a branch not taken); count always.
+        w.put_mov_r11_rip(l.budget);
+        w.put_cmp_dword_r11_0();
+        w.put_jg(l.sample);
     } else if spec.kind & (kind::ARGS | kind::RET) != 0 {
-        if spec.kind & kind::SAMPLE != 0 {
-            // Time only while this epoch's budget lasts; count always.
-            w.put_mov_r11_rip(l.budget);
-            w.put_cmp_dword_r11_0();
-            w.put_jle(l.relocated - RESTORE_LEN);
-        }
-        let mut flags = spec.probe_index;
-        if spec.kind & kind::ARGS != 0 {
-            flags |= entry_flags::RECORD_ENTRY;
-        }
-        if spec.kind & kind::RET != 0 {
-            flags |= entry_flags::HIJACK_RETURN;
-        }
-        if spec.kind & kind::SAMPLE != 0 {
-            flags |= entry_flags::SAMPLE;
-        }
-        call_runtime(w, |w| {
-            // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline)
-            w.put_mov_reg_rip(RDI, l.ctx);
-            w.put_mov_esi_imm32(flags);
-            w.put_lea_rsp(RDX, 8);
-            w.put_lea_rsp(RCX, 8 + 64 + SAVED);
-            if spec.kind & kind::RET != 0 {
-                w.put_mov_reg_rip(R8, l.tramp);
-            } else {
-                w.put_zero_r8();
-            }
-            w.put_call(rt.entry);
-        });
+        emit_entry_call(w, spec, l, rt);
     }
+}
+
+/// A sampling probe's call of the runtime, after the relocated code (which
+/// never falls through into it); it returns to the restore.
+fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    if let (Some(rt), true) = (spec.runtime, spec.kind & kind::SAMPLE != 0) {
+        emit_entry_call(w, spec, l, rt);
+        w.put_jmp(l.relocated - RESTORE_LEN);
+    }
+}
+
+/// The call of `tp_entry` of an event probe.
+fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeAddrs) {
+    let mut flags = spec.probe_index;
+    if spec.kind & kind::ARGS != 0 {
+        flags |= entry_flags::RECORD_ENTRY;
+    }
+    if spec.kind & kind::RET != 0 {
+        flags |= entry_flags::HIJACK_RETURN;
+    }
+    if spec.kind & kind::SAMPLE != 0 {
+        flags |= entry_flags::SAMPLE;
+    }
+    call_runtime(w, |w| {
+        // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline)
+        w.put_mov_reg_rip(RDI, l.ctx);
+        w.put_mov_esi_imm32(flags);
+        w.put_lea_rsp(RDX, 8);
+        w.put_lea_rsp(RCX, 8 + 64 + SAVED);
+        if spec.kind & kind::RET != 0 {
+            w.put_mov_reg_rip(R8, l.tramp);
+        } else {
+            w.put_zero_r8();
+        }
+        w.put_call(rt.entry);
+    });
 }
 
 /// Saves rdi, rsi, rdx, rcx, r8, r9, rax, r10 (in that order upwards from
@@ -331,10 +358,18 @@ mod tests {
         assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
         assert!(asm[14].starts_with("mov r11, qword ptr [rip + "));
         assert_eq!(asm[15], "cmp dword ptr [r11], 0");
-        // A spent budget skips the call, to the restore of rax, r11 and the flags.
-        assert_eq!(asm[16], format!("jle {:#x}", d.map_pc(1).unwrap() - 1 - 6));
+        // A budget left jumps out of line to the call; a spent one falls
+        // through to the restore of rax, r11 and the flags.
+        let sample = u64::from_str_radix(asm[16].strip_prefix("jg 0x").unwrap(), 16).unwrap();
+        assert_eq!(asm[17..21], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[21..25], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        // The sample block follows the relocated code's jump back.
+        let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
+        assert_eq!(block[0], "push r10");
         let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
-        assert!(asm.contains(&format!("mov esi, {flags:#x}")), "{asm:#?}");
+        assert_eq!(block[10], format!("mov esi, {flags:#x}"));
+        assert_eq!(block[14], format!("call {:#x}", runtime().entry));
+        assert_eq!(block[24], format!("jmp {:#x}", d.map_pc(1).unwrap() - 1 - 6), "back to the restore");
         let lit = u64::from_le_bytes(d.bytes[d.bytes.len() - 8..].try_into().unwrap());
         assert_eq!(lit, spec().budget_addr);
     }

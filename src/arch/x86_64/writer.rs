@@ -78,6 +78,14 @@ impl Writer {
         self.buf.extend_from_slice(&d);
     }
 
+    /// `jg target` (rel32).
+    pub fn put_jg(&mut self, target: u64) {
+        let end = self.pc() + 6;
+        let d = self.rel32(end, target);
+        self.buf.extend_from_slice(&[0x0f, 0x8f]);
+        self.buf.extend_from_slice(&d);
+    }
+
     /// `je target` (rel32).
     pub fn put_je(&mut self, target: u64) {
         let end = self.pc() + 6;
@@ -285,6 +293,7 @@ mod tests {
         let store = asm(|w| w.put_store_rax_or_trap(0x58));
         assert_eq!(store, ["test rax, rax", &format!("jne {:#x}", AT + 7), "ud2", "mov qword ptr [rsp + 0x58], rax"]);
         assert_eq!(asm(|w| w.put_pushfq()), ["pushfq"]);
+        assert_eq!(asm(|w| w.put_jg(AT + 0x40)), [format!("jg {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_popfq()), ["popfq"]);
         assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
