@@ -7,8 +7,10 @@
 //! with the legacy and the v0 symbol mangling, and stripped copies of
 //! `counter` whose symbols live only in separate debug files (found by
 //! build-id, or by `.gnu_debuglink`). On x86-64: hand-written prologues
-//! (assembly) and the relocation harness. Cross builds (aarch64) link statically
-//! so the binaries run in the test VM without a sysroot.
+//! (assembly) and the relocation harness; on AArch64: hand-written
+//! prologues, also in a BTI-guarded build. Cross builds (aarch64) link
+//! statically (`-static-pie` for PIE) so the binaries run in the test VM
+//! without a sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,6 +57,18 @@ const TARGETS: &[Target] = &[
         ..c("prologues", &["-fPIE", "-pie"])
     },
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target {
+        name: "prologues",
+        sources: &["prologues_aarch64.c", "prologues_aarch64.S"],
+        arch: Some("aarch64"),
+        ..c("", &["-fPIE", "-pie"])
+    },
+    Target {
+        name: "prologues-bti",
+        sources: &["prologues_aarch64.c", "prologues_aarch64.S"],
+        arch: Some("aarch64"),
+        ..c("", &["-fno-pie", "-no-pie", "-DTP_BTI"])
+    },
     Target {
         name: "libalpha.so",
         sources: &["libwork.c"],
@@ -156,6 +170,10 @@ fn build_runtime(manifest: &Path, arch: &str) {
         "x86_64" => "-fcf-protection=none",
         _ => "-mbranch-protection=none",
     });
+    if arch == "aarch64" {
+        // Atomics inline (LL/SC, ARMv8.0), not calls to libgcc's outline helpers.
+        cmd.arg("-mno-outline-atomics");
+    }
     cmd.arg("-I").arg(manifest.join("src/arch").join(arch));
     cmd.arg(&src).arg("-o").arg(&object);
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
@@ -207,7 +225,8 @@ fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
         Lang::C | Lang::Cpp => {
             cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
             if cross {
-                cmd.arg("-static");
+                // A static executable can still be position-independent.
+                cmd.arg(if t.flags.contains(&"-pie") { "-static-pie" } else { "-static" });
             }
             cmd.arg("-I").arg(src_dir);
             for s in t.sources {
@@ -221,7 +240,7 @@ fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
             }
         }
     }
-    for f in t.flags {
+    for f in t.flags.iter().filter(|f| !(cross && **f == "-pie")) {
         cmd.arg(f.replace("{out}", &out_dir.display().to_string()));
     }
     cmd.arg("-o").arg(&tmp);

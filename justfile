@@ -31,6 +31,13 @@ coverage:
         target/release/tp list-probes "$b" --summary
     done
 
+# The AArch64 stage: installs Debian's cross toolchain and QEMU (apt, as
+# root), runs the differential relocation tests under qemu-aarch64, then
+# the unit and end-to-end tests inside an arm64 VM.
+[group('test')]
+aarch64:
+    .ci/aarch64/stage.sh
+
 # Formatting and lints, as CI checks them.
 [group('check')]
 lint:

@@ -20,6 +20,15 @@ pub type Host = x86_64::X86_64;
 #[cfg(target_arch = "aarch64")]
 pub type Host = aarch64::AArch64;
 
+/// One past the highest user-space address on the host (TASK_SIZE): 47 bits
+/// on x86-64, 48 bits on AArch64 (mmap goes above them only when asked to).
+#[cfg(not(target_arch = "aarch64"))]
+pub const USER_END: u64 = 0x7fff_ffff_f000;
+/// One past the highest user-space address on the host (TASK_SIZE): 47 bits
+/// on x86-64, 48 bits on AArch64 (mmap goes above them only when asked to).
+#[cfg(target_arch = "aarch64")]
+pub const USER_END: u64 = 1 << 48;
+
 /// Why a function cannot be probed. The text is what `list-probes` and
 /// `attach` show after "refused: ".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -411,6 +420,23 @@ pub trait Arch {
     /// The bytes that replace the window: a branch from the site to `detour`,
     /// padded to the window's length.
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
+
+    /// Whether detours can record events (arguments, return values,
+    /// latency) through the in-target runtime, or only count.
+    const RECORDS_EVENTS: bool = true;
+
+    /// How far the long form of the patch reaches, where there is one
+    /// (see [`Arch::plan_long`]); 0 where there is none.
+    const LONG_REACH: u64 = 0;
+
+    /// Plans the long form of the probe, used at a function's entry when no
+    /// code arena can be placed within [`Arch::BRANCH_REACH`] of its module:
+    /// a longer patch that reaches [`Arch::LONG_REACH`]. [`Arch::build_detour`]
+    /// and [`Arch::patch_bytes`] accept the plan it returns.
+    fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        let _ = (code, extra_targets);
+        Err(Refusal::OutOfReach { at: function })
+    }
 
     /// The syscall instruction's encoding.
     fn syscall_insn() -> &'static [u8];

@@ -334,7 +334,8 @@ fn unwinder_requests(modules: &ProcessModules, region: Option<&Region>) -> Resul
                 let Ok(m) = modules.get(i) else { return false };
                 match resolve::plan(m, &f) {
                     Ok(plan) => {
-                        out.push(Request { function: f, plan, span: m.span, kind: kind::UNWIND });
+                        let long = resolve::plan_long(m, &f);
+                        out.push(Request { function: f, plan, long, span: m.span, kind: kind::UNWIND });
                         true
                     }
                     Err(_) => false,

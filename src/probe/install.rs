@@ -95,6 +95,7 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
+    let requests = &choose_forms(&maps, region.as_ref(), requests)?;
     if let Some(r) = &region {
         check_not_probed(pid, r, requests)?;
     }
@@ -214,9 +215,9 @@ fn create_region(
     ring_len: u32,
 ) -> Result<Region> {
     let g = layout::geometry(requests.len() as u32, ring_len);
-    let span = requests.first().map(|r| r.span).context("nothing to install")?;
+    let first = requests.first().context("nothing to install")?;
     let kind = requests.iter().fold(0, |k, r| k | r.kind);
-    let arena = alloc_arena(caller, maps, span, arena_size(requests.len(), kind))?;
+    let arena = alloc_arena(caller, maps, first.span, reach_of(first), arena_size(requests.len(), kind))?;
     let name_at = arena.addr + arena.size - 64;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
@@ -248,12 +249,56 @@ fn arena_size(probes: usize, kind: u32) -> u64 {
     (probes as u64 * each).max(MIN_ARENA).next_multiple_of(4096)
 }
 
-/// Maps a fresh R-X arena near `span`, trying candidate holes nearest first.
-fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, size: u64) -> Result<Arena> {
+/// True if the request was switched to the long form of its probe.
+fn is_long(req: &Request) -> bool {
+    req.long.as_ref().is_ok_and(|long| *long == req.plan)
+}
+
+/// How far from its module a request's detour may be: the patch's reach.
+fn reach_of(req: &Request) -> u64 {
+    if is_long(req) { Host::LONG_REACH } else { Host::BRANCH_REACH }
+}
+
+/// Switches each request whose module has no room for an arena within
+/// branch reach, in the region's arenas or in the address space, to the
+/// long form of its probe (AArch64: `adrp x16 ; add x16 ; br x16`), or
+/// refuses it with the reason it has none.
+fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: &[Request]) -> Result<Vec<Request>> {
+    let h = region.map(Region::header);
+    let arenas = h.as_ref().map_or(&[][..], |h| &h.arenas[..h.arena_count as usize]);
+    requests
+        .iter()
+        .map(|req| {
+            let near = |reach| {
+                arenas
+                    .iter()
+                    .any(|a| arena::reaches(req.span, a.addr, a.size, reach) && a.size - a.used >= DETOUR_BUDGET)
+                    || !arena::candidates(maps, req.span, MIN_ARENA, reach).is_empty()
+            };
+            if Host::LONG_REACH == 0 || is_long(req) || near(Host::BRANCH_REACH) {
+                return Ok(req.clone());
+            }
+            match &req.long {
+                Ok(long) if near(Host::LONG_REACH) => Ok(Request { plan: long.clone(), ..req.clone() }),
+                Ok(_) => {
+                    bail!("no free address range within reach of {:#x}-{:#x} for tp's code", req.span.lo, req.span.hi)
+                }
+                Err(why) => bail!(
+                    "cannot probe `{}`: no free address range within branch reach of its module for tp's code, \
+                     and the long form of the probe is refused: {why}",
+                    req.function.name
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Maps a fresh R-X arena within `reach` of `span`, trying candidate holes nearest first.
+fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, reach: u64, size: u64) -> Result<Arena> {
     let sc = Host::SYSCALLS;
     let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
-    for addr in arena::candidates(maps, span, size, Host::BRANCH_REACH).into_iter().take(8) {
+    for addr in arena::candidates(maps, span, size, reach).into_iter().take(8) {
         let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
         if got as u64 == addr {
             return Ok(Arena { addr, size, used: 0, runtime: 0 });
@@ -396,7 +441,7 @@ fn place_detour(
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
     let needs_runtime = req.kind != kind::COUNT;
     let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
-    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH);
+    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the
     // first where it really fits (its size depends on where it goes).
     let mut tried_new = false;
@@ -410,7 +455,7 @@ fn place_detour(
                 bail!("tp's data region has no room for another code arena; run `tp detach` first");
             }
             let size = arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
-            h.arenas[slot] = alloc_arena(caller, maps, req.span, size)?;
+            h.arenas[slot] = alloc_arena(caller, maps, req.span, reach_of(req), size)?;
             h.arena_count += 1;
             tried_new = true;
         }

@@ -30,4 +30,11 @@ impl Planner {
         self.entries.check(&plan, m.bias)?;
         Ok(plan)
     }
+
+    /// Checks that nothing from elsewhere in the module enters `plan`'s
+    /// window but at its first byte (for plans made outside [`Planner::plan`],
+    /// such as the long form of a probe).
+    pub fn check_entries(&self, plan: &SitePlan, bias: u64) -> Result<(), Refusal> {
+        self.entries.check(plan, bias)
+    }
 }

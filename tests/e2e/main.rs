@@ -10,10 +10,16 @@ mod keep;
 // Bad input: one line, the fix, a non-zero exit, nothing touched.
 mod errors;
 // Shared libraries, globs, demangled names, separate debug info.
+// (These two need host-only targets and Debian packages; the arm64 test VM
+// has static targets only.)
+#[cfg(target_arch = "x86_64")]
 mod modules;
 // redis-server from Debian, counted against INFO commandstats.
+#[cfg(target_arch = "x86_64")]
 mod redis;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
+// (x86-64 only: AArch64 probes count, and refuse event probes.)
+#[cfg(target_arch = "x86_64")]
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
@@ -31,5 +37,9 @@ mod coverage;
 mod landing_pads;
 // enable/disable without stopping the target.
 mod toggle;
-// tp profile: sampled latency with exact call counts.
+// tp profile: sampled latency with exact call counts (x86-64 only, as events).
+#[cfg(target_arch = "x86_64")]
 mod profile;
+// AArch64: every relocated instruction class, BTI landing pads, atomics.
+#[cfg(target_arch = "aarch64")]
+mod aarch64;

@@ -12,14 +12,19 @@ use std::time::{Duration, Instant};
 /// How long any single wait in a test may take.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Path of a bundled target program.
+/// Path of a bundled target program. `TP_TEST_TARGETS` overrides the
+/// directory the build put them in (the aarch64 VM has them elsewhere).
 pub fn target_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("TP_TARGETS_DIR")).join(name)
+    built_or_env("TP_TEST_TARGETS", env!("TP_TARGETS_DIR")).join(name)
 }
 
-/// Path of the tp binary under test.
+/// Path of the tp binary under test; `TP_TEST_TP` overrides it.
 pub fn tp_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tp"))
+    built_or_env("TP_TEST_TP", env!("CARGO_BIN_EXE_tp"))
+}
+
+fn built_or_env(var: &str, built: &str) -> PathBuf {
+    std::env::var_os(var).map_or_else(|| PathBuf::from(built), PathBuf::from)
 }
 
 /// Lines of a child's output, read on a thread so waits can time out.
