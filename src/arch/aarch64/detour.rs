@@ -148,7 +148,7 @@ mod tests {
             probe_index: 3,
             kind: kind::COUNT,
             runtime: None,
-            budget_addr: 0,
+            countdowns_from_counters: 0,
             flag_addr: 0xffff_8000_2003,
             counters: 0xffff_8001_0000,
             slot_bits: 6,
