@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 
 use super::ProcessError;
 use super::ptrace::{self, Wait};
+use crate::arch::{Arch, Host};
 
 /// How many times a signal may interrupt one thread's stop before tp gives up.
 const MAX_SIGNALS_WHILE_STOPPING: u32 = 1000;
@@ -177,7 +178,10 @@ impl Stopped {
         loop {
             match ptrace::wait(tid)? {
                 Wait::Gone => return Ok(false),
-                Wait::Event { event: ptrace::EVENT_STOP, .. } => return Ok(true),
+                Wait::Event { event: ptrace::EVENT_STOP, .. } => {
+                    restart_interrupted_wait(tid);
+                    return Ok(true);
+                }
                 Wait::Event { event: ptrace::EVENT_CLONE, .. } => {
                     if let Ok(child) = ptrace::event_msg(tid) {
                         let child = Pid::from_raw(child as i32);
@@ -298,6 +302,17 @@ fn release_threads(pid: i32, threads: &[StoppedThread]) {
             // SAFETY: tgkill with plain integer arguments.
             unsafe { libc::syscall(libc::SYS_tgkill, pid, t.tid.as_raw(), sig) };
         }
+    }
+}
+
+/// Our interrupt woke a thread out of a wait that would now return EINTR
+/// (epoll_wait): make the kernel restart it instead, unless a signal handler
+/// runs first. Best effort: a thread that vanished needs nothing.
+fn restart_interrupted_wait(tid: Pid) {
+    if let Ok(mut regs) = Host::get_regs(tid)
+        && Host::restart_interrupted_wait(&mut regs)
+    {
+        let _ = Host::set_regs(tid, &regs);
     }
 }
 

@@ -11,3 +11,5 @@ mod keep;
 mod errors;
 // list-probes on the bundled targets.
 mod list_probes;
+// Threads blocked in syscalls see nothing of an attach.
+mod blocked;

@@ -1,0 +1,51 @@
+//! Threads blocked in syscalls while tp attaches and detaches: read on a
+//! pipe, clock_nanosleep, FUTEX_WAIT, accept, epoll_wait and wait4, plus the
+//! main thread in read on stdin. The target (`targets/blocked.c`) checks
+//! every return value itself: no EINTR, no short sleep, no lost wake-up.
+
+use crate::util::*;
+
+/// Asserts the target saw nothing: no error line, every wake-up counted.
+fn wake_and_check(t: &mut Target, round: u64) {
+    let line = t.ask("wake", "woken");
+    assert_eq!(field(&line, "errors"), 0, "{line}; target output: {:#?}", t.out.seen);
+    for key in ["read", "futex", "accept", "epoll", "waitpid"] {
+        assert_eq!(field(&line, key), round, "{key}: {line}");
+    }
+    assert!(!t.out.seen.iter().any(|l| l.starts_with("error")), "{:#?}", t.out.seen);
+}
+
+#[test]
+fn blocked_threads_see_no_eintr_short_sleep_or_lost_wakeup() {
+    let mut t = Target::start("blocked");
+    let pid = t.pid.to_string();
+    for round in 1..=5 {
+        // Every thread is inside its blocking syscall when tp stops it.
+        t.ask("blocked", "blocked");
+        let session = Session::start(&["-p", &pid, "-f", "command_seen", "--json"]);
+        // Commands reach the main thread (and count) while probed.
+        t.ask("blocked", "blocked");
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{stderr}");
+        assert_eq!(hits_from_json(&stdout)["command_seen"], 1);
+        wake_and_check(&mut t, round);
+    }
+    assert_code_is_original(&t, &["command_seen"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn blocked_threads_survive_keep_and_detach() {
+    // The same with two separate tp processes: `attach --keep` then `detach -p`.
+    let mut t = Target::start("blocked");
+    let pid = t.pid.to_string();
+    for round in 1..=3 {
+        t.ask("blocked", "blocked");
+        expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "command_seen", "--keep"]));
+        t.ask("blocked", "blocked");
+        expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+        wake_and_check(&mut t, round);
+    }
+    assert_code_is_original(&t, &["command_seen"]);
+    assert!(t.quit().success());
+}
