@@ -112,6 +112,7 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
     for (req, p) in requests.iter().zip(&placed) {
         let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
+        crate::fault::point("before-patch");
         mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
@@ -277,6 +278,7 @@ fn write_detours(
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
     }
+    crate::fault::point("after-entries");
 
     Ok(placed)
 }

@@ -54,6 +54,7 @@ impl Stopped {
     }
 
     fn none(pid: i32) -> Stopped {
+        crate::fault::set_target(pid);
         Stopped { pid, threads: BTreeMap::new(), worker: None, world_stopped_at: None, world_stop: Duration::ZERO }
     }
 

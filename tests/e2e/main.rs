@@ -13,3 +13,5 @@ mod errors;
 mod list_probes;
 // Threads blocked in syscalls see nothing of an attach.
 mod blocked;
+// The tracer, or the target, killed at each step of an attach and a detach.
+mod faults;
