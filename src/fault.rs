@@ -2,7 +2,9 @@
 //! `TP_FAULT` names a step, tp kills itself with SIGKILL when it reaches that
 //! step, so tests can prove the target survives a tracer dying anywhere.
 //! With the prefix `target:` tp kills the target instead and carries on, so
-//! tests can prove tp copes with a target that dies mid-attach.
+//! tests can prove tp copes with a target that dies mid-attach. With the
+//! prefix `pause:` tp stops itself with SIGSTOP, holding whatever it holds,
+//! until a SIGCONT.
 //!
 //! Steps, in the order an attach and a detach reach them:
 //! - `after-seize`: every thread stopped (attach, then detach);
@@ -26,6 +28,7 @@ use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 enum Victim {
     Tracer,
     Target,
+    Pause,
 }
 
 static PLAN: OnceLock<Option<(Victim, String, u32)>> = OnceLock::new();
@@ -35,9 +38,12 @@ static TARGET: AtomicI32 = AtomicI32::new(0);
 fn plan() -> &'static Option<(Victim, String, u32)> {
     PLAN.get_or_init(|| {
         let v = std::env::var("TP_FAULT").ok()?;
-        let (victim, v) = match v.strip_prefix("target:") {
-            Some(rest) => (Victim::Target, rest.to_string()),
-            None => (Victim::Tracer, v),
+        let (victim, v) = if let Some(rest) = v.strip_prefix("target:") {
+            (Victim::Target, rest.to_string())
+        } else if let Some(rest) = v.strip_prefix("pause:") {
+            (Victim::Pause, rest.to_string())
+        } else {
+            (Victim::Tracer, v)
         };
         let (name, n) = match v.split_once(':') {
             Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
@@ -59,12 +65,13 @@ pub fn point(step: &str) {
     if name != step || SEEN.fetch_add(1, Ordering::SeqCst) + 1 != *n {
         return;
     }
-    let pid = match victim {
-        Victim::Tracer => std::process::id() as i32,
-        Victim::Target => TARGET.load(Ordering::SeqCst),
+    let (pid, sig) = match victim {
+        Victim::Tracer => (std::process::id() as i32, libc::SIGKILL),
+        Victim::Target => (TARGET.load(Ordering::SeqCst), libc::SIGKILL),
+        Victim::Pause => (std::process::id() as i32, libc::SIGSTOP),
     };
     if pid > 0 {
-        // SAFETY: kill(2) with SIGKILL; for the tracer nothing runs after it.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // SAFETY: kill(2); after SIGKILL to tp itself nothing runs.
+        unsafe { libc::kill(pid, sig) };
     }
 }

@@ -96,7 +96,8 @@ pub fn status(pid: i32) -> Result<Status, ProcessError> {
 }
 
 /// Checks that `pid` names a live process that tp may attach to: it exists,
-/// is not a zombie, and no other tracer holds it.
+/// is not a zombie, and no other tracer holds it. Another tp is let pass:
+/// it holds a target only for milliseconds, and seizing waits for it.
 pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
     if pid <= 0 {
         return Err(ProcessError::NoSuchProcess(pid));
@@ -107,7 +108,9 @@ pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
     }
     if st.tracer_pid != 0 {
         let tracer_name = status(st.tracer_pid).map(|s| s.name).unwrap_or_else(|_| "?".into());
-        return Err(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
+        if tracer_name != "tp" {
+            return Err(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
+        }
     }
     Ok(st)
 }

@@ -15,3 +15,5 @@ mod list_probes;
 mod blocked;
 // The tracer, or the target, killed at each step of an attach and a detach.
 mod faults;
+// Two tp processes on one target.
+mod contention;
