@@ -13,6 +13,8 @@ mod errors;
 mod list_probes;
 // Threads blocked in syscalls see nothing of an attach.
 mod blocked;
+// Hot toggling: attach/detach cycles under four hot threads, exact counts.
+mod stress;
 // The tracer, or the target, killed at each step of an attach and a detach.
 mod faults;
 // Two tp processes on one target.
