@@ -74,4 +74,25 @@ pub fn point(step: &str) {
         // SAFETY: kill(2); after SIGKILL to tp itself nothing runs.
         unsafe { libc::kill(pid, sig) };
     }
+    if *victim == Victim::Target {
+        wait_until_dead(pid);
+    }
+}
+
+/// Waits (at most 5 s) until every thread of `pid` has exited, so that the
+/// steps after a `target:` fault meet a dead target, not a dying one.
+fn wait_until_dead(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let Ok(tids) = crate::process::threads(pid) else { return };
+        let dead = |tid: &nix::unistd::Pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).map_or(true, |s| {
+                matches!(s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X'))
+            })
+        };
+        if tids.iter().all(dead) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }

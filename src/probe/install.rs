@@ -421,6 +421,9 @@ impl Drop for PatchGuard<'_> {
         for &i in self.patched.iter().rev() {
             let e = self.region.entry(i);
             if let Err(err) = self.mem.write(e.site, e.original()) {
+                if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
+                    return; // nothing left to restore; the caller reports the exit
+                }
                 eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", e.name(), e.site);
                 continue;
             }

@@ -142,6 +142,22 @@ pub fn is_alive(pid: i32) -> bool {
     matches!(status(pid), Ok(st) if st.state != 'Z' && st.state != 'X')
 }
 
+/// True if the process is gone or a zombie, or becomes one within `grace`:
+/// a killed process takes a moment to become a zombie after its threads and
+/// memory go, so a failure caused by its death can be told apart this way.
+pub fn has_exited(pid: i32, grace: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if !is_alive(pid) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

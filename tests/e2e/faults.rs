@@ -2,7 +2,8 @@
 //! SIGKILL at each step of an attach and a detach, and the target keeps
 //! running correctly, no thread stays stopped or traced, no site is
 //! half-written, and `tp detach -p` brings back byte-identical code; then a
-//! new attach counts exactly.
+//! new attach counts exactly. And the target is killed at each step: tp
+//! says so in one line and exits non-zero, without hanging.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output, Stdio};
@@ -113,4 +114,49 @@ fn tracer_killed_during_detach() {
     }
     // The unmap is reached only when no thread runs in a detour: a quiet target.
     tracer_killed_at("after-unmap-region", true);
+}
+/// Kills the target at `step` of an attach; tp must fail in one line.
+fn target_killed_at(step: &str) -> String {
+    let mut t = Target::start("counter");
+    t.ask("spin 2 hot", "spinning");
+    let pid = t.pid.to_string();
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    let out = tp_with_fault(&format!("target:{step}"), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let status = wait_timeout(&mut t.child);
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "the fault should have killed the target");
+    assert!(out.status.code().is_some(), "target:{step}: tp died of {:?}: {stderr}", out.status.signal());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.len() == 1 && !out.status.success(),
+        "target:{step}: want one line and a failure, got {:?}: {stderr}",
+        out.status
+    );
+    lines[0].to_string()
+}
+
+#[test]
+fn target_killed_during_attach_is_reported_in_one_line() {
+    for step in ["after-seize", "after-inject", "after-detour", "after-entries", "before-patch", "after-patch"] {
+        let line = target_killed_at(step);
+        assert!(line.contains("exited while tp was attaching"), "target:{step}: {line}");
+    }
+}
+
+#[test]
+fn target_killed_during_detach_still_gives_the_final_counts() {
+    for step in ["after-seize:2", "before-restore", "during-detach"] {
+        let mut t = Target::start("counter");
+        t.ask("spin 2 hot", "spinning");
+        let pid = t.pid.to_string();
+        let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2", "--json"];
+        let out = tp_with_fault(&format!("target:{step}"), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "target:{step}: {stderr}");
+        assert!(stderr.contains(&format!("process {pid} exited; final counts")), "target:{step}: {stderr}");
+        let hits = hits_from_json(&String::from_utf8_lossy(&out.stdout));
+        assert!(hits["foo"] > 0 && hits["bar"] > 0, "target:{step}: the spinning threads were counted: {hits:?}");
+        assert_eq!(wait_timeout(&mut t.child).signal(), Some(libc::SIGKILL));
+    }
 }
