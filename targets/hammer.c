@@ -13,6 +13,7 @@
  *              -> "burst calls=C checksum=ok|BAD"
  *   check      -> "check errors=E" (results that differed from the reference)
  *   quit       -> exit status 0, or 1 if any result differed
+ * tiny() is too short to probe, for tests of refusals.
  */
 #include "common.h"
 
@@ -65,6 +66,11 @@ TP_PROBED uint64_t measured(uint64_t x)
 static inline uint64_t measured_ref(uint64_t x)
 {
 	return x * 3 + 1;
+}
+
+/* tiny: a bare `ret`, too short for a jump: tp must refuse it. */
+TP_PROBED void tiny(void)
+{
 }
 
 /* Per hot thread, on its own cache line: exact call counts and batches. */
@@ -141,6 +147,7 @@ static int hot_progressed(const uint64_t *before)
 int main(void)
 {
 	char line[256];
+	tiny();
 	tp_ready();
 	while (tp_read_command(line, sizeof line)) {
 		unsigned long long n = 0;

@@ -19,3 +19,5 @@ mod stress;
 mod faults;
 // Two tp processes on one target.
 mod contention;
+// More bad input: zombies, 32-bit and foreign binaries, refusals, privilege.
+mod bad_input;
