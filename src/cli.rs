@@ -45,7 +45,7 @@ pub struct AttachArgs {
     #[arg(long, conflicts_with = "duration")]
     pub keep: bool,
     /// Detach after this many seconds (default: until Ctrl-C or the target exits).
-    #[arg(short, long, value_name = "SECS")]
+    #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
     /// Print the summary as one JSON object on stdout.
     #[arg(long)]
@@ -88,8 +88,17 @@ pub struct ListProbesArgs {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// How long to show live hits, in seconds.
-    #[arg(short, long, default_value_t = 5.0, value_name = "SECS")]
+    #[arg(short, long, default_value_t = 5.0, value_name = "SECS", value_parser = seconds)]
     pub duration: f64,
+}
+
+/// A number of seconds that a `Duration` can hold: finite, not negative.
+fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(_) => Ok(v),
+        Err(_) => Err(format!("`{s}` is not a number of seconds from 0 to about 10^19")),
+    }
 }
 
 #[cfg(test)]
@@ -114,6 +123,16 @@ mod tests {
     fn attach_needs_a_function() {
         let err = parse("tp attach -p 12").unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
+    fn duration_must_fit_a_duration() {
+        for bad in ["nan", "inf", "-1", "1e30", "soon"] {
+            let err = Cli::try_parse_from(["tp", "attach", "-p", "1", "-f", "foo", &format!("--duration={bad}")]);
+            assert_eq!(err.unwrap_err().kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        }
+        let Command::Attach(a) = parse("tp attach -p 1 -f foo --duration 0.25").unwrap().command else { panic!() };
+        assert_eq!(a.duration, Some(0.25));
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! More bad input (after errors.rs): zombies, 32-bit and foreign binaries,
-//! refused and stripped functions. Each is one line naming the
+//! refused and stripped functions, and values the parser must turn away. Each is one line naming the
 //! fix, a non-zero exit, no panic, and the target untouched.
 
 use std::path::{Path, PathBuf};
@@ -106,4 +106,29 @@ fn a_stripped_binary_without_the_symbol_says_so() {
     expect_success(&args, &tp(&args));
     drop(t);
     std::fs::remove_file(&exe).unwrap();
+}
+
+#[test]
+fn values_the_parser_must_refuse() {
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    for args in [
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "nan"],
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--duration=-1"],
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "inf"],
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "1e30"],
+        vec!["attach", "-p", "abc", "-f", "foo"],
+        vec!["demo", "--duration", "nan"],
+    ] {
+        let out = tp(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "tp {args:?}: {stderr}");
+        assert!(stderr.starts_with("error: invalid value"), "tp {args:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    for args in [vec!["attach", "-p", "0", "-f", "foo"], vec!["attach", "--pid=-1", "-f", "foo"]] {
+        expect_error(&args, "no process with PID");
+    }
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid), "a refused command line must not touch the target");
 }
