@@ -25,6 +25,7 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
     let (pids, spare_live_sessions) = match args.pid {
         Some(pid) => {
             process::status(pid)?;
+            process::check_readable(pid)?;
             (vec![pid], false)
         }
         None => (processes_with_probes(), true),

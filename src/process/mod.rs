@@ -35,6 +35,13 @@ pub enum ProcessError {
     PermissionDenied(i32),
     /// The process exited while tp was working on it.
     Exited(i32),
+    /// The ID names a thread, not a process.
+    NotAProcess {
+        /// The thread ID given.
+        tid: i32,
+        /// Its process.
+        pid: i32,
+    },
 }
 
 impl fmt::Display for ProcessError {
@@ -53,6 +60,9 @@ impl fmt::Display for ProcessError {
                  or allow it with `sysctl kernel.yama.ptrace_scope=0`"
             ),
             ProcessError::Exited(pid) => write!(f, "process {pid} exited while tp was attaching"),
+            ProcessError::NotAProcess { tid, pid } => {
+                write!(f, "{tid} is a thread of process {pid}, not a process; use -p {pid}")
+            }
         }
     }
 }
@@ -68,6 +78,8 @@ pub struct Status {
     pub state: char,
     /// PID of the tracer, 0 if none.
     pub tracer_pid: i32,
+    /// The process (thread group) the thread belongs to.
+    pub tgid: i32,
 }
 
 /// Parses the fields tp needs from the text of `/proc/PID/status`.
@@ -80,6 +92,7 @@ pub fn parse_status(text: &str) -> Status {
             "Name" => st.name = value.to_string(),
             "State" => st.state = value.chars().next().unwrap_or('?'),
             "TracerPid" => st.tracer_pid = value.parse().unwrap_or(0),
+            "Tgid" => st.tgid = value.parse().unwrap_or(0),
             _ => {}
         }
     }
@@ -103,9 +116,13 @@ pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
         return Err(ProcessError::NoSuchProcess(pid));
     }
     let st = status(pid)?;
+    if st.tgid != 0 && st.tgid != pid {
+        return Err(ProcessError::NotAProcess { tid: pid, pid: st.tgid });
+    }
     if st.state == 'Z' || st.state == 'X' {
         return Err(ProcessError::Zombie(pid));
     }
+    check_readable(pid)?;
     if st.tracer_pid != 0 {
         let tracer_name = status(st.tracer_pid).map(|s| s.name).unwrap_or_else(|_| "?".into());
         if tracer_name != "tp" {
@@ -113,6 +130,16 @@ pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
         }
     }
     Ok(st)
+}
+
+/// Checks that tp may read the process's memory map, which takes the same
+/// right as tracing it; a refusal becomes [`ProcessError::PermissionDenied`].
+pub fn check_readable(pid: i32) -> Result<(), ProcessError> {
+    match std::fs::File::open(format!("/proc/{pid}/maps")) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(ProcessError::PermissionDenied(pid)),
+        Err(_) => Err(ProcessError::NoSuchProcess(pid)),
+    }
 }
 
 /// The thread IDs listed in `/proc/PID/task` right now.
@@ -165,7 +192,7 @@ mod tests {
     #[test]
     fn parses_status_fields() {
         let st = parse_status("Name:\tcounter\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t5\nTracerPid:\t42\n");
-        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42 });
+        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42, tgid: 5 });
     }
 
     #[test]

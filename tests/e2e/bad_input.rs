@@ -1,9 +1,11 @@
 //! More bad input (after errors.rs): zombies, 32-bit and foreign binaries,
-//! refused and stripped functions, and values the parser must turn away. Each is one line naming the
+//! refused and stripped functions, a thread ID for a PID, an unprivileged
+//! user, and values the parser must turn away. Each is one line naming the
 //! fix, a non-zero exit, no panic, and the target untouched.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::util::*;
 
@@ -106,6 +108,46 @@ fn a_stripped_binary_without_the_symbol_says_so() {
     expect_success(&args, &tp(&args));
     drop(t);
     std::fs::remove_file(&exe).unwrap();
+}
+
+#[test]
+fn a_thread_id_is_not_taken_for_its_process() {
+    let mut t = Target::start("counter");
+    t.ask("spin 1", "spinning");
+    let tid = tp::process::threads(t.pid).unwrap().into_iter().find(|&tid| tid.as_raw() != t.pid).unwrap();
+    let line = expect_error(&["attach", "-p", &tid.to_string(), "-f", "foo"], &format!("thread of process {}", t.pid));
+    assert!(line.contains(&format!("-p {}", t.pid)), "{line}");
+    assert!(!has_region(t.pid));
+    t.ask("stop", "stopped");
+}
+
+#[test]
+fn an_unprivileged_user_is_told_what_is_needed() {
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    for args in [
+        vec!["attach", "-p", pid.as_str(), "-f", "foo"],
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--keep"],
+        vec!["status", "-p", pid.as_str()],
+        vec!["detach", "-p", pid.as_str()],
+    ] {
+        // As `nobody`: a process of root's may not be traced.
+        let out = Command::new(tp_path())
+            .args(&args)
+            .uid(65534)
+            .gid(65534)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tp as nobody");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "tp {args:?} as nobody: {stderr}");
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "tp {args:?}: {stderr}");
+        assert!(lines[0].starts_with(&format!("tp: permission denied tracing process {pid}")), "tp {args:?}: {stderr}");
+        assert!(lines[0].contains("run as root or with CAP_SYS_PTRACE"), "{stderr}");
+    }
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid));
 }
 
 #[test]
