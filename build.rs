@@ -18,9 +18,10 @@ struct Target {
 const TARGETS: &[Target] = &[
     Target { name: "counter", sources: &["counter.c"], flags: &["-fPIE", "-pie"] },
     Target { name: "counter-nopie", sources: &["counter.c"], flags: &["-fno-pie", "-no-pie"] },
-    // Reliability targets (tests/e2e/blocked.rs, stress.rs).
+    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs).
     Target { name: "hammer", sources: &["hammer.c"], flags: &["-fPIE", "-pie"] },
     Target { name: "blocked", sources: &["blocked.c"], flags: &["-fPIE", "-pie"] },
+    Target { name: "churn", sources: &["churn.c"], flags: &["-fPIE", "-pie"] },
 ];
 
 const X86_64_ONLY: &[Target] =

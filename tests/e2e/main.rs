@@ -21,3 +21,5 @@ mod faults;
 mod contention;
 // More bad input: zombies, 32-bit and foreign binaries, refusals, privilege.
 mod bad_input;
+// Thread churn: threads created and exiting during attach and detach.
+mod churn;
