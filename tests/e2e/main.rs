@@ -23,3 +23,5 @@ mod contention;
 mod bad_input;
 // Thread churn: threads created and exiting during attach and detach.
 mod churn;
+// Security: no writable code, the region behind ptrace checks, no temp files.
+mod security;
