@@ -25,3 +25,5 @@ mod bad_input;
 mod churn;
 // Security: no writable code, the region behind ptrace checks, no temp files.
 mod security;
+// Fuzz-found inputs and damaged binaries, replayed through list-probes.
+mod fuzz_regressions;
