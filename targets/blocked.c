@@ -18,6 +18,10 @@
  *   wake     wakes each waiting thread once and waits until each has
  *            counted the wake-up -> "woken read=N futex=N accept=N epoll=N
  *            waitpid=N sleeps=N errors=N"
+ *   tids     -> "tids epoll=TID"
+ *   signals  -> "signals handled=H epoll_eintr=E": SIGUSR1 handler runs
+ *              (installed without SA_RESTART), and epoll_wait EINTRs that
+ *              came with one (the program's own, so not errors)
  *   quit     -> exit status 0, or 1 if any check failed
  * command_seen() is called once per command: a function to probe.
  * Each failed check prints "error THREAD: what" on stdout at once.
@@ -55,6 +59,15 @@ static struct sockaddr_un listen_addr;
 static socklen_t listen_len;
 static int epoll_fd, event_fd;
 static int child_pipe[2];
+/* SIGUSR1 handler runs (installed without SA_RESTART), and the EINTRs the
+ * epoll thread saw with a handler run: those are the program's own. */
+static atomic_long handled, epoll_eintr_after_handler;
+
+static void on_usr1(int sig)
+{
+	(void)sig;
+	atomic_fetch_add(&handled, 1);
+}
 
 static void fail(int t, const char *what, long rc)
 {
@@ -121,7 +134,13 @@ static void *thread_main(void *arg)
 		}
 		case T_EPOLL: {
 			struct epoll_event ev;
+			long handled_before = atomic_load(&handled);
 			rc = sys(SYS_epoll_wait, epoll_fd, (long)&ev, 1, -1, 0, 0);
+			if (rc == -EINTR && atomic_load(&handled) != handled_before) {
+				/* A signal handler ran: EINTR is what the program asked for. */
+				atomic_fetch_add(&epoll_eintr_after_handler, 1);
+				continue;
+			}
 			if (rc != 1) {
 				fail(t, "epoll_wait did not return the event", rc);
 			} else {
@@ -243,6 +262,9 @@ int main(void)
 		pthread_t th;
 		pthread_create(&th, NULL, thread_main, (void *)(uintptr_t)t);
 	}
+	struct sigaction sa = {.sa_handler = on_usr1};
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGUSR1, &sa, NULL);
 	tp_ready();
 
 	/* Commands, read with raw read(2) so EINTR on stdin is seen too. */
@@ -275,6 +297,11 @@ int main(void)
 			       atomic_load(&done[T_READ]), atomic_load(&done[T_FUTEX]), atomic_load(&done[T_ACCEPT]),
 			       atomic_load(&done[T_EPOLL]), atomic_load(&done[T_WAITPID]), atomic_load(&done[T_SLEEP]),
 			       atomic_load(&errors));
+		} else if (strcmp(line, "tids") == 0) {
+			printf("tids epoll=%d\n", atomic_load(&tids[T_EPOLL]));
+		} else if (strcmp(line, "signals") == 0) {
+			printf("signals handled=%ld epoll_eintr=%ld\n", atomic_load(&handled),
+			       atomic_load(&epoll_eintr_after_handler));
 		} else if (strcmp(line, "quit") == 0) {
 			break;
 		} else {

@@ -49,3 +49,39 @@ fn blocked_threads_survive_keep_and_detach() {
     assert_code_is_original(&t, &["command_seen"]);
     assert!(t.quit().success());
 }
+
+#[test]
+fn a_signal_handler_still_interrupts_epoll_wait() {
+    // tp restarts an epoll_wait its stop interrupted, but not one a signal
+    // handler interrupted: a SIGUSR1 that arrives while tp holds the target
+    // must still reach the program as its handler plus EINTR, exactly once.
+    let mut t = Target::start("blocked");
+    let pid = t.pid.to_string();
+    let epoll_tid = field(&t.ask("tids", "tids"), "epoll") as i32;
+    t.ask("blocked", "blocked");
+    let mut session =
+        Session::start_with_env(&["-p", &pid, "-f", "command_seen"], &[("TP_FAULT", "pause:after-seize")]);
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    while std::fs::read_to_string(format!("/proc/{}/stat", session.child.id()))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()))
+        != Some('T')
+    {
+        assert!(std::time::Instant::now() < deadline, "tp never paused");
+        std::thread::yield_now();
+    }
+    // SAFETY: tgkill and kill with plain integer arguments.
+    unsafe {
+        assert_eq!(libc::syscall(libc::SYS_tgkill, t.pid, epoll_tid, libc::SIGUSR1), 0);
+        libc::kill(session.child.id() as i32, libc::SIGCONT);
+    }
+    session.err.wait_for("tp: attached");
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    // The thread is back in epoll_wait once the handler and the EINTR are done.
+    t.ask("blocked", "blocked");
+    let line = t.ask("signals", "signals");
+    assert_eq!((field(&line, "handled"), field(&line, "epoll_eintr")), (1, 1), "{line}");
+    wake_and_check(&mut t, 1);
+    assert!(t.quit().success());
+}
