@@ -35,9 +35,16 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
     }
     let mut failed = false;
     for pid in pids {
-        if let Err(e) = detach_one(pid, spare_live_sessions) {
-            eprintln!("tp: process {pid}: {e:#}");
-            failed = true;
+        match detach_one(pid, spare_live_sessions) {
+            Ok(()) => {}
+            // It died under our hands: its code is gone with it.
+            Err(_) if process::has_exited(pid, std::time::Duration::from_millis(200)) => {
+                eprintln!("tp: process {pid} exited; nothing left to restore");
+            }
+            Err(e) => {
+                eprintln!("tp: process {pid}: {e:#}");
+                failed = true;
+            }
         }
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })

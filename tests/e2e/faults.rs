@@ -160,3 +160,16 @@ fn target_killed_during_detach_still_gives_the_final_counts() {
         assert_eq!(wait_timeout(&mut t.child).signal(), Some(libc::SIGKILL));
     }
 }
+
+#[test]
+fn target_killed_during_tp_detach_is_reported_in_one_line() {
+    for step in ["after-seize", "before-restore", "during-detach", "after-unmap-region"] {
+        let t = Target::start("counter");
+        let pid = t.pid.to_string();
+        expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "-f", "bar", "--keep"]));
+        let out = tp_with_fault(&format!("target:{step}"), &["detach", "-p", &pid]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "target:{step}: {stderr}");
+        assert_eq!(stderr.trim(), format!("tp: process {pid} exited; nothing left to restore"), "target:{step}");
+    }
+}
