@@ -19,7 +19,8 @@ fuzz_target!(|data: &[u8]| {
     let detour = function.wrapping_add(((at >> 16) as i32 as i64 as u64) & !0xf);
     let code = &data[8..];
     let Ok(plan) = X86_64::plan(code, function, &[]) else { return };
-    let spec = DetourSpec { probe_index: 3, flag_addr: 0x7000_0000, counters: 0x7000_1000, slot_bits: 6, stride_shift: 15 };
+    let spec =
+        DetourSpec { probe_index: 3, flag_addr: 0x7000_0000, counters: 0x7000_1000, slot_bits: 6, stride_shift: 15 };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());
         let _ = X86_64::patch_bytes(&plan, detour);
