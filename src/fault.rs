@@ -8,8 +8,12 @@
 //!
 //! Steps, in the order an attach and a detach reach them:
 //! - `after-seize`: every thread stopped (attach, then detach);
-//! - `after-inject`: data region and first code arena mapped;
+//! - `after-name-write`: the first code arena mapped, the memfd's name in it;
+//! - `after-memfd`: the memfd created, its descriptor open in the target;
+//! - `after-inject`: data region mapped, the descriptor closed;
+//! - `after-detour-write`: one detour's bytes written, not yet recorded;
 //! - `after-detour`: detours written, entries not yet recorded;
+//! - `after-entry`: one entry recorded (Inactive);
 //! - `after-entries`: entries recorded (Inactive), no site changed;
 //! - `before-patch`: an entry marked Installing, its site not yet written;
 //! - `after-patch`: a site patched and its entry marked Active;

@@ -172,12 +172,14 @@ fn create_region(caller: &mut RemoteCaller, mem: &Memory, maps: &[Mapping], requ
     let g = layout::geometry(requests.len() as u32);
     let span = requests.first().map(|r| r.span).context("nothing to install")?;
     let arena = alloc_arena(caller, maps, span, arena_size(requests.len()))?;
-    let name_at = arena.addr + arena.size - 64;
+    let name_at = arena.addr + arena.size - super::orphan::NAME_FROM_END;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
     mem.write(name_at, &name).context("writing the memfd name")?;
+    crate::fault::point("after-name-write");
     let sc = Host::SYSCALLS;
     let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?;
+    crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
         caller.checked("ftruncate", sc.ftruncate, [fd, g.total_size, 0, 0, 0, 0])?;
         let file = std::fs::OpenOptions::new()
@@ -253,6 +255,7 @@ fn write_detours(
         let spec = spec_for(region, &h, index);
         let (at, detour) = place_detour(caller, maps, &mut h, req, &spec, requests.len() - k)?;
         mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
+        crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
         placed.push(Placed { index, detour, at });
@@ -277,6 +280,7 @@ fn write_detours(
         region.zero_hits(p.index)?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
+        crate::fault::point("after-entry");
     }
     crate::fault::point("after-entries");
 

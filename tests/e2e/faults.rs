@@ -36,6 +36,19 @@ fn assert_no_thread_held(pid: i32) {
     }
 }
 
+/// (anonymous executable mappings, descriptors of a tp-data memfd) in `pid`.
+fn tp_leftovers(pid: i32) -> (usize, usize) {
+    let maps = tp::process::read_maps(pid).unwrap();
+    let arenas = maps.iter().filter(|m| m.exec && m.path.is_empty()).count();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter(|e| {
+            std::fs::read_link(e.as_ref().unwrap().path()).is_ok_and(|l| l.to_string_lossy().contains("tp-data"))
+        })
+        .count();
+    (arenas, fds)
+}
+
 /// Each probed function's entry is either the file's bytes or a whole `jmp`.
 fn assert_sites_whole(t: &Target, funcs: &[&str]) {
     for f in funcs {
@@ -72,11 +85,14 @@ fn tracer_killed_at(fault: &str, quiet: bool) {
     assert_eq!(t.call("foo", 10_000, 2), 20_000);
     assert_eq!(t.call("bar", 10_000, 2), 20_000);
 
-    // tp detach brings the code back, and the memory goes (no thread runs in it now).
+    // tp detach brings the code back, and the memory goes (no thread runs in
+    // it now), also what a tp killed before the region existed left.
     let out = tp(&["detach", "-p", &pid]);
     expect_success(&["detach", "-p", &pid], &out);
     assert_code_is_original(&t, &["foo", "bar"]);
-    assert!(!has_region(t.pid), "TP_FAULT={fault}: {}", String::from_utf8_lossy(&out.stderr));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!has_region(t.pid), "TP_FAULT={fault}: {stderr}");
+    assert_eq!(tp_leftovers(t.pid), (0, 0), "TP_FAULT={fault}: {stderr}");
     assert_no_thread_held(t.pid);
 
     // A new attach counts exactly.
@@ -94,8 +110,14 @@ fn tracer_killed_at(fault: &str, quiet: bool) {
 fn tracer_killed_during_attach() {
     for fault in [
         "after-seize",
+        "after-name-write",
+        "after-memfd",
         "after-inject",
+        "after-detour-write",
+        "after-detour-write:2",
         "after-detour",
+        "after-entry",
+        "after-entry:2",
         "after-entries",
         "before-patch",
         "after-patch",
