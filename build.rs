@@ -1,37 +1,124 @@
-//! Builds the C target programs in `targets/` into `targets/bin/<arch>/`,
-//! so that `cargo build` and `cargo test` need no separate step.
+//! Builds the target programs in `targets/` into `targets/bin/<arch>/`, so
+//! that `cargo build` and `cargo test` need no separate step.
 //!
-//! Every target is built PIE and non-PIE, plus one variant with Intel CET
-//! landing pads (`endbr64`) on x86-64. Cross builds (aarch64) link statically
+//! C targets are built PIE and non-PIE. Host builds also get: a variant with
+//! Intel CET landing pads (`endbr64`), two shared libraries with the same
+//! function names and a program using both, a C++ program, Rust programs
+//! with the legacy and the v0 symbol mangling, and stripped copies of
+//! `counter` whose symbols live only in separate debug files (found by
+//! build-id, or by `.gnu_debuglink`). On x86-64: hand-written prologues
+//! (assembly) and the relocation harness. Cross builds (aarch64) link statically
 //! so the binaries run in the test VM without a sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// One executable to build: output name, sources, extra compiler flags.
+/// The language a target is written in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lang {
+    C,
+    Cpp,
+    Rust,
+}
+
+/// One program or library to build.
 struct Target {
     name: &'static str,
+    lang: Lang,
     sources: &'static [&'static str],
     flags: &'static [&'static str],
+    /// Built only when the target architecture is the host's.
+    host_only: bool,
+    /// Built only for this architecture.
+    arch: Option<&'static str>,
+}
+
+const fn c(name: &'static str, flags: &'static [&'static str]) -> Target {
+    Target { name, lang: Lang::C, sources: &["counter.c"], flags, host_only: false, arch: None }
 }
 
 const TARGETS: &[Target] = &[
-    Target { name: "counter", sources: &["counter.c"], flags: &["-fPIE", "-pie"] },
-    Target { name: "counter-nopie", sources: &["counter.c"], flags: &["-fno-pie", "-no-pie"] },
+    c("counter", &["-fPIE", "-pie"]),
+    c("counter-nopie", &["-fno-pie", "-no-pie"]),
+    Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
+    // The differential-execution harness of tests/reloc, and hand-written
+    // prologues for every x86-64 rewrite and refusal.
+    Target {
+        arch: Some("x86_64"),
+        host_only: true,
+        sources: &["reloc_harness.c"],
+        ..c("reloc_harness", &["-fPIE", "-pie"])
+    },
+    Target {
+        arch: Some("x86_64"),
+        sources: &["prologues.c", "prologues_x86_64.S"],
+        ..c("prologues", &["-fPIE", "-pie"])
+    },
+    Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target {
+        name: "libalpha.so",
+        sources: &["libwork.c"],
+        flags: &["-shared", "-fPIC", "-DLIBNAME=alpha", "-DLIBSEED=3"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "libbeta.so",
+        sources: &["libwork.c"],
+        flags: &["-shared", "-fPIC", "-DLIBNAME=beta", "-DLIBSEED=5"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "libgamma.so",
+        sources: &["libwork.c"],
+        flags: &["-shared", "-fPIC", "-DLIBNAME=gamma", "-DLIBSEED=7"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "libuser",
+        sources: &["libuser.c"],
+        flags: &["-fPIE", "-pie", "-L{out}", "-lalpha", "-lbeta", "-ldl", "-Wl,-rpath,$ORIGIN"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target { name: "shapes", lang: Lang::Cpp, sources: &["shapes.cpp"], flags: &[], host_only: true, arch: None },
+    Target {
+        name: "exceptions",
+        lang: Lang::Cpp,
+        sources: &["exceptions.cpp"],
+        flags: &[],
+        host_only: true,
+        arch: None,
+    },
+    Target {
+        name: "rusty-legacy",
+        lang: Lang::Rust,
+        sources: &["rusty.rs"],
+        // Stable rustc mangles the legacy way by default (naming it needs -Z).
+        flags: &[],
+        host_only: true,
+        arch: None,
+    },
+    Target {
+        name: "rusty-v0",
+        lang: Lang::Rust,
+        sources: &["rusty.rs"],
+        flags: &["-C", "symbol-mangling-version=v0"],
+        host_only: true,
+        arch: None,
+    },
     // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs).
-    Target { name: "hammer", sources: &["hammer.c"], flags: &["-fPIE", "-pie"] },
-    Target { name: "blocked", sources: &["blocked.c"], flags: &["-fPIE", "-pie"] },
-    Target { name: "churn", sources: &["churn.c"], flags: &["-fPIE", "-pie"] },
+    Target { name: "hammer", sources: &["hammer.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "blocked", sources: &["blocked.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "churn", sources: &["churn.c"], ..c("", &["-fPIE", "-pie"]) },
 ];
-
-const X86_64_ONLY: &[Target] =
-    &[Target { name: "counter-cet", sources: &["counter.c"], flags: &["-fPIE", "-pie", "-fcf-protection=full"] }];
 
 fn main() {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap());
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap();
-    let host = std::env::var("HOST").unwrap();
-    let target = std::env::var("TARGET").unwrap();
+    let cross = std::env::var("HOST").unwrap() != std::env::var("TARGET").unwrap();
     let src_dir = manifest.join("targets");
     let out_dir = src_dir.join("bin").join(&arch);
     std::fs::create_dir_all(&out_dir).expect("create targets/bin");
@@ -39,34 +126,135 @@ fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-env=TP_TARGETS_DIR={}", out_dir.display());
 
-    let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
-    let cross = host != target;
-    let mut all: Vec<&Target> = TARGETS.iter().collect();
-    if arch == "x86_64" {
-        all.extend(X86_64_ONLY);
+    for t in TARGETS {
+        if (t.host_only && cross) || t.arch.is_some_and(|a| a != arch) {
+            continue;
+        }
+        build_one(&src_dir, &out_dir, t, cross);
     }
-    for t in all {
-        build_one(compiler.path(), &src_dir, &out_dir, t, cross);
+    if !cross {
+        split_debug_info(&out_dir);
+    }
+    build_runtime(&manifest, &arch);
+}
+
+/// The functions of tp's in-target runtime, each extracted as a blob.
+const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind"];
+
+/// Compiles src/probe/runtime/runtime.c for the target architecture into
+/// position-independent blobs in OUT_DIR (`tp_entry.bin`, ...), and refuses
+/// any blob with a relocation: blobs are copied into the target as they are.
+fn build_runtime(manifest: &Path, arch: &str) {
+    let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
+    let src = manifest.join("src/probe/runtime/runtime.c");
+    println!("cargo:rerun-if-changed=src/probe/runtime");
+    println!("cargo:rerun-if-changed=src/arch/{arch}/runtime.h");
+    let cc = compiler(Lang::C);
+    let tools = binutils_prefix(&cc);
+    let object = out.join("runtime.o");
+    let mut cmd = Command::new(&cc);
+    cmd.args(["-O2", "-std=gnu11", "-Wall", "-Werror", "-fPIC", "-fno-plt", "-ffreestanding", "-fno-builtin"]);
+    cmd.args(["-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-fno-jump-tables"]);
+    cmd.args(["-fomit-frame-pointer", "-mgeneral-regs-only", "-ffunction-sections", "-c"]);
+    cmd.arg(match arch {
+        "x86_64" => "-fcf-protection=none",
+        _ => "-mbranch-protection=none",
+    });
+    cmd.arg("-I").arg(manifest.join("src/arch").join(arch));
+    cmd.arg(&src).arg("-o").arg(&object);
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
+    assert!(status.success(), "building the runtime failed: {cmd:?}");
+
+    let relocs = Command::new(format!("{tools}readelf")).arg("-rW").arg(&object).output().expect("run readelf");
+    let relocs = String::from_utf8_lossy(&relocs.stdout).into_owned();
+    assert!(
+        relocs.contains("There are no relocations"),
+        "tp's runtime must be position-independent without relocations:\n{relocs}"
+    );
+    for f in RUNTIME_FUNCTIONS {
+        let blob = out.join(format!("{f}.bin"));
+        let status = Command::new(format!("{tools}objcopy"))
+            .args(["-O", "binary", &format!("--only-section=.text.{f}")])
+            .arg(&object)
+            .arg(&blob)
+            .status()
+            .expect("run objcopy");
+        assert!(status.success() && std::fs::metadata(&blob).map(|m| m.len() > 0).unwrap_or(false), "extract {f}");
     }
 }
 
-fn build_one(cc: &Path, src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
+/// `aarch64-linux-gnu-` for `aarch64-linux-gnu-gcc`, "" for `cc` or `gcc`.
+fn binutils_prefix(cc: &Path) -> String {
+    let name = cc.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    match name.rfind('-') {
+        Some(i) if name[..i].contains('-') => name[..=i].to_string(),
+        _ => String::new(),
+    }
+}
+
+fn compiler(lang: Lang) -> PathBuf {
+    match lang {
+        Lang::C => cc::Build::new().cargo_metadata(false).get_compiler().path().to_path_buf(),
+        Lang::Cpp => cc::Build::new().cargo_metadata(false).cpp(true).get_compiler().path().to_path_buf(),
+        Lang::Rust => PathBuf::from(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into())),
+    }
+}
+
+fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
     let out = out_dir.join(t.name);
     // Write to a temporary name and rename, so concurrent builds of several
-    // profiles never leave a half-written executable behind.
+    // profiles never leave a half-written file behind.
     let tmp = out_dir.join(format!(".{}.{}", t.name, std::process::id()));
-    let mut cmd = Command::new(cc);
-    cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
-    cmd.args(t.flags);
-    if cross {
-        cmd.arg("-static");
+    let tool = compiler(t.lang);
+    let mut cmd = Command::new(&tool);
+    match t.lang {
+        Lang::C | Lang::Cpp => {
+            cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
+            if cross {
+                cmd.arg("-static");
+            }
+            cmd.arg("-I").arg(src_dir);
+            for s in t.sources {
+                cmd.arg(src_dir.join(s));
+            }
+        }
+        Lang::Rust => {
+            cmd.args(["-O", "-g", "--edition", "2021"]);
+            for s in t.sources {
+                cmd.arg(src_dir.join(s));
+            }
+        }
     }
-    cmd.arg("-I").arg(src_dir);
-    for s in t.sources {
-        cmd.arg(src_dir.join(s));
+    for f in t.flags {
+        cmd.arg(f.replace("{out}", &out_dir.display().to_string()));
     }
     cmd.arg("-o").arg(&tmp);
-    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
+    let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
     assert!(status.success(), "building target {} failed: {cmd:?}", t.name);
     std::fs::rename(&tmp, &out).expect("rename target");
+}
+
+/// `counter-stripped` finds its symbols through `.gnu_debuglink` (the debug
+/// file lies next to it); `counter-stripped-id` only through its build-id,
+/// under `debug/.build-id/`. Both debug files have zlib-compressed DWARF.
+fn split_debug_info(out_dir: &Path) {
+    let run = |args: &[&str]| {
+        let status = Command::new("objcopy").args(args).current_dir(out_dir).status().expect("run objcopy");
+        assert!(status.success(), "objcopy {args:?} failed");
+    };
+    run(&["--only-keep-debug", "--compress-debug-sections=zlib", "counter", "counter-stripped.debug"]);
+    run(&["--strip-all", "--add-gnu-debuglink=counter-stripped.debug", "counter", "counter-stripped"]);
+    run(&["--strip-all", "counter", "counter-stripped-id"]);
+    let id = build_id(&out_dir.join("counter")).expect("counter has a build-id");
+    let dir = out_dir.join("debug/.build-id").join(&id[..2]);
+    std::fs::create_dir_all(&dir).expect("create debug dir");
+    std::fs::copy(out_dir.join("counter-stripped.debug"), dir.join(format!("{}.debug", &id[2..])))
+        .expect("copy debug file");
+}
+
+/// The GNU build-id of an ELF file, in hex, read with readelf.
+fn build_id(path: &Path) -> Option<String> {
+    let out = Command::new("readelf").arg("-n").arg(path).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines().find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
 }

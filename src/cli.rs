@@ -28,6 +28,12 @@ pub enum Command {
     Detach(DetachArgs),
     /// List the functions of a binary and whether each can be probed.
     ListProbes(ListProbesArgs),
+    /// Turn kept probes off without stopping the process (they cost a jump and a test).
+    Disable(ToggleArgs),
+    /// Turn kept probes back on without stopping the process.
+    Enable(ToggleArgs),
+    /// Sample the latency of many functions at once, with probes that turn themselves off.
+    Profile(ProfileArgs),
     /// Start a bundled target, attach, show live hits, detach and check it.
     Demo(DemoArgs),
 }
@@ -38,12 +44,31 @@ pub struct AttachArgs {
     /// Process to attach to.
     #[arg(short, long)]
     pub pid: i32,
-    /// Function to probe (repeat for several).
-    #[arg(short, long = "func", value_name = "NAME", required = true)]
+    /// Function to probe: `foo`, `libc:malloc`, or a glob such as `'sqlite3_*'`
+    /// or `'libz:*'` (repeat for several).
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "addrs")]
     pub funcs: Vec<String>,
+    /// Address of a function's first instruction, in hex (repeat for several).
+    #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
+    pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target.
-    #[arg(long, conflicts_with = "duration")]
+    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output"])]
     pub keep: bool,
+    /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
+    #[arg(long)]
+    pub args: bool,
+    /// Record each call's return value and duration (return probes).
+    #[arg(long)]
+    pub ret: bool,
+    /// Print only the summary, not every event.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process).
+    #[arg(long, value_name = "N", default_value_t = 2048)]
+    pub ring_size: u32,
     /// Detach after this many seconds (default: until Ctrl-C or the target exits).
     #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
@@ -75,13 +100,77 @@ pub struct DetachArgs {
 #[derive(Debug, Args)]
 pub struct ListProbesArgs {
     /// Executable or shared library to inspect.
-    pub binary: PathBuf,
+    #[arg(required_unless_present = "pid", conflicts_with = "pid")]
+    pub binary: Option<PathBuf>,
+    /// List every module of this running process instead.
+    #[arg(short, long)]
+    pub pid: Option<i32>,
+    /// Show each function's signature from DWARF.
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Print totals and the most common refusal reasons instead of every function.
     #[arg(long)]
     pub summary: bool,
     /// One JSON object per line per function.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `tp enable` and `tp disable`.
+#[derive(Debug, Args)]
+pub struct ToggleArgs {
+    /// Process whose probes to switch.
+    #[arg(short, long)]
+    pub pid: i32,
+    /// Probes to switch, by function name or glob (repeat for several).
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "all")]
+    pub funcs: Vec<String>,
+    /// Every probe of the process.
+    #[arg(long, conflicts_with = "funcs")]
+    pub all: bool,
+}
+
+/// `tp profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Process to profile.
+    #[arg(short, long)]
+    pub pid: i32,
+    /// Functions to profile: names or globs such as `'*'` or `'libz:*'` (repeat for several).
+    #[arg(short, long = "func", value_name = "GLOB", required = true)]
+    pub funcs: Vec<String>,
+    /// Calls each function times per epoch before its probe turns itself off.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub sample: u32,
+    /// How often tp turns the probes back on: `10ms`, `500us`, `1s`.
+    #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = parse_time)]
+    pub epoch: std::time::Duration,
+    /// Stop after this many seconds (default: Ctrl-C or the target's exit).
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Also write the sampled calls to FILE as a Chrome trace (opens in the Perfetto UI).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the table as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `10ms`, `500us`, `2s`.
+fn parse_time(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("`{s}` is not a time like 10ms, 500us or 1s");
+    let (num, unit) = s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, "ms"), |i| s.split_at(i));
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "ms" => n / 1e3,
+        "us" | "µs" => n / 1e6,
+        _ => return Err(bad()),
+    };
+    if !(secs > 0.0 && secs < 3600.0) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 /// `tp demo`.
@@ -99,6 +188,12 @@ fn seconds(s: &str) -> Result<f64, String> {
         Ok(_) => Ok(v),
         Err(_) => Err(format!("`{s}` is not a number of seconds from 0 to about 10^19")),
     }
+}
+
+/// Parses `0x1234` (or `1234`) as a hexadecimal address.
+fn parse_addr(s: &str) -> Result<u64, String> {
+    let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
+    u64::from_str_radix(digits, 16).map_err(|_| format!("`{s}` is not a hexadecimal address (like 0x401136)"))
 }
 
 #[cfg(test)]
@@ -120,9 +215,15 @@ mod tests {
     }
 
     #[test]
-    fn attach_needs_a_function() {
+    fn attach_needs_a_function_or_an_address() {
         let err = parse("tp attach -p 12").unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        let Command::Attach(a) = parse("tp attach -p 12 --addr 0x401136 --addr 7f00").unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.addrs, [0x401136, 0x7f00]);
+        assert!(a.funcs.is_empty());
+        assert_eq!(parse("tp attach -p 1 --addr zz").unwrap_err().kind(), clap::error::ErrorKind::ValueValidation);
     }
 
     #[test]
@@ -136,9 +237,22 @@ mod tests {
     }
 
     #[test]
-    fn keep_conflicts_with_duration() {
-        let err = parse("tp attach -p 1 -f foo --keep --duration 3").unwrap_err();
-        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+    fn keep_conflicts_with_duration_and_events() {
+        for extra in ["--duration 3", "--args", "--ret", "-o t.json"] {
+            let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{extra}");
+        }
+    }
+
+    #[test]
+    fn event_flags_parse() {
+        let Command::Attach(a) =
+            parse("tp attach -p 1 -f foo --args --ret -q -o t.json --ring-size 64").unwrap().command
+        else {
+            panic!()
+        };
+        assert!(a.args && a.ret && a.quiet);
+        assert_eq!((a.output, a.ring_size), (Some(PathBuf::from("t.json")), 64));
     }
 
     #[test]
@@ -152,8 +266,28 @@ mod tests {
     #[test]
     fn list_probes_takes_a_path_and_flags() {
         let Command::ListProbes(l) = parse("tp list-probes /bin/true --summary").unwrap().command else { panic!() };
-        assert_eq!(l.binary, PathBuf::from("/bin/true"));
-        assert!(l.summary && !l.json);
+        assert_eq!(l.binary, Some(PathBuf::from("/bin/true")));
+        assert!(l.summary && !l.json && !l.verbose);
+        let Command::ListProbes(l) = parse("tp list-probes -p 42 -v").unwrap().command else { panic!() };
+        assert_eq!((l.pid, l.binary, l.verbose), (Some(42), None, true));
+        assert!(parse("tp list-probes").is_err());
+        assert!(parse("tp list-probes /bin/true -p 3").is_err());
+    }
+
+    #[test]
+    fn toggles_and_profile_parse() {
+        let Command::Disable(t) = parse("tp disable -p 5 -f foo -f 'ba*'").unwrap().command else { panic!() };
+        assert_eq!((t.pid, t.funcs.len(), t.all), (5, 2, false));
+        let Command::Enable(t) = parse("tp enable -p 5 --all").unwrap().command else { panic!() };
+        assert!(t.all && t.funcs.is_empty());
+        assert!(parse("tp enable -p 5").is_err());
+        let Command::Profile(p) = parse("tp profile -p 9 -f * --sample 5 --epoch 500us -d 2").unwrap().command else {
+            panic!()
+        };
+        assert_eq!((p.sample, p.epoch, p.duration), (5, std::time::Duration::from_micros(500), Some(2.0)));
+        let Command::Profile(p) = parse("tp profile -p 9 -f *").unwrap().command else { panic!() };
+        assert_eq!((p.sample, p.epoch), (10, std::time::Duration::from_millis(10)));
+        assert!(parse("tp profile -p 9 -f * --epoch 10lightyears").is_err());
     }
 
     #[test]

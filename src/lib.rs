@@ -23,6 +23,7 @@
 pub mod arch;
 pub mod cli;
 pub mod cmd;
+pub mod events;
 pub mod fault;
 pub mod output;
 pub mod probe;

@@ -9,7 +9,10 @@
 #ifndef TP_TARGET_COMMON_H
 #define TP_TARGET_COMMON_H
 
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

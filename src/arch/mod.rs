@@ -61,7 +61,28 @@ pub enum Refusal {
         /// The landing pad's address.
         at: u64,
     },
-    /// An indirect jump (a jump table?) could target the window's interior.
+    /// The function has an exception table tp cannot read, so its landing
+    /// pads are unknown.
+    UnknownLandingPads {
+        /// The function's address.
+        at: u64,
+    },
+    /// Something outside the function's own direct branches enters the
+    /// window's interior: another symbol, a split-off part, an `endbr64`.
+    EntersWindow {
+        /// The address inside the window.
+        at: u64,
+        /// What enters there, e.g. "function `f`".
+        from: String,
+    },
+    /// The last instruction of the window would pass the function's end.
+    PastEnd {
+        /// Address of the instruction that crosses the end.
+        at: u64,
+    },
+    /// An indirect jump could target the window's interior: a jump table or
+    /// a code address the function forms points there, or (planning from
+    /// the bytes alone) its targets are unknown.
     IndirectJump {
         /// Address of the jump.
         at: u64,
@@ -85,6 +106,8 @@ pub enum Refusal {
         /// The function's address.
         at: u64,
     },
+    /// The function has no code of its own: the compiler inlined it everywhere.
+    InlinedEverywhere,
     /// This architecture has no probe support yet.
     Unsupported(&'static str),
 }
@@ -99,11 +122,15 @@ impl Refusal {
             Refusal::CallInWindow { .. } => "call or syscall inside the window",
             Refusal::BranchIntoWindow { .. } => "branch into window",
             Refusal::LandingPadInWindow { .. } => "landing pad inside the window",
-            Refusal::IndirectJump { .. } => "indirect jump with a multi-instruction window",
+            Refusal::UnknownLandingPads { .. } => "unreadable exception table",
+            Refusal::EntersWindow { .. } => "entered from outside the function",
+            Refusal::PastEnd { .. } => "window passes the function's end",
+            Refusal::IndirectJump { .. } => "indirect jump may land inside the window",
             Refusal::OutOfReach { .. } => "PC-relative reference out of reach",
             Refusal::Unrelocatable { .. } => "cannot relocate",
             Refusal::CodeMismatch { .. } => "code differs from the file",
-            Refusal::Unsupported(_) => "unsupported architecture",
+            Refusal::InlinedEverywhere => "inlined everywhere",
+            Refusal::Unsupported(_) => "unsupported",
         }
     }
 }
@@ -119,14 +146,20 @@ impl fmt::Display for Refusal {
             }
             Refusal::BranchIntoWindow { from } => write!(f, "branch into window from {from:#x}"),
             Refusal::LandingPadInWindow { at } => write!(f, "exception landing pad at {at:#x} inside the window"),
+            Refusal::UnknownLandingPads { at } => {
+                write!(f, "the exception table of the function at {at:#x} cannot be read (landing pads unknown)")
+            }
+            Refusal::EntersWindow { at, from } => write!(f, "{from} enters the window at {at:#x}"),
+            Refusal::PastEnd { at } => write!(f, "the instruction at {at:#x} passes the function's end"),
             Refusal::IndirectJump { at } => {
-                write!(f, "indirect jump at {at:#x} (jump table?) and a window of several instructions")
+                write!(f, "indirect jump at {at:#x} may land inside the window (jump table or code address)")
             }
             Refusal::OutOfReach { at } => write!(f, "PC-relative reference at {at:#x} out of reach of the detour"),
             Refusal::Unrelocatable { mnemonic, at, why } => write!(f, "cannot relocate `{mnemonic}` at {at:#x}: {why}"),
             Refusal::CodeMismatch { at } => {
                 write!(f, "code at {at:#x} differs from the file (patched by another tool?)")
             }
+            Refusal::InlinedEverywhere => write!(f, "inlined everywhere"),
             Refusal::Unsupported(why) => write!(f, "{why}"),
         }
     }
@@ -179,13 +212,52 @@ impl SitePlan {
     }
 }
 
+/// Where a detour finds the in-target runtime (in its arena's runtime block).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RuntimeAddrs {
+    /// `tp_entry`.
+    pub entry: u64,
+    /// The return trampoline.
+    pub trampoline: u64,
+    /// `tp_unwind`.
+    pub unwind: u64,
+    /// The runtime's context (`struct tp_ctx`) in the data region.
+    pub ctx: u64,
+}
+
+/// The runtime's functions, compiled for one architecture by build.rs.
+#[derive(Debug, Clone, Copy)]
+pub struct RuntimeBlobs {
+    /// `tp_entry`.
+    pub entry: &'static [u8],
+    /// `tp_exit`.
+    pub exit: &'static [u8],
+    /// `tp_unwind`.
+    pub unwind: &'static [u8],
+}
+
+/// A runtime block assembled for one address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeBlock {
+    /// The code.
+    pub bytes: Vec<u8>,
+    /// Where its parts are.
+    pub addrs: RuntimeAddrs,
+}
+
 /// Where a detour finds the shared data it writes on a hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DetourSpec {
     /// The probe's index in the shared probe table.
     pub probe_index: u32,
+    /// What the probe records: bits of `probe::layout::kind`.
+    pub kind: u32,
+    /// The runtime, for probes that record more than a count.
+    pub runtime: Option<RuntimeAddrs>,
     /// Address in the target of this probe's enable flag (one byte; 0 = disabled).
     pub flag_addr: u64,
+    /// Address in the target of this probe's sample budget (sampling probes).
+    pub budget_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
     /// log2 of the number of counter rows (threads hash into rows).
@@ -229,6 +301,26 @@ pub struct Syscalls {
 /// [`Arch::plan`] as a function pointer.
 pub type PlanFn = fn(&[u8], u64, &[u64]) -> Result<SitePlan, Refusal>;
 
+/// [`Arch::plan_in`] as a function pointer.
+pub type PlanInFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
+
+/// The module around a function, as a planner may read it (runtime
+/// addresses): to follow jump tables and find code addresses that data holds.
+pub trait Image {
+    /// The file's bytes at `[addr, addr + len)`, if it holds them.
+    fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]>;
+    /// True if `addr` lies in an executable segment.
+    fn is_code(&self, addr: u64) -> bool;
+    /// True if code may hold absolute code addresses as immediates
+    /// (position-dependent code, or text relocations); false when code
+    /// addresses come only from PC-relative operands and data.
+    fn absolute_code(&self) -> bool;
+    /// Code addresses in `[lo, hi)` that data may hold (pointer tables,
+    /// computed-goto tables, function pointers): relocation targets, or for
+    /// position-dependent files every data word that is a code address.
+    fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64>;
+}
+
 /// The architecture-specific functions that work on bytes alone, for any
 /// binary tp can read (list-probes inspects files of other architectures).
 #[derive(Clone, Copy)]
@@ -239,11 +331,13 @@ pub struct Isa {
     pub plan: PlanFn,
     /// [`Arch::branch_targets`].
     pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
+    /// [`Arch::plan_in`].
+    pub plan_in: PlanInFn,
 }
 
 impl Isa {
     fn of<A: Arch>() -> Isa {
-        Isa { name: A::NAME, plan: A::plan, branch_targets: A::branch_targets }
+        Isa { name: A::NAME, plan: A::plan, branch_targets: A::branch_targets, plan_in: A::plan_in }
     }
 
     /// The functions for ELF machine `machine`, if tp knows it.
@@ -285,12 +379,34 @@ pub trait Arch {
     /// the window's interior.
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal>;
 
+    /// [`Arch::plan`] with the module around the function, which lets a
+    /// planner prove more windows safe (e.g. by reading jump tables).
+    fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
+        let _ = image;
+        Self::plan(code, function, extra_targets)
+    }
+
     /// Targets of the direct branches in `code` (at `addr`), for jumps into a
     /// function from its split-off parts.
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64>;
 
     /// Assembles the detour for `plan`, to run at address `at`.
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal>;
+
+    /// Reads, in the tracer, the counter the runtime stamps events with.
+    fn timestamp() -> u64;
+
+    /// The counter's frequency when the hardware says it (AArch64's CNTFRQ_EL0).
+    fn timestamp_hz() -> Option<u64>;
+
+    /// Assembles an arena's runtime block at `at`: the runtime's functions
+    /// and the return trampoline, which reach the context at `ctx`.
+    fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock;
+
+    /// Where the TCB keeps each thread's TID, as an offset from the thread
+    /// pointer the runtime uses, found by reading the TCBs of stopped
+    /// threads (`threads`: TID and registers); None if it cannot be told.
+    fn tid_offset(threads: &[(i32, Self::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32>;
 
     /// The bytes that replace the window: a branch from the site to `detour`,
     /// padded to the window's length.

@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::attach::{Attached, End, observe, print_summary};
+use super::attach::{Attached, End, Selection, observe, print_summary};
 use super::interrupt;
 use crate::cli::DemoArgs;
 use crate::output::thousands;
+use crate::probe::layout::{DEFAULT_RING_LEN, kind};
 use crate::process;
-use crate::symbols::Module;
+use crate::symbols::ProcessModules;
 
 /// Where the build put the bundled targets.
 pub fn targets_dir() -> PathBuf {
@@ -79,14 +80,21 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     eprintln!("tp demo: started {} as process {pid}", path.display());
 
     let funcs = vec!["foo".to_string(), "bar".to_string()];
-    let attached = Attached::attach(pid, &funcs, std::process::id())?;
+    let what = Selection {
+        funcs: funcs.clone(),
+        addrs: Vec::new(),
+        kind: kind::COUNT,
+        ring_len: DEFAULT_RING_LEN,
+        sample_budget: 0,
+    };
+    let attached = Attached::attach(pid, &what, std::process::id())?;
     eprintln!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         attached.attach_time.as_secs_f64() * 1e3,
         attached.stop_time.as_micros()
     );
     target.ask("spin 2", "spinning")?;
-    let end = observe(&attached, Some(Duration::from_secs_f64(args.duration)));
+    let end = observe(&attached, Some(Duration::from_secs_f64(args.duration)), None);
     let stopped = target.ask("stop", "stopped")?;
     let d = attached.detach()?;
     if end == End::Interrupted {
@@ -127,7 +135,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
 /// True if the in-memory code of each function equals its bytes in the file.
 fn code_matches_file(pid: i32, funcs: &[String]) -> Result<bool> {
     let maps = process::read_maps(pid)?;
-    let module = Module::main_executable(pid, &maps)?;
+    let modules = ProcessModules::new(pid, &maps)?;
+    let module = modules.main()?;
     let mem = process::memory::Memory::open(pid)?;
     for name in funcs {
         let f = module.function(name)?;

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
+use super::attach::session_is_running;
 use crate::cli::DetachArgs;
 use crate::output::thousands;
 use crate::probe::orphan;
@@ -65,13 +66,6 @@ fn processes_with_probes() -> Vec<i32> {
     pids
 }
 
-/// True if `owner` is a running tp session (not this process).
-fn session_is_live(owner: u32) -> bool {
-    owner != 0
-        && owner != std::process::id()
-        && process::status(owner as i32).is_ok_and(|st| st.name == "tp" && st.state != 'Z')
-}
-
 /// Releases what a tp killed while creating the data region left (see
 /// [`orphan`]), in a process without a region.
 fn release_orphans(pid: i32) -> Result<()> {
@@ -112,7 +106,7 @@ fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
     let region = Region::open(pid, mapping)?;
     let mem = Memory::open(pid)?;
     let stopped = Stopped::stop(pid)?;
-    let removed = remove::remove(&mem, &region, |_, e| !(spare_live_sessions && session_is_live(e.owner)))
+    let removed = remove::remove(&mem, &region, |_, e| !(spare_live_sessions && session_is_running(e.owner)))
         .context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
     for r in &removed {

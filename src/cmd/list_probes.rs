@@ -1,5 +1,6 @@
-//! `tp list-probes`: every function of a binary with tp's verdict on it,
-//! decided from the file alone, exactly as `attach` would decide.
+//! `tp list-probes`: every function of a binary, or of every module of a
+//! running process, with tp's verdict on it, decided from the files alone,
+//! exactly as `attach` would decide.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -10,74 +11,125 @@ use anyhow::{Result, bail};
 use crate::arch::{Isa, Refusal, SitePlan};
 use crate::cli::ListProbesArgs;
 use crate::output::json;
-use crate::symbols::{self, ElfFile, elf::machine_name};
+use crate::output::progress::Progress;
+use crate::process;
+use crate::symbols::{Module, ProcessModules, elf::machine_name};
+
+/// The rows of some modules, with each module's index.
+type ModuleRows = Vec<(usize, Vec<Row>)>;
 
 /// One function and its verdict.
 struct Row {
+    module: String,
     name: String,
-    addr: u64,
+    /// Link-time address for a file, runtime address for a process; None if inlined everywhere.
+    addr: Option<u64>,
     size: u64,
     verdict: Result<SitePlan, Refusal>,
+    signature: Option<String>,
 }
 
 /// Runs `tp list-probes`.
 pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
-    let elf = ElfFile::open(&args.binary, &args.binary)?;
-    let Some(isa) = Isa::for_machine(elf.machine) else {
-        bail!("`{}` is a {} binary; tp knows x86-64 and aarch64", args.binary.display(), machine_name(elf.machine));
+    let rows = match (&args.binary, args.pid) {
+        (Some(path), None) => {
+            let module = Module::from_file(path)?;
+            let Some(isa) = Isa::for_machine(module.elf.machine) else {
+                bail!(
+                    "`{}` is a {} binary; tp knows x86-64 and aarch64",
+                    path.display(),
+                    machine_name(module.elf.machine)
+                );
+            };
+            rows_of(&module, isa, args.verbose)
+        }
+        (None, Some(pid)) => process_rows(pid, args.verbose)?,
+        _ => bail!("give either a binary or --pid, not both"),
     };
-    let module = args.binary.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let rows = verdicts(&elf, isa);
     let mut out = std::io::stdout().lock();
     if args.summary {
-        print_summary(&mut out, &module, &rows)?;
+        print_summary(&mut out, &rows)?;
     } else if args.json {
-        for r in &rows {
-            let (ok, reason) = match &r.verdict {
-                Ok(_) => (true, "null".to_string()),
-                Err(why) => (false, json::string(&why.to_string())),
-            };
-            writeln!(
-                out,
-                "{{\"module\":{},\"func\":{},\"address\":\"{:#x}\",\"size\":{},\"probeable\":{ok},\"reason\":{reason}}}",
-                json::string(&module),
-                json::string(&r.name),
-                r.addr,
-                r.size
-            )?;
-        }
+        print_json(&mut out, &rows)?;
     } else {
-        let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(8).clamp(8, 40);
-        writeln!(out, "{:<18}  {:>7}  {:<w$}  VERDICT", "ADDRESS", "SIZE", "FUNCTION")?;
-        for r in &rows {
-            writeln!(
-                out,
-                "{:<18}  {:>7}  {:<w$}  {}",
-                format!("{:#x}", r.addr),
-                r.size,
-                r.name,
-                verdict_text(&r.verdict)
-            )?;
-        }
+        print_table(&mut out, &rows, args.pid.is_some())?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn verdicts(elf: &ElfFile, isa: Isa) -> Vec<Row> {
-    elf.unique_functions()
+/// The rows of every module of process `pid`, parsed on two threads.
+fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
+    process::status(pid)?;
+    let maps = process::read_maps(pid)?;
+    let count = ProcessModules::new(pid, &maps)?.len();
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(count).max(1);
+    let progress = Progress::new(if count > 20 { count as u64 * 100 } else { 0 }, "reading modules");
+    let results: Vec<Result<ModuleRows>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let maps = &maps;
+                let progress = &progress;
+                s.spawn(move || -> Result<ModuleRows> {
+                    // Each thread parses its own modules: parsed modules are not shared.
+                    let modules = ProcessModules::new(pid, maps)?;
+                    let mut out = Vec::new();
+                    for i in (w..modules.len()).step_by(workers) {
+                        match modules.get(i) {
+                            Ok(m) => out.push((i, rows_of(m, Isa::host(), verbose))),
+                            Err(e) => eprintln!("tp: skipping `{}`: {e:#}", modules.name(i)),
+                        }
+                        for _ in 0..100 {
+                            progress.inc();
+                        }
+                    }
+                    Ok(out)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("list-probes worker")).collect()
+    });
+    progress.finish();
+    let mut by_module: ModuleRows = Vec::new();
+    for r in results {
+        by_module.extend(r?);
+    }
+    by_module.sort_by_key(|(i, _)| *i);
+    Ok(by_module.into_iter().flat_map(|(_, rows)| rows).collect())
+}
+
+/// The verdict on every function of `m`, plus its functions inlined everywhere.
+fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
+    let dwarf = m.dwarf();
+    let planner = m.planner();
+    let mut rows: Vec<Row> = m
+        .functions()
         .into_iter()
         .filter(|f| f.size > 0)
         .map(|f| {
-            let verdict = match elf.bytes_at(f.addr, f.size) {
-                None => Err(Refusal::Undecodable { at: f.addr }),
-                Some(code) => {
-                    let extra = symbols::cold_targets(elf, 0, &f.name, f.addr, f.size, isa);
-                    (isa.plan)(code, f.addr, &extra)
+            let verdict = if f.ifunc {
+                Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"))
+            } else {
+                match m.code_of(&f) {
+                    Err(_) => Err(Refusal::Undecodable { at: f.addr }),
+                    Ok(code) => planner.plan(m, &f, code, isa),
                 }
             };
-            Row { name: f.name.clone(), addr: f.addr, size: f.size, verdict }
+            let signature =
+                verbose.then(|| dwarf.and_then(|d| d.at(f.addr.wrapping_sub(m.bias))).map(|d| d.signature())).flatten();
+            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr), size: f.size, verdict, signature }
         })
-        .collect()
+        .collect();
+    if let Some(d) = dwarf {
+        rows.extend(d.inlined_only.iter().map(|name| Row {
+            module: m.name.clone(),
+            name: name.clone(),
+            addr: None,
+            size: 0,
+            verdict: Err(Refusal::InlinedEverywhere),
+            signature: None,
+        }));
+    }
+    rows
 }
 
 /// `ok (N bytes: mov, push)` or `refused: <reason>`.
@@ -88,23 +140,86 @@ pub fn verdict_text(v: &Result<SitePlan, Refusal>) -> String {
     }
 }
 
-fn print_summary(out: &mut impl Write, module: &str, rows: &[Row]) -> Result<()> {
-    let big: Vec<&Row> = rows.iter().filter(|r| r.size >= 5).collect();
-    let ok = big.iter().filter(|r| r.verdict.is_ok()).count();
-    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+fn address_text(addr: Option<u64>) -> String {
+    addr.map_or("-".to_string(), |a| format!("{a:#x}"))
+}
+
+fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<()> {
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(8).clamp(8, 40);
+    let mw = rows.iter().map(|r| r.module.len()).max().unwrap_or(6).clamp(6, 28);
+    if with_module {
+        writeln!(out, "{:<mw$}  {:<18}  {:>7}  {:<w$}  VERDICT", "MODULE", "ADDRESS", "SIZE", "FUNCTION")?;
+    } else {
+        writeln!(out, "{:<18}  {:>7}  {:<w$}  VERDICT", "ADDRESS", "SIZE", "FUNCTION")?;
+    }
     for r in rows {
+        let verdict = verdict_text(&r.verdict);
+        if with_module {
+            writeln!(out, "{:<mw$}  {:<18}  {:>7}  {:<w$}  {verdict}", r.module, address_text(r.addr), r.size, r.name)?;
+        } else {
+            writeln!(out, "{:<18}  {:>7}  {:<w$}  {verdict}", address_text(r.addr), r.size, r.name)?;
+        }
+        if let Some(sig) = &r.signature {
+            writeln!(out, "{:20}{sig}", "")?;
+        }
+    }
+    Ok(())
+}
+
+fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
+    for r in rows {
+        let (ok, reason) = match &r.verdict {
+            Ok(_) => (true, "null".to_string()),
+            Err(why) => (false, json::string(&why.to_string())),
+        };
+        let addr = r.addr.map_or("null".to_string(), |a| format!("\"{a:#x}\""));
+        let sig = r.signature.as_deref().map_or(String::new(), |s| format!(",\"signature\":{}", json::string(s)));
+        writeln!(
+            out,
+            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"probeable\":{ok},\"reason\":{reason}{sig}}}",
+            json::string(&r.module),
+            json::string(&r.name),
+            r.size
+        )?;
+    }
+    Ok(())
+}
+
+fn print_summary(out: &mut impl Write, rows: &[Row]) -> Result<()> {
+    let mut modules: Vec<&str> = rows.iter().map(|r| r.module.as_str()).collect();
+    modules.dedup();
+    for module in &modules {
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.module == *module).collect();
+        summarize(out, module, &mine)?;
+    }
+    if modules.len() > 1 {
+        summarize(out, "all modules", &rows.iter().collect::<Vec<_>>())?;
+    }
+    Ok(())
+}
+
+fn summarize(out: &mut impl Write, title: &str, rows: &[&Row]) -> Result<()> {
+    let with_code: Vec<&&Row> = rows.iter().filter(|r| r.addr.is_some()).collect();
+    let big: Vec<&&&Row> = with_code.iter().filter(|r| r.size >= 5).collect();
+    let ok = big.iter().filter(|r| r.verdict.is_ok()).count();
+    let inlined = rows.len() - with_code.len();
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &with_code {
         if let Err(why) = &r.verdict {
             *reasons.entry(why.kind()).or_default() += 1;
         }
     }
     let pct = if big.is_empty() { 0.0 } else { 100.0 * ok as f64 / big.len() as f64 };
-    writeln!(out, "{module}: {} functions, {} of at least 5 bytes", rows.len(), big.len())?;
+    writeln!(out, "{title}: {} functions, {} of at least 5 bytes", with_code.len(), big.len())?;
     writeln!(out, "probeable: {ok} of {} ({pct:.1}%)", big.len())?;
-    writeln!(out, "refused:   {}", rows.iter().filter(|r| r.verdict.is_err()).count())?;
+    writeln!(out, "refused:   {}", with_code.iter().filter(|r| r.verdict.is_err()).count())?;
     let mut top: Vec<(&str, usize)> = reasons.into_iter().collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     for (why, n) in top.iter().take(8) {
         writeln!(out, "  {n:>7}  {why}")?;
+    }
+    if inlined > 0 {
+        writeln!(out, "inlined everywhere (no code of their own): {inlined}")?;
     }
     Ok(())
 }

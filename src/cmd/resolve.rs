@@ -1,29 +1,69 @@
-//! From function names to planned probe requests, before anything is stopped.
+//! From what the user named (`-f` patterns, `--addr` addresses) to planned
+//! probe requests, before anything in the target is stopped.
 
 use anyhow::{Result, bail};
 
-use crate::arch::{Arch, Host};
+use crate::arch::SitePlan;
+use crate::arch::{Isa, Refusal};
+use crate::output::progress::Progress;
 use crate::probe::Request;
-use crate::symbols::Module;
+use crate::symbols::{Found, Function, Module, ProcessModules};
 
-/// Resolves and plans each name in `module`; any unknown or refused name is an error.
-pub fn requests(module: &Module, names: &[String]) -> Result<Vec<Request>> {
-    let mut out: Vec<Request> = Vec::new();
-    for name in names {
-        let function = module.function(name)?;
-        if out.iter().any(|r| r.function.addr == function.addr) {
-            continue;
-        }
-        if function.size == 0 {
-            bail!("cannot probe `{name}`: its symbol has no size, so tp cannot check its code");
-        }
-        let code = module.code_of(&function)?;
-        let extra = module.extra_targets(&function);
-        let plan = match Host::plan(code, function.addr, &extra) {
-            Ok(p) => p,
-            Err(refusal) => bail!("cannot probe `{name}`: {refusal}"),
-        };
-        out.push(Request { function, plan, span: module.span });
+/// The outcome of resolving and planning.
+#[derive(Debug)]
+pub struct Resolved {
+    /// Functions that will be probed.
+    pub requests: Vec<Request>,
+    /// Functions a glob matched that cannot be probed, with the reason.
+    pub refused: Vec<(Function, Refusal)>,
+}
+
+/// Plans the probe of function `f` of module `m`.
+pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
+    if f.ifunc {
+        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
     }
-    Ok(out)
+    if f.size == 0 {
+        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
+    }
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    m.planner().plan(m, f, code, Isa::host())
+}
+
+/// Resolves `patterns` and `addrs` in `modules` and plans each function,
+/// to record `kind` (bits of `probe::layout::kind`). A function named
+/// exactly that cannot be probed is an error; one matched by a glob is
+/// skipped and reported in [`Resolved::refused`].
+pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64], kind: u32) -> Result<Resolved> {
+    let mut found = modules.resolve(patterns)?;
+    for &a in addrs {
+        let f = modules.at_address(a)?;
+        if !found.iter().any(|x| x.function.addr == f.function.addr) {
+            found.push(f);
+        }
+    }
+    let progress = Progress::new(found.len() as u64, "planning probes");
+    let mut requests = Vec::new();
+    let mut refused = Vec::new();
+    for Found { module, function, explicit } in found {
+        progress.inc();
+        let m = modules.get(module)?;
+        match plan(m, &function) {
+            Ok(plan) => requests.push(Request { function, plan, span: m.span, kind }),
+            Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
+            Err(r) => refused.push((function, r)),
+        }
+    }
+    progress.finish();
+    if requests.is_empty() {
+        match refused.first() {
+            Some((f, r)) => bail!(
+                "nothing to probe: the {} functions matched cannot be probed (e.g. `{}`: {r})",
+                refused.len(),
+                f.name
+            ),
+            None => bail!("nothing to probe"),
+        }
+    }
+    Ok(Resolved { requests, refused })
 }

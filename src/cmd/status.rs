@@ -24,7 +24,13 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
         .entries()
         .into_iter()
         .filter(|(_, e)| e.state().maybe_patched())
-        .map(|(i, e)| ProbeStat { func: e.name(), module: e.module(), address: e.function, hits: region.hits(i) })
+        .map(|(i, e)| ProbeStat {
+            func: e.name(),
+            module: e.module(),
+            address: e.function,
+            hits: region.hits(i),
+            enabled: region.enabled(i),
+        })
         .collect();
     print_summary(&Summary { pid: args.pid, probes }, args.json)?;
     Ok(ExitCode::SUCCESS)

@@ -26,22 +26,59 @@ pub fn string(s: &str) -> String {
     out
 }
 
-/// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N},…]}`.
+/// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N,"enabled":true},…]}`.
 pub fn summary(s: &Summary) -> String {
     let probes: Vec<String> = s
         .probes
         .iter()
         .map(|p| {
             format!(
-                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{}}}",
+                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{},\"enabled\":{}}}",
                 string(&p.func),
                 string(&p.module),
                 p.address,
-                p.hits
+                p.hits,
+                p.enabled
             )
         })
         .collect();
     format!("{{\"pid\":{},\"probes\":[{}]}}", s.pid, probes.join(","))
+}
+
+/// The summary with latency: each probe gains `calls_timed`, `total_ns`,
+/// `avg_ns`, `p50_ns`, `p99_ns` and `histogram` (`[[low_ns, high_ns, count], …]`)
+/// when it was timed, and the object gains `lost_events`.
+pub fn summary_with_latency(s: &Summary, latency: &[Option<&crate::events::stats::Latency>], lost: u64) -> String {
+    let probes: Vec<String> = s
+        .probes
+        .iter()
+        .zip(latency)
+        .map(|(p, l)| {
+            let mut o = format!(
+                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{}",
+                string(&p.func),
+                string(&p.module),
+                p.address,
+                p.hits
+            );
+            if let Some(l) = l {
+                let hist: Vec<String> = l.log2_buckets().iter().map(|(lo, hi, n)| format!("[{lo},{hi},{n}]")).collect();
+                let _ = write!(
+                    o,
+                    ",\"calls_timed\":{},\"total_ns\":{},\"avg_ns\":{},\"p50_ns\":{},\"p99_ns\":{},\"histogram\":[{}]",
+                    l.count,
+                    l.total_ns,
+                    l.avg_ns(),
+                    l.quantile_ns(0.5),
+                    l.quantile_ns(0.99),
+                    hist.join(",")
+                );
+            }
+            o.push('}');
+            o
+        })
+        .collect();
+    format!("{{\"pid\":{},\"probes\":[{}],\"lost_events\":{lost}}}", s.pid, probes.join(","))
 }
 
 #[cfg(test)]
@@ -58,8 +95,11 @@ mod tests {
     fn summary_shape() {
         let s = Summary {
             pid: 7,
-            probes: vec![ProbeStat { func: "foo".into(), module: "m".into(), address: 0x1630, hits: 3 }],
+            probes: vec![ProbeStat { func: "foo".into(), module: "m".into(), address: 0x1630, hits: 3, enabled: true }],
         };
-        assert_eq!(summary(&s), r#"{"pid":7,"probes":[{"func":"foo","module":"m","address":"0x1630","hits":3}]}"#);
+        assert_eq!(
+            summary(&s),
+            r#"{"pid":7,"probes":[{"func":"foo","module":"m","address":"0x1630","hits":3,"enabled":true}]}"#
+        );
     }
 }

@@ -74,6 +74,11 @@ impl Live {
         self.last_at = Instant::now();
     }
 
+    /// Runs `f` with the display hidden, so lines printed meanwhile do not tear it.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.multi.suspend(f)
+    }
+
     /// How long the display has been up.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()

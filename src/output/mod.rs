@@ -1,8 +1,12 @@
 //! Presentation: what tp prints, and nothing about how the numbers were
 //! obtained. Data goes to stdout; status lines go to stderr.
 
+pub mod chrome;
+pub mod events;
+pub mod histogram;
 pub mod json;
 pub mod live;
+pub mod progress;
 pub mod table;
 
 /// One probe's numbers.
@@ -16,6 +20,8 @@ pub struct ProbeStat {
     pub address: u64,
     /// Calls counted.
     pub hits: u64,
+    /// False while the probe is switched off (`tp disable`).
+    pub enabled: bool,
 }
 
 /// The probes of one process.

@@ -17,14 +17,17 @@
 //! them. If a step fails, [`PatchGuard`] restores every site this commit
 //! patched.
 
+use std::collections::HashMap;
+
 use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
 
-use super::Request;
 use super::arena::{self, Span};
-use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State};
+use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State, kind};
 use super::region::Region;
-use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal};
+use super::{Request, runtime};
+use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal, RuntimeAddrs};
+use crate::output::progress::Progress;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -34,8 +37,10 @@ use crate::process::{self, Mapping};
 const STACK_SCAN_BYTES: u64 = 64 << 10;
 /// The smallest code arena tp maps.
 const MIN_ARENA: u64 = 64 << 10;
-/// An upper bound on one detour's size, for arena sizing.
+/// A typical detour's size, for sizing arenas: a counting detour, and one
+/// that also calls the runtime. Placement checks the real size.
 const DETOUR_BUDGET: u64 = 160;
+const EVENT_DETOUR_BUDGET: u64 = 320;
 
 /// A probe that is live after [`install`].
 #[derive(Debug, Clone)]
@@ -68,6 +73,17 @@ pub struct Prepared {
     created_region: bool,
 }
 
+/// How to install.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// The tp session that owns the probes, or 0 to keep them after tp exits.
+    pub owner: u32,
+    /// Events per thread ring, for a region created now.
+    pub ring_len: u32,
+    /// Samples each probe may record before it disables itself (sampling probes).
+    pub sample_budget: i32,
+}
+
 /// Writes detours for `requests` using the stopped worker thread.
 /// `region` is the process's existing data region, if it has one.
 pub fn prepare(
@@ -75,7 +91,7 @@ pub fn prepare(
     mem: &Memory,
     region: Option<Region>,
     requests: &[Request],
-    owner: u32,
+    opts: Options,
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
@@ -89,10 +105,10 @@ pub fn prepare(
     let result = (|| {
         let region = match region {
             Some(r) => r,
-            None => create_region(&mut caller, mem, &maps, requests)?,
+            None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
         };
         crate::fault::point("after-inject");
-        let placed = write_detours(mem, &mut caller, &maps, &region, requests, owner)?;
+        let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
         Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
     })();
     for sig in std::mem::take(&mut caller.deferred_signals) {
@@ -106,6 +122,9 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
     let Prepared { region, requests, placed, created_region } = prepared;
     check_code(mem, &requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
+    if requests.iter().any(|r| r.kind & (kind::ARGS | kind::RET) != 0) {
+        learn_tid_offset(stopped, mem, &region)?;
+    }
     let moved_threads = move_threads_out_of_windows(stopped, mem, &maps, &requests, &placed)?;
 
     let mut guard = PatchGuard { mem, region: &region, patched: Vec::new() };
@@ -126,6 +145,23 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
         .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
         .collect();
     Ok((region, Report { installed, moved_threads, created_region }))
+}
+
+/// Tells the runtime where each thread's TCB keeps its TID, if the stopped
+/// threads show it, so events carry the TID without a syscall.
+fn learn_tid_offset(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()> {
+    let mut h = region.header();
+    if h.ctx.tid_offset != 0 {
+        return Ok(());
+    }
+    let threads: Vec<(i32, <Host as Arch>::Regs)> =
+        stopped.threads().filter_map(|t| Some((t.tid.as_raw(), Host::get_regs(t.tid).ok()?))).collect();
+    let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
+    if let Some(off) = Host::tid_offset(&threads, &read) {
+        h.ctx.tid_offset = off;
+        region.set_header(&h)?;
+    }
+    Ok(())
 }
 
 /// Refuses functions whose code in memory is not what the file holds.
@@ -154,11 +190,14 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
     Ok(())
 }
 
-/// Where probe `index`'s detour finds its flag and counters.
-fn spec_for(region: &Region, h: &Header, index: u32) -> DetourSpec {
+/// Where probe `index`'s detour finds its flag, counters and runtime.
+fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     DetourSpec {
         probe_index: index,
+        kind,
+        runtime,
         flag_addr: region.target_addr() + h.flags_off + index as u64,
+        budget_addr: region.target_addr() + h.budgets_off + 4 * index as u64,
         counters: region.target_addr() + h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
@@ -168,10 +207,17 @@ fn spec_for(region: &Region, h: &Header, index: u32) -> DetourSpec {
 /// Creates the data region: a code arena first (its bytes hold the memfd's
 /// name, which memfd_create must read from the target's memory), then
 /// memfd_create, ftruncate, mmap MAP_SHARED and close in the target.
-fn create_region(caller: &mut RemoteCaller, mem: &Memory, maps: &[Mapping], requests: &[Request]) -> Result<Region> {
-    let g = layout::geometry(requests.len() as u32);
+fn create_region(
+    caller: &mut RemoteCaller,
+    mem: &Memory,
+    maps: &[Mapping],
+    requests: &[Request],
+    ring_len: u32,
+) -> Result<Region> {
+    let g = layout::geometry(requests.len() as u32, ring_len);
     let span = requests.first().map(|r| r.span).context("nothing to install")?;
-    let arena = alloc_arena(caller, maps, span, arena_size(requests.len()))?;
+    let kind = requests.iter().fold(0, |k, r| k | r.kind);
+    let arena = alloc_arena(caller, maps, span, arena_size(requests.len(), kind))?;
     let name_at = arena.addr + arena.size - super::orphan::NAME_FROM_END;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
@@ -200,8 +246,9 @@ fn create_region(caller: &mut RemoteCaller, mem: &Memory, maps: &[Mapping], requ
     made
 }
 
-fn arena_size(probes: usize) -> u64 {
-    (probes as u64 * DETOUR_BUDGET).max(MIN_ARENA).next_multiple_of(4096)
+fn arena_size(probes: usize, kind: u32) -> u64 {
+    let each = if kind == kind::COUNT { DETOUR_BUDGET } else { EVENT_DETOUR_BUDGET };
+    (probes as u64 * each).max(MIN_ARENA).next_multiple_of(4096)
 }
 
 /// Maps a fresh R-X arena near `span`, trying candidate holes nearest first.
@@ -212,7 +259,7 @@ fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, size: u6
     for addr in arena::candidates(maps, span, size, Host::BRANCH_REACH).into_iter().take(8) {
         let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
         if got as u64 == addr {
-            return Ok(Arena { addr, size, used: 0 });
+            return Ok(Arena { addr, size, used: 0, runtime: 0 });
         }
         if got >= 0 {
             // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint: undo.
@@ -236,14 +283,22 @@ fn write_detours(
     maps: &[Mapping],
     region: &Region,
     requests: &[Request],
-    owner: u32,
+    opts: &Options,
 ) -> Result<Vec<Placed>> {
     let mut h = region.header();
+    let mut inactive: HashMap<u64, Vec<(u32, Entry)>> = HashMap::new();
+    for (i, e) in region.entries() {
+        if e.state() == State::Inactive && e.detour != 0 {
+            inactive.entry(e.site).or_default().push((i, e));
+        }
+    }
 
     // Detours: reuse an identical one left by an earlier session, or append a new one.
+    let progress = Progress::new(requests.len() as u64, "writing detours");
     let mut placed = Vec::new();
     for (k, req) in requests.iter().enumerate() {
-        if let Some(p) = reuse(region, mem, req, &h, &placed)? {
+        progress.inc();
+        if let Some(p) = reuse(region, mem, req, &h, inactive.get_mut(&req.plan.site))? {
             placed.push(p);
             continue;
         }
@@ -252,32 +307,34 @@ fn write_detours(
             bail!("tp's data region in process {pid} is full ({} probes); run `tp detach -p {pid}` first", h.capacity);
         }
         let index = h.count;
-        let spec = spec_for(region, &h, index);
-        let (at, detour) = place_detour(caller, maps, &mut h, req, &spec, requests.len() - k)?;
+        let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, requests.len() - k)?;
         mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
         crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
         placed.push(Placed { index, detour, at });
     }
+    progress.finish();
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.
     for (req, p) in requests.iter().zip(&placed) {
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
-        e.owner = owner;
+        e.owner = opts.owner;
         e.function = req.function.addr;
         e.site = req.plan.site;
         e.detour = p.at;
         e.detour_len = p.detour.bytes.len() as u32;
         e.window_len = req.plan.len() as u32;
+        e.kind = req.kind;
         e.original[..req.plan.len()].copy_from_slice(&req.plan.window);
         let patch = Host::patch_bytes(&req.plan, p.at).map_err(|r| anyhow::anyhow!("`{}`: {r}", req.function.name))?;
         e.patch[..patch.len()].copy_from_slice(&patch);
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         region.zero_hits(p.index)?;
+        region.set_budget(p.index, opts.sample_budget)?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
         crate::fault::point("after-entry");
@@ -287,55 +344,110 @@ fn write_detours(
     Ok(placed)
 }
 
-/// Finds an inactive entry for the same site whose detour, rebuilt for that
-/// entry, is byte-identical to what the target already holds.
-fn reuse(region: &Region, mem: &Memory, req: &Request, h: &Header, taken: &[Placed]) -> Result<Option<Placed>> {
-    for (i, e) in region.entries() {
-        if e.state() != State::Inactive || e.site != req.plan.site || e.detour == 0 {
+/// Takes an inactive entry for the same site (from `candidates`) whose
+/// detour, rebuilt for that entry, is byte-identical to what the target holds.
+fn reuse(
+    region: &Region,
+    mem: &Memory,
+    req: &Request,
+    h: &Header,
+    candidates: Option<&mut Vec<(u32, Entry)>>,
+) -> Result<Option<Placed>> {
+    let Some(candidates) = candidates else { return Ok(None) };
+    for k in 0..candidates.len() {
+        let (i, e) = candidates[k];
+        if e.kind != req.kind {
             continue;
         }
-        if taken.iter().any(|p| p.index == i) {
+        let runtime = if req.kind == kind::COUNT {
+            None
+        } else {
+            match h.arenas[..h.arena_count as usize].iter().find(|a| a.addr <= e.detour && e.detour < a.addr + a.size) {
+                Some(a) if a.runtime != 0 => Some(runtime_addrs(region, h, a.runtime)),
+                _ => continue,
+            }
+        };
+        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req.kind, runtime)) else {
             continue;
-        }
-        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i)) else { continue };
+        };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
+            candidates.swap_remove(k);
             return Ok(Some(Placed { index: i, detour, at: e.detour }));
         }
     }
     Ok(None)
 }
 
-/// Builds the detour in an arena within reach (allocating one if needed) and
-/// reserves its bytes in the header.
+/// Where the runtime block at `at` keeps its parts.
+fn runtime_addrs(region: &Region, h: &Header, at: u64) -> RuntimeAddrs {
+    let ctx = region.target_addr() + Header::ctx_off();
+    let _ = h;
+    Host::build_runtime(at, ctx, &runtime::blobs()).addrs
+}
+
+/// Builds the detour of probe `index` in an arena within reach (allocating
+/// one if needed, and writing the arena's runtime block first when the probe
+/// needs it) and reserves its bytes in the header.
+#[allow(clippy::too_many_arguments)]
 fn place_detour(
     caller: &mut RemoteCaller,
+    mem: &Memory,
     maps: &[Mapping],
+    region: &Region,
     h: &mut Header,
     req: &Request,
-    spec: &DetourSpec,
+    index: u32,
     remaining: usize,
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
-    for a in h.arenas[..h.arena_count as usize].iter_mut() {
-        if !arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH) || a.size - a.used < DETOUR_BUDGET {
+    let needs_runtime = req.kind != kind::COUNT;
+    let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
+    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH);
+    // Arenas within reach first, then a new one: the detour goes in the
+    // first where it really fits (its size depends on where it goes).
+    let mut tried_new = false;
+    let mut slot = 0;
+    loop {
+        if slot == h.arena_count as usize {
+            if tried_new {
+                bail!("the detour of `{}` does not fit a new code arena", req.function.name);
+            }
+            if h.arena_count as usize == layout::MAX_ARENAS {
+                bail!("tp's data region has no room for another code arena; run `tp detach` first");
+            }
+            let size = arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
+            h.arenas[slot] = alloc_arena(caller, maps, req.span, size)?;
+            h.arena_count += 1;
+            tried_new = true;
+        }
+        let a = h.arenas[slot];
+        let runtime_still_needed = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
+        let room = (a.size - a.used).saturating_sub(runtime_still_needed);
+        if !reachable(&a) || room < DETOUR_BUDGET {
+            slot += 1;
             continue;
         }
-        let at = a.addr + a.used;
-        let detour = Host::build_detour(&req.plan, at, spec).map_err(refused)?;
-        if detour.bytes.len() as u64 <= a.size - a.used {
-            a.used = (a.used + detour.bytes.len() as u64).next_multiple_of(16);
-            return Ok((at, detour));
+        // Where the detour would go, after a runtime block the arena may still need.
+        let (runtime_at, at) = match (needs_runtime, a.runtime) {
+            (true, 0) => (a.addr + a.used, (a.addr + a.used + runtime_len).next_multiple_of(16)),
+            (_, r) => (r, a.addr + a.used),
+        };
+        let runtime = needs_runtime.then(|| runtime_addrs(region, h, runtime_at));
+        let spec = spec_for(region, h, index, req.kind, runtime);
+        let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
+        if at + detour.bytes.len() as u64 > a.addr + a.size {
+            slot += 1;
+            continue;
         }
+        let a = &mut h.arenas[slot];
+        if needs_runtime && a.runtime == 0 {
+            let block = Host::build_runtime(runtime_at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
+            mem.write(runtime_at, &block.bytes).context("writing tp's runtime into the target")?;
+            a.runtime = runtime_at;
+        }
+        a.used = (at + detour.bytes.len() as u64).next_multiple_of(16) - a.addr;
+        return Ok((at, detour));
     }
-    if h.arena_count as usize == layout::MAX_ARENAS {
-        bail!("tp's data region has no room for another code arena; run `tp detach` first");
-    }
-    let mut a = alloc_arena(caller, maps, req.span, arena_size(remaining))?;
-    let detour = Host::build_detour(&req.plan, a.addr, spec).map_err(refused)?;
-    a.used = (detour.bytes.len() as u64).next_multiple_of(16);
-    h.arenas[h.arena_count as usize] = a;
-    h.arena_count += 1;
-    Ok((a.addr, detour))
 }
 
 /// Moves every thread whose PC (or restart PC) lies inside a window to the
@@ -349,6 +461,8 @@ fn move_threads_out_of_windows(
     placed: &[Placed],
 ) -> Result<usize> {
     let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
+    let interior: HashMap<u64, &Request> =
+        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
     let mut moves = Vec::new();
     for tid in tids {
         let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
@@ -373,7 +487,7 @@ fn move_threads_out_of_windows(
             Host::set_pc(&mut regs, target);
             moves.push((tid, regs));
         }
-        scan_stack(tid, mem, maps, &regs, requests)?;
+        scan_stack(tid, mem, maps, &regs, &interior)?;
     }
     for (tid, regs) in &moves {
         Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
@@ -389,10 +503,8 @@ fn scan_stack(
     mem: &Memory,
     maps: &[Mapping],
     regs: &<Host as Arch>::Regs,
-    requests: &[Request],
+    interior: &HashMap<u64, &Request>,
 ) -> Result<()> {
-    let interior: Vec<(u64, &Request)> =
-        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
     if interior.is_empty() {
         return Ok(());
     }
@@ -402,7 +514,7 @@ fn scan_stack(
     let bytes = mem.read_partial(sp & !7, len as usize);
     for word in bytes.chunks_exact(8) {
         let v = u64::from_le_bytes(word.try_into().unwrap());
-        if let Some((_, req)) = interior.iter().find(|(a, _)| *a == v) {
+        if let Some(req) = interior.get(&v) {
             bail!(
                 "thread {tid} has an address inside the patch window of `{}` on its stack \
                  (interrupted by a signal there?); try again",

@@ -6,13 +6,18 @@
 //! killed:
 //!
 //! ```text
-//! offset 0         Header     magic "tp-data\0", layout version, sizes, arenas
-//! probes_off       Entry[cap] one 256-byte entry per probe: state, site,
-//!                             original and patch bytes, detour, name
+//! offset 0         Header     magic "tp-data\0", layout version, sizes,
+//!                             arenas, and the runtime's context (EventCtx)
+//! probes_off       Entry[cap] one 256-byte entry per probe: state, kind,
+//!                             site, original and patch bytes, detour, name
 //! flags_off        u8[cap]    per-probe enable flag, read by every detour
+//! budgets_off      i32[cap]   per-probe sample budget (tp profile)
 //! counters_off     rows       2^slot_bits rows of 2^stride_shift bytes; row r
 //!                             holds one u64 hit counter per probe for the
 //!                             threads that hash to r
+//! events_off       slots      one slot per thread that recorded an event:
+//!                             SlotHead, shadow stack (Frame[shadow_len]),
+//!                             ring (Event[ring_len]); see runtime.c
 //! ```
 //!
 //! Entries change only while the target is ptrace-stopped by the tp that
@@ -21,7 +26,7 @@
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 3;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -30,6 +35,12 @@ pub const MAX_ARENAS: usize = 64;
 pub const SLOT_BITS: u32 = 6;
 /// The smallest probe capacity a region is created with.
 pub const MIN_CAPACITY: u32 = 4096;
+/// log2 of the number of thread slots for events.
+pub const EVENT_SLOT_BITS: u32 = 7;
+/// Events per thread ring, unless `--ring-size` says otherwise.
+pub const DEFAULT_RING_LEN: u32 = 2048;
+/// Return addresses a thread's shadow stack holds.
+pub const SHADOW_LEN: u32 = 128;
 
 /// A code arena: private R-X pages in the target that hold detours.
 #[repr(C)]
@@ -41,7 +52,120 @@ pub struct Arena {
     pub size: u64,
     /// Bytes used from the start; detours are only ever appended.
     pub used: u64,
+    /// Address of the runtime block in this arena (runtime functions and the
+    /// return trampoline), or 0 if the arena has none yet.
+    pub runtime: u64,
 }
+
+/// What the in-target runtime reads (`struct tp_ctx` in runtime.c).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EventCtx {
+    /// Address in the target of thread slot 0.
+    pub slots: u64,
+    /// Bytes per thread slot.
+    pub slot_size: u64,
+    /// log2 of the number of thread slots.
+    pub slot_bits: u32,
+    /// Events per ring, minus one (a power of two minus one).
+    pub ring_mask: u32,
+    /// Frames per shadow stack.
+    pub shadow_len: u32,
+    /// Offset from the thread pointer of the TID in the TCB; 0 if unknown.
+    pub tid_offset: i32,
+    /// Events dropped because every slot was taken.
+    pub lost_no_slot: u64,
+    /// Address in the target of the enable flags.
+    pub flags: u64,
+    /// Address in the target of the sample budgets.
+    pub budgets: u64,
+}
+
+/// The head of a thread slot (`struct tp_slot` in runtime.c).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SlotHead {
+    /// The owning thread's thread pointer; 0 if free.
+    pub key: u64,
+    /// Its TID, when the runtime asked the kernel.
+    pub tid: u32,
+    /// Shadow frames in use.
+    pub depth: u32,
+    /// Events or frames dropped because the ring or the shadow stack was full.
+    pub lost: u64,
+    /// The thread's last look at `tail`.
+    pub cached_tail: u64,
+    /// Padding to the next cache line.
+    pub pad0: [u64; 4],
+    /// Next event the thread writes.
+    pub head: u64,
+    /// Padding.
+    pub pad1: [u64; 7],
+    /// Next event the tracer reads.
+    pub tail: u64,
+    /// Padding.
+    pub pad2: [u64; 7],
+}
+
+/// One shadow frame (`struct tp_frame` in runtime.c).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// Stack address that held the return address.
+    pub slot: u64,
+    /// The original return address.
+    pub ret: u64,
+    /// Timestamp at entry.
+    pub tsc: u64,
+    /// Probe index.
+    pub probe: u32,
+    /// Padding.
+    pub pad: u32,
+    /// The trampoline address written into the slot.
+    pub tramp: u64,
+    /// Padding.
+    pub pad2: [u64; 3],
+}
+
+/// One event (`struct tp_event` in runtime.c).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Event {
+    /// Probe index, with the kind in the top byte.
+    pub probe: u32,
+    /// Thread ID.
+    pub tid: u32,
+    /// Timestamp (cycle counter).
+    pub tsc: u64,
+    /// Entry: the six integer argument registers. Exit: return value,
+    /// entry timestamp, second return register.
+    pub v: [u64; 6],
+}
+
+/// Event kinds (the top byte of [`Event::probe`]).
+pub mod event_kind {
+    /// Function entry.
+    pub const ENTRY: u8 = 1;
+    /// Function exit.
+    pub const EXIT: u8 = 2;
+    /// An exception unwound the frame; its exit was not seen.
+    pub const UNWOUND: u8 = 3;
+}
+
+/// Flags passed to the runtime's `tp_entry` with the probe index.
+pub mod entry_flags {
+    /// Record an entry event with the argument registers.
+    pub const RECORD_ENTRY: u32 = 1 << 24;
+    /// Replace the return address to see the exit.
+    pub const HIJACK_RETURN: u32 = 1 << 25;
+    /// Spend one of the probe's sample budget (the detour calls the runtime
+    /// only while the budget is positive).
+    pub const SAMPLE: u32 = 1 << 26;
+}
+
+const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
+const _: () = assert!(std::mem::size_of::<Frame>() == 64);
+const _: () = assert!(std::mem::size_of::<Event>() == 64);
 
 /// The region header.
 #[repr(C)]
@@ -67,6 +191,8 @@ pub struct Header {
     pub probes_off: u64,
     /// Offset of the enable flags.
     pub flags_off: u64,
+    /// Offset of the sample budgets.
+    pub budgets_off: u64,
     /// Offset of the counter rows.
     pub counters_off: u64,
     /// Address of the region in the target.
@@ -77,6 +203,10 @@ pub struct Header {
     pub arena_count: u32,
     /// Reserved.
     pub reserved: u32,
+    /// Offset of the thread slots.
+    pub events_off: u64,
+    /// The runtime's context.
+    pub ctx: EventCtx,
     /// The code arenas.
     pub arenas: [Arena; MAX_ARENAS],
 }
@@ -115,6 +245,21 @@ impl State {
     }
 }
 
+/// What a probe records.
+pub mod kind {
+    /// Counts calls only.
+    pub const COUNT: u32 = 0;
+    /// Records entry events with the argument registers.
+    pub const ARGS: u32 = 1;
+    /// Records exits with the return value and duration.
+    pub const RET: u32 = 2;
+    /// tp's own probe on an unwinder entry point (see runtime.c, tp_unwind).
+    pub const UNWIND: u32 = 4;
+    /// Samples: times a budget of calls per epoch, then only counts until
+    /// tp gives it a new budget (tp profile).
+    pub const SAMPLE: u32 = 8;
+}
+
 /// One probe entry.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -133,6 +278,8 @@ pub struct Entry {
     pub detour_len: u32,
     /// Bytes of the window (of `original` and `patch`).
     pub window_len: u32,
+    /// What it records: bits of [`kind`].
+    pub kind: u32,
     /// The original bytes of the window.
     pub original: [u8; 24],
     /// The bytes written over the window.
@@ -140,7 +287,7 @@ pub struct Entry {
     /// The function's name, NUL-terminated.
     pub name: [u8; 96],
     /// The module's file name, NUL-terminated.
-    pub module: [u8; 72],
+    pub module: [u8; 68],
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_SIZE as usize);
@@ -160,10 +307,11 @@ impl Entry {
             detour: 0,
             detour_len: 0,
             window_len: 0,
+            kind: 0,
             original: [0; 24],
             patch: [0; 24],
             name: [0; 96],
-            module: [0; 72],
+            module: [0; 68],
         }
     }
 
@@ -220,12 +368,20 @@ fn put_c_string(dst: &mut [u8], s: &str) {
 /// Where everything lives in a region of a given capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
+    /// Offset of the thread slots.
+    pub events_off: u64,
+    /// Bytes per thread slot.
+    pub slot_size: u64,
+    /// Events per ring.
+    pub ring_len: u32,
     /// Entries.
     pub capacity: u32,
     /// Offset of the entries.
     pub probes_off: u64,
     /// Offset of the flags.
     pub flags_off: u64,
+    /// Offset of the sample budgets.
+    pub budgets_off: u64,
     /// Offset of the counter rows.
     pub counters_off: u64,
     /// log2 of the row stride.
@@ -234,17 +390,36 @@ pub struct Geometry {
     pub total_size: u64,
 }
 
-/// The geometry of a region with room for at least `probes` probes.
-pub fn geometry(probes: u32) -> Geometry {
+/// The geometry of a region with room for at least `probes` probes and
+/// rings of `ring_len` events (rounded up to a power of two).
+pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
     let capacity = probes.max(MIN_CAPACITY).next_power_of_two();
     let page = 4096u64;
     let probes_off = page;
     let flags_off = probes_off + capacity as u64 * ENTRY_SIZE;
-    let counters_off = (flags_off + capacity as u64).next_multiple_of(page);
+    let budgets_off = (flags_off + capacity as u64).next_multiple_of(64);
+    let counters_off = (budgets_off + 4 * capacity as u64).next_multiple_of(page);
     // A row holds one u64 per probe; a power-of-two stride lets detours find a row with a shift.
     let stride_shift = (capacity as u64 * 8).trailing_zeros();
-    let total_size = counters_off + (1u64 << SLOT_BITS) * (1u64 << stride_shift);
-    Geometry { capacity, probes_off, flags_off, counters_off, stride_shift, total_size }
+    let events_off = counters_off + (1u64 << SLOT_BITS) * (1u64 << stride_shift);
+    let ring_len = ring_len.clamp(4, 1 << 20).next_power_of_two();
+    let slot_size = (std::mem::size_of::<SlotHead>() as u64
+        + SHADOW_LEN as u64 * std::mem::size_of::<Frame>() as u64
+        + ring_len as u64 * std::mem::size_of::<Event>() as u64)
+        .next_multiple_of(page);
+    let total_size = events_off + (1u64 << EVENT_SLOT_BITS) * slot_size;
+    Geometry {
+        capacity,
+        probes_off,
+        flags_off,
+        budgets_off,
+        counters_off,
+        stride_shift,
+        events_off,
+        slot_size,
+        ring_len,
+        total_size,
+    }
 }
 
 impl Header {
@@ -261,13 +436,44 @@ impl Header {
             stride_shift: g.stride_shift,
             probes_off: g.probes_off,
             flags_off: g.flags_off,
+            budgets_off: g.budgets_off,
             counters_off: g.counters_off,
             target_addr,
             generation: 0,
             arena_count: 0,
             reserved: 0,
+            events_off: g.events_off,
+            ctx: EventCtx {
+                slots: target_addr + g.events_off,
+                slot_size: g.slot_size,
+                slot_bits: EVENT_SLOT_BITS,
+                ring_mask: g.ring_len - 1,
+                shadow_len: SHADOW_LEN,
+                tid_offset: 0,
+                lost_no_slot: 0,
+                flags: target_addr + g.flags_off,
+                budgets: target_addr + g.budgets_off,
+            },
             arenas: [Arena::default(); MAX_ARENAS],
         }
+    }
+
+    /// Offset of the runtime's context.
+    pub fn ctx_off() -> u64 {
+        std::mem::offset_of!(Header, ctx) as u64
+    }
+
+    /// Offset of thread slot `i`.
+    pub fn slot_off(&self, i: u64) -> u64 {
+        self.events_off + i * self.ctx.slot_size
+    }
+
+    /// Offset of event `i` (modulo the ring) in the ring of the slot at `slot_off`.
+    pub fn event_off(&self, slot_off: u64, i: u64) -> u64 {
+        slot_off
+            + std::mem::size_of::<SlotHead>() as u64
+            + self.ctx.shadow_len as u64 * std::mem::size_of::<Frame>() as u64
+            + (i & self.ctx.ring_mask as u64) * std::mem::size_of::<Event>() as u64
     }
 
     /// Checks magic, version and that the offsets lie inside the region.
@@ -281,13 +487,17 @@ impl Header {
                 self.version
             ));
         }
-        let g = geometry(self.capacity);
+        let g = geometry(self.capacity, self.ctx.ring_mask.wrapping_add(1));
         let fits = self.capacity.is_power_of_two()
             && self.count <= self.capacity
             && self.arena_count as usize <= MAX_ARENAS
             && self.slot_bits == SLOT_BITS
-            && (self.probes_off, self.flags_off, self.counters_off, self.stride_shift, self.total_size)
-                == (g.probes_off, g.flags_off, g.counters_off, g.stride_shift, g.total_size)
+            && (self.probes_off, self.flags_off, self.budgets_off, self.counters_off)
+                == (g.probes_off, g.flags_off, g.budgets_off, g.counters_off)
+            && (self.stride_shift, self.total_size) == (g.stride_shift, g.total_size)
+            && (self.events_off, self.ctx.slot_size) == (g.events_off, g.slot_size)
+            && self.ctx.shadow_len == SHADOW_LEN
+            && self.ctx.slot_bits == EVENT_SLOT_BITS
             && self.total_size <= len;
         if !fits {
             return Err("tp data region is corrupt (inconsistent sizes)".into());
@@ -318,6 +528,10 @@ unsafe impl Plain for Header {}
 unsafe impl Plain for Entry {}
 // SAFETY: as above.
 unsafe impl Plain for Arena {}
+// SAFETY: as above.
+unsafe impl Plain for SlotHead {}
+// SAFETY: as above.
+unsafe impl Plain for Event {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {
@@ -339,20 +553,26 @@ mod tests {
 
     #[test]
     fn geometry_rounds_capacity_and_aligns_rows() {
-        let g = geometry(10);
+        let g = geometry(10, DEFAULT_RING_LEN);
         assert_eq!(g.capacity, MIN_CAPACITY);
         assert_eq!(g.probes_off, 4096);
         assert_eq!(g.flags_off, 4096 + 4096 * 256);
         assert_eq!(g.counters_off % 4096, 0);
         assert_eq!(1u64 << g.stride_shift, 4096 * 8);
-        assert_eq!(g.total_size, g.counters_off + 64 * 4096 * 8);
-        assert_eq!(geometry(10_000).capacity, 16384);
+        assert_eq!(g.events_off, g.counters_off + 64 * 4096 * 8);
+        assert_eq!(g.slot_size % 4096, 0);
+        assert!(g.slot_size >= 192 + 128 * 64 + 2048 * 64);
+        assert_eq!(g.total_size, g.events_off + 128 * g.slot_size);
+        assert_eq!(geometry(10_000, 1000).capacity, 16384);
+        assert_eq!(geometry(1, 1000).ring_len, 1024);
     }
 
     #[test]
     fn header_round_trips_and_validates() {
-        let g = geometry(1);
+        let g = geometry(1, DEFAULT_RING_LEN);
         let h = Header::new(&g, 62, 0x7f00_0000_0000);
+        assert_eq!(h.ctx.slots, 0x7f00_0000_0000 + g.events_off);
+        assert_eq!(h.ctx.ring_mask, DEFAULT_RING_LEN - 1);
         let back: Header = from_bytes(bytes_of(&h));
         assert_eq!(back, h);
         assert_eq!(h.validate(g.total_size), Ok(()));

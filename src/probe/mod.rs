@@ -8,6 +8,7 @@ pub mod layout;
 pub mod orphan;
 pub mod region;
 pub mod remove;
+pub mod runtime;
 
 use crate::arch::SitePlan;
 use crate::symbols::Function;
@@ -24,4 +25,6 @@ pub struct Request {
     pub plan: SitePlan,
     /// The addresses of its module (detours must be within branch reach).
     pub span: Span,
+    /// What to record: bits of [`layout::kind`].
+    pub kind: u32,
 }

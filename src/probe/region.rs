@@ -110,7 +110,8 @@ impl Region {
         self.len == 0
     }
 
-    fn read(&self, off: u64, buf: &mut [u8]) {
+    /// Reads bytes at offset `off` of the region.
+    pub fn read(&self, off: u64, buf: &mut [u8]) {
         assert!(off + buf.len() as u64 <= self.len, "read past the region");
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
@@ -126,7 +127,8 @@ impl Region {
         }
     }
 
-    fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
+    /// Writes bytes at offset `off` of the region.
+    pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
         assert!(off + bytes.len() as u64 <= self.len, "write past the region");
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
@@ -138,7 +140,8 @@ impl Region {
         Ok(())
     }
 
-    fn get<T: Plain>(&self, off: u64) -> T {
+    /// A plain value at offset `off`.
+    pub fn get<T: Plain>(&self, off: u64) -> T {
         let mut buf = vec![0u8; std::mem::size_of::<T>()];
         self.read(off, &mut buf);
         layout::from_bytes(&buf)
@@ -192,6 +195,51 @@ impl Region {
         b[0] != 0
     }
 
+    /// Sets probe `i`'s sample budget (tp profile).
+    pub fn set_budget(&self, i: u32, n: i32) -> Result<()> {
+        let off = self.header().budgets_off + 4 * i as u64;
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target, which
+                // changes it with atomic instructions.
+                let a = unsafe { std::sync::atomic::AtomicI32::from_ptr(ptr.add(off as usize) as *mut i32) };
+                a.store(n, Ordering::Relaxed);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &n.to_le_bytes()),
+        }
+    }
+
+    /// The sample budgets of `probes` (one header read for all).
+    pub fn budgets_of(&self, probes: &[u32]) -> Vec<i32> {
+        let off = self.header().budgets_off;
+        probes
+            .iter()
+            .map(|&i| {
+                let mut b = [0; 4];
+                self.read(off + 4 * i as u64, &mut b);
+                i32::from_le_bytes(b)
+            })
+            .collect()
+    }
+
+    /// The hits of each of `probes`, asking about each counter page once
+    /// (neighbouring probes share pages).
+    pub fn hits_of(&self, probes: &[u32]) -> Vec<u64> {
+        let h = self.header();
+        let mut out = vec![0u64; probes.len()];
+        let mut resident: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+        for row in 0..(1u64 << h.slot_bits) {
+            for (k, &i) in probes.iter().enumerate() {
+                let off = h.counter_off(row, i);
+                if *resident.entry(off & !4095).or_insert_with(|| self.is_resident(off)) {
+                    out[k] += self.load_u64(off);
+                }
+            }
+        }
+        out
+    }
+
     /// Address in the target of probe `i`'s enable flag.
     pub fn flag_addr(&self, i: u32) -> u64 {
         self.target_addr + self.header().flags_off + i as u64
@@ -207,18 +255,21 @@ impl Region {
     /// nothing, so they are skipped.
     fn rows_in_use(&self, h: &Header, probe: u32) -> Vec<u64> {
         let rows = 1u64 << h.slot_bits;
+        (0..rows).filter(|&r| self.is_resident(h.counter_off(r, probe))).collect()
+    }
+
+    /// True if the page at offset `off` has been touched by anyone (reading
+    /// an untouched page of shared memory would allocate it).
+    pub fn is_resident(&self, off: u64) -> bool {
         match &self.backing {
-            Backing::Mapped { ptr, .. } => (0..rows)
-                .filter(|&r| {
-                    let off = h.counter_off(r, probe);
-                    // SAFETY: the page lies inside our mapping.
-                    let page = unsafe { ptr.add((off & !4095) as usize) };
-                    let mut v = 0u8;
-                    // SAFETY: mincore of one mapped page into one byte.
-                    unsafe { libc::mincore(page as *mut libc::c_void, 4096, &mut v) == 0 && v & 1 != 0 }
-                })
-                .collect(),
-            Backing::Remote { .. } => (0..rows).collect(),
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: the page lies inside our mapping.
+                let page = unsafe { ptr.add((off & !4095) as usize) };
+                let mut v = 0u8;
+                // SAFETY: mincore of one mapped page into one byte.
+                unsafe { libc::mincore(page as *mut libc::c_void, 4096, &mut v) == 0 && v & 1 != 0 }
+            }
+            Backing::Remote { .. } => true,
         }
     }
 
@@ -229,15 +280,34 @@ impl Region {
     }
 
     fn counter(&self, h: &Header, row: u64, i: u32) -> u64 {
-        let off = h.counter_off(row, i);
+        self.load_u64(h.counter_off(row, i))
+    }
+
+    /// An 8-aligned u64 that the target updates concurrently, loaded atomically (acquire).
+    pub fn load_u64(&self, off: u64) -> u64 {
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "bad u64 offset");
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 // SAFETY: 8-aligned, in bounds, shared with the target, which
                 // updates it with locked instructions: an atomic load sees whole values.
                 let a = unsafe { AtomicU64::from_ptr(ptr.add(off as usize) as *mut u64) };
-                a.load(Ordering::Relaxed)
+                a.load(Ordering::Acquire)
             }
             Backing::Remote { mem, addr } => mem.read_u64(addr + off).unwrap_or(0),
+        }
+    }
+
+    /// Stores an 8-aligned u64 that the target reads concurrently (release).
+    pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
+        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "bad u64 offset");
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 8-aligned, in bounds, shared with the target.
+                let a = unsafe { AtomicU64::from_ptr(ptr.add(off as usize) as *mut u64) };
+                a.store(v, Ordering::Release);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &v.to_le_bytes()),
         }
     }
 
@@ -279,7 +349,7 @@ mod tests {
 
     #[test]
     fn a_region_in_our_own_memfd_counts_and_flags() {
-        let g = layout::geometry(1);
+        let g = layout::geometry(1, layout::DEFAULT_RING_LEN);
         let fd = nix::sys::memfd::memfd_create(c"tp-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
         let file = File::from(fd);
         file.set_len(g.total_size).unwrap();

@@ -1,10 +1,13 @@
-//! ELF files with goblin: function symbols, segments, and the bytes behind a
-//! virtual address.
+//! ELF files with goblin: function symbols, segments, the bytes behind a
+//! virtual address, the build-id and debuglink that lead to separate debug
+//! information, and section contents, decompressed when SHF_COMPRESSED.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use goblin::elf::program_header::PT_LOAD;
+use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 
 /// A function symbol.
@@ -37,6 +40,23 @@ pub struct Segment {
     pub exec: bool,
 }
 
+/// A section's place in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    /// Its name.
+    pub name: String,
+    /// File offset.
+    pub offset: u64,
+    /// Size in the file.
+    pub size: u64,
+    /// Link-time address.
+    pub addr: u64,
+    /// SHF_* flags.
+    pub flags: u64,
+    /// True for SHT_NOBITS (no bytes in the file, as `.text` in a debug file).
+    pub nobits: bool,
+}
+
 /// A parsed ELF file and its bytes.
 #[derive(Debug)]
 pub struct ElfFile {
@@ -53,6 +73,14 @@ pub struct ElfFile {
     pub functions: Vec<FuncSym>,
     /// True when the symbols came from .symtab (the file is not stripped).
     pub has_symtab: bool,
+    /// Indices into `functions` of split-off parts (`foo.cold`, `foo.cold.1`).
+    pub cold_parts: Vec<usize>,
+    /// The GNU build-id note.
+    pub build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`: the debug file's name and its CRC-32.
+    pub debuglink: Option<(String, u32)>,
+    /// The section headers.
+    pub sections: Vec<Section>,
 }
 
 /// The name of an ELF machine number, for messages.
@@ -102,7 +130,9 @@ impl ElfFile {
             .iter()
             .filter(|s| (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0)
             .filter_map(|s| {
-                let name = strtab.get_at(s.st_name)?;
+                // `.symtab` of glibc's debug files names versioned symbols
+                // `pthread_mutex_init@@GLIBC_2.2.5`: the version is not part of the name.
+                let name = strtab.get_at(s.st_name)?.split('@').next()?;
                 (!name.is_empty()).then(|| FuncSym {
                     name: name.to_string(),
                     addr: s.st_value,
@@ -112,7 +142,48 @@ impl ElfFile {
                 })
             })
             .collect();
-        functions.sort_by(|a, b| (a.addr, !a.global, &a.name).cmp(&(b.addr, !b.global, &b.name)));
+        // Per address, the preferred name first: global, then without a leading underscore.
+        functions.sort_by(|a, b| {
+            (a.addr, !a.global, a.name.starts_with('_'), &a.name).cmp(&(
+                b.addr,
+                !b.global,
+                b.name.starts_with('_'),
+                &b.name,
+            ))
+        });
+        let cold_parts = cold_parts_of(&functions);
+        // The note section first: in a debug file made by `objcopy
+        // --only-keep-debug`, the PT_NOTE segment still points at the
+        // stripped-away file offsets.
+        let is_build_id =
+            |n: &goblin::elf::note::Note| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU";
+        let build_id = elf
+            .iter_note_sections(&data, Some(".note.gnu.build-id"))
+            .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
+            .or_else(|| {
+                elf.iter_note_headers(&data)
+                    .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
+            });
+        let sections: Vec<Section> = elf
+            .section_headers
+            .iter()
+            .map(|sh| Section {
+                name: elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("").to_string(),
+                offset: sh.sh_offset,
+                size: sh.sh_size,
+                addr: sh.sh_addr,
+                flags: sh.sh_flags,
+                nobits: sh.sh_type == SHT_NOBITS,
+            })
+            .collect();
+        let debuglink = sections.iter().find(|s| s.name == ".gnu_debuglink").and_then(|s| {
+            let b = data.get(s.offset as usize..(s.offset + s.size) as usize)?;
+            let end = b.iter().position(|&c| c == 0)?;
+            let name = std::str::from_utf8(&b[..end]).ok()?.to_string();
+            let crc_at = (end + 1).next_multiple_of(4);
+            let crc = u32::from_le_bytes(b.get(crc_at..crc_at + 4)?.try_into().ok()?);
+            Some((name, crc))
+        });
         Ok(ElfFile {
             path: path.to_path_buf(),
             machine: elf.header.e_machine,
@@ -120,8 +191,43 @@ impl ElfFile {
             segments,
             functions,
             has_symtab,
+            cold_parts,
+            build_id,
+            debuglink,
+            sections,
             data,
         })
+    }
+
+    /// The bytes of section `name`, decompressed if it is SHF_COMPRESSED;
+    /// None if there is no such section or it has no bytes in the file.
+    pub fn section_data(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>> {
+        let Some(s) = self.sections.iter().find(|s| s.name == name && !s.nobits) else { return Ok(None) };
+        let raw = self
+            .data
+            .get(s.offset as usize..(s.offset + s.size) as usize)
+            .with_context(|| format!("section {name} of `{}` lies outside the file", self.path.display()))?;
+        if s.flags & SHF_COMPRESSED as u64 == 0 {
+            return Ok(Some(Cow::Borrowed(raw)));
+        }
+        decompress(raw)
+            .map(|v| Some(Cow::Owned(v)))
+            .with_context(|| format!("section {name} of `{}`", self.path.display()))
+    }
+
+    /// True if the file has DWARF debugging information.
+    pub fn has_dwarf(&self) -> bool {
+        self.sections.iter().any(|s| s.name == ".debug_info" && !s.nobits && s.size > 0)
+    }
+
+    /// Takes the function symbols of `debug`, a separate debug file for this
+    /// file (same addresses), when this file has only dynamic symbols.
+    pub fn adopt_symbols(&mut self, debug: &ElfFile) {
+        if !self.has_symtab && debug.has_symtab {
+            self.functions = debug.functions.clone();
+            self.cold_parts = debug.cold_parts.clone();
+            self.has_symtab = true;
+        }
     }
 
     /// The file bytes of `[vaddr, vaddr + len)`, if a segment holds them all.
@@ -134,6 +240,18 @@ impl ElfFile {
             .find(|s| s.vaddr <= vaddr && s.vaddr.checked_add(s.filesz).is_some_and(|seg_end| end <= seg_end))?;
         let off = usize::try_from(seg.offset.checked_add(vaddr - seg.vaddr)?).ok()?;
         self.data.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+    }
+
+    /// The file bytes from `vaddr` to the end of the segment holding it.
+    pub fn bytes_from(&self, vaddr: u64) -> Option<&[u8]> {
+        let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.filesz)?;
+        let off = (seg.offset + (vaddr - seg.vaddr)) as usize;
+        self.data.get(off..(seg.offset + seg.filesz) as usize)
+    }
+
+    /// The whole file.
+    pub fn data(&self) -> &[u8] {
+        &self.data
     }
 
     /// The segment containing file offset `offset`.
@@ -157,6 +275,49 @@ impl ElfFile {
         }
         out
     }
+}
+
+fn cold_parts_of(functions: &[FuncSym]) -> Vec<usize> {
+    (0..functions.len()).filter(|&i| functions[i].name.contains(".cold")).collect()
+}
+
+/// Decompresses an SHF_COMPRESSED section: an Elf64_Chdr (type, reserved,
+/// uncompressed size, alignment), then the compressed stream.
+fn decompress(raw: &[u8]) -> Result<Vec<u8>> {
+    const ELFCOMPRESS_ZLIB: u32 = 1;
+    const ELFCOMPRESS_ZSTD: u32 = 2;
+    if raw.len() < 24 {
+        bail!("compressed section is shorter than its header");
+    }
+    let kind = u32::from_le_bytes(raw[0..4].try_into().unwrap());
+    let size = u64::from_le_bytes(raw[8..16].try_into().unwrap()) as usize;
+    match kind {
+        ELFCOMPRESS_ZLIB => {
+            let out = miniz_oxide::inflate::decompress_to_vec_zlib_with_limit(&raw[24..], size)
+                .map_err(|e| anyhow::anyhow!("corrupt zlib data: {e:?}"))?;
+            if out.len() != size {
+                bail!("zlib data inflates to {} bytes, the header says {size}", out.len());
+            }
+            Ok(out)
+        }
+        ELFCOMPRESS_ZSTD => {
+            bail!("compressed with zstd, which tp does not read; decompress with `objcopy --decompress-debug-sections`")
+        }
+        k => bail!("unknown compression type {k}"),
+    }
+}
+
+/// CRC-32 (IEEE, as `.gnu_debuglink` uses).
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut table = [0u32; 256];
+    for (i, t) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+        }
+        *t = c;
+    }
+    !data.iter().fold(!0u32, |c, &b| table[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8))
 }
 
 #[cfg(test)]
@@ -191,6 +352,31 @@ mod tests {
         let sym = elf.functions.iter().find(|f| f.name.contains("reads_our_own_symbols_and_code")).unwrap();
         let runtime = reads_our_own_symbols_and_code as *const () as u64;
         assert_eq!(sym.addr.wrapping_add(bias), runtime);
+    }
+
+    #[test]
+    fn crc32_matches_the_ieee_check_value() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    }
+
+    #[test]
+    fn reads_build_id_and_compressed_sections() {
+        // libc's build-id leads to its separate debug file (libc6-dbg), whose
+        // DWARF sections are SHF_COMPRESSED.
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let elf = ElfFile::open(libc, libc).unwrap();
+        let id = elf.build_id.as_ref().expect("libc has a build-id");
+        assert_eq!(id.len(), 20);
+        assert!(elf.debuglink.is_some());
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let debug = PathBuf::from(format!("/usr/lib/debug/.build-id/{}/{}.debug", &hex[..2], &hex[2..]));
+        let dbg = ElfFile::open(&debug, &debug).expect("libc6-dbg is installed (see .ci/run)");
+        let info = dbg.sections.iter().find(|s| s.name == ".debug_info").unwrap();
+        assert_ne!(info.flags & SHF_COMPRESSED as u64, 0, "Debian compresses debug sections");
+        let data = dbg.section_data(".debug_info").unwrap().unwrap();
+        assert!(data.len() as u64 > info.size, "inflated {} from {}", data.len(), info.size);
+        // DWARF unit header: version 2..5 at offset 4.
+        assert!((2..=5).contains(&u16::from_le_bytes([data[4], data[5]])));
     }
 
     #[test]

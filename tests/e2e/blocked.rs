@@ -57,8 +57,9 @@ fn a_signal_handler_still_interrupts_epoll_wait() {
     // must still reach the program as its handler plus EINTR, exactly once.
     let mut t = Target::start("blocked");
     let pid = t.pid.to_string();
-    let epoll_tid = field(&t.ask("tids", "tids"), "epoll") as i32;
+    // Every thread has started (and is blocked) before its ID is asked for.
     t.ask("blocked", "blocked");
+    let epoll_tid = field(&t.ask("tids", "tids"), "epoll") as i32;
     let mut session =
         Session::start_with_env(&["-p", &pid, "-f", "command_seen"], &[("TP_FAULT", "pause:after-seize")]);
     let deadline = std::time::Instant::now() + TIMEOUT;
@@ -72,7 +73,8 @@ fn a_signal_handler_still_interrupts_epoll_wait() {
     }
     // SAFETY: tgkill and kill with plain integer arguments.
     unsafe {
-        assert_eq!(libc::syscall(libc::SYS_tgkill, t.pid, epoll_tid, libc::SIGUSR1), 0);
+        let rc = libc::syscall(libc::SYS_tgkill, t.pid, epoll_tid, libc::SIGUSR1);
+        assert_eq!(rc, 0, "tgkill {}/{epoll_tid}: {}", t.pid, std::io::Error::last_os_error());
         libc::kill(session.child.id() as i32, libc::SIGCONT);
     }
     session.err.wait_for("tp: attached");

@@ -9,8 +9,27 @@ mod attach;
 mod keep;
 // Bad input: one line, the fix, a non-zero exit, nothing touched.
 mod errors;
+// Shared libraries, globs, demangled names, separate debug info.
+mod modules;
+// redis-server from Debian, counted against INFO commandstats.
+mod redis;
+// Arguments, return values, latency, exceptions, lost events, Perfetto.
+mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// Hand-written x86-64 prologues: every rewrite counted, every refusal named.
+#[cfg(target_arch = "x86_64")]
+mod prologues;
+// Every function of python3, perl and libsqlite3 (and libc) at once, under a real workload.
+#[cfg(target_arch = "x86_64")]
+mod probe_all;
+// Coverage of list-probes on Debian's libc, python3, libstdc++, libsqlite3, libcrypto and perl.
+#[cfg(target_arch = "x86_64")]
+mod coverage;
+// enable/disable without stopping the target.
+mod toggle;
+// tp profile: sampled latency with exact call counts.
+mod profile;
 // Threads blocked in syscalls see nothing of an attach.
 mod blocked;
 // Hot toggling: attach/detach cycles under four hot threads, exact counts.

@@ -227,16 +227,22 @@ impl Session {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Session {
+        Self::spawn("attach", args, env, (env.is_empty()).then_some("tp: attached"))
+    }
+
+    /// Starts `tp SUBCOMMAND ARGS` and, given `ready`, waits for a line on
+    /// stderr starting with it.
+    pub fn spawn(sub: &str, args: &[&str], env: &[(&str, &str)], ready: Option<&str>) -> Session {
         let mut cmd = Command::new(tp_path());
-        cmd.arg("attach").args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.arg(sub).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("run tp attach");
+        let mut child = cmd.spawn().expect("run tp");
         let out = Lines::new(child.stdout.take().unwrap());
         let mut err = Lines::new(child.stderr.take().unwrap());
-        if env.is_empty() {
-            err.wait_for("tp: attached");
+        if let Some(ready) = ready {
+            err.wait_for(ready);
         }
         Session { child, err, out }
     }
@@ -257,6 +263,15 @@ impl Session {
 
     /// Kills tp with SIGKILL.
     pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Session {
+    /// A test that fails while tp runs (or is paused by a fault) must not
+    /// leave it behind holding the target.
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -286,7 +301,8 @@ pub fn read_mem(pid: i32, addr: u64, len: usize) -> Vec<u8> {
 /// Asserts that each function's code in the process equals its bytes in the file.
 pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
     let maps = tp::process::read_maps(t.pid).unwrap();
-    let module = tp::symbols::Module::main_executable(t.pid, &maps).unwrap();
+    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
+    let module = modules.main().unwrap();
     for name in funcs {
         let f = module.function(name).unwrap();
         let file = module.code_of(&f).unwrap();
@@ -297,7 +313,8 @@ pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
 /// The first bytes of a function as they are now in the process, and in the file.
 pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
     let maps = tp::process::read_maps(t.pid).unwrap();
-    let module = tp::symbols::Module::main_executable(t.pid, &maps).unwrap();
+    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
+    let module = modules.main().unwrap();
     let f = module.function(func).unwrap();
     (read_mem(t.pid, f.addr, 16), module.code_of(&f).unwrap()[..16].to_vec())
 }

@@ -7,7 +7,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Refusal, SitePlan, Syscalls};
+use crate::arch::{Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
 
 /// The AArch64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -35,6 +35,38 @@ impl Arch for AArch64 {
 
     fn build_detour(_plan: &SitePlan, _at: u64, _spec: &DetourSpec) -> Result<Detour, Refusal> {
         Err(NOT_YET)
+    }
+
+    fn timestamp() -> u64 {
+        #[cfg(target_arch = "aarch64")]
+        {
+            let v: u64;
+            // SAFETY: reading the virtual counter, which Linux lets user space read.
+            unsafe { core::arch::asm!("isb", "mrs {}, cntvct_el0", out(reg) v) };
+            v
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        0
+    }
+
+    fn timestamp_hz() -> Option<u64> {
+        #[cfg(target_arch = "aarch64")]
+        {
+            let v: u64;
+            // SAFETY: reading the counter's frequency register.
+            unsafe { core::arch::asm!("mrs {}, cntfrq_el0", out(reg) v) };
+            Some(v)
+        }
+        #[cfg(not(target_arch = "aarch64"))]
+        None
+    }
+
+    fn build_runtime(at: u64, ctx: u64, _blobs: &RuntimeBlobs) -> RuntimeBlock {
+        RuntimeBlock { bytes: Vec::new(), addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, ctx } }
+    }
+
+    fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+        None
     }
 
     fn patch_bytes(_plan: &SitePlan, _detour: u64) -> Result<Vec<u8>, Refusal> {

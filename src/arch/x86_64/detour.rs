@@ -1,69 +1,209 @@
-//! The x86-64 counting detour.
+//! x86-64 detours.
+//!
+//! Every detour starts with the counting prefix:
 //!
 //! ```text
-//! detour:  mov  r11, [rip + lit_flag]     ; this probe's enable flag
+//! detour:  push rax                       ; save the scratch registers and
+//!          push r11                       ;  the status flags (below the
+//!          lahf                           ;  return address: at a function's
+//!          seto al                        ;  entry that stack is the callee's)
+//!          mov  r11, [rip + lit_flag]     ; this probe's enable flag
 //!          cmp  byte [r11], 0
-//!          je   relocated                 ; disabled: just run the displaced code
+//!          je   restore                   ; disabled: just run the displaced code
 //!          mov  r11, fs:[0]               ; thread pointer
-//!          shr  r11, 12                   ; hash it (Fibonacci hashing of
-//!          imul r11, [rip + lit_hash]     ;  its page number) ...
+//!          shr  r11, 12                   ; Fibonacci hash of its page number ...
+//!          imul r11, [rip + lit_hash]
 //!          shr  r11, 64 - SLOT_BITS       ; ... into a counter row
 //!          shl  r11, STRIDE_SHIFT
 //!          add  r11, [rip + lit_counters]
-//!          lock inc qword [r11 + 8*probe] ; this thread's row, this probe's counter
-//! relocated:
-//!          <displaced instructions, relocated>
-//!          jmp  site + window              ; unless they end in ret/jmp
-//! lit_flag:     .quad flag address
-//! lit_counters: .quad counter rows
-//! lit_hash:     .quad 0x9e3779b97f4a7c15
+//!          lock inc qword [r11 + 8*probe] ; this row's counter for this probe
+//!          ...                            ; event probes: call the runtime
+//! restore: add  al, 0x7f                  ; OF back from al
+//!          sahf                           ; SF ZF AF PF CF back from ah
+//!          pop  r11
+//!          pop  rax
 //! ```
 //!
-//! Only r11 and the flags are written. At a function's entry both are dead
-//! under the SysV ABI (r11 is the linker's scratch register, and no flag is
-//! live across a call), so nothing is saved and the red zone is not touched.
-//! Threads hash into rows, so two threads rarely write one cache line; the
-//! `lock` keeps the count exact when they do.
+//! Every register and status flag is preserved. The SysV ABI would let a
+//! function's entry clobber r11 and the flags, but GCC's interprocedural
+//! register allocation (`-fipa-ra`, on at -O2) lets a caller keep values in
+//! registers that a local callee is known not to touch: glibc's `_dl_fini`
+//! keeps a pointer in r11 across its call to `dfs_traversal`, whose prologue
+//! a detour clobbering r11 broke. `lahf`/`seto` and `add`/`sahf` restore the
+//! flags in a few cycles (`popfq` costs tens). Threads hash into rows, so
+//! two threads rarely write one cache line; `lock` keeps the count exact
+//! when they do.
+//!
+//! A probe that records arguments or returns calls the runtime's `tp_entry`
+//! after counting, saving the registers a C function may clobber and the
+//! function may still need (the six argument registers, rax for variadic
+//! calls, r10 for a static chain; r11 and the flags are already saved); the
+//! runtime uses no vector registers. An unwinder probe calls `tp_unwind` the
+//! same way. Then:
+//!
+//! ```text
+//! relocated: <displaced instructions, relocated>
+//!            jmp  site + window            ; unless they end in ret/jmp
+//! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline, budget]
+//! ```
+//!
+//! A sampling probe (tp profile) tests its budget before the call, so once
+//! the budget of an epoch is spent the function pays for its count and one
+//! test only:
+//!
+//! ```text
+//!          mov  r11, [rip + lit_budget]
+//!          cmp  dword [r11], 0
+//!          jle  restore
+//! ```
 
 use super::relocate;
 use super::writer::Writer;
 use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
+use crate::probe::layout::{entry_flags, kind};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
 
-/// Bytes of the counting prefix before the relocated instructions.
-pub const PREFIX_LEN: u64 = 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8;
+/// Bytes the prefix pushes before anything else (rax and r11).
+const SAVED: i8 = 16;
+/// Bytes of the code that restores them and the flags.
+const RESTORE_LEN: u64 = 6;
+
+/// Register numbers as the writer takes them.
+const RAX: u8 = 0;
+const RCX: u8 = 1;
+const RDX: u8 = 2;
+const RSI: u8 = 6;
+const RDI: u8 = 7;
+const R8: u8 = 8;
+const R9: u8 = 9;
+const R10: u8 = 10;
+
+/// What the prefix refers to.
+#[derive(Clone, Copy)]
+struct Literals {
+    relocated: u64,
+    flag: u64,
+    counters: u64,
+    hash: u64,
+    ctx: u64,
+    tramp: u64,
+    budget: u64,
+}
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
-    let relocated_at = at + PREFIX_LEN;
+    let needs_runtime = spec.kind & (kind::ARGS | kind::RET | kind::UNWIND) != 0;
+    if needs_runtime && spec.runtime.is_none() {
+        return Err(Refusal::Unsupported("an event probe needs the runtime block"));
+    }
+    // The prefix has a fixed length for a given kind: measure it first.
+    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, budget: at };
+    let mut w = Writer::new(at);
+    emit_prefix(&mut w, spec, &dummy);
+    let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
     let literals = (relocated_at + reloc.code.len() as u64).next_multiple_of(8);
-    let lit_flag = literals;
-    let lit_counters = literals + 8;
-    let lit_hash = literals + 16;
+    let lits = Literals {
+        relocated: relocated_at,
+        flag: literals,
+        counters: literals + 8,
+        hash: literals + 16,
+        ctx: literals + 24,
+        tramp: literals + 32,
+        budget: literals + 40,
+    };
 
     let mut w = Writer::new(at);
-    w.put_mov_r11_rip(lit_flag);
-    w.put_cmp_byte_r11_0();
-    w.put_je(relocated_at);
-    w.put_mov_r11_fs0();
-    w.put_shr_r11(12);
-    w.put_imul_r11_rip(lit_hash);
-    w.put_shr_r11((64 - spec.slot_bits) as u8);
-    w.put_shl_r11(spec.stride_shift as u8);
-    w.put_add_r11_rip(lit_counters);
-    w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
+    emit_prefix(&mut w, spec, &lits);
     debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
     w.put_align(8);
     w.put_u64(spec.flag_addr);
     w.put_u64(spec.counters);
     w.put_u64(HASH);
-
+    if let Some(rt) = spec.runtime {
+        w.put_u64(rt.ctx);
+        w.put_u64(rt.trampoline);
+        w.put_u64(spec.budget_addr);
+    }
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
     Ok(Detour { bytes: w.into_bytes(), pc_map })
+}
+
+fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    w.put_save_scratch_and_flags();
+    w.put_mov_r11_rip(l.flag);
+    w.put_cmp_byte_r11_0();
+    w.put_je(l.relocated - RESTORE_LEN);
+    w.put_mov_r11_fs0();
+    w.put_shr_r11(12);
+    w.put_imul_r11_rip(l.hash);
+    w.put_shr_r11((64 - spec.slot_bits) as u8);
+    w.put_shl_r11(spec.stride_shift as u8);
+    w.put_add_r11_rip(l.counters);
+    w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
+    emit_runtime_call(w, spec, l);
+    w.put_restore_scratch_and_flags();
+}
+
+/// The call into the runtime of an event or unwinder probe, if any.
+fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    let Some(rt) = spec.runtime else { return };
+    if spec.kind & kind::UNWIND != 0 {
+        call_runtime(w, |w| {
+            w.put_mov_reg_rip(RDI, l.ctx);
+            w.put_call(rt.unwind);
+        });
+    } else if spec.kind & (kind::ARGS | kind::RET) != 0 {
+        if spec.kind & kind::SAMPLE != 0 {
+            // Time only while this epoch's budget lasts; count always.
+            w.put_mov_r11_rip(l.budget);
+            w.put_cmp_dword_r11_0();
+            w.put_jle(l.relocated - RESTORE_LEN);
+        }
+        let mut flags = spec.probe_index;
+        if spec.kind & kind::ARGS != 0 {
+            flags |= entry_flags::RECORD_ENTRY;
+        }
+        if spec.kind & kind::RET != 0 {
+            flags |= entry_flags::HIJACK_RETURN;
+        }
+        if spec.kind & kind::SAMPLE != 0 {
+            flags |= entry_flags::SAMPLE;
+        }
+        call_runtime(w, |w| {
+            // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline)
+            w.put_mov_reg_rip(RDI, l.ctx);
+            w.put_mov_esi_imm32(flags);
+            w.put_lea_rsp(RDX, 8);
+            w.put_lea_rsp(RCX, 8 + 64 + SAVED);
+            if spec.kind & kind::RET != 0 {
+                w.put_mov_reg_rip(R8, l.tramp);
+            } else {
+                w.put_zero_r8();
+            }
+            w.put_call(rt.entry);
+        });
+    }
+}
+
+/// Saves rdi, rsi, rdx, rcx, r8, r9, rax, r10 (in that order upwards from
+/// rsp + 8), aligns the stack for a call, runs `call`, and restores them.
+/// The saved rax holds the status flags (see the module doc).
+fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
+    for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
+        w.put_push(r);
+    }
+    // At entry rsp is 8 mod 16; the two words of the prefix and eight pushes
+    // keep it so; one more word aligns it.
+    w.put_sub_rsp(8);
+    call(w);
+    w.put_add_rsp(8);
+    for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
+        w.put_pop(r);
+    }
 }
 
 /// The row a thread pointer hashes to: what the detour computes, for tests
@@ -89,43 +229,59 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::RuntimeAddrs;
     use crate::arch::x86_64::decode::disassemble;
     use crate::arch::x86_64::window;
 
     const SITE: u64 = 0x5555_5555_1630;
     const AT: u64 = 0x5555_5550_0000;
+    /// Length of the counting prefix.
+    const COUNT_PREFIX: u64 = 7 + 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8 + 6;
 
     fn spec() -> DetourSpec {
         DetourSpec {
             probe_index: 3,
+            kind: kind::COUNT,
+            runtime: None,
             flag_addr: 0x7f00_0000_2003,
+            budget_addr: 0x7f00_0000_300c,
             counters: 0x7f00_0001_0000,
             slot_bits: 7,
             stride_shift: 15,
         }
     }
 
+    fn runtime() -> RuntimeAddrs {
+        RuntimeAddrs { entry: AT + 0x100, trampoline: AT + 0x800, unwind: AT + 0x600, ctx: 0x7f00_0000_0100 }
+    }
+
+    /// push rbp; mov rbp, rsp; push rbx; mov rbx, rsi
+    const PROLOGUE: [u8; 9] = [0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0xf3, 0xc3];
+
     #[test]
     fn detour_counts_then_runs_the_window_and_jumps_back() {
-        // push rbp; mov rbp, rsp; push rbx; mov rbx, rsi
-        let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0xf3, 0xc3];
-        let plan = window::plan(&code, SITE, &[]).unwrap();
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let d = build(&plan, AT, &spec()).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        let relocated = AT + PREFIX_LEN;
+        let relocated = AT + COUNT_PREFIX;
         let expected = [
-            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7)),
+            "push rax".to_string(),
+            "push r11".into(),
+            "lahf".into(),
+            "seto al".into(),
+            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7 + 7)),
             "cmp byte ptr [r11], 0".into(),
-            format!("je {relocated:#x}"),
+            format!("je {:#x}", relocated - 6),
             "mov r11, qword ptr fs:[0]".into(),
             "shr r11, 0xc".into(),
         ];
-        assert_eq!(asm[..5], expected);
-        assert!(asm[5].starts_with("imul r11, qword ptr [rip + "));
-        assert_eq!(asm[6..8], ["shr r11, 0x39", "shl r11, 0xf"]);
-        assert!(asm[8].starts_with("add r11, qword ptr [rip + "));
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]");
-        assert_eq!(asm[10..14], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(asm[..9], expected);
+        assert!(asm[9].starts_with("imul r11, qword ptr [rip + "));
+        assert_eq!(asm[10..12], ["shr r11, 0x39", "shl r11, 0xf"]);
+        assert!(asm[12].starts_with("add r11, qword ptr [rip + "));
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]");
+        assert_eq!(asm[14..18], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[18..22], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         let lits = d.bytes.len() - 24;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
         assert_eq!((lit(0), lit(1), lit(2)), (spec().flag_addr, spec().counters, HASH));
@@ -133,6 +289,79 @@ mod tests {
         assert_eq!(d.map_pc(1), Some(relocated + 1));
         assert_eq!(d.map_pc(4), Some(relocated + 4));
         assert_eq!(d.map_pc(5), Some(relocated + 5));
+    }
+
+    #[test]
+    fn event_detour_saves_registers_and_calls_the_runtime() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::ARGS | kind::RET, runtime: Some(runtime()), ..spec() };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "events still count");
+        let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
+        assert_eq!(asm[14..22], saves);
+        assert_eq!(asm[22], "sub rsp, 8");
+        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
+        let flags = 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN;
+        assert_eq!(asm[24], format!("mov esi, {flags:#x}"));
+        // The return address sits above the eight saved registers, the
+        // alignment word and the prefix's rax and r11.
+        assert_eq!(asm[25..27], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x58]"]);
+        assert!(asm[27].starts_with("mov r8, qword ptr [rip + "));
+        assert_eq!(asm[28], format!("call {:#x}", runtime().entry));
+        assert_eq!(asm[29], "add rsp, 8");
+        let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
+        assert_eq!(asm[30..38], restores);
+        assert_eq!(asm[38..42], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[42..45], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        // The je of a disabled probe skips the count and the call, straight to the restore.
+        assert_eq!(asm[6], format!("je {:#x}", d.map_pc(1).unwrap() - 1 - 6));
+        // Literals: flag, counters, hash, context, trampoline, budget.
+        let lits = d.bytes.len() - 48;
+        let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
+        assert_eq!((lit(3), lit(4)), (runtime().ctx, runtime().trampoline));
+    }
+
+    #[test]
+    fn sampling_detour_tests_its_budget_before_the_call() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::RET | kind::SAMPLE, runtime: Some(runtime()), ..spec() };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
+        assert!(asm[14].starts_with("mov r11, qword ptr [rip + "));
+        assert_eq!(asm[15], "cmp dword ptr [r11], 0");
+        // A spent budget skips the call, to the restore of rax, r11 and the flags.
+        assert_eq!(asm[16], format!("jle {:#x}", d.map_pc(1).unwrap() - 1 - 6));
+        let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
+        assert!(asm.contains(&format!("mov esi, {flags:#x}")), "{asm:#?}");
+        let lit = u64::from_le_bytes(d.bytes[d.bytes.len() - 8..].try_into().unwrap());
+        assert_eq!(lit, spec().budget_addr);
+    }
+
+    #[test]
+    fn entry_only_event_passes_no_trampoline() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::ARGS, runtime: Some(runtime()), ..spec() };
+        let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
+        assert_eq!(asm[24], format!("mov esi, {:#x}", 3 | entry_flags::RECORD_ENTRY));
+        assert_eq!(asm[27], "xor r8d, r8d");
+    }
+
+    #[test]
+    fn unwinder_probe_calls_tp_unwind() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::UNWIND, runtime: Some(runtime()), ..spec() };
+        let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
+        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[24], format!("call {:#x}", runtime().unwind));
+    }
+
+    #[test]
+    fn event_probe_without_runtime_is_refused() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::RET, ..spec() };
+        assert!(matches!(build(&plan, AT, &s), Err(Refusal::Unsupported(_))));
     }
 
     #[test]

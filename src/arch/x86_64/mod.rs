@@ -8,6 +8,8 @@ pub mod decode;
 pub mod detour;
 pub mod regs;
 pub mod relocate;
+pub mod runtime;
+pub mod taken;
 pub mod window;
 pub mod writer;
 
@@ -15,7 +17,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Refusal, SitePlan, Syscalls};
+use crate::arch::{Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
 
 /// The x86-64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -35,12 +37,37 @@ impl Arch for X86_64 {
         window::plan(code, function, extra_targets)
     }
 
+    fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
+        window::plan_in(code, function, extra_targets, image)
+    }
+
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
-        decode::decode(code, addr).iter().filter_map(|i| i.target).collect()
+        decode::branch_targets(code, addr)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
         detour::build(plan, at, spec)
+    }
+
+    fn timestamp() -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: rdtsc has no memory effects; every x86-64 CPU has it.
+        return unsafe { core::arch::x86_64::_rdtsc() };
+        #[cfg(not(target_arch = "x86_64"))]
+        0
+    }
+
+    fn timestamp_hz() -> Option<u64> {
+        None
+    }
+
+    fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+        runtime::build(at, ctx, blobs)
+    }
+
+    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+        let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();
+        runtime::tid_offset(&tps, read)
     }
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {

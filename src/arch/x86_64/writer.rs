@@ -65,6 +65,19 @@ impl Writer {
         self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
     }
 
+    /// `cmp dword [r11], 0`.
+    pub fn put_cmp_dword_r11_0(&mut self) {
+        self.buf.extend_from_slice(&[0x41, 0x83, 0x3b, 0x00]);
+    }
+
+    /// `jle target` (rel32).
+    pub fn put_jle(&mut self, target: u64) {
+        let end = self.pc() + 6;
+        let d = self.rel32(end, target);
+        self.buf.extend_from_slice(&[0x0f, 0x8e]);
+        self.buf.extend_from_slice(&d);
+    }
+
     /// `je target` (rel32).
     pub fn put_je(&mut self, target: u64) {
         let end = self.pc() + 6;
@@ -111,6 +124,105 @@ impl Writer {
         self.buf.extend_from_slice(&disp.to_le_bytes());
     }
 
+    /// `push rax; push r11; lahf; seto al`: saves the two scratch registers
+    /// and the status flags (SF ZF AF PF CF in ah, OF in al).
+    pub fn put_save_scratch_and_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x50, 0x41, 0x53, 0x9f, 0x0f, 0x90, 0xc0]);
+    }
+
+    /// `add al, 0x7f; sahf; pop r11; pop rax`: the inverse of
+    /// [`Writer::put_save_scratch_and_flags`] (`add` sets OF exactly when
+    /// al was 1, `sahf` restores the other five flags).
+    pub fn put_restore_scratch_and_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x04, 0x7f, 0x9e, 0x41, 0x5b, 0x58]);
+    }
+
+    /// `push reg` for a register number 0..15 (rax=0 … r15=15).
+    pub fn put_push(&mut self, reg: u8) {
+        if reg >= 8 {
+            self.buf.push(0x41);
+        }
+        self.buf.push(0x50 + (reg & 7));
+    }
+
+    /// `pop reg` for a register number 0..15.
+    pub fn put_pop(&mut self, reg: u8) {
+        if reg >= 8 {
+            self.buf.push(0x41);
+        }
+        self.buf.push(0x58 + (reg & 7));
+    }
+
+    /// `sub rsp, imm8`.
+    pub fn put_sub_rsp(&mut self, n: i8) {
+        self.buf.extend_from_slice(&[0x48, 0x83, 0xec, n as u8]);
+    }
+
+    /// `add rsp, imm8`.
+    pub fn put_add_rsp(&mut self, n: i8) {
+        self.buf.extend_from_slice(&[0x48, 0x83, 0xc4, n as u8]);
+    }
+
+    /// `mov reg, qword [rip + to(addr)]` for rdi (7), r8 (8) and similar.
+    pub fn put_mov_reg_rip(&mut self, reg: u8, addr: u64) {
+        let end = self.pc() + 7;
+        let d = self.rel32(end, addr);
+        self.buf.push(if reg >= 8 { 0x4c } else { 0x48 });
+        self.buf.extend_from_slice(&[0x8b, 0x05 | ((reg & 7) << 3)]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `mov esi, imm32`.
+    pub fn put_mov_esi_imm32(&mut self, imm: u32) {
+        self.buf.push(0xbe);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `lea reg, [rsp + disp8]` for rsi (6), rdx (2), rcx (1).
+    pub fn put_lea_rsp(&mut self, reg: u8, disp: i8) {
+        assert!(reg < 8);
+        self.buf.extend_from_slice(&[0x48, 0x8d, 0x44 | (reg << 3), 0x24, disp as u8]);
+    }
+
+    /// `mov rsi, rsp`.
+    pub fn put_mov_rsi_rsp(&mut self) {
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xe6]);
+    }
+
+    /// `xor r8d, r8d`.
+    pub fn put_zero_r8(&mut self) {
+        self.buf.extend_from_slice(&[0x45, 0x31, 0xc0]);
+    }
+
+    /// `call target` (rel32).
+    pub fn put_call(&mut self, target: u64) {
+        let end = self.pc() + 5;
+        let d = self.rel32(end, target);
+        self.buf.push(0xe8);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `test rax, rax; jnz +2; ud2; mov [rsp + disp], rax`: store rax on
+    /// the stack, or trap if it is 0.
+    pub fn put_store_rax_or_trap(&mut self, disp: i8) {
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xc0, 0x75, 0x02, 0x0f, 0x0b, 0x48, 0x89, 0x44, 0x24, disp as u8]);
+    }
+
+    /// `pushfq`.
+    pub fn put_pushfq(&mut self) {
+        self.buf.push(0x9c);
+    }
+
+    /// `popfq`.
+    pub fn put_popfq(&mut self) {
+        self.buf.push(0x9d);
+    }
+
+    /// `ret`.
+    pub fn put_ret(&mut self) {
+        self.buf.push(0xc3);
+    }
+
     /// Raw bytes (relocated code produced elsewhere for this same address).
     pub fn put_bytes(&mut self, bytes: &[u8]) {
         self.buf.extend_from_slice(bytes);
@@ -147,6 +259,8 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_r11_rip(AT + 0x107)), ["mov r11, qword ptr [rip + 0x100]"]);
         assert_eq!(asm(|w| w.put_add_r11_rip(AT - 0x10 + 7)), ["add r11, qword ptr [rip - 0x10]"]);
         assert_eq!(asm(|w| w.put_cmp_byte_r11_0()), ["cmp byte ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_cmp_dword_r11_0()), ["cmp dword ptr [r11], 0"]);
+        assert_eq!(asm(|w| w.put_jle(AT + 0x40)), [format!("jle {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_je(AT + 0x40)), [format!("je {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
         assert_eq!(asm(|w| w.put_mov_r11_fs0()), ["mov r11, qword ptr fs:[0]"]);
@@ -154,6 +268,25 @@ mod tests {
         assert_eq!(asm(|w| w.put_shr_r11(57)), ["shr r11, 0x39"]);
         assert_eq!(asm(|w| w.put_shl_r11(15)), ["shl r11, 0xf"]);
         assert_eq!(asm(|w| w.put_lock_inc_r11_disp(0x18)), ["lock inc qword ptr [r11 + 0x18]"]);
+        assert_eq!(asm(|w| w.put_push(10)), ["push r10"]);
+        assert_eq!(asm(|w| w.put_push(7)), ["push rdi"]);
+        assert_eq!(asm(|w| w.put_pop(8)), ["pop r8"]);
+        assert_eq!(asm(|w| w.put_pop(0)), ["pop rax"]);
+        assert_eq!(asm(|w| w.put_sub_rsp(8)), ["sub rsp, 8"]);
+        assert_eq!(asm(|w| w.put_add_rsp(8)), ["add rsp, 8"]);
+        assert_eq!(asm(|w| w.put_mov_reg_rip(7, AT + 0x27)), ["mov rdi, qword ptr [rip + 0x20]"]);
+        assert_eq!(asm(|w| w.put_mov_reg_rip(8, AT + 0x27)), ["mov r8, qword ptr [rip + 0x20]"]);
+        assert_eq!(asm(|w| w.put_mov_esi_imm32(0x0100_0003)), ["mov esi, 0x1000003"]);
+        assert_eq!(asm(|w| w.put_lea_rsp(2, 8)), ["lea rdx, [rsp + 8]"]);
+        assert_eq!(asm(|w| w.put_lea_rsp(1, 72)), ["lea rcx, [rsp + 0x48]"]);
+        assert_eq!(asm(|w| w.put_mov_rsi_rsp()), ["mov rsi, rsp"]);
+        assert_eq!(asm(|w| w.put_zero_r8()), ["xor r8d, r8d"]);
+        assert_eq!(asm(|w| w.put_call(AT + 0x100)), [format!("call {:#x}", AT + 0x100)]);
+        let store = asm(|w| w.put_store_rax_or_trap(0x58));
+        assert_eq!(store, ["test rax, rax", &format!("jne {:#x}", AT + 7), "ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        assert_eq!(asm(|w| w.put_pushfq()), ["pushfq"]);
+        assert_eq!(asm(|w| w.put_popfq()), ["popfq"]);
+        assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
 
     #[test]

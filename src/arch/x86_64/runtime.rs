@@ -1,0 +1,179 @@
+//! The x86-64 parts of tp's in-target runtime: the per-arena runtime block
+//! (the C runtime's functions followed by the return trampoline) and where
+//! the TCB keeps the TID.
+//!
+//! ```text
+//! tramp:  lea  rsp, [rsp - 16]     ; reached by the probed function's `ret`:
+//!                                  ; a slot for the return address, a pad
+//!         pushfq
+//!         push r11, r10, r9, r8, rdi, rsi, rcx, rdx, rax
+//!         mov  rdi, [rip + ctx]
+//!         mov  rsi, rsp            ; saved rax, rdx (the results)
+//!         lea  rdx, [rsp + 96]     ; the stack pointer after the `ret`
+//!         call tp_exit             ; -> the original return address
+//!         test rax, rax / jnz +2 / ud2
+//!         mov  [rsp + 88], rax     ; into the slot
+//!         pop  rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11
+//!         popfq
+//!         lea  rsp, [rsp + 8]
+//!         ret                      ; to the original return address
+//! ```
+//!
+//! Every register and flag reaches the caller as the function left it. The
+//! ABI lets a callee clobber rcx, rsi, rdi and r8-r11, but GCC's
+//! interprocedural register allocation (`-fipa-ra`, on at -O2) lets a
+//! caller keep values in the ones a local callee is known not to touch:
+//! python3.11's `PySeqIter_New` keeps its argument in rdi across its call
+//! to `PySequence_Check`. The return goes through `ret` rather than an
+//! indirect jump so no register is needed for the target. At the
+//! trampoline rsp is 16-aligned (the `ret` popped a word off the 8-mod-16
+//! entry stack); 96 bytes of slot, pad, flags and registers keep it so for
+//! the call.
+
+use super::writer::Writer;
+use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
+
+const RAX: u8 = 0;
+const RDX: u8 = 2;
+const RSP: u8 = 4;
+const RDI: u8 = 7;
+/// Pushed in this order, so rax and rdx (the results) end up lowest.
+const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, 6, 1, RDX, RAX];
+/// Bytes between the trampoline's stack pointer at the call and at its start.
+const FRAME: i8 = 96;
+/// Bytes of the trampoline: 5 + 1 + 13 + 7 + 3 + 5 + 5 + 12 + 13 + 1 + 5 + 1.
+const TRAMPOLINE_LEN: u64 = 71;
+
+/// Assembles the runtime block at `at`.
+pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+    let mut w = Writer::new(at);
+    let entry = w.pc();
+    w.put_bytes(blobs.entry);
+    w.put_align(16);
+    let exit = w.pc();
+    w.put_bytes(blobs.exit);
+    w.put_align(16);
+    let unwind = w.pc();
+    w.put_bytes(blobs.unwind);
+    w.put_align(16);
+    let trampoline = w.pc();
+    // The literal follows the trampoline, whose length is fixed.
+    let lit_ctx = (trampoline + TRAMPOLINE_LEN).next_multiple_of(8);
+    w.put_lea_rsp(RSP, -16);
+    w.put_pushfq();
+    for r in SAVED {
+        w.put_push(r);
+    }
+    w.put_mov_reg_rip(RDI, lit_ctx);
+    w.put_mov_rsi_rsp();
+    w.put_lea_rsp(RDX, FRAME);
+    w.put_call(exit);
+    w.put_store_rax_or_trap(FRAME - 8);
+    for r in SAVED.iter().rev() {
+        w.put_pop(*r);
+    }
+    w.put_popfq();
+    w.put_lea_rsp(RSP, 8);
+    w.put_ret();
+    debug_assert_eq!(w.pc(), trampoline + TRAMPOLINE_LEN);
+    w.put_align(8);
+    w.put_u64(ctx);
+    RuntimeBlock { bytes: w.into_bytes(), addrs: RuntimeAddrs { entry, trampoline, unwind, ctx } }
+}
+
+/// The offset of the TID from the thread pointer (`fs:0`), found in the
+/// TCBs of stopped threads. glibc and musl keep the TCB's own address at
+/// fs:0 and the TID in their `struct pthread`; the offset is the one place
+/// where every thread's TCB holds that thread's TID. None when no single
+/// offset fits (another runtime, or a lone thread whose TID appears twice).
+pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+    const SPAN: i64 = 4096;
+    let mut candidates: Option<Vec<i64>> = None;
+    for &(tid, fs_base) in threads {
+        if fs_base == 0 {
+            return None;
+        }
+        let tcb = read(fs_base, 8)?;
+        if u64::from_le_bytes(tcb[..8].try_into().ok()?) != fs_base {
+            return None; // fs:0 is not the thread pointer the runtime would read
+        }
+        let bytes = read(fs_base - SPAN as u64, 2 * SPAN as usize)?;
+        let here: Vec<i64> = (0..bytes.len() - 3)
+            .step_by(4)
+            .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
+            .map(|i| i as i64 - SPAN)
+            .filter(|&off| off != 0)
+            .collect();
+        candidates = Some(match candidates {
+            None => here,
+            Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
+        });
+    }
+    match candidates?.as_slice() {
+        [one] => i32::try_from(*one).ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::x86_64::decode::disassemble;
+
+    const AT: u64 = 0x7f00_0010_0000;
+
+    #[test]
+    fn trampoline_calls_tp_exit_and_jumps_to_its_answer() {
+        let blobs = RuntimeBlobs { entry: &[0xc3; 3], exit: &[0xc3; 5], unwind: &[0xc3] };
+        let b = build(AT, 0x7f00_0000_1040, &blobs);
+        let a = b.addrs;
+        assert_eq!((a.entry, a.ctx), (AT, 0x7f00_0000_1040));
+        assert_eq!(a.unwind - AT, 32);
+        assert_eq!(a.trampoline - AT, 48);
+        let off = (a.trampoline - AT) as usize;
+        let asm = disassemble(&b.bytes[off..off + TRAMPOLINE_LEN as usize], a.trampoline);
+        let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];
+        assert_eq!(asm[..2], ["lea rsp, [rsp - 0x10]", "pushfq"]);
+        assert_eq!(asm[2..10], pushes);
+        assert_eq!(asm[10], "push rax");
+        assert!(asm[11].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[12..14], ["mov rsi, rsp", "lea rdx, [rsp + 0x60]"]);
+        assert_eq!(asm[14], format!("call {:#x}", AT + 16));
+        assert_eq!(asm[15], "test rax, rax");
+        assert_eq!(asm[17..19], ["ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        let pops = ["pop rax", "pop rdx", "pop rcx", "pop rsi", "pop rdi", "pop r8", "pop r9", "pop r10", "pop r11"];
+        assert_eq!(asm[19..28], pops);
+        assert_eq!(asm[28..], ["popfq", "lea rsp, [rsp + 8]", "ret"]);
+        let lit = &b.bytes[b.bytes.len() - 8..];
+        assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
+    }
+
+    #[test]
+    fn tid_offset_is_where_every_tcb_holds_its_tid() {
+        // Two fake TCBs: self pointer at 0, the TID at +0x2d0, noise elsewhere.
+        let tcb = |base: u64, tid: u32| {
+            let mut m = vec![0u8; 8192];
+            m[4096..4104].copy_from_slice(&base.to_le_bytes());
+            m[4096 + 0x2d0..4096 + 0x2d4].copy_from_slice(&tid.to_le_bytes());
+            m
+        };
+        let (a, b) = (0x7f00_1000_0000u64, 0x7f00_2000_0000u64);
+        let (mut ma, mb) = (tcb(a, 501), tcb(b, 502));
+        ma[100..104].copy_from_slice(&501u32.to_le_bytes()); // a stray copy in one of them
+        let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+            for (base, m) in [(a, &ma), (b, &mb)] {
+                let start = base - 4096;
+                if addr >= start && addr + len as u64 <= start + 8192 {
+                    let o = (addr - start) as usize;
+                    return Some(m[o..o + len].to_vec());
+                }
+            }
+            None
+        };
+        assert_eq!(tid_offset(&[(501, a), (502, b)], &read), Some(0x2d0));
+        // A lone thread with its TID twice is ambiguous.
+        assert_eq!(tid_offset(&[(501, a)], &read), None);
+        // A thread pointer that is not its own fs:0 means another runtime.
+        assert_eq!(tid_offset(&[(501, a + 8)], &read), None);
+    }
+}

@@ -1,0 +1,233 @@
+//! Giving events names and typed values. With DWARF, parameters get their
+//! names and are shown by type (signed and unsigned integers, bool, char,
+//! pointers in hex, `char *` as a string read from the target); without it,
+//! the argument registers are shown as `arg0`..`arg5` in hex.
+//!
+//! Scalar parameters (integers, pointers, bool, char, enums) take the
+//! integer argument registers in order under both the SysV x86-64 and the
+//! AArch64 procedure call standards. A floating-point parameter travels in a
+//! vector register and takes none; an aggregate's passing rules are not
+//! modelled, so the parameters after one are shown as unknown.
+
+use crate::output::json;
+use crate::symbols::dwarf::{DwFunction, Type};
+
+/// How many integer argument registers an event records.
+pub const ARG_REGS: usize = 6;
+/// The longest string tp reads for a `char *` argument.
+pub const MAX_STRING: usize = 64;
+
+/// What tp knows about a probed function for showing its events.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeInfo {
+    /// Function name.
+    pub name: String,
+    /// Module file name.
+    pub module: String,
+    /// Its DWARF description, if the module has one.
+    pub dwarf: Option<DwFunction>,
+}
+
+/// A value as it will be shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Value {
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer.
+    Uint(u64),
+    /// A bool.
+    Bool(bool),
+    /// A character.
+    Char(u8),
+    /// A pointer, or a raw register without DWARF.
+    Hex(u64),
+    /// A `char *`: the string read from the target, or None if unreadable.
+    Str(u64, Option<String>),
+    /// Not in an integer register (floating point, stack, aggregate).
+    Unknown,
+}
+
+impl Value {
+    /// The value's register, read as `ty`.
+    fn of(ty: &Type, size: Option<u64>, reg: u64, read_str: &dyn Fn(u64) -> Option<String>) -> Value {
+        let bits = size.unwrap_or(8).clamp(1, 8) * 8;
+        let truncate = |v: u64| if bits == 64 { v } else { v & ((1u64 << bits) - 1) };
+        match ty {
+            Type::Signed(_) => {
+                let shift = 64 - bits;
+                Value::Int(((reg << shift) as i64) >> shift)
+            }
+            Type::Unsigned(_) => Value::Uint(truncate(reg)),
+            Type::Bool => Value::Bool(reg & 0xff != 0),
+            Type::Char => Value::Char(reg as u8),
+            Type::CString => Value::Str(reg, if reg == 0 { None } else { read_str(reg) }),
+            Type::Pointer => Value::Hex(reg),
+            Type::Float | Type::Other => Value::Unknown,
+        }
+    }
+
+    /// For live output lines.
+    pub fn text(&self) -> String {
+        match self {
+            Value::Int(v) => v.to_string(),
+            Value::Uint(v) => v.to_string(),
+            Value::Bool(v) => v.to_string(),
+            Value::Char(c) if c.is_ascii_graphic() || *c == b' ' => format!("'{}'", *c as char),
+            Value::Char(c) => format!("'\\x{c:02x}'"),
+            Value::Hex(v) => format!("{v:#x}"),
+            Value::Str(0, _) => "NULL".into(),
+            Value::Str(_, Some(s)) => format!("{s:?}"),
+            Value::Str(p, None) => format!("{p:#x}"),
+            Value::Unknown => "?".into(),
+        }
+    }
+
+    /// For JSON output.
+    pub fn json(&self) -> String {
+        match self {
+            Value::Int(v) => v.to_string(),
+            Value::Uint(v) => v.to_string(),
+            Value::Bool(v) => v.to_string(),
+            Value::Char(c) => json::string(&(*c as char).to_string()),
+            Value::Hex(v) => format!("\"{v:#x}\""),
+            Value::Str(0, _) => "null".into(),
+            Value::Str(_, Some(s)) => json::string(s),
+            Value::Str(p, None) => format!("\"{p:#x}\""),
+            Value::Unknown => "null".into(),
+        }
+    }
+}
+
+/// The named arguments of an entry event, from its argument registers.
+pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<String>) -> Vec<(String, Value)> {
+    let Some(f) = &info.dwarf else {
+        return regs.iter().enumerate().map(|(i, &r)| (format!("arg{i}"), Value::Hex(r))).collect();
+    };
+    let mut out = Vec::new();
+    let mut next = 0;
+    let mut lost_track = false;
+    for p in &f.params {
+        let value = if lost_track {
+            Value::Unknown
+        } else {
+            match p.ty {
+                Type::Float => Value::Unknown,
+                Type::Other if p.size.is_some_and(|s| s > 16) => Value::Unknown, // passed in memory
+                Type::Other => {
+                    lost_track = true; // small aggregates: registers not modelled
+                    Value::Unknown
+                }
+                _ if next < ARG_REGS => {
+                    next += 1;
+                    Value::of(&p.ty, p.size, regs[next - 1], read_str)
+                }
+                _ => Value::Unknown,
+            }
+        };
+        out.push((p.name.clone(), value));
+    }
+    out
+}
+
+/// The return value of an exit event, None for `void` (or unknown without DWARF: hex).
+pub fn ret(info: &ProbeInfo, rax: u64, read_str: &dyn Fn(u64) -> Option<String>) -> Option<Value> {
+    match &info.dwarf {
+        None => Some(Value::Hex(rax)),
+        Some(f) => {
+            let (_, ty) = f.return_type.as_ref()?;
+            let size = match ty {
+                Type::Signed(n) | Type::Unsigned(n) => Some(*n as u64),
+                _ => Some(8),
+            };
+            Some(Value::of(ty, size, rax, read_str))
+        }
+    }
+}
+
+/// `name(a=1, b="x")` for live lines.
+pub fn call_text(name: &str, args: &[(String, Value)]) -> String {
+    let inner: Vec<String> = args.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
+    format!("{name}({})", inner.join(", "))
+}
+
+/// `{"a":1,"b":"x"}`.
+pub fn args_json(args: &[(String, Value)]) -> String {
+    let inner: Vec<String> = args.iter().map(|(n, v)| format!("{}:{}", json::string(n), v.json())).collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::symbols::dwarf::Param;
+
+    fn param(name: &str, ty: Type, size: u64) -> Param {
+        Param { name: name.into(), type_name: String::new(), ty, size: Some(size) }
+    }
+
+    fn info(params: Vec<Param>, ret: Option<Type>) -> ProbeInfo {
+        ProbeInfo {
+            name: "f".into(),
+            module: "m".into(),
+            dwarf: Some(DwFunction {
+                name: "f".into(),
+                linkage_name: None,
+                entry: 0,
+                params,
+                return_type: ret.map(|t| ("t".to_string(), t)),
+            }),
+        }
+    }
+
+    fn no_strings(_: u64) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn scalars_take_integer_registers_in_order() {
+        let i = info(
+            vec![
+                param("n", Type::Signed(4), 4),
+                param("x", Type::Float, 8),
+                param("ok", Type::Bool, 1),
+                param("c", Type::Char, 1),
+                param("s", Type::CString, 8),
+                param("p", Type::Pointer, 8),
+                param("u", Type::Unsigned(2), 2),
+            ],
+            Some(Type::Signed(8)),
+        );
+        let regs = [0xffff_ffff_ffff_fffb, 1, b'x' as u64, 0x1000, 0x2000, 0x1_ffff];
+        let read = |p: u64| (p == 0x1000).then(|| "hello".to_string());
+        let a = args(&i, &regs, &read);
+        let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
+        assert_eq!(text, ["n=-5", "x=?", "ok=true", "c='x'", "s=\"hello\"", "p=0x2000", "u=65535"]);
+        assert_eq!(args_json(&a[..3]), r#"{"n":-5,"x":null,"ok":true}"#);
+        assert_eq!(ret(&i, (-7i64) as u64, &no_strings), Some(Value::Int(-7)));
+    }
+
+    #[test]
+    fn aggregates_stop_the_register_mapping() {
+        let i = info(
+            vec![
+                param("big", Type::Other, 32),
+                param("a", Type::Signed(8), 8),
+                param("pair", Type::Other, 16),
+                param("b", Type::Signed(8), 8),
+            ],
+            None,
+        );
+        let a = args(&i, &[7, 8, 9, 0, 0, 0], &no_strings);
+        let vals: Vec<&Value> = a.iter().map(|(_, v)| v).collect();
+        assert_eq!(vals, [&Value::Unknown, &Value::Int(7), &Value::Unknown, &Value::Unknown]);
+        assert_eq!(ret(&i, 5, &no_strings), None, "void");
+    }
+
+    #[test]
+    fn without_dwarf_registers_are_hex() {
+        let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None };
+        let a = args(&i, &[1, 2, 3, 4, 5, 255], &no_strings);
+        assert_eq!(call_text("g", &a), "g(arg0=0x1, arg1=0x2, arg2=0x3, arg3=0x4, arg4=0x5, arg5=0xff)");
+        assert_eq!(ret(&i, 42, &no_strings), Some(Value::Hex(42)));
+    }
+}

@@ -1,0 +1,68 @@
+//! Events recorded by probes in the target, as the tracer sees them: drained
+//! from the per-thread rings ([`drain`]), stamped with CLOCK_MONOTONIC time
+//! ([`clock`]), given names and typed values ([`format`]), and summed into
+//! latency statistics ([`stats`]).
+
+pub mod clock;
+pub mod drain;
+pub mod format;
+pub mod stats;
+
+use crate::probe::layout::{self, event_kind};
+
+/// What happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A call began.
+    Entry,
+    /// A call returned.
+    Exit,
+    /// An exception unwound through the call; its return was not seen.
+    Unwound,
+}
+
+/// One event as the runtime wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawEvent {
+    /// What happened.
+    pub kind: Kind,
+    /// The probe's entry index.
+    pub probe: u32,
+    /// The thread.
+    pub tid: u32,
+    /// Counter value when it happened.
+    pub tsc: u64,
+    /// Entry: argument registers. Exit: return value, entry counter value, second return register.
+    pub v: [u64; 6],
+}
+
+impl RawEvent {
+    /// Decodes an event; None for a kind this tp does not know.
+    pub fn decode(e: &layout::Event) -> Option<RawEvent> {
+        let kind = match (e.probe >> 24) as u8 {
+            event_kind::ENTRY => Kind::Entry,
+            event_kind::EXIT => Kind::Exit,
+            event_kind::UNWOUND => Kind::Unwound,
+            _ => return None,
+        };
+        Some(RawEvent { kind, probe: e.probe & 0xff_ffff, tid: e.tid, tsc: e.tsc, v: e.v })
+    }
+
+    /// For exits and unwinds, the counter value at the call's entry.
+    pub fn entry_tsc(&self) -> u64 {
+        self.v[1]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decodes_kind_and_probe() {
+        let e = layout::Event { probe: (2 << 24) | 7, tid: 42, tsc: 100, v: [5, 90, 0, 0, 0, 0] };
+        let r = RawEvent::decode(&e).unwrap();
+        assert_eq!((r.kind, r.probe, r.tid, r.entry_tsc()), (Kind::Exit, 7, 42, 90));
+        assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }).is_none());
+    }
+}

@@ -1,0 +1,163 @@
+//! Event lines on stdout: `TIME TID foo(n=5, name="x")` and
+//! `TIME TID foo → 42  1.23µs` for people, or one JSON object per event.
+
+use std::io::{self, Write};
+
+use super::json;
+use crate::events::format::{self, ProbeInfo, Value};
+
+/// How events are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// Not at all (only the summary).
+    Quiet,
+    /// Live lines.
+    Text,
+    /// JSON Lines.
+    Json,
+}
+
+/// A decoded event, ready to print.
+#[derive(Debug, Clone)]
+pub enum Line<'a> {
+    /// A call began.
+    Entry {
+        /// The probe.
+        info: &'a ProbeInfo,
+        /// Thread.
+        tid: u32,
+        /// CLOCK_MONOTONIC ns.
+        ts_ns: u64,
+        /// Named arguments.
+        args: &'a [(String, Value)],
+    },
+    /// A call returned.
+    Exit {
+        /// The probe.
+        info: &'a ProbeInfo,
+        /// Thread.
+        tid: u32,
+        /// CLOCK_MONOTONIC ns.
+        ts_ns: u64,
+        /// Return value (None: void).
+        ret: Option<&'a Value>,
+        /// Duration, ns.
+        duration_ns: u64,
+    },
+    /// An exception started unwinding while the call was active: its return,
+    /// if it had one (the call may have caught the exception), is not traced.
+    Unwound {
+        /// The probe.
+        info: &'a ProbeInfo,
+        /// Thread.
+        tid: u32,
+        /// CLOCK_MONOTONIC ns.
+        ts_ns: u64,
+        /// Time from entry to the unwinding, ns.
+        duration_ns: u64,
+    },
+}
+
+/// `1.23µs`, `456ns`, `7.80ms`, `2.50s`.
+pub fn duration(ns: u64) -> String {
+    match ns {
+        n if n < 1_000 => format!("{n}ns"),
+        n if n < 1_000_000 => format!("{:.2}µs", n as f64 / 1e3),
+        n if n < 1_000_000_000 => format!("{:.2}ms", n as f64 / 1e6),
+        n => format!("{:.2}s", n as f64 / 1e9),
+    }
+}
+
+/// Writes `line` in `style`; `origin_ns` is the session's start (live lines
+/// show seconds since it).
+pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, line: &Line) -> io::Result<()> {
+    let secs = |ts: u64| ts.saturating_sub(origin_ns) as f64 / 1e9;
+    match (style, line) {
+        (Style::Quiet, _) => Ok(()),
+        (Style::Text, Line::Entry { info, tid, ts_ns, args }) => {
+            writeln!(out, "{:>12.6} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
+        }
+        (Style::Text, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
+            let ret = ret.map_or(String::new(), |v| format!(" → {}", v.text()));
+            writeln!(out, "{:>12.6} {tid:>7} {}{ret}  {}", secs(*ts_ns), info.name, duration(*duration_ns))
+        }
+        (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
+            out,
+            "{:>12.6} {tid:>7} {} ↯ exception: return not traced  {}",
+            secs(*ts_ns),
+            info.name,
+            duration(*duration_ns)
+        ),
+        (Style::Json, Line::Entry { info, tid, ts_ns, args }) => writeln!(
+            out,
+            "{{\"type\":\"entry\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}}}",
+            json::string(&info.name),
+            json::string(&info.module),
+            format::args_json(args)
+        ),
+        (Style::Json, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => writeln!(
+            out,
+            "{{\"type\":\"exit\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"duration_ns\":{duration_ns}}}",
+            json::string(&info.name),
+            json::string(&info.module),
+            ret.map_or("null".to_string(), |v| v.json())
+        ),
+        (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
+            out,
+            "{{\"type\":\"unwound\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"duration_ns\":{duration_ns}}}",
+            json::string(&info.name),
+            json::string(&info.module)
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> ProbeInfo {
+        ProbeInfo { name: "foo".into(), module: "m".into(), dwarf: None }
+    }
+
+    fn text(style: Style, line: &Line) -> String {
+        let mut v = Vec::new();
+        write(&mut v, style, 1_000_000_000, line).unwrap();
+        String::from_utf8(v).unwrap()
+    }
+
+    #[test]
+    fn live_lines() {
+        let i = info();
+        let args = [("n".to_string(), Value::Int(5)), ("name".to_string(), Value::Str(1, Some("x".into())))];
+        let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args };
+        assert_eq!(text(Style::Text, &entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
+        let exit =
+            Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: Some(&Value::Int(42)), duration_ns: 1230 };
+        assert_eq!(text(Style::Text, &exit), "    1.500001      77 foo → 42  1.23µs\n");
+        assert_eq!(text(Style::Quiet, &exit), "");
+    }
+
+    #[test]
+    fn json_lines() {
+        let i = info();
+        let args = [("n".to_string(), Value::Int(5))];
+        let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args };
+        assert_eq!(
+            text(Style::Json, &entry),
+            "{\"type\":\"entry\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":10,\"args\":{\"n\":5}}\n"
+        );
+        let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, duration_ns: 10 };
+        assert_eq!(
+            text(Style::Json, &exit),
+            "{\"type\":\"exit\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":20,\"ret\":null,\"duration_ns\":10}\n"
+        );
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration(999), "999ns");
+        assert_eq!(duration(1230), "1.23µs");
+        assert_eq!(duration(7_800_000), "7.80ms");
+        assert_eq!(duration(2_500_000_000), "2.50s");
+    }
+}

@@ -1,0 +1,274 @@
+/* tp's in-target runtime: what an event probe runs on a hit.
+ *
+ * Built by build.rs into position-independent machine code with no
+ * relocations (checked there), one blob per function, copied into each code
+ * arena next to the detours. It touches only general-purpose registers
+ * (-mgeneral-regs-only), so floating-point and vector arguments survive, and
+ * reaches memory only through the `tp_ctx` pointer its caller passes, which
+ * lies in tp's data region. No lock, no syscall on the hit path: a thread
+ * asks the kernel for its TID at most once, and only when tp could not find
+ * the TID inside the thread's TCB.
+ *
+ * The layout of every structure here is mirrored by src/probe/layout.rs.
+ */
+#include <stdint.h>
+
+#include "runtime.h" /* the architecture's primitives, from src/arch/<arch>/ */
+
+/* Event kinds, in the top byte of tp_event.probe. */
+#define TP_ENTRY 1u
+#define TP_EXIT 2u
+#define TP_UNWOUND 3u /* a frame left by an exception: its exit was not seen */
+
+/* Flags passed to tp_entry with the probe index. */
+#define TP_RECORD_ENTRY (1u << 24)
+#define TP_HIJACK_RETURN (1u << 25)
+#define TP_SAMPLE (1u << 26)
+
+#define TP_PROBE_MASK 0xffffffu
+/* Frames deeper on the same stack than one that returns are dead; frames
+ * farther away than this may live on another stack (a coroutine). */
+#define TP_STACK_SPAN (8u << 20)
+/* Slots probed before an event is dropped for want of one. */
+#define TP_MAX_PROBES_FOR_SLOT 16
+
+/* What the runtime reads from the region header (layout.rs: EventCtx). */
+struct tp_ctx {
+	uint64_t slots;        /* address of thread slot 0 */
+	uint64_t slot_size;    /* bytes per slot */
+	uint32_t slot_bits;    /* log2 of the number of slots */
+	uint32_t ring_mask;    /* events per ring - 1 */
+	uint32_t shadow_len;   /* shadow frames per slot */
+	int32_t tid_offset;    /* where the TCB keeps the TID, from the thread pointer; 0: unknown */
+	uint64_t lost_no_slot; /* events dropped because every slot was taken */
+	uint64_t flags;        /* address of the per-probe enable flags */
+	uint64_t budgets;      /* address of the per-probe sample budgets */
+};
+
+/* One saved return address (layout.rs: Frame). */
+struct tp_frame {
+	uint64_t slot;  /* stack address holding the return address */
+	uint64_t ret;   /* the original return address */
+	uint64_t tsc;   /* timestamp at entry */
+	uint32_t probe;
+	uint32_t pad;
+	uint64_t tramp; /* the trampoline address written into the slot */
+	uint64_t pad2[3];
+};
+
+/* One event (layout.rs: Event): 64 bytes. */
+struct tp_event {
+	uint32_t probe; /* index | kind << 24 */
+	uint32_t tid;
+	uint64_t tsc;
+	uint64_t v[6]; /* entry: argument registers; exit: return value, entry time, second return register */
+};
+
+/* A thread's slot (layout.rs: SlotHead); shadow frames and the ring follow. */
+struct tp_slot {
+	uint64_t key;         /* the thread pointer; 0: free */
+	uint32_t tid;         /* from gettid(2), when tid_offset is 0 */
+	uint32_t depth;       /* shadow frames in use */
+	uint64_t lost;        /* events or frames dropped: ring or shadow stack full */
+	uint64_t cached_tail; /* the thread's last look at `tail` */
+	uint64_t pad0[4];
+	uint64_t head; /* next event to write (written by the thread) */
+	uint64_t pad1[7];
+	uint64_t tail; /* next event to read (written by the tracer) */
+	uint64_t pad2[7];
+	struct tp_frame shadow[]; /* shadow_len frames, then the ring */
+};
+
+#define HOT static inline __attribute__((always_inline))
+
+HOT struct tp_slot *slot_at(const struct tp_ctx *c, uint64_t i)
+{
+	return (struct tp_slot *)(c->slots + i * c->slot_size);
+}
+
+HOT struct tp_event *ring_of(const struct tp_ctx *c, struct tp_slot *s)
+{
+	return (struct tp_event *)((char *)s->shadow + (uint64_t)c->shadow_len * sizeof(struct tp_frame));
+}
+
+/* The calling thread's slot; claimed on its first event if `claim`. */
+HOT struct tp_slot *thread_slot(struct tp_ctx *c, int claim)
+{
+	uint64_t tp = tp_thread_pointer();
+	uint64_t n = 1ull << c->slot_bits;
+	uint64_t h = ((tp >> 12) * 0x9e3779b97f4a7c15ull) >> (64 - c->slot_bits);
+	for (uint64_t i = 0; i < TP_MAX_PROBES_FOR_SLOT && i < n; i++) {
+		struct tp_slot *s = slot_at(c, (h + i) & (n - 1));
+		uint64_t key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
+		if (key == tp)
+			return s;
+		if (key != 0)
+			continue;
+		if (!claim)
+			return 0;
+		uint64_t expected = 0;
+		if (__atomic_compare_exchange_n(&s->key, &expected, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+			if (c->tid_offset == 0)
+				s->tid = tp_gettid();
+			return s;
+		}
+		if (expected == tp)
+			return s;
+	}
+	if (claim)
+		__atomic_fetch_add(&c->lost_no_slot, 1, __ATOMIC_RELAXED);
+	return 0;
+}
+
+HOT uint32_t thread_id(const struct tp_ctx *c, const struct tp_slot *s)
+{
+	if (c->tid_offset == 0)
+		return s->tid;
+	return *(const volatile uint32_t *)(tp_thread_pointer() + (int64_t)c->tid_offset);
+}
+
+/* Appends one event to the thread's ring, or counts it lost if the ring is full. */
+HOT void emit(struct tp_ctx *c, struct tp_slot *s, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
+	      uint64_t v2, uint64_t v3, uint64_t v4, uint64_t v5)
+{
+	uint64_t head = s->head;
+	if (head - s->cached_tail > c->ring_mask) {
+		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
+		if (head - s->cached_tail > c->ring_mask) {
+			s->lost++;
+			return;
+		}
+	}
+	struct tp_event *e = ring_of(c, s) + (head & c->ring_mask);
+	e->probe = probe;
+	e->tid = thread_id(c, s);
+	e->tsc = tsc;
+	e->v[0] = v0;
+	e->v[1] = v1;
+	e->v[2] = v2;
+	e->v[3] = v3;
+	e->v[4] = v4;
+	e->v[5] = v5;
+	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
+}
+
+/* Function entry. `regs` holds the six integer argument registers in order;
+ * `slot` is the stack address of the return address; `tramp` the return
+ * trampoline to put there when the probe records returns. */
+void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp)
+{
+	if (probe_flags & TP_SAMPLE) {
+		/* Spend one sample of this epoch's budget. The detour calls here only
+		 * while the budget is positive, so once it is spent the function
+		 * pays for its count and one test until tp gives it a new budget. */
+		uint32_t probe = probe_flags & TP_PROBE_MASK;
+		if (__atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0)
+			return; /* another thread took the last one */
+	}
+	struct tp_slot *s = thread_slot(c, 1);
+	if (!s)
+		return;
+	uint64_t tsc = tp_timestamp();
+	uint32_t probe = probe_flags & TP_PROBE_MASK;
+	if (probe_flags & TP_RECORD_ENTRY)
+		emit(c, s, probe | (TP_ENTRY << 24), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
+	if (probe_flags & TP_HIJACK_RETURN) {
+		uint32_t d = s->depth;
+		/* Frames left by longjmp: at or below this call's slot on the same
+		 * stack, with their slot since overwritten. A live frame always
+		 * still holds its trampoline, so this never drops one (also not
+		 * for a signal handler running on an alternate stack). */
+		uint64_t here = (uint64_t)slot;
+		/* A frame whose slot a real call has since overwritten with its own
+		 * return address is dead, and so is everything it called on this
+		 * stack. (A tail call reuses the slot with the trampoline still in
+		 * it: that frame is alive and returns through both exits.) */
+		uint64_t current = *(volatile uint64_t *)slot;
+		for (uint32_t k = d; k > 0; k--) {
+			if (s->shadow[k - 1].slot != here || current == s->shadow[k - 1].tramp)
+				continue;
+			uint32_t keep = k - 1;
+			for (uint32_t i = k; i < d; i++) {
+				struct tp_frame *g = &s->shadow[i];
+				if (g->slot <= here && here - g->slot < TP_STACK_SPAN)
+					continue;
+				s->shadow[keep++] = *g;
+			}
+			d = keep;
+			break;
+		}
+		while (d > 0) {
+			struct tp_frame *f = &s->shadow[d - 1];
+			if (f->slot > here || here - f->slot >= TP_STACK_SPAN || *(volatile uint64_t *)f->slot == f->tramp)
+				break;
+			d--;
+		}
+		if (d >= c->shadow_len) {
+			s->lost++; /* too deep: this call's exit goes unrecorded */
+			return;
+		}
+		struct tp_frame *f = &s->shadow[d];
+		f->slot = (uint64_t)slot;
+		f->ret = *slot;
+		f->tsc = tsc;
+		f->probe = probe;
+		f->tramp = tramp;
+		__atomic_store_n(&s->depth, d + 1, __ATOMIC_RELEASE);
+		*slot = tramp;
+	}
+}
+
+/* Function exit, from the return trampoline. `regs` holds the two return
+ * registers; `sp` is the stack pointer after the function's return, one
+ * word above the slot that held the return address. Returns where to go. */
+uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
+{
+	struct tp_slot *s = thread_slot(c, 0);
+	if (!s)
+		return 0;
+	uint64_t want = sp - sizeof(uint64_t);
+	uint32_t d = s->depth;
+	while (d > 0) {
+		struct tp_frame *f = &s->shadow[d - 1];
+		if (f->slot == want) {
+			uint64_t ret = f->ret, entry_tsc = f->tsc;
+			uint32_t probe = f->probe;
+			/* Frames above it were left by longjmp (deeper on this stack):
+			 * they are dead. Frames on other stacks are kept. */
+			uint32_t keep = d - 1;
+			for (uint32_t i = d; i < s->depth; i++) {
+				struct tp_frame *g = &s->shadow[i];
+				if (g->slot < want && want - g->slot < TP_STACK_SPAN)
+					continue;
+				s->shadow[keep++] = *g;
+			}
+			__atomic_store_n(&s->depth, keep, __ATOMIC_RELEASE);
+			emit(c, s, probe | (TP_EXIT << 24), tp_timestamp(), regs[0], entry_tsc, regs[1], 0, 0, 0);
+			return ret;
+		}
+		d--;
+	}
+	return 0; /* no frame: cannot happen for a return tp hijacked */
+}
+
+/* An exception starts unwinding (_Unwind_RaiseException and friends): put
+ * every return address this thread's probes replaced back in place, so the
+ * unwinder finds the real callers. */
+void tp_unwind(struct tp_ctx *c)
+{
+	struct tp_slot *s = thread_slot(c, 0);
+	if (!s)
+		return;
+	uint64_t tsc = tp_timestamp();
+	for (uint32_t d = s->depth; d > 0; d--) {
+		struct tp_frame *f = &s->shadow[d - 1];
+		uint64_t *slot = (uint64_t *)f->slot;
+		/* A frame whose slot no longer holds the trampoline died earlier
+		 * (longjmp) and its stack was reused: leave that memory alone. */
+		if (*slot == f->tramp) {
+			*slot = f->ret;
+			emit(c, s, f->probe | (TP_UNWOUND << 24), tsc, 0, f->tsc, 0, 0, 0, 0);
+		}
+	}
+	__atomic_store_n(&s->depth, 0, __ATOMIC_RELEASE);
+}

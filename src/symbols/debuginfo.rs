@@ -1,0 +1,93 @@
+//! Separate debug information: the `.debug` file that distributions ship in
+//! `-dbg`/`-dbgsym` packages, found by build-id under
+//! `/usr/lib/debug/.build-id/xx/yyyy.debug`, or by `.gnu_debuglink` next to
+//! the file, in its `.debug/` directory, or under `/usr/lib/debug/<dir>/`.
+//!
+//! `TP_DEBUG_DIRS` (colon-separated) replaces `/usr/lib/debug` as the list of
+//! global debug directories, as gdb's `debug-file-directory` does.
+
+use std::path::{Path, PathBuf};
+
+use super::elf::{ElfFile, crc32};
+
+/// The global debug directories.
+pub fn debug_dirs() -> Vec<PathBuf> {
+    match std::env::var_os("TP_DEBUG_DIRS") {
+        Some(v) => std::env::split_paths(&v).collect(),
+        None => vec![PathBuf::from("/usr/lib/debug")],
+    }
+}
+
+/// Finds and parses the separate debug file of `elf`, whose path is `path`
+/// as the process sees it, reading files under `root` (`/`, or
+/// `/proc/PID/root` to see the target's mount namespace).
+pub fn find(elf: &ElfFile, path: &Path, root: &Path) -> Option<ElfFile> {
+    let under_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
+    let dirs = debug_dirs();
+    if let Some(id) = &elf.build_id
+        && id.len() >= 2
+    {
+        let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+        let rel = format!(".build-id/{}/{}.debug", &hex[..2], &hex[2..]);
+        for d in &dirs {
+            for candidate in [under_root(&d.join(&rel)), d.join(&rel)] {
+                if let Some(dbg) = open_matching(&candidate, elf, None) {
+                    return Some(dbg);
+                }
+            }
+        }
+    }
+    if let Some((name, crc)) = &elf.debuglink {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let mut candidates = vec![under_root(&dir.join(name)), under_root(&dir.join(".debug").join(name))];
+        for d in &dirs {
+            let rel = dir.strip_prefix("/").unwrap_or(dir).join(name);
+            candidates.push(under_root(&d.join(&rel)));
+            candidates.push(d.join(&rel));
+        }
+        for c in candidates {
+            if c == under_root(path) {
+                continue;
+            }
+            if let Some(dbg) = open_matching(&c, elf, Some(*crc)) {
+                return Some(dbg);
+            }
+        }
+    }
+    None
+}
+
+/// Opens `candidate` if it is the debug file of `elf`: same build-id, or
+/// (without build-ids) the CRC that the debuglink records.
+fn open_matching(candidate: &Path, elf: &ElfFile, crc: Option<u32>) -> Option<ElfFile> {
+    let data = std::fs::read(candidate).ok()?;
+    if let Some(want) = crc
+        && elf.build_id.is_none()
+        && crc32(&data) != want
+    {
+        return None;
+    }
+    let dbg = ElfFile::parse(data, candidate, candidate).ok()?;
+    match (&elf.build_id, &dbg.build_id) {
+        (Some(a), Some(b)) if a != b => None,
+        _ => Some(dbg),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_libc_debug_file_by_build_id() {
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let elf = ElfFile::open(libc, libc).unwrap();
+        assert!(!elf.has_symtab, "Debian's libc is stripped");
+        let dbg = find(&elf, libc, Path::new("/")).expect("libc6-dbg is installed (see .ci/run)");
+        assert_eq!(dbg.build_id, elf.build_id);
+        assert!(dbg.has_symtab && dbg.has_dwarf());
+        // The debug file knows static functions the dynamic symbol table does not.
+        assert!(dbg.functions.iter().any(|f| f.name == "_int_malloc"));
+        assert!(!elf.functions.iter().any(|f| f.name == "_int_malloc"));
+    }
+}

@@ -1,0 +1,358 @@
+//! DWARF with gimli: the functions a module's debugging information
+//! describes, their entry addresses, parameters (name and type) and return
+//! type, and the functions that exist only inlined into others.
+
+use std::borrow::Cow;
+
+use anyhow::Result;
+use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
+
+use super::elf::ElfFile;
+
+type R<'a> = EndianSlice<'a, RunTimeEndian>;
+
+/// How a value is shown.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Type {
+    /// A signed integer of this many bytes (also enums).
+    Signed(u8),
+    /// An unsigned integer of this many bytes.
+    Unsigned(u8),
+    /// `bool` / `_Bool`.
+    Bool,
+    /// `char` (signed or not): shown as a character.
+    Char,
+    /// A pointer to a (possibly const) `char`: shown as a string, best effort.
+    CString,
+    /// Any other pointer.
+    Pointer,
+    /// A floating-point value (passed in vector registers, not recorded).
+    Float,
+    /// Anything else (structs, unions, arrays): not shown.
+    Other,
+}
+
+/// A formal parameter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Param {
+    /// Its name (`this` for C++'s artificial parameter).
+    pub name: String,
+    /// Its type's name as written (`const char *`).
+    pub type_name: String,
+    /// How to show it.
+    pub ty: Type,
+    /// Its size in bytes, if known.
+    pub size: Option<u64>,
+}
+
+/// A function with code of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DwFunction {
+    /// DW_AT_name.
+    pub name: String,
+    /// DW_AT_linkage_name (mangled), if any.
+    pub linkage_name: Option<String>,
+    /// Entry address (link-time).
+    pub entry: u64,
+    /// Parameters in order.
+    pub params: Vec<Param>,
+    /// Return type's name, None for `void`.
+    pub return_type: Option<(String, Type)>,
+}
+
+impl DwFunction {
+    /// `name(type a, type b) -> ret`, for `list-probes -v`.
+    pub fn signature(&self) -> String {
+        let params: Vec<String> = self.params.iter().map(|p| format!("{} {}", p.type_name, p.name)).collect();
+        match &self.return_type {
+            Some((t, _)) => format!("{} {}({})", t, self.name, params.join(", ")),
+            None => format!("void {}({})", self.name, params.join(", ")),
+        }
+    }
+}
+
+/// What a module's DWARF says about its functions.
+#[derive(Debug, Clone, Default)]
+pub struct DwarfIndex {
+    /// Functions with an out-of-line instance, by entry address.
+    pub functions: Vec<DwFunction>,
+    /// Names of functions that were inlined everywhere (no out-of-line copy).
+    pub inlined_only: Vec<String>,
+}
+
+impl DwarfIndex {
+    /// The function entered at `entry` (link-time address).
+    pub fn at(&self, entry: u64) -> Option<&DwFunction> {
+        self.functions.binary_search_by_key(&entry, |f| f.entry).ok().map(|i| &self.functions[i])
+    }
+}
+
+/// Builds the index from `elf`'s DWARF sections (decompressed as needed).
+pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
+    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>> {
+        Ok(elf.section_data(id.name())?.unwrap_or(Cow::Borrowed(&[][..])))
+    })?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
+    let mut out = DwarfIndex::default();
+    let mut abstract_names: Vec<(String, bool)> = Vec::new(); // (name, has out-of-line instance)
+    let mut units = dwarf.units();
+    while let Some(header) = units.next()? {
+        let unit = dwarf.unit(header)?;
+        let mut abstracts: Vec<(UnitOffset, usize)> = Vec::new();
+        let mut concrete_origins: Vec<UnitOffset> = Vec::new();
+        let mut entries = unit.entries();
+        let mut current: Option<(usize, isize)> = None; // (index in out.functions, depth)
+        while let Some(e) = entries.next_dfs()? {
+            let depth = e.depth();
+            if let Some((_, d)) = current
+                && depth <= d
+            {
+                current = None;
+            }
+            match e.tag() {
+                gimli::DW_TAG_subprogram => {
+                    if e.attr_value(gimli::DW_AT_declaration).is_some() {
+                        continue;
+                    }
+                    let inline = match e.attr_value(gimli::DW_AT_inline) {
+                        Some(AttributeValue::Inline(i)) => i.0 as u64,
+                        Some(v) => v.udata_value().unwrap_or(0),
+                        None => 0,
+                    };
+                    let low = match e.attr_value(gimli::DW_AT_low_pc) {
+                        Some(AttributeValue::Addr(a)) => Some(a),
+                        Some(AttributeValue::DebugAddrIndex(i)) => dwarf.address(&unit, i).ok(),
+                        // A function split into hot and cold parts has ranges; its entry
+                        // is DW_AT_entry_pc, else the start of the first range.
+                        _ if e.attr_value(gimli::DW_AT_ranges).is_some() => match e.attr_value(gimli::DW_AT_entry_pc) {
+                            Some(AttributeValue::Addr(a)) => Some(a),
+                            _ => dwarf.die_ranges(&unit, e)?.next()?.map(|r| r.begin),
+                        },
+                        _ => None,
+                    };
+                    let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
+                        Some(AttributeValue::UnitRef(o)) => Some(o),
+                        _ => None,
+                    };
+                    if (inline == 1 || inline == 3) && low.is_none() {
+                        let name = name_of(&dwarf, &unit, e)?;
+                        abstracts.push((e.offset(), abstract_names.len()));
+                        abstract_names.push((name, false));
+                        continue;
+                    }
+                    let Some(entry) = low else { continue };
+                    if let Some(o) = origin {
+                        concrete_origins.push(o);
+                    }
+                    let name = name_of(&dwarf, &unit, e)?;
+                    let linkage_name = linkage_name_of(&dwarf, &unit, e)?;
+                    let return_type = type_ref(&unit, e, origin)?.map(|t| describe(&dwarf, &unit, t)).transpose()?;
+                    out.functions.push(DwFunction { name, linkage_name, entry, params: Vec::new(), return_type });
+                    current = Some((out.functions.len() - 1, depth));
+                }
+                gimli::DW_TAG_formal_parameter => {
+                    let Some((i, d)) = current else { continue };
+                    if depth != d + 1 {
+                        continue;
+                    }
+                    let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
+                        Some(AttributeValue::UnitRef(o)) => Some(o),
+                        _ => None,
+                    };
+                    let name = name_of(&dwarf, &unit, e)?;
+                    let (type_name, ty, size) = match type_ref(&unit, e, origin)? {
+                        Some(t) => {
+                            let (n, ty) = describe(&dwarf, &unit, t)?;
+                            (n, ty, size_of(&unit, t)?)
+                        }
+                        None => ("?".into(), Type::Other, None),
+                    };
+                    out.functions[i].params.push(Param { name, type_name, ty, size });
+                }
+                _ => {}
+            }
+        }
+        for (off, k) in abstracts {
+            if concrete_origins.contains(&off) {
+                abstract_names[k].1 = true;
+            }
+        }
+    }
+    out.functions.sort_by_key(|f| f.entry);
+    out.functions.dedup_by_key(|f| f.entry);
+    let with_code: std::collections::HashSet<&str> = out.functions.iter().map(|f| f.name.as_str()).collect();
+    let mut inlined: Vec<String> = abstract_names
+        .into_iter()
+        .filter(|(n, out_of_line)| !out_of_line && !with_code.contains(n.as_str()) && n != "?")
+        .map(|(n, _)| n)
+        .collect();
+    inlined.sort();
+    inlined.dedup();
+    out.inlined_only = inlined;
+    Ok(out)
+}
+
+fn name_of(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Result<String> {
+    if let Some(v) = e.attr_value(gimli::DW_AT_name) {
+        return Ok(dwarf.attr_string(unit, v)?.to_string_lossy().into_owned());
+    }
+    for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+        if let Some(AttributeValue::UnitRef(off)) = e.attr_value(at) {
+            return name_of(dwarf, unit, &unit.entry(off)?);
+        }
+    }
+    Ok("?".into())
+}
+
+fn linkage_name_of(
+    dwarf: &gimli::Dwarf<R>,
+    unit: &gimli::Unit<R>,
+    e: &gimli::DebuggingInformationEntry<R>,
+) -> Result<Option<String>> {
+    for at in [gimli::DW_AT_linkage_name, gimli::DW_AT_MIPS_linkage_name] {
+        if let Some(v) = e.attr_value(at) {
+            return Ok(Some(dwarf.attr_string(unit, v)?.to_string_lossy().into_owned()));
+        }
+    }
+    for at in [gimli::DW_AT_abstract_origin, gimli::DW_AT_specification] {
+        if let Some(AttributeValue::UnitRef(off)) = e.attr_value(at) {
+            return linkage_name_of(dwarf, unit, &unit.entry(off)?);
+        }
+    }
+    Ok(None)
+}
+
+/// DW_AT_type of `e`, or of its abstract origin.
+fn type_ref(
+    unit: &gimli::Unit<R>,
+    e: &gimli::DebuggingInformationEntry<R>,
+    origin: Option<UnitOffset>,
+) -> Result<Option<UnitOffset>> {
+    if let Some(AttributeValue::UnitRef(o)) = e.attr_value(gimli::DW_AT_type) {
+        return Ok(Some(o));
+    }
+    if let Some(o) = origin {
+        let oe = unit.entry(o)?;
+        if let Some(AttributeValue::UnitRef(t)) = oe.attr_value(gimli::DW_AT_type) {
+            return Ok(Some(t));
+        }
+        if let Some(AttributeValue::UnitRef(spec)) = oe.attr_value(gimli::DW_AT_specification)
+            && let Some(AttributeValue::UnitRef(t)) = unit.entry(spec)?.attr_value(gimli::DW_AT_type)
+        {
+            return Ok(Some(t));
+        }
+    }
+    if let Some(AttributeValue::UnitRef(spec)) = e.attr_value(gimli::DW_AT_specification)
+        && let Some(AttributeValue::UnitRef(t)) = unit.entry(spec)?.attr_value(gimli::DW_AT_type)
+    {
+        return Ok(Some(t));
+    }
+    Ok(None)
+}
+
+fn size_of(unit: &gimli::Unit<R>, t: UnitOffset) -> Result<Option<u64>> {
+    let e = unit.entry(t)?;
+    if let Some(s) = e.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()) {
+        return Ok(Some(s));
+    }
+    match (e.tag(), e.attr_value(gimli::DW_AT_type)) {
+        (gimli::DW_TAG_pointer_type | gimli::DW_TAG_reference_type | gimli::DW_TAG_rvalue_reference_type, _) => {
+            Ok(Some(8))
+        }
+        (_, Some(AttributeValue::UnitRef(inner))) => size_of(unit, inner),
+        _ => Ok(None),
+    }
+}
+
+/// The type's name as C would write it, and how to show its values.
+fn describe(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Result<(String, Type)> {
+    let e = unit.entry(t)?;
+    let inner = match e.attr_value(gimli::DW_AT_type) {
+        Some(AttributeValue::UnitRef(o)) => Some(o),
+        _ => None,
+    };
+    let size = e.attr_value(gimli::DW_AT_byte_size).and_then(|v| v.udata_value()).unwrap_or(0) as u8;
+    Ok(match e.tag() {
+        gimli::DW_TAG_base_type => {
+            let name = name_of(dwarf, unit, &e)?;
+            let enc = e.attr_value(gimli::DW_AT_encoding);
+            let ty = match enc {
+                Some(AttributeValue::Encoding(gimli::DW_ATE_boolean)) => Type::Bool,
+                // Plain `char` is text; `signed char` and `unsigned char` (int8_t,
+                // uint8_t) are small numbers.
+                Some(AttributeValue::Encoding(gimli::DW_ATE_signed_char | gimli::DW_ATE_unsigned_char))
+                    if size == 1 && name == "char" =>
+                {
+                    Type::Char
+                }
+                Some(AttributeValue::Encoding(gimli::DW_ATE_signed | gimli::DW_ATE_signed_char)) => Type::Signed(size),
+                Some(AttributeValue::Encoding(gimli::DW_ATE_unsigned | gimli::DW_ATE_unsigned_char)) => {
+                    Type::Unsigned(size)
+                }
+                Some(AttributeValue::Encoding(gimli::DW_ATE_float)) => Type::Float,
+                _ => Type::Other,
+            };
+            (name, ty)
+        }
+        gimli::DW_TAG_pointer_type | gimli::DW_TAG_reference_type | gimli::DW_TAG_rvalue_reference_type => {
+            let (pointee, pty) = match inner {
+                Some(i) => describe(dwarf, unit, i)?,
+                None => ("void".into(), Type::Other),
+            };
+            let sigil = if e.tag() == gimli::DW_TAG_pointer_type { "*" } else { "&" };
+            let ty = if pty == Type::Char && sigil == "*" { Type::CString } else { Type::Pointer };
+            (format!("{pointee} {sigil}").replace("* *", "**"), ty)
+        }
+        gimli::DW_TAG_const_type | gimli::DW_TAG_volatile_type => {
+            let q = if e.tag() == gimli::DW_TAG_const_type { "const" } else { "volatile" };
+            match inner {
+                Some(i) => {
+                    let (n, ty) = describe(dwarf, unit, i)?;
+                    (format!("{q} {n}"), ty)
+                }
+                None => (format!("{q} void"), Type::Other),
+            }
+        }
+        gimli::DW_TAG_typedef => {
+            let name = name_of(dwarf, unit, &e)?;
+            let ty = match inner {
+                Some(i) => describe(dwarf, unit, i)?.1,
+                None => Type::Other,
+            };
+            (name, ty)
+        }
+        gimli::DW_TAG_enumeration_type => (format!("enum {}", name_of(dwarf, unit, &e)?), Type::Signed(size.max(4))),
+        gimli::DW_TAG_structure_type => (format!("struct {}", name_of(dwarf, unit, &e)?), Type::Other),
+        gimli::DW_TAG_union_type => (format!("union {}", name_of(dwarf, unit, &e)?), Type::Other),
+        gimli::DW_TAG_class_type => (name_of(dwarf, unit, &e)?, Type::Other),
+        _ => (name_of(dwarf, unit, &e)?, Type::Other),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn counter_index() -> DwarfIndex {
+        let path = Path::new(env!("TP_TARGETS_DIR")).join("counter");
+        index(&ElfFile::open(&path, &path).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn functions_with_parameters_and_types() {
+        let idx = counter_index();
+        let bar = idx.functions.iter().find(|f| f.name == "bar").expect("bar");
+        assert_eq!(bar.signature(), "uint64_t bar(uint64_t x, uint64_t y)");
+        assert_eq!(bar.params[0].ty, Type::Unsigned(8));
+        assert_eq!(idx.at(bar.entry).map(|f| f.name.as_str()), Some("bar"));
+    }
+
+    #[test]
+    fn functions_inlined_everywhere_are_listed() {
+        let idx = counter_index();
+        // The reference copies are `static inline` and never emitted out of line.
+        assert!(idx.inlined_only.iter().any(|n| n == "foo_ref"), "{:?}", idx.inlined_only);
+        assert!(!idx.inlined_only.iter().any(|n| n == "foo"));
+    }
+}

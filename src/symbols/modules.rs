@@ -1,0 +1,244 @@
+//! The modules of a running process, from its memory map, each parsed only
+//! when a lookup needs it: attaching to one function of a process with a
+//! hundred libraries reads the executable and nothing else.
+
+use std::cell::OnceCell;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+
+use super::module::Module;
+use super::pattern::{Pattern, module_matches};
+use super::{Function, suggestions};
+use crate::process::Mapping;
+
+/// A module slot: the mappings of one file, and the module once parsed.
+#[derive(Debug)]
+struct Slot {
+    /// The path as the process sees it (without " (deleted)").
+    path: PathBuf,
+    /// Where tp reads the file.
+    read_path: PathBuf,
+    mappings: Vec<Mapping>,
+    module: OnceCell<Result<Module, String>>,
+}
+
+/// The modules of process `pid`: the executable first, then the libraries
+/// in address order.
+#[derive(Debug)]
+pub struct ProcessModules {
+    pid: i32,
+    root: PathBuf,
+    slots: Vec<Slot>,
+}
+
+/// A function found by a lookup, with the index of its module.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Found {
+    /// Index into the process's modules.
+    pub module: usize,
+    /// The function.
+    pub function: Function,
+    /// True if the user named it exactly (refusing it is an error), false if a glob matched it.
+    pub explicit: bool,
+}
+
+impl ProcessModules {
+    /// The modules of `pid` according to `maps`: files with an executable mapping.
+    pub fn new(pid: i32, maps: &[Mapping]) -> Result<ProcessModules> {
+        let exe_ino = std::fs::metadata(format!("/proc/{pid}/exe"))
+            .with_context(|| format!("cannot read the executable of process {pid}"))?
+            .ino();
+        let mut slots: Vec<Slot> = Vec::new();
+        for m in maps.iter().filter(|m| m.path.starts_with('/') && m.inode != 0) {
+            let path = PathBuf::from(m.path.trim_end_matches(" (deleted)"));
+            if let Some(s) = slots.iter_mut().find(|s| s.path == path && s.mappings[0].inode == m.inode) {
+                s.mappings.push(m.clone());
+                continue;
+            }
+            let read_path = if m.inode == exe_ino {
+                PathBuf::from(format!("/proc/{pid}/exe"))
+            } else {
+                PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
+            };
+            slots.push(Slot { path, read_path, mappings: vec![m.clone()], module: OnceCell::new() });
+        }
+        slots.retain(|s| s.mappings.iter().any(|m| m.exec));
+        // The executable first.
+        slots.sort_by_key(|s| s.read_path != Path::new(&format!("/proc/{pid}/exe")));
+        if slots.is_empty() {
+            bail!("process {pid} has no executable mappings");
+        }
+        Ok(ProcessModules { pid, root: PathBuf::from(format!("/proc/{pid}/root")), slots })
+    }
+
+    /// Number of modules.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// True if there are none (never, for a live process).
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The file name of module `i`.
+    pub fn name(&self, i: usize) -> String {
+        self.slots[i].path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    }
+
+    /// Module `i`, parsed on first use.
+    pub fn get(&self, i: usize) -> Result<&Module> {
+        let slot = &self.slots[i];
+        let loaded = slot.module.get_or_init(|| {
+            let maps: Vec<&Mapping> = slot.mappings.iter().collect();
+            Module::load(&slot.read_path, &slot.path, &self.root, &maps).map_err(|e| format!("{e:#}"))
+        });
+        loaded.as_ref().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// The main executable.
+    pub fn main(&self) -> Result<&Module> {
+        self.get(0)
+    }
+
+    /// Modules whose file name the module part of a pattern names.
+    fn named(&self, module: &str) -> Vec<usize> {
+        (0..self.len()).filter(|&i| module_matches(module, &self.name(i))).collect()
+    }
+
+    /// Resolves each pattern (`foo`, `libc:malloc`, `'sqlite3_*'`, `'libz:*'`).
+    ///
+    /// A name without a module is looked up in the executable first; if the
+    /// executable has no match, in every library: a plain name found in
+    /// several libraries is ambiguous, a glob matches in all of them.
+    pub fn resolve(&self, patterns: &[String]) -> Result<Vec<Found>> {
+        let mut out: Vec<Found> = Vec::new();
+        for text in patterns {
+            let p = Pattern::parse(text);
+            let found = match &p.module {
+                Some(m) => self.resolve_in_named(text, m, &p)?,
+                None => self.resolve_anywhere(text, &p)?,
+            };
+            for f in found {
+                if !out.iter().any(|o| o.function.addr == f.function.addr) {
+                    out.push(f);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn resolve_in_named(&self, text: &str, module: &str, p: &Pattern) -> Result<Vec<Found>> {
+        let modules = self.named(module);
+        if modules.is_empty() {
+            let names: Vec<String> = (0..self.len()).map(|i| self.name(i)).collect();
+            bail!("no module `{module}` in process {} (it has: {})", self.pid, names.join(", "));
+        }
+        let mut out = Vec::new();
+        for &i in &modules {
+            let m = self.get(i)?;
+            if p.is_glob() {
+                out.extend(m.matching(&p.function).into_iter().map(|function| Found {
+                    module: i,
+                    function,
+                    explicit: false,
+                }));
+            } else if m.has_function(&p.function) || modules.len() == 1 {
+                out.push(Found { module: i, function: m.function(&p.function)?, explicit: true });
+            }
+        }
+        if out.is_empty() {
+            if p.is_glob() {
+                bail!("no function matches `{text}` in process {}", self.pid);
+            }
+            bail!("function `{}` not found in any module named `{module}`", p.function);
+        }
+        Ok(out)
+    }
+
+    fn resolve_anywhere(&self, text: &str, p: &Pattern) -> Result<Vec<Found>> {
+        let exe = self.main()?;
+        if p.is_glob() {
+            let here = exe.matching(&p.function);
+            if !here.is_empty() {
+                return Ok(here.into_iter().map(|function| Found { module: 0, function, explicit: false }).collect());
+            }
+            let mut out = Vec::new();
+            for i in 1..self.len() {
+                if let Ok(m) = self.get(i) {
+                    out.extend(m.matching(&p.function).into_iter().map(|function| Found {
+                        module: i,
+                        function,
+                        explicit: false,
+                    }));
+                }
+            }
+            if out.is_empty() {
+                bail!("no function matches `{text}` in process {}", self.pid);
+            }
+            return Ok(out);
+        }
+        if exe.has_function(&p.function) {
+            return Ok(vec![Found { module: 0, function: exe.function(&p.function)?, explicit: true }]);
+        }
+        let mut hits = Vec::new();
+        for i in 1..self.len() {
+            if let Ok(m) = self.get(i)
+                && m.has_function(&p.function)
+            {
+                hits.push(Found { module: i, function: m.function(&p.function)?, explicit: true });
+            }
+        }
+        hits.dedup_by_key(|f| f.function.addr);
+        match hits.len() {
+            0 => {
+                let names: Vec<String> = exe.functions().into_iter().map(|f| f.name).collect();
+                let hint = suggestions(&p.function, names.iter().map(String::as_str));
+                let stripped = if exe.elf.has_symtab {
+                    String::new()
+                } else {
+                    format!(
+                        "; `{}` is stripped, so only its exported functions are known: install its debug \
+                         symbols (the -dbg or -dbgsym package) or point TP_DEBUG_DIRS at them",
+                        exe.name
+                    )
+                };
+                bail!(
+                    "function `{}` not found in process {} (searched {} modules){stripped}{hint}",
+                    p.function,
+                    self.pid,
+                    self.len()
+                )
+            }
+            1 => Ok(hits),
+            _ => {
+                let names: Vec<String> =
+                    hits.iter().map(|h| format!("`{}:{}`", self.name(h.module), p.function)).collect();
+                bail!("`{}` is defined in several modules; name one: {}", p.function, names.join(", "))
+            }
+        }
+    }
+
+    /// The module and function at runtime address `addr`, which must be a
+    /// function's first byte.
+    pub fn at_address(&self, addr: u64) -> Result<Found> {
+        let Some(i) = self.slots.iter().position(|s| s.mappings.iter().any(|m| m.contains(addr))) else {
+            bail!("address {addr:#x} is not inside any module of process {}", self.pid);
+        };
+        let m = self.get(i)?;
+        let Some(f) = m.function_containing(addr) else {
+            bail!("address {addr:#x} in `{}` is not inside a known function", m.name);
+        };
+        if f.addr != addr {
+            bail!(
+                "address {addr:#x} is inside `{}` (+{:#x}); tp probes function entries: use --addr {:#x}",
+                f.name,
+                addr - f.addr,
+                f.addr
+            );
+        }
+        Ok(Found { module: i, function: f, explicit: true })
+    }
+}

@@ -1,0 +1,249 @@
+/* events: functions with typed arguments and return values, a recursive
+ * function, one that sleeps a known time, and one left by longjmp. Each
+ * command logs every call it makes, so a test can compare tp's events with
+ * the target's own record, in order, per thread.
+ *
+ * Commands (answers end with a "done" line; log lines come before it):
+ *   call N [T]     T threads (default 1) each call add, mix and greet N times
+ *                  -> "log TID add a=A b=B ret=R", "log TID mix c=.. s=.. u=.. l=.. flag=.. ch=.. ret=R",
+ *                     "log TID greet name=NAME ret=R" per call, then "done call"
+ *   fib K          -> "done fib K calls=C ret=R" (C: calls of fib made)
+ *   nap MS         one call of nap(MS), which sleeps MS milliseconds -> "done nap MS"
+ *   jump D         recurse D levels in jumper(), then longjmp out -> "done jump D"
+ *   quiet N        N calls of add without logging -> "done quiet N"
+ *   tail N         N calls of tail_outer, which tail-calls tail_inner
+ *                  -> "done tail N sum=S"
+ *   ipa N          N calls of ipa_caller, which keeps values in registers the
+ *                  ABI lets a callee clobber across its call of ipa_leaf
+ *                  -> "done ipa N bad=B" (B: calls whose result was wrong)
+ *   quit
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdbool.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+TP_PROBED long add(int a, long b)
+{
+	return a + b;
+}
+
+TP_PROBED unsigned long mix(unsigned char c, unsigned short s, unsigned int u, unsigned long l, bool flag, char ch)
+{
+	return c + s + u + l + flag + (unsigned char)ch;
+}
+
+TP_PROBED int greet(const char *name, const void *where)
+{
+	(void)where;
+	return (int)strlen(name);
+}
+
+static unsigned long fib_calls;
+
+/* Without sibling-call optimization GCC keeps both recursive calls as calls
+ * (it would otherwise loop over one), so every call enters the function. */
+#define TP_RECURSIVE __attribute__((optimize("no-optimize-sibling-calls")))
+
+TP_PROBED TP_RECURSIVE long fib(int n)
+{
+	fib_calls++;
+	return n < 2 ? n : fib(n - 1) + fib(n - 2);
+}
+
+TP_PROBED int nap(int ms)
+{
+	struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+	return ms;
+}
+
+static jmp_buf escape;
+
+/* Its only way out is the longjmp at the bottom, which GCC calls infinite recursion. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winfinite-recursion"
+TP_PROBED TP_RECURSIVE int jumper(int depth)
+{
+	if (depth == 0)
+		longjmp(escape, 1);
+	return jumper(depth - 1) + 1;
+}
+#pragma GCC diagnostic pop
+
+TP_PROBED long tail_inner(long x)
+{
+	return x * 3;
+}
+
+/* A sibling call: GCC makes it a jmp, so tail_inner runs with the return
+ * address tail_outer was given. */
+TP_PROBED long tail_outer(long x)
+{
+	return tail_inner(x + 1);
+}
+
+/* ipa_caller(x) keeps x in rsi, rcx, r8-r11 and rdi, and a comparison in
+ * the flags, across its call of ipa_leaf, which touches none of them: GCC's
+ * -fipa-ra does this with local callees. A probe that clobbers any of them
+ * on entry or on return breaks the result, 8x + 1 + (x == 5). */
+long ipa_caller(long x);
+#if defined(__x86_64__)
+__asm__(".text\n"
+	".globl ipa_leaf\n"
+	".type ipa_leaf, @function\n"
+	"ipa_leaf:\n"
+	"	leaq 1(%rdi), %rax\n"
+	"	leaq (%rax), %rax\n"
+	"	ret\n"
+	".size ipa_leaf, .-ipa_leaf\n"
+	".globl ipa_caller\n"
+	".type ipa_caller, @function\n"
+	"ipa_caller:\n"
+	"	pushq %rbx\n"
+	"	movq %rdi, %rsi\n"
+	"	movq %rdi, %rcx\n"
+	"	movq %rdi, %r8\n"
+	"	movq %rdi, %r9\n"
+	"	movq %rdi, %r10\n"
+	"	movq %rdi, %r11\n"
+	"	xorl %edx, %edx\n"
+	"	cmpq $5, %rdi\n"
+	"	call ipa_leaf\n"
+	"	sete %dl\n"
+	"	addq %rdx, %rax\n"
+	"	addq %rdi, %rax\n"
+	"	addq %rsi, %rax\n"
+	"	addq %rcx, %rax\n"
+	"	addq %r8, %rax\n"
+	"	addq %r9, %rax\n"
+	"	addq %r10, %rax\n"
+	"	addq %r11, %rax\n"
+	"	popq %rbx\n"
+	"	ret\n"
+	".size ipa_caller, .-ipa_caller\n");
+#else
+TP_PROBED long ipa_leaf(long x)
+{
+	return x + 1;
+}
+
+long ipa_caller(long x)
+{
+	return 7 * x + ipa_leaf(x) + (x == 5);
+}
+#endif
+
+static pid_t tid(void)
+{
+	return (pid_t)syscall(SYS_gettid);
+}
+
+static const char *names[] = {"ada", "grace", "", "linus torvalds", "x"};
+
+struct job {
+	pthread_t thread;
+	unsigned long n;
+	int seed;
+	char *log; /* this thread's log lines */
+	size_t len, cap;
+};
+
+static void logf_(struct job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(struct job *j, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (j->len + n + 1 > j->cap) {
+		j->cap = (j->cap + n + 1) * 2;
+		j->log = realloc(j->log, j->cap);
+	}
+	memcpy(j->log + j->len, line, n);
+	j->len += n;
+}
+
+static void *job_main(void *arg)
+{
+	struct job *j = arg;
+	pid_t me = tid();
+	for (unsigned long i = 0; i < j->n; i++) {
+		int a = (int)(i * 7) - 50 + j->seed;
+		long b = (long)i * 1000003L - 77;
+		long r = add(a, b);
+		logf_(j, "log %d add a=%d b=%ld ret=%ld\n", me, a, b, r);
+		unsigned char c = (unsigned char)(i * 31 + j->seed);
+		unsigned short s = (unsigned short)(i * 977);
+		unsigned int u = (unsigned int)(i * 2654435761u);
+		unsigned long l = i * 0x9e3779b97f4a7c15ul;
+		bool flag = i % 3 == 0;
+		char ch = (char)('a' + i % 26);
+		unsigned long m = mix(c, s, u, l, flag, ch);
+		logf_(j, "log %d mix c=%u s=%u u=%u l=%lu flag=%s ch=%c ret=%lu\n", me, c, s, u, l, flag ? "true" : "false",
+		      ch, m);
+		const char *name = names[(i + j->seed) % 5];
+		int g = greet(name, name);
+		logf_(j, "log %d greet name=%s ret=%d\n", me, name, g);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	char line[256];
+	tp_ready();
+	while (tp_read_command(line, sizeof line)) {
+		unsigned long n = 0;
+		int t = 1, k = 0;
+		if (sscanf(line, "call %lu %d", &n, &t) >= 1) {
+			if (t < 1 || t > 64)
+				t = 1;
+			struct job jobs[64];
+			for (int i = 0; i < t; i++) {
+				jobs[i] = (struct job){.n = n, .seed = i * 1000};
+				pthread_create(&jobs[i].thread, NULL, job_main, &jobs[i]);
+			}
+			for (int i = 0; i < t; i++) {
+				pthread_join(jobs[i].thread, NULL);
+				fwrite(jobs[i].log, 1, jobs[i].len, stdout);
+				free(jobs[i].log);
+			}
+			printf("done call\n");
+		} else if (sscanf(line, "fib %d", &k) == 1) {
+			fib_calls = 0;
+			long r = fib(k);
+			printf("done fib %d calls=%lu ret=%ld\n", k, fib_calls, r);
+		} else if (sscanf(line, "nap %d", &k) == 1) {
+			nap(k);
+			printf("done nap %d\n", k);
+		} else if (sscanf(line, "jump %d", &k) == 1) {
+			if (setjmp(escape) == 0)
+				jumper(k);
+			printf("done jump %d\n", k);
+		} else if (sscanf(line, "tail %lu", &n) == 1) {
+			long sum = 0;
+			for (unsigned long i = 0; i < n; i++)
+				sum += tail_outer((long)i);
+			printf("done tail %lu sum=%ld\n", n, sum);
+		} else if (sscanf(line, "ipa %lu", &n) == 1) {
+			unsigned long bad = 0;
+			for (unsigned long i = 0; i < n; i++)
+				bad += ipa_caller((long)(i % 11)) != 8 * (long)(i % 11) + 1 + (i % 11 == 5);
+			printf("done ipa %lu bad=%lu\n", n, bad);
+		} else if (sscanf(line, "quiet %lu", &n) == 1) {
+			long sum = 0;
+			for (unsigned long i = 0; i < n; i++)
+				sum += add((int)i, (long)i);
+			printf("done quiet %lu sum=%ld\n", n, sum);
+		} else if (strcmp(line, "quit") == 0) {
+			break;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,310 @@
+//! Events: arguments, return values and durations, checked against the
+//! target's own log of every call, in order, per thread; recursion, a known
+//! sleep, longjmp and C++ exceptions through return probes; lost events
+//! with a tiny ring; the Chrome trace file's shape.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// The JSON Lines a session printed: (events, summary).
+fn parse(stdout: &str) -> (Vec<Value>, Value) {
+    let mut events = Vec::new();
+    let mut summary = Value::Null;
+    for line in stdout.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        if v.get("type").is_some() {
+            events.push(v);
+        } else {
+            summary = v;
+        }
+    }
+    (events, summary)
+}
+
+/// Runs `cmds` against `target` while tp records with `args`; returns the
+/// target's answers (all lines) and tp's (events, summary).
+fn record(target: &str, args: &[&str], cmds: &[(&str, &str)]) -> (Vec<String>, Vec<Value>, Value) {
+    let mut t = Target::start(target);
+    let pid = t.pid.to_string();
+    let mut full = vec!["-p", pid.as_str(), "--json"];
+    full.extend_from_slice(args);
+    let session = Session::start(&full);
+    let mut answers = Vec::new();
+    for (cmd, done) in cmds {
+        let before = t.out.seen.len();
+        t.ask(cmd, done);
+        answers.extend(t.out.seen[before..].iter().cloned());
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert!(t.quit().success(), "the target must exit 0");
+    let (events, summary) = parse(&stdout);
+    (answers, events, summary)
+}
+
+/// One logged call: function, arguments (name, value), return value.
+type Call = (String, Vec<(String, String)>, String);
+
+/// The target's log: per thread, its calls in order.
+fn target_log(lines: &[String]) -> BTreeMap<u64, Vec<Call>> {
+    let mut out: BTreeMap<u64, Vec<_>> = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.starts_with("log ")) {
+        let mut words = l.split(' ').skip(1);
+        let tid: u64 = words.next().unwrap().parse().unwrap();
+        let func = words.next().unwrap().to_string();
+        let mut args = Vec::new();
+        let mut ret = String::new();
+        let rest: Vec<&str> = words.collect();
+        for kv in rest.join(" ").split(' ') {
+            let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+            if k == "ret" {
+                ret = v.to_string();
+            } else {
+                args.push((k.to_string(), v.to_string()));
+            }
+        }
+        out.entry(tid).or_default().push((func, args, ret));
+    }
+    out
+}
+
+fn json_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Checks that tp's events of each thread are exactly the target's log, in order.
+fn assert_events_match_log(lines: &[String], events: &[Value]) {
+    let log = target_log(lines);
+    assert!(!log.is_empty(), "the target logged nothing");
+    for (tid, calls) in &log {
+        let mine: Vec<&Value> = events.iter().filter(|e| e["tid"].as_u64() == Some(*tid)).collect();
+        assert_eq!(mine.len(), calls.len() * 2, "thread {tid}: one entry and one exit per call");
+        for (k, (func, args, ret)) in calls.iter().enumerate() {
+            let (entry, exit) = (mine[2 * k], mine[2 * k + 1]);
+            assert_eq!((entry["type"].as_str(), entry["func"].as_str()), (Some("entry"), Some(func.as_str())));
+            for (name, want) in args {
+                // The string arguments the target logged are the words up to the next key.
+                let got = json_text(&entry["args"][name]);
+                assert_eq!(&got, want, "thread {tid} call {k} {func}: argument {name}");
+            }
+            assert_eq!((exit["type"].as_str(), exit["func"].as_str()), (Some("exit"), Some(func.as_str())));
+            assert_eq!(&json_text(&exit["ret"]), ret, "thread {tid} call {k} {func}: return value");
+            assert!(exit["duration_ns"].as_u64().is_some() && exit["ts_ns"].as_u64() >= entry["ts_ns"].as_u64());
+        }
+    }
+}
+
+#[test]
+fn arguments_and_returns_match_the_targets_own_log() {
+    let args = ["--args", "--ret", "-f", "add", "-f", "mix", "-f", "greet"];
+    let (lines, events, summary) = record("events", &args, &[("call 150", "done call")]);
+    // `greet`'s names contain spaces only in one value; the log splits on '='.
+    let lines: Vec<String> = lines.iter().map(|l| l.replace("linus torvalds", "linus\u{a0}torvalds")).collect();
+    let events: Vec<Value> = events
+        .into_iter()
+        .map(|mut e| {
+            if let Some(Value::String(s)) = e.pointer_mut("/args/name") {
+                *s = s.replace(' ', "\u{a0}");
+            }
+            e
+        })
+        .collect();
+    assert_events_match_log(&lines, &events);
+    let probes = summary["probes"].as_array().unwrap();
+    assert!(probes.iter().all(|p| p["hits"] == 150 && p["calls_timed"] == 150), "{summary}");
+    assert_eq!(summary["lost_events"], 0);
+}
+
+#[test]
+fn events_of_four_threads_carry_their_own_tids() {
+    let args = ["--args", "--ret", "-f", "add", "-f", "mix", "-f", "greet"];
+    let (lines, events, _) = record("events", &args, &[("call 60 4", "done call")]);
+    let lines: Vec<String> = lines.iter().map(|l| l.replace("linus torvalds", "linus\u{a0}torvalds")).collect();
+    let events: Vec<Value> = events
+        .into_iter()
+        .map(|mut e| {
+            if let Some(Value::String(s)) = e.pointer_mut("/args/name") {
+                *s = s.replace(' ', "\u{a0}");
+            }
+            e
+        })
+        .collect();
+    assert_eq!(target_log(&lines).len(), 4, "four threads logged");
+    assert_events_match_log(&lines, &events);
+}
+
+#[test]
+fn recursion_gives_one_entry_and_one_exit_per_call() {
+    // fib(15) makes 1973 calls, 3946 events: a ring that holds them all.
+    let args = ["--args", "--ret", "-f", "fib", "--ring-size", "8192"];
+    let (lines, events, summary) = record("events", &args, &[("fib 15", "done fib")]);
+    let done = lines.last().unwrap();
+    let calls = field(done, "calls");
+    assert_eq!(field(done, "ret"), 610);
+    let entries = events.iter().filter(|e| e["type"] == "entry").count() as u64;
+    let exits: Vec<&Value> = events.iter().filter(|e| e["type"] == "exit").collect();
+    assert_eq!((entries, exits.len() as u64), (calls, calls));
+    assert_eq!(events[0]["args"]["n"], 15, "the first call is fib(15)");
+    assert_eq!(exits.last().unwrap()["ret"], 610, "the last return is fib(15)'s");
+    assert_eq!(summary["probes"][0]["hits"], calls);
+    assert_eq!(summary["lost_events"], 0);
+}
+
+#[test]
+fn a_tail_call_returns_through_both_exits() {
+    let args = ["--ret", "-f", "tail_*", "--ring-size", "8192"];
+    let (lines, events, summary) = record("events", &args, &[("tail 1000", "done tail")]);
+    assert_eq!(field(lines.last().unwrap(), "sum"), 3 * 1000 * 1001 / 2);
+    for func in ["tail_outer", "tail_inner"] {
+        let exits: Vec<&Value> = events.iter().filter(|e| e["type"] == "exit" && e["func"] == func).collect();
+        assert_eq!(exits.len(), 1000, "{func}");
+        assert_eq!(exits.last().unwrap()["ret"], 3 * 1000, "{func} returns tail_inner(999 + 1)");
+    }
+    assert_eq!(summary["lost_events"], 0);
+}
+
+#[test]
+fn registers_a_caller_keeps_across_a_call_survive_entry_and_return() {
+    // ipa_caller keeps values in rcx, rsi, rdi, r8-r11 and the flags across
+    // its call of ipa_leaf, as GCC's -fipa-ra lets callers of local functions do.
+    for args in [&["-f", "ipa_leaf"][..], &["--args", "--ret", "-f", "ipa_*"]] {
+        let mut args = args.to_vec();
+        args.extend(["--ring-size", "8192"]);
+        let (lines, _, summary) = record("events", &args, &[("ipa 1000", "done ipa")]);
+        assert_eq!(field(lines.last().unwrap(), "bad"), 0, "probes {args:?} clobbered a register the caller kept");
+        let hits: Vec<u64> =
+            summary["probes"].as_array().unwrap().iter().map(|p| p["hits"].as_u64().unwrap()).collect();
+        assert!(hits.iter().all(|&h| h == 1000), "{summary}");
+    }
+}
+
+#[test]
+fn a_sleep_lasts_at_least_as_long_as_asked() {
+    let (_, events, summary) = record("events", &["--ret", "-f", "nap"], &[("nap 50", "done nap")]);
+    let exit = events.iter().find(|e| e["type"] == "exit").expect("an exit event");
+    let ns = exit["duration_ns"].as_u64().unwrap();
+    assert!(ns >= 50_000_000, "nap(50) took {ns} ns by tp's clock");
+    assert!(ns < 10_000_000_000, "nap(50) took {ns} ns by tp's clock");
+    assert_eq!(exit["ret"], 50);
+    assert_eq!(summary["probes"][0]["calls_timed"], 1);
+    assert!(summary["probes"][0]["p50_ns"].as_u64().unwrap() >= 50_000_000 * 15 / 16);
+}
+
+#[test]
+fn longjmp_out_of_probed_frames_is_survived() {
+    let mut cmds = vec![("jump 30", "done jump"); 20];
+    cmds.push(("call 40", "done call"));
+    let (lines, events, summary) = record("events", &["--args", "--ret", "-f", "jumper", "-f", "add"], &cmds);
+    // 20 times 31 calls of jumper, none of which returns.
+    let jumper = |kind: &str| events.iter().filter(|e| e["func"] == "jumper" && e["type"] == kind).count();
+    assert_eq!((jumper("entry"), jumper("exit")), (20 * 31, 0));
+    // The frames longjmp left behind do not keep later returns from being seen.
+    let adds: Vec<&Value> = events.iter().filter(|e| e["func"] == "add" && e["type"] == "exit").collect();
+    let logged: Vec<&String> = lines.iter().filter(|l| l.contains(" add ")).collect();
+    assert_eq!(adds.len(), logged.len());
+    for (e, l) in adds.iter().zip(&logged) {
+        assert!(l.ends_with(&format!("ret={}", e["ret"])), "{l} vs {e}");
+    }
+    assert_eq!(summary["lost_events"], 0);
+}
+
+#[test]
+fn cpp_exceptions_pass_through_return_probes() {
+    let args = ["--args", "--ret", "-f", "thrower", "-f", "middle", "-f", "catcher"];
+    let (lines, events, summary) =
+        record("exceptions", &args, &[("throw 50", "done throw"), ("plain 20", "done plain")]);
+    assert!(lines.iter().any(|l| l == "done throw 50 caught=50 checksum=ok"), "{lines:?}");
+    assert!(lines.iter().any(|l| l == "done plain 20 checksum=ok"), "{lines:?}");
+    for f in ["thrower", "middle", "catcher"] {
+        let count = |kind: &str| events.iter().filter(|e| e["func"] == f && e["type"] == kind).count();
+        assert_eq!((count("entry"), count("unwound"), count("exit")), (70, 50, 20), "{f}");
+    }
+    // Plain calls return normally: middle(-i) = i - 3i.
+    let middles: Vec<i64> = events
+        .iter()
+        .filter(|e| e["func"] == "middle" && e["type"] == "exit")
+        .map(|e| e["ret"].as_i64().unwrap())
+        .collect();
+    assert_eq!(middles, (1..=20).map(|i| -2 * i).collect::<Vec<i64>>());
+    assert!(summary["probes"].as_array().unwrap().iter().all(|p| p["hits"] == 70));
+}
+
+#[test]
+fn a_tiny_ring_reports_exactly_the_lost_events() {
+    let args = ["--args", "-f", "add", "--ring-size", "8"];
+    let (_, events, summary) = record("events", &args, &[("quiet 200000", "done quiet")]);
+    let printed = events.iter().filter(|e| e["type"] == "entry").count() as u64;
+    let lost = summary["lost_events"].as_u64().unwrap();
+    assert!(lost > 0, "a ring of 8 cannot keep up with 200000 calls");
+    assert_eq!(
+        printed + lost,
+        200_000,
+        "every event is either printed or counted lost ({printed} printed, {lost} lost)"
+    );
+    assert_eq!(summary["probes"][0]["hits"], 200_000, "counts stay exact when events are lost");
+}
+
+#[test]
+fn the_chrome_trace_opens_in_perfetto() {
+    let path = std::env::temp_dir().join(format!("tp-trace-{}.json", std::process::id()));
+    let out = path.to_str().unwrap().to_string();
+    let args = ["--args", "--ret", "-f", "add", "-f", "fib", "-o", out.as_str()];
+    let (lines, _, _) = record("events", &args, &[("call 20", "done call"), ("fib 8", "done fib")]);
+    let fib_calls = field(lines.last().unwrap(), "calls");
+    let trace: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    // The Chrome trace event format: an object with a traceEvents array.
+    let events = trace["traceEvents"].as_array().expect("traceEvents");
+    for e in events {
+        assert!(e["name"].is_string() && e["pid"].is_u64() && e["tid"].is_u64(), "{e}");
+        match e["ph"].as_str() {
+            Some("X") => {
+                assert!(e["ts"].as_f64().is_some() && e["dur"].as_f64().is_some_and(|d| d >= 0.0), "{e}");
+                assert!(e["args"].is_object(), "{e}");
+            }
+            Some("i") | Some("M") => {}
+            other => panic!("unexpected phase {other:?}: {e}"),
+        }
+    }
+    let slices = |name: &str| events.iter().filter(|e| e["ph"] == "X" && e["name"] == name).collect::<Vec<_>>();
+    let adds = slices("add");
+    assert_eq!(adds.len(), 20);
+    assert!(adds.iter().all(|e| e["args"]["a"].is_i64() && e["args"]["b"].is_i64() && e["args"]["ret"].is_i64()));
+    assert_eq!(slices("fib").len() as u64, fib_calls);
+}
+
+#[test]
+fn live_lines_show_calls_and_returns() {
+    let mut t = Target::start("events");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--args", "--ret", "-f", "add", "-f", "greet"]);
+    t.ask("call 2", "done call");
+    let (status, stdout, _) = session.interrupt();
+    assert!(status.success());
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(lines[0].contains("TIME") && lines[0].contains("TID"), "{stdout}");
+    assert!(lines.iter().any(|l| l.ends_with("add(a=-50, b=-77)")), "{stdout}");
+    assert!(lines.iter().any(|l| l.contains("add → -127  ")), "{stdout}");
+    assert!(
+        lines.iter().any(|l| l.ends_with("greet(name=\"ada\", where=") || l.contains("greet(name=\"ada\", where=0x")),
+        "{stdout}"
+    );
+    assert!(lines.iter().any(|l| l.starts_with("@ns[add]:")), "a latency histogram: {stdout}");
+    assert!(lines.iter().any(|l| l.starts_with("FUNCTION") && l.contains("P99")), "{stdout}");
+}
+
+#[test]
+fn list_probes_verbose_shows_signatures() {
+    let path = target_path("events");
+    let args = ["list-probes", path.to_str().unwrap(), "-v"];
+    let stdout = expect_success(&args, &tp(&args));
+    for sig in ["long int add(int a, long int b)", "int greet(const char * name, const void * where)"] {
+        assert!(stdout.lines().any(|l| l.trim() == sig), "no `{sig}` in:\n{stdout}");
+    }
+}
