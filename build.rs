@@ -123,6 +123,10 @@ const TARGETS: &[Target] = &[
         host_only: true,
         arch: None,
     },
+    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs).
+    Target { name: "hammer", sources: &["hammer.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "blocked", sources: &["blocked.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "churn", sources: &["churn.c"], ..c("", &["-fPIE", "-pie"]) },
 ];
 
 fn main() {

@@ -48,3 +48,22 @@ lint:
 [group('check')]
 ci:
     .ci/run
+
+# The hot-toggling stress test at full length: 1000 attach/detach cycles
+# under four hot threads (CI runs 200).
+[group('test')]
+stress cycles="1000":
+    TP_STRESS_CYCLES={{cycles}} cargo test --release --test e2e stress -- --nocapture
+
+# Fuzz the list-probes path and the x86-64 planner for a bounded time each
+# (needs nightly and `cargo install cargo-fuzz`). Crashes land in
+# tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
+# where the e2e tests replay them.
+[group('test')]
+fuzz seconds="60":
+    mkdir -p tests/fuzz/corpus/list_probes tests/fuzz/corpus/plan_x86_64
+    cargo build
+    cp targets/bin/x86_64/* tests/fuzz/corpus/list_probes/
+    cp tests/fuzz/regressions/list_probes/* tests/fuzz/corpus/list_probes/ 2>/dev/null || true
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz list_probes tests/fuzz/corpus/list_probes -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz plan_x86_64 tests/fuzz/corpus/plan_x86_64 -- -max_total_time={{seconds}} -rss_limit_mb=4096

@@ -70,7 +70,7 @@ pub struct AttachArgs {
     #[arg(long, value_name = "N", default_value_t = 2048)]
     pub ring_size: u32,
     /// Detach after this many seconds (default: until Ctrl-C or the target exits).
-    #[arg(short, long, value_name = "SECS")]
+    #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
     /// Print the summary as one JSON object on stdout.
     #[arg(long)]
@@ -177,8 +177,17 @@ fn parse_time(s: &str) -> Result<std::time::Duration, String> {
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// How long to show live hits, in seconds.
-    #[arg(short, long, default_value_t = 5.0, value_name = "SECS")]
+    #[arg(short, long, default_value_t = 5.0, value_name = "SECS", value_parser = seconds)]
     pub duration: f64,
+}
+
+/// A number of seconds that a `Duration` can hold: finite, not negative.
+fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(_) => Ok(v),
+        Err(_) => Err(format!("`{s}` is not a number of seconds from 0 to about 10^19")),
+    }
 }
 
 /// Parses `0x1234` (or `1234`) as a hexadecimal address.
@@ -215,6 +224,16 @@ mod tests {
         assert_eq!(a.addrs, [0x401136, 0x7f00]);
         assert!(a.funcs.is_empty());
         assert_eq!(parse("tp attach -p 1 --addr zz").unwrap_err().kind(), clap::error::ErrorKind::ValueValidation);
+    }
+
+    #[test]
+    fn duration_must_fit_a_duration() {
+        for bad in ["nan", "inf", "-1", "1e30", "soon"] {
+            let err = Cli::try_parse_from(["tp", "attach", "-p", "1", "-f", "foo", &format!("--duration={bad}")]);
+            assert_eq!(err.unwrap_err().kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        }
+        let Command::Attach(a) = parse("tp attach -p 1 -f foo --duration 0.25").unwrap().command else { panic!() };
+        assert_eq!(a.duration, Some(0.25));
     }
 
     #[test]

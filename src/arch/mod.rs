@@ -460,4 +460,12 @@ pub trait Arch {
     fn prepare_syscall(tid: Pid, regs: &mut Self::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()>;
     /// The return value of a syscall that just completed.
     fn syscall_result(regs: &Self::Regs) -> i64;
+    /// For a thread stopped on its way out of a wait that the kernel never
+    /// restarts (epoll_wait returns EINTR after any stop, even a tracer's),
+    /// turns the result into "restart unless a signal handler runs", the
+    /// kernel's ERESTARTNOHAND: the program sees EINTR only if a handler ran,
+    /// as it would without tp. Returns true if it changed `regs`.
+    fn restart_interrupted_wait(_regs: &mut Self::Regs) -> bool {
+        false
+    }
 }

@@ -123,6 +123,10 @@ impl Attached {
     /// Resolves the request in the modules of `pid` and installs probes
     /// owned by `owner` (0: kept after tp exits).
     pub fn attach(pid: i32, what: &Selection, owner: u32) -> Result<Attached> {
+        Self::attach_inner(pid, what, owner).map_err(|e| exited_or(pid, e))
+    }
+
+    fn attach_inner(pid: i32, what: &Selection, owner: u32) -> Result<Attached> {
         let started = Instant::now();
         let clock = Clock::start();
         process::check_attachable(pid)?;
@@ -277,17 +281,39 @@ impl Attached {
         };
         let mine: Vec<u32> = self.probes.iter().map(|p| p.index).collect();
         let owner = self.owner;
-        remove::remove(&self.mem, &self.region, |i, e| {
-            mine.contains(&i) && e.owner == owner && e.kind & kind::UNWIND == 0
-        })?;
-        let ret_left = self.region.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.kind & kind::RET != 0);
-        if !ret_left {
-            remove::remove(&self.mem, &self.region, |_, e| e.kind & kind::UNWIND != 0)?;
+        let done = (|| {
+            remove::remove(&self.mem, &self.region, |i, e| {
+                mine.contains(&i) && e.owner == owner && e.kind & kind::UNWIND == 0
+            })?;
+            let ret_left =
+                self.region.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.kind & kind::RET != 0);
+            if !ret_left {
+                remove::remove(&self.mem, &self.region, |_, e| e.kind & kind::UNWIND != 0)?;
+            }
+            remove::finish(stopped, &self.mem, &self.region)
+        })();
+        match done {
+            Ok((kept, stop_time)) => Ok(Detached { summary: self.summary(), stop_time, target_gone: false, kept }),
+            // The target died under our hands: its counts are still in our mapping.
+            Err(_) if process::has_exited(self.pid, Duration::from_millis(200)) => {
+                Ok(Detached { summary: self.summary(), stop_time: Duration::ZERO, target_gone: true, kept: None })
+            }
+            Err(e) => Err(e),
         }
-        let summary = self.summary();
-        let (kept, stop_time) = remove::finish(stopped, &self.mem, &self.region)?;
-        Ok(Detached { summary, stop_time, target_gone: false, kept })
     }
+}
+
+/// `err`, or "the process exited" if that is why tp failed: a target that
+/// dies mid-attach makes the next ptrace call or memory access fail with
+/// whatever the kernel says about a vanished thread.
+fn exited_or(pid: i32, err: anyhow::Error) -> anyhow::Error {
+    if err.downcast_ref::<process::ProcessError>().is_some() {
+        return err;
+    }
+    if process::has_exited(pid, Duration::from_millis(200)) {
+        return process::ProcessError::Exited(pid).into();
+    }
+    err
 }
 
 /// True if `owner` is a tp process that is still running (not this one).

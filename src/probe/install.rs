@@ -132,6 +132,7 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
     for (req, p) in requests.iter().zip(&placed) {
         let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
+        crate::fault::point("before-patch");
         mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
@@ -218,12 +219,14 @@ fn create_region(
     let first = requests.first().context("nothing to install")?;
     let kind = requests.iter().fold(0, |k, r| k | r.kind);
     let arena = alloc_arena(caller, maps, first.span, reach_of(first), arena_size(requests.len(), kind))?;
-    let name_at = arena.addr + arena.size - 64;
+    let name_at = arena.addr + arena.size - super::orphan::NAME_FROM_END;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
     mem.write(name_at, &name).context("writing the memfd name")?;
+    crate::fault::point("after-name-write");
     let sc = Host::SYSCALLS;
     let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?;
+    crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
         caller.checked("ftruncate", sc.ftruncate, [fd, g.total_size, 0, 0, 0, 0])?;
         let file = std::fs::OpenOptions::new()
@@ -351,6 +354,7 @@ fn write_detours(
         let index = h.count;
         let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, requests.len() - k)?;
         mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
+        crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
         placed.push(Placed { index, detour, at });
@@ -378,7 +382,9 @@ fn write_detours(
         region.set_budget(p.index, opts.sample_budget)?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
+        crate::fault::point("after-entry");
     }
+    crate::fault::point("after-entries");
 
     Ok(placed)
 }
@@ -576,6 +582,9 @@ impl Drop for PatchGuard<'_> {
         for &i in self.patched.iter().rev() {
             let e = self.region.entry(i);
             if let Err(err) = self.mem.write(e.site, e.original()) {
+                if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
+                    return; // nothing left to restore; the caller reports the exit
+                }
                 eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", e.name(), e.site);
                 continue;
             }

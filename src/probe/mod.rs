@@ -5,6 +5,7 @@
 pub mod arena;
 pub mod install;
 pub mod layout;
+pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;

@@ -42,6 +42,7 @@ pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> boo
         let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
         let restored = if now == e.patch() {
             region.set_state(i, State::Removing)?;
+            crate::fault::point("before-restore");
             mem.write(e.site, e.original()).with_context(|| format!("restoring `{}`", e.name()))?;
             crate::fault::point("during-detach");
             true
@@ -136,6 +137,7 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     // The region first: once its header is gone no later tp will look for the
     // arenas, so dying between the two calls leaks pages but breaks nothing.
     caller.checked("munmap", sc.munmap, [region.target_addr(), region.len(), 0, 0, 0, 0])?;
+    crate::fault::point("after-unmap-region");
     for a in arenas {
         caller.checked("munmap", sc.munmap, [a.addr, a.size, 0, 0, 0, 0])?;
     }

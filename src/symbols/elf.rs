@@ -231,10 +231,15 @@ impl ElfFile {
     }
 
     /// The file bytes of `[vaddr, vaddr + len)`, if a segment holds them all.
+    /// Sizes and addresses come from the file, so the sums are checked.
     pub fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
-        let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr + len <= s.vaddr + s.filesz)?;
-        let off = (seg.offset + (vaddr - seg.vaddr)) as usize;
-        self.data.get(off..off + len as usize)
+        let end = vaddr.checked_add(len)?;
+        let seg = self
+            .segments
+            .iter()
+            .find(|s| s.vaddr <= vaddr && s.vaddr.checked_add(s.filesz).is_some_and(|seg_end| end <= seg_end))?;
+        let off = usize::try_from(seg.offset.checked_add(vaddr - seg.vaddr)?).ok()?;
+        self.data.get(off..off.checked_add(usize::try_from(len).ok()?)?)
     }
 
     /// The file bytes from `vaddr` to the end of the segment holding it.
@@ -251,7 +256,7 @@ impl ElfFile {
 
     /// The segment containing file offset `offset`.
     pub fn segment_at_offset(&self, offset: u64) -> Option<&Segment> {
-        self.segments.iter().find(|s| s.offset <= offset && offset < s.offset + s.filesz.max(1))
+        self.segments.iter().find(|s| s.offset <= offset && offset - s.offset < s.filesz.max(1))
     }
 
     /// The load bias implied by a mapping of this file: runtime address minus link-time address.

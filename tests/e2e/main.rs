@@ -43,3 +43,19 @@ mod profile;
 // AArch64: every relocated instruction class, BTI landing pads, atomics.
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
+// Threads blocked in syscalls see nothing of an attach.
+mod blocked;
+// Hot toggling: attach/detach cycles under four hot threads, exact counts.
+mod stress;
+// The tracer, or the target, killed at each step of an attach and a detach.
+mod faults;
+// Two tp processes on one target.
+mod contention;
+// More bad input: zombies, 32-bit and foreign binaries, refusals, privilege.
+mod bad_input;
+// Thread churn: threads created and exiting during attach and detach.
+mod churn;
+// Security: no writable code, the region behind ptrace checks, no temp files.
+mod security;
+// Fuzz-found inputs and damaged binaries, replayed through list-probes.
+mod fuzz_regressions;

@@ -102,8 +102,19 @@ impl Target {
 
     /// Starts a target without the shared lock (for tests holding [`system_wide`]).
     pub fn start_unlocked(name: &str) -> Target {
-        let path = target_path(name);
-        let mut child = Command::new(&path)
+        Self::start_path_unlocked(&target_path(name))
+    }
+
+    /// Starts the target program at `path` (one a test built itself).
+    pub fn start_path(path: &std::path::Path) -> Target {
+        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let mut t = Self::start_path_unlocked(path);
+        t._shared = Some(guard);
+        t
+    }
+
+    fn start_path_unlocked(path: &std::path::Path) -> Target {
+        let mut child = Command::new(path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -257,6 +268,15 @@ impl Session {
 
     /// Kills tp with SIGKILL.
     pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Session {
+    /// A test that fails while tp runs (or is paused by a fault) must not
+    /// leave it behind holding the target.
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

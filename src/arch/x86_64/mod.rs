@@ -110,4 +110,8 @@ impl Arch for X86_64 {
     fn syscall_result(r: &regs::Regs) -> i64 {
         r.rax as i64
     }
+
+    fn restart_interrupted_wait(r: &mut regs::Regs) -> bool {
+        regs::restart_interrupted_wait(r)
+    }
 }
