@@ -234,7 +234,7 @@ impl Attached {
     /// True while all of this session's probes are still installed (another
     /// `tp detach` may have removed them).
     pub fn still_installed(&self) -> bool {
-        self.user_probes().all(|p| self.region.entry(p.index).state() == State::Active)
+        self.user_probes().all(|p| self.region.state(p.index) == State::Active)
     }
 
     /// Reads a NUL-terminated string from the target (for `char *` arguments).

@@ -83,6 +83,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     let (mut samples, mut epochs) = (0u64, 0u64);
     let started = Instant::now();
     let mut batch = Vec::new();
+    let check_every = (1.0 / args.epoch.as_secs_f64()).max(1.0) as u64;
     loop {
         std::thread::sleep(if epochs == 0 { args.epoch.min(FIRST_EPOCH) } else { args.epoch });
         clock.refine();
@@ -102,10 +103,12 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
             }
         }
         epochs += 1;
+        // Whether someone removed the probes (`tp detach`): once a second.
+        let removed = epochs % check_every == 0 && !attached.still_installed();
         let stop = interrupt::interrupted()
             || args.duration.is_some_and(|d| started.elapsed() >= Duration::from_secs_f64(d))
             || !process::is_alive(args.pid)
-            || !attached.still_installed();
+            || removed;
         if stop {
             break;
         }

@@ -32,8 +32,8 @@ fuzz_target!(|data: &[u8]| {
         kind: what,
         runtime,
         flag_addr: 0x7000_0000,
-        budget_addr: 0x7000_0800,
         counters: 0x7000_1000,
+        countdowns_from_counters: 0x8000,
         slot_bits: 6,
         stride_shift: 15,
     };
