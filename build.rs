@@ -6,8 +6,11 @@
 //! function names and a program using both, a C++ program, Rust programs
 //! with the legacy and the v0 symbol mangling, and stripped copies of
 //! `counter` whose symbols live only in separate debug files (found by
-//! build-id, or by `.gnu_debuglink`). Cross builds (aarch64) link statically
-//! so the binaries run in the test VM without a sysroot.
+//! build-id, or by `.gnu_debuglink`). On x86-64: hand-written prologues
+//! (assembly) and the relocation harness; on AArch64: hand-written
+//! prologues, also in a BTI-guarded build. Cross builds (aarch64) link
+//! statically (`-static-pie` for PIE) so the binaries run in the test VM
+//! without a sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -40,6 +43,19 @@ const TARGETS: &[Target] = &[
     c("counter", &["-fPIE", "-pie"]),
     c("counter-nopie", &["-fno-pie", "-no-pie"]),
     Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
+    // The differential-execution harness of tests/reloc, and hand-written
+    // prologues for every x86-64 rewrite and refusal.
+    Target {
+        arch: Some("x86_64"),
+        host_only: true,
+        sources: &["reloc_harness.c"],
+        ..c("reloc_harness", &["-fPIE", "-pie"])
+    },
+    Target {
+        arch: Some("x86_64"),
+        sources: &["prologues.c", "prologues_x86_64.S"],
+        ..c("prologues", &["-fPIE", "-pie"])
+    },
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
     // Benchmark targets (benches/tp). `many` has 10,000 functions: -O0 keeps
     // its build to seconds and gives them the usual push/mov prologue.
@@ -47,6 +63,18 @@ const TARGETS: &[Target] = &[
     Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },
     Target { name: "many", sources: &["many.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     Target { name: "floor", sources: &["floor.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
+    Target {
+        name: "prologues",
+        sources: &["prologues_aarch64.c", "prologues_aarch64.S"],
+        arch: Some("aarch64"),
+        ..c("", &["-fPIE", "-pie"])
+    },
+    Target {
+        name: "prologues-bti",
+        sources: &["prologues_aarch64.c", "prologues_aarch64.S"],
+        arch: Some("aarch64"),
+        ..c("", &["-fno-pie", "-no-pie", "-DTP_BTI"])
+    },
     Target {
         name: "libalpha.so",
         sources: &["libwork.c"],
@@ -101,6 +129,10 @@ const TARGETS: &[Target] = &[
         host_only: true,
         arch: None,
     },
+    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs).
+    Target { name: "hammer", sources: &["hammer.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "blocked", sources: &["blocked.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "churn", sources: &["churn.c"], ..c("", &["-fPIE", "-pie"]) },
 ];
 
 fn main() {
@@ -148,6 +180,10 @@ fn build_runtime(manifest: &Path, arch: &str) {
         "x86_64" => "-fcf-protection=none",
         _ => "-mbranch-protection=none",
     });
+    if arch == "aarch64" {
+        // Atomics inline (LL/SC, ARMv8.0), not calls to libgcc's outline helpers.
+        cmd.arg("-mno-outline-atomics");
+    }
     cmd.arg("-I").arg(manifest.join("src/arch").join(arch));
     cmd.arg(&src).arg("-o").arg(&object);
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
@@ -199,7 +235,8 @@ fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
         Lang::C | Lang::Cpp => {
             cmd.args(["-O2", "-g", "-pthread", "-Wall", "-Werror"]);
             if cross {
-                cmd.arg("-static");
+                // A static executable can still be position-independent.
+                cmd.arg(if t.flags.contains(&"-pie") { "-static-pie" } else { "-static" });
             }
             cmd.arg("-I").arg(src_dir);
             for s in t.sources {
@@ -213,7 +250,7 @@ fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
             }
         }
     }
-    for f in t.flags {
+    for f in t.flags.iter().filter(|f| !(cross && **f == "-pie")) {
         cmd.arg(f.replace("{out}", &out_dir.display().to_string()));
     }
     cmd.arg("-o").arg(&tmp);

@@ -16,6 +16,28 @@ test:
 e2e:
     cargo test --test e2e
 
+# Differential execution of relocated x86-64 windows (targets/reloc_harness.c).
+[group('test')]
+reloc:
+    cargo test --test reloc
+
+# Probe coverage of the Debian binaries docs/coverage.md lists.
+[group('check')]
+coverage:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    cargo build --release
+    for b in /usr/lib/x86_64-linux-gnu/libc.so.6 /usr/bin/python3 /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/bin/perl; do
+        target/release/tp list-probes "$b" --summary
+    done
+
+# The AArch64 stage: installs Debian's cross toolchain and QEMU (apt, as
+# root), runs the differential relocation tests under qemu-aarch64, then
+# the unit and end-to-end tests inside an arm64 VM.
+[group('test')]
+aarch64:
+    .ci/aarch64/stage.sh
+
 # Formatting and lints, as CI checks them.
 [group('check')]
 lint:
@@ -26,6 +48,25 @@ lint:
 [group('check')]
 ci:
     .ci/run
+
+# The hot-toggling stress test at full length: 1000 attach/detach cycles
+# under four hot threads (CI runs 200).
+[group('test')]
+stress cycles="1000":
+    TP_STRESS_CYCLES={{cycles}} cargo test --release --test e2e stress -- --nocapture
+
+# Fuzz the list-probes path and the x86-64 planner for a bounded time each
+# (needs nightly and `cargo install cargo-fuzz`). Crashes land in
+# tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
+# where the e2e tests replay them.
+[group('test')]
+fuzz seconds="60":
+    mkdir -p tests/fuzz/corpus/list_probes tests/fuzz/corpus/plan_x86_64
+    cargo build
+    cp targets/bin/x86_64/* tests/fuzz/corpus/list_probes/
+    cp tests/fuzz/regressions/list_probes/* tests/fuzz/corpus/list_probes/ 2>/dev/null || true
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz list_probes tests/fuzz/corpus/list_probes -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz plan_x86_64 tests/fuzz/corpus/plan_x86_64 -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]

@@ -28,6 +28,12 @@ pub enum Command {
     Detach(DetachArgs),
     /// List the functions of a binary and whether each can be probed.
     ListProbes(ListProbesArgs),
+    /// Turn kept probes off without stopping the process (they cost a jump and a test).
+    Disable(ToggleArgs),
+    /// Turn kept probes back on without stopping the process.
+    Enable(ToggleArgs),
+    /// Sample the latency of many functions at once, with probes that turn themselves off.
+    Profile(ProfileArgs),
     /// Start a bundled target, attach, show live hits, detach and check it.
     Demo(DemoArgs),
 }
@@ -64,7 +70,7 @@ pub struct AttachArgs {
     #[arg(long, value_name = "N", default_value_t = 2048)]
     pub ring_size: u32,
     /// Detach after this many seconds (default: until Ctrl-C or the target exits).
-    #[arg(short, long, value_name = "SECS")]
+    #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
     /// Print the summary as one JSON object on stdout.
     #[arg(long)]
@@ -110,12 +116,78 @@ pub struct ListProbesArgs {
     pub json: bool,
 }
 
+/// `tp enable` and `tp disable`.
+#[derive(Debug, Args)]
+pub struct ToggleArgs {
+    /// Process whose probes to switch.
+    #[arg(short, long)]
+    pub pid: i32,
+    /// Probes to switch, by function name or glob (repeat for several).
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "all")]
+    pub funcs: Vec<String>,
+    /// Every probe of the process.
+    #[arg(long, conflicts_with = "funcs")]
+    pub all: bool,
+}
+
+/// `tp profile`.
+#[derive(Debug, Args)]
+pub struct ProfileArgs {
+    /// Process to profile.
+    #[arg(short, long)]
+    pub pid: i32,
+    /// Functions to profile: names or globs such as `'*'` or `'libz:*'` (repeat for several).
+    #[arg(short, long = "func", value_name = "GLOB", required = true)]
+    pub funcs: Vec<String>,
+    /// Timed calls per function per epoch, on average (at most twice as many).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=500_000))]
+    pub sample: u32,
+    /// How often tp adapts the sampling periods and renews the budgets: `10ms`, `500us`, `1s`.
+    #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = parse_time)]
+    pub epoch: std::time::Duration,
+    /// Stop after this many seconds (default: Ctrl-C or the target's exit).
+    #[arg(short, long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Also write the sampled calls to FILE as a Chrome trace (opens in the Perfetto UI).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Print the table as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `10ms`, `500us`, `2s`.
+fn parse_time(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("`{s}` is not a time like 10ms, 500us or 1s");
+    let (num, unit) = s.find(|c: char| c.is_ascii_alphabetic()).map_or((s, "ms"), |i| s.split_at(i));
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "s" => n,
+        "ms" => n / 1e3,
+        "us" | "µs" => n / 1e6,
+        _ => return Err(bad()),
+    };
+    if !(secs > 0.0 && secs < 3600.0) {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
+}
+
 /// `tp demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
     /// How long to show live hits, in seconds.
-    #[arg(short, long, default_value_t = 5.0, value_name = "SECS")]
+    #[arg(short, long, default_value_t = 5.0, value_name = "SECS", value_parser = seconds)]
     pub duration: f64,
+}
+
+/// A number of seconds that a `Duration` can hold: finite, not negative.
+fn seconds(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    match std::time::Duration::try_from_secs_f64(v) {
+        Ok(_) => Ok(v),
+        Err(_) => Err(format!("`{s}` is not a number of seconds from 0 to about 10^19")),
+    }
 }
 
 /// Parses `0x1234` (or `1234`) as a hexadecimal address.
@@ -155,6 +227,16 @@ mod tests {
     }
 
     #[test]
+    fn duration_must_fit_a_duration() {
+        for bad in ["nan", "inf", "-1", "1e30", "soon"] {
+            let err = Cli::try_parse_from(["tp", "attach", "-p", "1", "-f", "foo", &format!("--duration={bad}")]);
+            assert_eq!(err.unwrap_err().kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        }
+        let Command::Attach(a) = parse("tp attach -p 1 -f foo --duration 0.25").unwrap().command else { panic!() };
+        assert_eq!(a.duration, Some(0.25));
+    }
+
+    #[test]
     fn keep_conflicts_with_duration_and_events() {
         for extra in ["--duration 3", "--args", "--ret", "-o t.json"] {
             let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
@@ -190,6 +272,22 @@ mod tests {
         assert_eq!((l.pid, l.binary, l.verbose), (Some(42), None, true));
         assert!(parse("tp list-probes").is_err());
         assert!(parse("tp list-probes /bin/true -p 3").is_err());
+    }
+
+    #[test]
+    fn toggles_and_profile_parse() {
+        let Command::Disable(t) = parse("tp disable -p 5 -f foo -f 'ba*'").unwrap().command else { panic!() };
+        assert_eq!((t.pid, t.funcs.len(), t.all), (5, 2, false));
+        let Command::Enable(t) = parse("tp enable -p 5 --all").unwrap().command else { panic!() };
+        assert!(t.all && t.funcs.is_empty());
+        assert!(parse("tp enable -p 5").is_err());
+        let Command::Profile(p) = parse("tp profile -p 9 -f * --sample 5 --epoch 500us -d 2").unwrap().command else {
+            panic!()
+        };
+        assert_eq!((p.sample, p.epoch, p.duration), (5, std::time::Duration::from_micros(500), Some(2.0)));
+        let Command::Profile(p) = parse("tp profile -p 9 -f *").unwrap().command else { panic!() };
+        assert_eq!((p.sample, p.epoch), (10, std::time::Duration::from_millis(10)));
+        assert!(parse("tp profile -p 9 -f * --epoch 10lightyears").is_err());
     }
 
     #[test]

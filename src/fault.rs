@@ -1,36 +1,102 @@
 //! Fault injection for reliability tests: when the environment variable
 //! `TP_FAULT` names a step, tp kills itself with SIGKILL when it reaches that
 //! step, so tests can prove the target survives a tracer dying anywhere.
+//! With the prefix `target:` tp kills the target instead and carries on, so
+//! tests can prove tp copes with a target that dies mid-attach. With the
+//! prefix `pause:` tp stops itself with SIGSTOP, holding whatever it holds,
+//! until a SIGCONT.
 //!
-//! Steps: `after-seize`, `after-inject`, `after-detour`, `after-patch`
-//! (after the first site is patched), `during-detach` (after the first site
-//! is restored). Each step may carry a count: `after-patch:3` dies at the
-//! third time the step is reached.
+//! Steps, in the order an attach and a detach reach them:
+//! - `after-seize`: every thread stopped (attach, then detach);
+//! - `after-name-write`: the first code arena mapped, the memfd's name in it;
+//! - `after-memfd`: the memfd created, its descriptor open in the target;
+//! - `after-inject`: data region mapped, the descriptor closed;
+//! - `after-detour-write`: one detour's bytes written, not yet recorded;
+//! - `after-detour`: detours written, entries not yet recorded;
+//! - `after-entry`: one entry recorded (Inactive);
+//! - `after-entries`: entries recorded (Inactive), no site changed;
+//! - `before-patch`: an entry marked Installing, its site not yet written;
+//! - `after-patch`: a site patched and its entry marked Active;
+//! - `before-restore`: an entry marked Removing, its site still patched;
+//! - `during-detach`: a site restored, its entry not yet marked Inactive;
+//! - `after-unmap-region`: the data region unmapped, the arenas not yet.
+//!
+//! Each step may carry a count: `after-patch:3` fires the third time the
+//! step is reached, e.g. at the third site.
 
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
 
-static PLAN: OnceLock<Option<(String, u32)>> = OnceLock::new();
+/// What to do at the step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Victim {
+    Tracer,
+    Target,
+    Pause,
+}
+
+static PLAN: OnceLock<Option<(Victim, String, u32)>> = OnceLock::new();
 static SEEN: AtomicU32 = AtomicU32::new(0);
+static TARGET: AtomicI32 = AtomicI32::new(0);
 
-fn plan() -> &'static Option<(String, u32)> {
+fn plan() -> &'static Option<(Victim, String, u32)> {
     PLAN.get_or_init(|| {
         let v = std::env::var("TP_FAULT").ok()?;
+        let (victim, v) = if let Some(rest) = v.strip_prefix("target:") {
+            (Victim::Target, rest.to_string())
+        } else if let Some(rest) = v.strip_prefix("pause:") {
+            (Victim::Pause, rest.to_string())
+        } else {
+            (Victim::Tracer, v)
+        };
         let (name, n) = match v.split_once(':') {
             Some((name, n)) => (name.to_string(), n.parse().unwrap_or(1)),
             None => (v, 1),
         };
-        Some((name, n.max(1)))
+        Some((victim, name, n.max(1)))
     })
 }
 
-/// Marks that tp reached `step`; dies here if `TP_FAULT` asks for it.
+/// Names the process tp is working on (for `target:` faults).
+pub fn set_target(pid: i32) {
+    TARGET.store(pid, Ordering::SeqCst);
+}
+
+/// Marks that tp reached `step`; dies here (or kills the target) if
+/// `TP_FAULT` asks for it.
 pub fn point(step: &str) {
-    if let Some((name, n)) = plan()
-        && name == step
-        && SEEN.fetch_add(1, Ordering::SeqCst) + 1 == *n
-    {
-        // SAFETY: raising SIGKILL on ourselves; nothing runs after it.
-        unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    let Some((victim, name, n)) = plan() else { return };
+    if name != step || SEEN.fetch_add(1, Ordering::SeqCst) + 1 != *n {
+        return;
+    }
+    let (pid, sig) = match victim {
+        Victim::Tracer => (std::process::id() as i32, libc::SIGKILL),
+        Victim::Target => (TARGET.load(Ordering::SeqCst), libc::SIGKILL),
+        Victim::Pause => (std::process::id() as i32, libc::SIGSTOP),
+    };
+    if pid > 0 {
+        // SAFETY: kill(2); after SIGKILL to tp itself nothing runs.
+        unsafe { libc::kill(pid, sig) };
+    }
+    if *victim == Victim::Target {
+        wait_until_dead(pid);
+    }
+}
+
+/// Waits (at most 5 s) until every thread of `pid` has exited, so that the
+/// steps after a `target:` fault meet a dead target, not a dying one.
+fn wait_until_dead(pid: i32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let Ok(tids) = crate::process::threads(pid) else { return };
+        let dead = |tid: &nix::unistd::Pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).map_or(true, |s| {
+                matches!(s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X'))
+            })
+        };
+        if tids.iter().all(dead) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }

@@ -11,6 +11,14 @@
  *   nap MS         one call of nap(MS), which sleeps MS milliseconds -> "done nap MS"
  *   jump D         recurse D levels in jumper(), then longjmp out -> "done jump D"
  *   quiet N        N calls of add without logging -> "done quiet N"
+ *   tail N         N calls of tail_outer, which tail-calls tail_inner
+ *                  -> "done tail N sum=S"
+ *   burst R        R rounds of: a 1 ms sleep, one call of pulse(1), which
+ *                  spins 200 us, then 99 calls of pulse(0), which return at
+ *                  once -> "done burst R"
+ *   ipa N          N calls of ipa_caller, which keeps values in registers the
+ *                  ABI lets a callee clobber across its call of ipa_leaf
+ *                  -> "done ipa N bad=B" (B: calls whose result was wrong)
  *   quit
  */
 #include "common.h"
@@ -69,6 +77,88 @@ TP_PROBED TP_RECURSIVE int jumper(int depth)
 	return jumper(depth - 1) + 1;
 }
 #pragma GCC diagnostic pop
+
+TP_PROBED long tail_inner(long x)
+{
+	return x * 3;
+}
+
+/* A sibling call: GCC makes it a jmp, so tail_inner runs with the return
+ * address tail_outer was given. */
+TP_PROBED long tail_outer(long x)
+{
+	return tail_inner(x + 1);
+}
+
+/* ipa_caller(x) keeps x in rsi, rcx, r8-r11 and rdi, and a comparison in
+ * the flags, across its call of ipa_leaf, which touches none of them: GCC's
+ * -fipa-ra does this with local callees. A probe that clobbers any of them
+ * on entry or on return breaks the result, 8x + 1 + (x == 5). */
+long ipa_caller(long x);
+#if defined(__x86_64__)
+__asm__(".text\n"
+	".globl ipa_leaf\n"
+	".type ipa_leaf, @function\n"
+	"ipa_leaf:\n"
+	"	leaq 1(%rdi), %rax\n"
+	"	leaq (%rax), %rax\n"
+	"	ret\n"
+	".size ipa_leaf, .-ipa_leaf\n"
+	".globl ipa_caller\n"
+	".type ipa_caller, @function\n"
+	"ipa_caller:\n"
+	"	pushq %rbx\n"
+	"	movq %rdi, %rsi\n"
+	"	movq %rdi, %rcx\n"
+	"	movq %rdi, %r8\n"
+	"	movq %rdi, %r9\n"
+	"	movq %rdi, %r10\n"
+	"	movq %rdi, %r11\n"
+	"	xorl %edx, %edx\n"
+	"	cmpq $5, %rdi\n"
+	"	call ipa_leaf\n"
+	"	sete %dl\n"
+	"	addq %rdx, %rax\n"
+	"	addq %rdi, %rax\n"
+	"	addq %rsi, %rax\n"
+	"	addq %rcx, %rax\n"
+	"	addq %r8, %rax\n"
+	"	addq %r9, %rax\n"
+	"	addq %r10, %rax\n"
+	"	addq %r11, %rax\n"
+	"	popq %rbx\n"
+	"	ret\n"
+	".size ipa_caller, .-ipa_caller\n");
+#else
+TP_PROBED long ipa_leaf(long x)
+{
+	return x + 1;
+}
+
+long ipa_caller(long x)
+{
+	return 7 * x + ipa_leaf(x) + (x == 5);
+}
+#endif
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The first call after a pause is long, the rest short: a profiler that
+ * times the first calls after an instant sees mostly the long one. */
+TP_PROBED int pulse(int long_one)
+{
+	if (long_one) {
+		uint64_t end = now_ns() + 200000;
+		while (now_ns() < end)
+			;
+	}
+	return long_one;
+}
 
 static pid_t tid(void)
 {
@@ -158,6 +248,25 @@ int main(void)
 			if (setjmp(escape) == 0)
 				jumper(k);
 			printf("done jump %d\n", k);
+		} else if (sscanf(line, "tail %lu", &n) == 1) {
+			long sum = 0;
+			for (unsigned long i = 0; i < n; i++)
+				sum += tail_outer((long)i);
+			printf("done tail %lu sum=%ld\n", n, sum);
+		} else if (sscanf(line, "burst %lu", &n) == 1) {
+			for (unsigned long r = 0; r < n; r++) {
+				struct timespec ms = {0, 1000000};
+				nanosleep(&ms, NULL);
+				pulse(1);
+				for (int i = 0; i < 99; i++)
+					pulse(0);
+			}
+			printf("done burst %lu\n", n);
+		} else if (sscanf(line, "ipa %lu", &n) == 1) {
+			unsigned long bad = 0;
+			for (unsigned long i = 0; i < n; i++)
+				bad += ipa_caller((long)(i % 11)) != 8 * (long)(i % 11) + 1 + (i % 11 == 5);
+			printf("done ipa %lu bad=%lu\n", n, bad);
 		} else if (sscanf(line, "quiet %lu", &n) == 1) {
 			long sum = 0;
 			for (unsigned long i = 0; i < n; i++)

@@ -49,7 +49,8 @@ pub struct Memory {
     pub region_bytes: u64,
     /// Bytes of the data region that are resident.
     pub region_rss: u64,
-    /// Bytes the region reserves per probe (entry, enable flag, counters).
+    /// Bytes the region reserves per probe (entry, enable flag, sample
+    /// budget and period, a counter and a sampling countdown per row).
     pub data_per_probe: u64,
 }
 
@@ -119,7 +120,7 @@ fn memory(pid: i32, owner: u32) -> Result<Memory> {
         arena_mapped: arenas.iter().map(|a| a.size).sum(),
         region_bytes: region.len(),
         region_rss: rss(pid, region.target_addr())?,
-        data_per_probe: tp::probe::layout::ENTRY_SIZE + 1 + rows * 8,
+        data_per_probe: tp::probe::layout::ENTRY_SIZE + 1 + 4 + 4 + rows * 16,
     })
 }
 

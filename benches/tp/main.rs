@@ -225,13 +225,14 @@ fn attach_section(env: &Env, r: &mut Results) -> bool {
 }
 
 fn toggle_section(env: &Env, r: &mut Results) -> bool {
-    let rounds = if env.smoke { 1_000 } else { 100_000 };
+    let (rounds, commands) = if env.smoke { (1_000, 1) } else { (100_000, 10) };
     let mut ok = true;
     for _ in 0..env.reps {
-        match toggle::measure(env, rounds) {
-            Ok(ns) => {
-                eprintln!("toggle: {ns:.1} ns per toggle");
-                r.toggle.push(ns);
+        match toggle::measure(env, rounds, commands) {
+            Ok(t) => {
+                eprintln!("toggle: {:.1} ns per store, {:.2} ms per command", t.store_ns, t.command_ms);
+                r.toggle.push(t.store_ns);
+                r.toggle_command.push(t.command_ms);
             }
             Err(e) => {
                 eprintln!("toggle: {e:#}");

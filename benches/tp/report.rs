@@ -82,6 +82,8 @@ pub struct Results {
     pub attach: Vec<AttachRow>,
     /// ns per toggle, over the runs.
     pub toggle: Vec<f64>,
+    /// ms per `tp disable`/`tp enable` command, over the runs.
+    pub toggle_command: Vec<f64>,
     /// The floor, once per repetition of the hit-cost runs.
     pub floor: Vec<Floor>,
     /// Sections or peers skipped, and why.
@@ -335,7 +337,11 @@ impl Results {
             "| enable flag store through tp's library (`Region::set_enabled`) | {} | no |",
             show(Spread::of(&self.toggle))
         );
-        let _ = writeln!(o, "| `tp disable` / `tp enable` commands | *to fill when issue 9 lands on main* | |");
+        let _ = writeln!(
+            o,
+            "| `tp disable` / `tp enable` command, start to exit (ms, not ns) | {} ms | no |",
+            show(Spread::of(&self.toggle_command))
+        );
         o.push('\n');
     }
 

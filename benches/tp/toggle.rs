@@ -1,7 +1,9 @@
 //! Turning a live probe off and on without stopping the process: the enable
 //! flag every detour reads lies in the shared data region, so a toggle is a
-//! store into shared memory, made here through tp's library exactly as
-//! `tp enable`/`tp disable` will. The target is never ptrace-stopped for it.
+//! store into shared memory, made here through tp's library as `tp enable`
+//! and `tp disable` make it; the commands themselves are timed too (their
+//! time is mostly starting tp and finding the region). The target is never
+//! ptrace-stopped for either.
 
 use std::time::{Duration, Instant};
 
@@ -11,9 +13,17 @@ use crate::env::Env;
 use crate::hit::open_region;
 use crate::proc::Proc;
 
+/// One run's figures.
+pub struct Toggle {
+    /// Mean ns per store through the library.
+    pub store_ns: f64,
+    /// Mean ms per `tp disable` or `tp enable` command, start to exit.
+    pub command_ms: f64,
+}
+
 /// Toggles one probe `rounds` times (off, then on) in a running `hot step`
-/// target and returns the mean ns per toggle.
-pub fn measure(env: &Env, rounds: u32) -> Result<f64> {
+/// target through the library, then `commands` times with the commands.
+pub fn measure(env: &Env, rounds: u32, commands: u32) -> Result<Toggle> {
     let mut target = Proc::spawn("hot step", &env.target("hot"), &["step".into(), "120".into()], false)?;
     target.wait_prefix("ready", Duration::from_secs(30))?;
     let pid = target.pid();
@@ -38,6 +48,27 @@ pub fn measure(env: &Env, rounds: u32) -> Result<f64> {
     if !region.enabled(i) || region.hits(i) <= hits_before {
         bail!("the probe stopped counting after the toggles");
     }
+    let command_ms = time_commands(env, pid, &region, i, commands)?;
     tp.stop(libc::SIGINT, Duration::from_secs(30));
-    Ok(ns)
+    Ok(Toggle { store_ns: ns, command_ms })
+}
+
+/// Runs `tp disable` and `tp enable` on the probe `rounds` times each,
+/// checks that each took effect, and returns the mean ms per command.
+fn time_commands(env: &Env, pid: i32, region: &tp::probe::region::Region, i: u32, rounds: u32) -> Result<f64> {
+    let mut total = Duration::ZERO;
+    for _ in 0..rounds {
+        for (cmd, on) in [("disable", false), ("enable", true)] {
+            let started = Instant::now();
+            let out = std::process::Command::new(&env.tp)
+                .args([cmd, "-p", &pid.to_string(), "-f", "work"])
+                .output()
+                .with_context(|| format!("running tp {cmd}"))?;
+            total += started.elapsed();
+            if !out.status.success() || region.enabled(i) != on {
+                bail!("tp {cmd} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+            }
+        }
+    }
+    Ok(total.as_secs_f64() * 1e3 / f64::from(2 * rounds))
 }

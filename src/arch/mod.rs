@@ -20,6 +20,15 @@ pub type Host = x86_64::X86_64;
 #[cfg(target_arch = "aarch64")]
 pub type Host = aarch64::AArch64;
 
+/// One past the highest user-space address on the host (TASK_SIZE): 47 bits
+/// on x86-64, 48 bits on AArch64 (mmap goes above them only when asked to).
+#[cfg(not(target_arch = "aarch64"))]
+pub const USER_END: u64 = 0x7fff_ffff_f000;
+/// One past the highest user-space address on the host (TASK_SIZE): 47 bits
+/// on x86-64, 48 bits on AArch64 (mmap goes above them only when asked to).
+#[cfg(target_arch = "aarch64")]
+pub const USER_END: u64 = 1 << 48;
+
 /// Why a function cannot be probed. The text is what `list-probes` and
 /// `attach` show after "refused: ".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +70,28 @@ pub enum Refusal {
         /// The landing pad's address.
         at: u64,
     },
-    /// An indirect jump (a jump table?) could target the window's interior.
+    /// The function has an exception table tp cannot read, so its landing
+    /// pads are unknown.
+    UnknownLandingPads {
+        /// The function's address.
+        at: u64,
+    },
+    /// Something outside the function's own direct branches enters the
+    /// window's interior: another symbol, a split-off part, an `endbr64`.
+    EntersWindow {
+        /// The address inside the window.
+        at: u64,
+        /// What enters there, e.g. "function `f`".
+        from: String,
+    },
+    /// The last instruction of the window would pass the function's end.
+    PastEnd {
+        /// Address of the instruction that crosses the end.
+        at: u64,
+    },
+    /// An indirect jump could target the window's interior: a jump table or
+    /// a code address the function forms points there, or (planning from
+    /// the bytes alone) its targets are unknown.
     IndirectJump {
         /// Address of the jump.
         at: u64,
@@ -101,7 +131,10 @@ impl Refusal {
             Refusal::CallInWindow { .. } => "call or syscall inside the window",
             Refusal::BranchIntoWindow { .. } => "branch into window",
             Refusal::LandingPadInWindow { .. } => "landing pad inside the window",
-            Refusal::IndirectJump { .. } => "indirect jump with a multi-instruction window",
+            Refusal::UnknownLandingPads { .. } => "unreadable exception table",
+            Refusal::EntersWindow { .. } => "entered from outside the function",
+            Refusal::PastEnd { .. } => "window passes the function's end",
+            Refusal::IndirectJump { .. } => "indirect jump may land inside the window",
             Refusal::OutOfReach { .. } => "PC-relative reference out of reach",
             Refusal::Unrelocatable { .. } => "cannot relocate",
             Refusal::CodeMismatch { .. } => "code differs from the file",
@@ -122,8 +155,13 @@ impl fmt::Display for Refusal {
             }
             Refusal::BranchIntoWindow { from } => write!(f, "branch into window from {from:#x}"),
             Refusal::LandingPadInWindow { at } => write!(f, "exception landing pad at {at:#x} inside the window"),
+            Refusal::UnknownLandingPads { at } => {
+                write!(f, "the exception table of the function at {at:#x} cannot be read (landing pads unknown)")
+            }
+            Refusal::EntersWindow { at, from } => write!(f, "{from} enters the window at {at:#x}"),
+            Refusal::PastEnd { at } => write!(f, "the instruction at {at:#x} passes the function's end"),
             Refusal::IndirectJump { at } => {
-                write!(f, "indirect jump at {at:#x} (jump table?) and a window of several instructions")
+                write!(f, "indirect jump at {at:#x} may land inside the window (jump table or code address)")
             }
             Refusal::OutOfReach { at } => write!(f, "PC-relative reference at {at:#x} out of reach of the detour"),
             Refusal::Unrelocatable { mnemonic, at, why } => write!(f, "cannot relocate `{mnemonic}` at {at:#x}: {why}"),
@@ -229,6 +267,8 @@ pub struct DetourSpec {
     pub flag_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
+    /// Bytes from a counter row to the matching countdown row (sampling probes).
+    pub countdowns_from_counters: u64,
     /// log2 of the number of counter rows (threads hash into rows).
     pub slot_bits: u32,
     /// log2 of the byte stride between counter rows.
@@ -270,6 +310,26 @@ pub struct Syscalls {
 /// [`Arch::plan`] as a function pointer.
 pub type PlanFn = fn(&[u8], u64, &[u64]) -> Result<SitePlan, Refusal>;
 
+/// [`Arch::plan_in`] as a function pointer.
+pub type PlanInFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
+
+/// The module around a function, as a planner may read it (runtime
+/// addresses): to follow jump tables and find code addresses that data holds.
+pub trait Image {
+    /// The file's bytes at `[addr, addr + len)`, if it holds them.
+    fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]>;
+    /// True if `addr` lies in an executable segment.
+    fn is_code(&self, addr: u64) -> bool;
+    /// True if code may hold absolute code addresses as immediates
+    /// (position-dependent code, or text relocations); false when code
+    /// addresses come only from PC-relative operands and data.
+    fn absolute_code(&self) -> bool;
+    /// Code addresses in `[lo, hi)` that data may hold (pointer tables,
+    /// computed-goto tables, function pointers): relocation targets, or for
+    /// position-dependent files every data word that is a code address.
+    fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64>;
+}
+
 /// The architecture-specific functions that work on bytes alone, for any
 /// binary tp can read (list-probes inspects files of other architectures).
 #[derive(Clone, Copy)]
@@ -280,11 +340,13 @@ pub struct Isa {
     pub plan: PlanFn,
     /// [`Arch::branch_targets`].
     pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
+    /// [`Arch::plan_in`].
+    pub plan_in: PlanInFn,
 }
 
 impl Isa {
     fn of<A: Arch>() -> Isa {
-        Isa { name: A::NAME, plan: A::plan, branch_targets: A::branch_targets }
+        Isa { name: A::NAME, plan: A::plan, branch_targets: A::branch_targets, plan_in: A::plan_in }
     }
 
     /// The functions for ELF machine `machine`, if tp knows it.
@@ -326,6 +388,13 @@ pub trait Arch {
     /// the window's interior.
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal>;
 
+    /// [`Arch::plan`] with the module around the function, which lets a
+    /// planner prove more windows safe (e.g. by reading jump tables).
+    fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
+        let _ = image;
+        Self::plan(code, function, extra_targets)
+    }
+
     /// Targets of the direct branches in `code` (at `addr`), for jumps into a
     /// function from its split-off parts.
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64>;
@@ -352,6 +421,23 @@ pub trait Arch {
     /// padded to the window's length.
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
 
+    /// Whether detours can record events (arguments, return values,
+    /// latency) through the in-target runtime, or only count.
+    const RECORDS_EVENTS: bool = true;
+
+    /// How far the long form of the patch reaches, where there is one
+    /// (see [`Arch::plan_long`]); 0 where there is none.
+    const LONG_REACH: u64 = 0;
+
+    /// Plans the long form of the probe, used at a function's entry when no
+    /// code arena can be placed within [`Arch::BRANCH_REACH`] of its module:
+    /// a longer patch that reaches [`Arch::LONG_REACH`]. [`Arch::build_detour`]
+    /// and [`Arch::patch_bytes`] accept the plan it returns.
+    fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        let _ = (code, extra_targets);
+        Err(Refusal::OutOfReach { at: function })
+    }
+
     /// The syscall instruction's encoding.
     fn syscall_insn() -> &'static [u8];
 
@@ -374,4 +460,12 @@ pub trait Arch {
     fn prepare_syscall(tid: Pid, regs: &mut Self::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()>;
     /// The return value of a syscall that just completed.
     fn syscall_result(regs: &Self::Regs) -> i64;
+    /// For a thread stopped on its way out of a wait that the kernel never
+    /// restarts (epoll_wait returns EINTR after any stop, even a tracer's),
+    /// turns the result into "restart unless a signal handler runs", the
+    /// kernel's ERESTARTNOHAND: the program sees EINTR only if a handler ran,
+    /// as it would without tp. Returns true if it changed `regs`.
+    fn restart_interrupted_wait(_regs: &mut Self::Regs) -> bool {
+        false
+    }
 }

@@ -76,6 +76,8 @@ pub struct Selection {
     pub kind: u32,
     /// Ring size for a region created now.
     pub ring_len: u32,
+    /// Samples per epoch for sampling probes.
+    pub sample_budget: i32,
 }
 
 /// A live attach session: probes installed, the target running.
@@ -121,6 +123,10 @@ impl Attached {
     /// Resolves the request in the modules of `pid` and installs probes
     /// owned by `owner` (0: kept after tp exits).
     pub fn attach(pid: i32, what: &Selection, owner: u32) -> Result<Attached> {
+        Self::attach_inner(pid, what, owner).map_err(|e| exited_or(pid, e))
+    }
+
+    fn attach_inner(pid: i32, what: &Selection, owner: u32) -> Result<Attached> {
         let started = Instant::now();
         let clock = Clock::start();
         process::check_attachable(pid)?;
@@ -161,7 +167,7 @@ impl Attached {
         let mem = Memory::open(pid)?;
         let worker_started = Instant::now();
         let mut stopped = Stopped::stop_worker(pid)?;
-        let opts = Options { owner, ring_len: what.ring_len };
+        let opts = Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
         let prepared = install::prepare(&mut stopped, &mem, existing, &requests, opts)?;
         stopped.stop_all()?;
         let (region, report) = install::commit(&mut stopped, &mem, prepared)?;
@@ -201,7 +207,18 @@ impl Attached {
 
     /// Current hit counts, in request order.
     pub fn hits(&self) -> Vec<u64> {
-        self.region.hits_of(&self.user_probes().map(|p| p.index).collect::<Vec<_>>())
+        let idx: Vec<u32> = self.user_probes().map(|p| p.index).collect();
+        self.region.hits_of(&idx)
+    }
+
+    /// The module of each of the user's probes, in request order.
+    pub fn modules_of_probes(&self) -> Vec<String> {
+        self.user_probes().map(|p| p.request.function.module.clone()).collect()
+    }
+
+    /// The entry indexes of the user's probes, in request order.
+    pub fn indexes(&self) -> Vec<u32> {
+        self.user_probes().map(|p| p.index).collect()
     }
 
     /// What probe `i` (in [`Attached::infos`] order) records.
@@ -217,7 +234,7 @@ impl Attached {
     /// True while all of this session's probes are still installed (another
     /// `tp detach` may have removed them).
     pub fn still_installed(&self) -> bool {
-        self.user_probes().all(|p| self.region.entry(p.index).state() == State::Active)
+        self.user_probes().all(|p| self.region.state(p.index) == State::Active)
     }
 
     /// Reads a NUL-terminated string from the target (for `char *` arguments).
@@ -229,16 +246,18 @@ impl Attached {
     }
 
     fn summary(&self) -> Summary {
+        let hits = self.hits();
         Summary {
             pid: self.pid,
             probes: self
                 .user_probes()
-                .zip(self.hits())
+                .zip(hits)
                 .map(|(p, hits)| ProbeStat {
                     func: p.request.function.name.clone(),
                     module: p.request.function.module.clone(),
                     address: p.request.function.addr,
                     hits,
+                    enabled: self.region.enabled(p.index),
                 })
                 .collect(),
         }
@@ -262,17 +281,39 @@ impl Attached {
         };
         let mine: Vec<u32> = self.probes.iter().map(|p| p.index).collect();
         let owner = self.owner;
-        remove::remove(&self.mem, &self.region, |i, e| {
-            mine.contains(&i) && e.owner == owner && e.kind & kind::UNWIND == 0
-        })?;
-        let ret_left = self.region.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.kind & kind::RET != 0);
-        if !ret_left {
-            remove::remove(&self.mem, &self.region, |_, e| e.kind & kind::UNWIND != 0)?;
+        let done = (|| {
+            remove::remove(&self.mem, &self.region, |i, e| {
+                mine.contains(&i) && e.owner == owner && e.kind & kind::UNWIND == 0
+            })?;
+            let ret_left =
+                self.region.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.kind & kind::RET != 0);
+            if !ret_left {
+                remove::remove(&self.mem, &self.region, |_, e| e.kind & kind::UNWIND != 0)?;
+            }
+            remove::finish(stopped, &self.mem, &self.region)
+        })();
+        match done {
+            Ok((kept, stop_time)) => Ok(Detached { summary: self.summary(), stop_time, target_gone: false, kept }),
+            // The target died under our hands: its counts are still in our mapping.
+            Err(_) if process::has_exited(self.pid, Duration::from_millis(200)) => {
+                Ok(Detached { summary: self.summary(), stop_time: Duration::ZERO, target_gone: true, kept: None })
+            }
+            Err(e) => Err(e),
         }
-        let summary = self.summary();
-        let (kept, stop_time) = remove::finish(stopped, &self.mem, &self.region)?;
-        Ok(Detached { summary, stop_time, target_gone: false, kept })
     }
+}
+
+/// `err`, or "the process exited" if that is why tp failed: a target that
+/// dies mid-attach makes the next ptrace call or memory access fail with
+/// whatever the kernel says about a vanished thread.
+fn exited_or(pid: i32, err: anyhow::Error) -> anyhow::Error {
+    if err.downcast_ref::<process::ProcessError>().is_some() {
+        return err;
+    }
+    if process::has_exited(pid, Duration::from_millis(200)) {
+        return process::ProcessError::Exited(pid).into();
+    }
+    err
 }
 
 /// True if `owner` is a tp process that is still running (not this one).
@@ -319,7 +360,8 @@ fn unwinder_requests(modules: &ProcessModules, region: Option<&Region>) -> Resul
                 let Ok(m) = modules.get(i) else { return false };
                 match resolve::plan(m, &f) {
                     Ok(plan) => {
-                        out.push(Request { function: f, plan, span: m.span, kind: kind::UNWIND });
+                        let long = resolve::plan_long(m, &f);
+                        out.push(Request { function: f, plan, long, span: m.span, kind: kind::UNWIND });
                         true
                     }
                     Err(_) => false,
@@ -358,7 +400,13 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     if args.ret {
         k |= kind::RET;
     }
-    let what = Selection { funcs: args.funcs.clone(), addrs: args.addrs.clone(), kind: k, ring_len: args.ring_size };
+    let what = Selection {
+        funcs: args.funcs.clone(),
+        addrs: args.addrs.clone(),
+        kind: k,
+        ring_len: args.ring_size,
+        sample_budget: 0,
+    };
     let attached = Attached::attach(args.pid, &what, owner)?;
     let n = attached.names().len();
     if attached.refused > 0 {

@@ -80,7 +80,13 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     eprintln!("tp demo: started {} as process {pid}", path.display());
 
     let funcs = vec!["foo".to_string(), "bar".to_string()];
-    let what = Selection { funcs: funcs.clone(), addrs: Vec::new(), kind: kind::COUNT, ring_len: DEFAULT_RING_LEN };
+    let what = Selection {
+        funcs: funcs.clone(),
+        addrs: Vec::new(),
+        kind: kind::COUNT,
+        ring_len: DEFAULT_RING_LEN,
+        sample_budget: 0,
+    };
     let attached = Attached::attach(pid, &what, std::process::id())?;
     eprintln!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",

@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use super::attach::session_is_running;
 use crate::cli::DetachArgs;
 use crate::output::thousands;
+use crate::probe::orphan;
 use crate::probe::region::{self, Region};
 use crate::probe::remove::{self, Kept};
 use crate::process::memory::Memory;
@@ -26,6 +27,7 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
     let (pids, spare_live_sessions) = match args.pid {
         Some(pid) => {
             process::status(pid)?;
+            process::check_readable(pid)?;
             (vec![pid], false)
         }
         None => (processes_with_probes(), true),
@@ -35,9 +37,16 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
     }
     let mut failed = false;
     for pid in pids {
-        if let Err(e) = detach_one(pid, spare_live_sessions) {
-            eprintln!("tp: process {pid}: {e:#}");
-            failed = true;
+        match detach_one(pid, spare_live_sessions) {
+            Ok(()) => {}
+            // It died under our hands: its code is gone with it.
+            Err(_) if process::has_exited(pid, std::time::Duration::from_millis(200)) => {
+                eprintln!("tp: process {pid} exited; nothing left to restore");
+            }
+            Err(e) => {
+                eprintln!("tp: process {pid}: {e:#}");
+                failed = true;
+            }
         }
     }
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
@@ -57,11 +66,41 @@ fn processes_with_probes() -> Vec<i32> {
     pids
 }
 
+/// Releases what a tp killed while creating the data region left (see
+/// [`orphan`]), in a process without a region.
+fn release_orphans(pid: i32) -> Result<()> {
+    let mem = Memory::open(pid)?;
+    let maps = process::read_maps(pid)?;
+    if orphan::find(pid, &maps, &mem).is_empty() {
+        eprintln!("tp: process {pid} has no tp probes");
+        return Ok(());
+    }
+    process::check_attachable(pid)?;
+    // A tp creating or unmapping a region holds the target: once we hold
+    // it, what looks orphaned is.
+    let mut stopped = Stopped::stop(pid)?;
+    let maps = process::read_maps(pid)?;
+    let mut orphans = orphan::find(pid, &maps, &mem);
+    orphan::keep_referenced(&stopped, &mem, &maps, &mut orphans)?;
+    if region::find(&maps).is_some() || orphans.is_empty() {
+        eprintln!("tp: process {pid} has no tp probes to remove");
+        return Ok(());
+    }
+    stopped.release_all_but_worker();
+    orphan::release(&mut stopped, &mem, &maps, &orphans)?;
+    stopped.resume();
+    eprintln!(
+        "tp: detached from {pid}: released what a killed tp left (code arenas: {}, descriptors: {})",
+        orphans.arenas.len(),
+        orphans.fds.len()
+    );
+    Ok(())
+}
+
 fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
     let maps = process::read_maps(pid)?;
     let Some(mapping) = region::find(&maps) else {
-        eprintln!("tp: process {pid} has no tp probes");
-        return Ok(());
+        return release_orphans(pid);
     };
     process::check_attachable(pid)?;
     let region = Region::open(pid, mapping)?;

@@ -13,7 +13,7 @@ use crate::cli::ListProbesArgs;
 use crate::output::json;
 use crate::output::progress::Progress;
 use crate::process;
-use crate::symbols::{self, Module, ProcessModules, elf::machine_name};
+use crate::symbols::{Module, ProcessModules, elf::machine_name};
 
 /// The rows of some modules, with each module's index.
 type ModuleRows = Vec<(usize, Vec<Row>)>;
@@ -100,6 +100,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
 /// The verdict on every function of `m`, plus its functions inlined everywhere.
 fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
     let dwarf = m.dwarf();
+    let planner = m.planner();
     let mut rows: Vec<Row> = m
         .functions()
         .into_iter()
@@ -110,10 +111,7 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
             } else {
                 match m.code_of(&f) {
                     Err(_) => Err(Refusal::Undecodable { at: f.addr }),
-                    Ok(code) => {
-                        let extra = symbols::cold_targets(&m.elf, m.bias, &f.symbol, f.addr, f.size, isa);
-                        (isa.plan)(code, f.addr, &extra)
-                    }
+                    Ok(code) => planner.plan(m, &f, code, isa),
                 }
             };
             let signature =

@@ -6,8 +6,10 @@ pub mod demo;
 pub mod detach;
 pub mod interrupt;
 pub mod list_probes;
+pub mod profile;
 pub mod resolve;
 pub mod status;
+pub mod toggle;
 pub mod trace;
 
 use std::process::ExitCode;
@@ -24,5 +26,8 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Detach(args) => detach::run(args),
         Command::ListProbes(args) => list_probes::run(args),
         Command::Demo(args) => demo::run(args),
+        Command::Enable(args) => toggle::run(args, true),
+        Command::Disable(args) => toggle::run(args, false),
+        Command::Profile(args) => profile::run(args),
     }
 }

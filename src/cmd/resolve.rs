@@ -4,7 +4,7 @@
 use anyhow::{Result, bail};
 
 use crate::arch::SitePlan;
-use crate::arch::{Arch, Host, Refusal};
+use crate::arch::{Arch, Host, Isa, Refusal};
 use crate::output::progress::Progress;
 use crate::probe::Request;
 use crate::symbols::{Found, Function, Module, ProcessModules};
@@ -27,7 +27,16 @@ pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
-    Host::plan(code, f.addr, &m.extra_targets(f))
+    m.planner().plan(m, f, code, Isa::host())
+}
+
+/// Plans the long form of the probe of `f` ([`Arch::plan_long`]), which
+/// install uses when no code arena fits within branch reach of `m`.
+pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    let plan = Host::plan_long(code, f.addr, &m.extra_targets(f))?;
+    m.planner().check_entries(&plan, m.bias)?;
+    Ok(plan)
 }
 
 /// Resolves `patterns` and `addrs` in `modules` and plans each function,
@@ -35,6 +44,13 @@ pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
 /// exactly that cannot be probed is an error; one matched by a glob is
 /// skipped and reported in [`Resolved::refused`].
 pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64], kind: u32) -> Result<Resolved> {
+    if kind != crate::probe::layout::kind::COUNT && !Host::RECORDS_EVENTS {
+        bail!(
+            "{} probes count calls but do not record arguments, return values or latency yet; \
+             count them with `tp attach` without --args/--ret",
+            Host::NAME
+        );
+    }
     let mut found = modules.resolve(patterns)?;
     for &a in addrs {
         let f = modules.at_address(a)?;
@@ -49,7 +65,7 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64], ki
         progress.inc();
         let m = modules.get(module)?;
         match plan(m, &function) {
-            Ok(plan) => requests.push(Request { function, plan, span: m.span, kind }),
+            Ok(plan) => requests.push(Request { long: plan_long(m, &function), function, plan, span: m.span, kind }),
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),
         }

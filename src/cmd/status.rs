@@ -14,6 +14,7 @@ use crate::process;
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
     process::status(args.pid)?;
+    process::check_readable(args.pid)?;
     let maps = process::read_maps(args.pid)?;
     let Some(mapping) = region::find(&maps) else {
         bail!("process {} has no tp probes; install some with `tp attach -p {} -f NAME --keep`", args.pid, args.pid);
@@ -24,7 +25,13 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let probes = live
         .into_iter()
         .zip(hits)
-        .map(|((_, e), hits)| ProbeStat { func: e.name(), module: e.module(), address: e.function, hits })
+        .map(|((i, e), hits)| ProbeStat {
+            func: e.name(),
+            module: e.module(),
+            address: e.function,
+            hits,
+            enabled: region.enabled(i),
+        })
         .collect();
     print_summary(&Summary { pid: args.pid, probes }, args.json)?;
     Ok(ExitCode::SUCCESS)

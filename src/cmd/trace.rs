@@ -124,7 +124,10 @@ impl Tracer {
                 }
             }
             Kind::Exit | Kind::Unwound => {
-                let duration_ns = self.clock.duration_ns(ev.entry_tsc(), ev.tsc);
+                // Durations leave out what tp's probes on its callees spent;
+                // the trace's slices keep the wall-clock span, so they nest.
+                let duration_ns = self.clock.duration_ns(ev.timed_from(), ev.tsc);
+                let span_ns = self.clock.duration_ns(ev.entry_tsc(), ev.tsc);
                 let start_ns = self.clock.ns(ev.entry_tsc());
                 let unwound = ev.kind == Kind::Unwound;
                 let ret = if unwound { None } else { format::ret(info, ev.v[0], &read) };
@@ -150,7 +153,7 @@ impl Tracer {
                         (None, false) => String::new(),
                     };
                     let sep = if extra.is_empty() { "" } else { sep };
-                    c.slice(&info.name, ev.tid, start_ns, duration_ns, &format!("{args}{sep}{extra}}}"))?;
+                    c.slice(&info.name, ev.tid, start_ns, span_ns, &format!("{args}{sep}{extra}}}"))?;
                 }
             }
         }

@@ -24,11 +24,7 @@ impl Drainer {
     /// order per thread (threads one after another).
     pub fn drain(&mut self, region: &Region, out: &mut Vec<RawEvent>) -> Result<()> {
         let h = region.header();
-        for i in 0..(1u64 << h.ctx.slot_bits) {
-            let off = h.slot_off(i);
-            if !region.is_resident(off) || region.load_u64(off) == 0 {
-                continue;
-            }
+        for off in slots_in_use(&h) {
             let head = region.load_u64(off + HEAD);
             let tail = region.load_u64(off + TAIL);
             if head == tail {
@@ -50,11 +46,8 @@ impl Drainer {
     /// session starts with empty rings. Call it with the target stopped.
     pub fn discard_unread(region: &Region) -> Result<()> {
         let h = region.header();
-        for i in 0..(1u64 << h.ctx.slot_bits) {
-            let off = h.slot_off(i);
-            if region.is_resident(off) && region.load_u64(off) != 0 {
-                region.store_u64(off + TAIL, region.load_u64(off + HEAD))?;
-            }
+        for off in slots_in_use(&h) {
+            region.store_u64(off + TAIL, region.load_u64(off + HEAD))?;
         }
         Ok(())
     }
@@ -64,12 +57,17 @@ impl Drainer {
     pub fn lost(region: &Region) -> u64 {
         let h: Header = region.header();
         let mut lost = h.ctx.lost_no_slot;
-        for i in 0..(1u64 << h.ctx.slot_bits) {
-            let off = h.slot_off(i);
-            if region.is_resident(off) {
-                lost += region.get::<SlotHead>(off).lost;
-            }
+        for off in slots_in_use(&h) {
+            lost += region.get::<SlotHead>(off).lost;
         }
         lost
     }
+}
+
+/// Offsets of the thread slots some thread has claimed, from the header's
+/// bitmap. The others are not read (that would allocate their pages).
+fn slots_in_use(h: &Header) -> impl Iterator<Item = u64> + '_ {
+    (0..1u64 << h.ctx.slot_bits)
+        .filter(|&i| h.ctx.claimed[(i / 64) as usize] & (1 << (i % 64)) != 0)
+        .map(|i| h.slot_off(i))
 }

@@ -6,6 +6,7 @@
 pub mod clock;
 pub mod drain;
 pub mod format;
+pub mod sampling;
 pub mod stats;
 
 use crate::probe::layout::{self, event_kind};
@@ -32,7 +33,8 @@ pub struct RawEvent {
     pub tid: u32,
     /// Counter value when it happened.
     pub tsc: u64,
-    /// Entry: argument registers. Exit: return value, entry counter value, second return register.
+    /// Entry: argument registers. Exit: return value, entry counter value,
+    /// second return register, counter ticks tp spent inside the call.
     pub v: [u64; 6],
 }
 
@@ -52,6 +54,16 @@ impl RawEvent {
     pub fn entry_tsc(&self) -> u64 {
         self.v[1]
     }
+
+    /// For exits, the counter value at the call's entry moved later by the
+    /// ticks tp's probes on the functions it called spent: from there to
+    /// [`RawEvent::tsc`] is the call's own duration, without tp's work.
+    pub fn timed_from(&self) -> u64 {
+        match self.kind {
+            Kind::Exit => self.v[1].saturating_add(self.v[3]).min(self.tsc),
+            _ => self.v[1],
+        }
+    }
 }
 
 #[cfg(test)]
@@ -63,6 +75,9 @@ mod tests {
         let e = layout::Event { probe: (2 << 24) | 7, tid: 42, tsc: 100, v: [5, 90, 0, 0, 0, 0] };
         let r = RawEvent::decode(&e).unwrap();
         assert_eq!((r.kind, r.probe, r.tid, r.entry_tsc()), (Kind::Exit, 7, 42, 90));
+        let nested = RawEvent { v: [5, 90, 0, 4, 0, 0], ..r };
+        assert_eq!(nested.timed_from(), 94, "tp's own ticks inside the call do not count");
+        assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0], ..r }.timed_from(), 100, "never after the exit");
         assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }).is_none());
     }
 }

@@ -26,18 +26,19 @@ pub fn string(s: &str) -> String {
     out
 }
 
-/// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N},…]}`.
+/// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N,"enabled":true},…]}`.
 pub fn summary(s: &Summary) -> String {
     let probes: Vec<String> = s
         .probes
         .iter()
         .map(|p| {
             format!(
-                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{}}}",
+                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{},\"enabled\":{}}}",
                 string(&p.func),
                 string(&p.module),
                 p.address,
-                p.hits
+                p.hits,
+                p.enabled
             )
         })
         .collect();
@@ -94,8 +95,11 @@ mod tests {
     fn summary_shape() {
         let s = Summary {
             pid: 7,
-            probes: vec![ProbeStat { func: "foo".into(), module: "m".into(), address: 0x1630, hits: 3 }],
+            probes: vec![ProbeStat { func: "foo".into(), module: "m".into(), address: 0x1630, hits: 3, enabled: true }],
         };
-        assert_eq!(summary(&s), r#"{"pid":7,"probes":[{"func":"foo","module":"m","address":"0x1630","hits":3}]}"#);
+        assert_eq!(
+            summary(&s),
+            r#"{"pid":7,"probes":[{"func":"foo","module":"m","address":"0x1630","hits":3,"enabled":true}]}"#
+        );
     }
 }

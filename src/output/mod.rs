@@ -20,6 +20,8 @@ pub struct ProbeStat {
     pub address: u64,
     /// Calls counted.
     pub hits: u64,
+    /// False while the probe is switched off (`tp disable`).
+    pub enabled: bool,
 }
 
 /// The probes of one process.

@@ -4,7 +4,7 @@ use std::io::{self, Write};
 
 use super::{Summary, thousands};
 
-/// The summary as an aligned table.
+/// The summary as an aligned table; a switched-off probe is marked `off`.
 pub fn summary(s: &Summary, out: &mut impl Write) -> io::Result<()> {
     let name_w = s.probes.iter().map(|p| p.func.len()).max().unwrap_or(0).max(8);
     let mod_w = s.probes.iter().map(|p| p.module.len()).max().unwrap_or(0).max(6);
@@ -12,11 +12,12 @@ pub fn summary(s: &Summary, out: &mut impl Write) -> io::Result<()> {
     for p in &s.probes {
         writeln!(
             out,
-            "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}",
+            "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}{}",
             p.func,
             p.module,
             format!("{:#x}", p.address),
-            thousands(p.hits)
+            thousands(p.hits),
+            if p.enabled { "" } else { "  off" }
         )?;
     }
     Ok(())
@@ -32,8 +33,14 @@ mod tests {
         let s = Summary {
             pid: 1,
             probes: vec![
-                ProbeStat { func: "foo".into(), module: "counter".into(), address: 0x1630, hits: 1234 },
-                ProbeStat { func: "a_longer_name".into(), module: "counter".into(), address: 0x1670, hits: 5 },
+                ProbeStat { func: "foo".into(), module: "counter".into(), address: 0x1630, hits: 1234, enabled: true },
+                ProbeStat {
+                    func: "a_longer_name".into(),
+                    module: "counter".into(),
+                    address: 0x1670,
+                    hits: 5,
+                    enabled: false,
+                },
             ],
         };
         let mut out = Vec::new();
@@ -42,6 +49,6 @@ mod tests {
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], "FUNCTION       MODULE   ADDRESS                        HITS");
         assert_eq!(lines[1], "foo            counter  0x1630                        1,234");
-        assert_eq!(lines[2], "a_longer_name  counter  0x1670                            5");
+        assert_eq!(lines[2], "a_longer_name  counter  0x1670                            5  off");
     }
 }

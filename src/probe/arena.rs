@@ -28,7 +28,9 @@ pub fn candidates(maps: &[Mapping], span: Span, size: u64, reach: u64) -> Vec<u6
     let size = size.next_multiple_of(PAGE);
     let mut out: Vec<u64> = gaps(maps).iter().filter_map(|g| place_in(g, span, size)).collect();
     out.retain(|&a| reaches(span, a, size, reach));
-    out.sort_by_key(|&a| if a < span.lo { span.lo - a } else { a - span.hi });
+    // A gap between the module's own mappings (AArch64 linkers align
+    // segments to 64 KiB and leave holes) is at distance 0.
+    out.sort_by_key(|&a| if a < span.lo { span.lo - a } else { a.saturating_sub(span.hi) });
     out
 }
 
@@ -83,8 +85,23 @@ mod tests {
         let span = Span { lo: 0x7ffff7d80000, hi: 0x7ffff7f80000 };
         let c = candidates(&maps(), span, 0x10000, REACH);
         assert_eq!(c[0], 0x7ffff7d80000 - 0x10000);
-        // None lands in the stack's growth room.
-        assert!(c.iter().all(|&a| a + 0x10000 <= 0x7ffffffde000 - GROWTH_ROOM || a < span.lo));
+        // None lands in the stack's growth room (on AArch64 hosts, user space
+        // and so the gaps extend above this x86-64 stack).
+        let stack = 0x7ffffffde000..0x7ffffffff000;
+        assert!(c.iter().all(|&a| a + 0x10000 <= stack.start - GROWTH_ROOM || a >= stack.end || a < span.lo));
+    }
+
+    #[test]
+    fn a_hole_between_the_modules_segments_comes_first() {
+        let maps = parse(
+            "400000-470000 r-xp 00000000 fd:01 1 /t/static\n\
+             490000-4a0000 rw-p 00080000 fd:01 1 /t/static\n\
+             4a0000-4c0000 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        let span = Span { lo: 0x400000, hi: 0x4a0000 };
+        let c = candidates(&maps, span, 0x10000, (128 << 20) - 4);
+        assert_eq!(c[0], 0x480000);
+        assert_eq!(c[1], 0x400000 - 0x10000);
     }
 
     #[test]

@@ -37,8 +37,10 @@ use crate::process::{self, Mapping};
 const STACK_SCAN_BYTES: u64 = 64 << 10;
 /// The smallest code arena tp maps.
 const MIN_ARENA: u64 = 64 << 10;
-/// An upper bound on one detour's size, for arena sizing.
+/// A typical detour's size, for sizing arenas: a counting detour, and one
+/// that also calls the runtime. Placement checks the real size.
 const DETOUR_BUDGET: u64 = 160;
+const EVENT_DETOUR_BUDGET: u64 = 320;
 
 /// A probe that is live after [`install`].
 #[derive(Debug, Clone)]
@@ -78,6 +80,8 @@ pub struct Options {
     pub owner: u32,
     /// Events per thread ring, for a region created now.
     pub ring_len: u32,
+    /// Samples each probe may record before it disables itself (sampling probes).
+    pub sample_budget: i32,
 }
 
 /// Writes detours for `requests` using the stopped worker thread.
@@ -91,6 +95,7 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
+    let requests = &choose_forms(&maps, region.as_ref(), requests)?;
     if let Some(r) = &region {
         check_not_probed(pid, r, requests)?;
     }
@@ -104,7 +109,7 @@ pub fn prepare(
             None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
         };
         crate::fault::point("after-inject");
-        let placed = write_detours(mem, &mut caller, &maps, &region, requests, opts.owner)?;
+        let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
         Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
     })();
     for sig in std::mem::take(&mut caller.deferred_signals) {
@@ -127,6 +132,7 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
     for (req, p) in requests.iter().zip(&placed) {
         let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
+        crate::fault::point("before-patch");
         mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
@@ -193,6 +199,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
         runtime,
         flag_addr: region.target_addr() + h.flags_off + index as u64,
         counters: region.target_addr() + h.counters_off,
+        countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
     }
@@ -209,14 +216,17 @@ fn create_region(
     ring_len: u32,
 ) -> Result<Region> {
     let g = layout::geometry(requests.len() as u32, ring_len);
-    let span = requests.first().map(|r| r.span).context("nothing to install")?;
-    let arena = alloc_arena(caller, maps, span, arena_size(requests.len()))?;
-    let name_at = arena.addr + arena.size - 64;
+    let first = requests.first().context("nothing to install")?;
+    let kind = requests.iter().fold(0, |k, r| k | r.kind);
+    let arena = alloc_arena(caller, maps, first.span, reach_of(first), arena_size(requests.len(), kind))?;
+    let name_at = arena.addr + arena.size - super::orphan::NAME_FROM_END;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
     mem.write(name_at, &name).context("writing the memfd name")?;
+    crate::fault::point("after-name-write");
     let sc = Host::SYSCALLS;
     let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?;
+    crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
         caller.checked("ftruncate", sc.ftruncate, [fd, g.total_size, 0, 0, 0, 0])?;
         let file = std::fs::OpenOptions::new()
@@ -237,16 +247,61 @@ fn create_region(
     made
 }
 
-fn arena_size(probes: usize) -> u64 {
-    (probes as u64 * DETOUR_BUDGET).max(MIN_ARENA).next_multiple_of(4096)
+fn arena_size(probes: usize, kind: u32) -> u64 {
+    let each = if kind == kind::COUNT { DETOUR_BUDGET } else { EVENT_DETOUR_BUDGET };
+    (probes as u64 * each).max(MIN_ARENA).next_multiple_of(4096)
 }
 
-/// Maps a fresh R-X arena near `span`, trying candidate holes nearest first.
-fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, size: u64) -> Result<Arena> {
+/// True if the request was switched to the long form of its probe.
+fn is_long(req: &Request) -> bool {
+    req.long.as_ref().is_ok_and(|long| *long == req.plan)
+}
+
+/// How far from its module a request's detour may be: the patch's reach.
+fn reach_of(req: &Request) -> u64 {
+    if is_long(req) { Host::LONG_REACH } else { Host::BRANCH_REACH }
+}
+
+/// Switches each request whose module has no room for an arena within
+/// branch reach, in the region's arenas or in the address space, to the
+/// long form of its probe (AArch64: `adrp x16 ; add x16 ; br x16`), or
+/// refuses it with the reason it has none.
+fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: &[Request]) -> Result<Vec<Request>> {
+    let h = region.map(Region::header);
+    let arenas = h.as_ref().map_or(&[][..], |h| &h.arenas[..h.arena_count as usize]);
+    requests
+        .iter()
+        .map(|req| {
+            let near = |reach| {
+                arenas
+                    .iter()
+                    .any(|a| arena::reaches(req.span, a.addr, a.size, reach) && a.size - a.used >= DETOUR_BUDGET)
+                    || !arena::candidates(maps, req.span, MIN_ARENA, reach).is_empty()
+            };
+            if Host::LONG_REACH == 0 || is_long(req) || near(Host::BRANCH_REACH) {
+                return Ok(req.clone());
+            }
+            match &req.long {
+                Ok(long) if near(Host::LONG_REACH) => Ok(Request { plan: long.clone(), ..req.clone() }),
+                Ok(_) => {
+                    bail!("no free address range within reach of {:#x}-{:#x} for tp's code", req.span.lo, req.span.hi)
+                }
+                Err(why) => bail!(
+                    "cannot probe `{}`: no free address range within branch reach of its module for tp's code, \
+                     and the long form of the probe is refused: {why}",
+                    req.function.name
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Maps a fresh R-X arena within `reach` of `span`, trying candidate holes nearest first.
+fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, reach: u64, size: u64) -> Result<Arena> {
     let sc = Host::SYSCALLS;
     let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
-    for addr in arena::candidates(maps, span, size, Host::BRANCH_REACH).into_iter().take(8) {
+    for addr in arena::candidates(maps, span, size, reach).into_iter().take(8) {
         let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
         if got as u64 == addr {
             return Ok(Arena { addr, size, used: 0, runtime: 0 });
@@ -273,7 +328,7 @@ fn write_detours(
     maps: &[Mapping],
     region: &Region,
     requests: &[Request],
-    owner: u32,
+    opts: &Options,
 ) -> Result<Vec<Placed>> {
     let mut h = region.header();
     let mut inactive: HashMap<u64, Vec<(u32, Entry)>> = HashMap::new();
@@ -299,6 +354,7 @@ fn write_detours(
         let index = h.count;
         let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, requests.len() - k)?;
         mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
+        crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
         placed.push(Placed { index, detour, at });
@@ -311,7 +367,7 @@ fn write_detours(
     for (req, p) in requests.iter().zip(&placed) {
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
-        e.owner = owner;
+        e.owner = opts.owner;
         e.function = req.function.addr;
         e.site = req.plan.site;
         e.detour = p.at;
@@ -323,9 +379,12 @@ fn write_detours(
         e.patch[..patch.len()].copy_from_slice(&patch);
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
+        region.set_budget(p.index, opts.sample_budget)?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
+        crate::fault::point("after-entry");
     }
+    crate::fault::point("after-entries");
 
     Ok(placed)
 }
@@ -388,41 +447,52 @@ fn place_detour(
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
     let needs_runtime = req.kind != kind::COUNT;
     let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
-    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, Host::BRANCH_REACH);
-    let fits = |a: &Arena| {
-        let extra = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
-        a.size - a.used >= DETOUR_BUDGET + extra
-    };
-    let slot = match h.arenas[..h.arena_count as usize].iter().position(|a| reachable(a) && fits(a)) {
-        Some(i) => i,
-        None => {
+    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, reach_of(req));
+    // Arenas within reach first, then a new one: the detour goes in the
+    // first where it really fits (its size depends on where it goes).
+    let mut tried_new = false;
+    let mut slot = 0;
+    loop {
+        if slot == h.arena_count as usize {
+            if tried_new {
+                bail!("the detour of `{}` does not fit a new code arena", req.function.name);
+            }
             if h.arena_count as usize == layout::MAX_ARENAS {
                 bail!("tp's data region has no room for another code arena; run `tp detach` first");
             }
-            let size = arena_size(remaining) + if needs_runtime { runtime_len } else { 0 };
-            h.arenas[h.arena_count as usize] = alloc_arena(caller, maps, req.span, size)?;
+            let size = arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
+            h.arenas[slot] = alloc_arena(caller, maps, req.span, reach_of(req), size)?;
             h.arena_count += 1;
-            h.arena_count as usize - 1
+            tried_new = true;
         }
-    };
-    if needs_runtime && h.arenas[slot].runtime == 0 {
+        let a = h.arenas[slot];
+        let runtime_still_needed = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
+        let room = (a.size - a.used).saturating_sub(runtime_still_needed);
+        if !reachable(&a) || room < DETOUR_BUDGET {
+            slot += 1;
+            continue;
+        }
+        // Where the detour would go, after a runtime block the arena may still need.
+        let (runtime_at, at) = match (needs_runtime, a.runtime) {
+            (true, 0) => (a.addr + a.used, (a.addr + a.used + runtime_len).next_multiple_of(16)),
+            (_, r) => (r, a.addr + a.used),
+        };
+        let runtime = needs_runtime.then(|| runtime_addrs(region, h, runtime_at));
+        let spec = spec_for(region, h, index, req.kind, runtime);
+        let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
+        if at + detour.bytes.len() as u64 > a.addr + a.size {
+            slot += 1;
+            continue;
+        }
         let a = &mut h.arenas[slot];
-        let at = a.addr + a.used;
-        let block = Host::build_runtime(at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
-        mem.write(at, &block.bytes).context("writing tp's runtime into the target")?;
-        a.runtime = at;
-        a.used = (a.used + block.bytes.len() as u64).next_multiple_of(16);
+        if needs_runtime && a.runtime == 0 {
+            let block = Host::build_runtime(runtime_at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
+            mem.write(runtime_at, &block.bytes).context("writing tp's runtime into the target")?;
+            a.runtime = runtime_at;
+        }
+        a.used = (at + detour.bytes.len() as u64).next_multiple_of(16) - a.addr;
+        return Ok((at, detour));
     }
-    let runtime = needs_runtime.then(|| runtime_addrs(region, h, h.arenas[slot].runtime));
-    let spec = spec_for(region, h, index, req.kind, runtime);
-    let a = &mut h.arenas[slot];
-    let at = a.addr + a.used;
-    let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
-    if detour.bytes.len() as u64 > a.size - a.used {
-        bail!("the detour of `{}` does not fit its code arena", req.function.name);
-    }
-    a.used = (a.used + detour.bytes.len() as u64).next_multiple_of(16);
-    Ok((at, detour))
 }
 
 /// Moves every thread whose PC (or restart PC) lies inside a window to the
@@ -512,6 +582,9 @@ impl Drop for PatchGuard<'_> {
         for &i in self.patched.iter().rev() {
             let e = self.region.entry(i);
             if let Err(err) = self.mem.write(e.site, e.original()) {
+                if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
+                    return; // nothing left to restore; the caller reports the exit
+                }
                 eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", e.name(), e.site);
                 continue;
             }

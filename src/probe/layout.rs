@@ -11,9 +11,13 @@
 //! probes_off       Entry[cap] one 256-byte entry per probe: state, kind,
 //!                             site, original and patch bytes, detour, name
 //! flags_off        u8[cap]    per-probe enable flag, read by every detour
+//! budgets_off      i32[cap]   per-probe samples left this epoch (tp profile)
+//! periods_off      u32[cap]   per-probe mean calls between samples (tp profile)
 //! counters_off     rows       2^slot_bits rows of 2^stride_shift bytes; row r
 //!                             holds one u64 hit counter per probe for the
 //!                             threads that hash to r
+//! countdowns_off   rows       as many rows again: per row and probe, calls
+//!                             left before the next sample (tp profile)
 //! events_off       slots      one slot per thread that recorded an event:
 //!                             SlotHead, shadow stack (Frame[shadow_len]),
 //!                             ring (Event[ring_len]); see runtime.c
@@ -25,7 +29,7 @@
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -74,7 +78,21 @@ pub struct EventCtx {
     pub tid_offset: i32,
     /// Events dropped because every slot was taken.
     pub lost_no_slot: u64,
+    /// Address in the target of the enable flags.
+    pub flags: u64,
+    /// Address in the target of the sample budgets.
+    pub budgets: u64,
+    /// Address in the target of the sampling periods.
+    pub periods: u64,
+    /// Bytes from a counter to the matching sampling countdown.
+    pub countdowns_from_counters: u64,
+    /// Bit i: thread slot i has been claimed. The tracer reads only those
+    /// (reading the others would allocate their pages).
+    pub claimed: [u64; CLAIMED_WORDS],
 }
+
+/// Words of [`EventCtx::claimed`].
+pub const CLAIMED_WORDS: usize = (1 << EVENT_SLOT_BITS) / 64;
 
 /// The head of a thread slot (`struct tp_slot` in runtime.c).
 #[repr(C)]
@@ -90,8 +108,10 @@ pub struct SlotHead {
     pub lost: u64,
     /// The thread's last look at `tail`.
     pub cached_tail: u64,
+    /// Timestamp ticks the thread spent in the runtime's entry and exit.
+    pub overhead: u64,
     /// Padding to the next cache line.
-    pub pad0: [u64; 4],
+    pub pad0: [u64; 3],
     /// Next event the thread writes.
     pub head: u64,
     /// Padding.
@@ -118,8 +138,10 @@ pub struct Frame {
     pub pad: u32,
     /// The trampoline address written into the slot.
     pub tramp: u64,
+    /// The slot's `overhead` when the call began.
+    pub overhead: u64,
     /// Padding.
-    pub pad2: [u64; 3],
+    pub pad2: [u64; 2],
 }
 
 /// One event (`struct tp_event` in runtime.c).
@@ -153,6 +175,9 @@ pub mod entry_flags {
     pub const RECORD_ENTRY: u32 = 1 << 24;
     /// Replace the return address to see the exit.
     pub const HIJACK_RETURN: u32 = 1 << 25;
+    /// Spend one of the probe's sample budget (the detour calls the runtime
+    /// only while the budget is positive).
+    pub const SAMPLE: u32 = 1 << 26;
 }
 
 const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
@@ -183,8 +208,14 @@ pub struct Header {
     pub probes_off: u64,
     /// Offset of the enable flags.
     pub flags_off: u64,
+    /// Offset of the sample budgets.
+    pub budgets_off: u64,
+    /// Offset of the sampling periods.
+    pub periods_off: u64,
     /// Offset of the counter rows.
     pub counters_off: u64,
+    /// Offset of the countdown rows.
+    pub countdowns_off: u64,
     /// Address of the region in the target.
     pub target_addr: u64,
     /// Incremented by every change to the entries.
@@ -245,6 +276,9 @@ pub mod kind {
     pub const RET: u32 = 2;
     /// tp's own probe on an unwinder entry point (see runtime.c, tp_unwind).
     pub const UNWIND: u32 = 4;
+    /// Samples: times a budget of calls per epoch, then only counts until
+    /// tp gives it a new budget (tp profile).
+    pub const SAMPLE: u32 = 8;
 }
 
 /// One probe entry.
@@ -367,8 +401,14 @@ pub struct Geometry {
     pub probes_off: u64,
     /// Offset of the flags.
     pub flags_off: u64,
+    /// Offset of the sample budgets.
+    pub budgets_off: u64,
+    /// Offset of the sampling periods.
+    pub periods_off: u64,
     /// Offset of the counter rows.
     pub counters_off: u64,
+    /// Offset of the countdown rows.
+    pub countdowns_off: u64,
     /// log2 of the row stride.
     pub stride_shift: u32,
     /// Total bytes.
@@ -382,10 +422,14 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
     let page = 4096u64;
     let probes_off = page;
     let flags_off = probes_off + capacity as u64 * ENTRY_SIZE;
-    let counters_off = (flags_off + capacity as u64).next_multiple_of(page);
+    let budgets_off = (flags_off + capacity as u64).next_multiple_of(64);
+    let periods_off = budgets_off + 4 * capacity as u64;
+    let counters_off = (periods_off + 4 * capacity as u64).next_multiple_of(page);
     // A row holds one u64 per probe; a power-of-two stride lets detours find a row with a shift.
     let stride_shift = (capacity as u64 * 8).trailing_zeros();
-    let events_off = counters_off + (1u64 << SLOT_BITS) * (1u64 << stride_shift);
+    let rows_size = (1u64 << SLOT_BITS) * (1u64 << stride_shift);
+    let countdowns_off = counters_off + rows_size;
+    let events_off = countdowns_off + rows_size;
     let ring_len = ring_len.clamp(4, 1 << 20).next_power_of_two();
     let slot_size = (std::mem::size_of::<SlotHead>() as u64
         + SHADOW_LEN as u64 * std::mem::size_of::<Frame>() as u64
@@ -396,7 +440,10 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
         capacity,
         probes_off,
         flags_off,
+        budgets_off,
+        periods_off,
         counters_off,
+        countdowns_off,
         stride_shift,
         events_off,
         slot_size,
@@ -419,7 +466,10 @@ impl Header {
             stride_shift: g.stride_shift,
             probes_off: g.probes_off,
             flags_off: g.flags_off,
+            budgets_off: g.budgets_off,
+            periods_off: g.periods_off,
             counters_off: g.counters_off,
+            countdowns_off: g.countdowns_off,
             target_addr,
             generation: 0,
             arena_count: 0,
@@ -433,6 +483,11 @@ impl Header {
                 shadow_len: SHADOW_LEN,
                 tid_offset: 0,
                 lost_no_slot: 0,
+                flags: target_addr + g.flags_off,
+                budgets: target_addr + g.budgets_off,
+                periods: target_addr + g.periods_off,
+                countdowns_from_counters: g.countdowns_off - g.counters_off,
+                claimed: [0; CLAIMED_WORDS],
             },
             arenas: [Arena::default(); MAX_ARENAS],
         }
@@ -472,8 +527,10 @@ impl Header {
             && self.count <= self.capacity
             && self.arena_count as usize <= MAX_ARENAS
             && self.slot_bits == SLOT_BITS
-            && (self.probes_off, self.flags_off, self.counters_off, self.stride_shift, self.total_size)
-                == (g.probes_off, g.flags_off, g.counters_off, g.stride_shift, g.total_size)
+            && (self.probes_off, self.flags_off, self.budgets_off, self.periods_off)
+                == (g.probes_off, g.flags_off, g.budgets_off, g.periods_off)
+            && (self.counters_off, self.countdowns_off) == (g.counters_off, g.countdowns_off)
+            && (self.stride_shift, self.total_size) == (g.stride_shift, g.total_size)
             && (self.events_off, self.ctx.slot_size) == (g.events_off, g.slot_size)
             && self.ctx.shadow_len == SHADOW_LEN
             && self.ctx.slot_bits == EVENT_SLOT_BITS
@@ -538,7 +595,8 @@ mod tests {
         assert_eq!(g.flags_off, 4096 + 4096 * 256);
         assert_eq!(g.counters_off % 4096, 0);
         assert_eq!(1u64 << g.stride_shift, 4096 * 8);
-        assert_eq!(g.events_off, g.counters_off + 64 * 4096 * 8);
+        assert_eq!(g.countdowns_off, g.counters_off + 64 * 4096 * 8);
+        assert_eq!(g.events_off, g.countdowns_off + 64 * 4096 * 8);
         assert_eq!(g.slot_size % 4096, 0);
         assert!(g.slot_size >= 192 + 128 * 64 + 2048 * 64);
         assert_eq!(g.total_size, g.events_off + 128 * g.slot_size);

@@ -5,11 +5,12 @@
 pub mod arena;
 pub mod install;
 pub mod layout;
+pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;
 
-use crate::arch::SitePlan;
+use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;
 
 pub use arena::Span;
@@ -22,6 +23,9 @@ pub struct Request {
     pub function: Function,
     /// Where and how to patch it.
     pub plan: SitePlan,
+    /// The long form of the plan ([`crate::arch::Arch::plan_long`]), used
+    /// when no arena fits within branch reach of the module; or why it has none.
+    pub long: Result<SitePlan, Refusal>,
     /// The addresses of its module (detours must be within branch reach).
     pub span: Span,
     /// What to record: bits of [`layout::kind`].

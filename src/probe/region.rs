@@ -31,6 +31,41 @@ pub struct Region {
     target_addr: u64,
     len: u64,
     inode: u64,
+    /// The header's offsets, which never change once it is written.
+    fixed: std::sync::OnceLock<Fixed>,
+}
+
+/// The header's fields that never change once it is written: read once, so
+/// the per-probe accessors do not copy the header each time.
+#[derive(Debug, Clone, Copy)]
+struct Fixed {
+    probes_off: u64,
+    flags_off: u64,
+    budgets_off: u64,
+    periods_off: u64,
+    counters_off: u64,
+    countdowns_off: u64,
+    slot_bits: u32,
+    stride_shift: u32,
+}
+
+impl Fixed {
+    fn of(h: &Header) -> Fixed {
+        Fixed {
+            probes_off: h.probes_off,
+            flags_off: h.flags_off,
+            budgets_off: h.budgets_off,
+            periods_off: h.periods_off,
+            counters_off: h.counters_off,
+            countdowns_off: h.countdowns_off,
+            slot_bits: h.slot_bits,
+            stride_shift: h.stride_shift,
+        }
+    }
+
+    fn counter_off(&self, row: u64, i: u32) -> u64 {
+        self.counters_off + (row << self.stride_shift) + i as u64 * 8
+    }
 }
 
 /// Finds tp's data region among a process's mappings. A tp tracer maps
@@ -66,6 +101,7 @@ impl Region {
             target_addr,
             len,
             inode,
+            fixed: std::sync::OnceLock::new(),
         })
     }
 
@@ -79,6 +115,7 @@ impl Region {
                 target_addr: mapping.start,
                 len: mapping.len(),
                 inode: mapping.inode,
+                fixed: std::sync::OnceLock::new(),
             },
         };
         let h = region.header();
@@ -142,9 +179,21 @@ impl Region {
 
     /// A plain value at offset `off`.
     pub fn get<T: Plain>(&self, off: u64) -> T {
-        let mut buf = vec![0u8; std::mem::size_of::<T>()];
-        self.read(off, &mut buf);
-        layout::from_bytes(&buf)
+        let size = std::mem::size_of::<T>();
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                assert!(off + size as u64 <= self.len, "read past the region");
+                // SAFETY: in bounds of a live mapping; T is Plain (valid for
+                // any bits); the bytes may change concurrently, which a copy
+                // of plain data tolerates.
+                unsafe { std::ptr::read_unaligned(ptr.add(off as usize) as *const T) }
+            }
+            Backing::Remote { .. } => {
+                let mut buf = vec![0u8; size];
+                self.read(off, &mut buf);
+                layout::from_bytes(&buf)
+            }
+        }
     }
 
     /// The header.
@@ -157,9 +206,30 @@ impl Region {
         self.write(0, layout::bytes_of(h))
     }
 
+    /// The header's offsets (read once the header is valid).
+    fn fixed(&self) -> Fixed {
+        if let Some(f) = self.fixed.get() {
+            return *f;
+        }
+        let h = self.header();
+        let f = Fixed::of(&h);
+        if h.magic == layout::MAGIC && h.version == layout::VERSION {
+            let _ = self.fixed.set(f);
+        }
+        f
+    }
+
     /// Entry `i`.
     pub fn entry(&self, i: u32) -> Entry {
-        self.get(self.header().entry_off(i))
+        self.get(self.fixed().probes_off + i as u64 * layout::ENTRY_SIZE)
+    }
+
+    /// The state of entry `i` alone.
+    pub fn state(&self, i: u32) -> State {
+        let off = self.fixed().probes_off + i as u64 * layout::ENTRY_SIZE + std::mem::offset_of!(Entry, state) as u64;
+        let mut b = [0; 4];
+        self.read(off, &mut b);
+        State::from_u32(u32::from_le_bytes(b))
     }
 
     /// Replaces entry `i` and bumps the generation.
@@ -184,88 +254,132 @@ impl Region {
 
     /// Turns probe `i`'s detour on or off.
     pub fn set_enabled(&self, i: u32, on: bool) -> Result<()> {
-        self.write(self.flags_off() + i as u64, &[on as u8])
+        let off = self.fixed().flags_off + i as u64;
+        self.write(off, &[on as u8])
     }
 
     /// True if probe `i` is enabled.
     pub fn enabled(&self, i: u32) -> bool {
         let mut b = [0];
-        self.read(self.flags_off() + i as u64, &mut b);
+        self.read(self.fixed().flags_off + i as u64, &mut b);
         b[0] != 0
+    }
+
+    /// Sets probe `i`'s sample budget (tp profile).
+    pub fn set_budget(&self, i: u32, n: i32) -> Result<()> {
+        let off = self.fixed().budgets_off + 4 * i as u64;
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target, which
+                // changes it with atomic instructions.
+                let a = unsafe { std::sync::atomic::AtomicI32::from_ptr(ptr.add(off as usize) as *mut i32) };
+                a.store(n, Ordering::Relaxed);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &n.to_le_bytes()),
+        }
+    }
+
+    /// Sets probe `i`'s sampling period: one call in `period` is timed, on
+    /// average (0 or 1: every call).
+    pub fn set_period(&self, i: u32, period: u32) -> Result<()> {
+        let off = self.fixed().periods_off + 4 * i as u64;
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target, which only reads it.
+                let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(ptr.add(off as usize) as *mut u32) };
+                a.store(period, Ordering::Relaxed);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &period.to_le_bytes()),
+        }
+    }
+
+    /// Sets probe `i`'s sampling countdown in every counter row a thread
+    /// uses to a value from `value` (the target's threads update them too;
+    /// a lost update only moves one sample).
+    pub fn set_countdowns(&self, i: u32, mut value: impl FnMut() -> u64) -> Result<()> {
+        let f = self.fixed();
+        for r in self.rows_in_use(&f, i) {
+            self.store_u64(f.counter_off(r, i) + f.countdowns_off - f.counters_off, value())?;
+        }
+        Ok(())
+    }
+
+    /// The sample budgets of `probes` (one header read for all).
+    pub fn budgets_of(&self, probes: &[u32]) -> Vec<i32> {
+        let off = self.fixed().budgets_off;
+        probes
+            .iter()
+            .map(|&i| {
+                let mut b = [0; 4];
+                self.read(off + 4 * i as u64, &mut b);
+                i32::from_le_bytes(b)
+            })
+            .collect()
+    }
+
+    /// The hits of each of `probes`: the sum over the counter rows.
+    pub fn hits_of(&self, probes: &[u32]) -> Vec<u64> {
+        let f = self.fixed();
+        let resident = self.resident_counter_pages(&f);
+        // Rows some thread wrote: most processes use a few of the 64.
+        let row_pages = ((1u64 << f.stride_shift) / 4096).max(1) as usize;
+        let rows: Vec<u64> = (0..1u64 << f.slot_bits)
+            .filter(|&r| resident[r as usize * row_pages..(r as usize + 1) * row_pages].iter().any(|&p| p))
+            .collect();
+        probes
+            .iter()
+            .map(|&i| {
+                rows.iter()
+                    .map(|&row| f.counter_off(row, i))
+                    .filter(|&off| resident[((off - f.counters_off) / 4096) as usize])
+                    .map(|off| self.load_u64(off))
+                    .sum()
+            })
+            .collect()
     }
 
     /// Address in the target of probe `i`'s enable flag.
     pub fn flag_addr(&self, i: u32) -> u64 {
-        self.target_addr + self.flags_off() + i as u64
-    }
-
-    /// Offset of the enable flags, read alone: a toggle need not copy the
-    /// whole header (it took 160 ns with the copy, a few without).
-    fn flags_off(&self) -> u64 {
-        self.load_u64(std::mem::offset_of!(Header, flags_off) as u64)
+        self.target_addr + self.fixed().flags_off + i as u64
     }
 
     /// Address in the target of the counter rows.
     pub fn counters_addr(&self) -> u64 {
-        self.target_addr + self.header().counters_off
+        self.target_addr + self.fixed().counters_off
     }
 
-    /// Which pages of the counter rows some thread has written, as a test
-    /// on a counter's offset. Pages never written do not exist; reading them
-    /// would allocate memory for nothing, so they are skipped. One mincore
-    /// call covers every row: one call per counter costs seconds for
-    /// thousands of probes.
-    fn written_counters(&self, h: &Header) -> impl Fn(u64) -> bool + use<> {
-        let start = h.counters_off & !4095;
-        let end = (h.counters_off + ((1u64 << h.slot_bits) << h.stride_shift)).next_multiple_of(4096);
-        let pages = (end - start) / 4096;
-        let resident = match &self.backing {
-            Backing::Mapped { ptr, .. } => {
-                let mut v = vec![0u8; pages as usize];
-                // SAFETY: the counter rows lie inside our mapping; one byte per page out.
-                let ok = unsafe {
-                    libc::mincore(ptr.add(start as usize) as *mut libc::c_void, (pages * 4096) as usize, v.as_mut_ptr())
-                };
-                if ok != 0 {
-                    v.fill(0);
-                }
-                Some(v)
-            }
-            Backing::Remote { .. } => None,
-        };
-        move |off| resident.as_ref().is_none_or(|v| v.get(((off - start) / 4096) as usize).is_some_and(|b| b & 1 != 0))
-    }
-
-    /// True if the page at offset `off` has been touched by anyone (reading
-    /// an untouched page of shared memory would allocate it).
-    pub fn is_resident(&self, off: u64) -> bool {
+    /// For each page of the counter rows, whether some thread has written
+    /// it: one `mincore` for all. Pages never written are skipped: reading
+    /// them would allocate memory for nothing.
+    fn resident_counter_pages(&self, f: &Fixed) -> Vec<bool> {
+        let pages = (((1u64 << f.slot_bits) << f.stride_shift) / 4096).max(1) as usize;
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
-                // SAFETY: the page lies inside our mapping.
-                let page = unsafe { ptr.add((off & !4095) as usize) };
-                let mut v = 0u8;
-                // SAFETY: mincore of one mapped page into one byte.
-                unsafe { libc::mincore(page as *mut libc::c_void, 4096, &mut v) == 0 && v & 1 != 0 }
+                let mut v = vec![0u8; pages];
+                // SAFETY: the counter rows lie inside our mapping, page-aligned; one byte per page.
+                let ok = unsafe {
+                    let start = ptr.add(f.counters_off as usize) as *mut libc::c_void;
+                    libc::mincore(start, pages * 4096, v.as_mut_ptr()) == 0
+                };
+                v.into_iter().map(|b| ok && b & 1 != 0).collect()
             }
-            Backing::Remote { .. } => true,
+            Backing::Remote { .. } => vec![true; pages],
         }
+    }
+
+    /// The counter rows in which probe `probe`'s counter page was written.
+    fn rows_in_use(&self, f: &Fixed, probe: u32) -> Vec<u64> {
+        let resident = self.resident_counter_pages(f);
+        (0..1u64 << f.slot_bits)
+            .filter(|&r| resident[((f.counter_off(r, probe) - f.counters_off) / 4096) as usize])
+            .collect()
     }
 
     /// Probe `i`'s hits: the sum over all counter rows.
     pub fn hits(&self, i: u32) -> u64 {
         self.hits_of(&[i])[0]
-    }
-
-    /// The hits of each of `probes`, in order (cheaper than [`Region::hits`]
-    /// one by one).
-    pub fn hits_of(&self, probes: &[u32]) -> Vec<u64> {
-        let h = self.header();
-        let written = self.written_counters(&h);
-        let rows = 1u64 << h.slot_bits;
-        probes
-            .iter()
-            .map(|&i| (0..rows).map(|r| h.counter_off(r, i)).filter(|&o| written(o)).map(|o| self.load_u64(o)).sum())
-            .collect()
     }
 
     /// An 8-aligned u64 that the target updates concurrently, loaded atomically (acquire).
@@ -296,21 +410,31 @@ impl Region {
         }
     }
 
-    /// Sets probe `i`'s counters to zero in every row (the target is stopped).
+    /// Sets probe `i`'s counters and sampling countdowns to zero in every
+    /// row, and its period (the target is stopped).
     pub fn zero_hits(&self, i: u32) -> Result<()> {
         self.zero_hits_of(&[i])
     }
 
-    /// Sets the counters of each of `probes` to zero (the target is stopped).
+    /// [`Region::zero_hits`] for each of `probes`, with one `mincore` for
+    /// all (one per probe costs seconds for thousands of probes).
     pub fn zero_hits_of(&self, probes: &[u32]) -> Result<()> {
-        let h = self.header();
-        let written = self.written_counters(&h);
+        let f = self.fixed();
+        let resident = self.resident_counter_pages(&f);
+        let countdowns = f.countdowns_off - f.counters_off;
         for &i in probes {
-            for off in (0..1u64 << h.slot_bits).map(|r| h.counter_off(r, i)).filter(|&o| written(o)) {
-                if self.load_u64(off) != 0 {
-                    self.write(off, &0u64.to_le_bytes())?;
+            for r in 0..1u64 << f.slot_bits {
+                let off = f.counter_off(r, i);
+                if !resident[((off - f.counters_off) / 4096) as usize] {
+                    continue;
+                }
+                for off in [off, off + countdowns] {
+                    if self.load_u64(off) != 0 {
+                        self.write(off, &0u64.to_le_bytes())?;
+                    }
                 }
             }
+            self.set_period(i, 0)?;
         }
         Ok(())
     }
@@ -355,7 +479,6 @@ mod tests {
         r.write(h.counter_off(3, 5), &40u64.to_le_bytes()).unwrap();
         r.write(h.counter_off(60, 5), &2u64.to_le_bytes()).unwrap();
         assert_eq!(r.hits(5), 42);
-        assert_eq!(r.hits_of(&[4, 5, 4000]), [0, 42, 0]);
         r.zero_hits(5).unwrap();
         assert_eq!(r.hits(5), 0);
         r.set_enabled(5, true).unwrap();

@@ -42,6 +42,7 @@ pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> boo
         let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
         let restored = if now == e.patch() {
             region.set_state(i, State::Removing)?;
+            crate::fault::point("before-restore");
             mem.write(e.site, e.original()).with_context(|| format!("restoring `{}`", e.name()))?;
             crate::fault::point("during-detach");
             true
@@ -58,9 +59,9 @@ pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> boo
         region.set_state(i, State::Inactive)?;
         out.push(Removed { index: i, entry: e, hits: 0, restored });
     }
-    let hits = region.hits_of(&out.iter().map(|r| r.index).collect::<Vec<_>>());
-    for (r, h) in out.iter_mut().zip(hits) {
-        r.hits = h;
+    let indexes: Vec<u32> = out.iter().map(|r| r.index).collect();
+    for (r, hits) in out.iter_mut().zip(region.hits_of(&indexes)) {
+        r.hits = hits;
     }
     Ok(out)
 }
@@ -136,6 +137,7 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     // The region first: once its header is gone no later tp will look for the
     // arenas, so dying between the two calls leaks pages but breaks nothing.
     caller.checked("munmap", sc.munmap, [region.target_addr(), region.len(), 0, 0, 0, 0])?;
+    crate::fault::point("after-unmap-region");
     for a in arenas {
         caller.checked("munmap", sc.munmap, [a.addr, a.size, 0, 0, 0, 0])?;
     }

@@ -114,8 +114,8 @@ pub struct Gap {
 
 /// The lowest address user mappings may use (vm.mmap_min_addr is 64 KiB by default).
 pub const MIN_ADDR: u64 = 0x10000;
-/// One past the highest user address on x86-64 and AArch64 with 48-bit addresses.
-pub const MAX_ADDR: u64 = 0x7fff_ffff_f000;
+/// One past the highest user address of the host architecture.
+pub const MAX_ADDR: u64 = crate::arch::USER_END;
 
 /// The free gaps between sorted mappings, within [`MIN_ADDR`, `MAX_ADDR`).
 pub fn gaps(maps: &[Mapping]) -> Vec<Gap> {

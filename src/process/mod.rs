@@ -35,6 +35,13 @@ pub enum ProcessError {
     PermissionDenied(i32),
     /// The process exited while tp was working on it.
     Exited(i32),
+    /// The ID names a thread, not a process.
+    NotAProcess {
+        /// The thread ID given.
+        tid: i32,
+        /// Its process.
+        pid: i32,
+    },
 }
 
 impl fmt::Display for ProcessError {
@@ -53,6 +60,9 @@ impl fmt::Display for ProcessError {
                  or allow it with `sysctl kernel.yama.ptrace_scope=0`"
             ),
             ProcessError::Exited(pid) => write!(f, "process {pid} exited while tp was attaching"),
+            ProcessError::NotAProcess { tid, pid } => {
+                write!(f, "{tid} is a thread of process {pid}, not a process; use -p {pid}")
+            }
         }
     }
 }
@@ -68,6 +78,8 @@ pub struct Status {
     pub state: char,
     /// PID of the tracer, 0 if none.
     pub tracer_pid: i32,
+    /// The process (thread group) the thread belongs to.
+    pub tgid: i32,
 }
 
 /// Parses the fields tp needs from the text of `/proc/PID/status`.
@@ -80,6 +92,7 @@ pub fn parse_status(text: &str) -> Status {
             "Name" => st.name = value.to_string(),
             "State" => st.state = value.chars().next().unwrap_or('?'),
             "TracerPid" => st.tracer_pid = value.parse().unwrap_or(0),
+            "Tgid" => st.tgid = value.parse().unwrap_or(0),
             _ => {}
         }
     }
@@ -96,20 +109,37 @@ pub fn status(pid: i32) -> Result<Status, ProcessError> {
 }
 
 /// Checks that `pid` names a live process that tp may attach to: it exists,
-/// is not a zombie, and no other tracer holds it.
+/// is not a zombie, and no other tracer holds it. Another tp is let pass:
+/// it holds a target only for milliseconds, and seizing waits for it.
 pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
     if pid <= 0 {
         return Err(ProcessError::NoSuchProcess(pid));
     }
     let st = status(pid)?;
+    if st.tgid != 0 && st.tgid != pid {
+        return Err(ProcessError::NotAProcess { tid: pid, pid: st.tgid });
+    }
     if st.state == 'Z' || st.state == 'X' {
         return Err(ProcessError::Zombie(pid));
     }
+    check_readable(pid)?;
     if st.tracer_pid != 0 {
         let tracer_name = status(st.tracer_pid).map(|s| s.name).unwrap_or_else(|_| "?".into());
-        return Err(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
+        if tracer_name != "tp" {
+            return Err(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
+        }
     }
     Ok(st)
+}
+
+/// Checks that tp may read the process's memory map, which takes the same
+/// right as tracing it; a refusal becomes [`ProcessError::PermissionDenied`].
+pub fn check_readable(pid: i32) -> Result<(), ProcessError> {
+    match std::fs::File::open(format!("/proc/{pid}/maps")) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => Err(ProcessError::PermissionDenied(pid)),
+        Err(_) => Err(ProcessError::NoSuchProcess(pid)),
+    }
 }
 
 /// The thread IDs listed in `/proc/PID/task` right now.
@@ -139,6 +169,22 @@ pub fn is_alive(pid: i32) -> bool {
     matches!(status(pid), Ok(st) if st.state != 'Z' && st.state != 'X')
 }
 
+/// True if the process is gone or a zombie, or becomes one within `grace`:
+/// a killed process takes a moment to become a zombie after its threads and
+/// memory go, so a failure caused by its death can be told apart this way.
+pub fn has_exited(pid: i32, grace: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        if !is_alive(pid) {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -146,7 +192,7 @@ mod tests {
     #[test]
     fn parses_status_fields() {
         let st = parse_status("Name:\tcounter\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t5\nTracerPid:\t42\n");
-        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42 });
+        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42, tgid: 5 });
     }
 
     #[test]

@@ -51,7 +51,30 @@ impl RemoteCaller {
         let restore = Host::set_regs(self.tid, &self.saved);
         let result = result?;
         restore.context("restoring registers after a remote syscall")?;
+        self.park()?;
         Ok(result)
+    }
+
+    /// Moves the thread from the SIGTRAP stop that ends a single-step into
+    /// an interrupt stop. If tp died while the thread sat in the SIGTRAP
+    /// stop, the kernel would deliver that SIGTRAP to the target and kill it;
+    /// from an interrupt stop the thread just carries on.
+    fn park(&mut self) -> Result<()> {
+        for _ in 0..100 {
+            // The interrupt stays pending while the thread is stopped, so
+            // PTRACE_CONT (which discards the SIGTRAP) runs no user code: the
+            // thread stops again before it returns to user mode.
+            ptrace::interrupt(self.tid).context("PTRACE_INTERRUPT")?;
+            ptrace::cont(self.tid, 0).context("PTRACE_CONT")?;
+            match ptrace::wait(self.tid)? {
+                Wait::Gone => bail!(ProcessError::Exited(self.pid)),
+                Wait::Event { event: ptrace::EVENT_STOP, .. } => return Ok(()),
+                Wait::Event { .. } => {}
+                // A signal that arrived meanwhile: keep it for the release.
+                Wait::Signal(sig) => self.deferred_signals.push(sig),
+            }
+        }
+        bail!("thread {} does not stop", self.tid)
     }
 
     fn step_over_syscall(&mut self) -> Result<i64> {

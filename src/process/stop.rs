@@ -19,6 +19,10 @@ use nix::unistd::Pid;
 
 use super::ProcessError;
 use super::ptrace::{self, Wait};
+use crate::arch::{Arch, Host};
+
+/// How long tp waits for another tp to let go of the target.
+const ANOTHER_TP_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How many times a signal may interrupt one thread's stop before tp gives up.
 const MAX_SIGNALS_WHILE_STOPPING: u32 = 1000;
@@ -53,6 +57,7 @@ impl Stopped {
     }
 
     fn none(pid: i32) -> Stopped {
+        crate::fault::set_target(pid);
         Stopped { pid, threads: BTreeMap::new(), worker: None, world_stopped_at: None, world_stop: Duration::ZERO }
     }
 
@@ -91,11 +96,15 @@ impl Stopped {
                 Err(_) if !self.threads.is_empty() => bail!(ProcessError::Exited(pid)),
                 Err(_) => bail!(ProcessError::NoSuchProcess(pid)),
             };
-            let new: Vec<Pid> = tids
+            let mut new: Vec<Pid> = tids
                 .into_iter()
                 .filter(|t| !self.threads.contains_key(&t.as_raw()))
                 .filter(|t| !thread_is_dead(pid, *t))
                 .collect();
+            // The main thread first, as stop_worker does: of two tp processes
+            // that stop one target, the one holding it holds the target, and
+            // the other waits holding nothing.
+            new.sort_by_key(|t| (t.as_raw() != pid, t.as_raw()));
             if new.is_empty() {
                 break;
             }
@@ -124,8 +133,22 @@ impl Stopped {
         Ok(())
     }
 
-    /// PTRACE_SEIZE; false if the thread is gone.
+    /// PTRACE_SEIZE; false if the thread is gone. Another tp holds a target
+    /// for milliseconds at a time, so while the tracer is a tp, seizing is
+    /// retried for up to [`ANOTHER_TP_PATIENCE`]; any other tracer is an error.
     fn seize(&mut self, tid: Pid) -> Result<bool> {
+        let deadline = Instant::now() + ANOTHER_TP_PATIENCE;
+        loop {
+            match self.seize_once(tid) {
+                Err(e) if Instant::now() < deadline && held_by_another_tp(&e) => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    fn seize_once(&mut self, tid: Pid) -> Result<bool> {
         let pid = self.pid;
         match ptrace::seize(tid, libc::PTRACE_O_TRACECLONE) {
             Ok(()) => {
@@ -135,8 +158,13 @@ impl Stopped {
             }
             Err(e) if ptrace::is_gone(&e) => Ok(false),
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
-                // EPERM: not allowed, or another tracer holds the thread.
+                // EPERM: not allowed, or another tracer holds the thread. One
+                // that let go since gets one more try.
                 let st = super::status(pid)?;
+                if st.tracer_pid == 0 && ptrace::seize(tid, libc::PTRACE_O_TRACECLONE).is_ok() {
+                    self.threads.insert(tid.as_raw(), StoppedThread { tid, confirmed: false, deferred: Vec::new() });
+                    return Ok(true);
+                }
                 if st.tracer_pid != 0 && st.tracer_pid != std::process::id() as i32 {
                     let tracer_name = super::status(st.tracer_pid).map(|s| s.name).unwrap_or_else(|_| "?".into());
                     bail!(ProcessError::AlreadyTraced { pid, tracer: st.tracer_pid, tracer_name });
@@ -177,7 +205,10 @@ impl Stopped {
         loop {
             match ptrace::wait(tid)? {
                 Wait::Gone => return Ok(false),
-                Wait::Event { event: ptrace::EVENT_STOP, .. } => return Ok(true),
+                Wait::Event { event: ptrace::EVENT_STOP, .. } => {
+                    restart_interrupted_wait(tid);
+                    return Ok(true);
+                }
                 Wait::Event { event: ptrace::EVENT_CLONE, .. } => {
                     if let Ok(child) = ptrace::event_msg(tid) {
                         let child = Pid::from_raw(child as i32);
@@ -301,6 +332,17 @@ fn release_threads(pid: i32, threads: &[StoppedThread]) {
     }
 }
 
+/// Our interrupt woke a thread out of a wait that would now return EINTR
+/// (epoll_wait): make the kernel restart it instead, unless a signal handler
+/// runs first. Best effort: a thread that vanished needs nothing.
+fn restart_interrupted_wait(tid: Pid) {
+    if let Ok(mut regs) = Host::get_regs(tid)
+        && Host::restart_interrupted_wait(&mut regs)
+    {
+        let _ = Host::set_regs(tid, &regs);
+    }
+}
+
 fn resume_and_reinterrupt(tid: Pid, sig: i32) -> io::Result<()> {
     match ptrace::cont(tid, sig) {
         Ok(()) => {}
@@ -311,6 +353,11 @@ fn resume_and_reinterrupt(tid: Pid, sig: i32) -> io::Result<()> {
         Err(e) if !ptrace::is_gone(&e) => Err(e),
         _ => Ok(()),
     }
+}
+
+/// True if `e` says another tp process traces the target.
+fn held_by_another_tp(e: &anyhow::Error) -> bool {
+    matches!(e.downcast_ref::<ProcessError>(), Some(ProcessError::AlreadyTraced { tracer_name, .. }) if tracer_name == "tp")
 }
 
 /// True if the thread has exited (state Z or X) but is still listed,

@@ -231,15 +231,32 @@ impl ElfFile {
     }
 
     /// The file bytes of `[vaddr, vaddr + len)`, if a segment holds them all.
+    /// Sizes and addresses come from the file, so the sums are checked.
     pub fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
-        let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr + len <= s.vaddr + s.filesz)?;
+        let end = vaddr.checked_add(len)?;
+        let seg = self
+            .segments
+            .iter()
+            .find(|s| s.vaddr <= vaddr && s.vaddr.checked_add(s.filesz).is_some_and(|seg_end| end <= seg_end))?;
+        let off = usize::try_from(seg.offset.checked_add(vaddr - seg.vaddr)?).ok()?;
+        self.data.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+    }
+
+    /// The file bytes from `vaddr` to the end of the segment holding it.
+    pub fn bytes_from(&self, vaddr: u64) -> Option<&[u8]> {
+        let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.filesz)?;
         let off = (seg.offset + (vaddr - seg.vaddr)) as usize;
-        self.data.get(off..off + len as usize)
+        self.data.get(off..(seg.offset + seg.filesz) as usize)
+    }
+
+    /// The whole file.
+    pub fn data(&self) -> &[u8] {
+        &self.data
     }
 
     /// The segment containing file offset `offset`.
     pub fn segment_at_offset(&self, offset: u64) -> Option<&Segment> {
-        self.segments.iter().find(|s| s.offset <= offset && offset < s.offset + s.filesz.max(1))
+        self.segments.iter().find(|s| s.offset <= offset && offset - s.offset < s.filesz.max(1))
     }
 
     /// The load bias implied by a mapping of this file: runtime address minus link-time address.
@@ -332,7 +349,12 @@ mod tests {
         let m = maps.iter().find(|m| m.inode == ino && m.offset == 0).unwrap();
         let bias = elf.bias_from(m.start, m.offset).unwrap();
         // The runtime address of a function we know equals its symbol plus the bias.
-        let sym = elf.functions.iter().find(|f| f.name.contains("reads_our_own_symbols_and_code")).unwrap();
+        // The function itself, not one of its closures (whose order in the table varies).
+        let sym = elf
+            .functions
+            .iter()
+            .find(|f| f.name.contains("reads_our_own_symbols_and_code") && !f.name.contains("closure"))
+            .unwrap();
         let runtime = reads_our_own_symbols_and_code as *const () as u64;
         assert_eq!(sym.addr.wrapping_add(bias), runtime);
     }
@@ -343,6 +365,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_arch = "x86_64")] // reads the x86-64 libc and its libc6-dbg file
     fn reads_build_id_and_compressed_sections() {
         // libc's build-id leads to its separate debug file (libc6-dbg), whose
         // DWARF sections are SHF_COMPRESSED.

@@ -6,10 +6,14 @@
 pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;
+pub mod eh;
 pub mod elf;
+pub mod entries;
+pub mod image;
 pub mod module;
 pub mod modules;
 pub mod pattern;
+pub mod verdict;
 
 pub use elf::{ElfFile, FuncSym};
 pub use module::Module;

@@ -11,6 +11,7 @@ use super::demangle::Names;
 use super::dwarf::{self, DwarfIndex};
 use super::elf::{self, ElfFile, FuncSym};
 use super::pattern::glob;
+use super::verdict::Planner;
 use super::{Function, cold_targets, debuginfo, suggestions};
 use crate::arch::{Arch, Host, Isa};
 use crate::probe::arena::Span;
@@ -33,6 +34,7 @@ pub struct Module {
     pub debug: Option<ElfFile>,
     names: OnceCell<Vec<Names>>,
     dwarf: OnceCell<Option<DwarfIndex>>,
+    planner: OnceCell<Planner>,
 }
 
 impl Module {
@@ -69,6 +71,7 @@ impl Module {
             debug,
             names: OnceCell::new(),
             dwarf: OnceCell::new(),
+            planner: OnceCell::new(),
         })
     }
 
@@ -89,12 +92,19 @@ impl Module {
             debug,
             names: OnceCell::new(),
             dwarf: OnceCell::new(),
+            planner: OnceCell::new(),
         })
     }
 
     /// The names of each symbol of `elf.functions`, demangled on first use.
     fn names(&self) -> &[Names] {
         self.names.get_or_init(|| self.elf.functions.iter().map(|f| Names::of(&f.name)).collect())
+    }
+
+    /// What planning a probe needs of this module beyond a function's bytes
+    /// (entries, code facts), read on first use.
+    pub fn planner(&self) -> &Planner {
+        self.planner.get_or_init(|| Planner::of(self))
     }
 
     /// The module's DWARF index (from the file or its debug file), built on first use.

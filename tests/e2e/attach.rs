@@ -49,6 +49,7 @@ fn counts_in_a_non_pie_executable() {
 }
 
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn counts_after_an_endbr64_landing_pad() {
     let t = Target::start("counter-cet");
     let (now, _) = entry_bytes(&t, "foo");
@@ -63,6 +64,7 @@ fn counts_four_threads_on_one_probe_without_losing_any() {
 }
 
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn patch_is_a_jump_and_endbr64_stays() {
     let t = Target::start("counter-cet");
     let pid = t.pid.to_string();

@@ -157,6 +157,34 @@ fn recursion_gives_one_entry_and_one_exit_per_call() {
 }
 
 #[test]
+fn a_tail_call_returns_through_both_exits() {
+    let args = ["--ret", "-f", "tail_*", "--ring-size", "8192"];
+    let (lines, events, summary) = record("events", &args, &[("tail 1000", "done tail")]);
+    assert_eq!(field(lines.last().unwrap(), "sum"), 3 * 1000 * 1001 / 2);
+    for func in ["tail_outer", "tail_inner"] {
+        let exits: Vec<&Value> = events.iter().filter(|e| e["type"] == "exit" && e["func"] == func).collect();
+        assert_eq!(exits.len(), 1000, "{func}");
+        assert_eq!(exits.last().unwrap()["ret"], 3 * 1000, "{func} returns tail_inner(999 + 1)");
+    }
+    assert_eq!(summary["lost_events"], 0);
+}
+
+#[test]
+fn registers_a_caller_keeps_across_a_call_survive_entry_and_return() {
+    // ipa_caller keeps values in rcx, rsi, rdi, r8-r11 and the flags across
+    // its call of ipa_leaf, as GCC's -fipa-ra lets callers of local functions do.
+    for args in [&["-f", "ipa_leaf"][..], &["--args", "--ret", "-f", "ipa_*"]] {
+        let mut args = args.to_vec();
+        args.extend(["--ring-size", "8192"]);
+        let (lines, _, summary) = record("events", &args, &[("ipa 1000", "done ipa")]);
+        assert_eq!(field(lines.last().unwrap(), "bad"), 0, "probes {args:?} clobbered a register the caller kept");
+        let hits: Vec<u64> =
+            summary["probes"].as_array().unwrap().iter().map(|p| p["hits"].as_u64().unwrap()).collect();
+        assert!(hits.iter().all(|&h| h == 1000), "{summary}");
+    }
+}
+
+#[test]
 fn a_sleep_lasts_at_least_as_long_as_asked() {
     let (_, events, summary) = record("events", &["--ret", "-f", "nap"], &[("nap 50", "done nap")]);
     let exit = events.iter().find(|e| e["type"] == "exit").expect("an exit event");

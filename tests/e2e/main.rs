@@ -10,10 +10,52 @@ mod keep;
 // Bad input: one line, the fix, a non-zero exit, nothing touched.
 mod errors;
 // Shared libraries, globs, demangled names, separate debug info.
+// (These two need host-only targets and Debian packages; the arm64 test VM
+// has static targets only.)
+#[cfg(target_arch = "x86_64")]
 mod modules;
 // redis-server from Debian, counted against INFO commandstats.
+#[cfg(target_arch = "x86_64")]
 mod redis;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
+// (x86-64 only: AArch64 probes count, and refuse event probes.)
+#[cfg(target_arch = "x86_64")]
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// Hand-written x86-64 prologues: every rewrite counted, every refusal named.
+#[cfg(target_arch = "x86_64")]
+mod prologues;
+// Every function of python3, perl and libsqlite3 (and libc) at once, under a real workload.
+#[cfg(target_arch = "x86_64")]
+mod probe_all;
+// Coverage of list-probes on Debian's libc, python3, libstdc++, libsqlite3, libcrypto and perl.
+#[cfg(target_arch = "x86_64")]
+mod coverage;
+// Exception landing pads of a C++ target and of libstdc++.
+#[cfg(target_arch = "x86_64")]
+mod landing_pads;
+// enable/disable without stopping the target.
+mod toggle;
+// tp profile: sampled latency with exact call counts (x86-64 only, as events).
+#[cfg(target_arch = "x86_64")]
+mod profile;
+// AArch64: every relocated instruction class, BTI landing pads, atomics.
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+// Threads blocked in syscalls see nothing of an attach.
+mod blocked;
+// Hot toggling: attach/detach cycles under four hot threads, exact counts.
+mod stress;
+// The tracer, or the target, killed at each step of an attach and a detach.
+mod faults;
+// Two tp processes on one target.
+mod contention;
+// More bad input: zombies, 32-bit and foreign binaries, refusals, privilege.
+mod bad_input;
+// Thread churn: threads created and exiting during attach and detach.
+mod churn;
+// Security: no writable code, the region behind ptrace checks, no temp files.
+mod security;
+// Fuzz-found inputs and damaged binaries, replayed through list-probes.
+mod fuzz_regressions;

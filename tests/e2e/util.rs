@@ -12,14 +12,19 @@ use std::time::{Duration, Instant};
 /// How long any single wait in a test may take.
 pub const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Path of a bundled target program.
+/// Path of a bundled target program. `TP_TEST_TARGETS` overrides the
+/// directory the build put them in (the aarch64 VM has them elsewhere).
 pub fn target_path(name: &str) -> PathBuf {
-    PathBuf::from(env!("TP_TARGETS_DIR")).join(name)
+    built_or_env("TP_TEST_TARGETS", env!("TP_TARGETS_DIR")).join(name)
 }
 
-/// Path of the tp binary under test.
+/// Path of the tp binary under test; `TP_TEST_TP` overrides it.
 pub fn tp_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_tp"))
+    built_or_env("TP_TEST_TP", env!("CARGO_BIN_EXE_tp"))
+}
+
+fn built_or_env(var: &str, built: &str) -> PathBuf {
+    std::env::var_os(var).map_or_else(|| PathBuf::from(built), PathBuf::from)
 }
 
 /// Lines of a child's output, read on a thread so waits can time out.
@@ -97,8 +102,19 @@ impl Target {
 
     /// Starts a target without the shared lock (for tests holding [`system_wide`]).
     pub fn start_unlocked(name: &str) -> Target {
-        let path = target_path(name);
-        let mut child = Command::new(&path)
+        Self::start_path_unlocked(&target_path(name))
+    }
+
+    /// Starts the target program at `path` (one a test built itself).
+    pub fn start_path(path: &std::path::Path) -> Target {
+        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let mut t = Self::start_path_unlocked(path);
+        t._shared = Some(guard);
+        t
+    }
+
+    fn start_path_unlocked(path: &std::path::Path) -> Target {
+        let mut child = Command::new(path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -216,16 +232,22 @@ impl Session {
     }
 
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Session {
+        Self::spawn("attach", args, env, (env.is_empty()).then_some("tp: attached"))
+    }
+
+    /// Starts `tp SUBCOMMAND ARGS` and, given `ready`, waits for a line on
+    /// stderr starting with it.
+    pub fn spawn(sub: &str, args: &[&str], env: &[(&str, &str)], ready: Option<&str>) -> Session {
         let mut cmd = Command::new(tp_path());
-        cmd.arg("attach").args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.arg(sub).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().expect("run tp attach");
+        let mut child = cmd.spawn().expect("run tp");
         let out = Lines::new(child.stdout.take().unwrap());
         let mut err = Lines::new(child.stderr.take().unwrap());
-        if env.is_empty() {
-            err.wait_for("tp: attached");
+        if let Some(ready) = ready {
+            err.wait_for(ready);
         }
         Session { child, err, out }
     }
@@ -246,6 +268,15 @@ impl Session {
 
     /// Kills tp with SIGKILL.
     pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Session {
+    /// A test that fails while tp runs (or is paused by a fault) must not
+    /// leave it behind holding the target.
+    fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -1,7 +1,18 @@
-//! AArch64: registers and remote syscalls. Probe planning and detours are
-//! not built yet: every function is refused with a reason.
+//! AArch64: `b imm26` probes of one instruction, bit-level relocation of
+//! the PC-relative instructions, and an LSE or exclusive-loop counter.
+//!
+//! References: the Arm Architecture Reference Manual for A-profile (A64
+//! encodings, C4; BTI and PSTATE.BTYPE, D8.4), the Procedure Call Standard
+//! for the Arm 64-bit Architecture (x16/x17 and the stack, 6.1 and 6.4), and
+//! Linux arch/arm64/include/uapi/asm/ptrace.h for the register layout.
 
+pub mod decode;
+pub mod detour;
+pub mod long;
 pub mod regs;
+pub mod relocate;
+pub mod window;
+pub mod writer;
 
 use std::io;
 
@@ -13,28 +24,26 @@ use crate::arch::{Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs,
 #[derive(Debug, Clone, Copy)]
 pub struct AArch64;
 
-const NOT_YET: Refusal = Refusal::Unsupported("AArch64 probes are not implemented yet");
-
 impl Arch for AArch64 {
     const NAME: &'static str = "aarch64";
     const ELF_MACHINE: u16 = 183; // EM_AARCH64
     const BRANCH_REACH: u64 = (128 << 20) - 4;
-    const PATCH_LEN: usize = 4;
+    const PATCH_LEN: usize = window::PATCH_LEN;
     const INSN_ALIGN: usize = 4;
     const SYSCALLS: Syscalls = Syscalls { mmap: 222, munmap: 215, memfd_create: 279, ftruncate: 46, close: 57 };
 
     type Regs = regs::Regs;
 
-    fn plan(_code: &[u8], _function: u64, _extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
-        Err(NOT_YET)
+    fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        window::plan(code, function, extra_targets)
     }
 
-    fn branch_targets(_code: &[u8], _addr: u64) -> Vec<u64> {
-        Vec::new()
+    fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
+        decode::branch_targets(code, addr)
     }
 
-    fn build_detour(_plan: &SitePlan, _at: u64, _spec: &DetourSpec) -> Result<Detour, Refusal> {
-        Err(NOT_YET)
+    fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
+        detour::build(plan, at, spec, detour::Atomics::host())
     }
 
     fn timestamp() -> u64 {
@@ -69,8 +78,16 @@ impl Arch for AArch64 {
         None
     }
 
-    fn patch_bytes(_plan: &SitePlan, _detour: u64) -> Result<Vec<u8>, Refusal> {
-        Err(NOT_YET)
+    fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
+        detour::patch(plan, detour)
+    }
+
+    const LONG_REACH: u64 = long::LONG_REACH;
+
+    const RECORDS_EVENTS: bool = false;
+
+    fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        long::plan_long(code, function, extra_targets)
     }
 
     fn syscall_insn() -> &'static [u8] {

@@ -51,6 +51,13 @@ pub struct Insn {
     pub class: Class,
     /// The absolute target of a direct branch or call.
     pub target: Option<u64>,
+    /// The address a RIP-relative memory operand (or `lea`) refers to.
+    pub rip_target: Option<u64>,
+    /// An absolute address the instruction may form (not being a direct
+    /// branch): an immediate, or the displacement of a memory operand
+    /// without a base register. Only position-dependent code forms code
+    /// addresses this way.
+    pub abs_ref: Option<u64>,
 }
 
 impl Insn {
@@ -76,6 +83,7 @@ pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
             .iter()
             .map(|i| {
                 let (class, target) = classify(&cs, i);
+                let (rip_target, abs_ref) = operand_refs(&cs, i, target.is_some());
                 Insn {
                     addr: i.address(),
                     len: i.len() as u32,
@@ -83,10 +91,31 @@ pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
                     operands: i.op_str().unwrap_or("").to_string(),
                     class,
                     target,
+                    rip_target,
+                    abs_ref,
                 }
             })
             .collect()
     })
+}
+
+/// The address a RIP-relative operand refers to, and an absolute address
+/// an operand may hold (see [`Insn::abs_ref`]).
+fn operand_refs(cs: &Capstone, insn: &capstone::Insn, branch: bool) -> (Option<u64>, Option<u64>) {
+    let Ok(detail) = cs.insn_detail(insn) else { return (None, None) };
+    let (mut rip, mut abs) = (None, None);
+    for op in detail.arch_detail().operands() {
+        let ArchOperand::X86Operand(o) = op else { continue };
+        match &o.op_type {
+            X86OperandType::Mem(m) if u32::from(m.base().0) == X86Reg::X86_REG_RIP => {
+                rip = Some((insn.address() + insn.len() as u64).wrapping_add(m.disp() as u64));
+            }
+            X86OperandType::Mem(m) if m.base().0 == 0 && u32::from(m.segment().0) == 0 => abs = Some(m.disp() as u64),
+            X86OperandType::Imm(v) if !branch => abs = Some(*v as u64),
+            _ => {}
+        }
+    }
+    (rip, abs)
 }
 
 fn has_group(groups: &[capstone::InsnGroupId], g: u32) -> bool {
@@ -183,6 +212,31 @@ fn has_index(ops: &[ArchOperand]) -> bool {
     })
 }
 
+/// Targets of the direct branches and calls in `code` (at `addr`), decoded
+/// with iced-x86 (much faster than capstone with details, for scanning whole
+/// modules), up to the first byte sequence it does not know.
+pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut decoder = iced_x86::Decoder::with_ip(64, code, addr, iced_x86::DecoderOptions::NONE);
+    let mut insn = iced_x86::Instruction::default();
+    while decoder.can_decode() {
+        decoder.decode_out(&mut insn);
+        if insn.is_invalid() {
+            break;
+        }
+        let near = (0..insn.op_count()).any(|k| {
+            matches!(
+                insn.op_kind(k),
+                iced_x86::OpKind::NearBranch16 | iced_x86::OpKind::NearBranch32 | iced_x86::OpKind::NearBranch64
+            )
+        });
+        if near {
+            out.push(insn.near_branch_target());
+        }
+    }
+    out
+}
+
 /// One line per instruction, `mnemonic operands`, for display and tests.
 pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
     decode(code, addr)
@@ -223,6 +277,35 @@ mod tests {
         for trap in [&[0xcc][..], &[0xcd, 0x80], &[0x0f, 0x0b], &[0xf4], &[0xfa]] {
             assert_eq!(class_of(trap).0, Class::Unsafe, "{trap:02x?}"); // int3, int 0x80, ud2, hlt, cli
         }
+    }
+
+    #[test]
+    fn rip_relative_operands_resolve_to_absolute_addresses() {
+        // lea rax, [rip + 0x10] at 0x1000 (7 bytes) -> 0x1017
+        assert_eq!(decode(&[0x48, 0x8d, 0x05, 0x10, 0, 0, 0], 0x1000)[0].rip_target, Some(0x1017));
+        // cmp dword ptr [rip - 0x10], 5 at 0x1000 (7 bytes: the immediate counts) -> 0xff7
+        assert_eq!(decode(&[0x83, 0x3d, 0xf0, 0xff, 0xff, 0xff, 0x05], 0x1000)[0].rip_target, Some(0xff7));
+        // mov rax, [rbx + 0x10]: not RIP-relative
+        assert_eq!(decode(&[0x48, 0x8b, 0x43, 0x10], 0x1000)[0].rip_target, None);
+    }
+
+    #[test]
+    fn absolute_operands_are_possible_addresses() {
+        let abs = |bytes: &[u8]| decode(bytes, 0x1000)[0].abs_ref;
+        assert_eq!(abs(&[0xbf, 0x10, 0x20, 0x40, 0x00]), Some(0x402010)); // mov edi, 0x402010
+        assert_eq!(abs(&[0xff, 0x24, 0xc5, 0x10, 0x20, 0x40, 0x00]), Some(0x402010)); // jmp [rax*8 + 0x402010]
+        assert_eq!(abs(&[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]), None); // mov rax, fs:[0x28]
+        assert_eq!(abs(&[0xe8, 0, 1, 0, 0]), None); // call: a direct target, not a formed address
+        assert_eq!(abs(&[0x48, 0x8b, 0x43, 0x10]), None); // mov rax, [rbx + 0x10]
+    }
+
+    #[test]
+    fn branch_targets_agree_with_the_classifier() {
+        // jne +0x10; call +0x100; jrcxz +5; jmp rax; xbegin +0x20; ret
+        let code = [0x75, 0x10, 0xe8, 0, 1, 0, 0, 0xe3, 0x05, 0xff, 0xe0, 0xc7, 0xf8, 0x20, 0, 0, 0, 0xc3];
+        let slow: Vec<u64> = decode(&code, 0x1000).iter().filter_map(|i| i.target).collect();
+        assert_eq!(branch_targets(&code, 0x1000), slow);
+        assert_eq!(slow, [0x1012, 0x1107, 0x100e, 0x1031]);
     }
 
     #[test]

@@ -3,9 +3,13 @@
 //! Every detour starts with the counting prefix:
 //!
 //! ```text
-//! detour:  mov  r11, [rip + lit_flag]     ; this probe's enable flag
+//! detour:  push rax                       ; save the scratch registers and
+//!          push r11                       ;  the status flags (below the
+//!          lahf                           ;  return address: at a function's
+//!          seto al                        ;  entry that stack is the callee's)
+//!          mov  r11, [rip + lit_flag]     ; this probe's enable flag
 //!          cmp  byte [r11], 0
-//!          je   relocated                 ; disabled: just run the displaced code
+//!          je   restore                   ; disabled: just run the displaced code
 //!          mov  r11, fs:[0]               ; thread pointer
 //!          shr  r11, 12                   ; Fibonacci hash of its page number ...
 //!          imul r11, [rip + lit_hash]
@@ -13,33 +17,65 @@
 //!          shl  r11, STRIDE_SHIFT
 //!          add  r11, [rip + lit_counters]
 //!          lock inc qword [r11 + 8*probe] ; this row's counter for this probe
+//!          ...                            ; event probes: call the runtime
+//! restore: add  al, 0x7f                  ; OF back from al
+//!          sahf                           ; SF ZF AF PF CF back from ah
+//!          pop  r11
+//!          pop  rax
 //! ```
 //!
-//! It writes only r11 and the flags, both dead at a function's entry under
-//! the SysV ABI (r11 is the linker's scratch register, and no flag is live
-//! across a call), so a count-only probe saves nothing and does not touch
-//! the stack. Threads hash into rows, so two threads rarely write one cache
-//! line; `lock` keeps the count exact when they do.
+//! Every register and status flag is preserved. The SysV ABI would let a
+//! function's entry clobber r11 and the flags, but GCC's interprocedural
+//! register allocation (`-fipa-ra`, on at -O2) lets a caller keep values in
+//! registers that a local callee is known not to touch: glibc's `_dl_fini`
+//! keeps a pointer in r11 across its call to `dfs_traversal`, whose prologue
+//! a detour clobbering r11 broke. `lahf`/`seto` and `add`/`sahf` restore the
+//! flags in a few cycles (`popfq` costs tens). Threads hash into rows, so
+//! two threads rarely write one cache line; `lock` keeps the count exact
+//! when they do.
 //!
-//! A probe that records arguments or returns then calls the runtime's
-//! `tp_entry`, saving the registers a C function may clobber and the
+//! A probe that records arguments or returns calls the runtime's `tp_entry`
+//! after counting, saving the registers a C function may clobber and the
 //! function may still need (the six argument registers, rax for variadic
-//! calls, r10 for a static chain); the runtime uses no vector registers. An
-//! unwinder probe calls `tp_unwind` the same way. Then:
+//! calls, r10 for a static chain; r11 and the flags are already saved); the
+//! runtime uses no vector registers. An unwinder probe calls `tp_unwind` the
+//! same way. Then:
 //!
 //! ```text
 //! relocated: <displaced instructions, relocated>
 //!            jmp  site + window            ; unless they end in ret/jmp
 //! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline]
 //! ```
+//!
+//! A sampling probe (tp profile) also counts down, in the same row, the
+//! calls left before its next sample, and calls the runtime when none are
+//! left (the subtraction borrows). The runtime draws the next countdown at
+//! random around the probe's period, so samples are spread over calls
+//! without bias. The call sits out of line, after the relocated code, so an
+//! unsampled call pays for its count, one subtraction and a branch not
+//! taken:
+//!
+//! ```text
+//!          sub  qword [r11 + COUNTDOWNS + 8*probe], 1
+//!          jb   sample                    ; the countdown was 0: sample
+//! restore: ...
+//! relocated: ...
+//! sample:  <save, call tp_entry (r9 = the countdown's address), restore>
+//!          jmp  restore
+//! ```
 
 use super::relocate;
 use super::writer::Writer;
-use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
+use crate::arch::{Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
 use crate::probe::layout::{entry_flags, kind};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Bytes the prefix pushes before anything else (rax and r11).
+const SAVED: i8 = 16;
+/// Bytes of the code that restores them and the flags.
+const RESTORE_LEN: u64 = 6;
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -60,6 +96,8 @@ struct Literals {
     hash: u64,
     ctx: u64,
     tramp: u64,
+    /// The out-of-line call of a sampling probe.
+    sample: u64,
 }
 
 /// Assembles the detour of `plan` at address `at`.
@@ -68,14 +106,18 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     if needs_runtime && spec.runtime.is_none() {
         return Err(Refusal::Unsupported("an event probe needs the runtime block"));
     }
-    // The prefix has a fixed length for a given kind: measure it first.
-    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at };
+    // The prefix and the sample block have a fixed length for a given kind: measure them first.
+    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
     let mut w = Writer::new(at);
     emit_prefix(&mut w, spec, &dummy);
     let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
-    let literals = (relocated_at + reloc.code.len() as u64).next_multiple_of(8);
+    let sample_at = relocated_at + reloc.code.len() as u64;
+    let mut w = Writer::new(sample_at);
+    emit_sample_block(&mut w, spec, &dummy);
+    let literals = w.pc().next_multiple_of(8);
     let lits = Literals {
+        sample: sample_at,
         relocated: relocated_at,
         flag: literals,
         counters: literals + 8,
@@ -88,6 +130,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     emit_prefix(&mut w, spec, &lits);
     debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
+    emit_sample_block(&mut w, spec, &lits);
     w.put_align(8);
     w.put_u64(spec.flag_addr);
     w.put_u64(spec.counters);
@@ -101,9 +144,10 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
 }
 
 fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    w.put_save_scratch_and_flags();
     w.put_mov_r11_rip(l.flag);
     w.put_cmp_byte_r11_0();
-    w.put_je(l.relocated);
+    w.put_je(l.relocated - RESTORE_LEN);
     w.put_mov_r11_fs0();
     w.put_shr_r11(12);
     w.put_imul_r11_rip(l.hash);
@@ -111,43 +155,82 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     w.put_shl_r11(spec.stride_shift as u8);
     w.put_add_r11_rip(l.counters);
     w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
+    emit_runtime_call(w, spec, l);
+    w.put_restore_scratch_and_flags();
+}
+
+/// The call into the runtime of an event or unwinder probe, if any.
+fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     let Some(rt) = spec.runtime else { return };
     if spec.kind & kind::UNWIND != 0 {
         call_runtime(w, |w| {
             w.put_mov_reg_rip(RDI, l.ctx);
             w.put_call(rt.unwind);
         });
+    } else if spec.kind & kind::SAMPLE != 0 {
+        // Count down to the next sample in this thread's row; the call of
+        // the runtime is out of line.
+        w.put_sub_r11_disp_1(countdown_disp(spec));
+        w.put_jb(l.sample);
     } else if spec.kind & (kind::ARGS | kind::RET) != 0 {
-        let mut flags = spec.probe_index;
-        if spec.kind & kind::ARGS != 0 {
-            flags |= entry_flags::RECORD_ENTRY;
-        }
-        if spec.kind & kind::RET != 0 {
-            flags |= entry_flags::HIJACK_RETURN;
-        }
-        call_runtime(w, |w| {
-            // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline)
-            w.put_mov_reg_rip(RDI, l.ctx);
-            w.put_mov_esi_imm32(flags);
-            w.put_lea_rsp(RDX, 8);
-            w.put_lea_rsp(RCX, 8 + 64);
-            if spec.kind & kind::RET != 0 {
-                w.put_mov_reg_rip(R8, l.tramp);
-            } else {
-                w.put_zero_r8();
-            }
-            w.put_call(rt.entry);
-        });
+        emit_entry_call(w, spec, l, rt);
     }
+}
+
+/// A sampling probe's call of the runtime, after the relocated code (which
+/// never falls through into it); it returns to the restore.
+fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    if let (Some(rt), true) = (spec.runtime, spec.kind & kind::SAMPLE != 0) {
+        emit_entry_call(w, spec, l, rt);
+        w.put_jmp(l.relocated - RESTORE_LEN);
+    }
+}
+
+/// The call of `tp_entry` of an event probe.
+fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeAddrs) {
+    let mut flags = spec.probe_index;
+    if spec.kind & kind::ARGS != 0 {
+        flags |= entry_flags::RECORD_ENTRY;
+    }
+    if spec.kind & kind::RET != 0 {
+        flags |= entry_flags::HIJACK_RETURN;
+    }
+    if spec.kind & kind::SAMPLE != 0 {
+        flags |= entry_flags::SAMPLE;
+    }
+    call_runtime(w, |w| {
+        // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
+        w.put_mov_reg_rip(RDI, l.ctx);
+        w.put_mov_esi_imm32(flags);
+        w.put_lea_rsp(RDX, 8);
+        w.put_lea_rsp(RCX, 8 + 64 + SAVED);
+        if spec.kind & kind::RET != 0 {
+            w.put_mov_reg_rip(R8, l.tramp);
+        } else {
+            w.put_zero_r8();
+        }
+        if spec.kind & kind::SAMPLE != 0 {
+            // r11 still holds this thread's counter row.
+            w.put_lea_r9_r11_disp(countdown_disp(spec));
+        }
+        w.put_call(rt.entry);
+    });
+}
+
+/// Displacement from a counter row to the probe's countdown in that row.
+fn countdown_disp(spec: &DetourSpec) -> i32 {
+    (spec.countdowns_from_counters + spec.probe_index as u64 * 8) as i32
 }
 
 /// Saves rdi, rsi, rdx, rcx, r8, r9, rax, r10 (in that order upwards from
 /// rsp + 8), aligns the stack for a call, runs `call`, and restores them.
+/// The saved rax holds the status flags (see the module doc).
 fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
         w.put_push(r);
     }
-    // At entry rsp is 8 mod 16; eight pushes keep it so; one more word aligns it.
+    // At entry rsp is 8 mod 16; the two words of the prefix and eight pushes
+    // keep it so; one more word aligns it.
     w.put_sub_rsp(8);
     call(w);
     w.put_add_rsp(8);
@@ -186,7 +269,7 @@ mod tests {
     const SITE: u64 = 0x5555_5555_1630;
     const AT: u64 = 0x5555_5550_0000;
     /// Length of the counting prefix.
-    const COUNT_PREFIX: u64 = 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8;
+    const COUNT_PREFIX: u64 = 7 + 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8 + 6;
 
     fn spec() -> DetourSpec {
         DetourSpec {
@@ -195,6 +278,7 @@ mod tests {
             runtime: None,
             flag_addr: 0x7f00_0000_2003,
             counters: 0x7f00_0001_0000,
+            countdowns_from_counters: 0x20_0000,
             slot_bits: 7,
             stride_shift: 15,
         }
@@ -214,18 +298,23 @@ mod tests {
         let asm = disassemble(&d.bytes, AT);
         let relocated = AT + COUNT_PREFIX;
         let expected = [
-            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7)),
+            "push rax".to_string(),
+            "push r11".into(),
+            "lahf".into(),
+            "seto al".into(),
+            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7 + 7)),
             "cmp byte ptr [r11], 0".into(),
-            format!("je {relocated:#x}"),
+            format!("je {:#x}", relocated - 6),
             "mov r11, qword ptr fs:[0]".into(),
             "shr r11, 0xc".into(),
         ];
-        assert_eq!(asm[..5], expected);
-        assert!(asm[5].starts_with("imul r11, qword ptr [rip + "));
-        assert_eq!(asm[6..8], ["shr r11, 0x39", "shl r11, 0xf"]);
-        assert!(asm[8].starts_with("add r11, qword ptr [rip + "));
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]");
-        assert_eq!(asm[10..14], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(asm[..9], expected);
+        assert!(asm[9].starts_with("imul r11, qword ptr [rip + "));
+        assert_eq!(asm[10..12], ["shr r11, 0x39", "shl r11, 0xf"]);
+        assert!(asm[12].starts_with("add r11, qword ptr [rip + "));
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]");
+        assert_eq!(asm[14..18], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[18..22], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         let lits = d.bytes.len() - 24;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
         assert_eq!((lit(0), lit(1), lit(2)), (spec().flag_addr, spec().counters, HASH));
@@ -241,22 +330,25 @@ mod tests {
         let s = DetourSpec { kind: kind::ARGS | kind::RET, runtime: Some(runtime()), ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert_eq!(asm[9], "lock inc qword ptr [r11 + 0x18]", "events still count");
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "events still count");
         let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
-        assert_eq!(asm[10..18], saves);
-        assert_eq!(asm[18], "sub rsp, 8");
-        assert!(asm[19].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[14..22], saves);
+        assert_eq!(asm[22], "sub rsp, 8");
+        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
         let flags = 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN;
-        assert_eq!(asm[20], format!("mov esi, {flags:#x}"));
-        assert_eq!(asm[21..23], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x48]"]);
-        assert!(asm[23].starts_with("mov r8, qword ptr [rip + "));
-        assert_eq!(asm[24], format!("call {:#x}", runtime().entry));
-        assert_eq!(asm[25], "add rsp, 8");
+        assert_eq!(asm[24], format!("mov esi, {flags:#x}"));
+        // The return address sits above the eight saved registers, the
+        // alignment word and the prefix's rax and r11.
+        assert_eq!(asm[25..27], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x58]"]);
+        assert!(asm[27].starts_with("mov r8, qword ptr [rip + "));
+        assert_eq!(asm[28], format!("call {:#x}", runtime().entry));
+        assert_eq!(asm[29], "add rsp, 8");
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[26..34], restores);
-        assert_eq!(asm[34..37], ["push rbp", "mov rbp, rsp", "push rbx"]);
-        // The je of a disabled probe skips the count and the call, straight to the relocated code.
-        assert_eq!(asm[2], format!("je {:#x}", d.map_pc(1).unwrap() - 1));
+        assert_eq!(asm[30..38], restores);
+        assert_eq!(asm[38..42], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[42..45], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        // The je of a disabled probe skips the count and the call, straight to the restore.
+        assert_eq!(asm[6], format!("je {:#x}", d.map_pc(1).unwrap() - 1 - 6));
         // Literals: flag, counters, hash, context, trampoline.
         let lits = d.bytes.len() - 40;
         let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
@@ -264,12 +356,36 @@ mod tests {
     }
 
     #[test]
+    fn sampling_detour_counts_down_to_its_next_sample() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { kind: kind::RET | kind::SAMPLE, runtime: Some(runtime()), ..spec() };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
+        // The countdown of probe 3 in the same row, 2 MiB on.
+        assert_eq!(asm[14], "sub qword ptr [r11 + 0x200018], 1");
+        // A borrow (the countdown was 0) jumps out of line to the call;
+        // otherwise on to the restore of rax, r11 and the flags.
+        let sample = u64::from_str_radix(asm[15].strip_prefix("jb 0x").unwrap(), 16).unwrap();
+        assert_eq!(asm[16..20], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[20..24], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        // The sample block follows the relocated code's jump back.
+        let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
+        assert_eq!(block[0], "push r10");
+        let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
+        assert_eq!(block[10], format!("mov esi, {flags:#x}"));
+        assert_eq!(block[14], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
+        assert_eq!(block[15], format!("call {:#x}", runtime().entry));
+        assert_eq!(block[25], format!("jmp {:#x}", d.map_pc(1).unwrap() - 1 - 6), "back to the restore");
+    }
+
+    #[test]
     fn entry_only_event_passes_no_trampoline() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { kind: kind::ARGS, runtime: Some(runtime()), ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert_eq!(asm[20], format!("mov esi, {:#x}", 3 | entry_flags::RECORD_ENTRY));
-        assert_eq!(asm[23], "xor r8d, r8d");
+        assert_eq!(asm[24], format!("mov esi, {:#x}", 3 | entry_flags::RECORD_ENTRY));
+        assert_eq!(asm[27], "xor r8d, r8d");
     }
 
     #[test]
@@ -277,8 +393,8 @@ mod tests {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { kind: kind::UNWIND, runtime: Some(runtime()), ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert!(asm[19].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[20], format!("call {:#x}", runtime().unwind));
+        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[24], format!("call {:#x}", runtime().unwind));
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub mod detour;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
+pub mod taken;
 pub mod window;
 pub mod writer;
 
@@ -16,7 +17,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
+use crate::arch::{Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
 
 /// The x86-64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -36,8 +37,12 @@ impl Arch for X86_64 {
         window::plan(code, function, extra_targets)
     }
 
+    fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
+        window::plan_in(code, function, extra_targets, image)
+    }
+
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
-        decode::decode(code, addr).iter().filter_map(|i| i.target).collect()
+        decode::branch_targets(code, addr)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
@@ -104,5 +109,9 @@ impl Arch for X86_64 {
 
     fn syscall_result(r: &regs::Regs) -> i64 {
         r.rax as i64
+    }
+
+    fn restart_interrupted_wait(r: &mut regs::Regs) -> bool {
+        regs::restart_interrupted_wait(r)
     }
 }

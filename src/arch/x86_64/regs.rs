@@ -67,6 +67,21 @@ pub fn restart_pc(r: &Regs) -> Option<u64> {
     ((r.orig_rax as i64) >= 0 && RESTART_CODES.contains(&(r.rax as i64))).then(|| r.rip.wrapping_sub(2))
 }
 
+/// Waits that return EINTR when their thread is stopped, even by a tracer,
+/// and are never restarted: epoll_wait, epoll_pwait, epoll_pwait2.
+const WAITS_WITHOUT_RESTART: [u64; 3] = [232, 281, 441];
+const EINTR: i64 = -4;
+const ERESTARTNOHAND: i64 = -514;
+
+/// See [`crate::arch::Arch::restart_interrupted_wait`].
+pub fn restart_interrupted_wait(r: &mut Regs) -> bool {
+    if WAITS_WITHOUT_RESTART.contains(&r.orig_rax) && r.rax as i64 == EINTR {
+        r.rax = ERESTARTNOHAND as u64;
+        return true;
+    }
+    false
+}
+
 /// Sets up a syscall at `insn`. orig_rax = -1 tells the kernel the thread is
 /// no longer in a syscall, so it does not rewind the PC to restart one.
 pub fn prepare_syscall(r: &mut Regs, insn: u64, nr: u64, a: [u64; 6]) {
@@ -91,6 +106,20 @@ mod tests {
         assert_eq!(std::mem::offset_of!(Regs, orig_rax), 15 * 8);
         assert_eq!(std::mem::offset_of!(Regs, rip), 16 * 8);
         assert_eq!(std::mem::offset_of!(Regs, fs_base), 21 * 8);
+    }
+
+    #[test]
+    fn only_an_interrupted_epoll_wait_is_made_restartable() {
+        let mut r = Regs { rip: 0x1002, orig_rax: 232, rax: (-4i64) as u64, ..Default::default() };
+        assert!(restart_interrupted_wait(&mut r));
+        assert_eq!(r.rax as i64, -514);
+        assert_eq!(restart_pc(&r), Some(0x1000));
+        // A completed epoll_wait, an EINTR from another syscall, no syscall at all.
+        for (orig_rax, rax) in [(232, 1), (0, -4i64 as u64), (u64::MAX, -4i64 as u64)] {
+            let mut r = Regs { rip: 0x1002, orig_rax, rax, ..Default::default() };
+            assert!(!restart_interrupted_wait(&mut r));
+            assert_eq!(r.rax, rax);
+        }
     }
 
     #[test]

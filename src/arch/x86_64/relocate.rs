@@ -5,7 +5,9 @@
 //!
 //! Two rewrites are tp's own. A `call` as the window's last instruction
 //! becomes "push the original return address; jmp target", so the callee
-//! returns into the original code, never into the detour. A window that does
+//! returns into the original code, never into the detour (`call [mem]` loads
+//! its target into r11 first, so a bad pointer faults before the push, as
+//! the call would). A window that does
 //! not end in `ret`/`jmp` gets a `jmp` back to the first byte after it.
 
 use iced_x86::{
@@ -41,17 +43,18 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
         }
         let last = k + 1 == classes.len() || c.end() >= plan.site + plan.len() as u64;
         match c.class {
-            Class::Call | Class::IndirectCall if last => {
-                let ret = plan.site + plan.len() as u64;
-                push_return_address(&mut block, &mut origin, offset, ret);
-                let jump = if c.class == Class::Call {
-                    Instruction::with_branch(Code::Jmp_rel32_64, ins.near_branch_target())
-                        .map_err(|e| unrelocatable(c, &e.to_string()))?
-                } else {
-                    call_to_jump(ins).ok_or_else(|| unrelocatable(c, "its operand uses rsp"))?
-                };
+            Class::Call if last => {
+                push_return_address(&mut block, &mut origin, Some(offset), plan.site + plan.len() as u64);
+                let jump = Instruction::with_branch(Code::Jmp_rel32_64, ins.near_branch_target())
+                    .map_err(|e| unrelocatable(c, &e.to_string()))?;
                 block.push(jump);
                 origin.push(None);
+                ends_in_transfer = true;
+                break;
+            }
+            Class::IndirectCall if last => {
+                indirect_call(&mut block, &mut origin, offset, plan.site + plan.len() as u64, ins)
+                    .map_err(|why| unrelocatable(c, why))?;
                 ends_in_transfer = true;
                 break;
             }
@@ -95,11 +98,12 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
 }
 
 /// Pushes `ret` as a call would: `push imm32` sign-extends, so a return
-/// address above 2 GiB gets its high half stored separately.
-fn push_return_address(block: &mut Vec<Instruction>, origin: &mut Vec<Option<u32>>, offset: u32, ret: u64) {
+/// address above 2 GiB gets its high half stored separately. `offset` is the
+/// window offset a thread stopped at the push stands for, if any.
+fn push_return_address(block: &mut Vec<Instruction>, origin: &mut Vec<Option<u32>>, offset: Option<u32>, ret: u64) {
     let low = ret as u32 as i32;
     block.push(Instruction::with1(Code::Pushq_imm32, low).expect("push imm32"));
-    origin.push(Some(offset));
+    origin.push(offset);
     if (low as i64) as u64 != ret {
         let high_half = MemoryOperand::with_base_displ(Register::RSP, 4);
         block.push(Instruction::with2(Code::Mov_rm32_imm32, high_half, (ret >> 32) as u32).expect("mov [rsp+4]"));
@@ -107,23 +111,44 @@ fn push_return_address(block: &mut Vec<Instruction>, origin: &mut Vec<Option<u32
     }
 }
 
-/// `call r/m64` becomes `jmp r/m64` with the same operand, unless the operand
-/// reads rsp (which the pushed return address has moved).
-fn call_to_jump(call: &Instruction) -> Option<Instruction> {
+/// `call reg` becomes "push the return address; jmp reg". `call [mem]`
+/// first loads the target into r11 (dead at a function's entry, and clobbered
+/// by any callee), so a fault reading the pointer happens before anything is
+/// pushed, as it does for the call, and an operand based on rsp still reads
+/// the right slot.
+fn indirect_call(
+    block: &mut Vec<Instruction>,
+    origin: &mut Vec<Option<u32>>,
+    offset: u32,
+    ret: u64,
+    call: &Instruction,
+) -> Result<(), &'static str> {
     if call.code() != Code::Call_rm64 {
-        return None;
+        return Err("only 64-bit near indirect calls are relocated");
     }
-    let uses_rsp = match call.op0_kind() {
-        OpKind::Register => call.op0_register() == Register::RSP,
-        OpKind::Memory => call.memory_base() == Register::RSP || call.memory_index() == Register::RSP,
-        _ => true,
-    };
-    if uses_rsp {
-        return None;
+    match call.op0_kind() {
+        OpKind::Register if call.op0_register() == Register::RSP => Err("it calls through rsp"),
+        OpKind::Register => {
+            push_return_address(block, origin, Some(offset), ret);
+            block.push(Instruction::with1(Code::Jmp_rm64, call.op0_register()).map_err(|_| "jmp reg")?);
+            origin.push(None);
+            Ok(())
+        }
+        OpKind::Memory => {
+            let mut load = *call;
+            load.set_code(Code::Mov_r64_rm64);
+            load.set_op1_kind(OpKind::Memory);
+            load.set_op0_kind(OpKind::Register);
+            load.set_op0_register(Register::R11);
+            block.push(load);
+            origin.push(Some(offset));
+            push_return_address(block, origin, None, ret);
+            block.push(Instruction::with1(Code::Jmp_rm64, Register::R11).map_err(|_| "jmp r11")?);
+            origin.push(None);
+            Ok(())
+        }
+        _ => Err("unexpected operand"),
     }
-    let mut jump = *call;
-    jump.set_code(Code::Jmp_rm64);
-    Some(jump)
 }
 
 fn unrelocatable(c: &decode::Insn, why: &str) -> Refusal {
@@ -221,8 +246,12 @@ mod tests {
         // push rbx; push rbp; push r12; call rax  (1+1+2+2 = 6 bytes)
         let asm = relocated_asm(&[0x53, 0x55, 0x41, 0x54, 0xff, 0xd0], SITE + 0x1000);
         assert_eq!(asm.last().unwrap(), "jmp rax");
-        // call [rsp + 8] reads rsp, which the pushed return address moves.
-        let err = relocate(&plan_of(&[0x90, 0xff, 0x54, 0x24, 0x08]), SITE + 0x1000).unwrap_err();
+        // call [rsp + 8]: the pointer is read into r11 before the push moves rsp.
+        let asm = relocated_asm(&[0x90, 0xff, 0x54, 0x24, 0x08], SITE + 0x1000);
+        assert_eq!(asm[1], "mov r11, qword ptr [rsp + 8]");
+        assert_eq!(asm.last().unwrap(), "jmp r11");
+        // call rsp jumps to the stack the push has just changed.
+        let err = relocate(&plan_of(&[0x90, 0x90, 0x90, 0xff, 0xd4]), SITE + 0x1000).unwrap_err();
         assert!(matches!(err, Refusal::Unrelocatable { .. }), "{err:?}");
     }
 
@@ -242,5 +271,31 @@ mod tests {
         let asm = disassemble(&r.code, at);
         assert!(asm.iter().any(|l| l.starts_with("jrcxz")), "{asm:?}");
         assert!(asm.iter().any(|l| *l == format!("jmp {:#x}", SITE + 5)), "{asm:?}");
+    }
+
+    #[test]
+    fn xbegin_keeps_its_abort_target() {
+        // xbegin +0x10 (rel32, 6 bytes): the abort handler stays at the original address.
+        let at = SITE + 0x3000_0000;
+        assert_eq!(
+            relocated_asm(&[0xc7, 0xf8, 0x10, 0, 0, 0], at),
+            [format!("xbegin {:#x}", SITE + 0x16), format!("jmp {:#x}", SITE + 6)]
+        );
+    }
+
+    #[test]
+    fn eip_relative_operand_keeps_its_32_bit_address() {
+        // addr32 lea eax, [eip + 0x100]: the address wraps at 4 GiB, so it is
+        // re-encoded for the same address: below 4 GiB, RIP-relative without
+        // the prefix (6 bytes).
+        let site: u64 = 0x1040_0000;
+        let mut p = plan_of(&[0x67, 0x8d, 0x05, 0x00, 0x01, 0x00, 0x00]);
+        p.site = site;
+        p.function = site;
+        let at = 0x7000_0000;
+        let r = relocate(&p, at).unwrap();
+        let asm = disassemble(&r.code, at);
+        let disp = (site + 7 + 0x100) as i64 - (at + 6) as i64;
+        assert_eq!(asm[0], format!("lea eax, [rip - {:#x}]", -disp));
     }
 }

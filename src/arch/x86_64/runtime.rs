@@ -3,24 +3,46 @@
 //! the TCB keeps the TID.
 //!
 //! ```text
-//! tramp:  push rdx                 ; reached by the probed function's `ret`
-//!         push rax                 ; keep both return registers
+//! tramp:  lea  rsp, [rsp - 16]     ; reached by the probed function's `ret`:
+//!                                  ; a slot for the return address, a pad
+//!         pushfq
+//!         push r11, r10, r9, r8, rdi, rsi, rcx, rdx, rax
 //!         mov  rdi, [rip + ctx]
-//!         mov  rsi, rsp            ; saved rax, rdx
-//!         lea  rdx, [rsp + 16]     ; the stack pointer after the `ret`
+//!         mov  rsi, rsp            ; saved rax, rdx (the results)
+//!         lea  rdx, [rsp + 96]     ; the stack pointer after the `ret`
 //!         call tp_exit             ; -> the original return address
-//!         mov  r11, rax
-//!         pop  rax
-//!         pop  rdx
-//!         test r11, r11 / je ud2 / jmp r11
+//!         test rax, rax / jnz +2 / ud2
+//!         mov  [rsp + 88], rax     ; into the slot
+//!         pop  rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11
+//!         popfq
+//!         lea  rsp, [rsp + 8]
+//!         ret                      ; to the original return address
 //! ```
 //!
-//! At the trampoline rsp is 16-aligned (the `ret` popped a word off the
-//! 8-mod-16 entry stack), so after two pushes the call is aligned. r11 is
-//! free at a function's return: only rax and rdx carry results.
+//! Every register and flag reaches the caller as the function left it. The
+//! ABI lets a callee clobber rcx, rsi, rdi and r8-r11, but GCC's
+//! interprocedural register allocation (`-fipa-ra`, on at -O2) lets a
+//! caller keep values in the ones a local callee is known not to touch:
+//! python3.11's `PySeqIter_New` keeps its argument in rdi across its call
+//! to `PySequence_Check`. The return goes through `ret` rather than an
+//! indirect jump so no register is needed for the target. At the
+//! trampoline rsp is 16-aligned (the `ret` popped a word off the 8-mod-16
+//! entry stack); 96 bytes of slot, pad, flags and registers keep it so for
+//! the call.
 
 use super::writer::Writer;
 use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
+
+const RAX: u8 = 0;
+const RDX: u8 = 2;
+const RSP: u8 = 4;
+const RDI: u8 = 7;
+/// Pushed in this order, so rax and rdx (the results) end up lowest.
+const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, 6, 1, RDX, RAX];
+/// Bytes between the trampoline's stack pointer at the call and at its start.
+const FRAME: i8 = 96;
+/// Bytes of the trampoline: 5 + 1 + 13 + 7 + 3 + 5 + 5 + 12 + 13 + 1 + 5 + 1.
+const TRAMPOLINE_LEN: u64 = 71;
 
 /// Assembles the runtime block at `at`.
 pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
@@ -35,19 +57,25 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_bytes(blobs.unwind);
     w.put_align(16);
     let trampoline = w.pc();
-    // The literal follows the trampoline, whose length is fixed: 2+7+3+5+5+3+2+10 = 37.
-    let lit_ctx = (trampoline + 37).next_multiple_of(8);
-    w.put_push(2); // rdx
-    w.put_push(0); // rax
-    w.put_mov_reg_rip(7, lit_ctx);
+    // The literal follows the trampoline, whose length is fixed.
+    let lit_ctx = (trampoline + TRAMPOLINE_LEN).next_multiple_of(8);
+    w.put_lea_rsp(RSP, -16);
+    w.put_pushfq();
+    for r in SAVED {
+        w.put_push(r);
+    }
+    w.put_mov_reg_rip(RDI, lit_ctx);
     w.put_mov_rsi_rsp();
-    w.put_lea_rsp(2, 16);
+    w.put_lea_rsp(RDX, FRAME);
     w.put_call(exit);
-    w.put_mov_r11_rax();
-    w.put_pop(0);
-    w.put_pop(2);
-    w.put_jmp_r11_or_trap();
-    debug_assert_eq!(w.pc(), trampoline + 37);
+    w.put_store_rax_or_trap(FRAME - 8);
+    for r in SAVED.iter().rev() {
+        w.put_pop(*r);
+    }
+    w.put_popfq();
+    w.put_lea_rsp(RSP, 8);
+    w.put_ret();
+    debug_assert_eq!(w.pc(), trampoline + TRAMPOLINE_LEN);
     w.put_align(8);
     w.put_u64(ctx);
     RuntimeBlock { bytes: w.into_bytes(), addrs: RuntimeAddrs { entry, trampoline, unwind, ctx } }
@@ -103,14 +131,19 @@ mod tests {
         assert_eq!(a.unwind - AT, 32);
         assert_eq!(a.trampoline - AT, 48);
         let off = (a.trampoline - AT) as usize;
-        let asm = disassemble(&b.bytes[off..off + 37], a.trampoline);
-        assert_eq!(asm[..2], ["push rdx", "push rax"]);
-        assert!(asm[2].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[3..5], ["mov rsi, rsp", "lea rdx, [rsp + 0x10]"]);
-        assert_eq!(asm[5], format!("call {:#x}", AT + 16));
-        assert_eq!(asm[6..9], ["mov r11, rax", "pop rax", "pop rdx"]);
-        assert_eq!(asm[9], "test r11, r11");
-        assert_eq!(asm[11..], ["jmp r11", "ud2"]);
+        let asm = disassemble(&b.bytes[off..off + TRAMPOLINE_LEN as usize], a.trampoline);
+        let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];
+        assert_eq!(asm[..2], ["lea rsp, [rsp - 0x10]", "pushfq"]);
+        assert_eq!(asm[2..10], pushes);
+        assert_eq!(asm[10], "push rax");
+        assert!(asm[11].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[12..14], ["mov rsi, rsp", "lea rdx, [rsp + 0x60]"]);
+        assert_eq!(asm[14], format!("call {:#x}", AT + 16));
+        assert_eq!(asm[15], "test rax, rax");
+        assert_eq!(asm[17..19], ["ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        let pops = ["pop rax", "pop rdx", "pop rcx", "pop rsi", "pop rdi", "pop r8", "pop r9", "pop r10", "pop r11"];
+        assert_eq!(asm[19..28], pops);
+        assert_eq!(asm[28..], ["popfq", "lea rsp, [rsp + 8]", "ret"]);
         let lit = &b.bytes[b.bytes.len() - 8..];
         assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
     }

@@ -7,18 +7,39 @@
 //! thread inside the callee would return into the overwritten bytes), and
 //! when any direct branch of the whole function, or any extra target
 //! (landing pads, jumps from split-off `.cold` parts), enters bytes 1..n-1
-//! of the window. An indirect jump in the function refuses windows of more
-//! than one instruction, since its targets are unknown.
+//! of the window; so does an address of the interior that the function
+//! takes (`lea rax, [rip + x]`) or that relocated data holds.
+//!
+//! An indirect jump in the function refuses windows of more than one
+//! instruction unless its possible targets inside the function are known:
+//! with the module at hand, [`taken`] lists every code address the function
+//! can form (RIP-relative references, switch tables, pointers stored in
+//! data, absolute immediates in position-dependent code).
 
 use super::decode::{Class, Insn, decode};
-use super::relocate;
-use crate::arch::{Refusal, SitePlan, WindowInsn};
+use super::{relocate, taken};
+use crate::arch::{Image, Refusal, SitePlan, WindowInsn};
 
 /// Bytes of `jmp rel32`.
 pub const PATCH_LEN: usize = 5;
 
-/// Plans the probe of the function `code` at `function`; see the module doc.
+/// Plans the probe of the function `code` at `function` from its bytes alone;
+/// see the module doc.
 pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+    plan_with(code, function, extra_targets, None)
+}
+
+/// Plans the probe with the module around the function at hand.
+pub fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
+    plan_with(code, function, extra_targets, Some(image))
+}
+
+fn plan_with(
+    code: &[u8],
+    function: u64,
+    extra_targets: &[u64],
+    image: Option<&dyn Image>,
+) -> Result<SitePlan, Refusal> {
     let insns = decode(code, function);
     let func_end = function + code.len() as u64;
     let mut next = 0;
@@ -36,12 +57,14 @@ pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePla
     let mut len = 0u64;
     let mut live = true;
     while len < PATCH_LEN as u64 {
-        let Some(insn) = insns.get(next) else { return Err(Refusal::Undecodable { at: site + len }) };
+        let Some(insn) = insns.get(next) else { return Err(cut_or_unknown(code, function, site + len)) };
         next += 1;
         if live {
             match insn.class {
                 Class::Unsafe => return Err(Refusal::Unsafe { mnemonic: insn.mnemonic.clone(), at: insn.addr }),
-                Class::LandingPad => return Err(Refusal::LandingPadInWindow { at: insn.addr }),
+                Class::LandingPad => {
+                    return Err(Refusal::EntersWindow { at: insn.addr, from: "an indirect branch (`endbr64`)".into() });
+                }
                 Class::Call | Class::IndirectCall | Class::Syscall if len + (insn.len as u64) < PATCH_LEN as u64 => {
                     return Err(Refusal::CallInWindow { mnemonic: insn.mnemonic.clone(), at: insn.addr });
                 }
@@ -65,12 +88,27 @@ pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePla
         {
             return Err(Refusal::BranchIntoWindow { from: insn.addr });
         }
-        if insn.class == Class::IndirectJump && window.len() > 1 {
-            return Err(Refusal::IndirectJump { at: insn.addr });
+        if let Some(t) = insn.rip_target
+            && inside(t)
+        {
+            return Err(Refusal::EntersWindow { at: t, from: format!("the code address taken at {:#x}", insn.addr) });
         }
     }
     if let Some(&t) = extra_targets.iter().find(|&&t| inside(t)) {
-        return Err(Refusal::LandingPadInWindow { at: t });
+        return Err(Refusal::EntersWindow { at: t, from: "a jump from outside the function".into() });
+    }
+    if let Some(image) = image
+        && let Some(&t) = image.stored_targets(site + 1, site + len).first()
+    {
+        return Err(Refusal::EntersWindow { at: t, from: "a code pointer stored in data".into() });
+    }
+    if let Some(jump) = insns.iter().find(|i| i.class == Class::IndirectJump)
+        && window.len() > 1
+    {
+        let Some(image) = image else { return Err(Refusal::IndirectJump { at: jump.addr }) };
+        if taken::code_addresses(&insns, function, func_end, image).into_iter().any(inside) {
+            return Err(Refusal::IndirectJump { at: jump.addr });
+        }
     }
 
     let start = (site - function) as usize;
@@ -89,9 +127,22 @@ pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePla
     Ok(plan)
 }
 
+/// Why decoding stopped at `at` inside the window: an instruction that the
+/// function's end cuts short, or bytes the decoder does not know.
+fn cut_or_unknown(code: &[u8], function: u64, at: u64) -> Refusal {
+    let rest = &code[(at - function) as usize..];
+    let mut padded = rest.to_vec();
+    padded.extend([0u8; 15]);
+    match decode(&padded, at).first() {
+        Some(i) if i.len as usize > rest.len() => Refusal::PastEnd { at },
+        _ => Refusal::Undecodable { at },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::Image;
 
     const F: u64 = 0x401000;
 
@@ -173,7 +224,8 @@ mod tests {
     #[test]
     fn extra_targets_inside_the_window_are_refused() {
         let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3];
-        assert_eq!(plan(&code, F, &[F + 4]).unwrap_err(), Refusal::LandingPadInWindow { at: F + 4 });
+        let from = "a jump from outside the function".to_string();
+        assert_eq!(plan(&code, F, &[F + 4]).unwrap_err(), Refusal::EntersWindow { at: F + 4, from });
         assert!(plan(&code, F, &[F, F + 5]).is_ok());
     }
 
@@ -191,5 +243,98 @@ mod tests {
         // push rbp; mov rbp, rsp; push rbx; then an invalid byte 0x06 in the body
         let r = refusal(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0x06, 0xc3]);
         assert_eq!(r, Refusal::Undecodable { at: F + 5 });
+    }
+
+    #[test]
+    fn window_passing_the_function_end_is_refused() {
+        // push rbx; then movabs rax, imm64 cut after 4 of its 10 bytes by the symbol size.
+        let r = refusal(&[0x53, 0x48, 0xb8, 0x01, 0x02]);
+        assert_eq!(r, Refusal::PastEnd { at: F + 1 });
+    }
+
+    #[test]
+    fn endbr64_inside_the_window_is_refused() {
+        // push rbx; endbr64; ret: an indirect branch may land at offset 1.
+        let r = refusal(&[0x53, 0xf3, 0x0f, 0x1e, 0xfa, 0xc3]);
+        assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 1), "{r:?}");
+    }
+
+    /// A module whose data holds a switch table at 0x8000 with `entries`
+    /// (offsets from the table) and stores `pointers`.
+    struct Module {
+        table: Vec<u8>,
+        pointers: Vec<u64>,
+        absolute_code: bool,
+    }
+
+    impl Image for Module {
+        fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+            let off = addr.checked_sub(0x8000)? as usize;
+            self.table.get(off..off + len as usize)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            (F..F + 0x1000).contains(&addr)
+        }
+        fn absolute_code(&self) -> bool {
+            self.absolute_code
+        }
+        fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
+            self.pointers.iter().copied().filter(|&t| lo <= t && t < hi).collect()
+        }
+    }
+
+    fn module(targets: &[u64]) -> Module {
+        let mut table: Vec<u8> = targets.iter().flat_map(|&t| ((t as i64 - 0x8000) as i32).to_le_bytes()).collect();
+        table.extend([0xff; 4]); // not code: ends the table
+        Module { table, pointers: vec![], absolute_code: false }
+    }
+
+    // 0: push rbp; 1: mov rbp, rsp; 4: push rbx; 5: lea rdx, [rip + T]; 12: movsxd rax, [rdx + rdi*4];
+    // 16: add rax, rdx; 19: jmp rax; 21: ret
+    fn switch(table_at: u64) -> Vec<u8> {
+        let disp = (table_at as i64 - (F as i64 + 12)) as i32;
+        let mut code = vec![0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x8d, 0x15];
+        code.extend(disp.to_le_bytes());
+        code.extend([0x48, 0x63, 0x04, 0xba, 0x48, 0x01, 0xd0, 0xff, 0xe0, 0xc3]);
+        code
+    }
+
+    #[test]
+    fn switch_table_outside_the_window_is_accepted_with_the_module() {
+        let code = switch(0x8000);
+        assert_eq!(refusal(&code), Refusal::IndirectJump { at: F + 19 }, "bytes alone: targets unknown");
+        let p = plan_in(&code, F, &[], &module(&[F + 21, F + 5, F])).unwrap();
+        assert_eq!(p.summary(), "push, mov, push");
+    }
+
+    #[test]
+    fn switch_table_into_the_window_is_refused() {
+        let r = plan_in(&switch(0x8000), F, &[], &module(&[F + 21, F + 4])).unwrap_err();
+        assert_eq!(r, Refusal::IndirectJump { at: F + 19 });
+    }
+
+    #[test]
+    fn stored_pointers_and_absolute_immediates_into_the_window_are_refused() {
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3];
+        let mut m = module(&[]);
+        m.pointers = vec![F + 1];
+        let r = plan_in(&code, F, &[], &m).unwrap_err();
+        assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 1), "{r:?}");
+        // Position-dependent: mov eax, F + 4 forms an interior address; jmp rax may go there.
+        let mut code = vec![0x55, 0x48, 0x89, 0xe5, 0x53, 0xb8];
+        code.extend(((F + 4) as u32).to_le_bytes());
+        code.extend([0xff, 0xe0]);
+        let mut m = module(&[]);
+        assert!(plan_in(&code, F, &[], &m).is_ok(), "PIC: an immediate is not an address");
+        m.absolute_code = true;
+        assert_eq!(plan_in(&code, F, &[], &m).unwrap_err(), Refusal::IndirectJump { at: F + 10 });
+    }
+
+    #[test]
+    fn taking_the_address_of_the_interior_is_refused() {
+        // push rbp; mov rbp, rsp; push rbx; lea rax, [rip - 11] (-> F + 1); ret
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x8d, 0x05, 0xf5, 0xff, 0xff, 0xff, 0xc3];
+        let r = refusal(&code);
+        assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 1), "{r:?}");
     }
 }

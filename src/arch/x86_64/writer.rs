@@ -65,6 +65,27 @@ impl Writer {
         self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
     }
 
+    /// `jb target` (rel32): taken when the last subtraction borrowed.
+    pub fn put_jb(&mut self, target: u64) {
+        let end = self.pc() + 6;
+        let d = self.rel32(end, target);
+        self.buf.extend_from_slice(&[0x0f, 0x82]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `sub qword [r11 + disp], 1` (sets CF when the value was 0).
+    pub fn put_sub_r11_disp_1(&mut self, disp: i32) {
+        self.buf.extend_from_slice(&[0x49, 0x83, 0xab]);
+        self.buf.extend_from_slice(&disp.to_le_bytes());
+        self.buf.push(1);
+    }
+
+    /// `lea r9, [r11 + disp]`.
+    pub fn put_lea_r9_r11_disp(&mut self, disp: i32) {
+        self.buf.extend_from_slice(&[0x4d, 0x8d, 0x8b]);
+        self.buf.extend_from_slice(&disp.to_le_bytes());
+    }
+
     /// `je target` (rel32).
     pub fn put_je(&mut self, target: u64) {
         let end = self.pc() + 6;
@@ -109,6 +130,19 @@ impl Writer {
     pub fn put_lock_inc_r11_disp(&mut self, disp: i32) {
         self.buf.extend_from_slice(&[0xf0, 0x49, 0xff, 0x83]);
         self.buf.extend_from_slice(&disp.to_le_bytes());
+    }
+
+    /// `push rax; push r11; lahf; seto al`: saves the two scratch registers
+    /// and the status flags (SF ZF AF PF CF in ah, OF in al).
+    pub fn put_save_scratch_and_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x50, 0x41, 0x53, 0x9f, 0x0f, 0x90, 0xc0]);
+    }
+
+    /// `add al, 0x7f; sahf; pop r11; pop rax`: the inverse of
+    /// [`Writer::put_save_scratch_and_flags`] (`add` sets OF exactly when
+    /// al was 1, `sahf` restores the other five flags).
+    pub fn put_restore_scratch_and_flags(&mut self) {
+        self.buf.extend_from_slice(&[0x04, 0x7f, 0x9e, 0x41, 0x5b, 0x58]);
     }
 
     /// `push reg` for a register number 0..15 (rax=0 … r15=15).
@@ -176,14 +210,25 @@ impl Writer {
         self.buf.extend_from_slice(&d);
     }
 
-    /// `mov r11, rax`.
-    pub fn put_mov_r11_rax(&mut self) {
-        self.buf.extend_from_slice(&[0x49, 0x89, 0xc3]);
+    /// `test rax, rax; jnz +2; ud2; mov [rsp + disp], rax`: store rax on
+    /// the stack, or trap if it is 0.
+    pub fn put_store_rax_or_trap(&mut self, disp: i8) {
+        self.buf.extend_from_slice(&[0x48, 0x85, 0xc0, 0x75, 0x02, 0x0f, 0x0b, 0x48, 0x89, 0x44, 0x24, disp as u8]);
     }
 
-    /// `test r11, r11; jz +2; jmp r11; ud2`: go to r11, or trap if it is 0.
-    pub fn put_jmp_r11_or_trap(&mut self) {
-        self.buf.extend_from_slice(&[0x4d, 0x85, 0xdb, 0x74, 0x03, 0x41, 0xff, 0xe3, 0x0f, 0x0b]);
+    /// `pushfq`.
+    pub fn put_pushfq(&mut self) {
+        self.buf.push(0x9c);
+    }
+
+    /// `popfq`.
+    pub fn put_popfq(&mut self) {
+        self.buf.push(0x9d);
+    }
+
+    /// `ret`.
+    pub fn put_ret(&mut self) {
+        self.buf.push(0xc3);
     }
 
     /// Raw bytes (relocated code produced elsewhere for this same address).
@@ -243,8 +288,14 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_rsi_rsp()), ["mov rsi, rsp"]);
         assert_eq!(asm(|w| w.put_zero_r8()), ["xor r8d, r8d"]);
         assert_eq!(asm(|w| w.put_call(AT + 0x100)), [format!("call {:#x}", AT + 0x100)]);
-        assert_eq!(asm(|w| w.put_mov_r11_rax()), ["mov r11, rax"]);
-        assert_eq!(asm(|w| w.put_jmp_r11_or_trap()), ["test r11, r11", &format!("je {:#x}", AT + 8), "jmp r11", "ud2"]);
+        let store = asm(|w| w.put_store_rax_or_trap(0x58));
+        assert_eq!(store, ["test rax, rax", &format!("jne {:#x}", AT + 7), "ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        assert_eq!(asm(|w| w.put_pushfq()), ["pushfq"]);
+        assert_eq!(asm(|w| w.put_jb(AT + 0x40)), [format!("jb {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018)), ["sub qword ptr [r11 + 0x200018], 1"]);
+        assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
+        assert_eq!(asm(|w| w.put_popfq()), ["popfq"]);
+        assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
 
     #[test]

@@ -23,11 +23,14 @@
 /* Flags passed to tp_entry with the probe index. */
 #define TP_RECORD_ENTRY (1u << 24)
 #define TP_HIJACK_RETURN (1u << 25)
+#define TP_SAMPLE (1u << 26)
 
 #define TP_PROBE_MASK 0xffffffu
 /* Frames deeper on the same stack than one that returns are dead; frames
  * farther away than this may live on another stack (a coroutine). */
 #define TP_STACK_SPAN (8u << 20)
+/* The sampling period of a function whose rate tp does not know yet. */
+#define TP_FIRST_PERIOD 8
 /* Slots probed before an event is dropped for want of one. */
 #define TP_MAX_PROBES_FOR_SLOT 16
 
@@ -40,6 +43,11 @@ struct tp_ctx {
 	uint32_t shadow_len;   /* shadow frames per slot */
 	int32_t tid_offset;    /* where the TCB keeps the TID, from the thread pointer; 0: unknown */
 	uint64_t lost_no_slot; /* events dropped because every slot was taken */
+	uint64_t flags;        /* address of the per-probe enable flags */
+	uint64_t budgets;      /* address of the per-probe samples left this epoch */
+	uint64_t periods;      /* address of the per-probe mean calls between samples */
+	uint64_t countdowns_from_counters; /* bytes from a counter to its countdown */
+	uint64_t claimed[2];   /* bit i: slot i has been claimed (so the tracer reads only those) */
 };
 
 /* One saved return address (layout.rs: Frame). */
@@ -49,8 +57,9 @@ struct tp_frame {
 	uint64_t tsc;   /* timestamp at entry */
 	uint32_t probe;
 	uint32_t pad;
-	uint64_t tramp; /* the trampoline address written into the slot */
-	uint64_t pad2[3];
+	uint64_t tramp;    /* the trampoline address written into the slot */
+	uint64_t overhead; /* the slot's `overhead` when this call began */
+	uint64_t pad2[2];
 };
 
 /* One event (layout.rs: Event): 64 bytes. */
@@ -58,7 +67,8 @@ struct tp_event {
 	uint32_t probe; /* index | kind << 24 */
 	uint32_t tid;
 	uint64_t tsc;
-	uint64_t v[6]; /* entry: argument registers; exit: return value, entry time, second return register */
+	uint64_t v[6]; /* entry: argument registers; exit: return value, entry time, second return
+	                * register, ticks tp spent in probes of the functions this call made */
 };
 
 /* A thread's slot (layout.rs: SlotHead); shadow frames and the ring follow. */
@@ -68,7 +78,8 @@ struct tp_slot {
 	uint32_t depth;       /* shadow frames in use */
 	uint64_t lost;        /* events or frames dropped: ring or shadow stack full */
 	uint64_t cached_tail; /* the thread's last look at `tail` */
-	uint64_t pad0[4];
+	uint64_t overhead;    /* timestamp ticks this thread spent in tp_entry and tp_exit */
+	uint64_t pad0[3];
 	uint64_t head; /* next event to write (written by the thread) */
 	uint64_t pad1[7];
 	uint64_t tail; /* next event to read (written by the tracer) */
@@ -107,6 +118,8 @@ HOT struct tp_slot *thread_slot(struct tp_ctx *c, int claim)
 		if (__atomic_compare_exchange_n(&s->key, &expected, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
 			if (c->tid_offset == 0)
 				s->tid = tp_gettid();
+			uint64_t k = (h + i) & (n - 1);
+			__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
 			return s;
 		}
 		if (expected == tp)
@@ -149,15 +162,45 @@ HOT void emit(struct tp_ctx *c, struct tp_slot *s, uint32_t probe, uint64_t tsc,
 	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
 }
 
+/* The calls to let pass before the next sample: uniform in [0, 2p - 2],
+ * so one call in p is sampled on average, at random (from the timestamp's
+ * bits), never in step with a loop in the program. */
+HOT uint64_t next_gap(uint32_t period, uint64_t tsc)
+{
+	if (period <= 1)
+		return 0;
+	uint64_t r = (tsc * 0x9e3779b97f4a7c15ull) >> 32;
+	return r % (2 * (uint64_t)period - 1);
+}
+
 /* Function entry. `regs` holds the six integer argument registers in order;
  * `slot` is the stack address of the return address; `tramp` the return
- * trampoline to put there when the probe records returns. */
-void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp)
+ * trampoline to put there when the probe records returns. A sampling probe
+ * calls here when its countdown in the thread's row ran out, and passes it
+ * as `countdown`. */
+void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
+	      uint64_t *countdown)
 {
+	uint64_t tsc = tp_timestamp();
+	if (probe_flags & TP_SAMPLE) {
+		/* Sample this call, set the countdown to the next one, and spend
+		 * one of this epoch's budget, which bounds the samples of a
+		 * function whose calls suddenly became frequent until tp adapts
+		 * its period. While tp does not know the function's rate yet
+		 * (period 0), the first call in the row (its counter, next to the
+		 * countdown, is 1) only arms the countdown at random: timing it
+		 * would time the first call after an instant, which is more often
+		 * one that follows a pause. */
+		uint32_t probe = probe_flags & TP_PROBE_MASK;
+		uint32_t period = ((const uint32_t *)c->periods)[probe];
+		*countdown = next_gap(period ? period : TP_FIRST_PERIOD, tsc);
+		int first = period == 0 && *(const uint64_t *)((uint64_t)countdown - c->countdowns_from_counters) == 1;
+		if (first || __atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0)
+			return;
+	}
 	struct tp_slot *s = thread_slot(c, 1);
 	if (!s)
 		return;
-	uint64_t tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (probe_flags & TP_RECORD_ENTRY)
 		emit(c, s, probe | (TP_ENTRY << 24), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
@@ -168,10 +211,13 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		 * still holds its trampoline, so this never drops one (also not
 		 * for a signal handler running on an alternate stack). */
 		uint64_t here = (uint64_t)slot;
-		/* A frame whose slot this call's return address now occupies is
-		 * dead, and so is everything it called on this stack. */
+		/* A frame whose slot a real call has since overwritten with its own
+		 * return address is dead, and so is everything it called on this
+		 * stack. (A tail call reuses the slot with the trampoline still in
+		 * it: that frame is alive and returns through both exits.) */
+		uint64_t current = *(volatile uint64_t *)slot;
 		for (uint32_t k = d; k > 0; k--) {
-			if (s->shadow[k - 1].slot != here)
+			if (s->shadow[k - 1].slot != here || current == s->shadow[k - 1].tramp)
 				continue;
 			uint32_t keep = k - 1;
 			for (uint32_t i = k; i < d; i++) {
@@ -191,17 +237,25 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		}
 		if (d >= c->shadow_len) {
 			s->lost++; /* too deep: this call's exit goes unrecorded */
+			s->overhead += tp_timestamp() - tsc;
 			return;
 		}
 		struct tp_frame *f = &s->shadow[d];
 		f->slot = (uint64_t)slot;
 		f->ret = *slot;
-		f->tsc = tsc;
 		f->probe = probe;
 		f->tramp = tramp;
+		/* The call is timed from here, after tp's own work; what tp spends
+		 * in probes of the functions it calls is subtracted at its exit. */
+		uint64_t now = tp_timestamp();
+		s->overhead += now - tsc;
+		f->tsc = now;
+		f->overhead = s->overhead;
 		__atomic_store_n(&s->depth, d + 1, __ATOMIC_RELEASE);
 		*slot = tramp;
+		return;
 	}
+	s->overhead += tp_timestamp() - tsc;
 }
 
 /* Function exit, from the return trampoline. `regs` holds the two return
@@ -209,6 +263,7 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
  * word above the slot that held the return address. Returns where to go. */
 uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 {
+	uint64_t tsc = tp_timestamp();
 	struct tp_slot *s = thread_slot(c, 0);
 	if (!s)
 		return 0;
@@ -217,7 +272,7 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 	while (d > 0) {
 		struct tp_frame *f = &s->shadow[d - 1];
 		if (f->slot == want) {
-			uint64_t ret = f->ret, entry_tsc = f->tsc;
+			uint64_t ret = f->ret, entry_tsc = f->tsc, nested = s->overhead - f->overhead;
 			uint32_t probe = f->probe;
 			/* Frames above it were left by longjmp (deeper on this stack):
 			 * they are dead. Frames on other stacks are kept. */
@@ -229,7 +284,8 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 				s->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&s->depth, keep, __ATOMIC_RELEASE);
-			emit(c, s, probe | (TP_EXIT << 24), tp_timestamp(), regs[0], entry_tsc, regs[1], 0, 0, 0);
+			emit(c, s, probe | (TP_EXIT << 24), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
+			s->overhead += tp_timestamp() - tsc;
 			return ret;
 		}
 		d--;

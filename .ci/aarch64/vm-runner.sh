@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# vm-runner.sh BINARY [ARGS...]
+#
+# The cargo `runner` for aarch64-unknown-linux-gnu: runs each (static) test
+# binary inside a real arm64 Linux VM (run-in-vm.sh) and exits with its
+# status, so `cargo test --target aarch64-unknown-linux-gnu` runs the tests
+# against a real kernel (ptrace does not work under qemu-user).
+#
+# Every test binary gets the target programs of targets/bin/aarch64, also
+# at the path the build compiled in (TP_TARGETS_DIR, for unit tests that
+# read them). The end-to-end test binary (tests/e2e, named e2e-HASH) also
+# gets the tp binary built next to it, and finds both through TP_TEST_TP
+# and TP_TEST_TARGETS. Binaries are copied without their DWARF (symbols
+# stay, for backtraces) to keep the initramfs small.
+# Variables named in VM_PASS_ENV (default: RUST_BACKTRACE) reach the guest.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+bin=${1:?usage: vm-runner.sh BINARY [ARGS...]}
+shift
+payload=$(mktemp -d)
+trap 'rm -rf "$payload"' EXIT
+name=$(basename "$bin")
+aarch64-linux-gnu-strip --strip-debug -o "$payload/$name" "$bin"
+cp -a "$repo/targets/bin/aarch64" "$payload/targets"
+env_lines=("mkdir -p '$repo/targets/bin' && ln -s /t/targets '$repo/targets/bin/aarch64'")
+if [[ $name == e2e-* ]]; then
+  tp=$(dirname "$(dirname "$bin")")/tp
+  [[ -x $tp ]] || { echo "vm-runner: $tp missing (cargo builds it for the e2e tests)" >&2; exit 2; }
+  aarch64-linux-gnu-strip --strip-debug -o "$payload/tp" "$tp"
+  env_lines+=("export TP_TEST_TP=/t/tp TP_TEST_TARGETS=/t/targets")
+fi
+q() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+{
+  for line in "${env_lines[@]}"; do echo "$line"; done
+  for v in ${VM_PASS_ENV:-RUST_BACKTRACE}; do
+    [[ -n ${!v:-} ]] && echo "export $v=$(q "${!v}")"
+  done
+  printf './%s' "$name"
+  for a in "$@"; do printf ' %s' "$(q "$a")"; done
+  echo
+} > "$payload/test.sh"
+export VM_CACHE=${VM_CACHE:-$repo/target/aarch64-vm}
+# guest console -> our stdout; run-in-vm's own messages -> stderr
+exec "$here/run-in-vm.sh" "$payload"

@@ -1,0 +1,348 @@
+//! The fixed A64 encodings tp's detours are made of, and a literal pool.
+//!
+//! Each `put_*` appends one 32-bit instruction. The writer knows the address
+//! its first word will run at, so branches are encoded for that address.
+//! `put_ldr_literal` loads a 64-bit value from a pool that [`Writer::finish`]
+//! appends, 8-byte aligned, after the code; equal values share one slot.
+//! Every encoding is checked against capstone's disassembly in the tests.
+//!
+//! Reference: Arm Architecture Reference Manual for A-profile, section C4
+//! (A64 instruction set encoding).
+
+/// A general-purpose register number: 0..=30, or 31 for XZR/WZR or SP
+/// depending on the instruction.
+pub type Reg = u32;
+
+/// Intra-procedure-call scratch register 0: free at a function's entry.
+pub const X16: Reg = 16;
+/// Intra-procedure-call scratch register 1: free at a function's entry.
+pub const X17: Reg = 17;
+/// The link register.
+pub const LR: Reg = 30;
+/// Register number 31 where it means the stack pointer.
+pub const SP: Reg = 31;
+/// Register number 31 where it means the zero register.
+pub const XZR: Reg = 31;
+
+/// How far a `b`/`bl` reaches: ±128 MiB.
+pub const B_REACH: i64 = 1 << 27;
+/// How far a `b.cond`/`cbz`/`ldr` literal reaches: ±1 MiB.
+pub const IMM19_REACH: i64 = 1 << 20;
+/// How far a `tbz`/`tbnz` reaches: ±32 KiB.
+pub const IMM14_REACH: i64 = 1 << 15;
+
+/// The encoding of `brk #0`: pads between code and literals, traps if run.
+pub const BRK0: u32 = 0xd420_0000;
+
+/// True if a branch at `from` with a signed immediate reaching `reach` bytes
+/// can encode a jump to `to` (word-aligned, within `[-reach, reach)`).
+pub fn reaches(from: u64, to: u64, reach: i64) -> bool {
+    let d = to.wrapping_sub(from) as i64;
+    d % 4 == 0 && (-reach..reach).contains(&d)
+}
+
+/// The kinds of register a literal load can fill.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadKind {
+    /// `ldr wt`: 32 bits, zero-extended.
+    W,
+    /// `ldr xt`: 64 bits.
+    X,
+    /// `ldrsw xt`: 32 bits, sign-extended.
+    Sw,
+    /// `prfm op`: a prefetch hint; the register field is the operation.
+    Prfm,
+    /// `ldr st`: 32-bit SIMD&FP.
+    S,
+    /// `ldr dt`: 64-bit SIMD&FP.
+    D,
+    /// `ldr qt`: 128-bit SIMD&FP.
+    Q,
+}
+
+/// An instruction buffer that will run at `base`, with a literal pool.
+#[derive(Debug, Clone)]
+pub struct Writer {
+    base: u64,
+    words: Vec<u32>,
+    /// (index of an `ldr` literal in `words`, the value it loads).
+    fixups: Vec<(usize, u64)>,
+}
+
+impl Writer {
+    /// An empty buffer whose first word will run at `base` (4-byte aligned).
+    pub fn new(base: u64) -> Writer {
+        assert!(base.is_multiple_of(4), "A64 code must be word-aligned: {base:#x}");
+        Writer { base, words: Vec::new(), fixups: Vec::new() }
+    }
+
+    /// The address of the next instruction.
+    pub fn pc(&self) -> u64 {
+        self.base + 4 * self.words.len() as u64
+    }
+
+    /// Appends one instruction word.
+    pub fn put(&mut self, word: u32) {
+        self.words.push(word);
+    }
+
+    fn offset(&self, target: u64, reach: i64, what: &str) -> i64 {
+        let pc = self.pc();
+        assert!(reaches(pc, target, reach), "{what} out of range: {pc:#x} -> {target:#x}");
+        target.wrapping_sub(pc) as i64 / 4
+    }
+
+    /// `b target` (±128 MiB; the caller checks the reach).
+    pub fn put_b(&mut self, target: u64) {
+        let imm = self.offset(target, B_REACH, "b");
+        self.put(0x1400_0000 | (imm as u32 & 0x03ff_ffff));
+    }
+
+    /// `cbz wt, target`.
+    pub fn put_cbz_w(&mut self, rt: Reg, target: u64) {
+        let imm = self.offset(target, IMM19_REACH, "cbz");
+        self.put(0x3400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt);
+    }
+
+    /// `cbnz wt, target`.
+    pub fn put_cbnz_w(&mut self, rt: Reg, target: u64) {
+        let imm = self.offset(target, IMM19_REACH, "cbnz");
+        self.put(0x3500_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt);
+    }
+
+    /// A conditional branch `word` (b.cond, cbz/cbnz, tbz/tbnz) re-encoded
+    /// to branch to `target` from here, with its condition and registers kept.
+    pub fn put_cond_branch(&mut self, word: u32, target: u64) {
+        if word & 0x7e00_0000 == 0x3600_0000 {
+            let imm = self.offset(target, IMM14_REACH, "tbz");
+            self.put((word & !(0x3fff << 5)) | ((imm as u32 & 0x3fff) << 5));
+        } else {
+            let imm = self.offset(target, IMM19_REACH, "b.cond/cbz");
+            self.put((word & !(0x7_ffff << 5)) | ((imm as u32 & 0x7_ffff) << 5));
+        }
+    }
+
+    /// `ldr xt, =value`: a 64-bit load from the literal pool.
+    pub fn put_ldr_literal(&mut self, rt: Reg, value: u64) {
+        self.fixups.push((self.words.len(), value));
+        self.put(0x5800_0000 | rt);
+    }
+
+    /// A load of `kind` from the address in `rn`: `ldr wt, [xn]`,
+    /// `ldr xt, [xn]`, `ldrsw xt, [xn]`, `prfm op, [xn]`, `ldr st|dt|qt, [xn]`.
+    pub fn put_load(&mut self, kind: LoadKind, rt: Reg, rn: Reg) {
+        let op = match kind {
+            LoadKind::W => 0xb940_0000,
+            LoadKind::X => 0xf940_0000,
+            LoadKind::Sw => 0xb980_0000,
+            LoadKind::Prfm => 0xf980_0000,
+            LoadKind::S => 0xbd40_0000,
+            LoadKind::D => 0xfd40_0000,
+            LoadKind::Q => 0x3dc0_0000,
+        };
+        self.put(op | (rn << 5) | rt);
+    }
+
+    /// `ldrb wt, [xn]`.
+    pub fn put_ldrb(&mut self, rt: Reg, rn: Reg) {
+        self.put(0x3940_0000 | (rn << 5) | rt);
+    }
+
+    /// `mrs xt, tpidr_el0`: the thread pointer.
+    pub fn put_mrs_tpidr_el0(&mut self, rt: Reg) {
+        self.put(0xd53b_d040 | rt);
+    }
+
+    /// `lsr xd, xn, #shift`.
+    pub fn put_lsr(&mut self, rd: Reg, rn: Reg, shift: u32) {
+        assert!(shift < 64);
+        self.put(0xd340_fc00 | (shift << 16) | (rn << 5) | rd);
+    }
+
+    /// `mul xd, xn, xm`.
+    pub fn put_mul(&mut self, rd: Reg, rn: Reg, rm: Reg) {
+        self.put(0x9b00_7c00 | (rm << 16) | (rn << 5) | rd);
+    }
+
+    /// `add xd, xn, xm, lsl #shift`.
+    pub fn put_add_lsl(&mut self, rd: Reg, rn: Reg, rm: Reg, shift: u32) {
+        assert!(shift < 64);
+        self.put(0x8b00_0000 | (rm << 16) | (shift << 10) | (rn << 5) | rd);
+    }
+
+    /// `add xd, xn, #imm` (12-bit unsigned immediate; `xn` may be SP).
+    pub fn put_add_imm(&mut self, rd: Reg, rn: Reg, imm: u32) {
+        assert!(imm < 4096);
+        self.put(0x9100_0000 | (imm << 10) | (rn << 5) | rd);
+    }
+
+    /// `mov xd, #imm` (movz, 16-bit immediate).
+    pub fn put_movz(&mut self, rd: Reg, imm: u16) {
+        self.put(0xd280_0000 | ((imm as u32) << 5) | rd);
+    }
+
+    /// `mov xd, xm` (orr xd, xzr, xm).
+    pub fn put_mov(&mut self, rd: Reg, rm: Reg) {
+        self.put(0xaa00_03e0 | (rm << 16) | rd);
+    }
+
+    /// `stadd xs, [xn]`: atomic add without a result (LSE, ARMv8.1).
+    pub fn put_stadd(&mut self, rs: Reg, rn: Reg) {
+        self.put(0xf820_001f | (rs << 16) | (rn << 5));
+    }
+
+    /// `ldxr xt, [xn]`.
+    pub fn put_ldxr(&mut self, rt: Reg, rn: Reg) {
+        self.put(0xc85f_7c00 | (rn << 5) | rt);
+    }
+
+    /// `stxr ws, xt, [xn]`.
+    pub fn put_stxr(&mut self, rs: Reg, rt: Reg, rn: Reg) {
+        assert!(rs != rt && rs != rn, "stxr status register must differ");
+        self.put(0xc800_7c00 | (rs << 16) | (rn << 5) | rt);
+    }
+
+    /// `str xt, [sp, #-16]!`: moves SP down first, so nothing below it is written.
+    pub fn put_push(&mut self, rt: Reg) {
+        self.put(0xf81f_0fe0 | rt);
+    }
+
+    /// `ldr xt, [sp], #16`.
+    pub fn put_pop(&mut self, rt: Reg) {
+        self.put(0xf841_07e0 | rt);
+    }
+
+    /// `br xn`.
+    pub fn put_br(&mut self, rn: Reg) {
+        self.put(0xd61f_0000 | (rn << 5));
+    }
+
+    /// `ret xn`: an indirect branch that, unlike `br`, needs no BTI landing pad.
+    pub fn put_ret(&mut self, rn: Reg) {
+        self.put(0xd65f_0000 | (rn << 5));
+    }
+
+    /// `adrp xd, target` (the 4 KiB page of `target`, ±4 GiB).
+    pub fn put_adrp(&mut self, rd: Reg, target: u64) {
+        let pages = ((target & !0xfff) as i64).wrapping_sub((self.pc() & !0xfff) as i64) >> 12;
+        assert!((-(1 << 20)..(1 << 20)).contains(&pages), "adrp out of range: {:#x} -> {target:#x}", self.pc());
+        let imm = pages as u32;
+        self.put(0x9000_0000 | ((imm & 3) << 29) | (((imm >> 2) & 0x7_ffff) << 5) | rd);
+    }
+
+    /// The code, then the literal pool at the next 8-byte boundary (padded
+    /// with `brk #0`), with every `ldr` literal pointing at its value.
+    pub fn finish(mut self) -> Vec<u8> {
+        if !self.fixups.is_empty() && !self.pc().is_multiple_of(8) {
+            self.put(BRK0);
+        }
+        let mut pool: Vec<u64> = Vec::new();
+        let pool_at = self.pc();
+        for &(index, value) in &self.fixups {
+            let slot = pool.iter().position(|&v| v == value).unwrap_or_else(|| {
+                pool.push(value);
+                pool.len() - 1
+            });
+            let from = self.base + 4 * index as u64;
+            let to = pool_at + 8 * slot as u64;
+            assert!(reaches(from, to, IMM19_REACH), "literal out of range");
+            let imm = (to - from) / 4;
+            self.words[index] |= (imm as u32 & 0x7_ffff) << 5;
+        }
+        let mut bytes: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        bytes.extend(pool.iter().flat_map(|v| v.to_le_bytes()));
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::aarch64::decode::disassemble;
+
+    const AT: u64 = 0x7f00_0000_1000;
+
+    fn asm(f: impl FnOnce(&mut Writer)) -> Vec<String> {
+        let mut w = Writer::new(AT);
+        f(&mut w);
+        disassemble(&w.finish(), AT)
+    }
+
+    #[test]
+    fn each_encoding_disassembles_as_intended() {
+        let rows: Vec<(Vec<String>, &str)> = vec![
+            (asm(|w| w.put_b(AT + 0x7ff_fffc)), "b #0x7f0008000ffc"),
+            (asm(|w| w.put_b(AT - 0x800_0000)), "b #0x7efff8001000"),
+            (asm(|w| w.put_cbz_w(X16, AT + 0x30)), "cbz w16, #0x7f0000001030"),
+            (asm(|w| w.put_cbnz_w(15, AT - 8)), "cbnz w15, #0x7f0000000ff8"),
+            (asm(|w| w.put_load(LoadKind::W, 3, 3)), "ldr w3, [x3]"),
+            (asm(|w| w.put_load(LoadKind::X, 0, 0)), "ldr x0, [x0]"),
+            (asm(|w| w.put_load(LoadKind::Sw, 7, 7)), "ldrsw x7, [x7]"),
+            (asm(|w| w.put_load(LoadKind::Prfm, 1, X16)), "prfm pldl1strm, [x16]"),
+            (asm(|w| w.put_load(LoadKind::S, 2, X16)), "ldr s2, [x16]"),
+            (asm(|w| w.put_load(LoadKind::D, 31, X16)), "ldr d31, [x16]"),
+            (asm(|w| w.put_load(LoadKind::Q, 4, X16)), "ldr q4, [x16]"),
+            (asm(|w| w.put_ldrb(X16, X16)), "ldrb w16, [x16]"),
+            (asm(|w| w.put_mrs_tpidr_el0(X16)), "mrs x16, tpidr_el0"),
+            (asm(|w| w.put_lsr(X16, X16, 12)), "lsr x16, x16, #0xc"),
+            (asm(|w| w.put_lsr(X16, X16, 58)), "lsr x16, x16, #0x3a"),
+            (asm(|w| w.put_mul(X16, X16, X17)), "mul x16, x16, x17"),
+            (asm(|w| w.put_add_lsl(X16, X17, X16, 15)), "add x16, x17, x16, lsl #15"),
+            (asm(|w| w.put_add_imm(X16, X16, 0x123)), "add x16, x16, #0x123"),
+            (asm(|w| w.put_movz(X17, 1)), "mov x17, #1"),
+            (asm(|w| w.put_mov(X17, 5)), "mov x17, x5"),
+            (asm(|w| w.put_stadd(X17, X16)), "stadd x17, [x16]"),
+            (asm(|w| w.put_ldxr(X17, X16)), "ldxr x17, [x16]"),
+            (asm(|w| w.put_stxr(15, X17, X16)), "stxr w15, x17, [x16]"),
+            (asm(|w| w.put_push(15)), "str x15, [sp, #-0x10]!"),
+            (asm(|w| w.put_pop(15)), "ldr x15, [sp], #0x10"),
+            (asm(|w| w.put_br(X17)), "br x17"),
+            (asm(|w| w.put_ret(X16)), "ret x16"),
+            (asm(|w| w.put_adrp(X16, AT + 0x1234_5678)), "adrp x16, #0x7f0012346000"),
+            (asm(|w| w.put_adrp(X16, AT - 0xffff_f000)), "adrp x16, #0x7eff00002000"),
+        ];
+        for (got, want) in rows {
+            assert_eq!(got, [want]);
+        }
+    }
+
+    #[test]
+    fn conditional_branches_keep_condition_and_registers() {
+        // b.ne, cbz x3, tbnz w5, #3 (capstone prints targets as absolute addresses)
+        assert_eq!(asm(|w| w.put_cond_branch(0x5400_0001, AT + 8)), ["b.ne #0x7f0000001008"]);
+        assert_eq!(asm(|w| w.put_cond_branch(0xb400_0003, AT + 8)), ["cbz x3, #0x7f0000001008"]);
+        assert_eq!(asm(|w| w.put_cond_branch(0x3718_0005, AT + 8)), ["tbnz w5, #3, #0x7f0000001008"]);
+        // the old offset bits are cleared
+        assert_eq!(asm(|w| w.put_cond_branch(0x54ff_ffe1, AT + 8)), ["b.ne #0x7f0000001008"]);
+    }
+
+    #[test]
+    fn literals_go_to_an_aligned_deduplicated_pool() {
+        let mut w = Writer::new(AT);
+        w.put_ldr_literal(X16, 0x1122_3344_5566_7788);
+        w.put_ldr_literal(X17, 0x99);
+        w.put_ldr_literal(0, 0x1122_3344_5566_7788);
+        let bytes = w.finish();
+        // 3 instructions, a brk pad to 8 bytes, then 2 literals
+        assert_eq!(bytes.len(), 16 + 16);
+        let asm = disassemble(&bytes[..16], AT);
+        assert_eq!(asm, ["ldr x16, #0x7f0000001010", "ldr x17, #0x7f0000001018", "ldr x0, #0x7f0000001010", "brk #0"]);
+        assert_eq!(bytes[16..24], 0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(bytes[24..32], 0x99u64.to_le_bytes());
+    }
+
+    #[test]
+    fn reach_is_checked_both_ways() {
+        assert!(reaches(0x1000, 0x1000 + (B_REACH as u64) - 4, B_REACH));
+        assert!(!reaches(0x1000, 0x1000 + B_REACH as u64, B_REACH));
+        assert!(reaches(B_REACH as u64, 0, B_REACH));
+        assert!(!reaches(B_REACH as u64 + 4, 0, B_REACH));
+        assert!(!reaches(0x1000, 0x1002, B_REACH));
+    }
+
+    #[test]
+    #[should_panic(expected = "b out of range")]
+    fn far_branches_are_a_bug() {
+        Writer::new(AT).put_b(AT + (1 << 27));
+    }
+}

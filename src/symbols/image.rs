@@ -1,0 +1,141 @@
+//! An ELF file as the planner's [`Image`]: its bytes, which addresses are
+//! code, and the code addresses its data may hold: the targets of its
+//! dynamic relocations, or, in a position-dependent executable (whose data
+//! holds absolute addresses without relocations), every 4- or 8-byte word of
+//! its data segments, at any 4-byte offset, that is a code address.
+
+use goblin::elf::dynamic::{DF_TEXTREL, DT_FLAGS, DT_TEXTREL};
+use goblin::elf::reloc::{R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE};
+
+use super::ElfFile;
+use crate::arch::Image;
+
+/// What one file's code and data say about code addresses, read once.
+#[derive(Debug, Default)]
+pub struct CodeFacts {
+    absolute_code: bool,
+    /// Link-time code addresses that data may hold, sorted.
+    targets: Vec<u64>,
+}
+
+/// `elf` loaded at `bias`, with its [`CodeFacts`].
+#[derive(Debug, Clone, Copy)]
+pub struct ElfImage<'a> {
+    /// The file.
+    pub elf: &'a ElfFile,
+    /// Its load bias.
+    pub bias: u64,
+    /// What was read of it.
+    pub facts: &'a CodeFacts,
+}
+
+impl CodeFacts {
+    /// Reads the relocations (or, position-dependent, the data words) of
+    /// `elf`. Only x86-64 files are read: other planners do not use them.
+    pub fn of(elf: &ElfFile) -> CodeFacts {
+        let mut facts = CodeFacts { absolute_code: true, targets: Vec::new() };
+        let Ok(parsed) = goblin::elf::Elf::parse(elf.data()) else { return facts };
+        if parsed.header.e_machine != goblin::elf::header::EM_X86_64 {
+            return facts;
+        }
+        let textrel = parsed.dynamic.as_ref().is_some_and(|d| {
+            d.dyns.iter().any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
+        });
+        facts.absolute_code = !elf.position_independent || textrel;
+        if !elf.position_independent {
+            facts.targets = data_words(elf);
+            return facts;
+        }
+        let relocs = parsed.dynrelas.iter().chain(parsed.dynrels.iter()).chain(parsed.pltrelocs.iter());
+        for r in relocs {
+            let addend = r.r_addend.unwrap_or(0);
+            let target = match r.r_type {
+                R_X86_64_RELATIVE | R_X86_64_IRELATIVE => addend as u64,
+                R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => {
+                    match parsed.dynsyms.get(r.r_sym).filter(|s| s.st_shndx != 0) {
+                        Some(sym) => sym.st_value.wrapping_add_signed(addend),
+                        None => continue,
+                    }
+                }
+                _ => continue,
+            };
+            if in_code(elf, target) {
+                facts.targets.push(target);
+            }
+        }
+        facts.targets.sort_unstable();
+        facts.targets.dedup();
+        facts
+    }
+}
+
+/// True if link-time address `a` lies in an executable segment's file bytes.
+fn in_code(elf: &ElfFile, a: u64) -> bool {
+    elf.segments.iter().any(|s| s.exec && s.vaddr <= a && a < s.vaddr + s.filesz)
+}
+
+/// Every word of the non-executable segments that is a code address.
+fn data_words(elf: &ElfFile) -> Vec<u64> {
+    let mut out = Vec::new();
+    for seg in elf.segments.iter().filter(|s| !s.exec) {
+        let Some(bytes) = elf.bytes_at(seg.vaddr, seg.filesz) else { continue };
+        for off in (0..bytes.len().saturating_sub(3)).step_by(4) {
+            let w4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
+            if in_code(elf, w4) {
+                out.push(w4);
+            }
+            if let Some(b) = bytes.get(off..off + 8) {
+                let w8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                if w8 != w4 && in_code(elf, w8) {
+                    out.push(w8);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+impl Image for ElfImage<'_> {
+    fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        self.elf.bytes_at(addr.wrapping_sub(self.bias), len)
+    }
+
+    fn is_code(&self, addr: u64) -> bool {
+        in_code(self.elf, addr.wrapping_sub(self.bias))
+    }
+
+    fn absolute_code(&self) -> bool {
+        self.facts.absolute_code
+    }
+
+    fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
+        let (lo, hi) = (lo.wrapping_sub(self.bias), hi.wrapping_sub(self.bias));
+        let targets = &self.facts.targets;
+        let first = targets.partition_point(|&t| t < lo);
+        targets[first..].iter().take_while(|&&t| t < hi).map(|&t| t.wrapping_add(self.bias)).collect()
+    }
+}
+
+// They read the test binary itself, and CodeFacts reads x86-64 files only.
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pie_stores_code_addresses_through_relocations() {
+        // The test binary itself: PIE, and its function pointers (e.g. in
+        // .init_array and vtables of std) are RELATIVE relocations.
+        let p = std::env::current_exe().unwrap();
+        let elf = ElfFile::open(&p, &p).unwrap();
+        let facts = CodeFacts::of(&elf);
+        let image = ElfImage { elf: &elf, bias: 0, facts: &facts };
+        assert!(!image.absolute_code());
+        let stored = image.stored_targets(0, u64::MAX);
+        assert!(stored.len() > 100, "{}", stored.len());
+        assert!(stored.iter().all(|&t| image.is_code(t)));
+        let main = elf.functions.iter().find(|f| f.name == "main").unwrap();
+        assert!(image.is_code(main.addr) && !image.is_code(0));
+    }
+}

@@ -1,0 +1,40 @@
+//! The verdict on one function, exactly as `attach` and `list-probes` both
+//! decide it: the architecture's planner with the module at hand (its jump
+//! tables, stored code pointers, split-off parts), then the entries that
+//! only the whole file shows (exception landing pads, other symbols, direct
+//! branches from other functions).
+
+use super::entries::Entries;
+use super::image::{CodeFacts, ElfImage};
+use super::{Function, Module, cold_targets};
+use crate::arch::{Isa, Refusal, SitePlan};
+
+/// What planning needs of one module beyond a function's bytes, read once.
+#[derive(Debug)]
+pub struct Planner {
+    entries: Entries,
+    facts: CodeFacts,
+}
+
+impl Planner {
+    /// Reads the entries and code facts of `m`.
+    pub fn of(m: &Module) -> Planner {
+        Planner { entries: Entries::of(&m.elf, Isa::for_machine(m.elf.machine)), facts: CodeFacts::of(&m.elf) }
+    }
+
+    /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
+    pub fn plan(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
+        let extra = cold_targets(&m.elf, m.bias, &f.symbol, f.addr, f.size, isa);
+        let image = ElfImage { elf: &m.elf, bias: m.bias, facts: &self.facts };
+        let plan = (isa.plan_in)(code, f.addr, &extra, &image)?;
+        self.entries.check(&plan, m.bias)?;
+        Ok(plan)
+    }
+
+    /// Checks that nothing from elsewhere in the module enters `plan`'s
+    /// window but at its first byte (for plans made outside [`Planner::plan`],
+    /// such as the long form of a probe).
+    pub fn check_entries(&self, plan: &SitePlan, bias: u64) -> Result<(), Refusal> {
+        self.entries.check(plan, bias)
+    }
+}

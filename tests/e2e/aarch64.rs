@@ -1,0 +1,205 @@
+//! AArch64 only: every relocated instruction class counted exactly in a
+//! real process, landing pads kept under an enforced BTI guard, the counter
+//! the CPU's atomics allow, and refusals.
+
+use crate::util::*;
+
+/// The functions of targets/prologues_aarch64.S that the target calls,
+/// each starting with a different instruction class.
+const PROLOGUES: [&str; 19] = [
+    "p_adr", "p_adrp", "p_ldr_x", "p_ldr_w", "p_ldrsw", "p_prfm", "p_ldr_d", "p_ldr_q", "p_b", "p_bl", "p_bcond",
+    "p_cbz", "p_cbnz", "p_tbz", "p_tbnz", "p_blr", "p_ret", "p_bti", "p_pac",
+];
+
+const BTI_C: u32 = 0xd503245f;
+const PACIASP: u32 = 0xd503233f;
+
+/// The A64 word at `addr` in the process.
+fn word_at(pid: i32, addr: u64) -> u32 {
+    u32::from_le_bytes(read_mem(pid, addr, 4).try_into().unwrap())
+}
+
+/// The target of the `b` at `addr`; panics if it is not a `b`.
+fn branch_target(pid: i32, addr: u64) -> u64 {
+    let w = word_at(pid, addr);
+    assert_eq!(w >> 26, 0b000101, "expected a `b` at {addr:#x}, found {w:#010x}");
+    let imm = ((w as i64) << 38) >> 38;
+    addr.wrapping_add((imm * 4) as u64)
+}
+
+fn function_addr(t: &Target, func: &str) -> u64 {
+    let maps = tp::process::read_maps(t.pid).unwrap();
+    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
+    modules.main().unwrap().function(func).unwrap().addr
+}
+
+/// Attaches to `funcs` of `target`, calls each `calls` times on `threads`
+/// threads, detaches, and checks counts, checksums and code.
+fn count_exactly(target: &str, funcs: &[&str], calls: u64, threads: u32) -> Target {
+    let mut t = Target::start(target);
+    let pid = t.pid.to_string();
+    let mut args = vec!["-p", pid.as_str(), "--json"];
+    for f in funcs {
+        args.extend(["-f", f]);
+    }
+    let session = Session::start(&args);
+    let mut own = std::collections::BTreeMap::new();
+    for f in funcs {
+        own.insert(f.to_string(), t.call(f, calls, threads));
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
+    assert_code_is_original(&t, funcs);
+    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach");
+    t
+}
+
+#[test]
+fn counts_every_relocated_instruction_class_exactly() {
+    let t = count_exactly("prologues", &PROLOGUES, 20_000, 2);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn landing_pads_stay_in_place_under_an_enforced_bti_guard() {
+    // The target guards its assembly pages with PROT_BTI and checked that an
+    // indirect call to a function without a landing pad raises SIGILL there;
+    // p_bti and p_pac are only ever called indirectly.
+    let mut t = Target::start("prologues-bti");
+    assert!(t.out.seen.iter().any(|l| l.starts_with("bti enforced")), "{:?}", t.out.seen);
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--json", "-f", "p_bti", "-f", "p_pac", "-f", "p_adrp"]);
+    let bti = function_addr(&t, "p_bti");
+    let pac = function_addr(&t, "p_pac");
+    assert_eq!(word_at(t.pid, bti), BTI_C, "bti c must stay at p_bti's entry");
+    assert_eq!(word_at(t.pid, pac), PACIASP, "paciasp must stay at p_pac's entry");
+    branch_target(t.pid, bti + 4);
+    branch_target(t.pid, pac + 4);
+    let own_bti = t.call("p_bti", 30_000, 2);
+    let own_pac = t.call("p_pac", 30_000, 1);
+    let own_adrp = t.call("p_adrp", 1_000, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let hits = hits_from_json(&stdout);
+    assert_eq!((hits["p_bti"], hits["p_pac"], hits["p_adrp"]), (own_bti, own_pac, own_adrp));
+    assert_code_is_original(&t, &["p_bti", "p_pac", "p_adrp"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn the_counter_uses_the_atomics_the_cpu_has() {
+    const HWCAP_ATOMICS: u64 = 1 << 8;
+    const STADD_X17_X16: u32 = 0xf831021f;
+    const LDXR_X17_X16: u32 = 0xc85f7e11;
+    // SAFETY: getauxval only reads this process's auxiliary vector.
+    let lse = unsafe { libc::getauxval(libc::AT_HWCAP) } & HWCAP_ATOMICS != 0;
+    // The CI stage runs this suite on a CPU with LSE and on one without, and
+    // says which it booted, so a VM that silently changed CPUs fails here.
+    if let Ok(expected) = std::env::var("TP_TEST_ATOMICS") {
+        assert_eq!(if lse { "lse" } else { "exclusive" }, expected, "the VM's CPU is not the one asked for");
+    }
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--json", "-f", "foo"]);
+    let detour = branch_target(t.pid, function_addr(&t, "foo"));
+    let words: Vec<u32> = (0..20).map(|k| word_at(t.pid, detour + 4 * k)).collect();
+    let want = if lse { STADD_X17_X16 } else { LDXR_X17_X16 };
+    assert!(words.contains(&want), "lse={lse}: {want:#010x} not in the detour {words:08x?}");
+    let calls = t.call("foo", 100_000, 4);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["foo"], calls);
+    eprintln!("counter with {}: {calls} calls from 4 threads, all counted", if lse { "stadd" } else { "ldxr/stxr" });
+    assert!(t.quit().success());
+}
+
+#[test]
+fn list_probes_skips_landing_pads_and_names_refusals() {
+    let path = target_path("prologues");
+    let args = ["list-probes", path.to_str().unwrap()];
+    let stdout = expect_success(&args, &tp(&args));
+    let verdict = |name: &str| {
+        let line = stdout.lines().find(|l| l.split_whitespace().nth(2) == Some(name));
+        let line = line.unwrap_or_else(|| panic!("no line for {name}:\n{stdout}"));
+        line.split_once("  ok ").or_else(|| line.split_once("  refused: ")).unwrap().1.trim().to_string()
+    };
+    assert_eq!(verdict("p_adr"), "(4 bytes: adr)");
+    assert_eq!(verdict("p_bti"), "(4 bytes: adrp)");
+    assert_eq!(verdict("p_pac"), "(4 bytes: stp)");
+    assert_eq!(verdict("p_bl"), "(4 bytes: bl)");
+    assert!(verdict("p_ldxr").contains("`ldxr`") && verdict("p_ldxr").contains("exclusive"), "{}", verdict("p_ldxr"));
+    assert!(verdict("p_mrs").starts_with("cannot relocate `mrs`"), "{}", verdict("p_mrs"));
+    assert!(verdict("p_svc").starts_with("`svc`"), "{}", verdict("p_svc"));
+}
+
+#[test]
+fn attaching_a_refused_function_touches_nothing() {
+    let t = Target::start("prologues");
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "p_adr", "-f", "p_ldxr"], "cannot probe `p_ldxr`");
+    assert!(line.contains("exclusive"), "{line}");
+    assert!(!has_region(t.pid), "nothing may be injected when a function is refused");
+    assert_code_is_original(&t, &["p_adr", "p_ldxr"]);
+}
+
+#[test]
+fn long_form_when_no_arena_fits_within_branch_reach() {
+    // With every free range within 129 MiB of the target reserved, tp's only
+    // way in is `adrp x16; add x16; br x16` to an arena up to 4 GiB away.
+    const ADRP_X16: (u32, u32) = (0x9f00_001f, 0x9000_0010);
+    const ADD_X16_X16: (u32, u32) = (0xffc0_03ff, 0x9100_0210);
+    const BR_X16: u32 = 0xd61f_0200;
+    let mut t = Target::start("prologues");
+    let crowded = t.ask("crowd", "crowded");
+    assert!(!crowded.contains("kib=-"), "the target could not reserve its neighbourhood: {crowded}");
+    assert!(field(&crowded, "kib") > 0, "{crowded}");
+    let pid = t.pid.to_string();
+    let funcs = ["p_adr", "p_adrp", "p_ldr_x", "p_bcond", "p_cbz", "p_tbz", "p_pac"];
+    let mut args = vec!["-p", pid.as_str(), "--json"];
+    for f in funcs {
+        args.extend(["-f", f]);
+    }
+    let session = Session::start(&args);
+    for f in funcs {
+        let site = function_addr(&t, f) + if f == "p_pac" { 4 } else { 0 };
+        let w: Vec<u32> = (0..3).map(|k| word_at(t.pid, site + 4 * k)).collect();
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
+        assert_eq!(w[0] & ADRP_X16.0, ADRP_X16.1, "{f}: {w:08x?} {site:#x}\n{maps}");
+        assert_eq!(w[1] & ADD_X16_X16.0, ADD_X16_X16.1, "{f}: {w:08x?}");
+        assert_eq!(w[2], BR_X16, "{f}: {w:08x?}");
+        let imm = (((w[0] >> 29) & 3) | (((w[0] >> 5) & 0x7_ffff) << 2)) as i64;
+        let detour = (site & !0xfff).wrapping_add(((imm << 43) >> 31) as u64) + ((w[1] >> 10) & 0xfff) as u64;
+        let distance = detour.abs_diff(site);
+        assert!(distance > 128 << 20 && distance < 4 << 30, "{f}: detour {detour:#x} is {distance:#x} away");
+    }
+    assert_eq!(word_at(t.pid, function_addr(&t, "p_pac")), PACIASP);
+    let mut own = std::collections::BTreeMap::new();
+    for f in funcs {
+        own.insert(f.to_string(), t.call(f, 20_000, 2));
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
+    assert_code_is_original(&t, &funcs);
+    assert!(!has_region(t.pid));
+    // p_b's first instruction branches to its third: the long form cannot take it.
+    let line = expect_error(&["attach", "-p", &pid, "-f", "p_b"], "cannot probe `p_b`");
+    assert!(line.contains("long form") && line.contains("branch into window"), "{line}");
+    assert!(!has_region(t.pid), "nothing may be injected when the only form is refused");
+    assert!(t.quit().success());
+}
+
+#[test]
+fn event_probes_are_refused_and_nothing_is_left_behind() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "foo", "--args", "--ret"], "aarch64 probes count calls");
+    assert!(line.contains("`tp attach` without --args/--ret"), "{line}");
+    let line = expect_error(&["profile", "-p", &pid, "-f", "foo", "--duration", "1"], "aarch64 probes count calls");
+    assert!(line.starts_with("tp: "), "{line}");
+    assert!(!has_region(t.pid), "a refused event probe must leave no memory behind");
+    assert_code_is_original(&t, &["foo"]);
+    assert_eq!(t.call("foo", 10, 1), 10);
+    assert!(t.quit().success());
+}

@@ -1,0 +1,73 @@
+//! Coverage on real binaries from Debian packages (.ci/run installs them):
+//! `tp list-probes --summary` must find at least 95 % of the functions of
+//! 5 bytes or more probeable, and `--json` must give a verdict for each.
+//! docs/coverage.md records the figures and the refusal reasons.
+
+use crate::util::*;
+
+/// (path, Debian package).
+const BINARIES: &[(&str, &str)] = &[
+    ("/usr/lib/x86_64-linux-gnu/libc.so.6", "libc6"),
+    ("/usr/bin/python3", "python3"),
+    ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "libstdc++6"),
+    ("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "libsqlite3-0"),
+    ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", "libssl3"),
+    ("/usr/bin/perl", "perl-base"),
+];
+
+/// (probeable, functions of at least 5 bytes) from a `--summary`.
+fn probeable(summary: &str) -> (u64, u64) {
+    let line = summary.lines().find(|l| l.starts_with("probeable: ")).unwrap_or_else(|| panic!("{summary}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    (words[1].parse().unwrap(), words[3].parse().unwrap())
+}
+
+#[test]
+fn at_least_95_percent_of_real_functions_are_probeable() {
+    let mut report = Vec::new();
+    for (path, package) in BINARIES {
+        assert!(std::path::Path::new(path).exists(), "{path} is missing: install the Debian package `{package}`");
+        let args = ["list-probes", path, "--summary"];
+        let out = expect_success(&args, &tp(&args));
+        let (ok, total) = probeable(&out);
+        assert!(total >= 500, "{path}: only {total} functions\n{out}");
+        let pct = 100.0 * ok as f64 / total as f64;
+        report.push(format!("{path}: {ok} of {total} ({pct:.1}%)"));
+        assert!(pct >= 95.0, "{path}: {pct:.1}% probeable\n{out}");
+    }
+    eprintln!("{}", report.join("\n"));
+}
+
+#[test]
+fn json_gives_every_function_of_a_real_library_a_verdict() {
+    let path = "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0";
+    assert!(std::path::Path::new(path).exists(), "{path} is missing: install the Debian package `libsqlite3-0`");
+    let summary = expect_success(&["list-probes", path, "--summary"], &tp(&["list-probes", path, "--summary"]));
+    let functions: usize = summary
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{summary}"));
+    let args = ["list-probes", path, "--json"];
+    let out = expect_success(&args, &tp(&args));
+    let mut with_code = 0;
+    for line in out.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, ["address", "func", "module", "probeable", "reason", "size"], "{line}");
+        assert!(v["module"].as_str().unwrap().starts_with("libsqlite3.so.0"), "{line}");
+        match v["probeable"].as_bool().unwrap() {
+            true => assert!(v["reason"].is_null(), "{line}"),
+            false => assert!(!v["reason"].as_str().unwrap().is_empty(), "{line}"),
+        }
+        if v["address"].is_string() {
+            assert!(v["address"].as_str().unwrap().starts_with("0x"), "{line}");
+            with_code += 1;
+        }
+    }
+    assert_eq!(with_code, functions, "one JSON object per function with code");
+}

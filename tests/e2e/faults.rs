@@ -1,0 +1,197 @@
+//! Fault injection (`TP_FAULT`, src/fault.rs): the tracer is killed with
+//! SIGKILL at each step of an attach and a detach, and the target keeps
+//! running correctly, no thread stays stopped or traced, no site is
+//! half-written, and `tp detach -p` brings back byte-identical code; then a
+//! new attach counts exactly. And the target is killed at each step: tp
+//! says so in one line and exits non-zero, without hanging.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Command, Output, Stdio};
+
+use crate::util::*;
+
+/// Runs tp with `TP_FAULT` set.
+fn tp_with_fault(fault: &str, args: &[&str]) -> Output {
+    let mut child = Command::new(tp_path())
+        .args(args)
+        .env("TP_FAULT", fault)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tp");
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    let mut err = Lines::new(child.stderr.take().unwrap());
+    let status = wait_timeout(&mut child);
+    Output { status, stdout: out.rest().join("\n").into_bytes(), stderr: err.rest().join("\n").into_bytes() }
+}
+
+/// Asserts no thread of `pid` is stopped or has a tracer.
+fn assert_no_thread_held(pid: i32) {
+    for tid in tp::process::threads(pid).unwrap() {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { continue };
+        let st = tp::process::parse_status(&text);
+        assert_eq!(st.tracer_pid, 0, "thread {tid} still traced");
+        assert!(!matches!(st.state, 't' | 'T'), "thread {tid} left stopped (state {})", st.state);
+    }
+}
+
+/// (anonymous executable mappings, descriptors of a tp-data memfd) in `pid`.
+fn tp_leftovers(pid: i32) -> (usize, usize) {
+    let maps = tp::process::read_maps(pid).unwrap();
+    let arenas = maps.iter().filter(|m| m.exec && m.path.is_empty()).count();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter(|e| {
+            std::fs::read_link(e.as_ref().unwrap().path()).is_ok_and(|l| l.to_string_lossy().contains("tp-data"))
+        })
+        .count();
+    (arenas, fds)
+}
+
+/// Each probed function's entry is either the file's bytes or a whole `jmp`.
+fn assert_sites_whole(t: &Target, funcs: &[&str]) {
+    for f in funcs {
+        let (now, file) = entry_bytes(t, f);
+        let site = if file[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { 4 } else { 0 };
+        assert!(now == file || now[site] == 0xe9, "`{f}` is neither original nor patched: {now:02x?} vs {file:02x?}");
+    }
+}
+
+/// Kills tp at `fault` while two threads call foo and bar (unless `quiet`),
+/// then checks the target and cleans up.
+fn tracer_killed_at(fault: &str, quiet: bool) {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    if !quiet {
+        t.ask("spin 2 hot", "spinning");
+    }
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    let out = tp_with_fault(fault, &args);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGKILL),
+        "TP_FAULT={fault}: tp should have died at the step; stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_no_thread_held(t.pid);
+    assert_sites_whole(&t, &["foo", "bar"]);
+
+    // The target keeps computing correctly, whatever tp left in it.
+    if !quiet {
+        let stopped = t.ask("stop", "stopped");
+        assert!(stopped.ends_with("checksum=ok"), "TP_FAULT={fault}: {stopped}");
+    }
+    assert_eq!(t.call("foo", 10_000, 2), 20_000);
+    assert_eq!(t.call("bar", 10_000, 2), 20_000);
+
+    // tp detach brings the code back, and the memory goes (no thread runs in
+    // it now), also what a tp killed before the region existed left.
+    let out = tp(&["detach", "-p", &pid]);
+    expect_success(&["detach", "-p", &pid], &out);
+    assert_code_is_original(&t, &["foo", "bar"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!has_region(t.pid), "TP_FAULT={fault}: {stderr}");
+    assert_eq!(tp_leftovers(t.pid), (0, 0), "TP_FAULT={fault}: {stderr}");
+    assert_no_thread_held(t.pid);
+
+    // A new attach counts exactly.
+    let session = Session::start(&["-p", &pid, "-f", "foo", "-f", "bar", "--json"]);
+    let calls = t.call("foo", 12_345, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "TP_FAULT={fault}: {stderr}");
+    let hits = hits_from_json(&stdout);
+    assert_eq!((hits["foo"], hits["bar"]), (calls, 0), "TP_FAULT={fault}");
+    assert_code_is_original(&t, &["foo", "bar"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn tracer_killed_during_attach() {
+    for fault in [
+        "after-seize",
+        "after-name-write",
+        "after-memfd",
+        "after-inject",
+        "after-detour-write",
+        "after-detour-write:2",
+        "after-detour",
+        "after-entry",
+        "after-entry:2",
+        "after-entries",
+        "before-patch",
+        "after-patch",
+        "before-patch:2",
+        "after-patch:2",
+    ] {
+        tracer_killed_at(fault, false);
+    }
+}
+
+#[test]
+fn tracer_killed_during_detach() {
+    // after-seize:2 is the detach's stop of every thread.
+    for fault in ["after-seize:2", "before-restore", "during-detach", "before-restore:2", "during-detach:2"] {
+        tracer_killed_at(fault, false);
+    }
+    // The unmap is reached only when no thread runs in a detour: a quiet target.
+    tracer_killed_at("after-unmap-region", true);
+}
+/// Kills the target at `step` of an attach; tp must fail in one line.
+fn target_killed_at(step: &str) -> String {
+    let mut t = Target::start("counter");
+    t.ask("spin 2 hot", "spinning");
+    let pid = t.pid.to_string();
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    let out = tp_with_fault(&format!("target:{step}"), &args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let status = wait_timeout(&mut t.child);
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "the fault should have killed the target");
+    assert!(out.status.code().is_some(), "target:{step}: tp died of {:?}: {stderr}", out.status.signal());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(
+        lines.len() == 1 && !out.status.success(),
+        "target:{step}: want one line and a failure, got {:?}: {stderr}",
+        out.status
+    );
+    lines[0].to_string()
+}
+
+#[test]
+fn target_killed_during_attach_is_reported_in_one_line() {
+    for step in ["after-seize", "after-inject", "after-detour", "after-entries", "before-patch", "after-patch"] {
+        let line = target_killed_at(step);
+        assert!(line.contains("exited while tp was attaching"), "target:{step}: {line}");
+    }
+}
+
+#[test]
+fn target_killed_during_detach_still_gives_the_final_counts() {
+    for step in ["after-seize:2", "before-restore", "during-detach"] {
+        let mut t = Target::start("counter");
+        t.ask("spin 2 hot", "spinning");
+        let pid = t.pid.to_string();
+        let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2", "--json"];
+        let out = tp_with_fault(&format!("target:{step}"), &args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "target:{step}: {stderr}");
+        assert!(stderr.contains(&format!("process {pid} exited; final counts")), "target:{step}: {stderr}");
+        let hits = hits_from_json(&String::from_utf8_lossy(&out.stdout));
+        assert!(hits["foo"] > 0 && hits["bar"] > 0, "target:{step}: the spinning threads were counted: {hits:?}");
+        assert_eq!(wait_timeout(&mut t.child).signal(), Some(libc::SIGKILL));
+    }
+}
+
+#[test]
+fn target_killed_during_tp_detach_is_reported_in_one_line() {
+    for step in ["after-seize", "before-restore", "during-detach", "after-unmap-region"] {
+        let t = Target::start("counter");
+        let pid = t.pid.to_string();
+        expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "-f", "bar", "--keep"]));
+        let out = tp_with_fault(&format!("target:{step}"), &["detach", "-p", &pid]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "target:{step}: {stderr}");
+        assert_eq!(stderr.trim(), format!("tp: process {pid} exited; nothing left to restore"), "target:{step}");
+    }
+}

@@ -1,0 +1,173 @@
+//! `tp profile`: exact call counts, latency samples within the budget of
+//! every epoch, known latencies, tail calls and longjmp under sampling
+//! return probes, the text table and the trace file.
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// A running `tp profile`.
+fn start(pid: i32, args: &[&str]) -> Session {
+    let pid = pid.to_string();
+    let mut full = vec!["-p", pid.as_str()];
+    full.extend_from_slice(args);
+    Session::spawn("profile", &full, &[], Some("tp: profiling"))
+}
+
+/// Stops a profile; returns (stdout, epochs it reported, stderr).
+fn stop(session: Session) -> (String, u64, String) {
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp profile failed: {stderr}");
+    let line = stderr.lines().find(|l| l.contains(" epochs in ")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(line.contains("toggles/s") && line.contains("samples/s"), "{line}");
+    let epochs = line.trim_start_matches("tp: ").split(' ').next().unwrap().parse().unwrap();
+    (stdout, epochs, stderr)
+}
+
+/// The rows of a `--json` profile, by function.
+fn rows(stdout: &str) -> std::collections::BTreeMap<String, Value> {
+    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON: {stdout}"));
+    let v: Value = serde_json::from_str(line).unwrap();
+    assert!(v["toggles_per_s"].as_u64().is_some() && v["samples_per_s"].as_u64().is_some(), "{v}");
+    v["functions"].as_array().unwrap().iter().map(|f| (f["func"].as_str().unwrap().to_string(), f.clone())).collect()
+}
+
+/// The wall-clock seconds a `--json` profile covered.
+fn seconds(stdout: &str) -> f64 {
+    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
+    serde_json::from_str::<Value>(line).unwrap()["seconds"].as_f64().unwrap()
+}
+
+fn num(row: &Value, key: &str) -> u64 {
+    row[key].as_u64().unwrap_or_else(|| panic!("no {key} in {row}"))
+}
+
+#[test]
+fn calls_are_exact_and_samples_stay_within_each_epochs_budget() {
+    let mut t = Target::start("events");
+    let session = start(
+        t.pid,
+        &[
+            "-f", "add", "-f", "fib", "-f", "nap", "-f", "tail_*", "-f", "jumper", "--sample", "3", "--epoch", "20ms",
+            "--json",
+        ],
+    );
+    let quiet = t.ask("quiet 100000", "done quiet");
+    assert_eq!(field(&quiet, "sum"), 100_000 * 99_999);
+    let fib = t.ask("fib 18", "done fib");
+    let tail = t.ask("tail 5000", "done tail");
+    assert_eq!(field(&tail, "sum"), 3 * 5000 * 5001 / 2, "tail calls under return probes must return the right values");
+    t.ask("jump 50", "done jump");
+    for _ in 0..3 {
+        t.ask("nap 30", "done nap");
+    }
+    t.ask("quiet 10", "done quiet");
+    let (stdout, epochs, _) = stop(session);
+    assert!(t.quit().success(), "the target must exit 0");
+
+    let rows = rows(&stdout);
+    let calls = |f: &str| num(&rows[f], "calls");
+    assert_eq!(calls("add"), 100_010);
+    assert_eq!(calls("fib"), field(&fib, "calls"));
+    assert_eq!((calls("tail_outer"), calls("tail_inner")), (5000, 5000));
+    assert_eq!(calls("jumper"), 51);
+    assert_eq!(calls("nap"), 3);
+    for (func, row) in &rows {
+        let samples = num(row, "samples");
+        // At most twice --sample per epoch, and one budget more at install.
+        assert!(samples <= 6 * (epochs + 1), "{func}: {samples} samples in {epochs} epochs");
+        assert!(samples <= num(row, "calls"), "{row}");
+        assert!(func == "jumper" || samples >= 1, "{row}");
+    }
+    // Frames longjmp skipped never return: they are reaped, not timed.
+    assert_eq!(num(&rows["jumper"], "samples"), 0, "{}", rows["jumper"]);
+    assert!(rows["jumper"]["mean_ns"].is_null());
+    // The first call of a function whose rate tp does not know yet is never
+    // timed (see events/sampling.rs); once its rate is known (one call per
+    // epoch), every call is.
+    let nap = &rows["nap"];
+    assert_eq!(num(nap, "samples"), 2);
+    let mean = num(nap, "mean_ns");
+    assert!((30_000_000..300_000_000).contains(&mean), "nap(30) took {mean} ns on average");
+    // Shares are of the profile's wall-clock time: nap ran 90 ms of it.
+    let seconds = seconds(&stdout);
+    let nap_share = rows["nap"]["time_share"].as_f64().unwrap();
+    assert!(nap_share * seconds >= 0.085 && nap_share <= 1.0, "nap: {nap_share} of {seconds} s");
+}
+
+#[test]
+fn threads_racing_for_the_last_sample_never_overspend_it() {
+    let mut t = Target::start("counter");
+    let session = start(t.pid, &["-f", "foo", "-f", "bar", "--sample", "5", "--epoch", "5ms", "--json"]);
+    let foo = t.call("foo", 3_000_000, 2);
+    let bar = t.call("bar", 1_000, 2);
+    let (stdout, epochs, _) = stop(session);
+    assert!(t.quit().success());
+    let rows = rows(&stdout);
+    assert_eq!((num(&rows["foo"], "calls"), num(&rows["bar"], "calls")), (foo, bar));
+    let samples = num(&rows["foo"], "samples");
+    assert!(samples >= 5 && samples <= 10 * (epochs + 1), "{samples} samples in {epochs} epochs");
+}
+
+#[test]
+fn samples_are_spread_over_calls_not_taken_after_pauses() {
+    // Each round: a 1 ms pause, one 200 µs call of pulse, 99 that return at
+    // once; the true mean is about 2 µs. Timing the first calls after each
+    // epoch began would mostly catch the long call that follows the pause
+    // (a mean near 20 µs); timing calls at random among all calls does not.
+    let mut t = Target::start("events");
+    let session = start(t.pid, &["-f", "pulse", "--json"]);
+    t.ask("burst 400", "done burst");
+    let (stdout, _, _) = stop(session);
+    assert!(t.quit().success());
+    let rows = rows(&stdout);
+    let pulse = &rows["pulse"];
+    assert_eq!(num(pulse, "calls"), 40_000);
+    let (samples, mean) = (num(pulse, "samples"), num(pulse, "mean_ns"));
+    assert!(samples >= 100, "{pulse}");
+    assert!(mean < 8_000, "the mean of {samples} samples is {mean} ns: biased towards the calls after a pause");
+}
+
+#[test]
+fn the_table_and_the_trace_file() {
+    let mut t = Target::start("events");
+    let trace = std::env::temp_dir().join(format!("tp-profile-{}.json", t.pid));
+    let path = trace.to_str().unwrap();
+    let session = start(t.pid, &["-f", "*", "--sample", "2", "-o", path]);
+    t.ask("call 20 2", "done call");
+    for _ in 0..3 {
+        t.ask("nap 30", "done nap");
+    }
+    let (stdout, _, stderr) = stop(session);
+    assert!(t.quit().success());
+    assert!(stderr.contains("functions of"), "{stderr}");
+    let mut lines = stdout.lines();
+    let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    assert_eq!(head, ["FUNCTION", "SAMPLES", "CALLS", "MEAN", "P50", "P99", "TIME%"]);
+    let nap = lines.find(|l| l.starts_with("nap ")).unwrap_or_else(|| panic!("{stdout}"));
+    let cols: Vec<&str> = nap.split_whitespace().collect();
+    assert_eq!(cols[1..3], ["2", "3"], "{nap}");
+    assert!(stdout.lines().any(|l| l.starts_with("greet ")), "{stdout}");
+
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let naps: Vec<&Value> = events.iter().filter(|e| e["name"] == "nap" && e["ph"] == "X").collect();
+    assert_eq!(naps.len(), 2, "{text}");
+    assert!(naps[0]["dur"].as_f64().unwrap() >= 30_000.0, "{}", naps[0]);
+}
+
+#[test]
+fn profile_errors_name_the_fix() {
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    expect_error(&["profile", "-p", &pid, "-f", "no_such_function"], "no_such_function");
+    for (bad, needle) in [("--epoch=soon", "10ms"), ("--sample=0", "--sample")] {
+        let out = tp(&["profile", "-p", &pid, "-f", "foo", bad]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.starts_with("error: ") && stderr.contains(needle), "{stderr}");
+    }
+    assert!(!has_region(t.pid));
+}

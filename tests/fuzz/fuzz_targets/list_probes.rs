@@ -1,0 +1,31 @@
+//! `tp list-probes` on arbitrary bytes: ELF parsing (goblin), symbol
+//! extraction, the bytes behind each symbol, split-off parts, planning a
+//! window for each function with the ISA its header names, and the verdict
+//! text. Any panic is a bug: list-probes must answer every file with a
+//! table or one error line.
+#![no_main]
+
+use std::path::Path;
+
+use libfuzzer_sys::fuzz_target;
+use tp::arch::Isa;
+use tp::cmd::list_probes::verdict_text;
+use tp::symbols::{self, ElfFile};
+
+fuzz_target!(|data: &[u8]| {
+    let path = Path::new("fuzz.elf");
+    let Ok(elf) = ElfFile::parse(data.to_vec(), path, path) else { return };
+    let Some(isa) = Isa::for_machine(elf.machine) else { return };
+    // What list-probes' verdicts() does, row by row.
+    for f in elf.unique_functions().into_iter().filter(|f| f.size > 0) {
+        let verdict = match elf.bytes_at(f.addr, f.size) {
+            None => continue,
+            Some(code) => {
+                let extra = symbols::cold_targets(&elf, 0, &f.name, f.addr, f.size, isa);
+                (isa.plan)(code, f.addr, &extra)
+            }
+        };
+        let _ = verdict_text(&verdict);
+    }
+    let _ = elf.bias_from(0x5555_5555_4000, 0);
+});

@@ -1,0 +1,250 @@
+//! Differential execution of relocated x86-64 windows.
+//!
+//! For every rewrite class, the planner picks the window of a small function,
+//! the relocator re-encodes it at another address, and `reloc_harness`
+//! (targets/reloc_harness.c) runs the original bytes and the relocated bytes
+//! from identical random register, flag, xmm and memory states, and compares
+//! registers, flags, xmm, memory and where control ends up. Each case runs
+//! with the code below 4 GiB and high in the address space (return addresses
+//! that do not fit a sign-extended imm32), with the copy above and below it.
+#![cfg(target_arch = "x86_64")]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use tp::arch::x86_64::decode::disassemble;
+use tp::arch::x86_64::{detour, relocate, window};
+use tp::arch::{DetourSpec, SitePlan};
+use tp::probe::layout::kind;
+
+/// Addresses of the original code; the data region is 1 MiB below each.
+const ORIGINS: [u64; 2] = [0x1040_0000, 0x5555_5540_0000];
+/// Where the relocated copy goes, relative to the original.
+const DISTANCES: [i64; 2] = [0x7000_0000, -0x0800_0000];
+const DATA_BELOW: u64 = 0x10_0000;
+const TRIALS: &str = "32";
+
+/// One window: its bytes, their disassembly at `ORIGINS[0]`, and registers
+/// the comparison leaves out.
+struct Case {
+    asm: &'static str,
+    bytes: &'static [u8],
+    skip: &'static str,
+}
+
+const fn case(asm: &'static str, bytes: &'static [u8]) -> Case {
+    Case { asm, bytes, skip: "" }
+}
+
+// RIP-relative operands below use displacement -0xe0000 (00 00 f2 ff): 128 KiB
+// into the data region, plus the instruction's end offset. Pointers for
+// `jmp/call [rip + x]` are read from the data region's first words, which
+// hold addresses in the original's trap region.
+const CASES: &[Case] = &[
+    // Plain instructions, copied, then a jmp back.
+    case("push rbp; mov rbp, rsp; push rbx", &[0x55, 0x48, 0x89, 0xe5, 0x53]),
+    case("nop word ptr cs:[rax + rax]", &[0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0]),
+    case("mov rax, qword ptr fs:[0x28]", &[0x64, 0x48, 0x8b, 0x04, 0x25, 0x28, 0, 0, 0]),
+    case("rep stosb byte ptr [rdi], al; mov rax, rdi", &[0xf3, 0xaa, 0x48, 0x89, 0xf8]),
+    // RIP-relative memory operands: new displacements.
+    case("mov rax, qword ptr [rip - 0xe0000]", &[0x48, 0x8b, 0x05, 0x00, 0x00, 0xf2, 0xff]),
+    case("mov qword ptr [rip - 0xe0000], rdi", &[0x48, 0x89, 0x3d, 0x00, 0x00, 0xf2, 0xff]),
+    case("lea rdx, [rip - 0xe0000]", &[0x48, 0x8d, 0x15, 0x00, 0x00, 0xf2, 0xff]),
+    case("cmp dword ptr [rip - 0xe0000], 5", &[0x83, 0x3d, 0x00, 0x00, 0xf2, 0xff, 0x05]),
+    case("mov dword ptr [rip - 0xe0000], 0x12345678", &[0xc7, 0x05, 0x00, 0x00, 0xf2, 0xff, 0x78, 0x56, 0x34, 0x12]),
+    case("lock add dword ptr [rip - 0xe0000], eax", &[0xf0, 0x01, 0x05, 0x00, 0x00, 0xf2, 0xff]),
+    case("push qword ptr [rip - 0xe0000]", &[0xff, 0x35, 0x00, 0x00, 0xf2, 0xff]),
+    case("movsd xmm0, qword ptr [rip - 0xe0000]", &[0xf2, 0x0f, 0x10, 0x05, 0x00, 0x00, 0xf2, 0xff]),
+    case("movdqu xmm3, xmmword ptr [rip - 0xe0000]", &[0xf3, 0x0f, 0x6f, 0x1d, 0x00, 0x00, 0xf2, 0xff]),
+    case("vpaddd xmm2, xmm1, xmmword ptr [rip - 0xe0000]", &[0xc5, 0xf1, 0xfe, 0x15, 0x00, 0x00, 0xf2, 0xff]),
+    case("lea eax, [eip - 0xe0000]", &[0x67, 0x8d, 0x05, 0x00, 0x00, 0xf2, 0xff]),
+    case("mov eax, dword ptr [eip - 0xe0000]", &[0x67, 0x8b, 0x05, 0x00, 0x00, 0xf2, 0xff]),
+    case("mov rcx, rdi; lea rdx, [rip - 0xe0000]", &[0x48, 0x89, 0xf9, 0x48, 0x8d, 0x15, 0x00, 0x00, 0xf2, 0xff]),
+    // Conditional branches, rel8 (widened) and rel32.
+    case("test edi, edi; jne 0x10400040; nop", &[0x85, 0xff, 0x75, 0x3c, 0x90]),
+    case("cmp rdi, rsi; jb 0x10400109", &[0x48, 0x39, 0xf7, 0x0f, 0x82, 0x00, 0x01, 0x00, 0x00]),
+    case("cmp esi, 3; jle 0x103fff85", &[0x83, 0xfe, 0x03, 0x7e, 0x80]),
+    // jcc whose target is the window's end.
+    case("test edi, edi; jne 0x10400005; nop", &[0x85, 0xff, 0x75, 0x01, 0x90]),
+    // jmp ending the window (the bytes after it never run).
+    case("mov eax, edi; jmp 0x10400024; int3", &[0x89, 0xf8, 0xeb, 0x20, 0xcc]),
+    case("jmp 0x10401005", &[0xe9, 0x00, 0x10, 0x00, 0x00]),
+    case("bnd jmp 0x10401006", &[0xf2, 0xe9, 0x00, 0x10, 0x00, 0x00]),
+    case("jmp qword ptr [rip - 0xffffe]", &[0xff, 0x25, 0x02, 0x00, 0xf0, 0xff]),
+    // ret ending the window.
+    case("test edi, edi; jne 0x10400005; ret", &[0x85, 0xff, 0x75, 0x01, 0xc3]),
+    case("ret 8; nop; nop", &[0xc2, 0x08, 0x00, 0x90, 0x90]),
+    // A call as the last instruction: push the original return address, jmp.
+    case("push rbx; call 0x10400206", &[0x53, 0xe8, 0x00, 0x02, 0x00, 0x00]),
+    case("call 0x10400205", &[0xe8, 0x00, 0x02, 0x00, 0x00]),
+    case("call 0x10400005", &[0xe8, 0x00, 0x00, 0x00, 0x00]),
+    case("push rbx; push rbp; push r12; call rax", &[0x53, 0x55, 0x41, 0x54, 0xff, 0xd0]),
+    // (r11 carries the target of a `call [mem]`.)
+    Case {
+        asm: "push rbx; mov rbx, rdi; call qword ptr [rbx]",
+        bytes: &[0x53, 0x48, 0x89, 0xfb, 0xff, 0x13],
+        skip: "r11",
+    },
+    Case {
+        asm: "push rbx; call qword ptr [rip - 0xfffff]",
+        bytes: &[0x53, 0xff, 0x15, 0x01, 0x00, 0xf0, 0xff],
+        skip: "r11",
+    },
+    Case { asm: "push rbx; call qword ptr [rsp + 8]", bytes: &[0x53, 0xff, 0x54, 0x24, 0x08], skip: "r11" },
+    // loop / jrcxz (rel8 only: rewritten into a short jump over a long one).
+    case("loop 0x10400012; nop; nop; nop", &[0xe2, 0x10, 0x90, 0x90, 0x90]),
+    case("loope 0x10400012; nop; nop; nop", &[0xe1, 0x10, 0x90, 0x90, 0x90]),
+    case("loopne 0x10400012; nop; nop; nop", &[0xe0, 0x10, 0x90, 0x90, 0x90]),
+    case("jrcxz 0x10400012; nop; nop; nop", &[0xe3, 0x10, 0x90, 0x90, 0x90]),
+    case("jecxz 0x10400013; nop; nop", &[0x67, 0xe3, 0x10, 0x90, 0x90]),
+    // A syscall as the last instruction (getpid); rcx holds the address after
+    // the syscall, which differs by design.
+    Case { asm: "push 0x27; pop rax; syscall", bytes: &[0x6a, 0x27, 0x58, 0x0f, 0x05], skip: "rcx" },
+];
+
+fn harness() -> PathBuf {
+    PathBuf::from(env!("TP_TARGETS_DIR")).join("reloc_harness")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The planner's window for `bytes` (followed by a `ret`) at `orig`.
+fn plan_at(c: &Case, orig: u64) -> SitePlan {
+    let mut code = c.bytes.to_vec();
+    code.push(0xc3);
+    let plan = window::plan(&code, orig, &[]).unwrap_or_else(|r| panic!("`{}` refused: {r}", c.asm));
+    assert_eq!(plan.window, c.bytes, "`{}`: the planner chose another window", c.asm);
+    plan
+}
+
+/// Runs the harness on `orig_bytes` at `orig` and `reloc` at `at`; returns (matched, output).
+fn run_harness(orig: u64, orig_bytes: &[u8], at: u64, reloc: &[u8], skip: &str) -> (bool, String) {
+    run_harness_below_sp(orig, orig_bytes, at, reloc, skip, 0)
+}
+
+/// Like [`run_harness`], leaving `below_sp` bytes under the stack pointer out.
+fn run_harness_below_sp(
+    orig: u64,
+    orig_bytes: &[u8],
+    at: u64,
+    reloc: &[u8],
+    skip: &str,
+    below_sp: u64,
+) -> (bool, String) {
+    let mut cmd = Command::new(harness());
+    cmd.args(["-n", TRIALS, "-d", &format!("{:#x}", orig - DATA_BELOW), "-z", &below_sp.to_string()]);
+    if !skip.is_empty() {
+        cmd.args(["-c", skip]);
+    }
+    cmd.args([format!("{orig:#x}"), hex(orig_bytes), format!("{at:#x}"), hex(reloc)]);
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {}: {e}", harness().display()));
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.code().is_some_and(|c| c < 2), "harness misused or crashed: {text}");
+    let matched = out.status.success() && text.contains(&format!("{TRIALS}/{TRIALS} trials matched"));
+    (matched, text)
+}
+
+#[test]
+fn case_table_disassembles_as_written() {
+    for c in CASES {
+        assert_eq!(disassemble(c.bytes, ORIGINS[0]).join("; "), c.asm, "{:02x?}", c.bytes);
+    }
+}
+
+#[test]
+fn every_rewrite_class_behaves_like_the_original() {
+    let mut failures = Vec::new();
+    let mut runs = 0;
+    for c in CASES {
+        for orig in ORIGINS {
+            let plan = plan_at(c, orig);
+            for d in DISTANCES {
+                let at = orig.wrapping_add_signed(d);
+                let reloc = relocate::relocate(&plan, at).unwrap_or_else(|r| panic!("`{}` at {at:#x}: {r}", c.asm));
+                let (ok, text) = run_harness(orig, &plan.window, at, &reloc.code, c.skip);
+                runs += 1;
+                if !ok {
+                    let got = disassemble(&reloc.code, at).join("; ");
+                    failures.push(format!("`{}` at {orig:#x} -> {at:#x} (`{got}`):\n{text}", c.asm));
+                }
+            }
+        }
+    }
+    assert_eq!(runs, CASES.len() * 4);
+    assert!(failures.is_empty(), "{} of {runs} runs differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn window_after_endbr64_behaves_like_the_original() {
+    let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3];
+    let orig = ORIGINS[0];
+    let plan = window::plan(&code, orig - 4, &[]).unwrap();
+    assert_eq!(plan.site, orig);
+    let at = orig + 0x7000_0000;
+    let reloc = relocate::relocate(&plan, at).unwrap();
+    let (ok, text) = run_harness(orig, &plan.window, at, &reloc.code, "");
+    assert!(ok, "{text}");
+}
+
+/// The harness must catch the mistakes relocation exists to avoid.
+#[test]
+fn harness_detects_wrong_relocations() {
+    let orig = ORIGINS[0];
+    let at = orig + 0x7000_0000;
+    // `jmp target` placed `pos` bytes into the copy.
+    let jmp = |pos: u64, target: u64| -> Vec<u8> {
+        let rel = target as i64 - (at + pos + 5) as i64;
+        [&[0xe9][..], &(rel as i32).to_le_bytes()].concat()
+    };
+    // A RIP-relative load copied verbatim reads another address.
+    let load = [0x48, 0x8b, 0x05, 0x00, 0x00, 0xf2, 0xff];
+    let verbatim = [&load[..], &jmp(7, orig + 7)].concat();
+    let (ok, text) = run_harness(orig, &load, at, &verbatim, "");
+    assert!(!ok, "a verbatim RIP-relative copy went unnoticed: {text}");
+    // A call re-encoded as a plain call returns into the copy, not the original.
+    let call = [0x53, 0xe8, 0x00, 0x02, 0x00, 0x00];
+    let rel = (orig + 0x206) as i64 - (at as i64 + 6);
+    let wrong = [&[0x53, 0xe8][..], &(rel as i32).to_le_bytes()].concat();
+    let (ok, text) = run_harness(orig, &call, at, &wrong, "");
+    assert!(!ok, "a call pushing the copy's return address went unnoticed: {text}");
+    // The jump back must land exactly at the window's end.
+    let push = [0x55, 0x48, 0x89, 0xe5, 0x53];
+    let short = [&push[..], &jmp(5, orig + 4)].concat();
+    let (ok, text) = run_harness(orig, &push, at, &short, "");
+    assert!(!ok, "a jump back to the wrong address went unnoticed: {text}");
+}
+
+/// The whole detour (counting prefix, then the relocated window) leaves
+/// every register and flag as the original does, whether the probe counts
+/// or is disabled. Its counters live in the copy's trap region; the two
+/// words it saves below the stack pointer are left out of the comparison.
+#[test]
+fn the_whole_detour_preserves_every_register_and_flag() {
+    let mut runs = 0;
+    for c in CASES.iter().filter(|c| c.skip.is_empty()) {
+        for orig in ORIGINS {
+            let plan = plan_at(c, orig);
+            let at = orig.wrapping_add_signed(DISTANCES[0]);
+            // A byte of int3 (enabled), then a zero byte of the data region (disabled).
+            for flag_addr in [orig + 0x2000, orig - DATA_BELOW + 7] {
+                let spec = DetourSpec {
+                    probe_index: 5,
+                    kind: kind::COUNT,
+                    runtime: None,
+                    flag_addr,
+                    countdowns_from_counters: 0,
+                    counters: at + 0x2_0000,
+                    slot_bits: 6,
+                    stride_shift: 8,
+                };
+                let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
+                let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);
+                assert!(ok, "detour of `{}` at {orig:#x} (flag {flag_addr:#x}):\n{text}", c.asm);
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs >= 100, "{runs}");
+}

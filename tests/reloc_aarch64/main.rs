@@ -1,0 +1,206 @@
+//! Differential relocation tests for AArch64: for every rewrite class, the
+//! original instruction and tp's relocation of it run from identical states
+//! under qemu-aarch64 (user mode), and their registers (x0-x30, SP, NZCV,
+//! v0-v31), where control went next, and the memory they wrote must agree
+//! over 64 random states (harness.c does the running and comparing).
+//!
+//! Needs `aarch64-linux-gnu-gcc` and `qemu-aarch64-static` (installed by
+//! `.ci/aarch64/setup-host.sh`); built only with `--features qemu-tests`,
+//! which the AArch64 CI stage passes.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use tp::arch::aarch64::decode::disassemble;
+use tp::arch::aarch64::relocate::{Exit, relocate_alone};
+use tp::arch::aarch64::window;
+
+/// Where the original instruction sits.
+const ORIG: u64 = 0x5000_0100;
+/// Where its relocation runs: 64 MiB away, within `b` reach as tp's arenas are.
+const TRAMP: u64 = 0x5400_0000;
+
+/// The harness, cross-compiled once per test run.
+fn harness() -> &'static PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/reloc_aarch64/harness.c");
+        let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("reloc-harness-aarch64");
+        let status = Command::new("aarch64-linux-gnu-gcc")
+            .args(["-O1", "-static", "-Wall", "-Werror", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap_or_else(|e| panic!("aarch64-linux-gnu-gcc: {e} (run .ci/aarch64/setup-host.sh)"));
+        assert!(status.success(), "building {}", src.display());
+        out
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Runs the harness; returns (all trials matched, its output).
+fn differential(orig: &[u8], tramp: &[u8], scratch: &[&str]) -> (bool, String) {
+    differential_at(TRAMP, orig, tramp, scratch)
+}
+
+/// Runs the harness with the relocation at `at`.
+fn differential_at(at: u64, orig: &[u8], tramp: &[u8], scratch: &[&str]) -> (bool, String) {
+    let mut cmd = Command::new("qemu-aarch64-static");
+    // Without SVE, signal frames carry v0-v31 where the harness edits them.
+    cmd.args(["-cpu", "max,sve=off,sme=off"]).arg(harness()).args(["-n", "64"]);
+    if !scratch.is_empty() {
+        cmd.args(["-c", &scratch.join(",")]);
+    }
+    cmd.args([format!("{ORIG:#x}"), hex(orig), format!("{at:#x}"), hex(tramp)]);
+    let out = cmd.output().unwrap_or_else(|e| panic!("qemu-aarch64-static: {e} (run .ci/aarch64/setup-host.sh)"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("trials matched"), "the harness did not run: {text}");
+    (out.status.success(), text)
+}
+
+/// One original instruction, what capstone calls it at ORIG, and the scratch
+/// registers its relocation may clobber (which the original leaves alone).
+struct Case {
+    asm: String,
+    word: u32,
+    scratch: &'static [&'static str],
+}
+
+fn case(asm: &str, word: u32, scratch: &'static [&'static str]) -> Case {
+    Case { asm: asm.to_string(), word, scratch }
+}
+
+fn cases() -> Vec<Case> {
+    let mut c = vec![
+        case("adr x0, #0x50001100", 0x1000_8000, &[]),
+        case("adr x5, #0x500000fd", 0x30ff_ffe5, &[]),
+        case("adrp x1, #0x50003000", 0xf000_0001, &[]),
+        case("adrp x16, #0x10000000", 0x90e0_0010, &[]),
+        case("adrp x30, #0x50001000", 0xb000_001e, &[]),
+        case("ldr x2, #0x50000200", 0x5800_0802, &[]),
+        case("ldr w3, #0x500000c0", 0x18ff_fe03, &[]),
+        case("ldrsw x4, #0x50000180", 0x9800_0404, &[]),
+        case("ldr x17, #0x50000108", 0x5800_0051, &[]),
+        case("ldr wzr, #0x50000108", 0x1800_005f, &["x16"]),
+        case("prfm pldl1keep, #0x50000120", 0xd800_0100, &["x16"]),
+        case("ldr s1, #0x50000110", 0x1c00_0081, &["x16"]),
+        case("ldr d2, #0x50000000", 0x5cff_f802, &["x16"]),
+        case("ldr q3, #0x50000300", 0x9c00_1003, &["x16"]),
+        case("b #0x50000140", 0x1400_0010, &[]),
+        case("b #0x4d000100", 0x1740_0000, &[]),
+        case("bl #0x50000140", 0x9400_0010, &[]),
+        case("cbz x1, #0x50000140", 0xb400_0201, &[]),
+        case("cbnz w2, #0x500000c0", 0x35ff_fe02, &[]),
+        case("cbz x30, #0x50000140", 0xb400_021e, &[]),
+        case("tbz w3, #0, #0x50000140", 0x3600_0203, &[]),
+        case("tbnz w4, #5, #0x50000140", 0x3728_0204, &[]),
+        case("tbz x5, #0x3f, #0x50000140", 0xb6f8_0205, &[]),
+        case("tbnz x6, #0x21, #0x500000c0", 0xb70f_fe06, &[]),
+        case("blr x7", 0xd63f_00e0, &["x17"]),
+        case("blr x30", 0xd63f_03c0, &["x17"]),
+        case("ret", 0xd65f_03c0, &[]),
+        case("br x3", 0xd61f_0060, &[]),
+        case("stp x29, x30, [sp, #-0x10]!", 0xa9bf_7bfd, &[]),
+        case("add x0, x1, x2", 0x8b02_0020, &[]),
+        case("str x1, [x2]", 0xf900_0041, &[]),
+        case("adds x0, x1, #1", 0xb100_0420, &[]),
+    ];
+    let conds = ["eq", "ne", "hs", "lo", "mi", "pl", "vs", "vc", "hi", "ls", "ge", "lt", "gt", "le", "al", "nv"];
+    for (k, cond) in conds.iter().enumerate() {
+        c.push(case(&format!("b.{cond} #0x50000140"), 0x5400_0200 | k as u32, &[]));
+    }
+    c
+}
+
+fn plan_of(word: u32) -> tp::arch::SitePlan {
+    window::plan(&word.to_le_bytes(), ORIG, &[]).unwrap_or_else(|r| panic!("{word:#010x} refused: {r}"))
+}
+
+#[test]
+fn every_rewrite_class_behaves_like_the_original() {
+    let mut failed = Vec::new();
+    for c in cases() {
+        assert_eq!(disassemble(&c.word.to_le_bytes(), ORIG), [c.asm.as_str()], "{:#010x}", c.word);
+        let relocated = relocate_alone(&plan_of(c.word), TRAMP, Exit::Branch).unwrap();
+        let (ok, out) = differential(&c.word.to_le_bytes(), &relocated, c.scratch);
+        eprintln!("{:<32} {}", c.asm, out.lines().last().unwrap_or(""));
+        if !ok {
+            failed.push(format!("{}: relocated as {:?}\n{out}", c.asm, disassemble(&relocated, TRAMP)));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn the_harness_catches_unrelocated_copies() {
+    // A verbatim copy of a PC-relative instruction computes from the wrong PC.
+    for c in cases().iter().filter(|c| {
+        ["adr x0", "adrp x1", "ldr x2", "ldrsw", "ldr d2", "b #0x50000140", "bl ", "b.ne", "cbz x1", "tbz x5"]
+            .iter()
+            .any(|p| c.asm.starts_with(p))
+    }) {
+        let (ok, out) = differential(&c.word.to_le_bytes(), &c.word.to_le_bytes(), &[]);
+        assert!(!ok, "a verbatim copy of `{}` should differ:\n{out}", c.asm);
+    }
+}
+
+#[test]
+fn the_harness_catches_a_wrong_rewrite() {
+    // b.ne relocated with the condition inverted but the branches kept: the
+    // shape of a plausible bug. It must differ whenever Z decides the branch.
+    let wrong = {
+        let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
+        w.put_cond_branch(0x5400_0000, TRAMP + 8); // b.eq (should be b.ne)
+        w.put_b(ORIG + 4);
+        w.put_b(ORIG + 0x40);
+        w.finish()
+    };
+    let (ok, _) = differential(&0x5400_0201u32.to_le_bytes(), &wrong, &[]);
+    assert!(!ok);
+    // ... and a position-independent instruction copied verbatim matches.
+    let add = 0x8b02_0020u32.to_le_bytes();
+    let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
+    w.put(0x8b02_0020);
+    w.put_b(ORIG + 4);
+    let (ok, out) = differential(&add, &w.finish(), &[]);
+    assert!(ok, "{out}");
+}
+
+/// The long form's detour sits 1 GiB away and leaves with `ret`.
+const TRAMP_FAR: u64 = ORIG + (1 << 30);
+
+#[test]
+fn long_form_windows_behave_like_the_original() {
+    use tp::arch::aarch64::long::{exit, plan_long};
+    let windows: [(&str, [u32; 3]); 9] = [
+        ("stp; mov x29, sp; bl", [0xa9bf_7bfd, 0x9100_03fd, 0x9400_0010]),
+        ("cbz x1; adr x0; ldr x2", [0xb400_0201, 0x1000_0800, 0x5800_0402]),
+        ("b.ne; b.eq; add", [0x5400_0201, 0x5400_0400, 0x8b02_0020]),
+        ("adrp x1; add x1; ldrsw x3", [0xb000_0001, 0x9100_4021, 0x9800_0103]),
+        ("tbz; tbnz; blr x7", [0x3600_0203, 0x372f_fe04, 0xd63f_00e0]),
+        ("add; b; (nop)", [0x9100_0400, 0x1400_0010, 0xd503_201f]),
+        ("mov x0, #1; ret; (nop)", [0xd280_0020, 0xd65f_03c0, 0xd503_201f]),
+        ("ldr q3; prfm; ldr d2", [0x9c00_1003, 0xd800_0100, 0x5cff_f802]),
+        ("mov x16; add x0, x0, x16; adds", [0xd280_0030, 0x8b10_0000, 0xb100_0401]),
+    ];
+    let mut failed = Vec::new();
+    for (name, words) in windows {
+        let mut function: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+        function.extend(0xd65f_03c0u32.to_le_bytes()); // ret
+        let plan = plan_long(&function, ORIG, &[]).unwrap_or_else(|r| panic!("{name}: refused: {r}"));
+        let relocated = relocate_alone(&plan, TRAMP_FAR, exit(&plan).unwrap()).unwrap();
+        // x16 and x17 are scratch, unless the window itself uses them.
+        let asm = disassemble(&function[..12], ORIG).join("; ");
+        let scratch: Vec<&str> = ["x16", "x17"].into_iter().filter(|r| !asm.contains(r)).collect();
+        let (ok, out) = differential_at(TRAMP_FAR, &function[..12], &relocated, &scratch);
+        eprintln!("{asm:<60} {}", out.lines().last().unwrap_or(""));
+        if !ok {
+            failed.push(format!("{asm}: relocated as {:?}\n{out}", disassemble(&relocated, TRAMP_FAR)));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
