@@ -32,7 +32,7 @@ pub enum Command {
     Disable(ToggleArgs),
     /// Turn kept probes back on without stopping the process.
     Enable(ToggleArgs),
-    /// Sample the latency of many functions at once, with probes that turn themselves off.
+    /// Profile many functions at once: every call counted, a random few per epoch timed.
     Profile(ProfileArgs),
     /// Start a bundled target, attach, show live hits, detach and check it.
     Demo(DemoArgs),

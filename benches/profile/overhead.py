@@ -41,8 +41,11 @@ class Counter:
         self.functions = int(re.search(r"attached (\d+) probes", out.stderr).group(1))
 
     def stop(self):
+        status = subprocess.run([TP, "status", "-p", str(self.pid), "--json"], capture_output=True, text=True)
         subprocess.run([TP, "detach", "-p", str(self.pid)], capture_output=True)
-        return {"functions": self.functions, "cpu": 0.0, "toggles": 0, "samples": 0, "table": None}
+        probes = json.loads(status.stdout)["probes"] if status.returncode == 0 else []
+        table = json.dumps({"functions": [{"calls": p["hits"]} for p in probes]})
+        return {"functions": self.functions, "cpu": 0.0, "toggles": 0, "samples": 0, "table": table, "counts": True}
 
 
 def session(pid, extra):
@@ -183,7 +186,7 @@ def main():
                 print(f"{name} run {run + 1} {'profiled' if profiled else 'plain   '} {secs:.3f} s", file=sys.stderr)
         rows.append((name, what, base, prof, reports, len(outputs) == 1))
     for name, _, _, _, reports, _ in rows:
-        if reports[-1]["table"] is None:
+        if reports[-1].get("counts"):
             continue
         top = json.loads(reports[-1]["table"])["functions"][:8]
         print(f"\n{name}: the top functions of the last profiled run\n")
@@ -194,13 +197,19 @@ def main():
             print(f"| {f['func']} | {f['samples']:,} | {f['calls']:,} | {ns(f['mean_ns'])} | {ns(f['p50_ns'])} "
                   f"| {ns(f['p99_ns'])} | {100 * f['time_share']:.1f} % |")
     print()
-    print("| program | functions | plain: CPU s (median, min-max) | profiled | slowdown | tp CPU | toggles/s | samples/s | output identical |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| program | functions | plain: CPU s (median, min-max) | profiled | slowdown | probed calls | extra per call | tp CPU | toggles/s | samples/s | output identical |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name, what, base, prof, reports, same in rows:
         b, p = statistics.median(base), statistics.median(prof)
         span = lambda xs: f"{statistics.median(xs):.3f} s ({min(xs):.3f}-{max(xs):.3f})"
+        # Calls of probed functions in one job (exact: the counters), and
+        # what the slowdown comes to per call.
+        table = reports[-1]["table"]
+        calls = sum(f["calls"] for f in json.loads(table)["functions"]) if table else None
+        per_call = f"{(p - b) / calls * 1e9:+.2f} ns" if calls else "-"
         print(
             f"| {what} | {reports[0]['functions']} | {span(base)} | {span(prof)} | {100 * (p / b - 1):+.1f} % "
+            f"| {f'{calls:,}' if calls else '-'} | {per_call} "
             f"| {statistics.median(r['cpu'] for r in reports):.2f} s "
             f"| {statistics.median_low(r['toggles'] for r in reports):,} "
             f"| {statistics.median_low(r['samples'] for r in reports):,} "
