@@ -123,14 +123,19 @@ fn no_file_is_left_in_world_writable_directories() {
     let pid = t.pid.to_string();
     let tp = tp_path();
     let counter = target_path("counter");
+    // tp and the target's file are copied out first: the checkout itself
+    // may live under /tmp, which the fresh mounts hide.
     let script = format!(
         "set -e
+        bin=$(mktemp -d -p /var/lib)
+        trap 'rm -rf $bin' EXIT
+        cp {tp} {counter} $bin/
         for d in /tmp /var/tmp /dev/shm; do mount -t tmpfs tmpfs $d; done
-        {tp} attach -p {pid} -f foo --keep
-        {tp} status -p {pid} > /dev/null
-        {tp} attach -p {pid} -f bar --duration 0.1 > /dev/null
-        {tp} detach -p {pid}
-        {tp} list-probes {counter} > /dev/null
+        $bin/tp attach -p {pid} -f foo --keep
+        $bin/tp status -p {pid} > /dev/null
+        $bin/tp attach -p {pid} -f bar --duration 0.1 > /dev/null
+        $bin/tp detach -p {pid}
+        $bin/tp list-probes $bin/counter > /dev/null
         find /tmp /var/tmp /dev/shm -mindepth 1",
         tp = tp.display(),
         counter = counter.display()
