@@ -106,6 +106,7 @@ impl Target {
     }
 
     /// Starts the target program at `path` (one a test built itself).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn start_path(path: &std::path::Path) -> Target {
         let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
         let mut t = Self::start_path_unlocked(path);
