@@ -157,6 +157,8 @@ impl Stopped {
                 Ok(true)
             }
             Err(e) if ptrace::is_gone(&e) => Ok(false),
+            // A thread that is exiting (its exit_state set) answers EPERM too.
+            Err(e) if e.raw_os_error() == Some(libc::EPERM) && thread_is_dead(pid, tid) => Ok(false),
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                 // EPERM: not allowed, or another tracer holds the thread. One
                 // that let go since gets one more try.
