@@ -154,6 +154,33 @@ fn recursion_gives_one_entry_and_one_exit_per_call() {
     assert_eq!(exits.last().unwrap()["ret"], 610, "the last return is fib(15)'s");
     assert_eq!(summary["probes"][0]["hits"], calls);
     assert_eq!(summary["lost_events"], 0);
+
+    // A duration leaves out what tp spent in the probes of the calls it
+    // made: for every call, its span minus its duration (tp's time inside
+    // it) covers at least the same difference of each of its callees.
+    let ns = |e: &Value, k: &str| e[k].as_i64().unwrap_or_else(|| panic!("no {k} in {e}"));
+    let mut open: Vec<(i64, i64, i64)> = Vec::new(); // entry ts, callees' tp time, callees
+    for e in &events {
+        if e["type"] == "entry" {
+            open.push((ns(e, "ts_ns"), 0, 0));
+            continue;
+        }
+        let (entered, callees_tp, callees) = open.pop().expect("an exit without its entry");
+        let (span, duration) = (ns(e, "ts_ns") - entered, ns(e, "duration_ns"));
+        let tp_inside = span - duration;
+        assert!(duration > 0 && duration <= span, "fib: duration {duration} ns, span {span} ns");
+        // One ns of rounding per converted timestamp.
+        assert!(
+            tp_inside + 2 * callees + 2 >= callees_tp,
+            "fib: {tp_inside} ns of tp inside the call, but its {callees} callees had {callees_tp} ns"
+        );
+        if let Some(parent) = open.last_mut() {
+            parent.1 += tp_inside;
+            parent.2 += 1;
+        } else {
+            assert!(callees_tp > 0, "fib(15)'s 1972 callees cost tp no time at all?");
+        }
+    }
 }
 
 #[test]

@@ -162,6 +162,16 @@ HOT void emit(struct tp_ctx *c, struct tp_slot *s, uint32_t probe, uint64_t tsc,
 	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
 }
 
+/* Adds the ticks since `tsc` to the thread's time in tp. Only timed calls
+ * that are live on the thread (`depth` frames) read it, so with none the
+ * second timestamp is not taken: an entry event without return probes
+ * costs one rdtsc, not two. */
+HOT void account(struct tp_slot *s, uint32_t depth, uint64_t tsc)
+{
+	if (depth)
+		s->overhead += tp_timestamp() - tsc;
+}
+
 /* The calls to let pass before the next sample: uniform in [0, 2p - 2],
  * so one call in p is sampled on average, at random (from the timestamp's
  * bits), never in step with a loop in the program. */
@@ -237,7 +247,7 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		}
 		if (d >= c->shadow_len) {
 			s->lost++; /* too deep: this call's exit goes unrecorded */
-			s->overhead += tp_timestamp() - tsc;
+			account(s, d, tsc);
 			return;
 		}
 		struct tp_frame *f = &s->shadow[d];
@@ -248,14 +258,15 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		/* The call is timed from here, after tp's own work; what tp spends
 		 * in probes of the functions it calls is subtracted at its exit. */
 		uint64_t now = tp_timestamp();
-		s->overhead += now - tsc;
+		if (d)
+			s->overhead += now - tsc;
 		f->tsc = now;
 		f->overhead = s->overhead;
 		__atomic_store_n(&s->depth, d + 1, __ATOMIC_RELEASE);
 		*slot = tramp;
 		return;
 	}
-	s->overhead += tp_timestamp() - tsc;
+	account(s, s->depth, tsc);
 }
 
 /* Function exit, from the return trampoline. `regs` holds the two return
@@ -285,7 +296,7 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 			}
 			__atomic_store_n(&s->depth, keep, __ATOMIC_RELEASE);
 			emit(c, s, probe | (TP_EXIT << 24), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
-			s->overhead += tp_timestamp() - tsc;
+			account(s, keep, tsc);
 			return ret;
 		}
 		d--;
