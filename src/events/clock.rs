@@ -11,8 +11,15 @@ use crate::arch::{Arch, Host};
 #[derive(Debug, Clone)]
 pub struct Clock {
     first: (u64, u64),
-    last: (u64, u64),
     hz: Option<u64>,
+    /// Nanoseconds per tick, from the latest fit.
+    slope: f64,
+    /// A counter value and its time: the map is the line through it with
+    /// `slope`. Each refit moves it along the previous line, so a time
+    /// already reported never moves and later times never fall before it.
+    anchor: (u64, f64),
+    /// False until a slope was fitted (before, a 1 GHz counter is assumed).
+    fitted: bool,
 }
 
 /// CLOCK_MONOTONIC now, in nanoseconds.
@@ -30,41 +37,52 @@ fn sample() -> (u64, u64) {
 }
 
 impl Clock {
-    /// Starts calibrating.
+    /// Starts calibrating now.
     pub fn start() -> Clock {
         let s = sample();
-        Clock { first: s, last: s, hz: Host::timestamp_hz() }
+        let hz = Host::timestamp_hz();
+        let slope = hz.map_or(1.0, |hz| 1e9 / hz as f64);
+        Clock { first: s, hz, slope, anchor: (s.0, s.1 as f64), fitted: hz.is_some() }
     }
 
-    /// Adds a sample (call it at every drain).
+    /// Adds a sample (call it at every drain): refits the slope over all
+    /// the time since the start, continuing from where the map is now.
     pub fn refine(&mut self) {
-        self.last = sample();
+        if self.hz.is_some() {
+            return;
+        }
+        let now = sample();
+        let ticks = now.0.saturating_sub(self.first.0);
+        if ticks < 1_000_000 {
+            return; // too close to the first sample to fit a slope
+        }
+        let slope = now.1.saturating_sub(self.first.1) as f64 / ticks as f64;
+        if self.fitted {
+            self.anchor = (now.0, self.at(now.0));
+        }
+        // (The first fit keeps the first sample as its anchor: the 1 GHz
+        // guess before it is no line to continue.)
+        self.slope = slope;
+        self.fitted = true;
     }
 
     /// Nanoseconds per counter tick.
     pub fn ns_per_tick(&self) -> f64 {
-        if let Some(hz) = self.hz {
-            return 1e9 / hz as f64;
-        }
-        let ticks = self.last.0.saturating_sub(self.first.0);
-        let ns = self.last.1.saturating_sub(self.first.1);
-        if ticks < 1_000_000 {
-            // Too close together to fit a slope: assume a 1 GHz counter until
-            // the next sample (events are only converted after a drain).
-            return 1.0;
-        }
-        ns as f64 / ticks as f64
+        self.slope
     }
 
-    /// CLOCK_MONOTONIC nanoseconds at counter value `tsc`.
+    fn at(&self, tsc: u64) -> f64 {
+        self.anchor.1 + (tsc as i128 - self.anchor.0 as i128) as f64 * self.slope
+    }
+
+    /// CLOCK_MONOTONIC nanoseconds of a counter value.
     pub fn ns(&self, tsc: u64) -> u64 {
-        let d = tsc as i128 - self.first.0 as i128;
-        (self.first.1 as i128 + (d as f64 * self.ns_per_tick()) as i128).max(0) as u64
+        self.at(tsc).max(0.0) as u64
     }
 
     /// Nanoseconds between two counter values.
     pub fn duration_ns(&self, from: u64, to: u64) -> u64 {
-        (to.saturating_sub(from) as f64 * self.ns_per_tick()) as u64
+        (to.saturating_sub(from) as f64 * self.slope) as u64
     }
 }
 
@@ -83,5 +101,27 @@ mod tests {
         // checks the arithmetic, not the machine).
         assert!(err.abs() < 1_000_000, "off by {err} ns");
         assert!(c.ns_per_tick() > 0.0);
+    }
+
+    #[test]
+    fn a_refit_never_moves_a_time_backwards() {
+        let mut c = Clock::start();
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        c.refine();
+        for _ in 0..100 {
+            // An event converted before a drain's refit, and one stamped
+            // just after it: the later one is never reported earlier.
+            let (t1, n1) = {
+                let t = Host::timestamp();
+                (t, c.ns(t))
+            };
+            c.refine();
+            let n2 = c.ns(Host::timestamp());
+            assert!(n2 >= n1, "{n2} ns after {n1} ns");
+            // And the earlier one barely moves (a refit turns the line at the
+            // drain, not at the start of the session).
+            assert!(c.ns(t1).abs_diff(n1) < 1_000, "{} vs {n1}", c.ns(t1));
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
     }
 }
