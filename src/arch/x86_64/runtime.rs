@@ -5,16 +5,16 @@
 //! ```text
 //! tramp:  lea  rsp, [rsp - 16]     ; reached by the probed function's `ret`:
 //!                                  ; a slot for the return address, a pad
-//!         pushfq
 //!         push r11, r10, r9, r8, rdi, rsi, rcx, rdx, rax
+//!         lahf / seto al / push rax ; the flags, as the detours save them
 //!         mov  rdi, [rip + ctx]
-//!         mov  rsi, rsp            ; saved rax, rdx (the results)
+//!         lea  rsi, [rsp + 8]      ; saved rax, rdx (the results)
 //!         lea  rdx, [rsp + 96]     ; the stack pointer after the `ret`
 //!         call tp_exit             ; -> the original return address
 //!         test rax, rax / jnz +2 / ud2
 //!         mov  [rsp + 88], rax     ; into the slot
+//!         pop rax / add al, 0x7f / sahf ; the flags back
 //!         pop  rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11
-//!         popfq
 //!         lea  rsp, [rsp + 8]
 //!         ret                      ; to the original return address
 //! ```
@@ -36,13 +36,14 @@ use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
 const RAX: u8 = 0;
 const RDX: u8 = 2;
 const RSP: u8 = 4;
+const RSI: u8 = 6;
 const RDI: u8 = 7;
 /// Pushed in this order, so rax and rdx (the results) end up lowest.
-const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, 6, 1, RDX, RAX];
+const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, RSI, 1, RDX, RAX];
 /// Bytes between the trampoline's stack pointer at the call and at its start.
 const FRAME: i8 = 96;
-/// Bytes of the trampoline: 5 + 1 + 13 + 7 + 3 + 5 + 5 + 12 + 13 + 1 + 5 + 1.
-const TRAMPOLINE_LEN: u64 = 71;
+/// Bytes of the trampoline: 5 + 13 + 5 + 7 + 5 + 5 + 5 + 12 + 4 + 13 + 5 + 1.
+const TRAMPOLINE_LEN: u64 = 80;
 
 /// Assembles the runtime block at `at`.
 pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
@@ -60,19 +61,19 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     // The literal follows the trampoline, whose length is fixed.
     let lit_ctx = (trampoline + TRAMPOLINE_LEN).next_multiple_of(8);
     w.put_lea_rsp(RSP, -16);
-    w.put_pushfq();
     for r in SAVED {
         w.put_push(r);
     }
+    w.put_push_flags_via_rax();
     w.put_mov_reg_rip(RDI, lit_ctx);
-    w.put_mov_rsi_rsp();
+    w.put_lea_rsp(RSI, 8);
     w.put_lea_rsp(RDX, FRAME);
     w.put_call(exit);
     w.put_store_rax_or_trap(FRAME - 8);
+    w.put_pop_flags_via_rax();
     for r in SAVED.iter().rev() {
         w.put_pop(*r);
     }
-    w.put_popfq();
     w.put_lea_rsp(RSP, 8);
     w.put_ret();
     debug_assert_eq!(w.pc(), trampoline + TRAMPOLINE_LEN);
@@ -133,17 +134,18 @@ mod tests {
         let off = (a.trampoline - AT) as usize;
         let asm = disassemble(&b.bytes[off..off + TRAMPOLINE_LEN as usize], a.trampoline);
         let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];
-        assert_eq!(asm[..2], ["lea rsp, [rsp - 0x10]", "pushfq"]);
-        assert_eq!(asm[2..10], pushes);
-        assert_eq!(asm[10], "push rax");
-        assert!(asm[11].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[12..14], ["mov rsi, rsp", "lea rdx, [rsp + 0x60]"]);
-        assert_eq!(asm[14], format!("call {:#x}", AT + 16));
-        assert_eq!(asm[15], "test rax, rax");
-        assert_eq!(asm[17..19], ["ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        assert_eq!(asm[0], "lea rsp, [rsp - 0x10]");
+        assert_eq!(asm[1..9], pushes);
+        assert_eq!(asm[9..13], ["push rax", "lahf", "seto al", "push rax"]);
+        assert!(asm[13].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[14..16], ["lea rsi, [rsp + 8]", "lea rdx, [rsp + 0x60]"]);
+        assert_eq!(asm[16], format!("call {:#x}", AT + 16));
+        assert_eq!(asm[17], "test rax, rax");
+        assert_eq!(asm[19..21], ["ud2", "mov qword ptr [rsp + 0x58], rax"]);
+        assert_eq!(asm[21..24], ["pop rax", "add al, 0x7f", "sahf"]);
         let pops = ["pop rax", "pop rdx", "pop rcx", "pop rsi", "pop rdi", "pop r8", "pop r9", "pop r10", "pop r11"];
-        assert_eq!(asm[19..28], pops);
-        assert_eq!(asm[28..], ["popfq", "lea rsp, [rsp + 8]", "ret"]);
+        assert_eq!(asm[24..33], pops);
+        assert_eq!(asm[33..], ["lea rsp, [rsp + 8]", "ret"]);
         let lit = &b.bytes[b.bytes.len() - 8..];
         assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
     }

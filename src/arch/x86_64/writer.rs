@@ -145,6 +145,19 @@ impl Writer {
         self.buf.extend_from_slice(&[0x04, 0x7f, 0x9e, 0x41, 0x5b, 0x58]);
     }
 
+    /// `lahf; seto al; push rax`: pushes the status flags as a word (SF ZF
+    /// AF PF CF in ah, OF in al), for a few cycles where `pushfq` and
+    /// `popfq` cost tens. rax must be saved already.
+    pub fn put_push_flags_via_rax(&mut self) {
+        self.buf.extend_from_slice(&[0x9f, 0x0f, 0x90, 0xc0, 0x50]);
+    }
+
+    /// `pop rax; add al, 0x7f; sahf`: the inverse of
+    /// [`Writer::put_push_flags_via_rax`]; rax is to be restored after it.
+    pub fn put_pop_flags_via_rax(&mut self) {
+        self.buf.extend_from_slice(&[0x58, 0x04, 0x7f, 0x9e]);
+    }
+
     /// `push reg` for a register number 0..15 (rax=0 … r15=15).
     pub fn put_push(&mut self, reg: u8) {
         if reg >= 8 {
@@ -192,11 +205,6 @@ impl Writer {
         self.buf.extend_from_slice(&[0x48, 0x8d, 0x44 | (reg << 3), 0x24, disp as u8]);
     }
 
-    /// `mov rsi, rsp`.
-    pub fn put_mov_rsi_rsp(&mut self) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xe6]);
-    }
-
     /// `xor r8d, r8d`.
     pub fn put_zero_r8(&mut self) {
         self.buf.extend_from_slice(&[0x45, 0x31, 0xc0]);
@@ -214,16 +222,6 @@ impl Writer {
     /// the stack, or trap if it is 0.
     pub fn put_store_rax_or_trap(&mut self, disp: i8) {
         self.buf.extend_from_slice(&[0x48, 0x85, 0xc0, 0x75, 0x02, 0x0f, 0x0b, 0x48, 0x89, 0x44, 0x24, disp as u8]);
-    }
-
-    /// `pushfq`.
-    pub fn put_pushfq(&mut self) {
-        self.buf.push(0x9c);
-    }
-
-    /// `popfq`.
-    pub fn put_popfq(&mut self) {
-        self.buf.push(0x9d);
     }
 
     /// `ret`.
@@ -285,16 +283,15 @@ mod tests {
         assert_eq!(asm(|w| w.put_mov_esi_imm32(0x0100_0003)), ["mov esi, 0x1000003"]);
         assert_eq!(asm(|w| w.put_lea_rsp(2, 8)), ["lea rdx, [rsp + 8]"]);
         assert_eq!(asm(|w| w.put_lea_rsp(1, 72)), ["lea rcx, [rsp + 0x48]"]);
-        assert_eq!(asm(|w| w.put_mov_rsi_rsp()), ["mov rsi, rsp"]);
         assert_eq!(asm(|w| w.put_zero_r8()), ["xor r8d, r8d"]);
         assert_eq!(asm(|w| w.put_call(AT + 0x100)), [format!("call {:#x}", AT + 0x100)]);
         let store = asm(|w| w.put_store_rax_or_trap(0x58));
         assert_eq!(store, ["test rax, rax", &format!("jne {:#x}", AT + 7), "ud2", "mov qword ptr [rsp + 0x58], rax"]);
-        assert_eq!(asm(|w| w.put_pushfq()), ["pushfq"]);
+        assert_eq!(asm(|w| w.put_push_flags_via_rax()), ["lahf", "seto al", "push rax"]);
         assert_eq!(asm(|w| w.put_jb(AT + 0x40)), [format!("jb {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018)), ["sub qword ptr [r11 + 0x200018], 1"]);
         assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
-        assert_eq!(asm(|w| w.put_popfq()), ["popfq"]);
+        assert_eq!(asm(|w| w.put_pop_flags_via_rax()), ["pop rax", "add al, 0x7f", "sahf"]);
         assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
 

@@ -191,8 +191,15 @@ HOT uint64_t next_gap(uint32_t period, uint64_t tsc)
 void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
 	      uint64_t *countdown)
 {
-	uint64_t tsc = tp_timestamp();
+	/* When tp's work began: taken only when something reads it (an entry
+	 * event, the sampler's random draw, or the time in tp of a timed call
+	 * live on this thread). A return probe at the outermost level times
+	 * its call with the one timestamp below and the exit's. */
+	uint64_t tsc = 0;
+	int have_tsc = 0;
 	if (probe_flags & TP_SAMPLE) {
+		tsc = tp_timestamp();
+		have_tsc = 1;
 		/* Sample this call, set the countdown to the next one, and spend
 		 * one of this epoch's budget, which bounds the samples of a
 		 * function whose calls suddenly became frequent until tp adapts
@@ -211,6 +218,8 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 	struct tp_slot *s = thread_slot(c, 1);
 	if (!s)
 		return;
+	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || s->depth))
+		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (probe_flags & TP_RECORD_ENTRY)
 		emit(c, s, probe | (TP_ENTRY << 24), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
