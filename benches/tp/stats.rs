@@ -42,15 +42,7 @@ pub fn show(s: Option<Spread>) -> String {
 
 /// An integer with thousands separators: 10,000.
 pub fn int(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    tp::output::thousands(n)
 }
 
 /// A number with about three significant digits and thousands separators:
