@@ -8,6 +8,11 @@
  *                 millisecond (about 2 % of a core), checking the results,
  *                 until SIGUSR1 or for at most MAXS seconds (default 600);
  *                 then prints "exit rounds=N checksum=ok|BAD".
+ *   many spread N  calls fn0000 .. fn(N-1) in a random order as fast as it
+ *                 can (an indirect call each, as a program's calls of many
+ *                 different functions), printing "ns/call T" every 5 million
+ *                 calls, until SIGUSR1; then "exit calls=N checksum=ok|BAD"
+ *                 (benches/profile/footprint.py).
  */
 #include "common.h"
 
@@ -45,10 +50,44 @@ static void on_usr1(int sig)
 	done = 1;
 }
 
+static double seconds(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static int spread(unsigned n)
+{
+	uint64_t x = 88172645463325252ull, calls = 0;
+	int bad = 0;
+	tp_ready();
+	while (!done) {
+		double t = seconds();
+		for (int k = 0; k < 5000000; k++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			unsigned i = (unsigned)(x % n);
+			if (table[i]((unsigned)x) != (unsigned)x * 0x9E3779B1u + i)
+				bad++;
+		}
+		calls += 5000000;
+		printf("ns/call %.3f\n", (seconds() - t) / 5e6 * 1e9);
+		fflush(stdout);
+	}
+	printf("exit calls=%llu checksum=%s\n", (unsigned long long)calls, bad ? "BAD" : "ok");
+	return bad ? 2 : 0;
+}
+
 int main(int argc, char **argv)
 {
-	double max_s = argc >= 2 ? atof(argv[1]) : 600.0;
 	signal(SIGUSR1, on_usr1);
+	if (argc >= 3 && strcmp(argv[1], "spread") == 0) {
+		unsigned n = (unsigned)atoi(argv[2]);
+		return spread(n >= 1 && n <= COUNT ? n : COUNT);
+	}
+	double max_s = argc >= 2 ? atof(argv[1]) : 600.0;
 	/* fn_i(x) - x * K is the function's constant: i, as __COUNTER__ counted. */
 	tp_ready();
 	struct timespec start, now, nap = {0, 1000000};
