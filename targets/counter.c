@@ -10,13 +10,19 @@
  *                    -> "spinning T"
  *   stop             -> "stopped foo=C bar=C checksum=ok|BAD"
  *   counts           -> "counts foo=C bar=C baz=C" (all calls since start)
+ *   fork             a child process calls foo 10 times a millisecond,
+ *                    checking every result, until SIGTERM -> "forked pid=P"
+ *   reap             waits for that child -> "reaped status=S" (its exit
+ *                    code: 0 if every result was right; 128+N for signal N)
  *   quit             -> exit status 0, or 1 if any checksum failed
  * FUNC is foo, bar or baz.
  */
 #include "common.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
 
 static const uint64_t table[8] = {3, 1, 4, 1, 5, 9, 2, 6};
@@ -129,8 +135,32 @@ static void *spin_main(void *arg)
 	return NULL;
 }
 
+static volatile sig_atomic_t child_stop;
+
+static void on_term(int sig)
+{
+	(void)sig;
+	child_stop = 1;
+}
+
+/* The forked child of "fork": foo 10 times a millisecond until SIGTERM. */
+static void child_main(void)
+{
+	signal(SIGTERM, on_term);
+	struct timespec ms = {0, 1000000};
+	uint64_t seed = 1ull << 40;
+	int ok = 1;
+	while (!child_stop) {
+		ok &= run_calls('f', 10, seed);
+		seed += 10;
+		nanosleep(&ms, NULL);
+	}
+	_exit(ok ? 0 : 1);
+}
+
 int main(void)
 {
+	pid_t child = 0;
 	char line[256];
 	pthread_t spinners[64];
 	int nspin = 0;
@@ -177,6 +207,16 @@ int main(void)
 		} else if (strcmp(line, "counts") == 0) {
 			printf("counts foo=%llu bar=%llu baz=%llu\n", (unsigned long long)atomic_load(&calls_foo),
 			       (unsigned long long)atomic_load(&calls_bar), (unsigned long long)atomic_load(&calls_baz));
+		} else if (strcmp(line, "fork") == 0) {
+			fflush(stdout);
+			child = fork();
+			if (child == 0)
+				child_main();
+			printf("forked pid=%d\n", (int)child);
+		} else if (strcmp(line, "reap") == 0) {
+			int st = 0;
+			waitpid(child, &st, 0);
+			printf("reaped status=%d\n", WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 		} else if (strcmp(line, "quit") == 0) {
 			break;
 		} else {

@@ -267,6 +267,8 @@ impl Attached {
     /// nothing else uses them, unmaps tp's memory from the target. tp's own
     /// unwinder probes go with the last return probe.
     pub fn detach(&self) -> Result<Detached> {
+        let sharers: Vec<Memory> =
+            region::sharers(&self.region, self.pid).into_iter().filter_map(|p| Memory::open(p).ok()).collect();
         let stopped = match Stopped::stop(self.pid) {
             Ok(s) => s,
             Err(_) if !process::is_alive(self.pid) => {
@@ -282,13 +284,13 @@ impl Attached {
         let mine: Vec<u32> = self.probes.iter().map(|p| p.index).collect();
         let owner = self.owner;
         let done = (|| {
-            remove::remove(&self.mem, &self.region, |i, e| {
+            remove::remove(&self.mem, &self.region, &sharers, |i, e| {
                 mine.contains(&i) && e.owner == owner && e.kind & kind::UNWIND == 0
             })?;
             let ret_left =
                 self.region.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.kind & kind::RET != 0);
             if !ret_left {
-                remove::remove(&self.mem, &self.region, |_, e| e.kind & kind::UNWIND != 0)?;
+                remove::remove(&self.mem, &self.region, &sharers, |_, e| e.kind & kind::UNWIND != 0)?;
             }
             remove::finish(stopped, &self.mem, &self.region)
         })();

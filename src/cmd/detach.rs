@@ -105,8 +105,10 @@ fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
     process::check_attachable(pid)?;
     let region = Region::open(pid, mapping)?;
     let mem = Memory::open(pid)?;
+    let sharer_pids = region::sharers(&region, pid);
+    let sharers: Vec<Memory> = sharer_pids.iter().filter_map(|&p| Memory::open(p).ok()).collect();
     let stopped = Stopped::stop(pid)?;
-    let removed = remove::remove(&mem, &region, |_, e| !(spare_live_sessions && session_is_running(e.owner)))
+    let removed = remove::remove(&mem, &region, &sharers, |_, e| !(spare_live_sessions && session_is_running(e.owner)))
         .context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
     for r in &removed {
@@ -128,5 +130,12 @@ fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
         removed.len(),
         stop_time.as_micros()
     );
+    if kept == Some(Kept::LiveProbes) && !sharer_pids.is_empty() {
+        let list: Vec<String> = sharer_pids.iter().map(|p| p.to_string()).collect();
+        eprintln!(
+            "tp: process {pid} shares its probes with {} (forked while they were in); `tp detach -p PID` removes them there",
+            list.join(", ")
+        );
+    }
     Ok(())
 }

@@ -75,6 +75,20 @@ pub fn find(maps: &[Mapping]) -> Option<&Mapping> {
     maps.iter().find(|m| m.shared && (m.path == prefix || m.path.starts_with(&format!("{prefix} "))))
 }
 
+/// The other processes (not `pid`, not this tp) that map the same data
+/// region: children `pid` forked, or its parent, while probes were in. They
+/// run the same patched code, so a probe's entry is theirs as well.
+pub fn sharers(region: &Region, pid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id() as i32;
+    dir.filter_map(|d| d.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&p| p != pid && p != me)
+        .filter(|&p| {
+            crate::process::read_maps(p).is_ok_and(|maps| find(&maps).is_some_and(|m| m.inode == region.inode))
+        })
+        .collect()
+}
+
 impl Region {
     /// Maps `file` (the region's memfd) into this process.
     pub fn from_file(file: File, target_addr: u64, len: u64) -> Result<Region> {

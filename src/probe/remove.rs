@@ -32,8 +32,16 @@ pub struct Removed {
     pub restored: bool,
 }
 
-/// Restores every possibly-patched probe that `select` picks.
-pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> bool) -> Result<Vec<Removed>> {
+/// Restores every possibly-patched probe that `select` picks. `sharers`
+/// are the other processes mapping the same region ([`super::region::sharers`]):
+/// a probe whose patch is still in one of them keeps its entry live, so
+/// that process can still be detached (and its detours stay mapped).
+pub fn remove(
+    mem: &Memory,
+    region: &Region,
+    sharers: &[Memory],
+    select: impl Fn(u32, &Entry) -> bool,
+) -> Result<Vec<Removed>> {
     let mut out = Vec::new();
     for (i, e) in region.entries() {
         if !e.state().maybe_patched() || !select(i, &e) {
@@ -56,7 +64,9 @@ pub fn remove(mem: &Memory, region: &Region, select: impl Fn(u32, &Entry) -> boo
                 e.site
             );
         }
-        region.set_state(i, State::Inactive)?;
+        let patched_elsewhere =
+            sharers.iter().any(|m| m.read_vec(e.site, e.window_len as usize).is_ok_and(|b| b == e.patch()));
+        region.set_state(i, if patched_elsewhere { e.state() } else { State::Inactive })?;
         out.push(Removed { index: i, entry: e, hits: 0, restored });
     }
     let indexes: Vec<u32> = out.iter().map(|r| r.index).collect();

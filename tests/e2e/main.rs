@@ -62,6 +62,9 @@ mod contention;
 // More bad input: zombies, 32-bit and foreign binaries, refusals, privilege.
 #[cfg(target_arch = "x86_64")]
 mod bad_input;
+// A process that forks while probes are in.
+#[cfg(target_arch = "x86_64")]
+mod fork;
 // Thread churn: threads created and exiting during attach and detach.
 #[cfg(target_arch = "x86_64")]
 mod churn;
