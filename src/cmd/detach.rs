@@ -54,10 +54,8 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
 
 /// Every process whose memory map shows a tp data region.
 fn processes_with_probes() -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let mut pids: Vec<i32> = dir
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .filter(|&pid: &i32| pid as u32 != std::process::id())
+    let mut pids: Vec<i32> = process::other_pids()
+        .into_iter()
         .filter(|&pid| {
             process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| Region::open(pid, r).is_ok()))
         })

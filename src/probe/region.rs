@@ -79,10 +79,9 @@ pub fn find(maps: &[Mapping]) -> Option<&Mapping> {
 /// region: children `pid` forked, or its parent, while probes were in. They
 /// run the same patched code, so a probe's entry is theirs as well.
 pub fn sharers(region: &Region, pid: i32) -> Vec<i32> {
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    let me = std::process::id() as i32;
-    dir.filter_map(|d| d.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|&p| p != pid && p != me)
+    crate::process::other_pids()
+        .into_iter()
+        .filter(|&p| p != pid)
         .filter(|&p| {
             crate::process::read_maps(p).is_ok_and(|maps| find(&maps).is_some_and(|m| m.inode == region.inode))
         })
@@ -281,32 +280,13 @@ impl Region {
 
     /// Sets probe `i`'s sample budget (tp profile).
     pub fn set_budget(&self, i: u32, n: i32) -> Result<()> {
-        let off = self.fixed().budgets_off + 4 * i as u64;
-        match &self.backing {
-            Backing::Mapped { ptr, .. } => {
-                // SAFETY: 4-aligned, in bounds, shared with the target, which
-                // changes it with atomic instructions.
-                let a = unsafe { std::sync::atomic::AtomicI32::from_ptr(ptr.add(off as usize) as *mut i32) };
-                a.store(n, Ordering::Relaxed);
-                Ok(())
-            }
-            Backing::Remote { .. } => self.write(off, &n.to_le_bytes()),
-        }
+        self.store_u32(self.fixed().budgets_off + 4 * i as u64, n as u32)
     }
 
     /// Sets probe `i`'s sampling period: one call in `period` is timed, on
     /// average (0 or 1: every call).
     pub fn set_period(&self, i: u32, period: u32) -> Result<()> {
-        let off = self.fixed().periods_off + 4 * i as u64;
-        match &self.backing {
-            Backing::Mapped { ptr, .. } => {
-                // SAFETY: 4-aligned, in bounds, shared with the target, which only reads it.
-                let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(ptr.add(off as usize) as *mut u32) };
-                a.store(period, Ordering::Relaxed);
-                Ok(())
-            }
-            Backing::Remote { .. } => self.write(off, &period.to_le_bytes()),
-        }
+        self.store_u32(self.fixed().periods_off + 4 * i as u64, period)
     }
 
     /// Sets probe `i`'s sampling countdown in every counter row a thread
@@ -418,6 +398,21 @@ impl Region {
                 // SAFETY: 8-aligned, in bounds, shared with the target.
                 let a = unsafe { AtomicU64::from_ptr(ptr.add(off as usize) as *mut u64) };
                 a.store(v, Ordering::Release);
+                Ok(())
+            }
+            Backing::Remote { .. } => self.write(off, &v.to_le_bytes()),
+        }
+    }
+
+    /// Stores a 4-aligned u32 that the target reads or changes with atomic
+    /// instructions (relaxed: each value stands alone).
+    fn store_u32(&self, off: u64, v: u32) -> Result<()> {
+        assert!(off.is_multiple_of(4) && off + 4 <= self.len, "bad u32 offset");
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target.
+                let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(ptr.add(off as usize) as *mut u32) };
+                a.store(v, Ordering::Relaxed);
                 Ok(())
             }
             Backing::Remote { .. } => self.write(off, &v.to_le_bytes()),

@@ -154,6 +154,13 @@ pub fn threads(pid: i32) -> std::io::Result<Vec<Pid>> {
     Ok(tids)
 }
 
+/// Every process ID in /proc but this process's own.
+pub fn other_pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    let me = std::process::id() as i32;
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).filter(|&pid| pid != me).collect()
+}
+
 /// The process's memory mappings.
 pub fn read_maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
     Ok(maps::parse(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))

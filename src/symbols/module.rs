@@ -42,7 +42,7 @@ impl Module {
     /// `path` is the file as the process sees it, and `root` the directory
     /// its paths are relative to (`/proc/PID/root`, or `/`).
     pub fn load(read_path: &Path, path: &Path, root: &Path, mappings: &[&Mapping]) -> Result<Module> {
-        let mut elf = ElfFile::open(read_path, path)?;
+        let elf = ElfFile::open(read_path, path)?;
         if elf.machine != Host::ELF_MACHINE {
             bail!(
                 "`{}` is a {} binary; this tp traces {} processes",
@@ -57,12 +57,24 @@ impl Module {
             lo: mappings.iter().map(|m| m.start).min().unwrap_or(0),
             hi: mappings.iter().map(|m| m.end).max().unwrap_or(0),
         };
+        Ok(Module::with(elf, path, root, bias, span))
+    }
+
+    /// A module for a file on disk that is not loaded anywhere (bias 0).
+    pub fn from_file(path: &Path) -> Result<Module> {
+        let elf = ElfFile::open(path, path)?;
+        Ok(Module::with(elf, path, Path::new("/"), 0, Span { lo: 0, hi: 0 }))
+    }
+
+    /// The module of `elf` (the file `path`, under `root`), with the
+    /// symbols of its separate debug file when it lacks its own.
+    fn with(mut elf: ElfFile, path: &Path, root: &Path, bias: u64, span: Span) -> Module {
         let debug = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
         if let Some(d) = &debug {
             elf.adopt_symbols(d);
         }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(Module {
+        Module {
             path: path.to_path_buf(),
             name,
             bias,
@@ -72,28 +84,7 @@ impl Module {
             names: OnceCell::new(),
             dwarf: OnceCell::new(),
             planner: OnceCell::new(),
-        })
-    }
-
-    /// A module for a file on disk that is not loaded anywhere (bias 0).
-    pub fn from_file(path: &Path) -> Result<Module> {
-        let mut elf = ElfFile::open(path, path)?;
-        let debug = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, Path::new("/")) };
-        if let Some(d) = &debug {
-            elf.adopt_symbols(d);
         }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        Ok(Module {
-            path: path.to_path_buf(),
-            name,
-            bias: 0,
-            span: Span { lo: 0, hi: 0 },
-            elf,
-            debug,
-            names: OnceCell::new(),
-            dwarf: OnceCell::new(),
-            planner: OnceCell::new(),
-        })
     }
 
     /// The names of each symbol of `elf.functions`, demangled on first use.
