@@ -50,9 +50,25 @@ fn reference(cmd: &[String], input: &[u8]) -> Vec<u8> {
 /// What tp counted: (module, function) -> hits.
 type Hits = BTreeMap<(String, String), u64>;
 
-/// Starts `cmd`, attaches tp with `patterns` before giving it `input`, lets
-/// it finish; returns its stdout, tp's stderr, tp's counts and its number of probes.
-fn probed(cmd: &[String], input: &[u8], patterns: &[&str]) -> (Vec<u8>, String, Hits, usize) {
+/// Waits until the process has mapped a file whose name starts with each of
+/// `modules` (the dynamic loader maps the libraries after the exec).
+fn wait_for_modules(pid: u32, modules: &[&str]) {
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let maps = tp::process::read_maps(pid as i32).unwrap();
+        let mapped = |m: &&str| maps.iter().any(|x| x.path.rsplit('/').next().is_some_and(|name| name.starts_with(*m)));
+        if modules.iter().all(mapped) {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "{modules:?} never mapped in {pid}");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Starts `cmd`, attaches tp with `patterns` once `modules` are mapped and
+/// before giving it `input`, lets it finish; returns its stdout, tp's
+/// stderr, tp's counts and its number of probes.
+fn probed(cmd: &[String], input: &[u8], patterns: &[&str], modules: &[&str]) -> (Vec<u8>, String, Hits, usize) {
     let mut child = Command::new(&cmd[0])
         .args(&cmd[1..])
         .stdin(Stdio::piped())
@@ -66,6 +82,7 @@ fn probed(cmd: &[String], input: &[u8], patterns: &[&str]) -> (Vec<u8>, String, 
         stdout.read_to_end(&mut out).unwrap();
         out
     });
+    wait_for_modules(child.id(), modules);
     let pid = child.id().to_string();
     let mut args = vec!["-p", pid.as_str(), "--json"];
     for p in patterns {
@@ -101,7 +118,7 @@ fn probe_all(cmd: &[String], input: &[u8], patterns: &[&str], modules: &[&str], 
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let want = reference(cmd, input);
     assert!(!want.is_empty());
-    let (got, tp_err, hits, probes) = probed(cmd, input, patterns);
+    let (got, tp_err, hits, probes) = probed(cmd, input, patterns, modules);
     assert!(got == want, "output differs under probes:\n{}\n---\n{}", String::from_utf8_lossy(&got), tp_err);
     // One attach, one stop of the world, for all of them.
     let attached: Vec<&str> = tp_err.lines().filter(|l| l.starts_with("tp: attached ")).collect();
