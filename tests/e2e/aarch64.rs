@@ -27,37 +27,9 @@ fn branch_target(pid: i32, addr: u64) -> u64 {
     addr.wrapping_add((imm * 4) as u64)
 }
 
-fn function_addr(t: &Target, func: &str) -> u64 {
-    let maps = tp::process::read_maps(t.pid).unwrap();
-    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
-    modules.main().unwrap().function(func).unwrap().addr
-}
-
-/// Attaches to `funcs` of `target`, calls each `calls` times on `threads`
-/// threads, detaches, and checks counts, checksums and code.
-fn count_exactly(target: &str, funcs: &[&str], calls: u64, threads: u32) -> Target {
-    let mut t = Target::start(target);
-    let pid = t.pid.to_string();
-    let mut args = vec!["-p", pid.as_str(), "--json"];
-    for f in funcs {
-        args.extend(["-f", f]);
-    }
-    let session = Session::start(&args);
-    let mut own = std::collections::BTreeMap::new();
-    for f in funcs {
-        own.insert(f.to_string(), t.call(f, calls, threads));
-    }
-    let (status, stdout, stderr) = session.interrupt();
-    assert!(status.success(), "tp failed: {stderr}");
-    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
-    assert_code_is_original(&t, funcs);
-    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach");
-    t
-}
-
 #[test]
 fn counts_every_relocated_instruction_class_exactly() {
-    let t = count_exactly("prologues", &PROLOGUES, 20_000, 2);
+    let t = count_exactly_in("prologues", &PROLOGUES, 20_000, 2);
     assert!(t.quit().success());
 }
 
@@ -70,8 +42,8 @@ fn landing_pads_stay_in_place_under_an_enforced_bti_guard() {
     assert!(t.out.seen.iter().any(|l| l.starts_with("bti enforced")), "{:?}", t.out.seen);
     let pid = t.pid.to_string();
     let session = Session::start(&["-p", &pid, "--json", "-f", "p_bti", "-f", "p_pac", "-f", "p_adrp"]);
-    let bti = function_addr(&t, "p_bti");
-    let pac = function_addr(&t, "p_pac");
+    let bti = entry_in_file(&t, "p_bti").0;
+    let pac = entry_in_file(&t, "p_pac").0;
     assert_eq!(word_at(t.pid, bti), BTI_C, "bti c must stay at p_bti's entry");
     assert_eq!(word_at(t.pid, pac), PACIASP, "paciasp must stay at p_pac's entry");
     branch_target(t.pid, bti + 4);
@@ -102,7 +74,7 @@ fn the_counter_uses_the_atomics_the_cpu_has() {
     let mut t = Target::start("counter");
     let pid = t.pid.to_string();
     let session = Session::start(&["-p", &pid, "--json", "-f", "foo"]);
-    let detour = branch_target(t.pid, function_addr(&t, "foo"));
+    let detour = branch_target(t.pid, entry_in_file(&t, "foo").0);
     let words: Vec<u32> = (0..20).map(|k| word_at(t.pid, detour + 4 * k)).collect();
     let want = if lse { STADD_X17_X16 } else { LDXR_X17_X16 };
     assert!(words.contains(&want), "lse={lse}: {want:#010x} not in the detour {words:08x?}");
@@ -162,7 +134,7 @@ fn long_form_when_no_arena_fits_within_branch_reach() {
     }
     let session = Session::start(&args);
     for f in funcs {
-        let site = function_addr(&t, f) + if f == "p_pac" { 4 } else { 0 };
+        let site = entry_in_file(&t, f).0 + if f == "p_pac" { 4 } else { 0 };
         let w: Vec<u32> = (0..3).map(|k| word_at(t.pid, site + 4 * k)).collect();
         let maps = std::fs::read_to_string(format!("/proc/{}/maps", t.pid)).unwrap();
         assert_eq!(w[0] & ADRP_X16.0, ADRP_X16.1, "{f}: {w:08x?} {site:#x}\n{maps}");
@@ -173,7 +145,7 @@ fn long_form_when_no_arena_fits_within_branch_reach() {
         let distance = detour.abs_diff(site);
         assert!(distance > 128 << 20 && distance < 4 << 30, "{f}: detour {detour:#x} is {distance:#x} away");
     }
-    assert_eq!(word_at(t.pid, function_addr(&t, "p_pac")), PACIASP);
+    assert_eq!(word_at(t.pid, entry_in_file(&t, "p_pac").0), PACIASP);
     let mut own = std::collections::BTreeMap::new();
     for f in funcs {
         own.insert(f.to_string(), t.call(f, 20_000, 2));

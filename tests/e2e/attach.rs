@@ -4,26 +4,9 @@
 
 use crate::util::*;
 
-/// Attaches to `target` for `funcs`, makes the calls, detaches, and checks everything.
+/// [`count_exactly_in`], then checks that the target still computes correctly.
 fn count_exactly(target: &str, funcs: &[&str], calls: u64, threads: u32) {
-    let mut t = Target::start(target);
-    let pid = t.pid.to_string();
-    let mut args = vec!["-p", pid.as_str(), "--json"];
-    for f in funcs {
-        args.extend(["-f", f]);
-    }
-    let session = Session::start(&args);
-    let mut own = std::collections::BTreeMap::new();
-    for f in funcs {
-        own.insert(f.to_string(), t.call(f, calls, threads));
-    }
-    let (status, stdout, stderr) = session.interrupt();
-    assert!(status.success(), "tp failed: {stderr}");
-    assert!(stderr.contains("code restored"), "{stderr}");
-    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
-    assert_code_is_original(&t, funcs);
-    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach");
-    // The target still computes correctly after detach.
+    let mut t = count_exactly_in(target, funcs, calls, threads);
     assert_eq!(t.call("foo", 1000, 1), 1000);
     assert!(t.quit().success());
 }

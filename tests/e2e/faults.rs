@@ -6,24 +6,13 @@
 //! says so in one line and exits non-zero, without hanging.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use crate::util::*;
 
 /// Runs tp with `TP_FAULT` set.
 fn tp_with_fault(fault: &str, args: &[&str]) -> Output {
-    let mut child = Command::new(tp_path())
-        .args(args)
-        .env("TP_FAULT", fault)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run tp");
-    let mut out = Lines::new(child.stdout.take().unwrap());
-    let mut err = Lines::new(child.stderr.take().unwrap());
-    let status = wait_timeout(&mut child);
-    Output { status, stdout: out.rest().join("\n").into_bytes(), stderr: err.rest().join("\n").into_bytes() }
+    run(Command::new(tp_path()).args(args).env("TP_FAULT", fault))
 }
 
 /// Asserts no thread of `pid` is stopped or has a tracer.

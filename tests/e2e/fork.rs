@@ -5,15 +5,6 @@
 
 use crate::util::*;
 
-/// Address and file bytes of the first 16 bytes of `func` in the target's executable.
-fn entry_in_file(t: &Target, func: &str) -> (u64, Vec<u8>) {
-    let maps = tp::process::read_maps(t.pid).unwrap();
-    let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
-    let module = modules.main().unwrap();
-    let f = module.function(func).unwrap();
-    (f.addr, module.code_of(&f).unwrap()[..16].to_vec())
-}
-
 /// Kills the forked child if a test fails before it ends it.
 struct KillOnDrop(i32);
 
@@ -40,13 +31,13 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
     let args = ["attach", "-p", parent.as_str(), "-f", "foo", "--keep"];
     expect_success(&args, &tp(&args));
     let (foo, original) = entry_in_file(&t, "foo");
-    assert_ne!(read_mem(t.pid, foo, 16), original, "foo is patched in the parent");
+    assert_ne!(read_mem(t.pid, foo, original.len()), original, "foo is patched in the parent");
 
     // The child calls foo through the inherited probe.
     let child_pid = field(&t.ask("fork", "forked"), "pid") as i32;
     let guard = KillOnDrop(child_pid);
     let child = child_pid.to_string();
-    assert_ne!(read_mem(child_pid, foo, 16), original, "the child inherited the patched foo");
+    assert_ne!(read_mem(child_pid, foo, original.len()), original, "the child inherited the patched foo");
     assert!(has_region(child_pid));
 
     // Detaching the child restores its code and leaves the parent's probe live.
@@ -54,8 +45,8 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
     expect_success(&["detach", "-p", &child], &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("shares its probes with {parent}")), "{stderr}");
-    assert_eq!(read_mem(child_pid, foo, 16), original, "the child's foo is restored");
-    assert_ne!(read_mem(t.pid, foo, 16), original, "the parent's foo is still patched");
+    assert_eq!(read_mem(child_pid, foo, original.len()), original, "the child's foo is restored");
+    assert_ne!(read_mem(t.pid, foo, original.len()), original, "the parent's foo is still patched");
     let before = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &parent, "--json"])))["foo"];
     let calls = t.call("foo", 1000, 1);
     std::thread::sleep(std::time::Duration::from_millis(20));
@@ -69,7 +60,7 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
     assert!(!has_region(t.pid));
     expect_success(&["detach", "-p", &child], &tp(&["detach", "-p", &child]));
     assert!(!has_region(child_pid));
-    assert_eq!(read_mem(child_pid, foo, 16), original);
+    assert_eq!(read_mem(child_pid, foo, original.len()), original);
 
     // The child kept computing correctly all along.
     assert_eq!(end_child(&mut t, guard), 0, "the child's own checksum");
@@ -91,14 +82,14 @@ fn a_session_ending_leaves_a_forked_childs_probes_removable() {
     let (status, _, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     assert_code_is_original(&t, &["foo"]);
-    assert_ne!(read_mem(child_pid, foo, 16), original, "the child's foo is still patched");
+    assert_ne!(read_mem(child_pid, foo, original.len()), original, "the child's foo is still patched");
     std::thread::sleep(std::time::Duration::from_millis(20));
 
     // ... and `tp detach` finds it there and restores it.
     let out = tp(&["detach", "-p", &child]);
     expect_success(&["detach", "-p", &child], &out);
     assert!(String::from_utf8_lossy(&out.stderr).contains("restored `foo`"));
-    assert_eq!(read_mem(child_pid, foo, 16), original);
+    assert_eq!(read_mem(child_pid, foo, original.len()), original);
     assert_eq!(end_child(&mut t, guard), 0, "the child's own checksum");
     assert!(t.quit().success());
 }

@@ -140,19 +140,10 @@ fn no_file_is_left_in_world_writable_directories() {
         tp = tp.display(),
         counter = counter.display()
     );
-    let mut child = Command::new("unshare")
-        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run unshare");
-    let mut out = Lines::new(child.stdout.take().unwrap());
-    let mut err = Lines::new(child.stderr.take().unwrap());
-    let status = wait_timeout(&mut child);
-    let (out, err) = (out.rest(), err.rest());
-    assert!(status.success(), "{status:?}: {err:#?}");
-    assert!(out.is_empty(), "tp left files behind: {out:#?}");
+    let done = run(Command::new("unshare").args(["--mount", "--propagation", "private", "sh", "-c", &script]));
+    let (out, err) = (String::from_utf8_lossy(&done.stdout), String::from_utf8_lossy(&done.stderr));
+    assert!(done.status.success(), "{:?}: {err}", done.status);
+    assert!(out.is_empty(), "tp left files behind: {out}");
     assert_eq!(t.call("foo", 100, 1), 100);
     assert_code_is_original(&t, &["foo", "bar"]);
 }

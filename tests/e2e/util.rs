@@ -157,6 +157,30 @@ impl Drop for Target {
     }
 }
 
+/// Attaches to `funcs` of `target`, calls each `calls` times on `threads`
+/// threads, detaches with Ctrl-C, and checks tp's counts against the
+/// target's own, the restored code and the unmapped memory.
+pub fn count_exactly_in(target: &str, funcs: &[&str], calls: u64, threads: u32) -> Target {
+    let mut t = Target::start(target);
+    let pid = t.pid.to_string();
+    let mut args = vec!["-p", pid.as_str(), "--json"];
+    for f in funcs {
+        args.extend(["-f", f]);
+    }
+    let session = Session::start(&args);
+    let mut own = std::collections::BTreeMap::new();
+    for f in funcs {
+        own.insert(f.to_string(), t.call(f, calls, threads));
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert!(stderr.contains("code restored"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
+    assert_code_is_original(&t, funcs);
+    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach");
+    t
+}
+
 /// The number after `key=` in a line.
 pub fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
@@ -181,19 +205,22 @@ pub fn wait_timeout(child: &mut Child) -> ExitStatus {
 
 /// Runs tp to completion.
 pub fn tp(args: &[&str]) -> Output {
-    let mut child = Command::new(tp_path())
-        .args(args)
+    run(Command::new(tp_path()).args(args))
+}
+
+/// Runs `cmd` with no input to completion (within [`TIMEOUT`]); its
+/// output's lines joined by newlines.
+pub fn run(cmd: &mut Command) -> Output {
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .expect("run tp");
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     let mut out = Lines::new(child.stdout.take().unwrap());
     let mut err = Lines::new(child.stderr.take().unwrap());
     let status = wait_timeout(&mut child);
-    let stdout = out.rest().join("\n");
-    let stderr = err.rest().join("\n");
-    Output { status, stdout: stdout.into_bytes(), stderr: stderr.into_bytes() }
+    Output { status, stdout: out.rest().join("\n").into_bytes(), stderr: err.rest().join("\n").into_bytes() }
 }
 
 /// Asserts tp succeeded, showing everything it printed if not; returns stdout.
@@ -316,13 +343,21 @@ pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
     }
 }
 
-/// The first bytes of a function as they are now in the process, and in the file.
-pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
+/// The address of a function of the target's executable, and its first
+/// bytes in the file (16, or all of a shorter function).
+pub fn entry_in_file(t: &Target, func: &str) -> (u64, Vec<u8>) {
     let maps = tp::process::read_maps(t.pid).unwrap();
     let modules = tp::symbols::ProcessModules::new(t.pid, &maps).unwrap();
     let module = modules.main().unwrap();
     let f = module.function(func).unwrap();
-    (read_mem(t.pid, f.addr, 16), module.code_of(&f).unwrap()[..16].to_vec())
+    let code = module.code_of(&f).unwrap();
+    (f.addr, code[..code.len().min(16)].to_vec())
+}
+
+/// The first bytes of a function as they are now in the process, and in the file.
+pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
+    let (addr, file) = entry_in_file(t, func);
+    (read_mem(t.pid, addr, file.len()), file)
 }
 
 /// True if the process has a tp data region mapped.
