@@ -1,5 +1,7 @@
-//! Builds the target programs in `targets/` into `targets/bin/<arch>/`, so
-//! that `cargo build` and `cargo test` need no separate step.
+//! Builds the target programs in `targets/` into `OUT_DIR/targets/`, so
+//! that `cargo build` and `cargo test` need no separate step. Their path
+//! reaches the code as `TP_TARGETS_DIR`. Only sources are watched and
+//! nothing is written where cargo looks, so a second build is a no-op.
 //!
 //! C targets are built PIE and non-PIE. Host builds also get: a variant with
 //! Intel CET landing pads (`endbr64`), two shared libraries with the same
@@ -140,8 +142,9 @@ fn main() {
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap();
     let cross = std::env::var("HOST").unwrap() != std::env::var("TARGET").unwrap();
     let src_dir = manifest.join("targets");
-    let out_dir = src_dir.join("bin").join(&arch);
-    std::fs::create_dir_all(&out_dir).expect("create targets/bin");
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR").unwrap()).join("targets");
+    std::fs::create_dir_all(&out_dir).expect("create OUT_DIR/targets");
+    // The sources only: `targets/` holds no build output.
     println!("cargo:rerun-if-changed=targets");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rustc-env=TP_TARGETS_DIR={}", out_dir.display());

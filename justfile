@@ -6,10 +6,17 @@
 demo:
     cargo run --release -- demo
 
-# Run every test (needs root or CAP_SYS_PTRACE for the end-to-end tests).
+# Run every test (as root: ptrace, and the tests install the Debian packages
+# they need, listed in tests/deps.txt).
 [group('test')]
 test:
     cargo test
+
+# What the build, tests, benchmarks and CI use from outside the repository,
+# and whether this machine has it (tests/deps.txt).
+[group('check')]
+doctor:
+    tests/deps.sh doctor
 
 # Only the end-to-end tests against real processes.
 [group('test')]
@@ -27,6 +34,7 @@ coverage:
     #!/usr/bin/env bash
     set -euo pipefail
     cargo build --release
+    tests/deps.sh need --group test
     for b in /usr/lib/x86_64-linux-gnu/libc.so.6 /usr/bin/python3 /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/bin/perl; do
         target/release/tp list-probes "$b" --summary
     done
@@ -63,7 +71,7 @@ stress cycles="1000":
 fuzz seconds="60":
     mkdir -p tests/fuzz/corpus/list_probes tests/fuzz/corpus/plan_x86_64
     cargo build
-    cp targets/bin/x86_64/* tests/fuzz/corpus/list_probes/
+    find "$(ls -td target/debug/build/tp-*/out/targets | head -1)" -maxdepth 1 -type f -exec cp {} tests/fuzz/corpus/list_probes/ +
     cp tests/fuzz/regressions/list_probes/* tests/fuzz/corpus/list_probes/ 2>/dev/null || true
     cargo +nightly fuzz run --fuzz-dir tests/fuzz list_probes tests/fuzz/corpus/list_probes -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz plan_x86_64 tests/fuzz/corpus/plan_x86_64 -- -max_total_time={{seconds}} -rss_limit_mb=4096
@@ -76,5 +84,4 @@ bench *ARGS: bench-peers
 # Install the peers the benchmark compares with, if missing (gdb: Debian; Frida: PyPI).
 [group('bench')]
 bench-peers:
-    command -v gdb >/dev/null || (apt-get update -qq && apt-get install -y -qq gdb) >/dev/null 2>&1 || echo "bench: gdb not installed"
-    python3 -c 'import frida' 2>/dev/null || python3 -m pip install -q frida >/dev/null 2>&1 || echo "bench: Frida not installed (pip install frida)"
+    tests/deps.sh need --group bench || true

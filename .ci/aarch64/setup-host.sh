@@ -7,6 +7,10 @@
 #   rustc-web, cargo-web, rust-web-clippy 1.96 (bookworm-security), next to rustup
 #   qemu-user-static   -> runs aarch64 binaries directly (no ptrace!)
 #   qemu-system-arm    -> qemu-system-aarch64, to boot a real arm64 kernel
+#   binutils-aarch64-linux-gnu -> the cross assembler and linker; installed
+#     (also unpacked below, where the unpacked gcc looks for them) because
+#     its programs load libbfd/libopcodes-2.40-arm64.so from the system's
+#     library directory, which an unpacked copy is not on
 # Downloaded and unpacked into TOOLCHAIN_DIR, not installed:
 #   the aarch64 cross gcc and binutils with the static glibc and libgcc
 #     (Debian's gcc-multilib declares a conflict with gcc-12-aarch64-linux-gnu,
@@ -41,7 +45,7 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
 fi
 apt-get update -qq
-apt-get install -y -qq --no-install-recommends rustc-web cargo-web rust-web-clippy >/dev/null
+apt-get install -y -qq --no-install-recommends rustc-web cargo-web rust-web-clippy binutils-aarch64-linux-gnu >/dev/null
 if [[ ${QEMU_FROM_BACKPORTS:-1} == 1 ]]; then
   apt-get install -y -qq --no-install-recommends -t bookworm-backports qemu-system-arm qemu-user-static >/dev/null
 else

@@ -6,9 +6,9 @@
 # status, so `cargo test --target aarch64-unknown-linux-gnu` runs the tests
 # against a real kernel (ptrace does not work under qemu-user).
 #
-# Every test binary gets the target programs of targets/bin/aarch64, also
-# at the path the build compiled in (TP_TARGETS_DIR, for unit tests that
-# read them). The end-to-end test binary (tests/e2e, named e2e-HASH) also
+# Every test binary gets the target programs build.rs put in its OUT_DIR
+# (the newest build/tp-*/out/targets of the binary's profile), also at the
+# path the build compiled in (TP_TARGETS_DIR, for unit tests that read them). The end-to-end test binary (tests/e2e, named e2e-HASH) also
 # gets the tp binary built next to it, and finds both through TP_TEST_TP
 # and TP_TEST_TARGETS. Binaries are copied without their DWARF (symbols
 # stay, for backtraces) to keep the initramfs small.
@@ -22,10 +22,13 @@ payload=$(mktemp -d)
 trap 'rm -rf "$payload"' EXIT
 name=$(basename "$bin")
 aarch64-linux-gnu-strip --strip-debug -o "$payload/$name" "$bin"
-cp -a "$repo/targets/bin/aarch64" "$payload/targets"
-env_lines=("mkdir -p '$repo/targets/bin' && ln -s /t/targets '$repo/targets/bin/aarch64'")
+profile_dir=$(dirname "$(dirname "$bin")")
+targets=$(ls -td "$profile_dir"/build/tp-*/out/targets 2>/dev/null | head -1)
+[[ -n $targets ]] || { echo "vm-runner: no targets under $profile_dir/build (cargo's build script makes them)" >&2; exit 2; }
+cp -a "$targets" "$payload/targets"
+env_lines=("mkdir -p '$(dirname "$targets")' && ln -s /t/targets '$targets'")
 if [[ $name == e2e-* ]]; then
-  tp=$(dirname "$(dirname "$bin")")/tp
+  tp=$profile_dir/tp
   [[ -x $tp ]] || { echo "vm-runner: $tp missing (cargo builds it for the e2e tests)" >&2; exit 2; }
   aarch64-linux-gnu-strip --strip-debug -o "$payload/tp" "$tp"
   env_lines+=("export TP_TEST_TP=/t/tp TP_TEST_TARGETS=/t/targets")

@@ -9,7 +9,7 @@ use std::process::Command;
 pub struct Env {
     /// The tp binary cargo built for this benchmark.
     pub tp: PathBuf,
-    /// `targets/bin/<arch>/`.
+    /// build.rs's `OUT_DIR/targets/`.
     pub targets: PathBuf,
     /// The repository root.
     pub root: PathBuf,

@@ -52,7 +52,8 @@ fn a_zombie_is_named() {
 
 #[test]
 fn a_32_bit_process_and_file_are_refused() {
-    // gcc-multilib (installed by .ci/run) provides the 32-bit runtime.
+    // gcc-multilib provides the 32-bit runtime.
+    need("multilib");
     let exe = scratch("counter-32");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets");
     run(Command::new("cc")

@@ -1,18 +1,18 @@
-//! Coverage on real binaries from Debian packages (.ci/run installs them):
+//! Coverage on real binaries from Debian packages (tests/deps.txt; need() installs them):
 //! `tp list-probes --summary` must find at least 95 % of the functions of
 //! 5 bytes or more probeable, and `--json` must give a verdict for each.
 //! docs/coverage.md records the figures and the refusal reasons.
 
 use crate::util::*;
 
-/// (path, Debian package).
+/// (path, its entry in tests/deps.txt).
 const BINARIES: &[(&str, &str)] = &[
-    ("/usr/lib/x86_64-linux-gnu/libc.so.6", "libc6"),
+    ("/usr/lib/x86_64-linux-gnu/libc.so.6", "libc-dbg"),
     ("/usr/bin/python3", "python3"),
-    ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "libstdc++6"),
-    ("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "libsqlite3-0"),
-    ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", "libssl3"),
-    ("/usr/bin/perl", "perl-base"),
+    ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "libstdc++"),
+    ("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "sqlite3"),
+    ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", "libcrypto"),
+    ("/usr/bin/perl", "perl"),
 ];
 
 /// (probeable, functions of at least 5 bytes) from a `--summary`.
@@ -25,8 +25,8 @@ fn probeable(summary: &str) -> (u64, u64) {
 #[test]
 fn at_least_95_percent_of_real_functions_are_probeable() {
     let mut report = Vec::new();
-    for (path, package) in BINARIES {
-        assert!(std::path::Path::new(path).exists(), "{path} is missing: install the Debian package `{package}`");
+    for (path, dep) in BINARIES {
+        need(dep);
         let args = ["list-probes", path, "--summary"];
         let out = expect_success(&args, &tp(&args));
         let (ok, total) = probeable(&out);
@@ -41,7 +41,7 @@ fn at_least_95_percent_of_real_functions_are_probeable() {
 #[test]
 fn json_gives_every_function_of_a_real_library_a_verdict() {
     let path = "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0";
-    assert!(std::path::Path::new(path).exists(), "{path} is missing: install the Debian package `libsqlite3-0`");
+    need("sqlite3");
     let summary = expect_success(&["list-probes", path, "--summary"], &tp(&["list-probes", path, "--summary"]));
     let functions: usize = summary
         .lines()

@@ -38,7 +38,7 @@ fn catch_blocks_are_landing_pads_on_instruction_boundaries() {
 #[test]
 fn libstdcxx_landing_pads_are_all_read_and_all_in_code() {
     let path = std::path::Path::new("/usr/lib/x86_64-linux-gnu/libstdc++.so.6");
-    assert!(path.exists(), "{} is missing: install the Debian package `libstdc++6`", path.display());
+    crate::util::need("libstdc++");
     let elf = open(path);
     let pads = LandingPads::of(&elf);
     assert_eq!(pads.unreadable(), 0, "every LSDA of libstdc++ should parse");

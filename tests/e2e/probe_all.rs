@@ -4,7 +4,7 @@
 //! an uninstrumented run, its exit status 0, and the functions the workload
 //! is known to call must have been counted.
 //!
-//! The programs come from Debian packages (.ci/run installs them): the
+//! The programs come from Debian packages (tests/deps.txt; need() installs them): the
 //! python3 interpreter, perl, and the sqlite3 shell with libsqlite3. Each
 //! workload (targets/workloads/) waits for its first line of input, so tp
 //! attaches before the work starts.
@@ -21,12 +21,9 @@ fn workload(name: &str) -> String {
     p.to_str().unwrap().to_string()
 }
 
-/// A program from a Debian package; missing means the machine lacks the package.
-fn program(path: &str, package: &str) -> String {
-    assert!(
-        std::path::Path::new(path).exists(),
-        "{path} is missing: install the Debian package `{package}` (.ci/run does)"
-    );
+/// A program from a Debian package, by its entry in tests/deps.txt.
+fn program(path: &str, dep: &str) -> String {
+    need(dep);
     path.to_string()
 }
 
@@ -157,7 +154,7 @@ fn python_and_libc_every_function_at_once() {
 
 #[test]
 fn perl_and_libc_every_function_at_once() {
-    let perl = program("/usr/bin/perl", "perl-base");
+    let perl = program("/usr/bin/perl", "perl");
     let cmd = [perl, workload("probe_all.pl")];
     probe_all(
         &cmd,

@@ -2,7 +2,7 @@
 //! jemalloc). tp counts the calls of `call`, the function that executes each
 //! command, and the count equals what `INFO commandstats` reports for the
 //! same window; redis answers correctly afterwards and keeps its data.
-//! Needs redis-server and redis-tools (.ci/run installs them).
+//! Needs redis-server and redis-tools (tests/deps.txt: installed by need()).
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -16,6 +16,7 @@ struct Redis {
 
 impl Redis {
     fn start() -> Redis {
+        need("redis");
         // A free port: bind one, release it, hand it to redis.
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
         let child = Command::new("redis-server")
@@ -23,7 +24,7 @@ impl Redis {
             .args(["--daemonize", "no", "--protected-mode", "no"])
             .stdout(Stdio::null())
             .spawn()
-            .expect("redis-server is installed (apt-get install redis-server redis-tools)");
+            .expect("start redis-server");
         let r = Redis { child, port };
         // Ready when it answers PING.
         let deadline = std::time::Instant::now() + TIMEOUT;

@@ -27,6 +27,23 @@ fn built_or_env(var: &str, built: &str) -> PathBuf {
     std::env::var_os(var).map_or_else(|| PathBuf::from(built), PathBuf::from)
 }
 
+/// Makes sure something from outside the repository that a test uses is
+/// there (an entry of tests/deps.txt, by name): tests/deps.sh installs it
+/// when it is missing (apt or pip, as root), once per test run. When it
+/// cannot, the test fails with the one line that says what to install.
+pub fn need(name: &str) {
+    static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
+    if done.iter().any(|d| d == name) {
+        return;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/deps.sh");
+    let out = Command::new("bash").arg(&script).args(["need", name]).output().expect("run tests/deps.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}", stderr.trim_end().lines().last().unwrap_or("tests/deps.sh need failed"));
+    done.push(name.to_string());
+}
+
 /// Lines of a child's output, read on a thread so waits can time out.
 pub struct Lines {
     rx: Receiver<String>,
