@@ -94,6 +94,10 @@ pub struct DetachArgs {
     /// Process to clean; without it, every process that holds tp probes.
     #[arg(short, long)]
     pub pid: Option<i32>,
+    /// Also remove the probes of tp sessions that are still running (they
+    /// are left alone otherwise: each session restores its own when it ends).
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `tp list-probes`.
@@ -146,7 +150,7 @@ pub struct ProfileArgs {
     #[arg(long, value_name = "TIME", default_value = "10ms", value_parser = parse_time)]
     pub epoch: std::time::Duration,
     /// Stop after this many seconds (default: Ctrl-C or the target's exit).
-    #[arg(short, long, value_name = "SECS")]
+    #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
     /// Also write the sampled calls to FILE as a Chrome trace (opens in the Perfetto UI).
     #[arg(short, long, value_name = "FILE")]
@@ -237,6 +241,16 @@ mod tests {
     }
 
     #[test]
+    fn profile_duration_must_fit_a_duration_too() {
+        for bad in ["nan", "inf", "-1", "1e20", "1e300"] {
+            let err = Cli::try_parse_from(["tp", "profile", "-p", "1", "-f", "*", &format!("--duration={bad}")]);
+            assert_eq!(err.unwrap_err().kind(), clap::error::ErrorKind::ValueValidation, "{bad}");
+        }
+        let Command::Profile(p) = parse("tp profile -p 1 -f * -d 2.5").unwrap().command else { panic!() };
+        assert_eq!(p.duration, Some(2.5));
+    }
+
+    #[test]
     fn keep_conflicts_with_duration_and_events() {
         for extra in ["--duration 3", "--args", "--ret", "-o t.json"] {
             let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
@@ -260,7 +274,9 @@ mod tests {
         let Command::Detach(d) = parse("tp detach").unwrap().command else { panic!() };
         assert_eq!(d.pid, None);
         let Command::Detach(d) = parse("tp detach -p 7").unwrap().command else { panic!() };
-        assert_eq!(d.pid, Some(7));
+        assert_eq!((d.pid, d.force), (Some(7), false));
+        let Command::Detach(d) = parse("tp detach --force").unwrap().command else { panic!() };
+        assert_eq!((d.pid, d.force), (None, true));
     }
 
     #[test]

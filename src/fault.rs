@@ -4,7 +4,8 @@
 //! With the prefix `target:` tp kills the target instead and carries on, so
 //! tests can prove tp copes with a target that dies mid-attach. With the
 //! prefix `pause:` tp stops itself with SIGSTOP, holding whatever it holds,
-//! until a SIGCONT.
+//! until a SIGCONT. With the prefix `panic:` tp panics there, as a bug
+//! would: the panic must unwind through the guards that restore the target.
 //!
 //! Steps, in the order an attach and a detach reach them:
 //! - `after-seize`: every thread stopped (attach, then detach);
@@ -19,7 +20,8 @@
 //! - `after-patch`: a site patched and its entry marked Active;
 //! - `before-restore`: an entry marked Removing, its site still patched;
 //! - `during-detach`: a site restored, its entry not yet marked Inactive;
-//! - `after-unmap-region`: the data region unmapped, the arenas not yet.
+//! - `after-unmap-region`: the data region unmapped, the arenas not yet;
+//! - `observing`: a session's probes are live, once per tick of its display.
 //!
 //! Each step may carry a count: `after-patch:3` fires the third time the
 //! step is reached, e.g. at the third site.
@@ -33,6 +35,7 @@ enum Victim {
     Tracer,
     Target,
     Pause,
+    Panic,
 }
 
 static PLAN: OnceLock<Option<(Victim, String, u32)>> = OnceLock::new();
@@ -46,6 +49,8 @@ fn plan() -> &'static Option<(Victim, String, u32)> {
             (Victim::Target, rest.to_string())
         } else if let Some(rest) = v.strip_prefix("pause:") {
             (Victim::Pause, rest.to_string())
+        } else if let Some(rest) = v.strip_prefix("panic:") {
+            (Victim::Panic, rest.to_string())
         } else {
             (Victim::Tracer, v)
         };
@@ -73,6 +78,7 @@ pub fn point(step: &str) {
         Victim::Tracer => (std::process::id() as i32, libc::SIGKILL),
         Victim::Target => (TARGET.load(Ordering::SeqCst), libc::SIGKILL),
         Victim::Pause => (std::process::id() as i32, libc::SIGSTOP),
+        Victim::Panic => panic!("TP_FAULT=panic:{step}"),
     };
     if pid > 0 {
         // SAFETY: kill(2); after SIGKILL to tp itself nothing runs.

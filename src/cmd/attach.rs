@@ -432,9 +432,10 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
+    let guard = super::guard::Restore::new(&attached);
     let mut tracer = if k != kind::COUNT { Some(Tracer::new(&attached, &args)?) } else { None };
     let why = observe(&attached, args.duration.map(Duration::from_secs_f64), tracer.as_mut());
-    let d = attached.detach()?;
+    let d = guard.detach()?;
     match (d.target_gone, why) {
         (true, _) => eprintln!("tp: process {} exited; final counts:", args.pid),
         (false, End::Removed) => eprintln!("tp: the probes were removed by another tp; final counts:"),
@@ -472,6 +473,7 @@ pub fn observe(attached: &Attached, duration: Option<Duration>, mut tracer: Opti
     let tick = Duration::from_millis(20);
     let mut next_draw = Instant::now();
     let end = loop {
+        crate::fault::point("observing");
         if interrupt::interrupted() {
             break End::Interrupted;
         }

@@ -88,6 +88,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         sample_budget: 0,
     };
     let attached = Attached::attach(pid, &what, std::process::id())?;
+    let guard = super::guard::Restore::new(&attached);
     eprintln!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         attached.attach_time.as_secs_f64() * 1e3,
@@ -96,7 +97,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     target.ask("spin 2", "spinning")?;
     let end = observe(&attached, Some(Duration::from_secs_f64(args.duration)), None);
     let stopped = target.ask("stop", "stopped")?;
-    let d = attached.detach()?;
+    let d = guard.detach()?;
     if end == End::Interrupted {
         eprintln!("tp demo: interrupted");
     }

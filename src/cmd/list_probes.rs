@@ -10,6 +10,7 @@ use anyhow::{Result, bail};
 
 use crate::arch::{Isa, Refusal, SitePlan};
 use crate::cli::ListProbesArgs;
+use crate::output::escape::text;
 use crate::output::json;
 use crate::output::progress::Progress;
 use crate::process;
@@ -35,11 +36,7 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
         (Some(path), None) => {
             let module = Module::from_file(path)?;
             let Some(isa) = Isa::for_machine(module.elf.machine) else {
-                bail!(
-                    "`{}` is a {} binary; tp knows x86-64 and aarch64",
-                    path.display(),
-                    machine_name(module.elf.machine)
-                );
+                bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(module.elf.machine));
             };
             rows_of(&module, isa, args.verbose)
         }
@@ -60,6 +57,7 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
 /// The rows of every module of process `pid`, parsed on two threads.
 fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
     process::status(pid)?;
+    process::check_readable(pid)?;
     let maps = process::read_maps(pid)?;
     let count = ProcessModules::new(pid, &maps)?.len();
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(count).max(1);
@@ -76,7 +74,9 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
                     for i in (w..modules.len()).step_by(workers) {
                         match modules.get(i) {
                             Ok(m) => out.push((i, rows_of(m, Isa::host(), verbose))),
-                            Err(e) => eprintln!("tp: skipping `{}`: {e:#}", modules.name(i)),
+                            Err(e) => {
+                                eprintln!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
+                            }
                         }
                         for _ in 0..100 {
                             progress.inc();
@@ -145,8 +145,8 @@ fn address_text(addr: Option<u64>) -> String {
 }
 
 fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<()> {
-    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(8).clamp(8, 40);
-    let mw = rows.iter().map(|r| r.module.len()).max().unwrap_or(6).clamp(6, 28);
+    let w = rows.iter().map(|r| text(&r.name).len()).max().unwrap_or(8).clamp(8, 40);
+    let mw = rows.iter().map(|r| text(&r.module).len()).max().unwrap_or(6).clamp(6, 28);
     if with_module {
         writeln!(out, "{:<mw$}  {:<18}  {:>7}  {:<w$}  VERDICT", "MODULE", "ADDRESS", "SIZE", "FUNCTION")?;
     } else {
@@ -154,13 +154,14 @@ fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<
     }
     for r in rows {
         let verdict = verdict_text(&r.verdict);
+        let (name, module) = (text(&r.name), text(&r.module));
         if with_module {
-            writeln!(out, "{:<mw$}  {:<18}  {:>7}  {:<w$}  {verdict}", r.module, address_text(r.addr), r.size, r.name)?;
+            writeln!(out, "{module:<mw$}  {:<18}  {:>7}  {name:<w$}  {verdict}", address_text(r.addr), r.size)?;
         } else {
-            writeln!(out, "{:<18}  {:>7}  {:<w$}  {verdict}", address_text(r.addr), r.size, r.name)?;
+            writeln!(out, "{:<18}  {:>7}  {name:<w$}  {verdict}", address_text(r.addr), r.size)?;
         }
         if let Some(sig) = &r.signature {
-            writeln!(out, "{:20}{sig}", "")?;
+            writeln!(out, "{:20}{}", "", text(sig))?;
         }
     }
     Ok(())
@@ -210,7 +211,7 @@ fn summarize(out: &mut impl Write, title: &str, rows: &[&Row]) -> Result<()> {
         }
     }
     let pct = if big.is_empty() { 0.0 } else { 100.0 * ok as f64 / big.len() as f64 };
-    writeln!(out, "{title}: {} functions, {} of at least 5 bytes", with_code.len(), big.len())?;
+    writeln!(out, "{}: {} functions, {} of at least 5 bytes", text(title), with_code.len(), big.len())?;
     writeln!(out, "probeable: {ok} of {} ({pct:.1}%)", big.len())?;
     writeln!(out, "refused:   {}", with_code.iter().filter(|r| r.verdict.is_err()).count())?;
     let mut top: Vec<(&str, usize)> = reasons.into_iter().collect();

@@ -4,6 +4,7 @@
 pub mod attach;
 pub mod demo;
 pub mod detach;
+pub mod guard;
 pub mod interrupt;
 pub mod list_probes;
 pub mod profile;

@@ -31,6 +31,7 @@ use crate::events::drain::Drainer;
 use crate::events::sampling::{FIRST_EPOCH, Sampler};
 use crate::events::stats::Latency;
 use crate::output::chrome::ChromeTrace;
+use crate::output::escape::text;
 use crate::output::events::duration;
 use crate::output::{json, thousands};
 use crate::probe::layout::kind;
@@ -59,6 +60,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         sample_budget: budget,
     };
     let attached = Attached::attach(args.pid, &what, std::process::id())?;
+    let guard = super::guard::Restore::new(&attached);
     let idx = attached.indexes();
     // Calls are counted from here on (before tp says it is profiling).
     let at_start = attached.region.hits_of(&idx);
@@ -114,7 +116,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         }
     }
     let elapsed = started.elapsed().as_secs_f64();
-    let d = attached.detach()?;
+    let d = guard.detach()?;
     for (k, p) in profiles.iter_mut().enumerate() {
         p.calls = d.summary.probes.get(k).map_or(0, |s| s.hits).saturating_sub(at_start[k]);
     }
@@ -183,7 +185,7 @@ fn print(
         )?;
         return Ok(());
     }
-    let w = order.iter().take(TOP).map(|&k| names[k].len()).max().unwrap_or(8).clamp(8, 48);
+    let w = order.iter().take(TOP).map(|&k| text(&names[k]).len()).max().unwrap_or(8).clamp(8, 48);
     writeln!(
         out,
         "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>6}",
@@ -195,7 +197,7 @@ fn print(
         writeln!(
             out,
             "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>5.1}%",
-            names[k],
+            text(&names[k]),
             thousands(p.latency.count),
             thousands(p.calls),
             ns(p.latency.avg_ns()),

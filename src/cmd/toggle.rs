@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use crate::cli::ToggleArgs;
+use crate::output::escape::text;
 use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::process;
@@ -17,6 +18,7 @@ use crate::symbols::pattern::glob;
 /// Runs `tp enable` (`on`) or `tp disable`.
 pub fn run(args: ToggleArgs, on: bool) -> Result<ExitCode> {
     process::status(args.pid)?;
+    process::check_readable(args.pid)?;
     let maps = process::read_maps(args.pid)?;
     let Some(mapping) = region::find(&maps) else {
         bail!("process {} has no tp probes; install some with `tp attach -p {} -f NAME --keep`", args.pid, args.pid);
@@ -33,7 +35,7 @@ pub fn run(args: ToggleArgs, on: bool) -> Result<ExitCode> {
         if wanted {
             region.set_enabled(i, on)?;
             switched += 1;
-            eprintln!("tp: {} `{name}` in {}", if on { "enabled" } else { "disabled" }, args.pid);
+            eprintln!("tp: {} `{}` in {}", if on { "enabled" } else { "disabled" }, text(&name), args.pid);
         }
     }
     if switched == 0 {

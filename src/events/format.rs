@@ -9,6 +9,7 @@
 //! vector register and takes none; an aggregate's passing rules are not
 //! modelled, so the parameters after one are shown as unknown.
 
+use crate::output::escape::text;
 use crate::output::json;
 use crate::symbols::dwarf::{DwFunction, Type};
 
@@ -76,7 +77,7 @@ impl Value {
             Value::Char(c) => format!("'\\x{c:02x}'"),
             Value::Hex(v) => format!("{v:#x}"),
             Value::Str(0, _) => "NULL".into(),
-            Value::Str(_, Some(s)) => format!("{s:?}"),
+            Value::Str(_, Some(s)) => format!("\"{}\"", text(s).replace('"', "\\\"")),
             Value::Str(p, None) => format!("{p:#x}"),
             Value::Unknown => "?".into(),
         }
@@ -144,10 +145,10 @@ pub fn ret(info: &ProbeInfo, rax: u64, read_str: &dyn Fn(u64) -> Option<String>)
     }
 }
 
-/// `name(a=1, b="x")` for live lines.
+/// `name(a=1, b="x")` for live lines (names escaped for the terminal).
 pub fn call_text(name: &str, args: &[(String, Value)]) -> String {
-    let inner: Vec<String> = args.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
-    format!("{name}({})", inner.join(", "))
+    let inner: Vec<String> = args.iter().map(|(n, v)| format!("{}={}", text(n), v.text())).collect();
+    format!("{}({})", text(name), inner.join(", "))
 }
 
 /// `{"a":1,"b":"x"}`.

@@ -47,7 +47,7 @@ impl Latency {
         }
         self.max_ns = self.max_ns.max(ns);
         self.count += 1;
-        self.total_ns += ns;
+        self.total_ns = self.total_ns.saturating_add(ns);
         let b = bucket_of(ns);
         if self.buckets.len() <= b {
             self.buckets.resize(b + 1, 0);

@@ -3,6 +3,7 @@
 
 use std::io::{self, Write};
 
+use super::escape::text;
 use super::json;
 use crate::events::format::{self, ProbeInfo, Value};
 
@@ -79,13 +80,13 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, line: &Line) ->
         }
         (Style::Text, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
             let ret = ret.map_or(String::new(), |v| format!(" → {}", v.text()));
-            writeln!(out, "{:>12.6} {tid:>7} {}{ret}  {}", secs(*ts_ns), info.name, duration(*duration_ns))
+            writeln!(out, "{:>12.6} {tid:>7} {}{ret}  {}", secs(*ts_ns), text(&info.name), duration(*duration_ns))
         }
         (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
             out,
             "{:>12.6} {tid:>7} {} ↯ exception: return not traced  {}",
             secs(*ts_ns),
-            info.name,
+            text(&info.name),
             duration(*duration_ns)
         ),
         (Style::Json, Line::Entry { info, tid, ts_ns, args }) => writeln!(

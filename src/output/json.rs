@@ -16,7 +16,9 @@ pub fn string(s: &str) -> String {
             '\n' => out.push_str("\\n"),
             '\r' => out.push_str("\\r"),
             '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
+            // Controls and invisible format characters (all in the BMP):
+            // a JSON line printed to a terminal must not act on it.
+            c if super::escape::is_unsafe(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),

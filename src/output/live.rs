@@ -33,7 +33,7 @@ impl Live {
         for name in names.iter().take(MAX_LINES) {
             let pb = multi.add(ProgressBar::new_spinner());
             pb.set_style(style.clone());
-            pb.set_prefix(name.clone());
+            pb.set_prefix(super::escape::text(name).into_owned());
             lines.push(pb);
         }
         let rest = (names.len() > MAX_LINES).then(|| {

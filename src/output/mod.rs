@@ -2,6 +2,7 @@
 //! obtained. Data goes to stdout; status lines go to stderr.
 
 pub mod chrome;
+pub mod escape;
 pub mod events;
 pub mod histogram;
 pub mod json;

@@ -2,19 +2,20 @@
 
 use std::io::{self, Write};
 
+use super::escape::text;
 use super::{Summary, thousands};
 
 /// The summary as an aligned table; a switched-off probe is marked `off`.
 pub fn summary(s: &Summary, out: &mut impl Write) -> io::Result<()> {
-    let name_w = s.probes.iter().map(|p| p.func.len()).max().unwrap_or(0).max(8);
-    let mod_w = s.probes.iter().map(|p| p.module.len()).max().unwrap_or(0).max(6);
+    let name_w = s.probes.iter().map(|p| text(&p.func).len()).max().unwrap_or(0).max(8);
+    let mod_w = s.probes.iter().map(|p| text(&p.module).len()).max().unwrap_or(0).max(6);
     writeln!(out, "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}", "FUNCTION", "MODULE", "ADDRESS", "HITS")?;
     for p in &s.probes {
         writeln!(
             out,
             "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}{}",
-            p.func,
-            p.module,
+            text(&p.func),
+            text(&p.module),
             format!("{:#x}", p.address),
             thousands(p.hits),
             if p.enabled { "" } else { "  off" }

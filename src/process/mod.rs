@@ -2,6 +2,7 @@
 //! syscalls. Nothing here knows an instruction set except through
 //! [`crate::arch::Arch`].
 
+pub mod files;
 pub mod maps;
 pub mod memory;
 pub mod ptrace;
@@ -42,6 +43,8 @@ pub enum ProcessError {
         /// Its process.
         pid: i32,
     },
+    /// The ID is this tp's own (a process cannot trace itself).
+    Itself(i32),
 }
 
 impl fmt::Display for ProcessError {
@@ -54,20 +57,29 @@ impl fmt::Display for ProcessError {
             ProcessError::AlreadyTraced { pid, tracer, tracer_name } => {
                 write!(f, "process {pid} is already traced by PID {tracer} ({tracer_name}); detach that tracer first")
             }
-            ProcessError::PermissionDenied(pid) => write!(
-                f,
-                "permission denied tracing process {pid}; run as root or with CAP_SYS_PTRACE, \
-                 or allow it with `sysctl kernel.yama.ptrace_scope=0`"
-            ),
+            ProcessError::PermissionDenied(pid) => {
+                write!(f, "permission denied tracing process {pid}; run as root or with CAP_SYS_PTRACE")?;
+                // Yama's restriction is worth naming only where Yama exists.
+                if std::path::Path::new(YAMA_PTRACE_SCOPE).exists() {
+                    write!(f, ", or allow it with `sysctl kernel.yama.ptrace_scope=0`")?;
+                }
+                Ok(())
+            }
             ProcessError::Exited(pid) => write!(f, "process {pid} exited while tp was attaching"),
             ProcessError::NotAProcess { tid, pid } => {
                 write!(f, "{tid} is a thread of process {pid}, not a process; use -p {pid}")
+            }
+            ProcessError::Itself(pid) => {
+                write!(f, "process {pid} is this tp itself; tp cannot trace itself: give another process's PID")
             }
         }
     }
 }
 
 impl std::error::Error for ProcessError {}
+
+/// Yama's ptrace restriction, where the kernel has Yama.
+const YAMA_PTRACE_SCOPE: &str = "/proc/sys/kernel/yama/ptrace_scope";
 
 /// What `/proc/PID/status` says about a process.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -116,6 +128,9 @@ pub fn check_attachable(pid: i32) -> Result<Status, ProcessError> {
         return Err(ProcessError::NoSuchProcess(pid));
     }
     let st = status(pid)?;
+    if st.tgid == std::process::id() as i32 {
+        return Err(ProcessError::Itself(st.tgid));
+    }
     if st.tgid != 0 && st.tgid != pid {
         return Err(ProcessError::NotAProcess { tid: pid, pid: st.tgid });
     }

@@ -60,7 +60,7 @@ pub fn find(elf: &ElfFile, path: &Path, root: &Path) -> Option<ElfFile> {
 /// Opens `candidate` if it is the debug file of `elf`: same build-id, or
 /// (without build-ids) the CRC that the debuglink records.
 fn open_matching(candidate: &Path, elf: &ElfFile, crc: Option<u32>) -> Option<ElfFile> {
-    let data = std::fs::read(candidate).ok()?;
+    let data = crate::process::files::read_regular(candidate).ok()?;
     if let Some(want) = crc
         && elf.build_id.is_none()
         && crc32(&data) != want

@@ -83,22 +83,31 @@ pub struct ElfFile {
     pub sections: Vec<Section>,
 }
 
-/// The name of an ELF machine number, for messages.
-pub fn machine_name(m: u16) -> &'static str {
-    match m {
+/// What a file of ELF machine `m` is, for messages: `an x86-64 binary`,
+/// `a riscv binary`, `a binary for ELF machine 0, which tp does not know`.
+pub fn machine_name(m: u16) -> String {
+    let name = match m {
         3 => "i386",
         40 => "arm",
         62 => "x86-64",
         183 => "aarch64",
         243 => "riscv",
-        _ => "an unknown architecture",
-    }
+        _ => return format!("a binary for ELF machine {m}, which tp does not know"),
+    };
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u', 'x']) { "an" } else { "a" };
+    format!("{article} {name} binary")
 }
 
 impl ElfFile {
     /// Reads and parses `path` (shown as `display` in messages).
     pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
-        let data = std::fs::read(path).with_context(|| format!("cannot read `{}`", display.display()))?;
+        let data = match crate::process::files::read_regular(path) {
+            Ok(data) => data,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                bail!("`{}` {e}; give the path of an executable or a shared library", display.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", display.display())),
+        };
         Self::parse(data, path, display)
     }
 
@@ -111,6 +120,19 @@ impl ElfFile {
             .map_err(|e| anyhow::anyhow!("`{}` is not a valid ELF file: {e}", display.display()))?;
         if !elf.is_64 {
             bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", display.display());
+        }
+        match elf.header.e_type {
+            goblin::elf::header::ET_EXEC | goblin::elf::header::ET_DYN => {}
+            goblin::elf::header::ET_CORE => {
+                bail!("`{}` is a core dump; give the executable or a shared library it ran", display.display())
+            }
+            goblin::elf::header::ET_REL => bail!(
+                "`{}` is an object file (.o), not linked yet; give the executable or library it is linked into",
+                display.display()
+            ),
+            t => {
+                bail!("`{}` is an ELF file of type {t}, neither an executable nor a shared library", display.display())
+            }
         }
         let segments = elf
             .program_headers

@@ -45,7 +45,7 @@ impl Module {
         let elf = ElfFile::open(read_path, path)?;
         if elf.machine != Host::ELF_MACHINE {
             bail!(
-                "`{}` is a {} binary; this tp traces {} processes",
+                "`{}` is {}; this tp traces {} processes",
                 path.display(),
                 elf::machine_name(elf.machine),
                 Host::NAME

@@ -1,0 +1,46 @@
+//! Restoring a session's probes when tp leaves a command early.
+//!
+//! Once `tp attach`, `tp profile` or `tp demo` has installed probes that
+//! belong to this tp, every way out of the command must take them out
+//! again: the normal end, an error returned by the code between attach and
+//! detach (a trace file that cannot be created, a failed drain), and a panic
+//! (a bug), which unwinds through [`Restore`]'s `Drop`. Probes kept with
+//! `--keep` are meant to stay and get no guard.
+
+use anyhow::Result;
+
+use super::attach::{Attached, Detached};
+use crate::output::escape::text;
+
+/// Detaches `attached` when dropped, unless [`Restore::detach`] did.
+pub struct Restore<'a> {
+    attached: Option<&'a Attached>,
+}
+
+impl<'a> Restore<'a> {
+    /// Guards the probes of `attached` from here on.
+    pub fn new(attached: &'a Attached) -> Restore<'a> {
+        Restore { attached: Some(attached) }
+    }
+
+    /// The normal end: detaches now, and the guard has nothing left to do.
+    pub fn detach(mut self) -> Result<Detached> {
+        let attached = self.attached.take().expect("a guard detaches once");
+        attached.detach()
+    }
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        let Some(attached) = self.attached.take() else { return };
+        let pid = attached.pid;
+        match attached.detach() {
+            Ok(d) if d.target_gone => eprintln!("tp: process {pid} exited"),
+            Ok(_) => eprintln!("tp: detached from {pid} after the error, code restored"),
+            Err(e) => eprintln!(
+                "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
+                text(&format!("{e:#}"))
+            ),
+        }
+    }
+}
