@@ -2,17 +2,25 @@
 //! (or in every process that has some), using only what the target's data
 //! region records, so it works after the tracer that attached was killed.
 //!
-//! With `-p PID` every probe of that process goes. Without it, tp cleans up
-//! probes kept with `--keep` and probes whose session died, but leaves the
-//! probes of a `tp attach` that is still running: that session restores
-//! them itself when it ends.
+//! tp removes probes kept with `--keep` and probes whose session died, but
+//! leaves the probes of a `tp attach` (or `tp profile`) that is still
+//! running: that session restores them itself when it ends. A process whose
+//! only probes are a running session's is not even stopped; `tp detach`
+//! says whose they are. `--force` removes them too.
+//!
+//! Without `-p`, tp goes through every process whose memory map shows a
+//! target's data region, and one that it cannot clean (a region that fails
+//! validation, a process that vanished) is reported in one line while the
+//! others are cleaned.
 
+use std::collections::BTreeMap;
 use std::process::ExitCode;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use super::attach::session_is_running;
 use crate::cli::DetachArgs;
+use crate::output::escape::text;
 use crate::output::thousands;
 use crate::probe::orphan;
 use crate::probe::region::{self, Region};
@@ -24,27 +32,30 @@ use crate::process::{self};
 /// Runs `tp detach`.
 pub fn run(args: DetachArgs) -> Result<ExitCode> {
     super::interrupt::install();
-    let (pids, spare_live_sessions) = match args.pid {
+    let pids = match args.pid {
         Some(pid) => {
             process::status(pid)?;
             process::check_readable(pid)?;
-            (vec![pid], false)
+            vec![pid]
         }
-        None => (processes_with_probes(), true),
+        None => processes_with_probes(),
     };
     if pids.is_empty() {
         eprintln!("tp: no process holds tp probes");
     }
+    let scope = Scope { named: args.pid.is_some(), force: args.force };
     let mut failed = false;
     for pid in pids {
-        match detach_one(pid, spare_live_sessions) {
+        match detach_one(pid, scope) {
             Ok(()) => {}
             // It died under our hands: its code is gone with it.
             Err(_) if process::has_exited(pid, std::time::Duration::from_millis(200)) => {
                 eprintln!("tp: process {pid} exited; nothing left to restore");
             }
             Err(e) => {
-                eprintln!("tp: process {pid}: {e:#}");
+                let e = format!("{e:#}");
+                let e = e.strip_prefix(&format!("process {pid}: ")).unwrap_or(&e);
+                eprintln!("tp: process {pid}: {}", text(e));
                 failed = true;
             }
         }
@@ -52,16 +63,57 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-/// Every process whose memory map shows a tp data region.
+/// What this `tp detach` may do.
+#[derive(Debug, Clone, Copy)]
+struct Scope {
+    /// The user named the process (`-p`).
+    named: bool,
+    /// Remove the probes of running sessions too.
+    force: bool,
+}
+
+/// Every process whose memory map shows a target's data region (not a tp
+/// tracer's view of one). Nothing is mapped or validated here: a region
+/// that is not tp's is reported when its process's turn comes.
 fn processes_with_probes() -> Vec<i32> {
     let mut pids: Vec<i32> = process::other_pids()
         .into_iter()
         .filter(|&pid| {
-            process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| Region::open(pid, r).is_ok()))
+            process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| region::is_target_view(pid, r)))
         })
         .collect();
     pids.sort();
     pids
+}
+
+/// The running tp sessions that own entries of `region`, each with the
+/// names of its probes.
+fn live_sessions(region: &Region) -> BTreeMap<u32, Vec<String>> {
+    let mut sessions: BTreeMap<u32, Vec<String>> = BTreeMap::new();
+    let mut running: BTreeMap<u32, bool> = BTreeMap::new();
+    for (_, e) in region.entries() {
+        let live = *running.entry(e.owner).or_insert_with(|| session_is_running(e.owner));
+        if e.state() != crate::probe::layout::State::Free && live {
+            let names = sessions.entry(e.owner).or_default();
+            if e.state().maybe_patched() && e.kind & crate::probe::layout::kind::UNWIND == 0 {
+                names.push(format!("`{}`", e.name()));
+            }
+        }
+    }
+    sessions
+}
+
+/// `tp session 12 (`foo`, `bar`)` for each session.
+fn describe(sessions: &BTreeMap<u32, Vec<String>>) -> String {
+    let each: Vec<String> = sessions
+        .iter()
+        .map(|(pid, names)| match names.len() {
+            0 => format!("tp session {pid}"),
+            1..=4 => format!("tp session {pid} ({})", names.join(", ")),
+            n => format!("tp session {pid} ({}, and {} more)", names[..3].join(", "), n - 3),
+        })
+        .collect();
+    each.join(", ")
 }
 
 /// Releases what a tp killed while creating the data region left (see
@@ -95,25 +147,39 @@ fn release_orphans(pid: i32) -> Result<()> {
     Ok(())
 }
 
-fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
+fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let maps = process::read_maps(pid)?;
     let Some(mapping) = region::find(&maps) else {
         return release_orphans(pid);
     };
     process::check_attachable(pid)?;
     let region = Region::open(pid, mapping)?;
+    let spare = |owner: u32| !scope.force && session_is_running(owner);
+    let sessions = if scope.force { BTreeMap::new() } else { live_sessions(&region) };
+    let removable = region.entries().iter().any(|(_, e)| e.state().maybe_patched() && !spare(e.owner));
+    if !sessions.is_empty() && !removable {
+        // Nothing for this tp to do: the sessions restore their own probes.
+        let whose = describe(&sessions);
+        if scope.named {
+            bail!(
+                "its probes belong to {whose}, still running; end that session (Ctrl-C, or `kill -INT PID`) \
+                 or remove them anyway with `tp detach -p {pid} --force`"
+            );
+        }
+        eprintln!("tp: process {pid}: left alone: its probes belong to {}, still running", text(&whose));
+        return Ok(());
+    }
     let mem = Memory::open(pid)?;
     let sharer_pids = region::sharers(&region, pid);
     let sharers: Vec<Memory> = sharer_pids.iter().filter_map(|&p| Memory::open(p).ok()).collect();
     let stopped = Stopped::stop(pid)?;
-    let removed = remove::remove(&mem, &region, &sharers, |_, e| !(spare_live_sessions && session_is_running(e.owner)))
-        .context("restoring the code")?;
+    let removed = remove::remove(&mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
     for r in &removed {
         eprintln!(
             "tp: {pid}: {} `{}` ({} hits)",
             if r.restored { "restored" } else { "left changed" },
-            r.entry.name(),
+            text(&r.entry.name()),
             thousands(r.hits)
         );
     }
@@ -134,6 +200,13 @@ fn detach_one(pid: i32, spare_live_sessions: bool) -> Result<()> {
             "tp: process {pid} shares its probes with {} (forked while they were in); `tp detach -p PID` removes them there",
             list.join(", ")
         );
+    }
+    if !sessions.is_empty() {
+        let whose = describe(&sessions);
+        if scope.named {
+            bail!("left the probes of {whose}, still running; `tp detach -p {pid} --force` removes them too");
+        }
+        eprintln!("tp: process {pid}: left the probes of {}, still running", text(&whose));
     }
     Ok(())
 }

@@ -21,16 +21,20 @@ pub struct Drainer {
 
 impl Drainer {
     /// Appends every event published since the last call to `out`, in ring
-    /// order per thread (threads one after another).
+    /// order per thread (threads one after another). A thread never has more
+    /// than a ring's worth unread; a `head` further on (the target wrote it)
+    /// gives the last ring's worth, so a drain is bounded by the rings.
     pub fn drain(&mut self, region: &Region, out: &mut Vec<RawEvent>) -> Result<()> {
         let h = region.header();
+        let ring_len = h.ctx.ring_mask as u64 + 1;
         for off in slots_in_use(&h) {
             let head = region.load_u64(off + HEAD);
             let tail = region.load_u64(off + TAIL);
             if head == tail {
                 continue;
             }
-            for k in tail..head {
+            let unread = head.wrapping_sub(tail).min(ring_len);
+            for k in head.wrapping_sub(unread)..head {
                 let e: Event = region.get(h.event_off(off, k));
                 if let Some(r) = RawEvent::decode(&e) {
                     out.push(r);
@@ -58,7 +62,7 @@ impl Drainer {
         let h: Header = region.header();
         let mut lost = h.ctx.lost_no_slot;
         for off in slots_in_use(&h) {
-            lost += region.get::<SlotHead>(off).lost;
+            lost = lost.saturating_add(region.get::<SlotHead>(off).lost);
         }
         lost
     }

@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
 
+use super::acquire;
 use super::arena::{self, Span};
 use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State, kind};
 use super::region::Region;
@@ -207,7 +208,9 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
 
 /// Creates the data region: a code arena first (its bytes hold the memfd's
 /// name, which memfd_create must read from the target's memory), then
-/// memfd_create, ftruncate, mmap MAP_SHARED and close in the target.
+/// memfd_create in the target; tp takes, sizes and seals the memfd
+/// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
+/// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
 fn create_region(
     caller: &mut RemoteCaller,
     mem: &Memory,
@@ -215,6 +218,13 @@ fn create_region(
     requests: &[Request],
     ring_len: u32,
 ) -> Result<Region> {
+    if requests.len() > layout::MAX_CAPACITY as usize {
+        bail!(
+            "{} functions to probe; tp probes at most {} in one process: narrow the pattern",
+            requests.len(),
+            layout::MAX_CAPACITY
+        );
+    }
     let g = layout::geometry(requests.len() as u32, ring_len);
     let first = requests.first().context("nothing to install")?;
     let kind = requests.iter().fold(0, |k, r| k | r.kind);
@@ -225,17 +235,17 @@ fn create_region(
     mem.write(name_at, &name).context("writing the memfd name")?;
     crate::fault::point("after-name-write");
     let sc = Host::SYSCALLS;
-    let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, libc::MFD_CLOEXEC as u64, 0, 0, 0, 0])?;
+    let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
+    let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0])?;
     crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
-        caller.checked("ftruncate", sc.ftruncate, [fd, g.total_size, 0, 0, 0, 0])?;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{}/fd/{fd}", mem.pid()))
-            .context("opening the target's memfd")?;
+        let file = acquire::take_new(mem.pid(), fd, g.total_size)?;
         let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let addr = caller.checked("mmap", sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, fd, 0])?;
+        if let Err(e) = acquire::check_mapped(mem.pid(), &file, addr, g.total_size) {
+            caller.syscall(sc.munmap, [addr, g.total_size, 0, 0, 0, 0])?;
+            return Err(e);
+        }
         let region = Region::from_file(file, addr, g.total_size)?;
         let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
         h.arenas[0] = arena;
@@ -585,7 +595,11 @@ impl Drop for PatchGuard<'_> {
                 if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
                     return; // nothing left to restore; the caller reports the exit
                 }
-                eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", e.name(), e.site);
+                eprintln!(
+                    "tp: warning: cannot restore `{}` at {:#x}: {err}",
+                    crate::output::escape::text(&e.name()),
+                    e.site
+                );
                 continue;
             }
             let _ = self.region.set_state(i, State::Inactive);

@@ -2,6 +2,7 @@
 //! [`region`]), code arenas near the probed modules ([`arena`]), and the two
 //! transactions that change a stopped target ([`install`], [`remove`]).
 
+pub mod acquire;
 pub mod arena;
 pub mod install;
 pub mod layout;
@@ -9,6 +10,7 @@ pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;
+pub mod validate;
 
 use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;

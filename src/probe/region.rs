@@ -1,17 +1,26 @@
 //! The tracer's handle on a target's data region.
 //!
-//! A region is found by its memfd name in `/proc/PID/maps` and opened through
-//! `/proc/PID/map_files/` (which needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE,
-//! as well as ptrace access), giving tp the same shared pages the target
-//! uses. Without that privilege tp falls back to reading and writing the
+//! A region is found by its memfd name in `/proc/PID/maps`. tp maps the
+//! memfd itself only when [`super::acquire`] got hold of it safely (it needs
+//! CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE for `/proc/PID/map_files/`, and
+//! a memfd sealed against shrinking); otherwise it reads and writes the
 //! region through `/proc/PID/mem`, which only needs ptrace access.
+//!
+//! Every byte of a region is the target's to change. [`Region::open`]
+//! accepts a region only if its header and every entry pass
+//! [`super::validate`]; after that the region keeps the header it checked,
+//! and every read of the header is rebuilt from it
+//! ([`super::validate::sanitize`]), so no offset, size or count tp uses can
+//! change under it. No accessor panics on an offset out of range: reads
+//! give zeros, writes an error.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::{Context, Result, bail};
 
 use super::layout::{self, Entry, Header, MEMFD_NAME, Plain, State};
+use super::{acquire, validate};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
 
@@ -31,8 +40,9 @@ pub struct Region {
     target_addr: u64,
     len: u64,
     inode: u64,
-    /// The header's offsets, which never change once it is written.
-    fixed: std::sync::OnceLock<Fixed>,
+    /// The header as validated (or as tp wrote it on creation): the
+    /// geometry every accessor uses.
+    fixed: std::sync::OnceLock<Header>,
 }
 
 /// The header's fields that never change once it is written: read once, so
@@ -69,10 +79,24 @@ impl Fixed {
 }
 
 /// Finds tp's data region among a process's mappings. A tp tracer maps
-/// regions too; [`Region::open`] tells the two apart.
+/// regions too; [`Region::open`] and [`is_target_view`] tell the two apart.
 pub fn find(maps: &[Mapping]) -> Option<&Mapping> {
     let prefix = format!("/memfd:{MEMFD_NAME}");
     maps.iter().find(|m| m.shared && (m.path == prefix || m.path.starts_with(&format!("{prefix} "))))
+}
+
+/// True if the region `mapping` of process `pid` is a target's (its header
+/// records the mapping's own address), not a tp tracer's view of one. Reads
+/// only the header, through `/proc/PID/mem`: nothing is mapped.
+pub fn is_target_view(pid: i32, mapping: &Mapping) -> bool {
+    let Ok(mem) = Memory::open(pid) else { return false };
+    let mut buf = vec![0u8; std::mem::size_of::<Header>()];
+    if buf.len() as u64 > mapping.len() || mem.read(mapping.start, &mut buf).is_err() {
+        // Too short for a header: not a tracer's view; Region::open says what is wrong.
+        return true;
+    }
+    let h: Header = layout::from_bytes(&buf);
+    h.magic != layout::MAGIC || h.target_addr == mapping.start
 }
 
 /// The other processes (not `pid`, not this tp) that map the same data
@@ -89,7 +113,8 @@ pub fn sharers(region: &Region, pid: i32) -> Vec<i32> {
 }
 
 impl Region {
-    /// Maps `file` (the region's memfd) into this process.
+    /// Maps `file` (the region's memfd, at least `len` bytes long and sealed
+    /// against shrinking: see [`acquire`]) into this process.
     pub fn from_file(file: File, target_addr: u64, len: u64) -> Result<Region> {
         use std::os::fd::AsRawFd;
         // SAFETY: a fresh shared mapping of a file we hold; nothing else in this
@@ -118,12 +143,13 @@ impl Region {
         })
     }
 
-    /// Opens the existing region `mapping` of process `pid` and checks its header.
+    /// Opens the existing region `mapping` of process `pid` and checks its
+    /// header and every entry ([`validate`]): a region that fails is an error
+    /// naming the process and the problem, and is never used.
     pub fn open(pid: i32, mapping: &Mapping) -> Result<Region> {
-        let path = format!("/proc/{pid}/map_files/{:x}-{:x}", mapping.start, mapping.end);
-        let region = match OpenOptions::new().read(true).write(true).open(&path) {
-            Ok(file) => Region::from_file(file, mapping.start, mapping.len())?,
-            Err(_) => Region {
+        let region = match acquire::open_existing(pid, mapping) {
+            Some(file) => Region::from_file(file, mapping.start, mapping.len())?,
+            None => Region {
                 backing: Backing::Remote { mem: Memory::open(pid)?, addr: mapping.start },
                 target_addr: mapping.start,
                 len: mapping.len(),
@@ -131,13 +157,24 @@ impl Region {
                 fixed: std::sync::OnceLock::new(),
             },
         };
-        let h = region.header();
-        h.validate(region.len).map_err(anyhow::Error::msg).with_context(|| format!("process {pid}"))?;
-        if h.target_addr != mapping.start {
+        let raw: Header = region.get(0);
+        if raw.magic == layout::MAGIC && raw.version == layout::VERSION && raw.target_addr != mapping.start {
             // Tracers map the same memfd elsewhere: this is a tp, not a target.
             bail!("process {pid} is a tp tracer, not a target (its view of a region is at {:#x})", mapping.start);
         }
+        validate::header(&raw, region.len).map_err(|e| anyhow::anyhow!("process {pid}: {e}"))?;
+        let _ = region.fixed.set(raw);
+        region.check_entries().map_err(|e| anyhow::anyhow!("process {pid}: tp's data region is corrupt: {e}"))?;
         Ok(region)
+    }
+
+    /// Checks every entry in use ([`validate::entry`]).
+    pub fn check_entries(&self) -> Result<(), String> {
+        let h = self.header();
+        for i in 0..h.count {
+            validate::entry(&self.entry(i), &h).map_err(|why| format!("entry {i}: {why}"))?;
+        }
+        Ok(())
     }
 
     /// True if `maps` (of the target) still show this region at its address.
@@ -160,9 +197,17 @@ impl Region {
         self.len == 0
     }
 
-    /// Reads bytes at offset `off` of the region.
+    /// True if `len` bytes at offset `off` lie inside the region.
+    fn inside(&self, off: u64, len: usize) -> bool {
+        off.checked_add(len as u64).is_some_and(|end| end <= self.len)
+    }
+
+    /// Reads bytes at offset `off` of the region (zeros where it has none).
     pub fn read(&self, off: u64, buf: &mut [u8]) {
-        assert!(off + buf.len() as u64 <= self.len, "read past the region");
+        if !self.inside(off, buf.len()) {
+            buf.fill(0);
+            return;
+        }
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 // SAFETY: in bounds (checked above) of a live mapping; the bytes
@@ -179,7 +224,9 @@ impl Region {
 
     /// Writes bytes at offset `off` of the region.
     pub fn write(&self, off: u64, bytes: &[u8]) -> Result<()> {
-        assert!(off + bytes.len() as u64 <= self.len, "write past the region");
+        if !self.inside(off, bytes.len()) {
+            bail!("a write at {off:#x} would pass the end of tp's data region ({:#x} bytes)", self.len);
+        }
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 // SAFETY: in bounds of a live, writable mapping.
@@ -190,12 +237,14 @@ impl Region {
         Ok(())
     }
 
-    /// A plain value at offset `off`.
+    /// A plain value at offset `off` (all zeros if the region has no such bytes).
     pub fn get<T: Plain>(&self, off: u64) -> T {
         let size = std::mem::size_of::<T>();
         match &self.backing {
+            Backing::Mapped { .. } | Backing::Remote { .. } if !self.inside(off, size) => {
+                layout::from_bytes(&vec![0u8; size])
+            }
             Backing::Mapped { ptr, .. } => {
-                assert!(off + size as u64 <= self.len, "read past the region");
                 // SAFETY: in bounds of a live mapping; T is Plain (valid for
                 // any bits); the bytes may change concurrently, which a copy
                 // of plain data tolerates.
@@ -209,27 +258,34 @@ impl Region {
         }
     }
 
-    /// The header.
+    /// The header: its geometry as validated, and what changes (entries in
+    /// use, arenas, the runtime's bookkeeping) as the region holds it now,
+    /// clamped ([`validate::sanitize`]).
     pub fn header(&self) -> Header {
-        self.get(0)
+        let live: Header = self.get(0);
+        match self.fixed.get() {
+            Some(fixed) => validate::sanitize(&live, fixed),
+            None => live,
+        }
     }
 
-    /// Replaces the header.
+    /// Replaces the header. The first header tp writes into a region it
+    /// created is the geometry from then on.
     pub fn set_header(&self, h: &Header) -> Result<()> {
+        if self.fixed.get().is_none() {
+            validate::header(h, self.len).map_err(|e| anyhow::anyhow!("tp's own header: {e}"))?;
+            let _ = self.fixed.set(*h);
+        }
         self.write(0, layout::bytes_of(h))
     }
 
-    /// The header's offsets (read once the header is valid).
+    /// The validated header's offsets (those of an empty geometry if there
+    /// is none yet, which only a region being created has).
     fn fixed(&self) -> Fixed {
-        if let Some(f) = self.fixed.get() {
-            return *f;
+        match self.fixed.get() {
+            Some(h) => Fixed::of(h),
+            None => Fixed::of(&Header::new(&layout::geometry(0, layout::DEFAULT_RING_LEN), 0, self.target_addr)),
         }
-        let h = self.header();
-        let f = Fixed::of(&h);
-        if h.magic == layout::MAGIC && h.version == layout::VERSION {
-            let _ = self.fixed.set(f);
-        }
-        f
     }
 
     /// Entry `i`.
@@ -248,8 +304,11 @@ impl Region {
     /// Replaces entry `i` and bumps the generation.
     pub fn set_entry(&self, i: u32, e: &Entry) -> Result<()> {
         let mut h = self.header();
+        if i >= h.capacity {
+            bail!("entry {i} is past the capacity of tp's data region ({})", h.capacity);
+        }
         self.write(h.entry_off(i), layout::bytes_of(e))?;
-        h.generation += 1;
+        h.generation = h.generation.wrapping_add(1);
         self.write(std::mem::offset_of!(Header, generation) as u64, &h.generation.to_le_bytes())
     }
 
@@ -260,9 +319,12 @@ impl Region {
         self.set_entry(i, &e)
     }
 
-    /// Every entry in use, with its index.
+    /// Every entry in use that passes [`validate::entry`], with its index.
+    /// An entry the target changed into something tp never writes is left
+    /// out: tp never acts on it.
     pub fn entries(&self) -> Vec<(u32, Entry)> {
-        (0..self.header().count).map(|i| (i, self.entry(i))).collect()
+        let h = self.header();
+        (0..h.count).map(|i| (i, self.entry(i))).filter(|(_, e)| validate::entry(e, &h).is_ok()).collect()
     }
 
     /// Turns probe `i`'s detour on or off.
@@ -320,16 +382,18 @@ impl Region {
         // Rows some thread wrote: most processes use a few of the 64.
         let row_pages = ((1u64 << f.stride_shift) / 4096).max(1) as usize;
         let rows: Vec<u64> = (0..1u64 << f.slot_bits)
-            .filter(|&r| resident[r as usize * row_pages..(r as usize + 1) * row_pages].iter().any(|&p| p))
+            .filter(|&r| {
+                resident.get(r as usize * row_pages..(r as usize + 1) * row_pages).is_some_and(|p| p.iter().any(|&p| p))
+            })
             .collect();
         probes
             .iter()
             .map(|&i| {
                 rows.iter()
                     .map(|&row| f.counter_off(row, i))
-                    .filter(|&off| resident[((off - f.counters_off) / 4096) as usize])
+                    .filter(|&off| resident.get(((off - f.counters_off) / 4096) as usize) == Some(&true))
                     .map(|off| self.load_u64(off))
-                    .sum()
+                    .fold(0u64, u64::wrapping_add)
             })
             .collect()
     }
@@ -349,6 +413,9 @@ impl Region {
     /// them would allocate memory for nothing.
     fn resident_counter_pages(&self, f: &Fixed) -> Vec<bool> {
         let pages = (((1u64 << f.slot_bits) << f.stride_shift) / 4096).max(1) as usize;
+        if !self.inside(f.counters_off, pages * 4096) {
+            return vec![false; pages];
+        }
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 let mut v = vec![0u8; pages];
@@ -367,7 +434,7 @@ impl Region {
     fn rows_in_use(&self, f: &Fixed, probe: u32) -> Vec<u64> {
         let resident = self.resident_counter_pages(f);
         (0..1u64 << f.slot_bits)
-            .filter(|&r| resident[((f.counter_off(r, probe) - f.counters_off) / 4096) as usize])
+            .filter(|&r| resident.get(((f.counter_off(r, probe) - f.counters_off) / 4096) as usize) == Some(&true))
             .collect()
     }
 
@@ -376,9 +443,12 @@ impl Region {
         self.hits_of(&[i])[0]
     }
 
-    /// An 8-aligned u64 that the target updates concurrently, loaded atomically (acquire).
+    /// An 8-aligned u64 that the target updates concurrently, loaded
+    /// atomically (acquire); 0 at an offset that is not one.
     pub fn load_u64(&self, off: u64) -> u64 {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "bad u64 offset");
+        if !(off.is_multiple_of(8) && self.inside(off, 8)) {
+            return 0;
+        }
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 // SAFETY: 8-aligned, in bounds, shared with the target, which
@@ -392,7 +462,9 @@ impl Region {
 
     /// Stores an 8-aligned u64 that the target reads concurrently (release).
     pub fn store_u64(&self, off: u64, v: u64) -> Result<()> {
-        assert!(off.is_multiple_of(8) && off + 8 <= self.len, "bad u64 offset");
+        if !(off.is_multiple_of(8) && self.inside(off, 8)) {
+            bail!("bad u64 offset {off:#x} in tp's data region");
+        }
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 // SAFETY: 8-aligned, in bounds, shared with the target.
@@ -407,7 +479,9 @@ impl Region {
     /// Stores a 4-aligned u32 that the target reads or changes with atomic
     /// instructions (relaxed: each value stands alone).
     fn store_u32(&self, off: u64, v: u32) -> Result<()> {
-        assert!(off.is_multiple_of(4) && off + 4 <= self.len, "bad u32 offset");
+        if !(off.is_multiple_of(4) && self.inside(off, 4)) {
+            bail!("bad u32 offset {off:#x} in tp's data region");
+        }
         match &self.backing {
             Backing::Mapped { ptr, .. } => {
                 // SAFETY: 4-aligned, in bounds, shared with the target.
@@ -434,7 +508,7 @@ impl Region {
         for &i in probes {
             for r in 0..1u64 << f.slot_bits {
                 let off = f.counter_off(r, i);
-                if !resident[((off - f.counters_off) / 4096) as usize] {
+                if resident.get(((off - f.counters_off) / 4096) as usize) != Some(&true) {
                     continue;
                 }
                 for off in [off, off + countdowns] {
@@ -480,8 +554,9 @@ mod tests {
         let file = File::from(fd);
         file.set_len(g.total_size).unwrap();
         let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
-        r.set_header(&Header::new(&g, 62, 0x7000_0000)).unwrap();
-        assert_eq!(r.header().validate(r.len()), Ok(()));
+        r.set_header(&Header::new(&g, <crate::arch::Host as crate::arch::Arch>::ELF_MACHINE as u32, 0x7000_0000))
+            .unwrap();
+        assert_eq!(validate::header(&r.header(), r.len()), Ok(()));
         assert_eq!(r.hits(5), 0);
         // Two rows hold counts for probe 5: the sum is the hit count.
         let h = r.header();

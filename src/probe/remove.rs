@@ -14,6 +14,7 @@ use anyhow::{Context, Result};
 use super::layout::{Entry, State};
 use super::region::Region;
 use crate::arch::{Arch, Host};
+use crate::output::escape::text;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -60,7 +61,7 @@ pub fn remove(
         if !restored {
             eprintln!(
                 "tp: warning: the code of `{}` at {:#x} was changed by something else since tp patched it; left as it is",
-                e.name(),
+                text(&e.name()),
                 e.site
             );
         }
@@ -148,7 +149,8 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     // arenas, so dying between the two calls leaks pages but breaks nothing.
     caller.checked("munmap", sc.munmap, [region.target_addr(), region.len(), 0, 0, 0, 0])?;
     crate::fault::point("after-unmap-region");
-    for a in arenas {
+    // An arena record the target damaged reads as empty (validate::sanitize): nothing to unmap.
+    for a in arenas.iter().filter(|a| a.size > 0) {
         caller.checked("munmap", sc.munmap, [a.addr, a.size, 0, 0, 0, 0])?;
     }
     for sig in std::mem::take(&mut caller.deferred_signals) {

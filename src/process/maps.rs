@@ -20,6 +20,8 @@ pub struct Mapping {
     pub shared: bool,
     /// Offset of `start` in the mapped file.
     pub offset: u64,
+    /// Device of the mapped file, as `st_dev` encodes it (0 for anonymous memory).
+    pub dev: u64,
     /// Inode of the mapped file (0 for anonymous memory).
     pub inode: u64,
     /// Path or pseudo-name (`[heap]`, `/memfd:x (deleted)`); empty if anonymous.
@@ -78,7 +80,7 @@ pub fn parse_line(line: &str) -> Option<Mapping> {
     let range = field()?;
     let perms = field()?.as_bytes();
     let offset = field()?;
-    let _dev = field()?;
+    let dev = field()?;
     let inode = field()?;
     // The path is the rest of the line after the padding; it may contain spaces.
     let path = rest.trim_start_matches(' ').to_string();
@@ -94,6 +96,10 @@ pub fn parse_line(line: &str) -> Option<Mapping> {
         exec: perms[2] == b'x',
         shared: perms[3] == b's',
         offset: u64::from_str_radix(offset, 16).ok()?,
+        dev: {
+            let (major, minor) = dev.split_once(':')?;
+            libc::makedev(u32::from_str_radix(major, 16).ok()?, u32::from_str_radix(minor, 16).ok()?)
+        },
         inode: inode.parse().ok()?,
         path,
     })
@@ -159,6 +165,7 @@ ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0                  [vsysca
         assert_eq!(maps.len(), 9);
         let text = &maps[1];
         assert_eq!((text.start, text.end, text.offset, text.inode), (0x401000, 0x402000, 0x1000, 2361));
+        assert_eq!(text.dev, libc::makedev(0xfd, 0x01));
         assert!(text.read && !text.write && text.exec && !text.shared);
         assert_eq!(text.path, "/work/t/counter-nopie");
         assert!(maps[3].shared);
