@@ -8,8 +8,8 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser};
 use tp::output::escape;
 
 fn main() -> ExitCode {
@@ -63,18 +63,17 @@ fn parse_error(e: clap::Error) -> ExitCode {
 }
 
 /// The first line of clap's message, without `error: `, escaped, and
-/// followed by where to look.
+/// followed by where to look (the help of the subcommand given, if any).
 fn one_line(rendered: &str) -> String {
     let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("cannot parse the command line");
     let msg = first.trim().strip_prefix("error:").unwrap_or(first).trim();
     let tip =
         rendered.lines().find_map(|l| l.trim().strip_prefix("tip: ")).map(|t| format!("; {t}")).unwrap_or_default();
-    // `Usage: tp attach [OPTIONS] ...` names the subcommand whose help to read.
-    let command = rendered
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("Usage: "))
-        .map(|u| u.split_whitespace().take_while(|w| !w.starts_with(['[', '<', '-'])).collect::<Vec<_>>().join(" "))
-        .filter(|c| c.starts_with("tp"))
+    // The subcommand on the command line, if any, is the help to read.
+    let names: Vec<String> = tp::cli::Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+    let command = std::env::args_os()
+        .skip(1)
+        .find_map(|a| names.iter().find(|n| a.to_str() == Some(n.as_str())).map(|n| format!("tp {n}")))
         .unwrap_or_else(|| "tp".into());
     format!("{}{}; see `{} --help`", escape::text(msg), escape::text(&tip), escape::text(&command))
 }

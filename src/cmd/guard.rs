@@ -5,7 +5,8 @@
 //! again: the normal end, an error returned by the code between attach and
 //! detach (a trace file that cannot be created, a failed drain), and a panic
 //! (a bug), which unwinds through [`Restore`]'s `Drop`. Probes kept with
-//! `--keep` are meant to stay and get no guard.
+//! `--keep` are meant to stay and get no guard. The guard restores quietly
+//! (the error is the one line tp prints), and says so only if it cannot.
 
 use anyhow::Result;
 
@@ -34,9 +35,9 @@ impl Drop for Restore<'_> {
     fn drop(&mut self) {
         let Some(attached) = self.attached.take() else { return };
         let pid = attached.pid;
+        // Quiet when it works: the error (or the panic) is the one line.
         match attached.detach() {
-            Ok(d) if d.target_gone => eprintln!("tp: process {pid} exited"),
-            Ok(_) => eprintln!("tp: detached from {pid} after the error, code restored"),
+            Ok(_) => {}
             Err(e) => eprintln!(
                 "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
                 text(&format!("{e:#}"))

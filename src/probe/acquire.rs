@@ -38,12 +38,16 @@ pub const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F
 /// `memfd_create("tp-data", MFD_ALLOW_SEALING)`, checks that it is such a
 /// memfd, sizes it to `len` bytes and seals it ([`SEALS`]).
 pub fn take_new(pid: i32, fd: u64, len: u64) -> Result<File> {
-    let file = pidfd_getfd(pid, fd)?;
     let swapped = |what: String| {
         anyhow::anyhow!(
             "descriptor {fd} of process {pid} is not the memfd tp had it create ({what}): something in the process \
              replaced it; tp refuses to use it"
         )
+    };
+    let file = match pidfd_getfd(pid, fd) {
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => return Err(swapped("it was closed".into())),
+        Err(e) => return Err(getfd_error(e)),
+        Ok(file) => file,
     };
     let name = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).unwrap_or_default();
     let name = name.to_string_lossy();
@@ -120,19 +124,19 @@ pub fn seals(file: &File) -> Option<libc::c_int> {
 }
 
 /// A copy of descriptor `fd` of process `pid` (pidfd_open, pidfd_getfd).
-fn pidfd_getfd(pid: i32, fd: u64) -> Result<File> {
-    let fd = i32::try_from(fd).context("descriptor number out of range")?;
+fn pidfd_getfd(pid: i32, fd: u64) -> std::io::Result<File> {
+    let fd = i32::try_from(fd).map_err(|_| std::io::Error::from_raw_os_error(libc::EBADF))?;
     // SAFETY: raw syscalls with integer arguments; each result is checked
     // and owned exactly once.
     unsafe {
         let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0);
         if pidfd < 0 {
-            return Err(getfd_error(std::io::Error::last_os_error()));
+            return Err(std::io::Error::last_os_error());
         }
         let pidfd = OwnedFd::from_raw_fd(pidfd as i32);
         let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0);
         if got < 0 {
-            return Err(getfd_error(std::io::Error::last_os_error()));
+            return Err(std::io::Error::last_os_error());
         }
         Ok(File::from_raw_fd(got as i32))
     }
@@ -176,5 +180,6 @@ mod tests {
         let err = take_new(me, own_fd(&exe), 4096).unwrap_err().to_string();
         assert!(err.contains("is not the memfd tp had it create"), "{err}");
         assert_eq!(exe.metadata().unwrap().len(), std::fs::metadata(std::env::current_exe().unwrap()).unwrap().len());
+        assert!(take_new(me, 99_999, 4096).unwrap_err().to_string().contains("it was closed"));
     }
 }
