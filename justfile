@@ -63,18 +63,23 @@ ci:
 stress cycles="1000":
     TP_STRESS_CYCLES={{cycles}} cargo test --release --test e2e stress -- --nocapture
 
-# Fuzz the list-probes path and the x86-64 planner for a bounded time each
-# (needs nightly and `cargo install cargo-fuzz`). Crashes land in
+# Fuzz the list-probes path, the x86-64 planner and the data region's
+# reader for a bounded time each (needs nightly and cargo-fuzz, which
+# tests/deps.sh installs). Crashes land in
 # tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
 # where the e2e tests replay them.
 [group('test')]
 fuzz seconds="60":
-    mkdir -p tests/fuzz/corpus/list_probes tests/fuzz/corpus/plan_x86_64
+    tests/deps.sh need --group fuzz
+    mkdir -p tests/fuzz/corpus/list_probes tests/fuzz/corpus/plan_x86_64 tests/fuzz/corpus/region
     cargo build
     find "$(ls -td target/debug/build/tp-*/out/targets | head -1)" -maxdepth 1 -type f -exec cp {} tests/fuzz/corpus/list_probes/ +
     cp tests/fuzz/regressions/list_probes/* tests/fuzz/corpus/list_probes/ 2>/dev/null || true
     cargo +nightly fuzz run --fuzz-dir tests/fuzz list_probes tests/fuzz/corpus/list_probes -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz plan_x86_64 tests/fuzz/corpus/plan_x86_64 -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo test --test e2e write_fuzz_seeds -- --ignored
+    cp tests/fuzz/regressions/region/* tests/fuzz/corpus/region/ 2>/dev/null || true
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz region tests/fuzz/corpus/region -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]

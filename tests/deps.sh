@@ -31,6 +31,7 @@ how() { # INSTALL -> the command a person would run
   case $1 in
     apt:*) echo "apt-get install -y ${1#apt:}" | tr ',' ' ' ;;
     pip:*) echo "python3 -m pip install ${1#pip:}" | tr ',' ' ' ;;
+    cargo:*) echo "cargo install ${1#cargo:}" ;;
     script:*) echo "${1#script:}" ;;
   esac
 }
@@ -47,6 +48,7 @@ install() { # NAME INSTALL
       apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >"$log" 2>&1 ||
         { apt-get update -qq >>"$log" 2>&1 && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >>"$log" 2>&1; } ;;
     pip:*) python3 -m pip install -q "${what#pip:}" >"$log" 2>&1 ;;
+    cargo:*) cargo install -q "${what#cargo:}" >"$log" 2>&1 ;;
     *) false ;;
   esac || { echo "deps: installing $name failed: $(tail -1 "$log")" >&2; rm -f "$log"; return 1; }
   rm -f "$log"

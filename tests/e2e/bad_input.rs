@@ -3,6 +3,7 @@
 //! user, and values the parser must turn away. Each is one line naming the
 //! fix, a non-zero exit, no panic, and the target untouched.
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -126,11 +127,16 @@ fn a_thread_id_is_not_taken_for_its_process() {
 fn an_unprivileged_user_is_told_what_is_needed() {
     let t = Target::start("counter");
     let pid = t.pid.to_string();
+    let yama = std::path::Path::new("/proc/sys/kernel/yama/ptrace_scope").exists();
     for args in [
         vec!["attach", "-p", pid.as_str(), "-f", "foo"],
         vec!["attach", "-p", pid.as_str(), "-f", "foo", "--keep"],
         vec!["status", "-p", pid.as_str()],
         vec!["detach", "-p", pid.as_str()],
+        vec!["enable", "-p", pid.as_str(), "--all"],
+        vec!["disable", "-p", pid.as_str(), "-f", "foo"],
+        vec!["list-probes", "-p", pid.as_str()],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo"],
     ] {
         // As `nobody`: a process of root's may not be traced.
         let out = Command::new(tp_path())
@@ -146,6 +152,7 @@ fn an_unprivileged_user_is_told_what_is_needed() {
         assert_eq!(lines.len(), 1, "tp {args:?}: {stderr}");
         assert!(lines[0].starts_with(&format!("tp: permission denied tracing process {pid}")), "tp {args:?}: {stderr}");
         assert!(lines[0].contains("run as root or with CAP_SYS_PTRACE"), "{stderr}");
+        assert_eq!(lines[0].contains("ptrace_scope"), yama, "the Yama hint only where Yama exists: {stderr}");
     }
     assert_code_is_original(&t, &["foo"]);
     assert!(!has_region(t.pid));
@@ -162,11 +169,17 @@ fn values_the_parser_must_refuse() {
         vec!["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "1e30"],
         vec!["attach", "-p", "abc", "-f", "foo"],
         vec!["demo", "--duration", "nan"],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo", "-d", "1e300"],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo", "-d", "1e20"],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo", "-d", "nan"],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo", "-d", "inf"],
     ] {
         let out = tp(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "tp {args:?}: {stderr}");
-        assert!(stderr.starts_with("error: invalid value"), "tp {args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "tp {args:?}: {stderr}");
+        assert!(stderr.starts_with("tp: invalid value"), "tp {args:?}: {stderr}");
+        assert!(stderr.contains(&format!("see `tp {} --help`", args[0])), "tp {args:?}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
     for args in [vec!["attach", "-p", "0", "-f", "foo"], vec!["attach", "--pid=-1", "-f", "foo"]] {
@@ -174,4 +187,102 @@ fn values_the_parser_must_refuse() {
     }
     assert_code_is_original(&t, &["foo"]);
     assert!(!has_region(t.pid), "a refused command line must not touch the target");
+}
+
+#[test]
+fn parse_errors_are_one_line() {
+    let not_utf8 = std::ffi::OsStr::from_bytes(b"\xff\xfe");
+    let text_cases = [
+        vec!["attach", "-p", "-1", "-f", "foo"],
+        vec!["profile", "-p", "1", "-f", "foo", "-d", "-1"],
+        vec!["attach", "-p", "1", "-f", "foo", "--bogus"],
+        vec!["frobnicate"],
+        vec!["attach", "-p", "\x1b[2J", "-f", "foo"],
+    ];
+    let mut cases: Vec<Vec<&std::ffi::OsStr>> =
+        text_cases.iter().map(|v| v.iter().map(std::ffi::OsStr::new).collect()).collect();
+    cases.push(vec!["attach".as_ref(), "-p".as_ref(), not_utf8, "-f".as_ref(), "foo".as_ref()]);
+    for args in cases {
+        let out = crate::util::run(Command::new(tp_path()).args(&args));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "tp {args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "tp {args:?}: {stderr}");
+        assert!(stderr.starts_with("tp: ") && stderr.contains("--help`"), "tp {args:?}: {stderr}");
+        assert!(!stderr.contains('\x1b'), "the echoed argument is escaped: {stderr:?}");
+    }
+    // Help and version are not errors.
+    for args in [["--help"], ["--version"]] {
+        let out = tp(&args);
+        assert!(out.status.success() && !out.stdout.is_empty(), "tp {args:?}");
+    }
+}
+
+#[test]
+fn tp_cannot_trace_itself() {
+    // `exec` keeps the shell's PID, which `$$` names: tp is given its own.
+    let script = format!("exec {} attach -p $$ -f foo", tp_path().display());
+    let out = crate::util::run(Command::new("sh").args(["-c", &script]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.starts_with("tp: process ") && stderr.contains("tp cannot trace itself"), "{stderr}");
+}
+
+#[test]
+fn list_probes_reads_only_regular_binaries() {
+    expect_error(&["list-probes", "/dev/zero"], "`/dev/zero` is a character device, not a regular file");
+    expect_error(&["list-probes", "/"], "`/` is a directory, not a regular file");
+    let fifo = scratch("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    // Opening a FIFO for reading blocks until a writer comes: tp must not.
+    expect_error(&["list-probes", fifo.to_str().unwrap()], "is a FIFO, not a regular file");
+    std::fs::remove_file(&fifo).unwrap();
+    // A core dump: the counter relabelled ET_CORE.
+    let mut core = std::fs::read(target_path("counter")).unwrap();
+    core[16..18].copy_from_slice(&4u16.to_le_bytes());
+    let core_path = scratch("core");
+    std::fs::write(&core_path, core).unwrap();
+    expect_error(&["list-probes", core_path.to_str().unwrap()], "is a core dump");
+    std::fs::remove_file(&core_path).unwrap();
+    // A bare 64-bit ELF header: an executable of no machine, nothing after it.
+    let mut bare = vec![0u8; 64];
+    bare[..7].copy_from_slice(b"\x7fELF\x02\x01\x01");
+    bare[16..18].copy_from_slice(&2u16.to_le_bytes()); // ET_EXEC
+    bare[20..24].copy_from_slice(&1u32.to_le_bytes()); // EV_CURRENT
+    bare[52..54].copy_from_slice(&64u16.to_le_bytes()); // e_ehsize
+    let bare_path = scratch("bare-elf");
+    std::fs::write(&bare_path, bare).unwrap();
+    let line = expect_error(&["list-probes", bare_path.to_str().unwrap()], "ELF machine 0, which tp does not know");
+    assert!(line.contains("tp knows x86-64 and aarch64") && !line.contains("a an"), "{line}");
+    std::fs::remove_file(&bare_path).unwrap();
+    // An object file, not linked yet.
+    let object = scratch("counter.o");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets");
+    run(Command::new("cc").args(["-c", "-O2", "-I"]).arg(&src).arg(src.join("counter.c")).arg("-o").arg(&object));
+    expect_error(&["list-probes", object.to_str().unwrap()], "is an object file (.o), not linked yet");
+    std::fs::remove_file(&object).unwrap();
+}
+
+#[test]
+fn an_error_after_the_attach_restores_the_probes() {
+    // The trace file is created once the probes are live; when it cannot
+    // be, the probes come out again before tp reports it.
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let bad = "/nonexistent/dir/trace.json";
+    for args in [
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--args", "-o", bad],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo", "-d", "5", "-o", bad],
+    ] {
+        let out = tp(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "tp {args:?}: {stderr}");
+        // The status line of the attach, then the error, and nothing else.
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert_eq!(lines.len(), 2, "tp {args:?}: {stderr}");
+        assert!(lines[0].starts_with("tp: attached") || lines[0].starts_with("tp: profiling"), "{stderr}");
+        assert!(lines[1].starts_with("tp: cannot create `/nonexistent/dir/trace.json`"), "{stderr}");
+        assert_code_is_original(&t, &["foo"]);
+        assert!(!has_region(t.pid), "tp's memory is gone too: {args:?}");
+    }
 }

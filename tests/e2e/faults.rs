@@ -184,3 +184,22 @@ fn target_killed_during_tp_detach_is_reported_in_one_line() {
         assert_eq!(stderr.trim(), format!("tp: process {pid} exited; nothing left to restore"), "target:{step}");
     }
 }
+
+#[test]
+fn a_panic_with_probes_installed_restores_them() {
+    // A bug that panics while a session's probes are live: one line, a
+    // non-zero exit, and the guard restores the code while unwinding.
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let out = tp_with_fault("panic:observing", &["attach", "-p", &pid, "-f", "foo", "-f", "bar"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(70), "{:?} {stderr}", out.status.signal());
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.starts_with("tp: attached")).collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("tp: internal error: TP_FAULT=panic:observing at src/fault.rs:"), "{stderr}");
+    assert!(lines[0].ends_with("; please report it"), "{stderr}");
+    assert_code_is_original(&t, &["foo", "bar"]);
+    assert!(!has_region(t.pid), "tp's memory is unmapped as after a normal detach");
+    assert_no_thread_held(t.pid);
+    assert_eq!(t.call("foo", 100, 1), 100);
+}

@@ -1,14 +1,17 @@
 //! Inputs the fuzzers (tests/fuzz, `just fuzz`) found crashing, replayed
 //! through the real binary: `tp list-probes` must answer each with a table
 //! or one error line, never a panic. Hand-made damage to a real binary
-//! (truncations, wild header offsets) runs the same way.
+//! (truncations, wild header offsets) runs the same way. Data regions (the
+//! `region` target's inputs, and the crafted regions of issue 14) are mapped
+//! by a real target (`targets/hostile.c`, as `nobody`) and every command
+//! that reads a region runs against it.
 
 use std::path::PathBuf;
 
 use crate::util::*;
 
-fn regressions() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/regressions/list_probes");
+fn regressions(target: &str) -> Vec<PathBuf> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fuzz/regressions").join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
     files
@@ -28,10 +31,20 @@ fn answers_without_panic(path: &std::path::Path) {
 
 #[test]
 fn saved_fuzz_crashes_are_answered() {
-    let files = regressions();
+    let files = regressions("list_probes");
     assert!(!files.is_empty(), "the regression inputs are missing");
     for f in files {
         answers_without_panic(&f);
+    }
+}
+
+#[test]
+fn saved_region_crashes_are_answered() {
+    let files = regressions("region");
+    assert!(files.len() >= 4, "the regression inputs are missing");
+    for f in files {
+        let img = crate::region_image::from_fuzz(&std::fs::read(&f).unwrap());
+        crate::hostile::every_command_answers(&img, &f.display().to_string());
     }
 }
 

@@ -1,5 +1,8 @@
 //! Probes that outlive the tracer: `--keep`, `status`, `detach`, and
-//! `detach` after the tracer was killed with SIGKILL.
+//! `detach` after the tracer was killed with SIGKILL; `detach` next to a
+//! session that is still running.
+
+use std::process::Command;
 
 use crate::util::*;
 
@@ -101,4 +104,40 @@ fn detach_without_pid_spares_a_running_session() {
     assert!(status.success(), "{stderr}");
     assert_eq!(hits_from_json(&stdout)["foo"], calls);
     assert_code_is_original(&t, &["foo"]);
+}
+
+#[test]
+fn detach_leaves_a_running_session_alone_unless_forced() {
+    let _alone = system_wide();
+    let mut t = Target::start_unlocked("counter");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--json"]);
+    let owner = session.child.id();
+    // Plain detach must not even stop the process: were it to seize it,
+    // this fault would pause it there, holding the target, and it would
+    // never exit.
+    let out = run(Command::new(tp_path()).arg("detach").env("TP_FAULT", "pause:after-seize"));
+    expect_success(&["detach"], &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "tp: process {pid}: left alone: its probes belong to tp session {owner} (`foo`), still running"
+        )),
+        "{stderr}"
+    );
+    // Named, it says whose they are, and fails.
+    let line = expect_error(&["detach", "-p", &pid], &format!("belong to tp session {owner} (`foo`), still running"));
+    assert!(line.contains(&format!("tp detach -p {pid} --force")), "{line}");
+    let (now, file) = entry_bytes(&t, "foo");
+    assert_ne!(now[..5], file[..5], "the session's probe is still in");
+    let calls = t.call("foo", 100, 1);
+    // --force removes them; the session sees it and ends with its counts.
+    let out = tp(&["detach", "--force"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.contains(&format!("detached from {pid}")), "{stderr}");
+    assert_code_is_original(&t, &["foo"]);
+    let (status, stdout, stderr) = session.wait();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("the probes were removed by another tp"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["foo"], calls);
 }

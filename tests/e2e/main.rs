@@ -74,3 +74,9 @@ mod security;
 // Fuzz-found inputs and damaged binaries, replayed through list-probes.
 #[cfg(target_arch = "x86_64")]
 mod fuzz_regressions;
+// A target that attacks its tracer: crafted regions, escapes, descriptor swaps.
+#[cfg(target_arch = "x86_64")]
+mod hostile;
+// Region images, shared with the `region` fuzz target.
+#[cfg(target_arch = "x86_64")]
+mod region_image;

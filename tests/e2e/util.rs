@@ -132,7 +132,25 @@ impl Target {
     }
 
     fn start_path_unlocked(path: &std::path::Path) -> Target {
-        let mut child = Command::new(path)
+        Self::spawn(Command::new(path))
+    }
+
+    /// Starts the bundled target `name` with `configure` applied to its
+    /// command first (another user, descriptors it inherits).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn start_with(name: &str, configure: impl FnOnce(&mut Command)) -> Target {
+        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let mut cmd = Command::new(target_path(name));
+        configure(&mut cmd);
+        let mut t = Self::spawn(cmd);
+        t._shared = Some(guard);
+        t
+    }
+
+    /// Starts `cmd` (a target program) without the shared lock.
+    pub fn spawn(mut cmd: Command) -> Target {
+        let path = PathBuf::from(cmd.get_program());
+        let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -143,6 +161,13 @@ impl Target {
         let pid = ready.trim_start_matches("ready pid=").parse().unwrap();
         assert_eq!(pid, child.id() as i32);
         Target { child, stdin, out, pid, _shared: None }
+    }
+
+    /// Sends raw bytes on the target's stdin.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stdin.write_all(bytes).unwrap();
+        self.stdin.flush().unwrap();
     }
 
     /// Sends a command and returns the answer line starting with `answer`.
