@@ -167,7 +167,7 @@ fn profile_errors_name_the_fix() {
         let out = tp(&["profile", "-p", &pid, "-f", "foo", bad]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{stderr}");
-        assert!(stderr.starts_with("error: ") && stderr.contains(needle), "{stderr}");
+        assert!(stderr.starts_with("tp: ") && stderr.lines().count() == 1 && stderr.contains(needle), "{stderr}");
     }
     assert!(!has_region(t.pid));
 }
