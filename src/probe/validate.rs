@@ -102,7 +102,9 @@ pub fn arena(a: &Arena, h: &Header) -> Result<(), String> {
     if a.addr < crate::process::maps::MIN_ADDR || !a.addr.is_multiple_of(4096) || end.is_none() {
         return Err(format!("address {:#x}, size {:#x}", a.addr, a.size));
     }
-    if !a.size.is_multiple_of(4096) || a.size == 0 || a.size > MAX_ARENA {
+    // The size is what tp asked mmap for (an arena with a runtime block is
+    // not a whole number of pages); the address is page-aligned.
+    if a.size == 0 || a.size > MAX_ARENA {
         return Err(format!("size {:#x} (tp maps up to {MAX_ARENA:#x})", a.size));
     }
     if a.used > a.size {
@@ -255,6 +257,11 @@ mod tests {
         assert!(header_err(|h| h.arena_count = 65).contains("65 code arenas"));
         assert!(header_err(|h| h.arenas[0].used = h.arenas[0].size + 1).contains("code arena 0"));
         assert!(header_err(|h| h.arenas[0].size = 1 << 40).contains("code arena 0"));
+        assert!(header_err(|h| h.arenas[0].size = 0).contains("code arena 0"));
+        assert!(header_err(|h| h.arenas[0].addr += 8).contains("code arena 0"));
+        let (mut h, len) = good();
+        h.arenas[0].size = 65536 + 1234;
+        assert_eq!(header(&h, len), Ok(()), "an arena with a runtime block is not whole pages");
         assert!(header_err(|h| h.arenas[0].addr = u64::MAX - 4095).contains("code arena 0"));
         assert!(header_err(|h| h.arenas[0].addr = AT).contains("overlaps the region"));
         let (h, len) = good();

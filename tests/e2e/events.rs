@@ -333,3 +333,28 @@ fn list_probes_verbose_shows_signatures() {
         assert!(stdout.lines().any(|l| l.trim() == sig), "no `{sig}` in:\n{stdout}");
     }
 }
+
+#[test]
+fn a_return_session_leaves_no_code_arena_behind() {
+    // Return probes bring tp's own probes on the unwinder's entry points,
+    // in libc, far from the executable: a second code arena, holding the
+    // runtime, whose size is no whole number of pages. It must be known
+    // to the detach like the first: restored, and unmapped.
+    let mut t = Target::start("events");
+    let pid = t.pid.to_string();
+    let arenas = |pid: i32| {
+        tp::process::read_maps(pid).unwrap().iter().filter(|m| m.exec && !m.write && m.path.is_empty()).count()
+    };
+    let before = arenas(t.pid);
+    let session = Session::start(&["-p", &pid, "-f", "add", "--ret", "-q"]);
+    let during = arenas(t.pid);
+    assert!(during >= before + 2, "an arena near the executable and one near libc: {before} -> {during}");
+    let status = expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"]));
+    assert!(status.contains("\"add\""), "{status}");
+    t.ask("call 5 1", "done call");
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(arenas(t.pid), before, "every arena unmapped: {stderr}");
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
