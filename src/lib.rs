@@ -11,7 +11,8 @@
 //!
 //! Crate map:
 //! - [`cli`]: the command-line definition (clap), declarative only.
-//! - [`cmd`]: one module per subcommand; validation and orchestration.
+//! - [`cmd`]: one thin module per subcommand: command line to options, results to output.
+//! - [`session`]: the session engine that attach, profile and demo share.
 //! - [`process`]: ptrace, /proc, remote memory and remote syscalls; no ISA.
 //! - [`symbols`]: ELF (goblin) symbols and load biases.
 //! - [`arch`]: everything that knows an instruction set, behind [`arch::Arch`].
@@ -28,4 +29,5 @@ pub mod fault;
 pub mod output;
 pub mod probe;
 pub mod process;
+pub mod session;
 pub mod symbols;

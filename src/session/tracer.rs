@@ -8,8 +8,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use super::attach::Attached;
-use crate::cli::AttachArgs;
+use super::Options;
+use super::attached::Attached;
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::format::{self, MAX_STRING, ProbeInfo};
@@ -39,15 +39,9 @@ pub struct Tracer {
 
 impl Tracer {
     /// Starts consuming the events of `attached`.
-    pub fn new(attached: &Attached, args: &AttachArgs) -> Result<Tracer> {
-        let style = if args.quiet {
-            Style::Quiet
-        } else if args.json {
-            Style::Json
-        } else {
-            Style::Text
-        };
-        let chrome = match &args.output {
+    pub fn new(attached: &Attached, opts: &Options) -> Result<Tracer> {
+        let style = opts.style;
+        let chrome = match &opts.trace_file {
             Some(path) => Some(
                 ChromeTrace::create(path, attached.pid)
                     .with_context(|| format!("cannot create `{}`", path.display()))?,
@@ -59,7 +53,7 @@ impl Tracer {
         let origin_ns = crate::events::clock::monotonic_ns();
         if attached.infos.iter().any(|i| {
             i.dwarf.as_ref().is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
-        }) && args.args
+        }) && opts.selection.kind & kind::ARGS != 0
         {
             eprintln!(
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort"
