@@ -1,5 +1,6 @@
 //! Probes as tp installs them: the shared data region ([`layout`],
-//! [`region`]), code arenas near the probed modules ([`arena`]), and the two
+//! [`region`]), code arenas near the probed modules ([`arena`]), the
+//! target's threads while sites change ([`threads`]), and the two
 //! transactions that change a stopped target ([`install`], [`remove`]).
 
 pub mod arena;
@@ -9,6 +10,7 @@ pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;
+pub mod threads;
 
 use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;

@@ -98,21 +98,15 @@ pub fn keep_referenced(stopped: &Stopped, mem: &Memory, maps: &[Mapping], orphan
 /// Closes the descriptors and unmaps the arenas with the stopped worker.
 /// The descriptors were opened by tp and never handed to the program.
 pub fn release(stopped: &mut Stopped, mem: &Memory, maps: &[Mapping], orphans: &Orphans) -> Result<()> {
-    let mut caller = RemoteCaller::new(stopped.pid(), stopped.worker(), mem, maps)?;
+    let mut caller = RemoteCaller::new(stopped, mem, maps)?;
     let sc = Host::SYSCALLS;
-    let result = (|| {
-        for &fd in &orphans.fds {
-            caller.checked("close", sc.close, [fd, 0, 0, 0, 0, 0])?;
-        }
-        for &(addr, size) in &orphans.arenas {
-            caller.checked("munmap", sc.munmap, [addr, size, 0, 0, 0, 0])?;
-        }
-        Ok(())
-    })();
-    for sig in std::mem::take(&mut caller.deferred_signals) {
-        stopped.defer_signal(caller.tid(), sig);
+    for &fd in &orphans.fds {
+        caller.checked("close", sc.close, [fd, 0, 0, 0, 0, 0])?;
     }
-    result
+    for &(addr, size) in &orphans.arenas {
+        caller.checked("munmap", sc.munmap, [addr, size, 0, 0, 0, 0])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

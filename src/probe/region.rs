@@ -6,6 +6,8 @@
 //! uses. Without that privilege tp falls back to reading and writing the
 //! region through `/proc/PID/mem`, which only needs ptrace access.
 
+pub mod create;
+
 use std::fs::{File, OpenOptions};
 use std::sync::atomic::{AtomicU64, Ordering};
 
