@@ -29,5 +29,6 @@ pub mod fault;
 pub mod output;
 pub mod probe;
 pub mod process;
+pub mod progress;
 pub mod session;
 pub mod symbols;

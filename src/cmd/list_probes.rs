@@ -8,12 +8,13 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
+use crate::arch::machine_name;
 use crate::arch::{Isa, Refusal, SitePlan};
 use crate::cli::ListProbesArgs;
 use crate::output::json;
-use crate::output::progress::Progress;
 use crate::process;
-use crate::symbols::{Module, ProcessModules, elf::machine_name};
+use crate::progress::Progress;
+use crate::symbols::{Module, ProcessModules};
 
 /// The rows of some modules, with each module's index.
 type ModuleRows = Vec<(usize, Vec<Row>)>;

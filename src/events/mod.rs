@@ -1,6 +1,6 @@
 //! Events recorded by probes in the target, as the tracer sees them: drained
 //! from the per-thread rings ([`drain`]), stamped with CLOCK_MONOTONIC time
-//! ([`clock`]), given names and typed values ([`format`]), and summed into
+//! ([`clock`]), given names and typed values ([`format`](mod@format)), and summed into
 //! latency statistics ([`stats`]).
 
 pub mod clock;

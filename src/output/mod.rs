@@ -7,7 +7,6 @@ pub mod histogram;
 pub mod json;
 pub mod live;
 pub mod profile;
-pub mod progress;
 pub mod table;
 
 use std::io::Write;

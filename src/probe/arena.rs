@@ -9,7 +9,7 @@ use super::Request;
 use super::layout::{Arena, kind};
 use super::region::Region;
 use crate::arch::{Arch, Host};
-use crate::process::maps::{Gap, Mapping, gaps};
+use crate::process::maps::{Gap, Mapping, Span, gaps};
 use crate::process::remote::RemoteCaller;
 
 /// Room left for the stack to grow down into, and the heap up into.
@@ -22,15 +22,6 @@ pub const MIN_ARENA: u64 = 64 << 10;
 pub const DETOUR_BUDGET: u64 = 160;
 /// The budget of a detour that calls the runtime.
 pub const EVENT_DETOUR_BUDGET: u64 = 320;
-
-/// The span of addresses a module occupies (all its mappings).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
-    /// Lowest address.
-    pub lo: u64,
-    /// One past the highest address.
-    pub hi: u64,
-}
 
 /// True if every address of `[a, a + size)` is within `reach` of every
 /// address of `span`, both ways.
@@ -80,7 +71,7 @@ pub fn reach_of(req: &Request) -> u64 {
 
 /// Switches each request whose module has no room for an arena within
 /// branch reach, in the region's arenas or in the address space, to the
-/// long form of its probe (AArch64: `adrp x16 ; add x16 ; br x16`), or
+/// long form of its probe ([`crate::arch::Arch::plan_long`]), or
 /// refuses it with the reason it has none.
 pub fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: &[Request]) -> Result<Vec<Request>> {
     let h = region.map(Region::header);

@@ -15,7 +15,7 @@
 //! site marked Installing, patched with one write, marked Active. The target
 //! only ever holds complete detours and sites that are either original or
 //! fully patched, and the region records enough for `tp detach` to restore
-//! them. If a step fails, [`PatchGuard`] restores every site this commit
+//! them. If a step fails, `PatchGuard` restores every site this commit
 //! patched.
 
 use std::collections::HashMap;
@@ -26,14 +26,14 @@ use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
 use super::{Request, arena, runtime, threads};
-use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal, RuntimeAddrs};
-use crate::output::progress::Progress;
+use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
 use crate::process::{self, Mapping};
+use crate::progress::Progress;
 
-/// A probe that is live after [`install`].
+/// A probe that is live after [`commit`].
 #[derive(Debug, Clone)]
 pub struct Installed {
     /// Its entry in the region.
@@ -179,11 +179,22 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
     Ok(())
 }
 
+/// What a detour of `k` (bits of [`kind`]) does beyond counting.
+pub fn records_of(k: u32) -> Records {
+    Records {
+        args: k & kind::ARGS != 0,
+        ret: k & kind::RET != 0,
+        sample: k & kind::SAMPLE != 0,
+        unwind: k & kind::UNWIND != 0,
+    }
+}
+
 /// Where probe `index`'s detour finds its flag, counters and runtime.
 fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     DetourSpec {
         probe_index: index,
-        kind,
+        records: records_of(kind),
+        entry_word: layout::entry_word(index, kind),
         runtime,
         flag_addr: region.target_addr() + h.flags_off + index as u64,
         counters: region.target_addr() + h.counters_off,

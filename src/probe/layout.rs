@@ -28,7 +28,7 @@
 //!
 //! This file is the one source of the layout the in-target runtime shares:
 //! build.rs compiles it too (`#[path]`), and writes the C declarations of
-//! the [`shared_struct!`] structs and of [`C_CONSTANTS`] into the header
+//! the `shared_struct!` structs and of [`C_CONSTANTS`] into the header
 //! runtime.c includes. So it uses nothing but `std`.
 
 /// Declares a `repr(C)` struct that the in-target runtime shares, and with
@@ -447,6 +447,22 @@ pub mod kind {
     pub const SAMPLE: u32 = 8;
 }
 
+/// The word a detour passes to the runtime's `tp_entry` for probe `index`
+/// recording `k` (bits of [`kind`]): the index and the [`entry_flags`].
+pub fn entry_word(index: u32, k: u32) -> u32 {
+    let mut word = index;
+    if k & kind::ARGS != 0 {
+        word |= entry_flags::RECORD_ENTRY;
+    }
+    if k & kind::RET != 0 {
+        word |= entry_flags::HIJACK_RETURN;
+    }
+    if k & kind::SAMPLE != 0 {
+        word |= entry_flags::SAMPLE;
+    }
+    word
+}
+
 /// One probe entry.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -808,6 +824,14 @@ mod tests {
         let slot = SlotHead::c_struct().to_c();
         assert!(slot.contains("\tstruct tp_frame shadow[];\n};"), "{slot}");
         assert!(slot.contains("_Static_assert(sizeof(struct tp_slot) == 192, "), "{slot}");
+    }
+
+    #[test]
+    fn the_entry_word_carries_the_index_and_the_flags() {
+        assert_eq!(entry_word(3, kind::COUNT), 3);
+        assert_eq!(entry_word(3, kind::ARGS | kind::RET), 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN);
+        assert_eq!(entry_word(7, kind::RET | kind::SAMPLE), 7 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE);
+        assert_eq!(entry_word(PROBE_MASK, kind::UNWIND) & PROBE_MASK, PROBE_MASK);
     }
 
     #[test]

@@ -15,7 +15,7 @@ pub mod threads;
 use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;
 
-pub use arena::Span;
+pub use crate::process::maps::Span;
 pub use region::Region;
 
 /// A function to probe, with its patch plan and its module's address span.

@@ -5,8 +5,8 @@
 //! one), the number and arguments are loaded, and one PTRACE_SINGLESTEP runs
 //! exactly that instruction. The registers are restored after every call, so
 //! the thread is never left with foreign values for longer than one syscall.
-//! Before each call the architecture cancels syscall restart (orig_rax = -1
-//! on x86-64), so a thread that was stopped inside a blocking syscall is not
+//! Before each call the architecture cancels syscall restart
+//! ([`Arch::prepare_syscall`]), so a thread that was stopped inside a blocking syscall is not
 //! rewound onto the wrong instruction.
 //!
 //! The caller borrows the [`Stopped`] set its thread belongs to: signals

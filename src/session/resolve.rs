@@ -5,8 +5,8 @@ use anyhow::{Result, bail};
 
 use crate::arch::SitePlan;
 use crate::arch::{Arch, Host, Isa, Refusal};
-use crate::output::progress::Progress;
 use crate::probe::Request;
+use crate::progress::Progress;
 use crate::symbols::{Found, Function, Module, ProcessModules};
 
 /// The outcome of resolving and planning.

@@ -109,7 +109,7 @@ impl Tracer {
                 let args = format::args(info, &ev.v, &read);
                 lines::write(out, self.style, self.origin_ns, &Line::Entry { info, tid: ev.tid, ts_ns, args: &args })?;
                 if let Some(c) = &mut self.chrome {
-                    let args_json = format::args_json(&args);
+                    let args_json = json::args(&args);
                     if attached_records_returns(attached, i) {
                         self.pending.entry(ev.tid).or_default().push((ev.probe, args_json));
                     } else {
@@ -143,7 +143,7 @@ impl Tracer {
                     let sep = if args.len() > 1 { "," } else { "" };
                     let extra = match (&ret, unwound) {
                         (_, true) => "\"unwound\":true".to_string(),
-                        (Some(v), false) => format!("\"ret\":{}", v.json()),
+                        (Some(v), false) => format!("\"ret\":{}", json::value(v)),
                         (None, false) => String::new(),
                     };
                     let sep = if extra.is_empty() { "" } else { sep };

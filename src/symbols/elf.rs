@@ -83,18 +83,6 @@ pub struct ElfFile {
     pub sections: Vec<Section>,
 }
 
-/// The name of an ELF machine number, for messages.
-pub fn machine_name(m: u16) -> &'static str {
-    match m {
-        3 => "i386",
-        40 => "arm",
-        62 => "x86-64",
-        183 => "aarch64",
-        243 => "riscv",
-        _ => "an unknown architecture",
-    }
-}
-
 impl ElfFile {
     /// Reads and parses `path` (shown as `display` in messages).
     pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {

@@ -5,10 +5,9 @@
 //! its data segments, at any 4-byte offset, that is a code address.
 
 use goblin::elf::dynamic::{DF_TEXTREL, DT_FLAGS, DT_TEXTREL};
-use goblin::elf::reloc::{R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE};
 
 use super::ElfFile;
-use crate::arch::Image;
+use crate::arch::{Image, Isa, StoredPointer};
 
 /// What one file's code and data say about code addresses, read once.
 #[derive(Debug, Default)]
@@ -31,13 +30,12 @@ pub struct ElfImage<'a> {
 
 impl CodeFacts {
     /// Reads the relocations (or, position-dependent, the data words) of
-    /// `elf`. Only x86-64 files are read: other planners do not use them.
-    pub fn of(elf: &ElfFile) -> CodeFacts {
+    /// `elf`, whose instruction set is `isa`. Only files whose planner reads
+    /// the module ([`Isa::plans_with_image`]) are read.
+    pub fn of(elf: &ElfFile, isa: Option<Isa>) -> CodeFacts {
         let mut facts = CodeFacts { absolute_code: true, targets: Vec::new() };
+        let Some(isa) = isa.filter(|i| i.plans_with_image) else { return facts };
         let Ok(parsed) = goblin::elf::Elf::parse(elf.data()) else { return facts };
-        if parsed.header.e_machine != goblin::elf::header::EM_X86_64 {
-            return facts;
-        }
         let textrel = parsed.dynamic.as_ref().is_some_and(|d| {
             d.dyns.iter().any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
         });
@@ -49,15 +47,13 @@ impl CodeFacts {
         let relocs = parsed.dynrelas.iter().chain(parsed.dynrels.iter()).chain(parsed.pltrelocs.iter());
         for r in relocs {
             let addend = r.r_addend.unwrap_or(0);
-            let target = match r.r_type {
-                R_X86_64_RELATIVE | R_X86_64_IRELATIVE => addend as u64,
-                R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => {
-                    match parsed.dynsyms.get(r.r_sym).filter(|s| s.st_shndx != 0) {
-                        Some(sym) => sym.st_value.wrapping_add_signed(addend),
-                        None => continue,
-                    }
-                }
-                _ => continue,
+            let target = match (isa.stored_pointer)(r.r_type) {
+                Some(StoredPointer::Addend) => addend as u64,
+                Some(StoredPointer::Symbol) => match parsed.dynsyms.get(r.r_sym).filter(|s| s.st_shndx != 0) {
+                    Some(sym) => sym.st_value.wrapping_add_signed(addend),
+                    None => continue,
+                },
+                None => continue,
             };
             if in_code(elf, target) {
                 facts.targets.push(target);
@@ -80,14 +76,14 @@ fn data_words(elf: &ElfFile) -> Vec<u64> {
     for seg in elf.segments.iter().filter(|s| !s.exec) {
         let Some(bytes) = elf.bytes_at(seg.vaddr, seg.filesz) else { continue };
         for off in (0..bytes.len().saturating_sub(3)).step_by(4) {
-            let w4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
-            if in_code(elf, w4) {
-                out.push(w4);
+            let word4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
+            if in_code(elf, word4) {
+                out.push(word4);
             }
             if let Some(b) = bytes.get(off..off + 8) {
-                let w8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                if w8 != w4 && in_code(elf, w8) {
-                    out.push(w8);
+                let word8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                if word8 != word4 && in_code(elf, word8) {
+                    out.push(word8);
                 }
             }
         }
@@ -118,8 +114,8 @@ impl Image for ElfImage<'_> {
     }
 }
 
-// They read the test binary itself, and CodeFacts reads x86-64 files only.
-#[cfg(all(test, target_arch = "x86_64"))]
+// They read the test binary itself.
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -129,8 +125,14 @@ mod tests {
         // .init_array and vtables of std) are RELATIVE relocations.
         let p = std::env::current_exe().unwrap();
         let elf = ElfFile::open(&p, &p).unwrap();
-        let facts = CodeFacts::of(&elf);
+        let isa = Isa::for_machine(elf.machine);
+        let facts = CodeFacts::of(&elf, isa);
         let image = ElfImage { elf: &elf, bias: 0, facts: &facts };
+        if !isa.unwrap().plans_with_image {
+            // The host's planner reads no module: nothing of it is read.
+            assert!(image.absolute_code() && image.stored_targets(0, u64::MAX).is_empty());
+            return;
+        }
         assert!(!image.absolute_code());
         let stored = image.stored_targets(0, u64::MAX);
         assert!(stored.len() > 100, "{}", stored.len());

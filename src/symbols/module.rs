@@ -9,13 +9,13 @@ use anyhow::{Context, Result, bail};
 
 use super::demangle::Names;
 use super::dwarf::{self, DwarfIndex};
-use super::elf::{self, ElfFile, FuncSym};
+use super::elf::{ElfFile, FuncSym};
 use super::pattern::glob;
 use super::verdict::Planner;
 use super::{Function, cold_targets, debuginfo, suggestions};
 use crate::arch::{Arch, Host, Isa};
-use crate::probe::arena::Span;
 use crate::process::Mapping;
+use crate::process::maps::Span;
 
 /// A file mapped into a process, with where it was loaded.
 #[derive(Debug)]
@@ -47,7 +47,7 @@ impl Module {
             bail!(
                 "`{}` is a {} binary; this tp traces {} processes",
                 path.display(),
-                elf::machine_name(elf.machine),
+                crate::arch::machine_name(elf.machine),
                 Host::NAME
             );
         }

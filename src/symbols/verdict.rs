@@ -19,7 +19,8 @@ pub struct Planner {
 impl Planner {
     /// Reads the entries and code facts of `m`.
     pub fn of(m: &Module) -> Planner {
-        Planner { entries: Entries::of(&m.elf, Isa::for_machine(m.elf.machine)), facts: CodeFacts::of(&m.elf) }
+        let isa = Isa::for_machine(m.elf.machine);
+        Planner { entries: Entries::of(&m.elf, isa), facts: CodeFacts::of(&m.elf, isa) }
     }
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.

@@ -31,6 +31,7 @@ fn built_or_env(var: &str, built: &str) -> PathBuf {
 /// there (an entry of tests/deps.txt, by name): tests/deps.sh installs it
 /// when it is missing (apt or pip, as root), once per test run. When it
 /// cannot, the test fails with the one line that says what to install.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // only x86-64 tests need outside packages
 pub fn need(name: &str) {
     static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
