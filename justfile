@@ -51,6 +51,7 @@ aarch64:
 lint:
     cargo fmt --check
     cargo clippy --all-targets -- -D warnings
+    .ci/check-arch-boundary
 
 # What CI runs.
 [group('check')]
