@@ -341,11 +341,6 @@ impl Region {
         self.target_addr + self.fixed().flags_off + i as u64
     }
 
-    /// Address in the target of the counter rows.
-    pub fn counters_addr(&self) -> u64 {
-        self.target_addr + self.fixed().counters_off
-    }
-
     /// For each page of the counter rows, whether some thread has written
     /// it: one `mincore` for all. Pages never written are skipped: reading
     /// them would allocate memory for nothing.
