@@ -7,6 +7,7 @@ use crate::arch::SitePlan;
 use crate::arch::{Arch, Host, Isa, Refusal};
 use crate::probe::Request;
 use crate::progress::Progress;
+use crate::symbols::verdict::verdict;
 use crate::symbols::{Found, Function, Module, ProcessModules};
 
 /// The outcome of resolving and planning.
@@ -20,14 +21,7 @@ pub struct Resolved {
 
 /// Plans the probe of function `f` of module `m`.
 pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
-    if f.ifunc {
-        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
-    }
-    if f.size == 0 {
-        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
-    }
-    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
-    m.planner().plan(m, f, code, Isa::host())
+    verdict(m, f, Isa::host())
 }
 
 /// Plans the long form of the probe of `f` ([`Arch::plan_long`]), which

@@ -9,6 +9,19 @@ use super::image::{CodeFacts, ElfImage};
 use super::{Function, Module, cold_targets};
 use crate::arch::{Isa, Refusal, SitePlan};
 
+/// The verdict on function `f` of `m` for instruction set `isa`: its plan,
+/// or why it cannot be probed. `attach` and `list-probes` both ask this.
+pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> {
+    if f.ifunc {
+        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
+    }
+    if f.size == 0 {
+        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
+    }
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    m.planner().plan(m, f, code, isa)
+}
+
 /// What planning needs of one module beyond a function's bytes, read once.
 #[derive(Debug)]
 pub struct Planner {
