@@ -298,7 +298,7 @@ fn reuse(
             None
         } else {
             match h.arenas[..h.arena_count as usize].iter().find(|a| a.addr <= e.detour && e.detour < a.addr + a.size) {
-                Some(a) if a.runtime != 0 => Some(runtime_addrs(region, h, a.runtime)),
+                Some(a) if a.runtime != 0 => Some(runtime_addrs(region, a.runtime)),
                 _ => continue,
             }
         };
@@ -314,9 +314,8 @@ fn reuse(
 }
 
 /// Where the runtime block at `at` keeps its parts.
-fn runtime_addrs(region: &Region, h: &Header, at: u64) -> RuntimeAddrs {
+fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
     let ctx = region.target_addr() + Header::ctx_off();
-    let _ = h;
     Host::build_runtime(at, ctx, &runtime::blobs()).addrs
 }
 
@@ -367,7 +366,7 @@ fn place_detour(
             (true, 0) => (a.addr + a.used, (a.addr + a.used + runtime_len).next_multiple_of(16)),
             (_, r) => (r, a.addr + a.used),
         };
-        let runtime = needs_runtime.then(|| runtime_addrs(region, h, runtime_at));
+        let runtime = needs_runtime.then(|| runtime_addrs(region, runtime_at));
         let spec = spec_for(region, h, index, req.kind, runtime);
         let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
         if at + detour.bytes.len() as u64 > a.addr + a.size {

@@ -109,11 +109,9 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.size);
     for t in stopped.threads() {
         let regs = Host::get_regs(t.tid)?;
-        let mut refs = in_arena(Host::pc(&regs));
         // The whole used stack: a return address or a signal frame anywhere
         // in it may come back into a detour.
-        refs |= threads::stack_words(mem, &maps, Host::sp(&regs), u64::MAX).into_iter().any(in_arena);
-        if refs {
+        if threads::pc_and_stack(mem, &maps, &regs).into_iter().any(in_arena) {
             return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
         }
     }

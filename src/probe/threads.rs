@@ -96,3 +96,12 @@ pub fn stack_words(mem: &Memory, maps: &[Mapping], sp: u64, max: u64) -> Vec<u64
     let bytes = mem.read_partial(sp & !7, len as usize);
     bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect()
 }
+
+/// A stopped thread's PC followed by every word of its used stack: where it
+/// runs, and everything it may return or jump to later (return addresses,
+/// signal frames).
+pub fn pc_and_stack(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs) -> Vec<u64> {
+    let mut words = vec![Host::pc(regs)];
+    words.extend(stack_words(mem, maps, Host::sp(regs), u64::MAX));
+    words
+}
