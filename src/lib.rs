@@ -19,11 +19,13 @@
 //! - [`symbols`]: ELF symbols, DWARF, modules and their load biases, verdicts.
 //! - [`process`]: ptrace stops, /proc, remote memory and remote syscalls.
 //! - [`arch`]: everything that knows an instruction set or an ABI, behind [`arch::Arch`].
-//! - [`cli`], [`fault`], [`progress`]: the command line (clap), fault
-//!   injection for tests, progress bars.
+//! - [`addr`], [`cli`], [`fault`], [`progress`]: runtime and file addresses
+//!   and the bias between them, the command line (clap), fault injection for
+//!   tests, progress bars.
 
 #![deny(missing_docs)]
 
+pub mod addr;
 pub mod arch;
 pub mod cli;
 pub mod cmd;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use crate::addr::RuntimeAddr;
 use crate::cli::AttachArgs;
 use crate::output::events::Style;
 use crate::output::print_summary;
@@ -27,7 +28,7 @@ impl From<&AttachArgs> for Options {
         }
         let selection = Selection {
             funcs: args.funcs.clone(),
-            addrs: args.addrs.clone(),
+            addrs: args.addrs.iter().copied().map(RuntimeAddr).collect(),
             kind: k,
             ring_len: args.ring_size,
             sample_budget: 0,

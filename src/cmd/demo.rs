@@ -146,7 +146,7 @@ fn code_matches_file(pid: i32, funcs: &[String]) -> Result<bool> {
     let mem = process::memory::Memory::open(pid)?;
     for name in funcs {
         let f = module.function(name)?;
-        if mem.read_vec(f.addr, f.size as usize)? != module.code_of(&f)? {
+        if mem.read_vec(f.addr.0, f.size as usize)? != module.code_of(&f)? {
             return Ok(false);
         }
     }

@@ -108,8 +108,8 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
         .map(|f| {
             let verdict = verdict(m, &f, isa);
             let signature =
-                verbose.then(|| dwarf.and_then(|d| d.at(f.addr.wrapping_sub(m.bias))).map(|d| d.signature())).flatten();
-            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr), size: f.size, verdict, signature }
+                verbose.then(|| dwarf.and_then(|d| d.at(m.bias.file(f.addr))).map(|d| d.signature())).flatten();
+            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr.0), size: f.size, verdict, signature }
         })
         .collect();
     if let Some(d) = dwarf {

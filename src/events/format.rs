@@ -143,7 +143,7 @@ mod tests {
             dwarf: Some(DwFunction {
                 name: "f".into(),
                 linkage_name: None,
-                entry: 0,
+                entry: crate::addr::FileAddr(0),
                 params,
                 return_type: ret.map(|t| ("t".to_string(), t)),
             }),

@@ -26,6 +26,7 @@ use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
 use super::{Request, arena, runtime, threads};
+use crate::addr::RegionOffset;
 use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
@@ -196,8 +197,8 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
         records: records_of(kind),
         entry_word: layout::entry_word(index, kind),
         runtime,
-        flag_addr: region.target_addr() + h.flags_off + index as u64,
-        counters: region.target_addr() + h.counters_off,
+        flag_addr: region.flag_addr(index).0,
+        counters: region.addr_of(RegionOffset(h.counters_off)).0,
         countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
@@ -258,7 +259,7 @@ fn write_detours(
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
         e.owner = opts.owner;
-        e.function = req.function.addr;
+        e.function = req.function.addr.0;
         e.site = req.plan.site;
         e.detour = p.at;
         e.detour_len = p.detour.bytes.len() as u32;
@@ -315,7 +316,7 @@ fn reuse(
 
 /// Where the runtime block at `at` keeps its parts.
 fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
-    let ctx = region.target_addr() + Header::ctx_off();
+    let ctx = region.addr_of(RegionOffset(Header::ctx_off())).0;
     Host::build_runtime(at, ctx, &runtime::blobs()).addrs
 }
 
@@ -375,7 +376,8 @@ fn place_detour(
         }
         let a = &mut h.arenas[slot];
         if needs_runtime && a.runtime == 0 {
-            let block = Host::build_runtime(runtime_at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
+            let ctx = region.addr_of(RegionOffset(Header::ctx_off())).0;
+            let block = Host::build_runtime(runtime_at, ctx, &runtime::blobs());
             mem.write(runtime_at, &block.bytes).context("writing tp's runtime into the target")?;
             a.runtime = runtime_at;
         }

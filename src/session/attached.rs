@@ -97,7 +97,7 @@ impl Attached {
                 let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
                     .then(|| {
                         let m = modules.get(modules_index(&modules, &r.function.module)?).ok()?;
-                        m.dwarf()?.at(r.function.addr.wrapping_sub(m.bias)).cloned()
+                        m.dwarf()?.at(m.bias.file(r.function.addr)).cloned()
                     })
                     .flatten();
                 // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
@@ -196,7 +196,7 @@ impl Attached {
                 .map(|(p, hits)| ProbeStat {
                     func: p.request.function.name.clone(),
                     module: p.request.function.module.clone(),
-                    address: p.request.function.addr,
+                    address: p.request.function.addr.0,
                     hits,
                     enabled: self.region.enabled(p.index),
                 })

@@ -23,6 +23,7 @@ use std::time::Duration;
 pub use attached::{Attached, Detached, session_is_running};
 pub use observe::{End, observe};
 
+use crate::addr::RuntimeAddr;
 use crate::output::events::Style;
 
 /// What a session is asked to do, built once from the command line.
@@ -78,7 +79,7 @@ pub struct Selection {
     /// Function patterns.
     pub funcs: Vec<String>,
     /// Function addresses.
-    pub addrs: Vec<u64>,
+    pub addrs: Vec<RuntimeAddr>,
     /// What to record: bits of `probe::layout::kind`.
     pub kind: u32,
     /// Ring size for a region created now.

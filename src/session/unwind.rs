@@ -5,6 +5,7 @@
 use anyhow::{Result, bail};
 
 use super::resolve;
+use crate::addr::RuntimeAddr;
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::probe::region::Region;
@@ -68,8 +69,10 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
             .flat_map(|(i, m)| m.matching_symbols(pattern).into_iter().map(move |f| (i, f)))
             .collect()
     };
-    let already = |addr: u64| {
-        region.is_some_and(|r| r.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.function == addr))
+    let already = |addr: RuntimeAddr| {
+        region.is_some_and(|r| {
+            r.entries().iter().any(|(_, e)| e.state().maybe_patched() && RuntimeAddr(e.function) == addr)
+        })
     };
     let mut out: Vec<Request> = Vec::new();
     let mut hooked = |pattern: &str| -> bool {

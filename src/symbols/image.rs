@@ -7,6 +7,7 @@
 use goblin::elf::dynamic::{DF_TEXTREL, DT_FLAGS, DT_TEXTREL};
 
 use super::ElfFile;
+use crate::addr::{Bias, FileAddr, RuntimeAddr};
 use crate::arch::{Image, Isa, StoredPointer};
 
 /// What one file's code and data say about code addresses, read once.
@@ -23,7 +24,7 @@ pub struct ElfImage<'a> {
     /// The file.
     pub elf: &'a ElfFile,
     /// Its load bias.
-    pub bias: u64,
+    pub bias: Bias,
     /// What was read of it.
     pub facts: &'a CodeFacts,
 }
@@ -74,7 +75,7 @@ fn in_code(elf: &ElfFile, a: u64) -> bool {
 fn data_words(elf: &ElfFile) -> Vec<u64> {
     let mut out = Vec::new();
     for seg in elf.segments.iter().filter(|s| !s.exec) {
-        let Some(bytes) = elf.bytes_at(seg.vaddr, seg.filesz) else { continue };
+        let Some(bytes) = elf.bytes_at(FileAddr(seg.vaddr), seg.filesz) else { continue };
         for off in (0..bytes.len().saturating_sub(3)).step_by(4) {
             let word4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
             if in_code(elf, word4) {
@@ -95,11 +96,11 @@ fn data_words(elf: &ElfFile) -> Vec<u64> {
 
 impl Image for ElfImage<'_> {
     fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
-        self.elf.bytes_at(addr.wrapping_sub(self.bias), len)
+        self.elf.bytes_at(self.bias.file(RuntimeAddr(addr)), len)
     }
 
     fn is_code(&self, addr: u64) -> bool {
-        in_code(self.elf, addr.wrapping_sub(self.bias))
+        in_code(self.elf, self.bias.file(RuntimeAddr(addr)).0)
     }
 
     fn absolute_code(&self) -> bool {
@@ -107,10 +108,11 @@ impl Image for ElfImage<'_> {
     }
 
     fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
-        let (lo, hi) = (lo.wrapping_sub(self.bias), hi.wrapping_sub(self.bias));
+        let file = |a: u64| self.bias.file(RuntimeAddr(a)).0;
+        let (lo, hi) = (file(lo), file(hi));
         let targets = &self.facts.targets;
         let first = targets.partition_point(|&t| t < lo);
-        targets[first..].iter().take_while(|&&t| t < hi).map(|&t| t.wrapping_add(self.bias)).collect()
+        targets[first..].iter().take_while(|&&t| t < hi).map(|&t| self.bias.runtime(FileAddr(t)).0).collect()
     }
 }
 
@@ -127,7 +129,7 @@ mod tests {
         let elf = ElfFile::open(&p, &p).unwrap();
         let isa = Isa::for_machine(elf.machine);
         let facts = CodeFacts::of(&elf, isa);
-        let image = ElfImage { elf: &elf, bias: 0, facts: &facts };
+        let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts };
         if !isa.unwrap().plans_with_image {
             // The host's planner reads no module: nothing of it is read.
             assert!(image.absolute_code() && image.stored_targets(0, u64::MAX).is_empty());
@@ -138,6 +140,6 @@ mod tests {
         assert!(stored.len() > 100, "{}", stored.len());
         assert!(stored.iter().all(|&t| image.is_code(t)));
         let main = elf.functions.iter().find(|f| f.name == "main").unwrap();
-        assert!(image.is_code(main.addr) && !image.is_code(0));
+        assert!(image.is_code(main.addr.0) && !image.is_code(0));
     }
 }

@@ -7,6 +7,7 @@
 use super::entries::Entries;
 use super::image::{CodeFacts, ElfImage};
 use super::{Function, Module, cold_targets};
+use crate::addr::Bias;
 use crate::arch::{Isa, Refusal, SitePlan};
 
 /// The verdict on function `f` of `m` for instruction set `isa`: its plan,
@@ -18,7 +19,7 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
     if f.size == 0 {
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
-    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     m.planner().plan(m, f, code, isa)
 }
 
@@ -40,7 +41,7 @@ impl Planner {
     pub fn plan(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
         let extra = cold_targets(&m.elf, m.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf: &m.elf, bias: m.bias, facts: &self.facts };
-        let plan = (isa.plan_in)(code, f.addr, &extra, &image)?;
+        let plan = (isa.plan_in)(code, f.addr.0, &extra, &image)?;
         self.entries.check(&plan, m.bias)?;
         Ok(plan)
     }
@@ -48,7 +49,7 @@ impl Planner {
     /// Checks that nothing from elsewhere in the module enters `plan`'s
     /// window but at its first byte (for plans made outside [`Planner::plan`],
     /// such as the long form of a probe).
-    pub fn check_entries(&self, plan: &SitePlan, bias: u64) -> Result<(), Refusal> {
+    pub fn check_entries(&self, plan: &SitePlan, bias: Bias) -> Result<(), Refusal> {
         self.entries.check(plan, bias)
     }
 }

@@ -447,7 +447,7 @@ pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
     for name in funcs {
         let f = module.function(name).unwrap();
         let file = module.code_of(&f).unwrap();
-        assert_eq!(read_mem(t.pid, f.addr, f.size as usize), file, "`{name}` differs from the file");
+        assert_eq!(read_mem(t.pid, f.addr.0, f.size as usize), file, "`{name}` differs from the file");
     }
 }
 
@@ -459,7 +459,7 @@ pub fn entry_in_file(t: &Target, func: &str) -> (u64, Vec<u8>) {
     let module = modules.main().unwrap();
     let f = module.function(func).unwrap();
     let code = module.code_of(&f).unwrap();
-    (f.addr, code[..code.len().min(16)].to_vec())
+    (f.addr.0, code[..code.len().min(16)].to_vec())
 }
 
 /// The first bytes of a function as they are now in the process, and in the file.
