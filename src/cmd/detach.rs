@@ -11,7 +11,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use super::attach::session_is_running;
 use crate::cli::DetachArgs;
 use crate::output::thousands;
 use crate::probe::orphan;
@@ -20,10 +19,11 @@ use crate::probe::remove::{self, Kept};
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
+use crate::session::session_is_running;
 
 /// Runs `tp detach`.
 pub fn run(args: DetachArgs) -> Result<ExitCode> {
-    super::interrupt::install();
+    crate::session::interrupt::install();
     let (pids, spare_live_sessions) = match args.pid {
         Some(pid) => {
             process::status(pid)?;
