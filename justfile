@@ -28,16 +28,14 @@ e2e:
 reloc:
     cargo test --test reloc
 
-# Probe coverage of the Debian binaries docs/coverage.md lists.
+# Probe coverage of the Debian binaries of tests/coverage.txt (docs/coverage.md).
 [group('check')]
 coverage:
     #!/usr/bin/env bash
     set -euo pipefail
     cargo build --release
     tests/deps.sh need --group test
-    for b in /usr/lib/x86_64-linux-gnu/libc.so.6 /usr/bin/python3 /usr/lib/x86_64-linux-gnu/libstdc++.so.6 /usr/lib/x86_64-linux-gnu/libsqlite3.so.0 /usr/lib/x86_64-linux-gnu/libcrypto.so.3 /usr/bin/perl; do
-        target/release/tp list-probes "$b" --summary
-    done
+    tests/coverage.sh target/release/tp
 
 # The AArch64 stage: installs Debian's cross toolchain and QEMU (apt, as
 # root), runs the differential relocation tests under qemu-aarch64, then
@@ -51,6 +49,7 @@ aarch64:
 lint:
     cargo fmt --check
     cargo clippy --all-targets -- -D warnings
+    .ci/check-arch-boundary
 
 # What CI runs.
 [group('check')]

@@ -94,13 +94,13 @@ pub fn point(step: &str) {
 fn wait_until_dead(pid: i32) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while std::time::Instant::now() < deadline {
-        let Ok(tids) = crate::process::threads(pid) else { return };
-        let dead = |tid: &nix::unistd::Pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).map_or(true, |s| {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+        let dead = |tid: &std::ffi::OsStr| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{}/stat", tid.to_string_lossy())).map_or(true, |s| {
                 matches!(s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()), Some('Z' | 'X'))
             })
         };
-        if tids.iter().all(dead) {
+        if tasks.filter_map(Result::ok).all(|t| dead(&t.file_name())) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));

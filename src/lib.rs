@@ -9,23 +9,33 @@
 //! process and reads the counts from shared memory: no trap, no syscall and
 //! no lock per hit.
 //!
-//! Crate map:
-//! - [`cli`]: the command-line definition (clap), declarative only.
-//! - [`cmd`]: one module per subcommand; validation and orchestration.
-//! - [`process`]: ptrace, /proc, remote memory and remote syscalls; no ISA.
-//! - [`symbols`]: ELF (goblin) symbols and load biases.
-//! - [`arch`]: everything that knows an instruction set, behind [`arch::Arch`].
-//! - [`probe`]: the shared data region layout, code arenas, install and removal.
-//! - [`output`]: tables, JSON and the live display.
+//! Crate map, from the top layer down (docs/design.md's module map says
+//! what each may import, and `.ci/check-arch-boundary` holds the code to it):
+//! - [`cmd`]: one thin adapter per subcommand: command line to options, results to output.
+//! - [`session`]: the session engine that attach, profile and demo share.
+//! - [`output`]: tables, JSON, the live display, Chrome traces, histograms.
+//! - [`events`]: event rings, clock, typed values, latency, sampling control.
+//! - [`probe`]: the shared data region and its layout, code arenas, install and removal.
+//! - [`symbols`]: ELF symbols, DWARF, modules and their load biases, verdicts.
+//! - [`process`]: ptrace stops, /proc, remote memory and remote syscalls.
+//! - [`arch`]: everything that knows an instruction set or an ABI, behind [`arch::Arch`].
+//! - [`addr`], [`cli`], [`escape`], [`fault`], [`progress`]: runtime and file
+//!   addresses and the bias between them, the command line (clap), text a
+//!   target chose made safe for a terminal, fault injection for tests,
+//!   progress bars.
 
 #![deny(missing_docs)]
 
+pub mod addr;
 pub mod arch;
 pub mod cli;
 pub mod cmd;
+pub mod escape;
 pub mod events;
 pub mod fault;
 pub mod output;
 pub mod probe;
 pub mod process;
+pub mod progress;
+pub mod session;
 pub mod symbols;

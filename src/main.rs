@@ -4,13 +4,13 @@
 //! terminal (it may quote names and paths a target chose): a parse error
 //! (clap's own rendering is several lines), an error a command returns, and
 //! a panic, which also unwinds through the guards that restore a target's
-//! code ([`tp::cmd::guard`]).
+//! code ([`tp::session::guard`]).
 
 use std::process::ExitCode;
 
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
-use tp::output::escape;
+use tp::escape;
 
 fn main() -> ExitCode {
     let cli = match tp::cli::Cli::try_parse() {

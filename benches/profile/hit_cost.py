@@ -11,6 +11,10 @@ over rounds, in ns per call (noise only ever adds time, so the best is the
 steadier figure on a busy machine), with the extra over plain. Also times `tp disable` + `tp enable`
 (two tp processes: the store itself is one byte).
 
+The plain, counted and disabled states are also rows of `cargo bench --bench
+tp` (benches/tp/hit.rs), which compares tp with its peers; here they are the
+baselines of the profile states, measured in the same loop and rounds.
+
     python3 benches/profile/hit_cost.py [--rounds 5] [--calls 5000000]
 
 On a busy machine, `chrt -f 20` in front keeps other work from preempting

@@ -1,11 +1,17 @@
-//! Everything that knows an instruction set, behind the [`Arch`] trait.
+//! Everything that knows an instruction set or an ABI, behind the [`Arch`]
+//! trait: planning and relocating windows, assembling detours and the
+//! runtime block, registers and syscalls, ELF machine numbers and
+//! relocation types, how arguments are passed.
 //!
 //! Both architectures compile on every host, so their planners, relocators
 //! and code generators are unit-tested everywhere; only [`Host`], the
-//! architecture tp runs on, is chosen by `cfg`. The rest of tp uses `Host`
-//! and this trait and never matches on an architecture.
+//! architecture tp runs on, is chosen by `cfg`. The rest of tp uses `Host`,
+//! [`Isa`] (for files of any architecture) and this trait, never matches on
+//! an architecture, and names no register: `.ci/check-arch-boundary` fails
+//! the build where it does. This module imports nothing else of tp's.
 
 pub mod aarch64;
+mod regset;
 pub mod x86_64;
 
 use std::fmt;
@@ -259,8 +265,12 @@ pub struct RuntimeBlock {
 pub struct DetourSpec {
     /// The probe's index in the shared probe table.
     pub probe_index: u32,
-    /// What the probe records: bits of `probe::layout::kind`.
-    pub kind: u32,
+    /// What the probe records beyond its count.
+    pub records: Records,
+    /// The word the detour passes to the runtime's `tp_entry`: the probe's
+    /// index and the runtime's flags for what it records (set by `probe`,
+    /// which owns the runtime's interface).
+    pub entry_word: u32,
     /// The runtime, for probes that record more than a count.
     pub runtime: Option<RuntimeAddrs>,
     /// Address in the target of this probe's enable flag (one byte; 0 = disabled).
@@ -273,6 +283,65 @@ pub struct DetourSpec {
     pub slot_bits: u32,
     /// log2 of the byte stride between counter rows.
     pub stride_shift: u32,
+}
+
+/// What a detour does beyond counting the hit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Records {
+    /// Record an entry event with the argument registers.
+    pub args: bool,
+    /// Replace the return address, to record the exit.
+    pub ret: bool,
+    /// Time only a budget of calls per epoch (sampling), counting down in
+    /// the thread's row.
+    pub sample: bool,
+    /// tp's own probe where a thread starts unwinding: call `tp_unwind`.
+    pub unwind: bool,
+}
+
+impl Records {
+    /// Counting only.
+    pub const COUNT: Records = Records { args: false, ret: false, sample: false, unwind: false };
+
+    /// True if the detour calls the in-target runtime.
+    pub fn calls_runtime(&self) -> bool {
+        self.args || self.ret || self.unwind
+    }
+}
+
+/// How a relocation of a dynamic section stores a code pointer in data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoredPointer {
+    /// The load bias plus the addend (RELATIVE, IRELATIVE).
+    Addend,
+    /// The symbol's address plus the addend (absolute 64-bit, GLOB_DAT, JUMP_SLOT).
+    Symbol,
+}
+
+/// How a parameter is passed, as far as the event decoder needs to know.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamClass {
+    /// An integer, pointer, bool, char or enum: one integer register.
+    Scalar,
+    /// A floating-point value: a vector register.
+    Float,
+    /// A struct or union of this many bytes (if known).
+    Aggregate(Option<u64>),
+}
+
+/// What a file of ELF machine `m` is, for messages: `an x86-64 binary`,
+/// `a riscv binary`, `a binary for ELF machine 0, which tp does not know`.
+pub fn machine_name(m: u16) -> String {
+    let name = match m {
+        3 => "i386",
+        40 => "arm",
+        62 => "x86-64",
+        183 => "aarch64",
+        243 => "riscv",
+        _ => return format!("a binary for ELF machine {m}, which tp does not know"),
+    };
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u', 'x']) { "an" } else { "a" };
+    format!("{article} {name} binary")
 }
 
 /// A detour assembled for one address.
@@ -342,11 +411,22 @@ pub struct Isa {
     pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
     /// [`Arch::plan_in`].
     pub plan_in: PlanInFn,
+    /// [`Arch::PLANS_WITH_IMAGE`].
+    pub plans_with_image: bool,
+    /// [`Arch::stored_pointer`].
+    pub stored_pointer: fn(u32) -> Option<StoredPointer>,
 }
 
 impl Isa {
     fn of<A: Arch>() -> Isa {
-        Isa { name: A::NAME, plan: A::plan, branch_targets: A::branch_targets, plan_in: A::plan_in }
+        Isa {
+            name: A::NAME,
+            plan: A::plan,
+            branch_targets: A::branch_targets,
+            plan_in: A::plan_in,
+            plans_with_image: A::PLANS_WITH_IMAGE,
+            stored_pointer: A::stored_pointer,
+        }
     }
 
     /// The functions for ELF machine `machine`, if tp knows it.
@@ -387,6 +467,55 @@ pub trait Arch {
     /// `extra_targets` (landing pads, jumps from split-off parts), may enter
     /// the window's interior.
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal>;
+
+    /// True if [`Arch::plan_in`] reads the module (the [`Image`]); false if
+    /// it plans from the bytes alone.
+    const PLANS_WITH_IMAGE: bool = false;
+
+    /// How a dynamic relocation of type `r_type` stores a code pointer in
+    /// data, if it does.
+    fn stored_pointer(r_type: u32) -> Option<StoredPointer> {
+        let _ = r_type;
+        None
+    }
+
+    /// Integer argument registers an entry event records: the first ones
+    /// the ABI passes arguments in.
+    const ARG_REGS: usize = 6;
+
+    /// For each parameter of a call, which of the recorded integer argument
+    /// registers (0..[`Arch::ARG_REGS`]) holds it, if one does. Scalars take
+    /// the integer registers in order; a floating-point parameter travels in
+    /// a vector register and takes none; an aggregate larger than 16 bytes
+    /// is passed in memory; the passing of smaller aggregates is not
+    /// modelled, so the parameters from one on are unknown. (The System V
+    /// x86-64 ABI; AAPCS64 agrees but for large aggregates, passed by
+    /// reference, which AArch64 may override once it records events.)
+    fn arg_registers(params: &[ParamClass]) -> Vec<Option<usize>> {
+        let mut next = 0;
+        let mut lost_track = false;
+        params
+            .iter()
+            .map(|p| {
+                if lost_track {
+                    return None;
+                }
+                match p {
+                    ParamClass::Float => None,
+                    ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => None, // passed in memory
+                    ParamClass::Aggregate(_) => {
+                        lost_track = true; // small aggregates: registers not modelled
+                        None
+                    }
+                    ParamClass::Scalar if next < Self::ARG_REGS => {
+                        next += 1;
+                        Some(next - 1)
+                    }
+                    ParamClass::Scalar => None,
+                }
+            })
+            .collect()
+    }
 
     /// [`Arch::plan`] with the module around the function, which lets a
     /// planner prove more windows safe (e.g. by reading jump tables).

@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::attach::{Attached, End, Selection, observe, print_summary};
-use super::interrupt;
 use crate::cli::DemoArgs;
-use crate::output::thousands;
+use crate::output::{print_summary, thousands};
 use crate::probe::layout::{DEFAULT_RING_LEN, kind};
 use crate::process;
+use crate::session::observe::LiveView;
+use crate::session::{Attached, End, Options, Selection, interrupt, observe};
 use crate::symbols::ProcessModules;
 
 /// Where the build put the bundled targets.
@@ -71,6 +71,18 @@ fn field(line: &str, key: &str) -> Option<u64> {
     line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
+/// What the demo does in the target `pid`: count `foo` and `bar` for `args.duration`.
+fn options(args: &DemoArgs, pid: i32) -> Options {
+    let selection = Selection {
+        funcs: vec!["foo".to_string(), "bar".to_string()],
+        addrs: Vec::new(),
+        kind: kind::COUNT,
+        ring_len: DEFAULT_RING_LEN,
+        sample_budget: 0,
+    };
+    Options { duration: Some(Duration::from_secs_f64(args.duration)), ..Options::new(pid, selection) }
+}
+
 /// Runs `tp demo`.
 pub fn run(args: DemoArgs) -> Result<ExitCode> {
     interrupt::install();
@@ -79,23 +91,17 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let pid = target.child.id() as i32;
     eprintln!("tp demo: started {} as process {pid}", path.display());
 
-    let funcs = vec!["foo".to_string(), "bar".to_string()];
-    let what = Selection {
-        funcs: funcs.clone(),
-        addrs: Vec::new(),
-        kind: kind::COUNT,
-        ring_len: DEFAULT_RING_LEN,
-        sample_budget: 0,
-    };
-    let attached = Attached::attach(pid, &what, std::process::id())?;
-    let guard = super::guard::Restore::new(&attached);
+    let opts = options(&args, pid);
+    let funcs = opts.selection.funcs.clone();
+    let attached = Attached::attach(&opts)?;
+    let guard = crate::session::guard::Restore::new(&attached);
     eprintln!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         attached.attach_time.as_secs_f64() * 1e3,
         attached.stop_time.as_micros()
     );
     target.ask("spin 2", "spinning")?;
-    let end = observe(&attached, Some(Duration::from_secs_f64(args.duration)), None);
+    let end = observe(&attached, opts.duration, &mut LiveView::new(&attached, None))?;
     let stopped = target.ask("stop", "stopped")?;
     let d = guard.detach()?;
     if end == End::Interrupted {
@@ -141,7 +147,7 @@ fn code_matches_file(pid: i32, funcs: &[String]) -> Result<bool> {
     let mem = process::memory::Memory::open(pid)?;
     for name in funcs {
         let f = module.function(name)?;
-        if mem.read_vec(f.addr, f.size as usize)? != module.code_of(&f)? {
+        if mem.read_vec(f.addr.0, f.size as usize)? != module.code_of(&f)? {
             return Ok(false);
         }
     }

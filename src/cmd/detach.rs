@@ -18,9 +18,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, bail};
 
-use super::attach::session_is_running;
 use crate::cli::DetachArgs;
-use crate::output::escape::text;
+use crate::escape::text;
 use crate::output::thousands;
 use crate::probe::orphan;
 use crate::probe::region::{self, Region};
@@ -28,10 +27,11 @@ use crate::probe::remove::{self, Kept};
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
+use crate::session::session_is_running;
 
 /// Runs `tp detach`.
 pub fn run(args: DetachArgs) -> Result<ExitCode> {
-    super::interrupt::install();
+    crate::session::interrupt::install();
     let pids = match args.pid {
         Some(pid) => {
             process::status(pid)?;

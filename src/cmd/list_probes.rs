@@ -8,13 +8,14 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use crate::arch::{Isa, Refusal, SitePlan};
+use crate::arch::{Isa, Refusal, SitePlan, machine_name};
 use crate::cli::ListProbesArgs;
-use crate::output::escape::text;
+use crate::escape::text;
 use crate::output::json;
-use crate::output::progress::Progress;
 use crate::process;
-use crate::symbols::{Module, ProcessModules, elf::machine_name};
+use crate::progress::Progress;
+use crate::symbols::verdict::verdict;
+use crate::symbols::{Module, ProcessModules};
 
 /// The rows of some modules, with each module's index.
 type ModuleRows = Vec<(usize, Vec<Row>)>;
@@ -100,23 +101,15 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
 /// The verdict on every function of `m`, plus its functions inlined everywhere.
 fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
     let dwarf = m.dwarf();
-    let planner = m.planner();
     let mut rows: Vec<Row> = m
         .functions()
         .into_iter()
         .filter(|f| f.size > 0)
         .map(|f| {
-            let verdict = if f.ifunc {
-                Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"))
-            } else {
-                match m.code_of(&f) {
-                    Err(_) => Err(Refusal::Undecodable { at: f.addr }),
-                    Ok(code) => planner.plan(m, &f, code, isa),
-                }
-            };
+            let verdict = verdict(m, &f, isa);
             let signature =
-                verbose.then(|| dwarf.and_then(|d| d.at(f.addr.wrapping_sub(m.bias))).map(|d| d.signature())).flatten();
-            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr), size: f.size, verdict, signature }
+                verbose.then(|| dwarf.and_then(|d| d.at(m.bias.file(f.addr))).map(|d| d.signature())).flatten();
+            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr.0), size: f.size, verdict, signature }
         })
         .collect();
     if let Some(d) = dwarf {

@@ -1,17 +1,14 @@
-//! The subcommands: each turns validated arguments into calls on the engine
-//! (`process`, `symbols`, `probe`) and hands the results to `output`.
+//! The subcommands: each turns its command line into options for the
+//! engine (`session`, or `probe` and `symbols` directly), runs it, and hands
+//! the results to `output`.
 
 pub mod attach;
 pub mod demo;
 pub mod detach;
-pub mod guard;
-pub mod interrupt;
 pub mod list_probes;
 pub mod profile;
-pub mod resolve;
 pub mod status;
 pub mod toggle;
-pub mod trace;
 
 use std::process::ExitCode;
 

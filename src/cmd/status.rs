@@ -5,9 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use super::attach::print_summary;
 use crate::cli::StatusArgs;
-use crate::output::{ProbeStat, Summary};
+use crate::output::{ProbeStat, Summary, print_summary};
 use crate::probe::region::{self, Region};
 use crate::process;
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use crate::cli::ToggleArgs;
-use crate::output::escape::text;
+use crate::escape::text;
 use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::process;

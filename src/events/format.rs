@@ -3,18 +3,14 @@
 //! pointers in hex, `char *` as a string read from the target); without it,
 //! the argument registers are shown as `arg0`..`arg5` in hex.
 //!
-//! Scalar parameters (integers, pointers, bool, char, enums) take the
-//! integer argument registers in order under both the SysV x86-64 and the
-//! AArch64 procedure call standards. A floating-point parameter travels in a
-//! vector register and takes none; an aggregate's passing rules are not
-//! modelled, so the parameters after one are shown as unknown.
+//! Which register holds which parameter is the ABI's business
+//! ([`Arch::arg_registers`]): this module only classifies each parameter
+//! by its DWARF type. Values are shown as text here; `output::json` writes
+//! them as JSON.
 
-use crate::output::escape::text;
-use crate::output::json;
+use crate::arch::{Arch, Host, ParamClass};
+use crate::escape::text;
 use crate::symbols::dwarf::{DwFunction, Type};
-
-/// How many integer argument registers an event records.
-pub const ARG_REGS: usize = 6;
 /// The longest string tp reads for a `char *` argument.
 pub const MAX_STRING: usize = 64;
 
@@ -82,21 +78,6 @@ impl Value {
             Value::Unknown => "?".into(),
         }
     }
-
-    /// For JSON output.
-    pub fn json(&self) -> String {
-        match self {
-            Value::Int(v) => v.to_string(),
-            Value::Uint(v) => v.to_string(),
-            Value::Bool(v) => v.to_string(),
-            Value::Char(c) => json::string(&(*c as char).to_string()),
-            Value::Hex(v) => format!("\"{v:#x}\""),
-            Value::Str(0, _) => "null".into(),
-            Value::Str(_, Some(s)) => json::string(s),
-            Value::Str(p, None) => format!("\"{p:#x}\""),
-            Value::Unknown => "null".into(),
-        }
-    }
 }
 
 /// The named arguments of an entry event, from its argument registers.
@@ -104,43 +85,39 @@ pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<
     let Some(f) = &info.dwarf else {
         return regs.iter().enumerate().map(|(i, &r)| (format!("arg{i}"), Value::Hex(r))).collect();
     };
-    let mut out = Vec::new();
-    let mut next = 0;
-    let mut lost_track = false;
-    for p in &f.params {
-        let value = if lost_track {
-            Value::Unknown
-        } else {
-            match p.ty {
-                Type::Float => Value::Unknown,
-                Type::Other if p.size.is_some_and(|s| s > 16) => Value::Unknown, // passed in memory
-                Type::Other => {
-                    lost_track = true; // small aggregates: registers not modelled
-                    Value::Unknown
-                }
-                _ if next < ARG_REGS => {
-                    next += 1;
-                    Value::of(&p.ty, p.size, regs[next - 1], read_str)
-                }
-                _ => Value::Unknown,
-            }
-        };
-        out.push((p.name.clone(), value));
-    }
-    out
+    let classes: Vec<ParamClass> = f
+        .params
+        .iter()
+        .map(|p| match p.ty {
+            Type::Float => ParamClass::Float,
+            Type::Other => ParamClass::Aggregate(p.size),
+            _ => ParamClass::Scalar,
+        })
+        .collect();
+    f.params
+        .iter()
+        .zip(Host::arg_registers(&classes))
+        .map(|(p, reg)| {
+            let value = match reg.and_then(|i| regs.get(i)) {
+                Some(&r) => Value::of(&p.ty, p.size, r, read_str),
+                None => Value::Unknown,
+            };
+            (p.name.clone(), value)
+        })
+        .collect()
 }
 
 /// The return value of an exit event, None for `void` (or unknown without DWARF: hex).
-pub fn ret(info: &ProbeInfo, rax: u64, read_str: &dyn Fn(u64) -> Option<String>) -> Option<Value> {
+pub fn ret(info: &ProbeInfo, value: u64, read_str: &dyn Fn(u64) -> Option<String>) -> Option<Value> {
     match &info.dwarf {
-        None => Some(Value::Hex(rax)),
+        None => Some(Value::Hex(value)),
         Some(f) => {
             let (_, ty) = f.return_type.as_ref()?;
             let size = match ty {
                 Type::Signed(n) | Type::Unsigned(n) => Some(*n as u64),
                 _ => Some(8),
             };
-            Some(Value::of(ty, size, rax, read_str))
+            Some(Value::of(ty, size, value, read_str))
         }
     }
 }
@@ -149,12 +126,6 @@ pub fn ret(info: &ProbeInfo, rax: u64, read_str: &dyn Fn(u64) -> Option<String>)
 pub fn call_text(name: &str, args: &[(String, Value)]) -> String {
     let inner: Vec<String> = args.iter().map(|(n, v)| format!("{}={}", text(n), v.text())).collect();
     format!("{}({})", text(name), inner.join(", "))
-}
-
-/// `{"a":1,"b":"x"}`.
-pub fn args_json(args: &[(String, Value)]) -> String {
-    let inner: Vec<String> = args.iter().map(|(n, v)| format!("{}:{}", json::string(n), v.json())).collect();
-    format!("{{{}}}", inner.join(","))
 }
 
 #[cfg(test)]
@@ -173,7 +144,7 @@ mod tests {
             dwarf: Some(DwFunction {
                 name: "f".into(),
                 linkage_name: None,
-                entry: 0,
+                entry: crate::addr::FileAddr(0),
                 params,
                 return_type: ret.map(|t| ("t".to_string(), t)),
             }),
@@ -203,7 +174,6 @@ mod tests {
         let a = args(&i, &regs, &read);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
         assert_eq!(text, ["n=-5", "x=?", "ok=true", "c='x'", "s=\"hello\"", "p=0x2000", "u=65535"]);
-        assert_eq!(args_json(&a[..3]), r#"{"n":-5,"x":null,"ok":true}"#);
         assert_eq!(ret(&i, (-7i64) as u64, &no_strings), Some(Value::Int(-7)));
     }
 

@@ -1,6 +1,6 @@
 //! Events recorded by probes in the target, as the tracer sees them: drained
 //! from the per-thread rings ([`drain`]), stamped with CLOCK_MONOTONIC time
-//! ([`clock`]), given names and typed values ([`format`]), and summed into
+//! ([`clock`]), given names and typed values ([`format`](mod@format)), and summed into
 //! latency statistics ([`stats`]).
 
 pub mod clock;
@@ -41,13 +41,13 @@ pub struct RawEvent {
 impl RawEvent {
     /// Decodes an event; None for a kind this tp does not know.
     pub fn decode(e: &layout::Event) -> Option<RawEvent> {
-        let kind = match (e.probe >> 24) as u8 {
+        let kind = match (e.probe >> layout::KIND_SHIFT) as u8 {
             event_kind::ENTRY => Kind::Entry,
             event_kind::EXIT => Kind::Exit,
             event_kind::UNWOUND => Kind::Unwound,
             _ => return None,
         };
-        Some(RawEvent { kind, probe: e.probe & 0xff_ffff, tid: e.tid, tsc: e.tsc, v: e.v })
+        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, tid: e.tid, tsc: e.tsc, v: e.v })
     }
 
     /// For exits and unwinds, the counter value at the call's entry.

@@ -3,8 +3,8 @@
 
 use std::io::{self, Write};
 
-use super::escape::text;
 use super::json;
+use crate::escape::text;
 use crate::events::format::{self, ProbeInfo, Value};
 
 /// How events are printed.
@@ -94,14 +94,14 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, line: &Line) ->
             "{{\"type\":\"entry\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}}}",
             json::string(&info.name),
             json::string(&info.module),
-            format::args_json(args)
+            super::json::args(args)
         ),
         (Style::Json, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => writeln!(
             out,
             "{{\"type\":\"exit\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"duration_ns\":{duration_ns}}}",
             json::string(&info.name),
             json::string(&info.module),
-            ret.map_or("null".to_string(), |v| v.json())
+            ret.map_or("null".to_string(), super::json::value)
         ),
         (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
             out,

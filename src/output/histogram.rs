@@ -22,7 +22,7 @@ fn short(ns: u64) -> String {
 
 /// The histogram of `l` under the title `name`, durations in nanoseconds.
 pub fn histogram(out: &mut impl Write, name: &str, l: &Latency) -> io::Result<()> {
-    writeln!(out, "@ns[{}]:", super::escape::text(name))?;
+    writeln!(out, "@ns[{}]:", crate::escape::text(name))?;
     let buckets = l.log2_buckets();
     let max = buckets.iter().map(|b| b.2).max().unwrap_or(0).max(1);
     for (lo, hi, n) in buckets {
@@ -35,14 +35,14 @@ pub fn histogram(out: &mut impl Write, name: &str, l: &Latency) -> io::Result<()
 
 /// One row per function: calls, timed calls, total, mean, p50, p99.
 pub fn table(out: &mut impl Write, rows: &[(String, u64, &Latency)]) -> io::Result<()> {
-    let w = rows.iter().map(|r| super::escape::text(&r.0).len()).max().unwrap_or(8).max(8);
+    let w = rows.iter().map(|r| crate::escape::text(&r.0).len()).max().unwrap_or(8).max(8);
     writeln!(
         out,
         "{:<w$}  {:>13}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
         "FUNCTION", "CALLS", "TIMED", "TOTAL", "AVG", "P50", "P99"
     )?;
     for (name, calls, l) in rows {
-        let name = super::escape::text(name);
+        let name = crate::escape::text(name);
         if l.count == 0 {
             writeln!(
                 out,

@@ -4,6 +4,7 @@
 use std::fmt::Write;
 
 use super::Summary;
+use crate::events::format::Value;
 
 /// `s` as a JSON string literal.
 pub fn string(s: &str) -> String {
@@ -18,7 +19,7 @@ pub fn string(s: &str) -> String {
             '\t' => out.push_str("\\t"),
             // Controls and invisible format characters (all in the BMP):
             // a JSON line printed to a terminal must not act on it.
-            c if super::escape::is_unsafe(c) => {
+            c if crate::escape::is_unsafe(c) => {
                 let _ = write!(out, "\\u{:04x}", c as u32);
             }
             c => out.push(c),
@@ -26,6 +27,27 @@ pub fn string(s: &str) -> String {
     }
     out.push('"');
     out
+}
+
+/// An argument or return value.
+pub fn value(v: &Value) -> String {
+    match v {
+        Value::Int(v) => v.to_string(),
+        Value::Uint(v) => v.to_string(),
+        Value::Bool(v) => v.to_string(),
+        Value::Char(c) => string(&(*c as char).to_string()),
+        Value::Hex(v) => format!("\"{v:#x}\""),
+        Value::Str(0, _) => "null".into(),
+        Value::Str(_, Some(s)) => string(s),
+        Value::Str(p, None) => format!("\"{p:#x}\""),
+        Value::Unknown => "null".into(),
+    }
+}
+
+/// The arguments of a call: `{"a":1,"b":"x"}`.
+pub fn args(args: &[(String, Value)]) -> String {
+    let inner: Vec<String> = args.iter().map(|(n, v)| format!("{}:{}", string(n), value(v))).collect();
+    format!("{{{}}}", inner.join(","))
 }
 
 /// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N,"enabled":true},…]}`.
@@ -86,7 +108,22 @@ pub fn summary_with_latency(s: &Summary, latency: &[Option<&crate::events::stats
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::events::format::Value;
     use crate::output::ProbeStat;
+
+    #[test]
+    fn values_and_arguments() {
+        let a = [
+            ("n".to_string(), Value::Int(-5)),
+            ("x".to_string(), Value::Unknown),
+            ("ok".to_string(), Value::Bool(true)),
+        ];
+        assert_eq!(args(&a), r#"{"n":-5,"x":null,"ok":true}"#);
+        assert_eq!(value(&Value::Str(0x10, Some("a\"b".into()))), r#""a\"b""#);
+        assert_eq!(value(&Value::Str(0x10, None)), r#""0x10""#);
+        assert_eq!(value(&Value::Hex(255)), r#""0xff""#);
+        assert_eq!(value(&Value::Char(b'x')), r#""x""#);
+    }
 
     #[test]
     fn escapes_strings() {

@@ -1,7 +1,7 @@
 //! The live display while attached: one line per probe with its hits and
 //! rate, redrawn in place on stderr. Hidden when stderr is not a terminal.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -18,7 +18,6 @@ pub struct Live {
     rest: Option<ProgressBar>,
     last: Vec<u64>,
     last_at: Instant,
-    started: Instant,
 }
 
 impl Live {
@@ -33,7 +32,7 @@ impl Live {
         for name in names.iter().take(MAX_LINES) {
             let pb = multi.add(ProgressBar::new_spinner());
             pb.set_style(style.clone());
-            pb.set_prefix(super::escape::text(name).into_owned());
+            pb.set_prefix(crate::escape::text(name).into_owned());
             lines.push(pb);
         }
         let rest = (names.len() > MAX_LINES).then(|| {
@@ -42,15 +41,7 @@ impl Live {
             pb.set_prefix(format!("{} more", names.len() - MAX_LINES));
             pb
         });
-        Live {
-            multi,
-            header,
-            lines,
-            rest,
-            last: vec![0; names.len()],
-            last_at: Instant::now(),
-            started: Instant::now(),
-        }
+        Live { multi, header, lines, rest, last: vec![0; names.len()], last_at: Instant::now() }
     }
 
     /// Shows the current hit counts (same order as the names).
@@ -77,11 +68,6 @@ impl Live {
     /// Runs `f` with the display hidden, so lines printed meanwhile do not tear it.
     pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
         self.multi.suspend(f)
-    }
-
-    /// How long the display has been up.
-    pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
     }
 
     /// Removes the display from the terminal.

@@ -2,13 +2,14 @@
 //! obtained. Data goes to stdout; status lines go to stderr.
 
 pub mod chrome;
-pub mod escape;
 pub mod events;
 pub mod histogram;
 pub mod json;
 pub mod live;
-pub mod progress;
+pub mod profile;
 pub mod table;
+
+use std::io::Write;
 
 /// One probe's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +33,17 @@ pub struct Summary {
     pub pid: i32,
     /// Its probes.
     pub probes: Vec<ProbeStat>,
+}
+
+/// Prints the summary on stdout, as a table or one JSON object.
+pub fn print_summary(s: &Summary, json: bool) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", json::summary(s))?;
+    } else {
+        table::summary(s, &mut out)?;
+    }
+    Ok(())
 }
 
 /// `1234567` as `1,234,567`.

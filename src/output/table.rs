@@ -2,8 +2,8 @@
 
 use std::io::{self, Write};
 
-use super::escape::text;
 use super::{Summary, thousands};
+use crate::escape::text;
 
 /// The summary as an aligned table; a switched-off probe is marked `off`.
 pub fn summary(s: &Summary, out: &mut impl Write) -> io::Result<()> {

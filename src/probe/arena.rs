@@ -1,20 +1,27 @@
 //! Placing code arenas: where in the target's address space a detour page
-//! may go so that every probe site of a module reaches it with one branch.
+//! may go so that every probe site of a module reaches it with one branch,
+//! how large it is, mapping it with the stopped worker, and choosing the
+//! long form of a probe when no arena can be placed within branch reach.
 
-use crate::process::maps::{Gap, Mapping, gaps};
+use anyhow::{Result, bail};
+
+use super::Request;
+use super::layout::{Arena, kind};
+use super::region::Region;
+use crate::arch::{Arch, Host};
+use crate::process::maps::{Gap, Mapping, Span, gaps};
+use crate::process::remote::RemoteCaller;
 
 /// Room left for the stack to grow down into, and the heap up into.
 const GROWTH_ROOM: u64 = 256 << 20;
 const PAGE: u64 = 4096;
-
-/// The span of addresses a module occupies (all its mappings).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
-    /// Lowest address.
-    pub lo: u64,
-    /// One past the highest address.
-    pub hi: u64,
-}
+/// The smallest code arena tp maps.
+pub const MIN_ARENA: u64 = 64 << 10;
+/// A typical detour's size, for sizing arenas: a counting detour, and one
+/// that also calls the runtime. Placement checks the real size.
+pub const DETOUR_BUDGET: u64 = 160;
+/// The budget of a detour that calls the runtime.
+pub const EVENT_DETOUR_BUDGET: u64 = 320;
 
 /// True if every address of `[a, a + size)` is within `reach` of every
 /// address of `span`, both ways.
@@ -44,6 +51,72 @@ fn place_in(g: &Gap, span: Span, size: u64) -> Option<u64> {
     }
     // Below the module: the top of the gap; above it: the bottom.
     Some(if hi <= span.lo { hi - size } else { lo.max(span.hi.min(hi - size)) })
+}
+
+/// The size of a new arena for `probes` detours of `kind`.
+pub fn arena_size(probes: usize, kind: u32) -> u64 {
+    let each = if kind == kind::COUNT { DETOUR_BUDGET } else { EVENT_DETOUR_BUDGET };
+    (probes as u64 * each).max(MIN_ARENA).next_multiple_of(4096)
+}
+
+/// True if the request was switched to the long form of its probe.
+pub fn is_long(req: &Request) -> bool {
+    req.long.as_ref().is_ok_and(|long| *long == req.plan)
+}
+
+/// How far from its module a request's detour may be: the patch's reach.
+pub fn reach_of(req: &Request) -> u64 {
+    if is_long(req) { Host::LONG_REACH } else { Host::BRANCH_REACH }
+}
+
+/// Switches each request whose module has no room for an arena within
+/// branch reach, in the region's arenas or in the address space, to the
+/// long form of its probe ([`crate::arch::Arch::plan_long`]), or
+/// refuses it with the reason it has none.
+pub fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: &[Request]) -> Result<Vec<Request>> {
+    let h = region.map(Region::header);
+    let arenas = h.as_ref().map_or(&[][..], |h| &h.arenas[..h.arena_count as usize]);
+    requests
+        .iter()
+        .map(|req| {
+            let near = |reach| {
+                arenas.iter().any(|a| reaches(req.span, a.addr, a.size, reach) && a.size - a.used >= DETOUR_BUDGET)
+                    || !candidates(maps, req.span, MIN_ARENA, reach).is_empty()
+            };
+            if Host::LONG_REACH == 0 || is_long(req) || near(Host::BRANCH_REACH) {
+                return Ok(req.clone());
+            }
+            match &req.long {
+                Ok(long) if near(Host::LONG_REACH) => Ok(Request { plan: long.clone(), ..req.clone() }),
+                Ok(_) => {
+                    bail!("no free address range within reach of {:#x}-{:#x} for tp's code", req.span.lo, req.span.hi)
+                }
+                Err(why) => bail!(
+                    "cannot probe `{}`: no free address range within branch reach of its module for tp's code, \
+                     and the long form of the probe is refused: {why}",
+                    req.function.name
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Maps a fresh R-X arena within `reach` of `span`, trying candidate holes nearest first.
+pub fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, reach: u64, size: u64) -> Result<Arena> {
+    let sc = Host::SYSCALLS;
+    let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
+    for addr in candidates(maps, span, size, reach).into_iter().take(8) {
+        let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
+        if got as u64 == addr {
+            return Ok(Arena { addr, size, used: 0, runtime: 0 });
+        }
+        if got >= 0 {
+            // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint: undo.
+            caller.syscall(sc.munmap, [got as u64, size, 0, 0, 0, 0])?;
+        }
+    }
+    bail!("no free address range within branch reach of {:#x}-{:#x} for tp's code", span.lo, span.hi)
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Installing probes, in two steps.
 //!
 //! [`prepare`] needs only one stopped thread, which makes the remote
-//! syscalls: it creates the data region and code arenas and writes the
-//! detours, memory that nothing executes yet, while the other threads run.
-//! [`commit`] needs every thread stopped: it moves each thread whose PC, or
-//! whose restart PC after an interrupted syscall, lies inside a window to the
-//! equivalent instruction of its detour, then patches each site. So the
-//! whole process is stopped only for the checks and the patch writes.
+//! syscalls: it creates the data region ([`super::region::create`]) and
+//! code arenas ([`super::arena`]) and writes the detours, memory that
+//! nothing executes yet, while the other threads run. [`commit`] needs every
+//! thread stopped: it moves each thread whose PC, or whose restart PC after
+//! an interrupted syscall, lies inside a window to the equivalent
+//! instruction of its detour ([`super::threads`]), then patches each site.
+//! So the whole process is stopped only for the checks and the patch writes.
 //!
 //! Order matters for what a tracer killed at any step leaves behind:
 //! unused memory (region, arenas), then unused code (detours, recorded as
@@ -14,36 +15,26 @@
 //! site marked Installing, patched with one write, marked Active. The target
 //! only ever holds complete detours and sites that are either original or
 //! fully patched, and the region records enough for `tp detach` to restore
-//! them. If a step fails, [`PatchGuard`] restores every site this commit
+//! them. If a step fails, `PatchGuard` restores every site this commit
 //! patched.
 
 use std::collections::HashMap;
 
 use anyhow::{Context, Result, bail};
-use nix::unistd::Pid;
 
-use super::acquire;
-use super::arena::{self, Span};
-use super::layout::{self, Arena, Entry, Header, MEMFD_NAME, State, kind};
+use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
-use super::{Request, runtime};
-use crate::arch::{Arch, Detour, DetourSpec, Host, Refusal, RuntimeAddrs};
-use crate::output::progress::Progress;
+use super::region::create::create_region;
+use super::{Request, arena, runtime, threads};
+use crate::addr::RegionOffset;
+use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
 use crate::process::{self, Mapping};
+use crate::progress::Progress;
 
-/// How far up from a thread's stack pointer tp looks for saved PCs.
-const STACK_SCAN_BYTES: u64 = 64 << 10;
-/// The smallest code arena tp maps.
-const MIN_ARENA: u64 = 64 << 10;
-/// A typical detour's size, for sizing arenas: a counting detour, and one
-/// that also calls the runtime. Placement checks the real size.
-const DETOUR_BUDGET: u64 = 160;
-const EVENT_DETOUR_BUDGET: u64 = 320;
-
-/// A probe that is live after [`install`].
+/// A probe that is live after [`commit`].
 #[derive(Debug, Clone)]
 pub struct Installed {
     /// Its entry in the region.
@@ -96,27 +87,23 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
-    let requests = &choose_forms(&maps, region.as_ref(), requests)?;
+    let requests = &arena::choose_forms(&maps, region.as_ref(), requests)?;
     if let Some(r) = &region {
         check_not_probed(pid, r, requests)?;
     }
     check_code(mem, requests)?;
 
-    let mut caller = RemoteCaller::new(pid, stopped.worker(), mem, &maps)?;
+    let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let created_region = region.is_none();
-    let result = (|| {
-        let region = match region {
-            Some(r) => r,
-            None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
-        };
-        crate::fault::point("after-inject");
-        let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
-        Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
-    })();
-    for sig in std::mem::take(&mut caller.deferred_signals) {
-        stopped.defer_signal(caller.tid(), sig);
-    }
-    result
+    // Signals that arrive while the worker steps go back to `stopped` when
+    // the caller is dropped, on success or failure.
+    let region = match region {
+        Some(r) => r,
+        None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
+    };
+    crate::fault::point("after-inject");
+    let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
+    Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
 }
 
 /// Makes prepared probes live; every thread must be stopped.
@@ -127,7 +114,8 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
     if requests.iter().any(|r| r.kind & (kind::ARGS | kind::RET) != 0) {
         learn_tid_offset(stopped, mem, &region)?;
     }
-    let moved_threads = move_threads_out_of_windows(stopped, mem, &maps, &requests, &placed)?;
+    let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
+    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, &requests, &detours)?;
 
     let mut guard = PatchGuard { mem, region: &region, patched: Vec::new() };
     for (req, p) in requests.iter().zip(&placed) {
@@ -192,138 +180,29 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
     Ok(())
 }
 
+/// What a detour of `k` (bits of [`kind`]) does beyond counting.
+pub fn records_of(k: u32) -> Records {
+    Records {
+        args: k & kind::ARGS != 0,
+        ret: k & kind::RET != 0,
+        sample: k & kind::SAMPLE != 0,
+        unwind: k & kind::UNWIND != 0,
+    }
+}
+
 /// Where probe `index`'s detour finds its flag, counters and runtime.
 fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     DetourSpec {
         probe_index: index,
-        kind,
+        records: records_of(kind),
+        entry_word: layout::entry_word(index, kind),
         runtime,
-        flag_addr: region.target_addr() + h.flags_off + index as u64,
-        counters: region.target_addr() + h.counters_off,
+        flag_addr: region.flag_addr(index).0,
+        counters: region.addr_of(RegionOffset(h.counters_off)).0,
         countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
     }
-}
-
-/// Creates the data region: a code arena first (its bytes hold the memfd's
-/// name, which memfd_create must read from the target's memory), then
-/// memfd_create in the target; tp takes, sizes and seals the memfd
-/// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
-/// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
-fn create_region(
-    caller: &mut RemoteCaller,
-    mem: &Memory,
-    maps: &[Mapping],
-    requests: &[Request],
-    ring_len: u32,
-) -> Result<Region> {
-    if requests.len() > layout::MAX_CAPACITY as usize {
-        bail!(
-            "{} functions to probe; tp probes at most {} in one process: narrow the pattern",
-            requests.len(),
-            layout::MAX_CAPACITY
-        );
-    }
-    let g = layout::geometry(requests.len() as u32, ring_len);
-    let first = requests.first().context("nothing to install")?;
-    let kind = requests.iter().fold(0, |k, r| k | r.kind);
-    let arena = alloc_arena(caller, maps, first.span, reach_of(first), arena_size(requests.len(), kind))?;
-    let name_at = arena.addr + arena.size - super::orphan::NAME_FROM_END;
-    let mut name = MEMFD_NAME.as_bytes().to_vec();
-    name.push(0);
-    mem.write(name_at, &name).context("writing the memfd name")?;
-    crate::fault::point("after-name-write");
-    let sc = Host::SYSCALLS;
-    let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
-    let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0])?;
-    crate::fault::point("after-memfd");
-    let made = (|| -> Result<Region> {
-        let file = acquire::take_new(mem.pid(), fd, g.total_size)?;
-        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
-        let addr = caller.checked("mmap", sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, fd, 0])?;
-        if let Err(e) = acquire::check_mapped(mem.pid(), &file, addr, g.total_size) {
-            caller.syscall(sc.munmap, [addr, g.total_size, 0, 0, 0, 0])?;
-            return Err(e);
-        }
-        let region = Region::from_file(file, addr, g.total_size)?;
-        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
-        h.arenas[0] = arena;
-        h.arena_count = 1;
-        region.set_header(&h)?;
-        Ok(region)
-    })();
-    // The target may have closed or replaced the descriptor already: what
-    // is there now is closed, and an error is no error.
-    caller.syscall(sc.close, [fd, 0, 0, 0, 0, 0])?;
-    made
-}
-
-fn arena_size(probes: usize, kind: u32) -> u64 {
-    let each = if kind == kind::COUNT { DETOUR_BUDGET } else { EVENT_DETOUR_BUDGET };
-    (probes as u64 * each).max(MIN_ARENA).next_multiple_of(4096)
-}
-
-/// True if the request was switched to the long form of its probe.
-fn is_long(req: &Request) -> bool {
-    req.long.as_ref().is_ok_and(|long| *long == req.plan)
-}
-
-/// How far from its module a request's detour may be: the patch's reach.
-fn reach_of(req: &Request) -> u64 {
-    if is_long(req) { Host::LONG_REACH } else { Host::BRANCH_REACH }
-}
-
-/// Switches each request whose module has no room for an arena within
-/// branch reach, in the region's arenas or in the address space, to the
-/// long form of its probe (AArch64: `adrp x16 ; add x16 ; br x16`), or
-/// refuses it with the reason it has none.
-fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: &[Request]) -> Result<Vec<Request>> {
-    let h = region.map(Region::header);
-    let arenas = h.as_ref().map_or(&[][..], |h| &h.arenas[..h.arena_count as usize]);
-    requests
-        .iter()
-        .map(|req| {
-            let near = |reach| {
-                arenas
-                    .iter()
-                    .any(|a| arena::reaches(req.span, a.addr, a.size, reach) && a.size - a.used >= DETOUR_BUDGET)
-                    || !arena::candidates(maps, req.span, MIN_ARENA, reach).is_empty()
-            };
-            if Host::LONG_REACH == 0 || is_long(req) || near(Host::BRANCH_REACH) {
-                return Ok(req.clone());
-            }
-            match &req.long {
-                Ok(long) if near(Host::LONG_REACH) => Ok(Request { plan: long.clone(), ..req.clone() }),
-                Ok(_) => {
-                    bail!("no free address range within reach of {:#x}-{:#x} for tp's code", req.span.lo, req.span.hi)
-                }
-                Err(why) => bail!(
-                    "cannot probe `{}`: no free address range within branch reach of its module for tp's code, \
-                     and the long form of the probe is refused: {why}",
-                    req.function.name
-                ),
-            }
-        })
-        .collect()
-}
-
-/// Maps a fresh R-X arena within `reach` of `span`, trying candidate holes nearest first.
-fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, reach: u64, size: u64) -> Result<Arena> {
-    let sc = Host::SYSCALLS;
-    let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
-    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
-    for addr in arena::candidates(maps, span, size, reach).into_iter().take(8) {
-        let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
-        if got as u64 == addr {
-            return Ok(Arena { addr, size, used: 0, runtime: 0 });
-        }
-        if got >= 0 {
-            // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint: undo.
-            caller.syscall(sc.munmap, [got as u64, size, 0, 0, 0, 0])?;
-        }
-    }
-    bail!("no free address range within branch reach of {:#x}-{:#x} for tp's code", span.lo, span.hi)
 }
 
 /// A detour planned for one request: where it goes and whether it must be written.
@@ -380,7 +259,7 @@ fn write_detours(
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
         e.owner = opts.owner;
-        e.function = req.function.addr;
+        e.function = req.function.addr.0;
         e.site = req.plan.site;
         e.detour = p.at;
         e.detour_len = p.detour.bytes.len() as u32;
@@ -420,7 +299,7 @@ fn reuse(
             None
         } else {
             match h.arenas[..h.arena_count as usize].iter().find(|a| a.addr <= e.detour && e.detour < a.addr + a.size) {
-                Some(a) if a.runtime != 0 => Some(runtime_addrs(region, h, a.runtime)),
+                Some(a) if a.runtime != 0 => Some(runtime_addrs(region, a.runtime)),
                 _ => continue,
             }
         };
@@ -436,9 +315,8 @@ fn reuse(
 }
 
 /// Where the runtime block at `at` keeps its parts.
-fn runtime_addrs(region: &Region, h: &Header, at: u64) -> RuntimeAddrs {
-    let ctx = region.target_addr() + Header::ctx_off();
-    let _ = h;
+fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
+    let ctx = region.addr_of(RegionOffset(Header::ctx_off())).0;
     Host::build_runtime(at, ctx, &runtime::blobs()).addrs
 }
 
@@ -459,7 +337,7 @@ fn place_detour(
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
     let needs_runtime = req.kind != kind::COUNT;
     let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
-    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, reach_of(req));
+    let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, arena::reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the
     // first where it really fits (its size depends on where it goes).
     let mut tried_new = false;
@@ -472,15 +350,15 @@ fn place_detour(
             if h.arena_count as usize == layout::MAX_ARENAS {
                 bail!("tp's data region has no room for another code arena; run `tp detach` first");
             }
-            let size = arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
-            h.arenas[slot] = alloc_arena(caller, maps, req.span, reach_of(req), size)?;
+            let size = arena::arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
+            h.arenas[slot] = arena::alloc_arena(caller, maps, req.span, arena::reach_of(req), size)?;
             h.arena_count += 1;
             tried_new = true;
         }
         let a = h.arenas[slot];
         let runtime_still_needed = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
         let room = (a.size - a.used).saturating_sub(runtime_still_needed);
-        if !reachable(&a) || room < DETOUR_BUDGET {
+        if !reachable(&a) || room < arena::DETOUR_BUDGET {
             slot += 1;
             continue;
         }
@@ -489,7 +367,7 @@ fn place_detour(
             (true, 0) => (a.addr + a.used, (a.addr + a.used + runtime_len).next_multiple_of(16)),
             (_, r) => (r, a.addr + a.used),
         };
-        let runtime = needs_runtime.then(|| runtime_addrs(region, h, runtime_at));
+        let runtime = needs_runtime.then(|| runtime_addrs(region, runtime_at));
         let spec = spec_for(region, h, index, req.kind, runtime);
         let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
         if at + detour.bytes.len() as u64 > a.addr + a.size {
@@ -498,88 +376,14 @@ fn place_detour(
         }
         let a = &mut h.arenas[slot];
         if needs_runtime && a.runtime == 0 {
-            let block = Host::build_runtime(runtime_at, region.target_addr() + Header::ctx_off(), &runtime::blobs());
+            let ctx = region.addr_of(RegionOffset(Header::ctx_off())).0;
+            let block = Host::build_runtime(runtime_at, ctx, &runtime::blobs());
             mem.write(runtime_at, &block.bytes).context("writing tp's runtime into the target")?;
             a.runtime = runtime_at;
         }
         a.used = (at + detour.bytes.len() as u64).next_multiple_of(16) - a.addr;
         return Ok((at, detour));
     }
-}
-
-/// Moves every thread whose PC (or restart PC) lies inside a window to the
-/// same instruction in the detour, and refuses if a thread's stack holds an
-/// address inside a window (a signal frame would return there).
-fn move_threads_out_of_windows(
-    stopped: &mut Stopped,
-    mem: &Memory,
-    maps: &[Mapping],
-    requests: &[Request],
-    placed: &[Placed],
-) -> Result<usize> {
-    let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
-    let interior: HashMap<u64, &Request> =
-        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
-    let mut moves = Vec::new();
-    for tid in tids {
-        let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
-        let pc = Host::pc(&regs);
-        for (req, p) in requests.iter().zip(placed) {
-            let site = req.plan.site;
-            let inside = |a: u64| a > site && a < site + req.plan.len() as u64;
-            let target = if inside(pc) {
-                p.detour.map_pc((pc - site) as u32)
-            } else if let Some(restart) = Host::restart_pc(&regs).filter(|&r| inside(r)) {
-                // The kernel will rewind the PC onto an instruction inside the window.
-                p.detour.map_pc((restart - site) as u32).map(|d| d + (pc - restart))
-            } else {
-                continue;
-            };
-            let Some(target) = target else {
-                bail!(
-                    "thread {tid} is stopped inside the patch window of `{}` at {pc:#x}; try again",
-                    req.function.name
-                );
-            };
-            Host::set_pc(&mut regs, target);
-            moves.push((tid, regs));
-        }
-        scan_stack(tid, mem, maps, &regs, &interior)?;
-    }
-    for (tid, regs) in &moves {
-        Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
-    }
-    Ok(moves.len())
-}
-
-/// Refuses if the stack above the thread's SP holds the address of an
-/// instruction strictly inside a window: a signal frame or anything else that
-/// would later jump there.
-fn scan_stack(
-    tid: Pid,
-    mem: &Memory,
-    maps: &[Mapping],
-    regs: &<Host as Arch>::Regs,
-    interior: &HashMap<u64, &Request>,
-) -> Result<()> {
-    if interior.is_empty() {
-        return Ok(());
-    }
-    let sp = Host::sp(regs);
-    let Some(stack) = maps.iter().find(|m| m.contains(sp)) else { return Ok(()) };
-    let len = (stack.end - sp).min(STACK_SCAN_BYTES);
-    let bytes = mem.read_partial(sp & !7, len as usize);
-    for word in bytes.chunks_exact(8) {
-        let v = u64::from_le_bytes(word.try_into().unwrap());
-        if let Some(req) = interior.get(&v) {
-            bail!(
-                "thread {tid} has an address inside the patch window of `{}` on its stack \
-                 (interrupted by a signal there?); try again",
-                req.function.name
-            );
-        }
-    }
-    Ok(())
 }
 
 /// Restores the sites a failed transaction had patched.
@@ -597,11 +401,7 @@ impl Drop for PatchGuard<'_> {
                 if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
                     return; // nothing left to restore; the caller reports the exit
                 }
-                eprintln!(
-                    "tp: warning: cannot restore `{}` at {:#x}: {err}",
-                    crate::output::escape::text(&e.name()),
-                    e.site
-                );
+                eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", crate::escape::text(&e.name()), e.site);
                 continue;
             }
             let _ = self.region.set_state(i, State::Inactive);

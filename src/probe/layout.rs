@@ -25,6 +25,136 @@
 //!
 //! Entries change only while the target is ptrace-stopped by the tp that
 //! changes them, and ptrace admits one tracer, so writers never race.
+//!
+//! This file is the one source of the layout the in-target runtime shares:
+//! build.rs compiles it too (`#[path]`), and writes the C declarations of
+//! the `shared_struct!` structs and of [`C_CONSTANTS`] into the header
+//! runtime.c includes. So it uses nothing but `std`.
+
+/// Declares a `repr(C)` struct that the in-target runtime shares, and with
+/// it, from the same fields, its C declaration ([`CStruct`]): build.rs
+/// writes that into the `layout.h` runtime.c includes, with
+/// `_Static_assert`s that the C compiler puts every field at the offset
+/// Rust does. `then` adds a C-only last member (a flexible array).
+macro_rules! shared_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident as $c:literal $(, then $tail:literal)? {
+            $( $(#[doc = $doc:literal])* pub $field:ident: $ty:ty, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        pub struct $name {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+        }
+
+        impl $name {
+            /// Its C declaration, for runtime.c.
+            pub fn c_struct() -> CStruct {
+                CStruct {
+                    name: $c,
+                    size: std::mem::size_of::<$name>(),
+                    fields: vec![$(
+                        CField::of::<$ty>(stringify!($field), std::mem::offset_of!($name, $field), &[$($doc),*]),
+                    )*],
+                    tail: [$($tail)?].first().copied(),
+                }
+            }
+        }
+    };
+}
+
+/// A struct as C declares it.
+#[derive(Debug, Clone)]
+pub struct CStruct {
+    /// `struct NAME`.
+    pub name: &'static str,
+    /// `sizeof`.
+    pub size: usize,
+    /// The members, in order.
+    pub fields: Vec<CField>,
+    /// A C-only last member, e.g. a flexible array.
+    pub tail: Option<&'static str>,
+}
+
+/// A member of a [`CStruct`].
+#[derive(Debug, Clone)]
+pub struct CField {
+    /// Its name.
+    pub name: &'static str,
+    /// Its C type (the element type of an array).
+    pub ctype: &'static str,
+    /// For an array, its length.
+    pub len: Option<usize>,
+    /// `offsetof`.
+    pub offset: usize,
+    /// Its doc comment.
+    pub doc: String,
+}
+
+impl CField {
+    fn of<T: CType>(name: &'static str, offset: usize, doc: &[&str]) -> CField {
+        let doc = doc.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" ");
+        CField { name, ctype: T::C, len: T::LEN, offset, doc }
+    }
+
+    /// `uint64_t name[3];`.
+    pub fn declaration(&self) -> String {
+        match self.len {
+            Some(n) => format!("{} {}[{n}];", self.ctype, self.name),
+            None => format!("{} {};", self.ctype, self.name),
+        }
+    }
+}
+
+impl CStruct {
+    /// The declaration and the `_Static_assert`s of its size and offsets.
+    pub fn to_c(&self) -> String {
+        let name = self.name;
+        let mut out = format!("struct {name} {{\n");
+        for f in &self.fields {
+            out += &format!("\t{} /* {} */\n", f.declaration(), f.doc);
+        }
+        if let Some(tail) = self.tail {
+            out += &format!("\t{tail};\n");
+        }
+        out += "};\n";
+        out += &format!("_Static_assert(sizeof(struct {name}) == {}, \"struct {name}: size\");\n", self.size);
+        for f in &self.fields {
+            out += &format!(
+                "_Static_assert(offsetof(struct {name}, {0}) == {1}, \"struct {name}: offset of {0}\");\n",
+                f.name, f.offset
+            );
+        }
+        out
+    }
+}
+
+/// A Rust type C can name.
+pub trait CType {
+    /// Its C name.
+    const C: &'static str;
+    /// For an array, its length.
+    const LEN: Option<usize> = None;
+}
+
+impl CType for u64 {
+    const C: &'static str = "uint64_t";
+}
+impl CType for u32 {
+    const C: &'static str = "uint32_t";
+}
+impl CType for i32 {
+    const C: &'static str = "int32_t";
+}
+impl CType for u8 {
+    const C: &'static str = "uint8_t";
+}
+impl<T: CType, const N: usize> CType for [T; N] {
+    const C: &'static str = T::C;
+    const LEN: Option<usize> = Some(N);
+}
 
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
@@ -65,104 +195,117 @@ pub struct Arena {
     pub runtime: u64,
 }
 
-/// What the in-target runtime reads (`struct tp_ctx` in runtime.c).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct EventCtx {
-    /// Address in the target of thread slot 0.
-    pub slots: u64,
-    /// Bytes per thread slot.
-    pub slot_size: u64,
-    /// log2 of the number of thread slots.
-    pub slot_bits: u32,
-    /// Events per ring, minus one (a power of two minus one).
-    pub ring_mask: u32,
-    /// Frames per shadow stack.
-    pub shadow_len: u32,
-    /// Offset from the thread pointer of the TID in the TCB; 0 if unknown.
-    pub tid_offset: i32,
-    /// Events dropped because every slot was taken.
-    pub lost_no_slot: u64,
-    /// Address in the target of the enable flags.
-    pub flags: u64,
-    /// Address in the target of the sample budgets.
-    pub budgets: u64,
-    /// Address in the target of the sampling periods.
-    pub periods: u64,
-    /// Bytes from a counter to the matching sampling countdown.
-    pub countdowns_from_counters: u64,
-    /// Bit i: thread slot i has been claimed. The tracer reads only those
-    /// (reading the others would allocate their pages).
-    pub claimed: [u64; CLAIMED_WORDS],
+shared_struct! {
+    /// What the in-target runtime reads (`struct tp_ctx` in runtime.c).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct EventCtx as "tp_ctx" {
+        /// Address in the target of thread slot 0.
+        pub slots: u64,
+        /// Bytes per thread slot.
+        pub slot_size: u64,
+        /// log2 of the number of thread slots.
+        pub slot_bits: u32,
+        /// Events per ring, minus one (a power of two minus one).
+        pub ring_mask: u32,
+        /// Frames per shadow stack.
+        pub shadow_len: u32,
+        /// Offset from the thread pointer of the TID in the TCB; 0 if unknown.
+        pub tid_offset: i32,
+        /// Events dropped because every slot was taken.
+        pub lost_no_slot: u64,
+        /// Address in the target of the enable flags.
+        pub flags: u64,
+        /// Address in the target of the sample budgets.
+        pub budgets: u64,
+        /// Address in the target of the sampling periods.
+        pub periods: u64,
+        /// Bytes from a counter to the matching sampling countdown.
+        pub countdowns_from_counters: u64,
+        /// Bit i: thread slot i has been claimed. The tracer reads only those
+        /// (reading the others would allocate their pages).
+        pub claimed: [u64; CLAIMED_WORDS],
+    }
 }
 
 /// Words of [`EventCtx::claimed`].
 pub const CLAIMED_WORDS: usize = (1 << EVENT_SLOT_BITS) / 64;
 
-/// The head of a thread slot (`struct tp_slot` in runtime.c).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SlotHead {
-    /// The owning thread's thread pointer; 0 if free.
-    pub key: u64,
-    /// Its TID, when the runtime asked the kernel.
-    pub tid: u32,
-    /// Shadow frames in use.
-    pub depth: u32,
-    /// Events or frames dropped because the ring or the shadow stack was full.
-    pub lost: u64,
-    /// The thread's last look at `tail`.
-    pub cached_tail: u64,
-    /// Timestamp ticks the thread spent in the runtime's entry and exit.
-    pub overhead: u64,
-    /// Padding to the next cache line.
-    pub pad0: [u64; 3],
-    /// Next event the thread writes.
-    pub head: u64,
-    /// Padding.
-    pub pad1: [u64; 7],
-    /// Next event the tracer reads.
-    pub tail: u64,
-    /// Padding.
-    pub pad2: [u64; 7],
+shared_struct! {
+    /// The head of a thread slot (`struct tp_slot` in runtime.c, where the
+    /// shadow frames and the ring follow it).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct SlotHead as "tp_slot", then "struct tp_frame shadow[]" {
+        /// The owning thread's thread pointer; 0 if free.
+        pub key: u64,
+        /// Its TID, when the runtime asked the kernel.
+        pub tid: u32,
+        /// Shadow frames in use.
+        pub depth: u32,
+        /// Events or frames dropped because the ring or the shadow stack was full.
+        pub lost: u64,
+        /// The thread's last look at `tail`.
+        pub cached_tail: u64,
+        /// Timestamp ticks the thread spent in the runtime's entry and exit.
+        pub overhead: u64,
+        /// Padding to the next cache line.
+        pub pad0: [u64; 3],
+        /// Next event the thread writes.
+        pub head: u64,
+        /// Padding.
+        pub pad1: [u64; 7],
+        /// Next event the tracer reads.
+        pub tail: u64,
+        /// Padding.
+        pub pad2: [u64; 7],
+    }
 }
 
-/// One shadow frame (`struct tp_frame` in runtime.c).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Frame {
-    /// Stack address that held the return address.
-    pub slot: u64,
-    /// The original return address.
-    pub ret: u64,
-    /// Timestamp at entry.
-    pub tsc: u64,
-    /// Probe index.
-    pub probe: u32,
-    /// Padding.
-    pub pad: u32,
-    /// The trampoline address written into the slot.
-    pub tramp: u64,
-    /// The slot's `overhead` when the call began.
-    pub overhead: u64,
-    /// Padding.
-    pub pad2: [u64; 2],
+shared_struct! {
+    /// One shadow frame (`struct tp_frame` in runtime.c).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Frame as "tp_frame" {
+        /// Stack address that held the return address.
+        pub slot: u64,
+        /// The original return address.
+        pub ret: u64,
+        /// Timestamp at entry.
+        pub tsc: u64,
+        /// Probe index.
+        pub probe: u32,
+        /// Padding.
+        pub pad: u32,
+        /// The trampoline address written into the slot.
+        pub tramp: u64,
+        /// The slot's `overhead` when the call began.
+        pub overhead: u64,
+        /// Padding.
+        pub pad2: [u64; 2],
+    }
 }
 
-/// One event (`struct tp_event` in runtime.c).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Event {
-    /// Probe index, with the kind in the top byte.
-    pub probe: u32,
-    /// Thread ID.
-    pub tid: u32,
-    /// Timestamp (cycle counter).
-    pub tsc: u64,
-    /// Entry: the six integer argument registers. Exit: return value,
-    /// entry timestamp, second return register.
-    pub v: [u64; 6],
+shared_struct! {
+    /// One event (`struct tp_event` in runtime.c).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Event as "tp_event" {
+        /// Probe index, with the kind in the top byte.
+        pub probe: u32,
+        /// Thread ID.
+        pub tid: u32,
+        /// Timestamp (cycle counter).
+        pub tsc: u64,
+        /// Entry: the six integer argument registers. Exit: return value,
+        /// entry timestamp, second return register, ticks tp spent in probes
+        /// of the functions the call made.
+        pub v: [u64; 6],
+    }
 }
+
+/// Where an event's kind ([`event_kind`]) sits in [`Event::probe`], and
+/// where the flags ([`entry_flags`]) sit in the word passed to `tp_entry`:
+/// above the probe index.
+pub const KIND_SHIFT: u32 = 24;
+/// The probe index in [`Event::probe`] and in the word passed to `tp_entry`.
+pub const PROBE_MASK: u32 = (1 << KIND_SHIFT) - 1;
 
 /// Event kinds (the top byte of [`Event::probe`]).
 pub mod event_kind {
@@ -177,14 +320,37 @@ pub mod event_kind {
 /// Flags passed to the runtime's `tp_entry` with the probe index.
 pub mod entry_flags {
     /// Record an entry event with the argument registers.
-    pub const RECORD_ENTRY: u32 = 1 << 24;
+    pub const RECORD_ENTRY: u32 = 1 << super::KIND_SHIFT;
     /// Replace the return address to see the exit.
-    pub const HIJACK_RETURN: u32 = 1 << 25;
+    pub const HIJACK_RETURN: u32 = 1 << (super::KIND_SHIFT + 1);
     /// Spend one of the probe's sample budget (the detour calls the runtime
     /// only while the budget is positive).
-    pub const SAMPLE: u32 = 1 << 26;
+    pub const SAMPLE: u32 = 1 << (super::KIND_SHIFT + 2);
 }
 
+/// The constants runtime.c shares, by the names build.rs gives them in its
+/// header.
+pub const C_CONSTANTS: &[(&str, u64)] = &[
+    ("TP_ENTRY", event_kind::ENTRY as u64),
+    ("TP_EXIT", event_kind::EXIT as u64),
+    ("TP_UNWOUND", event_kind::UNWOUND as u64),
+    ("TP_KIND_SHIFT", KIND_SHIFT as u64),
+    ("TP_PROBE_MASK", PROBE_MASK as u64),
+    ("TP_RECORD_ENTRY", entry_flags::RECORD_ENTRY as u64),
+    ("TP_HIJACK_RETURN", entry_flags::HIJACK_RETURN as u64),
+    ("TP_SAMPLE", entry_flags::SAMPLE as u64),
+    ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
+];
+
+/// The structs runtime.c shares, in the order C needs them declared.
+pub fn c_structs() -> Vec<CStruct> {
+    vec![EventCtx::c_struct(), Frame::c_struct(), Event::c_struct(), SlotHead::c_struct()]
+}
+
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 88);
+const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
+const _: () = assert!(event_kind::UNWOUND as u32 <= u32::MAX >> KIND_SHIFT);
+const _: () = assert!((entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE) & PROBE_MASK == 0);
 const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
 const _: () = assert!(std::mem::size_of::<Frame>() == 64);
 const _: () = assert!(std::mem::size_of::<Event>() == 64);
@@ -284,6 +450,22 @@ pub mod kind {
     /// Samples: times a budget of calls per epoch, then only counts until
     /// tp gives it a new budget (tp profile).
     pub const SAMPLE: u32 = 8;
+}
+
+/// The word a detour passes to the runtime's `tp_entry` for probe `index`
+/// recording `k` (bits of [`kind`]): the index and the [`entry_flags`].
+pub fn entry_word(index: u32, k: u32) -> u32 {
+    let mut word = index;
+    if k & kind::ARGS != 0 {
+        word |= entry_flags::RECORD_ENTRY;
+    }
+    if k & kind::RET != 0 {
+        word |= entry_flags::HIJACK_RETURN;
+    }
+    if k & kind::SAMPLE != 0 {
+        word |= entry_flags::SAMPLE;
+    }
+    word
 }
 
 /// One probe entry.
@@ -604,6 +786,25 @@ mod tests {
         assert!(e.name().chars().all(|c| c == 'é'));
         e.window_len = 1000;
         assert_eq!((e.original().len(), e.patch().len()), (24, 24), "never past the arrays");
+    }
+
+    #[test]
+    fn shared_structs_declare_their_c_fields() {
+        let ctx = EventCtx::c_struct().to_c();
+        assert!(ctx.starts_with("struct tp_ctx {\n\tuint64_t slots; /* Address in the target of thread slot 0. */"));
+        assert!(ctx.contains(&format!("\tuint64_t claimed[{CLAIMED_WORDS}];")), "{ctx}");
+        assert!(ctx.contains("_Static_assert(offsetof(struct tp_ctx, claimed) == 72, "), "{ctx}");
+        let slot = SlotHead::c_struct().to_c();
+        assert!(slot.contains("\tstruct tp_frame shadow[];\n};"), "{slot}");
+        assert!(slot.contains("_Static_assert(sizeof(struct tp_slot) == 192, "), "{slot}");
+    }
+
+    #[test]
+    fn the_entry_word_carries_the_index_and_the_flags() {
+        assert_eq!(entry_word(3, kind::COUNT), 3);
+        assert_eq!(entry_word(3, kind::ARGS | kind::RET), 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN);
+        assert_eq!(entry_word(7, kind::RET | kind::SAMPLE), 7 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE);
+        assert_eq!(entry_word(PROBE_MASK, kind::UNWIND) & PROBE_MASK, PROBE_MASK);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Probes as tp installs them: the shared data region ([`layout`],
-//! [`region`]), code arenas near the probed modules ([`arena`]), and the two
+//! [`region`]), code arenas near the probed modules ([`arena`]), the
+//! target's threads while sites change ([`threads`]), and the two
 //! transactions that change a stopped target ([`install`], [`remove`]).
 
 pub mod acquire;
@@ -10,12 +11,13 @@ pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;
+pub mod threads;
 pub mod validate;
 
 use crate::arch::{Refusal, SitePlan};
 use crate::symbols::Function;
 
-pub use arena::Span;
+pub use crate::process::maps::Span;
 pub use region::Region;
 
 /// A function to probe, with its patch plan and its module's address span.

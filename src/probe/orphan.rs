@@ -14,6 +14,7 @@
 use anyhow::Result;
 
 use super::layout::MEMFD_NAME;
+use super::threads;
 use crate::arch::{Arch, Host};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
@@ -80,16 +81,7 @@ pub fn find(pid: i32, maps: &[Mapping], mem: &Memory) -> Orphans {
 /// used stack, points into; every thread must be stopped.
 pub fn keep_referenced(stopped: &Stopped, mem: &Memory, maps: &[Mapping], orphans: &mut Orphans) -> Result<()> {
     for t in stopped.threads() {
-        let regs = Host::get_regs(t.tid)?;
-        let sp = Host::sp(&regs);
-        let stack = maps
-            .iter()
-            .find(|m| m.contains(sp))
-            .map(|m| mem.read_partial(sp & !7, (m.end - (sp & !7)) as usize))
-            .unwrap_or_default();
-        let words: Vec<u64> = std::iter::once(Host::pc(&regs))
-            .chain(stack.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap())))
-            .collect();
+        let words = threads::pc_and_stack(mem, maps, &Host::get_regs(t.tid)?);
         orphans.arenas.retain(|&(a, size)| !words.iter().any(|&w| w >= a && w < a + size));
     }
     Ok(())
@@ -98,21 +90,15 @@ pub fn keep_referenced(stopped: &Stopped, mem: &Memory, maps: &[Mapping], orphan
 /// Closes the descriptors and unmaps the arenas with the stopped worker.
 /// The descriptors were opened by tp and never handed to the program.
 pub fn release(stopped: &mut Stopped, mem: &Memory, maps: &[Mapping], orphans: &Orphans) -> Result<()> {
-    let mut caller = RemoteCaller::new(stopped.pid(), stopped.worker(), mem, maps)?;
+    let mut caller = RemoteCaller::new(stopped, mem, maps)?;
     let sc = Host::SYSCALLS;
-    let result = (|| {
-        for &fd in &orphans.fds {
-            caller.checked("close", sc.close, [fd, 0, 0, 0, 0, 0])?;
-        }
-        for &(addr, size) in &orphans.arenas {
-            caller.checked("munmap", sc.munmap, [addr, size, 0, 0, 0, 0])?;
-        }
-        Ok(())
-    })();
-    for sig in std::mem::take(&mut caller.deferred_signals) {
-        stopped.defer_signal(caller.tid(), sig);
+    for &fd in &orphans.fds {
+        caller.checked("close", sc.close, [fd, 0, 0, 0, 0, 0])?;
     }
-    result
+    for &(addr, size) in &orphans.arenas {
+        caller.checked("munmap", sc.munmap, [addr, size, 0, 0, 0, 0])?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

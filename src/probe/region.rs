@@ -14,6 +14,8 @@
 //! change under it. No accessor panics on an offset out of range: reads
 //! give zeros, writes an error.
 
+pub mod create;
+
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,6 +23,7 @@ use anyhow::{Context, Result, bail};
 
 use super::layout::{self, Entry, Header, MEMFD_NAME, Plain, State};
 use super::{acquire, validate};
+use crate::addr::{RegionOffset, RuntimeAddr};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
 
@@ -398,14 +401,14 @@ impl Region {
             .collect()
     }
 
-    /// Address in the target of probe `i`'s enable flag.
-    pub fn flag_addr(&self, i: u32) -> u64 {
-        self.target_addr + self.fixed().flags_off + i as u64
+    /// Where the region's byte `off` is in the target.
+    pub fn addr_of(&self, off: RegionOffset) -> RuntimeAddr {
+        RuntimeAddr(self.target_addr) + off
     }
 
-    /// Address in the target of the counter rows.
-    pub fn counters_addr(&self) -> u64 {
-        self.target_addr + self.fixed().counters_off
+    /// Address in the target of probe `i`'s enable flag.
+    pub fn flag_addr(&self, i: u32) -> RuntimeAddr {
+        self.addr_of(RegionOffset(self.fixed().flags_off + i as u64))
     }
 
     /// For each page of the counter rows, whether some thread has written
@@ -567,6 +570,6 @@ mod tests {
         assert_eq!(r.hits(5), 0);
         r.set_enabled(5, true).unwrap();
         assert!(r.enabled(5) && !r.enabled(4));
-        assert_eq!(r.flag_addr(5), 0x7000_0000 + g.flags_off + 5);
+        assert_eq!(r.flag_addr(5), RuntimeAddr(0x7000_0000 + g.flags_off + 5));
     }
 }

@@ -13,8 +13,9 @@ use anyhow::{Context, Result};
 
 use super::layout::{Entry, State};
 use super::region::Region;
+use super::threads;
 use crate::arch::{Arch, Host};
-use crate::output::escape::text;
+use crate::escape::text;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -109,15 +110,9 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.size);
     for t in stopped.threads() {
         let regs = Host::get_regs(t.tid)?;
-        let sp = Host::sp(&regs);
-        let mut refs = in_arena(Host::pc(&regs));
-        if let Some(stack) = maps.iter().find(|m| m.contains(sp)) {
-            // The whole used stack: a return address or a signal frame anywhere
-            // in it may come back into a detour.
-            let bytes = mem.read_partial(sp & !7, (stack.end - (sp & !7)) as usize);
-            refs |= bytes.chunks_exact(8).any(|w| in_arena(u64::from_le_bytes(w.try_into().unwrap())));
-        }
-        if refs {
+        // The whole used stack: a return address or a signal frame anywhere
+        // in it may come back into a detour.
+        if threads::pc_and_stack(mem, &maps, &regs).into_iter().any(in_arena) {
             return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
         }
     }
@@ -143,7 +138,7 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     let h = region.header();
     let arenas = &h.arenas[..h.arena_count as usize];
     let maps = process::read_maps(stopped.pid())?;
-    let mut caller = RemoteCaller::new(stopped.pid(), stopped.worker(), mem, &maps)?;
+    let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let sc = Host::SYSCALLS;
     // The region first: once its header is gone no later tp will look for the
     // arenas, so dying between the two calls leaks pages but breaks nothing.
@@ -152,9 +147,6 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     // An arena record the target damaged reads as empty (validate::sanitize): nothing to unmap.
     for a in arenas.iter().filter(|a| a.size > 0) {
         caller.checked("munmap", sc.munmap, [a.addr, a.size, 0, 0, 0, 0])?;
-    }
-    for sig in std::mem::take(&mut caller.deferred_signals) {
-        stopped.defer_signal(caller.tid(), sig);
     }
     Ok(())
 }

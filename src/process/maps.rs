@@ -3,6 +3,15 @@
 
 use std::fmt;
 
+/// The span of addresses a module occupies (all its mappings).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    /// Lowest address.
+    pub lo: u64,
+    /// One past the highest address.
+    pub hi: u64,
+}
+
 /// One line of `/proc/PID/maps`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mapping {

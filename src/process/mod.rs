@@ -10,7 +10,6 @@ pub mod remote;
 pub mod stop;
 
 use std::fmt;
-use std::path::PathBuf;
 
 use nix::unistd::Pid;
 
@@ -179,11 +178,6 @@ pub fn other_pids() -> Vec<i32> {
 /// The process's memory mappings.
 pub fn read_maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
     Ok(maps::parse(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
-}
-
-/// Path of the process's executable as the kernel sees it (may end in " (deleted)").
-pub fn exe_path(pid: i32) -> std::io::Result<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/exe"))
 }
 
 /// True while the process exists and has not become a zombie.

@@ -5,9 +5,13 @@
 //! one), the number and arguments are loaded, and one PTRACE_SINGLESTEP runs
 //! exactly that instruction. The registers are restored after every call, so
 //! the thread is never left with foreign values for longer than one syscall.
-//! Before each call the architecture cancels syscall restart (orig_rax = -1
-//! on x86-64), so a thread that was stopped inside a blocking syscall is not
+//! Before each call the architecture cancels syscall restart
+//! ([`Arch::prepare_syscall`]), so a thread that was stopped inside a blocking syscall is not
 //! rewound onto the wrong instruction.
+//!
+//! The caller borrows the [`Stopped`] set its thread belongs to: signals
+//! that arrive while the thread steps are handed back to it when the caller
+//! is dropped, and delivered when the thread is released.
 
 use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
@@ -16,25 +20,36 @@ use super::ProcessError;
 use super::maps::Mapping;
 use super::memory::Memory;
 use super::ptrace::{self, Wait};
+use super::stop::Stopped;
 use crate::arch::{Arch, Host};
 
-/// A stopped thread that makes syscalls for tp.
+/// A stopped thread that makes syscalls for tp: the worker of a [`Stopped`].
 #[derive(Debug)]
-pub struct RemoteCaller {
+pub struct RemoteCaller<'s> {
+    stopped: &'s mut Stopped,
     pid: i32,
     tid: Pid,
     saved: <Host as Arch>::Regs,
     insn: u64,
-    /// Signals that arrived while stepping; delivered when the thread is released.
-    pub deferred_signals: Vec<i32>,
+    /// Signals that arrived while stepping; handed to `stopped` on drop.
+    deferred_signals: Vec<i32>,
 }
 
-impl RemoteCaller {
-    /// Prepares thread `tid` (stopped) of `pid` for remote syscalls.
-    pub fn new(pid: i32, tid: Pid, mem: &Memory, maps: &[Mapping]) -> Result<RemoteCaller> {
+impl Drop for RemoteCaller<'_> {
+    fn drop(&mut self) {
+        for sig in std::mem::take(&mut self.deferred_signals) {
+            self.stopped.defer_signal(self.tid, sig);
+        }
+    }
+}
+
+impl<'s> RemoteCaller<'s> {
+    /// Prepares the worker thread of `stopped` for remote syscalls.
+    pub fn new(stopped: &'s mut Stopped, mem: &Memory, maps: &[Mapping]) -> Result<RemoteCaller<'s>> {
+        let (pid, tid) = (stopped.pid(), stopped.worker());
         let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
         let insn = find_syscall_insn(mem, maps)?;
-        Ok(RemoteCaller { pid, tid, saved, insn, deferred_signals: Vec::new() })
+        Ok(RemoteCaller { stopped, pid, tid, saved, insn, deferred_signals: Vec::new() })
     }
 
     /// The thread making the calls.

@@ -247,11 +247,6 @@ impl Stopped {
         self.threads.values()
     }
 
-    /// Number of stopped threads.
-    pub fn thread_count(&self) -> usize {
-        self.threads.len()
-    }
-
     /// The thread to use for remote syscalls: the one [`Stopped::stop_worker`]
     /// stopped, else the main thread if it is stopped.
     pub fn worker(&self) -> Pid {

@@ -8,6 +8,7 @@ use anyhow::Result;
 use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
 
 use super::elf::ElfFile;
+use crate::addr::FileAddr;
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
@@ -52,8 +53,8 @@ pub struct DwFunction {
     pub name: String,
     /// DW_AT_linkage_name (mangled), if any.
     pub linkage_name: Option<String>,
-    /// Entry address (link-time).
-    pub entry: u64,
+    /// Entry address.
+    pub entry: FileAddr,
     /// Parameters in order.
     pub params: Vec<Param>,
     /// Return type's name, None for `void`.
@@ -81,8 +82,8 @@ pub struct DwarfIndex {
 }
 
 impl DwarfIndex {
-    /// The function entered at `entry` (link-time address).
-    pub fn at(&self, entry: u64) -> Option<&DwFunction> {
+    /// The function entered at `entry`.
+    pub fn at(&self, entry: FileAddr) -> Option<&DwFunction> {
         self.functions.binary_search_by_key(&entry, |f| f.entry).ok().map(|i| &self.functions[i])
     }
 }
@@ -147,7 +148,13 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
                     let name = name_of(&dwarf, &unit, e)?;
                     let linkage_name = linkage_name_of(&dwarf, &unit, e)?;
                     let return_type = type_ref(&unit, e, origin)?.map(|t| describe(&dwarf, &unit, t)).transpose()?;
-                    out.functions.push(DwFunction { name, linkage_name, entry, params: Vec::new(), return_type });
+                    out.functions.push(DwFunction {
+                        name,
+                        linkage_name,
+                        entry: FileAddr(entry),
+                        params: Vec::new(),
+                        return_type,
+                    });
                     current = Some((out.functions.len() - 1, depth));
                 }
                 gimli::DW_TAG_formal_parameter => {

@@ -10,6 +10,7 @@
 use gimli::{BaseAddresses, CieOrFde, EhFrame, LittleEndian, Pointer, UnwindSection};
 
 use super::ElfFile;
+use crate::addr::FileAddr;
 
 /// The landing pads of a file, at link-time addresses.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -90,7 +91,7 @@ fn eh_frame(elf: &ElfFile) -> Option<(u64, &[u8])> {
 }
 
 fn read_u64(elf: &ElfFile, addr: u64) -> Option<u64> {
-    Some(u64::from_le_bytes(elf.bytes_at(addr, 8)?.try_into().ok()?))
+    Some(u64::from_le_bytes(elf.bytes_at(FileAddr(addr), 8)?.try_into().ok()?))
 }
 
 /// A cursor over LSDA bytes at a known address.

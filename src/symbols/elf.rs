@@ -10,13 +10,15 @@ use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 
+use crate::addr::{Bias, FileAddr, RuntimeAddr};
+
 /// A function symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FuncSym {
     /// Its name as stored (mangled, if it is).
     pub name: String,
     /// Its link-time address.
-    pub addr: u64,
+    pub addr: FileAddr,
     /// Its size in bytes (0 if the symbol has none).
     pub size: u64,
     /// True for global and weak symbols.
@@ -83,21 +85,6 @@ pub struct ElfFile {
     pub sections: Vec<Section>,
 }
 
-/// What a file of ELF machine `m` is, for messages: `an x86-64 binary`,
-/// `a riscv binary`, `a binary for ELF machine 0, which tp does not know`.
-pub fn machine_name(m: u16) -> String {
-    let name = match m {
-        3 => "i386",
-        40 => "arm",
-        62 => "x86-64",
-        183 => "aarch64",
-        243 => "riscv",
-        _ => return format!("a binary for ELF machine {m}, which tp does not know"),
-    };
-    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u', 'x']) { "an" } else { "a" };
-    format!("{article} {name} binary")
-}
-
 impl ElfFile {
     /// Reads and parses `path` (shown as `display` in messages).
     pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
@@ -157,7 +144,7 @@ impl ElfFile {
                 let name = strtab.get_at(s.st_name)?.split('@').next()?;
                 (!name.is_empty()).then(|| FuncSym {
                     name: name.to_string(),
-                    addr: s.st_value,
+                    addr: FileAddr(s.st_value),
                     size: s.st_size,
                     global: s.st_bind() != goblin::elf::sym::STB_LOCAL,
                     ifunc: s.st_type() == STT_GNU_IFUNC,
@@ -254,7 +241,8 @@ impl ElfFile {
 
     /// The file bytes of `[vaddr, vaddr + len)`, if a segment holds them all.
     /// Sizes and addresses come from the file, so the sums are checked.
-    pub fn bytes_at(&self, vaddr: u64, len: u64) -> Option<&[u8]> {
+    pub fn bytes_at(&self, vaddr: FileAddr, len: u64) -> Option<&[u8]> {
+        let FileAddr(vaddr) = vaddr;
         let end = vaddr.checked_add(len)?;
         let seg = self
             .segments
@@ -281,10 +269,13 @@ impl ElfFile {
         self.segments.iter().find(|s| s.offset <= offset && offset - s.offset < s.filesz.max(1))
     }
 
-    /// The load bias implied by a mapping of this file: runtime address minus link-time address.
-    pub fn bias_from(&self, start: u64, offset: u64) -> Option<u64> {
+    /// The load bias implied by a mapping at `start` of this file from file
+    /// offset `offset`.
+    pub fn bias_from(&self, start: RuntimeAddr, offset: u64) -> Option<Bias> {
         let seg = self.segment_at_offset(offset).or_else(|| self.segments.first())?;
-        Some(start.wrapping_sub(offset).wrapping_sub(seg.vaddr.wrapping_sub(seg.offset)))
+        // The file address that file offset `offset` has in that segment.
+        let file = FileAddr(offset.wrapping_add(seg.vaddr.wrapping_sub(seg.offset)));
+        Some(Bias::between(file, start))
     }
 
     /// Function symbols with one entry per address (aliases dropped, globals preferred).
@@ -359,7 +350,7 @@ mod tests {
         let main = elf.functions.iter().find(|f| f.name == "main").unwrap();
         let code = elf.bytes_at(main.addr, main.size).unwrap();
         assert_eq!(code.len() as u64, main.size);
-        assert!(elf.segments.iter().any(|s| s.exec && s.vaddr <= main.addr && main.addr < s.vaddr + s.memsz));
+        assert!(elf.segments.iter().any(|s| s.exec && s.vaddr <= main.addr.0 && main.addr.0 < s.vaddr + s.memsz));
     }
 
     #[test]
@@ -369,7 +360,7 @@ mod tests {
         use std::os::unix::fs::MetadataExt;
         let ino = std::fs::metadata(std::env::current_exe().unwrap()).unwrap().ino();
         let m = maps.iter().find(|m| m.inode == ino && m.offset == 0).unwrap();
-        let bias = elf.bias_from(m.start, m.offset).unwrap();
+        let bias = elf.bias_from(RuntimeAddr(m.start), m.offset).unwrap();
         // The runtime address of a function we know equals its symbol plus the bias.
         // The function itself, not one of its closures (whose order in the table varies).
         let sym = elf
@@ -378,7 +369,7 @@ mod tests {
             .find(|f| f.name.contains("reads_our_own_symbols_and_code") && !f.name.contains("closure"))
             .unwrap();
         let runtime = reads_our_own_symbols_and_code as *const () as u64;
-        assert_eq!(sym.addr.wrapping_add(bias), runtime);
+        assert_eq!(bias.runtime(sym.addr), RuntimeAddr(runtime));
     }
 
     #[test]

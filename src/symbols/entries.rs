@@ -9,6 +9,7 @@ use goblin::elf::section_header::SHF_EXECINSTR;
 
 use super::ElfFile;
 use super::eh::LandingPads;
+use crate::addr::{Bias, FileAddr, RuntimeAddr};
 use crate::arch::{Isa, Refusal, SitePlan};
 
 /// The entry points of one file, at link-time addresses.
@@ -24,12 +25,12 @@ pub struct Entries {
 impl Entries {
     /// Collects the entry points of `elf`, decoding its code with `isa`.
     pub fn of(elf: &ElfFile, isa: Option<Isa>) -> Entries {
-        let mut starts: Vec<(u64, String)> = elf.functions.iter().map(|f| (f.addr, f.name.clone())).collect();
+        let mut starts: Vec<(u64, String)> = elf.functions.iter().map(|f| (f.addr.0, f.name.clone())).collect();
         starts.sort();
         let mut branch_targets = Vec::new();
         if let Some(isa) = isa {
             for (lo, hi) in code_chunks(elf, &starts) {
-                if let Some(code) = elf.bytes_at(lo, hi - lo) {
+                if let Some(code) = elf.bytes_at(FileAddr(lo), hi - lo) {
                     branch_targets.extend((isa.branch_targets)(code, lo));
                 }
             }
@@ -41,22 +42,23 @@ impl Entries {
 
     /// Checks that nothing enters `plan`'s window (runtime addresses; the
     /// file was loaded at `bias`) anywhere but at its first byte.
-    pub fn check(&self, plan: &SitePlan, bias: u64) -> Result<(), Refusal> {
-        let lo = plan.site.wrapping_sub(bias);
+    pub fn check(&self, plan: &SitePlan, bias: Bias) -> Result<(), Refusal> {
+        let runtime = |a: u64| bias.runtime(FileAddr(a)).0;
+        let FileAddr(lo) = bias.file(RuntimeAddr(plan.site));
         let hi = lo + plan.len() as u64;
-        if self.pads.unknown_at(plan.function.wrapping_sub(bias)) {
+        if self.pads.unknown_at(bias.file(RuntimeAddr(plan.function)).0) {
             return Err(Refusal::UnknownLandingPads { at: plan.function });
         }
         if let Some(pad) = self.pads.strictly_inside(lo, hi).next() {
-            return Err(Refusal::LandingPadInWindow { at: pad.wrapping_add(bias) });
+            return Err(Refusal::LandingPadInWindow { at: runtime(pad) });
         }
         let first = self.starts.partition_point(|(a, _)| *a <= lo);
         if let Some((a, name)) = self.starts[first..].first().filter(|(a, _)| *a < hi) {
-            return Err(Refusal::EntersWindow { at: a.wrapping_add(bias), from: format!("function `{name}`") });
+            return Err(Refusal::EntersWindow { at: runtime(*a), from: format!("function `{name}`") });
         }
         let first = self.branch_targets.partition_point(|&t| t <= lo);
         if let Some(&t) = self.branch_targets[first..].first().filter(|&&t| t < hi) {
-            return Err(Refusal::EntersWindow { at: t.wrapping_add(bias), from: "a direct branch".into() });
+            return Err(Refusal::EntersWindow { at: runtime(t), from: "a direct branch".into() });
         }
         Ok(())
     }

@@ -5,10 +5,10 @@
 //! its data segments, at any 4-byte offset, that is a code address.
 
 use goblin::elf::dynamic::{DF_TEXTREL, DT_FLAGS, DT_TEXTREL};
-use goblin::elf::reloc::{R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE};
 
 use super::ElfFile;
-use crate::arch::Image;
+use crate::addr::{Bias, FileAddr, RuntimeAddr};
+use crate::arch::{Image, Isa, StoredPointer};
 
 /// What one file's code and data say about code addresses, read once.
 #[derive(Debug, Default)]
@@ -24,20 +24,19 @@ pub struct ElfImage<'a> {
     /// The file.
     pub elf: &'a ElfFile,
     /// Its load bias.
-    pub bias: u64,
+    pub bias: Bias,
     /// What was read of it.
     pub facts: &'a CodeFacts,
 }
 
 impl CodeFacts {
     /// Reads the relocations (or, position-dependent, the data words) of
-    /// `elf`. Only x86-64 files are read: other planners do not use them.
-    pub fn of(elf: &ElfFile) -> CodeFacts {
+    /// `elf`, whose instruction set is `isa`. Only files whose planner reads
+    /// the module ([`Isa::plans_with_image`]) are read.
+    pub fn of(elf: &ElfFile, isa: Option<Isa>) -> CodeFacts {
         let mut facts = CodeFacts { absolute_code: true, targets: Vec::new() };
+        let Some(isa) = isa.filter(|i| i.plans_with_image) else { return facts };
         let Ok(parsed) = goblin::elf::Elf::parse(elf.data()) else { return facts };
-        if parsed.header.e_machine != goblin::elf::header::EM_X86_64 {
-            return facts;
-        }
         let textrel = parsed.dynamic.as_ref().is_some_and(|d| {
             d.dyns.iter().any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
         });
@@ -49,15 +48,13 @@ impl CodeFacts {
         let relocs = parsed.dynrelas.iter().chain(parsed.dynrels.iter()).chain(parsed.pltrelocs.iter());
         for r in relocs {
             let addend = r.r_addend.unwrap_or(0);
-            let target = match r.r_type {
-                R_X86_64_RELATIVE | R_X86_64_IRELATIVE => addend as u64,
-                R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => {
-                    match parsed.dynsyms.get(r.r_sym).filter(|s| s.st_shndx != 0) {
-                        Some(sym) => sym.st_value.wrapping_add_signed(addend),
-                        None => continue,
-                    }
-                }
-                _ => continue,
+            let target = match (isa.stored_pointer)(r.r_type) {
+                Some(StoredPointer::Addend) => addend as u64,
+                Some(StoredPointer::Symbol) => match parsed.dynsyms.get(r.r_sym).filter(|s| s.st_shndx != 0) {
+                    Some(sym) => sym.st_value.wrapping_add_signed(addend),
+                    None => continue,
+                },
+                None => continue,
             };
             if in_code(elf, target) {
                 facts.targets.push(target);
@@ -78,16 +75,16 @@ fn in_code(elf: &ElfFile, a: u64) -> bool {
 fn data_words(elf: &ElfFile) -> Vec<u64> {
     let mut out = Vec::new();
     for seg in elf.segments.iter().filter(|s| !s.exec) {
-        let Some(bytes) = elf.bytes_at(seg.vaddr, seg.filesz) else { continue };
+        let Some(bytes) = elf.bytes_at(FileAddr(seg.vaddr), seg.filesz) else { continue };
         for off in (0..bytes.len().saturating_sub(3)).step_by(4) {
-            let w4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
-            if in_code(elf, w4) {
-                out.push(w4);
+            let word4 = u32::from_le_bytes(bytes[off..off + 4].try_into().expect("4 bytes")) as u64;
+            if in_code(elf, word4) {
+                out.push(word4);
             }
             if let Some(b) = bytes.get(off..off + 8) {
-                let w8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
-                if w8 != w4 && in_code(elf, w8) {
-                    out.push(w8);
+                let word8 = u64::from_le_bytes(b.try_into().expect("8 bytes"));
+                if word8 != word4 && in_code(elf, word8) {
+                    out.push(word8);
                 }
             }
         }
@@ -99,11 +96,11 @@ fn data_words(elf: &ElfFile) -> Vec<u64> {
 
 impl Image for ElfImage<'_> {
     fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
-        self.elf.bytes_at(addr.wrapping_sub(self.bias), len)
+        self.elf.bytes_at(self.bias.file(RuntimeAddr(addr)), len)
     }
 
     fn is_code(&self, addr: u64) -> bool {
-        in_code(self.elf, addr.wrapping_sub(self.bias))
+        in_code(self.elf, self.bias.file(RuntimeAddr(addr)).0)
     }
 
     fn absolute_code(&self) -> bool {
@@ -111,15 +108,16 @@ impl Image for ElfImage<'_> {
     }
 
     fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
-        let (lo, hi) = (lo.wrapping_sub(self.bias), hi.wrapping_sub(self.bias));
+        let file = |a: u64| self.bias.file(RuntimeAddr(a)).0;
+        let (lo, hi) = (file(lo), file(hi));
         let targets = &self.facts.targets;
         let first = targets.partition_point(|&t| t < lo);
-        targets[first..].iter().take_while(|&&t| t < hi).map(|&t| t.wrapping_add(self.bias)).collect()
+        targets[first..].iter().take_while(|&&t| t < hi).map(|&t| self.bias.runtime(FileAddr(t)).0).collect()
     }
 }
 
-// They read the test binary itself, and CodeFacts reads x86-64 files only.
-#[cfg(all(test, target_arch = "x86_64"))]
+// They read the test binary itself.
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -129,13 +127,19 @@ mod tests {
         // .init_array and vtables of std) are RELATIVE relocations.
         let p = std::env::current_exe().unwrap();
         let elf = ElfFile::open(&p, &p).unwrap();
-        let facts = CodeFacts::of(&elf);
-        let image = ElfImage { elf: &elf, bias: 0, facts: &facts };
+        let isa = Isa::for_machine(elf.machine);
+        let facts = CodeFacts::of(&elf, isa);
+        let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts };
+        if !isa.unwrap().plans_with_image {
+            // The host's planner reads no module: nothing of it is read.
+            assert!(image.absolute_code() && image.stored_targets(0, u64::MAX).is_empty());
+            return;
+        }
         assert!(!image.absolute_code());
         let stored = image.stored_targets(0, u64::MAX);
         assert!(stored.len() > 100, "{}", stored.len());
         assert!(stored.iter().all(|&t| image.is_code(t)));
         let main = elf.functions.iter().find(|f| f.name == "main").unwrap();
-        assert!(image.is_code(main.addr) && !image.is_code(0));
+        assert!(image.is_code(main.addr.0) && !image.is_code(0));
     }
 }

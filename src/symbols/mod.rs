@@ -19,6 +19,7 @@ pub use elf::{ElfFile, FuncSym};
 pub use module::Module;
 pub use modules::{Found, ProcessModules};
 
+use crate::addr::{Bias, RuntimeAddr};
 use crate::arch::Isa;
 
 /// A function resolved in a process.
@@ -31,7 +32,7 @@ pub struct Function {
     /// The module's file name.
     pub module: String,
     /// Its runtime address.
-    pub addr: u64,
+    pub addr: RuntimeAddr,
     /// Its size in bytes.
     pub size: u64,
     /// True for a GNU indirect function: the symbol is its resolver.
@@ -40,7 +41,8 @@ pub struct Function {
 
 /// Targets inside `[addr, addr + size)` (runtime addresses, `bias` applied)
 /// of the direct branches in the split-off parts `name.cold*` of a function.
-pub fn cold_targets(elf: &ElfFile, bias: u64, name: &str, addr: u64, size: u64, isa: Isa) -> Vec<u64> {
+pub fn cold_targets(elf: &ElfFile, bias: Bias, name: &str, addr: RuntimeAddr, size: u64, isa: Isa) -> Vec<u64> {
+    let RuntimeAddr(addr) = addr;
     let is_cold_part = |sym: &str| {
         sym.strip_prefix(name)
             .and_then(|rest| rest.strip_prefix(".cold"))
@@ -50,7 +52,7 @@ pub fn cold_targets(elf: &ElfFile, bias: u64, name: &str, addr: u64, size: u64, 
         .iter()
         .map(|&i| &elf.functions[i])
         .filter(|s| is_cold_part(&s.name))
-        .filter_map(|s| Some((s.addr.wrapping_add(bias), elf.bytes_at(s.addr, s.size)?)))
+        .filter_map(|s| Some((bias.runtime(s.addr).0, elf.bytes_at(s.addr, s.size)?)))
         .flat_map(|(at, code)| (isa.branch_targets)(code, at))
         .filter(|&t| t >= addr && t < addr + size)
         .collect()

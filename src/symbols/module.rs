@@ -9,13 +9,14 @@ use anyhow::{Context, Result, bail};
 
 use super::demangle::Names;
 use super::dwarf::{self, DwarfIndex};
-use super::elf::{self, ElfFile, FuncSym};
+use super::elf::{ElfFile, FuncSym};
 use super::pattern::glob;
 use super::verdict::Planner;
 use super::{Function, cold_targets, debuginfo, suggestions};
+use crate::addr::{Bias, RuntimeAddr};
 use crate::arch::{Arch, Host, Isa};
-use crate::probe::arena::Span;
 use crate::process::Mapping;
+use crate::process::maps::Span;
 
 /// A file mapped into a process, with where it was loaded.
 #[derive(Debug)]
@@ -24,8 +25,8 @@ pub struct Module {
     pub path: PathBuf,
     /// Its file name, e.g. `libc.so.6`.
     pub name: String,
-    /// Runtime address minus link-time address.
-    pub bias: u64,
+    /// Where its file addresses are at run time.
+    pub bias: Bias,
     /// The addresses its mappings cover.
     pub span: Span,
     /// The parsed file (with symbols from its debug file if it is stripped).
@@ -47,12 +48,12 @@ impl Module {
             bail!(
                 "`{}` is {}; this tp traces {} processes",
                 path.display(),
-                elf::machine_name(elf.machine),
+                crate::arch::machine_name(elf.machine),
                 Host::NAME
             );
         }
         let first = mappings.iter().min_by_key(|m| m.offset).context("the module is not mapped")?;
-        let bias = elf.bias_from(first.start, first.offset).context("cannot compute the load bias")?;
+        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).context("cannot compute the load bias")?;
         let span = Span {
             lo: mappings.iter().map(|m| m.start).min().unwrap_or(0),
             hi: mappings.iter().map(|m| m.end).max().unwrap_or(0),
@@ -63,12 +64,12 @@ impl Module {
     /// A module for a file on disk that is not loaded anywhere (bias 0).
     pub fn from_file(path: &Path) -> Result<Module> {
         let elf = ElfFile::open(path, path)?;
-        Ok(Module::with(elf, path, Path::new("/"), 0, Span { lo: 0, hi: 0 }))
+        Ok(Module::with(elf, path, Path::new("/"), Bias::ZERO, Span { lo: 0, hi: 0 }))
     }
 
     /// The module of `elf` (the file `path`, under `root`), with the
     /// symbols of its separate debug file when it lacks its own.
-    fn with(mut elf: ElfFile, path: &Path, root: &Path, bias: u64, span: Span) -> Module {
+    fn with(mut elf: ElfFile, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
         let debug = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
         if let Some(d) = &debug {
             elf.adopt_symbols(d);
@@ -114,7 +115,7 @@ impl Module {
             name: self.names()[i].display().to_string(),
             symbol: sym.name.clone(),
             module: self.name.clone(),
-            addr: sym.addr.wrapping_add(self.bias),
+            addr: self.bias.runtime(sym.addr),
             size: sym.size,
             ifunc: sym.ifunc,
         }
@@ -146,7 +147,7 @@ impl Module {
     pub fn matching(&self, pattern: &str) -> Vec<Function> {
         let mut out: Vec<Function> = Vec::new();
         for (i, names) in self.names().iter().enumerate() {
-            let addr = self.elf.functions[i].addr.wrapping_add(self.bias);
+            let addr = self.bias.runtime(self.elf.functions[i].addr);
             if names.all().any(|n| glob(pattern, n)) && out.last().is_none_or(|f: &Function| f.addr != addr) {
                 out.push(self.function_of(i));
             }
@@ -160,7 +161,7 @@ impl Module {
         let syms = &self.elf.functions;
         let mut out: Vec<Function> = Vec::new();
         for s in syms.iter() {
-            let addr = s.addr.wrapping_add(self.bias);
+            let addr = self.bias.runtime(s.addr);
             if glob(pattern, &s.name) && out.last().is_none_or(|f: &Function| f.addr != addr) {
                 let names = super::demangle::Names::of(&s.name);
                 out.push(Function {
@@ -183,17 +184,17 @@ impl Module {
     }
 
     /// The function symbol containing runtime address `addr`.
-    pub fn function_containing(&self, addr: u64) -> Option<Function> {
-        let link = addr.wrapping_sub(self.bias);
+    pub fn function_containing(&self, addr: RuntimeAddr) -> Option<Function> {
+        let link = self.bias.file(addr).0;
         let syms: &[FuncSym] = &self.elf.functions;
-        let i = syms.iter().rposition(|f| f.addr <= link && link < f.addr + f.size.max(1))?;
+        let i = syms.iter().rposition(|f| f.addr.0 <= link && link < f.addr.0 + f.size.max(1))?;
         Some(self.function_of(i))
     }
 
     /// The file bytes of `f` (its code as built, before any patch).
     pub fn code_of(&self, f: &Function) -> Result<&[u8]> {
         self.elf
-            .bytes_at(f.addr.wrapping_sub(self.bias), f.size)
+            .bytes_at(self.bias.file(f.addr), f.size)
             .with_context(|| format!("the code of `{}` is not in `{}`", f.name, self.path.display()))
     }
 

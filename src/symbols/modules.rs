@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use super::module::Module;
 use super::pattern::{Pattern, module_matches};
 use super::{Function, suggestions};
+use crate::addr::RuntimeAddr;
 use crate::process::Mapping;
 
 /// A module slot: the mappings of one file, and the module once parsed.
@@ -223,8 +224,8 @@ impl ProcessModules {
 
     /// The module and function at runtime address `addr`, which must be a
     /// function's first byte.
-    pub fn at_address(&self, addr: u64) -> Result<Found> {
-        let Some(i) = self.slots.iter().position(|s| s.mappings.iter().any(|m| m.contains(addr))) else {
+    pub fn at_address(&self, addr: RuntimeAddr) -> Result<Found> {
+        let Some(i) = self.slots.iter().position(|s| s.mappings.iter().any(|m| m.contains(addr.0))) else {
             bail!("address {addr:#x} is not inside any module of process {}", self.pid);
         };
         let m = self.get(i)?;
@@ -235,7 +236,7 @@ impl ProcessModules {
             bail!(
                 "address {addr:#x} is inside `{}` (+{:#x}); tp probes function entries: use --addr {:#x}",
                 f.name,
-                addr - f.addr,
+                addr.0 - f.addr.0,
                 f.addr
             );
         }

@@ -27,16 +27,6 @@ impl Pattern {
     pub fn is_glob(&self) -> bool {
         has_glob(&self.function)
     }
-
-    /// True if this pattern's module part names the module file `file_name`
-    /// (`libc.so.6`): exactly, as a glob, or as its stem (`libc`, `libc.so`)
-    /// followed by `.` or `-`.
-    pub fn matches_module(&self, file_name: &str) -> bool {
-        match &self.module {
-            None => true,
-            Some(m) => module_matches(m, file_name),
-        }
-    }
 }
 
 /// True if `m` (from the user) names the module file `file_name`.

@@ -32,19 +32,10 @@ fn relabelled_counter(machine: u16) -> PathBuf {
     path
 }
 
-fn state_of(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
 #[test]
 fn a_zombie_is_named() {
     let mut child = Command::new("true").spawn().unwrap();
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while state_of(child.id()) != Some('Z') {
-        assert!(std::time::Instant::now() < deadline, "the child never became a zombie");
-        std::thread::yield_now();
-    }
+    wait_until("the child is a zombie", || state_of(child.id()) == Some('Z'));
     let pid = child.id().to_string();
     let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "is a zombie");
     assert!(line.contains("nothing left to trace"), "{line}");

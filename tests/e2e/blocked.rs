@@ -62,15 +62,7 @@ fn a_signal_handler_still_interrupts_epoll_wait() {
     let epoll_tid = field(&t.ask("tids", "tids"), "epoll") as i32;
     let mut session =
         Session::start_with_env(&["-p", &pid, "-f", "command_seen"], &[("TP_FAULT", "pause:after-seize")]);
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while std::fs::read_to_string(format!("/proc/{}/stat", session.child.id()))
-        .ok()
-        .and_then(|s| s.rsplit_once(')').and_then(|(_, r)| r.trim_start().chars().next()))
-        != Some('T')
-    {
-        assert!(std::time::Instant::now() < deadline, "tp never paused");
-        std::thread::yield_now();
-    }
+    wait_paused(&session.child);
     // SAFETY: tgkill and kill with plain integer arguments.
     unsafe {
         let rc = libc::syscall(libc::SYS_tgkill, t.pid, epoll_tid, libc::SIGUSR1);

@@ -4,8 +4,6 @@
 //! it lets go, none is stopped or traced, the spawners make progress, and
 //! every worker's results and exit were accounted for.
 
-use std::process::Child;
-
 use crate::util::*;
 
 const CYCLES: u32 = 20;
@@ -22,20 +20,6 @@ fn thread_states(pid: i32) -> Vec<(i32, char, i32)> {
             Some((tid.as_raw(), st.state, st.tracer_pid))
         })
         .collect()
-}
-
-fn state_of(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
-/// Waits until tp (paused by its fault) is stopped.
-fn wait_paused(tp: &Child) {
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    while state_of(tp.id()) != Some('T') {
-        assert!(std::time::Instant::now() < deadline, "tp never reached its pause");
-        std::thread::yield_now();
-    }
 }
 
 /// After tp let go: no thread stopped or traced, and the spawners go on.

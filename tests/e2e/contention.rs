@@ -1,8 +1,7 @@
 //! Two tp processes on one target: the second waits while the first holds
 //! the target stopped, then does its work; neither fails.
 
-use std::process::{Child, Command, Stdio};
-use std::time::Instant;
+use std::process::{Command, Stdio};
 
 use crate::util::*;
 
@@ -12,25 +11,6 @@ fn state_and_syscall(pid: u32) -> Option<(char, i64)> {
     let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
     let sc = std::fs::read_to_string(format!("/proc/{pid}/syscall")).ok()?;
     Some((state, sc.split_whitespace().next()?.parse().unwrap_or(-1)))
-}
-
-/// Polls `cond` until it holds, panicking after [`TIMEOUT`].
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + TIMEOUT;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::yield_now();
-    }
-}
-
-/// A tp process killed on drop, so a failing test leaves none stopped.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -46,26 +26,26 @@ fn a_second_tp_waits_while_another_holds_the_target() {
         if let Some(f) = fault {
             cmd.env("TP_FAULT", f);
         }
-        Killed(cmd.spawn().expect("run tp"))
+        KillOnDrop::child(cmd.spawn().expect("run tp"))
     };
     // The first tp stops itself while it holds every thread of the target.
     let mut first = spawn("foo", Some("pause:after-seize"));
-    let first_pid = first.0.id();
+    let first_pid = first.id() as u32;
     wait_until("the first tp holds the target", || state_and_syscall(first_pid).is_some_and(|(s, _)| s == 'T'));
     // The second one comes in now and must wait (it sleeps between tries).
     let mut second = spawn("bar", None);
-    let second_pid = second.0.id();
+    let second_pid = second.id() as u32;
     wait_until("the second tp waits or gives up", || {
-        second.0.try_wait().unwrap().is_some()
+        second.get_mut().try_wait().unwrap().is_some()
             || state_and_syscall(second_pid)
                 .is_some_and(|(_, nr)| nr == libc::SYS_nanosleep || nr == libc::SYS_clock_nanosleep)
     });
-    assert!(second.0.try_wait().unwrap().is_none(), "the second tp gave up while the first held the target");
+    assert!(second.get_mut().try_wait().unwrap().is_none(), "the second tp gave up while the first held the target");
     // SAFETY: plain kill(2) of a child we started.
     unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
-    assert!(wait_timeout(&mut first.0).success(), "the first tp failed");
-    let mut err = Lines::new(second.0.stderr.take().unwrap());
-    let status = wait_timeout(&mut second.0);
+    assert!(wait_timeout(first.get_mut()).success(), "the first tp failed");
+    let mut err = Lines::new(second.get_mut().stderr.take().unwrap());
+    let status = wait_timeout(second.get_mut());
     assert!(status.success(), "the second tp failed: {:?}", err.rest());
 
     // Both probes are live and count.

@@ -1,19 +1,31 @@
 //! Coverage on real binaries from Debian packages (tests/deps.txt; need() installs them):
 //! `tp list-probes --summary` must find at least 95 % of the functions of
 //! 5 bytes or more probeable, and `--json` must give a verdict for each.
-//! docs/coverage.md records the figures and the refusal reasons.
+//! The binaries are those of tests/coverage.txt; docs/coverage.md records
+//! the figures and the refusal reasons.
 
 use crate::util::*;
 
-/// (path, its entry in tests/deps.txt).
-const BINARIES: &[(&str, &str)] = &[
-    ("/usr/lib/x86_64-linux-gnu/libc.so.6", "libc-dbg"),
-    ("/usr/bin/python3", "python3"),
-    ("/usr/lib/x86_64-linux-gnu/libstdc++.so.6", "libstdc++"),
-    ("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "sqlite3"),
-    ("/usr/lib/x86_64-linux-gnu/libcrypto.so.3", "libcrypto"),
-    ("/usr/bin/perl", "perl"),
-];
+/// (path, its entry in tests/deps.txt), from tests/coverage.txt.
+fn binaries() -> Vec<(&'static str, &'static str)> {
+    include_str!("../coverage.txt")
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            (words.next().unwrap(), words.next().unwrap_or_else(|| panic!("no deps.txt entry: {l}")))
+        })
+        .collect()
+}
+
+#[test]
+fn docs_report_the_binaries_the_tests_check() {
+    let doc = include_str!("../../docs/coverage.md");
+    let reported: Vec<&str> =
+        doc.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).filter(|p| p.starts_with('/')).collect();
+    let listed: Vec<&str> = binaries().iter().map(|(p, _)| *p).collect();
+    assert_eq!(reported, listed, "docs/coverage.md's table and tests/coverage.txt list other binaries");
+}
 
 /// (probeable, functions of at least 5 bytes) from a `--summary`.
 fn probeable(summary: &str) -> (u64, u64) {
@@ -25,7 +37,7 @@ fn probeable(summary: &str) -> (u64, u64) {
 #[test]
 fn at_least_95_percent_of_real_functions_are_probeable() {
     let mut report = Vec::new();
-    for (path, dep) in BINARIES {
+    for (path, dep) in binaries() {
         need(dep);
         let args = ["list-probes", path, "--summary"];
         let out = expect_success(&args, &tp(&args));

@@ -196,8 +196,9 @@ fn a_tail_call_returns_through_both_exits() {
 
 #[test]
 fn registers_a_caller_keeps_across_a_call_survive_entry_and_return() {
-    // ipa_caller keeps values in rcx, rsi, rdi, r8-r11 and the flags across
-    // its call of ipa_leaf, as GCC's -fipa-ra lets callers of local functions do.
+    // ipa_caller keeps values in call-clobbered registers (targets/events.c
+    // names them) and the flags across its call of ipa_leaf, as GCC's
+    // -fipa-ra lets callers of local functions do.
     for args in [&["-f", "ipa_leaf"][..], &["--args", "--ret", "-f", "ipa_*"]] {
         let mut args = args.to_vec();
         args.extend(["--ring-size", "8192"]);

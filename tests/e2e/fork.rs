@@ -5,22 +5,12 @@
 
 use crate::util::*;
 
-/// Kills the forked child if a test fails before it ends it.
-struct KillOnDrop(i32);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) has no memory effects.
-        unsafe { libc::kill(self.0, libc::SIGKILL) };
-    }
-}
-
 /// Ends the child with SIGTERM and returns its exit status (via the parent).
 fn end_child(t: &mut Target, guard: KillOnDrop) -> u64 {
     // SAFETY: kill(2) has no memory effects.
-    unsafe { libc::kill(guard.0, libc::SIGTERM) };
+    unsafe { libc::kill(guard.id(), libc::SIGTERM) };
     let status = field(&t.ask("reap", "reaped"), "status");
-    std::mem::forget(guard);
+    guard.disarm();
     status
 }
 
@@ -35,7 +25,7 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
 
     // The child calls foo through the inherited probe.
     let child_pid = field(&t.ask("fork", "forked"), "pid") as i32;
-    let guard = KillOnDrop(child_pid);
+    let guard = KillOnDrop::pid(child_pid); // if the test fails before it ends the child
     let child = child_pid.to_string();
     assert_ne!(read_mem(child_pid, foo, original.len()), original, "the child inherited the patched foo");
     assert!(has_region(child_pid));
@@ -75,7 +65,7 @@ fn a_session_ending_leaves_a_forked_childs_probes_removable() {
     let session = Session::start(&["-p", &parent, "-f", "foo"]);
     let (foo, original) = entry_in_file(&t, "foo");
     let child_pid = field(&t.ask("fork", "forked"), "pid") as i32;
-    let guard = KillOnDrop(child_pid);
+    let guard = KillOnDrop::pid(child_pid); // if the test fails before it ends the child
     let child = child_pid.to_string();
 
     // The session detaches the parent; the child still runs the probe.

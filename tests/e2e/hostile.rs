@@ -70,7 +70,7 @@ fn assert_answered(args: &[&str], out: &Output) -> String {
     assert!(stderr.lines().all(|l| l.starts_with("tp")), "tp {args:?}: {stderr}");
     for (what, text) in [("stdout", &out.stdout), ("stderr", &out.stderr)] {
         let s = String::from_utf8_lossy(text);
-        let raw = s.chars().find(|&c| tp::output::escape::is_unsafe(c) && c != '\n');
+        let raw = s.chars().find(|&c| tp::escape::is_unsafe(c) && c != '\n');
         assert!(raw.is_none(), "tp {args:?} printed {raw:?} raw on {what}: {s:?}");
     }
     stderr

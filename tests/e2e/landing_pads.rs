@@ -23,8 +23,8 @@ fn catch_blocks_are_landing_pads_on_instruction_boundaries() {
     let mut found = 0;
     for f in parts {
         let code = elf.bytes_at(f.addr, f.size).unwrap();
-        let starts: Vec<u64> = decode(code, f.addr).iter().map(|i| i.addr).collect();
-        for pad in pads.strictly_inside(f.addr.saturating_sub(1), f.addr + f.size) {
+        let starts: Vec<u64> = decode(code, f.addr.0).iter().map(|i| i.addr).collect();
+        for pad in pads.strictly_inside(f.addr.0.saturating_sub(1), f.addr.0 + f.size) {
             assert!(starts.contains(&pad), "pad {pad:#x} is not an instruction of {}", f.name);
             found += 1;
         }
@@ -32,7 +32,7 @@ fn catch_blocks_are_landing_pads_on_instruction_boundaries() {
     assert!(found >= 1, "catcher's catch block was not found as a landing pad");
     // thrower() has no handler of its own.
     let thrower = elf.functions.iter().find(|f| f.name == "_Z7throwerl").unwrap();
-    assert_eq!(pads.strictly_inside(thrower.addr.saturating_sub(1), thrower.addr + thrower.size).count(), 0);
+    assert_eq!(pads.strictly_inside(thrower.addr.0.saturating_sub(1), thrower.addr.0 + thrower.size).count(), 0);
 }
 
 #[test]

@@ -79,7 +79,7 @@ fn an_address_names_a_function() {
     let hits = count(&mut t, &["--addr", &addr], &[("beta", 4321), ("alpha", 5)]);
     assert_eq!(hits["lib_work"], 4321);
     let pid = t.pid.to_string();
-    let inside = format!("{:#x}", found[0].function.addr + 1);
+    let inside = format!("{:#x}", found[0].function.addr.0 + 1);
     let line = expect_error(&["attach", "-p", &pid, "--addr", &inside], "is inside `lib_work`");
     assert!(line.contains(&format!("use --addr {addr}")), "{line}");
 }

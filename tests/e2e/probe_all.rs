@@ -50,16 +50,11 @@ type Hits = BTreeMap<(String, String), u64>;
 /// Waits until the process has mapped a file whose name starts with each of
 /// `modules` (the dynamic loader maps the libraries after the exec).
 fn wait_for_modules(pid: u32, modules: &[&str]) {
-    let deadline = std::time::Instant::now() + TIMEOUT;
-    loop {
+    poll_until(&format!("{pid} maps {modules:?}"), std::time::Duration::from_millis(1), || {
         let maps = tp::process::read_maps(pid as i32).unwrap();
         let mapped = |m: &&str| maps.iter().any(|x| x.path.rsplit('/').next().is_some_and(|name| name.starts_with(*m)));
-        if modules.iter().all(mapped) {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "{modules:?} never mapped in {pid}");
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
+        modules.iter().all(mapped)
+    });
 }
 
 /// Starts `cmd`, attaches tp with `patterns` once `modules` are mapped and

@@ -5,12 +5,12 @@
 //! Needs redis-server and redis-tools (tests/deps.txt: installed by need()).
 
 use std::net::TcpListener;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use crate::util::*;
 
 struct Redis {
-    child: Child,
+    child: KillOnDrop,
     port: String,
 }
 
@@ -25,13 +25,9 @@ impl Redis {
             .stdout(Stdio::null())
             .spawn()
             .expect("start redis-server");
-        let r = Redis { child, port };
+        let r = Redis { child: KillOnDrop::child(child), port };
         // Ready when it answers PING.
-        let deadline = std::time::Instant::now() + TIMEOUT;
-        while r.cli(&["ping"]) != "PONG" {
-            assert!(std::time::Instant::now() < deadline, "redis-server did not start");
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        poll_until("redis-server answers PING", std::time::Duration::from_millis(20), || r.cli(&["ping"]) == "PONG");
         r
     }
 
@@ -51,13 +47,6 @@ impl Redis {
             .filter(|l| l.starts_with("cmdstat_"))
             .map(|l| field(&l.replace([':', ','], " "), "calls"))
             .sum()
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -18,11 +18,6 @@ fn assert_no_writable_code(pid: i32, when: &str) {
     }
 }
 
-fn state_of(pid: u32) -> Option<char> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit_once(')')?.1.trim_start().chars().next()
-}
-
 #[test]
 fn code_pages_are_never_writable_at_any_step() {
     let mut t = Target::start("counter");
@@ -32,17 +27,13 @@ fn code_pages_are_never_writable_at_any_step() {
     for step in ["after-inject", "after-detour", "after-entries", "before-patch", "after-patch", "before-restore"] {
         let mut session =
             Session::start_with_env(&["-p", &pid, "-f", "foo", "-f", "bar"], &[("TP_FAULT", &format!("pause:{step}"))]);
-        let deadline = std::time::Instant::now() + TIMEOUT;
         // before-restore is in the detach: let the attach finish and interrupt it.
         if step == "before-restore" {
             session.err.wait_for("tp: attached");
             // SAFETY: plain kill(2) of the tp we started.
             unsafe { libc::kill(session.child.id() as i32, libc::SIGINT) };
         }
-        while state_of(session.child.id()) != Some('T') {
-            assert!(std::time::Instant::now() < deadline, "tp never paused at {step}");
-            std::thread::yield_now();
-        }
+        wait_paused(&session.child);
         assert_no_writable_code(t.pid, step);
         let arenas = tp::process::read_maps(t.pid).unwrap().into_iter().filter(|m| m.exec && m.path.is_empty()).count();
         assert_eq!(arenas, 1, "{step}: tp's code arena should be mapped (r-x)");

@@ -31,6 +31,8 @@ fn built_or_env(var: &str, built: &str) -> PathBuf {
 /// there (an entry of tests/deps.txt, by name): tests/deps.sh installs it
 /// when it is missing (apt or pip, as root), once per test run. When it
 /// cannot, the test fails with the one line that says what to install.
+/// (The tests that need outside packages run on x86-64 hosts only.)
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn need(name: &str) {
     static DONE: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let mut done = DONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -230,6 +232,96 @@ pub fn field(line: &str, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
 }
 
+/// A process's state letter in /proc/PID/stat (`R`, `S`, `T`, `Z`...), or
+/// None once it is gone.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by x86-64-only tests
+pub fn state_of(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// Polls `cond` until it holds, panicking after [`TIMEOUT`].
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by x86-64-only tests
+pub fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    poll_until(what, Duration::ZERO, cond)
+}
+
+/// [`wait_until`], sleeping `every` between polls (for polls that start a
+/// process or read much).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by x86-64-only tests
+pub fn poll_until(what: &str, every: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + TIMEOUT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        if every.is_zero() {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(every);
+        }
+    }
+}
+
+/// Waits until `tp`, paused by a `pause:` fault (TP_FAULT), is stopped.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by x86-64-only tests
+pub fn wait_paused(tp: &Child) {
+    wait_until("tp pauses at its fault", || state_of(tp.id()) == Some('T'))
+}
+
+/// A process killed with SIGKILL when this guard drops, so a failing test
+/// leaves none running or stopped; a child of the test is reaped too.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by x86-64-only tests
+pub struct KillOnDrop {
+    pid: i32,
+    child: Option<Child>,
+}
+
+impl KillOnDrop {
+    /// Guards a process the test started.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn child(child: Child) -> KillOnDrop {
+        KillOnDrop { pid: child.id() as i32, child: Some(child) }
+    }
+
+    /// Guards a process the test did not start (a target's fork).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn pid(pid: i32) -> KillOnDrop {
+        KillOnDrop { pid, child: None }
+    }
+
+    /// The guarded process.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn id(&self) -> i32 {
+        self.pid
+    }
+
+    /// The guarded child of the test.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn get_mut(&mut self) -> &mut Child {
+        self.child.as_mut().expect("a child of the test")
+    }
+
+    /// Stops guarding: the test ends the process itself.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn disarm(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        match &mut self.child {
+            Some(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            // SAFETY: kill(2) has no memory effects.
+            None => unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+            },
+        }
+    }
+}
+
 /// Waits for a child, killing it after [`TIMEOUT`].
 pub fn wait_timeout(child: &mut Child) -> ExitStatus {
     let deadline = Instant::now() + TIMEOUT;
@@ -381,7 +473,7 @@ pub fn assert_code_is_original(t: &Target, funcs: &[&str]) {
     for name in funcs {
         let f = module.function(name).unwrap();
         let file = module.code_of(&f).unwrap();
-        assert_eq!(read_mem(t.pid, f.addr, f.size as usize), file, "`{name}` differs from the file");
+        assert_eq!(read_mem(t.pid, f.addr.0, f.size as usize), file, "`{name}` differs from the file");
     }
 }
 
@@ -393,7 +485,7 @@ pub fn entry_in_file(t: &Target, func: &str) -> (u64, Vec<u8>) {
     let module = modules.main().unwrap();
     let f = module.function(func).unwrap();
     let code = module.code_of(&f).unwrap();
-    (f.addr, code[..code.len().min(16)].to_vec())
+    (f.addr.0, code[..code.len().min(16)].to_vec())
 }
 
 /// The first bytes of a function as they are now in the process, and in the file.

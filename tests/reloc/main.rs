@@ -14,8 +14,7 @@ use std::process::Command;
 
 use tp::arch::x86_64::decode::disassemble;
 use tp::arch::x86_64::{detour, relocate, window};
-use tp::arch::{DetourSpec, SitePlan};
-use tp::probe::layout::kind;
+use tp::arch::{DetourSpec, Records, SitePlan};
 
 /// Addresses of the original code; the data region is 1 MiB below each.
 const ORIGINS: [u64; 2] = [0x1040_0000, 0x5555_5540_0000];
@@ -231,7 +230,8 @@ fn the_whole_detour_preserves_every_register_and_flag() {
             for flag_addr in [orig + 0x2000, orig - DATA_BELOW + 7] {
                 let spec = DetourSpec {
                     probe_index: 5,
-                    kind: kind::COUNT,
+                    records: Records::COUNT,
+                    entry_word: 5,
                     runtime: None,
                     flag_addr,
                     countdowns_from_counters: 0,

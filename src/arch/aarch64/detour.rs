@@ -36,8 +36,7 @@
 
 use super::writer::{Writer, X16, X17};
 use super::{long, relocate};
-use crate::arch::{Detour, DetourSpec, Refusal, SitePlan};
-use crate::probe::layout::kind;
+use crate::arch::{Detour, DetourSpec, Records, Refusal, SitePlan};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -77,7 +76,7 @@ impl Atomics {
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> Result<Detour, Refusal> {
-    if spec.kind != kind::COUNT {
+    if spec.records != Records::COUNT {
         return Err(Refusal::Unsupported(
             "AArch64 probes count calls; arguments, return values and latency are not recorded there yet",
         ));
@@ -146,7 +145,8 @@ mod tests {
     fn spec() -> DetourSpec {
         DetourSpec {
             probe_index: 3,
-            kind: kind::COUNT,
+            records: Records::COUNT,
+            entry_word: 3,
             runtime: None,
             countdowns_from_counters: 0,
             flag_addr: 0xffff_8000_2003,
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn event_probes_are_refused() {
-        let spec = DetourSpec { kind: kind::ARGS | kind::RET, ..spec() };
+        let spec = DetourSpec { records: Records { args: true, ret: true, ..Records::COUNT }, ..spec() };
         assert!(matches!(build(&stp_plan(), AT, &spec, Atomics::Lse), Err(Refusal::Unsupported(_))));
     }
 

@@ -9,7 +9,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::process::ptrace;
+use crate::arch::regset::{get_regset, set_regset};
 
 /// `struct user_pt_regs` of arm64 Linux.
 #[repr(C)]
@@ -44,15 +44,15 @@ const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
 /// Reads the registers of a stopped thread.
 pub fn get(tid: Pid) -> io::Result<Regs> {
     let mut r = Regs::default();
-    ptrace::get_regset(tid, NT_PRSTATUS, &mut r.pt)?;
-    ptrace::get_regset(tid, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
+    get_regset(tid, NT_PRSTATUS, &mut r.pt)?;
+    get_regset(tid, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
     Ok(r)
 }
 
 /// Writes the registers of a stopped thread.
 pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
-    ptrace::set_regset(tid, NT_PRSTATUS, &r.pt)?;
-    ptrace::set_regset(tid, NT_ARM_SYSTEM_CALL, &r.syscallno)
+    set_regset(tid, NT_PRSTATUS, &r.pt)?;
+    set_regset(tid, NT_ARM_SYSTEM_CALL, &r.syscallno)
 }
 
 /// Where the thread resumes if the kernel restarts its interrupted syscall.

@@ -67,7 +67,6 @@
 use super::relocate;
 use super::writer::Writer;
 use crate::arch::{Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
-use crate::probe::layout::{entry_flags, kind};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -102,7 +101,7 @@ struct Literals {
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
-    let needs_runtime = spec.kind & (kind::ARGS | kind::RET | kind::UNWIND) != 0;
+    let needs_runtime = spec.records.calls_runtime();
     if needs_runtime && spec.runtime.is_none() {
         return Err(Refusal::Unsupported("an event probe needs the runtime block"));
     }
@@ -162,17 +161,17 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
 /// The call into the runtime of an event or unwinder probe, if any.
 fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     let Some(rt) = spec.runtime else { return };
-    if spec.kind & kind::UNWIND != 0 {
+    if spec.records.unwind {
         call_runtime(w, |w| {
             w.put_mov_reg_rip(RDI, l.ctx);
             w.put_call(rt.unwind);
         });
-    } else if spec.kind & kind::SAMPLE != 0 {
+    } else if spec.records.sample {
         // Count down to the next sample in this thread's row; the call of
         // the runtime is out of line.
         w.put_sub_r11_disp_1(countdown_disp(spec));
         w.put_jb(l.sample);
-    } else if spec.kind & (kind::ARGS | kind::RET) != 0 {
+    } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, spec, l, rt);
     }
 }
@@ -180,7 +179,7 @@ fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
 /// A sampling probe's call of the runtime, after the relocated code (which
 /// never falls through into it); it returns to the restore.
 fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
-    if let (Some(rt), true) = (spec.runtime, spec.kind & kind::SAMPLE != 0) {
+    if let (Some(rt), true) = (spec.runtime, spec.records.sample) {
         emit_entry_call(w, spec, l, rt);
         w.put_jmp(l.relocated - RESTORE_LEN);
     }
@@ -188,28 +187,19 @@ fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
 
 /// The call of `tp_entry` of an event probe.
 fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeAddrs) {
-    let mut flags = spec.probe_index;
-    if spec.kind & kind::ARGS != 0 {
-        flags |= entry_flags::RECORD_ENTRY;
-    }
-    if spec.kind & kind::RET != 0 {
-        flags |= entry_flags::HIJACK_RETURN;
-    }
-    if spec.kind & kind::SAMPLE != 0 {
-        flags |= entry_flags::SAMPLE;
-    }
+    let flags = spec.entry_word;
     call_runtime(w, |w| {
         // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
         w.put_mov_reg_rip(RDI, l.ctx);
         w.put_mov_esi_imm32(flags);
         w.put_lea_rsp(RDX, 8);
         w.put_lea_rsp(RCX, 8 + 64 + SAVED);
-        if spec.kind & kind::RET != 0 {
+        if spec.records.ret {
             w.put_mov_reg_rip(R8, l.tramp);
         } else {
             w.put_zero_r8();
         }
-        if spec.kind & kind::SAMPLE != 0 {
+        if spec.records.sample {
             // r11 still holds this thread's counter row.
             w.put_lea_r9_r11_disp(countdown_disp(spec));
         }
@@ -262,19 +252,26 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::RuntimeAddrs;
     use crate::arch::x86_64::decode::disassemble;
     use crate::arch::x86_64::window;
+    use crate::arch::{Records, RuntimeAddrs};
 
     const SITE: u64 = 0x5555_5555_1630;
     const AT: u64 = 0x5555_5550_0000;
+    /// The runtime's flags (probe::layout::entry_flags): the detour passes
+    /// whatever word it is given.
+    const RECORD_ENTRY: u32 = 1 << 24;
+    const HIJACK_RETURN: u32 = 1 << 25;
+    const SAMPLE: u32 = 1 << 26;
+    const ARGS_RET: Records = Records { args: true, ret: true, sample: false, unwind: false };
     /// Length of the counting prefix.
     const COUNT_PREFIX: u64 = 7 + 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8 + 6;
 
     fn spec() -> DetourSpec {
         DetourSpec {
             probe_index: 3,
-            kind: kind::COUNT,
+            records: Records::COUNT,
+            entry_word: 3,
             runtime: None,
             flag_addr: 0x7f00_0000_2003,
             counters: 0x7f00_0001_0000,
@@ -327,7 +324,12 @@ mod tests {
     #[test]
     fn event_detour_saves_registers_and_calls_the_runtime() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { kind: kind::ARGS | kind::RET, runtime: Some(runtime()), ..spec() };
+        let s = DetourSpec {
+            records: ARGS_RET,
+            entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN,
+            runtime: Some(runtime()),
+            ..spec()
+        };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
         assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "events still count");
@@ -335,7 +337,7 @@ mod tests {
         assert_eq!(asm[14..22], saves);
         assert_eq!(asm[22], "sub rsp, 8");
         assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
-        let flags = 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN;
+        let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
         assert_eq!(asm[24], format!("mov esi, {flags:#x}"));
         // The return address sits above the eight saved registers, the
         // alignment word and the prefix's rax and r11.
@@ -358,7 +360,12 @@ mod tests {
     #[test]
     fn sampling_detour_counts_down_to_its_next_sample() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { kind: kind::RET | kind::SAMPLE, runtime: Some(runtime()), ..spec() };
+        let s = DetourSpec {
+            records: Records { ret: true, sample: true, ..Records::COUNT },
+            entry_word: 3 | HIJACK_RETURN | SAMPLE,
+            runtime: Some(runtime()),
+            ..spec()
+        };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
         assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
@@ -372,7 +379,7 @@ mod tests {
         // The sample block follows the relocated code's jump back.
         let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
         assert_eq!(block[0], "push r10");
-        let flags = 3 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE;
+        let flags = 3 | HIJACK_RETURN | SAMPLE;
         assert_eq!(block[10], format!("mov esi, {flags:#x}"));
         assert_eq!(block[14], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
         assert_eq!(block[15], format!("call {:#x}", runtime().entry));
@@ -382,16 +389,21 @@ mod tests {
     #[test]
     fn entry_only_event_passes_no_trampoline() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { kind: kind::ARGS, runtime: Some(runtime()), ..spec() };
+        let s = DetourSpec {
+            records: Records { args: true, ..Records::COUNT },
+            entry_word: 3 | RECORD_ENTRY,
+            runtime: Some(runtime()),
+            ..spec()
+        };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert_eq!(asm[24], format!("mov esi, {:#x}", 3 | entry_flags::RECORD_ENTRY));
+        assert_eq!(asm[24], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
         assert_eq!(asm[27], "xor r8d, r8d");
     }
 
     #[test]
     fn unwinder_probe_calls_tp_unwind() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { kind: kind::UNWIND, runtime: Some(runtime()), ..spec() };
+        let s = DetourSpec { records: Records { unwind: true, ..Records::COUNT }, runtime: Some(runtime()), ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
         assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
         assert_eq!(asm[24], format!("call {:#x}", runtime().unwind));
@@ -400,7 +412,7 @@ mod tests {
     #[test]
     fn event_probe_without_runtime_is_refused() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { kind: kind::RET, ..spec() };
+        let s = DetourSpec { records: Records { ret: true, ..Records::COUNT }, ..spec() };
         assert!(matches!(build(&plan, AT, &s), Err(Refusal::Unsupported(_))));
     }
 

@@ -17,7 +17,9 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
+use crate::arch::{
+    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, StoredPointer, Syscalls,
+};
 
 /// The x86-64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -37,8 +39,21 @@ impl Arch for X86_64 {
         window::plan(code, function, extra_targets)
     }
 
+    const PLANS_WITH_IMAGE: bool = true;
+
     fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
         window::plan_in(code, function, extra_targets, image)
+    }
+
+    fn stored_pointer(r_type: u32) -> Option<StoredPointer> {
+        use goblin::elf::reloc::{
+            R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE,
+        };
+        match r_type {
+            R_X86_64_RELATIVE | R_X86_64_IRELATIVE => Some(StoredPointer::Addend),
+            R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => Some(StoredPointer::Symbol),
+            _ => None,
+        }
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {

@@ -7,7 +7,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::process::ptrace;
+use crate::arch::regset::{get_regset, set_regset};
 
 /// `struct user_regs_struct` of x86-64 Linux.
 #[repr(C)]
@@ -53,13 +53,13 @@ const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
 /// Reads the registers of a stopped thread.
 pub fn get(tid: Pid) -> io::Result<Regs> {
     let mut r = Regs::default();
-    ptrace::get_regset(tid, NT_PRSTATUS, &mut r)?;
+    get_regset(tid, NT_PRSTATUS, &mut r)?;
     Ok(r)
 }
 
 /// Writes the registers of a stopped thread.
 pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
-    ptrace::set_regset(tid, NT_PRSTATUS, r)
+    set_regset(tid, NT_PRSTATUS, r)
 }
 
 /// Where the thread resumes if the kernel restarts its interrupted syscall.

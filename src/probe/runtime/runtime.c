@@ -9,23 +9,16 @@
  * asks the kernel for its TID at most once, and only when tp could not find
  * the TID inside the thread's TCB.
  *
- * The layout of every structure here is mirrored by src/probe/layout.rs.
+ * The structures it shares with tp (struct tp_ctx, tp_slot, tp_frame,
+ * tp_event) and their constants (event kinds TP_ENTRY..., the flags passed
+ * to tp_entry, TP_PROBE_MASK) come from layout.h, which build.rs generates
+ * from src/probe/layout.rs.
  */
 #include <stdint.h>
 
+#include "layout.h"  /* generated from src/probe/layout.rs, in OUT_DIR */
 #include "runtime.h" /* the architecture's primitives, from src/arch/<arch>/ */
 
-/* Event kinds, in the top byte of tp_event.probe. */
-#define TP_ENTRY 1u
-#define TP_EXIT 2u
-#define TP_UNWOUND 3u /* a frame left by an exception: its exit was not seen */
-
-/* Flags passed to tp_entry with the probe index. */
-#define TP_RECORD_ENTRY (1u << 24)
-#define TP_HIJACK_RETURN (1u << 25)
-#define TP_SAMPLE (1u << 26)
-
-#define TP_PROBE_MASK 0xffffffu
 /* Frames deeper on the same stack than one that returns are dead; frames
  * farther away than this may live on another stack (a coroutine). */
 #define TP_STACK_SPAN (8u << 20)
@@ -33,59 +26,6 @@
 #define TP_FIRST_PERIOD 8
 /* Slots probed before an event is dropped for want of one. */
 #define TP_MAX_PROBES_FOR_SLOT 16
-
-/* What the runtime reads from the region header (layout.rs: EventCtx). */
-struct tp_ctx {
-	uint64_t slots;        /* address of thread slot 0 */
-	uint64_t slot_size;    /* bytes per slot */
-	uint32_t slot_bits;    /* log2 of the number of slots */
-	uint32_t ring_mask;    /* events per ring - 1 */
-	uint32_t shadow_len;   /* shadow frames per slot */
-	int32_t tid_offset;    /* where the TCB keeps the TID, from the thread pointer; 0: unknown */
-	uint64_t lost_no_slot; /* events dropped because every slot was taken */
-	uint64_t flags;        /* address of the per-probe enable flags */
-	uint64_t budgets;      /* address of the per-probe samples left this epoch */
-	uint64_t periods;      /* address of the per-probe mean calls between samples */
-	uint64_t countdowns_from_counters; /* bytes from a counter to its countdown */
-	uint64_t claimed[2];   /* bit i: slot i has been claimed (so the tracer reads only those) */
-};
-
-/* One saved return address (layout.rs: Frame). */
-struct tp_frame {
-	uint64_t slot;  /* stack address holding the return address */
-	uint64_t ret;   /* the original return address */
-	uint64_t tsc;   /* timestamp at entry */
-	uint32_t probe;
-	uint32_t pad;
-	uint64_t tramp;    /* the trampoline address written into the slot */
-	uint64_t overhead; /* the slot's `overhead` when this call began */
-	uint64_t pad2[2];
-};
-
-/* One event (layout.rs: Event): 64 bytes. */
-struct tp_event {
-	uint32_t probe; /* index | kind << 24 */
-	uint32_t tid;
-	uint64_t tsc;
-	uint64_t v[6]; /* entry: argument registers; exit: return value, entry time, second return
-	                * register, ticks tp spent in probes of the functions this call made */
-};
-
-/* A thread's slot (layout.rs: SlotHead); shadow frames and the ring follow. */
-struct tp_slot {
-	uint64_t key;         /* the thread pointer; 0: free */
-	uint32_t tid;         /* from gettid(2), when tid_offset is 0 */
-	uint32_t depth;       /* shadow frames in use */
-	uint64_t lost;        /* events or frames dropped: ring or shadow stack full */
-	uint64_t cached_tail; /* the thread's last look at `tail` */
-	uint64_t overhead;    /* timestamp ticks this thread spent in tp_entry and tp_exit */
-	uint64_t pad0[3];
-	uint64_t head; /* next event to write (written by the thread) */
-	uint64_t pad1[7];
-	uint64_t tail; /* next event to read (written by the tracer) */
-	uint64_t pad2[7];
-	struct tp_frame shadow[]; /* shadow_len frames, then the ring */
-};
 
 #define HOT static inline __attribute__((always_inline))
 
@@ -222,7 +162,7 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (probe_flags & TP_RECORD_ENTRY)
-		emit(c, s, probe | (TP_ENTRY << 24), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
+		emit(c, s, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
 	if (probe_flags & TP_HIJACK_RETURN) {
 		uint32_t d = s->depth;
 		/* Frames left by longjmp: at or below this call's slot on the same
@@ -304,7 +244,7 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 				s->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&s->depth, keep, __ATOMIC_RELEASE);
-			emit(c, s, probe | (TP_EXIT << 24), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
+			emit(c, s, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
 			account(s, keep, tsc);
 			return ret;
 		}
@@ -329,7 +269,7 @@ void tp_unwind(struct tp_ctx *c)
 		 * (longjmp) and its stack was reused: leave that memory alone. */
 		if (*slot == f->tramp) {
 			*slot = f->ret;
-			emit(c, s, f->probe | (TP_UNWOUND << 24), tsc, 0, f->tsc, 0, 0, 0, 0);
+			emit(c, s, f->probe | (TP_UNWOUND << TP_KIND_SHIFT), tsc, 0, f->tsc, 0, 0, 0, 0);
 		}
 	}
 	__atomic_store_n(&s->depth, 0, __ATOMIC_RELEASE);

@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
+use tp::addr::{Bias, RuntimeAddr};
 use tp::arch::Isa;
 use tp::cmd::list_probes::verdict_text;
 use tp::symbols::{self, ElfFile};
@@ -21,11 +22,13 @@ fuzz_target!(|data: &[u8]| {
         let verdict = match elf.bytes_at(f.addr, f.size) {
             None => continue,
             Some(code) => {
-                let extra = symbols::cold_targets(&elf, 0, &f.name, f.addr, f.size, isa);
-                (isa.plan)(code, f.addr, &extra)
+                // The file on its own: loaded at bias 0.
+                let at = Bias::ZERO.runtime(f.addr);
+                let extra = symbols::cold_targets(&elf, Bias::ZERO, &f.name, at, f.size, isa);
+                (isa.plan)(code, at.0, &extra)
             }
         };
         let _ = verdict_text(&verdict);
     }
-    let _ = elf.bias_from(0x5555_5555_4000, 0);
+    let _ = elf.bias_from(RuntimeAddr(0x5555_5555_4000), 0);
 });

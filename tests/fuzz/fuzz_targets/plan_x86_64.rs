@@ -7,7 +7,8 @@
 use libfuzzer_sys::fuzz_target;
 use tp::arch::x86_64::X86_64;
 use tp::arch::{Arch, DetourSpec, RuntimeAddrs};
-use tp::probe::layout::kind;
+use tp::probe::install::records_of;
+use tp::probe::layout::{entry_word, kind};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
@@ -29,7 +30,8 @@ fuzz_target!(|data: &[u8]| {
     });
     let spec = DetourSpec {
         probe_index: 3,
-        kind: what,
+        records: records_of(what),
+        entry_word: entry_word(3, what),
         runtime,
         flag_addr: 0x7000_0000,
         counters: 0x7000_1000,

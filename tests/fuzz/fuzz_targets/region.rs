@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 use libfuzzer_sys::fuzz_target;
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use tp::events::drain::Drainer;
-use tp::output::escape;
+use tp::escape;
 use tp::probe::region::{self, Region};
 use tp::process::Mapping;
 
@@ -105,7 +105,7 @@ fn read_all(r: &Region) {
         let _ = (escape::text(&e.name()), escape::text(&e.module()), e.original(), e.patch());
         let _ = (r.state(*i), r.enabled(*i), r.flag_addr(*i));
     }
-    let _ = (r.hits_of(&idx), r.budgets_of(&idx), r.counters_addr(), r.check_entries());
+    let _ = (r.hits_of(&idx), r.budgets_of(&idx), r.check_entries());
     let mut events = Vec::new();
     let _ = Drainer::default().drain(r, &mut events);
     let _ = Drainer::lost(r);

@@ -10,8 +10,8 @@
 
 use anyhow::Result;
 
-use super::attach::{Attached, Detached};
-use crate::output::escape::text;
+use super::attached::{Attached, Detached};
+use crate::escape::text;
 
 /// Detaches `attached` when dropped, unless [`Restore::detach`] did.
 pub struct Restore<'a> {

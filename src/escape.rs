@@ -6,7 +6,9 @@
 //! breaks that forge extra output lines, or Unicode controls that reorder
 //! what a reader sees. Every place tp prints such text to a terminal passes
 //! it through [`text`]; JSON output escapes the same characters
-//! ([`super::json::string`] uses [`is_unsafe`]).
+//! ([`crate::output::json::string`] uses [`is_unsafe`]). It imports nothing,
+//! so every layer that prints (`probe`, `events`, `output`, `session`, `cmd`,
+//! `main`) can use it.
 
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -46,18 +48,6 @@ pub fn text(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// [`text`] of bytes that should be UTF-8: invalid bytes show as `\xNN`.
-pub fn bytes(b: &[u8]) -> String {
-    let mut out = String::with_capacity(b.len());
-    for chunk in b.utf8_chunks() {
-        out.push_str(&text(chunk.valid()));
-        for &byte in chunk.invalid() {
-            let _ = write!(out, "\\x{byte:02x}");
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,11 +69,5 @@ mod tests {
         assert_eq!(text("a\u{200b}b\u{2028}"), "a\\u{200b}b\\u{2028}");
         assert_eq!(text("C:\\x1b"), "C:\\\\x1b", "a literal backslash cannot pass for an escape");
         assert!(!text("\x1b\n\u{9b}\u{202e}").chars().any(is_unsafe));
-    }
-
-    #[test]
-    fn invalid_utf8_shows_its_bytes() {
-        assert_eq!(bytes(b"ok\xff\xfe\x1b"), "ok\\xff\\xfe\\x1b");
-        assert_eq!(bytes("é".as_bytes()), "é");
     }
 }

@@ -8,8 +8,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use super::attach::Attached;
-use crate::cli::AttachArgs;
+use super::Options;
+use super::attached::Attached;
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::format::{self, MAX_STRING, ProbeInfo};
@@ -39,15 +39,9 @@ pub struct Tracer {
 
 impl Tracer {
     /// Starts consuming the events of `attached`.
-    pub fn new(attached: &Attached, args: &AttachArgs) -> Result<Tracer> {
-        let style = if args.quiet {
-            Style::Quiet
-        } else if args.json {
-            Style::Json
-        } else {
-            Style::Text
-        };
-        let chrome = match &args.output {
+    pub fn new(attached: &Attached, opts: &Options) -> Result<Tracer> {
+        let style = opts.style;
+        let chrome = match &opts.trace_file {
             Some(path) => Some(
                 ChromeTrace::create(path, attached.pid)
                     .with_context(|| format!("cannot create `{}`", path.display()))?,
@@ -59,7 +53,7 @@ impl Tracer {
         let origin_ns = crate::events::clock::monotonic_ns();
         if attached.infos.iter().any(|i| {
             i.dwarf.as_ref().is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
-        }) && args.args
+        }) && opts.selection.kind & kind::ARGS != 0
         {
             eprintln!(
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort"
@@ -115,7 +109,7 @@ impl Tracer {
                 let args = format::args(info, &ev.v, &read);
                 lines::write(out, self.style, self.origin_ns, &Line::Entry { info, tid: ev.tid, ts_ns, args: &args })?;
                 if let Some(c) = &mut self.chrome {
-                    let args_json = format::args_json(&args);
+                    let args_json = json::args(&args);
                     if attached_records_returns(attached, i) {
                         self.pending.entry(ev.tid).or_default().push((ev.probe, args_json));
                     } else {
@@ -149,7 +143,7 @@ impl Tracer {
                     let sep = if args.len() > 1 { "," } else { "" };
                     let extra = match (&ret, unwound) {
                         (_, true) => "\"unwound\":true".to_string(),
-                        (Some(v), false) => format!("\"ret\":{}", v.json()),
+                        (Some(v), false) => format!("\"ret\":{}", json::value(v)),
                         (None, false) => String::new(),
                     };
                     let sep = if extra.is_empty() { "" } else { sep };

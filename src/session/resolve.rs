@@ -3,10 +3,12 @@
 
 use anyhow::{Result, bail};
 
+use crate::addr::RuntimeAddr;
 use crate::arch::SitePlan;
 use crate::arch::{Arch, Host, Isa, Refusal};
-use crate::output::progress::Progress;
 use crate::probe::Request;
+use crate::progress::Progress;
+use crate::symbols::verdict::verdict;
 use crate::symbols::{Found, Function, Module, ProcessModules};
 
 /// The outcome of resolving and planning.
@@ -20,21 +22,14 @@ pub struct Resolved {
 
 /// Plans the probe of function `f` of module `m`.
 pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
-    if f.ifunc {
-        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
-    }
-    if f.size == 0 {
-        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
-    }
-    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
-    m.planner().plan(m, f, code, Isa::host())
+    verdict(m, f, Isa::host())
 }
 
 /// Plans the long form of the probe of `f` ([`Arch::plan_long`]), which
 /// install uses when no code arena fits within branch reach of `m`.
 pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
-    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr })?;
-    let plan = Host::plan_long(code, f.addr, &m.extra_targets(f))?;
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
+    let plan = Host::plan_long(code, f.addr.0, &m.extra_targets(f))?;
     m.planner().check_entries(&plan, m.bias)?;
     Ok(plan)
 }
@@ -43,7 +38,7 @@ pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
 /// to record `kind` (bits of `probe::layout::kind`). A function named
 /// exactly that cannot be probed is an error; one matched by a glob is
 /// skipped and reported in [`Resolved::refused`].
-pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[u64], kind: u32) -> Result<Resolved> {
+pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeAddr], kind: u32) -> Result<Resolved> {
     if kind != crate::probe::layout::kind::COUNT && !Host::RECORDS_EVENTS {
         bail!(
             "{} probes count calls but do not record arguments, return values or latency yet; \

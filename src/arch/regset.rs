@@ -1,0 +1,27 @@
+//! Reading and writing a stopped thread's register sets (PTRACE_GETREGSET,
+//! PTRACE_SETREGSET), for the architectures' `regs` modules.
+
+use std::io;
+
+use nix::unistd::Pid;
+
+fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(rc) }
+}
+
+/// PTRACE_GETREGSET into `T` (a `#[repr(C)]` register struct matching regset `nt`).
+pub fn get_regset<T: Copy>(tid: Pid, nt: u32, out: &mut T) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: out as *mut T as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
+    // SAFETY: iov describes `out`, which is valid for writes of size_of::<T>()
+    // bytes; the kernel writes at most iov_len bytes and updates iov_len.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })?;
+    Ok(iov.iov_len)
+}
+
+/// PTRACE_SETREGSET from `T`.
+pub fn set_regset<T: Copy>(tid: Pid, nt: u32, regs: &T) -> io::Result<()> {
+    let mut iov = libc::iovec { iov_base: regs as *const T as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
+    // SAFETY: the kernel only reads iov_len bytes from `regs`.
+    check(unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })
+        .map(drop)
+}

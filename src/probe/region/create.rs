@@ -1,0 +1,68 @@
+//! Creating the data region in a target: the memfd, sized, sealed, mapped
+//! shared by the target and by tp, with its header written. The target's
+//! other threads run meanwhile, so tp gets hold of the memfd only in a way
+//! they cannot redirect ([`acquire`]).
+
+use anyhow::{Context, Result, bail};
+
+use super::Region;
+use crate::arch::{Arch, Host};
+use crate::probe::layout::{self, Header, MEMFD_NAME};
+use crate::probe::{Request, acquire, arena, orphan};
+use crate::process::Mapping;
+use crate::process::memory::Memory;
+use crate::process::remote::RemoteCaller;
+
+/// Creates the data region: a code arena first (its bytes hold the memfd's
+/// name, which memfd_create must read from the target's memory), then
+/// memfd_create in the target; tp takes, sizes and seals the memfd
+/// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
+/// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
+pub fn create_region(
+    caller: &mut RemoteCaller,
+    mem: &Memory,
+    maps: &[Mapping],
+    requests: &[Request],
+    ring_len: u32,
+) -> Result<Region> {
+    if requests.len() > layout::MAX_CAPACITY as usize {
+        bail!(
+            "{} functions to probe; tp probes at most {} in one process: narrow the pattern",
+            requests.len(),
+            layout::MAX_CAPACITY
+        );
+    }
+    let g = layout::geometry(requests.len() as u32, ring_len);
+    let first = requests.first().context("nothing to install")?;
+    let kind = requests.iter().fold(0, |k, r| k | r.kind);
+    let arena =
+        arena::alloc_arena(caller, maps, first.span, arena::reach_of(first), arena::arena_size(requests.len(), kind))?;
+    let name_at = arena.addr + arena.size - orphan::NAME_FROM_END;
+    let mut name = MEMFD_NAME.as_bytes().to_vec();
+    name.push(0);
+    mem.write(name_at, &name).context("writing the memfd name")?;
+    crate::fault::point("after-name-write");
+    let sc = Host::SYSCALLS;
+    let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
+    let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0])?;
+    crate::fault::point("after-memfd");
+    let made = (|| -> Result<Region> {
+        let file = acquire::take_new(mem.pid(), fd, g.total_size)?;
+        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+        let addr = caller.checked("mmap", sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, fd, 0])?;
+        if let Err(e) = acquire::check_mapped(mem.pid(), &file, addr, g.total_size) {
+            caller.syscall(sc.munmap, [addr, g.total_size, 0, 0, 0, 0])?;
+            return Err(e);
+        }
+        let region = Region::from_file(file, addr, g.total_size)?;
+        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
+        h.arenas[0] = arena;
+        h.arena_count = 1;
+        region.set_header(&h)?;
+        Ok(region)
+    })();
+    // The target may have closed or replaced the descriptor already: what
+    // is there now is closed, and an error is no error.
+    caller.syscall(sc.close, [fd, 0, 0, 0, 0, 0])?;
+    made
+}

@@ -1,0 +1,107 @@
+//! The target's threads while probes change: moving a thread whose PC lies
+//! inside a patch window into the detour, and reading the words of a
+//! thread's stack, where a return address or a signal frame may point into
+//! a window or a code arena.
+
+use std::collections::HashMap;
+
+use anyhow::{Context, Result, bail};
+use nix::unistd::Pid;
+
+use super::Request;
+use crate::arch::{Arch, Detour, Host};
+use crate::process::Mapping;
+use crate::process::memory::Memory;
+use crate::process::stop::Stopped;
+
+/// How far up from a thread's stack pointer tp looks for saved PCs.
+const STACK_SCAN_BYTES: u64 = 64 << 10;
+
+/// Moves every thread whose PC (or restart PC) lies inside a window to the
+/// same instruction in the detour, and refuses if a thread's stack holds an
+/// address inside a window (a signal frame would return there).
+pub fn move_threads_out_of_windows(
+    stopped: &mut Stopped,
+    mem: &Memory,
+    maps: &[Mapping],
+    requests: &[Request],
+    detours: &[&Detour],
+) -> Result<usize> {
+    let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
+    let interior: HashMap<u64, &Request> =
+        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
+    let mut moves = Vec::new();
+    for tid in tids {
+        let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        let pc = Host::pc(&regs);
+        for (req, detour) in requests.iter().zip(detours) {
+            let site = req.plan.site;
+            let inside = |a: u64| a > site && a < site + req.plan.len() as u64;
+            let target = if inside(pc) {
+                detour.map_pc((pc - site) as u32)
+            } else if let Some(restart) = Host::restart_pc(&regs).filter(|&r| inside(r)) {
+                // The kernel will rewind the PC onto an instruction inside the window.
+                detour.map_pc((restart - site) as u32).map(|d| d + (pc - restart))
+            } else {
+                continue;
+            };
+            let Some(target) = target else {
+                bail!(
+                    "thread {tid} is stopped inside the patch window of `{}` at {pc:#x}; try again",
+                    req.function.name
+                );
+            };
+            Host::set_pc(&mut regs, target);
+            moves.push((tid, regs));
+        }
+        scan_stack(tid, mem, maps, &regs, &interior)?;
+    }
+    for (tid, regs) in &moves {
+        Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
+    }
+    Ok(moves.len())
+}
+
+/// Refuses if the stack above the thread's SP holds the address of an
+/// instruction strictly inside a window: a signal frame or anything else that
+/// would later jump there.
+fn scan_stack(
+    tid: Pid,
+    mem: &Memory,
+    maps: &[Mapping],
+    regs: &<Host as Arch>::Regs,
+    interior: &HashMap<u64, &Request>,
+) -> Result<()> {
+    if interior.is_empty() {
+        return Ok(());
+    }
+    for v in stack_words(mem, maps, Host::sp(regs), STACK_SCAN_BYTES) {
+        if let Some(req) = interior.get(&v) {
+            bail!(
+                "thread {tid} has an address inside the patch window of `{}` on its stack \
+                 (interrupted by a signal there?); try again",
+                req.function.name
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The words of a thread's used stack, from its stack pointer `sp` (rounded
+/// down to a word) up to at most `max` bytes: empty if `sp` lies in no
+/// mapping, short where the target's memory cannot be read.
+pub fn stack_words(mem: &Memory, maps: &[Mapping], sp: u64, max: u64) -> Vec<u64> {
+    let Some(stack) = maps.iter().find(|m| m.contains(sp)) else { return Vec::new() };
+    let len = (stack.end - (sp & !7)).min(max);
+    let bytes = mem.read_partial(sp & !7, len as usize);
+    bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect()
+}
+
+/// A stopped thread's PC followed by every word of its used stack: where it
+/// runs, and everything it may return or jump to later (return addresses,
+/// signal frames).
+pub fn pc_and_stack(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs) -> Vec<u64> {
+    let mut words = vec![Host::pc(regs)];
+    words.extend(stack_words(mem, maps, Host::sp(regs), u64::MAX));
+    words
+}

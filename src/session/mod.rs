@@ -1,0 +1,90 @@
+//! The session engine: what `tp attach`, `tp profile` and `tp demo` share.
+//!
+//! A session is built from [`Options`], which each subcommand makes once
+//! from its command line (the engine never sees clap's types). It resolves
+//! and plans the probes ([`resolve`], [`unwind`]), installs them
+//! ([`attached::Attached::attach`]), watches the target in one loop
+//! ([`observe::observe`]) while a [`observe::Watcher`] consumes what the
+//! probes produce (the live display and the event [`tracer::Tracer`], or
+//! the sampling [`profile::Profiler`]), and removes them again
+//! ([`attached::Attached::detach`]).
+
+pub mod attached;
+pub mod guard;
+pub mod interrupt;
+pub mod observe;
+pub mod profile;
+pub mod resolve;
+pub mod tracer;
+pub mod unwind;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use attached::{Attached, Detached, session_is_running};
+pub use observe::{End, observe};
+
+use crate::addr::RuntimeAddr;
+use crate::output::events::Style;
+
+/// What a session is asked to do, built once from the command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The target.
+    pub pid: i32,
+    /// What to probe and record.
+    pub selection: Selection,
+    /// Leave the probes in the target when tp exits (`--keep`): they are
+    /// owned by no session.
+    pub keep: bool,
+    /// Stop observing after this long (default: a signal or the target's exit).
+    pub duration: Option<Duration>,
+    /// How events are printed.
+    pub style: Style,
+    /// Also write the events to this file as a Chrome trace.
+    pub trace_file: Option<PathBuf>,
+    /// Print the summary as one JSON object.
+    pub json: bool,
+    /// Sampling (`tp profile`): timed calls per function per epoch, on average.
+    pub samples_per_epoch: u32,
+    /// Sampling: how often tp adapts the periods and renews the budgets.
+    pub epoch: Duration,
+}
+
+impl Options {
+    /// Options that probe `selection` in `pid` and print as text.
+    pub fn new(pid: i32, selection: Selection) -> Options {
+        Options {
+            pid,
+            selection,
+            keep: false,
+            duration: None,
+            style: Style::Text,
+            trace_file: None,
+            json: false,
+            samples_per_epoch: 0,
+            epoch: Duration::ZERO,
+        }
+    }
+
+    /// The owner recorded in the probes' entries: this tp's PID, or 0 when
+    /// they are kept after it exits.
+    pub fn owner(&self) -> u32 {
+        if self.keep { 0 } else { std::process::id() }
+    }
+}
+
+/// What to probe and record.
+#[derive(Debug, Clone)]
+pub struct Selection {
+    /// Function patterns.
+    pub funcs: Vec<String>,
+    /// Function addresses.
+    pub addrs: Vec<RuntimeAddr>,
+    /// What to record: bits of `probe::layout::kind`.
+    pub kind: u32,
+    /// Ring size for a region created now.
+    pub ring_len: u32,
+    /// Samples per epoch for sampling probes.
+    pub sample_budget: i32,
+}

@@ -1,0 +1,117 @@
+//! Watching a target while its probes are live: one loop, shared by every
+//! session, that ends on a signal, the duration, the target's exit or the
+//! probes' removal, and between those checks lets a [`Watcher`] consume what
+//! the probes produce.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::attached::Attached;
+use super::interrupt;
+use super::tracer::Tracer;
+use crate::output::live::Live;
+use crate::process;
+
+/// How often the loop looks whether the target is alive and its probes installed.
+const CHECK_EVERY: Duration = Duration::from_millis(100);
+/// How often the live display drains events.
+const LIVE_TICK: Duration = Duration::from_millis(20);
+/// How often the live display redraws the counts.
+const DRAW_EVERY: Duration = Duration::from_millis(100);
+
+/// Why observing stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// Ctrl-C or a termination signal.
+    Interrupted,
+    /// `--duration` elapsed.
+    Duration,
+    /// The target exited.
+    TargetExited,
+    /// Someone removed the probes.
+    Removed,
+}
+
+/// What a session does while it observes.
+pub trait Watcher {
+    /// How long to sleep before the next tick.
+    fn pause(&self) -> Duration;
+    /// Consumes what the probes produced since the last tick. An error ends
+    /// the observation.
+    fn tick(&mut self, attached: &Attached) -> Result<()>;
+    /// Called once when observing ends.
+    fn finish(&mut self) {}
+}
+
+/// Lets `watcher` tick until a signal, the duration, the target's exit, or
+/// the probes' removal.
+pub fn observe(attached: &Attached, duration: Option<Duration>, watcher: &mut dyn Watcher) -> Result<End> {
+    let started = Instant::now();
+    let mut next_check = started;
+    let end = loop {
+        crate::fault::point("observing");
+        if interrupt::interrupted() {
+            break End::Interrupted;
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) {
+            break End::Duration;
+        }
+        if Instant::now() >= next_check {
+            if !process::is_alive(attached.pid) {
+                break End::TargetExited;
+            }
+            if !attached.still_installed() {
+                break End::Removed;
+            }
+            next_check = Instant::now() + CHECK_EVERY;
+        }
+        std::thread::sleep(watcher.pause());
+        if let Err(e) = watcher.tick(attached) {
+            watcher.finish();
+            return Err(e);
+        }
+    };
+    watcher.finish();
+    Ok(end)
+}
+
+/// Live counts on stderr, and the events of a tracer if there is one.
+pub struct LiveView<'t> {
+    live: Option<Live>,
+    tracer: Option<&'t mut Tracer>,
+    next_draw: Instant,
+}
+
+impl<'t> LiveView<'t> {
+    /// A live display of the probes of `attached`, draining `tracer` at every tick.
+    pub fn new(attached: &Attached, tracer: Option<&'t mut Tracer>) -> LiveView<'t> {
+        LiveView { live: Some(Live::new(attached.pid, &attached.names())), tracer, next_draw: Instant::now() }
+    }
+}
+
+impl Watcher for LiveView<'_> {
+    fn pause(&self) -> Duration {
+        LIVE_TICK
+    }
+
+    fn tick(&mut self, attached: &Attached) -> Result<()> {
+        let Some(live) = &mut self.live else { return Ok(()) };
+        if let Some(t) = self.tracer.as_deref_mut()
+            && let Err(e) = live.suspend(|| t.poll(attached))
+        {
+            eprintln!("tp: reading events: {e:#}");
+        }
+        if Instant::now() >= self.next_draw {
+            live.update(&attached.hits());
+            self.next_draw = Instant::now() + DRAW_EVERY;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) {
+        if let Some(live) = self.live.take() {
+            live.finish();
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The sampling session of `tp profile`: the latency of many functions at
+//! once, at a cost the target can live with (the fastinst idea, without
+//! cross-modifying code).
+//!
+//! Every matching function gets a sampling return probe: it counts every
+//! call and times one call in `period`, at random (the in-target runtime
+//! draws the calls to skip before the next sample). At every epoch tp sets
+//! each function's period from its calls in the last epoch, so that it gets
+//! about `--sample` samples per epoch, and gives every probe that spent some
+//! of its budget (at most twice that many samples per epoch, for functions
+//! whose calls suddenly became frequent) a new one: one store each, no stop,
+//! no code modification. Timing calls at random among all calls, rather
+//! than the first calls of each epoch, keeps the latencies unbiased: the
+//! first call after an instant is more likely one that follows a long pause.
+//! Calls are counted exactly; latencies come from the samples. A function's share
+//! of time is its calls times its mean latency over the wall-clock time of
+//! the profile: inclusive (a callee's time counts in its callers' too), and
+//! above 100 % only when several threads run it at once.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::observe::Watcher;
+use super::{Attached, Detached, Options, Selection};
+use crate::events::clock::Clock;
+use crate::events::drain::Drainer;
+use crate::events::sampling::{FIRST_EPOCH, Sampler};
+use crate::events::stats::Latency;
+use crate::events::{Kind, RawEvent};
+use crate::output::chrome::ChromeTrace;
+use crate::output::profile::Row;
+use crate::probe::layout::kind;
+
+/// What `tp profile` probes: sampling return probes on `funcs`, with room
+/// in each thread's ring for every function's samples of an epoch.
+pub fn selection(funcs: Vec<String>, samples_per_epoch: u32) -> Selection {
+    let budget = Sampler::budget_for(samples_per_epoch);
+    Selection {
+        funcs,
+        addrs: Vec::new(),
+        kind: kind::RET | kind::SAMPLE,
+        // Room for every function's samples of an epoch.
+        ring_len: (budget as usize * 4096).clamp(2048, 1 << 18) as u32,
+        sample_budget: budget,
+    }
+}
+
+/// Adapts the sampling at every epoch and sums the sampled latencies.
+pub struct Profiler {
+    idx: Vec<u32>,
+    names: Vec<String>,
+    /// Entry index → position in `idx`.
+    position: HashMap<u32, usize>,
+    at_start: Vec<u64>,
+    sampler: Sampler,
+    chrome: Option<ChromeTrace>,
+    clock: Clock,
+    drainer: Drainer,
+    batch: Vec<RawEvent>,
+    latency: Vec<Latency>,
+    epoch: Duration,
+    /// Calls timed so far.
+    pub samples: u64,
+    /// Epochs ended so far.
+    pub epochs: u64,
+}
+
+impl Profiler {
+    /// Starts profiling the probes of `attached`; calls are counted from here on.
+    pub fn new(attached: &Attached, opts: &Options) -> Result<Profiler> {
+        let idx = attached.indexes();
+        // Calls are counted from here on (before tp says it is profiling).
+        let at_start = attached.region.hits_of(&idx);
+        let sampler = Sampler::new(&attached.region, idx.clone(), opts.samples_per_epoch);
+        let position: HashMap<u32, usize> = idx.iter().enumerate().map(|(k, &i)| (i, k)).collect();
+        let chrome = match &opts.trace_file {
+            Some(p) => {
+                Some(ChromeTrace::create(p, opts.pid).with_context(|| format!("cannot create `{}`", p.display()))?)
+            }
+            None => None,
+        };
+        Ok(Profiler {
+            latency: vec![Latency::default(); idx.len()],
+            names: attached.names(),
+            idx,
+            position,
+            at_start,
+            sampler,
+            chrome,
+            clock: attached.clock.clone(),
+            drainer: Drainer::default(),
+            batch: Vec::new(),
+            epoch: opts.epoch,
+            samples: 0,
+            epochs: 0,
+        })
+    }
+
+    /// How many functions are profiled.
+    pub fn functions(&self) -> usize {
+        self.idx.len()
+    }
+
+    /// Stores into the target's region so far (periods, countdowns, budgets).
+    pub fn toggles(&self) -> u64 {
+        self.sampler.toggles
+    }
+
+    /// Closes the trace file and gives each function's calls (from the final
+    /// counts of `detached`) and sampled latency, in probe order.
+    pub fn finish(self, attached: &Attached, detached: &Detached) -> Result<Vec<Row>> {
+        if let Some(c) = self.chrome {
+            c.finish().context("writing the trace file")?;
+        }
+        let modules = attached.modules_of_probes();
+        Ok(self
+            .latency
+            .into_iter()
+            .enumerate()
+            .map(|(k, latency)| Row {
+                func: self.names[k].clone(),
+                module: modules[k].clone(),
+                calls: detached.summary.probes.get(k).map_or(0, |s| s.hits).saturating_sub(self.at_start[k]),
+                latency,
+            })
+            .collect())
+    }
+}
+
+impl Watcher for Profiler {
+    fn pause(&self) -> Duration {
+        if self.epochs == 0 { self.epoch.min(FIRST_EPOCH) } else { self.epoch }
+    }
+
+    fn tick(&mut self, attached: &Attached) -> Result<()> {
+        let clock = &mut self.clock;
+        clock.refine();
+        self.batch.clear();
+        self.drainer.drain(&attached.region, &mut self.batch)?;
+        self.sampler.end_epoch(&attached.region)?;
+        for ev in &self.batch {
+            let Some(&k) = self.position.get(&ev.probe) else { continue };
+            if ev.kind != Kind::Exit {
+                continue;
+            }
+            self.latency[k].add(clock.duration_ns(ev.timed_from(), ev.tsc));
+            self.samples += 1;
+            if let Some(c) = &mut self.chrome {
+                let span = clock.duration_ns(ev.entry_tsc(), ev.tsc);
+                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, "{}")?;
+            }
+        }
+        self.epochs += 1;
+        Ok(())
+    }
+}
