@@ -111,17 +111,30 @@ fn one_json(r: &ProcessReport) -> String {
 /// One process's report from the reports of the programs it ran in turn
 /// (a process that exec'd, followed with `--follow-exec`): rows of the same
 /// module and function add up, latency merges, lost events add up.
-pub fn merge_programs(pid: i32, reports: Vec<ProcessReport>) -> ProcessReport {
+pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessReport {
+    if reports.len() == 1 {
+        let mut r = reports.remove(0);
+        r.summary.pid = pid;
+        return r;
+    }
     let mut out =
         ProcessReport { summary: Summary { pid, probes: Vec::new() }, latency: Vec::new(), events: false, lost: 0 };
     for r in reports {
         out.events |= r.events;
         out.lost += r.lost;
+        // A row joins one of an earlier program's; two functions of one name
+        // in one program (static functions) stay two rows.
+        let earlier = out.summary.probes.len();
+        let mut taken = vec![false; earlier];
         let latency =
             if r.latency.len() == r.summary.probes.len() { r.latency } else { vec![None; r.summary.probes.len()] };
         for (p, l) in r.summary.probes.into_iter().zip(latency) {
-            match out.summary.probes.iter().position(|q| q.func == p.func && q.module == p.module) {
+            let same = (0..earlier).find(|&i| {
+                !taken[i] && out.summary.probes[i].func == p.func && out.summary.probes[i].module == p.module
+            });
+            match same {
                 Some(i) => {
+                    taken[i] = true;
                     let q = &mut out.summary.probes[i];
                     q.hits += p.hits;
                     q.address = p.address;
@@ -158,22 +171,25 @@ pub struct Total {
 }
 
 /// Totals per (module, function), in the order functions first appear.
+/// The k-th function of a name in a module (static functions) adds to the
+/// k-th total of that name.
 pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
     let mut out: Vec<Total> = Vec::new();
+    let mut keys: Vec<(String, String, usize)> = Vec::new();
     for r in reports {
         let none = vec![None; r.summary.probes.len()];
         let latency = if r.latency.len() == r.summary.probes.len() { &r.latency } else { &none };
+        let mut seen: Vec<(&str, &str)> = Vec::new();
         for (p, l) in r.summary.probes.iter().zip(latency) {
-            let at = match out.iter().position(|t| t.func == p.func && t.module == p.module) {
+            let k = seen.iter().filter(|(f, m)| *f == p.func && *m == p.module).count();
+            seen.push((&p.func, &p.module));
+            let key = (p.func.clone(), p.module.clone(), k);
+            let at = match keys.iter().position(|x| *x == key) {
                 Some(i) => i,
                 None => {
-                    out.push(Total {
-                        func: p.func.clone(),
-                        module: p.module.clone(),
-                        processes: 0,
-                        hits: 0,
-                        latency: None,
-                    });
+                    keys.push(key);
+                    let (func, module) = (p.func.clone(), p.module.clone());
+                    out.push(Total { func, module, processes: 0, hits: 0, latency: None });
                     out.len() - 1
                 }
             };
@@ -260,6 +276,12 @@ mod tests {
         let rows: Vec<(&str, u64)> = merged.summary.probes.iter().map(|p| (p.func.as_str(), p.hits)).collect();
         assert_eq!(rows, [("foo", 7), ("bar", 1)]);
         assert_eq!(merged.latency.len(), 2);
+        // Static functions of one name stay apart, in one program and across two.
+        let one = merge_programs(10, vec![report(10, &[("f", 1), ("f", 2)])]);
+        assert_eq!(one.summary.probes.len(), 2);
+        let two = merge_programs(10, vec![report(10, &[("f", 1), ("f", 2)]), report(10, &[("f", 10), ("f", 20)])]);
+        let hits: Vec<u64> = two.summary.probes.iter().map(|p| p.hits).collect();
+        assert_eq!(hits, [11, 22]);
     }
 
     #[test]
