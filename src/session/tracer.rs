@@ -80,13 +80,6 @@ pub struct Tracer {
 }
 
 impl Tracer {
-    /// Starts consuming the events of `attached`: lines on stdout, and a
-    /// Chrome trace file if `opts` asks for one.
-    pub fn new(attached: &Attached, opts: &Options) -> Result<Tracer> {
-        let chrome = opts.trace_file.as_deref().map(|p| open_chrome(p, attached.pid)).transpose()?;
-        Ok(Self::with_output(attached, opts, TraceOutput::new(Sink::stdout(), chrome, false)))
-    }
-
     /// Starts consuming the events of `attached`, written to `output`.
     pub fn with_output(attached: &Attached, opts: &Options, output: TraceOutput) -> Tracer {
         let style = opts.style;
@@ -232,20 +225,6 @@ impl Tracer {
         }
         let latency = self.latency(attached);
         ProcessReport { summary, latency, events: true, lost }
-    }
-
-    /// Prints what the session leaves: lost events, the summary (with latency
-    /// and histograms when returns were recorded), and closes the trace file.
-    pub fn finish(self, attached: &Attached, summary: &Summary, json_out: bool) -> Result<()> {
-        let mut out = self.output.sink.clone();
-        let chrome = self.output.chrome.clone();
-        let report = self.end(attached, summary.clone());
-        if let Some(c) = chrome {
-            close_chrome(c)?;
-        }
-        crate::output::report::write(&mut out, &[report], false, json_out)?;
-        out.flush()?;
-        Ok(())
     }
 }
 
