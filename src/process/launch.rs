@@ -293,14 +293,19 @@ pub fn kill_and_reap(pid: i32) {
 /// The file `program` names: itself when it has a `/`, else the first
 /// file of that name in `$PATH` (as execvp looks).
 fn find_program(program: &OsStr) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+    find_in(program, &path)
+}
+
+/// [`find_program`] with `path` as `$PATH`.
+fn find_in(program: &OsStr, path: &OsStr) -> Option<PathBuf> {
     if program.as_bytes().contains(&b'/') {
         return Some(PathBuf::from(program));
     }
     if program.is_empty() {
         return None;
     }
-    let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-    std::env::split_paths(&path).map(|dir| dir.join(program)).find(|p| is_executable_file(p))
+    std::env::split_paths(path).map(|dir| dir.join(program)).find(|p| is_executable_file(p))
 }
 
 fn is_executable_file(p: &Path) -> bool {
@@ -341,7 +346,11 @@ mod tests {
     #[test]
     fn finds_programs_as_execvp_does() {
         assert_eq!(find_program(OsStr::new("./x")), Some(PathBuf::from("./x")));
-        assert!(find_program(OsStr::new("sh")).is_some_and(|p| p.is_absolute()));
-        assert_eq!(find_program(OsStr::new("no-such-program-anywhere")), None);
+        let me = std::env::current_exe().unwrap();
+        let (dir, name) = (me.parent().unwrap(), me.file_name().unwrap());
+        let path = std::env::join_paths(["/no/such/dir", dir.to_str().unwrap()]).unwrap();
+        assert_eq!(find_in(name, &path), Some(me.clone()), "the first directory that has it");
+        assert_eq!(find_in(OsStr::new("no-such-program-anywhere"), &path), None);
+        assert_eq!(find_in(OsStr::new(""), &path), None);
     }
 }

@@ -103,13 +103,26 @@ mod tests {
     }
 
     #[test]
-    fn finds_a_child_by_its_executable_name_but_never_itself() {
-        let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
-        let found = named("sleep");
-        let _ = child.kill();
-        let _ = child.wait();
-        assert!(found.contains(&(child.id() as i32)), "{found:?}");
-        let me = std::fs::read_to_string("/proc/self/comm").unwrap();
-        assert!(!named(me.trim_end()).contains(&(std::process::id() as i32)));
+    fn finds_a_child_by_its_name_but_never_itself() {
+        // SAFETY: the child only waits in pause(2) until it is killed.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            loop {
+                // SAFETY: async-signal-safe.
+                unsafe { libc::pause() };
+            }
+        }
+        // By the executable's file name: the child's command name is its
+        // forking thread's, which the test harness named after the test.
+        let exe = std::env::current_exe().unwrap();
+        let found = named(exe.file_name().unwrap().to_str().unwrap());
+        // SAFETY: kill and reap the child forked above.
+        unsafe {
+            libc::kill(child, libc::SIGKILL);
+            libc::waitpid(child, std::ptr::null_mut(), 0);
+        }
+        assert!(found.contains(&child), "{found:?}");
+        assert!(!found.contains(&(std::process::id() as i32)));
     }
 }
