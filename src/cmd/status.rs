@@ -33,10 +33,20 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
         eprintln!("tp: no process holds tp probes");
         return Ok(ExitCode::SUCCESS);
     }
+    // Named processes must all answer; in a scan of every process, one
+    // that cannot be read (it exited, its region fails validation) is said
+    // in one line and left out, and tp exits 1 after printing the rest.
     let mut reports = Vec::new();
+    let mut failed = false;
     for pid in pids {
-        let summary = installed::summary(pid)?;
-        reports.push(ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 });
+        match installed::summary(pid) {
+            Ok(summary) => reports.push(ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 }),
+            Err(e) if which.is_empty() => {
+                eprintln!("tp: process {pid}: {}", crate::escape::text(&format!("{e:#}")));
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
     }
     let mut text = Vec::new();
     if args.openmetrics || args.prometheus {
@@ -55,7 +65,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
             out.flush()?;
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
 /// Writes `bytes` to a temporary file beside `path` (hidden, not `*.prom`,
