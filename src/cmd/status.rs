@@ -16,6 +16,7 @@ use super::attach::which;
 use crate::cli::StatusArgs;
 use crate::output::openmetrics::{Format, render};
 use crate::output::report::{self, ProcessReport};
+use crate::process;
 use crate::session::group::series_of;
 use crate::session::installed;
 
@@ -41,6 +42,8 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     for pid in pids {
         match installed::summary(pid) {
             Ok(summary) => reports.push(ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 }),
+            // Gone since the scan: nothing to say.
+            Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
             Err(e) if which.is_empty() => {
                 eprintln!("tp: process {pid}: {}", crate::escape::text(&format!("{e:#}")));
                 failed = true;

@@ -258,3 +258,32 @@ fn urlencode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Without -p, `tp status` covers every process that holds tp probes: a
+/// section each and their total, and the same series in OpenMetrics.
+#[test]
+fn status_without_a_pid_covers_every_process_with_probes() {
+    let _alone = system_wide();
+    let mut a = Target::start_unlocked("counter");
+    let mut b = Target::start_unlocked("counter");
+    for t in [&a, &b] {
+        expect_success(&["attach"], &tp(&["attach", "-p", &t.pid.to_string(), "-f", "foo", "--keep"]));
+    }
+    let (fa, fb) = (a.call("foo", 40, 1), b.call("foo", 2, 1));
+    let json = expect_success(&["status", "--json"], &tp(&["status", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    let hits_of = |pid: i32| {
+        v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap()["probes"][0]["hits"].as_u64()
+    };
+    assert_eq!((hits_of(a.pid), hits_of(b.pid)), (Some(fa), Some(fb)), "{json}");
+    let total = v["total"].as_array().unwrap().iter().find(|t| t["func"] == "foo" && t["module"] == "counter").unwrap();
+    assert_eq!(total["hits"].as_u64(), Some(fa + fb));
+    let om = expect_success(&["status", "--openmetrics"], &tp(&["status", "--openmetrics"]));
+    for (t, n) in [(&a, fa), (&b, fb)] {
+        assert_eq!(sample(&om, &format!("tp_calls_total{{pid=\"{}\",module=\"counter\",function=\"foo\"}}", t.pid)), n);
+    }
+    expect_success(&["detach"], &tp(&["detach"]));
+    let none = tp(&["status"]);
+    assert!(none.status.success());
+    assert_eq!(String::from_utf8_lossy(&none.stderr).trim(), "tp: no process holds tp probes");
+}

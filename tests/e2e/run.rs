@@ -34,6 +34,7 @@ impl Drop for Scratch {
 
 /// Runs `tp run ARGS` with `input` on its stdin; (status, stdout, stderr).
 fn tp_run(args: &[&str], input: &[u8]) -> (std::process::ExitStatus, String, String) {
+    let _shared = shared();
     let mut child = Command::new(tp_path())
         .arg("run")
         .args(args)
@@ -149,6 +150,7 @@ fn run_kills_a_program_it_cannot_probe_before_it_runs() {
 fn run_probes_a_library_the_program_loads_later() {
     // libuser dlopens libgamma.so on command; the probe on its lib_work
     // goes in when tp sees the new library, before the test lets it call.
+    let _shared = shared();
     let mut child = KillOnDrop::child(
         Command::new(tp_path())
             .args(["run", "-f", "libalpha:lib_work", "-f", "libgamma:lib_work", "--json", "--"])
