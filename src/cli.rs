@@ -3,6 +3,7 @@
 //! Validation (does the process exist, do the flags fit together) lives in
 //! [`crate::cmd`], so every parse here can be unit-tested on its own.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
@@ -20,10 +21,14 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Probe functions of a running process and count their calls.
+    /// Probe functions of running processes and count their calls.
     Attach(AttachArgs),
-    /// Print the counts of the probes installed in a process (with --keep).
+    /// Start a program with probes in it from its entry point; its exit status is tp's.
+    Run(RunArgs),
+    /// Print the counts of the probes installed in processes (with --keep), as a table, JSON or OpenMetrics.
     Status(StatusArgs),
+    /// Serve the counts of installed probes over HTTP for Prometheus (OpenMetrics text at /metrics).
+    Serve(ServeArgs),
     /// Remove tp's probes from a process, or from every process that has some.
     Detach(DetachArgs),
     /// List the functions of a binary and whether each can be probed.
@@ -36,24 +41,26 @@ pub enum Command {
     Profile(ProfileArgs),
     /// Start a bundled target, attach, show live hits, detach and check it.
     Demo(DemoArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
+    /// Print tp's manual page (roff; `tp man | man -l -`), or write every page to a directory.
+    Man(ManArgs),
 }
 
-/// `tp attach`.
-#[derive(Debug, Args)]
-pub struct AttachArgs {
-    /// Process to attach to.
-    #[arg(short, long)]
-    pub pid: i32,
-    /// Function to probe: `foo`, `libc:malloc`, or a glob such as `'sqlite3_*'`
-    /// or `'libz:*'` (repeat for several).
-    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "addrs")]
-    pub funcs: Vec<String>,
-    /// Address of a function's first instruction, in hex (repeat for several).
-    #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
-    pub addrs: Vec<u64>,
-    /// Install the probes and exit; they keep counting in the target.
-    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output"])]
-    pub keep: bool,
+/// Which processes: `-p` (repeated, or a comma list) and `--name`.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Targets {
+    /// Process ID (repeat, or a comma list: -p 12,34).
+    #[arg(short, long = "pid", value_name = "PID", value_delimiter = ',')]
+    pub pids: Vec<i32>,
+    /// Every process whose command name or executable file name is NAME exactly (as `pgrep -x`).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+/// What to probe and record: shared by `tp attach` and `tp run`.
+#[derive(Debug, Clone, Args)]
+pub struct ProbeArgs {
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
     #[arg(long)]
     pub args: bool,
@@ -63,29 +70,121 @@ pub struct AttachArgs {
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
     /// Events each thread's ring holds (a power of two; set when tp first attaches to the process).
     #[arg(long, value_name = "N", default_value_t = 2048)]
     pub ring_size: u32,
-    /// Detach after this many seconds (default: until Ctrl-C or the target exits).
-    #[arg(short, long, value_name = "SECS", value_parser = seconds)]
-    pub duration: Option<f64>,
-    /// Print the summary as one JSON object on stdout.
+    /// Print the summary (and events) as JSON.
     #[arg(long)]
     pub json: bool,
+    /// After a traced process calls exec, probe the same functions in its new program.
+    #[arg(long)]
+    pub follow_exec: bool,
+    /// Serve the session's counts and latency histograms for Prometheus at http://ADDR/metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Allow --listen on an address other than loopback (it exposes process and function names).
+    #[arg(long, requires = "listen")]
+    pub listen_any: bool,
+}
+/// `tp attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// The processes to attach to.
+    #[command(flatten)]
+    pub targets: Targets,
+    /// Function to probe: `foo`, `libc:malloc`, or a glob such as `'sqlite3_*'`
+    /// or `'libz:*'` (repeat for several).
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "addrs")]
+    pub funcs: Vec<String>,
+    /// Address of a function's first instruction, in hex (repeat for several).
+    #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
+    pub addrs: Vec<u64>,
+    /// Install the probes and exit; they keep counting in the target.
+    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output", "follow_exec", "listen"])]
+    pub keep: bool,
+    /// What to record and how to print it.
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Detach after this many seconds (default: until Ctrl-C or the targets exit).
+    #[arg(short, long, value_name = "SECS", value_parser = seconds)]
+    pub duration: Option<f64>,
+}
+
+/// `tp run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Function to probe: `foo`, `libc:malloc`, a glob (repeat for several); functions
+    /// of libraries the program loads later are probed when they appear.
+    #[arg(short, long = "func", value_name = "NAME", required = true)]
+    pub funcs: Vec<String>,
+    /// What to record and how to print it.
+    #[command(flatten)]
+    pub probe: ProbeArgs,
+    /// Write tp's output (events and summary) to FILE instead of stderr.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
+    #[arg(long, value_name = "FILE")]
+    pub chrome: Option<PathBuf>,
+    /// The program and its arguments (after `--`).
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
+    pub command: Vec<OsString>,
 }
 
 /// `tp status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
-    /// Process whose probes to show.
-    #[arg(short, long)]
-    pub pid: i32,
+    /// The processes whose probes to show (default: every process that holds tp probes).
+    #[command(flatten)]
+    pub targets: Targets,
     /// Print one JSON object on stdout.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["openmetrics", "prometheus"])]
     pub json: bool,
+    /// Print the OpenMetrics text format (what Prometheus scrapes).
+    #[arg(long, conflicts_with = "prometheus")]
+    pub openmetrics: bool,
+    /// Print the Prometheus text format 0.0.4 (what node_exporter's textfile collector reads).
+    #[arg(long)]
+    pub prometheus: bool,
+    /// Write to FILE instead of stdout, atomically (a temporary file renamed over it).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// `tp serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on, such as 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: String,
+    /// Allow an address other than loopback (it exposes process and function names).
+    #[arg(long)]
+    pub listen_any: bool,
+    /// The processes whose probes to serve (default: every process that holds tp probes, at each scrape).
+    #[command(flatten)]
+    pub targets: Targets,
+}
+
+/// `tp completions`.
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// `tp man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The subcommand whose page to print (`tp man attach` is tp-attach(1)); default: tp(1).
+    #[arg(value_name = "SUBCOMMAND")]
+    pub subcommand: Option<String>,
+    /// Write every page (tp.1, tp-attach.1, ...) into DIR instead.
+    #[arg(long, value_name = "DIR", conflicts_with = "subcommand")]
+    pub dir: Option<PathBuf>,
 }
 
 /// `tp detach`.
@@ -212,9 +311,9 @@ mod tests {
     fn attach_long_and_short_forms_agree() {
         for line in ["tp attach --pid 12 --func foo --func bar", "tp attach -p 12 -f foo -f bar"] {
             let Command::Attach(a) = parse(line).unwrap().command else { panic!("not attach") };
-            assert_eq!(a.pid, 12);
+            assert_eq!(a.targets.pids, [12]);
             assert_eq!(a.funcs, ["foo", "bar"]);
-            assert!(!a.keep && !a.json && a.duration.is_none());
+            assert!(!a.keep && !a.probe.json && a.duration.is_none());
         }
     }
 
@@ -252,7 +351,7 @@ mod tests {
 
     #[test]
     fn keep_conflicts_with_duration_and_events() {
-        for extra in ["--duration 3", "--args", "--ret", "-o t.json"] {
+        for extra in ["--duration 3", "--args", "--ret", "-o t.json", "--follow-exec", "--listen 127.0.0.1:1"] {
             let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{extra}");
         }
@@ -265,8 +364,8 @@ mod tests {
         else {
             panic!()
         };
-        assert!(a.args && a.ret && a.quiet);
-        assert_eq!((a.output, a.ring_size), (Some(PathBuf::from("t.json")), 64));
+        assert!(a.probe.args && a.probe.ret && a.probe.quiet);
+        assert_eq!((a.output, a.probe.ring_size), (Some(PathBuf::from("t.json")), 64));
     }
 
     #[test]
@@ -309,8 +408,53 @@ mod tests {
     #[test]
     fn status_and_demo_parse() {
         let Command::Status(s) = parse("tp status -p 3 --json").unwrap().command else { panic!() };
-        assert!(s.json && s.pid == 3);
+        assert!(s.json && s.targets.pids == [3]);
         let Command::Demo(d) = parse("tp demo -d 2").unwrap().command else { panic!() };
         assert_eq!(d.duration, 2.0);
+    }
+
+    #[test]
+    fn several_processes_by_pid_and_name() {
+        let Command::Attach(a) = parse("tp attach -p 1,2 -p 3 -f foo").unwrap().command else { panic!() };
+        assert_eq!(a.targets.pids, [1, 2, 3]);
+        let Command::Attach(a) = parse("tp attach --name nginx -f foo --follow-exec").unwrap().command else {
+            panic!()
+        };
+        assert_eq!((a.targets.name.as_deref(), a.targets.pids.len(), a.probe.follow_exec), (Some("nginx"), 0, true));
+        assert!(parse("tp attach -p 1,x -f foo").is_err());
+    }
+
+    #[test]
+    fn run_takes_the_program_after_its_options() {
+        let Command::Run(r) = parse("tp run -f foo --ret -- ./prog -x --y z").unwrap().command else { panic!() };
+        assert_eq!(r.funcs, ["foo"]);
+        assert!(r.probe.ret);
+        assert_eq!(r.command, ["./prog", "-x", "--y", "z"]);
+        let Command::Run(r) = parse("tp run -f foo -o out.txt prog").unwrap().command else { panic!() };
+        assert_eq!((r.command.len(), r.output), (1, Some(PathBuf::from("out.txt"))));
+        assert!(parse("tp run -f foo").is_err(), "a program is required");
+        assert!(parse("tp run -- prog").is_err(), "a function is required");
+    }
+
+    #[test]
+    fn metrics_commands_parse() {
+        let Command::Status(s) = parse("tp status --openmetrics -o m.prom").unwrap().command else { panic!() };
+        assert!(s.openmetrics && s.targets.pids.is_empty() && s.output.is_some());
+        assert!(parse("tp status --openmetrics --json").is_err());
+        assert!(parse("tp status --openmetrics --prometheus").is_err());
+        let Command::Serve(s) = parse("tp serve --listen 127.0.0.1:9464 -p 4").unwrap().command else { panic!() };
+        assert_eq!((s.listen.as_str(), s.targets.pids.as_slice(), s.listen_any), ("127.0.0.1:9464", &[4][..], false));
+        assert!(parse("tp serve").is_err());
+        assert!(parse("tp attach -p 1 -f foo --listen-any").is_err(), "--listen-any needs --listen");
+    }
+
+    #[test]
+    fn completions_and_man_parse() {
+        let Command::Completions(c) = parse("tp completions bash").unwrap().command else { panic!() };
+        assert_eq!(c.shell, clap_complete::Shell::Bash);
+        assert!(parse("tp completions tcsh").is_err());
+        let Command::Man(m) = parse("tp man attach").unwrap().command else { panic!() };
+        assert_eq!(m.subcommand.as_deref(), Some("attach"));
+        assert!(parse("tp man attach --dir /tmp").is_err());
     }
 }

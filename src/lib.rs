@@ -19,10 +19,10 @@
 //! - [`symbols`]: ELF symbols, DWARF, modules and their load biases, verdicts.
 //! - [`process`]: ptrace stops, /proc, remote memory and remote syscalls.
 //! - [`arch`]: everything that knows an instruction set or an ABI, behind [`arch::Arch`].
-//! - [`addr`], [`cli`], [`escape`], [`fault`], [`progress`]: runtime and file
-//!   addresses and the bias between them, the command line (clap), text a
-//!   target chose made safe for a terminal, fault injection for tests,
-//!   progress bars.
+//! - [`addr`], [`cli`], [`escape`], [`fault`], [`http`], [`progress`]: runtime
+//!   and file addresses and the bias between them, the command line (clap),
+//!   text a target chose made safe for a terminal, fault injection for tests,
+//!   the bounded HTTP/1.1 server side of `/metrics`, progress bars.
 
 #![deny(missing_docs)]
 
@@ -33,6 +33,7 @@ pub mod cmd;
 pub mod escape;
 pub mod events;
 pub mod fault;
+pub mod http;
 pub mod output;
 pub mod probe;
 pub mod process;

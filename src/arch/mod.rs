@@ -570,6 +570,14 @@ pub trait Arch {
     /// The syscall instruction's encoding.
     fn syscall_insn() -> &'static [u8];
 
+    /// The breakpoint instruction's encoding (`tp run` holds a new program
+    /// at its entry point with one, for as long as the loader runs).
+    fn breakpoint_insn() -> &'static [u8];
+
+    /// Where a breakpoint at `pc_after` trapped: the PC the kernel reports
+    /// after the trap, mapped back to the breakpoint's address.
+    fn breakpoint_at(pc_after: u64) -> u64;
+
     /// Reads a stopped thread's registers.
     fn get_regs(tid: Pid) -> io::Result<Self::Regs>;
     /// Writes a stopped thread's registers.

@@ -1,101 +1,121 @@
-//! `tp attach`: probe functions of a running process, show live counts (and
-//! events, with `--args`/`--ret`), and on Ctrl-C, `--duration` or the
-//! target's exit, restore the code and print a summary. With `--keep`,
-//! install and exit instead.
+//! `tp attach`: probe functions of running processes (`-p`, repeated or a
+//! comma list, and `--name`), show live counts (and events, with
+//! `--args`/`--ret`), and on Ctrl-C, `--duration` or the targets' exit,
+//! restore the code and print a summary (per process and in total when
+//! there are several). With `--keep`, install and exit instead; with
+//! `--listen`, serve the session's metrics over HTTP meanwhile.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
+use super::serve;
 use crate::addr::RuntimeAddr;
-use crate::cli::AttachArgs;
+use crate::cli::{AttachArgs, ProbeArgs, Targets};
 use crate::output::events::Style;
-use crate::output::print_summary;
+use crate::output::sink::Sink;
 use crate::probe::layout::kind;
-use crate::session::guard::Restore;
-use crate::session::observe::LiveView;
-use crate::session::tracer::Tracer;
-use crate::session::{Attached, End, Options, Selection, interrupt, observe};
+use crate::session::group::{Behaviour, Group};
+use crate::session::targets::Which;
+use crate::session::tracer::{TraceOutput, open_chrome};
+use crate::session::{Options, Selection, interrupt};
+
+/// The selection and output options `tp attach` and `tp run` share.
+pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> Options {
+    let mut k = kind::COUNT;
+    if probe.args {
+        k |= kind::ARGS;
+    }
+    if probe.ret {
+        k |= kind::RET;
+    }
+    let selection = Selection {
+        funcs: funcs.to_vec(),
+        addrs: addrs.iter().copied().map(RuntimeAddr).collect(),
+        kind: k,
+        ring_len: probe.ring_size,
+        sample_budget: 0,
+    };
+    let style = if probe.quiet {
+        Style::Quiet
+    } else if probe.json {
+        Style::Json
+    } else {
+        Style::Text
+    };
+    Options { style, json: probe.json, ..Options::new(pid, selection) }
+}
 
 impl From<&AttachArgs> for Options {
     fn from(args: &AttachArgs) -> Options {
-        let mut k = kind::COUNT;
-        if args.args {
-            k |= kind::ARGS;
-        }
-        if args.ret {
-            k |= kind::RET;
-        }
-        let selection = Selection {
-            funcs: args.funcs.clone(),
-            addrs: args.addrs.iter().copied().map(RuntimeAddr).collect(),
-            kind: k,
-            ring_len: args.ring_size,
-            sample_budget: 0,
-        };
-        let style = if args.quiet {
-            Style::Quiet
-        } else if args.json {
-            Style::Json
-        } else {
-            Style::Text
-        };
+        let pid = args.targets.pids.first().copied().unwrap_or(0);
         Options {
             keep: args.keep,
             duration: args.duration.map(Duration::from_secs_f64),
-            style,
             trace_file: args.output.clone(),
-            json: args.json,
-            ..Options::new(args.pid, selection)
+            ..options(pid, &args.funcs, &args.addrs, &args.probe)
         }
     }
+}
+
+/// The processes named on the command line.
+pub fn which(t: &Targets) -> Which {
+    Which { pids: t.pids.clone(), name: t.name.clone() }
 }
 
 /// Runs `tp attach`.
 pub fn run(args: AttachArgs) -> Result<ExitCode> {
     interrupt::install();
-    let opts = Options::from(&args);
-    let attached = Attached::attach(&opts)?;
-    let n = attached.names().len();
-    if attached.refused > 0 {
+    let which = which(&args.targets);
+    if which.is_empty() {
+        bail!("name the processes to attach to with -p PID (repeat, or a comma list) or --name NAME");
+    }
+    let selected = which.select()?;
+    if let (Some(n), Some(name)) = (selected.by_name, &args.targets.name) {
         eprintln!(
-            "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {}` says why)",
-            attached.refused, args.pid
+            "tp: --name {} matched {n} process{}: {}",
+            crate::escape::text(name),
+            if n == 1 { "" } else { "es" },
+            selected.pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
         );
     }
-    eprintln!(
-        "tp: attached {n} probe{} to {} in {:.1} ms (target stopped {} µs; one thread {} µs for injection)",
-        if n == 1 { "" } else { "s" },
-        args.pid,
-        attached.attach_time.as_secs_f64() * 1e3,
-        attached.stop_time.as_micros(),
-        attached.worker_time.as_micros()
-    );
-    if opts.keep {
-        eprintln!(
-            "tp: probes stay in {pid} after tp exits; `tp status -p {pid}` shows counts, `tp detach -p {pid}` removes them",
-            pid = args.pid
-        );
+    // Every process must exist before any is touched.
+    for &pid in &selected.pids {
+        crate::process::check_attachable(pid)?;
+    }
+    let several = selected.pids.len() > 1 || args.targets.name.is_some();
+    let opts = Options::from(&args);
+    let published = match &args.probe.listen {
+        Some(addr) if !opts.keep => Some(serve::start_session_server(addr, args.probe.listen_any)?),
+        _ => None,
+    };
+    let chrome = opts.trace_file.as_deref().map(|p| open_chrome(p, opts.pid)).transpose()?;
+    let output = TraceOutput::new(Sink::stdout(), chrome, several);
+    let how = Behaviour {
+        several,
+        follow_exec: args.probe.follow_exec,
+        check_every: Duration::from_millis(100),
+        live: true,
+        announce: true,
+    };
+    let duration = opts.duration;
+    let keep = opts.keep;
+    let mut group = Group::new(opts, output, how);
+    if let Some(p) = published {
+        group.publish(p);
+    }
+    // One after another, each with its own stop; an error restores those
+    // attached already (the group's guard) and is the one line.
+    for &pid in &selected.pids {
+        group.attach(pid)?;
+    }
+    if keep {
+        std::mem::forget(group);
         return Ok(ExitCode::SUCCESS);
     }
-    let guard = Restore::new(&attached);
-    let mut tracer = if opts.selection.kind != kind::COUNT { Some(Tracer::new(&attached, &opts)?) } else { None };
-    let why = observe(&attached, opts.duration, &mut LiveView::new(&attached, tracer.as_mut()))?;
-    let d = guard.detach()?;
-    match (d.target_gone, why) {
-        (true, _) => eprintln!("tp: process {} exited; final counts:", args.pid),
-        (false, End::Removed) => eprintln!("tp: the probes were removed by another tp; final counts:"),
-        (false, _) => {
-            eprintln!("tp: detached from {}, code restored (target stopped {} µs)", args.pid, d.stop_time.as_micros())
-        }
-    }
-    match tracer {
-        Some(mut t) => {
-            t.poll(&attached)?;
-            t.finish(&attached, &d.summary, opts.json)?;
-        }
-        None => print_summary(&d.summary, opts.json)?,
-    }
+    let why = group.observe(duration)?;
+    let reports = group.detach(why)?;
+    group.write_reports(&reports)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -3,10 +3,14 @@
 //! the results to `output`.
 
 pub mod attach;
+pub mod completions;
 pub mod demo;
 pub mod detach;
 pub mod list_probes;
+pub mod man;
 pub mod profile;
+pub mod run;
+pub mod serve;
 pub mod status;
 pub mod toggle;
 
@@ -27,5 +31,9 @@ pub fn run(cli: Cli) -> Result<ExitCode> {
         Command::Enable(args) => toggle::run(args, true),
         Command::Disable(args) => toggle::run(args, false),
         Command::Profile(args) => profile::run(args),
+        Command::Run(args) => run::run(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Completions(args) => completions::run(args),
+        Command::Man(args) => man::run(args),
     }
 }

@@ -1,37 +1,94 @@
-//! `tp status`: the probes installed in a process and their counts, read
-//! from the target's data region without stopping it.
+//! `tp status`: the probes installed in processes and their counts, read
+//! from each target's data region without stopping it: a table, JSON,
+//! OpenMetrics (`--openmetrics`), or the Prometheus text format
+//! (`--prometheus`: what node_exporter's textfile collector and `promtool
+//! check metrics` read). `-o FILE` replaces FILE atomically
+//! (a temporary file in the same directory, renamed over it), so a
+//! collector never reads half a file.
 
+use std::io::Write;
+use std::path::Path;
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result};
 
+use super::attach::which;
 use crate::cli::StatusArgs;
-use crate::output::{ProbeStat, Summary, print_summary};
-use crate::probe::region::{self, Region};
+use crate::output::openmetrics::{Format, render};
+use crate::output::report::{self, ProcessReport};
 use crate::process;
+use crate::session::group::series_of;
+use crate::session::installed;
 
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
-    process::status(args.pid)?;
-    process::check_readable(args.pid)?;
-    let maps = process::read_maps(args.pid)?;
-    let Some(mapping) = region::find(&maps) else {
-        bail!("process {} has no tp probes; install some with `tp attach -p {} -f NAME --keep`", args.pid, args.pid);
+    let which = which(&args.targets);
+    let (pids, several) = if which.is_empty() {
+        (installed::processes_with_probes(), true)
+    } else {
+        let selected = which.select()?;
+        let several = selected.pids.len() > 1 || selected.by_name.is_some();
+        (selected.pids, several)
     };
-    let region = Region::open(args.pid, mapping)?;
-    let live: Vec<_> = region.entries().into_iter().filter(|(_, e)| e.state().maybe_patched()).collect();
-    let hits = region.hits_of(&live.iter().map(|(i, _)| *i).collect::<Vec<_>>());
-    let probes = live
-        .into_iter()
-        .zip(hits)
-        .map(|((i, e), hits)| ProbeStat {
-            func: e.name(),
-            module: e.module(),
-            address: e.function,
-            hits,
-            enabled: region.enabled(i),
-        })
-        .collect();
-    print_summary(&Summary { pid: args.pid, probes }, args.json)?;
-    Ok(ExitCode::SUCCESS)
+    if pids.is_empty() && !args.openmetrics && !args.prometheus {
+        eprintln!("tp: no process holds tp probes");
+        return Ok(ExitCode::SUCCESS);
+    }
+    // Named processes must all answer; in a scan of every process, one
+    // that cannot be read (it exited, its region fails validation) is said
+    // in one line and left out, and tp exits 1 after printing the rest.
+    let mut reports = Vec::new();
+    let mut failed = false;
+    for pid in pids {
+        match installed::summary(pid) {
+            Ok(summary) => reports.push(ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 }),
+            // Gone since the scan: nothing to say.
+            Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
+            Err(e) if which.is_empty() => {
+                eprintln!("tp: process {pid}: {}", crate::escape::text(&format!("{e:#}")));
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let mut text = Vec::new();
+    if args.openmetrics || args.prometheus {
+        let series: Vec<_> = reports.iter().flat_map(series_of).collect();
+        let format = if args.openmetrics { Format::OpenMetrics } else { Format::Text };
+        text.extend_from_slice(render(&series, format).as_bytes());
+    } else {
+        // One process named with -p: the format it always had.
+        report::write(&mut text, &reports, several, args.json)?;
+    }
+    match &args.output {
+        Some(path) => write_atomically(path, &text)?,
+        None => {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&text)?;
+            out.flush()?;
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+/// Writes `bytes` to a temporary file beside `path` (hidden, not `*.prom`,
+/// so the textfile collector skips it), syncs it, and renames it over `path`.
+fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().with_context(|| format!("`{}` is not a file name", path.display()))?;
+    let tmp = dir.join(format!(".{}.tp-{}.tmp", name.to_string_lossy(), std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e).with_context(|| format!("cannot write `{}`", path.display()));
+    }
+    Ok(())
 }

@@ -17,6 +17,14 @@ pub struct Latency {
     /// Longest, ns.
     pub max_ns: u64,
     buckets: Vec<u64>,
+    /// Calls of at most 2^k ns and more than 2^(k-1) (index 0: at most 1 ns),
+    /// for histograms whose bounds are "less than or equal" (OpenMetrics).
+    at_most_pow2: Vec<u64>,
+}
+
+/// The smallest k with `ns <= 2^k`.
+fn ceil_log2(ns: u64) -> usize {
+    if ns <= 1 { 0 } else { 64 - (ns - 1).leading_zeros() as usize }
 }
 
 fn bucket_of(ns: u64) -> usize {
@@ -53,6 +61,37 @@ impl Latency {
             self.buckets.resize(b + 1, 0);
         }
         self.buckets[b] += 1;
+        let k = ceil_log2(ns);
+        if self.at_most_pow2.len() <= k {
+            self.at_most_pow2.resize(k + 1, 0);
+        }
+        self.at_most_pow2[k] += 1;
+    }
+
+    /// Adds every call of `other` (the same function in another process).
+    pub fn merge(&mut self, other: &Latency) {
+        if other.count == 0 {
+            return;
+        }
+        if self.count == 0 || other.min_ns < self.min_ns {
+            self.min_ns = other.min_ns;
+        }
+        self.max_ns = self.max_ns.max(other.max_ns);
+        self.count += other.count;
+        self.total_ns = self.total_ns.saturating_add(other.total_ns);
+        for (mine, theirs) in [(&mut self.buckets, &other.buckets), (&mut self.at_most_pow2, &other.at_most_pow2)] {
+            if mine.len() < theirs.len() {
+                mine.resize(theirs.len(), 0);
+            }
+            for (m, t) in mine.iter_mut().zip(theirs) {
+                *m += t;
+            }
+        }
+    }
+
+    /// Calls of at most `2^k` ns, exactly.
+    pub fn at_most_pow2_ns(&self, k: u32) -> u64 {
+        self.at_most_pow2.iter().take(k as usize + 1).sum()
     }
 
     /// Mean, ns.
@@ -122,6 +161,22 @@ mod tests {
         let p99 = l.quantile_ns(0.99);
         assert!((930_000..=990_000).contains(&p99), "{p99}");
         assert_eq!(l.quantile_ns(1.0), bucket_low(bucket_of(1_000_000)), "the low edge of the last bucket");
+    }
+
+    #[test]
+    fn counts_at_most_a_power_of_two_exactly_and_merges() {
+        let mut a = Latency::default();
+        for ns in [0, 1, 2, 3, 4, 5, 1024, 1025] {
+            a.add(ns);
+        }
+        assert_eq!([a.at_most_pow2_ns(0), a.at_most_pow2_ns(1), a.at_most_pow2_ns(2)], [2, 3, 5]);
+        assert_eq!((a.at_most_pow2_ns(10), a.at_most_pow2_ns(11), a.at_most_pow2_ns(63)), (7, 8, 8));
+        let mut b = Latency::default();
+        b.add(2048);
+        b.merge(&a);
+        assert_eq!((b.count, b.min_ns, b.max_ns, b.total_ns), (9, 0, 2048, 2048 + 2064));
+        assert_eq!((b.at_most_pow2_ns(10), b.at_most_pow2_ns(11)), (7, 9));
+        assert_eq!(b.log2_buckets().iter().map(|x| x.2).sum::<u64>(), 9);
     }
 
     #[test]

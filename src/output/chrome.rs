@@ -17,6 +17,12 @@ pub struct ChromeTrace {
 }
 
 impl ChromeTrace {
+    /// The process the next events belong to (a session of several
+    /// processes writes them all into one trace).
+    pub fn set_pid(&mut self, pid: i32) {
+        self.pid = pid;
+    }
+
     /// Creates `path` for the trace of process `pid`.
     pub fn create(path: &Path, pid: i32) -> io::Result<ChromeTrace> {
         let mut out = BufWriter::new(File::create(path)?);

@@ -70,45 +70,63 @@ pub fn duration(ns: u64) -> String {
 }
 
 /// Writes `line` in `style`; `origin_ns` is the session's start (live lines
-/// show seconds since it).
-pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, line: &Line) -> io::Result<()> {
+/// show seconds since it). With `pid` (a session of several processes),
+/// text lines have a PID column before the TID and JSON lines a `pid` field.
+pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32>, line: &Line) -> io::Result<()> {
     let secs = |ts: u64| ts.saturating_sub(origin_ns) as f64 / 1e9;
+    let pid_col = pid.map_or(String::new(), |p| format!(" {p:>7}"));
+    let pid_field = pid.map_or(String::new(), |p| format!("\"pid\":{p},"));
     match (style, line) {
         (Style::Quiet, _) => Ok(()),
         (Style::Text, Line::Entry { info, tid, ts_ns, args }) => {
-            writeln!(out, "{:>12.6} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
+            writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
         }
         (Style::Text, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
             let ret = ret.map_or(String::new(), |v| format!(" → {}", v.text()));
-            writeln!(out, "{:>12.6} {tid:>7} {}{ret}  {}", secs(*ts_ns), text(&info.name), duration(*duration_ns))
+            writeln!(
+                out,
+                "{:>12.6}{pid_col} {tid:>7} {}{ret}  {}",
+                secs(*ts_ns),
+                text(&info.name),
+                duration(*duration_ns)
+            )
         }
         (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
             out,
-            "{:>12.6} {tid:>7} {} ↯ exception: return not traced  {}",
+            "{:>12.6}{pid_col} {tid:>7} {} ↯ exception: return not traced  {}",
             secs(*ts_ns),
             text(&info.name),
             duration(*duration_ns)
         ),
         (Style::Json, Line::Entry { info, tid, ts_ns, args }) => writeln!(
             out,
-            "{{\"type\":\"entry\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}}}",
+            "{{\"type\":\"entry\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}}}",
             json::string(&info.name),
             json::string(&info.module),
             super::json::args(args)
         ),
         (Style::Json, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => writeln!(
             out,
-            "{{\"type\":\"exit\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"duration_ns\":{duration_ns}}}",
+            "{{\"type\":\"exit\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"duration_ns\":{duration_ns}}}",
             json::string(&info.name),
             json::string(&info.module),
             ret.map_or("null".to_string(), super::json::value)
         ),
         (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
             out,
-            "{{\"type\":\"unwound\",\"func\":{},\"module\":{},\"tid\":{tid},\"ts_ns\":{ts_ns},\"duration_ns\":{duration_ns}}}",
+            "{{\"type\":\"unwound\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"duration_ns\":{duration_ns}}}",
             json::string(&info.name),
             json::string(&info.module)
         ),
+    }
+}
+
+/// The header of text event lines.
+pub fn header(with_pid: bool) -> String {
+    if with_pid {
+        format!("{:>12} {:>7} {:>7} CALL", "TIME(s)", "PID", "TID")
+    } else {
+        format!("{:>12} {:>7} CALL", "TIME(s)", "TID")
     }
 }
 
@@ -122,7 +140,7 @@ mod tests {
 
     fn text(style: Style, line: &Line) -> String {
         let mut v = Vec::new();
-        write(&mut v, style, 1_000_000_000, line).unwrap();
+        write(&mut v, style, 1_000_000_000, None, line).unwrap();
         String::from_utf8(v).unwrap()
     }
 
@@ -136,6 +154,19 @@ mod tests {
             Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: Some(&Value::Int(42)), duration_ns: 1230 };
         assert_eq!(text(Style::Text, &exit), "    1.500001      77 foo → 42  1.23µs\n");
         assert_eq!(text(Style::Quiet, &exit), "");
+    }
+
+    #[test]
+    fn lines_of_several_processes_name_the_process() {
+        let i = info();
+        let exit = Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, duration_ns: 1230 };
+        let mut v = Vec::new();
+        write(&mut v, Style::Text, 1_000_000_000, Some(4242), &exit).unwrap();
+        assert_eq!(String::from_utf8(v).unwrap(), "    1.500001    4242      77 foo  1.23µs\n");
+        let mut v = Vec::new();
+        write(&mut v, Style::Json, 0, Some(4242), &exit).unwrap();
+        assert!(String::from_utf8(v).unwrap().contains("\"module\":\"m\",\"pid\":4242,\"tid\":77"));
+        assert_eq!(header(true), "     TIME(s)     PID     TID CALL");
     }
 
     #[test]

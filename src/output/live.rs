@@ -21,13 +21,19 @@ pub struct Live {
 }
 
 impl Live {
-    /// A display for probes named `names`.
+    /// A display for probes named `names` in process `pid`.
     pub fn new(pid: i32, names: &[String]) -> Live {
+        Live::titled(format!("tracing process {pid}; Ctrl-C to detach"), names)
+    }
+
+    /// A display for probes named `names` under the title `header`.
+    pub fn titled(header: String, names: &[String]) -> Live {
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(10));
         let style = ProgressStyle::with_template("{prefix:>28.bold} {msg}").expect("template");
+        let header_text = header;
         let header = multi.add(ProgressBar::new_spinner());
         header.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("template"));
-        header.set_message(format!("tracing process {pid}; Ctrl-C to detach"));
+        header.set_message(header_text);
         let mut lines = Vec::new();
         for name in names.iter().take(MAX_LINES) {
             let pb = multi.add(ProgressBar::new_spinner());

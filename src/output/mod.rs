@@ -6,7 +6,10 @@ pub mod events;
 pub mod histogram;
 pub mod json;
 pub mod live;
+pub mod openmetrics;
 pub mod profile;
+pub mod report;
+pub mod sink;
 pub mod table;
 
 use std::io::Write;
@@ -37,11 +40,15 @@ pub struct Summary {
 
 /// Prints the summary on stdout, as a table or one JSON object.
 pub fn print_summary(s: &Summary, json: bool) -> std::io::Result<()> {
-    let mut out = std::io::stdout().lock();
+    write_summary(&mut std::io::stdout().lock(), s, json)
+}
+
+/// Writes the summary to `out`, as a table or one JSON object.
+pub fn write_summary(out: &mut impl Write, s: &Summary, json: bool) -> std::io::Result<()> {
     if json {
         writeln!(out, "{}", json::summary(s))?;
     } else {
-        table::summary(s, &mut out)?;
+        table::summary(s, out)?;
     }
     Ok(())
 }

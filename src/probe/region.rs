@@ -171,6 +171,11 @@ impl Region {
         Ok(region)
     }
 
+    /// The inode of the memfd behind the region.
+    pub fn inode(&self) -> u64 {
+        self.inode
+    }
+
     /// Checks every entry in use ([`validate::entry`]).
     pub fn check_entries(&self) -> Result<(), String> {
         let h = self.header();

@@ -3,6 +3,7 @@
 //! [`crate::arch::Arch`].
 
 pub mod files;
+pub mod launch;
 pub mod maps;
 pub mod memory;
 pub mod ptrace;

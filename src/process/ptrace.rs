@@ -14,6 +14,8 @@ use nix::unistd::Pid;
 pub const EVENT_STOP: i32 = 128;
 /// `PTRACE_EVENT_CLONE`.
 pub const EVENT_CLONE: i32 = 3;
+/// `PTRACE_EVENT_EXEC`.
+pub const EVENT_EXEC: i32 = 4;
 
 /// What `waitpid` reported for one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,6 +46,9 @@ pub struct Stopped {
     worker: Option<Pid>,
     world_stopped_at: Option<Instant>,
     world_stop: Duration,
+    /// Kill the process rather than let it run, unless [`Stopped::resume`]
+    /// lets go: a program `tp run` holds at its entry never runs half set up.
+    kill_on_drop: bool,
 }
 
 impl Stopped {
@@ -56,9 +59,28 @@ impl Stopped {
         Ok(stopped)
     }
 
+    /// A process whose main thread this tp traces already and holds in a
+    /// stop (a program `tp run` started, held at its entry point): that
+    /// thread is the worker, and [`Stopped::stop_all`] seizes the others.
+    pub fn adopt(pid: i32) -> Stopped {
+        let mut stopped = Stopped::none(pid);
+        let tid = Pid::from_raw(pid);
+        stopped.threads.insert(pid, StoppedThread { tid, confirmed: true, deferred: Vec::new() });
+        stopped.worker = Some(tid);
+        stopped.kill_on_drop = true;
+        stopped
+    }
+
     fn none(pid: i32) -> Stopped {
         crate::fault::set_target(pid);
-        Stopped { pid, threads: BTreeMap::new(), worker: None, world_stopped_at: None, world_stop: Duration::ZERO }
+        Stopped {
+            pid,
+            threads: BTreeMap::new(),
+            worker: None,
+            world_stopped_at: None,
+            world_stop: Duration::ZERO,
+            kill_on_drop: false,
+        }
     }
 
     /// Stops one thread of `pid`, the one that will make remote syscalls:
@@ -277,6 +299,7 @@ impl Stopped {
 
     /// Detaches from every thread; returns how long all threads were stopped.
     pub fn resume(mut self) -> Duration {
+        self.kill_on_drop = false;
         self.release();
         self.world_stop
     }
@@ -296,6 +319,10 @@ impl Stopped {
 
 impl Drop for Stopped {
     fn drop(&mut self) {
+        if self.kill_on_drop {
+            // SAFETY: kill(2) with plain integers; the process is stopped under us.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
         self.release();
     }
 }

@@ -11,13 +11,16 @@ use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::format::ProbeInfo;
 use crate::output::{ProbeStat, Summary};
-use crate::probe::install::{self, Installed};
+use crate::probe::Request;
+use crate::probe::install::{self, Installed, Report};
 use crate::probe::layout::{State, kind};
 use crate::probe::region::{self, Region};
 use crate::probe::remove::{self, Kept};
+use crate::process::Mapping;
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
+use crate::symbols::Found;
 use crate::symbols::ProcessModules;
 
 /// A live attach session: probes installed, the target running.
@@ -29,6 +32,9 @@ pub struct Attached {
     pub region: Region,
     probes: Vec<Installed>,
     owner: u32,
+    /// What the probes record (bits of `probe::layout::kind`).
+    kind: u32,
+    install_opts: install::Options,
     /// The event clock, started with the attach.
     pub clock: Clock,
     /// What tp knows of each probe, for its events (same order as the probes).
@@ -64,18 +70,58 @@ impl Attached {
     /// installs probes owned by this tp (by none when `opts.keep`).
     pub fn attach(opts: &Options) -> Result<Attached> {
         let (pid, owner) = (opts.pid, opts.owner());
-        Self::attach_inner(pid, &opts.selection, owner).map_err(|e| exited_or(pid, e))
+        let what = &opts.selection;
+        let run = || {
+            let started = Instant::now();
+            process::check_attachable(pid)?;
+            let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
+            let modules = ProcessModules::new(pid, &maps)?;
+            let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind)?;
+            Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started)
+        };
+        run().map_err(|e| exited_or(pid, e))
     }
 
-    fn attach_inner(pid: i32, what: &Selection, owner: u32) -> Result<Attached> {
-        let started = Instant::now();
+    /// Installs probes on `found` (functions the caller resolved in
+    /// `modules`, the process's modules now) in process `opts.pid`.
+    /// `stopped` is the process's main thread if this tp holds it already
+    /// (a program `tp run` started, stopped at its entry point): it becomes
+    /// the worker, and the process is not seized again.
+    pub fn attach_found(
+        opts: &Options,
+        modules: &ProcessModules,
+        found: Vec<Found>,
+        stopped: Option<Stopped>,
+    ) -> Result<Attached> {
+        let (pid, owner) = (opts.pid, opts.owner());
+        // A held program is killed on any error (`Stopped::adopt`): its
+        // death is then tp's doing, not the reason.
+        let adopted = stopped.is_some();
+        let run = || {
+            let started = Instant::now();
+            if stopped.is_none() {
+                process::check_attachable(pid)?;
+            }
+            let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
+            let resolved = resolve::plan_found(modules, found, opts.selection.kind)?;
+            Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
+        };
+        run().map_err(|e| if adopted { e } else { exited_or(pid, e) })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn install_new(
+        pid: i32,
+        what: &Selection,
+        owner: u32,
+        maps: &[Mapping],
+        modules: &ProcessModules,
+        resolved: resolve::Resolved,
+        stopped: Option<Stopped>,
+        started: Instant,
+    ) -> Result<Attached> {
         let clock = Clock::start();
-        process::check_attachable(pid)?;
-        let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
-        let modules = ProcessModules::new(pid, &maps)?;
-        let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind)?;
-        let mut requests = resolved.requests;
-        let existing = region::find(&maps).map(|m| Region::open(pid, m)).transpose()?;
+        let existing = region::find(maps).map(|m| Region::open(pid, m)).transpose()?;
         if what.kind != kind::COUNT
             && let Some(r) = &existing
             && let Some((_, e)) = r.entries().into_iter().find(|(_, e)| {
@@ -88,57 +134,75 @@ impl Attached {
                 e.owner
             );
         }
-        if what.kind & kind::RET != 0 {
-            requests.extend(unwind::unwinder_requests(&modules, existing.as_ref())?);
-        }
-        let infos = requests
-            .iter()
-            .map(|r| {
-                let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
-                    .then(|| {
-                        let m = modules.get(modules_index(&modules, &r.function.module)?).ok()?;
-                        m.dwarf()?.at(m.bias.file(r.function.addr)).cloned()
-                    })
-                    .flatten();
-                // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
-                let name = crate::symbols::demangle::strip_arguments(&r.function.name);
-                ProbeInfo { name, module: r.function.module.clone(), dwarf }
-            })
-            .collect();
+        let refused = resolved.refused.len();
+        let (requests, infos) = batch(modules, resolved, what.kind, existing.as_ref())?;
         let mem = Memory::open(pid)?;
-        let worker_started = Instant::now();
-        let mut stopped = Stopped::stop_worker(pid)?;
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
-        let prepared = install::prepare(&mut stopped, &mem, existing, &requests, opts)?;
-        stopped.stop_all()?;
-        let (region, report) = install::commit(&mut stopped, &mem, prepared)?;
-        // Still stopped: the baseline of lost events is exact, and events an
-        // earlier session left unread are not this session's.
-        let lost_at_start = Drainer::lost(&region);
-        if what.kind != kind::COUNT {
-            Drainer::discard_unread(&region)?;
-        }
-        let stop_time = stopped.resume();
+        let discard = what.kind != kind::COUNT;
+        let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
         Ok(Attached {
             pid,
             mem,
-            region,
-            probes: report.installed,
+            region: done.region,
+            probes: done.report.installed,
             owner,
+            kind: what.kind,
+            install_opts: opts,
             clock,
             infos,
             attach_time: started.elapsed(),
-            stop_time,
-            worker_time: worker_started.elapsed(),
-            moved_threads: report.moved_threads,
-            refused: resolved.refused.len(),
-            lost_at_start,
+            stop_time: done.stop_time,
+            worker_time: done.worker_time,
+            moved_threads: done.report.moved_threads,
+            refused,
+            lost_at_start: done.lost_at_start,
         })
+    }
+
+    /// Installs probes on more functions of this session's process, `found`
+    /// in `modules` (the process's modules now: a library it loaded since,
+    /// say), with the same owner and records, in the same data region.
+    /// Returns how many of the user's probes were added and how many of the
+    /// functions found cannot be probed (skipped).
+    pub fn extend(&mut self, modules: &ProcessModules, found: Vec<Found>) -> Result<(usize, usize)> {
+        let pid = self.pid;
+        let run = || {
+            let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
+            let resolved = resolve::plan_found(modules, found, self.kind)?;
+            let refused = resolved.refused.len();
+            let Some(mapping) = region::find(&maps).filter(|m| m.inode == self.region.inode()) else {
+                bail!("tp's data region is no longer mapped in process {pid}");
+            };
+            let existing = Region::open(pid, mapping)?;
+            let (requests, infos) = batch(modules, resolved, self.kind, Some(&existing))?;
+            let done = install(pid, &self.mem, None, Some(existing), &requests, self.install_opts, false)?;
+            Ok((done, infos, refused))
+        };
+        let (done, infos, refused) = run().map_err(|e| exited_or(pid, e))?;
+        let added = done.report.installed.iter().filter(|p| p.request.kind & kind::UNWIND == 0).count();
+        // Infos follow the probes: tp's own unwinder probes may now sit
+        // between the user's, so keep both in install order.
+        self.region = done.region;
+        self.probes.extend(done.report.installed);
+        self.infos.extend(infos);
+        self.stop_time += done.stop_time;
+        Ok((added, refused))
     }
 
     /// The probes the user asked for (not tp's own unwinder probes).
     fn user_probes(&self) -> impl Iterator<Item = &Installed> {
         self.probes.iter().filter(|p| p.request.kind & kind::UNWIND == 0)
+    }
+
+    /// What the probes record (bits of `probe::layout::kind`).
+    pub fn records(&self) -> u32 {
+        self.kind
+    }
+
+    /// The position in [`Attached::infos`] of each of the user's probes, in
+    /// summary order.
+    pub fn user_positions(&self) -> Vec<usize> {
+        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::UNWIND == 0).map(|(i, _)| i).collect()
     }
 
     /// The probed functions' names, in request order.
@@ -186,7 +250,9 @@ impl Attached {
         (!bytes.is_empty()).then_some(s)
     }
 
-    fn summary(&self) -> Summary {
+    /// The counts now, read from tp's own mapping of the data region (so
+    /// they stay readable after the process exited or exec'd).
+    pub fn summary(&self) -> Summary {
         let hits = self.hits();
         Summary {
             pid: self.pid,
@@ -244,6 +310,74 @@ impl Attached {
             Err(e) => Err(e),
         }
     }
+}
+
+/// The requests of one install, tp's unwinder probes added when returns
+/// are recorded, and what tp knows of each for its events.
+fn batch(
+    modules: &ProcessModules,
+    resolved: resolve::Resolved,
+    k: u32,
+    existing: Option<&Region>,
+) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
+    let mut requests = resolved.requests;
+    if k & kind::RET != 0 {
+        requests.extend(unwind::unwinder_requests(modules, existing)?);
+    }
+    let infos = requests
+        .iter()
+        .map(|r| {
+            let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
+                .then(|| {
+                    let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
+                    m.dwarf()?.at(m.bias.file(r.function.addr)).cloned()
+                })
+                .flatten();
+            // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
+            let name = crate::symbols::demangle::strip_arguments(&r.function.name);
+            ProbeInfo { name, module: r.function.module.clone(), dwarf }
+        })
+        .collect();
+    Ok((requests, infos))
+}
+
+/// What one install transaction left.
+struct Done {
+    region: Region,
+    report: Report,
+    stop_time: Duration,
+    worker_time: Duration,
+    lost_at_start: u64,
+}
+
+/// Stops the worker (unless `stopped` holds it already), prepares, stops
+/// the world, commits and lets go. With `discard`, events an earlier session
+/// left unread in the rings are dropped while the threads are stopped.
+fn install(
+    pid: i32,
+    mem: &Memory,
+    stopped: Option<Stopped>,
+    existing: Option<Region>,
+    requests: &[Request],
+    opts: install::Options,
+    discard: bool,
+) -> Result<Done> {
+    let worker_started = Instant::now();
+    let mut stopped = match stopped {
+        Some(s) => s,
+        None => Stopped::stop_worker(pid)?,
+    };
+    let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
+    stopped.stop_all()?;
+    let (region, report) = install::commit(&mut stopped, mem, prepared)?;
+    // Still stopped: the baseline of lost events is exact, and events an
+    // earlier session left unread are not this session's.
+    let lost_at_start = Drainer::lost(&region);
+    if discard {
+        Drainer::discard_unread(&region)?;
+    }
+    let stop_time = stopped.resume();
+    Ok(Done { region, report, stop_time, worker_time: worker_started.elapsed(), lost_at_start })
 }
 
 /// `err`, or "the process exited" if that is why tp failed: a target that

@@ -6,11 +6,12 @@
 //! restoring code, further signals only set the flag again: a second Ctrl-C
 //! cannot cut a detach short.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
 use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::SeqCst);
@@ -22,6 +23,31 @@ pub fn install() {
     for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         let _ = unsafe { sigaction(sig, &action) };
+    }
+}
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = FORWARD_TO.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill(2) is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// For `tp run`, which waits for its program as a shell waits for a
+/// foreground job: SIGINT and SIGQUIT, which the terminal sends to the
+/// program too, are ignored by tp (the program decides; tp reports when it
+/// ends), and SIGTERM and SIGHUP, which are sent to tp alone, are passed
+/// on to the program `pid`.
+pub fn forward_to(pid: i32) {
+    FORWARD_TO.store(pid, Ordering::SeqCst);
+    let ignore = SigAction::new(SigHandler::SigIgn, SaFlags::empty(), SigSet::empty());
+    let pass = SigAction::new(SigHandler::Handler(forward), SaFlags::SA_RESTART, SigSet::empty());
+    for (sig, action) in
+        [(Signal::SIGINT, &ignore), (Signal::SIGQUIT, &ignore), (Signal::SIGTERM, &pass), (Signal::SIGHUP, &pass)]
+    {
+        // SAFETY: the handler only calls kill, which is async-signal-safe.
+        let _ = unsafe { sigaction(sig, action) };
     }
 }
 

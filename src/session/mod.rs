@@ -7,14 +7,22 @@
 //! ([`observe::observe`]) while a [`observe::Watcher`] consumes what the
 //! probes produce (the live display and the event [`tracer::Tracer`], or
 //! the sampling [`profile::Profiler`]), and removes them again
-//! ([`attached::Attached::detach`]).
+//! ([`attached::Attached::detach`]). A session over several processes, or
+//! one that follows a program through dlopen and exec, is a
+//! [`group::Group`] of attached processes ([`targets`] selects them,
+//! [`follow`] watches their programs change).
 
 pub mod attached;
+pub mod follow;
+pub mod group;
 pub mod guard;
+pub mod installed;
 pub mod interrupt;
 pub mod observe;
 pub mod profile;
 pub mod resolve;
+pub mod run;
+pub mod targets;
 pub mod tracer;
 pub mod unwind;
 

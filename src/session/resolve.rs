@@ -53,6 +53,19 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeA
             found.push(f);
         }
     }
+    plan_found(modules, found, kind)
+}
+
+/// Plans each function of `found` (looked up in `modules`), to record
+/// `kind`: [`requests`] once the names are resolved.
+pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Result<Resolved> {
+    if kind != crate::probe::layout::kind::COUNT && !Host::RECORDS_EVENTS {
+        bail!(
+            "{} probes count calls but do not record arguments, return values or latency yet; \
+             count them with `tp attach` without --args/--ret",
+            Host::NAME
+        );
+    }
     let progress = Progress::new(found.len() as u64, "planning probes");
     let mut requests = Vec::new();
     let mut refused = Vec::new();

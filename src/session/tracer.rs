@@ -3,8 +3,11 @@
 //! Lines, written to a Chrome trace file, and summed into latency
 //! statistics printed when the session ends.
 
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::Write;
+use std::path::Path;
+use std::rc::Rc;
 
 use anyhow::{Context, Result};
 
@@ -17,37 +20,69 @@ use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
 use crate::output::events::{self as lines, Line, Style};
-use crate::output::{Summary, histogram, json, thousands};
+use crate::output::report::ProcessReport;
+use crate::output::sink::Sink;
+use crate::output::{Summary, json, thousands};
 use crate::probe::layout::kind;
 
-/// The consumer of one session's events.
+/// A Chrome trace that the tracers of several processes write into.
+pub type SharedChrome = Rc<RefCell<ChromeTrace>>;
+
+/// Creates the Chrome trace file `path`.
+pub fn open_chrome(path: &Path, pid: i32) -> Result<SharedChrome> {
+    let c = ChromeTrace::create(path, pid).with_context(|| format!("cannot create `{}`", path.display()))?;
+    Ok(Rc::new(RefCell::new(c)))
+}
+
+/// Closes a Chrome trace once no tracer holds it any more.
+pub fn close_chrome(chrome: SharedChrome) -> Result<()> {
+    match Rc::try_unwrap(chrome) {
+        Ok(c) => c.into_inner().finish().context("writing the trace file"),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Where a session's tracers write: shared by all of them.
+#[derive(Clone)]
+pub struct TraceOutput {
+    /// Event lines and the summary.
+    pub sink: Sink,
+    /// The Chrome trace, if one was asked for.
+    pub chrome: Option<SharedChrome>,
+    /// Lines name the process (a session of several).
+    pub show_pid: bool,
+    /// The text header is printed once per session.
+    header_done: Rc<Cell<bool>>,
+}
+
+impl TraceOutput {
+    /// Output to `sink`, and to `chrome` if given.
+    pub fn new(sink: Sink, chrome: Option<SharedChrome>, show_pid: bool) -> TraceOutput {
+        TraceOutput { sink, chrome, show_pid, header_done: Rc::new(Cell::new(false)) }
+    }
+}
+
+/// The consumer of one process's events.
 pub struct Tracer {
+    pid: i32,
     clock: Clock,
     drainer: Drainer,
     batch: Vec<RawEvent>,
     /// Entry index → position in the session's probes.
     index: HashMap<u32, usize>,
     style: Style,
-    chrome: Option<ChromeTrace>,
+    output: TraceOutput,
     /// Per thread, the entries still waiting for their exit: (probe, args JSON).
     pending: HashMap<u32, Vec<(u32, String)>>,
     latency: Vec<Latency>,
     origin_ns: u64,
     lost_at_start: u64,
-    header_done: bool,
 }
 
 impl Tracer {
-    /// Starts consuming the events of `attached`.
-    pub fn new(attached: &Attached, opts: &Options) -> Result<Tracer> {
+    /// Starts consuming the events of `attached`, written to `output`.
+    pub fn with_output(attached: &Attached, opts: &Options, output: TraceOutput) -> Tracer {
         let style = opts.style;
-        let chrome = match &opts.trace_file {
-            Some(path) => Some(
-                ChromeTrace::create(path, attached.pid)
-                    .with_context(|| format!("cannot create `{}`", path.display()))?,
-            ),
-            None => None,
-        };
         let index = attached.event_probes().into_iter().collect();
         let clock = attached.clock.clone();
         let origin_ns = crate::events::clock::monotonic_ns();
@@ -59,19 +94,35 @@ impl Tracer {
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort"
             );
         }
-        Ok(Tracer {
+        Tracer {
+            pid: attached.pid,
             clock,
             drainer: Drainer::default(),
             batch: Vec::new(),
             index,
             style,
-            chrome,
+            output,
             pending: HashMap::new(),
             latency: vec![Latency::default(); attached.infos.len()],
             origin_ns,
             lost_at_start: attached.lost_at_start,
-            header_done: false,
-        })
+        }
+    }
+
+    /// Takes in the probes `attached` gained since ([`Attached::extend`]).
+    pub fn refresh(&mut self, attached: &Attached) {
+        self.index = attached.event_probes().into_iter().collect();
+        self.latency.resize(attached.infos.len(), Latency::default());
+    }
+
+    /// The latency of each of the user's probes so far, in summary order
+    /// (`None` where returns are not recorded).
+    pub fn latency(&self, attached: &Attached) -> Vec<Option<Latency>> {
+        attached
+            .user_positions()
+            .into_iter()
+            .map(|i| attached_records_returns(attached, i).then(|| self.latency.get(i).cloned().unwrap_or_default()))
+            .collect()
     }
 
     /// Drains and handles every event published so far.
@@ -85,11 +136,13 @@ impl Tracer {
         // Per thread the rings are in order; across threads, by time.
         self.batch.sort_by_key(|e| e.tsc);
         let batch = std::mem::take(&mut self.batch);
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
-        if !self.header_done && self.style == Style::Text {
-            writeln!(out, "{:>12} {:>7} CALL", "TIME(s)", "TID")?;
-            self.header_done = true;
+        let mut out = self.output.sink.clone();
+        if !self.output.header_done.get() && self.style == Style::Text {
+            writeln!(out, "{}", lines::header(self.output.show_pid))?;
+            self.output.header_done.set(true);
+        }
+        if let Some(c) = &self.output.chrome {
+            c.borrow_mut().set_pid(self.pid);
         }
         for ev in &batch {
             self.handle(attached, ev, &mut out)?;
@@ -104,11 +157,19 @@ impl Tracer {
         let info: &ProbeInfo = &attached.infos[i];
         let read = |p: u64| attached.read_string(p, MAX_STRING);
         let ts_ns = self.clock.ns(ev.tsc);
+        let pid = self.output.show_pid.then_some(self.pid);
+        let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
                 let args = format::args(info, &ev.v, &read);
-                lines::write(out, self.style, self.origin_ns, &Line::Entry { info, tid: ev.tid, ts_ns, args: &args })?;
-                if let Some(c) = &mut self.chrome {
+                lines::write(
+                    out,
+                    self.style,
+                    self.origin_ns,
+                    pid,
+                    &Line::Entry { info, tid: ev.tid, ts_ns, args: &args },
+                )?;
+                if let Some(c) = &mut chrome {
                     let args_json = json::args(&args);
                     if attached_records_returns(attached, i) {
                         self.pending.entry(ev.tid).or_default().push((ev.probe, args_json));
@@ -130,14 +191,15 @@ impl Tracer {
                         out,
                         self.style,
                         self.origin_ns,
+                        pid,
                         &Line::Unwound { info, tid: ev.tid, ts_ns, duration_ns },
                     )?;
                 } else {
                     self.latency[i].add(duration_ns);
                     let line = Line::Exit { info, tid: ev.tid, ts_ns, ret: ret.as_ref(), duration_ns };
-                    lines::write(out, self.style, self.origin_ns, &line)?;
+                    lines::write(out, self.style, self.origin_ns, pid, &line)?;
                 }
-                if let Some(c) = &mut self.chrome {
+                if let Some(c) = &mut chrome {
                     let mut args = pop_pending(&mut self.pending, ev.tid, ev.probe).unwrap_or_else(|| "{}".into());
                     args.pop();
                     let sep = if args.len() > 1 { "," } else { "" };
@@ -154,41 +216,15 @@ impl Tracer {
         Ok(())
     }
 
-    /// Prints what the session leaves: lost events, the summary (with latency
-    /// and histograms when returns were recorded), and closes the trace file.
-    pub fn finish(self, attached: &Attached, summary: &Summary, json_out: bool) -> Result<()> {
+    /// Ends consuming: says how many events were lost, and returns this
+    /// process's report (its counts in `summary`, with latency).
+    pub fn end(self, attached: &Attached, summary: Summary) -> ProcessReport {
         let lost = Drainer::lost(&attached.region).saturating_sub(self.lost_at_start);
         if lost > 0 {
             eprintln!("tp: lost {} events (a thread's ring was full; raise --ring-size)", thousands(lost));
         }
-        if let Some(c) = self.chrome {
-            c.finish().context("writing the trace file")?;
-        }
-        // Summary rows follow the user's probes (tp's own come last and are not shown).
-        let timed: Vec<Option<&Latency>> = (0..summary.probes.len())
-            .map(|i| attached_records_returns(attached, i).then_some(&self.latency[i]))
-            .collect();
-        let stdout = std::io::stdout();
-        let mut out = stdout.lock();
-        if json_out {
-            writeln!(out, "{}", json::summary_with_latency(summary, &timed, lost))?;
-            return Ok(());
-        }
-        if timed.iter().any(Option::is_some) {
-            writeln!(out)?;
-            let rows: Vec<(String, u64, &Latency)> =
-                summary.probes.iter().zip(&timed).filter_map(|(p, l)| Some((p.func.clone(), p.hits, (*l)?))).collect();
-            histogram::table(&mut out, &rows)?;
-            writeln!(out)?;
-            for (name, _, l) in &rows {
-                if l.count > 0 {
-                    histogram::histogram(&mut out, name, l)?;
-                }
-            }
-        } else {
-            crate::output::table::summary(summary, &mut out)?;
-        }
-        Ok(())
+        let latency = self.latency(attached);
+        ProcessReport { summary, latency, events: true, lost }
     }
 }
 

@@ -17,7 +17,7 @@ pub mod verdict;
 
 pub use elf::{ElfFile, FuncSym};
 pub use module::Module;
-pub use modules::{Found, ProcessModules};
+pub use modules::{Found, NotFound, ProcessModules};
 
 use crate::addr::{Bias, RuntimeAddr};
 use crate::arch::Isa;

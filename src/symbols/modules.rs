@@ -34,6 +34,20 @@ pub struct ProcessModules {
     slots: Vec<Slot>,
 }
 
+/// A pattern that names nothing in the process's modules now (no such
+/// module, no such function): a library loaded later may still define it.
+/// Other lookup errors (an ambiguous name, a module tp cannot read) are not this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotFound(pub String);
+
+impl std::fmt::Display for NotFound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for NotFound {}
+
 /// A function found by a lookup, with the index of its module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Found {
@@ -89,6 +103,13 @@ impl ProcessModules {
         self.slots[i].path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
     }
 
+    /// What tells module `i` apart from a module loaded later: its path and
+    /// its file's inode.
+    pub fn identity(&self, i: usize) -> Option<(PathBuf, u64)> {
+        let slot = self.slots.get(i)?;
+        Some((slot.path.clone(), slot.mappings.first()?.inode))
+    }
+
     /// Module `i`, parsed on first use.
     pub fn get(&self, i: usize) -> Result<&Module> {
         let slot = &self.slots[i];
@@ -135,7 +156,8 @@ impl ProcessModules {
         let modules = self.named(module);
         if modules.is_empty() {
             let names: Vec<String> = (0..self.len()).map(|i| self.name(i)).collect();
-            bail!("no module `{module}` in process {} (it has: {})", self.pid, names.join(", "));
+            let msg = format!("no module `{module}` in process {} (it has: {})", self.pid, names.join(", "));
+            return Err(NotFound(msg).into());
         }
         let mut out = Vec::new();
         for &i in &modules {
@@ -152,9 +174,9 @@ impl ProcessModules {
         }
         if out.is_empty() {
             if p.is_glob() {
-                bail!("no function matches `{text}` in process {}", self.pid);
+                return Err(NotFound(format!("no function matches `{text}` in process {}", self.pid)).into());
             }
-            bail!("function `{}` not found in any module named `{module}`", p.function);
+            return Err(NotFound(format!("function `{}` not found in any module named `{module}`", p.function)).into());
         }
         Ok(out)
     }
@@ -177,7 +199,7 @@ impl ProcessModules {
                 }
             }
             if out.is_empty() {
-                bail!("no function matches `{text}` in process {}", self.pid);
+                return Err(NotFound(format!("no function matches `{text}` in process {}", self.pid)).into());
             }
             return Ok(out);
         }
@@ -206,12 +228,13 @@ impl ProcessModules {
                         exe.name
                     )
                 };
-                bail!(
+                Err(NotFound(format!(
                     "function `{}` not found in process {} (searched {} modules){stripped}{hint}",
                     p.function,
                     self.pid,
                     self.len()
-                )
+                ))
+                .into())
             }
             1 => Ok(hits),
             _ => {

@@ -77,6 +77,20 @@ mod fuzz_regressions;
 // A target that attacks its tracer: crafted regions, escapes, descriptor swaps.
 #[cfg(target_arch = "x86_64")]
 mod hostile;
+// tp run: programs started under tp, probed from their entry point,
+// libraries they load later, their exit status; ripgrep and python3.
+// (x86-64: libuser and the Debian programs are host-only.)
+#[cfg(target_arch = "x86_64")]
+mod run;
+// Sessions over several processes (-p A,B, --name), and --follow-exec.
+mod multi;
+// OpenMetrics: tp status --openmetrics, tp serve, a session's --listen,
+// checked by promtool and scraped by a real Prometheus.
+#[cfg(target_arch = "x86_64")]
+mod metrics;
+// Shell completions and the manual page, generated from the clap definitions.
+#[cfg(target_arch = "x86_64")]
+mod completions;
 // Region images, shared with the `region` fuzz target.
 #[cfg(target_arch = "x86_64")]
 mod region_image;

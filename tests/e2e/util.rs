@@ -97,6 +97,13 @@ impl Lines {
 /// take this exclusively; every target holds it shared while it lives.
 static SYSTEM_WIDE: RwLock<()> = RwLock::new(());
 
+/// Held shared by a test whose processes get probes without a [`Target`]
+/// (`tp run`'s programs), so that [`system_wide`] tests do not see them.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Excludes all other targets while held.
 pub fn system_wide() -> RwLockWriteGuard<'static, ()> {
     SYSTEM_WIDE.write().unwrap_or_else(|e| e.into_inner())

@@ -94,6 +94,15 @@ impl Arch for AArch64 {
         &[0x01, 0x00, 0x00, 0xd4] // svc #0
     }
 
+    fn breakpoint_insn() -> &'static [u8] {
+        &[0x00, 0x00, 0x20, 0xd4] // brk #0
+    }
+
+    fn breakpoint_at(pc_after: u64) -> u64 {
+        // brk traps before the instruction: the PC is the breakpoint's.
+        pc_after
+    }
+
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
         regs::get(tid)
     }

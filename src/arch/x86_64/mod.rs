@@ -93,6 +93,15 @@ impl Arch for X86_64 {
         &[0x0f, 0x05]
     }
 
+    fn breakpoint_insn() -> &'static [u8] {
+        &[0xcc] // int3
+    }
+
+    fn breakpoint_at(pc_after: u64) -> u64 {
+        // int3 traps after the instruction: the PC is one past it.
+        pc_after.wrapping_sub(1)
+    }
+
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
         regs::get(tid)
     }

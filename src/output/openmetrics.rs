@@ -1,0 +1,201 @@
+//! The metrics exposition formats: OpenMetrics 1.0 (what Prometheus asks
+//! for when it scrapes) and the Prometheus text format 0.0.4 (what
+//! node_exporter's textfile collector and `promtool check metrics` read,
+//! and what a scrape that does not ask for OpenMetrics gets). Both carry
+//! one counter for the calls, `tp_calls_total{pid,module,function}`, and,
+//! for the probes whose calls a session timed, one histogram,
+//! `tp_latency_seconds` with cumulative `_bucket{le=…}`, `_sum` and
+//! `_count`. They differ in the counter's family name (`tp_calls` in
+//! OpenMetrics, whose samples add `_total`; `tp_calls_total` in the text
+//! format), in `# UNIT`, and in OpenMetrics' closing `# EOF`.
+//!
+//! Bucket bounds are powers of two nanoseconds from 128 ns to 2^34 ns
+//! (17.2 s), then `+Inf`: the same bounds in every exposition, so rates and
+//! quantiles over time add up, and each bucket's count is exact (the
+//! latency statistics count calls of at most 2^k ns: `le` means "at most").
+//! Label values are escaped as the format says (`\\`, `\"`, `\n`); the
+//! names come from the target, so nothing else in them is trusted either:
+//! they are UTF-8 already, and the format allows any other character.
+
+use std::fmt::Write;
+
+use crate::events::stats::Latency;
+
+/// The smallest and largest finite bucket bound, as powers of two nanoseconds.
+const FIRST_BOUND: u32 = 7;
+const LAST_BOUND: u32 = 34;
+
+/// One probe's numbers.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// The process.
+    pub pid: i32,
+    /// The module's file name.
+    pub module: String,
+    /// The function.
+    pub function: String,
+    /// Calls counted.
+    pub calls: u64,
+    /// Durations of the calls timed, when the session recorded returns.
+    pub latency: Option<Latency>,
+}
+
+/// An exposition format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// OpenMetrics 1.0.0.
+    OpenMetrics,
+    /// The Prometheus text format 0.0.4.
+    Text,
+}
+
+impl Format {
+    /// The HTTP Content-Type of the format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+        }
+    }
+
+    /// The format a scrape's `Accept` header asks for: OpenMetrics when it
+    /// names it (Prometheus does), else the text format, as Prometheus's
+    /// own client libraries choose.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+}
+
+const CALLS_HELP: &str = "Calls of a probed function, counted by tp's probe in the process.";
+const LATENCY_HELP: &str = "Durations of the calls tp timed (return probes).";
+
+/// The exposition of `series` in `format`.
+pub fn render(series: &[Series], format: Format) -> String {
+    let labels = unique_labels(series);
+    let om = format == Format::OpenMetrics;
+    let mut out = String::new();
+    let family = if om { "tp_calls" } else { "tp_calls_total" };
+    let _ = writeln!(out, "# HELP {family} {CALLS_HELP}");
+    let _ = writeln!(out, "# TYPE {family} counter");
+    for (s, l) in series.iter().zip(&labels) {
+        let _ = writeln!(out, "tp_calls_total{{{l}}} {}", s.calls);
+    }
+    if series.iter().any(|s| s.latency.is_some()) {
+        let _ = writeln!(out, "# HELP tp_latency_seconds {LATENCY_HELP}");
+        out.push_str("# TYPE tp_latency_seconds histogram\n");
+        if om {
+            out.push_str("# UNIT tp_latency_seconds seconds\n");
+        }
+        for (s, l) in series.iter().zip(&labels) {
+            let Some(lat) = &s.latency else { continue };
+            for k in FIRST_BOUND..=LAST_BOUND {
+                let le = (1u64 << k) as f64 / 1e9;
+                let _ = writeln!(out, "tp_latency_seconds_bucket{{{l},le=\"{le:e}\"}} {}", lat.at_most_pow2_ns(k));
+            }
+            let _ = writeln!(out, "tp_latency_seconds_bucket{{{l},le=\"+Inf\"}} {}", lat.count);
+            let _ = writeln!(out, "tp_latency_seconds_sum{{{l}}} {}", lat.total_ns as f64 / 1e9);
+            let _ = writeln!(out, "tp_latency_seconds_count{{{l}}} {}", lat.count);
+        }
+    }
+    if om {
+        out.push_str("# EOF\n");
+    }
+    out
+}
+
+/// The label set of each series. Two functions of one name in one module
+/// (static functions of different files) would give two series one label
+/// set, which the format forbids: the later ones are numbered, `name#2`,
+/// `name#3`.
+fn unique_labels(series: &[Series]) -> Vec<String> {
+    let mut seen: Vec<(i32, &str, &str)> = Vec::new();
+    series
+        .iter()
+        .map(|s| {
+            let n = seen.iter().filter(|(p, m, f)| *p == s.pid && *m == s.module && *f == s.function).count();
+            seen.push((s.pid, &s.module, &s.function));
+            let function = if n == 0 { s.function.clone() } else { format!("{}#{}", s.function, n + 1) };
+            format!("pid=\"{}\",module=\"{}\",function=\"{}\"", s.pid, escape(&s.module), escape(&function))
+        })
+        .collect()
+}
+
+/// A label value: backslash, double quote and line feed escaped.
+pub fn escape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(function: &str, calls: u64, latency: Option<Latency>) -> Series {
+        Series { pid: 7, module: "m".into(), function: function.into(), calls, latency }
+    }
+
+    #[test]
+    fn counters_then_eof() {
+        let text = render(&[series("foo", 3, None), series("a\"b\\c\nd", 1, None)], Format::OpenMetrics);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[1], "# TYPE tp_calls counter");
+        assert_eq!(lines[2], "tp_calls_total{pid=\"7\",module=\"m\",function=\"foo\"} 3");
+        assert_eq!(lines[3], "tp_calls_total{pid=\"7\",module=\"m\",function=\"a\\\"b\\\\c\\nd\"} 1");
+        assert_eq!(*lines.last().unwrap(), "# EOF");
+        assert!(!text.contains("tp_latency"), "no histogram without latency");
+    }
+
+    #[test]
+    fn histograms_are_cumulative_and_exact() {
+        let mut l = Latency::default();
+        for ns in [100, 128, 129, 1000, 5_000_000_000, 40_000_000_000] {
+            l.add(ns);
+        }
+        let text = render(&[series("foo", 6, Some(l))], Format::OpenMetrics);
+        let bucket = |le: &str| -> u64 {
+            let key = format!("tp_latency_seconds_bucket{{pid=\"7\",module=\"m\",function=\"foo\",le=\"{le}\"}} ");
+            text.lines().find_map(|x| x.strip_prefix(&key)).unwrap_or_else(|| panic!("{le}: {text}")).parse().unwrap()
+        };
+        assert_eq!(bucket("1.28e-7"), 2, "100 ns and 128 ns are at most 128 ns");
+        assert_eq!(bucket("2.56e-7"), 3);
+        assert_eq!(bucket("1.024e-6"), 4);
+        assert_eq!(bucket("8.589934592e0"), 5);
+        assert_eq!(bucket("1.7179869184e1"), 5);
+        assert_eq!(bucket("+Inf"), 6);
+        assert!(text.contains("tp_latency_seconds_count{pid=\"7\",module=\"m\",function=\"foo\"} 6\n"));
+        assert!(text.contains("tp_latency_seconds_sum{pid=\"7\",module=\"m\",function=\"foo\"} 45.000001357\n"));
+        assert!(text.contains("# UNIT tp_latency_seconds seconds\n"));
+    }
+
+    #[test]
+    fn the_text_format_names_the_counter_by_its_samples() {
+        let text = render(&[series("foo", 3, Some(Latency::default()))], Format::Text);
+        assert!(text.starts_with("# HELP tp_calls_total Calls"), "{text}");
+        assert!(text.contains("# TYPE tp_calls_total counter\ntp_calls_total{"), "{text}");
+        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        assert!(text.contains("tp_latency_seconds_count{pid=\"7\",module=\"m\",function=\"foo\"} 0\n"), "{text}");
+        assert_eq!(
+            Format::negotiate(Some("application/openmetrics-text;version=1.0.0,*/*;q=0.1")),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
+        assert_eq!(Format::negotiate(None), Format::Text);
+    }
+
+    #[test]
+    fn one_label_set_per_series() {
+        let text = render(&[series("f", 1, None), series("f", 2, None)], Format::OpenMetrics);
+        assert!(text.contains("function=\"f\"} 1\n") && text.contains("function=\"f#2\"} 2\n"), "{text}");
+    }
+}

@@ -1,0 +1,295 @@
+//! The summary a session prints when it ends. One process: as tp always
+//! printed it (the counts table, or the latency table and histograms when
+//! returns were timed; one JSON object with `--json`). Several processes:
+//! the same section for each process under its PID, then their total per
+//! function; with `--json`, `{"processes":[…],"total":[…]}`.
+
+use std::io::{self, Write};
+
+use super::{Summary, histogram, json, table, thousands};
+use crate::escape::text;
+use crate::events::stats::Latency;
+
+/// What one process's probes counted and timed.
+#[derive(Debug, Clone)]
+pub struct ProcessReport {
+    /// Counts, one row per user probe.
+    pub summary: Summary,
+    /// Latency per row, when the session recorded events (`None` for a row
+    /// whose returns were not recorded); empty when it only counted.
+    pub latency: Vec<Option<Latency>>,
+    /// True if the session recorded events (the JSON then has `lost_events`).
+    pub events: bool,
+    /// Events lost because a ring was full.
+    pub lost: u64,
+}
+
+/// Writes the end-of-session summary of `reports` to `out`.
+pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_json: bool) -> io::Result<()> {
+    if !several {
+        return match reports.first() {
+            Some(r) => one(out, r, as_json),
+            None => Ok(()),
+        };
+    }
+    let totals = totals(reports);
+    if as_json {
+        let processes: Vec<String> = reports.iter().map(one_json).collect();
+        let total: Vec<String> = totals.iter().map(total_json).collect();
+        return writeln!(out, "{{\"processes\":[{}],\"total\":[{}]}}", processes.join(","), total.join(","));
+    }
+    for r in reports {
+        writeln!(out, "process {}:", r.summary.pid)?;
+        one(out, r, false)?;
+        writeln!(out)?;
+    }
+    writeln!(out, "total of {} processes:", reports.len())?;
+    let name_w = totals.iter().map(|t| text(&t.func).len()).max().unwrap_or(0).max(8);
+    let mod_w = totals.iter().map(|t| text(&t.module).len()).max().unwrap_or(0).max(6);
+    let timed = totals.iter().any(|t| t.latency.is_some());
+    write!(out, "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}", "FUNCTION", "MODULE", "PROCESSES", "HITS")?;
+    writeln!(out, "{}", if timed { format!("  {:>9}  {:>10}  {:>10}", "TIMED", "P50", "P99") } else { String::new() })?;
+    for t in &totals {
+        write!(
+            out,
+            "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}",
+            text(&t.func),
+            text(&t.module),
+            t.processes,
+            thousands(t.hits)
+        )?;
+        match &t.latency {
+            Some(l) if l.count > 0 => writeln!(
+                out,
+                "  {:>9}  {:>10}  {:>10}",
+                thousands(l.count),
+                super::events::duration(l.quantile_ns(0.5)),
+                super::events::duration(l.quantile_ns(0.99))
+            )?,
+            Some(_) => writeln!(out, "  {:>9}  {:>10}  {:>10}", 0, "-", "-")?,
+            None => writeln!(out)?,
+        }
+    }
+    Ok(())
+}
+
+/// One process's section, in the format of a session of one process.
+fn one(out: &mut impl Write, r: &ProcessReport, as_json: bool) -> io::Result<()> {
+    if as_json {
+        return writeln!(out, "{}", one_json(r));
+    }
+    let rows: Vec<(String, u64, &Latency)> = r
+        .summary
+        .probes
+        .iter()
+        .zip(&r.latency)
+        .filter_map(|(p, l)| Some((p.func.clone(), p.hits, l.as_ref()?)))
+        .collect();
+    if rows.is_empty() {
+        return table::summary(&r.summary, out);
+    }
+    writeln!(out)?;
+    histogram::table(out, &rows)?;
+    writeln!(out)?;
+    for (name, _, l) in &rows {
+        if l.count > 0 {
+            histogram::histogram(out, name, l)?;
+        }
+    }
+    Ok(())
+}
+
+fn one_json(r: &ProcessReport) -> String {
+    if r.events {
+        let timed: Vec<Option<&Latency>> = r.latency.iter().map(Option::as_ref).collect();
+        json::summary_with_latency(&r.summary, &timed, r.lost)
+    } else {
+        json::summary(&r.summary)
+    }
+}
+
+/// One process's report from the reports of the programs it ran in turn
+/// (a process that exec'd, followed with `--follow-exec`): rows of the same
+/// module and function add up, latency merges, lost events add up.
+pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessReport {
+    if reports.len() == 1 {
+        let mut r = reports.remove(0);
+        r.summary.pid = pid;
+        return r;
+    }
+    let mut out =
+        ProcessReport { summary: Summary { pid, probes: Vec::new() }, latency: Vec::new(), events: false, lost: 0 };
+    for r in reports {
+        out.events |= r.events;
+        out.lost += r.lost;
+        // A row joins one of an earlier program's; two functions of one name
+        // in one program (static functions) stay two rows.
+        let earlier = out.summary.probes.len();
+        let mut taken = vec![false; earlier];
+        let latency =
+            if r.latency.len() == r.summary.probes.len() { r.latency } else { vec![None; r.summary.probes.len()] };
+        for (p, l) in r.summary.probes.into_iter().zip(latency) {
+            let same = (0..earlier).find(|&i| {
+                !taken[i] && out.summary.probes[i].func == p.func && out.summary.probes[i].module == p.module
+            });
+            match same {
+                Some(i) => {
+                    taken[i] = true;
+                    let q = &mut out.summary.probes[i];
+                    q.hits += p.hits;
+                    q.address = p.address;
+                    q.enabled = p.enabled;
+                    match (&mut out.latency[i], l) {
+                        (Some(a), Some(b)) => a.merge(&b),
+                        (slot @ None, Some(b)) => *slot = Some(b),
+                        (_, None) => {}
+                    }
+                }
+                None => {
+                    out.summary.probes.push(p);
+                    out.latency.push(l);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One function's total over the processes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Total {
+    /// Function name.
+    pub func: String,
+    /// Module file name.
+    pub module: String,
+    /// How many processes had it probed.
+    pub processes: usize,
+    /// Calls counted in all of them.
+    pub hits: u64,
+    /// Their latency, merged, if any of them timed it.
+    pub latency: Option<Latency>,
+}
+
+/// Totals per (module, function), in the order functions first appear.
+/// The k-th function of a name in a module (static functions) adds to the
+/// k-th total of that name.
+pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
+    let mut out: Vec<Total> = Vec::new();
+    let mut keys: Vec<(String, String, usize)> = Vec::new();
+    for r in reports {
+        let none = vec![None; r.summary.probes.len()];
+        let latency = if r.latency.len() == r.summary.probes.len() { &r.latency } else { &none };
+        let mut seen: Vec<(&str, &str)> = Vec::new();
+        for (p, l) in r.summary.probes.iter().zip(latency) {
+            let k = seen.iter().filter(|(f, m)| *f == p.func && *m == p.module).count();
+            seen.push((&p.func, &p.module));
+            let key = (p.func.clone(), p.module.clone(), k);
+            let at = match keys.iter().position(|x| *x == key) {
+                Some(i) => i,
+                None => {
+                    keys.push(key);
+                    let (func, module) = (p.func.clone(), p.module.clone());
+                    out.push(Total { func, module, processes: 0, hits: 0, latency: None });
+                    out.len() - 1
+                }
+            };
+            let t = &mut out[at];
+            t.processes += 1;
+            t.hits += p.hits;
+            if let Some(l) = l {
+                t.latency.get_or_insert_with(Latency::default).merge(l);
+            }
+        }
+    }
+    out
+}
+
+fn total_json(t: &Total) -> String {
+    let mut o = format!(
+        "{{\"func\":{},\"module\":{},\"processes\":{},\"hits\":{}",
+        json::string(&t.func),
+        json::string(&t.module),
+        t.processes,
+        t.hits
+    );
+    if let Some(l) = &t.latency {
+        o.push_str(&format!(
+            ",\"calls_timed\":{},\"total_ns\":{},\"p50_ns\":{},\"p99_ns\":{}",
+            l.count,
+            l.total_ns,
+            l.quantile_ns(0.5),
+            l.quantile_ns(0.99)
+        ));
+    }
+    o.push('}');
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::ProbeStat;
+
+    fn report(pid: i32, rows: &[(&str, u64)]) -> ProcessReport {
+        let probes = rows
+            .iter()
+            .map(|(f, hits)| ProbeStat {
+                func: f.to_string(),
+                module: "m".into(),
+                address: 0x10,
+                hits: *hits,
+                enabled: true,
+            })
+            .collect();
+        ProcessReport { summary: Summary { pid, probes }, latency: Vec::new(), events: false, lost: 0 }
+    }
+
+    #[test]
+    fn several_processes_have_a_section_each_and_a_total() {
+        let reports = [report(10, &[("foo", 3), ("bar", 1)]), report(11, &[("foo", 4)])];
+        let mut out = Vec::new();
+        write(&mut out, &reports, true, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("process 10:\nFUNCTION"), "{text}");
+        assert!(text.contains("\nprocess 11:\n"), "{text}");
+        let total = text.split("total of 2 processes:\n").nth(1).unwrap();
+        let lines: Vec<&str> = total.lines().collect();
+        assert_eq!(lines[0], "FUNCTION  MODULE  PROCESSES             HITS");
+        assert_eq!(lines[1], "foo       m               2                7");
+        assert_eq!(lines[2], "bar       m               1                1");
+    }
+
+    #[test]
+    fn several_processes_in_json() {
+        let mut out = Vec::new();
+        write(&mut out, &[report(10, &[("foo", 3)]), report(11, &[("foo", 4)])], true, true).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("{\"processes\":[{\"pid\":10,"), "{text}");
+        assert!(
+            text.trim_end().ends_with("\"total\":[{\"func\":\"foo\",\"module\":\"m\",\"processes\":2,\"hits\":7}]}")
+        );
+    }
+
+    #[test]
+    fn programs_of_one_process_add_up() {
+        let merged = merge_programs(10, vec![report(10, &[("foo", 3), ("bar", 1)]), report(10, &[("foo", 4)])]);
+        let rows: Vec<(&str, u64)> = merged.summary.probes.iter().map(|p| (p.func.as_str(), p.hits)).collect();
+        assert_eq!(rows, [("foo", 7), ("bar", 1)]);
+        assert_eq!(merged.latency.len(), 2);
+        // Static functions of one name stay apart, in one program and across two.
+        let one = merge_programs(10, vec![report(10, &[("f", 1), ("f", 2)])]);
+        assert_eq!(one.summary.probes.len(), 2);
+        let two = merge_programs(10, vec![report(10, &[("f", 1), ("f", 2)]), report(10, &[("f", 10), ("f", 20)])]);
+        let hits: Vec<u64> = two.summary.probes.iter().map(|p| p.hits).collect();
+        assert_eq!(hits, [11, 22]);
+    }
+
+    #[test]
+    fn one_process_prints_as_before() {
+        let r = report(10, &[("foo", 3)]);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        write(&mut a, std::slice::from_ref(&r), false, false).unwrap();
+        table::summary(&r.summary, &mut b).unwrap();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,232 @@
+//! Following a process's program while a session runs: the libraries it
+//! loads after the probes went in (dlopen), and the new program it runs
+//! after an exec.
+//!
+//! New libraries are found by polling, not by a hook in the dynamic loader.
+//! [`Follow::code_changed`] reads the process's code sizes (`VmExe`,
+//! `VmLib` in `/proc/PID/status`: the kernel's counters, read without the
+//! target's memory-map lock) every tick of the session; only when they
+//! change does tp read `/proc/PID/maps` and look for the patterns in the
+//! modules it has not searched yet ([`Follow::new_functions`]), and the
+//! session installs those probes with the ordinary stop-the-world attach.
+//! The rendezvous debuggers use, a breakpoint on the loader's
+//! `_dl_debug_state`, needs a trap, and glibc's x86-64 `_dl_debug_state` is
+//! a one-byte `ret`, too short for a jump; docs/design.md says more.
+//!
+//! A pattern keeps looking in new modules while it can still match there:
+//! `module:function` patterns and globs that matched nothing in the
+//! executable look in every new module whose name fits; a plain name looks
+//! until one module defines it.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use crate::probe::region::Region;
+use crate::process;
+use crate::symbols::pattern::{Pattern, module_matches};
+use crate::symbols::{Found, NotFound, ProcessModules};
+
+/// Where a pattern still looks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Looks {
+    /// Nowhere: it matched what it can.
+    Done,
+    /// In every new module whose name fits.
+    EveryNewModule,
+    /// In new modules, until one defines it.
+    UntilFound,
+}
+
+#[derive(Debug, Clone)]
+struct Watch {
+    text: String,
+    pattern: Pattern,
+    looks: Looks,
+}
+
+/// The patterns of one process's session that may still match in modules
+/// it loads later, and the modules already searched.
+#[derive(Debug)]
+pub struct Follow {
+    pid: i32,
+    watches: Vec<Watch>,
+    searched: Vec<(PathBuf, u64)>,
+    code_size: Option<(u64, u64)>,
+}
+
+/// What a look at the modules loaded since found.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The process's modules now.
+    pub modules: ProcessModules,
+    /// The functions to probe in the new ones (none named exactly: one that
+    /// cannot be probed is skipped, not an error).
+    pub found: Vec<Found>,
+    /// The file names of the new modules.
+    pub names: Vec<String>,
+}
+
+/// What the first resolve of a [`Follow`] found.
+#[derive(Debug)]
+pub struct Start {
+    /// Functions to probe now.
+    pub found: Vec<Found>,
+    /// Patterns that match nothing yet, with the reason (`did you mean`...).
+    pub waiting: Vec<String>,
+}
+
+impl Follow {
+    /// Resolves `patterns` in `modules` (process `pid`'s modules now),
+    /// leniently: a pattern that names nothing yet waits for a module that
+    /// defines it instead of failing. Any other lookup error is an error.
+    pub fn start(pid: i32, modules: &ProcessModules, patterns: &[String]) -> Result<(Follow, Start)> {
+        let mut found: Vec<Found> = Vec::new();
+        let mut watches = Vec::new();
+        let mut waiting = Vec::new();
+        for text in patterns {
+            let pattern = Pattern::parse(text);
+            let qualified = pattern.module.is_some();
+            let looks = match modules.resolve(std::slice::from_ref(text)) {
+                Ok(hits) => {
+                    let in_exe = hits.iter().any(|f| f.module == 0);
+                    for f in hits {
+                        if !found.iter().any(|o| o.function.addr == f.function.addr) {
+                            found.push(f);
+                        }
+                    }
+                    if qualified || (pattern.is_glob() && !in_exe) { Looks::EveryNewModule } else { Looks::Done }
+                }
+                Err(e) if e.downcast_ref::<NotFound>().is_some() => {
+                    waiting.push(format!("{e}"));
+                    if qualified || pattern.is_glob() { Looks::EveryNewModule } else { Looks::UntilFound }
+                }
+                Err(e) => return Err(e),
+            };
+            watches.push(Watch { text: text.clone(), pattern, looks });
+        }
+        let searched = (0..modules.len()).filter_map(|i| modules.identity(i)).collect();
+        let follow = Follow { pid, watches, searched, code_size: code_size(pid) };
+        Ok((follow, Start { found, waiting }))
+    }
+
+    /// True if the process's code mappings changed size since the last
+    /// call (or since [`Follow::start`]): a library came or went.
+    pub fn code_changed(&mut self) -> bool {
+        let now = code_size(self.pid);
+        let changed = now.is_some() && now != self.code_size;
+        self.code_size = now.or(self.code_size);
+        changed
+    }
+
+    /// True while some pattern may still match in a module loaded later.
+    pub fn watching(&self) -> bool {
+        self.watches.iter().any(|w| w.looks != Looks::Done)
+    }
+
+    /// The patterns that never matched (plain names still looking).
+    pub fn never_found(&self) -> Vec<String> {
+        self.watches.iter().filter(|w| w.looks == Looks::UntilFound).map(|w| w.text.clone()).collect()
+    }
+
+    /// Reads the process's modules and looks for the waiting patterns in
+    /// the ones not searched yet; `None` when there is no new module.
+    pub fn new_functions(&mut self) -> Result<Option<Loaded>> {
+        let maps = process::read_maps(self.pid)?;
+        let modules = ProcessModules::new(self.pid, &maps)?;
+        let new: Vec<usize> = (0..modules.len())
+            .filter(|&i| modules.identity(i).is_some_and(|id| !self.searched.contains(&id)))
+            .collect();
+        if new.is_empty() {
+            return Ok(None);
+        }
+        self.searched.extend(new.iter().filter_map(|&i| modules.identity(i)));
+        let mut found: Vec<Found> = Vec::new();
+        let mut push = |f: Found| {
+            if !found.iter().any(|o| o.function.addr == f.function.addr) {
+                found.push(f);
+            }
+        };
+        for w in self.watches.iter_mut().filter(|w| w.looks != Looks::Done) {
+            for &i in &new {
+                if w.pattern.module.as_ref().is_some_and(|m| !module_matches(m, &modules.name(i))) {
+                    continue;
+                }
+                let Ok(m) = modules.get(i) else { continue };
+                if w.pattern.is_glob() {
+                    for function in m.matching(&w.pattern.function) {
+                        push(Found { module: i, function, explicit: false });
+                    }
+                } else if m.has_function(&w.pattern.function)
+                    && let Ok(function) = m.function(&w.pattern.function)
+                {
+                    push(Found { module: i, function, explicit: false });
+                    if w.looks == Looks::UntilFound {
+                        w.looks = Looks::Done;
+                        break;
+                    }
+                }
+            }
+        }
+        let names = new.iter().map(|&i| modules.name(i)).collect();
+        Ok(Some(Loaded { modules, found, names }))
+    }
+}
+
+/// `VmExe` and `VmLib` of the process, in kB.
+fn code_size(pid: i32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |key: &str| -> Option<u64> {
+        status.lines().find_map(|l| l.strip_prefix(key)?.trim().strip_suffix("kB")?.trim().parse().ok())
+    };
+    Some((field("VmExe:")?, field("VmLib:")?))
+}
+
+/// What became of a process whose probes tp observes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// It still runs the program tp probed.
+    Same,
+    /// It exited (or is exiting).
+    Exited,
+    /// It runs another program (exec); the path of its executable.
+    Execd(String),
+}
+
+/// Whether process `pid` still runs the program whose data region is
+/// `region`: one `stat` of the region's `/proc/PID/map_files/` entry (a
+/// look-up of one mapping), or, without the privilege that needs, a read
+/// of its memory map. A process that no longer maps the region exited or
+/// exec'd: an exit drops the memory before the process becomes a zombie,
+/// so an empty map for a moment is an exit in progress.
+pub fn change(pid: i32, region: &Region) -> Change {
+    if !process::is_alive(pid) {
+        return Change::Exited;
+    }
+    let range = format!("{:x}-{:x}", region.target_addr(), region.target_addr() + region.len());
+    let maps_region = match std::fs::metadata(format!("/proc/{pid}/map_files/{range}")) {
+        Ok(m) => m.ino() == region.inode(),
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            process::read_maps(pid).is_ok_and(|maps| region.is_mapped_in(&maps))
+        }
+        Err(_) => false,
+    };
+    if maps_region {
+        return Change::Same;
+    }
+    let deadline = Instant::now() + Duration::from_millis(100);
+    loop {
+        match process::status(pid) {
+            Ok(st) if st.state == 'Z' || st.state == 'X' => return Change::Exited,
+            Ok(_) if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| !m.is_empty()) => {
+                let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
+                    .map_or_else(|_| "another program".into(), |p| p.display().to_string());
+                return Change::Execd(exe);
+            }
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            _ => return Change::Exited,
+        }
+    }
+}

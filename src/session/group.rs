@@ -1,0 +1,590 @@
+//! A session over a set of processes: `tp attach -p 12,34`, `--name`, and
+//! the one process `tp run` starts.
+//!
+//! Each [`Member`] is one process with its own attached state: the probes
+//! in the program it runs now, and what the programs it ran before (an exec
+//! followed with `--follow-exec`) counted. Processes attach one after
+//! another, each with the ordinary stop-the-world of its own threads. One
+//! loop observes them all ([`Group::observe`]): it drains each process's
+//! events, redraws the live counts, publishes the metrics for `--listen`,
+//! and every check interval looks at each process: whether it exited,
+//! exec'd ([`follow::change`]) or lost its probes to another tp, and whether
+//! a library it loaded gives a waiting pattern something to probe
+//! ([`follow::Follow`]). It ends on a signal, the duration, or when no
+//! member is left. [`Group::detach`] restores every process still probed
+//! and returns one report per process; dropping the group without it (an
+//! error, a panic) restores them quietly, as [`super::guard::Restore`]
+//! does for one attach.
+//!
+//! A member holds a list of programs so that a process's children (forked
+//! while probes were in) or a later image can join as members or programs
+//! of their own without changing the loop: [`Group::add`] takes any
+//! attached process, and [`Member::programs`] any number of images.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+
+use super::attached::Attached;
+use super::follow::{self, Change, Follow};
+use super::observe::End;
+use super::tracer::{TraceOutput, Tracer};
+use super::{Options, interrupt};
+use crate::escape::text;
+use crate::output::live::Live;
+use crate::output::openmetrics::Series;
+use crate::output::report::{self, ProcessReport};
+use crate::probe::layout::kind;
+use crate::process;
+use crate::symbols::{Found, ProcessModules};
+
+/// How often the loop drains events.
+const TICK: Duration = Duration::from_millis(20);
+/// How often the live display and the published metrics are renewed.
+const DRAW_EVERY: Duration = Duration::from_millis(100);
+
+/// The metrics a session publishes for `--listen`: its series, renewed by
+/// the observe loop and read by the HTTP server's thread, which renders
+/// them in the format each scrape asks for.
+pub type Published = Arc<Mutex<Vec<Series>>>;
+
+/// How a session over several processes behaves.
+#[derive(Debug, Clone, Copy)]
+pub struct Behaviour {
+    /// Several processes were asked for: lines and summaries name them.
+    pub several: bool,
+    /// Probe the same functions again after an exec.
+    pub follow_exec: bool,
+    /// How often each process is looked at (exit, exec, new libraries).
+    pub check_every: Duration,
+    /// Show the live counts on stderr (hidden anyway when it is no terminal).
+    pub live: bool,
+    /// Print one line per process as it attaches and ends.
+    pub announce: bool,
+}
+
+/// One program a member ran, with its probes.
+struct Program {
+    attached: Attached,
+    tracer: Option<Tracer>,
+    /// Its probes are in the running process (not ended by exec, exit or detach).
+    live: bool,
+    /// What it counted, once it ended.
+    report: Option<ProcessReport>,
+}
+
+/// How a member left the session before its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Left {
+    /// The process exited.
+    Exited,
+    /// It exec'd another program, which is not followed.
+    Execd(String),
+    /// Another tp removed its probes.
+    Removed,
+}
+
+/// One process of the session.
+pub struct Member {
+    /// The process.
+    pub pid: i32,
+    programs: Vec<Program>,
+    /// Patterns that may still match in libraries loaded later (`tp run`,
+    /// and a program followed after exec).
+    follow: Option<Follow>,
+    /// Set once the process left the session.
+    pub left: Option<Left>,
+}
+
+impl Member {
+    /// How many programs the member ran under the session.
+    pub fn programs(&self) -> usize {
+        self.programs.len()
+    }
+
+    fn current(&mut self) -> Option<&mut Program> {
+        self.programs.last_mut().filter(|p| p.live)
+    }
+
+    /// The report of every program so far, merged.
+    fn report_now(&self) -> ProcessReport {
+        let reports = self
+            .programs
+            .iter()
+            .map(|p| match &p.report {
+                Some(r) => r.clone(),
+                None => {
+                    let summary = p.attached.summary();
+                    match &p.tracer {
+                        Some(t) => ProcessReport { latency: t.latency(&p.attached), summary, events: true, lost: 0 },
+                        None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 },
+                    }
+                }
+            })
+            .collect();
+        report::merge_programs(self.pid, reports)
+    }
+}
+
+/// The processes of one session.
+pub struct Group {
+    opts: Options,
+    output: TraceOutput,
+    how: Behaviour,
+    /// The members, in the order they joined.
+    pub members: Vec<Member>,
+    live: Option<(Live, Vec<String>)>,
+    published: Option<Published>,
+    done: bool,
+}
+
+impl Group {
+    /// An empty session that probes as `opts` says (its `pid` is ignored)
+    /// and writes events and the summary to `output`.
+    pub fn new(opts: Options, output: TraceOutput, how: Behaviour) -> Group {
+        Group { opts, output, how, members: Vec::new(), live: None, published: None, done: false }
+    }
+
+    /// Renews `published` with the session's metrics while it observes.
+    pub fn publish(&mut self, published: Published) {
+        self.published = Some(published);
+    }
+
+    fn opts_for(&self, pid: i32) -> Options {
+        Options { pid, ..self.opts.clone() }
+    }
+
+    /// Attaches to `pid` with the ordinary attach (names resolved strictly:
+    /// an unknown name is an error), and makes it a member.
+    pub fn attach(&mut self, pid: i32) -> Result<()> {
+        let opts = self.opts_for(pid);
+        let attached = Attached::attach(&opts)?;
+        if self.how.announce {
+            announce(&attached, &opts);
+        }
+        self.add(pid, Some(attached), None);
+        Ok(())
+    }
+
+    /// Makes `pid` a member with its probes (if any yet) and the patterns
+    /// that still wait for a library.
+    pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
+        let programs = attached.into_iter().map(|a| self.program(a)).collect();
+        self.members.push(Member { pid, programs, follow, left: None });
+    }
+
+    fn program(&self, attached: Attached) -> Program {
+        let tracer = (attached.records() != kind::COUNT)
+            .then(|| Tracer::with_output(&attached, &self.opts, self.output.clone()));
+        Program { attached, tracer, live: true, report: None }
+    }
+
+    /// The options of the session.
+    pub fn options(&self) -> &Options {
+        &self.opts
+    }
+
+    /// Observes every member until a signal, `duration`, or until none is
+    /// left (each exited, exec'd away or lost its probes).
+    pub fn observe(&mut self, duration: Option<Duration>) -> Result<End> {
+        let started = Instant::now();
+        let mut next_check = started;
+        let mut next_draw = started;
+        let end = loop {
+            crate::fault::point("observing");
+            if interrupt::interrupted() {
+                break End::Interrupted;
+            }
+            if duration.is_some_and(|d| started.elapsed() >= d) {
+                break End::Duration;
+            }
+            if Instant::now() >= next_check {
+                self.check()?;
+                if self.members.iter().all(|m| m.left.is_some()) {
+                    let removed = self.members.iter().all(|m| m.left == Some(Left::Removed));
+                    break if removed { End::Removed } else { End::TargetExited };
+                }
+                next_check = Instant::now() + self.how.check_every;
+            }
+            std::thread::sleep(TICK.min(self.how.check_every));
+            self.drain();
+            if Instant::now() >= next_draw {
+                self.draw();
+                self.publish_now();
+                next_draw = Instant::now() + DRAW_EVERY;
+            }
+        };
+        if let Some((live, _)) = self.live.take() {
+            live.finish();
+        }
+        Ok(end)
+    }
+
+    /// Drains every live program's events.
+    fn drain(&mut self) {
+        let live = self.live.as_ref().map(|(l, _)| l);
+        for m in &mut self.members {
+            let Some(p) = m.current() else { continue };
+            let Some(t) = &mut p.tracer else { continue };
+            let polled = match live {
+                Some(l) => l.suspend(|| t.poll(&p.attached)),
+                None => t.poll(&p.attached),
+            };
+            if let Err(e) = polled {
+                eprintln!("tp: reading the events of process {}: {}", m.pid, text(&format!("{e:#}")));
+            }
+        }
+    }
+
+    /// The live display: rebuilt when the probes changed, redrawn otherwise.
+    fn draw(&mut self) {
+        if !self.how.live {
+            return;
+        }
+        let several = self.how.several;
+        let mut names = Vec::new();
+        let mut hits = Vec::new();
+        for m in &mut self.members {
+            let pid = m.pid;
+            let Some(p) = m.current() else { continue };
+            for (n, h) in p.attached.names().into_iter().zip(p.attached.hits()) {
+                names.push(if several { format!("{pid} {n}") } else { n });
+                hits.push(h);
+            }
+        }
+        if self.live.as_ref().is_none_or(|(_, shown)| *shown != names) {
+            if let Some((old, _)) = self.live.take() {
+                old.finish();
+            }
+            let title = match (&self.members[..], several) {
+                ([m], false) => format!("tracing process {}; Ctrl-C to detach", m.pid),
+                (ms, _) => format!("tracing {} processes; Ctrl-C to detach", ms.len()),
+            };
+            self.live = Some((Live::titled(title, &names), names));
+        }
+        if let Some((live, _)) = &mut self.live {
+            live.update(&hits);
+        }
+    }
+
+    /// The metrics now, as OpenMetrics series.
+    pub fn series(&self) -> Vec<Series> {
+        self.members.iter().flat_map(|m| series_of(&m.report_now())).collect()
+    }
+
+    fn publish_now(&self) {
+        if let Some(p) = &self.published {
+            let series = self.series();
+            *p.lock().unwrap_or_else(|e| e.into_inner()) = series;
+        }
+    }
+
+    /// Looks at every member still in the session.
+    fn check(&mut self) -> Result<()> {
+        for i in 0..self.members.len() {
+            if self.members[i].left.is_some() {
+                continue;
+            }
+            self.check_member(i)?;
+        }
+        Ok(())
+    }
+
+    fn check_member(&mut self, i: usize) -> Result<()> {
+        let pid = self.members[i].pid;
+        let several = self.how.several;
+        // Removal first: another tp marks the entries removed in the region
+        // before it unmaps it, which would otherwise look like an exec.
+        let removed = self.members[i].current().is_some_and(|p| !p.attached.still_installed());
+        if removed {
+            self.end_program(i);
+            self.members[i].left = Some(Left::Removed);
+            if several {
+                eprintln!("tp: the probes in process {pid} were removed by another tp");
+            }
+            return Ok(());
+        }
+        let change = match self.members[i].current() {
+            Some(p) => follow::change(pid, &p.attached.region),
+            None if process::is_alive(pid) => Change::Same,
+            None => Change::Exited,
+        };
+        match change {
+            Change::Exited => {
+                self.end_program(i);
+                self.members[i].left = Some(Left::Exited);
+                if several {
+                    eprintln!("tp: process {pid} exited");
+                }
+            }
+            Change::Execd(exe) => {
+                self.end_program(i);
+                if self.how.follow_exec {
+                    self.follow_exec(i, &exe)?;
+                } else {
+                    eprintln!(
+                        "tp: process {pid} exec'd {}; its probes went with its old program (--follow-exec probes the new one)",
+                        text(&exe)
+                    );
+                    self.members[i].left = Some(Left::Execd(exe));
+                }
+            }
+            Change::Same => self.load_new_libraries(i),
+        }
+        Ok(())
+    }
+
+    /// Ends the member's live program (exit or exec): drains what is left
+    /// of its events and keeps what it counted.
+    fn end_program(&mut self, i: usize) {
+        let Some(p) = self.members[i].current() else { return };
+        p.live = false;
+        let summary = p.attached.summary();
+        p.report = Some(match p.tracer.take() {
+            Some(mut t) => {
+                let _ = t.poll(&p.attached);
+                t.end(&p.attached, summary)
+            }
+            None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 },
+        });
+    }
+
+    /// After an exec: the same patterns, resolved leniently in the new
+    /// program, probed now; those it lacks are named.
+    fn follow_exec(&mut self, i: usize, exe: &str) -> Result<()> {
+        let pid = self.members[i].pid;
+        let opts = self.opts_for(pid);
+        let started = || -> Result<(Option<Attached>, Follow, Vec<String>)> {
+            let maps = process::read_maps(pid)?;
+            let modules = ProcessModules::new(pid, &maps)?;
+            let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
+            let attached = match start.found.is_empty() {
+                true => None,
+                false => Some(Attached::attach_found(&opts, &modules, start.found, None)?),
+            };
+            Ok((attached, follow, start.waiting))
+        };
+        match started() {
+            Ok((attached, follow, waiting)) => {
+                let n = attached.as_ref().map_or(0, |a| a.names().len());
+                eprintln!("tp: process {pid} exec'd {}; probed {n} function{} in it", text(exe), plural(n));
+                for w in &waiting {
+                    eprintln!("tp: process {pid}: not in the new program: {}", text(w));
+                }
+                if !opts.selection.addrs.is_empty() {
+                    eprintln!("tp: process {pid}: --addr probes are not followed across exec (addresses change)");
+                }
+                let program = attached.map(|a| self.program(a));
+                let m = &mut self.members[i];
+                m.programs.extend(program);
+                m.follow = Some(follow);
+            }
+            Err(e) if !process::is_alive(pid) => {
+                let _ = e;
+                self.members[i].left = Some(Left::Exited);
+            }
+            Err(e) => {
+                eprintln!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
+                self.members[i].left = Some(Left::Execd(exe.to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Probes what the waiting patterns match in libraries the member
+    /// loaded since the last look, if its code mappings changed.
+    fn load_new_libraries(&mut self, i: usize) {
+        let pid = self.members[i].pid;
+        let Some(follow) = self.members[i].follow.as_mut() else { return };
+        if !follow.watching() || !follow.code_changed() {
+            return;
+        }
+        let looked = match follow.new_functions() {
+            Ok(Some(x)) => x,
+            Ok(None) => return,
+            // A process on its way out drops its mappings first: not worth a word.
+            Err(_) if process::has_exited(pid, Duration::from_millis(100)) => return,
+            Err(e) => {
+                eprintln!("tp: process {pid}: cannot read its new libraries: {}", text(&format!("{e:#}")));
+                return;
+            }
+        };
+        let follow::Loaded { modules, found, names } = looked;
+        if found.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        match self.install_more(i, &modules, found) {
+            Ok((added, refused)) => {
+                let skipped =
+                    if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
+                eprintln!(
+                    "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
+                    text(&names.join(", ")),
+                    plural(added),
+                    started.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            Err(_) if process::has_exited(pid, Duration::from_millis(100)) => {}
+            Err(e) => eprintln!(
+                "tp: process {pid} loaded {}; cannot probe it: {}",
+                text(&names.join(", ")),
+                text(&format!("{e:#}"))
+            ),
+        }
+    }
+
+    fn install_more(&mut self, i: usize, modules: &ProcessModules, found: Vec<Found>) -> Result<(usize, usize)> {
+        let pid = self.members[i].pid;
+        if let Some(p) = self.members[i].current() {
+            let added = p.attached.extend(modules, found)?;
+            if let Some(t) = &mut p.tracer {
+                t.refresh(&p.attached);
+            }
+            return Ok(added);
+        }
+        let attached = Attached::attach_found(&self.opts_for(pid), modules, found, None)?;
+        let added = (attached.names().len(), attached.refused);
+        let program = self.program(attached);
+        self.members[i].programs.push(program);
+        Ok(added)
+    }
+
+    /// Restores every process still probed and returns one report per
+    /// member, in the order they joined. `why` is how observing ended.
+    pub fn detach(&mut self, why: End) -> Result<Vec<ProcessReport>> {
+        self.done = true;
+        let several = self.how.several;
+        let mut first_error = None;
+        for i in 0..self.members.len() {
+            let pid = self.members[i].pid;
+            let left = self.members[i].left.clone();
+            let Some(p) = self.members[i].current() else {
+                if !several && self.how.announce {
+                    match left {
+                        Some(Left::Removed) => eprintln!("tp: the probes were removed by another tp; final counts:"),
+                        Some(Left::Exited) => eprintln!("tp: process {pid} exited; final counts:"),
+                        _ => {}
+                    }
+                }
+                continue;
+            };
+            p.live = false;
+            let detached = match p.attached.detach() {
+                Ok(d) => d,
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+            };
+            if self.how.announce {
+                match (detached.target_gone, why, several) {
+                    (true, _, false) => eprintln!("tp: process {pid} exited; final counts:"),
+                    (true, _, true) => eprintln!("tp: process {pid} exited"),
+                    (false, End::Removed, false) => {
+                        eprintln!("tp: the probes were removed by another tp; final counts:")
+                    }
+                    (false, _, _) => eprintln!(
+                        "tp: detached from {pid}, code restored (target stopped {} µs)",
+                        detached.stop_time.as_micros()
+                    ),
+                }
+            }
+            let summary = detached.summary;
+            p.report = Some(match p.tracer.take() {
+                Some(mut t) => {
+                    t.poll(&p.attached)?;
+                    t.end(&p.attached, summary)
+                }
+                None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 },
+            });
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        for m in &self.members {
+            if let Some(f) = &m.follow {
+                for name in f.never_found() {
+                    eprintln!("tp: process {}: `{}` was never found", m.pid, text(&name));
+                }
+            }
+        }
+        Ok(self.members.iter().map(Member::report_now).collect())
+    }
+
+    /// Writes the end-of-session summary of `reports` to the session's output.
+    pub fn write_reports(&mut self, reports: &[ProcessReport]) -> Result<()> {
+        let mut out = self.output.sink.clone();
+        report::write(&mut out, reports, self.how.several, self.opts.json)?;
+        std::io::Write::flush(&mut out)?;
+        if let Some(c) = self.output.chrome.take() {
+            super::tracer::close_chrome(c)?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        if self.done || self.opts.keep {
+            return;
+        }
+        for m in &mut self.members {
+            let pid = m.pid;
+            let Some(p) = m.current() else { continue };
+            p.live = false;
+            // Quiet when it works: the error (or the panic) is the one line.
+            if let Err(e) = p.attached.detach() {
+                eprintln!(
+                    "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
+                    text(&format!("{e:#}"))
+                );
+            }
+        }
+    }
+}
+
+/// The line `tp attach` prints for each process it attached to.
+pub fn announce(attached: &Attached, opts: &Options) {
+    let n = attached.names().len();
+    let pid = attached.pid;
+    if attached.refused > 0 {
+        eprintln!(
+            "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {pid}` says why)",
+            attached.refused
+        );
+    }
+    eprintln!(
+        "tp: attached {n} probe{} to {pid} in {:.1} ms (target stopped {} µs; one thread {} µs for injection)",
+        plural(n),
+        attached.attach_time.as_secs_f64() * 1e3,
+        attached.stop_time.as_micros(),
+        attached.worker_time.as_micros()
+    );
+    if opts.keep {
+        eprintln!(
+            "tp: probes stay in {pid} after tp exits; `tp status -p {pid}` shows counts, `tp detach -p {pid}` removes them"
+        );
+    }
+}
+
+/// The OpenMetrics series of one process's report.
+pub fn series_of(r: &ProcessReport) -> Vec<Series> {
+    r.summary
+        .probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Series {
+            pid: r.summary.pid,
+            module: p.module.clone(),
+            function: p.func.clone(),
+            calls: p.hits,
+            latency: r.latency.get(i).cloned().flatten(),
+        })
+        .collect()
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 { "" } else { "s" }
+}

@@ -1,0 +1,126 @@
+//! `tp run`: a program started under tp, probed before its first
+//! instruction, and let go.
+//!
+//! [`crate::process::launch`] holds the new program at its entry point with
+//! every library the loader maps at startup in place. The patterns are
+//! resolved there, leniently ([`Follow::start`]: one that names nothing yet
+//! waits for a library loaded later), and the probes go in through the
+//! ordinary attach, with the held main thread as its worker
+//! ([`Stopped::adopt`]); then tp lets go: the program runs untraced, its
+//! probes counting without a trap. A [`Group`] of one member observes it,
+//! probes libraries it loads later ([`super::follow`]), follows an exec with
+//! `--follow-exec`, and ends when it exits; tp reaps it and hands back its
+//! exit status. If tp cannot set the probes up, the program is killed
+//! before it runs an instruction of its own.
+
+use std::ffi::OsString;
+use std::time::Instant;
+
+use anyhow::Result;
+
+use super::Options;
+use super::attached::Attached;
+use super::follow::Follow;
+use super::group::{Behaviour, Group};
+use super::interrupt;
+use super::tracer::TraceOutput;
+use crate::escape::text;
+use crate::output::report::ProcessReport;
+use crate::process::launch::{self, Exit, Launch};
+use crate::process::stop::Stopped;
+use crate::process::{self};
+use crate::symbols::ProcessModules;
+
+/// How a run ended.
+#[derive(Debug)]
+pub enum Ran {
+    /// The program ran and ended so.
+    Ended(Exit),
+    /// It could not be started: why, and the shell's status for it.
+    NotStarted(String, u8),
+}
+
+/// Waits for the program when dropped, so that tp never returns before it
+/// (an error after the program was let go leaves it running, and tp is
+/// its parent).
+struct Reaper(Option<i32>);
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            let _ = launch::reap(pid);
+        }
+    }
+}
+
+/// Starts `command` (the program and its arguments), probes what `opts`
+/// selects in it, observes it until it exits, and prints the summary to
+/// `output`. `how` says how the session behaves (`several` and `live` are
+/// ignored: one process, and the program owns the terminal).
+pub fn run(
+    opts: &Options,
+    command: &[OsString],
+    output: TraceOutput,
+    mut how: Behaviour,
+    published: Option<super::group::Published>,
+) -> Result<Ran> {
+    let Some((program, args)) = command.split_first() else { anyhow::bail!("name the program to run after `--`") };
+    let started = Instant::now();
+    let launched = launch::launch(program, args, interrupt::forward_to)?;
+    let pid = match launched {
+        Launch::Failed { why, status } => return Ok(Ran::NotStarted(why, status)),
+        Launch::Ended { pid, exit } => {
+            eprintln!(
+                "tp: process {pid} ({}) {} before its entry point; nothing was probed",
+                text(&program.to_string_lossy()),
+                exit.describe()
+            );
+            return Ok(Ran::Ended(exit));
+        }
+        Launch::AtEntry { pid, .. } => pid,
+    };
+    // From here on, the program is tp's child: tp waits for it on every path.
+    let mut reaper = Reaper(Some(pid));
+    let held = Stopped::adopt(pid);
+    let opts = Options { pid, ..opts.clone() };
+    let maps = process::read_maps(pid)?;
+    let modules = ProcessModules::new(pid, &maps)?;
+    let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
+    let attached = if start.found.is_empty() {
+        held.resume();
+        None
+    } else {
+        Some(Attached::attach_found(&opts, &modules, start.found, Some(held))?)
+    };
+    let n = attached.as_ref().map_or(0, |a| a.names().len());
+    eprintln!(
+        "tp: started {} as process {pid}; {n} probe{} in before its first instruction ({:.1} ms, stopped {} µs)",
+        text(&program.to_string_lossy()),
+        if n == 1 { "" } else { "s" },
+        started.elapsed().as_secs_f64() * 1e3,
+        attached.as_ref().map_or(0, |a| a.stop_time.as_micros())
+    );
+    if let Some(a) = &attached
+        && a.refused > 0
+    {
+        eprintln!("tp: {} of the matched functions cannot be probed and are skipped", a.refused);
+    }
+    for w in &start.waiting {
+        eprintln!("tp: {}; tp probes it if a library loaded later defines it", text(w));
+    }
+    how.several = false;
+    how.live = false;
+    how.announce = false;
+    let mut group = Group::new(opts, output, how);
+    if let Some(p) = published {
+        group.publish(p);
+    }
+    group.add(pid, attached, Some(follow));
+    let why = group.observe(None)?;
+    let reports: Vec<ProcessReport> = group.detach(why)?;
+    reaper.0 = None;
+    let exit = launch::reap(pid)?;
+    eprintln!("tp: process {pid} {}; calls counted:", exit.describe());
+    group.write_reports(&reports)?;
+    Ok(Ran::Ended(exit))
+}
