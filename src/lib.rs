@@ -26,6 +26,18 @@
 
 #![deny(missing_docs)]
 
+/// Writes one line to stderr with a single `write`, so that a line of tp's
+/// is never cut by a line of the traced program, which `tp run` shares
+/// stderr with (`eprintln!` writes each formatted piece separately).
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+    }};
+}
+
 pub mod addr;
 pub mod arch;
 pub mod cli;

@@ -25,7 +25,7 @@ fn main() -> ExitCode {
             .or_else(|| info.payload().downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "unknown panic".into());
         let at = info.location().map_or(String::new(), |l| format!(" at {}:{}", l.file(), l.line()));
-        eprintln!("tp: internal error: {}{at}; please report it", escape::text(&what));
+        tp::say!("tp: internal error: {}{at}; please report it", escape::text(&what));
     }));
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tp::cmd::run(cli)));
     match result {
@@ -39,7 +39,7 @@ fn main() -> ExitCode {
                 return ExitCode::SUCCESS;
             }
             // One line: the error and its causes joined by ": " (anyhow's `{:#}`).
-            eprintln!("tp: {}", escape::text(&format!("{err:#}")));
+            tp::say!("tp: {}", escape::text(&format!("{err:#}")));
             ExitCode::from(1)
         }
         // The hook printed the line; the guards have run while unwinding.
@@ -58,7 +58,7 @@ fn parse_error(e: clap::Error) -> ExitCode {
         let _ = e.print();
         return ExitCode::from(2);
     }
-    eprintln!("tp: {}", one_line(&e.render().to_string()));
+    tp::say!("tp: {}", one_line(&e.render().to_string()));
     ExitCode::from(2)
 }
 

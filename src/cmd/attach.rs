@@ -73,7 +73,7 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     }
     let selected = which.select()?;
     if let (Some(n), Some(name)) = (selected.by_name, &args.targets.name) {
-        eprintln!(
+        crate::say!(
             "tp: --name {} matched {n} process{}: {}",
             crate::escape::text(name),
             if n == 1 { "" } else { "es" },

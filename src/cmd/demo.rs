@@ -89,13 +89,13 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let path = targets_dir().join("counter");
     let mut target = Target::start(&path)?;
     let pid = target.child.id() as i32;
-    eprintln!("tp demo: started {} as process {pid}", path.display());
+    crate::say!("tp demo: started {} as process {pid}", path.display());
 
     let opts = options(&args, pid);
     let funcs = opts.selection.funcs.clone();
     let attached = Attached::attach(&opts)?;
     let guard = crate::session::guard::Restore::new(&attached);
-    eprintln!(
+    crate::say!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         attached.attach_time.as_secs_f64() * 1e3,
         attached.stop_time.as_micros()
@@ -105,9 +105,9 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let stopped = target.ask("stop", "stopped")?;
     let d = guard.detach()?;
     if end == End::Interrupted {
-        eprintln!("tp demo: interrupted");
+        crate::say!("tp demo: interrupted");
     }
-    eprintln!("tp demo: detached, code restored (target stopped {} µs)", d.stop_time.as_micros());
+    crate::say!("tp demo: detached, code restored (target stopped {} µs)", d.stop_time.as_micros());
     print_summary(&d.summary, false)?;
 
     // The facts.
@@ -133,7 +133,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     ];
     let mut all = true;
     for (what, ok) in &checks {
-        eprintln!("tp demo: {} {what}", if *ok { "✓" } else { "✗" });
+        crate::say!("tp demo: {} {what}", if *ok { "✓" } else { "✗" });
         all &= ok;
     }
     Ok(if all { ExitCode::SUCCESS } else { ExitCode::FAILURE })

@@ -41,7 +41,7 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
         None => processes_with_probes(),
     };
     if pids.is_empty() {
-        eprintln!("tp: no process holds tp probes");
+        crate::say!("tp: no process holds tp probes");
     }
     let scope = Scope { named: args.pid.is_some(), force: args.force };
     let mut failed = false;
@@ -50,12 +50,12 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
             Ok(()) => {}
             // It died under our hands: its code is gone with it.
             Err(_) if process::has_exited(pid, std::time::Duration::from_millis(200)) => {
-                eprintln!("tp: process {pid} exited; nothing left to restore");
+                crate::say!("tp: process {pid} exited; nothing left to restore");
             }
             Err(e) => {
                 let e = format!("{e:#}");
                 let e = e.strip_prefix(&format!("process {pid}: ")).unwrap_or(&e);
-                eprintln!("tp: process {pid}: {}", text(e));
+                crate::say!("tp: process {pid}: {}", text(e));
                 failed = true;
             }
         }
@@ -122,7 +122,7 @@ fn release_orphans(pid: i32) -> Result<()> {
     let mem = Memory::open(pid)?;
     let maps = process::read_maps(pid)?;
     if orphan::find(pid, &maps, &mem).is_empty() {
-        eprintln!("tp: process {pid} has no tp probes");
+        crate::say!("tp: process {pid} has no tp probes");
         return Ok(());
     }
     process::check_attachable(pid)?;
@@ -133,13 +133,13 @@ fn release_orphans(pid: i32) -> Result<()> {
     let mut orphans = orphan::find(pid, &maps, &mem);
     orphan::keep_referenced(&stopped, &mem, &maps, &mut orphans)?;
     if region::find(&maps).is_some() || orphans.is_empty() {
-        eprintln!("tp: process {pid} has no tp probes to remove");
+        crate::say!("tp: process {pid} has no tp probes to remove");
         return Ok(());
     }
     stopped.release_all_but_worker();
     orphan::release(&mut stopped, &mem, &maps, &orphans)?;
     stopped.resume();
-    eprintln!(
+    crate::say!(
         "tp: detached from {pid}: released what a killed tp left (code arenas: {}, descriptors: {})",
         orphans.arenas.len(),
         orphans.fds.len()
@@ -166,7 +166,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
                  or remove them anyway with `tp detach -p {pid} --force`"
             );
         }
-        eprintln!("tp: process {pid}: left alone: its probes belong to {}, still running", text(&whose));
+        crate::say!("tp: process {pid}: left alone: its probes belong to {}, still running", text(&whose));
         return Ok(());
     }
     let mem = Memory::open(pid)?;
@@ -176,7 +176,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let removed = remove::remove(&mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
     for r in &removed {
-        eprintln!(
+        crate::say!(
             "tp: {pid}: {} `{}` ({} hits)",
             if r.restored { "restored" } else { "left changed" },
             text(&r.entry.name()),
@@ -189,14 +189,14 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         Some(Kept::InUse { tid }) => format!("tp's memory kept: thread {tid} still refers to it"),
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
     };
-    eprintln!(
+    crate::say!(
         "tp: detached from {pid}: {} probes removed, {memory} (target stopped {} µs)",
         removed.len(),
         stop_time.as_micros()
     );
     if kept == Some(Kept::LiveProbes) && !sharer_pids.is_empty() {
         let list: Vec<String> = sharer_pids.iter().map(|p| p.to_string()).collect();
-        eprintln!(
+        crate::say!(
             "tp: process {pid} shares its probes with {} (forked while they were in); `tp detach -p PID` removes them there",
             list.join(", ")
         );
@@ -206,7 +206,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         if scope.named {
             bail!("left the probes of {whose}, still running; `tp detach -p {pid} --force` removes them too");
         }
-        eprintln!("tp: process {pid}: left the probes of {}, still running", text(&whose));
+        crate::say!("tp: process {pid}: left the probes of {}, still running", text(&whose));
     }
     Ok(())
 }

@@ -76,7 +76,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
                         match modules.get(i) {
                             Ok(m) => out.push((i, rows_of(m, Isa::host(), verbose))),
                             Err(e) => {
-                                eprintln!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
+                                crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
                             }
                         }
                         for _ in 0..100 {

@@ -44,6 +44,6 @@ fn write_all(cmd: clap::Command, dir: &Path) -> Result<()> {
     }
     let page = Man::new(cmd);
     page.generate_to(dir).with_context(|| format!("cannot write `{}`", dir.join(page.get_filename()).display()))?;
-    eprintln!("tp: wrote the manual pages into {}", dir.display());
+    crate::say!("tp: wrote the manual pages into {}", dir.display());
     Ok(())
 }

@@ -32,7 +32,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     let attached = Attached::attach(&opts)?;
     let guard = crate::session::guard::Restore::new(&attached);
     let mut profiler = Profiler::new(&attached, &opts)?;
-    eprintln!(
+    crate::say!(
         "tp: profiling {} functions of {} ({} timed calls each per {} epoch; Ctrl-C to stop){}",
         profiler.functions(),
         args.pid,
@@ -45,11 +45,11 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     let elapsed = started.elapsed().as_secs_f64();
     let d = guard.detach()?;
     if d.target_gone {
-        eprintln!("tp: process {} exited", args.pid);
+        crate::say!("tp: process {} exited", args.pid);
     }
     let (epochs, samples, toggles) = (profiler.epochs, profiler.samples, profiler.toggles());
     let rows = profiler.finish(&attached, &d)?;
-    eprintln!(
+    crate::say!(
         "tp: {epochs} epochs in {elapsed:.1} s: {} toggles/s, {} samples/s",
         thousands((toggles as f64 / elapsed) as u64),
         thousands((samples as f64 / elapsed) as u64),

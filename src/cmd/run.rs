@@ -46,7 +46,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
         Ran::NotStarted(why, status) => {
             let program = args.command.first().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
             let why = why.strip_prefix(&format!("`{program}`: ")).unwrap_or(&why);
-            eprintln!("tp: cannot run `{}`: {}", text(&program), text(why));
+            crate::say!("tp: cannot run `{}`: {}", text(&program), text(why));
             Ok(ExitCode::from(status))
         }
     }

@@ -32,7 +32,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         // Name errors (no such process name) now, not at the first scrape.
         which.select()?;
     }
-    eprintln!("tp: serving the counts of tp's probes at http://{}/metrics; Ctrl-C to stop", listener.local_addr()?);
+    crate::say!("tp: serving the counts of tp's probes at http://{}/metrics; Ctrl-C to stop", listener.local_addr()?);
     let mut warned: Vec<i32> = Vec::new();
     while !interrupt::interrupted() {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
@@ -46,7 +46,7 @@ pub fn run(args: ServeArgs) -> Result<ExitCode> {
         let _ = stream.set_nonblocking(false);
         let _ = http::serve_one(stream, |req| answer(req, || exposition(&which, &mut warned)));
     }
-    eprintln!("tp: stopped serving");
+    crate::say!("tp: stopped serving");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -70,7 +70,7 @@ fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
             })),
             Err(e) if !warned.contains(&pid) => {
                 warned.push(pid);
-                eprintln!("tp: process {pid} left out of the metrics: {}", text(&format!("{e:#}")));
+                crate::say!("tp: process {pid} left out of the metrics: {}", text(&format!("{e:#}")));
             }
             Err(_) => {}
         }
@@ -105,7 +105,7 @@ pub fn start_session_server(addr: &str, any: bool) -> Result<Published> {
     listener.set_nonblocking(false)?;
     let published: Published = Arc::new(Mutex::new(Vec::new()));
     let shared = published.clone();
-    eprintln!("tp: serving this session's metrics at http://{}/metrics", listener.local_addr()?);
+    crate::say!("tp: serving this session's metrics at http://{}/metrics", listener.local_addr()?);
     std::thread::Builder::new().name("tp-metrics".into()).spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream): std::io::Result<TcpStream> = stream else { continue };

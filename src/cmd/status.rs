@@ -31,7 +31,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
         (selected.pids, several)
     };
     if pids.is_empty() && !args.openmetrics && !args.prometheus {
-        eprintln!("tp: no process holds tp probes");
+        crate::say!("tp: no process holds tp probes");
         return Ok(ExitCode::SUCCESS);
     }
     // Named processes must all answer; in a scan of every process, one
@@ -45,7 +45,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
             // Gone since the scan: nothing to say.
             Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
             Err(e) if which.is_empty() => {
-                eprintln!("tp: process {pid}: {}", crate::escape::text(&format!("{e:#}")));
+                crate::say!("tp: process {pid}: {}", crate::escape::text(&format!("{e:#}")));
                 failed = true;
             }
             Err(e) => return Err(e),

@@ -35,7 +35,7 @@ pub fn run(args: ToggleArgs, on: bool) -> Result<ExitCode> {
         if wanted {
             region.set_enabled(i, on)?;
             switched += 1;
-            eprintln!("tp: {} `{}` in {}", if on { "enabled" } else { "disabled" }, text(&name), args.pid);
+            crate::say!("tp: {} `{}` in {}", if on { "enabled" } else { "disabled" }, text(&name), args.pid);
         }
     }
     if switched == 0 {

@@ -401,7 +401,7 @@ impl Drop for PatchGuard<'_> {
                 if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
                     return; // nothing left to restore; the caller reports the exit
                 }
-                eprintln!("tp: warning: cannot restore `{}` at {:#x}: {err}", crate::escape::text(&e.name()), e.site);
+                crate::say!("tp: warning: cannot restore `{}` at {:#x}: {err}", crate::escape::text(&e.name()), e.site);
                 continue;
             }
             let _ = self.region.set_state(i, State::Inactive);

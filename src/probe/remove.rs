@@ -60,7 +60,7 @@ pub fn remove(
             now == e.original()
         };
         if !restored {
-            eprintln!(
+            crate::say!(
                 "tp: warning: the code of `{}` at {:#x} was changed by something else since tp patched it; left as it is",
                 text(&e.name()),
                 e.site

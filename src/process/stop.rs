@@ -347,7 +347,7 @@ fn release_threads(pid: i32, threads: &[StoppedThread]) {
         if let Err(e) = ptrace::detach(t.tid, first)
             && !ptrace::is_gone(&e)
         {
-            eprintln!("tp: warning: cannot detach from thread {}: {e}", t.tid);
+            crate::say!("tp: warning: cannot detach from thread {}: {e}", t.tid);
         }
         for &sig in t.deferred.iter().skip(1) {
             // SAFETY: tgkill with plain integer arguments.

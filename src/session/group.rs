@@ -232,7 +232,7 @@ impl Group {
                 None => t.poll(&p.attached),
             };
             if let Err(e) = polled {
-                eprintln!("tp: reading the events of process {}: {}", m.pid, text(&format!("{e:#}")));
+                crate::say!("tp: reading the events of process {}: {}", m.pid, text(&format!("{e:#}")));
             }
         }
     }
@@ -301,7 +301,7 @@ impl Group {
             self.end_program(i);
             self.members[i].left = Some(Left::Removed);
             if several {
-                eprintln!("tp: the probes in process {pid} were removed by another tp");
+                crate::say!("tp: the probes in process {pid} were removed by another tp");
             }
             return Ok(());
         }
@@ -315,7 +315,7 @@ impl Group {
                 self.end_program(i);
                 self.members[i].left = Some(Left::Exited);
                 if several {
-                    eprintln!("tp: process {pid} exited");
+                    crate::say!("tp: process {pid} exited");
                 }
             }
             Change::Execd(exe) => {
@@ -323,7 +323,7 @@ impl Group {
                 if self.how.follow_exec {
                     self.follow_exec(i, &exe)?;
                 } else {
-                    eprintln!(
+                    crate::say!(
                         "tp: process {pid} exec'd {}; its probes went with its old program (--follow-exec probes the new one)",
                         text(&exe)
                     );
@@ -368,12 +368,12 @@ impl Group {
         match started() {
             Ok((attached, follow, waiting)) => {
                 let n = attached.as_ref().map_or(0, |a| a.names().len());
-                eprintln!("tp: process {pid} exec'd {}; probed {n} function{} in it", text(exe), plural(n));
+                crate::say!("tp: process {pid} exec'd {}; probed {n} function{} in it", text(exe), plural(n));
                 for w in &waiting {
-                    eprintln!("tp: process {pid}: not in the new program: {}", text(w));
+                    crate::say!("tp: process {pid}: not in the new program: {}", text(w));
                 }
                 if !opts.selection.addrs.is_empty() {
-                    eprintln!("tp: process {pid}: --addr probes are not followed across exec (addresses change)");
+                    crate::say!("tp: process {pid}: --addr probes are not followed across exec (addresses change)");
                 }
                 let program = attached.map(|a| self.program(a));
                 let m = &mut self.members[i];
@@ -385,7 +385,7 @@ impl Group {
                 self.members[i].left = Some(Left::Exited);
             }
             Err(e) => {
-                eprintln!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
+                crate::say!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
                 self.members[i].left = Some(Left::Execd(exe.to_string()));
             }
         }
@@ -406,7 +406,7 @@ impl Group {
             // A process on its way out drops its mappings first: not worth a word.
             Err(_) if process::has_exited(pid, Duration::from_millis(100)) => return,
             Err(e) => {
-                eprintln!("tp: process {pid}: cannot read its new libraries: {}", text(&format!("{e:#}")));
+                crate::say!("tp: process {pid}: cannot read its new libraries: {}", text(&format!("{e:#}")));
                 return;
             }
         };
@@ -419,7 +419,7 @@ impl Group {
             Ok((added, refused)) => {
                 let skipped =
                     if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
-                eprintln!(
+                crate::say!(
                     "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
                     text(&names.join(", ")),
                     plural(added),
@@ -427,7 +427,7 @@ impl Group {
                 );
             }
             Err(_) if process::has_exited(pid, Duration::from_millis(100)) => {}
-            Err(e) => eprintln!(
+            Err(e) => crate::say!(
                 "tp: process {pid} loaded {}; cannot probe it: {}",
                 text(&names.join(", ")),
                 text(&format!("{e:#}"))
@@ -463,8 +463,8 @@ impl Group {
             let Some(p) = self.members[i].current() else {
                 if !several && self.how.announce {
                     match left {
-                        Some(Left::Removed) => eprintln!("tp: the probes were removed by another tp; final counts:"),
-                        Some(Left::Exited) => eprintln!("tp: process {pid} exited; final counts:"),
+                        Some(Left::Removed) => crate::say!("tp: the probes were removed by another tp; final counts:"),
+                        Some(Left::Exited) => crate::say!("tp: process {pid} exited; final counts:"),
                         _ => {}
                     }
                 }
@@ -480,12 +480,12 @@ impl Group {
             };
             if self.how.announce {
                 match (detached.target_gone, why, several) {
-                    (true, _, false) => eprintln!("tp: process {pid} exited; final counts:"),
-                    (true, _, true) => eprintln!("tp: process {pid} exited"),
+                    (true, _, false) => crate::say!("tp: process {pid} exited; final counts:"),
+                    (true, _, true) => crate::say!("tp: process {pid} exited"),
                     (false, End::Removed, false) => {
-                        eprintln!("tp: the probes were removed by another tp; final counts:")
+                        crate::say!("tp: the probes were removed by another tp; final counts:")
                     }
-                    (false, _, _) => eprintln!(
+                    (false, _, _) => crate::say!(
                         "tp: detached from {pid}, code restored (target stopped {} µs)",
                         detached.stop_time.as_micros()
                     ),
@@ -506,7 +506,7 @@ impl Group {
         for m in &self.members {
             if let Some(f) = &m.follow {
                 for name in f.never_found() {
-                    eprintln!("tp: process {}: `{}` was never found", m.pid, text(&name));
+                    crate::say!("tp: process {}: `{}` was never found", m.pid, text(&name));
                 }
             }
         }
@@ -536,7 +536,7 @@ impl Drop for Group {
             p.live = false;
             // Quiet when it works: the error (or the panic) is the one line.
             if let Err(e) = p.attached.detach() {
-                eprintln!(
+                crate::say!(
                     "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
                     text(&format!("{e:#}"))
                 );
@@ -550,12 +550,12 @@ pub fn announce(attached: &Attached, opts: &Options) {
     let n = attached.names().len();
     let pid = attached.pid;
     if attached.refused > 0 {
-        eprintln!(
+        crate::say!(
             "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {pid}` says why)",
             attached.refused
         );
     }
-    eprintln!(
+    crate::say!(
         "tp: attached {n} probe{} to {pid} in {:.1} ms (target stopped {} µs; one thread {} µs for injection)",
         plural(n),
         attached.attach_time.as_secs_f64() * 1e3,
@@ -563,7 +563,7 @@ pub fn announce(attached: &Attached, opts: &Options) {
         attached.worker_time.as_micros()
     );
     if opts.keep {
-        eprintln!(
+        crate::say!(
             "tp: probes stay in {pid} after tp exits; `tp status -p {pid}` shows counts, `tp detach -p {pid}` removes them"
         );
     }

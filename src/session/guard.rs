@@ -38,7 +38,7 @@ impl Drop for Restore<'_> {
         // Quiet when it works: the error (or the panic) is the one line.
         match attached.detach() {
             Ok(_) => {}
-            Err(e) => eprintln!(
+            Err(e) => crate::say!(
                 "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
                 text(&format!("{e:#}"))
             ),

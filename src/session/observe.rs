@@ -100,7 +100,7 @@ impl Watcher for LiveView<'_> {
         if let Some(t) = self.tracer.as_deref_mut()
             && let Err(e) = live.suspend(|| t.poll(attached))
         {
-            eprintln!("tp: reading events: {e:#}");
+            crate::say!("tp: reading events: {e:#}");
         }
         if Instant::now() >= self.next_draw {
             live.update(&attached.hits());

@@ -70,7 +70,7 @@ pub fn run(
     let pid = match launched {
         Launch::Failed { why, status } => return Ok(Ran::NotStarted(why, status)),
         Launch::Ended { pid, exit } => {
-            eprintln!(
+            crate::say!(
                 "tp: process {pid} ({}) {} before its entry point; nothing was probed",
                 text(&program.to_string_lossy()),
                 exit.describe()
@@ -93,7 +93,7 @@ pub fn run(
         Some(Attached::attach_found(&opts, &modules, start.found, Some(held))?)
     };
     let n = attached.as_ref().map_or(0, |a| a.names().len());
-    eprintln!(
+    crate::say!(
         "tp: started {} as process {pid}; {n} probe{} in before its first instruction ({:.1} ms, stopped {} µs)",
         text(&program.to_string_lossy()),
         if n == 1 { "" } else { "s" },
@@ -103,10 +103,10 @@ pub fn run(
     if let Some(a) = &attached
         && a.refused > 0
     {
-        eprintln!("tp: {} of the matched functions cannot be probed and are skipped", a.refused);
+        crate::say!("tp: {} of the matched functions cannot be probed and are skipped", a.refused);
     }
     for w in &start.waiting {
-        eprintln!("tp: {}; tp probes it if a library loaded later defines it", text(w));
+        crate::say!("tp: {}; tp probes it if a library loaded later defines it", text(w));
     }
     how.several = false;
     how.live = false;
@@ -120,7 +120,7 @@ pub fn run(
     let reports: Vec<ProcessReport> = group.detach(why)?;
     reaper.0 = None;
     let exit = launch::reap(pid)?;
-    eprintln!("tp: process {pid} {}; calls counted:", exit.describe());
+    crate::say!("tp: process {pid} {}; calls counted:", exit.describe());
     group.write_reports(&reports)?;
     Ok(Ran::Ended(exit))
 }

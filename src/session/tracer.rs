@@ -90,7 +90,7 @@ impl Tracer {
             i.dwarf.as_ref().is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
         }) && opts.selection.kind & kind::ARGS != 0
         {
-            eprintln!(
+            crate::say!(
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort"
             );
         }
@@ -221,7 +221,7 @@ impl Tracer {
     pub fn end(self, attached: &Attached, summary: Summary) -> ProcessReport {
         let lost = Drainer::lost(&attached.region).saturating_sub(self.lost_at_start);
         if lost > 0 {
-            eprintln!("tp: lost {} events (a thread's ring was full; raise --ring-size)", thousands(lost));
+            crate::say!("tp: lost {} events (a thread's ring was full; raise --ring-size)", thousands(lost));
         }
         let latency = self.latency(attached);
         ProcessReport { summary, latency, events: true, lost }
