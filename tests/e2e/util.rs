@@ -95,18 +95,50 @@ impl Lines {
 
 /// Tests that act on every process with probes (`tp detach` without a PID)
 /// take this exclusively; every target holds it shared while it lives.
+/// Within this test binary an RwLock orders the threads; across processes
+/// (two checkouts' test runs on one machine) a lock on one file does.
 static SYSTEM_WIDE: RwLock<()> = RwLock::new(());
+
+/// The machine-wide side of [`SYSTEM_WIDE`].
+const LOCK_FILE: &str = "/tmp/tp-e2e-tests.lock";
+
+/// A hold on the test lock, shared or exclusive; released when dropped.
+pub struct Held {
+    _file: std::fs::File,
+    _here: Either,
+}
+
+enum Either {
+    Read(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Write(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
+fn lock_file() -> std::fs::File {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(LOCK_FILE)
+        .unwrap_or_else(|e| panic!("open {LOCK_FILE}: {e}"))
+}
 
 /// Held shared by a test whose processes get probes without a [`Target`]
 /// (`tp run`'s programs), so that [`system_wide`] tests do not see them.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-pub fn shared() -> RwLockReadGuard<'static, ()> {
-    SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner())
+pub fn shared() -> Held {
+    let here = Either::Read(SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner()));
+    let file = lock_file();
+    file.lock_shared().unwrap_or_else(|e| panic!("lock {LOCK_FILE}: {e}"));
+    Held { _file: file, _here: here }
 }
 
-/// Excludes all other targets while held.
-pub fn system_wide() -> RwLockWriteGuard<'static, ()> {
-    SYSTEM_WIDE.write().unwrap_or_else(|e| e.into_inner())
+/// Excludes all other targets, of this and any other test run, while held.
+pub fn system_wide() -> Held {
+    let here = Either::Write(SYSTEM_WIDE.write().unwrap_or_else(|e| e.into_inner()));
+    let file = lock_file();
+    file.lock().unwrap_or_else(|e| panic!("lock {LOCK_FILE}: {e}"));
+    Held { _file: file, _here: here }
 }
 
 /// A running target program. Killed on drop.
@@ -115,7 +147,7 @@ pub struct Target {
     stdin: ChildStdin,
     pub out: Lines,
     pub pid: i32,
-    _shared: Option<RwLockReadGuard<'static, ()>>,
+    _shared: Option<Held>,
 }
 
 impl Target {
