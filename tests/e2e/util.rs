@@ -125,7 +125,6 @@ fn lock_file() -> std::fs::File {
 
 /// Held shared by a test whose processes get probes without a [`Target`]
 /// (`tp run`'s programs), so that [`system_wide`] tests do not see them.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn shared() -> Held {
     let here = Either::Read(SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner()));
     let file = lock_file();
@@ -152,7 +151,7 @@ pub struct Target {
 
 impl Target {
     pub fn start(name: &str) -> Target {
-        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let guard = shared();
         let mut t = Self::start_unlocked(name);
         t._shared = Some(guard);
         t
@@ -166,7 +165,7 @@ impl Target {
     /// Starts the target program at `path` (one a test built itself).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn start_path(path: &std::path::Path) -> Target {
-        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let guard = shared();
         let mut t = Self::start_path_unlocked(path);
         t._shared = Some(guard);
         t
@@ -180,7 +179,7 @@ impl Target {
     /// command first (another user, descriptors it inherits).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn start_with(name: &str, configure: impl FnOnce(&mut Command)) -> Target {
-        let guard = SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner());
+        let guard = shared();
         let mut cmd = Command::new(target_path(name));
         configure(&mut cmd);
         let mut t = Self::spawn(cmd);
