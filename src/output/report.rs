@@ -7,7 +7,6 @@
 use std::io::{self, Write};
 
 use super::{Summary, histogram, json, table, thousands};
-use crate::escape::text;
 use crate::events::stats::Latency;
 
 /// What one process's probes counted and timed.
@@ -44,8 +43,8 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
         writeln!(out)?;
     }
     writeln!(out, "total of {} processes:", reports.len())?;
-    let name_w = totals.iter().map(|t| text(&t.func).len()).max().unwrap_or(0).max(8);
-    let mod_w = totals.iter().map(|t| text(&t.module).len()).max().unwrap_or(0).max(6);
+    let name_w = table::width(totals.iter().map(|t| t.func.as_str()), 8, table::NAME_MAX);
+    let mod_w = table::width(totals.iter().map(|t| t.module.as_str()), 6, table::MODULE_MAX);
     let timed = totals.iter().any(|t| t.latency.is_some());
     write!(out, "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}", "FUNCTION", "MODULE", "PROCESSES", "HITS")?;
     writeln!(out, "{}", if timed { format!("  {:>9}  {:>10}  {:>10}", "TIMED", "P50", "P99") } else { String::new() })?;
@@ -53,8 +52,8 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
         write!(
             out,
             "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}",
-            text(&t.func),
-            text(&t.module),
+            table::fit(&t.func, name_w),
+            table::fit(&t.module, mod_w),
             t.processes,
             thousands(t.hits)
         )?;

@@ -39,10 +39,10 @@ impl Planner {
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
     pub fn plan(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
-        let extra = cold_targets(&m.elf, m.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: m.bias, facts: &self.facts };
+        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts };
         let plan = (isa.plan_in)(code, f.addr.0, &extra, &image)?;
-        self.entries.check(&plan, m.bias)?;
+        self.entries.check(&plan, f.bias)?;
         Ok(plan)
     }
 
