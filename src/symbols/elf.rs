@@ -384,12 +384,14 @@ fn symtab_functions(elf: &goblin::elf::Elf) -> Vec<FuncSym> {
 /// Function symbols of `.dynsym`, with the versions `.gnu.version` gives
 /// them (`.gnu.version_d` names them).
 fn dynsym_functions(elf: &goblin::elf::Elf) -> Vec<FuncSym> {
-    let version_name = |ndx: u16| -> Option<String> {
-        let verdef = elf.verdef.as_ref()?;
-        let def = verdef.iter().find(|d| d.vd_ndx == ndx)?;
-        let aux = def.iter().next()?;
-        elf.dynstrtab.get_at(aux.vda_name).map(str::to_string)
-    };
+    // Each version's name, read once (a file may hold many symbols and many versions).
+    let mut names: std::collections::HashMap<u16, &str> = std::collections::HashMap::new();
+    for def in elf.verdef.iter().flat_map(|v| v.iter()) {
+        if let Some(name) = def.iter().next().and_then(|aux| elf.dynstrtab.get_at(aux.vda_name)) {
+            names.entry(def.vd_ndx).or_insert(name);
+        }
+    }
+    let version_name = |ndx: u16| names.get(&ndx).map(|n| n.to_string());
     elf.dynsyms
         .iter()
         .enumerate()
@@ -550,6 +552,32 @@ mod tests {
         assert!(data.len() as u64 > info.size, "inflated {} from {}", data.len(), info.size);
         // DWARF unit header: version 2..5 at offset 4.
         assert!((2..=5).contains(&u16::from_le_bytes([data[4], data[5]])));
+    }
+
+    #[test]
+    fn versions_are_split_from_names() {
+        assert_eq!(split_version("malloc"), ("malloc", None));
+        let (name, v) = split_version("pthread_cond_signal@@GLIBC_2.3.2");
+        assert_eq!((name, v.unwrap().to_string()), ("pthread_cond_signal", "@@GLIBC_2.3.2".to_string()));
+        let (name, v) = split_version("pthread_cond_signal@GLIBC_2.2.5");
+        assert_eq!((name, v.unwrap().to_string()), ("pthread_cond_signal", "@GLIBC_2.2.5".to_string()));
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")] // x86-64 glibc keeps an old version of pthread_cond_signal
+    fn dynamic_symbols_keep_their_versions() {
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let elf = ElfFile::open(libc, libc).unwrap();
+        assert!(!elf.has_symtab);
+        let mut versions: Vec<String> = elf
+            .functions
+            .iter()
+            .filter(|f| f.name == "pthread_cond_signal")
+            .map(|f| f.version.as_ref().unwrap().to_string())
+            .collect();
+        versions.sort();
+        assert_eq!(versions, ["@@GLIBC_2.3.2", "@GLIBC_2.2.5"]);
+        assert!(elf.functions.iter().all(|f| f.source == Source::Dynsym));
     }
 
     #[test]

@@ -404,3 +404,63 @@ fn images(elf: &ElfFile, bias: Bias, mappings: &[&Mapping]) -> (Span, Vec<CodeCo
     }
     (span, copies)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test binary's own mappings, and its parsed file.
+    fn own() -> (ElfFile, Vec<Mapping>) {
+        let exe = std::env::current_exe().unwrap();
+        let elf = ElfFile::open(&exe, &exe).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(&exe).unwrap().ino();
+        let maps = crate::process::read_maps(std::process::id() as i32).unwrap();
+        (elf, maps.into_iter().filter(|m| m.inode == ino).collect())
+    }
+
+    #[test]
+    fn a_module_as_loaded_has_no_copies() {
+        let (elf, maps) = own();
+        let refs: Vec<&Mapping> = maps.iter().collect();
+        let first = maps.iter().min_by_key(|m| m.offset).unwrap();
+        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).unwrap();
+        let (span, copies) = images(&elf, bias, &refs);
+        assert_eq!(span, Span { lo: maps[0].start, hi: maps.last().unwrap().end });
+        assert!(copies.is_empty(), "{copies:?}");
+    }
+
+    #[test]
+    fn code_mapped_again_elsewhere_is_a_copy_with_its_own_bias() {
+        let (elf, mut maps) = own();
+        let first = maps.iter().min_by_key(|m| m.offset).unwrap().clone();
+        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).unwrap();
+        let code = maps.iter().find(|m| m.exec).unwrap().clone();
+        // Two pages of its code mapped again, terabytes away (as V8 maps node's builtins).
+        let far = 0x7e00_0000_0000u64;
+        let copy = Mapping { start: far, end: far + 0x2000, offset: code.offset + 0x1000, ..code.clone() };
+        maps.push(copy.clone());
+        let refs: Vec<&Mapping> = maps.iter().collect();
+        let (span, copies) = images(&elf, bias, &refs);
+        assert!(span.hi < far, "the module's own span leaves the copy out: {span:?}");
+        assert_eq!(copies.len(), 1);
+        assert_eq!(copies[0].span, Span { lo: far, hi: far + 0x2000 });
+        // The same file address lies at `code.start + 0x1000` in the module and at `far` in the copy.
+        let file = bias.file(RuntimeAddr(code.start + 0x1000));
+        assert_eq!(copies[0].bias.runtime(file), RuntimeAddr(far));
+        assert!(copies[0].holds(file, 0x100) && !copies[0].holds(file, 0x3000));
+    }
+
+    #[test]
+    fn versions_match_as_written() {
+        let default = Version { name: "GLIBC_2.3.2".into(), default: true };
+        let old = Version { name: "GLIBC_2.2.5".into(), default: false };
+        let want = |s: &str| split_version(s).1;
+        assert!(version_matches(Some(&default), None) && version_matches(None, None));
+        assert!(version_matches(Some(&default), want("x@@GLIBC_2.3.2").as_ref()));
+        assert!(version_matches(Some(&default), want("x@GLIBC_2.3.2").as_ref()));
+        assert!(!version_matches(Some(&old), want("x@@GLIBC_2.2.5").as_ref()));
+        assert!(version_matches(Some(&old), want("x@GLIBC_2.2.5").as_ref()));
+        assert!(!version_matches(None, want("x@GLIBC_2.2.5").as_ref()));
+    }
+}

@@ -300,7 +300,16 @@ impl ProcessModules {
         };
         let m = self.get(i)?;
         let Some(f) = m.function_containing(addr) else {
-            bail!("address {addr:#x} in `{}` is not inside a known function", m.name);
+            let why = if m.elf.has_symtab {
+                String::new()
+            } else {
+                format!(
+                    " (`{}` is stripped, and its unwind table lists no function there: its code was built \
+                     without unwind tables; install its debug symbols or point TP_DEBUG_DIRS at them)",
+                    m.name
+                )
+            };
+            bail!("address {addr:#x} in `{}` is not inside a known function{why}", m.name);
         };
         if f.addr != addr {
             bail!(

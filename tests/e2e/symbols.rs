@@ -5,7 +5,9 @@
 //! (bundled, busybox-static, ripgrep), and output that stays small when
 //! names are long or probes many.
 
+#[cfg(target_arch = "x86_64")] // Debian's binaries and the host-only targets
 use std::io::{Read, Write};
+#[cfg(target_arch = "x86_64")]
 use std::process::{Command, Stdio};
 
 use crate::util::*;
@@ -37,6 +39,7 @@ fn probes(stdout: &str) -> Vec<Probe> {
 }
 
 /// The line of `tp attach` that says how many probes went in.
+#[cfg(target_arch = "x86_64")]
 fn attached_line(stderr: &str) -> &str {
     stderr.lines().find(|l| l.starts_with("tp: attached ")).unwrap_or_else(|| panic!("{stderr}"))
 }
@@ -257,6 +260,7 @@ fn a_stripped_program_is_probed_by_its_unwind_table() {
 }
 
 /// The write syscalls of a process so far (`syscw` of /proc/PID/io).
+#[cfg(target_arch = "x86_64")]
 fn writes(pid: u32) -> u64 {
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap();
     io.lines().find_map(|l| l.strip_prefix("syscw: ")).unwrap().trim().parse().unwrap()
@@ -321,6 +325,7 @@ fn busybox_static_is_probed_whole_and_counts_exactly() {
 }
 
 /// `1234567` as `1,234,567`.
+#[cfg(target_arch = "x86_64")]
 fn thousands(n: usize) -> String {
     tp::output::thousands(n as u64)
 }
