@@ -174,24 +174,22 @@ pub struct Total {
 /// k-th total of that name.
 pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
     let mut out: Vec<Total> = Vec::new();
-    let mut keys: Vec<(String, String, usize)> = Vec::new();
+    // Where each (function, module, how many of that name came before) is
+    // in `out`: linear in the probes, as a probe-all needs.
+    let mut keys: std::collections::HashMap<(&str, &str, usize), usize> = std::collections::HashMap::new();
     for r in reports {
         let none = vec![None; r.summary.probes.len()];
         let latency = if r.latency.len() == r.summary.probes.len() { &r.latency } else { &none };
-        let mut seen: Vec<(&str, &str)> = Vec::new();
+        let mut seen: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
         for (p, l) in r.summary.probes.iter().zip(latency) {
-            let k = seen.iter().filter(|(f, m)| *f == p.func && *m == p.module).count();
-            seen.push((&p.func, &p.module));
-            let key = (p.func.clone(), p.module.clone(), k);
-            let at = match keys.iter().position(|x| *x == key) {
-                Some(i) => i,
-                None => {
-                    keys.push(key);
-                    let (func, module) = (p.func.clone(), p.module.clone());
-                    out.push(Total { func, module, processes: 0, hits: 0, latency: None });
-                    out.len() - 1
-                }
-            };
+            let before = seen.entry((&p.func, &p.module)).or_default();
+            let k = *before;
+            *before += 1;
+            let at = *keys.entry((&p.func, &p.module, k)).or_insert_with(|| {
+                let (func, module) = (p.func.clone(), p.module.clone());
+                out.push(Total { func, module, processes: 0, hits: 0, latency: None });
+                out.len() - 1
+            });
             let t = &mut out[at];
             t.processes += 1;
             t.hits += p.hits;

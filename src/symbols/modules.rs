@@ -181,17 +181,14 @@ impl ProcessModules {
     /// more than one function (or left a version out).
     pub fn resolve_noted(&self, patterns: &[String]) -> Result<Resolution> {
         let mut out = Resolution::default();
+        let mut taken = std::collections::HashSet::new();
         for text in patterns {
             let p = Pattern::parse(text);
             let found = match &p.module {
                 Some(m) => self.resolve_in_named(text, m, &p, &mut out.notes)?,
                 None => self.resolve_anywhere(text, &p, &mut out.notes)?,
             };
-            for f in found {
-                if !out.found.iter().any(|o| o.function.addr == f.function.addr) {
-                    out.found.push(f);
-                }
-            }
+            out.found.extend(found.into_iter().filter(|f| taken.insert(f.function.addr)));
         }
         Ok(out)
     }
