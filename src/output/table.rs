@@ -89,7 +89,7 @@ mod tests {
         let long = format!("<app::Sink<{}> as app::Trait>::matched", "M,".repeat(3000));
         let cell = fit(&long, 20);
         assert_eq!(cell.chars().count(), 20);
-        assert_eq!(cell, "<app::Sink<…::matched");
+        assert_eq!(cell, "<app::Sin…>::matched");
         // Escaped first: what is shortened is the escaped text, safe to print.
         assert_eq!(fit("a\x1bb", 60), "a\\x1bb");
         let probes: Vec<ProbeStat> = (0..3)

@@ -414,9 +414,9 @@ mod tests {
         let exe = std::env::current_exe().unwrap();
         let elf = ElfFile::open(&exe, &exe).unwrap();
         use std::os::unix::fs::MetadataExt;
-        let ino = std::fs::metadata(&exe).unwrap().ino();
+        let meta = std::fs::metadata(&exe).unwrap();
         let maps = crate::process::read_maps(std::process::id() as i32).unwrap();
-        (elf, maps.into_iter().filter(|m| m.inode == ino).collect())
+        (elf, maps.into_iter().filter(|m| m.inode == meta.ino() && m.dev == meta.dev()).collect())
     }
 
     #[test]

@@ -206,7 +206,9 @@ fn node_counts_accepted_connections_exactly() {
     let maps = tp::process::read_maps(pid).unwrap();
     let code: Vec<&tp::process::Mapping> = maps.iter().filter(|m| m.exec && m.inode != 0).collect();
     let remapped = code.iter().any(|a| {
-        code.iter().any(|b| a.inode == b.inode && a.start.wrapping_sub(a.offset) != b.start.wrapping_sub(b.offset))
+        code.iter().any(|b| {
+            (a.inode, &a.path) == (b.inode, &b.path) && a.start.wrapping_sub(a.offset) != b.start.wrapping_sub(b.offset)
+        })
     });
     assert!(
         remapped,
