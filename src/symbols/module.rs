@@ -89,8 +89,7 @@ impl Module {
                 Host::NAME
             );
         }
-        let first = mappings.iter().min_by_key(|m| m.offset).context("the module is not mapped")?;
-        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).context("cannot compute the load bias")?;
+        let bias = load_bias(&elf, mappings).context("cannot compute the load bias")?;
         let (span, copies) = images(&elf, bias, mappings);
         let mut m = Module::with(elf, path, root, bias, span);
         m.copies = copies;
@@ -370,6 +369,23 @@ fn version_matches(have: Option<&Version>, want: Option<&Version>) -> bool {
     }
 }
 
+/// The load bias of `elf` from its mappings: that of the mapping of the
+/// lowest file offset (the loader maps the file from its start), among
+/// those with which an executable mapping agrees. A mapping of the file
+/// made otherwise (a copy of its code, or the file mapped to be read, as a
+/// Rust backtrace maps its own executable) is passed over.
+fn load_bias(elf: &ElfFile, mappings: &[&Mapping]) -> Option<Bias> {
+    let mut by_offset: Vec<&&Mapping> = mappings.iter().collect();
+    by_offset.sort_by_key(|m| (m.offset, m.start));
+    let agrees = |bias: Bias| {
+        let deltas: Vec<u64> =
+            elf.segments.iter().map(|s| bias.runtime(FileAddr(s.vaddr)).0.wrapping_sub(s.offset)).collect();
+        mappings.iter().any(|m| m.exec && deltas.contains(&m.start.wrapping_sub(m.offset)))
+    };
+    let biases = by_offset.iter().filter_map(|m| elf.bias_from(RuntimeAddr(m.start), m.offset));
+    biases.clone().find(|&b| agrees(b)).or_else(|| biases.into_iter().next())
+}
+
 /// The span of the mappings of `elf` at `bias` (the module as the loader
 /// mapped it), and the copies of its code mapped elsewhere: executable
 /// mappings of the file whose address and offset agree with no segment at
@@ -426,8 +442,12 @@ mod tests {
         let first = maps.iter().min_by_key(|m| m.offset).unwrap();
         let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).unwrap();
         let (span, copies) = images(&elf, bias, &refs);
-        assert_eq!(span, Span { lo: maps[0].start, hi: maps.last().unwrap().end });
+        // Every mapping the loader made is in the span; a mapping of the
+        // file made otherwise (a backtrace's symbolizer maps it to read its
+        // debug information) is neither in it nor a copy of its code.
+        assert!(maps.iter().filter(|m| m.exec).all(|m| span.lo <= m.start && m.end <= span.hi));
         assert!(copies.is_empty(), "{copies:?}");
+        assert_eq!(load_bias(&elf, &refs), Some(bias));
     }
 
     #[test]
@@ -436,13 +456,17 @@ mod tests {
         let first = maps.iter().min_by_key(|m| m.offset).unwrap().clone();
         let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).unwrap();
         let code = maps.iter().find(|m| m.exec).unwrap().clone();
+        // The file mapped whole to be read, below the module: not where it was loaded.
+        let low = 0x10_0000u64;
+        maps.push(Mapping { start: low, end: low + 0x1000, offset: 0, exec: false, ..code.clone() });
         // Two pages of its code mapped again, terabytes away (as V8 maps node's builtins).
         let far = 0x7e00_0000_0000u64;
         let copy = Mapping { start: far, end: far + 0x2000, offset: code.offset + 0x1000, ..code.clone() };
         maps.push(copy.clone());
         let refs: Vec<&Mapping> = maps.iter().collect();
+        assert_eq!(load_bias(&elf, &refs), Some(bias));
         let (span, copies) = images(&elf, bias, &refs);
-        assert!(span.hi < far, "the module's own span leaves the copy out: {span:?}");
+        assert!(span.lo > low && span.hi < far, "the module's own span leaves the others out: {span:?}");
         assert_eq!(copies.len(), 1);
         assert_eq!(copies[0].span, Span { lo: far, hi: far + 0x2000 });
         // The same file address lies at `code.start + 0x1000` in the module and at `far` in the copy.
