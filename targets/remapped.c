@@ -10,7 +10,8 @@
  *
  * `hop` (position-independent, no data) starts a page, which is mapped a
  * second time at the start of a 128 MiB PROT_NONE reservation, as V8's
- * code range; `stay` is ordinary code outside that page.
+ * code range, at least 8 GiB from the program's own code; `stay` is
+ * ordinary code outside that page.
  *
  * Commands (one per line on stdin; each answer is one line on stdout):
  *   where           -> "copy at=A of=B" (hop's address in the copy and in the file's own mapping)
@@ -50,6 +51,12 @@ static inline uint64_t stay_ref(uint64_t x)
 	return x * 3 + (x >> 3);
 }
 
+/* A code range: RESERVATION bytes of PROT_NONE, near `hint` if free. */
+static char *reserve(void *hint)
+{
+	return mmap(hint, RESERVATION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+}
+
 /* Maps the page holding `code` again inside a fresh PROT_NONE reservation,
  * from the file /proc/self/maps names for it; returns `code`'s address in
  * the copy. */
@@ -74,7 +81,16 @@ static uint64_t (*remap(void *code))(uint64_t)
 		exit(2);
 	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	char *range = mmap(NULL, RESERVATION, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	char *range = reserve(NULL);
+	/* A static-pie lives where mmap places things, at the top: then
+	 * reserve 64 GiB below it (above it, if it is low), terabytes away as
+	 * node's copy is. */
+	uintptr_t distance = (uintptr_t)range > page ? (uintptr_t)range - page : page - (uintptr_t)range;
+	if (range != MAP_FAILED && distance < (8ul << 30)) {
+		munmap(range, RESERVATION);
+		uintptr_t far = page > (128ul << 30) ? page - (64ul << 30) : page + (64ul << 30);
+		range = reserve((void *)(far & ~(PAGE - 1)));
+	}
 	if (fd < 0 || range == MAP_FAILED) {
 		perror("remapped: open or reserve");
 		exit(2);

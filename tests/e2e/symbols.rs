@@ -147,7 +147,8 @@ fn one_name_means_every_copy_of_a_generic() {
 // ---- Code mapped twice (node's V8 does it; a bundled target does it too) ----
 
 /// `remapped` maps the page holding `hop` a second time inside a 128 MiB
-/// reservation near the top of the address space, as V8 maps node's
+/// reservation far from the rest of its code (near the top of the address
+/// space, or 64 GiB from a static-pie that lives there), as V8 maps node's
 /// builtins: the attach must place its code near each probed site, not
 /// near the whole module, and a probe on `hop` goes on both copies.
 #[test]
@@ -156,7 +157,7 @@ fn code_mapped_twice_is_probed_where_it_runs() {
         let mut t = Target::start(target);
         let where_ = t.ask("where", "copy");
         let (copy, own) = (field(&where_, "at"), field(&where_, "of"));
-        assert!(copy.abs_diff(own) > 1 << 32, "the copy lies far from the module: {where_}");
+        assert!(copy.abs_diff(own) > 8 << 30, "the copy lies far from the module: {where_}");
         let (got, stderr, answers) =
             count(&mut t, &functions(&["hop", "stay"]), &["call hop 1000", "call stay 700"], &[]);
         assert_eq!(field(&answers[0], "own"), 1000);
