@@ -102,6 +102,9 @@ pub fn prepare(
         None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
     };
     crate::fault::point("after-inject");
+    // The region just mapped may sit where an arena for another site would
+    // have gone (right below a copy of code that mmap placed at the top).
+    let maps = if created_region { process::read_maps(pid).context("reading the target's memory map")? } else { maps };
     let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
     Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
 }
