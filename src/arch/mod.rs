@@ -361,9 +361,12 @@ impl Detour {
     }
 }
 
-/// Syscall numbers tp makes in the target.
+/// Syscall numbers tp makes in the target, and the architecture a seccomp
+/// filter sees them made from.
 #[derive(Debug, Clone, Copy)]
 pub struct Syscalls {
+    /// The AUDIT_ARCH_* value of `struct seccomp_data`'s `arch`.
+    pub audit_arch: u32,
     /// mmap.
     pub mmap: u64,
     /// munmap.
@@ -374,6 +377,21 @@ pub struct Syscalls {
     pub ftruncate: u64,
     /// close.
     pub close: u64,
+}
+
+impl Syscalls {
+    /// The name of syscall `nr`, if it is one of these.
+    pub fn name(&self, nr: u64) -> Option<&'static str> {
+        [
+            (self.mmap, "mmap"),
+            (self.munmap, "munmap"),
+            (self.memfd_create, "memfd_create"),
+            (self.ftruncate, "ftruncate"),
+            (self.close, "close"),
+        ]
+        .into_iter()
+        .find_map(|(n, name)| (n == nr).then_some(name))
+    }
 }
 
 /// [`Arch::plan`] as a function pointer.
