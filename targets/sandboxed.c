@@ -11,6 +11,9 @@
  *   kill-mmap-exec   mmap with PROT_EXEC kills the process
  *   errno-mmap-exec  mmap with PROT_EXEC fails with EPERM
  *   trap-munmap      munmap raises SIGSYS (TRAP)
+ *   errno-mmap-fd    mmap of a file descriptor other than 0 (and -1,
+ *                    anonymous) fails with EACCES: tp learns the memfd's
+ *                    descriptor only once it exists
  *   allow            everything tp needs runs: close is logged (LOG),
  *                    reboot kills, the rest is allowed; a second filter
  *                    answers ERRNO for kexec_load
@@ -95,6 +98,22 @@ static void deny_mmap_exec(unsigned ret)
 	install(f, sizeof f / sizeof *f);
 }
 
+/* EACCES for mmap of a descriptor that is neither 0 nor -1. */
+static void deny_mmap_fd(void)
+{
+	struct sock_filter f[] = {
+		ARCH_CHECK,
+		LD(nr),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_mmap, 0, 4),
+		LD_ARG_LO(4),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffff, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 1, 0),
+		RET(SECCOMP_RET_ERRNO | EACCES),
+		RET(SECCOMP_RET_ALLOW),
+	};
+	install(f, sizeof f / sizeof *f);
+}
+
 static void allow_what_tp_needs(void)
 {
 	struct sock_filter f[] = {
@@ -150,6 +169,8 @@ int main(int argc, char **argv)
 		deny_mmap_exec(SECCOMP_RET_ERRNO | EPERM);
 	else if (strcmp(mode, "trap-munmap") == 0)
 		deny(SYS_munmap, SECCOMP_RET_TRAP);
+	else if (strcmp(mode, "errno-mmap-fd") == 0)
+		deny_mmap_fd();
 	else if (strcmp(mode, "allow") == 0)
 		allow_what_tp_needs();
 	else if (strcmp(mode, "strict") != 0 && strcmp(mode, "none") != 0) {

@@ -8,9 +8,17 @@ use std::process::Command;
 
 use crate::util::*;
 
-/// The target's memory map, line by line.
+/// The target's memory map, and its open descriptors with what they are.
 fn maps_of(pid: i32) -> String {
-    std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap()
+    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            format!("{} -> {}", e.file_name().to_string_lossy(), std::fs::read_link(e.path()).unwrap().display())
+        })
+        .collect();
+    fds.sort();
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap() + &fds.join("\n")
 }
 
 /// Asserts the target still answers and computes right, then quits cleanly.
@@ -34,6 +42,13 @@ fn filters_that_would_kill_or_fail_a_call_are_refused_and_nothing_changes() {
             "answers mmap(PROT_READ|PROT_EXEC, MAP_PRIVATE|MAP_ANONYMOUS|MAP_FIXED_NOREPLACE) with ERRNO(1)",
         ),
         ("trap-munmap", "answers munmap with TRAP(0): the thread would get SIGSYS"),
+        // Refused only with the call's actual arguments (the memfd's
+        // descriptor), after tp mapped its code arena and created the
+        // memfd: both are undone.
+        (
+            "errno-mmap-fd",
+            "answers mmap(PROT_READ|PROT_WRITE, MAP_SHARED) with ERRNO(13): the call would fail: Permission denied",
+        ),
     ];
     for (mode, why) in cases {
         let t = Target::start_with("sandboxed", |c| {
