@@ -255,7 +255,8 @@ pub fn records_of(k: u32) -> Records {
 }
 
 /// Where probe `index`'s detour finds its flag, counters and runtime.
-fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<RuntimeAddrs>) -> DetourSpec {
+fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Option<RuntimeAddrs>) -> DetourSpec {
+    let kind = req.kind;
     DetourSpec {
         probe_index: index,
         records: records_of(kind),
@@ -266,6 +267,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
         countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
+        abi: req.abi,
     }
 }
 
@@ -367,7 +369,7 @@ fn reuse(
                 _ => continue,
             }
         };
-        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req.kind, runtime)) else {
+        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req, runtime)) else {
             continue;
         };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
@@ -432,7 +434,7 @@ fn place_detour(
             (_, r) => (r, a.addr + a.used),
         };
         let runtime = needs_runtime.then(|| runtime_addrs(region, runtime_at));
-        let spec = spec_for(region, h, index, req.kind, runtime);
+        let spec = spec_for(region, h, index, req, runtime);
         let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
         if at + detour.bytes.len() as u64 > a.addr + a.size {
             slot += 1;

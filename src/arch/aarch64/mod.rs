@@ -8,6 +8,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
@@ -48,6 +49,18 @@ impl Arch for AArch64 {
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         decode::branch_targets(code, addr)
+    }
+
+    fn go_int_args() -> usize {
+        16
+    }
+
+    fn go_stack_check(code: &[u8], addr: u64) -> Option<usize> {
+        golang::stack_check_len(code, addr)
+    }
+
+    fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
+        golang::one_instruction_site(code, addr, from)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
@@ -117,6 +130,10 @@ impl Arch for AArch64 {
 
     fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
         regs::set(tid, r)
+    }
+
+    fn go_g(r: &regs::Regs) -> u64 {
+        r.pt.regs[28]
     }
 
     fn pc(r: &regs::Regs) -> u64 {

@@ -6,6 +6,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod golang;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
@@ -68,6 +69,18 @@ impl Arch for X86_64 {
         decode::branch_targets(code, addr)
     }
 
+    fn go_int_args() -> usize {
+        9
+    }
+
+    fn go_stack_check(code: &[u8], addr: u64) -> Option<usize> {
+        golang::stack_check_len(code, addr)
+    }
+
+    fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
+        golang::one_instruction_site(code, addr, from)
+    }
+
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
         detour::build(plan, at, spec)
     }
@@ -116,6 +129,10 @@ impl Arch for X86_64 {
 
     fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
         regs::set(tid, r)
+    }
+
+    fn go_g(r: &regs::Regs) -> u64 {
+        r.r14
     }
 
     fn pc(r: &regs::Regs) -> u64 {
