@@ -383,6 +383,9 @@ pub enum Abi {
     /// Go's register-based internal ABI (ABIInternal, Go 1.17 and later):
     /// its own sequence of integer argument registers ([`Arch::go_int_args`]).
     Go,
+    /// Go's stack-based ABI (ABI0: assembly, and all Go code before the
+    /// register ABI): no argument is in a register.
+    GoStack,
 }
 
 /// [`Arch::goroutine_stack`] of the goroutine `g` with stack pointer `sp`.
@@ -658,6 +661,7 @@ pub trait Arch {
         match abi {
             Abi::C => c_arg_registers(params, Self::ARG_REGS),
             Abi::Go => go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
+            Abi::GoStack => vec![None; params.len()],
         }
     }
 

@@ -47,7 +47,8 @@ pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
     if records & kind::ARGS != 0 && go.stack_check == 0 {
         return Err(Refusal::GoNoStackCheck);
     }
-    Ok(Abi::Go)
+    // Assembly (and the ABI wrappers around it) keeps Go's stack-based ABI.
+    Ok(if f.symbol.ends_with(".abi0") { Abi::GoStack } else { Abi::Go })
 }
 
 /// Resolves `patterns` and `addrs` in `modules` and plans each function,
@@ -93,7 +94,7 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                 // The long form goes at the entry, before Go's stack check,
                 // and has an interior: not for Go code.
                 let long = match abi {
-                    Abi::Go => Err(Refusal::GoPreemptible),
+                    Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
                     Abi::C => plan_long(m, &function),
                 };
                 requests.push(Request { long, function, plan, span: m.span, kind, abi })

@@ -121,7 +121,7 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
             }
             match e.tag() {
                 gimli::DW_TAG_compile_unit | gimli::DW_TAG_partial_unit if depth == 0 => {
-                    abi = if is_go_unit(&dwarf, &unit, e)? { Abi::Go } else { Abi::C };
+                    abi = unit_abi(&dwarf, &unit, e)?;
                 }
                 gimli::DW_TAG_subprogram => {
                     if e.attr_value(gimli::DW_AT_declaration).is_some() {
@@ -188,7 +188,7 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
                         (None, Some(AttributeValue::DebugInfoRef(at))) => foreign.describe(&dwarf, at)?,
                         _ => ("?".into(), Type::Other, None),
                     };
-                    let result = abi == Abi::Go
+                    let result = matches!(abi, Abi::Go | Abi::GoStack)
                         && matches!(e.attr_value(gimli::DW_AT_variable_parameter), Some(AttributeValue::Flag(true)));
                     let f = &mut out.functions[i];
                     if !result {
@@ -256,14 +256,22 @@ impl<'a> Foreign<'a> {
     }
 }
 
-/// True if the unit `e` heads is Go's (its language, or its producer).
-fn is_go_unit(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Result<bool> {
-    if let Some(AttributeValue::Language(lang)) = e.attr_value(gimli::DW_AT_language) {
-        return Ok(lang == gimli::DW_LANG_Go);
-    }
-    Ok(match e.attr_value(gimli::DW_AT_producer) {
-        Some(v) => dwarf.attr_string(unit, v)?.to_string_lossy().starts_with("Go cmd/compile"),
-        None => false,
+/// The calling convention of the unit `e` heads: Go's when its language or
+/// its producer (`Go cmd/compile go1.19; regabi`) says Go, with registers
+/// when the producer names the register ABI.
+fn unit_abi(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Result<Abi> {
+    let producer = match e.attr_value(gimli::DW_AT_producer) {
+        Some(v) => dwarf.attr_string(unit, v)?.to_string_lossy().into_owned(),
+        None => String::new(),
+    };
+    let go = match e.attr_value(gimli::DW_AT_language) {
+        Some(AttributeValue::Language(lang)) => lang == gimli::DW_LANG_Go,
+        _ => producer.starts_with("Go cmd/compile"),
+    };
+    Ok(match (go, producer.contains("regabi")) {
+        (false, _) => Abi::C,
+        (true, true) => Abi::Go,
+        (true, false) => Abi::GoStack,
     })
 }
 

@@ -15,14 +15,24 @@ use std::sync::OnceLock;
 use crate::util::*;
 
 /// The Go program, built once per test run: pure Go, or with cgo (it then
-/// links the C library, whose threads it runs on).
-fn build(cgo: bool) -> PathBuf {
+/// links the C library, whose threads it runs on), or stripped of its
+/// symbols and DWARF.
+fn build(cgo: bool, stripped: bool) -> PathBuf {
     need("go");
     let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go");
     let targets = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets");
-    let out = tmp.join(if cgo { "goroutines-cgo" } else { "goroutines" });
+    let name = match (cgo, stripped) {
+        (true, _) => "goroutines-cgo",
+        (false, true) => "goroutines-stripped",
+        (false, false) => "goroutines",
+    };
+    let out = tmp.join(name);
     let mut cmd = Command::new("go");
-    cmd.args(["build", "-o"]).arg(&out).arg(targets.join("goroutines.go"));
+    cmd.arg("build");
+    if stripped {
+        cmd.arg("-ldflags=-s -w");
+    }
+    cmd.arg("-o").arg(&out).arg(targets.join("goroutines.go"));
     if cgo {
         cmd.arg(targets.join("goroutines_cgo.go"));
     }
@@ -41,12 +51,12 @@ fn build(cgo: bool) -> PathBuf {
 
 fn program() -> &'static PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| build(false))
+    BUILT.get_or_init(|| build(false, false))
 }
 
 fn program_cgo() -> &'static PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| build(true))
+    BUILT.get_or_init(|| build(true, false))
 }
 
 fn start() -> Target {
@@ -98,6 +108,46 @@ fn calls_are_counted_exactly_through_stack_growth() {
     assert_code_is_original(&t, &["main.fib", "main.deep", "main.leaf"]);
     assert!(!has_region(t.pid));
     assert!(t.quit().success());
+}
+
+/// Go's function table says which functions are Go's and where goexit is,
+/// also in a stripped binary: the same as the symbols of the full build.
+#[test]
+fn go_code_is_known_without_symbols() {
+    use tp::symbols::ElfFile;
+    use tp::symbols::golang::GoModule;
+    let full = ElfFile::open(program(), program()).unwrap();
+    let path = build(false, true);
+    let stripped = ElfFile::open(&path, &path).unwrap();
+    assert!(stripped.functions.is_empty() && !stripped.has_dwarf(), "the build is not stripped");
+    let (go_full, go_stripped) = (GoModule::of(&full).unwrap(), GoModule::of(&stripped).unwrap());
+    assert!(go_full.functions() > 1000, "{}", go_full.functions());
+    assert_eq!(go_full, go_stripped);
+    for f in full.functions.iter().filter(|f| f.size > 0) {
+        assert!(go_stripped.is_go(f.addr), "{} is Go code", f.name);
+    }
+    let goexit = full.functions.iter().find(|f| f.name == "runtime.goexit.abi0").expect("goexit");
+    assert!(go_stripped.is_stack_return(goexit.addr, ""), "goexit is found by its address");
+    let fib = full.functions.iter().find(|f| f.name == "main.fib").unwrap();
+    assert!(!go_stripped.is_stack_return(fib.addr, ""));
+    // In a cgo build, the C functions are not Go code.
+    let cgo = ElfFile::open(program_cgo(), program_cgo()).unwrap();
+    let go_cgo = GoModule::of(&cgo).unwrap();
+    let c = cgo.functions.iter().find(|f| f.name.ends_with("Cfunc_getpid") && f.size > 0).expect("the C stub");
+    assert!(!go_cgo.is_go(c.addr), "{} is C", c.name);
+    assert!(go_cgo.is_go(cgo.functions.iter().find(|f| f.name == "main.fib").unwrap().addr));
+    // The C program is no Go code.
+    let counter = target_path("counter");
+    assert_eq!(GoModule::of(&ElfFile::open(&counter, &counter).unwrap()), None);
+}
+
+#[test]
+fn goexit_is_refused_by_name() {
+    let t = start();
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "runtime.goexit.abi0"], "cannot probe `runtime.goexit.abi0`");
+    assert!(line.contains("return address at the bottom of every goroutine's stack"), "{line}");
+    assert!(!has_region(t.pid));
 }
 
 #[test]
