@@ -124,7 +124,8 @@ pub fn prepare(
 /// says in the error what could not be unmapped.
 fn undo_mappings(caller: &mut RemoteCaller, err: anyhow::Error) -> anyhow::Error {
     let left = caller.unmap_mapped();
-    if left.is_empty() {
+    // A process that is gone keeps nothing: the error says why it failed.
+    if left.is_empty() || !process::is_alive(caller.pid()) {
         return err;
     }
     let list: Vec<String> = left.iter().map(|(a, len)| format!("{a:#x} ({len} bytes)")).collect();

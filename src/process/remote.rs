@@ -63,6 +63,11 @@ impl<'s> RemoteCaller<'s> {
         Ok(RemoteCaller { stopped, pid, tid, saved, insn, deferred_signals: Vec::new(), mapped: Vec::new() })
     }
 
+    /// The process.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
     /// The thread making the calls.
     pub fn tid(&self) -> Pid {
         self.tid
