@@ -82,9 +82,10 @@ pub fn stack_check_len(code: &[u8], addr: u64) -> Option<usize> {
 
 /// The offset of the first instruction of at least 5 bytes from `from` on,
 /// passing over nothing but the instructions that set up a frame (`sub
-/// rsp, N`, `push rbp`, `mov [rsp + d], rbp`, `mov rbp, rsp`, `lea rbp,
-/// [rsp + d]`), which leave the arguments as they were; None if something
-/// else comes first.
+/// rsp, N`, `add rsp, -N`, `push rbp`, `mov rbp, rsp`, `lea rbp, [rsp +
+/// d]`) and store registers on the stack (`mov [rsp + d], rbp`, spills of
+/// the arguments), which leave every register but rsp and rbp as it was;
+/// None if something else comes first.
 pub fn one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
     let rest = code.get(from..)?;
     let mut d = Decoder::with_ip(64, rest, addr + from as u64, DecoderOptions::NONE);
@@ -98,13 +99,22 @@ pub fn one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize
             return Some(at);
         }
         let reg = |k: u32| i.op_kind(k) == OpKind::Register;
+        let on_stack = i.op0_kind() == OpKind::Memory
+            && i.memory_base() == Register::RSP
+            && i.memory_index() == Register::None
+            && i.segment_prefix() == Register::None;
         let frame = match i.code() {
             Code::Sub_rm64_imm8 | Code::Sub_rm64_imm32 => reg(0) && i.op0_register() == Register::RSP,
+            // Go writes `add rsp, -128` where `sub rsp, 128` would need an imm32.
+            Code::Add_rm64_imm8 | Code::Add_rm64_imm32 => {
+                reg(0) && i.op0_register() == Register::RSP && i.immediate(1) as i64 <= 0
+            }
             Code::Push_r64 => i.op0_register() == Register::RBP,
             Code::Mov_rm64_r64 | Code::Mov_r64_rm64 if reg(0) && reg(1) => {
                 i.op0_register() == Register::RBP && i.op1_register() == Register::RSP
             }
-            Code::Mov_rm64_r64 => i.memory_base() == Register::RSP && i.op1_register() == Register::RBP,
+            // Saving rbp, or spilling an argument register, to the stack.
+            Code::Mov_rm64_r64 | Code::Mov_rm32_r32 | Code::Mov_rm16_r16 | Code::Mov_rm8_r8 => on_stack,
             Code::Lea_r64_m => i.op0_register() == Register::RBP && i.memory_base() == Register::RSP,
             _ => false,
         };
@@ -173,6 +183,15 @@ mod tests {
         assert_eq!(one_instruction_site(&[0x55, 0x48, 0x89, 0xe5, 0x31, 0xc0, 0xb8, 1, 0, 0, 0], F, 0), None);
         // push rbp; mov rbp, rsp; mov eax, 1 (5 bytes)
         assert_eq!(one_instruction_site(&[0x55, 0x48, 0x89, 0xe5, 0xb8, 1, 0, 0, 0], F, 0), Some(4));
+        // add rsp, -0x80; mov [rsp+0x78], rbp (5 bytes)
+        assert_eq!(one_instruction_site(&[0x48, 0x83, 0xc4, 0x80, 0x48, 0x89, 0x6c, 0x24, 0x78], F, 0), Some(4));
+        // sub rsp, 8; mov [rsp], rbp; lea rbp, [rsp]; mov [rsp+0x18], rax (5 bytes): spills pass too.
+        let code =
+            [0x48, 0x83, 0xec, 0x08, 0x48, 0x89, 0x2c, 0x24, 0x48, 0x8d, 0x2c, 0x24, 0x48, 0x89, 0x44, 0x24, 0x18];
+        assert_eq!(one_instruction_site(&code, F, 0), Some(12));
+        // ... but not add rsp, 8 (a frame given back), nor a load.
+        assert_eq!(one_instruction_site(&[0x48, 0x83, 0xc4, 0x08, 0xb8, 1, 0, 0, 0], F, 0), None);
+        assert_eq!(one_instruction_site(&[0x48, 0x8b, 0x04, 0x24, 0xb8, 1, 0, 0, 0], F, 0), None);
         // mov rcx, rax first: it changes a register, so nothing may pass over it.
         assert_eq!(one_instruction_site(&[0x48, 0x89, 0xc1, 0xb8, 1, 0, 0, 0], F, 0), None);
         assert_eq!(one_instruction_site(&[0x90], F, 5), None);
