@@ -5,8 +5,8 @@
 //!
 //! Which register holds which parameter is the ABI's business
 //! ([`Arch::arg_registers`], for the function's ABI as DWARF tells it: C or
-//! Go): this module only classifies each parameter by its DWARF type. Values are shown as text here; `output::json` writes
-//! them as JSON.
+//! Go): this module only classifies each parameter by its DWARF type.
+//! Values are shown as text here; `output::json` writes them as JSON.
 
 use crate::arch::{Abi, Arch, Host, ParamClass};
 use crate::escape::text;

@@ -139,12 +139,15 @@ fn forget_since(region: &Region, before: &Header) {
     for i in before.count..h.count.min(h.capacity) {
         let _ = region.set_entry(i, &Entry::free());
     }
-    for a in &mut h.arenas[before.arena_count as usize..h.arena_count as usize] {
+    // (The target can write the header too: bounds are clamped, never trusted.)
+    let max = h.arenas.len();
+    let (old, new) = ((before.arena_count as usize).min(max), (h.arena_count as usize).min(max));
+    for a in h.arenas.iter_mut().take(new).skip(old) {
         *a = Arena { addr: 0, size: 0, used: 0, runtime: 0 };
     }
+    h.arenas[..old].copy_from_slice(&before.arenas[..old]);
     h.count = before.count;
-    h.arena_count = before.arena_count;
-    h.arenas[..before.arena_count as usize].copy_from_slice(&before.arenas[..before.arena_count as usize]);
+    h.arena_count = old as u32;
     let _ = region.set_header(&h);
 }
 

@@ -104,7 +104,7 @@ impl<'s> RemoteCaller<'s> {
         if nr == sc.mmap && !(-4095..0).contains(&result) {
             self.mapped.push((result as u64, args[1]));
         } else if nr == sc.munmap && result == 0 {
-            self.mapped.retain(|&(a, len)| !(args[0] <= a && a + len <= args[0] + args[1]));
+            self.mapped.retain(|&(a, len)| !(args[0] <= a && a.saturating_add(len) <= args[0].saturating_add(args[1])));
         }
         Ok(result)
     }
