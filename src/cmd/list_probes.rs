@@ -17,7 +17,7 @@ use crate::output::json;
 use crate::output::table::{MODULE_MAX, NAME_MAX, fit, width};
 use crate::process;
 use crate::progress::Progress;
-use crate::symbols::verdict::verdict;
+use crate::symbols::verdict::{go_code, verdict};
 use crate::symbols::{Module, ProcessModules};
 
 /// The rows of some modules, with each module's index and name.
@@ -36,6 +36,8 @@ struct Row {
     size: u64,
     verdict: Result<SitePlan, Refusal>,
     signature: Option<String>,
+    /// Where the probe goes when that is not the function's entry.
+    note: Option<&'static str>,
 }
 
 /// Runs `tp list-probes`.
@@ -119,6 +121,8 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
             let verdict = verdict(m, &f, isa);
             let signature =
                 verbose.then(|| dwarf.and_then(|d| d.at(f.bias.file(f.addr))).map(|d| d.signature())).flatten();
+            let after_check = verdict.is_ok() && go_code(m, &f, isa).is_some_and(|g| g.stack_check > 0);
+            let note = after_check.then_some("after Go's stack check");
             let mut source = f.source.label().to_string();
             if f.bias != m.bias {
                 source += "+copy";
@@ -128,7 +132,8 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
                 Some(v) if v.default => format!("{}{v}", f.name),
                 _ => f.name,
             };
-            Row { module: m.name.clone(), name, source, addr: Some(f.addr.0), size: f.size, verdict, signature }
+            let addr = Some(f.addr.0);
+            Row { module: m.name.clone(), name, source, addr, size: f.size, verdict, signature, note }
         })
         .collect();
     if let Some(d) = dwarf {
@@ -140,14 +145,19 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
             size: 0,
             verdict: Err(Refusal::InlinedEverywhere),
             signature: None,
+            note: None,
         }));
     }
     rows
 }
 
-/// `ok (N bytes: mov, push)` or `refused: <reason>`.
-pub fn verdict_text(v: &Result<SitePlan, Refusal>) -> String {
+/// `ok (N bytes: mov, push)`, `ok (N bytes at +6: sub, mov; after Go's
+/// stack check)` or `refused: <reason>`.
+pub fn verdict_text(v: &Result<SitePlan, Refusal>, note: Option<&str>) -> String {
     match v {
+        Ok(p) if let Some(note) = note => {
+            format!("ok ({} bytes at +{}: {}; {note})", p.len(), p.site - p.function, p.summary())
+        }
         Ok(p) => format!("ok ({} bytes: {})", p.len(), p.summary()),
         Err(r) => format!("refused: {r}"),
     }
@@ -170,7 +180,7 @@ fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<
             write!(out, "{:<mw$}  ", fit(&r.module, mw))?;
         }
         let (name, source) = (fit(&r.name, w), if r.source.is_empty() { "-" } else { &r.source });
-        let verdict = verdict_text(&r.verdict);
+        let verdict = verdict_text(&r.verdict, r.note);
         writeln!(out, "{:<18}  {:>7}  {name:<w$}  {source:<sw$}  {verdict}", address_text(r.addr), r.size)?;
         if let Some(sig) = &r.signature {
             writeln!(out, "{:20}{}", "", text(sig))?;
@@ -188,9 +198,14 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
         let addr = r.addr.map_or("null".to_string(), |a| format!("\"{a:#x}\""));
         let sig = r.signature.as_deref().map_or(String::new(), |s| format!(",\"signature\":{}", json::string(s)));
         let source = if r.source.is_empty() { "null".to_string() } else { json::string(&r.source) };
+        let site = match &r.verdict {
+            Ok(p) if r.note.is_some() => format!(",\"site\":\"{:#x}\"", p.site),
+            _ => String::new(),
+        };
+        let note = r.note.map_or(String::new(), |n| format!(",\"note\":{}", json::string(n)));
         writeln!(
             out,
-            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"source\":{source},\"probeable\":{ok},\"reason\":{reason}{sig}}}",
+            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"source\":{source},\"probeable\":{ok},\"reason\":{reason}{site}{note}{sig}}}",
             json::string(&r.module),
             json::string(&r.name),
             r.size

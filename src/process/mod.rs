@@ -2,12 +2,14 @@
 //! syscalls. Nothing here knows an instruction set except through
 //! [`crate::arch::Arch`].
 
+pub mod bpf;
 pub mod files;
 pub mod launch;
 pub mod maps;
 pub mod memory;
 pub mod ptrace;
 pub mod remote;
+pub mod seccomp;
 pub mod stop;
 
 use std::fmt;

@@ -67,7 +67,7 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_push_flags_via_rax();
     w.put_mov_reg_rip(RDI, lit_ctx);
     w.put_lea_rsp(RSI, 8);
-    w.put_lea_rsp(RDX, FRAME);
+    w.put_lea_rsp(RDX, FRAME as i32);
     w.put_call(exit);
     w.put_store_rax_or_trap(FRAME - 8);
     w.put_pop_flags_via_rax();

@@ -18,6 +18,8 @@ use crate::process::remote::RemoteCaller;
 /// memfd_create in the target; tp takes, sizes and seals the memfd
 /// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
 /// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
+/// On failure what was mapped stays in `caller`'s record, for the caller
+/// to undo ([`RemoteCaller::unmap_mapped`]).
 pub fn create_region(
     caller: &mut RemoteCaller,
     mem: &Memory,
@@ -35,25 +37,29 @@ pub fn create_region(
     let g = layout::geometry(requests.len() as u32, ring_len);
     let first = requests.first().context("nothing to install")?;
     let kind = requests.iter().fold(0, |k, r| k | r.kind);
-    let arena =
-        arena::alloc_arena(caller, maps, first.span, arena::reach_of(first), arena::arena_size(requests.len(), kind))?;
+    let sc = Host::SYSCALLS;
+    let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    // What the worker's seccomp filters answer to the calls after the
+    // arena's, before the arena is mapped (their arguments as far as they
+    // are known now; each call is checked again when it is made).
+    let size = arena::arena_size(requests.len(), kind);
+    let near = arena::candidates(maps, first.span, size, arena::reach_of(first)).first().copied().unwrap_or(0);
+    caller.check(sc.memfd_create, [near + size - orphan::NAME_FROM_END, flags, 0, 0, 0, 0])?;
+    caller.check(sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, 0, 0])?;
+    caller.check(sc.munmap, [0, g.total_size, 0, 0, 0, 0])?;
+    let arena = arena::alloc_arena(caller, maps, first.span, arena::reach_of(first), size)?;
     let name_at = arena.addr + arena.size - orphan::NAME_FROM_END;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
     mem.write(name_at, &name).context("writing the memfd name")?;
     crate::fault::point("after-name-write");
-    let sc = Host::SYSCALLS;
-    let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
     let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0])?;
     crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
         let file = acquire::take_new(mem.pid(), fd, g.total_size)?;
-        let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
         let addr = caller.checked("mmap", sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, fd, 0])?;
-        if let Err(e) = acquire::check_mapped(mem.pid(), &file, addr, g.total_size) {
-            caller.syscall(sc.munmap, [addr, g.total_size, 0, 0, 0, 0])?;
-            return Err(e);
-        }
+        acquire::check_mapped(mem.pid(), &file, addr, g.total_size)?;
         let region = Region::from_file(file, addr, g.total_size)?;
         let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
         h.arenas[0] = arena;
