@@ -18,7 +18,9 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
+use crate::arch::{
+    Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls, ThreadKey,
+};
 
 /// The AArch64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -30,7 +32,8 @@ impl Arch for AArch64 {
     const BRANCH_REACH: u64 = (128 << 20) - 4;
     const PATCH_LEN: usize = window::PATCH_LEN;
     const INSN_ALIGN: usize = 4;
-    const SYSCALLS: Syscalls = Syscalls { mmap: 222, munmap: 215, memfd_create: 279, ftruncate: 46, close: 57 };
+    const SYSCALLS: Syscalls =
+        Syscalls { mmap: 222, munmap: 215, memfd_create: 279, ftruncate: 46, close: 57, madvise: 233 };
 
     type Regs = regs::Regs;
 
@@ -76,6 +79,15 @@ impl Arch for AArch64 {
 
     fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
         None
+    }
+
+    fn thread_key(
+        _hwcap2: u64,
+        _threads: &[(i32, regs::Regs)],
+        _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    ) -> ThreadKey {
+        // TPIDR_EL0 is readable in user space on every AArch64 CPU.
+        ThreadKey::Register
     }
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {

@@ -1,7 +1,9 @@
 //! Creating the data region in a target: the memfd, sized, sealed, mapped
-//! shared by the target and by tp, with its header written. The target's
-//! other threads run meanwhile, so tp gets hold of the memfd only in a way
-//! they cannot redirect ([`acquire`]).
+//! shared by the target and by tp, with its header written; and the
+//! target's private area beside it (anonymous private memory, which a fork
+//! copies, its first page wiped on fork: see [`layout::Proc`]). The
+//! target's other threads run meanwhile, so tp gets hold of the memfd only
+//! in a way they cannot redirect ([`acquire`]).
 
 use anyhow::{Context, Result, bail};
 
@@ -14,8 +16,8 @@ use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 
 /// Creates the data region: a code arena first (its bytes hold the memfd's
-/// name, which memfd_create must read from the target's memory), then
-/// memfd_create in the target; tp takes, sizes and seals the memfd
+/// name, which memfd_create must read from the target's memory), the
+/// private area ([`create_private`]), then memfd_create in the target; tp takes, sizes and seals the memfd
 /// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
 /// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
 pub fn create_region(
@@ -42,9 +44,16 @@ pub fn create_region(
     name.push(0);
     mem.write(name_at, &name).context("writing the memfd name")?;
     crate::fault::point("after-name-write");
+    let private = create_private(caller, mem)?;
     let sc = Host::SYSCALLS;
     let flags = (libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) as u64;
-    let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0])?;
+    let fd = match caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0]) {
+        Ok(fd) => fd,
+        Err(e) => {
+            caller.syscall(sc.munmap, [private, layout::private_geometry().size, 0, 0, 0, 0])?;
+            return Err(e);
+        }
+    };
     crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
         let file = acquire::take_new(mem.pid(), fd, g.total_size)?;
@@ -55,7 +64,7 @@ pub fn create_region(
             return Err(e);
         }
         let region = Region::from_file(file, addr, g.total_size)?;
-        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
+        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr, private);
         h.arenas[0] = arena;
         h.arena_count = 1;
         region.set_header(&h)?;
@@ -64,5 +73,36 @@ pub fn create_region(
     // The target may have closed or replaced the descriptor already: what
     // is there now is closed, and an error is no error.
     caller.syscall(sc.close, [fd, 0, 0, 0, 0, 0])?;
+    if made.is_err() {
+        caller.syscall(sc.munmap, [private, layout::private_geometry().size, 0, 0, 0, 0])?;
+    }
     made
+}
+
+/// Maps the private area ([`layout::private_geometry`]) in the target:
+/// anonymous and private, so every process forked from it has its own
+/// copy; its first page MADV_WIPEONFORK, so a child finds zeros there and
+/// takes its threads' states afresh. tp writes [`layout::PRIVATE_MAGIC`]
+/// into the second page, by which an area a killed tp did not record yet
+/// is recognised ([`crate::probe::orphan`]). Returns its address.
+fn create_private(caller: &mut RemoteCaller, mem: &Memory) -> Result<u64> {
+    let sc = Host::SYSCALLS;
+    let size = layout::private_geometry().size;
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+    let at = caller.checked("mmap", sc.mmap, [0, size, prot, flags, u64::MAX, 0])?;
+    let marked = (|| -> Result<()> {
+        mem.write(at + layout::PRIVATE_MAGIC_OFF, &layout::PRIVATE_MAGIC.to_le_bytes())
+            .context("marking tp's private area")?;
+        caller
+            .checked("madvise", sc.madvise, [at, layout::PROC_PAGE, libc::MADV_WIPEONFORK as u64, 0, 0, 0])
+            .context("tp needs Linux 4.14 or later (MADV_WIPEONFORK)")?;
+        Ok(())
+    })();
+    if let Err(e) = marked {
+        caller.syscall(sc.munmap, [at, size, 0, 0, 0, 0])?;
+        return Err(e);
+    }
+    crate::fault::point("after-private");
+    Ok(at)
 }
