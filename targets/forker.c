@@ -3,7 +3,7 @@
  * checking every result.
  *
  *   forker        interactive (see common.h): prints "ready pid=P", then
- *     forks N     N times: level(DEPTH) recurses through the probed `level`
+ *     forks N [P] N times (P µs apart): level(DEPTH) recurses through the probed `level`
  *                 down to the probed `spawn`, which forks; the parent and
  *                 the child each return through spawn and every level
  *                 frame (live at the fork), then the child calls work W
@@ -12,8 +12,12 @@
  *                 for it. -> "done forks=N children_ok=K calls=C work=W
  *                 checksum=ok|BAD" (C: the parent's calls of `level`,
  *                 which every child returns through too)
- *     spin        a thread calls work in a loop from now on (a thread the
- *                 children do not have) -> "spinning"
+ *     spin        a thread calls work every 100 µs from now on (a thread
+ *                 the children do not have) -> "spinning"
+ *     stop        stops that thread -> "stopped spins=S checksum=ok|BAD"
+ *     doomed SIG  forks a child (in `level` frames, as `forks`) that
+ *                 returns through them, then dies of signal SIG
+ *                 -> "reaped pid=P signal=SIG"
  *     exec PATH   execs PATH with no arguments
  *     die SIG     dies of signal SIG (its default action)
  *     quit        -> exit status 0 (after the spinning thread stops)
@@ -29,6 +33,7 @@
 
 static volatile int stop_spinning;
 static volatile int spin_ok = 1;
+static volatile unsigned long long spins;
 
 TP_PROBED uint64_t work(uint64_t x)
 {
@@ -90,9 +95,12 @@ static uint64_t level_ref(int depth, uint64_t x)
 static void *spinner(void *arg)
 {
 	(void)arg;
-	for (uint64_t i = 0; !stop_spinning; i++)
+	for (uint64_t i = 0; !stop_spinning; i++) {
 		if (work(i) != work_ref(i))
 			spin_ok = 0;
+		spins = i + 1;
+		usleep(100);
+	}
 	return NULL;
 }
 
@@ -103,10 +111,10 @@ int main(void)
 	int spinning = 0;
 	tp_ready();
 	while (tp_read_command(line, sizeof line)) {
-		unsigned long long n = 0;
+		unsigned long long n = 0, pause = 0;
 		int sig = 0;
 		char path[4096];
-		if (sscanf(line, "forks %llu", &n) == 1) {
+		if (sscanf(line, "forks %llu %llu", &n, &pause) >= 1) {
 			int ok = 1;
 			unsigned long long children_ok = 0, calls = 0;
 			for (unsigned long long i = 0; i < n; i++) {
@@ -124,13 +132,34 @@ int main(void)
 					children_ok++;
 				else if (child > 0 && WIFSIGNALED(status))
 					printf("child %d died of signal %d\n", (int)child, WTERMSIG(status));
+				if (pause)
+					usleep(pause);
 			}
 			ok &= spin_ok;
 			printf("done forks=%llu children_ok=%llu calls=%llu work=%d checksum=%s\n", n, children_ok,
 			       calls, WORK, ok ? "ok" : "BAD");
 		} else if (strcmp(line, "spin") == 0 && !spinning) {
+			stop_spinning = 0;
 			spinning = pthread_create(&spin_thread, NULL, spinner, NULL) == 0;
 			printf("spinning\n");
+		} else if (strcmp(line, "stop") == 0) {
+			if (spinning) {
+				stop_spinning = 1;
+				pthread_join(spin_thread, NULL);
+				spinning = 0;
+			}
+			printf("stopped spins=%llu checksum=%s\n", spins, spin_ok ? "ok" : "BAD");
+		} else if (sscanf(line, "doomed %d", &sig) == 1) {
+			pid_t child = -1;
+			uint64_t got = level(DEPTH, 1, &child);
+			if (child == 0) {
+				signal(sig, SIG_DFL);
+				raise(sig);
+				_exit(got == level_ref(DEPTH, 1) ? 0 : 1);
+			}
+			int status = 0;
+			waitpid(child, &status, 0);
+			printf("reaped pid=%d signal=%d\n", (int)child, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 		} else if (sscanf(line, "exec %4095s", path) == 1) {
 			char *args[] = {path, NULL};
 			execv(path, args);

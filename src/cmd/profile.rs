@@ -52,7 +52,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         (true, true) => {
             crate::say!("tp: process {} exec'd another program; its probes went with the old one", args.pid)
         }
-        (true, false) => crate::say!("tp: process {} {}", args.pid, family.end_of(args.pid).describe()),
+        (true, false) => crate::say!("tp: process {} {}", args.pid, family.end_of(args.pid).sentence()),
         _ => {}
     }
     family.restored(args.pid, &d.family);

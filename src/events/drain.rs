@@ -106,12 +106,21 @@ impl Drainer {
     /// full, and events with no free thread slot. A freed slot's next owner
     /// adds to its count, so nothing counted is ever forgotten.
     pub fn lost(region: &Region) -> u64 {
+        let (in_rings, no_ring) = Drainer::lost_parts(region);
+        in_rings.saturating_add(no_ring)
+    }
+
+    /// [`Drainer::lost`] in two parts: events a thread dropped (its ring or
+    /// its shadow stack was full), and events of threads that found no
+    /// ring free (more threads recording at once, children included, than
+    /// the region has rings).
+    pub fn lost_parts(region: &Region) -> (u64, u64) {
         let h: Header = region.header();
-        let mut lost = h.ctx.lost_no_slot;
+        let mut in_rings = 0u64;
         for off in slots_in_use(&h) {
-            lost = lost.saturating_add(region.get::<SlotHead>(off).lost);
+            in_rings = in_rings.saturating_add(region.get::<SlotHead>(off).lost);
         }
-        lost
+        (in_rings, h.ctx.lost_no_slot)
     }
 }
 

@@ -42,6 +42,15 @@ impl Ended {
         }
     }
 
+    /// What follows "process 12" in a sentence: `exited with status 0`,
+    /// `was killed by SIGSEGV (core dumped)`, `exited`.
+    pub fn sentence(&self) -> String {
+        match self {
+            Ended::Signal { .. } => format!("was {}", self.describe()),
+            _ => self.describe(),
+        }
+    }
+
     /// `exited with status 0`, `killed by SIGSEGV (core dumped)`, `exited`.
     pub fn describe(&self) -> String {
         match self {
@@ -293,6 +302,8 @@ mod tests {
         assert_eq!(Ended::from_wait_status(11 | 0x80).describe(), "killed by SIGSEGV (core dumped)");
         assert_eq!(Ended::from_wait_status(4).describe(), "killed by SIGILL");
         assert_eq!(Ended::Unknown.describe(), "exited");
+        assert_eq!(Ended::from_wait_status(9).sentence(), "was killed by SIGKILL");
+        assert_eq!(Ended::Code(1).sentence(), "exited with status 1");
         assert_eq!(signal_name(40), "signal 40");
     }
 }

@@ -50,8 +50,8 @@ pub struct Attached {
     pub moved_threads: usize,
     /// Functions matched by a glob but refused.
     pub refused: usize,
-    /// Events lost before this session's probes went live.
-    pub lost_at_start: u64,
+    /// Events lost before this session's probes went live ([`Drainer::lost_parts`]).
+    pub lost_at_start: (u64, u64),
 }
 
 /// How a detach went.
@@ -345,7 +345,7 @@ struct Done {
     report: Report,
     stop_time: Duration,
     worker_time: Duration,
-    lost_at_start: u64,
+    lost_at_start: (u64, u64),
 }
 
 /// Stops the worker (unless `stopped` holds it already), prepares, stops
@@ -370,7 +370,7 @@ fn install(
     let (region, report) = install::commit(&mut stopped, mem, prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an
     // earlier session left unread are not this session's.
-    let lost_at_start = Drainer::lost(&region);
+    let lost_at_start = Drainer::lost_parts(&region);
     if discard {
         Drainer::discard_unread(&region)?;
     }

@@ -313,7 +313,7 @@ impl Group {
             }
         }
         for (child, root, how) in self.family.take_news() {
-            crate::say!("tp: process {child} (forked by {root} while the probes were in) was {}", how.describe());
+            crate::say!("tp: process {child} (forked by {root} while the probes were in) {}", how.sentence());
         }
         for i in 0..self.members.len() {
             if self.members[i].left.is_some() {
@@ -349,7 +349,7 @@ impl Group {
                 let how = self.family.end_of(pid);
                 self.members[i].left = Some(Left::Exited(how));
                 if several || matches!(how, Ended::Signal { .. }) {
-                    crate::say!("tp: process {pid} {}", how.describe());
+                    crate::say!("tp: process {pid} {}", how.sentence());
                 }
             }
             Change::Execd(exe) => {
@@ -499,7 +499,7 @@ impl Group {
                 if !several && self.how.announce {
                     match left {
                         Some(Left::Removed) => crate::say!("tp: the probes were removed by another tp; final counts:"),
-                        Some(Left::Exited(how)) => crate::say!("tp: process {pid} {}; final counts:", how.describe()),
+                        Some(Left::Exited(how)) => crate::say!("tp: process {pid} {}; final counts:", how.sentence()),
                         _ => {}
                     }
                 }
@@ -518,7 +518,7 @@ impl Group {
             if self.how.announce {
                 let gone = match detached.execd {
                     true => "exec'd another program; its probes went with the old one".to_string(),
-                    false => self.family.end_of(pid).describe(),
+                    false => self.family.end_of(pid).sentence(),
                 };
                 match (detached.target_gone, why, several) {
                     (true, _, false) => crate::say!("tp: process {pid} {gone}; final counts:"),

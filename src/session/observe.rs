@@ -74,8 +74,8 @@ pub fn observe(
                 for (child, root, how) in f.take_news() {
                     watcher.suspended(&mut || {
                         crate::say!(
-                            "tp: process {child} (forked by {root} while the probes were in) was {}",
-                            how.describe()
+                            "tp: process {child} (forked by {root} while the probes were in) {}",
+                            how.sentence()
                         )
                     });
                 }

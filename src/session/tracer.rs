@@ -98,7 +98,7 @@ pub struct Tracer {
     pending: HashMap<u32, Vec<(u32, String)>>,
     latency: Vec<Latency>,
     origin_ns: u64,
-    lost_at_start: u64,
+    lost_at_start: (u64, u64),
     /// Events read per process: the session's and those it forked.
     per_process: std::collections::BTreeMap<u32, u64>,
     next_free: std::time::Instant,
@@ -260,13 +260,24 @@ impl Tracer {
     /// Ends consuming: says how many events were lost, and returns this
     /// process's report (its counts in `summary`, with latency).
     pub fn end(self, attached: &Attached, summary: Summary) -> ProcessReport {
-        let lost = Drainer::lost(&attached.region).saturating_sub(self.lost_at_start);
+        let (in_rings, no_ring) = Drainer::lost_parts(&attached.region);
+        let in_rings = in_rings.saturating_sub(self.lost_at_start.0);
+        let no_ring = no_ring.saturating_sub(self.lost_at_start.1);
+        let lost = in_rings + no_ring;
+        let mut why = Vec::new();
+        if in_rings > 0 {
+            why.push(format!("{}: a thread's ring was full; raise --ring-size", thousands(in_rings)));
+        }
+        if no_ring > 0 {
+            why.push(format!(
+                "{}: no ring was free, more threads recorded at once (forked children's included) than tp has \
+                 rings ({})",
+                thousands(no_ring),
+                1u32 << crate::probe::layout::EVENT_SLOT_BITS
+            ));
+        }
         if lost > 0 {
-            crate::say!(
-                "tp: lost {} events (a thread's ring was full, or a process had more threads recording \
-                 than tp has rings; raise --ring-size)",
-                thousands(lost)
-            );
+            crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
         ProcessReport { summary, latency, events: true, lost, children: Vec::new() }

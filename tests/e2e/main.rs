@@ -65,6 +65,9 @@ mod bad_input;
 // A process that forks while probes are in.
 #[cfg(target_arch = "x86_64")]
 mod fork;
+// Return probes, events and tp profile across fork, exec and death by a signal.
+#[cfg(target_arch = "x86_64")]
+mod fork_events;
 // Thread churn: threads created and exiting during attach and detach.
 #[cfg(target_arch = "x86_64")]
 mod churn;

@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #define TP_SYS_EXIT_GROUP 94
+#define TP_SYS_KILL 129
 #define TP_SYS_TGKILL 131
 #define TP_SYS_RT_SIGACTION 134
 #define TP_SYS_RT_SIGPROCMASK 135

@@ -149,9 +149,21 @@ HOT void lose(struct tp_ctx *c, struct tp_thread *t, uint64_t n)
 	__atomic_fetch_add(&c->lost_no_slot, n, __ATOMIC_RELAXED);
 }
 
+/* True if the ring slot `s` (whose key was `key`) is free to take over:
+ * every event in it was read, and the process that owned it is gone
+ * (kill(pid, 0): ESRCH). tp frees such slots too, at its own pace; a
+ * server that forks faster than tp drains finds them here. */
+HOT int abandoned(struct tp_slot *s, uint64_t key)
+{
+	if (__atomic_load_n(&s->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE))
+		return 0;
+	return (int64_t)tp_syscall4(TP_SYS_KILL, key >> 32, 0, 0, 0) == -3 /* ESRCH */;
+}
+
 /* The thread's ring slot in the data region, claimed on its first event in
  * this process (the thread keeps its address, so the search, over every
- * slot, is made once); 0 if every slot is in use. */
+ * slot, is made once): a free slot, else one its owner abandoned; 0 if
+ * every slot is in use. */
 HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 {
 	if (__builtin_expect(t->ring != 0, 1))
@@ -159,16 +171,19 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 	uint64_t owner = ((uint64_t)t->pid << 32) | t->tid;
 	uint64_t n = 1ull << c->slot_bits;
 	uint64_t h = hash_of(t->key ^ ((uint64_t)t->pid << 20), c->slot_bits);
-	for (uint64_t i = 0; i < n; i++) {
-		uint64_t k = (h + i) & (n - 1);
-		struct tp_slot *s = slot_at(c, k);
-		uint64_t expected = 0;
-		if (__atomic_load_n(&s->key, __ATOMIC_RELAXED) != 0 ||
-		    !__atomic_compare_exchange_n(&s->key, &expected, owner, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			continue;
-		__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
-		t->ring = (uint64_t)s;
-		return s;
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t k = (h + i) & (n - 1);
+			struct tp_slot *s = slot_at(c, k);
+			uint64_t expected = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
+			if (expected != 0 && (pass == 0 || (expected >> 32) == t->pid || !abandoned(s, expected)))
+				continue;
+			if (!__atomic_compare_exchange_n(&s->key, &expected, owner, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+				continue;
+			__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
+			t->ring = (uint64_t)s;
+			return s;
+		}
 	}
 	return 0;
 }
