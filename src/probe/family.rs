@@ -28,6 +28,9 @@ use crate::process::{self};
 
 /// Looks for processes forked meanwhile at most this many times.
 const ROUNDS: usize = 8;
+/// Tries to unmap tp's memory from a process whose thread was caught
+/// running tp's code (a detour, the runtime) at most this many times more.
+const RETRIES: usize = 3;
 
 /// True if process `pid` maps `region` where the target has it: one `stat`
 /// of its `/proc/PID/map_files/` entry (a look-up of one mapping), or,
@@ -150,6 +153,15 @@ fn restore_own(pid: i32, mem: &Memory, region: &Region, select: &dyn Fn(u32, &En
         remove::finish(stopped, mem, region)
     })();
     match done {
+        Ok((Some(Kept::InUse { tid }), stop_time)) => {
+            // A thread was in tp's code at that instant: it leaves soon.
+            let kept = match unmap_if_unused(pid, region) {
+                Outcome::Restored | Outcome::Gone => None,
+                Outcome::Kept(k) => Some(k),
+                Outcome::Failed(_) => Some(Kept::InUse { tid }),
+            };
+            Ok(Own::Restored { kept, stop_time })
+        }
         Ok((kept, stop_time)) => Ok(Own::Restored { kept, stop_time }),
         // The target died under our hands: its counts are still in our mapping.
         Err(_) if process::has_exited(pid, Duration::from_millis(200)) => Ok(Own::Exited),
@@ -181,8 +193,21 @@ fn restore_code(pid: i32, region: &Region, select: &dyn Fn(u32, &Entry) -> bool)
 }
 
 /// The second pass in a process of the family: with every thread stopped,
-/// unmaps tp's memory if nothing uses it ([`remove::finish`]).
+/// unmaps tp's memory if nothing uses it ([`remove::finish`]); a thread
+/// caught in tp's code gets a few more chances to leave it.
 fn unmap_if_unused(pid: i32, region: &Region) -> Outcome {
+    let mut outcome = unmap_once(pid, region);
+    for _ in 0..RETRIES {
+        if !matches!(outcome, Outcome::Kept(Kept::InUse { .. })) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        outcome = unmap_once(pid, region);
+    }
+    outcome
+}
+
+fn unmap_once(pid: i32, region: &Region) -> Outcome {
     let run = || -> Result<Outcome> {
         if !holds(region, pid) {
             return Ok(Outcome::Gone);

@@ -843,6 +843,10 @@ unsafe impl Plain for Arena {}
 unsafe impl Plain for SlotHead {}
 // SAFETY: as above.
 unsafe impl Plain for Event {}
+// SAFETY: as above.
+unsafe impl Plain for ThreadState {}
+// SAFETY: as above.
+unsafe impl Plain for Frame {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {

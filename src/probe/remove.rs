@@ -93,9 +93,12 @@ pub enum Kept {
 }
 
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
-/// is live and no thread's PC or stack refers to a code arena. Once that
-/// holds it stays true (nothing can create a new reference), so the unmap
-/// itself ([`unmap`]) needs only the worker thread stopped.
+/// is live and no thread's PC or stack refers to a code arena. Calls live
+/// through a return probe are given their return addresses back first
+/// ([`super::frames::give_back`]), once no probe is left and no thread runs
+/// tp's code. Once that holds it stays true (nothing can create a new
+/// reference), so the unmap itself ([`unmap`]) needs only the worker thread
+/// stopped.
 pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
     if region.entries().iter().any(|(_, e)| e.state().maybe_patched()) {
         return Ok(Some(Kept::LiveProbes));
@@ -108,12 +111,22 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     let h = region.header();
     let arenas = &h.arenas[..h.arena_count as usize];
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.size);
+    let mut regs = Vec::new();
     for t in stopped.threads() {
-        let regs = Host::get_regs(t.tid)?;
+        let r = Host::get_regs(t.tid)?;
+        if in_arena(Host::pc(&r)) {
+            return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
+        }
+        regs.push((t.tid, r));
+    }
+    // No thread runs tp's code and no probe is left: calls that would
+    // return through the trampoline return to their callers instead.
+    super::frames::give_back(mem, region)?;
+    for (tid, r) in &regs {
         // The whole used stack: a return address or a signal frame anywhere
         // in it may come back into a detour.
-        if threads::pc_and_stack(mem, &maps, &regs).into_iter().any(in_arena) {
-            return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
+        if threads::pc_and_stack(mem, &maps, r).into_iter().any(in_arena) {
+            return Ok(Some(Kept::InUse { tid: tid.as_raw() }));
         }
     }
     Ok(None)
