@@ -17,6 +17,14 @@ mod modules;
 // redis-server from Debian, counted against INFO commandstats.
 #[cfg(target_arch = "x86_64")]
 mod redis;
+// PostgreSQL from Debian under pgbench -C: return probes, events and tp
+// profile on a postmaster that forks a backend per connection.
+#[cfg(target_arch = "x86_64")]
+mod postgres;
+// nginx from Debian: return probes on a master that forks new workers at
+// every reload, under load.
+#[cfg(target_arch = "x86_64")]
+mod nginx;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
 // (x86-64 only: AArch64 probes count, and refuse event probes.)
 #[cfg(target_arch = "x86_64")]
