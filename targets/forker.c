@@ -18,6 +18,10 @@
  *     doomed SIG  forks a child (in `level` frames, as `forks`) that
  *                 returns through them, then dies of signal SIG
  *                 -> "reaped pid=P signal=SIG"
+ *     foreign N   a new thread calls work N times with its FS base moved to
+ *                 a block of zeros, as Go's threads run (the word at fs:0
+ *                 is 0, no glibc TCB there; x86-64 only) -> "foreign
+ *                 tid=T calls=N checksum=ok|BAD"
  *     exec PATH   execs PATH with no arguments
  *     die SIG     dies of signal SIG (its default action)
  *     quit        -> exit status 0 (after the spinning thread stops)
@@ -92,6 +96,51 @@ static uint64_t level_ref(int depth, uint64_t x)
 	return r ^ (r >> 7) ^ (uint64_t)depth;
 }
 
+#ifdef __x86_64__
+/* The FS base, through the kernel (no libc: nothing here may touch TLS). */
+static inline uint64_t fs_base(void)
+{
+	uint64_t v = 0, ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "0"(158ull), "D"(0x1003ull), "S"(&v) : "rcx", "r11", "memory");
+	return v;
+}
+
+static inline void set_fs_base(uint64_t v)
+{
+	uint64_t ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "0"(158ull), "D"(0x1002ull), "S"(v) : "rcx", "r11", "memory");
+}
+
+/* A thread's TLS as Go sets it up: a block of its own, its first word 0. */
+static uint64_t foreign_tls[1024] __attribute__((aligned(64)));
+
+struct foreign {
+	uint64_t n;
+	int ok;
+	long tid;
+};
+
+/* Runs with the FS base moved: no libc call, no stack protector. */
+__attribute__((noinline, optimize("no-stack-protector"))) static int foreign_calls(uint64_t n)
+{
+	int ok = 1;
+	uint64_t saved = fs_base();
+	set_fs_base((uint64_t)(foreign_tls + 512));
+	for (uint64_t i = 0; i < n; i++)
+		ok &= work(i) == work_ref(i);
+	set_fs_base(saved);
+	return ok;
+}
+
+static void *foreign_thread(void *arg)
+{
+	struct foreign *f = arg;
+	f->tid = gettid();
+	f->ok = foreign_calls(f->n);
+	return NULL;
+}
+#endif
+
 static void *spinner(void *arg)
 {
 	(void)arg;
@@ -160,6 +209,16 @@ int main(void)
 			int status = 0;
 			waitpid(child, &status, 0);
 			printf("reaped pid=%d signal=%d\n", (int)child, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+		} else if (sscanf(line, "foreign %llu", &n) == 1) {
+#ifdef __x86_64__
+			struct foreign f = {n, 0, 0};
+			pthread_t t;
+			if (pthread_create(&t, NULL, foreign_thread, &f) == 0)
+				pthread_join(t, NULL);
+			printf("foreign tid=%ld calls=%llu checksum=%s\n", f.tid, n, f.ok ? "ok" : "BAD");
+#else
+			printf("foreign unsupported\n");
+#endif
 		} else if (sscanf(line, "exec %4095s", path) == 1) {
 			char *args[] = {path, NULL};
 			execv(path, args);

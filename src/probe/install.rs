@@ -152,7 +152,7 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
     let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
     if h.ctx.key_how == layout::key_how::UNKNOWN {
         let hwcap2 = process::auxv(stopped.pid(), libc::AT_HWCAP2).unwrap_or(0);
-        h.ctx.key_how = match Host::thread_key(hwcap2, &threads, &read) {
+        h.ctx.key_how = match forced_thread_key().unwrap_or_else(|| Host::thread_key(hwcap2, &threads, &read)) {
             ThreadKey::Register => layout::key_how::REGISTER,
             ThreadKey::Tcb => layout::key_how::TCB,
             ThreadKey::Syscall => {
@@ -171,6 +171,17 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
         h.ctx.tid_offset = off;
     }
     region.set_header(&h)
+}
+
+/// `TP_THREAD_KEY` (`tcb` or `syscall`): how the runtime tells threads
+/// apart where the machine would allow better, so that the tests run every
+/// way on one machine. `register` is used only where the kernel allows it.
+fn forced_thread_key() -> Option<ThreadKey> {
+    match std::env::var("TP_THREAD_KEY").ok()?.as_str() {
+        "tcb" => Some(ThreadKey::Tcb),
+        "syscall" => Some(ThreadKey::Syscall),
+        _ => None,
+    }
 }
 
 /// Refuses functions whose code in memory is not what the file holds.

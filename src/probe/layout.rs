@@ -334,8 +334,9 @@ shared_struct! {
         pub tid: u32,
         /// Shadow frames in use.
         pub depth: u32,
-        /// Padding.
-        pub pad: u32,
+        /// 1 if the thread's key is a TCB's address (the word there is the
+        /// key itself, as glibc and musl keep it), where its TID can be read.
+        pub tcb: u32,
         /// Padding to 64 bytes.
         pub pad2: [u64; 3],
     }

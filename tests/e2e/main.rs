@@ -76,6 +76,9 @@ mod fork;
 // Return probes, events and tp profile across fork, exec and death by a signal.
 #[cfg(target_arch = "x86_64")]
 mod fork_events;
+// Threads told apart on any runtime (a thread without glibc's TCB).
+#[cfg(target_arch = "x86_64")]
+mod thread_key;
 // Thread churn: threads created and exiting during attach and detach.
 #[cfg(target_arch = "x86_64")]
 mod churn;

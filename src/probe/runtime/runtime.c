@@ -105,6 +105,9 @@ HOT void adopt(struct tp_thread *t, uint32_t pid)
 		t->depth = 0;
 		t->overhead = 0;
 	}
+	/* A TCB keeps its own address in its first word (glibc, musl); Go's
+	 * m.tls and other runtimes' blocks do not, and have no TID to read. */
+	t->tcb = !(t->key & 1) && *(const volatile uint64_t *)t->key == t->key;
 	t->ring = 0;
 	t->tid = tid;
 	t->pid = pid;
@@ -192,7 +195,7 @@ HOT uint32_t thread_id(const struct tp_ctx *c, const struct tp_thread *t)
 {
 	/* The TCB's TID follows a thread that reuses another's TCB; the TID
 	 * the state took does not. Only a key that is a TCB's address has one. */
-	if (c->tid_offset == 0 || (t->key & 1))
+	if (c->tid_offset == 0 || !t->tcb)
 		return t->tid;
 	return *(const volatile uint32_t *)(t->key + (int64_t)c->tid_offset);
 }
