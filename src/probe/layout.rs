@@ -334,11 +334,14 @@ shared_struct! {
         pub tid: u32,
         /// Shadow frames in use.
         pub depth: u32,
-        /// 1 if the thread's key is a TCB's address (the word there is the
-        /// key itself, as glibc and musl keep it), where its TID can be read.
-        pub tcb: u32,
+        /// Padding.
+        pub pad: u32,
+        /// Where events read the thread's TID: in its TCB, when its key is
+        /// a TCB's address (the word there is the key itself, as glibc and
+        /// musl keep it) and tp found the TID's offset; else `tid` above.
+        pub tid_at: u64,
         /// Padding to 64 bytes.
-        pub pad2: [u64; 3],
+        pub pad2: [u64; 2],
     }
 }
 
@@ -423,6 +426,8 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_SAMPLE", entry_flags::SAMPLE as u64),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
+    ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),
+    ("TP_SHADOW_LEN", SHADOW_LEN as u64),
     ("TP_KEY_REGISTER", key_how::REGISTER as u64),
     ("TP_KEY_TCB", key_how::TCB as u64),
     ("TP_KEY_SYSCALL", key_how::SYSCALL as u64),

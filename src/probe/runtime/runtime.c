@@ -48,9 +48,14 @@
 #define HOT static inline __attribute__((always_inline))
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-HOT uint64_t hash_of(uint64_t key, uint32_t bits)
+/* Thread states and ring slots both number 1 << TP_EVENT_SLOT_BITS (the
+ * header tp validated says so): a constant, so the hash is shifts by
+ * immediates. */
+#define TP_SLOTS (1ull << TP_EVENT_SLOT_BITS)
+
+HOT uint64_t hash_of(uint64_t key)
 {
-	return ((key ^ (key >> 12)) * 0x9e3779b97f4a7c15ull) >> (64 - bits);
+	return ((key ^ (key >> 12)) * 0x9e3779b97f4a7c15ull) >> (64 - TP_EVENT_SLOT_BITS);
 }
 
 HOT struct tp_proc *proc_of(const struct tp_ctx *c)
@@ -60,7 +65,9 @@ HOT struct tp_proc *proc_of(const struct tp_ctx *c)
 
 HOT struct tp_thread *thread_at(const struct tp_ctx *c, uint64_t i)
 {
-	return (struct tp_thread *)(c->private + TP_THREADS_OFF + i * c->thread_size);
+	/* The size tp validated in the header, known here: a constant multiply. */
+	return (struct tp_thread *)(c->private + TP_THREADS_OFF +
+				    i * (sizeof(struct tp_thread) + TP_SHADOW_LEN * sizeof(struct tp_frame)));
 }
 
 HOT struct tp_slot *slot_at(const struct tp_ctx *c, uint64_t i)
@@ -98,18 +105,21 @@ HOT uint64_t thread_key(const struct tp_ctx *c)
  * thread whose key matches a state of the parent's is a new thread that
  * happens to reuse a parent thread's TCB address, and those frames were
  * the parent thread's. Either way the ring slot is the parent's. */
-HOT void adopt(struct tp_thread *t, uint32_t pid)
+HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
 {
 	uint32_t tid = (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0);
 	if (t->pid != 0 && tid != pid) {
 		t->depth = 0;
 		t->overhead = 0;
 	}
-	/* A TCB keeps its own address in its first word (glibc, musl); Go's
-	 * m.tls and other runtimes' blocks do not, and have no TID to read. */
-	t->tcb = !(t->key & 1) && *(const volatile uint64_t *)t->key == t->key;
-	t->ring = 0;
+	/* The TCB's TID follows a thread that reuses another's TCB; the TID
+	 * taken here does not. A TCB keeps its own address in its first word
+	 * (glibc, musl); Go's m.tls and other runtimes' blocks do not, and
+	 * have no TID to read. */
+	int tcb = !(t->key & 1) && *(const volatile uint64_t *)t->key == t->key;
 	t->tid = tid;
+	t->tid_at = tcb && c->tid_offset ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
+	t->ring = 0;
 	t->pid = pid;
 }
 
@@ -118,11 +128,9 @@ HOT void adopt(struct tp_thread *t, uint32_t pid)
 HOT struct tp_thread *thread_state(const struct tp_ctx *c, int claim)
 {
 	uint64_t key = thread_key(c);
-	uint32_t pid = process_id(c);
-	uint64_t n = 1ull << c->slot_bits;
-	uint64_t h = hash_of(key, c->slot_bits);
-	for (uint64_t i = 0; i < TP_MAX_PROBES_FOR_SLOT && i < n; i++) {
-		struct tp_thread *t = thread_at(c, (h + i) & (n - 1));
+	uint64_t h = hash_of(key);
+	for (uint64_t i = 0; i < TP_MAX_PROBES_FOR_SLOT; i++) {
+		struct tp_thread *t = thread_at(c, (h + i) & (TP_SLOTS - 1));
 		uint64_t k = __atomic_load_n(&t->key, __ATOMIC_ACQUIRE);
 		if (k != key) {
 			if (k != 0)
@@ -132,9 +140,16 @@ HOT struct tp_thread *thread_state(const struct tp_ctx *c, int claim)
 			uint64_t expected = 0;
 			if (!__atomic_compare_exchange_n(&t->key, &expected, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
 				continue;
+			adopt(c, t, process_id(c));
+			return t;
 		}
-		if (UNLIKELY(t->pid != pid))
-			adopt(t, pid);
+		/* A state taken in this process has its PID, never 0; a process
+		 * forked since reads 0 in its wiped page: one compare sees both. */
+		if (UNLIKELY(t->pid != proc_of(c)->pid)) {
+			uint32_t pid = process_id(c);
+			if (t->pid != pid)
+				adopt(c, t, pid);
+		}
 		return t;
 	}
 	return 0;
@@ -172,11 +187,10 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 	if (__builtin_expect(t->ring != 0, 1))
 		return (struct tp_slot *)t->ring;
 	uint64_t owner = ((uint64_t)t->pid << 32) | t->tid;
-	uint64_t n = 1ull << c->slot_bits;
-	uint64_t h = hash_of(t->key ^ ((uint64_t)t->pid << 20), c->slot_bits);
+	uint64_t h = hash_of(t->key ^ ((uint64_t)t->pid << 20));
 	for (int pass = 0; pass < 2; pass++) {
-		for (uint64_t i = 0; i < n; i++) {
-			uint64_t k = (h + i) & (n - 1);
+		for (uint64_t i = 0; i < TP_SLOTS; i++) {
+			uint64_t k = (h + i) & (TP_SLOTS - 1);
 			struct tp_slot *s = slot_at(c, k);
 			uint64_t expected = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
 			if (expected != 0 && (pass == 0 || (expected >> 32) == t->pid || !abandoned(s, expected)))
@@ -191,13 +205,9 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 	return 0;
 }
 
-HOT uint32_t thread_id(const struct tp_ctx *c, const struct tp_thread *t)
+HOT uint32_t thread_id(const struct tp_thread *t)
 {
-	/* The TCB's TID follows a thread that reuses another's TCB; the TID
-	 * the state took does not. Only a key that is a TCB's address has one. */
-	if (c->tid_offset == 0 || !t->tcb)
-		return t->tid;
-	return *(const volatile uint32_t *)(t->key + (int64_t)c->tid_offset);
+	return *(const volatile uint32_t *)t->tid_at;
 }
 
 /* Appends one event to the thread's ring, or counts it lost if it has no
@@ -220,7 +230,7 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 	}
 	struct tp_event *e = s->ring + (head & c->ring_mask);
 	e->probe = probe;
-	e->tid = thread_id(c, t);
+	e->tid = thread_id(t);
 	e->tsc = tsc;
 	e->v[0] = v0;
 	e->v[1] = v1;
@@ -337,7 +347,7 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 				break;
 			d--;
 		}
-		if (d >= c->shadow_len) {
+		if (d >= TP_SHADOW_LEN) {
 			t->depth = d;
 			lose(c, t, 1); /* too deep: this call's exit goes unrecorded */
 			account(t, d, tsc);
@@ -368,14 +378,13 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
  * thread's. 0 if there is none. */
 HOT uint64_t frame_elsewhere(const struct tp_ctx *c, const struct tp_thread *mine, uint64_t want)
 {
-	uint64_t n = 1ull << c->slot_bits;
-	for (uint64_t i = 0; i < n; i++) {
+	for (uint64_t i = 0; i < TP_SLOTS; i++) {
 		const struct tp_thread *t = thread_at(c, i);
 		if (t == mine || __atomic_load_n(&t->key, __ATOMIC_ACQUIRE) == 0)
 			continue;
 		uint32_t d = __atomic_load_n(&t->depth, __ATOMIC_ACQUIRE);
-		if (d > c->shadow_len)
-			d = c->shadow_len;
+		if (d > TP_SHADOW_LEN)
+			d = TP_SHADOW_LEN;
 		while (d > 0) {
 			const struct tp_frame *f = &t->shadow[--d];
 			if (f->slot == want)
