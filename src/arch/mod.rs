@@ -251,6 +251,9 @@ pub enum ThreadKey {
     /// the thread register (the TCB's own address), as every thread the
     /// tracer saw did; where it reads 0 the thread asks the kernel.
     Tcb,
+    /// As [`ThreadKey::Tcb`], and where the word reads 0 the thread reads
+    /// the register itself (cheaper than the register on every event).
+    TcbOrRegister,
     /// The kernel's answer (a system call per event): a runtime that keeps
     /// something else at the thread pointer, on a kernel or CPU without
     /// user-space access to the register.

@@ -152,9 +152,10 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
     let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
     if h.ctx.key_how == layout::key_how::UNKNOWN {
         let hwcap2 = process::auxv(stopped.pid(), libc::AT_HWCAP2).unwrap_or(0);
-        h.ctx.key_how = match forced_thread_key().unwrap_or_else(|| Host::thread_key(hwcap2, &threads, &read)) {
+        h.ctx.key_how = match forced_thread_key(hwcap2).unwrap_or_else(|| Host::thread_key(hwcap2, &threads, &read)) {
             ThreadKey::Register => layout::key_how::REGISTER,
             ThreadKey::Tcb => layout::key_how::TCB,
+            ThreadKey::TcbOrRegister => layout::key_how::TCB_REGISTER,
             ThreadKey::Syscall => {
                 crate::say!(
                     "tp: the threads of process {} do not keep their thread pointer where glibc does, and the \
@@ -173,12 +174,15 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
     region.set_header(&h)
 }
 
-/// `TP_THREAD_KEY` (`tcb` or `syscall`): how the runtime tells threads
-/// apart where the machine would allow better, so that the tests run every
-/// way on one machine. `register` is used only where the kernel allows it.
-fn forced_thread_key() -> Option<ThreadKey> {
+/// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
+/// tells threads apart, other than the machine and the program would have
+/// it, so that the tests run every way on one machine. `register` only
+/// where the CPU and kernel allow it: the way they would take for a
+/// program whose threads tell nothing.
+fn forced_thread_key(hwcap2: u64) -> Option<ThreadKey> {
     match std::env::var("TP_THREAD_KEY").ok()?.as_str() {
         "tcb" => Some(ThreadKey::Tcb),
+        "register" => Some(Host::thread_key(hwcap2, &[], &|_, _| None)),
         "syscall" => Some(ThreadKey::Syscall),
         _ => None,
     }

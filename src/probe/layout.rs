@@ -211,6 +211,10 @@ pub mod key_how {
     pub const TCB: u32 = 2;
     /// Ask the kernel for the FS base at every event (arch_prctl).
     pub const SYSCALL: u32 = 3;
+    /// As [`TCB`], and a thread where the word reads 0 (Go's) reads its
+    /// FS base with `rdfsbase`. The word is a plain load; `rdfsbase` costs
+    /// several nanoseconds more per event on the CPUs tp was measured on.
+    pub const TCB_REGISTER: u32 = 4;
 }
 
 /// A code arena: private R-X pages in the target that hold detours.
@@ -431,6 +435,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_KEY_REGISTER", key_how::REGISTER as u64),
     ("TP_KEY_TCB", key_how::TCB as u64),
     ("TP_KEY_SYSCALL", key_how::SYSCALL as u64),
+    ("TP_KEY_TCB_REGISTER", key_how::TCB_REGISTER as u64),
 ];
 
 /// The structs runtime.c shares, in the order C needs them declared.

@@ -96,7 +96,7 @@ pub fn header(h: &Header, len: u64) -> Result<(), String> {
     if !private_ok {
         return corrupt(format!("private area {:#x}", h.ctx.private));
     }
-    if h.ctx.key_how > layout::key_how::SYSCALL {
+    if h.ctx.key_how > layout::key_how::TCB_REGISTER {
         return corrupt(format!("thread key {}", h.ctx.key_how));
     }
     if h.arena_count as usize > layout::MAX_ARENAS {
@@ -194,7 +194,7 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     h.ctx.lost_no_slot = live.ctx.lost_no_slot;
     h.ctx.claimed = live.ctx.claimed;
     h.ctx.returns_lost = live.ctx.returns_lost;
-    if live.ctx.key_how <= layout::key_how::SYSCALL {
+    if live.ctx.key_how <= layout::key_how::TCB_REGISTER {
         h.ctx.key_how = live.ctx.key_how;
     }
     h

@@ -72,16 +72,26 @@ const FREE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 /// Frees the ring slots of processes that ended, once drained: a server
 /// forks on and on, and each child takes rings of its own. At every call,
 /// those whose process is gone (one `kill(pid, 0)` each); at most every
-/// [`FREE_EVERY`] (`next`), also zombies and processes that exec'd.
+/// [`FREE_EVERY`] (`next`), also those of a zombie with no thread left
+/// and of a process that exec'd. A slot is written only by its thread, so
+/// a process none of whose threads runs the program any more writes none.
 pub fn free_ended_rings(region: &crate::probe::region::Region, next: &mut std::time::Instant) {
     if std::time::Instant::now() < *next {
         Drainer::free_ended(region, |pid| !crate::process::exists(pid as i32));
         return;
     }
-    Drainer::free_ended(region, |pid| {
-        !crate::process::is_alive(pid as i32) || !crate::probe::family::holds(region, pid as i32)
-    });
+    Drainer::free_ended(region, |pid| ended(region, pid as i32));
     *next = std::time::Instant::now() + FREE_EVERY;
+}
+
+/// True if no thread of process `pid` can write `region`'s rings again.
+fn ended(region: &crate::probe::region::Region, pid: i32) -> bool {
+    match crate::process::status(pid) {
+        Err(_) => !crate::process::exists(pid),
+        // A leader that exited before its threads is a zombie while they run.
+        Ok(st) if st.state == 'Z' || st.state == 'X' => crate::process::threads(pid).map_or(true, |t| t.len() <= 1),
+        Ok(_) => !crate::probe::family::holds(region, pid),
+    }
 }
 
 /// The consumer of one process's events.

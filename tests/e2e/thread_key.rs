@@ -10,14 +10,17 @@ fn a_thread_without_glibcs_tcb_records_every_event() {
     foreign_thread_records_every_event(&[]);
 }
 
-/// Where the kernel lets programs read the FS base (FSGSBASE) tp uses it;
-/// elsewhere it uses the word at fs:0, which glibc keeps equal to it, and
-/// asks the kernel on a thread where that word is 0; or asks the kernel at
-/// every event. `TP_THREAD_KEY` makes tp take those ways here.
+/// In a glibc program tp reads the word at fs:0, which glibc keeps equal
+/// to the FS base, and a thread where it reads 0 reads its FS base with
+/// `rdfsbase` where the kernel allows it (FSGSBASE), else asks the kernel;
+/// a program whose threads keep something else there is told apart by
+/// `rdfsbase` alone, or by asking the kernel at every event.
+/// `TP_THREAD_KEY` makes tp take each of those ways here.
 #[test]
 fn every_way_of_telling_threads_apart_records_every_event() {
-    foreign_thread_records_every_event(&[("TP_THREAD_KEY", "tcb")]);
-    foreign_thread_records_every_event(&[("TP_THREAD_KEY", "syscall")]);
+    for how in ["tcb", "register", "syscall"] {
+        foreign_thread_records_every_event(&[("TP_THREAD_KEY", how)]);
+    }
 }
 
 fn foreign_thread_records_every_event(env: &[(&str, &str)]) {

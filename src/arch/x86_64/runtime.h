@@ -28,21 +28,22 @@ static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, u
 
 /* The thread's key: its FS base, which tells threads apart on any runtime
  * (glibc's and musl's TCB, Go's m.tls, ...). `how` is the region's
- * key_how: rdfsbase where the kernel enables FSGSBASE; else the word at
- * fs:0, where glibc and musl keep the TCB's own address (the FS base), as
- * every thread tp saw at attach did; else, or where that word is 0, the
+ * key_how: the word at fs:0, where glibc and musl keep the TCB's own
+ * address (the FS base), as every thread tp saw at attach did (a load);
+ * where that word is 0 (Go's threads), or for a program whose threads did
+ * not keep it, rdfsbase where the kernel enables FSGSBASE, else the
  * kernel's answer (arch_prctl). 0 only for a thread without an FS base. */
 static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how)
 {
 	uint64_t v;
-	if (__builtin_expect(how == TP_KEY_REGISTER, 1)) {
+	if (__builtin_expect(how == TP_KEY_TCB_REGISTER || how == TP_KEY_TCB, 1)) {
+		__asm__ volatile("mov %%fs:0, %0" : "=r"(v));
+		if (__builtin_expect(v != 0, 1))
+			return v;
+	}
+	if (how == TP_KEY_REGISTER || how == TP_KEY_TCB_REGISTER) {
 		__asm__ volatile("rdfsbase %0" : "=r"(v));
 		return v;
-	}
-	if (how == TP_KEY_TCB) {
-		__asm__ volatile("mov %%fs:0, %0" : "=r"(v));
-		if (v)
-			return v;
 	}
 	v = 0;
 	tp_syscall4(TP_SYS_ARCH_PRCTL, TP_ARCH_GET_FS, (uint64_t)&v, 0, 0);

@@ -35,18 +35,23 @@ use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, ThreadKey};
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;
 
-/// How the runtime tells threads apart: by the FS base, read with
-/// `rdfsbase` where the kernel allows it (`hwcap2`); else by the word at
-/// fs:0 when every thread's holds its own FS base (`fs_bases`, as glibc's
-/// and musl's TCBs do; Go's threads hold 0 there); else by asking the kernel.
+/// How the runtime tells threads apart, by their FS base: read as the
+/// word at fs:0 when every thread's holds its own FS base (`fs_bases`, as
+/// glibc's and musl's TCBs do; Go's threads hold 0 there), a plain load,
+/// with `rdfsbase` (where the kernel allows it: `hwcap2`) or the kernel
+/// for a thread where it reads 0; else with `rdfsbase`; else the kernel.
 pub fn thread_key(hwcap2: u64, fs_bases: &[u64], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> ThreadKey {
-    if hwcap2 & HWCAP2_FSGSBASE != 0 {
-        return ThreadKey::Register;
-    }
+    let register = hwcap2 & HWCAP2_FSGSBASE != 0;
     let self_pointer = |base: u64| {
         base != 0 && read(base, 8).and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?))) == Some(base)
     };
-    if !fs_bases.is_empty() && fs_bases.iter().all(|&b| self_pointer(b)) { ThreadKey::Tcb } else { ThreadKey::Syscall }
+    let tcb = !fs_bases.is_empty() && fs_bases.iter().all(|&b| self_pointer(b));
+    match (tcb, register) {
+        (true, true) => ThreadKey::TcbOrRegister,
+        (true, false) => ThreadKey::Tcb,
+        (false, true) => ThreadKey::Register,
+        (false, false) => ThreadKey::Syscall,
+    }
 }
 
 const RAX: u8 = 0;
@@ -177,6 +182,7 @@ mod tests {
             _ => None,
         };
         assert_eq!(thread_key(HWCAP2_FSGSBASE, &[0x7f00_3000_0000], &tcb), ThreadKey::Register);
+        assert_eq!(thread_key(HWCAP2_FSGSBASE, &[a, b], &tcb), ThreadKey::TcbOrRegister);
         assert_eq!(thread_key(0, &[a, b], &tcb), ThreadKey::Tcb);
         assert_eq!(thread_key(0, &[a, 0x7f00_3000_0000], &tcb), ThreadKey::Syscall);
         assert_eq!(thread_key(0, &[a, 0], &tcb), ThreadKey::Syscall);
