@@ -60,17 +60,6 @@ impl Drainer {
         Ok(())
     }
 
-    /// The processes that own a ring slot now (a process owns one per
-    /// thread that recorded an event), each once.
-    pub fn writers(region: &Region) -> Vec<u32> {
-        let h = region.header();
-        let mut pids: Vec<u32> =
-            slots_in_use(&h).map(|off| pid_of_key(region.load_u64(off + KEY))).filter(|&p| p != 0).collect();
-        pids.sort_unstable();
-        pids.dedup();
-        pids
-    }
-
     /// Frees the ring slots of processes that ended (`ended` says which),
     /// once their rings are drained, so that the processes a server keeps
     /// forking find slots: a slot is written only by the thread that

@@ -45,6 +45,8 @@ pub struct Family {
     root_ends: BTreeMap<i32, Ended>,
     /// Children killed by a signal, not yet said.
     news: Vec<(i32, i32, Ended)>,
+    /// The kernel dropped events (tp read too slowly), said once.
+    overrun_said: bool,
 }
 
 impl Family {
@@ -98,6 +100,13 @@ impl Family {
 
     /// Children killed by a signal since the last call: (child, root, how).
     pub fn take_news(&mut self) -> Vec<(i32, i32, Ended)> {
+        if !self.overrun_said && self.events.as_ref().is_some_and(|e| e.overrun) {
+            self.overrun_said = true;
+            crate::say!(
+                "tp: the kernel dropped process events (forks came faster than tp read them): some children \
+                 may be missing from the summary, and how they ended"
+            );
+        }
         std::mem::take(&mut self.news)
     }
 
