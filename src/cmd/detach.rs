@@ -187,7 +187,9 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let memory = match kept {
         None => "tp's memory unmapped".to_string(),
         Some(Kept::LiveProbes) => "tp's memory kept (probes left)".to_string(),
-        Some(Kept::InUse { tid }) => format!("tp's memory kept: thread {tid} still refers to it"),
+        Some(Kept::InUse { tid }) => {
+            format!("tp's memory kept: thread {tid} is running in it (run `tp detach -p {pid}` again to remove it)")
+        }
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
     };
     crate::say!(
