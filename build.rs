@@ -145,6 +145,8 @@ const TARGETS: &[Target] = &[
     Target { name: "hammer", sources: &["hammer.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     Target { name: "blocked", sources: &["blocked.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     Target { name: "churn", sources: &["churn.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
+    // A program under its own seccomp filter (tests/e2e/seccomp.rs).
+    Target { name: "sandboxed", sources: &["sandboxed.c"], ..c("", &["-fPIE", "-pie"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
     Target { name: "hostile", sources: &["hostile.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
 ];

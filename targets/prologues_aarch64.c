@@ -39,7 +39,7 @@ uint64_t p_adr(uint64_t), p_adrp(uint64_t), p_ldr_x(uint64_t), p_ldr_w(uint64_t)
 uint64_t p_prfm(uint64_t), p_ldr_d(uint64_t), p_ldr_q(uint64_t), p_b(uint64_t), p_ret(uint64_t);
 uint64_t p_cbz(uint64_t, uint64_t), p_cbnz(uint64_t, uint64_t), p_tbz(uint64_t), p_tbnz(uint64_t);
 uint64_t call_p_bl(uint64_t), call_p_blr(uint64_t), call_p_bcond(uint64_t);
-uint64_t p_bti(uint64_t), p_pac(uint64_t), tp_bti_canary(uint64_t);
+uint64_t p_bti(uint64_t), p_pac(uint64_t), p_self(uint64_t), tp_bti_canary(uint64_t);
 extern char tp_guarded_start[], tp_guarded_end[];
 
 #define K1 0x0123456789abcdefull
@@ -58,7 +58,7 @@ struct func {
 static struct func funcs[] = {
 	{"p_adr"}, {"p_adrp"}, {"p_ldr_x"}, {"p_ldr_w"}, {"p_ldrsw"}, {"p_prfm"}, {"p_ldr_d"},
 	{"p_ldr_q"}, {"p_b"}, {"p_bl"}, {"p_bcond"}, {"p_cbz"}, {"p_cbnz"}, {"p_tbz"},
-	{"p_tbnz"}, {"p_blr"}, {"p_ret"}, {"p_bti"}, {"p_pac"},
+	{"p_tbnz"}, {"p_blr"}, {"p_ret"}, {"p_bti"}, {"p_pac"}, {"p_self"},
 };
 #define NFUNCS (int)(sizeof funcs / sizeof *funcs)
 
@@ -84,7 +84,8 @@ static uint64_t call(int k, uint64_t x)
 	case 15: return call_p_blr(x);
 	case 16: return p_ret(x);
 	case 17: return indirect_bti(x);
-	default: return indirect_pac(x);
+	case 18: return indirect_pac(x);
+	default: return p_self(x);
 	}
 }
 
@@ -110,7 +111,8 @@ static uint64_t reference(int k, uint64_t x)
 	case 15: return x + 11;
 	case 16: return x;
 	case 17: return x + K2;
-	default: return x + 11;
+	case 18: return x + 11;
+	default: return x + 17;
 	}
 }
 

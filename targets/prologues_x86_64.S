@@ -244,6 +244,35 @@ helper_add1:
 	.endm
 	PAIR syscall
 
+/* The function's own address as data, taken by the window's first
+ * instruction: passed as a callback to self_check (prologues.c), which
+ * knows both copies' addresses and calls back only a real one. The copy in
+ * tp's detour must compute the original's address, not its own. */
+	.macro body_self
+0:	lea rax, [rip + 0b]
+	mov rsi, rdi
+	mov rdi, rax
+	jmp self_check
+	.endm
+	PAIR self
+
+/* ... and compared, by the window's second instruction: an address taken
+ * of the window's first byte. Returns x + 17 only if it is one of the two
+ * copies' entries (listed in data). */
+	.macro body_self_cmp
+0:	push rbx
+	lea rbx, [rip + 0b]
+	lea rax, [rdi + 17]
+	cmp rbx, qword ptr [rip + g_self_cmp]
+	je 1f
+	cmp rbx, qword ptr [rip + g_self_cmp + 8]
+	je 1f
+	mov rax, rdi
+1:	pop rbx
+	ret
+	.endm
+	PAIR self_cmp
+
 /* ---- refusals ---- */
 
 /* Too short for a 5-byte jump. */
@@ -410,5 +439,7 @@ g_three:
 	.double 3.0
 g_helper:
 	.quad helper_add1
+g_self_cmp:
+	.quad pr_self_cmp, pr_self_cmp_ref
 
 	.section .note.GNU-stack, "", @progbits

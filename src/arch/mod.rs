@@ -123,6 +123,18 @@ pub enum Refusal {
     },
     /// The function has no code of its own: the compiler inlined it everywhere.
     InlinedEverywhere,
+    /// The Go runtime keeps an address inside the window as the return
+    /// address at the bottom of goroutine stacks (`runtime.goexit`).
+    GoStackReturn,
+    /// A return probe or sampling in Go code: the Go runtime walks
+    /// goroutine stacks and checks every return address on them.
+    GoReturns,
+    /// Events in a Go function without a stack check, which may run with
+    /// little stack left.
+    GoNoStackCheck,
+    /// Go code that Go may preempt asynchronously, where no window of one
+    /// instruction fits after the stack check.
+    GoPreemptible,
     /// This architecture has no probe support yet.
     Unsupported(&'static str),
 }
@@ -145,6 +157,10 @@ impl Refusal {
             Refusal::Unrelocatable { .. } => "cannot relocate",
             Refusal::CodeMismatch { .. } => "code differs from the file",
             Refusal::InlinedEverywhere => "inlined everywhere",
+            Refusal::GoStackReturn => "Go runtime return address",
+            Refusal::GoReturns => "returns of Go code",
+            Refusal::GoNoStackCheck => "Go function without a stack check",
+            Refusal::GoPreemptible => "Go code without a one-instruction window",
             Refusal::Unsupported(_) => "unsupported",
         }
     }
@@ -175,6 +191,28 @@ impl fmt::Display for Refusal {
                 write!(f, "code at {at:#x} differs from the file (patched by another tool?)")
             }
             Refusal::InlinedEverywhere => write!(f, "inlined everywhere"),
+            Refusal::GoStackReturn => write!(
+                f,
+                "the Go runtime keeps an address in its first instructions as the return address at the bottom of \
+                 every goroutine's stack, where no scan of threads can see it"
+            ),
+            Refusal::GoReturns => write!(
+                f,
+                "it is Go code: Go's runtime walks goroutine stacks and checks every return address on them \
+                 (garbage collection, stack growth), so tp does not replace any (no --ret, no tp profile); \
+                 count its calls, or record its arguments with --args"
+            ),
+            Refusal::GoNoStackCheck => write!(
+                f,
+                "a Go function without a stack check may run with 128 bytes of stack left, too few for \
+                 recording its arguments; count its calls instead"
+            ),
+            Refusal::GoPreemptible => write!(
+                f,
+                "Go may preempt a goroutine between any two of its instructions and park it with that address on \
+                 its own stack, out of sight of tp, and no instruction after its stack check is long enough to be \
+                 the whole window"
+            ),
             Refusal::Unsupported(why) => write!(f, "{why}"),
         }
     }
@@ -303,6 +341,9 @@ pub struct DetourSpec {
     pub slot_bits: u32,
     /// log2 of the byte stride between counter rows.
     pub stride_shift: u32,
+    /// The function's calling convention: which registers an entry event
+    /// records as its arguments.
+    pub abi: Abi,
 }
 
 /// What a detour does beyond counting the hit.
@@ -347,6 +388,97 @@ pub enum ParamClass {
     Float,
     /// A struct or union of this many bytes (if known).
     Aggregate(Option<u64>),
+    /// A value made of this many integer words and nothing else (Go's
+    /// strings: 2, slices: 3), which Go's ABI passes word by word.
+    Words(u8),
+}
+
+/// The calling convention of a function, which decides the registers its
+/// arguments arrive in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Abi {
+    /// The platform's C ABI (System V x86-64, AAPCS64).
+    #[default]
+    C,
+    /// Go's register-based internal ABI (ABIInternal, Go 1.17 and later):
+    /// its own sequence of integer argument registers ([`Arch::go_int_args`]).
+    Go,
+    /// Go's stack-based ABI (ABI0: assembly, and all Go code before the
+    /// register ABI): no argument is in a register.
+    GoStack,
+}
+
+/// [`Arch::goroutine_stack`] of the goroutine `g` with stack pointer `sp`.
+/// Go's `g` starts with `stack.lo`, `stack.hi` and `stackguard0`, which is
+/// `lo` plus the guard (under a page), or a sentinel asking for preemption
+/// (`stackPreempt`, `stackFork`).
+fn goroutine_stack(g: u64, sp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<(u64, u64)> {
+    if g == 0 || !g.is_multiple_of(8) {
+        return None;
+    }
+    let b = read(g, 24)?;
+    let word = |k: usize| Some(u64::from_le_bytes(b.get(8 * k..8 * k + 8)?.try_into().ok()?));
+    let (lo, hi, guard) = (word(0)?, word(1)?, word(2)?);
+    let guard_ok = matches!(guard, 0xffff_ffff_ffff_fade | 0xffff_ffff_ffff_fb2e) || (guard > lo && guard - lo <= 4096);
+    (lo < hi && hi - lo <= 1 << 30 && (lo..hi).contains(&sp) && guard_ok).then_some((lo, hi))
+}
+
+/// [`Arch::arg_registers`] for the C ABI, with `recorded` integer registers recorded.
+fn c_arg_registers(params: &[ParamClass], recorded: usize) -> Vec<Option<usize>> {
+    let mut next = 0;
+    let mut lost_track = false;
+    params
+        .iter()
+        .map(|p| {
+            if lost_track {
+                return None;
+            }
+            match p {
+                ParamClass::Float => None,
+                ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => None, // passed in memory
+                ParamClass::Aggregate(_) | ParamClass::Words(_) => {
+                    lost_track = true; // small aggregates: registers not modelled
+                    None
+                }
+                ParamClass::Scalar if next < recorded => {
+                    next += 1;
+                    Some(next - 1)
+                }
+                ParamClass::Scalar => None,
+            }
+        })
+        .collect()
+}
+
+/// [`Arch::arg_registers`] for Go's internal ABI, with `ints` integer
+/// argument registers of which the first `recorded` are recorded.
+fn go_arg_registers(params: &[ParamClass], ints: usize, recorded: usize) -> Vec<Option<usize>> {
+    let mut next = 0;
+    let mut lost_track = false;
+    params
+        .iter()
+        .map(|p| {
+            if lost_track {
+                return None;
+            }
+            let words = match p {
+                ParamClass::Scalar => 1,
+                ParamClass::Words(n) => *n as usize,
+                ParamClass::Float => return None,
+                ParamClass::Aggregate(Some(0)) => return None, // zero-sized: no register
+                ParamClass::Aggregate(_) => {
+                    lost_track = true;
+                    return None;
+                }
+            };
+            if next + words > ints {
+                return None; // on the stack; the registers stay for the next ones
+            }
+            next += words;
+            // A scalar is shown from its register; a value of several words is not.
+            (words == 1 && next - 1 < recorded).then_some(next - 1)
+        })
+        .collect()
 }
 
 /// What a file of ELF machine `m` is, for messages: `an x86-64 binary`,
@@ -381,9 +513,12 @@ impl Detour {
     }
 }
 
-/// Syscall numbers tp makes in the target.
+/// Syscall numbers tp makes in the target, and the architecture a seccomp
+/// filter sees them made from.
 #[derive(Debug, Clone, Copy)]
 pub struct Syscalls {
+    /// The AUDIT_ARCH_* value of `struct seccomp_data`'s `arch`.
+    pub audit_arch: u32,
     /// mmap.
     pub mmap: u64,
     /// munmap.
@@ -396,6 +531,21 @@ pub struct Syscalls {
     pub close: u64,
     /// madvise.
     pub madvise: u64,
+}
+
+impl Syscalls {
+    /// The name of syscall `nr`, if it is one of these.
+    pub fn name(&self, nr: u64) -> Option<&'static str> {
+        [
+            (self.mmap, "mmap"),
+            (self.munmap, "munmap"),
+            (self.memfd_create, "memfd_create"),
+            (self.ftruncate, "ftruncate"),
+            (self.close, "close"),
+        ]
+        .into_iter()
+        .find_map(|(n, name)| (n == nr).then_some(name))
+    }
 }
 
 /// [`Arch::plan`] as a function pointer.
@@ -437,6 +587,10 @@ pub struct Isa {
     pub plans_with_image: bool,
     /// [`Arch::stored_pointer`].
     pub stored_pointer: fn(u32) -> Option<StoredPointer>,
+    /// [`Arch::go_stack_check`].
+    pub go_stack_check: fn(&[u8], u64) -> Option<usize>,
+    /// [`Arch::go_one_instruction_site`].
+    pub go_one_instruction_site: fn(&[u8], u64, usize) -> Option<usize>,
 }
 
 impl Isa {
@@ -448,6 +602,8 @@ impl Isa {
             plan_in: A::plan_in,
             plans_with_image: A::PLANS_WITH_IMAGE,
             stored_pointer: A::stored_pointer,
+            go_stack_check: A::go_stack_check,
+            go_one_instruction_site: A::go_one_instruction_site,
         }
     }
 
@@ -505,38 +661,56 @@ pub trait Arch {
     /// the ABI passes arguments in.
     const ARG_REGS: usize = 6;
 
-    /// For each parameter of a call, which of the recorded integer argument
-    /// registers (0..[`Arch::ARG_REGS`]) holds it, if one does. Scalars take
-    /// the integer registers in order; a floating-point parameter travels in
-    /// a vector register and takes none; an aggregate larger than 16 bytes
-    /// is passed in memory; the passing of smaller aggregates is not
-    /// modelled, so the parameters from one on are unknown. (The System V
-    /// x86-64 ABI; AAPCS64 agrees but for large aggregates, passed by
-    /// reference, which AArch64 may override once it records events.)
-    fn arg_registers(params: &[ParamClass]) -> Vec<Option<usize>> {
-        let mut next = 0;
-        let mut lost_track = false;
-        params
-            .iter()
-            .map(|p| {
-                if lost_track {
-                    return None;
-                }
-                match p {
-                    ParamClass::Float => None,
-                    ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => None, // passed in memory
-                    ParamClass::Aggregate(_) => {
-                        lost_track = true; // small aggregates: registers not modelled
-                        None
-                    }
-                    ParamClass::Scalar if next < Self::ARG_REGS => {
-                        next += 1;
-                        Some(next - 1)
-                    }
-                    ParamClass::Scalar => None,
-                }
-            })
-            .collect()
+    /// For each parameter of a call of ABI `abi`, which of the recorded
+    /// integer argument registers (0..[`Arch::ARG_REGS`]) holds it, if one
+    /// does. An entry event records the first [`Arch::ARG_REGS`] integer
+    /// argument registers of the function's ABI, in that ABI's order.
+    ///
+    /// C: scalars take the integer registers in order; a floating-point
+    /// parameter travels in a vector register and takes none; an aggregate
+    /// larger than 16 bytes is passed in memory; the passing of smaller
+    /// aggregates is not modelled, so the parameters from one on are
+    /// unknown. (The System V x86-64 ABI; AAPCS64 agrees but for large
+    /// aggregates, passed by reference, which AArch64 may override once it
+    /// records events.)
+    ///
+    /// Go: each parameter goes wholly into the next integer registers
+    /// ([`Arch::go_int_args`] of them in all) or wholly onto the stack, and
+    /// a parameter that does not fit leaves the registers to the next ones;
+    /// floats take floating-point registers; an aggregate whose makeup is
+    /// not known (a struct, an interface) ends what can be told.
+    fn arg_registers(abi: Abi, params: &[ParamClass]) -> Vec<Option<usize>> {
+        match abi {
+            Abi::C => c_arg_registers(params, Self::ARG_REGS),
+            Abi::Go => go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
+            Abi::GoStack => vec![None; params.len()],
+        }
+    }
+
+    /// How many integer registers Go's internal ABI passes arguments in
+    /// (amd64: rax, rbx, rcx, rdi, rsi, r8, r9, r10, r11; arm64: x0-x15).
+    fn go_int_args() -> usize;
+
+    /// The length of Go's stack-bound check at the start of `code` (a Go
+    /// function's first bytes): `cmp rsp, [r14 + 16]; jbe morestack` and
+    /// its variants for larger frames, or `ldr x16, [x28, #16]; cmp sp,
+    /// x16; b.ls morestack`. A function whose check fails calls morestack
+    /// and comes back to its first instruction, so a probe after the check
+    /// counts calls, not entries. None if `code` does not start with one.
+    fn go_stack_check(code: &[u8], addr: u64) -> Option<usize> {
+        let _ = (code, addr);
+        None
+    }
+
+    /// The offset, from `from` on in Go function `code` (at `addr`), of the
+    /// first place where a window of one instruction fits, passing over
+    /// only instructions that set up the frame (they leave the arguments
+    /// alone, and run once per call). A goroutine Go preempts
+    /// asynchronously is parked with its PC on its own stack, where no scan
+    /// of threads sees it, so windows in such Go code have no interior.
+    fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
+        let _ = (code, addr, from);
+        None
     }
 
     /// [`Arch::plan`] with the module around the function, which lets a
@@ -613,6 +787,15 @@ pub trait Arch {
     fn get_regs(tid: Pid) -> io::Result<Self::Regs>;
     /// Writes a stopped thread's registers.
     fn set_regs(tid: Pid, regs: &Self::Regs) -> io::Result<()>;
+    /// The register that holds the current goroutine (`g`) in Go code.
+    fn go_g(regs: &Self::Regs) -> u64;
+    /// The bounds `[lo, hi)` of the goroutine stack a stopped thread runs
+    /// on, if it runs Go code: read from `g` ([`Arch::go_g`]), whose first
+    /// fields are the stack's bounds and its guard, and believed only when
+    /// they hold the stack pointer and the guard is where Go puts it.
+    fn goroutine_stack(regs: &Self::Regs, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<(u64, u64)> {
+        goroutine_stack(Self::go_g(regs), Self::sp(regs), read)
+    }
     /// The program counter.
     fn pc(regs: &Self::Regs) -> u64;
     /// Sets the program counter.
@@ -635,5 +818,50 @@ pub trait Arch {
     /// as it would without tp. Returns true if it changed `regs`.
     fn restart_interrupted_wait(_regs: &mut Self::Regs) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_arguments_take_go_registers_whole_or_not_at_all() {
+        use ParamClass::*;
+        // 9 integer registers, 6 recorded: a slice that no longer fits goes
+        // on the stack and leaves the registers to the next scalar.
+        let params = [Scalar, Words(3), Float, Words(2), Scalar, Words(3), Scalar, Scalar];
+        // Scalar: 0; slice: 1-3; string: 4-5; scalar: 6 (not recorded);
+        // slice: does not fit (7-9); the scalars after it: 7, 8 (not recorded).
+        assert_eq!(go_arg_registers(&params, 9, 6), [Some(0), None, None, None, None, None, None, None]);
+        assert_eq!(go_arg_registers(&params, 16, 8), [Some(0), None, None, None, Some(6), None, None, None]);
+        assert_eq!(
+            go_arg_registers(&[Scalar; 8], 9, 6),
+            [Some(0), Some(1), Some(2), Some(3), Some(4), Some(5), None, None]
+        );
+        // Zero-sized values take nothing; a struct of unknown makeup ends what is known.
+        let params = [Aggregate(Some(0)), Scalar, Aggregate(Some(16)), Scalar];
+        assert_eq!(go_arg_registers(&params, 9, 6), [None, Some(0), None, None]);
+        // C: the System V order, small aggregates unknown.
+        assert_eq!(c_arg_registers(&[Scalar, Float, Words(2), Scalar], 6), [Some(0), None, None, None]);
+    }
+
+    #[test]
+    fn goroutine_stacks_are_believed_only_with_their_guard() {
+        let g = 0xc0_0000_0100u64;
+        let memory = |lo: u64, hi: u64, guard: u64| {
+            move |addr: u64, len: usize| {
+                (addr == g && len == 24).then(|| [lo, hi, guard].iter().flat_map(|w| w.to_le_bytes()).collect())
+            }
+        };
+        let (lo, hi) = (0xc0_0005_0000u64, 0xc0_0005_2000u64);
+        assert_eq!(goroutine_stack(g, hi - 0x100, &memory(lo, hi, lo + 928)), Some((lo, hi)));
+        assert_eq!(goroutine_stack(g, hi - 0x100, &memory(lo, hi, 0xffff_ffff_ffff_fade)), Some((lo, hi)));
+        // The stack pointer outside, a guard elsewhere, bounds upside down, not g.
+        assert_eq!(goroutine_stack(g, hi + 8, &memory(lo, hi, lo + 928)), None);
+        assert_eq!(goroutine_stack(g, hi - 0x100, &memory(lo, hi, lo + 0x10000)), None);
+        assert_eq!(goroutine_stack(g, hi - 0x100, &memory(hi, lo, lo + 928)), None);
+        assert_eq!(goroutine_stack(g + 8, hi - 0x100, &memory(lo, hi, lo + 928)), None);
+        assert_eq!(goroutine_stack(0, hi - 0x100, &memory(lo, hi, lo + 928)), None);
     }
 }

@@ -14,7 +14,7 @@ use crate::escape::text;
 use crate::output::json;
 use crate::process;
 use crate::progress::Progress;
-use crate::symbols::verdict::verdict;
+use crate::symbols::verdict::{go_code, verdict};
 use crate::symbols::{Module, ProcessModules};
 
 /// The rows of some modules, with each module's index.
@@ -29,6 +29,8 @@ struct Row {
     size: u64,
     verdict: Result<SitePlan, Refusal>,
     signature: Option<String>,
+    /// Where the probe goes when that is not the function's entry.
+    note: Option<&'static str>,
 }
 
 /// Runs `tp list-probes`.
@@ -109,7 +111,9 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
             let verdict = verdict(m, &f, isa);
             let signature =
                 verbose.then(|| dwarf.and_then(|d| d.at(m.bias.file(f.addr))).map(|d| d.signature())).flatten();
-            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr.0), size: f.size, verdict, signature }
+            let after_check = verdict.is_ok() && go_code(m, &f, isa).is_some_and(|g| g.stack_check > 0);
+            let note = after_check.then_some("after Go's stack check");
+            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr.0), size: f.size, verdict, signature, note }
         })
         .collect();
     if let Some(d) = dwarf {
@@ -120,14 +124,19 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
             size: 0,
             verdict: Err(Refusal::InlinedEverywhere),
             signature: None,
+            note: None,
         }));
     }
     rows
 }
 
-/// `ok (N bytes: mov, push)` or `refused: <reason>`.
-pub fn verdict_text(v: &Result<SitePlan, Refusal>) -> String {
+/// `ok (N bytes: mov, push)`, `ok (N bytes at +6: sub, mov; after Go's
+/// stack check)` or `refused: <reason>`.
+pub fn verdict_text(v: &Result<SitePlan, Refusal>, note: Option<&str>) -> String {
     match v {
+        Ok(p) if let Some(note) = note => {
+            format!("ok ({} bytes at +{}: {}; {note})", p.len(), p.site - p.function, p.summary())
+        }
         Ok(p) => format!("ok ({} bytes: {})", p.len(), p.summary()),
         Err(r) => format!("refused: {r}"),
     }
@@ -146,7 +155,7 @@ fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<
         writeln!(out, "{:<18}  {:>7}  {:<w$}  VERDICT", "ADDRESS", "SIZE", "FUNCTION")?;
     }
     for r in rows {
-        let verdict = verdict_text(&r.verdict);
+        let verdict = verdict_text(&r.verdict, r.note);
         let (name, module) = (text(&r.name), text(&r.module));
         if with_module {
             writeln!(out, "{module:<mw$}  {:<18}  {:>7}  {name:<w$}  {verdict}", address_text(r.addr), r.size)?;
@@ -168,9 +177,14 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
         };
         let addr = r.addr.map_or("null".to_string(), |a| format!("\"{a:#x}\""));
         let sig = r.signature.as_deref().map_or(String::new(), |s| format!(",\"signature\":{}", json::string(s)));
+        let site = match &r.verdict {
+            Ok(p) if r.note.is_some() => format!(",\"site\":\"{:#x}\"", p.site),
+            _ => String::new(),
+        };
+        let note = r.note.map_or(String::new(), |n| format!(",\"note\":{}", json::string(n)));
         writeln!(
             out,
-            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"probeable\":{ok},\"reason\":{reason}{sig}}}",
+            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"probeable\":{ok},\"reason\":{reason}{site}{note}{sig}}}",
             json::string(&r.module),
             json::string(&r.name),
             r.size

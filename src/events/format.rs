@@ -4,11 +4,11 @@
 //! the argument registers are shown as `arg0`..`arg5` in hex.
 //!
 //! Which register holds which parameter is the ABI's business
-//! ([`Arch::arg_registers`]): this module only classifies each parameter
-//! by its DWARF type. Values are shown as text here; `output::json` writes
-//! them as JSON.
+//! ([`Arch::arg_registers`], for the function's ABI as DWARF tells it: C or
+//! Go): this module only classifies each parameter by its DWARF type.
+//! Values are shown as text here; `output::json` writes them as JSON.
 
-use crate::arch::{Arch, Host, ParamClass};
+use crate::arch::{Abi, Arch, Host, ParamClass};
 use crate::escape::text;
 use crate::symbols::dwarf::{DwFunction, Type};
 /// The longest string tp reads for a `char *` argument.
@@ -85,18 +85,28 @@ pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<
     let Some(f) = &info.dwarf else {
         return regs.iter().enumerate().map(|(i, &r)| (format!("arg{i}"), Value::Hex(r))).collect();
     };
+    // Go's strings and slices (DWARF structs named `string`, `[]T`) are
+    // words in a row, passed as such.
+    let go_words = |p: &crate::symbols::dwarf::Param| {
+        let name = p.type_name.strip_prefix("struct ").unwrap_or(&p.type_name);
+        match name {
+            "string" => Some(ParamClass::Words(2)),
+            _ if name.starts_with("[]") => Some(ParamClass::Words(3)),
+            _ => None,
+        }
+    };
     let classes: Vec<ParamClass> = f
         .params
         .iter()
         .map(|p| match p.ty {
             Type::Float => ParamClass::Float,
-            Type::Other => ParamClass::Aggregate(p.size),
+            Type::Other => go_words(p).filter(|_| f.abi == Abi::Go).unwrap_or(ParamClass::Aggregate(p.size)),
             _ => ParamClass::Scalar,
         })
         .collect();
     f.params
         .iter()
-        .zip(Host::arg_registers(&classes))
+        .zip(Host::arg_registers(f.abi, &classes))
         .map(|(p, reg)| {
             let value = match reg.and_then(|i| regs.get(i)) {
                 Some(&r) => Value::of(&p.ty, p.size, r, read_str),
@@ -138,6 +148,10 @@ mod tests {
     }
 
     fn info(params: Vec<Param>, ret: Option<Type>) -> ProbeInfo {
+        info_abi(params, ret, Abi::C)
+    }
+
+    fn info_abi(params: Vec<Param>, ret: Option<Type>, abi: Abi) -> ProbeInfo {
         ProbeInfo {
             name: "f".into(),
             module: "m".into(),
@@ -147,6 +161,7 @@ mod tests {
                 entry: crate::addr::FileAddr(0),
                 params,
                 return_type: ret.map(|t| ("t".to_string(), t)),
+                abi,
             }),
         }
     }
@@ -192,6 +207,40 @@ mod tests {
         let vals: Vec<&Value> = a.iter().map(|(_, v)| v).collect();
         assert_eq!(vals, [&Value::Unknown, &Value::Int(7), &Value::Unknown, &Value::Unknown]);
         assert_eq!(ret(&i, 5, &no_strings), None, "void");
+    }
+
+    #[test]
+    fn go_functions_take_go_registers_word_by_word() {
+        // func(s string, n int, f float64, b []byte, k int8, p *T): the
+        // recorded registers are Go's first six integer ones.
+        let mut s = param("s", Type::Other, 16);
+        s.type_name = "struct string".into();
+        let mut b = param("b", Type::Other, 24);
+        b.type_name = "[]uint8".into();
+        let i = info_abi(
+            vec![
+                s,
+                param("n", Type::Signed(8), 8),
+                param("f", Type::Float, 8),
+                b,
+                param("k", Type::Signed(1), 1),
+                param("p", Type::Pointer, 8),
+            ],
+            None,
+            Abi::Go,
+        );
+        // s: words 0, 1; n: 2; b: 3, 4, 5; k: 6 and p: 7, not recorded.
+        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3], &no_strings);
+        let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
+        assert_eq!(text, ["s=?", "n=42", "f=?", "b=?", "k=?", "p=?"]);
+        // A struct of unknown makeup ends what can be told.
+        let i = info_abi(
+            vec![param("a", Type::Signed(8), 8), param("st", Type::Other, 16), param("c", Type::Signed(8), 8)],
+            None,
+            Abi::Go,
+        );
+        let vals: Vec<Value> = args(&i, &[1, 2, 3, 4, 5, 6], &no_strings).into_iter().map(|(_, v)| v).collect();
+        assert_eq!(vals, [Value::Int(1), Value::Unknown, Value::Unknown]);
     }
 
     #[test]

@@ -107,6 +107,8 @@ pub fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, reac
     let prot = (libc::PROT_READ | libc::PROT_EXEC) as u64;
     let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE) as u64;
     for addr in candidates(maps, span, size, reach).into_iter().take(8) {
+        // Never map what cannot be unmapped again.
+        caller.check(sc.munmap, [addr, size, 0, 0, 0, 0])?;
         let got = caller.syscall(sc.mmap, [addr, size, prot, flags, u64::MAX, 0])?;
         if got as u64 == addr {
             return Ok(Arena { addr, size, used: 0, runtime: 0 });
@@ -114,6 +116,13 @@ pub fn alloc_arena(caller: &mut RemoteCaller, maps: &[Mapping], span: Span, reac
         if got >= 0 {
             // An old kernel without MAP_FIXED_NOREPLACE treats it as a hint: undo.
             caller.syscall(sc.munmap, [got as u64, size, 0, 0, 0, 0])?;
+            continue;
+        }
+        // Taken meanwhile (EEXIST), or no room: the next candidate. Anything
+        // else (EPERM, EACCES) is the answer, not a reason to try elsewhere.
+        let errno = -got as i32;
+        if errno != libc::EEXIST && errno != libc::ENOMEM {
+            bail!("mapping tp's code arena in the target failed: {}", std::io::Error::from_raw_os_error(errno));
         }
     }
     bail!("no free address range within branch reach of {:#x}-{:#x} for tp's code", span.lo, span.hi)

@@ -99,26 +99,100 @@ pub fn prepare(
     // the caller is dropped, on success or failure.
     let region = match region {
         Some(r) => r,
-        None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)?,
+        None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)
+            .map_err(|e| undo_mappings(&mut caller, e))?,
     };
     crate::fault::point("after-inject");
-    let placed = write_detours(mem, &mut caller, &maps, &region, requests, &opts)?;
-    Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
+    let before = region.header();
+    match write_detours(mem, &mut caller, &maps, &region, requests, &opts) {
+        Ok(placed) => {
+            caller.keep_mapped();
+            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
+        }
+        Err(e) => {
+            // Nothing runs the new detours yet: forget them in the region
+            // this attach found, then unmap what this attach mapped.
+            if !created_region {
+                forget_since(&region, &before);
+            }
+            Err(undo_mappings(&mut caller, e))
+        }
+    }
+}
+
+/// Unmaps what `caller` mapped in a transaction that failed with `err`;
+/// says in the error what could not be unmapped.
+fn undo_mappings(caller: &mut RemoteCaller, err: anyhow::Error) -> anyhow::Error {
+    let left = caller.unmap_mapped();
+    // A process that is gone keeps nothing: the error says why it failed.
+    if left.is_empty() || !process::is_alive(caller.pid()) {
+        return err;
+    }
+    let list: Vec<String> = left.iter().map(|(a, len)| format!("{a:#x} ({len} bytes)")).collect();
+    err.context(format!("tp's memory at {} stays mapped in the target", list.join(", ")))
+}
+
+/// Takes the entries and arenas added since `before` out of the region's
+/// header again (their memory is about to be unmapped).
+fn forget_since(region: &Region, before: &Header) {
+    let mut h = region.header();
+    for i in before.count..h.count.min(h.capacity) {
+        let _ = region.set_entry(i, &Entry::free());
+    }
+    // (The target can write the header too: bounds are clamped, never trusted.)
+    let max = h.arenas.len();
+    let (old, new) = ((before.arena_count as usize).min(max), (h.arena_count as usize).min(max));
+    for a in h.arenas.iter_mut().take(new).skip(old) {
+        *a = Arena { addr: 0, size: 0, used: 0, runtime: 0 };
+    }
+    h.arenas[..old].copy_from_slice(&before.arenas[..old]);
+    h.count = before.count;
+    h.arena_count = old as u32;
+    let _ = region.set_header(&h);
 }
 
 /// Makes prepared probes live; every thread must be stopped.
 pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result<(Region, Report)> {
     let Prepared { region, requests, placed, created_region } = prepared;
-    check_code(mem, &requests)?;
+    let moved_threads = match patch_all(stopped, mem, &region, &requests, &placed) {
+        Ok(moved) => moved,
+        Err(e) if created_region => {
+            // The sites are original again (PatchGuard): the memory this
+            // attach mapped goes too, unless a thread was moved into it.
+            if let Ok(None) = super::remove::check_unused(stopped, mem, &region) {
+                let _ = super::remove::unmap(stopped, mem, &region);
+            }
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
+    let installed = requests
+        .into_iter()
+        .zip(&placed)
+        .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
+        .collect();
+    Ok((region, Report { installed, moved_threads, created_region }))
+}
+
+/// Moves threads out of the windows and patches every site; on failure the
+/// sites patched so far are restored. Returns how many threads moved.
+fn patch_all(
+    stopped: &mut Stopped,
+    mem: &Memory,
+    region: &Region,
+    requests: &[Request],
+    placed: &[Placed],
+) -> Result<usize> {
+    check_code(mem, requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
     if requests.iter().any(|r| r.kind != kind::COUNT) {
-        learn_threads(stopped, mem, &region)?;
+        learn_threads(stopped, mem, region)?;
     }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
-    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, &requests, &detours)?;
+    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
 
-    let mut guard = PatchGuard { mem, region: &region, patched: Vec::new() };
-    for (req, p) in requests.iter().zip(&placed) {
+    let mut guard = PatchGuard { mem, region, patched: Vec::new() };
+    for (req, p) in requests.iter().zip(placed) {
         let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
         crate::fault::point("before-patch");
@@ -128,13 +202,7 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result
         crate::fault::point("after-patch");
     }
     guard.patched.clear();
-    drop(guard);
-    let installed = requests
-        .into_iter()
-        .zip(&placed)
-        .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
-        .collect();
-    Ok((region, Report { installed, moved_threads, created_region }))
+    Ok(moved_threads)
 }
 
 /// Tells the runtime how to tell the process's threads apart (their
@@ -225,7 +293,8 @@ pub fn records_of(k: u32) -> Records {
 }
 
 /// Where probe `index`'s detour finds its flag, counters and runtime.
-fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<RuntimeAddrs>) -> DetourSpec {
+fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Option<RuntimeAddrs>) -> DetourSpec {
+    let kind = req.kind;
     DetourSpec {
         probe_index: index,
         records: records_of(kind),
@@ -236,6 +305,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, kind: u32, runtime: Option<
         countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
+        abi: req.abi,
     }
 }
 
@@ -337,7 +407,7 @@ fn reuse(
                 _ => continue,
             }
         };
-        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req.kind, runtime)) else {
+        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req, runtime)) else {
             continue;
         };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
@@ -402,7 +472,7 @@ fn place_detour(
             (_, r) => (r, a.addr + a.used),
         };
         let runtime = needs_runtime.then(|| runtime_addrs(region, runtime_at));
-        let spec = spec_for(region, h, index, req.kind, runtime);
+        let spec = spec_for(region, h, index, req, runtime);
         let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
         if at + detour.bytes.len() as u64 > a.addr + a.size {
             slot += 1;

@@ -18,7 +18,7 @@ pub mod runtime;
 pub mod threads;
 pub mod validate;
 
-use crate::arch::{Refusal, SitePlan};
+use crate::arch::{Abi, Refusal, SitePlan};
 use crate::symbols::Function;
 
 pub use crate::process::maps::Span;
@@ -38,4 +38,6 @@ pub struct Request {
     pub span: Span,
     /// What to record: bits of [`layout::kind`].
     pub kind: u32,
+    /// The function's calling convention: which registers an entry event records.
+    pub abi: Abi,
 }

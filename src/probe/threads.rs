@@ -75,7 +75,7 @@ fn scan_stack(
     if interior.is_empty() {
         return Ok(());
     }
-    for v in stack_words(mem, maps, Host::sp(regs), STACK_SCAN_BYTES) {
+    for v in thread_stack_words(mem, maps, regs, STACK_SCAN_BYTES) {
         if let Some(req) = interior.get(&v) {
             bail!(
                 "thread {tid} has an address inside the patch window of `{}` on its stack \
@@ -97,11 +97,26 @@ pub fn stack_words(mem: &Memory, maps: &[Mapping], sp: u64, max: u64) -> Vec<u64
     bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect()
 }
 
+/// The words of a stopped thread's used stack, up to at most `max` bytes:
+/// [`stack_words`], ending where the goroutine stack ends if the thread runs
+/// Go code on one. A goroutine stack lies in a mapping of Go's heap, next
+/// to other goroutines' stacks and old signal frames that are not this
+/// thread's (and reading to that mapping's end would take long).
+pub fn thread_stack_words(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs, max: u64) -> Vec<u64> {
+    let sp = Host::sp(regs);
+    let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
+    let max = match Host::goroutine_stack(regs, &read) {
+        Some((_, hi)) => max.min(hi - (sp & !7)),
+        None => max,
+    };
+    stack_words(mem, maps, sp, max)
+}
+
 /// A stopped thread's PC followed by every word of its used stack: where it
 /// runs, and everything it may return or jump to later (return addresses,
 /// signal frames).
 pub fn pc_and_stack(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs) -> Vec<u64> {
     let mut words = vec![Host::pc(regs)];
-    words.extend(stack_words(mem, maps, Host::sp(regs), u64::MAX));
+    words.extend(thread_stack_words(mem, maps, regs, u64::MAX));
     words
 }

@@ -2,6 +2,7 @@
 //! syscalls. Nothing here knows an instruction set except through
 //! [`crate::arch::Arch`].
 
+pub mod bpf;
 pub mod family;
 pub mod files;
 pub mod launch;
@@ -9,6 +10,7 @@ pub mod maps;
 pub mod memory;
 pub mod ptrace;
 pub mod remote;
+pub mod seccomp;
 pub mod stop;
 
 use std::fmt;

@@ -76,6 +76,24 @@ pub fn event_msg(tid: Pid) -> io::Result<u64> {
     Ok(msg as u64)
 }
 
+/// `PTRACE_SECCOMP_GET_FILTER` (linux/ptrace.h).
+const PTRACE_SECCOMP_GET_FILTER: libc::c_uint = 0x420c;
+
+/// The raw instructions (8 bytes each) of the stopped thread's seccomp
+/// filter number `index`, 0 being the newest.
+pub fn seccomp_filter(tid: Pid, index: usize) -> io::Result<Vec<u8>> {
+    // Room for the longest program the kernel accepts, so that a filter
+    // added (with TSYNC) between two calls can never overrun the buffer:
+    // the kernel writes as many instructions as the filter has.
+    let mut buf = vec![0u8; crate::process::bpf::MAX_INSNS * crate::process::bpf::Insn::SIZE];
+    // SAFETY: the kernel writes at most BPF_MAXINSNS instructions of 8 bytes
+    // into `buf`, which is that long and outlives the call.
+    let n = check(unsafe { libc::ptrace(PTRACE_SECCOMP_GET_FILTER, tid.as_raw(), index, buf.as_mut_ptr()) })?;
+    let n = (n as usize).min(crate::process::bpf::MAX_INSNS);
+    buf.truncate(n * crate::process::bpf::Insn::SIZE);
+    Ok(buf)
+}
+
 /// Waits for a state change of one traced thread (`__WALL`), retrying on EINTR.
 pub fn wait(tid: Pid) -> io::Result<Wait> {
     loop {

@@ -9,6 +9,10 @@
 //! ([`Arch::prepare_syscall`]), so a thread that was stopped inside a blocking syscall is not
 //! rewound onto the wrong instruction.
 //!
+//! Every call first goes through the thread's seccomp filters as tp reads
+//! them ([`super::seccomp`]): a call a filter would not let run is never
+//! made, and the error names it and the filter's answer.
+//!
 //! The caller borrows the [`Stopped`] set its thread belongs to: signals
 //! that arrive while the thread steps are handed back to it when the caller
 //! is dropped, and delivered when the thread is released.
@@ -17,9 +21,11 @@ use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
 
 use super::ProcessError;
+use super::bpf::SeccompData;
 use super::maps::Mapping;
 use super::memory::Memory;
 use super::ptrace::{self, Wait};
+use super::seccomp::Filters;
 use super::stop::Stopped;
 use crate::arch::{Arch, Host};
 
@@ -33,6 +39,8 @@ pub struct RemoteCaller<'s> {
     insn: u64,
     /// Signals that arrived while stepping; handed to `stopped` on drop.
     deferred_signals: Vec<i32>,
+    /// What this caller's `mmap` calls mapped and no `munmap` took back yet.
+    mapped: Vec<(u64, u64)>,
 }
 
 impl Drop for RemoteCaller<'_> {
@@ -44,12 +52,20 @@ impl Drop for RemoteCaller<'_> {
 }
 
 impl<'s> RemoteCaller<'s> {
-    /// Prepares the worker thread of `stopped` for remote syscalls.
+    /// Prepares the worker thread of `stopped` for remote syscalls; refuses
+    /// (before any call) a thread whose seccomp filters tp cannot read or
+    /// that runs in strict mode.
     pub fn new(stopped: &'s mut Stopped, mem: &Memory, maps: &[Mapping]) -> Result<RemoteCaller<'s>> {
         let (pid, tid) = (stopped.pid(), stopped.worker());
+        Filters::read(pid, tid)?;
         let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
         let insn = find_syscall_insn(mem, maps)?;
-        Ok(RemoteCaller { stopped, pid, tid, saved, insn, deferred_signals: Vec::new() })
+        Ok(RemoteCaller { stopped, pid, tid, saved, insn, deferred_signals: Vec::new(), mapped: Vec::new() })
+    }
+
+    /// The process.
+    pub fn pid(&self) -> i32 {
+        self.pid
     }
 
     /// The thread making the calls.
@@ -57,8 +73,25 @@ impl<'s> RemoteCaller<'s> {
         self.tid
     }
 
-    /// Makes syscall `nr` with `args`; returns the raw result (negative errno on failure).
+    /// Checks that the worker's seccomp filters, read now, let syscall `nr`
+    /// with `args` run; an error names the call and the filters' answer.
+    pub fn check(&self, nr: u64, args: [u64; 6]) -> Result<()> {
+        let filters = Filters::read(self.pid, self.tid)?;
+        let data = SeccompData {
+            nr: nr as i32,
+            arch: Host::SYSCALLS.audit_arch,
+            instruction_pointer: self.insn + Host::syscall_insn().len() as u64,
+            args,
+        };
+        filters.check(|| describe(nr, &args), &data)?;
+        Ok(())
+    }
+
+    /// Makes syscall `nr` with `args` if the worker's seccomp filters let it
+    /// run ([`RemoteCaller::check`]); returns the raw result (negative errno
+    /// on failure).
     pub fn syscall(&mut self, nr: u64, args: [u64; 6]) -> Result<i64> {
+        self.check(nr, args)?;
         let mut regs = self.saved;
         Host::prepare_syscall(self.tid, &mut regs, self.insn, nr, args).context("setting up a remote syscall")?;
         let result = self.step_over_syscall();
@@ -67,7 +100,32 @@ impl<'s> RemoteCaller<'s> {
         let result = result?;
         restore.context("restoring registers after a remote syscall")?;
         self.park()?;
+        let sc = Host::SYSCALLS;
+        if nr == sc.mmap && !(-4095..0).contains(&result) {
+            self.mapped.push((result as u64, args[1]));
+        } else if nr == sc.munmap && result == 0 {
+            self.mapped.retain(|&(a, len)| !(args[0] <= a && a.saturating_add(len) <= args[0].saturating_add(args[1])));
+        }
         Ok(result)
+    }
+
+    /// Unmaps everything this caller mapped and did not unmap, newest
+    /// first: the undo of a transaction that failed. Returns what could not
+    /// be unmapped.
+    pub fn unmap_mapped(&mut self) -> Vec<(u64, u64)> {
+        let mut left = Vec::new();
+        while let Some((addr, len)) = self.mapped.pop() {
+            match self.syscall(Host::SYSCALLS.munmap, [addr, len, 0, 0, 0, 0]) {
+                Ok(0) => {}
+                _ => left.push((addr, len)),
+            }
+        }
+        left
+    }
+
+    /// Forgets what this caller mapped: the transaction keeps it.
+    pub fn keep_mapped(&mut self) {
+        self.mapped.clear();
     }
 
     /// Moves the thread from the SIGTRAP stop that ends a single-step into
@@ -123,6 +181,34 @@ impl<'s> RemoteCaller<'s> {
         }
         Ok(r as u64)
     }
+}
+
+/// A syscall tp makes, as a filter's verdict names it: the name and, for
+/// `mmap`, the protection and flags that filters test.
+fn describe(nr: u64, args: &[u64; 6]) -> String {
+    let sc = Host::SYSCALLS;
+    let Some(name) = sc.name(nr) else { return format!("syscall {nr}") };
+    if nr != sc.mmap {
+        return name.to_string();
+    }
+    let names = |value: u64, known: &[(i32, &str)]| {
+        let set: Vec<&str> = known.iter().filter(|(bit, _)| value & *bit as u64 != 0).map(|(_, n)| *n).collect();
+        if set.is_empty() { "0".to_string() } else { set.join("|") }
+    };
+    let prot = names(
+        args[2],
+        &[(libc::PROT_READ, "PROT_READ"), (libc::PROT_WRITE, "PROT_WRITE"), (libc::PROT_EXEC, "PROT_EXEC")],
+    );
+    let flags = names(
+        args[3],
+        &[
+            (libc::MAP_SHARED, "MAP_SHARED"),
+            (libc::MAP_PRIVATE, "MAP_PRIVATE"),
+            (libc::MAP_ANONYMOUS, "MAP_ANONYMOUS"),
+            (libc::MAP_FIXED_NOREPLACE, "MAP_FIXED_NOREPLACE"),
+        ],
+    );
+    format!("{name}({prot}, {flags})")
 }
 
 /// Finds the bytes of a syscall instruction in executable memory: the vDSO

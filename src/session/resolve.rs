@@ -5,10 +5,11 @@ use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
 use crate::arch::SitePlan;
-use crate::arch::{Arch, Host, Isa, Refusal};
+use crate::arch::{Abi, Arch, Host, Isa, Refusal};
 use crate::probe::Request;
+use crate::probe::layout::kind;
 use crate::progress::Progress;
-use crate::symbols::verdict::verdict;
+use crate::symbols::verdict::{go_code, verdict};
 use crate::symbols::{Found, Function, Module, ProcessModules};
 
 /// The outcome of resolving and planning.
@@ -32,6 +33,22 @@ pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     let plan = Host::plan_long(code, f.addr.0, &m.extra_targets(f))?;
     m.planner().check_entries(&plan, m.bias)?;
     Ok(plan)
+}
+
+/// The calling convention of `f` of `m`, or why it cannot record `records`
+/// (bits of `probe::layout::kind`) as Go code: no return probe and no
+/// sampling (the Go runtime walks goroutine stacks and checks every return
+/// address on them), and no events where no stack check guarantees room.
+pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
+    let Some(go) = go_code(m, f, Isa::host()) else { return Ok(Abi::C) };
+    if records & (kind::RET | kind::SAMPLE) != 0 {
+        return Err(Refusal::GoReturns);
+    }
+    if records & kind::ARGS != 0 && go.stack_check == 0 {
+        return Err(Refusal::GoNoStackCheck);
+    }
+    // Assembly (and the ABI wrappers around it) keeps Go's stack-based ABI.
+    Ok(if f.symbol.ends_with(".abi0") { Abi::GoStack } else { Abi::Go })
 }
 
 /// Resolves `patterns` and `addrs` in `modules` and plans each function,
@@ -72,8 +89,16 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
     for Found { module, function, explicit } in found {
         progress.inc();
         let m = modules.get(module)?;
-        match plan(m, &function) {
-            Ok(plan) => requests.push(Request { long: plan_long(m, &function), function, plan, span: m.span, kind }),
+        match plan(m, &function).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?))) {
+            Ok((plan, abi)) => {
+                // The long form goes at the entry, before Go's stack check,
+                // and has an interior: not for Go code.
+                let long = match abi {
+                    Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
+                    Abi::C => plan_long(m, &function),
+                };
+                requests.push(Request { long, function, plan, span: m.span, kind, abi })
+            }
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),
         }

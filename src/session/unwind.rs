@@ -6,6 +6,7 @@ use anyhow::{Result, bail};
 
 use super::resolve;
 use crate::addr::RuntimeAddr;
+use crate::arch::Abi;
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::probe::region::Region;
@@ -86,7 +87,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                 match resolve::plan(m, &f) {
                     Ok(plan) => {
                         let long = resolve::plan_long(m, &f);
-                        out.push(Request { function: f, plan, long, span: m.span, kind: kind::UNWIND });
+                        out.push(Request { function: f, plan, long, span: m.span, kind: kind::UNWIND, abi: Abi::C });
                         true
                     }
                     Err(_) => false,

@@ -1,6 +1,10 @@
 //! DWARF with gimli: the functions a module's debugging information
 //! describes, their entry addresses, parameters (name and type) and return
-//! type, and the functions that exist only inlined into others.
+//! type, and the functions that exist only inlined into others. A function
+//! of a Go compilation unit (DW_AT_language Go, or a producer `Go
+//! cmd/compile`) takes Go's calling convention, and its results, which Go
+//! lists as parameters (`~r0`, DW_AT_variable_parameter), are not
+//! arguments.
 
 use std::borrow::Cow;
 
@@ -9,6 +13,7 @@ use gimli::{AttributeValue, EndianSlice, RunTimeEndian, UnitOffset};
 
 use super::elf::ElfFile;
 use crate::addr::FileAddr;
+use crate::arch::Abi;
 
 type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
@@ -57,8 +62,10 @@ pub struct DwFunction {
     pub entry: FileAddr,
     /// Parameters in order.
     pub params: Vec<Param>,
-    /// Return type's name, None for `void`.
+    /// Return type's name, None for `void` (Go: the first result's).
     pub return_type: Option<(String, Type)>,
+    /// The calling convention of its compilation unit's language.
+    pub abi: Abi,
 }
 
 impl DwFunction {
@@ -96,6 +103,7 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
     let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
     let mut out = DwarfIndex::default();
     let mut abstract_names: Vec<(String, bool)> = Vec::new(); // (name, has out-of-line instance)
+    let mut foreign = Foreign::of(&dwarf)?;
     let mut units = dwarf.units();
     while let Some(header) = units.next()? {
         let unit = dwarf.unit(header)?;
@@ -103,6 +111,7 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
         let mut concrete_origins: Vec<UnitOffset> = Vec::new();
         let mut entries = unit.entries();
         let mut current: Option<(usize, isize)> = None; // (index in out.functions, depth)
+        let mut abi = Abi::C;
         while let Some(e) = entries.next_dfs()? {
             let depth = e.depth();
             if let Some((_, d)) = current
@@ -111,6 +120,9 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
                 current = None;
             }
             match e.tag() {
+                gimli::DW_TAG_compile_unit | gimli::DW_TAG_partial_unit if depth == 0 => {
+                    abi = unit_abi(&dwarf, &unit, e)?;
+                }
                 gimli::DW_TAG_subprogram => {
                     if e.attr_value(gimli::DW_AT_declaration).is_some() {
                         continue;
@@ -154,6 +166,7 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
                         entry: FileAddr(entry),
                         params: Vec::new(),
                         return_type,
+                        abi,
                     });
                     current = Some((out.functions.len() - 1, depth));
                 }
@@ -167,14 +180,22 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
                         _ => None,
                     };
                     let name = name_of(&dwarf, &unit, e)?;
-                    let (type_name, ty, size) = match type_ref(&unit, e, origin)? {
-                        Some(t) => {
+                    let (type_name, ty, size) = match (type_ref(&unit, e, origin)?, e.attr_value(gimli::DW_AT_type)) {
+                        (Some(t), _) => {
                             let (n, ty) = describe(&dwarf, &unit, t)?;
                             (n, ty, size_of(&unit, t)?)
                         }
-                        None => ("?".into(), Type::Other, None),
+                        (None, Some(AttributeValue::DebugInfoRef(at))) => foreign.describe(&dwarf, at)?,
+                        _ => ("?".into(), Type::Other, None),
                     };
-                    out.functions[i].params.push(Param { name, type_name, ty, size });
+                    let result = matches!(abi, Abi::Go | Abi::GoStack)
+                        && matches!(e.attr_value(gimli::DW_AT_variable_parameter), Some(AttributeValue::Flag(true)));
+                    let f = &mut out.functions[i];
+                    if !result {
+                        f.params.push(Param { name, type_name, ty, size });
+                    } else if f.return_type.is_none() {
+                        f.return_type = Some((type_name, ty));
+                    }
                 }
                 _ => {}
             }
@@ -197,6 +218,61 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
     inlined.dedup();
     out.inlined_only = inlined;
     Ok(out)
+}
+
+/// Types in other units, which DW_FORM_ref_addr points at (Go's linker
+/// puts every type in a unit of its own).
+struct Foreign<'a> {
+    headers: Vec<gimli::UnitHeader<R<'a>>>,
+    loaded: std::collections::HashMap<usize, gimli::Unit<R<'a>>>,
+}
+
+impl<'a> Foreign<'a> {
+    fn of(dwarf: &gimli::Dwarf<R<'a>>) -> Result<Foreign<'a>> {
+        let mut headers = Vec::new();
+        let mut units = dwarf.units();
+        while let Some(h) = units.next()? {
+            headers.push(h);
+        }
+        Ok(Foreign { headers, loaded: std::collections::HashMap::new() })
+    }
+
+    /// The type at `at` in .debug_info: as [`describe`] and [`size_of`] tell it.
+    fn describe(
+        &mut self,
+        dwarf: &gimli::Dwarf<R<'a>>,
+        at: gimli::DebugInfoOffset,
+    ) -> Result<(String, Type, Option<u64>)> {
+        let unknown = ("?".to_string(), Type::Other, None);
+        let Some((h, off)) = self.headers.iter().find_map(|h| Some((h, at.to_unit_offset(h)?))) else {
+            return Ok(unknown);
+        };
+        let unit = match self.loaded.entry(h.offset().0) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(dwarf.unit(*h)?),
+        };
+        let (name, ty) = describe(dwarf, unit, off)?;
+        Ok((name, ty, size_of(unit, off)?))
+    }
+}
+
+/// The calling convention of the unit `e` heads: Go's when its language or
+/// its producer (`Go cmd/compile go1.19; regabi`) says Go, with registers
+/// when the producer names the register ABI.
+fn unit_abi(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Result<Abi> {
+    let producer = match e.attr_value(gimli::DW_AT_producer) {
+        Some(v) => dwarf.attr_string(unit, v)?.to_string_lossy().into_owned(),
+        None => String::new(),
+    };
+    let go = match e.attr_value(gimli::DW_AT_language) {
+        Some(AttributeValue::Language(lang)) => lang == gimli::DW_LANG_Go,
+        _ => producer.starts_with("Go cmd/compile"),
+    };
+    Ok(match (go, producer.contains("regabi")) {
+        (false, _) => Abi::C,
+        (true, true) => Abi::Go,
+        (true, false) => Abi::GoStack,
+    })
 }
 
 fn name_of(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Result<String> {

@@ -9,6 +9,7 @@ pub mod dwarf;
 pub mod eh;
 pub mod elf;
 pub mod entries;
+pub mod golang;
 pub mod image;
 pub mod module;
 pub mod modules;

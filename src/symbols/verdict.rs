@@ -3,8 +3,16 @@
 //! tables, stored code pointers, split-off parts), then the entries that
 //! only the whole file shows (exception landing pads, other symbols, direct
 //! branches from other functions).
+//!
+//! In Go code ([`super::golang`]) the probe goes after the function's
+//! stack-bound check: a call whose check fails grows the stack and comes
+//! back to the first instruction, so a probe there would count that call
+//! twice. Where Go may preempt a goroutine asynchronously, the window is a
+//! single instruction (after the frame's setup if need be), or none.
+//! `runtime.goexit` is never probed.
 
 use super::entries::Entries;
+use super::golang::{self, GoModule};
 use super::image::{CodeFacts, ElfImage};
 use super::{Function, Module, cold_targets};
 use crate::addr::Bias;
@@ -23,25 +31,58 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
     m.planner().plan(m, f, code, isa)
 }
 
+/// If `f` of `m` is Go code, what its plan was built on.
+pub fn go_code(m: &Module, f: &Function, isa: Isa) -> Option<GoCode> {
+    let code = m.code_of(f).ok()?;
+    m.planner().go_code(m, f, code, isa)
+}
+
+/// A Go function, as planning found it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoCode {
+    /// Bytes of the stack-bound check at its entry (0 without one).
+    pub stack_check: usize,
+    /// True if Go may preempt it asynchronously, between any two
+    /// instructions after its stack check: its window must then be one
+    /// instruction.
+    pub preemptible: bool,
+}
+
 /// What planning needs of one module beyond a function's bytes, read once.
 #[derive(Debug)]
 pub struct Planner {
     entries: Entries,
     facts: CodeFacts,
+    go: Option<GoModule>,
 }
 
 impl Planner {
     /// Reads the entries and code facts of `m`.
     pub fn of(m: &Module) -> Planner {
         let isa = Isa::for_machine(m.elf.machine);
-        Planner { entries: Entries::of(&m.elf, isa), facts: CodeFacts::of(&m.elf, isa) }
+        Planner { entries: Entries::of(&m.elf, isa), facts: CodeFacts::of(&m.elf, isa), go: GoModule::of(&m.elf) }
     }
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
     pub fn plan(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
+        if let Some(go) = &self.go
+            && go.is_stack_return(m.bias.file(f.addr), &f.symbol)
+        {
+            return Err(Refusal::GoStackReturn);
+        }
+        let go = self.go_code(m, f, code, isa);
+        let skip = match go {
+            None => 0,
+            Some(g) if !g.preemptible => g.stack_check,
+            Some(g) => (isa.go_one_instruction_site)(code, f.addr.0, g.stack_check).ok_or(Refusal::GoPreemptible)?,
+        };
         let extra = cold_targets(&m.elf, m.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf: &m.elf, bias: m.bias, facts: &self.facts };
-        let plan = (isa.plan_in)(code, f.addr.0, &extra, &image)?;
+        let mut plan = (isa.plan_in)(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
+        if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
+            return Err(Refusal::GoPreemptible);
+        }
+        plan.function = f.addr.0;
         self.entries.check(&plan, m.bias)?;
         Ok(plan)
     }
@@ -51,5 +92,20 @@ impl Planner {
     /// such as the long form of a probe).
     pub fn check_entries(&self, plan: &SitePlan, bias: Bias) -> Result<(), Refusal> {
         self.entries.check(plan, bias)
+    }
+
+    /// The module's Go code, if it has any.
+    pub fn go(&self) -> Option<&GoModule> {
+        self.go.as_ref()
+    }
+
+    /// If `f` (whose bytes are `code`) is Go code, what planning found.
+    pub fn go_code(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Option<GoCode> {
+        let go = self.go.as_ref()?;
+        if !go.is_go(m.bias.file(f.addr)) {
+            return None;
+        }
+        let stack_check = (isa.go_stack_check)(code, f.addr.0).unwrap_or(0);
+        Some(GoCode { stack_check, preemptible: stack_check > 0 && golang::preemptible(&f.symbol) })
     }
 }

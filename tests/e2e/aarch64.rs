@@ -6,9 +6,9 @@ use crate::util::*;
 
 /// The functions of targets/prologues_aarch64.S that the target calls,
 /// each starting with a different instruction class.
-const PROLOGUES: [&str; 19] = [
+const PROLOGUES: [&str; 20] = [
     "p_adr", "p_adrp", "p_ldr_x", "p_ldr_w", "p_ldrsw", "p_prfm", "p_ldr_d", "p_ldr_q", "p_b", "p_bl", "p_bcond",
-    "p_cbz", "p_cbnz", "p_tbz", "p_tbnz", "p_blr", "p_ret", "p_bti", "p_pac",
+    "p_cbz", "p_cbnz", "p_tbz", "p_tbnz", "p_blr", "p_ret", "p_bti", "p_pac", "p_self",
 ];
 
 const BTI_C: u32 = 0xd503245f;

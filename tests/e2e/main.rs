@@ -96,6 +96,11 @@ mod hostile;
 // (x86-64: libuser and the Debian programs are host-only.)
 #[cfg(target_arch = "x86_64")]
 mod run;
+// A Go program built with Debian's Go: goroutines, stack growth, GC.
+#[cfg(target_arch = "x86_64")]
+mod golang;
+// Targets under their own seccomp filters: refused in one line, or attached.
+mod seccomp;
 // Sessions over several processes (-p A,B, --name), and --follow-exec.
 mod multi;
 // OpenMetrics: tp status --openmetrics, tp serve, a session's --listen,

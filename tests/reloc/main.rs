@@ -59,6 +59,13 @@ const CASES: &[Case] = &[
     case("lea eax, [eip - 0xe0000]", &[0x67, 0x8d, 0x05, 0x00, 0x00, 0xf2, 0xff]),
     case("mov eax, dword ptr [eip - 0xe0000]", &[0x67, 0x8b, 0x05, 0x00, 0x00, 0xf2, 0xff]),
     case("mov rcx, rdi; lea rdx, [rip - 0xe0000]", &[0x48, 0x89, 0xf9, 0x48, 0x8d, 0x15, 0x00, 0x00, 0xf2, 0xff]),
+    // RIP-relative data addresses inside the window: the function's own
+    // address (a callback, a comparison) stays the original's, never the copy's.
+    case("lea rax, [rip - 7]", &[0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff]),
+    case("push rbx; lea rcx, [rip - 8]", &[0x53, 0x48, 0x8d, 0x0d, 0xf8, 0xff, 0xff, 0xff]),
+    case("mov rdx, qword ptr [rip - 7]", &[0x48, 0x8b, 0x15, 0xf9, 0xff, 0xff, 0xff]),
+    case("lea eax, [eip - 7]", &[0x67, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff]),
+    case("cmp rdi, qword ptr [rip - 7]", &[0x48, 0x3b, 0x3d, 0xf9, 0xff, 0xff, 0xff]),
     // Conditional branches, rel8 (widened) and rel32.
     case("test edi, edi; jne 0x10400040; nop", &[0x85, 0xff, 0x75, 0x3c, 0x90]),
     case("cmp rdi, rsi; jb 0x10400109", &[0x48, 0x39, 0xf7, 0x0f, 0x82, 0x00, 0x01, 0x00, 0x00]),
@@ -238,6 +245,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     counters: at + 0x2_0000,
                     slot_bits: 6,
                     stride_shift: 8,
+                    abi: tp::arch::Abi::C,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);

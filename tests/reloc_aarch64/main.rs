@@ -78,6 +78,10 @@ fn cases() -> Vec<Case> {
     let mut c = vec![
         case("adr x0, #0x50001100", 0x1000_8000, &[]),
         case("adr x5, #0x500000fd", 0x30ff_ffe5, &[]),
+        // The window's own address (a function passing itself as a callback):
+        // data, so the copy computes the original's address, not its own.
+        case("adr x0, #0x50000100", 0x1000_0000, &[]),
+        case("adrp x3, #0x50000000", 0x9000_0003, &[]),
         case("adrp x1, #0x50003000", 0xf000_0001, &[]),
         case("adrp x16, #0x10000000", 0x90e0_0010, &[]),
         case("adrp x30, #0x50001000", 0xb000_001e, &[]),
@@ -139,9 +143,21 @@ fn every_rewrite_class_behaves_like_the_original() {
 fn the_harness_catches_unrelocated_copies() {
     // A verbatim copy of a PC-relative instruction computes from the wrong PC.
     for c in cases().iter().filter(|c| {
-        ["adr x0", "adrp x1", "ldr x2", "ldrsw", "ldr d2", "b #0x50000140", "bl ", "b.ne", "cbz x1", "tbz x5"]
-            .iter()
-            .any(|p| c.asm.starts_with(p))
+        [
+            "adr x0",
+            "adrp x1",
+            "adrp x3",
+            "ldr x2",
+            "ldrsw",
+            "ldr d2",
+            "b #0x50000140",
+            "bl ",
+            "b.ne",
+            "cbz x1",
+            "tbz x5",
+        ]
+        .iter()
+        .any(|p| c.asm.starts_with(p))
     }) {
         let (ok, out) = differential(&c.word.to_le_bytes(), &c.word.to_le_bytes(), &[]);
         assert!(!ok, "a verbatim copy of `{}` should differ:\n{out}", c.asm);
@@ -176,7 +192,10 @@ const TRAMP_FAR: u64 = ORIG + (1 << 30);
 #[test]
 fn long_form_windows_behave_like_the_original() {
     use tp::arch::aarch64::long::{exit, plan_long};
-    let windows: [(&str, [u32; 3]); 9] = [
+    let windows: [(&str, [u32; 3]); 11] = [
+        // Addresses inside the window itself stay the original's.
+        ("adr x0, .; adr x1, .-4; adr x2, .-8", [0x1000_0000, 0x10ff_ffe1, 0x10ff_ffc2]),
+        ("stp; adrp x0; add x0, #0x100 (the site)", [0xa9bf_7bfd, 0x9000_0000, 0x9104_0000]),
         ("stp; mov x29, sp; bl", [0xa9bf_7bfd, 0x9100_03fd, 0x9400_0010]),
         ("cbz x1; adr x0; ldr x2", [0xb400_0201, 0x1000_0800, 0x5800_0402]),
         ("b.ne; b.eq; add", [0x5400_0201, 0x5400_0400, 0x8b02_0020]),

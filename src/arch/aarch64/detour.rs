@@ -153,6 +153,7 @@ mod tests {
             counters: 0xffff_8001_0000,
             slot_bits: 6,
             stride_shift: 15,
+            abi: crate::arch::Abi::C,
         }
     }
 

@@ -63,9 +63,12 @@ pub fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<Si
         }
     }
     let inside = |t: u64| t > site && t < site + LONG_PATCH_LEN as u64;
-    for insn in &insns {
+    for (k, insn) in insns.iter().enumerate() {
         if insn.target().is_some_and(inside) {
             return Err(Refusal::BranchIntoWindow { from: insn.addr });
+        }
+        if let Some(t) = taken_address(&insns, k).filter(|&t| inside(t)) {
+            return Err(Refusal::EntersWindow { at: t, from: format!("the code address taken at {:#x}", insn.addr) });
         }
         if insn.class == Class::IndirectJump && !is_return(insn.word) {
             return Err(Refusal::IndirectJump { at: insn.addr });
@@ -87,6 +90,23 @@ pub fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<Si
     scratch(&plan)?;
     relocate::relocate_alone(&plan, site.wrapping_add(1 << 30), exit(&plan)?)?;
     Ok(plan)
+}
+
+/// The code address instruction `k` forms: `adr xd, A`, or `adrp xd, P`
+/// directly followed by `add xd, xd, #lo12` (a `blr` may call it later).
+/// The address itself stays the original's in the detour; only its use as
+/// a branch target into the window's interior is unsafe.
+fn taken_address(insns: &[super::decode::Insn], k: usize) -> Option<u64> {
+    match insns[k].class {
+        Class::Adr { target, .. } => Some(target),
+        Class::Adrp { rd, target } => {
+            let add = insns.get(k + 1)?.word;
+            // ADD (immediate), 64-bit, unshifted: sf=1 op=0 S=0 100010 sh=0
+            let same = (add >> 5) & 31 == rd && add & 31 == rd;
+            (add & 0xffc0_0000 == 0x9100_0000 && same).then(|| target + ((add >> 10) & 0xfff) as u64)
+        }
+        _ => None,
+    }
 }
 
 /// `ret`, `retaa`, `retab` (as opposed to `br` and its authenticated forms).
@@ -190,6 +210,13 @@ mod tests {
             plan_long(&words(&[STP, MOV_FP, 0xd2800020, RET]), F, &[F + 8]).unwrap_err(),
             Refusal::LandingPadInWindow { at: F + 8 }
         );
+        // the address of the window's interior taken (adr x1, F+4; adrp+add x2 -> F+8): a blr could go there
+        let r = long(&[STP, MOV_FP, 0xd2800020, 0x10ffffc1, RET]).unwrap_err();
+        assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 4), "{r:?}");
+        let r = long(&[STP, MOV_FP, 0xd2800020, 0x90000002, 0x91002042, RET]).unwrap_err();
+        assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 8), "{r:?}");
+        // ... while the site's own address (the function's) is data, kept as it is
+        assert!(long(&[0x10000000, STP, MOV_FP, RET]).is_ok(), "adr x0, . at the site");
         // undecodable words anywhere
         assert_eq!(long(&[STP, MOV_FP, 0xd2800020, 0xffffffff, RET]).unwrap_err(), Refusal::Undecodable { at: F + 12 });
         // ldxr in the window

@@ -8,6 +8,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
@@ -32,8 +33,16 @@ impl Arch for AArch64 {
     const BRANCH_REACH: u64 = (128 << 20) - 4;
     const PATCH_LEN: usize = window::PATCH_LEN;
     const INSN_ALIGN: usize = 4;
-    const SYSCALLS: Syscalls =
-        Syscalls { mmap: 222, munmap: 215, memfd_create: 279, ftruncate: 46, close: 57, madvise: 233 };
+    const SYSCALLS: Syscalls = Syscalls {
+        // AUDIT_ARCH_AARCH64
+        audit_arch: 0xc000_00b7,
+        mmap: 222,
+        munmap: 215,
+        memfd_create: 279,
+        ftruncate: 46,
+        close: 57,
+        madvise: 233,
+    };
 
     type Regs = regs::Regs;
 
@@ -43,6 +52,18 @@ impl Arch for AArch64 {
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         decode::branch_targets(code, addr)
+    }
+
+    fn go_int_args() -> usize {
+        16
+    }
+
+    fn go_stack_check(code: &[u8], addr: u64) -> Option<usize> {
+        golang::stack_check_len(code, addr)
+    }
+
+    fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
+        golang::one_instruction_site(code, addr, from)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
@@ -121,6 +142,10 @@ impl Arch for AArch64 {
 
     fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
         regs::set(tid, r)
+    }
+
+    fn go_g(r: &regs::Regs) -> u64 {
+        r.pt.regs[28]
     }
 
     fn pc(r: &regs::Regs) -> u64 {

@@ -66,7 +66,7 @@
 
 use super::relocate;
 use super::writer::Writer;
-use crate::arch::{Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
+use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -79,6 +79,7 @@ const RESTORE_LEN: u64 = 6;
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
 const RCX: u8 = 1;
+const RBX: u8 = 3;
 const RDX: u8 = 2;
 const RSI: u8 = 6;
 const RDI: u8 = 7;
@@ -185,15 +186,37 @@ fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     }
 }
 
-/// The call of `tp_entry` of an event probe.
+/// Bytes the Go ABI's copy of the argument registers takes on the stack.
+const GO_ARGS: i32 = 48;
+
+/// The call of `tp_entry` of an event probe. Its registers argument points
+/// at the six integer argument registers the function's ABI passes first:
+/// rdi, rsi, rdx, rcx, r8, r9 where `call_runtime` saved them (C), or a copy
+/// of rax, rbx, rcx, rdi, rsi, r8 pushed below them (Go's internal ABI).
 fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeAddrs) {
     let flags = spec.entry_word;
     call_runtime(w, |w| {
+        let extra = if spec.abi == Abi::Go {
+            // Pushed last to first. The original rax is the prefix's, above
+            // the alignment word, the eight saved registers and r11; rbx,
+            // which C code preserves, is still the function's.
+            for r in [R8, RSI, RDI, RCX, RBX] {
+                w.put_push(r);
+            }
+            w.put_push_rsp_disp(8 + 64 + 8 + 40);
+            GO_ARGS
+        } else {
+            0
+        };
         // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
         w.put_mov_reg_rip(RDI, l.ctx);
         w.put_mov_esi_imm32(flags);
-        w.put_lea_rsp(RDX, 8);
-        w.put_lea_rsp(RCX, 8 + 64 + SAVED);
+        if extra == 0 {
+            w.put_lea_rsp(RDX, 8);
+        } else {
+            w.put_mov_rdx_rsp();
+        }
+        w.put_lea_rsp(RCX, extra + 8 + 64 + SAVED as i32);
         if spec.records.ret {
             w.put_mov_reg_rip(R8, l.tramp);
         } else {
@@ -204,6 +227,9 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeA
             w.put_lea_r9_r11_disp(countdown_disp(spec));
         }
         w.put_call(rt.entry);
+        if extra != 0 {
+            w.put_add_rsp(extra as i8);
+        }
     });
 }
 
@@ -278,6 +304,7 @@ mod tests {
             countdowns_from_counters: 0x20_0000,
             slot_bits: 7,
             stride_shift: 15,
+            abi: Abi::C,
         }
     }
 

@@ -6,6 +6,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod golang;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
@@ -31,8 +32,16 @@ impl Arch for X86_64 {
     const BRANCH_REACH: u64 = (1 << 31) - 1;
     const PATCH_LEN: usize = window::PATCH_LEN;
     const INSN_ALIGN: usize = 1;
-    const SYSCALLS: Syscalls =
-        Syscalls { mmap: 9, munmap: 11, memfd_create: 319, ftruncate: 77, close: 3, madvise: 28 };
+    const SYSCALLS: Syscalls = Syscalls {
+        // AUDIT_ARCH_X86_64
+        audit_arch: 0xc000_003e,
+        mmap: 9,
+        munmap: 11,
+        memfd_create: 319,
+        ftruncate: 77,
+        close: 3,
+        madvise: 28,
+    };
 
     type Regs = regs::Regs;
 
@@ -59,6 +68,18 @@ impl Arch for X86_64 {
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         decode::branch_targets(code, addr)
+    }
+
+    fn go_int_args() -> usize {
+        9
+    }
+
+    fn go_stack_check(code: &[u8], addr: u64) -> Option<usize> {
+        golang::stack_check_len(code, addr)
+    }
+
+    fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
+        golang::one_instruction_site(code, addr, from)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
@@ -118,6 +139,10 @@ impl Arch for X86_64 {
 
     fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
         regs::set(tid, r)
+    }
+
+    fn go_g(r: &regs::Regs) -> u64 {
+        r.r14
     }
 
     fn pc(r: &regs::Regs) -> u64 {

@@ -36,6 +36,7 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
     let mut block: Vec<Instruction> = Vec::new();
     let mut origin: Vec<Option<u32>> = Vec::new(); // window offset of each block instruction
     let mut ends_in_transfer = false;
+    let window_end = plan.site + plan.len() as u64;
     for (k, (c, ins)) in classes.iter().zip(&decoded).enumerate() {
         let offset = (c.addr - plan.site) as u32;
         if ins.is_invalid() || ins.len() as u32 != c.len {
@@ -76,6 +77,14 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
         block.push(Instruction::with_branch(Code::Jmp_rel32_64, back).expect("jmp rel32"));
         origin.push(Some(plan.len() as u32));
     }
+    // Data operands that the encoder would point at the copy, by block index.
+    let data_in_window: Vec<(usize, u64)> = block
+        .iter()
+        .enumerate()
+        .filter(|(_, ins)| ins.is_ip_rel_memory_operand())
+        .map(|(k, ins)| (k, ins.ip_rel_memory_address()))
+        .filter(|&(_, t)| (plan.site..window_end).contains(&t))
+        .collect();
     let encoded = BlockEncoder::encode(
         64,
         InstructionBlock::new(&block, at),
@@ -89,12 +98,47 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
             Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why: msg }
         }
     })?;
+    let mut code = encoded.code_buffer;
+    keep_data_addresses(&mut code, at, &encoded.new_instruction_offsets, &data_in_window)
+        .map_err(|why| Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why })?;
     let offsets = origin
         .iter()
         .zip(&encoded.new_instruction_offsets)
         .filter_map(|(o, &n)| Some(((*o)?, n)).filter(|_| n != u32::MAX))
         .collect();
-    Ok(Relocated { code: encoded.code_buffer, offsets })
+    Ok(Relocated { code, offsets })
+}
+
+/// Rewrites the displacement of each block instruction `k` of `data` (a
+/// RIP-relative operand whose address `t` lies in the window) so that the
+/// copy at `at + offsets[k]` addresses `t` itself, not the copy of `t`.
+fn keep_data_addresses(code: &mut [u8], at: u64, offsets: &[u32], data: &[(usize, u64)]) -> Result<(), String> {
+    for &(k, target) in data {
+        let off = *offsets.get(k).filter(|&&o| o != u32::MAX).ok_or("a data operand was not encoded")? as usize;
+        let pc = at + off as u64;
+        let mut decoder = Decoder::with_ip(64, &code[off..], pc, DecoderOptions::NONE);
+        let ins = decoder.decode();
+        let constants = decoder.get_constant_offsets(&ins);
+        if ins.is_invalid() || !ins.is_ip_rel_memory_operand() || !constants.has_displacement() {
+            return Err("the encoded copy has no RIP-relative operand to keep".into());
+        }
+        if constants.displacement_size() != 4 {
+            return Err("the encoded copy's displacement is not 32 bits".into());
+        }
+        let next = pc + ins.len() as u64;
+        let disp = target.wrapping_sub(next) as i64;
+        let eip = ins.memory_base() == Register::EIP;
+        if !eip && i32::try_from(disp).is_err() {
+            return Err(format!("the data address {target:#x} is out of reach of the copy"));
+        }
+        let at_disp = off + constants.displacement_offset();
+        code[at_disp..at_disp + 4].copy_from_slice(&(disp as i32).to_le_bytes());
+        let check = Decoder::with_ip(64, &code[off..], pc, DecoderOptions::NONE).decode();
+        if check.ip_rel_memory_address() != target {
+            return Err(format!("the copy addresses {:#x}, not {target:#x}", check.ip_rel_memory_address()));
+        }
+    }
+    Ok(())
 }
 
 /// Pushes `ret` as a call would: `push imm32` sign-extends, so a return
@@ -196,6 +240,23 @@ mod tests {
         let target = SITE + 10 + 0xaa6;
         let disp = target as i64 - (at as i64 + 3 + 7);
         assert_eq!(asm[1], format!("lea rdx, [rip + {:#x}]", disp));
+    }
+
+    #[test]
+    fn data_addresses_in_the_window_stay_original() {
+        // lea rax, [rip - 7]: the function's own address, not the copy's.
+        let at = SITE + 0x1000_0000;
+        let r = relocate(&plan_of(&[0x48, 0x8d, 0x05, 0xf9, 0xff, 0xff, 0xff]), at).unwrap();
+        let asm = disassemble(&r.code, at);
+        assert_eq!(asm[0], format!("lea rax, [rip - {:#x}]", at + 7 - SITE));
+        // push rbx; lea rcx, [rip - 8] (-> the push) and mov rdx, [rip - 0xf] (-> the push too).
+        let window = [0x53, 0x48, 0x8d, 0x0d, 0xf8, 0xff, 0xff, 0xff, 0x48, 0x8b, 0x15, 0xf1, 0xff, 0xff, 0xff];
+        let r = relocate(&plan_of(&window), at).unwrap();
+        let asm = disassemble(&r.code, at);
+        assert_eq!(asm[1], format!("lea rcx, [rip - {:#x}]", at + 8 - SITE));
+        assert_eq!(asm[2], format!("mov rdx, qword ptr [rip - {:#x}]", at + 15 - SITE));
+        // The jump back is still a branch to the window's end.
+        assert_eq!(asm[3], format!("jmp {:#x}", SITE + 15));
     }
 
     #[test]

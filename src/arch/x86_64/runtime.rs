@@ -88,7 +88,7 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_push_flags_via_rax();
     w.put_mov_reg_rip(RDI, lit_ctx);
     w.put_lea_rsp(RSI, 8);
-    w.put_lea_rsp(RDX, FRAME);
+    w.put_lea_rsp(RDX, FRAME as i32);
     w.put_call(exit);
     // tp_exit always answers: a frame lost for good ends the process in
     // the runtime (runtime.c, end_process), never here.

@@ -166,6 +166,16 @@ impl Writer {
         self.buf.push(0x50 + (reg & 7));
     }
 
+    /// `push qword [rsp + disp8]` (the address is taken before the push).
+    pub fn put_push_rsp_disp(&mut self, disp: i8) {
+        self.buf.extend_from_slice(&[0xff, 0x74, 0x24, disp as u8]);
+    }
+
+    /// `mov rdx, rsp`.
+    pub fn put_mov_rdx_rsp(&mut self) {
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xe2]);
+    }
+
     /// `pop reg` for a register number 0..15.
     pub fn put_pop(&mut self, reg: u8) {
         if reg >= 8 {
@@ -199,10 +209,16 @@ impl Writer {
         self.buf.extend_from_slice(&imm.to_le_bytes());
     }
 
-    /// `lea reg, [rsp + disp8]` for rsi (6), rdx (2), rcx (1).
-    pub fn put_lea_rsp(&mut self, reg: u8, disp: i8) {
+    /// `lea reg, [rsp + disp]` for rsi (6), rdx (2), rcx (1).
+    pub fn put_lea_rsp(&mut self, reg: u8, disp: i32) {
         assert!(reg < 8);
-        self.buf.extend_from_slice(&[0x48, 0x8d, 0x44 | (reg << 3), 0x24, disp as u8]);
+        match i8::try_from(disp) {
+            Ok(d) => self.buf.extend_from_slice(&[0x48, 0x8d, 0x44 | (reg << 3), 0x24, d as u8]),
+            Err(_) => {
+                self.buf.extend_from_slice(&[0x48, 0x8d, 0x84 | (reg << 3), 0x24]);
+                self.buf.extend_from_slice(&disp.to_le_bytes());
+            }
+        }
     }
 
     /// `xor r8d, r8d`.

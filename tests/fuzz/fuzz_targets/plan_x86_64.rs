@@ -38,6 +38,7 @@ fuzz_target!(|data: &[u8]| {
         countdowns_from_counters: 0x8000,
         slot_bits: 6,
         stride_shift: 15,
+        abi: tp::arch::Abi::C,
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());

@@ -1,0 +1,262 @@
+//! A Go program (targets/goroutines.go, built here with Debian's Go 1.19,
+//! standard library only, offline) with goroutines, deep recursion that
+//! grows goroutine stacks, and garbage collection. Return probes and tp
+//! profile are refused before anything is injected (Go's runtime walks
+//! goroutine stacks and checks every return address); entries count calls
+//! exactly, also through stack growth (the probe sits after Go's stack
+//! check); probing every function leaves runtime.goexit alone and the
+//! program runs on through goroutine exits and collections; arguments
+//! follow Go's register ABI.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::util::*;
+
+/// The Go program, built once per test run: pure Go, or with cgo (it then
+/// links the C library, whose threads it runs on), or stripped of its
+/// symbols and DWARF.
+fn build(cgo: bool, stripped: bool) -> PathBuf {
+    need("go");
+    let tmp = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("go");
+    let targets = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets");
+    let name = match (cgo, stripped) {
+        (true, _) => "goroutines-cgo",
+        (false, true) => "goroutines-stripped",
+        (false, false) => "goroutines",
+    };
+    let out = tmp.join(name);
+    let mut cmd = Command::new("go");
+    cmd.arg("build");
+    if stripped {
+        cmd.arg("-ldflags=-s -w");
+    }
+    cmd.arg("-o").arg(&out).arg(targets.join("goroutines.go"));
+    if cgo {
+        cmd.arg(targets.join("goroutines_cgo.go"));
+    }
+    let status = cmd
+        .env("GOCACHE", tmp.join("cache"))
+        .env("GOPATH", tmp.join("gopath"))
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOPROXY", "off")
+        .env("GOTOOLCHAIN", "local")
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" })
+        .status()
+        .expect("run go build");
+    assert!(status.success(), "go build of {} failed", out.display());
+    out
+}
+
+fn program() -> &'static PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build(false, false))
+}
+
+fn program_cgo() -> &'static PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| build(true, false))
+}
+
+fn start() -> Target {
+    Target::start_path(program())
+}
+
+/// The number after `key=` in the target's answer to `cmd`.
+fn ask_field(t: &mut Target, cmd: &str, answer: &str, key: &str) -> u64 {
+    field(&t.ask(cmd, answer), key)
+}
+
+fn maps_of(pid: i32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap()
+}
+
+#[test]
+fn return_probes_and_profiles_of_go_code_are_refused_before_anything_is_injected() {
+    let mut t = start();
+    let pid = t.pid.to_string();
+    let before = maps_of(t.pid);
+    let why = "it is Go code: Go's runtime walks goroutine stacks and checks every return address on them";
+    let line = expect_error(&["attach", "-p", &pid, "-f", "main.fib", "--ret"], why);
+    assert!(line.starts_with("tp: cannot probe `main.fib`: "), "{line}");
+    expect_error(&["attach", "-p", &pid, "-f", "main.deep", "--args", "--ret"], why);
+    let line = expect_error(&["profile", "-p", &pid, "-f", "main.*", "-d", "1"], why);
+    assert!(line.starts_with("tp: nothing to probe: the "), "{line}");
+    expect_error(&["profile", "-p", &pid, "-f", "main.fib", "-d", "1"], why);
+    assert_eq!(maps_of(t.pid), before, "nothing may be injected");
+    assert!(!has_region(t.pid));
+    assert_eq!(ask_field(&mut t, "fib 15", "done fib", "result"), 610);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn calls_are_counted_exactly_through_stack_growth() {
+    let mut t = start();
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--json", "-f", "main.fib", "-f", "main.deep", "-f", "main.leaf"]);
+    let fib = ask_field(&mut t, "fib 22", "done fib", "calls");
+    // 100,001 calls on a new goroutine: its stack is grown (and copied) many
+    // times, each growth re-running the first instructions of main.deep.
+    let deep = ask_field(&mut t, "deep 100000", "done deep", "calls");
+    let leaf = ask_field(&mut t, "spawn 500", "done spawn", "leaf");
+    assert_eq!((fib, deep, leaf), (57_313, 100_001, 500));
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let hits = hits_from_json(&stdout);
+    assert_eq!((hits["main.fib"], hits["main.deep"], hits["main.leaf"]), (fib, deep, leaf));
+    assert_code_is_original(&t, &["main.fib", "main.deep", "main.leaf"]);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
+
+/// Go's function table says which functions are Go's and where goexit is,
+/// also in a stripped binary: the same as the symbols of the full build.
+#[test]
+fn go_code_is_known_without_symbols() {
+    use tp::symbols::ElfFile;
+    use tp::symbols::golang::GoModule;
+    let full = ElfFile::open(program(), program()).unwrap();
+    let path = build(false, true);
+    let stripped = ElfFile::open(&path, &path).unwrap();
+    assert!(stripped.functions.is_empty() && !stripped.has_dwarf(), "the build is not stripped");
+    let (go_full, go_stripped) = (GoModule::of(&full).unwrap(), GoModule::of(&stripped).unwrap());
+    assert!(go_full.functions() > 1000, "{}", go_full.functions());
+    assert_eq!(go_full, go_stripped);
+    for f in full.functions.iter().filter(|f| f.size > 0) {
+        assert!(go_stripped.is_go(f.addr), "{} is Go code", f.name);
+    }
+    let goexit = full.functions.iter().find(|f| f.name == "runtime.goexit.abi0").expect("goexit");
+    assert!(go_stripped.is_stack_return(goexit.addr, ""), "goexit is found by its address");
+    let fib = full.functions.iter().find(|f| f.name == "main.fib").unwrap();
+    assert!(!go_stripped.is_stack_return(fib.addr, ""));
+    // In a cgo build, the C functions are not Go code.
+    let cgo = ElfFile::open(program_cgo(), program_cgo()).unwrap();
+    let go_cgo = GoModule::of(&cgo).unwrap();
+    let c = cgo.functions.iter().find(|f| f.name.ends_with("Cfunc_getpid") && f.size > 0).expect("the C stub");
+    assert!(!go_cgo.is_go(c.addr), "{} is C", c.name);
+    assert!(go_cgo.is_go(cgo.functions.iter().find(|f| f.name == "main.fib").unwrap().addr));
+    // The C program is no Go code.
+    let counter = target_path("counter");
+    assert_eq!(GoModule::of(&ElfFile::open(&counter, &counter).unwrap()), None);
+}
+
+#[test]
+fn goexit_is_refused_by_name() {
+    let t = start();
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "runtime.goexit.abi0"], "cannot probe `runtime.goexit.abi0`");
+    assert!(line.contains("return address at the bottom of every goroutine's stack"), "{line}");
+    assert!(!has_region(t.pid));
+}
+
+#[test]
+fn list_probes_puts_go_probes_after_the_stack_check_and_leaves_goexit_alone() {
+    let args = ["list-probes", program().to_str().unwrap(), "--json"];
+    let stdout = expect_success(&args, &tp(&args));
+    let rows: Vec<serde_json::Value> = stdout.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let row = |name: &str| rows.iter().find(|r| r["func"] == name).unwrap_or_else(|| panic!("no {name}"));
+    for f in ["main.fib", "main.deep"] {
+        let r = row(f);
+        assert_eq!(r["probeable"], true, "{r}");
+        assert_eq!(r["note"], "after Go's stack check", "{r}");
+        assert_ne!(r["site"], r["address"], "{r}");
+    }
+    let goexit = row("runtime.goexit.abi0");
+    assert_eq!(goexit["probeable"], false);
+    assert!(goexit["reason"].as_str().unwrap().contains("return address at the bottom of every goroutine's stack"));
+}
+
+/// What `spawn N` answers as its sum: leaf(i) & 0xff plus the byte i
+/// wrote, over i < N.
+fn spawn_sum(n: u64) -> u64 {
+    (0..n).map(|i| ((i.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i >> 29)) & 0xff) + (i & 0xff)).sum()
+}
+
+/// `-f '*'` on a Go program, idle and then busy: it attaches (goexit left
+/// out), and the program runs through goroutine exits and collections with
+/// exact results.
+#[test]
+fn probing_every_function_keeps_goroutines_and_collections_running() {
+    let mut t = start();
+    let pid = t.pid.to_string();
+    for phase in ["idle", "busy"] {
+        if phase == "busy" {
+            t.ask("busy 4", "busy 4");
+        }
+        let leaf_before = ask_field(&mut t, "counts", "counts", "leaf");
+        let session = Session::start(&["-p", &pid, "--json", "-f", "*"]);
+        assert_eq!(ask_field(&mut t, "spawn 2000", "done spawn", "sum"), spawn_sum(2000), "{phase}");
+        let fib = t.ask("fib 18", "done fib");
+        assert_eq!((field(&fib, "calls"), field(&fib, "result")), (8361, 2584));
+        assert_eq!(ask_field(&mut t, "deep 20000", "done deep", "result"), 20000);
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{phase}: {stderr}");
+        assert!(stderr.contains("code restored"), "{phase}: {stderr}");
+        let leaf_after = ask_field(&mut t, "counts", "counts", "leaf");
+        let hits = hits_from_json(&stdout);
+        assert!(!hits.contains_key("runtime.goexit.abi0"), "goexit must not be probed");
+        assert_eq!(hits["main.fib"], 8361, "{phase}");
+        assert_eq!(hits["main.deep"], 20_001, "{phase}");
+        if phase == "idle" {
+            assert_eq!(hits["main.leaf"], 2000);
+        } else {
+            // The busy goroutines call leaf while tp attaches and detaches too.
+            let leaf = hits["main.leaf"];
+            assert!((2000..=leaf_after - leaf_before).contains(&leaf), "{leaf} of {}", leaf_after - leaf_before);
+            t.ask("idle", "idle");
+        }
+        // Goroutines end and collections run after the detach as well.
+        assert_eq!(ask_field(&mut t, "spawn 300", "done spawn", "sum"), spawn_sum(300));
+    }
+    // A busy thread may have been inside a detour at the detach: tp's memory
+    // then stays, unused, until a detach finds no thread in it.
+    if has_region(t.pid) {
+        expect_success(&["detach", "-p", &pid], &tp(&["detach", "-p", &pid]));
+    }
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
+
+/// `--args` on Go functions of `program`: the values as Go's register ABI
+/// passes them, named from DWARF, without the result `~r0`.
+fn arguments_follow_the_go_register_abi(program: &std::path::Path) {
+    let mut t = Target::start_path(program);
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--args", "-f", "main.args3", "-f", "main.mixed"]);
+    assert_eq!(ask_field(&mut t, "args 3", "done args", "calls"), 6);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let out = format!("{stdout}\n{stderr}");
+    for i in 1..=3i64 {
+        let want = format!("main.args3(a={i}, b={}, c={})", 2 * i, -i);
+        assert!(out.contains(&want), "no `{want}` in:\n{out}");
+        // s: a string (two registers, not shown), then n, odd and u.
+        let want = format!("main.mixed(s=?, n={i}, odd={}, u={i})", i % 2 == 1);
+        assert!(out.contains(&want), "no `{want}` in:\n{out}");
+    }
+    assert!(!out.contains("~r0"), "a result is not an argument:\n{out}");
+    assert!(t.quit().success());
+}
+
+#[test]
+fn go_arguments_follow_the_go_register_abi_in_a_cgo_build() {
+    arguments_follow_the_go_register_abi(program_cgo());
+}
+
+/// Go's own threads keep no C library thread block (their word at fs:0 is
+/// 0): events there need a thread identity that does not assume one.
+#[test]
+fn go_arguments_follow_the_go_register_abi_in_a_pure_go_build() {
+    arguments_follow_the_go_register_abi(program());
+}
+
+/// `--args` on a Go function without a stack check (a small leaf) is
+/// refused: it may run with too little stack for recording.
+#[test]
+fn arguments_of_go_functions_without_a_stack_check_are_refused() {
+    let t = start();
+    let pid = t.pid.to_string();
+    expect_error(&["attach", "-p", &pid, "--args", "-f", "main.leaf"], "a Go function without a stack check");
+    assert!(!has_region(t.pid));
+}
