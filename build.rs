@@ -68,6 +68,8 @@ const TARGETS: &[Target] = &[
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
     // A program for `tp run` and --follow-exec: its own count of calls, its exit status or signal.
     Target { name: "launched", sources: &["launched.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Forks while return probes are live: parent and child return through the same frames.
+    Target { name: "forker", sources: &["forker.c"], ..c("", &["-fPIE", "-pie"]) },
     // Benchmark targets (benches/tp). `many` has 10,000 functions: -O0 keeps
     // its build to seconds and gives them the usual push/mov prologue.
     Target { name: "hot", sources: &["hot.c"], ..c("", &["-fPIE", "-pie"]) },

@@ -10,6 +10,7 @@
 //! Steps, in the order an attach and a detach reach them:
 //! - `after-seize`: every thread stopped (attach, then detach);
 //! - `after-name-write`: the first code arena mapped, the memfd's name in it;
+//! - `after-private`: the private area mapped, not yet recorded anywhere;
 //! - `after-memfd`: the memfd created, its descriptor open in the target;
 //! - `after-inject`: data region mapped, the descriptor closed;
 //! - `after-detour-write`: one detour's bytes written, not yet recorded;

@@ -23,6 +23,10 @@
  *                      writable memfd of its own, then closes them, again
  *                      and again -> "swapping"
  *   calm               stops that thread and closes LO..HI -> "calm rounds=R"
+ *   anon ADDR SIZE     maps SIZE bytes of its own anonymous private memory
+ *                      at ADDR (hex), filled with 0x5a -> "anon mapped"
+ *   anon check ADDR SIZE
+ *                      -> "anon intact" if still all 0x5a, else "anon gone"
  *   quit               -> exit status 0, or 1 if a checksum failed
  */
 #include "common.h"
@@ -194,6 +198,27 @@ int main(void)
 			for (int k = swap_lo; k <= swap_hi; k++)
 				close(k);
 			printf("calm rounds=%lu\n", atomic_load(&swap_rounds));
+		} else if (!strncmp(line, "anon check ", 11)) {
+			unsigned long long addr, size;
+			int intact = sscanf(line + 11, "%llx %llu", &addr, &size) == 2;
+			unsigned char vec[1];
+			/* mincore fails with ENOMEM where nothing is mapped. */
+			for (unsigned long long o = 0; intact && o < size; o += 4096)
+				intact = mincore((void *)(uintptr_t)(addr + o), 4096, vec) == 0 &&
+					 ((volatile unsigned char *)(uintptr_t)addr)[o] == 0x5a;
+			printf("anon %s\n", intact ? "intact" : "gone");
+		} else if (!strncmp(line, "anon ", 5)) {
+			unsigned long long addr, size;
+			void *at = MAP_FAILED;
+			if (sscanf(line + 5, "%llx %llu", &addr, &size) == 2)
+				at = mmap((void *)(uintptr_t)addr, size, PROT_READ | PROT_WRITE,
+					  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+			if (at == MAP_FAILED) {
+				printf("error mmap %d\n", errno);
+			} else {
+				memset(at, 0x5a, size);
+				printf("anon mapped\n");
+			}
 		} else if (!strcmp(line, "quit")) {
 			return checksum_failed;
 		} else {

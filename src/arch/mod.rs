@@ -278,6 +278,26 @@ pub struct RuntimeAddrs {
     pub ctx: u64,
 }
 
+/// How the in-target runtime tells a process's threads apart (each thread
+/// keys its state by this), chosen once per data region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ThreadKey {
+    /// The thread register, read in user space: the FS base by `rdfsbase`
+    /// on x86-64 (where the kernel enables FSGSBASE), TPIDR_EL0 on AArch64.
+    Register,
+    /// The word at the thread pointer, which glibc and musl keep equal to
+    /// the thread register (the TCB's own address), as every thread the
+    /// tracer saw did; where it reads 0 the thread asks the kernel.
+    Tcb,
+    /// As [`ThreadKey::Tcb`], and where the word reads 0 the thread reads
+    /// the register itself (cheaper than the register on every event).
+    TcbOrRegister,
+    /// The kernel's answer (a system call per event): a runtime that keeps
+    /// something else at the thread pointer, on a kernel or CPU without
+    /// user-space access to the register.
+    Syscall,
+}
+
 /// The runtime's functions, compiled for one architecture by build.rs.
 #[derive(Debug, Clone, Copy)]
 pub struct RuntimeBlobs {
@@ -509,6 +529,8 @@ pub struct Syscalls {
     pub ftruncate: u64,
     /// close.
     pub close: u64,
+    /// madvise.
+    pub madvise: u64,
 }
 
 impl Syscalls {
@@ -719,6 +741,15 @@ pub trait Arch {
     /// pointer the runtime uses, found by reading the TCBs of stopped
     /// threads (`threads`: TID and registers); None if it cannot be told.
     fn tid_offset(threads: &[(i32, Self::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32>;
+
+    /// How the runtime should tell the threads of a process apart, given
+    /// the process's `AT_HWCAP2` and its stopped threads (`threads`: TID
+    /// and registers), whose memory `read` reads.
+    fn thread_key(
+        hwcap2: u64,
+        threads: &[(i32, Self::Regs)],
+        read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    ) -> ThreadKey;
 
     /// The bytes that replace the window: a branch from the site to `detour`,
     /// padded to the window's length.

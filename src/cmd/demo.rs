@@ -101,7 +101,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         attached.stop_time.as_micros()
     );
     target.ask("spin 2", "spinning")?;
-    let end = observe(&attached, opts.duration, &mut LiveView::new(&attached, None))?;
+    let end = observe(&attached, opts.duration, &mut LiveView::new(&attached, None), None)?;
     let stopped = target.ask("stop", "stopped")?;
     let d = guard.detach()?;
     if end == End::Interrupted {

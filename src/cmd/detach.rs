@@ -21,9 +21,9 @@ use anyhow::{Context, Result, bail};
 use crate::cli::DetachArgs;
 use crate::escape::text;
 use crate::output::thousands;
-use crate::probe::orphan;
 use crate::probe::region::{self, Region};
 use crate::probe::remove::{self, Kept};
+use crate::probe::{family, orphan};
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
@@ -140,9 +140,10 @@ fn release_orphans(pid: i32) -> Result<()> {
     orphan::release(&mut stopped, &mem, &maps, &orphans)?;
     stopped.resume();
     crate::say!(
-        "tp: detached from {pid}: released what a killed tp left (code arenas: {}, descriptors: {})",
+        "tp: detached from {pid}: released what a killed tp left (code arenas: {}, descriptors: {}, private areas: {})",
         orphans.arenas.len(),
-        orphans.fds.len()
+        orphans.fds.len(),
+        orphans.privates.len()
     );
     Ok(())
 }
@@ -213,7 +214,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         return Ok(());
     }
     let mem = Memory::open(pid)?;
-    let sharer_pids = region::sharers(&region, pid);
+    let sharer_pids = family::others(&region, pid);
     let sharers: Vec<Memory> = sharer_pids.iter().filter_map(|&p| Memory::open(p).ok()).collect();
     let stopped = Stopped::stop(pid)?;
     let removed = remove::remove(&mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
@@ -222,7 +223,9 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let memory = match kept {
         None => "tp's memory unmapped".to_string(),
         Some(Kept::LiveProbes) => "tp's memory kept (probes left)".to_string(),
-        Some(Kept::InUse { tid }) => format!("tp's memory kept: thread {tid} still refers to it"),
+        Some(Kept::InUse { tid }) => {
+            format!("tp's memory kept: thread {tid} is running in it (run `tp detach -p {pid}` again to remove it)")
+        }
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
     };
     crate::say!(

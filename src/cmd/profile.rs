@@ -9,6 +9,7 @@ use anyhow::Result;
 use crate::cli::ProfileArgs;
 use crate::output::events::duration;
 use crate::output::{self, thousands};
+use crate::session::family::Family;
 use crate::session::profile::{self, Profiler};
 use crate::session::{Attached, Options, interrupt, observe};
 
@@ -29,6 +30,9 @@ impl From<&ProfileArgs> for Options {
 pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     interrupt::install();
     let opts = Options::from(&args);
+    // Listening before the probes go in: no fork of that moment is missed.
+    let mut family = Family::start();
+    family.add_root(args.pid);
     let attached = Attached::attach(&opts)?;
     let guard = crate::session::guard::Restore::new(&attached);
     let mut profiler = Profiler::new(&attached, &opts)?;
@@ -41,12 +45,18 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         if attached.refused > 0 { format!("; {} more cannot be probed", attached.refused) } else { String::new() }
     );
     let started = Instant::now();
-    observe(&attached, opts.duration, &mut profiler)?;
+    observe(&attached, opts.duration, &mut profiler, Some(&mut family))?;
     let elapsed = started.elapsed().as_secs_f64();
     let d = guard.detach()?;
-    if d.target_gone {
-        crate::say!("tp: process {} exited", args.pid);
+    match (d.target_gone, d.execd) {
+        (true, true) => {
+            crate::say!("tp: process {} exec'd another program; its probes went with the old one", args.pid)
+        }
+        (true, false) => crate::say!("tp: process {} {}", args.pid, family.end_of(args.pid).sentence()),
+        _ => {}
     }
+    family.restored(args.pid, &d.family);
+    crate::session::group::say_relatives(args.pid, &d.family);
     let (epochs, samples, toggles) = (profiler.epochs, profiler.samples, profiler.toggles());
     let rows = profiler.finish(&attached, &d)?;
     crate::say!(

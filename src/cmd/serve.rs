@@ -67,6 +67,7 @@ fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
                 latency: Vec::new(),
                 events: false,
                 lost: 0,
+                children: Vec::new(),
             })),
             Err(e) if !warned.contains(&pid) => {
                 warned.push(pid);

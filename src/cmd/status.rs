@@ -41,7 +41,13 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let mut failed = false;
     for pid in pids {
         match installed::summary(pid) {
-            Ok(summary) => reports.push(ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 }),
+            Ok(summary) => reports.push(ProcessReport {
+                summary,
+                latency: Vec::new(),
+                events: false,
+                lost: 0,
+                children: Vec::new(),
+            }),
             // Gone since the scan: nothing to say.
             Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
             Err(e) if which.is_empty() => {

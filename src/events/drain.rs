@@ -1,6 +1,10 @@
 //! Reading the per-thread rings: each thread slot is a single-producer
 //! single-consumer ring; the thread publishes `head` after writing an event,
-//! the tracer publishes `tail` after reading.
+//! the tracer publishes `tail` after reading. A slot belongs to one thread
+//! of one process (its key: PID and TID), so every event read carries the
+//! process that recorded it: the session's process or a child it forked
+//! while the probes were in. The slots of processes that ended are freed
+//! for others once drained ([`Drainer::free_ended`]).
 
 use anyhow::Result;
 
@@ -8,9 +12,15 @@ use super::RawEvent;
 use crate::probe::layout::{Event, Header, SlotHead};
 use crate::probe::region::Region;
 
-/// Offsets of `head` and `tail` in a slot.
+/// Offsets of `key`, `head` and `tail` in a slot.
+const KEY: u64 = std::mem::offset_of!(SlotHead, key) as u64;
 const HEAD: u64 = std::mem::offset_of!(SlotHead, head) as u64;
 const TAIL: u64 = std::mem::offset_of!(SlotHead, tail) as u64;
+
+/// The process (high 32 bits) that owns a slot with this key.
+pub fn pid_of_key(key: u64) -> u32 {
+    (key >> 32) as u32
+}
 
 /// Drains every thread's ring.
 #[derive(Debug, Default)]
@@ -33,10 +43,14 @@ impl Drainer {
             if head == tail {
                 continue;
             }
+            // After `head` (acquire): a slot's owner claims it before its
+            // first event, and tp frees it only once drained and its
+            // process has ended, so these events are the key's process's.
+            let pid = pid_of_key(region.load_u64(off + KEY));
             let unread = head.wrapping_sub(tail).min(ring_len);
             for k in head.wrapping_sub(unread)..head {
                 let e: Event = region.get(h.event_off(off, k));
-                if let Some(r) = RawEvent::decode(&e) {
+                if let Some(r) = RawEvent::decode(&e, pid) {
                     out.push(r);
                 }
                 self.read += 1;
@@ -44,6 +58,27 @@ impl Drainer {
             region.store_u64(off + TAIL, head)?;
         }
         Ok(())
+    }
+
+    /// Frees the ring slots of processes that ended (`ended` says which),
+    /// once their rings are drained, so that the processes a server keeps
+    /// forking find slots: a slot is written only by the thread that
+    /// claimed it, and a process that ended writes nothing more. Events
+    /// and losses stay counted: the next owner goes on from the same
+    /// `head` and adds to the same `lost`. Returns how many were freed.
+    pub fn free_ended(region: &Region, ended: impl Fn(u32) -> bool) -> usize {
+        let h = region.header();
+        let mut freed = 0;
+        for off in slots_in_use(&h) {
+            let key = region.load_u64(off + KEY);
+            if key == 0 || region.load_u64(off + HEAD) != region.load_u64(off + TAIL) || !ended(pid_of_key(key)) {
+                continue;
+            }
+            if region.compare_exchange_u64(off + KEY, key, 0) {
+                freed += 1;
+            }
+        }
+        freed
     }
 
     /// Drops every event not read yet (left by an earlier session), so a new
@@ -57,14 +92,24 @@ impl Drainer {
     }
 
     /// Events dropped so far: rings that were full, shadow stacks that were
-    /// full, and events with no free thread slot.
+    /// full, and events with no free thread slot. A freed slot's next owner
+    /// adds to its count, so nothing counted is ever forgotten.
     pub fn lost(region: &Region) -> u64 {
+        let (in_rings, no_ring) = Drainer::lost_parts(region);
+        in_rings.saturating_add(no_ring)
+    }
+
+    /// [`Drainer::lost`] in two parts: events a thread dropped (its ring or
+    /// its shadow stack was full), and events of threads that found no
+    /// ring free (more threads recording at once, children included, than
+    /// the region has rings).
+    pub fn lost_parts(region: &Region) -> (u64, u64) {
         let h: Header = region.header();
-        let mut lost = h.ctx.lost_no_slot;
+        let mut in_rings = 0u64;
         for off in slots_in_use(&h) {
-            lost = lost.saturating_add(region.get::<SlotHead>(off).lost);
+            in_rings = in_rings.saturating_add(region.get::<SlotHead>(off).lost);
         }
-        lost
+        (in_rings, h.ctx.lost_no_slot)
     }
 }
 

@@ -29,6 +29,8 @@ pub struct RawEvent {
     pub kind: Kind,
     /// The probe's entry index.
     pub probe: u32,
+    /// The process that recorded it (the owner of its ring).
+    pub pid: u32,
     /// The thread.
     pub tid: u32,
     /// Counter value when it happened.
@@ -39,15 +41,16 @@ pub struct RawEvent {
 }
 
 impl RawEvent {
-    /// Decodes an event; None for a kind this tp does not know.
-    pub fn decode(e: &layout::Event) -> Option<RawEvent> {
+    /// Decodes an event recorded by process `pid`; None for a kind this tp
+    /// does not know.
+    pub fn decode(e: &layout::Event, pid: u32) -> Option<RawEvent> {
         let kind = match (e.probe >> layout::KIND_SHIFT) as u8 {
             event_kind::ENTRY => Kind::Entry,
             event_kind::EXIT => Kind::Exit,
             event_kind::UNWOUND => Kind::Unwound,
             _ => return None,
         };
-        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, tid: e.tid, tsc: e.tsc, v: e.v })
+        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v: e.v })
     }
 
     /// For exits and unwinds, the counter value at the call's entry.
@@ -73,11 +76,11 @@ mod tests {
     #[test]
     fn decodes_kind_and_probe() {
         let e = layout::Event { probe: (2 << 24) | 7, tid: 42, tsc: 100, v: [5, 90, 0, 0, 0, 0] };
-        let r = RawEvent::decode(&e).unwrap();
-        assert_eq!((r.kind, r.probe, r.tid, r.entry_tsc()), (Kind::Exit, 7, 42, 90));
+        let r = RawEvent::decode(&e, 12).unwrap();
+        assert_eq!((r.kind, r.probe, r.pid, r.tid, r.entry_tsc()), (Kind::Exit, 7, 12, 42, 90));
         let nested = RawEvent { v: [5, 90, 0, 4, 0, 0], ..r };
         assert_eq!(nested.timed_from(), 94, "tp's own ticks inside the call do not count");
         assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0], ..r }.timed_from(), 100, "never after the exit");
-        assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }).is_none());
+        assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }, 12).is_none());
     }
 }

@@ -7,6 +7,7 @@
 use std::io::{self, Write};
 
 use super::{Summary, histogram, json, table, thousands};
+use crate::escape::text;
 use crate::events::stats::Latency;
 
 /// What one process's probes counted and timed.
@@ -21,6 +22,65 @@ pub struct ProcessReport {
     pub events: bool,
     /// Events lost because a ring was full.
     pub lost: u64,
+    /// The processes it forked while the probes were in (they ran them
+    /// too: their calls are in the counts, their events in the lines).
+    pub children: Vec<Child>,
+}
+
+/// A process forked by a probed one while the probes were in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Child {
+    /// Its PID.
+    pub pid: i32,
+    /// The events it recorded.
+    pub events: u64,
+    /// How it ended, or what the session's end did there.
+    pub end: String,
+}
+
+/// At most this many children are listed one by one in the text summary
+/// (a server may fork thousands); the rest are counted. The JSON lists all.
+const CHILDREN_LISTED: usize = 20;
+
+/// The text lines about `children`: a count by how they ended, then the
+/// children that did not simply exit with status 0 (killed, still running,
+/// left with tp's memory), one per line.
+fn children_text(out: &mut impl Write, children: &[Child]) -> io::Result<()> {
+    if children.is_empty() {
+        return Ok(());
+    }
+    let mut kinds: Vec<(String, usize)> = Vec::new();
+    for c in children {
+        let kind = c.end.split(" (").next().unwrap_or(&c.end).split(';').next().unwrap_or(&c.end).to_string();
+        match kinds.iter_mut().find(|(k, _)| *k == kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((kind, 1)),
+        }
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{} {k}", thousands(*n as u64))).collect();
+    writeln!(
+        out,
+        "\nchildren forked while the probes were in: {} ({})",
+        thousands(children.len() as u64),
+        kinds.join(", ")
+    )?;
+    let notable: Vec<&Child> =
+        children.iter().filter(|c| c.end != "exited with status 0" && c.end != "exited").collect();
+    for c in notable.iter().take(CHILDREN_LISTED) {
+        writeln!(out, "  {:>7}  {}, {} events", c.pid, text(&c.end), thousands(c.events))?;
+    }
+    if notable.len() > CHILDREN_LISTED {
+        writeln!(out, "  ... and {} more (--json lists them all)", notable.len() - CHILDREN_LISTED)?;
+    }
+    Ok(())
+}
+
+fn children_json(children: &[Child]) -> String {
+    let each: Vec<String> = children
+        .iter()
+        .map(|c| format!("{{\"pid\":{},\"events\":{},\"end\":{}}}", c.pid, c.events, json::string(&c.end)))
+        .collect();
+    format!("\"children\":[{}]", each.join(","))
 }
 
 /// Writes the end-of-session summary of `reports` to `out`.
@@ -72,11 +132,17 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
     Ok(())
 }
 
-/// One process's section, in the format of a session of one process.
+/// One process's section, in the format of a session of one process (and
+/// the children it forked, if it did).
 fn one(out: &mut impl Write, r: &ProcessReport, as_json: bool) -> io::Result<()> {
     if as_json {
         return writeln!(out, "{}", one_json(r));
     }
+    one_table(out, r)?;
+    children_text(out, &r.children)
+}
+
+fn one_table(out: &mut impl Write, r: &ProcessReport) -> io::Result<()> {
     let rows: Vec<(String, u64, &Latency)> = r
         .summary
         .probes
@@ -99,12 +165,19 @@ fn one(out: &mut impl Write, r: &ProcessReport, as_json: bool) -> io::Result<()>
 }
 
 fn one_json(r: &ProcessReport) -> String {
-    if r.events {
+    let mut o = if r.events {
         let timed: Vec<Option<&Latency>> = r.latency.iter().map(Option::as_ref).collect();
         json::summary_with_latency(&r.summary, &timed, r.lost)
     } else {
         json::summary(&r.summary)
+    };
+    if !r.children.is_empty() && o.ends_with('}') {
+        o.pop();
+        o.push(',');
+        o.push_str(&children_json(&r.children));
+        o.push('}');
     }
+    o
 }
 
 /// One process's report from the reports of the programs it ran in turn
@@ -116,11 +189,17 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         r.summary.pid = pid;
         return r;
     }
-    let mut out =
-        ProcessReport { summary: Summary { pid, probes: Vec::new() }, latency: Vec::new(), events: false, lost: 0 };
+    let mut out = ProcessReport {
+        summary: Summary { pid, probes: Vec::new() },
+        latency: Vec::new(),
+        events: false,
+        lost: 0,
+        children: Vec::new(),
+    };
     for r in reports {
         out.events |= r.events;
         out.lost += r.lost;
+        out.children.extend(r.children);
         // A row joins one of an earlier program's; two functions of one name
         // in one program (static functions) stay two rows.
         let earlier = out.summary.probes.len();
@@ -238,7 +317,13 @@ mod tests {
                 enabled: true,
             })
             .collect();
-        ProcessReport { summary: Summary { pid, probes }, latency: Vec::new(), events: false, lost: 0 }
+        ProcessReport {
+            summary: Summary { pid, probes },
+            latency: Vec::new(),
+            events: false,
+            lost: 0,
+            children: Vec::new(),
+        }
     }
 
     #[test]
@@ -279,6 +364,32 @@ mod tests {
         let two = merge_programs(10, vec![report(10, &[("f", 1), ("f", 2)]), report(10, &[("f", 10), ("f", 20)])]);
         let hits: Vec<u64> = two.summary.probes.iter().map(|p| p.hits).collect();
         assert_eq!(hits, [11, 22]);
+    }
+
+    #[test]
+    fn children_are_counted_and_the_notable_ones_listed() {
+        let mut r = report(10, &[("foo", 3)]);
+        let child = |pid, end: &str| Child { pid, events: 2, end: end.into() };
+        r.children = vec![
+            child(11, "exited with status 0"),
+            child(12, "killed by SIGSEGV (core dumped)"),
+            child(13, "exited with status 0"),
+            child(14, "running; probes removed"),
+        ];
+        let mut out = Vec::new();
+        write(&mut out, std::slice::from_ref(&r), false, false).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let tail = text.split("\nchildren forked while the probes were in: 4 (").nth(1).unwrap();
+        assert!(tail.starts_with("2 exited with status 0, 1 killed by SIGSEGV, 1 running)\n"), "{text}");
+        assert!(tail.contains("\n       12  killed by SIGSEGV (core dumped), 2 events\n"), "{text}");
+        assert!(tail.contains("\n       14  running; probes removed, 2 events\n"), "{text}");
+        assert!(!tail.contains("  11  "), "{text}");
+        let mut out = Vec::new();
+        write(&mut out, std::slice::from_ref(&r), false, true).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["children"].as_array().unwrap().len(), 4);
+        assert_eq!(v["children"][1]["end"], "killed by SIGSEGV (core dumped)");
     }
 
     #[test]

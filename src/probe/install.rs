@@ -27,7 +27,7 @@ use super::region::Region;
 use super::region::create::create_region;
 use super::{Request, arena, runtime, threads};
 use crate::addr::RegionOffset;
-use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs};
+use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, ThreadKey};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -193,8 +193,8 @@ fn patch_all(
 ) -> Result<usize> {
     check_code(mem, requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
-    if requests.iter().any(|r| r.kind & (kind::ARGS | kind::RET) != 0) {
-        learn_tid_offset(stopped, mem, region)?;
+    if requests.iter().any(|r| r.kind != kind::COUNT) {
+        learn_threads(stopped, mem, region)?;
     }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
     let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
@@ -213,21 +213,55 @@ fn patch_all(
     Ok(moved_threads)
 }
 
-/// Tells the runtime where each thread's TCB keeps its TID, if the stopped
-/// threads show it, so events carry the TID without a syscall.
-fn learn_tid_offset(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()> {
+/// Tells the runtime how to tell the process's threads apart (their
+/// thread register, read as the CPU and kernel allow, or as every stopped
+/// thread's TCB shows it: [`crate::arch::ThreadKey`]) and where each
+/// thread's TCB keeps its TID, if the stopped threads show it, so events
+/// carry the TID without a syscall. Both are learnt once per region.
+fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()> {
     let mut h = region.header();
-    if h.ctx.tid_offset != 0 {
+    if h.ctx.tid_offset != 0 && h.ctx.key_how != layout::key_how::UNKNOWN {
         return Ok(());
     }
     let threads: Vec<(i32, <Host as Arch>::Regs)> =
         stopped.threads().filter_map(|t| Some((t.tid.as_raw(), Host::get_regs(t.tid).ok()?))).collect();
     let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
-    if let Some(off) = Host::tid_offset(&threads, &read) {
-        h.ctx.tid_offset = off;
-        region.set_header(&h)?;
+    if h.ctx.key_how == layout::key_how::UNKNOWN {
+        let hwcap2 = process::auxv(stopped.pid(), libc::AT_HWCAP2).unwrap_or(0);
+        h.ctx.key_how = match forced_thread_key(hwcap2).unwrap_or_else(|| Host::thread_key(hwcap2, &threads, &read)) {
+            ThreadKey::Register => layout::key_how::REGISTER,
+            ThreadKey::Tcb => layout::key_how::TCB,
+            ThreadKey::TcbOrRegister => layout::key_how::TCB_REGISTER,
+            ThreadKey::Syscall => {
+                crate::say!(
+                    "tp: the threads of process {} do not keep their thread pointer where glibc does, and the \
+                     kernel does not let programs read it (FSGSBASE, Linux 5.9): each event costs a system call",
+                    stopped.pid()
+                );
+                layout::key_how::SYSCALL
+            }
+        };
     }
-    Ok(())
+    if h.ctx.tid_offset == 0
+        && let Some(off) = Host::tid_offset(&threads, &read)
+    {
+        h.ctx.tid_offset = off;
+    }
+    region.set_header(&h)
+}
+
+/// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
+/// tells threads apart, other than the machine and the program would have
+/// it, so that the tests run every way on one machine. `register` only
+/// where the CPU and kernel allow it: the way they would take for a
+/// program whose threads tell nothing.
+fn forced_thread_key(hwcap2: u64) -> Option<ThreadKey> {
+    match std::env::var("TP_THREAD_KEY").ok()?.as_str() {
+        "tcb" => Some(ThreadKey::Tcb),
+        "register" => Some(Host::thread_key(hwcap2, &[], &|_, _| None)),
+        "syscall" => Some(ThreadKey::Syscall),
+        _ => None,
+    }
 }
 
 /// Refuses functions whose code in memory is not what the file holds.

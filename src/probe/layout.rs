@@ -19,9 +19,15 @@
 //! countdowns_off   rows       as many rows again: per row and probe, calls
 //!                             left before the next sample (tp profile)
 //! events_off       slots      one slot per thread that recorded an event:
-//!                             SlotHead, shadow stack (Frame[shadow_len]),
-//!                             ring (Event[ring_len]); see runtime.c
+//!                             SlotHead, ring (Event[ring_len]); see runtime.c
 //! ```
+//!
+//! Beside it, each process holds a *private area* (anonymous, MAP_PRIVATE,
+//! so `fork` copies it): its first page ([`Proc`], MADV_WIPEONFORK, so a
+//! child starts with zeros) says which process the area belongs to, the
+//! second holds [`PRIVATE_MAGIC`], and one [`ThreadState`] per thread holds
+//! the thread's shadow stack of return frames and the address of its ring
+//! slot. See [`PrivateGeometry`].
 //!
 //! Entries change only while the target is ptrace-stopped by the tp that
 //! changes them, and ptrace admits one tracer, so writers never race.
@@ -159,7 +165,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 3;
+pub const VERSION: u32 = 4;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -179,6 +185,37 @@ pub const EVENT_SLOT_BITS: u32 = 7;
 pub const DEFAULT_RING_LEN: u32 = 2048;
 /// Return addresses a thread's shadow stack holds.
 pub const SHADOW_LEN: u32 = 128;
+/// Bytes of the private area's first page ([`Proc`]), which a fork wipes.
+pub const PROC_PAGE: u64 = 4096;
+/// Where the private area keeps [`PRIVATE_MAGIC`]: the first word of its
+/// second page, which a fork copies like the rest.
+pub const PRIVATE_MAGIC_OFF: u64 = PROC_PAGE;
+/// Where the thread states begin in the private area.
+pub const THREADS_OFF: u64 = 2 * PROC_PAGE;
+/// What tp writes at [`PRIVATE_MAGIC_OFF`], so that a private area no
+/// region records (tp was killed in between) can be recognised.
+pub const PRIVATE_MAGIC: u64 = u64::from_le_bytes(*b"tp-priv\0");
+
+/// How the runtime tells threads apart (`EventCtx::key_how`); the thread
+/// key identifies a thread within its process, on any runtime.
+pub mod key_how {
+    /// Not known yet (no event probe was installed).
+    pub const UNKNOWN: u32 = 0;
+    /// The thread register the CPU reads in user space: the FS base
+    /// (`rdfsbase`, when the kernel enables FSGSBASE) on x86-64,
+    /// TPIDR_EL0 on AArch64.
+    pub const REGISTER: u32 = 1;
+    /// The word at the thread pointer (fs:0): glibc and musl keep the
+    /// TCB's own address there, which is the FS base. Every thread tp saw
+    /// at attach did; a thread where it reads 0 asks the kernel.
+    pub const TCB: u32 = 2;
+    /// Ask the kernel for the FS base at every event (arch_prctl).
+    pub const SYSCALL: u32 = 3;
+    /// As [`TCB`], and a thread where the word reads 0 (Go's) reads its
+    /// FS base with `rdfsbase`. The word is a plain load; `rdfsbase` costs
+    /// several nanoseconds more per event on the CPUs tp was measured on.
+    pub const TCB_REGISTER: u32 = 4;
+}
 
 /// A code arena: private R-X pages in the target that hold detours.
 #[repr(C)]
@@ -224,6 +261,18 @@ shared_struct! {
         /// Bit i: thread slot i has been claimed. The tracer reads only those
         /// (reading the others would allocate their pages).
         pub claimed: [u64; CLAIMED_WORDS],
+        /// Address in the target of the private area (its [`Proc`] page,
+        /// then the thread states); the same in every process forked since.
+        pub private: u64,
+        /// Bytes per thread state in the private area.
+        pub thread_size: u64,
+        /// How the runtime tells threads apart: a [`key_how`] value.
+        pub key_how: u32,
+        /// Padding.
+        pub pad: u32,
+        /// Calls whose return address a return probe could not find: never
+        /// expected; the process that had one was ended (SIGABRT).
+        pub returns_lost: u64,
     }
 }
 
@@ -232,23 +281,19 @@ pub const CLAIMED_WORDS: usize = (1 << EVENT_SLOT_BITS) / 64;
 
 shared_struct! {
     /// The head of a thread slot (`struct tp_slot` in runtime.c, where the
-    /// shadow frames and the ring follow it).
+    /// ring follows it): the ring one thread of one process writes.
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-    pub struct SlotHead as "tp_slot", then "struct tp_frame shadow[]" {
-        /// The owning thread's thread pointer; 0 if free.
+    pub struct SlotHead as "tp_slot", then "struct tp_event ring[]" {
+        /// 0 if free; else the PID (high 32 bits) and TID (low 32 bits) of
+        /// the thread that claimed it. tp frees the slot of a process that
+        /// ended once its ring is drained.
         pub key: u64,
-        /// Its TID, when the runtime asked the kernel.
-        pub tid: u32,
-        /// Shadow frames in use.
-        pub depth: u32,
-        /// Events or frames dropped because the ring or the shadow stack was full.
+        /// Events dropped: the ring was full, the thread's shadow stack was full.
         pub lost: u64,
         /// The thread's last look at `tail`.
         pub cached_tail: u64,
-        /// Timestamp ticks the thread spent in the runtime's entry and exit.
-        pub overhead: u64,
         /// Padding to the next cache line.
-        pub pad0: [u64; 3],
+        pub pad0: [u64; 5],
         /// Next event the thread writes.
         pub head: u64,
         /// Padding.
@@ -257,6 +302,50 @@ shared_struct! {
         pub tail: u64,
         /// Padding.
         pub pad2: [u64; 7],
+    }
+}
+
+shared_struct! {
+    /// The first page of the private area (`struct tp_proc`): the process
+    /// it belongs to. MADV_WIPEONFORK: a process forked since reads zeros,
+    /// learns its PID and takes its threads' states afresh.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Proc as "tp_proc" {
+        /// The process's PID, once a thread of it ran the runtime; 0 before.
+        pub pid: u32,
+        /// Padding.
+        pub pad: u32,
+    }
+}
+
+shared_struct! {
+    /// One thread's state in the private area (`struct tp_thread`, where
+    /// its shadow stack follows it). Private memory: a fork copies it, so a
+    /// child returns through its own copy of the frames live at the fork.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct ThreadState as "tp_thread", then "struct tp_frame shadow[]" {
+        /// The thread's key (see [`key_how`]); 0 if free.
+        pub key: u64,
+        /// Address of the thread's ring slot in the data region; 0 until
+        /// its first event in this process.
+        pub ring: u64,
+        /// Timestamp ticks the thread spent in the runtime's entry and exit.
+        pub overhead: u64,
+        /// The process this state was taken in; another value means a fork
+        /// copied it, and the thread takes it afresh.
+        pub pid: u32,
+        /// The thread's TID, from the kernel when it took the state.
+        pub tid: u32,
+        /// Shadow frames in use.
+        pub depth: u32,
+        /// Padding.
+        pub pad: u32,
+        /// Where events read the thread's TID: in its TCB, when its key is
+        /// a TCB's address (the word there is the key itself, as glibc and
+        /// musl keep it) and tp found the TID's offset; else `tid` above.
+        pub tid_at: u64,
+        /// Padding to 64 bytes.
+        pub pad2: [u64; 2],
     }
 }
 
@@ -340,14 +429,30 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_HIJACK_RETURN", entry_flags::HIJACK_RETURN as u64),
     ("TP_SAMPLE", entry_flags::SAMPLE as u64),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
+    ("TP_THREADS_OFF", THREADS_OFF),
+    ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),
+    ("TP_SHADOW_LEN", SHADOW_LEN as u64),
+    ("TP_KEY_REGISTER", key_how::REGISTER as u64),
+    ("TP_KEY_TCB", key_how::TCB as u64),
+    ("TP_KEY_SYSCALL", key_how::SYSCALL as u64),
+    ("TP_KEY_TCB_REGISTER", key_how::TCB_REGISTER as u64),
 ];
 
 /// The structs runtime.c shares, in the order C needs them declared.
 pub fn c_structs() -> Vec<CStruct> {
-    vec![EventCtx::c_struct(), Frame::c_struct(), Event::c_struct(), SlotHead::c_struct()]
+    vec![
+        EventCtx::c_struct(),
+        Frame::c_struct(),
+        Event::c_struct(),
+        SlotHead::c_struct(),
+        Proc::c_struct(),
+        ThreadState::c_struct(),
+    ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 88);
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 120);
+const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
+const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
 const _: () = assert!(event_kind::UNWOUND as u32 <= u32::MAX >> KIND_SHIFT);
 const _: () = assert!((entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE) & PROBE_MASK == 0);
@@ -620,9 +725,7 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
     let countdowns_off = counters_off + rows_size;
     let events_off = countdowns_off + rows_size;
     let ring_len = ring_len.clamp(4, MAX_RING_LEN).next_power_of_two();
-    let slot_size = (std::mem::size_of::<SlotHead>() as u64
-        + SHADOW_LEN as u64 * std::mem::size_of::<Frame>() as u64
-        + ring_len as u64 * std::mem::size_of::<Event>() as u64)
+    let slot_size = (std::mem::size_of::<SlotHead>() as u64 + ring_len as u64 * std::mem::size_of::<Event>() as u64)
         .next_multiple_of(page);
     let total_size = events_off + (1u64 << EVENT_SLOT_BITS) * slot_size;
     Geometry {
@@ -641,9 +744,29 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
     }
 }
 
+/// Where everything lives in a process's private area: the [`Proc`] page,
+/// a page that holds [`PRIVATE_MAGIC`], then one [`ThreadState`] with its
+/// shadow stack per thread slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PrivateGeometry {
+    /// Bytes per thread state (its head and [`SHADOW_LEN`] frames).
+    pub thread_size: u64,
+    /// Total bytes (whole pages).
+    pub size: u64,
+}
+
+/// The private area's geometry (the same for every region).
+pub const fn private_geometry() -> PrivateGeometry {
+    let thread_size =
+        std::mem::size_of::<ThreadState>() as u64 + SHADOW_LEN as u64 * std::mem::size_of::<Frame>() as u64;
+    let size = (THREADS_OFF + (1u64 << EVENT_SLOT_BITS) * thread_size).next_multiple_of(PROC_PAGE);
+    PrivateGeometry { thread_size, size }
+}
+
 impl Header {
-    /// A fresh header for a region of geometry `g` at `target_addr`.
-    pub fn new(g: &Geometry, machine: u32, target_addr: u64) -> Header {
+    /// A fresh header for a region of geometry `g` at `target_addr`, whose
+    /// runtime keeps per-process state in the private area at `private`.
+    pub fn new(g: &Geometry, machine: u32, target_addr: u64, private: u64) -> Header {
         Header {
             magic: MAGIC,
             version: VERSION,
@@ -677,6 +800,11 @@ impl Header {
                 periods: target_addr + g.periods_off,
                 countdowns_from_counters: g.countdowns_off - g.counters_off,
                 claimed: [0; CLAIMED_WORDS],
+                private,
+                thread_size: private_geometry().thread_size,
+                key_how: key_how::UNKNOWN,
+                pad: 0,
+                returns_lost: 0,
             },
             arenas: [Arena::default(); MAX_ARENAS],
         }
@@ -696,7 +824,6 @@ impl Header {
     pub fn event_off(&self, slot_off: u64, i: u64) -> u64 {
         slot_off
             + std::mem::size_of::<SlotHead>() as u64
-            + self.ctx.shadow_len as u64 * std::mem::size_of::<Frame>() as u64
             + (i & self.ctx.ring_mask as u64) * std::mem::size_of::<Event>() as u64
     }
 
@@ -727,6 +854,10 @@ unsafe impl Plain for Arena {}
 unsafe impl Plain for SlotHead {}
 // SAFETY: as above.
 unsafe impl Plain for Event {}
+// SAFETY: as above.
+unsafe impl Plain for ThreadState {}
+// SAFETY: as above.
+unsafe impl Plain for Frame {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {
@@ -757,7 +888,11 @@ mod tests {
         assert_eq!(g.countdowns_off, g.counters_off + 64 * 4096 * 8);
         assert_eq!(g.events_off, g.countdowns_off + 64 * 4096 * 8);
         assert_eq!(g.slot_size % 4096, 0);
-        assert!(g.slot_size >= 192 + 128 * 64 + 2048 * 64);
+        assert!(g.slot_size >= 192 + 2048 * 64);
+        let p = private_geometry();
+        assert_eq!(p.thread_size, 64 + 128 * 64);
+        assert_eq!(p.size % 4096, 0);
+        assert!(p.size >= 8192 + 128 * p.thread_size);
         assert_eq!(g.total_size, g.events_off + 128 * g.slot_size);
         assert_eq!(geometry(10_000, 1000).capacity, 16384);
         assert_eq!(geometry(1, 1000).ring_len, 1024);
@@ -768,7 +903,7 @@ mod tests {
     #[test]
     fn header_round_trips() {
         let g = geometry(1, DEFAULT_RING_LEN);
-        let h = Header::new(&g, 62, 0x7f00_0000_0000);
+        let h = Header::new(&g, 62, 0x7f00_0000_0000, 0x7f10_0000_0000);
         assert_eq!(h.ctx.slots, 0x7f00_0000_0000 + g.events_off);
         assert_eq!(h.ctx.ring_mask, DEFAULT_RING_LEN - 1);
         let back: Header = from_bytes(bytes_of(&h));
@@ -795,7 +930,9 @@ mod tests {
         assert!(ctx.contains(&format!("\tuint64_t claimed[{CLAIMED_WORDS}];")), "{ctx}");
         assert!(ctx.contains("_Static_assert(offsetof(struct tp_ctx, claimed) == 72, "), "{ctx}");
         let slot = SlotHead::c_struct().to_c();
-        assert!(slot.contains("\tstruct tp_frame shadow[];\n};"), "{slot}");
+        assert!(slot.contains("\tstruct tp_event ring[];\n};"), "{slot}");
+        let thread = ThreadState::c_struct().to_c();
+        assert!(thread.contains("\tstruct tp_frame shadow[];\n};"), "{thread}");
         assert!(slot.contains("_Static_assert(sizeof(struct tp_slot) == 192, "), "{slot}");
     }
 

@@ -1,10 +1,14 @@
 //! Probes as tp installs them: the shared data region ([`layout`],
 //! [`region`]), code arenas near the probed modules ([`arena`]), the
-//! target's threads while sites change ([`threads`]), and the two
-//! transactions that change a stopped target ([`install`], [`remove`]).
+//! target's threads while sites change ([`threads`]), the two
+//! transactions that change a stopped target ([`install`], [`remove`]), and
+//! the processes forked while probes were in, which hold them too
+//! ([`family`]).
 
 pub mod acquire;
 pub mod arena;
+pub mod family;
+pub mod frames;
 pub mod install;
 pub mod layout;
 pub mod orphan;

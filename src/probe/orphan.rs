@@ -8,12 +8,15 @@
 //! leaves an arena (`r-x`) and maybe a close-on-exec descriptor, and no
 //! region that records them. Both are recognised by what tp wrote: an
 //! anonymous `r-x` mapping with the name, NUL-terminated, at that spot, and
-//! a descriptor of a memfd named `tp-data`. An arena is released only if no
-//! thread's PC or stack refers to it, checked with every thread stopped.
+//! a descriptor of a memfd named `tp-data`. The private area is mapped
+//! after the arena and before the memfd, and unmapped after the region: it
+//! is recognised by [`layout::PRIVATE_MAGIC`] at the start of its second
+//! page. An arena is released only if no thread's PC or stack refers to it,
+//! checked with every thread stopped; nothing runs in a private area.
 
 use anyhow::Result;
 
-use super::layout::MEMFD_NAME;
+use super::layout::{self, MEMFD_NAME};
 use super::threads;
 use crate::arch::{Arch, Host};
 use crate::process::Mapping;
@@ -33,12 +36,14 @@ pub struct Orphans {
     pub arenas: Vec<(u64, u64)>,
     /// Open descriptors of a `tp-data` memfd.
     pub fds: Vec<u64>,
+    /// Private areas: (address, size).
+    pub privates: Vec<(u64, u64)>,
 }
 
 impl Orphans {
     /// True if there is nothing to release.
     pub fn is_empty(&self) -> bool {
-        self.arenas.is_empty() && self.fds.is_empty()
+        self.arenas.is_empty() && self.fds.is_empty() && self.privates.is_empty()
     }
 }
 
@@ -74,7 +79,16 @@ pub fn find(pid: i32, maps: &[Mapping], mem: &Memory) -> Orphans {
         })
         .collect();
     fds.sort();
-    Orphans { arenas, fds }
+    // The first page of a private area is a mapping of its own (its
+    // MADV_WIPEONFORK flag sets it apart), and the mark opens the next.
+    let privates = maps
+        .iter()
+        .filter(|m| m.read && m.write && !m.exec && !m.shared && m.path.is_empty() && m.inode == 0)
+        .filter(|m| m.len() == layout::PROC_PAGE)
+        .filter(|m| super::remove::is_private_area(mem, maps, m.start))
+        .map(|m| (m.start, layout::private_geometry().size))
+        .collect();
+    Orphans { arenas, fds, privates }
 }
 
 /// Drops from `orphans` every arena that a thread's PC, or a word of its
@@ -95,7 +109,7 @@ pub fn release(stopped: &mut Stopped, mem: &Memory, maps: &[Mapping], orphans: &
     for &fd in &orphans.fds {
         caller.checked("close", sc.close, [fd, 0, 0, 0, 0, 0])?;
     }
-    for &(addr, size) in &orphans.arenas {
+    for &(addr, size) in orphans.arenas.iter().chain(&orphans.privates) {
         caller.checked("munmap", sc.munmap, [addr, size, 0, 0, 0, 0])?;
     }
     Ok(())

@@ -102,19 +102,6 @@ pub fn is_target_view(pid: i32, mapping: &Mapping) -> bool {
     h.magic != layout::MAGIC || h.target_addr == mapping.start
 }
 
-/// The other processes (not `pid`, not this tp) that map the same data
-/// region: children `pid` forked, or its parent, while probes were in. They
-/// run the same patched code, so a probe's entry is theirs as well.
-pub fn sharers(region: &Region, pid: i32) -> Vec<i32> {
-    crate::process::other_pids()
-        .into_iter()
-        .filter(|&p| p != pid)
-        .filter(|&p| {
-            crate::process::read_maps(p).is_ok_and(|maps| find(&maps).is_some_and(|m| m.inode == region.inode))
-        })
-        .collect()
-}
-
 impl Region {
     /// Maps `file` (the region's memfd, at least `len` bytes long and sealed
     /// against shrinking: see [`acquire`]) into this process.
@@ -292,7 +279,7 @@ impl Region {
     fn fixed(&self) -> Fixed {
         match self.fixed.get() {
             Some(h) => Fixed::of(h),
-            None => Fixed::of(&Header::new(&layout::geometry(0, layout::DEFAULT_RING_LEN), 0, self.target_addr)),
+            None => Fixed::of(&Header::new(&layout::geometry(0, layout::DEFAULT_RING_LEN), 0, self.target_addr, 0)),
         }
     }
 
@@ -484,6 +471,26 @@ impl Region {
         }
     }
 
+    /// Replaces the 8-aligned u64 at `off` with `new` if it holds `old`
+    /// (one compare-and-swap where the region is mapped); true if it did.
+    pub fn compare_exchange_u64(&self, off: u64, old: u64, new: u64) -> bool {
+        if !(off.is_multiple_of(8) && self.inside(off, 8)) {
+            return false;
+        }
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 8-aligned, in bounds, shared with the target, which
+                // changes it with atomic instructions too.
+                let a = unsafe { AtomicU64::from_ptr(ptr.add(off as usize) as *mut u64) };
+                a.compare_exchange(old, new, Ordering::AcqRel, Ordering::Relaxed).is_ok()
+            }
+            // Through the target's memory there is no atomic access: a
+            // compare and a write, which a target racing it can only spoil
+            // for itself.
+            Backing::Remote { .. } => self.load_u64(off) == old && self.write(off, &new.to_le_bytes()).is_ok(),
+        }
+    }
+
     /// Stores a 4-aligned u32 that the target reads or changes with atomic
     /// instructions (relaxed: each value stands alone).
     fn store_u32(&self, off: u64, v: u32) -> Result<()> {
@@ -562,8 +569,13 @@ mod tests {
         let file = File::from(fd);
         file.set_len(g.total_size).unwrap();
         let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
-        r.set_header(&Header::new(&g, <crate::arch::Host as crate::arch::Arch>::ELF_MACHINE as u32, 0x7000_0000))
-            .unwrap();
+        r.set_header(&Header::new(
+            &g,
+            <crate::arch::Host as crate::arch::Arch>::ELF_MACHINE as u32,
+            0x7000_0000,
+            0x7f00_0000_0000,
+        ))
+        .unwrap();
         assert_eq!(validate::header(&r.header(), r.len()), Ok(()));
         assert_eq!(r.hits(5), 0);
         // Two rows hold counts for probe 5: the sum is the hit count.

@@ -11,7 +11,7 @@
 
 use anyhow::{Context, Result};
 
-use super::layout::{Entry, State};
+use super::layout::{self, Entry, State};
 use super::region::Region;
 use super::threads;
 use crate::arch::{Arch, Host};
@@ -93,9 +93,12 @@ pub enum Kept {
 }
 
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
-/// is live and no thread's PC or stack refers to a code arena. Once that
-/// holds it stays true (nothing can create a new reference), so the unmap
-/// itself ([`unmap`]) needs only the worker thread stopped.
+/// is live and no thread's PC or stack refers to a code arena. Calls live
+/// through a return probe are given their return addresses back first
+/// ([`super::frames::give_back`]), once no probe is left and no thread runs
+/// tp's code. Once that holds it stays true (nothing can create a new
+/// reference), so the unmap itself ([`unmap`]) needs only the worker thread
+/// stopped.
 pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
     if region.entries().iter().any(|(_, e)| e.state().maybe_patched()) {
         return Ok(Some(Kept::LiveProbes));
@@ -108,12 +111,22 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     let h = region.header();
     let arenas = &h.arenas[..h.arena_count as usize];
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.size);
+    let mut regs = Vec::new();
     for t in stopped.threads() {
-        let regs = Host::get_regs(t.tid)?;
+        let r = Host::get_regs(t.tid)?;
+        if in_arena(Host::pc(&r)) {
+            return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
+        }
+        regs.push((t.tid, r));
+    }
+    // No thread runs tp's code and no probe is left: calls that would
+    // return through the trampoline return to their callers instead.
+    super::frames::give_back(mem, region)?;
+    for (tid, r) in &regs {
         // The whole used stack: a return address or a signal frame anywhere
         // in it may come back into a detour.
-        if threads::pc_and_stack(mem, &maps, &regs).into_iter().any(in_arena) {
-            return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
+        if threads::pc_and_stack(mem, &maps, r).into_iter().any(in_arena) {
+            return Ok(Some(Kept::InUse { tid: tid.as_raw() }));
         }
     }
     Ok(None)
@@ -133,7 +146,24 @@ pub fn finish(mut stopped: Stopped, mem: &Memory, region: &Region) -> Result<(Op
     Ok((kept, world))
 }
 
-/// Unmaps the data region and the code arenas, after [`check_unused`] said so.
+/// True if the private area the header records at `at` is one: anonymous
+/// private read-write memory over its whole size (the kernel may have
+/// split or merged its mappings), with tp's mark in it. A header the
+/// target changed never makes tp unmap anything else.
+pub fn is_private_area(mem: &Memory, maps: &[process::Mapping], at: u64) -> bool {
+    let end = at + layout::private_geometry().size;
+    let anonymous = |m: &&process::Mapping| m.inode == 0 && m.path.is_empty() && !m.shared && m.read && m.write;
+    let mut covered = at;
+    for m in maps.iter().filter(anonymous) {
+        if m.start <= covered && covered < m.end {
+            covered = m.end;
+        }
+    }
+    covered >= end && mem.read_u64(at + layout::PRIVATE_MAGIC_OFF).is_ok_and(|w| w == layout::PRIVATE_MAGIC)
+}
+
+/// Unmaps the data region, the private area and the code arenas, after
+/// [`check_unused`] said so.
 pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()> {
     let h = region.header();
     let arenas = &h.arenas[..h.arena_count as usize];
@@ -141,9 +171,14 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let sc = Host::SYSCALLS;
     // The region first: once its header is gone no later tp will look for the
-    // arenas, so dying between the two calls leaks pages but breaks nothing.
+    // arenas, so dying between the two calls leaks pages but breaks nothing
+    // (`tp detach` finds them by what tp wrote into them: `orphan`).
     caller.checked("munmap", sc.munmap, [region.target_addr(), region.len(), 0, 0, 0, 0])?;
     crate::fault::point("after-unmap-region");
+    let private = (h.ctx.private, layout::private_geometry().size);
+    if is_private_area(mem, &maps, private.0) {
+        caller.checked("munmap", sc.munmap, [private.0, private.1, 0, 0, 0, 0])?;
+    }
     // An arena record the target damaged reads as empty (validate::sanitize): nothing to unmap.
     for a in arenas.iter().filter(|a| a.size > 0) {
         caller.checked("munmap", sc.munmap, [a.addr, a.size, 0, 0, 0, 0])?;

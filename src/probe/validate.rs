@@ -87,6 +87,18 @@ pub fn header(h: &Header, len: u64) -> Result<(), String> {
     if !addresses {
         return corrupt("the runtime's addresses are not the region's".into());
     }
+    let p = layout::private_geometry();
+    let private_ok = h.ctx.private >= crate::process::maps::MIN_ADDR
+        && h.ctx.private.is_multiple_of(4096)
+        && h.ctx.private.checked_add(p.size).is_some_and(|end| end <= USER_END)
+        && !overlaps(h.ctx.private, p.size, at, h.total_size)
+        && h.ctx.thread_size == p.thread_size;
+    if !private_ok {
+        return corrupt(format!("private area {:#x}", h.ctx.private));
+    }
+    if h.ctx.key_how > layout::key_how::TCB_REGISTER {
+        return corrupt(format!("thread key {}", h.ctx.key_how));
+    }
     if h.arena_count as usize > layout::MAX_ARENAS {
         return corrupt(format!("{} code arenas (at most {})", h.arena_count, layout::MAX_ARENAS));
     }
@@ -115,6 +127,9 @@ pub fn arena(a: &Arena, h: &Header) -> Result<(), String> {
     }
     if overlaps(a.addr, a.size, h.target_addr, h.total_size) {
         return Err("it overlaps the region".into());
+    }
+    if overlaps(a.addr, a.size, h.ctx.private, layout::private_geometry().size) {
+        return Err("it overlaps the private area".into());
     }
     Ok(())
 }
@@ -178,6 +193,10 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     h.ctx.tid_offset = live.ctx.tid_offset;
     h.ctx.lost_no_slot = live.ctx.lost_no_slot;
     h.ctx.claimed = live.ctx.claimed;
+    h.ctx.returns_lost = live.ctx.returns_lost;
+    if live.ctx.key_how <= layout::key_how::TCB_REGISTER {
+        h.ctx.key_how = live.ctx.key_how;
+    }
     h
 }
 
@@ -192,10 +211,11 @@ mod tests {
     use crate::probe::layout::{DEFAULT_RING_LEN, State, geometry};
 
     const AT: u64 = 0x7f00_0000_0000;
+    const PRIVATE: u64 = 0x7f10_0000_0000;
 
     fn good() -> (Header, u64) {
         let g = geometry(1, DEFAULT_RING_LEN);
-        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, AT);
+        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, AT, PRIVATE);
         h.arenas[0] = Arena { addr: 0x5555_0000_0000, size: 65536, used: 4096, runtime: 0 };
         h.arena_count = 1;
         h.count = 1;
@@ -234,7 +254,7 @@ mod tests {
         assert_eq!(entry(&good_entry(), &h), Ok(()));
         assert_eq!(entry(&Entry::free(), &h), Ok(()));
         let big = geometry(layout::MAX_CAPACITY, layout::MAX_RING_LEN);
-        assert_eq!(header(&Header::new(&big, Host::ELF_MACHINE as u32, AT), big.total_size), Ok(()));
+        assert_eq!(header(&Header::new(&big, Host::ELF_MACHINE as u32, AT, PRIVATE), big.total_size), Ok(()));
     }
 
     #[test]
@@ -264,6 +284,12 @@ mod tests {
         assert_eq!(header(&h, len), Ok(()), "an arena with a runtime block is not whole pages");
         assert!(header_err(|h| h.arenas[0].addr = u64::MAX - 4095).contains("code arena 0"));
         assert!(header_err(|h| h.arenas[0].addr = AT).contains("overlaps the region"));
+        assert!(header_err(|h| h.arenas[0].addr = PRIVATE).contains("overlaps the private area"));
+        assert!(header_err(|h| h.ctx.private = 0).contains("private area"));
+        assert!(header_err(|h| h.ctx.private = AT + 4096).contains("private area"));
+        assert!(header_err(|h| h.ctx.private = PRIVATE + 8).contains("private area"));
+        assert!(header_err(|h| h.ctx.thread_size = 64).contains("private area"));
+        assert!(header_err(|h| h.ctx.key_how = 9).contains("thread key 9"));
         let (h, len) = good();
         assert!(header(&h, len - 1).unwrap_err().contains("its mapping has"));
     }

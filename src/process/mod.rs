@@ -3,6 +3,7 @@
 //! [`crate::arch::Arch`].
 
 pub mod bpf;
+pub mod family;
 pub mod files;
 pub mod launch;
 pub mod maps;
@@ -181,6 +182,29 @@ pub fn other_pids() -> Vec<i32> {
 /// The process's memory mappings.
 pub fn read_maps(pid: i32) -> std::io::Result<Vec<Mapping>> {
     Ok(maps::parse(&std::fs::read_to_string(format!("/proc/{pid}/maps"))?))
+}
+
+/// The value of entry `key` (`AT_*`) of the process's auxiliary vector:
+/// what the kernel told the program when it started (the CPU's and the
+/// kernel's capabilities, where its entry point is).
+pub fn auxv(pid: i32, key: u64) -> Option<u64> {
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    auxv.chunks_exact(16)
+        .map(|c| (u64::from_ne_bytes(c[..8].try_into().unwrap()), u64::from_ne_bytes(c[8..].try_into().unwrap())))
+        .take_while(|&(k, _)| k != 0)
+        .find(|&(k, _)| k == key)
+        .map(|(_, v)| v)
+}
+
+/// True while a process with this PID exists, a zombie included (one
+/// `kill(pid, 0)`, no `/proc` read): false once it was reaped.
+pub fn exists(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
 /// True while the process exists and has not become a zombie.

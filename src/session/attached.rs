@@ -12,10 +12,11 @@ use crate::events::drain::Drainer;
 use crate::events::format::ProbeInfo;
 use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
+use crate::probe::family::{self, Own, Relative};
 use crate::probe::install::{self, Installed, Report};
 use crate::probe::layout::{State, kind};
 use crate::probe::region::{self, Region};
-use crate::probe::remove::{self, Kept};
+use crate::probe::remove::Kept;
 use crate::process::Mapping;
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
@@ -49,8 +50,8 @@ pub struct Attached {
     pub moved_threads: usize,
     /// Functions matched by a glob but refused.
     pub refused: usize,
-    /// Events lost before this session's probes went live.
-    pub lost_at_start: u64,
+    /// Events lost before this session's probes went live ([`Drainer::lost_parts`]).
+    pub lost_at_start: (u64, u64),
 }
 
 /// How a detach went.
@@ -59,10 +60,15 @@ pub struct Detached {
     pub summary: Summary,
     /// How long the target was stopped for the detach (zero if it had exited).
     pub stop_time: Duration,
-    /// True if the target had exited before the detach.
+    /// True if the target had exited (or exec'd) before the detach.
     pub target_gone: bool,
+    /// True if it had exec'd: it runs another program, without the probes.
+    pub execd: bool,
     /// Why tp's memory stayed in the target, if it did.
     pub kept: Option<Kept>,
+    /// The processes it forked while the probes were in, and what the
+    /// detach did in each.
+    pub family: Vec<Relative>,
 }
 
 impl Attached {
@@ -270,45 +276,37 @@ impl Attached {
         }
     }
 
-    /// Removes this session's probes (the target is stopped for it) and, when
-    /// nothing else uses them, unmaps tp's memory from the target. tp's own
-    /// unwinder probes go with the last return probe.
+    /// Removes this session's probes, from its process and from every
+    /// process it forked while they were in ([`family::restore_family`];
+    /// each is stopped for it), and, where nothing else uses them, unmaps
+    /// tp's memory. tp's own unwinder probes go with the last return probe.
     pub fn detach(&self) -> Result<Detached> {
-        let sharers: Vec<Memory> =
-            region::sharers(&self.region, self.pid).into_iter().filter_map(|p| Memory::open(p).ok()).collect();
-        let stopped = match Stopped::stop(self.pid) {
-            Ok(s) => s,
-            Err(_) if !process::is_alive(self.pid) => {
-                return Ok(Detached {
-                    summary: self.summary(),
-                    stop_time: Duration::ZERO,
-                    target_gone: true,
-                    kept: None,
-                });
-            }
-            Err(e) => return Err(e),
-        };
         let mine: Vec<u32> = self.probes.iter().map(|p| p.index).collect();
         let owner = self.owner;
-        let done = (|| {
-            remove::remove(&self.mem, &self.region, &sharers, |i, e| {
-                mine.contains(&i) && e.owner == owner && e.kind & kind::UNWIND == 0
-            })?;
-            let ret_left =
-                self.region.entries().iter().any(|(_, e)| e.state().maybe_patched() && e.kind & kind::RET != 0);
-            if !ret_left {
-                remove::remove(&self.mem, &self.region, &sharers, |_, e| e.kind & kind::UNWIND != 0)?;
+        // The unwinder probes serve every return probe: they stay while
+        // another session's (or kept ones) remain.
+        let keep_unwinders = self.region.entries().iter().any(|(i, e)| {
+            e.state().maybe_patched() && e.kind & kind::RET != 0 && !(mine.contains(i) && e.owner == owner)
+        });
+        let select = |i: u32, e: &crate::probe::layout::Entry| {
+            if e.kind & kind::UNWIND != 0 {
+                return !keep_unwinders;
             }
-            remove::finish(stopped, &self.mem, &self.region)
-        })();
-        match done {
-            Ok((kept, stop_time)) => Ok(Detached { summary: self.summary(), stop_time, target_gone: false, kept }),
-            // The target died under our hands: its counts are still in our mapping.
-            Err(_) if process::has_exited(self.pid, Duration::from_millis(200)) => {
-                Ok(Detached { summary: self.summary(), stop_time: Duration::ZERO, target_gone: true, kept: None })
+            mine.contains(&i) && e.owner == owner
+        };
+        let (own, family) = family::restore_family(self.pid, &self.mem, &self.region, &select)?;
+        let summary = self.summary();
+        Ok(match own {
+            Own::Restored { kept, stop_time } => {
+                Detached { summary, stop_time, target_gone: false, execd: false, kept, family }
             }
-            Err(e) => Err(e),
-        }
+            Own::Exited => {
+                Detached { summary, stop_time: Duration::ZERO, target_gone: true, execd: false, kept: None, family }
+            }
+            Own::Execd => {
+                Detached { summary, stop_time: Duration::ZERO, target_gone: true, execd: true, kept: None, family }
+            }
+        })
     }
 }
 
@@ -347,7 +345,7 @@ struct Done {
     report: Report,
     stop_time: Duration,
     worker_time: Duration,
-    lost_at_start: u64,
+    lost_at_start: (u64, u64),
 }
 
 /// Stops the worker (unless `stopped` holds it already), prepares, stops
@@ -372,7 +370,7 @@ fn install(
     let (region, report) = install::commit(&mut stopped, mem, prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an
     // earlier session left unread are not this session's.
-    let lost_at_start = Drainer::lost(&region);
+    let lost_at_start = Drainer::lost_parts(&region);
     if discard {
         Drainer::discard_unread(&region)?;
     }

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::attached::Attached;
+use super::family::Family;
 use super::follow::{self, Change, Follow};
 use super::observe::End;
 use super::tracer::{TraceOutput, Tracer};
@@ -35,8 +36,11 @@ use crate::escape::text;
 use crate::output::live::Live;
 use crate::output::openmetrics::Series;
 use crate::output::report::{self, ProcessReport};
+use crate::probe::family::{Outcome, Relative};
 use crate::probe::layout::kind;
+use crate::probe::remove::Kept;
 use crate::process;
+use crate::process::family::Ended;
 use crate::symbols::{Found, ProcessModules};
 
 /// How often the loop drains events.
@@ -72,13 +76,15 @@ struct Program {
     live: bool,
     /// What it counted, once it ended.
     report: Option<ProcessReport>,
+    /// Events read per process (its own and its children's), once it ended.
+    events: std::collections::BTreeMap<u32, u64>,
 }
 
 /// How a member left the session before its end.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Left {
-    /// The process exited.
-    Exited,
+    /// The process exited (how, when the kernel said).
+    Exited(Ended),
     /// It exec'd another program, which is not followed.
     Execd(String),
     /// Another tp removed its probes.
@@ -117,8 +123,16 @@ impl Member {
                 None => {
                     let summary = p.attached.summary();
                     match &p.tracer {
-                        Some(t) => ProcessReport { latency: t.latency(&p.attached), summary, events: true, lost: 0 },
-                        None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 },
+                        Some(t) => ProcessReport {
+                            latency: t.latency(&p.attached),
+                            summary,
+                            events: true,
+                            lost: 0,
+                            children: Vec::new(),
+                        },
+                        None => {
+                            ProcessReport { summary, latency: Vec::new(), events: false, lost: 0, children: Vec::new() }
+                        }
                     }
                 }
             })
@@ -137,13 +151,16 @@ pub struct Group {
     live: Option<(Live, Vec<String>)>,
     published: Option<Published>,
     done: bool,
+    /// The processes the members fork, and how each process ends.
+    family: Family,
 }
 
 impl Group {
     /// An empty session that probes as `opts` says (its `pid` is ignored)
     /// and writes events and the summary to `output`.
     pub fn new(opts: Options, output: TraceOutput, how: Behaviour) -> Group {
-        Group { opts, output, how, members: Vec::new(), live: None, published: None, done: false }
+        let family = Family::start();
+        Group { opts, output, how, members: Vec::new(), live: None, published: None, done: false, family }
     }
 
     /// Renews `published` with the session's metrics while it observes.
@@ -170,6 +187,7 @@ impl Group {
     /// Makes `pid` a member with its probes (if any yet) and the patterns
     /// that still wait for a library.
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
+        self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
         self.members.push(Member { pid, programs, follow, left: None });
     }
@@ -177,7 +195,7 @@ impl Group {
     fn program(&self, attached: Attached) -> Program {
         let tracer = (attached.records() != kind::COUNT)
             .then(|| Tracer::with_output(&attached, &self.opts, self.output.clone()));
-        Program { attached, tracer, live: true, report: None }
+        Program { attached, tracer, live: true, report: None, events: Default::default() }
     }
 
     /// The options of the session.
@@ -280,8 +298,23 @@ impl Group {
         }
     }
 
-    /// Looks at every member still in the session.
+    /// Looks at every member still in the session, and at the processes
+    /// they forked.
     fn check(&mut self) -> Result<()> {
+        self.family.poll();
+        for m in &mut self.members {
+            let root = m.pid;
+            for p in &m.programs {
+                if let Some(t) = &p.tracer {
+                    for &pid in t.events_per_process().keys() {
+                        self.family.note(root, pid as i32);
+                    }
+                }
+            }
+        }
+        for (child, root, how) in self.family.take_news() {
+            crate::say!("tp: process {child} (forked by {root} while the probes were in) {}", how.sentence());
+        }
         for i in 0..self.members.len() {
             if self.members[i].left.is_some() {
                 continue;
@@ -313,9 +346,10 @@ impl Group {
         match change {
             Change::Exited => {
                 self.end_program(i);
-                self.members[i].left = Some(Left::Exited);
-                if several {
-                    crate::say!("tp: process {pid} exited");
+                let how = self.family.end_of(pid);
+                self.members[i].left = Some(Left::Exited(how));
+                if several || matches!(how, Ended::Signal { .. }) {
+                    crate::say!("tp: process {pid} {}", how.sentence());
                 }
             }
             Change::Execd(exe) => {
@@ -344,9 +378,10 @@ impl Group {
         p.report = Some(match p.tracer.take() {
             Some(mut t) => {
                 let _ = t.poll(&p.attached);
+                p.events = t.events_per_process().clone();
                 t.end(&p.attached, summary)
             }
-            None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 },
+            None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0, children: Vec::new() },
         });
     }
 
@@ -382,7 +417,7 @@ impl Group {
             }
             Err(e) if !process::is_alive(pid) => {
                 let _ = e;
-                self.members[i].left = Some(Left::Exited);
+                self.members[i].left = Some(Left::Exited(self.family.end_of(pid)));
             }
             Err(e) => {
                 crate::say!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
@@ -464,7 +499,7 @@ impl Group {
                 if !several && self.how.announce {
                     match left {
                         Some(Left::Removed) => crate::say!("tp: the probes were removed by another tp; final counts:"),
-                        Some(Left::Exited) => crate::say!("tp: process {pid} exited; final counts:"),
+                        Some(Left::Exited(how)) => crate::say!("tp: process {pid} {}; final counts:", how.sentence()),
                         _ => {}
                     }
                 }
@@ -478,10 +513,16 @@ impl Group {
                     continue;
                 }
             };
+            self.family.restored(pid, &detached.family);
+            say_relatives(pid, &detached.family);
             if self.how.announce {
+                let gone = match detached.execd {
+                    true => "exec'd another program; its probes went with the old one".to_string(),
+                    false => self.family.end_of(pid).sentence(),
+                };
                 match (detached.target_gone, why, several) {
-                    (true, _, false) => crate::say!("tp: process {pid} exited; final counts:"),
-                    (true, _, true) => crate::say!("tp: process {pid} exited"),
+                    (true, _, false) => crate::say!("tp: process {pid} {gone}; final counts:"),
+                    (true, _, true) => crate::say!("tp: process {pid} {gone}"),
                     (false, End::Removed, false) => {
                         crate::say!("tp: the probes were removed by another tp; final counts:")
                     }
@@ -495,9 +536,10 @@ impl Group {
             p.report = Some(match p.tracer.take() {
                 Some(mut t) => {
                     t.poll(&p.attached)?;
+                    p.events = t.events_per_process().clone();
                     t.end(&p.attached, summary)
                 }
-                None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0 },
+                None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0, children: Vec::new() },
             });
         }
         if let Some(e) = first_error {
@@ -510,7 +552,17 @@ impl Group {
                 }
             }
         }
-        Ok(self.members.iter().map(Member::report_now).collect())
+        let mut reports: Vec<ProcessReport> = self.members.iter().map(Member::report_now).collect();
+        for (m, r) in self.members.iter().zip(&mut reports) {
+            let mut events = std::collections::BTreeMap::new();
+            for p in &m.programs {
+                for (&pid, &n) in &p.events {
+                    *events.entry(pid).or_insert(0) += n;
+                }
+            }
+            r.children = self.family.children(m.pid, &events);
+        }
+        Ok(reports)
     }
 
     /// Writes the end-of-session summary of `reports` to the session's output.
@@ -541,6 +593,38 @@ impl Drop for Group {
                     text(&format!("{e:#}"))
                 );
             }
+        }
+    }
+}
+
+/// Says what the end of a session could not do cleanly in the processes
+/// `pid` forked while the probes were in: each one that still maps tp's
+/// memory, and why, with the command that removes it; each one tp could
+/// not restore. Those restored cleanly are counted.
+pub fn say_relatives(pid: i32, relatives: &[Relative]) {
+    let restored = relatives.iter().filter(|r| r.outcome == Outcome::Restored).count();
+    if restored > 0 {
+        crate::say!(
+            "tp: restored the code of {restored} process{} forked by {pid} while the probes were in",
+            if restored == 1 { "" } else { "es" }
+        );
+    }
+    for r in relatives {
+        let child = r.pid;
+        match &r.outcome {
+            Outcome::Kept(Kept::InUse { tid }) => crate::say!(
+                "tp: process {child} (forked by {pid}) still maps tp's memory: its code is restored, but thread \
+                 {tid} is running in tp's code or will return into it; `tp detach -p {child}` removes it once unused"
+            ),
+            Outcome::Kept(Kept::LiveProbes) => crate::say!(
+                "tp: process {child} (forked by {pid}) still maps tp's memory for other probes (`tp status -p {child}`); \
+                 `tp detach -p {child}` removes them"
+            ),
+            Outcome::Failed(why) => crate::say!(
+                "tp: cannot restore process {child} (forked by {pid} while the probes were in): {}; run `tp detach -p {child}`",
+                text(why)
+            ),
+            Outcome::Restored | Outcome::Gone | Outcome::Kept(Kept::Gone) => {}
         }
     }
 }

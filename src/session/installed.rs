@@ -1,7 +1,8 @@
 //! The probes installed in a process, read from its data region without
 //! stopping it: what `tp status` prints and `tp serve` exposes. Kept probes
 //! (`--keep`) and those of a running session alike; counts only, since
-//! latency exists only in the session that drains the events.
+//! latency exists only in the session that drains the events. tp's own
+//! unwinder probes, which `--ret` needs, are not shown.
 
 use anyhow::{Result, bail};
 
@@ -32,7 +33,13 @@ pub fn summary(pid: i32) -> Result<Summary> {
         bail!("process {pid} has no tp probes; install some with `tp attach -p {pid} -f NAME --keep`");
     };
     let region = Region::open(pid, mapping)?;
-    let live: Vec<_> = region.entries().into_iter().filter(|(_, e)| e.state().maybe_patched()).collect();
+    // tp's own probes on the unwinder's entry points (for --ret) are not
+    // the user's: they come and go with the return probes.
+    let live: Vec<_> = region
+        .entries()
+        .into_iter()
+        .filter(|(_, e)| e.state().maybe_patched() && e.kind & crate::probe::layout::kind::UNWIND == 0)
+        .collect();
     let hits = region.hits_of(&live.iter().map(|(i, _)| *i).collect::<Vec<_>>());
     let probes = live
         .into_iter()

@@ -10,9 +10,11 @@
 //! ([`attached::Attached::detach`]). A session over several processes, or
 //! one that follows a program through dlopen and exec, is a
 //! [`group::Group`] of attached processes ([`targets`] selects them,
-//! [`follow`] watches their programs change).
+//! [`follow`] watches their programs change, [`family`] the processes
+//! they fork and how each ends).
 
 pub mod attached;
+pub mod family;
 pub mod follow;
 pub mod group;
 pub mod guard;

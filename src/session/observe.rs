@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::attached::Attached;
-use super::interrupt;
+use super::family::Family;
 use super::tracer::Tracer;
+use super::{follow, interrupt};
 use crate::output::live::Live;
-use crate::process;
 
 /// How often the loop looks whether the target is alive and its probes installed.
 const CHECK_EVERY: Duration = Duration::from_millis(100);
@@ -42,11 +42,22 @@ pub trait Watcher {
     fn tick(&mut self, attached: &Attached) -> Result<()>;
     /// Called once when observing ends.
     fn finish(&mut self) {}
+    /// Runs `say`, which writes a line to stderr, around the watcher's own
+    /// drawing (a live display hides itself meanwhile).
+    fn suspended(&mut self, say: &mut dyn FnMut()) {
+        say()
+    }
 }
 
-/// Lets `watcher` tick until a signal, the duration, the target's exit, or
-/// the probes' removal.
-pub fn observe(attached: &Attached, duration: Option<Duration>, watcher: &mut dyn Watcher) -> Result<End> {
+/// Lets `watcher` tick until a signal, the duration, the target's exit or
+/// exec, or the probes' removal. With `family`, says at once when a child
+/// the target forked is killed by a signal.
+pub fn observe(
+    attached: &Attached,
+    duration: Option<Duration>,
+    watcher: &mut dyn Watcher,
+    mut family: Option<&mut Family>,
+) -> Result<End> {
     let started = Instant::now();
     let mut next_check = started;
     let end = loop {
@@ -58,11 +69,24 @@ pub fn observe(attached: &Attached, duration: Option<Duration>, watcher: &mut dy
             break End::Duration;
         }
         if Instant::now() >= next_check {
-            if !process::is_alive(attached.pid) {
-                break End::TargetExited;
+            if let Some(f) = family.as_deref_mut() {
+                f.poll();
+                for (child, root, how) in f.take_news() {
+                    watcher.suspended(&mut || {
+                        crate::say!(
+                            "tp: process {child} (forked by {root} while the probes were in) {}",
+                            how.sentence()
+                        )
+                    });
+                }
             }
             if !attached.still_installed() {
                 break End::Removed;
+            }
+            // An exec drops the probes with the old program; tp stops there
+            // (the detach finds nothing to restore) and keeps the counts.
+            if follow::change(attached.pid, &attached.region) != follow::Change::Same {
+                break End::TargetExited;
             }
             next_check = Instant::now() + CHECK_EVERY;
         }
@@ -112,6 +136,13 @@ impl Watcher for LiveView<'_> {
     fn finish(&mut self) {
         if let Some(live) = self.live.take() {
             live.finish();
+        }
+    }
+
+    fn suspended(&mut self, say: &mut dyn FnMut()) {
+        match &self.live {
+            Some(live) => live.suspend(say),
+            None => say(),
         }
     }
 }

@@ -65,6 +65,7 @@ pub struct Profiler {
     pub samples: u64,
     /// Epochs ended so far.
     pub epochs: u64,
+    next_free: std::time::Instant,
 }
 
 impl Profiler {
@@ -95,6 +96,7 @@ impl Profiler {
             epoch: opts.epoch,
             samples: 0,
             epochs: 0,
+            next_free: std::time::Instant::now(),
         })
     }
 
@@ -139,6 +141,7 @@ impl Watcher for Profiler {
         clock.refine();
         self.batch.clear();
         self.drainer.drain(&attached.region, &mut self.batch)?;
+        super::tracer::free_ended_rings(&attached.region, &mut self.next_free);
         self.sampler.end_epoch(&attached.region)?;
         for ev in &self.batch {
             let Some(&k) = self.position.get(&ev.probe) else { continue };

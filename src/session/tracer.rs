@@ -49,16 +49,48 @@ pub struct TraceOutput {
     pub sink: Sink,
     /// The Chrome trace, if one was asked for.
     pub chrome: Option<SharedChrome>,
-    /// Lines name the process (a session of several).
-    pub show_pid: bool,
-    /// The text header is printed once per session.
+    /// Lines name the process: a session of several, and from the first
+    /// event of a process a target forked on.
+    show_pid: Rc<Cell<bool>>,
+    /// The text header is printed once per session (again when the PID
+    /// column appears).
     header_done: Rc<Cell<bool>>,
 }
 
 impl TraceOutput {
     /// Output to `sink`, and to `chrome` if given.
     pub fn new(sink: Sink, chrome: Option<SharedChrome>, show_pid: bool) -> TraceOutput {
-        TraceOutput { sink, chrome, show_pid, header_done: Rc::new(Cell::new(false)) }
+        TraceOutput { sink, chrome, show_pid: Rc::new(Cell::new(show_pid)), header_done: Rc::new(Cell::new(false)) }
+    }
+}
+
+/// How often a tracer looks for processes that ended without being
+/// reaped, or exec'd, to free their ring slots (those reaped are freed at
+/// every drain).
+const FREE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Frees the ring slots of processes that ended, once drained: a server
+/// forks on and on, and each child takes rings of its own. At every call,
+/// those whose process is gone (one `kill(pid, 0)` each); at most every
+/// [`FREE_EVERY`] (`next`), also those of a zombie with no thread left
+/// and of a process that exec'd. A slot is written only by its thread, so
+/// a process none of whose threads runs the program any more writes none.
+pub fn free_ended_rings(region: &crate::probe::region::Region, next: &mut std::time::Instant) {
+    if std::time::Instant::now() < *next {
+        Drainer::free_ended(region, |pid| !crate::process::exists(pid as i32));
+        return;
+    }
+    Drainer::free_ended(region, |pid| ended(region, pid as i32));
+    *next = std::time::Instant::now() + FREE_EVERY;
+}
+
+/// True if no thread of process `pid` can write `region`'s rings again.
+fn ended(region: &crate::probe::region::Region, pid: i32) -> bool {
+    match crate::process::status(pid) {
+        Err(_) => !crate::process::exists(pid),
+        // A leader that exited before its threads is a zombie while they run.
+        Ok(st) if st.state == 'Z' || st.state == 'X' => crate::process::threads(pid).map_or(true, |t| t.len() <= 1),
+        Ok(_) => !crate::probe::family::holds(region, pid),
     }
 }
 
@@ -76,7 +108,10 @@ pub struct Tracer {
     pending: HashMap<u32, Vec<(u32, String)>>,
     latency: Vec<Latency>,
     origin_ns: u64,
-    lost_at_start: u64,
+    lost_at_start: (u64, u64),
+    /// Events read per process: the session's and those it forked.
+    per_process: std::collections::BTreeMap<u32, u64>,
+    next_free: std::time::Instant,
 }
 
 impl Tracer {
@@ -106,7 +141,15 @@ impl Tracer {
             latency: vec![Latency::default(); attached.infos.len()],
             origin_ns,
             lost_at_start: attached.lost_at_start,
+            per_process: std::collections::BTreeMap::new(),
+            next_free: std::time::Instant::now(),
         }
+    }
+
+    /// The events read so far from each process that recorded some (the
+    /// session's own and those it forked while the probes were in).
+    pub fn events_per_process(&self) -> &std::collections::BTreeMap<u32, u64> {
+        &self.per_process
     }
 
     /// Takes in the probes `attached` gained since ([`Attached::extend`]).
@@ -130,6 +173,7 @@ impl Tracer {
         self.clock.refine();
         self.batch.clear();
         self.drainer.drain(&attached.region, &mut self.batch)?;
+        free_ended_rings(&attached.region, &mut self.next_free);
         if self.batch.is_empty() {
             return Ok(());
         }
@@ -137,14 +181,21 @@ impl Tracer {
         self.batch.sort_by_key(|e| e.tsc);
         let batch = std::mem::take(&mut self.batch);
         let mut out = self.output.sink.clone();
+        let forked = batch.iter().any(|e| e.pid != 0 && e.pid != self.pid as u32);
+        if forked && !self.output.show_pid.get() {
+            // From the first event of a child on, lines say the process.
+            self.output.show_pid.set(true);
+            self.output.header_done.set(false);
+        }
         if !self.output.header_done.get() && self.style == Style::Text {
-            writeln!(out, "{}", lines::header(self.output.show_pid))?;
+            writeln!(out, "{}", lines::header(self.output.show_pid.get()))?;
             self.output.header_done.set(true);
         }
-        if let Some(c) = &self.output.chrome {
-            c.borrow_mut().set_pid(self.pid);
-        }
         for ev in &batch {
+            *self.per_process.entry(ev.pid).or_default() += 1;
+            if let Some(c) = &self.output.chrome {
+                c.borrow_mut().set_pid(if ev.pid != 0 { ev.pid as i32 } else { self.pid });
+            }
             self.handle(attached, ev, &mut out)?;
         }
         out.flush()?;
@@ -157,7 +208,7 @@ impl Tracer {
         let info: &ProbeInfo = &attached.infos[i];
         let read = |p: u64| attached.read_string(p, MAX_STRING);
         let ts_ns = self.clock.ns(ev.tsc);
-        let pid = self.output.show_pid.then_some(self.pid);
+        let pid = self.output.show_pid.get().then_some(if ev.pid != 0 { ev.pid as i32 } else { self.pid });
         let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
@@ -219,12 +270,27 @@ impl Tracer {
     /// Ends consuming: says how many events were lost, and returns this
     /// process's report (its counts in `summary`, with latency).
     pub fn end(self, attached: &Attached, summary: Summary) -> ProcessReport {
-        let lost = Drainer::lost(&attached.region).saturating_sub(self.lost_at_start);
+        let (in_rings, no_ring) = Drainer::lost_parts(&attached.region);
+        let in_rings = in_rings.saturating_sub(self.lost_at_start.0);
+        let no_ring = no_ring.saturating_sub(self.lost_at_start.1);
+        let lost = in_rings + no_ring;
+        let mut why = Vec::new();
+        if in_rings > 0 {
+            why.push(format!("{}: a thread's ring was full; raise --ring-size", thousands(in_rings)));
+        }
+        if no_ring > 0 {
+            why.push(format!(
+                "{}: no ring was free, more threads recorded at once (forked children's included) than tp has \
+                 rings ({})",
+                thousands(no_ring),
+                1u32 << crate::probe::layout::EVENT_SLOT_BITS
+            ));
+        }
         if lost > 0 {
-            crate::say!("tp: lost {} events (a thread's ring was full; raise --ring-size)", thousands(lost));
+            crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
-        ProcessReport { summary, latency, events: true, lost }
+        ProcessReport { summary, latency, events: true, lost, children: Vec::new() }
     }
 }
 

@@ -1,7 +1,7 @@
 //! A process that forks while probes are in: the child runs the same patched
 //! code and maps the same data region. Detaching either one must leave the
-//! other's probes working and removable, and end with both processes'
-//! code byte-identical to the file.
+//! other's probes working and removable, a session's end restores both,
+//! and both processes' code ends byte-identical to the file.
 
 use crate::util::*;
 
@@ -59,27 +59,27 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
 }
 
 #[test]
-fn a_session_ending_leaves_a_forked_childs_probes_removable() {
+fn a_session_ending_restores_a_forked_child_too() {
     let mut t = Target::start("counter");
     let parent = t.pid.to_string();
     let session = Session::start(&["-p", &parent, "-f", "foo"]);
     let (foo, original) = entry_in_file(&t, "foo");
     let child_pid = field(&t.ask("fork", "forked"), "pid") as i32;
     let guard = KillOnDrop::pid(child_pid); // if the test fails before it ends the child
-    let child = child_pid.to_string();
-
-    // The session detaches the parent; the child still runs the probe.
-    let (status, _, stderr) = session.interrupt();
-    assert!(status.success(), "{stderr}");
-    assert_code_is_original(&t, &["foo"]);
-    assert_ne!(read_mem(child_pid, foo, original.len()), original, "the child's foo is still patched");
+    assert_ne!(read_mem(child_pid, foo, original.len()), original, "the child inherited the patched foo");
     std::thread::sleep(std::time::Duration::from_millis(20));
 
-    // ... and `tp detach` finds it there and restores it.
-    let out = tp(&["detach", "-p", &child]);
-    expect_success(&["detach", "-p", &child], &out);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("restored `foo`"));
-    assert_eq!(read_mem(child_pid, foo, original.len()), original);
+    // The session's end restores the parent and the child it forked, and
+    // unmaps tp's memory from both.
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("restored the code of 1 process forked by {parent}")), "{stderr}");
+    assert_code_is_original(&t, &["foo"]);
+    assert_eq!(read_mem(child_pid, foo, original.len()), original, "the child's foo is restored");
+    assert!(!has_region(t.pid) && !has_region(child_pid), "tp's memory is gone from both");
+    // Nothing is left for a `tp detach` to do.
+    let out = tp(&["detach", "-p", &child_pid.to_string()]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no tp probes"), "{out:?}");
     assert_eq!(end_child(&mut t, guard), 0, "the child's own checksum");
     assert!(t.quit().success());
 }

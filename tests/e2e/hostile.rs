@@ -247,6 +247,23 @@ fn a_region_changed_under_a_running_session_breaks_nothing() {
 }
 
 #[test]
+fn a_private_area_that_is_not_tps_is_never_unmapped() {
+    // A region image that says its private area is memory of the target's
+    // own (no `tp-priv` mark): the detach unmaps the region, not that.
+    let mut t = hostile();
+    let size = tp::probe::layout::private_geometry().size;
+    let anon = format!("{:x} {size}", region_image::PRIVATE);
+    assert_eq!(t.ask(&format!("anon {anon}"), "anon"), "anon mapped");
+    map(&mut t, &region_image::valid(&[]));
+    let pid = t.pid.to_string();
+    let out = tp_bounded(&["detach", "-p", &pid]);
+    assert_answered(&["detach", "-p", &pid], &out);
+    assert!(!has_region(t.pid), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(t.ask(&format!("anon check {anon}"), "anon"), "anon intact");
+    assert_eq!(t.call("work", 10, 1), 10);
+}
+
+#[test]
 fn plain_detach_reports_a_bad_region_and_cleans_the_others() {
     let _alone = system_wide();
     let mut bad = Target::spawn({

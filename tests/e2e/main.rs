@@ -17,6 +17,14 @@ mod modules;
 // redis-server from Debian, counted against INFO commandstats.
 #[cfg(target_arch = "x86_64")]
 mod redis;
+// PostgreSQL from Debian under pgbench -C: return probes, events and tp
+// profile on a postmaster that forks a backend per connection.
+#[cfg(target_arch = "x86_64")]
+mod postgres;
+// nginx from Debian: return probes on a master that forks new workers at
+// every reload, under load.
+#[cfg(target_arch = "x86_64")]
+mod nginx;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
 // (x86-64 only: AArch64 probes count, and refuse event probes.)
 #[cfg(target_arch = "x86_64")]
@@ -69,6 +77,12 @@ mod bad_input;
 // A process that forks while probes are in.
 #[cfg(target_arch = "x86_64")]
 mod fork;
+// Return probes, events and tp profile across fork, exec and death by a signal.
+#[cfg(target_arch = "x86_64")]
+mod fork_events;
+// Threads told apart on any runtime (a thread without glibc's TCB).
+#[cfg(target_arch = "x86_64")]
+mod thread_key;
 // Thread churn: threads created and exiting during attach and detach.
 #[cfg(target_arch = "x86_64")]
 mod churn;

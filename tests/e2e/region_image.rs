@@ -23,6 +23,8 @@ pub const ADDR: u64 = 0x2000_0000_0000;
 pub const ARENA: u64 = 0x2100_0000_0000;
 /// The sites their entries record (nothing is mapped there either).
 pub const SITES: u64 = 0x2200_0000_0000;
+/// Where its private area is said to be (nothing tp reads is there).
+pub const PRIVATE: u64 = 0x2300_0000_0000;
 
 /// A memfd's contents as a target sets them up.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +45,7 @@ pub struct Image {
 /// counting entry for each of `names` (function and module names).
 pub fn valid(names: &[(&str, &str)]) -> Image {
     let g = layout::geometry(1, layout::DEFAULT_RING_LEN);
-    let mut h = Header::new(&g, Host::ELF_MACHINE as u32, ADDR);
+    let mut h = Header::new(&g, Host::ELF_MACHINE as u32, ADDR, PRIVATE);
     h.arenas[0] = Arena { addr: ARENA, size: 65536, used: 64 * names.len() as u64, runtime: 0 };
     h.arena_count = 1;
     h.count = names.len() as u32;

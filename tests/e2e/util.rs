@@ -532,6 +532,25 @@ pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
     (read_mem(t.pid, addr, file.len()), file)
 }
 
+/// True if tp can hear the kernel's process events here (root in the
+/// initial namespaces): it then says how a process ended ("was killed by
+/// SIGKILL"), else only that it exited.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn hears_process_events() -> bool {
+    tp::process::family::Events::open().is_ok()
+}
+
+/// How tp says that process `pid` was killed by `signal`: with the signal
+/// where it hears the kernel's process events, else as an exit.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn killed_line(pid: i32, signal: &str) -> String {
+    if hears_process_events() {
+        format!("process {pid} was killed by {signal}")
+    } else {
+        format!("process {pid} exited")
+    }
+}
+
 /// True if the process has a tp data region mapped.
 pub fn has_region(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().contains("/memfd:tp-data")

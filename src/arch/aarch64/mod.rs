@@ -19,7 +19,9 @@ use std::io;
 
 use nix::unistd::Pid;
 
-use crate::arch::{Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls};
+use crate::arch::{
+    Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls, ThreadKey,
+};
 
 /// The AArch64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -39,6 +41,7 @@ impl Arch for AArch64 {
         memfd_create: 279,
         ftruncate: 46,
         close: 57,
+        madvise: 233,
     };
 
     type Regs = regs::Regs;
@@ -97,6 +100,15 @@ impl Arch for AArch64 {
 
     fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
         None
+    }
+
+    fn thread_key(
+        _hwcap2: u64,
+        _threads: &[(i32, regs::Regs)],
+        _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    ) -> ThreadKey {
+        // TPIDR_EL0 is readable in user space on every AArch64 CPU.
+        ThreadKey::Register
     }
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {

@@ -4,10 +4,34 @@
 
 #include <stdint.h>
 
-/* The thread pointer: TPIDR_EL0. */
-static inline __attribute__((always_inline)) uint64_t tp_thread_pointer(void)
+#define TP_SYS_EXIT_GROUP 94
+#define TP_SYS_KILL 129
+#define TP_SYS_TGKILL 131
+#define TP_SYS_RT_SIGACTION 134
+#define TP_SYS_RT_SIGPROCMASK 135
+#define TP_SYS_GETPID 172
+#define TP_SYS_GETTID 178
+
+static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
+								   uint64_t a3)
+{
+	register uint64_t x8 __asm__("x8") = nr;
+	register uint64_t x0 __asm__("x0") = a0;
+	register uint64_t x1 __asm__("x1") = a1;
+	register uint64_t x2 __asm__("x2") = a2;
+	register uint64_t x3 __asm__("x3") = a3;
+	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+	return x0;
+}
+
+/* The thread's key: TPIDR_EL0, the thread pointer every runtime that has
+ * threads sets (glibc's and musl's TCB); 0 for a thread that has none (a
+ * pure Go program's), which then tells itself apart by its TID. `how` is
+ * the same on every AArch64 thread. */
+static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how)
 {
 	uint64_t v;
+	(void)how;
 	__asm__ volatile("mrs %0, tpidr_el0" : "=r"(v));
 	return v;
 }
@@ -18,15 +42,6 @@ static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)
 	uint64_t v;
 	__asm__ volatile("isb; mrs %0, cntvct_el0" : "=r"(v) : : "memory");
 	return v;
-}
-
-/* gettid(2) (syscall 178), made once per thread when the TID's place in the TCB is unknown. */
-static inline __attribute__((always_inline)) uint32_t tp_gettid(void)
-{
-	register uint64_t x8 __asm__("x8") = 178;
-	register uint64_t x0 __asm__("x0");
-	__asm__ volatile("svc #0" : "=r"(x0) : "r"(x8) : "memory");
-	return (uint32_t)x0;
 }
 
 #endif

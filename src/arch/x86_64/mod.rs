@@ -19,7 +19,7 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, StoredPointer, Syscalls,
+    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, StoredPointer, Syscalls, ThreadKey,
 };
 
 /// The x86-64 architecture.
@@ -40,6 +40,7 @@ impl Arch for X86_64 {
         memfd_create: 319,
         ftruncate: 77,
         close: 3,
+        madvise: 28,
     };
 
     type Regs = regs::Regs;
@@ -104,6 +105,15 @@ impl Arch for X86_64 {
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
         let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();
         runtime::tid_offset(&tps, read)
+    }
+
+    fn thread_key(
+        hwcap2: u64,
+        threads: &[(i32, regs::Regs)],
+        read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
+    ) -> ThreadKey {
+        let bases: Vec<u64> = threads.iter().map(|(_, r)| r.fs_base).collect();
+        runtime::thread_key(hwcap2, &bases, read)
     }
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {

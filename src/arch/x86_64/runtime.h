@@ -4,11 +4,49 @@
 
 #include <stdint.h>
 
-/* The thread pointer: glibc and musl keep the TCB's own address at fs:0. */
-static inline __attribute__((always_inline)) uint64_t tp_thread_pointer(void)
+#define TP_SYS_RT_SIGACTION 13
+#define TP_SYS_RT_SIGPROCMASK 14
+#define TP_SYS_GETPID 39
+#define TP_SYS_KILL 62
+#define TP_SYS_ARCH_PRCTL 158
+#define TP_SYS_GETTID 186
+#define TP_SYS_EXIT_GROUP 231
+#define TP_SYS_TGKILL 234
+#define TP_ARCH_GET_FS 0x1003
+
+static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
+								   uint64_t a3)
+{
+	register uint64_t r10 __asm__("r10") = a3;
+	uint64_t ret;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "0"(nr), "D"(a0), "S"(a1), "d"(a2), "r"(r10)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+
+/* The thread's key: its FS base, which tells threads apart on any runtime
+ * (glibc's and musl's TCB, Go's m.tls, ...). `how` is the region's
+ * key_how: the word at fs:0, where glibc and musl keep the TCB's own
+ * address (the FS base), as every thread tp saw at attach did (a load);
+ * where that word is 0 (Go's threads), or for a program whose threads did
+ * not keep it, rdfsbase where the kernel enables FSGSBASE, else the
+ * kernel's answer (arch_prctl). 0 only for a thread without an FS base. */
+static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how)
 {
 	uint64_t v;
-	__asm__ volatile("mov %%fs:0, %0" : "=r"(v));
+	if (__builtin_expect(how == TP_KEY_TCB_REGISTER || how == TP_KEY_TCB, 1)) {
+		__asm__ volatile("mov %%fs:0, %0" : "=r"(v));
+		if (__builtin_expect(v != 0, 1))
+			return v;
+	}
+	if (how == TP_KEY_REGISTER || how == TP_KEY_TCB_REGISTER) {
+		__asm__ volatile("rdfsbase %0" : "=r"(v));
+		return v;
+	}
+	v = 0;
+	tp_syscall4(TP_SYS_ARCH_PRCTL, TP_ARCH_GET_FS, (uint64_t)&v, 0, 0);
 	return v;
 }
 
@@ -18,14 +56,6 @@ static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)
 	uint32_t lo, hi;
 	__asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
 	return ((uint64_t)hi << 32) | lo;
-}
-
-/* gettid(2), made once per thread when the TID's place in the TCB is unknown. */
-static inline __attribute__((always_inline)) uint32_t tp_gettid(void)
-{
-	uint64_t ret;
-	__asm__ volatile("syscall" : "=a"(ret) : "0"(186ull) : "rcx", "r11", "memory");
-	return (uint32_t)ret;
 }
 
 #endif

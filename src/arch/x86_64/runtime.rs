@@ -11,7 +11,6 @@
 //!         lea  rsi, [rsp + 8]      ; saved rax, rdx (the results)
 //!         lea  rdx, [rsp + 96]     ; the stack pointer after the `ret`
 //!         call tp_exit             ; -> the original return address
-//!         test rax, rax / jnz +2 / ud2
 //!         mov  [rsp + 88], rax     ; into the slot
 //!         pop rax / add al, 0x7f / sahf ; the flags back
 //!         pop  rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11
@@ -31,7 +30,29 @@
 //! the call.
 
 use super::writer::Writer;
-use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
+use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, ThreadKey};
+
+/// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
+const HWCAP2_FSGSBASE: u64 = 1 << 1;
+
+/// How the runtime tells threads apart, by their FS base: read as the
+/// word at fs:0 when every thread's holds its own FS base (`fs_bases`, as
+/// glibc's and musl's TCBs do; Go's threads hold 0 there), a plain load,
+/// with `rdfsbase` (where the kernel allows it: `hwcap2`) or the kernel
+/// for a thread where it reads 0; else with `rdfsbase`; else the kernel.
+pub fn thread_key(hwcap2: u64, fs_bases: &[u64], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> ThreadKey {
+    let register = hwcap2 & HWCAP2_FSGSBASE != 0;
+    let self_pointer = |base: u64| {
+        base != 0 && read(base, 8).and_then(|b| Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?))) == Some(base)
+    };
+    let tcb = !fs_bases.is_empty() && fs_bases.iter().all(|&b| self_pointer(b));
+    match (tcb, register) {
+        (true, true) => ThreadKey::TcbOrRegister,
+        (true, false) => ThreadKey::Tcb,
+        (false, true) => ThreadKey::Register,
+        (false, false) => ThreadKey::Syscall,
+    }
+}
 
 const RAX: u8 = 0;
 const RDX: u8 = 2;
@@ -42,8 +63,8 @@ const RDI: u8 = 7;
 const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, RSI, 1, RDX, RAX];
 /// Bytes between the trampoline's stack pointer at the call and at its start.
 const FRAME: i8 = 96;
-/// Bytes of the trampoline: 5 + 13 + 5 + 7 + 5 + 5 + 5 + 12 + 4 + 13 + 5 + 1.
-const TRAMPOLINE_LEN: u64 = 80;
+/// Bytes of the trampoline: 5 + 13 + 5 + 7 + 5 + 5 + 5 + 5 + 4 + 13 + 5 + 1.
+const TRAMPOLINE_LEN: u64 = 73;
 
 /// Assembles the runtime block at `at`.
 pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
@@ -69,7 +90,9 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_lea_rsp(RSI, 8);
     w.put_lea_rsp(RDX, FRAME as i32);
     w.put_call(exit);
-    w.put_store_rax_or_trap(FRAME - 8);
+    // tp_exit always answers: a frame lost for good ends the process in
+    // the runtime (runtime.c, end_process), never here.
+    w.put_store_rax(FRAME - 8);
     w.put_pop_flags_via_rax();
     for r in SAVED.iter().rev() {
         w.put_pop(*r);
@@ -140,14 +163,29 @@ mod tests {
         assert!(asm[13].starts_with("mov rdi, qword ptr [rip + "));
         assert_eq!(asm[14..16], ["lea rsi, [rsp + 8]", "lea rdx, [rsp + 0x60]"]);
         assert_eq!(asm[16], format!("call {:#x}", AT + 16));
-        assert_eq!(asm[17], "test rax, rax");
-        assert_eq!(asm[19..21], ["ud2", "mov qword ptr [rsp + 0x58], rax"]);
-        assert_eq!(asm[21..24], ["pop rax", "add al, 0x7f", "sahf"]);
+        assert_eq!(asm[17], "mov qword ptr [rsp + 0x58], rax");
+        assert!(!asm.iter().any(|i| i == "ud2"), "no path of the trampoline traps");
+        assert_eq!(asm[18..21], ["pop rax", "add al, 0x7f", "sahf"]);
         let pops = ["pop rax", "pop rdx", "pop rcx", "pop rsi", "pop rdi", "pop r8", "pop r9", "pop r10", "pop r11"];
-        assert_eq!(asm[24..33], pops);
-        assert_eq!(asm[33..], ["lea rsp, [rsp + 8]", "ret"]);
+        assert_eq!(asm[21..30], pops);
+        assert_eq!(asm[30..], ["lea rsp, [rsp + 8]", "ret"]);
         let lit = &b.bytes[b.bytes.len() - 8..];
         assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
+    }
+
+    #[test]
+    fn threads_are_told_apart_by_their_fs_base() {
+        let (a, b) = (0x7f00_1000_0740u64, 0x7f00_2000_0740u64);
+        let tcb = |addr: u64, _len: usize| match addr {
+            x if x == a || x == b => Some(x.to_le_bytes().to_vec()),
+            0x7f00_3000_0000 => Some(vec![0; 8]), // Go: fs:0 holds 0
+            _ => None,
+        };
+        assert_eq!(thread_key(HWCAP2_FSGSBASE, &[0x7f00_3000_0000], &tcb), ThreadKey::Register);
+        assert_eq!(thread_key(HWCAP2_FSGSBASE, &[a, b], &tcb), ThreadKey::TcbOrRegister);
+        assert_eq!(thread_key(0, &[a, b], &tcb), ThreadKey::Tcb);
+        assert_eq!(thread_key(0, &[a, 0x7f00_3000_0000], &tcb), ThreadKey::Syscall);
+        assert_eq!(thread_key(0, &[a, 0], &tcb), ThreadKey::Syscall);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! Creating the data region in a target: the memfd, sized, sealed, mapped
-//! shared by the target and by tp, with its header written. The target's
-//! other threads run meanwhile, so tp gets hold of the memfd only in a way
-//! they cannot redirect ([`acquire`]).
+//! shared by the target and by tp, with its header written; and the
+//! target's private area beside it (anonymous private memory, which a fork
+//! copies, its first page wiped on fork: see [`layout::Proc`]). The
+//! target's other threads run meanwhile, so tp gets hold of the memfd only
+//! in a way they cannot redirect ([`acquire`]).
 
 use anyhow::{Context, Result, bail};
 
@@ -14,8 +16,9 @@ use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 
 /// Creates the data region: a code arena first (its bytes hold the memfd's
-/// name, which memfd_create must read from the target's memory), then
-/// memfd_create in the target; tp takes, sizes and seals the memfd
+/// name, which memfd_create must read from the target's memory), the
+/// private area ([`create_private`]), then memfd_create in the target; tp
+/// takes, sizes and seals the memfd
 /// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
 /// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
 /// On failure what was mapped stays in `caller`'s record, for the caller
@@ -48,12 +51,17 @@ pub fn create_region(
     caller.check(sc.memfd_create, [near + size - orphan::NAME_FROM_END, flags, 0, 0, 0, 0])?;
     caller.check(sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, 0, 0])?;
     caller.check(sc.munmap, [0, g.total_size, 0, 0, 0, 0])?;
+    let private_size = layout::private_geometry().size;
+    let anonymous = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+    caller.check(sc.mmap, [0, private_size, prot, anonymous, u64::MAX, 0])?;
+    caller.check(sc.madvise, [0, layout::PROC_PAGE, libc::MADV_WIPEONFORK as u64, 0, 0, 0])?;
     let arena = arena::alloc_arena(caller, maps, first.span, arena::reach_of(first), size)?;
     let name_at = arena.addr + arena.size - orphan::NAME_FROM_END;
     let mut name = MEMFD_NAME.as_bytes().to_vec();
     name.push(0);
     mem.write(name_at, &name).context("writing the memfd name")?;
     crate::fault::point("after-name-write");
+    let private = create_private(caller, mem)?;
     let fd = caller.checked("memfd_create", sc.memfd_create, [name_at, flags, 0, 0, 0, 0])?;
     crate::fault::point("after-memfd");
     let made = (|| -> Result<Region> {
@@ -61,7 +69,7 @@ pub fn create_region(
         let addr = caller.checked("mmap", sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, fd, 0])?;
         acquire::check_mapped(mem.pid(), &file, addr, g.total_size)?;
         let region = Region::from_file(file, addr, g.total_size)?;
-        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr);
+        let mut h = Header::new(&g, Host::ELF_MACHINE as u32, addr, private);
         h.arenas[0] = arena;
         h.arena_count = 1;
         region.set_header(&h)?;
@@ -71,4 +79,26 @@ pub fn create_region(
     // is there now is closed, and an error is no error.
     caller.syscall(sc.close, [fd, 0, 0, 0, 0, 0])?;
     made
+}
+
+/// Maps the private area ([`layout::private_geometry`]) in the target:
+/// anonymous and private, so every process forked from it has its own
+/// copy; its first page MADV_WIPEONFORK, so a child finds zeros there and
+/// takes its threads' states afresh. tp writes [`layout::PRIVATE_MAGIC`]
+/// into the second page, by which an area a killed tp did not record yet
+/// is recognised ([`crate::probe::orphan`]). Returns its address; on
+/// failure the area stays in `caller`'s record of what it mapped.
+fn create_private(caller: &mut RemoteCaller, mem: &Memory) -> Result<u64> {
+    let sc = Host::SYSCALLS;
+    let size = layout::private_geometry().size;
+    let prot = (libc::PROT_READ | libc::PROT_WRITE) as u64;
+    let flags = (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS) as u64;
+    let at = caller.checked("mmap", sc.mmap, [0, size, prot, flags, u64::MAX, 0])?;
+    mem.write(at + layout::PRIVATE_MAGIC_OFF, &layout::PRIVATE_MAGIC.to_le_bytes())
+        .context("marking tp's private area")?;
+    caller
+        .checked("madvise", sc.madvise, [at, layout::PROC_PAGE, libc::MADV_WIPEONFORK as u64, 0, 0, 0])
+        .context("tp needs Linux 4.14 or later (MADV_WIPEONFORK)")?;
+    crate::fault::point("after-private");
+    Ok(at)
 }

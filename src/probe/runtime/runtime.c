@@ -5,14 +5,31 @@
  * arena next to the detours. It touches only general-purpose registers
  * (-mgeneral-regs-only), so floating-point and vector arguments survive, and
  * reaches memory only through the `tp_ctx` pointer its caller passes, which
- * lies in tp's data region. No lock, no syscall on the hit path: a thread
- * asks the kernel for its TID at most once, and only when tp could not find
- * the TID inside the thread's TCB.
+ * lies in tp's data region. No lock and no syscall on the hit path: a
+ * thread asks the kernel for its TID (and a process for its PID) once, on
+ * its first event.
+ *
+ * Memory, and what a fork does to it:
+ * - The data region (MAP_SHARED, one for the process and every child it
+ *   forks): counters, flags, and the rings. A ring has one writer, a thread
+ *   of one process, which claims the ring's slot on its first event (the
+ *   slot's key is its PID and TID); tp frees the slots of processes that
+ *   ended.
+ * - The private area (anonymous, MAP_PRIVATE: a fork copies it): one state
+ *   per thread, found by the thread's key (its FS base / TPIDR_EL0), with
+ *   the thread's shadow stack of return frames and its ring slot. A child
+ *   returns through its own copy of the frames that were live at the fork;
+ *   parent and child never pop each other's.
+ * - The private area's first page (tp_proc, MADV_WIPEONFORK): a child reads
+ *   zeros there, so its first event learns that it is a new process: each
+ *   of its threads then takes its state afresh (a ring slot of its own; the
+ *   frames only of the thread that forked, which in the child is the one
+ *   whose TID is the PID: the other states were its parent's other
+ *   threads, which the child does not have).
  *
  * The structures it shares with tp (struct tp_ctx, tp_slot, tp_frame,
- * tp_event) and their constants (event kinds TP_ENTRY..., the flags passed
- * to tp_entry, TP_PROBE_MASK) come from layout.h, which build.rs generates
- * from src/probe/layout.rs.
+ * tp_event, tp_proc, tp_thread) and their constants come from layout.h,
+ * which build.rs generates from src/probe/layout.rs.
  */
 #include <stdint.h>
 
@@ -24,74 +41,196 @@
 #define TP_STACK_SPAN (8u << 20)
 /* The sampling period of a function whose rate tp does not know yet. */
 #define TP_FIRST_PERIOD 8
-/* Slots probed before an event is dropped for want of one. */
+/* Slots probed before an event is dropped (and counted) for want of one. */
 #define TP_MAX_PROBES_FOR_SLOT 16
+#define TP_SIGABRT 6
 
 #define HOT static inline __attribute__((always_inline))
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Thread states and ring slots both number 1 << TP_EVENT_SLOT_BITS (the
+ * header tp validated says so): a constant, so the hash is shifts by
+ * immediates. */
+#define TP_SLOTS (1ull << TP_EVENT_SLOT_BITS)
+
+HOT uint64_t hash_of(uint64_t key)
+{
+	return ((key ^ (key >> 12)) * 0x9e3779b97f4a7c15ull) >> (64 - TP_EVENT_SLOT_BITS);
+}
+
+HOT struct tp_proc *proc_of(const struct tp_ctx *c)
+{
+	return (struct tp_proc *)c->private;
+}
+
+HOT struct tp_thread *thread_at(const struct tp_ctx *c, uint64_t i)
+{
+	/* The size tp validated in the header, known here: a constant multiply. */
+	return (struct tp_thread *)(c->private + TP_THREADS_OFF +
+				    i * (sizeof(struct tp_thread) + TP_SHADOW_LEN * sizeof(struct tp_frame)));
+}
 
 HOT struct tp_slot *slot_at(const struct tp_ctx *c, uint64_t i)
 {
 	return (struct tp_slot *)(c->slots + i * c->slot_size);
 }
 
-HOT struct tp_event *ring_of(const struct tp_ctx *c, struct tp_slot *s)
+/* This process's PID. A process learns it on its first event; a process
+ * forked since reads 0 (its page was wiped) and learns its own. */
+HOT uint32_t process_id(const struct tp_ctx *c)
 {
-	return (struct tp_event *)((char *)s->shadow + (uint64_t)c->shadow_len * sizeof(struct tp_frame));
+	struct tp_proc *p = proc_of(c);
+	uint32_t pid = __atomic_load_n(&p->pid, __ATOMIC_RELAXED);
+	if (UNLIKELY(pid == 0)) {
+		pid = (uint32_t)tp_syscall4(TP_SYS_GETPID, 0, 0, 0, 0);
+		__atomic_store_n(&p->pid, pid, __ATOMIC_RELAXED);
+	}
+	return pid;
 }
 
-/* The calling thread's slot; claimed on its first event if `claim`. */
-HOT struct tp_slot *thread_slot(struct tp_ctx *c, int claim)
+/* The calling thread's key: its thread register (see runtime.h), or, for a
+ * thread without one, its TID made odd (never a register's value, which is
+ * aligned). Never 0, which marks a free state. */
+HOT uint64_t thread_key(const struct tp_ctx *c)
 {
-	uint64_t tp = tp_thread_pointer();
-	uint64_t n = 1ull << c->slot_bits;
-	uint64_t h = ((tp >> 12) * 0x9e3779b97f4a7c15ull) >> (64 - c->slot_bits);
-	for (uint64_t i = 0; i < TP_MAX_PROBES_FOR_SLOT && i < n; i++) {
-		struct tp_slot *s = slot_at(c, (h + i) & (n - 1));
-		uint64_t key = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
-		if (key == tp)
-			return s;
-		if (key != 0)
-			continue;
-		if (!claim)
-			return 0;
-		uint64_t expected = 0;
-		if (__atomic_compare_exchange_n(&s->key, &expected, tp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-			if (c->tid_offset == 0)
-				s->tid = tp_gettid();
-			uint64_t k = (h + i) & (n - 1);
-			__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
-			return s;
-		}
-		if (expected == tp)
-			return s;
+	uint64_t k = tp_thread_key(c->key_how);
+	if (UNLIKELY(k == 0))
+		k = (tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0) << 1) | 1;
+	return k;
+}
+
+/* A state this thread found with another process's PID: a fork copied it.
+ * In the child, the thread that forked has the child's PID as its TID and
+ * keeps its frames (they are live on its copy of the stack); any other
+ * thread whose key matches a state of the parent's is a new thread that
+ * happens to reuse a parent thread's TCB address, and those frames were
+ * the parent thread's. Either way the ring slot is the parent's. */
+HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
+{
+	uint32_t tid = (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0);
+	if (t->pid != 0 && tid != pid) {
+		t->depth = 0;
+		t->overhead = 0;
 	}
-	if (claim)
-		__atomic_fetch_add(&c->lost_no_slot, 1, __ATOMIC_RELAXED);
+	/* The TCB's TID follows a thread that reuses another's TCB; the TID
+	 * taken here does not. A TCB keeps its own address in its first word
+	 * (glibc, musl); Go's m.tls and other runtimes' blocks do not, and
+	 * have no TID to read. */
+	int tcb = !(t->key & 1) && *(const volatile uint64_t *)t->key == t->key;
+	t->tid = tid;
+	t->tid_at = tcb && c->tid_offset ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
+	t->ring = 0;
+	t->pid = pid;
+}
+
+/* The calling thread's state in this process's private area; taken on its
+ * first event if `claim`. 0 if every state it may take is in use. */
+HOT struct tp_thread *thread_state(const struct tp_ctx *c, int claim)
+{
+	uint64_t key = thread_key(c);
+	uint64_t h = hash_of(key);
+	for (uint64_t i = 0; i < TP_MAX_PROBES_FOR_SLOT; i++) {
+		struct tp_thread *t = thread_at(c, (h + i) & (TP_SLOTS - 1));
+		uint64_t k = __atomic_load_n(&t->key, __ATOMIC_ACQUIRE);
+		if (k != key) {
+			if (k != 0)
+				continue;
+			if (!claim)
+				return 0;
+			uint64_t expected = 0;
+			if (!__atomic_compare_exchange_n(&t->key, &expected, key, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+				continue;
+			adopt(c, t, process_id(c));
+			return t;
+		}
+		/* A state taken in this process has its PID, never 0; a process
+		 * forked since reads 0 in its wiped page: one compare sees both. */
+		if (UNLIKELY(t->pid != proc_of(c)->pid)) {
+			uint32_t pid = process_id(c);
+			if (t->pid != pid)
+				adopt(c, t, pid);
+		}
+		return t;
+	}
 	return 0;
 }
 
-HOT uint32_t thread_id(const struct tp_ctx *c, const struct tp_slot *s)
+/* Counts `n` events that were not recorded: in the thread's ring slot, or,
+ * when it has none, in the region's count of events without a slot. */
+HOT void lose(struct tp_ctx *c, struct tp_thread *t, uint64_t n)
 {
-	if (c->tid_offset == 0)
-		return s->tid;
-	return *(const volatile uint32_t *)(tp_thread_pointer() + (int64_t)c->tid_offset);
+	if (t && t->ring) {
+		struct tp_slot *s = (struct tp_slot *)t->ring;
+		__atomic_store_n(&s->lost, s->lost + n, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_fetch_add(&c->lost_no_slot, n, __ATOMIC_RELAXED);
 }
 
-/* Appends one event to the thread's ring, or counts it lost if the ring is full. */
-HOT void emit(struct tp_ctx *c, struct tp_slot *s, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
+/* True if the ring slot `s` (whose key was `key`) is free to take over:
+ * every event in it was read, and the process that owned it is gone
+ * (kill(pid, 0): ESRCH). tp frees such slots too, at its own pace; a
+ * server that forks faster than tp drains finds them here. */
+HOT int abandoned(struct tp_slot *s, uint64_t key)
+{
+	if (__atomic_load_n(&s->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE))
+		return 0;
+	return (int64_t)tp_syscall4(TP_SYS_KILL, key >> 32, 0, 0, 0) == -3 /* ESRCH */;
+}
+
+/* The thread's ring slot in the data region, claimed on its first event in
+ * this process (the thread keeps its address, so the search, over every
+ * slot, is made once): a free slot, else one its owner abandoned; 0 if
+ * every slot is in use. */
+HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
+{
+	if (__builtin_expect(t->ring != 0, 1))
+		return (struct tp_slot *)t->ring;
+	uint64_t owner = ((uint64_t)t->pid << 32) | t->tid;
+	uint64_t h = hash_of(t->key ^ ((uint64_t)t->pid << 20));
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint64_t i = 0; i < TP_SLOTS; i++) {
+			uint64_t k = (h + i) & (TP_SLOTS - 1);
+			struct tp_slot *s = slot_at(c, k);
+			uint64_t expected = __atomic_load_n(&s->key, __ATOMIC_ACQUIRE);
+			if (expected != 0 && (pass == 0 || (expected >> 32) == t->pid || !abandoned(s, expected)))
+				continue;
+			if (!__atomic_compare_exchange_n(&s->key, &expected, owner, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+				continue;
+			__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
+			t->ring = (uint64_t)s;
+			return s;
+		}
+	}
+	return 0;
+}
+
+HOT uint32_t thread_id(const struct tp_thread *t)
+{
+	return *(const volatile uint32_t *)t->tid_at;
+}
+
+/* Appends one event to the thread's ring, or counts it lost if it has no
+ * ring or the ring is full. */
+HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
 	      uint64_t v2, uint64_t v3, uint64_t v4, uint64_t v5)
 {
+	struct tp_slot *s = ring_slot(c, t);
+	if (UNLIKELY(!s)) {
+		lose(c, t, 1);
+		return;
+	}
 	uint64_t head = s->head;
 	if (head - s->cached_tail > c->ring_mask) {
 		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
 		if (head - s->cached_tail > c->ring_mask) {
-			s->lost++;
+			lose(c, t, 1);
 			return;
 		}
 	}
-	struct tp_event *e = ring_of(c, s) + (head & c->ring_mask);
+	struct tp_event *e = s->ring + (head & c->ring_mask);
 	e->probe = probe;
-	e->tid = thread_id(c, s);
+	e->tid = thread_id(t);
 	e->tsc = tsc;
 	e->v[0] = v0;
 	e->v[1] = v1;
@@ -106,10 +245,10 @@ HOT void emit(struct tp_ctx *c, struct tp_slot *s, uint32_t probe, uint64_t tsc,
  * that are live on the thread (`depth` frames) read it, so with none the
  * second timestamp is not taken: an entry event without return probes
  * costs one rdtsc, not two. */
-HOT void account(struct tp_slot *s, uint32_t depth, uint64_t tsc)
+HOT void account(struct tp_thread *t, uint32_t depth, uint64_t tsc)
 {
 	if (depth)
-		s->overhead += tp_timestamp() - tsc;
+		t->overhead += tp_timestamp() - tsc;
 }
 
 /* The calls to let pass before the next sample: uniform in [0, 2p - 2],
@@ -121,6 +260,17 @@ HOT uint64_t next_gap(uint32_t period, uint64_t tsc)
 		return 0;
 	uint64_t r = (tsc * 0x9e3779b97f4a7c15ull) >> 32;
 	return r % (2 * (uint64_t)period - 1);
+}
+
+/* True while a frame is live as far as its stack shows: its slot still
+ * holds the trampoline. A live frame always does (the function returns
+ * through it); a frame left by longjmp, or by a thread that went, loses it
+ * once that stack is reused. Frames are dropped only when this is false, so
+ * none that a return will need is ever dropped (a coroutine's frames on
+ * another stack nearby included). */
+HOT int still_hijacked(const struct tp_frame *f)
+{
+	return *(const volatile uint64_t *)f->slot == f->tramp;
 }
 
 /* Function entry. `regs` holds the six integer argument registers in order;
@@ -147,7 +297,9 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		 * (period 0), the first call in the row (its counter, next to the
 		 * countdown, is 1) only arms the countdown at random: timing it
 		 * would time the first call after an instant, which is more often
-		 * one that follows a pause. */
+		 * one that follows a pause. Countdowns and budgets are shared by
+		 * the processes of a family (the counter rows are): a child only
+		 * moves when the next sample is taken, never what is recorded. */
 		uint32_t probe = probe_flags & TP_PROBE_MASK;
 		uint32_t period = ((const uint32_t *)c->periods)[probe];
 		*countdown = next_gap(period ? period : TP_FIRST_PERIOD, tsc);
@@ -155,51 +307,53 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		if (first || __atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0)
 			return;
 	}
-	struct tp_slot *s = thread_slot(c, 1);
-	if (!s)
+	struct tp_thread *t = thread_state(c, 1);
+	if (UNLIKELY(!t)) {
+		lose(c, 0, !!(probe_flags & TP_RECORD_ENTRY) + !!(probe_flags & TP_HIJACK_RETURN));
 		return;
-	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || s->depth))
+	}
+	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || t->depth))
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (probe_flags & TP_RECORD_ENTRY)
-		emit(c, s, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
+		emit(c, t, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
 	if (probe_flags & TP_HIJACK_RETURN) {
-		uint32_t d = s->depth;
-		/* Frames left by longjmp: at or below this call's slot on the same
-		 * stack, with their slot since overwritten. A live frame always
-		 * still holds its trampoline, so this never drops one (also not
-		 * for a signal handler running on an alternate stack). */
+		uint32_t d = t->depth;
 		uint64_t here = (uint64_t)slot;
 		/* A frame whose slot a real call has since overwritten with its own
-		 * return address is dead, and so is everything it called on this
-		 * stack. (A tail call reuses the slot with the trampoline still in
-		 * it: that frame is alive and returns through both exits.) */
+		 * return address is dead (longjmp left it), and so is whatever it
+		 * called on this stack that no longer holds its trampoline. (A tail
+		 * call reuses the slot with the trampoline still in it: that frame
+		 * is alive and returns through both exits.) */
 		uint64_t current = *(volatile uint64_t *)slot;
 		for (uint32_t k = d; k > 0; k--) {
-			if (s->shadow[k - 1].slot != here || current == s->shadow[k - 1].tramp)
+			if (t->shadow[k - 1].slot != here || current == t->shadow[k - 1].tramp)
 				continue;
 			uint32_t keep = k - 1;
 			for (uint32_t i = k; i < d; i++) {
-				struct tp_frame *g = &s->shadow[i];
-				if (g->slot <= here && here - g->slot < TP_STACK_SPAN)
+				struct tp_frame *g = &t->shadow[i];
+				if (g->slot <= here && here - g->slot < TP_STACK_SPAN && !still_hijacked(g))
 					continue;
-				s->shadow[keep++] = *g;
+				t->shadow[keep++] = *g;
 			}
 			d = keep;
 			break;
 		}
+		/* Frames left on top by longjmp: at or below this call's slot on
+		 * the same stack, their slots since reused. */
 		while (d > 0) {
-			struct tp_frame *f = &s->shadow[d - 1];
-			if (f->slot > here || here - f->slot >= TP_STACK_SPAN || *(volatile uint64_t *)f->slot == f->tramp)
+			struct tp_frame *f = &t->shadow[d - 1];
+			if (f->slot > here || here - f->slot >= TP_STACK_SPAN || still_hijacked(f))
 				break;
 			d--;
 		}
-		if (d >= c->shadow_len) {
-			s->lost++; /* too deep: this call's exit goes unrecorded */
-			account(s, d, tsc);
+		if (d >= TP_SHADOW_LEN) {
+			t->depth = d;
+			lose(c, t, 1); /* too deep: this call's exit goes unrecorded */
+			account(t, d, tsc);
 			return;
 		}
-		struct tp_frame *f = &s->shadow[d];
+		struct tp_frame *f = &t->shadow[d];
 		f->slot = (uint64_t)slot;
 		f->ret = *slot;
 		f->probe = probe;
@@ -208,14 +362,59 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		 * in probes of the functions it calls is subtracted at its exit. */
 		uint64_t now = tp_timestamp();
 		if (d)
-			s->overhead += now - tsc;
+			t->overhead += now - tsc;
 		f->tsc = now;
-		f->overhead = s->overhead;
-		__atomic_store_n(&s->depth, d + 1, __ATOMIC_RELEASE);
+		f->overhead = t->overhead;
+		__atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
 		*slot = tramp;
 		return;
 	}
-	account(s, s->depth, tsc);
+	account(t, t->depth, tsc);
+}
+
+/* The frame whose slot is `want` in another thread's state of this process:
+ * a thread whose key changed since it entered (it set a new FS base), or a
+ * coroutine that moved to another thread. Read only: the state is another
+ * thread's. 0 if there is none. */
+HOT uint64_t frame_elsewhere(const struct tp_ctx *c, const struct tp_thread *mine, uint64_t want)
+{
+	for (uint64_t i = 0; i < TP_SLOTS; i++) {
+		const struct tp_thread *t = thread_at(c, i);
+		if (t == mine || __atomic_load_n(&t->key, __ATOMIC_ACQUIRE) == 0)
+			continue;
+		uint32_t d = __atomic_load_n(&t->depth, __ATOMIC_ACQUIRE);
+		if (d > TP_SHADOW_LEN)
+			d = TP_SHADOW_LEN;
+		while (d > 0) {
+			const struct tp_frame *f = &t->shadow[--d];
+			if (f->slot == want)
+				return f->ret;
+		}
+	}
+	return 0;
+}
+
+/* Ends the process: a return probe's trampoline was reached and no frame
+ * of the process records where the call returns. The design keeps that
+ * from happening (see docs/reliability.md: frames live in private memory
+ * that a fork copies, are found by the stack slot they replaced, and are
+ * dropped only once their slot no longer holds the trampoline); reaching
+ * this means something outside tp rewrote tp's private memory or moved a
+ * stack with live frames. Returning anywhere would run the program on with
+ * a wrong return address, so it ends the way abort() does, with SIGABRT at
+ * its default action, and counts it where tp reports it. */
+HOT void end_process(struct tp_ctx *c)
+{
+	__atomic_fetch_add(&c->returns_lost, 1, __ATOMIC_RELAXED);
+	uint64_t dfl[4] = {0, 0, 0, 0}; /* handler SIG_DFL, flags, restorer, mask */
+	tp_syscall4(TP_SYS_RT_SIGACTION, TP_SIGABRT, (uint64_t)dfl, 0, 8);
+	uint64_t unblock = 1ull << (TP_SIGABRT - 1);
+	tp_syscall4(TP_SYS_RT_SIGPROCMASK, 1 /* SIG_UNBLOCK */, (uint64_t)&unblock, 0, 8);
+	uint64_t pid = tp_syscall4(TP_SYS_GETPID, 0, 0, 0, 0);
+	uint64_t tid = tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0);
+	tp_syscall4(TP_SYS_TGKILL, pid, tid, TP_SIGABRT, 0);
+	for (;;)
+		tp_syscall4(TP_SYS_EXIT_GROUP, 128 + TP_SIGABRT, 0, 0, 0);
 }
 
 /* Function exit, from the return trampoline. `regs` holds the two return
@@ -224,33 +423,38 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 {
 	uint64_t tsc = tp_timestamp();
-	struct tp_slot *s = thread_slot(c, 0);
-	if (!s)
-		return 0;
 	uint64_t want = sp - sizeof(uint64_t);
-	uint32_t d = s->depth;
+	struct tp_thread *t = thread_state(c, 0);
+	uint32_t d = t ? t->depth : 0;
 	while (d > 0) {
-		struct tp_frame *f = &s->shadow[d - 1];
+		struct tp_frame *f = &t->shadow[d - 1];
 		if (f->slot == want) {
-			uint64_t ret = f->ret, entry_tsc = f->tsc, nested = s->overhead - f->overhead;
+			uint64_t ret = f->ret, entry_tsc = f->tsc, nested = t->overhead - f->overhead;
 			uint32_t probe = f->probe;
-			/* Frames above it were left by longjmp (deeper on this stack):
-			 * they are dead. Frames on other stacks are kept. */
+			/* Frames above it deeper on this stack were left by longjmp
+			 * once their slots no longer hold the trampoline; frames on
+			 * other stacks are kept. */
 			uint32_t keep = d - 1;
-			for (uint32_t i = d; i < s->depth; i++) {
-				struct tp_frame *g = &s->shadow[i];
-				if (g->slot < want && want - g->slot < TP_STACK_SPAN)
+			for (uint32_t i = d; i < t->depth; i++) {
+				struct tp_frame *g = &t->shadow[i];
+				if (g->slot < want && want - g->slot < TP_STACK_SPAN && !still_hijacked(g))
 					continue;
-				s->shadow[keep++] = *g;
+				t->shadow[keep++] = *g;
 			}
-			__atomic_store_n(&s->depth, keep, __ATOMIC_RELEASE);
-			emit(c, s, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
-			account(s, keep, tsc);
+			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
+			emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
+			account(t, keep, tsc);
 			return ret;
 		}
 		d--;
 	}
-	return 0; /* no frame: cannot happen for a return tp hijacked */
+	uint64_t ret = frame_elsewhere(c, t, want);
+	if (ret) {
+		lose(c, t, 1); /* its exit is not timed: the frame is another state's */
+		return ret;
+	}
+	end_process(c);
+	return 0;
 }
 
 /* An exception starts unwinding (_Unwind_RaiseException and friends): put
@@ -258,19 +462,18 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
  * unwinder finds the real callers. */
 void tp_unwind(struct tp_ctx *c)
 {
-	struct tp_slot *s = thread_slot(c, 0);
-	if (!s)
+	struct tp_thread *t = thread_state(c, 0);
+	if (!t)
 		return;
 	uint64_t tsc = tp_timestamp();
-	for (uint32_t d = s->depth; d > 0; d--) {
-		struct tp_frame *f = &s->shadow[d - 1];
-		uint64_t *slot = (uint64_t *)f->slot;
+	for (uint32_t d = t->depth; d > 0; d--) {
+		struct tp_frame *f = &t->shadow[d - 1];
 		/* A frame whose slot no longer holds the trampoline died earlier
 		 * (longjmp) and its stack was reused: leave that memory alone. */
-		if (*slot == f->tramp) {
-			*slot = f->ret;
-			emit(c, s, f->probe | (TP_UNWOUND << TP_KIND_SHIFT), tsc, 0, f->tsc, 0, 0, 0, 0);
+		if (still_hijacked(f)) {
+			*(uint64_t *)f->slot = f->ret;
+			emit(c, t, f->probe | (TP_UNWOUND << TP_KIND_SHIFT), tsc, 0, f->tsc, 0, 0, 0, 0);
 		}
 	}
-	__atomic_store_n(&s->depth, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&t->depth, 0, __ATOMIC_RELEASE);
 }

@@ -1,0 +1,48 @@
+//! Threads are told apart by their thread register, whatever runtime set
+//! it up: a thread whose TLS is not glibc's (its FS base at a block whose
+//! first word is 0, as on Go's threads) records every event, each with its
+//! own TID, none dropped silently (targets/forker.c, `foreign`).
+
+use crate::util::*;
+
+#[test]
+fn a_thread_without_glibcs_tcb_records_every_event() {
+    foreign_thread_records_every_event(&[]);
+}
+
+/// In a glibc program tp reads the word at fs:0, which glibc keeps equal
+/// to the FS base, and a thread where it reads 0 reads its FS base with
+/// `rdfsbase` where the kernel allows it (FSGSBASE), else asks the kernel;
+/// a program whose threads keep something else there is told apart by
+/// `rdfsbase` alone, or by asking the kernel at every event.
+/// `TP_THREAD_KEY` makes tp take each of those ways here.
+#[test]
+fn every_way_of_telling_threads_apart_records_every_event() {
+    for how in ["tcb", "register", "syscall"] {
+        foreign_thread_records_every_event(&[("TP_THREAD_KEY", how)]);
+    }
+}
+
+fn foreign_thread_records_every_event(env: &[(&str, &str)]) {
+    let mut t = Target::start("forker");
+    let pid = t.pid.to_string();
+    let args = ["-p", pid.as_str(), "-f", "work", "--args", "--ret", "--json"];
+    let mut session = Session::spawn("attach", &args, env, None);
+    session.err.wait_for("tp: attached");
+    let line = t.ask("foreign 1000", "foreign");
+    assert!(line.ends_with("checksum=ok"), "{line}");
+    let tid = field(&line, "tid");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let events: Vec<serde_json::Value> =
+        stdout.lines().filter(|l| l.starts_with("{\"type\":")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let of = |ty: &str| events.iter().filter(|e| e["type"] == ty && e["tid"].as_u64() == Some(tid)).count();
+    assert_eq!((of("entry"), of("exit")), (1000, 1000), "every call's entry and exit, on the thread's own TID");
+    assert_eq!(events.len(), 2000, "no event on another TID");
+    let summary = stdout.lines().rev().find(|l| l.starts_with("{\"pid\":")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(summary).unwrap();
+    assert_eq!(v["lost_events"], 0);
+    assert_eq!(v["probes"][0]["hits"], 1000);
+    assert_eq!(v["probes"][0]["calls_timed"], 1000);
+    assert!(t.quit().success());
+}
