@@ -3,16 +3,17 @@
 //! reaches the code as `TP_TARGETS_DIR`. Only sources are watched and
 //! nothing is written where cargo looks, so a second build is a no-op.
 //!
-//! C targets are built PIE and non-PIE. Host builds also get: a variant with
-//! Intel CET landing pads (`endbr64`), two shared libraries with the same
-//! function names and a program using both, a C++ program, Rust programs
-//! with the legacy and the v0 symbol mangling, and stripped copies of
-//! `counter` whose symbols live only in separate debug files (found by
-//! build-id, or by `.gnu_debuglink`). On x86-64: hand-written prologues
-//! (assembly) and the relocation harness; on AArch64: hand-written
-//! prologues, also in a BTI-guarded build. Cross builds (aarch64) link
-//! statically (`-static-pie` for PIE) so the binaries run in the test VM
-//! without a sysroot.
+//! C targets are built PIE and non-PIE; among them, a program that maps
+//! part of its own code a second time far away (as node does). Host builds
+//! also get: a variant with Intel CET landing pads (`endbr64`), two shared
+//! libraries with the same function names and a program using both, a C++
+//! program, Rust programs with the legacy and the v0 symbol mangling (one
+//! pair with a generic in two copies), and stripped copies of `counter`
+//! whose symbols live only in separate debug files (found by build-id, or
+//! by `.gnu_debuglink`). On x86-64: hand-written prologues (assembly) and
+//! the relocation harness; on AArch64: hand-written prologues, also in a
+//! BTI-guarded build. Cross builds (aarch64) link statically (`-static-pie`
+//! for PIE) so the binaries run in the test VM without a sysroot.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -137,6 +138,28 @@ const TARGETS: &[Target] = &[
         name: "rusty-v0",
         lang: Lang::Rust,
         sources: &["rusty.rs"],
+        flags: &["-C", "symbol-mangling-version=v0"],
+        host_only: true,
+        arch: None,
+    },
+    // Code mapped twice, as node maps V8's builtins (tests/e2e/symbols.rs); position-dependent as node.
+    Target { name: "remapped", sources: &["remapped.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "remapped-nopie", sources: &["remapped.c"], ..c("", &["-fno-pie", "-no-pie"]) },
+    // Calls of libc functions that have an old version beside the default (x86-64 glibc).
+    Target { name: "versions", sources: &["versions.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
+    // One Rust name for two copies of a generic's code, in both manglings.
+    Target {
+        name: "generics-legacy",
+        lang: Lang::Rust,
+        sources: &["generics.rs"],
+        flags: &[],
+        host_only: true,
+        arch: None,
+    },
+    Target {
+        name: "generics-v0",
+        lang: Lang::Rust,
+        sources: &["generics.rs"],
         flags: &["-C", "symbol-mangling-version=v0"],
         host_only: true,
         arch: None,

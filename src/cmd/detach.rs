@@ -148,6 +148,49 @@ fn release_orphans(pid: i32) -> Result<()> {
     Ok(())
 }
 
+/// Up to this many probes are listed one line each; more are summed up.
+const LISTED: usize = 12;
+
+/// One line per probe removed, or, after a probe-all, a few lines: how many
+/// were restored with how many hits, the busiest, and the ones left changed.
+fn report_removed(pid: i32, removed: &[remove::Removed]) {
+    let line = |r: &remove::Removed| {
+        let what = if r.restored { "restored" } else { "left changed" };
+        format!("tp: {pid}: {what} `{}` ({} hits)", text(&r.entry.name()), thousands(r.hits))
+    };
+    if removed.len() <= LISTED {
+        for r in removed {
+            crate::say!("{}", line(r));
+        }
+        return;
+    }
+    let restored: Vec<&remove::Removed> = removed.iter().filter(|r| r.restored).collect();
+    let mut busiest = restored.clone();
+    busiest.sort_by_key(|r| std::cmp::Reverse(r.hits));
+    let top: Vec<String> = busiest
+        .iter()
+        .take(5)
+        .filter(|r| r.hits > 0)
+        .map(|r| format!("`{}` ({})", text(&r.entry.name()), thousands(r.hits)))
+        .collect();
+    let called = restored.iter().filter(|r| r.hits > 0).count();
+    crate::say!(
+        "tp: {pid}: restored {} probes, {} of them called ({} hits in all){}{}",
+        thousands(restored.len() as u64),
+        thousands(called as u64),
+        thousands(restored.iter().map(|r| r.hits).sum()),
+        if top.is_empty() { "" } else { "; the most called: " },
+        top.join(", ")
+    );
+    let changed: Vec<&remove::Removed> = removed.iter().filter(|r| !r.restored).collect();
+    for r in changed.iter().take(LISTED) {
+        crate::say!("{}", line(r));
+    }
+    if changed.len() > LISTED {
+        crate::say!("tp: {pid}: and {} more left changed", changed.len() - LISTED);
+    }
+}
+
 fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let maps = process::read_maps(pid)?;
     let Some(mapping) = region::find(&maps) else {
@@ -176,14 +219,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let stopped = Stopped::stop(pid)?;
     let removed = remove::remove(&mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
-    for r in &removed {
-        crate::say!(
-            "tp: {pid}: {} `{}` ({} hits)",
-            if r.restored { "restored" } else { "left changed" },
-            text(&r.entry.name()),
-            thousands(r.hits)
-        );
-    }
+    report_removed(pid, &removed);
     let memory = match kept {
         None => "tp's memory unmapped".to_string(),
         Some(Kept::LiveProbes) => "tp's memory kept (probes left)".to_string(),

@@ -1,6 +1,8 @@
 //! `tp list-probes`: every function of a binary, or of every module of a
 //! running process, with tp's verdict on it, decided from the files alone,
-//! exactly as `attach` would decide.
+//! exactly as `attach` would decide; with its symbol version, where its name
+//! came from (symtab, debug file, dynsym, eh_frame) and, in a process, every
+//! copy of its code mapped elsewhere.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -12,18 +14,23 @@ use crate::arch::{Isa, Refusal, SitePlan, machine_name};
 use crate::cli::ListProbesArgs;
 use crate::escape::text;
 use crate::output::json;
+use crate::output::table::{MODULE_MAX, NAME_MAX, fit, width};
 use crate::process;
 use crate::progress::Progress;
 use crate::symbols::verdict::{go_code, verdict};
 use crate::symbols::{Module, ProcessModules};
 
-/// The rows of some modules, with each module's index.
-type ModuleRows = Vec<(usize, Vec<Row>)>;
+/// The rows of some modules, with each module's index and name.
+type ModuleRows = Vec<(usize, String, Vec<Row>)>;
 
 /// One function and its verdict.
 struct Row {
     module: String,
+    /// Its name as `-f` takes it, with its symbol version (`@@GLIBC_2.3.2`).
     name: String,
+    /// Where the name came from (`symtab`, `dynsym`...), `+copy` for a copy
+    /// of the code mapped elsewhere; empty for a function inlined everywhere.
+    source: String,
     /// Link-time address for a file, runtime address for a process; None if inlined everywhere.
     addr: Option<u64>,
     size: u64,
@@ -35,21 +42,24 @@ struct Row {
 
 /// Runs `tp list-probes`.
 pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
-    let rows = match (&args.binary, args.pid) {
+    let modules: ModuleRows = match (&args.binary, args.pid) {
         (Some(path), None) => {
             let module = Module::from_file(path)?;
             let Some(isa) = Isa::for_machine(module.elf.machine) else {
                 bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(module.elf.machine));
             };
-            rows_of(&module, isa, args.verbose)
+            vec![(0, module.name.clone(), rows_of(&module, isa, args.verbose))]
         }
         (None, Some(pid)) => process_rows(pid, args.verbose)?,
         _ => bail!("give either a binary or --pid, not both"),
     };
     let mut out = std::io::stdout().lock();
     if args.summary {
-        print_summary(&mut out, &rows)?;
-    } else if args.json {
+        print_summary(&mut out, &modules)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<Row> = modules.into_iter().flat_map(|(_, _, rows)| rows).collect();
+    if args.json {
         print_json(&mut out, &rows)?;
     } else {
         print_table(&mut out, &rows, args.pid.is_some())?;
@@ -58,7 +68,7 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
 }
 
 /// The rows of every module of process `pid`, parsed on two threads.
-fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
+fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
     process::status(pid)?;
     process::check_readable(pid)?;
     let maps = process::read_maps(pid)?;
@@ -76,7 +86,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
                     let mut out = Vec::new();
                     for i in (w..modules.len()).step_by(workers) {
                         match modules.get(i) {
-                            Ok(m) => out.push((i, rows_of(m, Isa::host(), verbose))),
+                            Ok(m) => out.push((i, m.name.clone(), rows_of(m, Isa::host(), verbose))),
                             Err(e) => {
                                 crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
                             }
@@ -96,8 +106,8 @@ fn process_rows(pid: i32, verbose: bool) -> Result<Vec<Row>> {
     for r in results {
         by_module.extend(r?);
     }
-    by_module.sort_by_key(|(i, _)| *i);
-    Ok(by_module.into_iter().flat_map(|(_, rows)| rows).collect())
+    by_module.sort_by_key(|(i, _, _)| *i);
+    Ok(by_module)
 }
 
 /// The verdict on every function of `m`, plus its functions inlined everywhere.
@@ -110,16 +120,27 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
         .map(|f| {
             let verdict = verdict(m, &f, isa);
             let signature =
-                verbose.then(|| dwarf.and_then(|d| d.at(m.bias.file(f.addr))).map(|d| d.signature())).flatten();
+                verbose.then(|| dwarf.and_then(|d| d.at(f.bias.file(f.addr))).map(|d| d.signature())).flatten();
             let after_check = verdict.is_ok() && go_code(m, &f, isa).is_some_and(|g| g.stack_check > 0);
             let note = after_check.then_some("after Go's stack check");
-            Row { module: m.name.clone(), name: f.name, addr: Some(f.addr.0), size: f.size, verdict, signature, note }
+            let mut source = f.source.label().to_string();
+            if f.bias != m.bias {
+                source += "+copy";
+            }
+            // A compat version is part of the name already (`realpath@GLIBC_2.2.5`).
+            let name = match &f.version {
+                Some(v) if v.default => format!("{}{v}", f.name),
+                _ => f.name,
+            };
+            let addr = Some(f.addr.0);
+            Row { module: m.name.clone(), name, source, addr, size: f.size, verdict, signature, note }
         })
         .collect();
     if let Some(d) = dwarf {
         rows.extend(d.inlined_only.iter().map(|name| Row {
             module: m.name.clone(),
             name: name.clone(),
+            source: String::new(),
             addr: None,
             size: 0,
             verdict: Err(Refusal::InlinedEverywhere),
@@ -147,21 +168,20 @@ fn address_text(addr: Option<u64>) -> String {
 }
 
 fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<()> {
-    let w = rows.iter().map(|r| text(&r.name).len()).max().unwrap_or(8).clamp(8, 40);
-    let mw = rows.iter().map(|r| text(&r.module).len()).max().unwrap_or(6).clamp(6, 28);
+    let w = width(rows.iter().map(|r| r.name.as_str()), 8, NAME_MAX);
+    let mw = width(rows.iter().map(|r| r.module.as_str()), 6, MODULE_MAX);
+    let sw = rows.iter().map(|r| r.source.len()).max().unwrap_or(0).max(6);
     if with_module {
-        writeln!(out, "{:<mw$}  {:<18}  {:>7}  {:<w$}  VERDICT", "MODULE", "ADDRESS", "SIZE", "FUNCTION")?;
-    } else {
-        writeln!(out, "{:<18}  {:>7}  {:<w$}  VERDICT", "ADDRESS", "SIZE", "FUNCTION")?;
+        write!(out, "{:<mw$}  ", "MODULE")?;
     }
+    writeln!(out, "{:<18}  {:>7}  {:<w$}  {:<sw$}  VERDICT", "ADDRESS", "SIZE", "FUNCTION", "SOURCE")?;
     for r in rows {
-        let verdict = verdict_text(&r.verdict, r.note);
-        let (name, module) = (text(&r.name), text(&r.module));
         if with_module {
-            writeln!(out, "{module:<mw$}  {:<18}  {:>7}  {name:<w$}  {verdict}", address_text(r.addr), r.size)?;
-        } else {
-            writeln!(out, "{:<18}  {:>7}  {name:<w$}  {verdict}", address_text(r.addr), r.size)?;
+            write!(out, "{:<mw$}  ", fit(&r.module, mw))?;
         }
+        let (name, source) = (fit(&r.name, w), if r.source.is_empty() { "-" } else { &r.source });
+        let verdict = verdict_text(&r.verdict, r.note);
+        writeln!(out, "{:<18}  {:>7}  {name:<w$}  {source:<sw$}  {verdict}", address_text(r.addr), r.size)?;
         if let Some(sig) = &r.signature {
             writeln!(out, "{:20}{}", "", text(sig))?;
         }
@@ -177,6 +197,7 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
         };
         let addr = r.addr.map_or("null".to_string(), |a| format!("\"{a:#x}\""));
         let sig = r.signature.as_deref().map_or(String::new(), |s| format!(",\"signature\":{}", json::string(s)));
+        let source = if r.source.is_empty() { "null".to_string() } else { json::string(&r.source) };
         let site = match &r.verdict {
             Ok(p) if r.note.is_some() => format!(",\"site\":\"{:#x}\"", p.site),
             _ => String::new(),
@@ -184,7 +205,7 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
         let note = r.note.map_or(String::new(), |n| format!(",\"note\":{}", json::string(n)));
         writeln!(
             out,
-            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"probeable\":{ok},\"reason\":{reason}{site}{note}{sig}}}",
+            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"source\":{source},\"probeable\":{ok},\"reason\":{reason}{site}{note}{sig}}}",
             json::string(&r.module),
             json::string(&r.name),
             r.size
@@ -193,15 +214,15 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
     Ok(())
 }
 
-fn print_summary(out: &mut impl Write, rows: &[Row]) -> Result<()> {
-    let mut modules: Vec<&str> = rows.iter().map(|r| r.module.as_str()).collect();
-    modules.dedup();
-    for module in &modules {
-        let mine: Vec<&Row> = rows.iter().filter(|r| r.module == *module).collect();
-        summarize(out, module, &mine)?;
+/// A summary of every module listed (one without functions too), then of
+/// all of them together.
+fn print_summary(out: &mut impl Write, modules: &ModuleRows) -> Result<()> {
+    for (_, name, rows) in modules {
+        summarize(out, name, &rows.iter().collect::<Vec<_>>())?;
     }
     if modules.len() > 1 {
-        summarize(out, "all modules", &rows.iter().collect::<Vec<_>>())?;
+        let all: Vec<&Row> = modules.iter().flat_map(|(_, _, rows)| rows).collect();
+        summarize(out, "all modules", &all)?;
     }
     Ok(())
 }
@@ -212,13 +233,19 @@ fn summarize(out: &mut impl Write, title: &str, rows: &[&Row]) -> Result<()> {
     let ok = big.iter().filter(|r| r.verdict.is_ok()).count();
     let inlined = rows.len() - with_code.len();
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut sources: BTreeMap<&str, usize> = BTreeMap::new();
     for r in &with_code {
         if let Err(why) = &r.verdict {
             *reasons.entry(why.kind()).or_default() += 1;
         }
+        *sources.entry(r.source.as_str()).or_default() += 1;
     }
     let pct = if big.is_empty() { 0.0 } else { 100.0 * ok as f64 / big.len() as f64 };
     writeln!(out, "{}: {} functions, {} of at least 5 bytes", text(title), with_code.len(), big.len())?;
+    let sources: Vec<String> = sources.iter().map(|(s, n)| format!("{n} {s}")).collect();
+    if !sources.is_empty() {
+        writeln!(out, "names:     {}", sources.join(", "))?;
+    }
     writeln!(out, "probeable: {ok} of {} ({pct:.1}%)", big.len())?;
     writeln!(out, "refused:   {}", with_code.iter().filter(|r| r.verdict.is_err()).count())?;
     let mut top: Vec<(&str, usize)> = reasons.into_iter().collect();

@@ -35,14 +35,14 @@ pub fn histogram(out: &mut impl Write, name: &str, l: &Latency) -> io::Result<()
 
 /// One row per function: calls, timed calls, total, mean, p50, p99.
 pub fn table(out: &mut impl Write, rows: &[(String, u64, &Latency)]) -> io::Result<()> {
-    let w = rows.iter().map(|r| crate::escape::text(&r.0).len()).max().unwrap_or(8).max(8);
+    let w = super::table::width(rows.iter().map(|r| r.0.as_str()), 8, super::table::NAME_MAX);
     writeln!(
         out,
         "{:<w$}  {:>13}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
         "FUNCTION", "CALLS", "TIMED", "TOTAL", "AVG", "P50", "P99"
     )?;
     for (name, calls, l) in rows {
-        let name = crate::escape::text(name);
+        let name = super::table::fit(name, w);
         if l.count == 0 {
             writeln!(
                 out,

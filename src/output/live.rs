@@ -38,7 +38,7 @@ impl Live {
         for name in names.iter().take(MAX_LINES) {
             let pb = multi.add(ProgressBar::new_spinner());
             pb.set_style(style.clone());
-            pb.set_prefix(crate::escape::text(name).into_owned());
+            pb.set_prefix(super::table::fit(name, super::table::NAME_MAX));
             lines.push(pb);
         }
         let rest = (names.len() > MAX_LINES).then(|| {

@@ -111,12 +111,15 @@ pub fn render(series: &[Series], format: Format) -> String {
 /// set, which the format forbids: the later ones are numbered, `name#2`,
 /// `name#3`.
 fn unique_labels(series: &[Series]) -> Vec<String> {
-    let mut seen: Vec<(i32, &str, &str)> = Vec::new();
+    // How often each (pid, module, function) was seen: linear in the
+    // series, as a probe-all of tens of thousands of functions needs.
+    let mut seen: std::collections::HashMap<(i32, &str, &str), usize> = std::collections::HashMap::new();
     series
         .iter()
         .map(|s| {
-            let n = seen.iter().filter(|(p, m, f)| *p == s.pid && *m == s.module && *f == s.function).count();
-            seen.push((s.pid, &s.module, &s.function));
+            let count = seen.entry((s.pid, &s.module, &s.function)).or_default();
+            let n = *count;
+            *count += 1;
             let function = if n == 0 { s.function.clone() } else { format!("{}#{}", s.function, n + 1) };
             format!("pid=\"{}\",module=\"{}\",function=\"{}\"", s.pid, escape(&s.module), escape(&function))
         })

@@ -80,8 +80,7 @@ pub fn print(r: &Report, json: bool, out: &mut impl Write) -> io::Result<()> {
         )?;
         return Ok(());
     }
-    let w =
-        order.iter().take(TOP).map(|&k| crate::escape::text(&profiles[k].func).len()).max().unwrap_or(8).clamp(8, 48);
+    let w = super::table::width(order.iter().take(TOP).map(|&k| profiles[k].func.as_str()), 8, 48);
     writeln!(
         out,
         "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>6}",
@@ -93,7 +92,7 @@ pub fn print(r: &Report, json: bool, out: &mut impl Write) -> io::Result<()> {
         writeln!(
             out,
             "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>5.1}%",
-            crate::escape::text(&p.func),
+            super::table::fit(&p.func, w),
             thousands(p.latency.count),
             thousands(p.calls),
             ns(p.latency.avg_ns()),

@@ -103,8 +103,8 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
         writeln!(out)?;
     }
     writeln!(out, "total of {} processes:", reports.len())?;
-    let name_w = totals.iter().map(|t| text(&t.func).len()).max().unwrap_or(0).max(8);
-    let mod_w = totals.iter().map(|t| text(&t.module).len()).max().unwrap_or(0).max(6);
+    let name_w = table::width(totals.iter().map(|t| t.func.as_str()), 8, table::NAME_MAX);
+    let mod_w = table::width(totals.iter().map(|t| t.module.as_str()), 6, table::MODULE_MAX);
     let timed = totals.iter().any(|t| t.latency.is_some());
     write!(out, "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}", "FUNCTION", "MODULE", "PROCESSES", "HITS")?;
     writeln!(out, "{}", if timed { format!("  {:>9}  {:>10}  {:>10}", "TIMED", "P50", "P99") } else { String::new() })?;
@@ -112,8 +112,8 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
         write!(
             out,
             "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}",
-            text(&t.func),
-            text(&t.module),
+            table::fit(&t.func, name_w),
+            table::fit(&t.module, mod_w),
             t.processes,
             thousands(t.hits)
         )?;
@@ -253,24 +253,22 @@ pub struct Total {
 /// k-th total of that name.
 pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
     let mut out: Vec<Total> = Vec::new();
-    let mut keys: Vec<(String, String, usize)> = Vec::new();
+    // Where each (function, module, how many of that name came before) is
+    // in `out`: linear in the probes, as a probe-all needs.
+    let mut keys: std::collections::HashMap<(&str, &str, usize), usize> = std::collections::HashMap::new();
     for r in reports {
         let none = vec![None; r.summary.probes.len()];
         let latency = if r.latency.len() == r.summary.probes.len() { &r.latency } else { &none };
-        let mut seen: Vec<(&str, &str)> = Vec::new();
+        let mut seen: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
         for (p, l) in r.summary.probes.iter().zip(latency) {
-            let k = seen.iter().filter(|(f, m)| *f == p.func && *m == p.module).count();
-            seen.push((&p.func, &p.module));
-            let key = (p.func.clone(), p.module.clone(), k);
-            let at = match keys.iter().position(|x| *x == key) {
-                Some(i) => i,
-                None => {
-                    keys.push(key);
-                    let (func, module) = (p.func.clone(), p.module.clone());
-                    out.push(Total { func, module, processes: 0, hits: 0, latency: None });
-                    out.len() - 1
-                }
-            };
+            let before = seen.entry((&p.func, &p.module)).or_default();
+            let k = *before;
+            *before += 1;
+            let at = *keys.entry((&p.func, &p.module, k)).or_insert_with(|| {
+                let (func, module) = (p.func.clone(), p.module.clone());
+                out.push(Total { func, module, processes: 0, hits: 0, latency: None });
+                out.len() - 1
+            });
             let t = &mut out[at];
             t.processes += 1;
             t.hits += p.hits;

@@ -103,6 +103,14 @@ pub fn prepare(
             .map_err(|e| undo_mappings(&mut caller, e))?,
     };
     crate::fault::point("after-inject");
+    // The region just mapped may sit where an arena for another site would
+    // have gone (right below a copy of code that mmap placed at the top).
+    let maps = match created_region {
+        true => process::read_maps(pid)
+            .context("reading the target's memory map")
+            .map_err(|e| undo_mappings(&mut caller, e))?,
+        false => maps,
+    };
     let before = region.header();
     match write_detours(mem, &mut caller, &maps, &region, requests, &opts) {
         Ok(placed) => {

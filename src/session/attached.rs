@@ -328,7 +328,7 @@ fn batch(
             let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
                 .then(|| {
                     let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
-                    m.dwarf()?.at(m.bias.file(r.function.addr)).cloned()
+                    m.dwarf()?.at(r.function.bias.file(r.function.addr)).cloned()
                 })
                 .flatten();
             // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.

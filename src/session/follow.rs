@@ -89,8 +89,12 @@ impl Follow {
         for text in patterns {
             let pattern = Pattern::parse(text);
             let qualified = pattern.module.is_some();
-            let looks = match modules.resolve(std::slice::from_ref(text)) {
-                Ok(hits) => {
+            let looks = match modules.resolve_noted(std::slice::from_ref(text)) {
+                Ok(resolution) => {
+                    for note in &resolution.notes {
+                        crate::say!("tp: {}", crate::escape::text(note));
+                    }
+                    let hits = resolution.found;
                     let in_exe = hits.iter().any(|f| f.module == 0);
                     for f in hits {
                         if !found.iter().any(|o| o.function.addr == f.function.addr) {
@@ -160,9 +164,11 @@ impl Follow {
                         push(Found { module: i, function, explicit: false });
                     }
                 } else if m.has_function(&w.pattern.function)
-                    && let Ok(function) = m.function(&w.pattern.function)
+                    && let Ok(named) = m.named(&w.pattern.function)
                 {
-                    push(Found { module: i, function, explicit: false });
+                    for function in named.functions {
+                        push(Found { module: i, function, explicit: false });
+                    }
                     if w.looks == Looks::UntilFound {
                         w.looks = Looks::Done;
                         break;

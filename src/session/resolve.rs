@@ -31,7 +31,7 @@ pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
 pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     let plan = Host::plan_long(code, f.addr.0, &m.extra_targets(f))?;
-    m.planner().check_entries(&plan, m.bias)?;
+    m.planner().check_entries(&plan, f.bias)?;
     Ok(plan)
 }
 
@@ -63,7 +63,11 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeA
             Host::NAME
         );
     }
-    let mut found = modules.resolve(patterns)?;
+    let resolution = modules.resolve_noted(patterns)?;
+    for note in &resolution.notes {
+        crate::say!("tp: {}", crate::escape::text(note));
+    }
+    let mut found = resolution.found;
     for &a in addrs {
         let f = modules.at_address(a)?;
         if !found.iter().any(|x| x.function.addr == f.function.addr) {
@@ -97,7 +101,8 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                     Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
                     Abi::C => plan_long(m, &function),
                 };
-                requests.push(Request { long, function, plan, span: m.span, kind, abi })
+                let span = m.span_of(&function);
+                requests.push(Request { long, function, plan, span, kind, abi })
             }
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),

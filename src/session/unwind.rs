@@ -87,7 +87,14 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                 match resolve::plan(m, &f) {
                     Ok(plan) => {
                         let long = resolve::plan_long(m, &f);
-                        out.push(Request { function: f, plan, long, span: m.span, kind: kind::UNWIND, abi: Abi::C });
+                        out.push(Request {
+                            span: m.span_of(&f),
+                            function: f,
+                            plan,
+                            long,
+                            kind: kind::UNWIND,
+                            abi: Abi::C,
+                        });
                         true
                     }
                     Err(_) => false,

@@ -1,7 +1,10 @@
-//! Exception landing pads: `.eh_frame` FDEs (read with gimli) point to their
-//! function's LSDA in `.gcc_except_table`, whose call-site table lists the
-//! landing pads the unwinder jumps to. A landing pad is a branch target no
-//! instruction of the function names, so the planner must know them.
+//! What `.eh_frame` (read with gimli) tells about functions: the bounds of
+//! each (one FDE per function, kept even in stripped files, so a stripped
+//! file's functions can still be listed), and exception landing pads: FDEs
+//! point to their function's LSDA in `.gcc_except_table`, whose call-site
+//! table lists the landing pads the unwinder jumps to. A landing pad is a
+//! branch target no instruction of the function names, so the planner must
+//! know them.
 //!
 //! Reference: the LSDA layout of the Itanium C++ ABI's exception handling
 //! (as GCC's `unwind-c.c`/`eh_personality.cc` parse it) and the DWARF
@@ -81,13 +84,29 @@ impl LandingPads {
     }
 }
 
+/// The `[start, start + len)` of every FDE of `elf`'s `.eh_frame` (link-time
+/// addresses), in file order; FDEs that do not parse are skipped.
+pub fn fde_ranges(elf: &ElfFile) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let Some((eh_addr, eh_data)) = eh_frame(elf) else { return out };
+    let eh = EhFrame::new(eh_data, LittleEndian);
+    let bases = BaseAddresses::default().set_eh_frame(eh_addr);
+    let mut entries = eh.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        let CieOrFde::Fde(partial) = entry else { continue };
+        if let Ok(fde) = partial.parse(EhFrame::cie_from_offset) {
+            out.push((fde.initial_address(), fde.len()));
+        }
+    }
+    out
+}
+
 /// The `.eh_frame` section: its address and bytes.
 fn eh_frame(elf: &ElfFile) -> Option<(u64, &[u8])> {
-    let data = elf.data();
-    let parsed = goblin::elf::Elf::parse(data).ok()?;
-    let sh = parsed.section_headers.iter().find(|s| parsed.shdr_strtab.get_at(s.sh_name) == Some(".eh_frame"))?;
-    let bytes = data.get(sh.sh_offset as usize..(sh.sh_offset + sh.sh_size) as usize)?;
-    Some((sh.sh_addr, bytes))
+    let s = elf.sections.iter().find(|s| s.name == ".eh_frame" && !s.nobits)?;
+    let end = s.offset.checked_add(s.size)?;
+    let bytes = elf.data().get(usize::try_from(s.offset).ok()?..usize::try_from(end).ok()?)?;
+    Some((s.addr, bytes))
 }
 
 fn read_u64(elf: &ElfFile, addr: u64) -> Option<u64> {

@@ -1,6 +1,8 @@
-//! ELF files with goblin: function symbols, segments, the bytes behind a
-//! virtual address, the build-id and debuglink that lead to separate debug
-//! information, and section contents, decompressed when SHF_COMPRESSED.
+//! ELF files with goblin: function symbols with their versions
+//! (`pthread_cond_signal@@GLIBC_2.3.2`) and where each came from, segments,
+//! the bytes behind a virtual address, the build-id and debuglink that lead
+//! to separate debug information, and section contents, decompressed when
+//! SHF_COMPRESSED.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,7 @@ use anyhow::{Context, Result, bail};
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
+use goblin::elf::symver::{VERSYM_HIDDEN, VERSYM_VERSION};
 
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
 
@@ -25,6 +28,51 @@ pub struct FuncSym {
     pub global: bool,
     /// True for GNU indirect functions: the address is the resolver's.
     pub ifunc: bool,
+    /// Its symbol version, if it has one.
+    pub version: Option<Version>,
+    /// Where it was found.
+    pub source: Source,
+}
+
+/// A symbol version: `@@GLIBC_2.3.2` (the default, what programs linked
+/// now call) or `@GLIBC_2.2.5` (kept for programs linked long ago).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    /// `GLIBC_2.3.2`.
+    pub name: String,
+    /// True for the default version (`@@`).
+    pub default: bool,
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", if self.default { "@@" } else { "@" }, self.name)
+    }
+}
+
+/// Where a function's name and bounds came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Source {
+    /// The file's own `.symtab`.
+    Symtab,
+    /// The `.symtab` of its separate debug file.
+    DebugFile,
+    /// Its dynamic symbols (`.dynsym`), as a stripped file keeps them.
+    Dynsym,
+    /// An unnamed function whose bounds an `.eh_frame` FDE gives (`sub_<addr>`).
+    EhFrame,
+}
+
+impl Source {
+    /// How list-probes names it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Source::Symtab => "symtab",
+            Source::DebugFile => "debug-file",
+            Source::Dynsym => "dynsym",
+            Source::EhFrame => "eh_frame",
+        }
+    }
 }
 
 /// A PT_LOAD segment.
@@ -134,32 +182,8 @@ impl ElfFile {
             })
             .collect();
         let has_symtab = elf.syms.iter().any(|s| s.st_type() == STT_FUNC);
-        let (syms, strtab) = if has_symtab { (&elf.syms, &elf.strtab) } else { (&elf.dynsyms, &elf.dynstrtab) };
-        let mut functions: Vec<FuncSym> = syms
-            .iter()
-            .filter(|s| (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0)
-            .filter_map(|s| {
-                // `.symtab` of glibc's debug files names versioned symbols
-                // `pthread_mutex_init@@GLIBC_2.2.5`: the version is not part of the name.
-                let name = strtab.get_at(s.st_name)?.split('@').next()?;
-                (!name.is_empty()).then(|| FuncSym {
-                    name: name.to_string(),
-                    addr: FileAddr(s.st_value),
-                    size: s.st_size,
-                    global: s.st_bind() != goblin::elf::sym::STB_LOCAL,
-                    ifunc: s.st_type() == STT_GNU_IFUNC,
-                })
-            })
-            .collect();
-        // Per address, the preferred name first: global, then without a leading underscore.
-        functions.sort_by(|a, b| {
-            (a.addr, !a.global, a.name.starts_with('_'), &a.name).cmp(&(
-                b.addr,
-                !b.global,
-                b.name.starts_with('_'),
-                &b.name,
-            ))
-        });
+        let mut functions = if has_symtab { symtab_functions(&elf) } else { dynsym_functions(&elf) };
+        sort_functions(&mut functions);
         let cold_parts = cold_parts_of(&functions);
         // The note section first: in a debug file made by `objcopy
         // --only-keep-debug`, the PT_NOTE segment still points at the
@@ -234,9 +258,61 @@ impl ElfFile {
     pub fn adopt_symbols(&mut self, debug: &ElfFile) {
         if !self.has_symtab && debug.has_symtab {
             self.functions = debug.functions.clone();
+            for f in &mut self.functions {
+                f.source = Source::DebugFile;
+            }
             self.cold_parts = debug.cold_parts.clone();
             self.has_symtab = true;
         }
+    }
+
+    /// Adds a function `sub_<addr>` for every `.eh_frame` FDE (a function's
+    /// bounds, which the unwinder needs even in a stripped file) that no
+    /// symbol covers: what a stripped file without a debug file still tells.
+    pub fn add_unwind_functions(&mut self) {
+        let mut added = Vec::new();
+        {
+            let mut covered: Vec<(u64, u64)> =
+                self.functions.iter().map(|f| (f.addr.0, f.addr.0.saturating_add(f.size.max(1)))).collect();
+            covered.sort_unstable();
+            let is_covered = |a: u64| {
+                let i = covered.partition_point(|&(lo, _)| lo <= a);
+                covered[..i].iter().rev().take(64).any(|&(lo, hi)| lo <= a && a < hi)
+            };
+            let plt: Vec<(u64, u64)> = self
+                .sections
+                .iter()
+                .filter(|s| s.name.starts_with(".plt"))
+                .map(|s| (s.addr, s.addr.saturating_add(s.size)))
+                .collect();
+            for (lo, len) in super::eh::fde_ranges(self) {
+                let in_code = self.segments.iter().any(|s| {
+                    s.exec
+                        && s.vaddr <= lo
+                        && s.vaddr.checked_add(s.filesz).is_some_and(|end| lo.saturating_add(len) <= end)
+                });
+                if len == 0 || !in_code || is_covered(lo) || plt.iter().any(|&(a, b)| a <= lo && lo < b) {
+                    continue;
+                }
+                added.push(FuncSym {
+                    name: format!("sub_{lo:x}"),
+                    addr: FileAddr(lo),
+                    size: len,
+                    global: false,
+                    ifunc: false,
+                    version: None,
+                    source: Source::EhFrame,
+                });
+            }
+        }
+        if added.is_empty() {
+            return;
+        }
+        added.sort_by_key(|f| f.addr);
+        added.dedup_by_key(|f| f.addr);
+        self.functions.extend(added);
+        sort_functions(&mut self.functions);
+        self.cold_parts = cold_parts_of(&self.functions);
     }
 
     /// The file bytes of `[vaddr, vaddr + len)`, if a segment holds them all.
@@ -288,6 +364,86 @@ impl ElfFile {
         }
         out
     }
+}
+
+/// Function symbols of `.symtab`. Versioned names, as glibc's debug file
+/// has them (`pthread_cond_signal@@GLIBC_2.3.2`), are split into the name
+/// and the version.
+fn symtab_functions(elf: &goblin::elf::Elf) -> Vec<FuncSym> {
+    elf.syms
+        .iter()
+        .filter(is_defined_function)
+        .filter_map(|s| {
+            let full = elf.strtab.get_at(s.st_name)?;
+            let (name, version) = split_version(full);
+            function(&s, name, version, Source::Symtab)
+        })
+        .collect()
+}
+
+/// Function symbols of `.dynsym`, with the versions `.gnu.version` gives
+/// them (`.gnu.version_d` names them).
+fn dynsym_functions(elf: &goblin::elf::Elf) -> Vec<FuncSym> {
+    // Each version's name, read once (a file may hold many symbols and many versions).
+    let mut names: std::collections::HashMap<u16, &str> = std::collections::HashMap::new();
+    for def in elf.verdef.iter().flat_map(|v| v.iter()) {
+        if let Some(name) = def.iter().next().and_then(|aux| elf.dynstrtab.get_at(aux.vda_name)) {
+            names.entry(def.vd_ndx).or_insert(name);
+        }
+    }
+    let version_name = |ndx: u16| names.get(&ndx).map(|n| n.to_string());
+    elf.dynsyms
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| is_defined_function(s))
+        .filter_map(|(i, s)| {
+            let name = elf.dynstrtab.get_at(s.st_name)?;
+            let versym = elf.versym.as_ref().and_then(|v| v.get_at(i)).map(|v| v.vs_val);
+            // Indices 0 and 1 are "local" and "global, unversioned".
+            let version = versym.filter(|v| v & VERSYM_VERSION > 1).and_then(|v| {
+                Some(Version { name: version_name(v & VERSYM_VERSION)?, default: v & VERSYM_HIDDEN == 0 })
+            });
+            function(&s, name, version, Source::Dynsym)
+        })
+        .collect()
+}
+
+fn is_defined_function(s: &goblin::elf::Sym) -> bool {
+    (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0
+}
+
+fn function(s: &goblin::elf::Sym, name: &str, version: Option<Version>, source: Source) -> Option<FuncSym> {
+    (!name.is_empty()).then(|| FuncSym {
+        name: name.to_string(),
+        addr: FileAddr(s.st_value),
+        size: s.st_size,
+        global: s.st_bind() != goblin::elf::sym::STB_LOCAL,
+        ifunc: s.st_type() == STT_GNU_IFUNC,
+        version,
+        source,
+    })
+}
+
+/// `name@@VER` as (`name`, the default version VER), `name@VER` as (`name`,
+/// VER), a name without `@` as itself.
+pub fn split_version(full: &str) -> (&str, Option<Version>) {
+    match full.split_once('@') {
+        Some((name, rest)) => match rest.strip_prefix('@') {
+            Some(v) => (name, Some(Version { name: v.to_string(), default: true })),
+            None => (name, Some(Version { name: rest.to_string(), default: false })),
+        },
+        None => (full, None),
+    }
+}
+
+/// Per address, the preferred name first: global, the default version,
+/// then without a leading underscore.
+fn sort_functions(functions: &mut [FuncSym]) {
+    let key = |f: &FuncSym| {
+        let compat = f.version.as_ref().is_some_and(|v| !v.default);
+        (f.addr, !f.global, compat, f.name.starts_with('_'), f.source == Source::EhFrame)
+    };
+    functions.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.name.cmp(&b.name)));
 }
 
 fn cold_parts_of(functions: &[FuncSym]) -> Vec<usize> {
@@ -396,6 +552,32 @@ mod tests {
         assert!(data.len() as u64 > info.size, "inflated {} from {}", data.len(), info.size);
         // DWARF unit header: version 2..5 at offset 4.
         assert!((2..=5).contains(&u16::from_le_bytes([data[4], data[5]])));
+    }
+
+    #[test]
+    fn versions_are_split_from_names() {
+        assert_eq!(split_version("malloc"), ("malloc", None));
+        let (name, v) = split_version("pthread_cond_signal@@GLIBC_2.3.2");
+        assert_eq!((name, v.unwrap().to_string()), ("pthread_cond_signal", "@@GLIBC_2.3.2".to_string()));
+        let (name, v) = split_version("pthread_cond_signal@GLIBC_2.2.5");
+        assert_eq!((name, v.unwrap().to_string()), ("pthread_cond_signal", "@GLIBC_2.2.5".to_string()));
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")] // x86-64 glibc keeps an old version of pthread_cond_signal
+    fn dynamic_symbols_keep_their_versions() {
+        let libc = Path::new("/usr/lib/x86_64-linux-gnu/libc.so.6");
+        let elf = ElfFile::open(libc, libc).unwrap();
+        assert!(!elf.has_symtab);
+        let mut versions: Vec<String> = elf
+            .functions
+            .iter()
+            .filter(|f| f.name == "pthread_cond_signal")
+            .map(|f| f.version.as_ref().unwrap().to_string())
+            .collect();
+        versions.sort();
+        assert_eq!(versions, ["@@GLIBC_2.3.2", "@GLIBC_2.2.5"]);
+        assert!(elf.functions.iter().all(|f| f.source == Source::Dynsym));
     }
 
     #[test]

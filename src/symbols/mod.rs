@@ -16,9 +16,9 @@ pub mod modules;
 pub mod pattern;
 pub mod verdict;
 
-pub use elf::{ElfFile, FuncSym};
-pub use module::Module;
-pub use modules::{Found, NotFound, ProcessModules};
+pub use elf::{ElfFile, FuncSym, Source, Version};
+pub use module::{Module, Named};
+pub use modules::{Found, NotFound, ProcessModules, Resolution};
 
 use crate::addr::{Bias, RuntimeAddr};
 use crate::arch::Isa;
@@ -38,6 +38,13 @@ pub struct Function {
     pub size: u64,
     /// True for a GNU indirect function: the symbol is its resolver.
     pub ifunc: bool,
+    /// Its symbol version (`@@GLIBC_2.3.2`), if it has one.
+    pub version: Option<Version>,
+    /// Where its name and bounds came from.
+    pub source: Source,
+    /// Where the file addresses of the code it lies in are at run time: its
+    /// module's bias, or that of a copy of the module's code mapped elsewhere.
+    pub bias: Bias,
 }
 
 /// Targets inside `[addr, addr + size)` (runtime addresses, `bias` applied)

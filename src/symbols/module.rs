@@ -1,6 +1,8 @@
 //! One module (a mapped ELF file) of a process: its symbols with their
-//! demangled names, its load bias, its separate debug information and DWARF,
-//! all parsed on first use.
+//! demangled names and versions, its load bias, copies of its code mapped
+//! elsewhere, its separate debug information and DWARF, all parsed on first
+//! use; and what a name means in it (every copy of a function so named, the
+//! default version of a versioned symbol).
 
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
@@ -9,26 +11,61 @@ use anyhow::{Context, Result, bail};
 
 use super::demangle::Names;
 use super::dwarf::{self, DwarfIndex};
-use super::elf::{ElfFile, FuncSym};
+use super::elf::{ElfFile, FuncSym, Version, split_version};
 use super::pattern::glob;
 use super::verdict::Planner;
 use super::{Function, cold_targets, debuginfo, suggestions};
-use crate::addr::{Bias, RuntimeAddr};
+use crate::addr::{Bias, FileAddr, RuntimeAddr};
 use crate::arch::{Arch, Host, Isa};
 use crate::process::Mapping;
 use crate::process::maps::Span;
+
+/// Part of a module's code mapped a second time elsewhere, from the same
+/// file: V8 (node) maps its embedded builtins again next to its JIT code,
+/// so that JIT code reaches them with short calls. Code there runs as well
+/// as the original, so a probe on a function there goes on both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CodeCopy {
+    /// Where the copy is mapped.
+    pub span: Span,
+    /// Where the file addresses it holds are at run time in it.
+    pub bias: Bias,
+}
+
+impl CodeCopy {
+    /// True if the copy holds all of `[addr, addr + size)` (file addresses).
+    fn holds(&self, addr: FileAddr, size: u64) -> bool {
+        let RuntimeAddr(at) = self.bias.runtime(addr);
+        self.span.lo <= at && at.checked_add(size.max(1)).is_some_and(|end| end <= self.span.hi)
+    }
+}
+
+/// What one exact name means in a module.
+#[derive(Debug, Clone)]
+pub struct Named {
+    /// Every function so named, with every copy of its code: one probe each.
+    pub functions: Vec<Function>,
+    /// What was chosen when the name means more than one function (versions
+    /// left out, copies of a generic, remapped code), in one line each.
+    pub notes: Vec<String>,
+}
 
 /// A file mapped into a process, with where it was loaded.
 #[derive(Debug)]
 pub struct Module {
     /// The file's path as the process sees it.
     pub path: PathBuf,
-    /// Its file name, e.g. `libc.so.6`.
+    /// Its name for display: the file name, e.g. `libc.so.6`, or for the
+    /// executable the name the process was started by (`redis-server` for
+    /// the file `redis-check-rdb` its symlink points to).
     pub name: String,
     /// Where its file addresses are at run time.
     pub bias: Bias,
-    /// The addresses its mappings cover.
+    /// The addresses its mappings at that bias cover (copies of its code
+    /// elsewhere are in `copies`).
     pub span: Span,
+    /// Parts of its code mapped again elsewhere.
+    pub copies: Vec<CodeCopy>,
     /// The parsed file (with symbols from its debug file if it is stripped).
     pub elf: ElfFile,
     /// Its separate debug file, if one was found.
@@ -52,13 +89,11 @@ impl Module {
                 Host::NAME
             );
         }
-        let first = mappings.iter().min_by_key(|m| m.offset).context("the module is not mapped")?;
-        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).context("cannot compute the load bias")?;
-        let span = Span {
-            lo: mappings.iter().map(|m| m.start).min().unwrap_or(0),
-            hi: mappings.iter().map(|m| m.end).max().unwrap_or(0),
-        };
-        Ok(Module::with(elf, path, root, bias, span))
+        let bias = load_bias(&elf, mappings).context("cannot compute the load bias")?;
+        let (span, copies) = images(&elf, bias, mappings);
+        let mut m = Module::with(elf, path, root, bias, span);
+        m.copies = copies;
+        Ok(m)
     }
 
     /// A module for a file on disk that is not loaded anywhere (bias 0).
@@ -74,12 +109,16 @@ impl Module {
         if let Some(d) = &debug {
             elf.adopt_symbols(d);
         }
+        if !elf.has_symtab {
+            elf.add_unwind_functions();
+        }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         Module {
             path: path.to_path_buf(),
             name,
             bias,
             span,
+            copies: Vec::new(),
             elf,
             debug,
             names: OnceCell::new(),
@@ -109,47 +148,144 @@ impl Module {
             .as_ref()
     }
 
-    fn function_of(&self, i: usize) -> Function {
+    /// Symbol `i` as a function in the code at `bias` (the module's own, or a copy's).
+    fn function_at(&self, i: usize, bias: Bias) -> Function {
         let sym = &self.elf.functions[i];
+        let mut name = self.names()[i].display().to_string();
+        if let Some(v) = sym.version.as_ref().filter(|v| !v.default) {
+            name += &v.to_string();
+        }
         Function {
-            name: self.names()[i].display().to_string(),
+            name,
             symbol: sym.name.clone(),
             module: self.name.clone(),
-            addr: self.bias.runtime(sym.addr),
+            addr: bias.runtime(sym.addr),
             size: sym.size,
             ifunc: sym.ifunc,
+            version: sym.version.clone(),
+            source: sym.source,
+            bias,
         }
     }
 
-    /// Resolves the function called exactly `name` (mangled or demangled, with
-    /// or without parameters), or explains what exists instead.
-    pub fn function(&self, name: &str) -> Result<Function> {
+    /// Symbol `i` where it is mapped: the module's own code, then every copy
+    /// that holds all of it.
+    fn everywhere(&self, i: usize) -> impl Iterator<Item = Function> + '_ {
+        let sym = &self.elf.functions[i];
+        let copies = self.copies.iter().filter(|c| c.holds(sym.addr, sym.size));
+        std::iter::once(self.bias).chain(copies.map(|c| c.bias)).map(move |b| self.function_at(i, b))
+    }
+
+    /// The indices of the symbols called exactly `name` (with or without a
+    /// version, `name@@VER` the default version VER, `name@VER` version VER).
+    fn called(&self, name: &str) -> Vec<usize> {
+        let (base, want) = split_version(name);
         let names = self.names();
-        if let Some(i) = (0..names.len()).find(|&i| names[i].all().any(|n| n == name)) {
-            return Ok(self.function_of(i));
+        let syms = &self.elf.functions;
+        (0..names.len())
+            .filter(|&i| names[i].all().any(|n| n == base) && version_matches(syms[i].version.as_ref(), want.as_ref()))
+            .collect()
+    }
+
+    /// Every function called exactly `name` (mangled or demangled, with or
+    /// without parameters), with every copy of its code, or what exists
+    /// instead. A name without a version means the default version, as
+    /// programs linked today call it; a name several functions share (the
+    /// copies of a Rust generic, C functions local to their files) means
+    /// all of them.
+    pub fn named(&self, name: &str) -> Result<Named> {
+        let mut hits = self.called(name);
+        if hits.is_empty() {
+            let names = self.names();
+            let hint = suggestions(name, names.iter().map(|n| n.display()));
+            let stripped = if self.elf.has_symtab {
+                ""
+            } else {
+                " (the file is stripped: only its exported functions and, as `sub_<address>`, the functions \
+                 its unwind table lists are known; install its debug symbols or point TP_DEBUG_DIRS at them)"
+            };
+            bail!("function `{name}` not found in `{}`{stripped}{hint}", self.path.display());
         }
-        let hint = suggestions(name, names.iter().map(|n| n.display()));
-        let stripped = if self.elf.has_symtab {
-            ""
-        } else {
-            " (the file is stripped: only exported functions are known; install its debug symbols \
-             or point TP_DEBUG_DIRS at them)"
-        };
-        bail!("function `{name}` not found in `{}`{stripped}{hint}", self.path.display())
+        let syms = &self.elf.functions;
+        let mut notes = Vec::new();
+        let compat = |i: &usize| syms[*i].version.as_ref().is_some_and(|v| !v.default);
+        if split_version(name).1.is_none() && hits.iter().any(|i| !compat(i)) && hits.iter().any(compat) {
+            let mut left: Vec<String> = hits.iter().filter(|i| compat(i)).map(|&i| self.version_text(i)).collect();
+            left.dedup();
+            hits.retain(|i| !compat(i));
+            let chosen = hits.iter().find_map(|&i| syms[i].version.as_ref()).map_or(String::new(), |v| format!(" {v}"));
+            notes.push(format!(
+                "`{name}` in `{}` is its default version{chosen}, which programs call; not probed: {} (name it \
+                 `{name}{}` to probe that)",
+                self.name,
+                left.join(", "),
+                left[0]
+            ));
+        }
+        // One function per address (aliases dropped).
+        hits.sort_by_key(|&i| syms[i].addr);
+        hits.dedup_by_key(|i| syms[*i].addr);
+        let functions: Vec<Function> = hits.iter().flat_map(|&i| self.everywhere(i)).collect();
+        if hits.len() > 1 {
+            let at: Vec<String> = hits.iter().map(|&i| format!("{:#x}", self.bias.runtime(syms[i].addr))).collect();
+            notes.push(format!(
+                "`{name}` names {} functions in `{}` (at {}: copies of one generic, or functions of one name); \
+                 probing all of them",
+                hits.len(),
+                self.name,
+                at.join(", ")
+            ));
+        }
+        let copies = functions.iter().filter(|f| f.bias != self.bias).count();
+        if copies > 0 {
+            let at: Vec<String> =
+                functions.iter().filter(|f| f.bias != self.bias).map(|f| format!("{:#x}", f.addr)).collect();
+            notes.push(format!(
+                "`{name}` also runs from {} of the code of `{}` mapped elsewhere (at {}); probing every copy",
+                if copies == 1 { "a copy".to_string() } else { format!("{copies} copies") },
+                self.name,
+                at.join(", ")
+            ));
+        }
+        Ok(Named { functions, notes })
+    }
+
+    /// `@GLIBC_2.2.5` for a versioned symbol, "" otherwise.
+    fn version_text(&self, i: usize) -> String {
+        self.elf.functions[i].version.as_ref().map_or(String::new(), |v| v.to_string())
+    }
+
+    /// The function called exactly `name` ([`Module::named`]): the first if
+    /// several are.
+    pub fn function(&self, name: &str) -> Result<Function> {
+        let named = self.named(name)?;
+        named.functions.into_iter().next().context("no function")
     }
 
     /// True if a function is called exactly `name`.
     pub fn has_function(&self, name: &str) -> bool {
-        self.names().iter().any(|n| n.all().any(|x| x == name))
+        !self.called(name).is_empty()
     }
 
-    /// Every function matching the glob `pattern`, one per address.
+    /// Every function matching the glob `pattern` (`*@GLIBC_2.2.5` matches
+    /// versions too), one per address, and every copy of each.
     pub fn matching(&self, pattern: &str) -> Vec<Function> {
+        let (base, want) = split_version(pattern);
+        let syms = &self.elf.functions;
         let mut out: Vec<Function> = Vec::new();
+        let mut last: Option<FileAddr> = None;
         for (i, names) in self.names().iter().enumerate() {
-            let addr = self.bias.runtime(self.elf.functions[i].addr);
-            if names.all().any(|n| glob(pattern, n)) && out.last().is_none_or(|f: &Function| f.addr != addr) {
-                out.push(self.function_of(i));
+            if last == Some(syms[i].addr) {
+                continue;
+            }
+            let version_ok = match (&syms[i].version, &want) {
+                (_, None) => true,
+                (Some(have), Some(want)) => glob(&want.name, &have.name) && (!want.default || have.default),
+                (None, Some(_)) => false,
+            };
+            if version_ok && names.all().any(|n| glob(base, n)) {
+                last = Some(syms[i].addr);
+                out.extend(self.everywhere(i));
             }
         }
         out
@@ -171,35 +307,184 @@ impl Module {
                     addr,
                     size: s.size,
                     ifunc: s.ifunc,
+                    version: s.version.clone(),
+                    source: s.source,
+                    bias: self.bias,
                 });
             }
         }
         out
     }
 
-    /// Every function, one per address (aliases dropped, globals preferred).
+    /// Every function, one per address (aliases dropped, globals preferred),
+    /// and every copy of each.
     pub fn functions(&self) -> Vec<Function> {
         let syms = &self.elf.functions;
-        (0..syms.len()).filter(|&i| i == 0 || syms[i - 1].addr != syms[i].addr).map(|i| self.function_of(i)).collect()
+        (0..syms.len())
+            .filter(|&i| i == 0 || syms[i - 1].addr != syms[i].addr)
+            .flat_map(|i| self.everywhere(i))
+            .collect()
     }
 
-    /// The function symbol containing runtime address `addr`.
+    /// The function symbol containing runtime address `addr` (in the
+    /// module's own code or in a copy of it).
     pub fn function_containing(&self, addr: RuntimeAddr) -> Option<Function> {
-        let link = self.bias.file(addr).0;
+        let bias = self.copies.iter().find(|c| c.span.lo <= addr.0 && addr.0 < c.span.hi).map_or(self.bias, |c| c.bias);
+        let link = bias.file(addr).0;
         let syms: &[FuncSym] = &self.elf.functions;
         let i = syms.iter().rposition(|f| f.addr.0 <= link && link < f.addr.0 + f.size.max(1))?;
-        Some(self.function_of(i))
+        Some(self.function_at(i, bias))
+    }
+
+    /// The addresses from which a probe on `f` must reach its detour: the
+    /// module's own span, or the copy of its code `f` lies in.
+    pub fn span_of(&self, f: &Function) -> Span {
+        self.copies
+            .iter()
+            .find(|c| c.bias == f.bias && c.span.lo <= f.addr.0 && f.addr.0 < c.span.hi)
+            .map_or(self.span, |c| c.span)
     }
 
     /// The file bytes of `f` (its code as built, before any patch).
     pub fn code_of(&self, f: &Function) -> Result<&[u8]> {
         self.elf
-            .bytes_at(self.bias.file(f.addr), f.size)
+            .bytes_at(f.bias.file(f.addr), f.size)
             .with_context(|| format!("the code of `{}` is not in `{}`", f.name, self.path.display()))
     }
 
     /// Branch targets from split-off parts of `f` (`f.cold`), which jump back into it.
     pub fn extra_targets(&self, f: &Function) -> Vec<u64> {
-        cold_targets(&self.elf, self.bias, &f.symbol, f.addr, f.size, Isa::host())
+        cold_targets(&self.elf, f.bias, &f.symbol, f.addr, f.size, Isa::host())
+    }
+}
+
+/// True if a symbol of version `have` answers to a name asking for `want`:
+/// any version without one, `@@VER` only the default version VER, `@VER`
+/// version VER.
+fn version_matches(have: Option<&Version>, want: Option<&Version>) -> bool {
+    match (have, want) {
+        (_, None) => true,
+        (Some(h), Some(w)) => h.name == w.name && (!w.default || h.default),
+        (None, Some(_)) => false,
+    }
+}
+
+/// The load bias of `elf` from its mappings: that of the mapping of the
+/// lowest file offset (the loader maps the file from its start), among
+/// those with which an executable mapping agrees. A mapping of the file
+/// made otherwise (a copy of its code, or the file mapped to be read, as a
+/// Rust backtrace maps its own executable) is passed over.
+fn load_bias(elf: &ElfFile, mappings: &[&Mapping]) -> Option<Bias> {
+    let mut by_offset: Vec<&&Mapping> = mappings.iter().collect();
+    by_offset.sort_by_key(|m| (m.offset, m.start));
+    let agrees = |bias: Bias| {
+        let deltas: Vec<u64> =
+            elf.segments.iter().map(|s| bias.runtime(FileAddr(s.vaddr)).0.wrapping_sub(s.offset)).collect();
+        mappings.iter().any(|m| m.exec && deltas.contains(&m.start.wrapping_sub(m.offset)))
+    };
+    let biases = by_offset.iter().filter_map(|m| elf.bias_from(RuntimeAddr(m.start), m.offset));
+    biases.clone().find(|&b| agrees(b)).or_else(|| biases.into_iter().next())
+}
+
+/// The span of the mappings of `elf` at `bias` (the module as the loader
+/// mapped it), and the copies of its code mapped elsewhere: executable
+/// mappings of the file whose address and offset agree with no segment at
+/// `bias`.
+fn images(elf: &ElfFile, bias: Bias, mappings: &[&Mapping]) -> (Span, Vec<CodeCopy>) {
+    // Where the loader put each segment's file offset 0: a mapping of the
+    // module itself has its start and offset that far apart.
+    let deltas: Vec<u64> =
+        elf.segments.iter().map(|s| bias.runtime(FileAddr(s.vaddr)).0.wrapping_sub(s.offset)).collect();
+    let own = |m: &Mapping| deltas.is_empty() || deltas.contains(&m.start.wrapping_sub(m.offset));
+    let mine: Vec<&&Mapping> = mappings.iter().filter(|m| own(m)).collect();
+    let span =
+        Span { lo: mine.iter().map(|m| m.start).min().unwrap_or(0), hi: mine.iter().map(|m| m.end).max().unwrap_or(0) };
+    let mut copies: Vec<CodeCopy> = Vec::new();
+    let mut others: Vec<&&Mapping> = mappings.iter().filter(|m| m.exec && !own(m)).collect();
+    others.sort_by_key(|m| m.start);
+    for m in others {
+        // The executable segment its offset falls in gives its file addresses.
+        let Some(seg) = elf
+            .segments
+            .iter()
+            .find(|s| s.exec && s.offset & !0xfff <= m.offset && m.offset < s.offset.saturating_add(s.filesz))
+        else {
+            continue;
+        };
+        let file = FileAddr(seg.vaddr.wrapping_add(m.offset.wrapping_sub(seg.offset)));
+        let bias = Bias::between(file, RuntimeAddr(m.start));
+        match copies.last_mut() {
+            Some(c) if c.bias == bias && c.span.hi == m.start => c.span.hi = m.end,
+            _ => copies.push(CodeCopy { span: Span { lo: m.start, hi: m.end }, bias }),
+        }
+    }
+    (span, copies)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The test binary's own mappings, and its parsed file.
+    fn own() -> (ElfFile, Vec<Mapping>) {
+        let exe = std::env::current_exe().unwrap();
+        let elf = ElfFile::open(&exe, &exe).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::metadata(&exe).unwrap();
+        let maps = crate::process::read_maps(std::process::id() as i32).unwrap();
+        (elf, maps.into_iter().filter(|m| m.inode == meta.ino() && m.dev == meta.dev()).collect())
+    }
+
+    #[test]
+    fn a_module_as_loaded_has_no_copies() {
+        let (elf, maps) = own();
+        let refs: Vec<&Mapping> = maps.iter().collect();
+        let first = maps.iter().min_by_key(|m| m.offset).unwrap();
+        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).unwrap();
+        let (span, copies) = images(&elf, bias, &refs);
+        // Every mapping the loader made is in the span; a mapping of the
+        // file made otherwise (a backtrace's symbolizer maps it to read its
+        // debug information) is neither in it nor a copy of its code.
+        assert!(maps.iter().filter(|m| m.exec).all(|m| span.lo <= m.start && m.end <= span.hi));
+        assert!(copies.is_empty(), "{copies:?}");
+        assert_eq!(load_bias(&elf, &refs), Some(bias));
+    }
+
+    #[test]
+    fn code_mapped_again_elsewhere_is_a_copy_with_its_own_bias() {
+        let (elf, mut maps) = own();
+        let first = maps.iter().min_by_key(|m| m.offset).unwrap().clone();
+        let bias = elf.bias_from(RuntimeAddr(first.start), first.offset).unwrap();
+        let code = maps.iter().find(|m| m.exec).unwrap().clone();
+        // The file mapped whole to be read, below the module: not where it was loaded.
+        let low = 0x10_0000u64;
+        maps.push(Mapping { start: low, end: low + 0x1000, offset: 0, exec: false, ..code.clone() });
+        // Two pages of its code mapped again, terabytes away (as V8 maps node's builtins).
+        let far = 0x7e00_0000_0000u64;
+        let copy = Mapping { start: far, end: far + 0x2000, offset: code.offset + 0x1000, ..code.clone() };
+        maps.push(copy.clone());
+        let refs: Vec<&Mapping> = maps.iter().collect();
+        assert_eq!(load_bias(&elf, &refs), Some(bias));
+        let (span, copies) = images(&elf, bias, &refs);
+        assert!(span.lo > low && span.hi < far, "the module's own span leaves the others out: {span:?}");
+        assert_eq!(copies.len(), 1);
+        assert_eq!(copies[0].span, Span { lo: far, hi: far + 0x2000 });
+        // The same file address lies at `code.start + 0x1000` in the module and at `far` in the copy.
+        let file = bias.file(RuntimeAddr(code.start + 0x1000));
+        assert_eq!(copies[0].bias.runtime(file), RuntimeAddr(far));
+        assert!(copies[0].holds(file, 0x100) && !copies[0].holds(file, 0x3000));
+    }
+
+    #[test]
+    fn versions_match_as_written() {
+        let default = Version { name: "GLIBC_2.3.2".into(), default: true };
+        let old = Version { name: "GLIBC_2.2.5".into(), default: false };
+        let want = |s: &str| split_version(s).1;
+        assert!(version_matches(Some(&default), None) && version_matches(None, None));
+        assert!(version_matches(Some(&default), want("x@@GLIBC_2.3.2").as_ref()));
+        assert!(version_matches(Some(&default), want("x@GLIBC_2.3.2").as_ref()));
+        assert!(!version_matches(Some(&old), want("x@@GLIBC_2.2.5").as_ref()));
+        assert!(version_matches(Some(&old), want("x@GLIBC_2.2.5").as_ref()));
+        assert!(!version_matches(None, want("x@GLIBC_2.2.5").as_ref()));
     }
 }

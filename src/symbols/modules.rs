@@ -1,6 +1,8 @@
 //! The modules of a running process, from its memory map, each parsed only
 //! when a lookup needs it: attaching to one function of a process with a
-//! hundred libraries reads the executable and nothing else.
+//! hundred libraries reads the executable and nothing else. The executable
+//! answers to its file's name and to the name the process was started by
+//! (`redis-server`, a symlink to `redis-check-rdb`).
 
 use std::cell::OnceCell;
 use std::os::unix::fs::MetadataExt;
@@ -22,6 +24,9 @@ struct Slot {
     /// Where tp reads the file.
     read_path: PathBuf,
     mappings: Vec<Mapping>,
+    /// The name the process was started by, for the executable when it
+    /// differs from the file's name.
+    alias: Option<String>,
     module: OnceCell<Result<Module, String>>,
 }
 
@@ -47,6 +52,16 @@ impl std::fmt::Display for NotFound {
 }
 
 impl std::error::Error for NotFound {}
+
+/// What patterns resolved to.
+#[derive(Debug, Default)]
+pub struct Resolution {
+    /// The functions, each once.
+    pub found: Vec<Found>,
+    /// One line for each name that means more than one function, or whose
+    /// other versions were left out.
+    pub notes: Vec<String>,
+}
 
 /// A function found by a lookup, with the index of its module.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,13 +92,17 @@ impl ProcessModules {
             } else {
                 PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
             };
-            slots.push(Slot { path, read_path, mappings: vec![m.clone()], module: OnceCell::new() });
+            slots.push(Slot { path, read_path, mappings: vec![m.clone()], alias: None, module: OnceCell::new() });
         }
         slots.retain(|s| s.mappings.iter().any(|m| m.exec));
         // The executable first.
         slots.sort_by_key(|s| s.read_path != Path::new(&format!("/proc/{pid}/exe")));
         if slots.is_empty() {
             bail!("process {pid} has no executable mappings");
+        }
+        if slots[0].read_path == Path::new(&format!("/proc/{pid}/exe")) {
+            let file = file_name(&slots[0].path);
+            slots[0].alias = started_as(pid).filter(|a| *a != file);
         }
         Ok(ProcessModules { pid, root: PathBuf::from(format!("/proc/{pid}/root")), slots })
     }
@@ -98,9 +117,18 @@ impl ProcessModules {
         self.slots.is_empty()
     }
 
-    /// The file name of module `i`.
+    /// The name of module `i`: its file name, or for the executable the
+    /// name the process was started by.
     pub fn name(&self, i: usize) -> String {
-        self.slots[i].path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+        self.slots[i].alias.clone().unwrap_or_else(|| file_name(&self.slots[i].path))
+    }
+
+    /// `name (file name)` when module `i` was started by another name than its file's.
+    fn described(&self, i: usize) -> String {
+        match &self.slots[i].alias {
+            Some(a) => format!("{a} ({})", file_name(&self.slots[i].path)),
+            None => self.name(i),
+        }
     }
 
     /// What tells module `i` apart from a module loaded later: its path and
@@ -115,7 +143,11 @@ impl ProcessModules {
         let slot = &self.slots[i];
         let loaded = slot.module.get_or_init(|| {
             let maps: Vec<&Mapping> = slot.mappings.iter().collect();
-            Module::load(&slot.read_path, &slot.path, &self.root, &maps).map_err(|e| format!("{e:#}"))
+            let mut m = Module::load(&slot.read_path, &slot.path, &self.root, &maps).map_err(|e| format!("{e:#}"))?;
+            if let Some(a) = &slot.alias {
+                m.name = a.clone();
+            }
+            Ok(m)
         });
         loaded.as_ref().map_err(|e| anyhow::anyhow!("{e}"))
     }
@@ -125,9 +157,15 @@ impl ProcessModules {
         self.get(0)
     }
 
-    /// Modules whose file name the module part of a pattern names.
+    /// Modules whose file name (or, for the executable, the name it was
+    /// started by) the module part of a pattern names.
     fn named(&self, module: &str) -> Vec<usize> {
-        (0..self.len()).filter(|&i| module_matches(module, &self.name(i))).collect()
+        (0..self.len())
+            .filter(|&i| {
+                module_matches(module, &file_name(&self.slots[i].path))
+                    || self.slots[i].alias.as_deref().is_some_and(|a| module_matches(module, a))
+            })
+            .collect()
     }
 
     /// Resolves each pattern (`foo`, `libc:malloc`, `'sqlite3_*'`, `'libz:*'`).
@@ -136,26 +174,38 @@ impl ProcessModules {
     /// executable has no match, in every library: a plain name found in
     /// several libraries is ambiguous, a glob matches in all of them.
     pub fn resolve(&self, patterns: &[String]) -> Result<Vec<Found>> {
-        let mut out: Vec<Found> = Vec::new();
+        Ok(self.resolve_noted(patterns)?.found)
+    }
+
+    /// [`ProcessModules::resolve`], with a line for each name that means
+    /// more than one function (or left a version out).
+    pub fn resolve_noted(&self, patterns: &[String]) -> Result<Resolution> {
+        let mut out = Resolution::default();
+        let mut taken = std::collections::HashSet::new();
         for text in patterns {
             let p = Pattern::parse(text);
             let found = match &p.module {
-                Some(m) => self.resolve_in_named(text, m, &p)?,
-                None => self.resolve_anywhere(text, &p)?,
+                Some(m) => self.resolve_in_named(text, m, &p, &mut out.notes)?,
+                None => self.resolve_anywhere(text, &p, &mut out.notes)?,
             };
-            for f in found {
-                if !out.iter().any(|o| o.function.addr == f.function.addr) {
-                    out.push(f);
-                }
-            }
+            out.found.extend(found.into_iter().filter(|f| taken.insert(f.function.addr)));
         }
         Ok(out)
     }
 
-    fn resolve_in_named(&self, text: &str, module: &str, p: &Pattern) -> Result<Vec<Found>> {
+    /// What `name` means in module `i`, as [`Found`]s: one named function
+    /// must be probed, several are probed where they can be.
+    fn named_in(&self, i: usize, name: &str, notes: &mut Vec<String>) -> Result<Vec<Found>> {
+        let named = self.get(i)?.named(name)?;
+        notes.extend(named.notes);
+        let explicit = named.functions.len() == 1;
+        Ok(named.functions.into_iter().map(|function| Found { module: i, function, explicit }).collect())
+    }
+
+    fn resolve_in_named(&self, text: &str, module: &str, p: &Pattern, notes: &mut Vec<String>) -> Result<Vec<Found>> {
         let modules = self.named(module);
         if modules.is_empty() {
-            let names: Vec<String> = (0..self.len()).map(|i| self.name(i)).collect();
+            let names: Vec<String> = (0..self.len()).map(|i| self.described(i)).collect();
             let msg = format!("no module `{module}` in process {} (it has: {})", self.pid, names.join(", "));
             return Err(NotFound(msg).into());
         }
@@ -169,7 +219,7 @@ impl ProcessModules {
                     explicit: false,
                 }));
             } else if m.has_function(&p.function) || modules.len() == 1 {
-                out.push(Found { module: i, function: m.function(&p.function)?, explicit: true });
+                out.extend(self.named_in(i, &p.function, notes)?);
             }
         }
         if out.is_empty() {
@@ -181,7 +231,7 @@ impl ProcessModules {
         Ok(out)
     }
 
-    fn resolve_anywhere(&self, text: &str, p: &Pattern) -> Result<Vec<Found>> {
+    fn resolve_anywhere(&self, text: &str, p: &Pattern, notes: &mut Vec<String>) -> Result<Vec<Found>> {
         let exe = self.main()?;
         if p.is_glob() {
             let here = exe.matching(&p.function);
@@ -204,18 +254,11 @@ impl ProcessModules {
             return Ok(out);
         }
         if exe.has_function(&p.function) {
-            return Ok(vec![Found { module: 0, function: exe.function(&p.function)?, explicit: true }]);
+            return self.named_in(0, &p.function, notes);
         }
-        let mut hits = Vec::new();
-        for i in 1..self.len() {
-            if let Ok(m) = self.get(i)
-                && m.has_function(&p.function)
-            {
-                hits.push(Found { module: i, function: m.function(&p.function)?, explicit: true });
-            }
-        }
-        hits.dedup_by_key(|f| f.function.addr);
-        match hits.len() {
+        let defining: Vec<usize> =
+            (1..self.len()).filter(|&i| self.get(i).is_ok_and(|m| m.has_function(&p.function))).collect();
+        match defining.len() {
             0 => {
                 let names: Vec<String> = exe.functions().into_iter().map(|f| f.name).collect();
                 let hint = suggestions(&p.function, names.iter().map(String::as_str));
@@ -223,8 +266,9 @@ impl ProcessModules {
                     String::new()
                 } else {
                     format!(
-                        "; `{}` is stripped, so only its exported functions are known: install its debug \
-                         symbols (the -dbg or -dbgsym package) or point TP_DEBUG_DIRS at them",
+                        "; `{}` is stripped, so only its exported functions and, as `sub_<address>`, the \
+                         functions its unwind table lists are known: install its debug symbols (the -dbg or \
+                         -dbgsym package) or point TP_DEBUG_DIRS at them",
                         exe.name
                     )
                 };
@@ -236,10 +280,10 @@ impl ProcessModules {
                 ))
                 .into())
             }
-            1 => Ok(hits),
+            1 => self.named_in(defining[0], &p.function, notes),
             _ => {
                 let names: Vec<String> =
-                    hits.iter().map(|h| format!("`{}:{}`", self.name(h.module), p.function)).collect();
+                    defining.iter().map(|&i| format!("`{}:{}`", self.name(i), p.function)).collect();
                 bail!("`{}` is defined in several modules; name one: {}", p.function, names.join(", "))
             }
         }
@@ -253,7 +297,16 @@ impl ProcessModules {
         };
         let m = self.get(i)?;
         let Some(f) = m.function_containing(addr) else {
-            bail!("address {addr:#x} in `{}` is not inside a known function", m.name);
+            let why = if m.elf.has_symtab {
+                String::new()
+            } else {
+                format!(
+                    " (`{}` is stripped, and its unwind table lists no function there: its code was built \
+                     without unwind tables; install its debug symbols or point TP_DEBUG_DIRS at them)",
+                    m.name
+                )
+            };
+            bail!("address {addr:#x} in `{}` is not inside a known function{why}", m.name);
         };
         if f.addr != addr {
             bail!(
@@ -265,4 +318,26 @@ impl ProcessModules {
         }
         Ok(Found { module: i, function: f, explicit: true })
     }
+}
+
+/// The file name of `path`.
+fn file_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// The name process `pid` was started by: the file name of its `argv[0]`
+/// (up to a space: a server that retitles itself, as redis does, writes
+/// `redis-server *:6379` there) when its `comm` (the name the kernel took
+/// from the path exec'd, cut to 15 bytes) agrees. The process wrote both,
+/// so they are only names to match and show, and only when they agree.
+fn started_as(pid: i32) -> Option<String> {
+    let comm = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    let comm = String::from_utf8(comm).ok()?.trim_end_matches('\n').to_string();
+    let mut cmdline = Vec::new();
+    let file = std::fs::File::open(format!("/proc/{pid}/cmdline")).ok()?;
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, 4096), &mut cmdline).ok()?;
+    let argv0 = String::from_utf8(cmdline.split(|&b| b == 0).next()?.to_vec()).ok()?;
+    let name = argv0.split(' ').next()?.rsplit('/').next()?;
+    let agree = !comm.is_empty() && name.starts_with(&comm) && (name == comm || comm.len() == 15);
+    (agree && name.len() <= 255 && !name.contains(':')).then(|| name.to_string())
 }

@@ -34,7 +34,7 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
 /// If `f` of `m` is Go code, what its plan was built on.
 pub fn go_code(m: &Module, f: &Function, isa: Isa) -> Option<GoCode> {
     let code = m.code_of(f).ok()?;
-    m.planner().go_code(m, f, code, isa)
+    m.planner().go_code(f, code, isa)
 }
 
 /// A Go function, as planning found it.
@@ -66,24 +66,24 @@ impl Planner {
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
     pub fn plan(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
         if let Some(go) = &self.go
-            && go.is_stack_return(m.bias.file(f.addr), &f.symbol)
+            && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
         {
             return Err(Refusal::GoStackReturn);
         }
-        let go = self.go_code(m, f, code, isa);
+        let go = self.go_code(f, code, isa);
         let skip = match go {
             None => 0,
             Some(g) if !g.preemptible => g.stack_check,
             Some(g) => (isa.go_one_instruction_site)(code, f.addr.0, g.stack_check).ok_or(Refusal::GoPreemptible)?,
         };
-        let extra = cold_targets(&m.elf, m.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: m.bias, facts: &self.facts };
+        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts };
         let mut plan = (isa.plan_in)(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
         if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
             return Err(Refusal::GoPreemptible);
         }
         plan.function = f.addr.0;
-        self.entries.check(&plan, m.bias)?;
+        self.entries.check(&plan, f.bias)?;
         Ok(plan)
     }
 
@@ -100,9 +100,9 @@ impl Planner {
     }
 
     /// If `f` (whose bytes are `code`) is Go code, what planning found.
-    pub fn go_code(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Option<GoCode> {
+    pub fn go_code(&self, f: &Function, code: &[u8], isa: Isa) -> Option<GoCode> {
         let go = self.go.as_ref()?;
-        if !go.is_go(m.bias.file(f.addr)) {
+        if !go.is_go(f.bias.file(f.addr)) {
             return None;
         }
         let stack_check = (isa.go_stack_check)(code, f.addr.0).unwrap_or(0);

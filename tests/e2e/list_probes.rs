@@ -48,3 +48,33 @@ fn summary_counts_probeable_functions() {
     let stdout = expect_success(&args, &tp(&args));
     assert!(stdout.lines().any(|l| l.starts_with("probeable: ")), "{stdout}");
 }
+
+/// A file tp finds no function in (stripped, and its unwind table removed):
+/// `--summary` still summarizes it, and the table says where names come from.
+#[cfg(target_arch = "x86_64")] // objcopy is the host's
+#[test]
+fn summary_covers_a_file_without_functions() {
+    let bare = std::env::temp_dir().join(format!("tp-bare-{}", std::process::id()));
+    let status = std::process::Command::new("objcopy")
+        .args(["--strip-all", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr"])
+        .arg(target_path("counter"))
+        .arg(&bare)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let args = ["list-probes", bare.to_str().unwrap(), "--summary"];
+    let stdout = expect_success(&args, &tp(&args));
+    let name = bare.file_name().unwrap().to_str().unwrap();
+    assert!(stdout.starts_with(&format!("{name}: 0 functions, 0 of at least 5 bytes\n")), "{stdout}");
+    assert!(stdout.contains("probeable: 0 of 0"), "{stdout}");
+    let _ = std::fs::remove_file(&bare);
+
+    // The stripped counter still has its unwind table: its functions are `sub_…`.
+    let path = target_path("counter-stripped-id");
+    let args = ["list-probes", path.to_str().unwrap()];
+    let stdout = expect_success(&args, &tp(&args));
+    let header = stdout.lines().next().unwrap();
+    assert!(header.contains(" SOURCE ") && header.ends_with("VERDICT"), "{header}");
+    let rows: Vec<&str> = stdout.lines().skip(1).collect();
+    assert!(rows.len() > 5 && rows.iter().all(|r| r.contains(" sub_") && r.contains(" eh_frame ")), "{stdout}");
+}

@@ -43,6 +43,10 @@ mod coverage;
 // Exception landing pads of a C++ target and of libstdc++.
 #[cfg(target_arch = "x86_64")]
 mod landing_pads;
+// Finding the code programs run: symbol versions, copies of generics, code
+// mapped twice (node), stripped binaries (busybox-static, ripgrep), output
+// that stays small.
+mod symbols;
 // enable/disable without stopping the target.
 mod toggle;
 // tp profile: sampled latency with exact call counts (x86-64 only, as events).

@@ -102,3 +102,31 @@ fn counts_every_redis_command_exactly() {
     assert_eq!(redis.cli(&["get", "tp:before"]), "kept", "data written before the attach survives");
     assert_eq!(redis.cli(&["ping"]), "PONG");
 }
+
+/// Debian's redis-server is a symlink to redis-check-rdb: the process
+/// answers to the name it was started by, and to its file's name, and tp
+/// shows the first.
+#[test]
+fn redis_server_answers_to_the_name_it_was_started_by() {
+    let redis = Redis::start();
+    let pid = redis.pid();
+    let real = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    assert_eq!(real.file_name().unwrap(), "redis-check-rdb", "Debian's redis-server is a symlink");
+    for name in ["redis-server:call", "redis-check-rdb:call"] {
+        let session = Session::start(&["-p", &pid, "--json", "-f", name]);
+        let before = redis.commands();
+        for i in 0..25 {
+            assert_eq!(redis.cli(&["set", &format!("tp:{i}"), "x"]), "OK");
+        }
+        let after = redis.commands();
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{stderr}");
+        let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap();
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let probe = &v["probes"][0];
+        assert_eq!(probe["module"], "redis-server", "{line}");
+        // INFO counts a command once it ran: the second INFO's answer counts
+        // the first INFO and the 25 SETs; tp counted the second INFO too.
+        assert_eq!(probe["hits"].as_u64().unwrap(), after - before + 1, "{name}: {line}");
+    }
+}

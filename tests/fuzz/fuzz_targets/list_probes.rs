@@ -1,5 +1,6 @@
 //! `tp list-probes` on arbitrary bytes: ELF parsing (goblin), symbol
-//! extraction, the bytes behind each symbol, split-off parts, planning a
+//! extraction with versions, the functions of `.eh_frame` (gimli) a
+//! stripped file lists, the bytes behind each symbol, split-off parts, planning a
 //! window for each function with the ISA its header names, and the verdict
 //! text. Any panic is a bug: list-probes must answer every file with a
 //! table or one error line.
@@ -15,7 +16,10 @@ use tp::symbols::{self, ElfFile};
 
 fuzz_target!(|data: &[u8]| {
     let path = Path::new("fuzz.elf");
-    let Ok(elf) = ElfFile::parse(data.to_vec(), path, path) else { return };
+    let Ok(mut elf) = ElfFile::parse(data.to_vec(), path, path) else { return };
+    if !elf.has_symtab {
+        elf.add_unwind_functions();
+    }
     let Some(isa) = Isa::for_machine(elf.machine) else { return };
     // What list-probes' verdicts() does, row by row.
     for f in elf.unique_functions().into_iter().filter(|f| f.size > 0) {
