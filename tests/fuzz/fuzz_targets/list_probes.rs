@@ -32,7 +32,8 @@ fuzz_target!(|data: &[u8]| {
                 (isa.plan)(code, at.0, &extra)
             }
         };
-        let _ = verdict_text(&verdict);
+        let _ = verdict_text(&verdict, None);
+        let _ = verdict_text(&verdict, Some("after Go's stack check"));
     }
     let _ = elf.bias_from(RuntimeAddr(0x5555_5555_4000), 0);
 });
