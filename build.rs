@@ -199,7 +199,7 @@ fn main() {
 }
 
 /// The functions of tp's in-target runtime, each extracted as a blob.
-const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind"];
+const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind", "tp_count"];
 
 /// Compiles src/probe/runtime/runtime.c for the target architecture into
 /// position-independent blobs in OUT_DIR (`tp_entry.bin`, ...), and refuses

@@ -7,10 +7,15 @@
  *   start T    T hot threads (1..16) call hot_a and hot_b in turn, forever,
  *              in batches of 1000 calls each -> "started T"
  *   counts     -> "counts a=A b=B" (exact calls so far, over all hot threads)
- *   burst N T  T threads each call measured N times; then waits until every
+ *   burst N T  T threads (1..96) each call measured N times; then waits until every
  *              hot thread has finished two more batches (so each made at
  *              least one whole batch after the command began)
  *              -> "burst calls=C checksum=ok|BAD"
+ *   forkburst N  the main thread calls measured once, forks, and the
+ *              parent's main thread and the child's (which has the parent
+ *              thread's TCB, at the same address) each call measured N
+ *              times at once; the child exits 0 if every result held
+ *              -> "forkburst calls=C child=ok|BAD checksum=ok|BAD"
  *   check      -> "check errors=E" (results that differed from the reference)
  *   quit       -> exit status 0, or 1 if any result differed
  * tiny() is too short to probe, for tests of refusals.
@@ -19,6 +24,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #define BATCH 1000
@@ -128,6 +134,43 @@ static void *burst_main(void *arg)
 	return NULL;
 }
 
+/* `forkburst N`: see the header. Both processes start calling together
+ * (a pipe), so they count in one probe at the same moments. */
+static void forkburst(uint64_t n)
+{
+	int ok = measured(7) == measured_ref(7);
+	int go[2];
+	if (pipe(go) != 0) {
+		printf("error pipe\n");
+		return;
+	}
+	fflush(stdout);
+	pid_t child = fork();
+	if (child < 0) {
+		printf("error fork\n");
+		return;
+	}
+	struct burst b = {.n = n, .seed = child == 0 ? 1ull << 40 : 2ull << 40};
+	if (child == 0) {
+		char c;
+		close(go[1]);
+		if (read(go[0], &c, 1) != 1)
+			_exit(2);
+		burst_main(&b);
+		_exit(b.ok ? 0 : 1);
+	}
+	close(go[0]);
+	if (write(go[1], "g", 1) != 1)
+		printf("error pipe write\n");
+	close(go[1]);
+	burst_main(&b);
+	int status = 0;
+	waitpid(child, &status, 0);
+	int child_ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	printf("forkburst calls=%llu child=%s checksum=%s\n", 2 * (unsigned long long)n + 1, child_ok ? "ok" : "BAD",
+	       ok && b.ok ? "ok" : "BAD");
+}
+
 /* Waits (at most 60 s) until every hot thread finished two more batches. */
 static int hot_progressed(const uint64_t *before)
 {
@@ -170,9 +213,9 @@ int main(void)
 			uint64_t before[MAX_HOT];
 			for (int i = 0; i < nhot; i++)
 				before[i] = atomic_load(&hot[i].batches);
-			if (t < 1 || t > 16)
+			if (t < 1 || t > 96)
 				t = 1;
-			struct burst bs[16];
+			static struct burst bs[96];
 			for (int i = 0; i < t; i++) {
 				bs[i] = (struct burst){.n = n, .seed = (uint64_t)i << 32};
 				pthread_create(&bs[i].thread, NULL, burst_main, &bs[i]);
@@ -185,6 +228,8 @@ int main(void)
 			if (!hot_progressed(before))
 				printf("error hot threads made no progress\n");
 			printf("burst calls=%llu checksum=%s\n", n * (unsigned long long)t, ok ? "ok" : "BAD");
+		} else if (sscanf(line, "forkburst %llu", &n) == 1) {
+			forkburst(n);
 		} else if (strcmp(line, "check") == 0) {
 			printf("check errors=%llu\n", (unsigned long long)atomic_load(&errors));
 		} else if (strcmp(line, "quit") == 0) {

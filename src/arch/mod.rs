@@ -265,6 +265,22 @@ impl SitePlan {
     }
 }
 
+/// How a detour finds a thread's entries in its process's caches (the
+/// private area's first page; `probe::layout`, the layout's one source,
+/// checks that it keeps the same constants): the entry of the thread whose
+/// word at the thread pointer is `w` lies at index
+/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, and holds
+/// `w ^ ((value << 56) | LOW)`, so that `(entry ^ w) + 1` is `(value + 1) << 56`
+/// for that thread and has some of its low 56 bits set for any other word.
+pub mod cache {
+    /// log2 of the entries of a cache.
+    pub const BITS: u32 = 7;
+    /// The multiplier of the index's hash.
+    pub const HASH: u32 = 0x9e37_79b1;
+    /// The bits of an entry below its value.
+    pub const LOW: u64 = (1 << 56) - 1;
+}
+
 /// Where a detour finds the in-target runtime (in its arena's runtime block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeAddrs {
@@ -274,6 +290,9 @@ pub struct RuntimeAddrs {
     pub trampoline: u64,
     /// `tp_unwind`.
     pub unwind: u64,
+    /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
+    /// every register and flag).
+    pub count: u64,
     /// The runtime's context (`struct tp_ctx`) in the data region.
     pub ctx: u64,
 }
@@ -307,6 +326,8 @@ pub struct RuntimeBlobs {
     pub exit: &'static [u8],
     /// `tp_unwind`.
     pub unwind: &'static [u8],
+    /// `tp_count`.
+    pub count: &'static [u8],
 }
 
 /// A runtime block assembled for one address.
@@ -335,9 +356,12 @@ pub struct DetourSpec {
     pub flag_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
+    /// Address in the target of the process's row cache (where a thread
+    /// finds its own counter row by the word at its thread pointer).
+    pub row_cache: u64,
     /// Bytes from a counter row to the matching countdown row (sampling probes).
     pub countdowns_from_counters: u64,
-    /// log2 of the number of counter rows (threads hash into rows).
+    /// log2 of the number of counter rows.
     pub slot_bits: u32,
     /// log2 of the byte stride between counter rows.
     pub stride_shift: u32,
@@ -736,6 +760,11 @@ pub trait Arch {
     /// Assembles an arena's runtime block at `at`: the runtime's functions
     /// and the return trampoline, which reach the context at `ctx`.
     fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock;
+
+    /// True if a counting detour may call the runtime block (which must
+    /// then be in its arena): x86-64's detours count in a row of the
+    /// thread's own, which the runtime gives a thread on its first call.
+    const COUNTING_CALLS_RUNTIME: bool = false;
 
     /// Where the TCB keeps each thread's TID, as an offset from the thread
     /// pointer the runtime uses, found by reading the TCBs of stopped

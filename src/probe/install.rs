@@ -193,9 +193,7 @@ fn patch_all(
 ) -> Result<usize> {
     check_code(mem, requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
-    if requests.iter().any(|r| r.kind != kind::COUNT) {
-        learn_threads(stopped, mem, region)?;
-    }
+    learn_threads(stopped, mem, region, requests.iter().any(|r| r.kind != kind::COUNT))?;
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
     let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
 
@@ -215,12 +213,13 @@ fn patch_all(
 
 /// Tells the runtime how to tell the process's threads apart (their
 /// thread register, read as the CPU and kernel allow, or as every stopped
-/// thread's TCB shows it: [`crate::arch::ThreadKey`]) and where each
-/// thread's TCB keeps its TID, if the stopped threads show it, so events
-/// carry the TID without a syscall. Both are learnt once per region.
-fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()> {
+/// thread's TCB shows it: [`crate::arch::ThreadKey`]; counting threads
+/// take their counter rows by it) and, for `events`, where each thread's
+/// TCB keeps its TID, if the stopped threads show it, so events carry the
+/// TID without a syscall. Both are learnt once per region.
+fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region, events: bool) -> Result<()> {
     let mut h = region.header();
-    if h.ctx.tid_offset != 0 && h.ctx.key_how != layout::key_how::UNKNOWN {
+    if h.ctx.key_how != layout::key_how::UNKNOWN && (h.ctx.tid_offset != 0 || !events) {
         return Ok(());
     }
     let threads: Vec<(i32, <Host as Arch>::Regs)> =
@@ -233,16 +232,19 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
             ThreadKey::Tcb => layout::key_how::TCB,
             ThreadKey::TcbOrRegister => layout::key_how::TCB_REGISTER,
             ThreadKey::Syscall => {
-                crate::say!(
-                    "tp: the threads of process {} do not keep their thread pointer where glibc does, and the \
+                if events {
+                    crate::say!(
+                        "tp: the threads of process {} do not keep their thread pointer where glibc does, and the \
                      kernel does not let programs read it (FSGSBASE, Linux 5.9): each event costs a system call",
-                    stopped.pid()
-                );
+                        stopped.pid()
+                    );
+                }
                 layout::key_how::SYSCALL
             }
         };
     }
-    if h.ctx.tid_offset == 0
+    if events
+        && h.ctx.tid_offset == 0
         && let Some(off) = Host::tid_offset(&threads, &read)
     {
         h.ctx.tid_offset = off;
@@ -310,6 +312,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         runtime,
         flag_addr: region.flag_addr(index).0,
         counters: region.addr_of(RegionOffset(h.counters_off)).0,
+        row_cache: h.ctx.private + std::mem::offset_of!(layout::Proc, row_cache) as u64,
         countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
@@ -407,7 +410,7 @@ fn reuse(
         if e.kind != req.kind {
             continue;
         }
-        let runtime = if req.kind == kind::COUNT {
+        let runtime = if !needs_runtime(req) {
             None
         } else {
             match h.arenas[..h.arena_count as usize].iter().find(|a| a.addr <= e.detour && e.detour < a.addr + a.size) {
@@ -425,6 +428,18 @@ fn reuse(
     }
     Ok(None)
 }
+
+/// True if the detour of `req` calls the arena's runtime block.
+fn needs_runtime(req: &Request) -> bool {
+    req.kind != kind::COUNT || Host::COUNTING_CALLS_RUNTIME
+}
+
+// The detours find entries of the private area's caches as the layout puts them.
+const _: () = assert!(
+    layout::CACHE_BITS == crate::arch::cache::BITS
+        && layout::CACHE_HASH == crate::arch::cache::HASH
+        && layout::CACHE_LOW == crate::arch::cache::LOW
+);
 
 /// Where the runtime block at `at` keeps its parts.
 fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
@@ -447,7 +462,7 @@ fn place_detour(
     remaining: usize,
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
-    let needs_runtime = req.kind != kind::COUNT;
+    let needs_runtime = needs_runtime(req);
     let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
     let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, arena::reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the

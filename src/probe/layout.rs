@@ -14,8 +14,10 @@
 //! budgets_off      i32[cap]   per-probe samples left this epoch (tp profile)
 //! periods_off      u32[cap]   per-probe mean calls between samples (tp profile)
 //! counters_off     rows       2^slot_bits rows of 2^stride_shift bytes; row r
-//!                             holds one u64 hit counter per probe for the
-//!                             threads that hash to r
+//!                             holds one u64 hit counter per probe; row 0 is
+//!                             shared (atomic adds), each other row is one
+//!                             thread's (x86-64: [`EventCtx::row_owner`]) or
+//!                             the threads' that hash to it (AArch64)
 //! countdowns_off   rows       as many rows again: per row and probe, calls
 //!                             left before the next sample (tp profile)
 //! events_off       slots      one slot per thread that recorded an event:
@@ -24,10 +26,11 @@
 //!
 //! Beside it, each process holds a *private area* (anonymous, MAP_PRIVATE,
 //! so `fork` copies it): its first page ([`Proc`], MADV_WIPEONFORK, so a
-//! child starts with zeros) says which process the area belongs to, the
+//! child starts with zeros) says which process the area belongs to and
+//! caches, per thread, its counter row and its state for the detours; the
 //! second holds [`PRIVATE_MAGIC`], and one [`ThreadState`] per thread holds
-//! the thread's shadow stack of return frames and the address of its ring
-//! slot. See [`PrivateGeometry`].
+//! the thread's shadow stack of return frames, the address of its ring
+//! slot and its counter row. See [`PrivateGeometry`].
 //!
 //! Entries change only while the target is ptrace-stopped by the tp that
 //! changes them, and ptrace admits one tracer, so writers never race.
@@ -165,13 +168,22 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
 pub const MAX_ARENAS: usize = 64;
-/// log2 of the counter rows: threads hash their thread pointer into 64 rows.
+/// log2 of the counter rows (64): on x86-64 a thread takes a row of its
+/// own ([`EventCtx::row_owner`]); on AArch64 threads hash their thread
+/// pointer into them.
 pub const SLOT_BITS: u32 = 6;
+/// log2 of the entries of each cache in the [`Proc`] page.
+pub const CACHE_BITS: u32 = 7;
+/// The multiplier of the caches' hash of the word at the thread pointer:
+/// entry `(word as u32).wrapping_mul(CACHE_HASH) >> (32 - CACHE_BITS)`.
+pub const CACHE_HASH: u32 = 0x9e37_79b1;
+/// The bits of a cache entry below its value: see [`cache_entry`].
+pub const CACHE_LOW: u64 = (1 << 56) - 1;
 /// The smallest probe capacity a region is created with.
 pub const MIN_CAPACITY: u32 = 4096;
 /// The largest: tp probes at most this many functions in one process, and
@@ -234,7 +246,7 @@ pub struct Arena {
 
 shared_struct! {
     /// What the in-target runtime reads (`struct tp_ctx` in runtime.c).
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct EventCtx as "tp_ctx" {
         /// Address in the target of thread slot 0.
         pub slots: u64,
@@ -273,6 +285,18 @@ shared_struct! {
         /// Calls whose return address a return probe could not find: never
         /// expected; the process that had one was ended (SIGABRT).
         pub returns_lost: u64,
+        /// Address in the target of counter row 0.
+        pub counters: u64,
+        /// log2 of the byte stride between counter rows.
+        pub stride_shift: u32,
+        /// Padding.
+        pub pad2: u32,
+        /// Who counts in each counter row (x86-64): 0 if nobody yet, else
+        /// the PID (high 32 bits) and TID of the thread that took it, which
+        /// alone adds to it, without a lock. Row 0 is never taken: threads
+        /// without a row of their own add to it atomically. A row whose
+        /// process is gone is taken again.
+        pub row_owner: [u64; 1 << SLOT_BITS],
     }
 }
 
@@ -307,15 +331,44 @@ shared_struct! {
 
 shared_struct! {
     /// The first page of the private area (`struct tp_proc`): the process
-    /// it belongs to. MADV_WIPEONFORK: a process forked since reads zeros,
-    /// learns its PID and takes its threads' states afresh.
-    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    /// it belongs to, and what the detours look up by the word at the
+    /// thread pointer without calling the runtime. MADV_WIPEONFORK: a
+    /// process forked since reads zeros, learns its PID, takes its threads'
+    /// states afresh and fills its caches again.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct Proc as "tp_proc" {
         /// The process's PID, once a thread of it ran the runtime; 0 before.
         pub pid: u32,
         /// Padding.
         pub pad: u32,
+        /// By the thread's word (see [`CACHE_HASH`]): its counter row r,
+        /// as [`cache_entry`]`(word, r - 1)`; written by the runtime.
+        pub row_cache: [u64; 1 << CACHE_BITS],
+        /// By the thread's word: the index i of its state, as
+        /// [`cache_entry`]`(word, i)`; written by the runtime.
+        pub thread_cache: [u64; 1 << CACHE_BITS],
     }
+}
+
+impl Default for Proc {
+    fn default() -> Proc {
+        Proc { pid: 0, pad: 0, row_cache: [0; 1 << CACHE_BITS], thread_cache: [0; 1 << CACHE_BITS] }
+    }
+}
+
+/// The entry of a [`Proc`] cache that maps the thread whose word at the
+/// thread pointer is `word` (below 2^56) to `value` (below 256). A detour
+/// computes `(entry ^ word) + 1`: `(value + 1) << 56` for this thread, a
+/// number with low bits set for any other word, for an empty entry too
+/// (the word 0 included).
+pub const fn cache_entry(word: u64, value: u64) -> u64 {
+    word ^ ((value << 56) | CACHE_LOW)
+}
+
+/// The index in the [`Proc`] caches of the thread whose word at the thread
+/// pointer is `word`.
+pub const fn cache_index(word: u64) -> u64 {
+    ((word as u32).wrapping_mul(CACHE_HASH) >> (32 - CACHE_BITS)) as u64
 }
 
 shared_struct! {
@@ -338,8 +391,9 @@ shared_struct! {
         pub tid: u32,
         /// Shadow frames in use.
         pub depth: u32,
-        /// Padding.
-        pub pad: u32,
+        /// The thread's counter row in this process (1 to 63; x86-64), 0
+        /// before it takes one or when none was free (row 0, shared).
+        pub row: u32,
         /// Where events read the thread's TID: in its TCB, when its key is
         /// a TCB's address (the word there is the key itself, as glibc and
         /// musl keep it) and tp found the TID's offset; else `tid` above.
@@ -436,6 +490,10 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_KEY_TCB", key_how::TCB as u64),
     ("TP_KEY_SYSCALL", key_how::SYSCALL as u64),
     ("TP_KEY_TCB_REGISTER", key_how::TCB_REGISTER as u64),
+    ("TP_SLOT_BITS", SLOT_BITS as u64),
+    ("TP_CACHE_BITS", CACHE_BITS as u64),
+    ("TP_CACHE_HASH", CACHE_HASH as u64),
+    ("TP_CACHE_LOW", CACHE_LOW),
 ];
 
 /// The structs runtime.c shares, in the order C needs them declared.
@@ -450,7 +508,9 @@ pub fn c_structs() -> Vec<CStruct> {
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 120);
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 136 + 8 * (1 << SLOT_BITS));
+const _: () = assert!(std::mem::size_of::<Proc>() == 8 + 16 * (1 << CACHE_BITS));
+const _: () = assert!(1 << SLOT_BITS <= 256 && 1 << EVENT_SLOT_BITS <= 256, "cache values fit 8 bits");
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
 const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
@@ -805,6 +865,10 @@ impl Header {
                 key_how: key_how::UNKNOWN,
                 pad: 0,
                 returns_lost: 0,
+                counters: target_addr + g.counters_off,
+                stride_shift: g.stride_shift,
+                pad2: 0,
+                row_owner: [0; 1 << SLOT_BITS],
             },
             arenas: [Arena::default(); MAX_ARENAS],
         }

@@ -10,5 +10,6 @@ pub fn blobs() -> RuntimeBlobs {
         entry: include_bytes!(concat!(env!("OUT_DIR"), "/tp_entry.bin")),
         exit: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit.bin")),
         unwind: include_bytes!(concat!(env!("OUT_DIR"), "/tp_unwind.bin")),
+        count: include_bytes!(concat!(env!("OUT_DIR"), "/tp_count.bin")),
     }
 }

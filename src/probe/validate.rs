@@ -83,7 +83,8 @@ pub fn header(h: &Header, len: u64) -> Result<(), String> {
         return corrupt(format!("address {at:#x}"));
     }
     let addresses = (h.ctx.slots, h.ctx.flags, h.ctx.budgets, h.ctx.periods)
-        == (at + g.events_off, at + g.flags_off, at + g.budgets_off, at + g.periods_off);
+        == (at + g.events_off, at + g.flags_off, at + g.budgets_off, at + g.periods_off)
+        && (h.ctx.counters, h.ctx.stride_shift) == (at + g.counters_off, g.stride_shift);
     if !addresses {
         return corrupt("the runtime's addresses are not the region's".into());
     }
@@ -194,6 +195,7 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     h.ctx.lost_no_slot = live.ctx.lost_no_slot;
     h.ctx.claimed = live.ctx.claimed;
     h.ctx.returns_lost = live.ctx.returns_lost;
+    h.ctx.row_owner = live.ctx.row_owner;
     if live.ctx.key_how <= layout::key_how::TCB_REGISTER {
         h.ctx.key_how = live.ctx.key_how;
     }

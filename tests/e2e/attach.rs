@@ -46,6 +46,21 @@ fn counts_four_threads_on_one_probe_without_losing_any() {
     count_exactly("counter", &["foo", "bar"], 250_000, 4);
 }
 
+/// More threads than there are counter rows: the first take rows of their
+/// own, the others count in the shared row, atomically.
+#[test]
+fn counts_more_threads_than_counter_rows_exactly() {
+    let mut t = Target::start("hammer");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "measured", "--json"]);
+    let line = t.ask("burst 20000 90", "burst");
+    assert!(line.contains("checksum=ok"), "{line}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["measured"], field(&line, "calls"));
+    assert!(t.quit().success());
+}
+
 #[test]
 #[cfg(target_arch = "x86_64")]
 fn patch_is_a_jump_and_endbr64_stays() {

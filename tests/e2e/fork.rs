@@ -83,3 +83,25 @@ fn a_session_ending_restores_a_forked_child_too() {
     assert_eq!(end_child(&mut t, guard), 0, "the child's own checksum");
     assert!(t.quit().success());
 }
+
+/// A parent and the child it forked count in one probe at the same
+/// moments: every thread counts in a counter row of its own without a
+/// lock, and the child's main thread, whose TCB sits where its parent
+/// thread's does, takes a row of its own too (the cache the detours read
+/// is wiped by the fork). Not one call is lost.
+#[test]
+fn a_parent_and_its_child_calling_at_once_count_exactly() {
+    let mut t = Target::start("hammer");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "measured", "--json"]);
+    let mut calls = 0;
+    for _ in 0..3 {
+        let line = t.ask("forkburst 1000000", "forkburst");
+        assert!(line.contains("child=ok checksum=ok"), "{line}");
+        calls += field(&line, "calls");
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["measured"], calls, "{stderr}");
+    assert!(t.quit().success());
+}

@@ -46,3 +46,22 @@ fn foreign_thread_records_every_event(env: &[(&str, &str)]) {
     assert_eq!(v["probes"][0]["calls_timed"], 1000);
     assert!(t.quit().success());
 }
+
+/// Counting alone: a thread whose word at fs:0 is 0 finds no row of its
+/// own in the detour's cache; the runtime counts each of its calls, in
+/// the shared row, atomically, while a glibc thread counts in its own.
+#[test]
+fn a_thread_without_glibcs_tcb_counts_every_call() {
+    let mut t = Target::start("forker");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", pid.as_str(), "-f", "work", "--json"]);
+    t.ask("spin", "spinning");
+    let line = t.ask("foreign 100000", "foreign");
+    assert!(line.ends_with("checksum=ok"), "{line}");
+    let stopped = t.ask("stop", "stopped");
+    assert!(stopped.ends_with("checksum=ok"), "{stopped}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["work"], field(&line, "calls") + field(&stopped, "spins"));
+    assert!(t.quit().success());
+}

@@ -139,11 +139,22 @@ fn run_harness_below_sp(
     skip: &str,
     below_sp: u64,
 ) -> (bool, String) {
+    let extra: Vec<String> = if skip.is_empty() { vec![] } else { vec!["-c".into(), skip.into()] };
+    run_harness_with(orig, orig_bytes, at, reloc, below_sp, &extra)
+}
+
+/// Runs the harness with the options `extra` besides the usual ones.
+fn run_harness_with(
+    orig: u64,
+    orig_bytes: &[u8],
+    at: u64,
+    reloc: &[u8],
+    below_sp: u64,
+    extra: &[String],
+) -> (bool, String) {
     let mut cmd = Command::new(harness());
     cmd.args(["-n", TRIALS, "-d", &format!("{:#x}", orig - DATA_BELOW), "-z", &below_sp.to_string()]);
-    if !skip.is_empty() {
-        cmd.args(["-c", skip]);
-    }
+    cmd.args(extra);
     cmd.args([format!("{orig:#x}"), hex(orig_bytes), format!("{at:#x}"), hex(reloc)]);
     let out = cmd.output().unwrap_or_else(|e| panic!("run {}: {e}", harness().display()));
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -222,37 +233,116 @@ fn harness_detects_wrong_relocations() {
     assert!(!ok, "a jump back to the wrong address went unnoticed: {text}");
 }
 
+/// The status flags (OF SF ZF AF PF CF) that `window`'s instructions leave
+/// defined: the last instruction that touches each sets it to a defined
+/// value, or none touches it. A counting detour may leave something else in
+/// the others, which a program cannot rely on after the window.
+fn defined_flags(window: &[u8], site: u64) -> u64 {
+    use iced_x86::{Decoder, DecoderOptions, RflagsBits};
+    // RflagsBits and EFLAGS put the six flags at different bits.
+    let flags = [
+        (RflagsBits::CF, 1 << 0),
+        (RflagsBits::PF, 1 << 2),
+        (RflagsBits::AF, 1 << 4),
+        (RflagsBits::ZF, 1 << 6),
+        (RflagsBits::SF, 1 << 7),
+        (RflagsBits::OF, 1 << 11),
+    ];
+    let mut undefined = 0u32;
+    for ins in Decoder::with_ip(64, window, site, DecoderOptions::NONE) {
+        undefined = (undefined & !ins.rflags_modified()) | ins.rflags_undefined();
+    }
+    flags.iter().filter(|(r, _)| undefined & r == 0).map(|(_, e)| e).sum()
+}
+
 /// The whole detour (counting prefix, then the relocated window) leaves
 /// every register and flag as the original does, whether the probe counts
-/// or is disabled. Its counters live in the copy's trap region; the two
-/// words it saves below the stack pointer are left out of the comparison.
+/// in the thread's row (its entry in the row cache is there), has the
+/// runtime count it (no entry: the runtime's stub is a `ret` here, which
+/// counts nothing) or is disabled. Its counters live in the copy's trap
+/// region; the words it pushes below the stack pointer are left out of the
+/// comparison, and so are the flags the window leaves undefined.
 #[test]
 fn the_whole_detour_preserves_every_register_and_flag() {
     let mut runs = 0;
+    let mut fast = 0;
     for c in CASES.iter().filter(|c| c.skip.is_empty()) {
         for orig in ORIGINS {
             let plan = plan_at(c, orig);
             let at = orig.wrapping_add_signed(DISTANCES[0]);
+            let data = orig - DATA_BELOW;
+            let cache = data + 0x3_0000;
+            let stub = at + 0x800;
+            let flags = defined_flags(&plan.window, plan.site);
             // A byte of int3 (enabled), then a zero byte of the data region (disabled).
-            for flag_addr in [orig + 0x2000, orig - DATA_BELOW + 7] {
+            for flag_addr in [orig + 0x2000, data + 7] {
                 let spec = DetourSpec {
                     probe_index: 5,
                     records: Records::COUNT,
                     entry_word: 5,
-                    runtime: None,
+                    runtime: Some(tp::arch::RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, count: stub, ctx: 0 }),
                     flag_addr,
                     countdowns_from_counters: 0,
                     counters: at + 0x2_0000,
+                    row_cache: cache,
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
-                let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);
-                assert!(ok, "detour of `{}` at {orig:#x} (flag {flag_addr:#x}):\n{text}", c.asm);
-                runs += 1;
+                let mut code = d.bytes.clone();
+                code.resize((stub - at) as usize, 0xcc);
+                code.push(0xc3);
+                for with_entry in [true, false] {
+                    let mut cmd = vec!["-f".to_string(), format!("{flags:#x}")];
+                    if with_entry {
+                        cmd.extend(["-k".to_string(), format!("{cache:#x}")]);
+                    }
+                    let (ok, text) = run_harness_with(orig, &plan.window, at, &code, 32, &cmd);
+                    assert!(
+                        ok,
+                        "detour of `{}` at {orig:#x} (flag {flag_addr:#x}, cache entry {with_entry}): `{}`\n{text}",
+                        c.asm,
+                        disassemble(&d.bytes, at).join("; ")
+                    );
+                    runs += 1;
+                    fast += usize::from(with_entry && flag_addr != data + 7);
+                }
             }
         }
     }
-    assert!(runs >= 100, "{runs}");
+    assert!(runs >= 200 && fast >= 50, "{runs} {fast}");
+}
+
+/// The counting detour of a window counts once per call in the thread's
+/// row when the row cache holds its entry, and not at all when disabled:
+/// the counter, in the data region, is compared after the detour and the
+/// original ran from the same states.
+#[test]
+fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
+    let c = &CASES[0];
+    let orig = ORIGINS[0];
+    let plan = plan_at(c, orig);
+    let at = orig.wrapping_add_signed(DISTANCES[0]);
+    let data = orig - DATA_BELOW;
+    let counters = data + 0x3_8000;
+    let spec = DetourSpec {
+        probe_index: 5,
+        records: Records::COUNT,
+        entry_word: 5,
+        runtime: Some(tp::arch::RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, count: at + 0x800, ctx: 0 }),
+        flag_addr: orig + 0x2000,
+        countdowns_from_counters: 0,
+        counters,
+        row_cache: data + 0x3_0000,
+        slot_bits: 6,
+        stride_shift: 8,
+        abi: tp::arch::Abi::C,
+    };
+    let d = detour::build(&plan, at, &spec).unwrap();
+    let cmd = ["-k".to_string(), format!("{:#x}", data + 0x3_0000)];
+    let (ok, text) = run_harness_with(orig, &plan.window, at, &d.bytes, 32, &cmd);
+    // The original does not count: the data differs exactly at row 1's counter of probe 5.
+    assert!(!ok, "{text}");
+    assert!(text.contains(&format!("data@{:#x}", counters + 256 + 5 * 8)), "{text}");
 }

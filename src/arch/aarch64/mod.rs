@@ -95,7 +95,10 @@ impl Arch for AArch64 {
     }
 
     fn build_runtime(at: u64, ctx: u64, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        RuntimeBlock { bytes: Vec::new(), addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, ctx } }
+        RuntimeBlock {
+            bytes: Vec::new(),
+            addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, count: at, ctx },
+        }
     }
 
     fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {

@@ -1,27 +1,44 @@
 //! x86-64 detours.
 //!
-//! Every detour starts with the counting prefix:
+//! Every detour starts by counting the call, in a counter row of the
+//! thread's own (`probe::layout`: only that thread writes the row, so the
+//! add needs no `lock`):
 //!
 //! ```text
-//! detour:  push rax                       ; save the scratch registers and
-//!          push r11                       ;  the status flags (below the
-//!          lahf                           ;  return address: at a function's
-//!          seto al                        ;  entry that stack is the callee's)
-//!          mov  r11, [rip + lit_flag]     ; this probe's enable flag
-//!          cmp  byte [r11], 0
+//! detour:  push rax                       ; unless dead or unused (below)
+//!          push r11                       ; unless a dead register is free
+//!          lahf                           ; the status flags, unless dead:
+//!          seto al                        ;  SF ZF AF PF CF in ah, OF in al
+//!          mov  S, [rip + lit_flag]       ; this probe's enable flag
+//!          cmp  byte [S], 0
 //!          je   restore                   ; disabled: just run the displaced code
-//!          mov  r11, fs:[0]               ; thread pointer
-//!          shr  r11, 12                   ; Fibonacci hash of its page number ...
-//!          imul r11, [rip + lit_hash]
-//!          shr  r11, 64 - SLOT_BITS       ; ... into a counter row
-//!          shl  r11, STRIDE_SHIFT
-//!          add  r11, [rip + lit_counters]
-//!          lock inc qword [r11 + 8*probe] ; this row's counter for this probe
-//!          ...                            ; event probes: call the runtime
+//!          mov  S, fs:[0]                 ; the word at the thread pointer
+//!          imul S32, S32, 0x9e3779b1      ; its entry in the row cache
+//!          shr  S32, 22
+//!          and  S32, 0x3f8
+//!          add  S, [rip + lit_cache]
+//!          mov  S, [S]                    ; word ^ (row - 1 << 56 | 2^56 - 1)
+//!          xor  S, fs:[0]
+//!          inc  S                         ; row << 56 if the entry is this thread's
+//!          test [rip + lit_low56], S
+//!          jne  slow                      ; else the runtime counts it
+//!          shr  S, 56 - STRIDE_SHIFT
+//!          add  S, [rip + lit_counters]   ; the thread's row
+//!          inc  qword [S + 8*probe]       ; one instruction: a signal handler
+//! counted: ...                            ;  counting on this thread cannot split it
 //! restore: add  al, 0x7f                  ; OF back from al
 //!          sahf                           ; SF ZF AF PF CF back from ah
 //!          pop  r11
 //!          pop  rax
+//! relocated:
+//!          <displaced instructions, relocated>
+//!          jmp  site + window             ; unless they end in ret/jmp
+//! slow:    push probe
+//!          call tp_count                  ; the runtime's stub: keeps everything,
+//!          pop  S                         ;  leaves the row's address
+//!          jmp  counted
+//! literals:
+//!          flag address, counter rows, row cache, 2^56 - 1[, context, trampoline]
 //! ```
 //!
 //! Every register and status flag is preserved. The SysV ABI would let a
@@ -30,22 +47,26 @@
 //! registers that a local callee is known not to touch: glibc's `_dl_fini`
 //! keeps a pointer in r11 across its call to `dfs_traversal`, whose prologue
 //! a detour clobbering r11 broke. `lahf`/`seto` and `add`/`sahf` restore the
-//! flags in a few cycles (`popfq` costs tens). Threads hash into rows, so
-//! two threads rarely write one cache line; `lock` keeps the count exact
-//! when they do.
+//! flags in a few cycles (`popfq` costs tens).
 //!
-//! A probe that records arguments or returns calls the runtime's `tp_entry`
-//! after counting, saving the registers a C function may clobber and the
-//! function may still need (the six argument registers, rax for variadic
-//! calls, r10 for a static chain; r11 and the flags are already saved); the
-//! runtime uses no vector registers. An unwinder probe calls `tp_unwind` the
-//! same way. Then:
+//! A counting detour saves only what is live: the scratch register S is
+//! one the window overwrites before reading it (`live`: `imul eax, edi, C`
+//! makes rax dead), else r11, pushed; the flags are saved only if the window
+//! does not overwrite them all before reading one, and then in rax, pushed
+//! unless dead. A thread the row cache does not know (its first call in
+//! this process, a thread whose entry another took, a word at fs:0 that
+//! does not tell it apart, as Go's 0) is counted by the runtime's
+//! `tp_count`, which gives the thread a row of its own and fills its entry.
+//! Go code counts in the shared row 0 with `lock inc`: Go's threads keep 0
+//! at fs:0.
 //!
-//! ```text
-//! relocated: <displaced instructions, relocated>
-//!            jmp  site + window            ; unless they end in ret/jmp
-//! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline]
-//! ```
+//! A probe that records arguments or returns keeps the full frame (rax,
+//! r11, the flags; S = r11) and calls the runtime's `tp_entry` after
+//! counting, saving the registers a C function may clobber and the function
+//! may still need (the six argument registers, rax for variadic calls, r10
+//! for a static chain; r11 and the flags are already saved); the runtime
+//! uses no vector registers. An unwinder probe calls `tp_unwind` the same
+//! way.
 //!
 //! A sampling probe (tp profile) also counts down, in the same row, the
 //! calls left before its next sample, and calls the runtime when none are
@@ -56,25 +77,23 @@
 //! taken:
 //!
 //! ```text
-//!          sub  qword [r11 + COUNTDOWNS + 8*probe], 1
+//! counted: sub  qword [r11 + COUNTDOWNS + 8*probe], 1
 //!          jb   sample                    ; the countdown was 0: sample
 //! restore: ...
 //! relocated: ...
+//! slow:    ...
 //! sample:  <save, call tp_entry (r9 = the countdown's address), restore>
 //!          jmp  restore
 //! ```
 
+use super::live;
 use super::relocate;
 use super::writer::Writer;
-use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
+use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan, cache};
 
-/// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
-const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
-
-/// Bytes the prefix pushes before anything else (rax and r11).
+/// Bytes the prefix of a probe that calls the runtime pushes before
+/// anything else (rax and r11).
 const SAVED: i8 = 16;
-/// Bytes of the code that restores them and the flags.
-const RESTORE_LEN: u64 = 6;
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -86,104 +105,200 @@ const RDI: u8 = 7;
 const R8: u8 = 8;
 const R9: u8 = 9;
 const R10: u8 = 10;
+const R11: u8 = 11;
 
-/// What the prefix refers to.
+/// What the prefix saves, and the register the count uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Saves {
+    /// rax is pushed first.
+    rax: bool,
+    /// r11 is pushed (the scratch register when no dead one is free).
+    r11: bool,
+    /// The status flags go to rax (`lahf`/`seto`) and come back from it.
+    flags: bool,
+    /// The scratch register S.
+    scratch: u8,
+}
+
+impl Saves {
+    /// The frame of a probe that calls the runtime: rax, r11 and the flags.
+    const FULL: Saves = Saves { rax: true, r11: true, flags: true, scratch: R11 };
+}
+
+/// Scratch registers a counting detour may take when the window leaves
+/// them dead, r11 first (none needs a SIB byte as a base).
+const SCRATCH: [u8; 9] = [R11, R10, R9, R8, RCX, RDX, RSI, RDI, RAX];
+
+/// What the prefix of a detour for `plan` must save.
+fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
+    if spec.records.calls_runtime() || spec.records.sample {
+        return Saves::FULL;
+    }
+    let dead = live::dead_at(&plan.window, plan.site);
+    let flags = !dead.flags;
+    let rax = flags && !dead.reg(RAX);
+    match SCRATCH.into_iter().find(|&r| dead.reg(r) && !(flags && r == RAX)) {
+        Some(scratch) => Saves { rax, r11: false, flags, scratch },
+        None => Saves { rax, r11: true, flags, scratch: R11 },
+    }
+}
+
+/// Where the parts of a detour are.
 #[derive(Clone, Copy)]
-struct Literals {
-    relocated: u64,
+struct Labels {
     flag: u64,
     counters: u64,
-    hash: u64,
+    row_cache: u64,
+    low: u64,
     ctx: u64,
     tramp: u64,
+    /// After the count (a slow count comes back here).
+    counted: u64,
+    /// The restore of what the prefix saved.
+    restore: u64,
+    /// The out-of-line call of tp_count.
+    slow: u64,
     /// The out-of-line call of a sampling probe.
     sample: u64,
 }
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
-    let needs_runtime = spec.records.calls_runtime();
-    if needs_runtime && spec.runtime.is_none() {
-        return Err(Refusal::Unsupported("an event probe needs the runtime block"));
-    }
-    // The prefix and the sample block have a fixed length for a given kind: measure them first.
-    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
+    let Some(rt) = spec.runtime else {
+        return Err(Refusal::Unsupported("a probe needs the runtime block"));
+    };
+    let saves = saves_for(plan, spec);
+    // Every part has a fixed length for a given probe: measure with dummy
+    // addresses first, then assemble for good.
+    let dummy = Labels {
+        flag: at,
+        counters: at,
+        row_cache: at,
+        low: at,
+        ctx: at,
+        tramp: at,
+        counted: at,
+        restore: at,
+        slow: at,
+        sample: at,
+    };
     let mut w = Writer::new(at);
-    emit_prefix(&mut w, spec, &dummy);
+    let (counted, restore) = emit_head(&mut w, spec, rt, saves, &dummy);
     let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
-    let sample_at = relocated_at + reloc.code.len() as u64;
-    let mut w = Writer::new(sample_at);
-    emit_sample_block(&mut w, spec, &dummy);
+    let slow = relocated_at + reloc.code.len() as u64;
+    let mut w = Writer::new(slow);
+    let sample = emit_tail(&mut w, spec, rt, saves, &dummy);
     let literals = w.pc().next_multiple_of(8);
-    let lits = Literals {
-        sample: sample_at,
-        relocated: relocated_at,
+    let l = Labels {
         flag: literals,
         counters: literals + 8,
-        hash: literals + 16,
-        ctx: literals + 24,
-        tramp: literals + 32,
+        row_cache: literals + 16,
+        low: literals + 24,
+        ctx: literals + 32,
+        tramp: literals + 40,
+        counted,
+        restore,
+        slow,
+        sample,
     };
 
     let mut w = Writer::new(at);
-    emit_prefix(&mut w, spec, &lits);
+    emit_head(&mut w, spec, rt, saves, &l);
     debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
-    emit_sample_block(&mut w, spec, &lits);
+    emit_tail(&mut w, spec, rt, saves, &l);
     w.put_align(8);
     w.put_u64(spec.flag_addr);
     w.put_u64(spec.counters);
-    w.put_u64(HASH);
-    if let Some(rt) = spec.runtime {
-        w.put_u64(rt.ctx);
-        w.put_u64(rt.trampoline);
-    }
+    w.put_u64(spec.row_cache);
+    w.put_u64(cache::LOW);
+    w.put_u64(rt.ctx);
+    w.put_u64(rt.trampoline);
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
     Ok(Detour { bytes: w.into_bytes(), pc_map })
 }
 
-fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
-    w.put_save_scratch_and_flags();
-    w.put_mov_r11_rip(l.flag);
-    w.put_cmp_byte_r11_0();
-    w.put_je(l.relocated - RESTORE_LEN);
-    w.put_mov_r11_fs0();
-    w.put_shr_r11(12);
-    w.put_imul_r11_rip(l.hash);
-    w.put_shr_r11((64 - spec.slot_bits) as u8);
-    w.put_shl_r11(spec.stride_shift as u8);
-    w.put_add_r11_rip(l.counters);
-    w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
-    emit_runtime_call(w, spec, l);
-    w.put_restore_scratch_and_flags();
-}
-
-/// The call into the runtime of an event or unwinder probe, if any.
-fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
-    let Some(rt) = spec.runtime else { return };
+/// The prefix, the count, the runtime call and the restore; returns the
+/// addresses of `counted` and `restore`.
+fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> (u64, u64) {
+    let s = saves.scratch;
+    if saves.rax {
+        w.put_push(RAX);
+    }
+    if saves.r11 {
+        w.put_push(R11);
+    }
+    if saves.flags {
+        w.put_flags_to_rax();
+    }
+    w.put_mov_reg_rip(s, l.flag);
+    w.put_cmp_byte_mem_0(s);
+    w.put_je(l.restore);
+    let disp = (spec.probe_index * 8) as i32;
+    if spec.abi == Abi::C {
+        // The thread's entry in the row cache, by the word at fs:0.
+        w.put_mov_reg_fs0(s);
+        w.put_imul32_imm(s, cache::HASH);
+        w.put_shr32(s, (32 - cache::BITS - 3) as u8);
+        w.put_and32_imm(s, ((1 << cache::BITS) - 1) << 3);
+        w.put_add_reg_rip(s, l.row_cache);
+        w.put_load_self(s);
+        w.put_xor_reg_fs0(s);
+        w.put_inc(s);
+        w.put_test_rip_reg(l.low, s);
+        w.put_jne(l.slow);
+        w.put_shr64(s, (56 - spec.stride_shift) as u8);
+        w.put_add_reg_rip(s, l.counters);
+        w.put_inc_mem(s, disp, false);
+    } else {
+        // Go's threads keep 0 at fs:0: the shared row, atomically.
+        w.put_mov_reg_rip(s, l.counters);
+        w.put_inc_mem(s, disp, true);
+    }
+    let counted = w.pc();
     if spec.records.unwind {
         call_runtime(w, |w| {
             w.put_mov_reg_rip(RDI, l.ctx);
             w.put_call(rt.unwind);
         });
     } else if spec.records.sample {
-        // Count down to the next sample in this thread's row; the call of
-        // the runtime is out of line.
+        // Count down to the next sample in this thread's row (r11); the
+        // call of the runtime is out of line.
         w.put_sub_r11_disp_1(countdown_disp(spec));
         w.put_jb(l.sample);
     } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, spec, l, rt);
     }
+    let restore = w.pc();
+    if saves.flags {
+        w.put_flags_from_rax();
+    }
+    if saves.r11 {
+        w.put_pop(R11);
+    }
+    if saves.rax {
+        w.put_pop(RAX);
+    }
+    (counted, restore)
 }
 
-/// A sampling probe's call of the runtime, after the relocated code (which
-/// never falls through into it); it returns to the restore.
-fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
-    if let (Some(rt), true) = (spec.runtime, spec.records.sample) {
-        emit_entry_call(w, spec, l, rt);
-        w.put_jmp(l.relocated - RESTORE_LEN);
+/// What follows the relocated code (which never falls through into it):
+/// the call of tp_count, and a sampling probe's call of the runtime, which
+/// returns to the restore. Returns the address of the latter.
+fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> u64 {
+    if spec.abi == Abi::C {
+        w.put_push_imm32(spec.probe_index as i32);
+        w.put_call(rt.count);
+        w.put_pop(saves.scratch);
+        w.put_jmp(l.counted);
     }
+    let sample = w.pc();
+    if spec.records.sample {
+        emit_entry_call(w, spec, l, rt);
+        w.put_jmp(l.restore);
+    }
+    sample
 }
 
 /// Bytes the Go ABI's copy of the argument registers takes on the stack.
@@ -193,7 +308,7 @@ const GO_ARGS: i32 = 48;
 /// at the six integer argument registers the function's ABI passes first:
 /// rdi, rsi, rdx, rcx, r8, r9 where `call_runtime` saved them (C), or a copy
 /// of rax, rbx, rcx, rdi, rsi, r8 pushed below them (Go's internal ABI).
-fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeAddrs) {
+fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAddrs) {
     let flags = spec.entry_word;
     call_runtime(w, |w| {
         let extra = if spec.abi == Abi::Go {
@@ -255,10 +370,10 @@ fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     }
 }
 
-/// The row a thread pointer hashes to: what the detour computes, for tests
-/// and for tools that want to know which row a thread writes.
-pub fn slot_of(thread_pointer: u64, slot_bits: u32) -> u64 {
-    (thread_pointer >> 12).wrapping_mul(HASH) >> (64 - slot_bits)
+/// The index in the caches of the thread whose word at fs:0 is `word`:
+/// what the detour computes.
+pub fn cache_index(word: u64) -> u64 {
+    ((word as u32).wrapping_mul(cache::HASH) >> (32 - cache::BITS)) as u64
 }
 
 /// The bytes replacing the window: `jmp detour`, then `int3` up to the
@@ -290,98 +405,181 @@ mod tests {
     const HIJACK_RETURN: u32 = 1 << 25;
     const SAMPLE: u32 = 1 << 26;
     const ARGS_RET: Records = Records { args: true, ret: true, sample: false, unwind: false };
-    /// Length of the counting prefix.
-    const COUNT_PREFIX: u64 = 7 + 7 + 4 + 6 + 9 + 4 + 8 + 4 + 4 + 7 + 8 + 6;
 
     fn spec() -> DetourSpec {
         DetourSpec {
             probe_index: 3,
             records: Records::COUNT,
             entry_word: 3,
-            runtime: None,
+            runtime: Some(runtime()),
             flag_addr: 0x7f00_0000_2003,
             counters: 0x7f00_0001_0000,
+            row_cache: 0x7f10_0000_0008,
             countdowns_from_counters: 0x20_0000,
-            slot_bits: 7,
+            slot_bits: 6,
             stride_shift: 15,
             abi: Abi::C,
         }
     }
 
     fn runtime() -> RuntimeAddrs {
-        RuntimeAddrs { entry: AT + 0x100, trampoline: AT + 0x800, unwind: AT + 0x600, ctx: 0x7f00_0000_0100 }
+        RuntimeAddrs {
+            entry: AT + 0x100,
+            trampoline: AT + 0x800,
+            unwind: AT + 0x600,
+            count: AT + 0x700,
+            ctx: 0x7f00_0000_0100,
+        }
     }
 
-    /// push rbp; mov rbp, rsp; push rbx; mov rbx, rsi
+    /// push rbp; mov rbp, rsp; push rbx; mov rbx, rsi: nothing dead.
     const PROLOGUE: [u8; 9] = [0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0xf3, 0xc3];
 
+    /// The count of probe 3 with scratch register `s`, from the load of
+    /// the word at fs:0 to the increment.
+    fn count(s: &str, s32: &str) -> Vec<String> {
+        vec![
+            format!("mov {s}, qword ptr fs:[0]"),
+            format!("imul {s32}, {s32}, 0x9e3779b1"),
+            format!("shr {s32}, 0x16"),
+            format!("and {s32}, 0x3f8"),
+            format!("add {s}, qword ptr [rip + "),
+            format!("mov {s}, qword ptr [{s}]"),
+            format!("xor {s}, qword ptr fs:[0]"),
+            format!("inc {s}"),
+            "test qword ptr [rip + ".into(),
+            "jne ".into(),
+            format!("shr {s}, 0x29"),
+            format!("add {s}, qword ptr [rip + "),
+            format!("inc qword ptr [{s} + 0x18]"),
+        ]
+    }
+
+    /// Checks `asm` against `expected`, where an expected line may be a prefix.
+    fn check(asm: &[String], expected: &[String]) {
+        assert!(asm.len() >= expected.len(), "{asm:#?}");
+        for (a, e) in asm.iter().zip(expected) {
+            assert!(a.starts_with(e.as_str()), "`{a}` is not `{e}…` in {asm:#?}");
+        }
+    }
+
+    fn literal(d: &Detour, k: usize) -> u64 {
+        let lits = d.bytes.len() - 48;
+        u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap())
+    }
+
+    /// The address of the `k`th instruction of detour `d` (built at AT).
+    fn address_of(d: &Detour, k: usize) -> u64 {
+        let decoder = iced_x86::Decoder::with_ip(64, &d.bytes, AT, iced_x86::DecoderOptions::NONE);
+        decoder.into_iter().nth(k).unwrap().ip()
+    }
+
+    fn target(insn: &str) -> u64 {
+        u64::from_str_radix(insn.rsplit_once("0x").unwrap().1, 16).unwrap()
+    }
+
     #[test]
-    fn detour_counts_then_runs_the_window_and_jumps_back() {
+    fn detour_counts_in_the_threads_row_then_runs_the_window_and_jumps_back() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let d = build(&plan, AT, &spec()).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        let relocated = AT + COUNT_PREFIX;
-        let expected = [
-            "push rax".to_string(),
-            "push r11".into(),
-            "lahf".into(),
-            "seto al".into(),
-            format!("mov r11, qword ptr [rip + {:#x}]", (relocated + 10).next_multiple_of(8) - (AT + 7 + 7)),
-            "cmp byte ptr [r11], 0".into(),
-            format!("je {:#x}", relocated - 6),
-            "mov r11, qword ptr fs:[0]".into(),
-            "shr r11, 0xc".into(),
-        ];
-        assert_eq!(asm[..9], expected);
-        assert!(asm[9].starts_with("imul r11, qword ptr [rip + "));
-        assert_eq!(asm[10..12], ["shr r11, 0x39", "shl r11, 0xf"]);
-        assert!(asm[12].starts_with("add r11, qword ptr [rip + "));
-        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]");
-        assert_eq!(asm[14..18], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[18..22], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
-        let lits = d.bytes.len() - 24;
-        let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
-        assert_eq!((lit(0), lit(1), lit(2)), (spec().flag_addr, spec().counters, HASH));
+        let mut expected: Vec<String> =
+            ["push rax", "push r11", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from).to_vec();
+        expected.extend(["cmp byte ptr [r11], 0".into(), "je ".into()]);
+        expected.extend(count("r11", "r11d"));
+        expected.extend(["add al, 0x7f", "sahf", "pop r11", "pop rax"].map(String::from));
+        expected.extend(["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)].map(String::from));
+        expected.extend(["push 3", &format!("call {:#x}", runtime().count), "pop r11", "jmp "].map(String::from));
+        check(&asm, &expected);
+        // The disabled probe and the count both end at the restore; the
+        // runtime's count comes back after the increment.
+        let restore = d.map_pc(0).unwrap() - 6;
+        assert_eq!(target(&asm[6]), restore);
+        assert_eq!(target(&asm[16]), d.map_pc(5).unwrap() + 5, "jne to the call of tp_count");
+        assert_eq!(target(&asm[31]), restore, "back from tp_count to what follows the count");
+        assert_eq!(
+            (literal(&d, 0), literal(&d, 1), literal(&d, 2), literal(&d, 3)),
+            (spec().flag_addr, spec().counters, spec().row_cache, cache::LOW)
+        );
         // Threads in the window map to their relocated instruction; the end to the jmp back.
-        assert_eq!(d.map_pc(1), Some(relocated + 1));
-        assert_eq!(d.map_pc(4), Some(relocated + 4));
-        assert_eq!(d.map_pc(5), Some(relocated + 5));
+        let relocated = d.map_pc(0).unwrap();
+        assert_eq!(asm[24], "push rbp");
+        assert_eq!(
+            (d.map_pc(1), d.map_pc(4), d.map_pc(5)),
+            (Some(relocated + 1), Some(relocated + 4), Some(relocated + 5))
+        );
+    }
+
+    #[test]
+    fn a_counting_detour_saves_only_what_the_window_does_not_overwrite() {
+        // imul eax, edi, 0x9e3779b1 (targets/hot.c): rax and the flags are
+        // dead, nothing is saved, rax is the scratch register.
+        let imul = [0x69, 0xc7, 0xb1, 0x79, 0x37, 0x9e, 0xc3];
+        let d = build(&window::plan(&imul, SITE, &[]).unwrap(), AT, &spec()).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        let mut expected = vec!["mov rax, qword ptr [rip + ".to_string(), "cmp byte ptr [rax], 0".into(), "je ".into()];
+        expected.extend(count("rax", "eax"));
+        expected.extend(["imul eax, edi, 0x9e3779b1".into(), format!("jmp {:#x}", SITE + 6)]);
+        expected.extend(["push 3".to_string(), format!("call {:#x}", runtime().count), "pop rax".into()]);
+        check(&asm, &expected);
+        assert_eq!(asm.iter().filter(|i| i.starts_with("push") || i.starts_with("pop")).count(), 2);
+        // mov eax, imm32: rax is dead but the flags live: they go to rax,
+        // and r11 is saved for the count.
+        let mov = [0xb8, 0xb1, 0x79, 0x37, 0x9e, 0xc3];
+        let asm = disassemble(&build(&window::plan(&mov, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
+        check(&asm, &["push r11", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from));
+        check(&asm[19..], &["add al, 0x7f", "sahf", "pop r11", "mov eax, 0x9e3779b1"].map(String::from));
+        // lea rcx, [rip + x]: rcx is the scratch register, rax keeps the flags.
+        let load = [0x48, 0x8d, 0x0d, 0x10, 0, 0, 0, 0xc3];
+        let asm = disassemble(&build(&window::plan(&load, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
+        check(&asm, &["push rax", "lahf", "seto al", "mov rcx, qword ptr [rip + "].map(String::from));
+        check(&asm[19..], &["add al, 0x7f", "sahf", "pop rax", "lea rcx, [rip + "].map(String::from));
+        // mov rcx, [rip + x] may fault before it writes rcx: the full frame.
+        let load = [0x48, 0x8b, 0x0d, 0x10, 0, 0, 0, 0xc3];
+        let asm = disassemble(&build(&window::plan(&load, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
+        check(&asm, &["push rax", "push r11", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from));
+    }
+
+    #[test]
+    fn go_code_counts_in_the_shared_row() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let d = build(&plan, AT, &DetourSpec { abi: Abi::Go, ..spec() }).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        check(
+            &asm[7..],
+            &["mov r11, qword ptr [rip + ", "lock inc qword ptr [r11 + 0x18]", "add al, 0x7f"].map(String::from),
+        );
+        assert!(!asm.iter().any(|i| i.contains("fs:")), "{asm:#?}");
     }
 
     #[test]
     fn event_detour_saves_registers_and_calls_the_runtime() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec {
-            records: ARGS_RET,
-            entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN,
-            runtime: Some(runtime()),
-            ..spec()
-        };
+        let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "events still count");
+        check(&asm[7..20], &count("r11", "r11d"));
         let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
-        assert_eq!(asm[14..22], saves);
-        assert_eq!(asm[22], "sub rsp, 8");
-        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[20..28], saves);
+        assert_eq!(asm[28], "sub rsp, 8");
+        assert!(asm[29].starts_with("mov rdi, qword ptr [rip + "));
         let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
-        assert_eq!(asm[24], format!("mov esi, {flags:#x}"));
+        assert_eq!(asm[30], format!("mov esi, {flags:#x}"));
         // The return address sits above the eight saved registers, the
         // alignment word and the prefix's rax and r11.
-        assert_eq!(asm[25..27], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x58]"]);
-        assert!(asm[27].starts_with("mov r8, qword ptr [rip + "));
-        assert_eq!(asm[28], format!("call {:#x}", runtime().entry));
-        assert_eq!(asm[29], "add rsp, 8");
+        assert_eq!(asm[31..33], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x58]"]);
+        assert!(asm[33].starts_with("mov r8, qword ptr [rip + "));
+        assert_eq!(asm[34], format!("call {:#x}", runtime().entry));
+        assert_eq!(asm[35], "add rsp, 8");
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[30..38], restores);
-        assert_eq!(asm[38..42], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[42..45], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        assert_eq!(asm[36..44], restores);
+        assert_eq!(asm[44..48], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[48..51], ["push rbp", "mov rbp, rsp", "push rbx"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
-        assert_eq!(asm[6], format!("je {:#x}", d.map_pc(1).unwrap() - 1 - 6));
-        // Literals: flag, counters, hash, context, trampoline.
-        let lits = d.bytes.len() - 40;
-        let lit = |k: usize| u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap());
-        assert_eq!((lit(3), lit(4)), (runtime().ctx, runtime().trampoline));
+        assert_eq!(target(&asm[6]), d.map_pc(0).unwrap() - 6);
+        // A count by tp_count comes back before the call of tp_entry.
+        assert_eq!(target(&asm[55]), address_of(&d, 20));
+        assert_eq!((literal(&d, 4), literal(&d, 5)), (runtime().ctx, runtime().trampoline));
     }
 
     #[test]
@@ -390,56 +588,53 @@ mod tests {
         let s = DetourSpec {
             records: Records { ret: true, sample: true, ..Records::COUNT },
             entry_word: 3 | HIJACK_RETURN | SAMPLE,
-            runtime: Some(runtime()),
             ..spec()
         };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert_eq!(asm[13], "lock inc qword ptr [r11 + 0x18]", "sampling probes count every call");
+        check(&asm[7..20], &count("r11", "r11d"));
         // The countdown of probe 3 in the same row, 2 MiB on.
-        assert_eq!(asm[14], "sub qword ptr [r11 + 0x200018], 1");
+        assert_eq!(asm[20], "sub qword ptr [r11 + 0x200018], 1");
         // A borrow (the countdown was 0) jumps out of line to the call;
         // otherwise on to the restore of rax, r11 and the flags.
-        let sample = u64::from_str_radix(asm[15].strip_prefix("jb 0x").unwrap(), 16).unwrap();
-        assert_eq!(asm[16..20], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[20..24], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
-        // The sample block follows the relocated code's jump back.
+        let sample = target(&asm[21]);
+        assert_eq!(asm[22..26], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[26..30], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        // tp_count leaves the row in r11 and comes back to the countdown.
+        assert_eq!(asm[30..33], ["push 3", &format!("call {:#x}", runtime().count), "pop r11"]);
+        // The sample block follows.
         let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
         assert_eq!(block[0], "push r10");
         let flags = 3 | HIJACK_RETURN | SAMPLE;
         assert_eq!(block[10], format!("mov esi, {flags:#x}"));
         assert_eq!(block[14], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
         assert_eq!(block[15], format!("call {:#x}", runtime().entry));
-        assert_eq!(block[25], format!("jmp {:#x}", d.map_pc(1).unwrap() - 1 - 6), "back to the restore");
+        assert_eq!(target(&block[25]), d.map_pc(0).unwrap() - 6, "back to the restore");
     }
 
     #[test]
     fn entry_only_event_passes_no_trampoline() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec {
-            records: Records { args: true, ..Records::COUNT },
-            entry_word: 3 | RECORD_ENTRY,
-            runtime: Some(runtime()),
-            ..spec()
-        };
+        let s =
+            DetourSpec { records: Records { args: true, ..Records::COUNT }, entry_word: 3 | RECORD_ENTRY, ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert_eq!(asm[24], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
-        assert_eq!(asm[27], "xor r8d, r8d");
+        assert_eq!(asm[30], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
+        assert_eq!(asm[33], "xor r8d, r8d");
     }
 
     #[test]
     fn unwinder_probe_calls_tp_unwind() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { records: Records { unwind: true, ..Records::COUNT }, runtime: Some(runtime()), ..spec() };
+        let s = DetourSpec { records: Records { unwind: true, ..Records::COUNT }, ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[24], format!("call {:#x}", runtime().unwind));
+        assert!(asm[29].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[30], format!("call {:#x}", runtime().unwind));
     }
 
     #[test]
-    fn event_probe_without_runtime_is_refused() {
+    fn a_probe_without_runtime_is_refused() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { records: Records { ret: true, ..Records::COUNT }, ..spec() };
+        let s = DetourSpec { runtime: None, ..spec() };
         assert!(matches!(build(&plan, AT, &s), Err(Refusal::Unsupported(_))));
     }
 
@@ -455,12 +650,13 @@ mod tests {
     }
 
     #[test]
-    fn slot_hash_spreads_typical_thread_pointers() {
-        // glibc thread pointers sit one stack (8 MiB by default) plus a guard page apart.
-        for stride in [(8 << 20) + 4096, (2 << 20) + 4096, 0x80_1000] {
-            let slots: std::collections::BTreeSet<u64> =
-                (0..8).map(|i| slot_of(0x7f12_3400_0740 + i * stride, 6)).collect();
-            assert!(slots.len() >= 7, "stride {stride:#x}: {slots:?}");
+    fn the_cache_index_spreads_typical_thread_pointers() {
+        // glibc thread pointers sit one stack (8 MiB by default) plus a
+        // guard page apart; musl's 128 KiB stacks; 64 KiB-aligned blocks.
+        for stride in [(8 << 20) + 4096, (2 << 20) + 4096, 0x80_1000, 0x2_1000, 0x1_0000] {
+            let entries: std::collections::BTreeSet<u64> =
+                (0..16).map(|i| cache_index(0x7f12_3400_0740 + i * stride)).collect();
+            assert!(entries.len() >= 14, "stride {stride:#x}: {entries:?}");
         }
     }
 }

@@ -7,6 +7,7 @@
 pub mod decode;
 pub mod detour;
 pub mod golang;
+pub mod live;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
@@ -101,6 +102,8 @@ impl Arch for X86_64 {
     fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
         runtime::build(at, ctx, blobs)
     }
+
+    const COUNTING_CALLS_RUNTIME: bool = true;
 
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
         let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();

@@ -50,6 +50,16 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 	return v;
 }
 
+/* The word a detour finds the thread's entries of the private area's
+ * caches by (struct tp_proc): the word at fs:0, which glibc and musl keep
+ * equal to the FS base (a TCB's own address). */
+static inline __attribute__((always_inline)) uint64_t tp_detour_word(void)
+{
+	uint64_t v;
+	__asm__ volatile("mov %%fs:0, %0" : "=r"(v));
+	return v;
+}
+
 /* The time-stamp counter (invariant on the CPUs tp targets). */
 static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)
 {

@@ -18,6 +18,24 @@
 //!         ret                      ; to the original return address
 //! ```
 //!
+//! A counting detour that does not find its thread's row in the row cache
+//! calls the count stub, which keeps every register and flag, as the
+//! detour must:
+//!
+//! ```text
+//! count:  push rax / lahf / seto al / push rax     ; rax, then the flags
+//!         push rcx, rdx, rsi, rdi, r8, r9, r10, r11
+//!         push rbx / mov rbx, rsp / and rsp, -16    ; the detour's pushes vary
+//!         mov  rdi, [rip + ctx]
+//!         mov  esi, [rbx + 96]     ; the probe, pushed by the detour
+//!         call tp_count            ; -> the thread's counter row
+//!         mov  [rbx + 96], rax     ; for the detour to pop
+//!         mov  rsp, rbx / pop rbx
+//!         pop  r11, r10, r9, r8, rdi, rsi, rdx, rcx
+//!         pop rax / add al, 0x7f / sahf / pop rax
+//!         ret
+//! ```
+//!
 //! Every register and flag reaches the caller as the function left it. The
 //! ABI lets a callee clobber rcx, rsi, rdi and r8-r11, but GCC's
 //! interprocedural register allocation (`-fipa-ra`, on at -O2) lets a
@@ -56,6 +74,7 @@ pub fn thread_key(hwcap2: u64, fs_bases: &[u64], read: &dyn Fn(u64, usize) -> Op
 
 const RAX: u8 = 0;
 const RDX: u8 = 2;
+const RBX: u8 = 3;
 const RSP: u8 = 4;
 const RSI: u8 = 6;
 const RDI: u8 = 7;
@@ -63,11 +82,30 @@ const RDI: u8 = 7;
 const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, RSI, 1, RDX, RAX];
 /// Bytes between the trampoline's stack pointer at the call and at its start.
 const FRAME: i8 = 96;
-/// Bytes of the trampoline: 5 + 13 + 5 + 7 + 5 + 5 + 5 + 5 + 4 + 13 + 5 + 1.
-const TRAMPOLINE_LEN: u64 = 73;
+/// Registers the count stub saves after rax and the flags, in this order.
+const COUNT_SAVED: [u8; 8] = [1, RDX, RSI, RDI, 8, 9, 10, 11];
+/// From the count stub's rbx to the probe the detour pushed: rbx, the eight
+/// registers, the flags, rax and the return address.
+const COUNT_ARG: i8 = 96;
 
 /// Assembles the runtime block at `at`.
 pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+    // The context's literal ends the block, whose parts have fixed lengths:
+    // assemble once to find it, then for good.
+    let first = assemble(at, at, blobs);
+    let lit_ctx = (at + first.bytes.len() as u64).next_multiple_of(8);
+    let mut block = assemble(at, lit_ctx, blobs);
+    let mut w = Writer::new(at + block.bytes.len() as u64);
+    w.put_align(8);
+    w.put_u64(ctx);
+    block.bytes.extend(w.into_bytes());
+    block.addrs.ctx = ctx;
+    block
+}
+
+/// The code of the runtime block at `at`, whose context's address is the
+/// literal at `lit_ctx`.
+fn assemble(at: u64, lit_ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut w = Writer::new(at);
     let entry = w.pc();
     w.put_bytes(blobs.entry);
@@ -78,9 +116,10 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let unwind = w.pc();
     w.put_bytes(blobs.unwind);
     w.put_align(16);
+    let tp_count = w.pc();
+    w.put_bytes(blobs.count);
+    w.put_align(16);
     let trampoline = w.pc();
-    // The literal follows the trampoline, whose length is fixed.
-    let lit_ctx = (trampoline + TRAMPOLINE_LEN).next_multiple_of(8);
     w.put_lea_rsp(RSP, -16);
     for r in SAVED {
         w.put_push(r);
@@ -99,10 +138,29 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     }
     w.put_lea_rsp(RSP, 8);
     w.put_ret();
-    debug_assert_eq!(w.pc(), trampoline + TRAMPOLINE_LEN);
-    w.put_align(8);
-    w.put_u64(ctx);
-    RuntimeBlock { bytes: w.into_bytes(), addrs: RuntimeAddrs { entry, trampoline, unwind, ctx } }
+    w.put_align(16);
+    let count = w.pc();
+    w.put_push(RAX);
+    w.put_push_flags_via_rax();
+    for r in COUNT_SAVED {
+        w.put_push(r);
+    }
+    w.put_push(RBX);
+    w.put_mov_rbx_rsp();
+    w.put_align_rsp();
+    w.put_mov_reg_rip(RDI, lit_ctx);
+    w.put_load_esi_rbx(COUNT_ARG);
+    w.put_call(tp_count);
+    w.put_store_rax_rbx(COUNT_ARG);
+    w.put_mov_rsp_rbx();
+    w.put_pop(RBX);
+    for r in COUNT_SAVED.iter().rev() {
+        w.put_pop(*r);
+    }
+    w.put_pop_flags_via_rax();
+    w.put_pop(RAX);
+    w.put_ret();
+    RuntimeBlock { bytes: w.into_bytes(), addrs: RuntimeAddrs { entry, trampoline, unwind, count, ctx: 0 } }
 }
 
 /// The offset of the TID from the thread pointer (`fs:0`), found in the
@@ -148,14 +206,13 @@ mod tests {
 
     #[test]
     fn trampoline_calls_tp_exit_and_jumps_to_its_answer() {
-        let blobs = RuntimeBlobs { entry: &[0xc3; 3], exit: &[0xc3; 5], unwind: &[0xc3] };
-        let b = build(AT, 0x7f00_0000_1040, &blobs);
+        let b = build(AT, 0x7f00_0000_1040, &BLOBS);
         let a = b.addrs;
         assert_eq!((a.entry, a.ctx), (AT, 0x7f00_0000_1040));
         assert_eq!(a.unwind - AT, 32);
-        assert_eq!(a.trampoline - AT, 48);
+        assert_eq!(a.trampoline - AT, 64);
         let off = (a.trampoline - AT) as usize;
-        let asm = disassemble(&b.bytes[off..off + TRAMPOLINE_LEN as usize], a.trampoline);
+        let asm = disassemble(&b.bytes[off..(a.count - AT) as usize], a.trampoline);
         let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];
         assert_eq!(asm[0], "lea rsp, [rsp - 0x10]");
         assert_eq!(asm[1..9], pushes);
@@ -168,9 +225,38 @@ mod tests {
         assert_eq!(asm[18..21], ["pop rax", "add al, 0x7f", "sahf"]);
         let pops = ["pop rax", "pop rdx", "pop rcx", "pop rsi", "pop rdi", "pop r8", "pop r9", "pop r10", "pop r11"];
         assert_eq!(asm[21..30], pops);
-        assert_eq!(asm[30..], ["lea rsp, [rsp + 8]", "ret"]);
+        assert_eq!(asm[30..32], ["lea rsp, [rsp + 8]", "ret"]);
+        assert!(asm[32..].iter().all(|i| i == "int3"), "padding");
         let lit = &b.bytes[b.bytes.len() - 8..];
         assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
+        let lit_at = AT + b.bytes.len() as u64 - 8;
+        assert_eq!(asm[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (a.trampoline + 5 + 13 + 5 + 7)));
+    }
+
+    const BLOBS: RuntimeBlobs =
+        RuntimeBlobs { entry: &[0xc3; 3], exit: &[0xc3; 5], unwind: &[0xc3], count: &[0xc3; 2] };
+
+    #[test]
+    fn count_stub_calls_tp_count_and_keeps_everything() {
+        let b = build(AT, 0x7f00_0000_1040, &BLOBS);
+        let a = b.addrs;
+        let off = (a.count - AT) as usize;
+        let asm = disassemble(&b.bytes[off..b.bytes.len() - 8], a.count);
+        assert_eq!(asm[..4], ["push rax", "lahf", "seto al", "push rax"]);
+        let pushes = ["push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9", "push r10", "push r11"];
+        assert_eq!(asm[4..12], pushes);
+        assert_eq!(asm[12..15], ["push rbx", "mov rbx, rsp", "and rsp, 0xfffffffffffffff0"]);
+        let lit_at = AT + b.bytes.len() as u64 - 8;
+        assert!(asm[15].starts_with("mov rdi, qword ptr [rip + "));
+        let next = a.count + 1 + 5 + 4 + 2 * 4 + 1 + 3 + 4 + 7;
+        assert_eq!(asm[15], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - next));
+        // The probe: above rbx, the eight registers, the flags, rax and the return address.
+        assert_eq!(asm[16], "mov esi, dword ptr [rbx + 0x60]");
+        assert_eq!(asm[17], format!("call {:#x}", AT + 48), "tp_count, after the other three functions");
+        assert_eq!(asm[18..21], ["mov qword ptr [rbx + 0x60], rax", "mov rsp, rbx", "pop rbx"]);
+        let pops = ["pop r11", "pop r10", "pop r9", "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx"];
+        assert_eq!(asm[21..29], pops);
+        assert_eq!(asm[29..34], ["pop rax", "add al, 0x7f", "sahf", "pop rax", "ret"]);
     }
 
     #[test]

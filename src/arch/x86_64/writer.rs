@@ -44,32 +44,48 @@ impl Writer {
         (rel as i32).to_le_bytes()
     }
 
-    /// `mov r11, qword [rip + to(addr)]`.
-    pub fn put_mov_r11_rip(&mut self, addr: u64) {
-        let end = self.pc() + 7;
-        let d = self.rel32(end, addr);
-        self.buf.extend_from_slice(&[0x4c, 0x8b, 0x1d]);
-        self.buf.extend_from_slice(&d);
+    /// A REX prefix with W set if `w`, R from `reg` (the ModRM reg field)
+    /// and B from `base` (the ModRM rm field), if one is needed.
+    fn rex(&mut self, w: bool, reg: u8, base: u8) {
+        let rex = 0x40 | (u8::from(w) << 3) | ((reg >> 3) << 2) | (base >> 3);
+        if rex != 0x40 {
+            self.buf.push(rex);
+        }
     }
 
-    /// `add r11, qword [rip + to(addr)]`.
-    pub fn put_add_r11_rip(&mut self, addr: u64) {
-        let end = self.pc() + 7;
-        let d = self.rel32(end, addr);
-        self.buf.extend_from_slice(&[0x4c, 0x03, 0x1d]);
-        self.buf.extend_from_slice(&d);
+    /// A register that can be a ModRM base without a SIB byte or a
+    /// displacement: not rsp, rbp, r12, r13.
+    fn plain_base(reg: u8) -> u8 {
+        assert!(reg < 16 && !matches!(reg & 7, 4 | 5), "register {reg} needs another addressing form");
+        reg
     }
 
-    /// `cmp byte [r11], 0`.
-    pub fn put_cmp_byte_r11_0(&mut self) {
-        self.buf.extend_from_slice(&[0x41, 0x80, 0x3b, 0x00]);
+    /// `cmp byte [reg], 0`.
+    pub fn put_cmp_byte_mem_0(&mut self, reg: u8) {
+        let reg = Self::plain_base(reg);
+        self.rex(false, 0, reg);
+        self.buf.extend_from_slice(&[0x80, 0x38 | (reg & 7), 0x00]);
     }
 
     /// `jb target` (rel32): taken when the last subtraction borrowed.
     pub fn put_jb(&mut self, target: u64) {
+        self.put_jcc(0x82, target);
+    }
+
+    /// `je target` (rel32).
+    pub fn put_je(&mut self, target: u64) {
+        self.put_jcc(0x84, target);
+    }
+
+    /// `jne target` (rel32).
+    pub fn put_jne(&mut self, target: u64) {
+        self.put_jcc(0x85, target);
+    }
+
+    fn put_jcc(&mut self, op: u8, target: u64) {
         let end = self.pc() + 6;
         let d = self.rel32(end, target);
-        self.buf.extend_from_slice(&[0x0f, 0x82]);
+        self.buf.extend_from_slice(&[0x0f, op]);
         self.buf.extend_from_slice(&d);
     }
 
@@ -86,14 +102,6 @@ impl Writer {
         self.buf.extend_from_slice(&disp.to_le_bytes());
     }
 
-    /// `je target` (rel32).
-    pub fn put_je(&mut self, target: u64) {
-        let end = self.pc() + 6;
-        let d = self.rel32(end, target);
-        self.buf.extend_from_slice(&[0x0f, 0x84]);
-        self.buf.extend_from_slice(&d);
-    }
-
     /// `jmp target` (rel32).
     pub fn put_jmp(&mut self, target: u64) {
         let end = self.pc() + 5;
@@ -102,47 +110,133 @@ impl Writer {
         self.buf.extend_from_slice(&d);
     }
 
-    /// `mov r11, qword fs:[0]`: the thread pointer (glibc and musl keep the
-    /// TCB's own address at fs:0).
-    pub fn put_mov_r11_fs0(&mut self) {
-        self.buf.extend_from_slice(&[0x64, 0x4c, 0x8b, 0x1c, 0x25, 0, 0, 0, 0]);
+    /// `mov reg, qword fs:[0]`: the word at the thread pointer (glibc and
+    /// musl keep the TCB's own address there).
+    pub fn put_mov_reg_fs0(&mut self, reg: u8) {
+        self.put_fs0_op(0x8b, reg);
     }
 
-    /// `imul r11, qword [rip + to(addr)]`.
-    pub fn put_imul_r11_rip(&mut self, addr: u64) {
-        let end = self.pc() + 8;
+    /// `xor reg, qword fs:[0]`.
+    pub fn put_xor_reg_fs0(&mut self, reg: u8) {
+        self.put_fs0_op(0x33, reg);
+    }
+
+    fn put_fs0_op(&mut self, op: u8, reg: u8) {
+        self.buf.push(0x64);
+        self.rex(true, reg, 0);
+        self.buf.extend_from_slice(&[op, 0x04 | ((reg & 7) << 3), 0x25, 0, 0, 0, 0]);
+    }
+
+    /// `imul reg32, reg32, imm32` (the upper half of the register is cleared).
+    pub fn put_imul32_imm(&mut self, reg: u8, imm: u32) {
+        self.rex(false, reg, reg);
+        self.buf.extend_from_slice(&[0x69, 0xc0 | ((reg & 7) << 3) | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `shr reg32, imm8`.
+    pub fn put_shr32(&mut self, reg: u8, n: u8) {
+        self.rex(false, 0, reg);
+        self.buf.extend_from_slice(&[0xc1, 0xe8 | (reg & 7), n]);
+    }
+
+    /// `shr reg, imm8`.
+    pub fn put_shr64(&mut self, reg: u8, n: u8) {
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0xc1, 0xe8 | (reg & 7), n]);
+    }
+
+    /// `and reg32, imm32`.
+    pub fn put_and32_imm(&mut self, reg: u8, imm: u32) {
+        self.rex(false, 0, reg);
+        self.buf.extend_from_slice(&[0x81, 0xe0 | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `add reg, qword [rip + to(addr)]`.
+    pub fn put_add_reg_rip(&mut self, reg: u8, addr: u64) {
+        let end = self.pc() + 7;
         let d = self.rel32(end, addr);
-        self.buf.extend_from_slice(&[0x4c, 0x0f, 0xaf, 0x1d]);
+        self.rex(true, reg, 0);
+        self.buf.extend_from_slice(&[0x03, 0x05 | ((reg & 7) << 3)]);
         self.buf.extend_from_slice(&d);
     }
 
-    /// `shr r11, imm8`.
-    pub fn put_shr_r11(&mut self, n: u8) {
-        self.buf.extend_from_slice(&[0x49, 0xc1, 0xeb, n]);
+    /// `test qword [rip + to(addr)], reg`.
+    pub fn put_test_rip_reg(&mut self, addr: u64, reg: u8) {
+        let end = self.pc() + 7;
+        let d = self.rel32(end, addr);
+        self.rex(true, reg, 0);
+        self.buf.extend_from_slice(&[0x85, 0x05 | ((reg & 7) << 3)]);
+        self.buf.extend_from_slice(&d);
     }
 
-    /// `shl r11, imm8`.
-    pub fn put_shl_r11(&mut self, n: u8) {
-        self.buf.extend_from_slice(&[0x49, 0xc1, 0xe3, n]);
+    /// `mov reg, qword [reg]`.
+    pub fn put_load_self(&mut self, reg: u8) {
+        let reg = Self::plain_base(reg);
+        self.rex(true, reg, reg);
+        self.buf.extend_from_slice(&[0x8b, ((reg & 7) << 3) | (reg & 7)]);
     }
 
-    /// `lock inc qword [r11 + disp32]`.
-    pub fn put_lock_inc_r11_disp(&mut self, disp: i32) {
-        self.buf.extend_from_slice(&[0xf0, 0x49, 0xff, 0x83]);
+    /// `inc reg`.
+    pub fn put_inc(&mut self, reg: u8) {
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0xff, 0xc0 | (reg & 7)]);
+    }
+
+    /// `inc qword [reg + disp32]`, with a `lock` prefix if `lock`.
+    pub fn put_inc_mem(&mut self, reg: u8, disp: i32, lock: bool) {
+        let reg = Self::plain_base(reg);
+        if lock {
+            self.buf.push(0xf0);
+        }
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0xff, 0x80 | (reg & 7)]);
         self.buf.extend_from_slice(&disp.to_le_bytes());
     }
 
-    /// `push rax; push r11; lahf; seto al`: saves the two scratch registers
-    /// and the status flags (SF ZF AF PF CF in ah, OF in al).
-    pub fn put_save_scratch_and_flags(&mut self) {
-        self.buf.extend_from_slice(&[0x50, 0x41, 0x53, 0x9f, 0x0f, 0x90, 0xc0]);
+    /// `push imm32` (sign-extended to 64 bits).
+    pub fn put_push_imm32(&mut self, imm: i32) {
+        self.buf.push(0x68);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
     }
 
-    /// `add al, 0x7f; sahf; pop r11; pop rax`: the inverse of
-    /// [`Writer::put_save_scratch_and_flags`] (`add` sets OF exactly when
-    /// al was 1, `sahf` restores the other five flags).
-    pub fn put_restore_scratch_and_flags(&mut self) {
-        self.buf.extend_from_slice(&[0x04, 0x7f, 0x9e, 0x41, 0x5b, 0x58]);
+    /// `mov rbx, rsp`.
+    pub fn put_mov_rbx_rsp(&mut self) {
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xe3]);
+    }
+
+    /// `mov rsp, rbx`.
+    pub fn put_mov_rsp_rbx(&mut self) {
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xdc]);
+    }
+
+    /// `and rsp, -16`.
+    pub fn put_align_rsp(&mut self) {
+        self.buf.extend_from_slice(&[0x48, 0x83, 0xe4, 0xf0]);
+    }
+
+    /// `mov esi, dword [rbx + disp8]`.
+    pub fn put_load_esi_rbx(&mut self, disp: i8) {
+        self.buf.extend_from_slice(&[0x8b, 0x73, disp as u8]);
+    }
+
+    /// `mov qword [rbx + disp8], rax`.
+    pub fn put_store_rax_rbx(&mut self, disp: i8) {
+        self.buf.extend_from_slice(&[0x48, 0x89, 0x43, disp as u8]);
+    }
+
+    /// `lahf; seto al`: the status flags in rax (SF ZF AF PF CF in ah, OF
+    /// in al), whose old value must be saved or dead.
+    pub fn put_flags_to_rax(&mut self) {
+        self.buf.extend_from_slice(&[0x9f, 0x0f, 0x90, 0xc0]);
+    }
+
+    /// `add al, 0x7f; sahf`: the inverse of [`Writer::put_flags_to_rax`]
+    /// (`add` sets OF exactly when al was 1, `sahf` restores the other
+    /// five flags).
+    pub fn put_flags_from_rax(&mut self) {
+        self.buf.extend_from_slice(&[0x04, 0x7f, 0x9e]);
     }
 
     /// `lahf; seto al; push rax`: pushes the status flags as a word (SF ZF
@@ -277,16 +371,17 @@ mod tests {
 
     #[test]
     fn each_encoding_disassembles_as_intended() {
-        assert_eq!(asm(|w| w.put_mov_r11_rip(AT + 0x107)), ["mov r11, qword ptr [rip + 0x100]"]);
-        assert_eq!(asm(|w| w.put_add_r11_rip(AT - 0x10 + 7)), ["add r11, qword ptr [rip - 0x10]"]);
-        assert_eq!(asm(|w| w.put_cmp_byte_r11_0()), ["cmp byte ptr [r11], 0"]);
         assert_eq!(asm(|w| w.put_je(AT + 0x40)), [format!("je {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_jne(AT + 0x40)), [format!("jne {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
-        assert_eq!(asm(|w| w.put_mov_r11_fs0()), ["mov r11, qword ptr fs:[0]"]);
-        assert_eq!(asm(|w| w.put_imul_r11_rip(AT + 0x48)), ["imul r11, qword ptr [rip + 0x40]"]);
-        assert_eq!(asm(|w| w.put_shr_r11(57)), ["shr r11, 0x39"]);
-        assert_eq!(asm(|w| w.put_shl_r11(15)), ["shl r11, 0xf"]);
-        assert_eq!(asm(|w| w.put_lock_inc_r11_disp(0x18)), ["lock inc qword ptr [r11 + 0x18]"]);
+        assert_eq!(asm(|w| w.put_push_imm32(7)), ["push 7"]);
+        assert_eq!(asm(|w| w.put_flags_to_rax()), ["lahf", "seto al"]);
+        assert_eq!(asm(|w| w.put_mov_rbx_rsp()), ["mov rbx, rsp"]);
+        assert_eq!(asm(|w| w.put_mov_rsp_rbx()), ["mov rsp, rbx"]);
+        assert_eq!(asm(|w| w.put_align_rsp()), ["and rsp, 0xfffffffffffffff0"]);
+        assert_eq!(asm(|w| w.put_load_esi_rbx(0x60)), ["mov esi, dword ptr [rbx + 0x60]"]);
+        assert_eq!(asm(|w| w.put_store_rax_rbx(0x60)), ["mov qword ptr [rbx + 0x60], rax"]);
+        assert_eq!(asm(|w| w.put_flags_from_rax()), ["add al, 0x7f", "sahf"]);
         assert_eq!(asm(|w| w.put_push(10)), ["push r10"]);
         assert_eq!(asm(|w| w.put_push(7)), ["push rdi"]);
         assert_eq!(asm(|w| w.put_pop(8)), ["pop r8"]);
@@ -307,6 +402,42 @@ mod tests {
         assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
         assert_eq!(asm(|w| w.put_pop_flags_via_rax()), ["pop rax", "add al, 0x7f", "sahf"]);
         assert_eq!(asm(|w| w.put_ret()), ["ret"]);
+    }
+
+    /// The encodings that take any scratch register a detour may use.
+    #[test]
+    fn register_encodings_disassemble_as_intended() {
+        const NAMES: [&str; 16] = [
+            "rax", "rcx", "rdx", "rbx", "rsp", "rbp", "rsi", "rdi", "r8", "r9", "r10", "r11", "r12", "r13", "r14",
+            "r15",
+        ];
+        const NAMES32: [&str; 16] = [
+            "eax", "ecx", "edx", "ebx", "esp", "ebp", "esi", "edi", "r8d", "r9d", "r10d", "r11d", "r12d", "r13d",
+            "r14d", "r15d",
+        ];
+        for r in [0u8, 1, 2, 3, 6, 7, 8, 9, 10, 11, 14, 15] {
+            let (n, d) = (NAMES[r as usize], NAMES32[r as usize]);
+            assert_eq!(asm(|w| w.put_cmp_byte_mem_0(r)), [format!("cmp byte ptr [{n}], 0")]);
+            assert_eq!(asm(|w| w.put_mov_reg_fs0(r)), [format!("mov {n}, qword ptr fs:[0]")]);
+            assert_eq!(asm(|w| w.put_xor_reg_fs0(r)), [format!("xor {n}, qword ptr fs:[0]")]);
+            assert_eq!(asm(|w| w.put_imul32_imm(r, 0x9e37_79b1)), [format!("imul {d}, {d}, 0x9e3779b1")]);
+            assert_eq!(asm(|w| w.put_shr32(r, 22)), [format!("shr {d}, 0x16")]);
+            assert_eq!(asm(|w| w.put_shr64(r, 41)), [format!("shr {n}, 0x29")]);
+            assert_eq!(asm(|w| w.put_and32_imm(r, 0x3f8)), [format!("and {d}, 0x3f8")]);
+            assert_eq!(asm(|w| w.put_add_reg_rip(r, AT + 0x47)), [format!("add {n}, qword ptr [rip + 0x40]")]);
+            assert_eq!(asm(|w| w.put_test_rip_reg(AT + 0x47, r)), [format!("test qword ptr [rip + 0x40], {n}")]);
+            assert_eq!(asm(|w| w.put_load_self(r)), [format!("mov {n}, qword ptr [{n}]")]);
+            assert_eq!(asm(|w| w.put_inc(r)), [format!("inc {n}")]);
+            assert_eq!(asm(|w| w.put_inc_mem(r, 0x18, false)), [format!("inc qword ptr [{n} + 0x18]")]);
+            assert_eq!(asm(|w| w.put_inc_mem(r, 0x18, true)), [format!("lock inc qword ptr [{n} + 0x18]")]);
+            assert_eq!(asm(|w| w.put_mov_reg_rip(r, AT + 0x27)), [format!("mov {n}, qword ptr [rip + 0x20]")]);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "needs another addressing form")]
+    fn rsp_rbp_r12_r13_are_no_plain_base() {
+        Writer::new(AT).put_load_self(13);
     }
 
     #[test]

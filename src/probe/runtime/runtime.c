@@ -22,10 +22,18 @@
  *   parent and child never pop each other's.
  * - The private area's first page (tp_proc, MADV_WIPEONFORK): a child reads
  *   zeros there, so its first event learns that it is a new process: each
- *   of its threads then takes its state afresh (a ring slot of its own; the
- *   frames only of the thread that forked, which in the child is the one
- *   whose TID is the PID: the other states were its parent's other
- *   threads, which the child does not have).
+ *   of its threads then takes its state afresh (a ring slot and a counter
+ *   row of its own; the frames only of the thread that forked, which in the
+ *   child is the one whose TID is the PID: the other states were its
+ *   parent's other threads, which the child does not have). The page also
+ *   holds the caches the detours read (see tp_count), which a child thus
+ *   starts without.
+ *
+ * Counting (x86-64): each thread adds to a counter row of its own with a
+ * plain increment, no lock, so two threads never write one row; a detour
+ * finds the row in the row cache, by the word at the thread pointer, and
+ * calls tp_count when it does not (a thread's first call in a process, a
+ * thread whose cache entry another took, a thread with no row of its own).
  *
  * The structures it shares with tp (struct tp_ctx, tp_slot, tp_frame,
  * tp_event, tp_proc, tp_thread) and their constants come from layout.h,
@@ -68,6 +76,13 @@ HOT struct tp_thread *thread_at(const struct tp_ctx *c, uint64_t i)
 	/* The size tp validated in the header, known here: a constant multiply. */
 	return (struct tp_thread *)(c->private + TP_THREADS_OFF +
 				    i * (sizeof(struct tp_thread) + TP_SHADOW_LEN * sizeof(struct tp_frame)));
+}
+
+/* The index of thread state `t`. */
+HOT uint64_t thread_index(const struct tp_ctx *c, const struct tp_thread *t)
+{
+	return ((uint64_t)t - (c->private + TP_THREADS_OFF)) /
+	       (sizeof(struct tp_thread) + TP_SHADOW_LEN * sizeof(struct tp_frame));
 }
 
 HOT struct tp_slot *slot_at(const struct tp_ctx *c, uint64_t i)
@@ -120,6 +135,7 @@ HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
 	t->tid = tid;
 	t->tid_at = tcb && c->tid_offset ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
 	t->ring = 0;
+	t->row = 0;
 	t->pid = pid;
 }
 
@@ -203,6 +219,105 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 		}
 	}
 	return 0;
+}
+
+/* Rows a thread may take; row 0 is shared. */
+#define TP_ROWS (1u << TP_SLOT_BITS)
+/* t->row of a thread that found every row taken: it counts in row 0. */
+#define TP_ROW_SHARED TP_ROWS
+
+/* The caches' entries (struct tp_proc): see layout.rs, cache_entry. */
+HOT uint64_t cache_index(uint64_t word)
+{
+	return (uint32_t)((uint32_t)word * (uint32_t)TP_CACHE_HASH) >> (32 - TP_CACHE_BITS);
+}
+
+HOT uint64_t cache_entry(uint64_t word, uint64_t value)
+{
+	return word ^ ((value << 56) | TP_CACHE_LOW);
+}
+
+/* The word the detours find thread `t` by (the word at the thread
+ * pointer), if it is the thread's own key: then no other live thread reads
+ * the same word there. 0 if the detours cannot find it (a thread whose
+ * word is 0, as Go's, or is not its key). */
+HOT uint64_t detour_word(const struct tp_thread *t)
+{
+	uint64_t word = tp_detour_word();
+	return word != 0 && word <= TP_CACHE_LOW && word == t->key ? word : 0;
+}
+
+/* Lets the detours find thread state `t` without calling the runtime. An
+ * entry another thread of the same index holds is taken over: the two then
+ * take turns through the runtime, and neither ever reads the other's. */
+HOT void remember_thread(const struct tp_ctx *c, const struct tp_thread *t)
+{
+	uint64_t word = detour_word(t);
+	if (word)
+		__atomic_store_n(&proc_of(c)->thread_cache[cache_index(word)], cache_entry(word, thread_index(c, t)),
+				 __ATOMIC_RELAXED);
+}
+
+/* The counter row of thread `t` in this process, taken on its first count:
+ * a row nobody took, else one whose process is gone (kill(pid, 0): ESRCH);
+ * TP_ROW_SHARED if every row is a live process's (the thread then counts
+ * in the shared row 0, with atomic adds). Only the thread that took a row
+ * writes it, so it adds without a lock; a process forked since takes rows
+ * of its own. */
+HOT uint32_t counter_row(struct tp_ctx *c, struct tp_thread *t)
+{
+	if (__builtin_expect(t->row != 0, 1))
+		return t->row;
+	uint64_t owner = ((uint64_t)t->pid << 32) | t->tid;
+	uint64_t start = hash_of(t->key ^ ((uint64_t)t->pid << 20));
+	for (int pass = 0; pass < 2; pass++) {
+		for (uint64_t i = 0; i < TP_ROWS - 1; i++) {
+			uint32_t r = 1 + (uint32_t)((start + i) % (TP_ROWS - 1));
+			uint64_t expected = __atomic_load_n(&c->row_owner[r], __ATOMIC_ACQUIRE);
+			if (expected != 0 && (pass == 0 || (expected >> 32) == t->pid ||
+					      (int64_t)tp_syscall4(TP_SYS_KILL, expected >> 32, 0, 0, 0) != -3 /* ESRCH */))
+				continue;
+			if (!__atomic_compare_exchange_n(&c->row_owner[r], &expected, owner, 0, __ATOMIC_ACQ_REL,
+							 __ATOMIC_RELAXED))
+				continue;
+			t->row = r;
+			return r;
+		}
+	}
+	t->row = TP_ROW_SHARED;
+	return t->row;
+}
+
+/* A call of probe `probe` that its detour did not count: the thread found
+ * no entry of its own in the row cache (its first call in this process, an
+ * entry another thread took, no row of its own, a word at the thread
+ * pointer that does not tell it apart). Counts it in the thread's row,
+ * taking one if it has none, lets the detour find the row from now on, and
+ * returns the row's address (a sampling detour counts down there). The add
+ * is atomic: one instruction, like the detour's, which a signal handler
+ * counting on the same thread cannot split. */
+uint64_t tp_count(struct tp_ctx *c, uint32_t probe)
+{
+	uint32_t row = 0;
+	/* A thread whose word is 0 (Go's) never finds an entry, and one the
+	 * kernel must tell apart would pay a system call per call: both count
+	 * in the shared row. */
+	struct tp_thread *t = 0;
+	if (tp_detour_word() != 0 && (c->key_how == TP_KEY_TCB || c->key_how == TP_KEY_TCB_REGISTER ||
+				      c->key_how == TP_KEY_REGISTER))
+		t = thread_state(c, 1);
+	if (t) {
+		row = counter_row(c, t);
+		uint64_t word = detour_word(t);
+		if (word && row < TP_ROWS) {
+			__atomic_store_n(&proc_of(c)->row_cache[cache_index(word)], cache_entry(word, row - 1),
+					 __ATOMIC_RELAXED);
+			remember_thread(c, t);
+		}
+	}
+	uint64_t counters = c->counters + ((uint64_t)(row < TP_ROWS ? row : 0) << c->stride_shift);
+	__atomic_fetch_add((uint64_t *)counters + probe, 1, __ATOMIC_RELAXED);
+	return counters;
 }
 
 HOT uint32_t thread_id(const struct tp_thread *t)
@@ -312,6 +427,7 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		lose(c, 0, !!(probe_flags & TP_RECORD_ENTRY) + !!(probe_flags & TP_HIJACK_RETURN));
 		return;
 	}
+	remember_thread(c, t);
 	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || t->depth))
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;

@@ -22,10 +22,12 @@ fuzz_target!(|data: &[u8]| {
     let code = &data[8..];
     let Ok(plan) = X86_64::plan(code, function, &[]) else { return };
     let what = [kind::COUNT, kind::ARGS, kind::RET, kind::ARGS | kind::RET, kind::SAMPLE][(at >> 48) as usize % 5];
-    let runtime = (what & (kind::ARGS | kind::RET) != 0).then(|| RuntimeAddrs {
+    // Every x86-64 detour may call the runtime (counting calls tp_count).
+    let runtime = Some(RuntimeAddrs {
         entry: detour.wrapping_add(0x100),
         trampoline: detour.wrapping_add(0x800),
         unwind: detour.wrapping_add(0x600),
+        count: detour.wrapping_add(0x700),
         ctx: 0x7000_0100,
     });
     let spec = DetourSpec {
@@ -35,6 +37,7 @@ fuzz_target!(|data: &[u8]| {
         runtime,
         flag_addr: 0x7000_0000,
         counters: 0x7000_1000,
+        row_cache: 0x7100_0008,
         countdowns_from_counters: 0x8000,
         slot_bits: 6,
         stride_shift: 15,
