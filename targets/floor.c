@@ -4,14 +4,17 @@
  *
  * A tiny noinline function is called in a loop by 1 and by 2 threads:
  *   plain   as it is;
+ *   own     plus a plain `inc` of a counter of the thread's own (a
+ *           thread-local variable), as tp's counting detour does in the
+ *           thread's counter row;
  *   slot    plus `lock inc` of a counter in a row chosen by hashing the
- *           thread pointer (fs:0), as tp's counting detour does;
+ *           thread pointer (fs:0), as tp's detour did before issue 17;
  *   shared  plus `lock inc` of one counter that every thread writes.
  * and rdtsc, the timestamp an event costs, is timed on its own.
  *
- *   floor N   prints "floor threads=T plain=NS slot=NS shared=NS" for T = 1
- *             and 2 (ns per call per thread, the median of 5 runs of N
- *             calls per thread), then "floor rdtsc=NS".
+ *   floor N   prints "floor threads=T plain=NS own=NS slot=NS shared=NS"
+ *             for T = 1 and 2 (ns per call per thread, the median of 5
+ *             runs of N calls per thread), then "floor rdtsc=NS".
  */
 #include "common.h"
 
@@ -27,6 +30,14 @@ static uint64_t shared_counter __attribute__((aligned(64)));
 
 TP_PROBED unsigned f_plain(unsigned x)
 {
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+static __thread uint64_t own_counter;
+
+TP_PROBED unsigned f_own(unsigned x)
+{
+	own_counter++;
 	return x * 0x9E3779B1u ^ (x >> 7);
 }
 
@@ -100,9 +111,10 @@ int main(int argc, char **argv)
 		calls = 1;
 	for (int threads = 1; threads <= 2; threads++) {
 		double plain = median5(f_plain, threads);
+		double own = median5(f_own, threads);
 		double slot = median5(f_slot, threads);
 		double shared = median5(f_shared, threads);
-		printf("floor threads=%d plain=%.3f slot=%.3f shared=%.3f\n", threads, plain, slot, shared);
+		printf("floor threads=%d plain=%.3f own=%.3f slot=%.3f shared=%.3f\n", threads, plain, own, slot, shared);
 	}
 	uint64_t s = 0;
 	double t0 = now();

@@ -8,19 +8,29 @@
  * x86-64, `hot-nop5` (-DNOP5: entry is a 5-byte nop, which Linux >= 6.18
  * uprobes turn into a call to a trampoline instead of an int3).
  *
+ * Other shapes of a function's first instruction, for the benchmark's
+ * rows of issue 17 (each noinline, each called the same way as work()):
+ *   work_mov  `mov eax, imm32` first: a window of one 5-byte instruction
+ *             that leaves rax dead but not the flags (the issue's own
+ *             `x * 2654435761; r ^= r >> 13; return r + 7`);
+ *   work_rip  `mov rax, [rip + scale]` first: a RIP-relative load, which
+ *             the detour relocates and which may fault, so nothing is dead.
+ *
  * Modes (every loop and wait is bounded):
- *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S]
+ *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S [FUNC]]
  *       T worker threads. A phase is BURSTS bursts: all T threads start
- *       together, each times CALLS calls of work(), then the main thread
+ *       together, each times CALLS calls of FUNC (work, work_mov or
+ *       work_rip; work by default), then the main thread
  *       sleeps PAUSE_US (time for a tracer to drain its buffers). Phases:
  *       warm-up and unprobed; "ready"; wait for the entry bytes to change
  *       ("patched") and 50 ms more; probed; bench_done() (where a debugger
  *       stops); wait for the bytes to be restored ("unpatched"); unprobed
  *       again. Each phase prints the median over bursts of ns per call, per
  *       thread, averaged over threads.
- *   hot step [MAXS]
- *       calls one_call() once a millisecond: the place where the benchmark
- *       counts the instructions of one call by single-stepping it.
+ *   hot step [MAXS [FUNC]]
+ *       calls one_call() once a millisecond, which calls FUNC: the place
+ *       where the benchmark counts the instructions of one call by
+ *       single-stepping it.
  * Every output line is a tag followed by key=value tokens.
  */
 #include "common.h"
@@ -57,16 +67,83 @@ static inline unsigned work_ref(int x)
 	return u;
 }
 
+/* The issue's function: starts with `mov eax, 0x9e3779b1`. */
+TP_PROBED uint64_t work_mov(uint64_t x)
+{
+	uint64_t r = x * 2654435761u;
+	r ^= r >> 13;
+	return r + 7;
+}
+
+static inline uint64_t work_mov_ref(uint64_t x)
+{
+	uint64_t r = x * 2654435761u;
+	r ^= r >> 13;
+	return r + 7;
+}
+
+/* Read by work_rip with a RIP-relative load (a global the compiler cannot
+ * fold: something could write it). */
+uint64_t scale = 0x9E3779B97F4A7C15ull;
+
+/* Starts with `mov rax, [rip + scale]`. */
+TP_PROBED uint64_t work_rip(uint64_t x)
+{
+	return scale * x + (x >> 7);
+}
+
+static inline uint64_t work_rip_ref(uint64_t x)
+{
+	return 0x9E3779B97F4A7C15ull * x + (x >> 7);
+}
+
 /* Called once after the probed phase: a debugger stops here. */
 TP_PROBED void bench_done(void)
 {
 	__asm__ volatile("" ::: "memory");
 }
 
-/* One call of work(), the unit the instruction counter steps through. */
-TP_PROBED int one_call(int x)
+/* The function a run calls (hot wait/step FUNC). */
+enum func { WORK, WORK_MOV, WORK_RIP };
+static enum func func = WORK;
+static const char *const func_names[] = {"work", "work_mov", "work_rip"};
+
+/* One call of the function, the unit the instruction counter steps
+ * through (a direct call for each, as in the timed loops). */
+TP_PROBED uint64_t one_call(int x)
 {
-	return work(x) + 1;
+	switch (func) {
+	case WORK_MOV:
+		return work_mov((uint64_t)x) + 1;
+	case WORK_RIP:
+		return work_rip((uint64_t)x) + 1;
+	default:
+		return (uint64_t)(unsigned)work(x) + 1;
+	}
+}
+
+static uint64_t one_call_ref(int x)
+{
+	switch (func) {
+	case WORK_MOV:
+		return work_mov_ref((uint64_t)x) + 1;
+	case WORK_RIP:
+		return work_rip_ref((uint64_t)x) + 1;
+	default:
+		return (uint64_t)work_ref(x) + 1;
+	}
+}
+
+/* FUNC by name; 0 if unknown. */
+static int set_func(const char *name)
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(name, func_names[i])) {
+			func = (enum func)i;
+			return 1;
+		}
+	fprintf(stderr, "hot: no function %s (work, work_mov, work_rip)\n", name);
+	return 0;
 }
 
 static double now_mono(void)
@@ -91,7 +168,8 @@ static void sleep_us(long us)
 
 static uint64_t entry_bytes(void)
 {
-	const volatile unsigned char *p = (const volatile unsigned char *)(uintptr_t)&work;
+	const void *f = func == WORK_MOV ? (const void *)&work_mov : func == WORK_RIP ? (const void *)&work_rip : (const void *)&work;
+	const volatile unsigned char *p = (const volatile unsigned char *)(uintptr_t)f;
 	uint64_t v = 0;
 	for (int i = 0; i < 8; i++)
 		v |= (uint64_t)p[i] << (8 * i);
@@ -127,6 +205,36 @@ struct worker {
 
 static struct worker workers[MAX_THREADS];
 
+/* ncalls calls of the function from `base` on, each one direct call. */
+static uint64_t calls_of(int base)
+{
+	uint64_t acc = 0;
+	switch (func) {
+	case WORK_MOV:
+		for (long i = 0; i < ncalls; i++)
+			acc += work_mov((uint64_t)(base + (int)i));
+		break;
+	case WORK_RIP:
+		for (long i = 0; i < ncalls; i++)
+			acc += work_rip((uint64_t)(base + (int)i));
+		break;
+	default:
+		for (long i = 0; i < ncalls; i++)
+			acc += (unsigned)work(base + (int)i);
+	}
+	return acc;
+}
+
+static uint64_t calls_ref(int base)
+{
+	uint64_t acc = 0;
+	for (long i = 0; i < ncalls; i++)
+		acc += func == WORK_MOV	  ? work_mov_ref((uint64_t)(base + (int)i))
+		       : func == WORK_RIP ? work_rip_ref((uint64_t)(base + (int)i))
+					  : work_ref(base + (int)i);
+	return acc;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -136,10 +244,8 @@ static void *worker_main(void *arg)
 			pthread_barrier_wait(&start_line);
 			if (quit)
 				return NULL;
-			uint64_t acc = 0;
 			double t0 = now_mono();
-			for (long i = 0; i < ncalls; i++)
-				acc += (unsigned)work(base + (int)i);
+			uint64_t acc = calls_of(base);
 			double t1 = now_mono();
 			w->ns[b] = (t1 - t0) * 1e9 / (double)ncalls;
 			if (acc != w->expect)
@@ -205,8 +311,7 @@ static int mode_wait(int t, int bursts, long calls, long pause_us, double timeou
 	for (int i = 0; i < t; i++) {
 		workers[i].id = i;
 		workers[i].ns = calloc((size_t)bursts, sizeof(double));
-		for (long c = 0; c < calls; c++)
-			workers[i].expect += work_ref(i * 1000003 + (int)c);
+		workers[i].expect = calls_ref(i * 1000003);
 		pthread_create(&tids[i], NULL, worker_main, &workers[i]);
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -247,7 +352,7 @@ static int mode_step(double max_s)
 	double end = now_mono() + max_s;
 	int bad = 0;
 	for (int i = 0; now_mono() < end; i++) {
-		if ((unsigned)one_call(i) != work_ref(i) + 1)
+		if (one_call(i) != one_call_ref(i))
 			bad++;
 		sleep_us(1000);
 	}
@@ -257,11 +362,17 @@ static int mode_step(double max_s)
 
 int main(int argc, char **argv)
 {
-	if (argc >= 6 && !strcmp(argv[1], "wait"))
+	if (argc >= 6 && !strcmp(argv[1], "wait")) {
+		if (argc >= 8 && !set_func(argv[7]))
+			return 1;
 		return mode_wait(atoi(argv[2]), atoi(argv[3]), atol(argv[4]), atol(argv[5]),
 				 argc >= 7 ? atof(argv[6]) : 60.0);
-	if (argc >= 2 && !strcmp(argv[1], "step"))
+	}
+	if (argc >= 2 && !strcmp(argv[1], "step")) {
+		if (argc >= 4 && !set_func(argv[3]))
+			return 1;
 		return mode_step(argc >= 3 ? atof(argv[2]) : 60.0);
-	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S] | step [MAXS]\n", argv[0]);
+	}
+	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S [FUNC]] | step [MAXS [FUNC]]\n", argv[0]);
 	return 1;
 }

@@ -1,8 +1,9 @@
 //! The floor, measured in the same run: what counting a call costs at best
 //! on this machine right now (targets/floor.c: a tiny function called by 1
-//! and 2 threads, plain, with a per-thread `lock inc` as tp's detour does it,
-//! with one shared `lock inc`), and one `rdtsc`. On a shared, noisy machine
-//! tp's rows are read against these.
+//! and 2 threads, plain, with a plain `inc` of a thread-local counter as
+//! tp's detour counts in the thread's row, with a per-thread `lock inc` as
+//! it did before, with one shared `lock inc`), and one `rdtsc`. On a
+//! shared, noisy machine tp's rows are read against these.
 
 use std::time::Duration;
 
@@ -16,7 +17,9 @@ use crate::proc::{Proc, kv_f64};
 pub struct Floor {
     /// ns per call per thread, for 1 and 2 threads: plain, per-thread slot, shared counter.
     pub plain: [f64; 2],
-    /// With a per-thread counter slot.
+    /// With a plain increment of a thread-local counter.
+    pub own: [f64; 2],
+    /// With a `lock inc` of a per-thread counter slot.
     pub slot: [f64; 2],
     /// With one shared counter.
     pub shared: [f64; 2],
@@ -33,6 +36,7 @@ pub fn measure(env: &Env) -> Result<Floor> {
         let l = p.wait_prefix("floor threads=", Duration::from_secs(120))?;
         let get = |k: &str| kv_f64(&l.text, k).with_context(|| format!("no {k} in `{}`", l.text));
         f.plain[t] = get("plain")?;
+        f.own[t] = get("own")?;
         f.slot[t] = get("slot")?;
         f.shared[t] = get("shared")?;
     }

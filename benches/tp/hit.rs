@@ -85,6 +85,11 @@ pub trait Tracer {
     fn binary(&self) -> &'static str {
         "hot"
     }
+    /// The function of the target it probes and the target calls: `work`,
+    /// or one of the other shapes of targets/hot.c.
+    fn function(&self) -> &'static str {
+        "work"
+    }
     /// How much to call `work()` (the slow peers get fewer calls).
     fn sizes(&self) -> Sizes;
     /// Hits the tracer counts per call.
@@ -131,6 +136,7 @@ pub fn run_once(env: &Env, tracer: &mut dyn Tracer, threads: u32) -> Result<Run>
         sizes.calls.to_string(),
         sizes.pause_us.to_string(),
         "60".into(),
+        tracer.function().into(),
     ];
     let mut target = Proc::spawn(tracer.binary(), &binary, &args, false)?;
     let long = Duration::from_secs(120);
@@ -171,13 +177,19 @@ pub fn run_once(env: &Env, tracer: &mut dyn Tracer, threads: u32) -> Result<Run>
 /// turns the probe's enable flag off in the shared data region.
 pub struct Tp {
     records: Records,
+    function: &'static str,
     session: Option<Proc>,
 }
 
 impl Tp {
-    /// tp recording `records`.
+    /// tp recording `records` on `work`.
     pub fn new(records: Records) -> Tp {
-        Tp { records, session: None }
+        Tp::on(records, "work")
+    }
+
+    /// tp recording `records` on `function` of targets/hot.c.
+    pub fn on(records: Records, function: &'static str) -> Tp {
+        Tp { records, function, session: None }
     }
 }
 
@@ -187,11 +199,18 @@ const RING: u32 = 1 << 16;
 
 impl Tracer for Tp {
     fn name(&self) -> String {
-        format!("tp: {}", self.records.label())
+        match self.function {
+            "work" => format!("tp: {}", self.records.label()),
+            f => format!("tp: {}, `{f}`", self.records.label()),
+        }
     }
 
     fn records(&self) -> Records {
         self.records
+    }
+
+    fn function(&self) -> &'static str {
+        self.function
     }
 
     fn hits_per_call(&self) -> u64 {
@@ -210,7 +229,8 @@ impl Tracer for Tp {
     }
 
     fn start(&mut self, env: &Env, pid: i32, _binary: &Path) -> Result<()> {
-        let mut args: Vec<String> = vec!["attach".into(), "-p".into(), pid.to_string(), "-f".into(), "work".into()];
+        let mut args: Vec<String> =
+            vec!["attach".into(), "-p".into(), pid.to_string(), "-f".into(), self.function.into()];
         match self.records {
             Records::Args => args.push("--args".into()),
             Records::Ret => args.push("--ret".into()),
@@ -221,7 +241,7 @@ impl Tracer for Tp {
         let mut p = Proc::spawn("tp", &env.tp, &args, false)?;
         if self.records == Records::Disabled {
             p.wait_prefix("tp: attached", Duration::from_secs(30))?;
-            set_enabled(pid, "work", false)?;
+            set_enabled(pid, self.function, false)?;
         }
         self.session = Some(p);
         Ok(())
@@ -237,7 +257,7 @@ impl Tracer for Tp {
         let v: serde_json::Value = serde_json::from_str(&json).context("tp's JSON summary")?;
         let hits = v["probes"]
             .as_array()
-            .and_then(|ps| ps.iter().find(|p| p["func"] == "work"))
+            .and_then(|ps| ps.iter().find(|p| p["func"] == self.function))
             .and_then(|p| p["hits"].as_u64());
         Ok(Outcome {
             hits,

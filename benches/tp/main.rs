@@ -170,28 +170,46 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         return true;
     }
     let mut ok = true;
-    for records in [
-        None,
-        Some(Records::Count),
-        Some(Records::Disabled),
-        Some(Records::Args),
-        Some(Records::Ret),
-        Some(Records::ArgsRet),
-    ] {
-        match steps::count(env, records) {
+    let mut rows: Vec<(Option<Records>, &'static str)> = vec![
+        (None, "work"),
+        (Some(Records::Count), "work"),
+        (Some(Records::Disabled), "work"),
+        (Some(Records::Args), "work"),
+        (Some(Records::Ret), "work"),
+        (Some(Records::ArgsRet), "work"),
+    ];
+    for f in SHAPES {
+        rows.extend([(None, f), (Some(Records::Count), f)]);
+    }
+    for (records, function) in rows {
+        match steps::count(env, records, function) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
-                eprintln!("steps: {:?}: {} instructions per call (unprobed {})", records, count.total, base.total);
-                r.steps.push(StepRow { records, count, base: base.total });
+                eprintln!(
+                    "steps: {records:?} on {function}: {} instructions per call (unprobed {})",
+                    count.total, base.total
+                );
+                r.steps.push(StepRow { records, function, count, base: base.total });
             }
             Err(e) => {
-                eprintln!("steps: {records:?}: {e:#}");
+                eprintln!("steps: {records:?} on {function}: {e:#}");
                 ok = false;
             }
         }
     }
+    match steps::windows(env, &["work", "work_mov", "work_rip"]) {
+        Ok(w) => r.shapes = w,
+        Err(e) => {
+            eprintln!("steps: tp list-probes: {e:#}");
+            ok = false;
+        }
+    }
     ok
 }
+
+/// The functions of targets/hot.c besides `work` whose count-only hits the
+/// benchmark measures (issue 17): other first instructions.
+const SHAPES: [&str; 2] = ["work_mov", "work_rip"];
 
 fn attach_section(env: &Env, r: &mut Results) -> bool {
     let mut rows: Vec<AttachRow> = attach::SIZES
@@ -258,6 +276,11 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
     ] {
         v.push((Box::new(Tp::new(records)), threads));
     }
+    for f in SHAPES {
+        for threads in [1, 2] {
+            v.push((Box::new(Tp::on(Records::Count, f)), threads));
+        }
+    }
     if !o.peers {
         return v;
     }
@@ -301,6 +324,7 @@ fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         .iter()
         .map(|(t, threads)| HitRow {
             name: t.name(),
+            function: t.function(),
             records: t.records(),
             threads: *threads,
             tp: t.name().starts_with("tp:"),
@@ -314,8 +338,11 @@ fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
             match floor::measure(env) {
                 Ok(f) => {
                     eprintln!(
-                        "floor: run {}: per-thread lock inc +{:.2} ns (1 thread), +{:.2} ns (2 threads); rdtsc {:.2} ns",
+                        "floor: run {}: thread's own inc +{:.2} ns (1 thread), +{:.2} ns (2 threads); per-thread \
+                         lock inc +{:.2} ns, +{:.2} ns; rdtsc {:.2} ns",
                         rep + 1,
+                        f.own[0] - f.plain[0],
+                        f.own[1] - f.plain[1],
                         f.slot[0] - f.plain[0],
                         f.slot[1] - f.plain[1],
                         f.rdtsc

@@ -14,6 +14,8 @@ use crate::steps::Count;
 pub struct HitRow {
     /// The tracer's name.
     pub name: String,
+    /// The function of targets/hot.c it probes.
+    pub function: &'static str,
     /// What it records.
     pub records: Records,
     /// Threads calling `work()`.
@@ -37,6 +39,8 @@ impl HitRow {
 pub struct StepRow {
     /// What the probe records (None: unprobed).
     pub records: Option<Records>,
+    /// The function of targets/hot.c.
+    pub function: &'static str,
     /// The probed call.
     pub count: Count,
     /// The same call unprobed.
@@ -88,16 +92,22 @@ pub struct Results {
     pub floor: Vec<Floor>,
     /// Sections or peers skipped, and why.
     pub notes: Vec<String>,
+    /// The functions of targets/hot.c and what `tp list-probes` says of them.
+    pub shapes: Vec<(String, String)>,
 }
 
 impl Results {
-    /// tp's row recording `records` with `threads` threads.
-    fn tp_row(&self, records: Records, threads: u32) -> Option<&HitRow> {
-        self.hit.iter().find(|r| r.tp && r.records == records && r.threads == threads)
+    /// tp's row recording `records` on `function` with `threads` threads.
+    fn tp_row(&self, function: &str, records: Records, threads: u32) -> Option<&HitRow> {
+        self.hit.iter().find(|r| r.tp && r.function == function && r.records == records && r.threads == threads)
     }
 
     fn tp_extra(&self, records: Records, threads: u32) -> Option<f64> {
-        self.tp_row(records, threads)?.extra().map(|s| s.median)
+        self.tp_extra_on("work", records, threads)
+    }
+
+    fn tp_extra_on(&self, function: &str, records: Records, threads: u32) -> Option<f64> {
+        self.tp_row(function, records, threads)?.extra().map(|s| s.median)
     }
 
     fn attach_row(&self, probes: usize) -> Option<&AttachRow> {
@@ -139,7 +149,7 @@ impl Results {
     }
 
     fn targets(&self, o: &mut String) {
-        let _ = writeln!(o, "### Targets (issue 7)\n");
+        let _ = writeln!(o, "### Targets (issues 7 and 17)\n");
         let _ = writeln!(
             o,
             "\"Floor\" is what the same thing costs at best on this machine in this run, with no tracer \
@@ -155,10 +165,22 @@ impl Results {
             let floor = floor.map_or(String::new(), |f| format!("{} {unit}", num(f)));
             let _ = writeln!(o, "| {what} | ≤ {} {unit} | {m} | {met} | {floor} |", num(goal));
         };
-        let slot = |t: usize| self.floor_of(|f| f.slot[t] - f.plain[t]);
         let rdtsc = self.floor_of(|f| f.rdtsc);
-        row("count-only hit, 1 thread", 2.0, "ns", self.tp_extra(Records::Count, 1), slot(0));
-        row("count-only hit, 2 threads on the probe", 2.0, "ns", self.tp_extra(Records::Count, 2), slot(1));
+        let own = |t: usize| self.floor_of(|f| f.own[t] - f.plain[t]);
+        for (function, shape) in [
+            ("work", "`imul` (hot.c)"),
+            ("work_mov", "one 5-byte `mov` of an immediate"),
+            ("work_rip", "a RIP-relative load"),
+        ] {
+            for threads in [1, 2] {
+                let what = format!(
+                    "count-only hit, `{function}`: {shape}, {threads} thread{}",
+                    if threads == 1 { "" } else { "s" }
+                );
+                let got = self.tp_extra_on(function, Records::Count, threads);
+                row(&what, 1.5, "ns", got, own(threads as usize - 1));
+            }
+        }
         row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1), rdtsc);
         row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2), rdtsc);
         let two = rdtsc.map(|r| 2.0 * r);
@@ -187,7 +209,13 @@ impl Results {
             writeln!(o, "| tiny function, ns per call per thread | {} | {} |", s(&|f| f.plain[0]), s(&|f| f.plain[1]));
         let _ = writeln!(
             o,
-            "| extra for a per-thread `lock inc` (tp's counter rows) | {} | {} |",
+            "| extra for a plain `inc` of a thread's own counter (as tp counts in a thread's row) | {} | {} |",
+            s(&|f| f.own[0] - f.plain[0]),
+            s(&|f| f.own[1] - f.plain[1])
+        );
+        let _ = writeln!(
+            o,
+            "| extra for a `lock inc` of a per-thread counter (tp's rows before issue 17) | {} | {} |",
             s(&|f| f.slot[0] - f.plain[0]),
             s(&|f| f.slot[1] - f.plain[1])
         );
@@ -262,7 +290,10 @@ impl Results {
         let _ = writeln!(o, "| probe | instructions per call | extra | in the detour | in tp's runtime |");
         let _ = writeln!(o, "|---|---|---|---|---|");
         for s in &self.steps {
-            let name = s.records.map_or("unprobed".to_string(), |r| format!("tp: {}", r.label()));
+            let mut name = s.records.map_or("unprobed".to_string(), |r| format!("tp: {}", r.label()));
+            if s.function != "work" {
+                name = format!("{name}, `{}`", s.function);
+            }
             let _ = writeln!(
                 o,
                 "| {name} | {} | {} | {} | {} |",
@@ -273,6 +304,15 @@ impl Results {
             );
         }
         o.push('\n');
+        if !self.shapes.is_empty() {
+            let _ = writeln!(o, "The functions of targets/hot.c, as `tp list-probes` sees them:\n");
+            let _ = writeln!(o, "| function | window |");
+            let _ = writeln!(o, "|---|---|");
+            for (f, verdict) in &self.shapes {
+                let _ = writeln!(o, "| `{f}` | {verdict} |");
+            }
+            o.push('\n');
+        }
     }
 
     fn attach(&self, o: &mut String) {
@@ -350,7 +390,13 @@ impl Results {
         let mut out = String::new();
         for s in &self.steps {
             let Some(r) = s.records else { continue };
-            let _ = writeln!(out, "== tp: {} ({} instructions outside the function)", r.label(), s.count.listing.len());
+            let _ = writeln!(
+                out,
+                "== tp: {} on `{}` ({} instructions outside the function)",
+                r.label(),
+                s.function,
+                s.count.listing.len()
+            );
             for l in &s.count.listing {
                 let _ = writeln!(out, "  {l}");
             }

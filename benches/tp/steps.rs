@@ -41,16 +41,17 @@ pub struct Count {
     pub listing: Vec<String>,
 }
 
-/// Counts one call unprobed and one under `records` (None: unprobed only).
-pub fn count(env: &Env, records: Option<Records>) -> Result<(Count, Option<Count>)> {
+/// Counts one call of `function` unprobed and one under `records` (None:
+/// unprobed only).
+pub fn count(env: &Env, records: Option<Records>, function: &str) -> Result<(Count, Option<Count>)> {
     let binary = env.target("hot");
-    let mut target = Proc::spawn("hot step", &binary, &["step".into(), "120".into()], false)?;
+    let mut target = Proc::spawn("hot step", &binary, &["step".into(), "120".into(), function.into()], false)?;
     target.wait_prefix("ready", Duration::from_secs(30))?;
     let pid = target.pid();
     let base = step_calls(pid, &binary, 0)?;
     let Some(records) = records else { return Ok((base, None)) };
     let mut args: Vec<String> =
-        ["attach", "-p", &pid.to_string(), "-f", "work", "-q", "--json"].map(String::from).into();
+        ["attach", "-p", &pid.to_string(), "-f", function, "-q", "--json"].map(String::from).into();
     match records {
         Records::Args => args.push("--args".into()),
         Records::Ret => args.push("--ret".into()),
@@ -60,7 +61,7 @@ pub fn count(env: &Env, records: Option<Records>) -> Result<(Count, Option<Count
     let mut tp = Proc::spawn("tp", &env.tp, &args, false)?;
     tp.wait_prefix("tp: attached", Duration::from_secs(30))?;
     if records == Records::Disabled {
-        crate::hit::set_enabled(pid, "work", false)?;
+        crate::hit::set_enabled(pid, function, false)?;
     }
     let session = tp.pid() as u32;
     let probed = step_calls(pid, &binary, session);
@@ -196,5 +197,27 @@ fn detours(pid: i32, owner: u32) -> Vec<(u64, u64)> {
         .into_iter()
         .filter(|(_, e)| owner != 0 && e.owner == owner)
         .map(|(_, e)| (e.detour, e.detour + u64::from(e.detour_len)))
+        .collect()
+}
+
+/// What `tp list-probes` says of each of `functions` of the `hot` target:
+/// its window (`ok (6 bytes: imul)`).
+pub fn windows(env: &Env, functions: &[&str]) -> Result<Vec<(String, String)>> {
+    let out = std::process::Command::new(&env.tp).arg("list-probes").arg(env.target("hot")).output()?;
+    if !out.status.success() {
+        bail!("tp list-probes failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    functions
+        .iter()
+        .map(|&f| {
+            // ADDRESS SIZE FUNCTION SOURCE VERDICT...
+            let line = text
+                .lines()
+                .find(|l| l.split_whitespace().nth(2) == Some(f))
+                .with_context(|| format!("`{f}` is not in tp list-probes' output"))?;
+            let verdict = line.split_whitespace().skip(4).collect::<Vec<_>>().join(" ");
+            Ok((f.to_string(), verdict))
+        })
         .collect()
 }
