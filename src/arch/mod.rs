@@ -293,6 +293,10 @@ pub struct RuntimeAddrs {
     /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
     /// every register and flag).
     pub count: u64,
+    /// Where an event detour of a C function calls the entry (x86-64: a
+    /// fast path that stores the argument registers into the thread's ring
+    /// itself, else calls `tp_entry`); 0 where there is none.
+    pub event: u64,
     /// The runtime's context (`struct tp_ctx`) in the data region.
     pub ctx: u64,
 }
@@ -328,6 +332,78 @@ pub struct RuntimeBlobs {
     pub unwind: &'static [u8],
     /// `tp_count`.
     pub count: &'static [u8],
+}
+
+/// What the hand-written parts of a runtime block (an architecture's fast
+/// paths of the runtime's functions) read and write of the data region and
+/// the private area: addresses in the target, and the offsets and constants
+/// of `probe::layout`, the layout's one source, which fills this in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RuntimeLayout {
+    /// The runtime's context (`struct tp_ctx`) in the data region.
+    pub ctx: u64,
+    /// The process's thread cache (see [`cache`]), whose value is the index
+    /// of the thread's state.
+    pub thread_cache: u64,
+    /// Thread state 0 in the private area.
+    pub threads: u64,
+    /// Bytes per thread state (its head and its shadow frames).
+    pub thread_size: u32,
+    /// Events per ring, minus one.
+    pub ring_mask: u32,
+    /// In a thread state: the address of its ring slot, frames in use, where
+    /// its TID is, ticks spent in tp, the first shadow frame.
+    pub thread_ring: u32,
+    /// See [`RuntimeLayout::thread_ring`].
+    pub thread_depth: u32,
+    /// See [`RuntimeLayout::thread_ring`].
+    pub thread_tid_at: u32,
+    /// See [`RuntimeLayout::thread_ring`].
+    pub thread_overhead: u32,
+    /// See [`RuntimeLayout::thread_ring`].
+    pub thread_shadow: u32,
+    /// In a shadow frame: the return-address slot, the original return
+    /// address, the entry time, the probe, the trampoline, the thread's
+    /// ticks in tp at entry.
+    pub frame_slot: u32,
+    /// See [`RuntimeLayout::frame_slot`].
+    pub frame_ret: u32,
+    /// See [`RuntimeLayout::frame_slot`].
+    pub frame_tsc: u32,
+    /// See [`RuntimeLayout::frame_slot`].
+    pub frame_probe: u32,
+    /// See [`RuntimeLayout::frame_slot`].
+    pub frame_tramp: u32,
+    /// See [`RuntimeLayout::frame_slot`].
+    pub frame_overhead: u32,
+    /// In a ring slot: the next event to write, the writer's last look at
+    /// the reader's position, the first event.
+    pub slot_head: u32,
+    /// See [`RuntimeLayout::slot_head`].
+    pub slot_cached_tail: u32,
+    /// See [`RuntimeLayout::slot_head`].
+    pub slot_ring: u32,
+    /// In an event: the probe and kind (32 bits), the TID (32 bits), the
+    /// timestamp, the six values; and its size, a power of two.
+    pub event_probe: u32,
+    /// See [`RuntimeLayout::event_probe`].
+    pub event_tid: u32,
+    /// See [`RuntimeLayout::event_probe`].
+    pub event_tsc: u32,
+    /// See [`RuntimeLayout::event_probe`].
+    pub event_v: u32,
+    /// See [`RuntimeLayout::event_probe`].
+    pub event_size: u32,
+    /// The probe index in the word a detour passes (and in an event's probe).
+    pub probe_mask: u32,
+    /// The flags of that word: record an entry event, replace the return address.
+    pub record_entry: u32,
+    /// See [`RuntimeLayout::record_entry`].
+    pub hijack_return: u32,
+    /// An entry event's and an exit event's kind, in an event's probe.
+    pub entry_kind: u32,
+    /// See [`RuntimeLayout::entry_kind`].
+    pub exit_kind: u32,
 }
 
 /// A runtime block assembled for one address.
@@ -758,8 +834,9 @@ pub trait Arch {
     fn timestamp_hz() -> Option<u64>;
 
     /// Assembles an arena's runtime block at `at`: the runtime's functions
-    /// and the return trampoline, which reach the context at `ctx`.
-    fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock;
+    /// and the return trampoline, for the region `layout` describes. Where
+    /// its parts are does not depend on `layout`.
+    fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock;
 
     /// True if a counting detour may call the runtime block (which must
     /// then be in its arena): x86-64's detours count in a row of the

@@ -16,18 +16,17 @@ use anyhow::Result;
 
 use super::layout::{self, Frame, ThreadState};
 use super::region::Region;
-use crate::addr::RegionOffset;
 use crate::arch::{Arch, Host};
 use crate::process::memory::Memory;
 
 /// The trampolines of the region's arenas.
 fn trampolines(region: &Region) -> Vec<u64> {
     let h = region.header();
-    let ctx = region.addr_of(RegionOffset(layout::Header::ctx_off())).0;
+    let l = super::runtime::layout_of(&h);
     h.arenas[..h.arena_count as usize]
         .iter()
         .filter(|a| a.runtime != 0)
-        .map(|a| Host::build_runtime(a.runtime, ctx, &super::runtime::blobs()).addrs.trampoline)
+        .map(|a| Host::build_runtime(a.runtime, &l, &super::runtime::blobs()).addrs.trampoline)
         .collect()
 }
 

@@ -27,7 +27,7 @@ use super::region::Region;
 use super::region::create::create_region;
 use super::{Request, arena, runtime, threads};
 use crate::addr::RegionOffset;
-use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, ThreadKey};
+use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -443,8 +443,7 @@ const _: () = assert!(
 
 /// Where the runtime block at `at` keeps its parts.
 fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
-    let ctx = region.addr_of(RegionOffset(Header::ctx_off())).0;
-    Host::build_runtime(at, ctx, &runtime::blobs()).addrs
+    Host::build_runtime(at, &runtime::layout_of(&region.header()), &runtime::blobs()).addrs
 }
 
 /// Builds the detour of probe `index` in an arena within reach (allocating
@@ -463,7 +462,7 @@ fn place_detour(
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
     let needs_runtime = needs_runtime(req);
-    let runtime_len = Host::build_runtime(0, 0, &runtime::blobs()).bytes.len() as u64 + 16;
+    let runtime_len = Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16;
     let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, arena::reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the
     // first where it really fits (its size depends on where it goes).
@@ -501,10 +500,10 @@ fn place_detour(
             slot += 1;
             continue;
         }
+        let layout = runtime::layout_of(h);
         let a = &mut h.arenas[slot];
         if needs_runtime && a.runtime == 0 {
-            let ctx = region.addr_of(RegionOffset(Header::ctx_off())).0;
-            let block = Host::build_runtime(runtime_at, ctx, &runtime::blobs());
+            let block = Host::build_runtime(runtime_at, &layout, &runtime::blobs());
             mem.write(runtime_at, &block.bytes).context("writing tp's runtime into the target")?;
             a.runtime = runtime_at;
         }

@@ -1,8 +1,14 @@
 //! The in-target runtime's machine code: `runtime/runtime.c`, compiled by
 //! build.rs for the architecture tp is built for, one relocation-free blob
-//! per function.
+//! per function; and what an architecture's hand-written fast paths of it
+//! need to know of the layout ([`layout_of`]).
 
-use crate::arch::RuntimeBlobs;
+use std::mem::{offset_of, size_of};
+
+use super::layout::{
+    self, CACHE_BITS, Event, EventCtx, Frame, Header, Proc, SlotHead, ThreadState, entry_flags, event_kind,
+};
+use crate::arch::{RuntimeBlobs, RuntimeLayout};
 
 /// The runtime's functions for the host architecture.
 pub fn blobs() -> RuntimeBlobs {
@@ -11,5 +17,65 @@ pub fn blobs() -> RuntimeBlobs {
         exit: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit.bin")),
         unwind: include_bytes!(concat!(env!("OUT_DIR"), "/tp_unwind.bin")),
         count: include_bytes!(concat!(env!("OUT_DIR"), "/tp_count.bin")),
+    }
+}
+
+/// What a runtime block's hand-written paths read and write, for the
+/// region whose header is `h` (mapped in the target at `h.target_addr`).
+pub fn layout_of(h: &Header) -> RuntimeLayout {
+    let u = |n: usize| n as u32;
+    RuntimeLayout {
+        ctx: h.target_addr + Header::ctx_off(),
+        thread_cache: h.ctx.private + offset_of!(Proc, thread_cache) as u64,
+        threads: h.ctx.private + layout::THREADS_OFF,
+        thread_size: layout::private_geometry().thread_size as u32,
+        ring_mask: h.ctx.ring_mask,
+        thread_ring: u(offset_of!(ThreadState, ring)),
+        thread_depth: u(offset_of!(ThreadState, depth)),
+        thread_tid_at: u(offset_of!(ThreadState, tid_at)),
+        thread_overhead: u(offset_of!(ThreadState, overhead)),
+        thread_shadow: u(size_of::<ThreadState>()),
+        frame_slot: u(offset_of!(Frame, slot)),
+        frame_ret: u(offset_of!(Frame, ret)),
+        frame_tsc: u(offset_of!(Frame, tsc)),
+        frame_probe: u(offset_of!(Frame, probe)),
+        frame_tramp: u(offset_of!(Frame, tramp)),
+        frame_overhead: u(offset_of!(Frame, overhead)),
+        slot_head: u(offset_of!(SlotHead, head)),
+        slot_cached_tail: u(offset_of!(SlotHead, cached_tail)),
+        slot_ring: u(size_of::<SlotHead>()),
+        event_probe: u(offset_of!(Event, probe)),
+        event_tid: u(offset_of!(Event, tid)),
+        event_tsc: u(offset_of!(Event, tsc)),
+        event_v: u(offset_of!(Event, v)),
+        event_size: u(size_of::<Event>()),
+        probe_mask: layout::PROBE_MASK,
+        record_entry: entry_flags::RECORD_ENTRY,
+        hijack_return: entry_flags::HIJACK_RETURN,
+        entry_kind: (event_kind::ENTRY as u32) << layout::KIND_SHIFT,
+        exit_kind: (event_kind::EXIT as u32) << layout::KIND_SHIFT,
+    }
+}
+
+// The fast paths index the thread cache as the detours do (arch::cache).
+const _: () = assert!(CACHE_BITS == crate::arch::cache::BITS);
+const _: () = assert!(size_of::<Frame>() == 64 && size_of::<Event>().is_power_of_two());
+const _: () = assert!(offset_of!(EventCtx, ring_mask) < 4096);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_layout_is_the_regions() {
+        let g = layout::geometry(1, 1024);
+        let h = Header::new(&g, 62, 0x7f00_0000_0000, 0x7f10_0000_0000);
+        let l = layout_of(&h);
+        assert_eq!(l.ctx, 0x7f00_0000_0000 + Header::ctx_off());
+        assert_eq!(l.thread_cache, 0x7f10_0000_0000 + 8 + 8 * (1 << CACHE_BITS));
+        assert_eq!(l.threads, 0x7f10_0000_0000 + layout::THREADS_OFF);
+        assert_eq!((l.ring_mask, l.thread_size), (1023, 64 + 128 * 64));
+        assert_eq!((l.event_tsc, l.event_v, l.event_size), (8, 16, 64));
+        assert_eq!((l.entry_kind, l.exit_kind), (1 << 24, 2 << 24));
     }
 }

@@ -20,7 +20,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls, ThreadKey,
+    Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan, Syscalls,
+    ThreadKey,
 };
 
 /// The AArch64 architecture.
@@ -94,11 +95,9 @@ impl Arch for AArch64 {
         None
     }
 
-    fn build_runtime(at: u64, ctx: u64, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        RuntimeBlock {
-            bytes: Vec::new(),
-            addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, count: at, ctx },
-        }
+    fn build_runtime(at: u64, layout: &RuntimeLayout, _blobs: &RuntimeBlobs) -> RuntimeBlock {
+        let addrs = RuntimeAddrs { entry: at, trampoline: at, unwind: at, count: at, event: 0, ctx: layout.ctx };
+        RuntimeBlock { bytes: Vec::new(), addrs }
     }
 
     fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {

@@ -61,12 +61,23 @@
 //! at fs:0.
 //!
 //! A probe that records arguments or returns keeps the full frame (rax,
-//! r11, the flags; S = r11) and calls the runtime's `tp_entry` after
-//! counting, saving the registers a C function may clobber and the function
-//! may still need (the six argument registers, rax for variadic calls, r10
-//! for a static chain; r11 and the flags are already saved); the runtime
-//! uses no vector registers. An unwinder probe calls `tp_unwind` the same
-//! way.
+//! r11, the flags; S = r11) and, after counting, pushes its word (`probe |
+//! flags`) and calls the runtime block's fast entry (`fast.rs`), which
+//! keeps every other register, records from the argument registers where
+//! they are and falls back to `tp_entry` itself:
+//!
+//! ```text
+//! counted: push probe | flags
+//!          call event
+//!          pop  r11
+//! ```
+//!
+//! Go's internal ABI passes arguments in other registers: a probe of Go
+//! code calls `tp_entry` directly, saving the registers a C function may
+//! clobber and the function may still need (the six argument registers,
+//! rax for variadic calls, r10 for a static chain; r11 and the flags are
+//! already saved); the runtime uses no vector registers. An unwinder probe
+//! calls `tp_unwind` the same way.
 //!
 //! A sampling probe (tp profile) also counts down, in the same row, the
 //! calls left before its next sample, and calls the runtime when none are
@@ -267,6 +278,12 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
         // call of the runtime is out of line.
         w.put_sub_r11_disp_1(countdown_disp(spec));
         w.put_jb(l.sample);
+    } else if (spec.records.args || spec.records.ret) && spec.abi == Abi::C && rt.event != 0 {
+        // The runtime's fast entry, which keeps every register but r11
+        // and rax (the flags, which it saves).
+        w.put_push_imm32(spec.entry_word as i32);
+        w.put_call(rt.event);
+        w.put_pop(R11);
     } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, spec, l, rt);
     }
@@ -428,6 +445,7 @@ mod tests {
             trampoline: AT + 0x800,
             unwind: AT + 0x600,
             count: AT + 0x700,
+            event: AT + 0x900,
             ctx: 0x7f00_0000_0100,
         }
     }
@@ -553,32 +571,47 @@ mod tests {
     }
 
     #[test]
-    fn event_detour_saves_registers_and_calls_the_runtime() {
+    fn event_detour_calls_the_fast_entry_with_its_word() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
         check(&asm[7..20], &count("r11", "r11d"));
-        let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
-        assert_eq!(asm[20..28], saves);
-        assert_eq!(asm[28], "sub rsp, 8");
-        assert!(asm[29].starts_with("mov rdi, qword ptr [rip + "));
         let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
-        assert_eq!(asm[30], format!("mov esi, {flags:#x}"));
-        // The return address sits above the eight saved registers, the
-        // alignment word and the prefix's rax and r11.
-        assert_eq!(asm[31..33], ["lea rdx, [rsp + 8]", "lea rcx, [rsp + 0x58]"]);
-        assert!(asm[33].starts_with("mov r8, qword ptr [rip + "));
-        assert_eq!(asm[34], format!("call {:#x}", runtime().entry));
-        assert_eq!(asm[35], "add rsp, 8");
+        assert_eq!(asm[20..23], [format!("push {flags:#x}"), format!("call {:#x}", runtime().event), "pop r11".into()]);
+        assert_eq!(asm[23..27], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[27..30], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        // A count by tp_count comes back before the call.
+        assert_eq!(target(&asm[34]), address_of(&d, 20));
+    }
+
+    #[test]
+    fn go_event_detour_saves_registers_and_calls_tp_entry() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, abi: Abi::Go, ..spec() };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[8], "lock inc qword ptr [r11 + 0x18]", "events still count, in the shared row");
+        let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
+        assert_eq!(asm[9..17], saves);
+        assert_eq!(asm[17], "sub rsp, 8");
+        // Go's argument registers, copied below them: rax (pushed by the prefix), rbx, rcx, rdi, rsi, r8.
+        assert_eq!(asm[18..23], ["push r8", "push rsi", "push rdi", "push rcx", "push rbx"]);
+        assert_eq!(asm[23], "push qword ptr [rsp + 0x78]");
+        assert!(asm[24].starts_with("mov rdi, qword ptr [rip + "));
+        let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
+        assert_eq!(asm[25], format!("mov esi, {flags:#x}"));
+        // The return address sits above the copy, the eight saved registers,
+        // the alignment word and the prefix's rax and r11.
+        assert_eq!(asm[26..28], ["mov rdx, rsp", "lea rcx, [rsp + 0x88]"]);
+        assert!(asm[28].starts_with("mov r8, qword ptr [rip + "));
+        assert_eq!(asm[29], format!("call {:#x}", runtime().entry));
+        assert_eq!(asm[30..32], ["add rsp, 0x30", "add rsp, 8"]);
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[36..44], restores);
-        assert_eq!(asm[44..48], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[48..51], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        assert_eq!(asm[32..40], restores);
+        assert_eq!(asm[40..44], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
         assert_eq!(target(&asm[6]), d.map_pc(0).unwrap() - 6);
-        // A count by tp_count comes back before the call of tp_entry.
-        assert_eq!(target(&asm[55]), address_of(&d, 20));
         assert_eq!((literal(&d, 4), literal(&d, 5)), (runtime().ctx, runtime().trampoline));
     }
 
@@ -613,13 +646,17 @@ mod tests {
     }
 
     #[test]
-    fn entry_only_event_passes_no_trampoline() {
+    fn entry_only_go_event_passes_no_trampoline() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s =
-            DetourSpec { records: Records { args: true, ..Records::COUNT }, entry_word: 3 | RECORD_ENTRY, ..spec() };
+        let s = DetourSpec {
+            records: Records { args: true, ..Records::COUNT },
+            entry_word: 3 | RECORD_ENTRY,
+            abi: Abi::Go,
+            ..spec()
+        };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert_eq!(asm[30], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
-        assert_eq!(asm[33], "xor r8d, r8d");
+        assert_eq!(asm[25], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
+        assert_eq!(asm[28], "xor r8d, r8d");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod fast;
 pub mod golang;
 pub mod live;
 pub mod regs;
@@ -20,7 +21,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, StoredPointer, Syscalls, ThreadKey,
+    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan, StoredPointer,
+    Syscalls, ThreadKey,
 };
 
 /// The x86-64 architecture.
@@ -99,8 +101,8 @@ impl Arch for X86_64 {
         None
     }
 
-    fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
-        runtime::build(at, ctx, blobs)
+    fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
+        runtime::build(at, layout, blobs)
     }
 
     const COUNTING_CALLS_RUNTIME: bool = true;

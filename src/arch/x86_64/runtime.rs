@@ -1,10 +1,12 @@
 //! The x86-64 parts of tp's in-target runtime: the per-arena runtime block
-//! (the C runtime's functions followed by the return trampoline) and where
-//! the TCB keeps the TID.
+//! (the C runtime's functions, the fast paths of entry and exit
+//! ([`super::fast`]), the return trampoline, the count stub) and where the
+//! TCB keeps the TID.
 //!
 //! ```text
-//! tramp:  lea  rsp, [rsp - 16]     ; reached by the probed function's `ret`:
-//!                                  ; a slot for the return address, a pad
+//! block:  tp_entry, tp_exit, tp_unwind, tp_count (C, runtime.c)
+//! tramp:  the fast exit, which falls back to the full trampoline
+//! full:   lea  rsp, [rsp - 16]     ; a slot for the return address, a pad
 //!         push r11, r10, r9, r8, rdi, rsi, rcx, rdx, rax
 //!         lahf / seto al / push rax ; the flags, as the detours save them
 //!         mov  rdi, [rip + ctx]
@@ -16,6 +18,9 @@
 //!         pop  rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11
 //!         lea  rsp, [rsp + 8]
 //!         ret                      ; to the original return address
+//! count:  the count stub (below)
+//! event:  the fast entry, which falls back to tp_entry
+//!         .quad ctx, thread cache, 2^56 - 1, thread state -1
 //! ```
 //!
 //! A counting detour that does not find its thread's row in the row cache
@@ -47,8 +52,9 @@
 //! entry stack); 96 bytes of slot, pad, flags and registers keep it so for
 //! the call.
 
+use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
 use super::writer::Writer;
-use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, ThreadKey};
+use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey};
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;
@@ -72,42 +78,34 @@ pub fn thread_key(hwcap2: u64, fs_bases: &[u64], read: &dyn Fn(u64, usize) -> Op
     }
 }
 
-const RAX: u8 = 0;
-const RDX: u8 = 2;
-const RBX: u8 = 3;
-const RSP: u8 = 4;
-const RSI: u8 = 6;
-const RDI: u8 = 7;
 /// Pushed in this order, so rax and rdx (the results) end up lowest.
-const SAVED: [u8; 9] = [11, 10, 9, 8, RDI, RSI, 1, RDX, RAX];
+const SAVED: [u8; 9] = [R11, R10, R9, R8, RDI, RSI, RCX, RDX, RAX];
 /// Bytes between the trampoline's stack pointer at the call and at its start.
 const FRAME: i8 = 96;
 /// Registers the count stub saves after rax and the flags, in this order.
-const COUNT_SAVED: [u8; 8] = [1, RDX, RSI, RDI, 8, 9, 10, 11];
+const COUNT_SAVED: [u8; 8] = [RCX, RDX, RSI, RDI, R8, R9, R10, R11];
 /// From the count stub's rbx to the probe the detour pushed: rbx, the eight
 /// registers, the flags, rax and the return address.
 const COUNT_ARG: i8 = 96;
 
-/// Assembles the runtime block at `at`.
-pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
-    // The context's literal ends the block, whose parts have fixed lengths:
-    // assemble once to find it, then for good.
-    let first = assemble(at, at, blobs);
-    let lit_ctx = (at + first.bytes.len() as u64).next_multiple_of(8);
-    let mut block = assemble(at, lit_ctx, blobs);
-    let mut w = Writer::new(at + block.bytes.len() as u64);
-    w.put_align(8);
-    w.put_u64(ctx);
-    block.bytes.extend(w.into_bytes());
-    block.addrs.ctx = ctx;
+/// Assembles the runtime block at `at` for the region `layout` describes.
+pub fn build(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
+    // Every instruction has a fixed length: assemble once to find where
+    // everything is, then for good.
+    let (_, marks) = assemble(at, layout, blobs, &Marks::near(at));
+    let (mut block, again) = assemble(at, layout, blobs, &marks);
+    debug_assert_eq!(again.lit_ctx, marks.lit_ctx);
+    block.addrs.ctx = layout.ctx;
     block
 }
 
-/// The code of the runtime block at `at`, whose context's address is the
-/// literal at `lit_ctx`.
-fn assemble(at: u64, lit_ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+/// The runtime block at `at`, with the addresses of `m` (from a first
+/// assembly); returns it and the addresses it found.
+fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (RuntimeBlock, Marks) {
+    let mut out = Marks::default();
     let mut w = Writer::new(at);
     let entry = w.pc();
+    out.tp_entry = entry;
     w.put_bytes(blobs.entry);
     w.put_align(16);
     let exit = w.pc();
@@ -120,12 +118,16 @@ fn assemble(at: u64, lit_ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_bytes(blobs.count);
     w.put_align(16);
     let trampoline = w.pc();
+    out.tramp = trampoline;
+    fast::exit(&mut w, l, m, &mut out);
+    w.put_align(16);
+    out.tramp_full = w.pc();
     w.put_lea_rsp(RSP, -16);
     for r in SAVED {
         w.put_push(r);
     }
     w.put_push_flags_via_rax();
-    w.put_mov_reg_rip(RDI, lit_ctx);
+    w.put_mov_reg_rip(RDI, m.lit_ctx);
     w.put_lea_rsp(RSI, 8);
     w.put_lea_rsp(RDX, FRAME as i32);
     w.put_call(exit);
@@ -148,7 +150,7 @@ fn assemble(at: u64, lit_ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_push(RBX);
     w.put_mov_rbx_rsp();
     w.put_align_rsp();
-    w.put_mov_reg_rip(RDI, lit_ctx);
+    w.put_mov_reg_rip(RDI, m.lit_ctx);
     w.put_load_esi_rbx(COUNT_ARG);
     w.put_call(tp_count);
     w.put_store_rax_rbx(COUNT_ARG);
@@ -160,7 +162,19 @@ fn assemble(at: u64, lit_ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_pop_flags_via_rax();
     w.put_pop(RAX);
     w.put_ret();
-    RuntimeBlock { bytes: w.into_bytes(), addrs: RuntimeAddrs { entry, trampoline, unwind, count, ctx: 0 } }
+    w.put_align(16);
+    let event = w.pc();
+    fast::entry(&mut w, l, m, &mut out);
+    w.put_align(8);
+    out.lit_ctx = w.pc();
+    out.lit_cache = out.lit_ctx + 8;
+    out.lit_low = out.lit_ctx + 16;
+    out.lit_threads = out.lit_ctx + 24;
+    for v in fast::literals(l) {
+        w.put_u64(v);
+    }
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, count, event, ctx: l.ctx };
+    (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
 }
 
 /// The offset of the TID from the thread pointer (`fs:0`), found in the
@@ -204,15 +218,58 @@ mod tests {
 
     const AT: u64 = 0x7f00_0010_0000;
 
+    fn layout() -> RuntimeLayout {
+        RuntimeLayout {
+            ctx: 0x7f00_0000_1040,
+            thread_cache: 0x7f10_0000_0408,
+            threads: 0x7f10_0000_2000,
+            thread_size: 64 + 128 * 64,
+            ring_mask: 2047,
+            thread_ring: 8,
+            thread_depth: 28,
+            thread_tid_at: 32,
+            thread_overhead: 16,
+            thread_shadow: 64,
+            frame_slot: 0,
+            frame_ret: 8,
+            frame_tsc: 16,
+            frame_probe: 24,
+            frame_tramp: 32,
+            frame_overhead: 40,
+            slot_head: 64,
+            slot_cached_tail: 16,
+            slot_ring: 192,
+            event_probe: 0,
+            event_tid: 4,
+            event_tsc: 8,
+            event_v: 16,
+            event_size: 64,
+            probe_mask: (1 << 24) - 1,
+            record_entry: 1 << 24,
+            hijack_return: 1 << 25,
+            entry_kind: 1 << 24,
+            exit_kind: 2 << 24,
+        }
+    }
+
+    /// The full trampoline: the fast exit jumps to it.
+    fn full_trampoline(b: &RuntimeBlock) -> u64 {
+        let a = b.addrs;
+        let asm = disassemble(&b.bytes[(a.trampoline - AT) as usize..(a.count - AT) as usize], a.trampoline);
+        let jmp = asm.iter().find(|i| i.starts_with("jmp ")).expect("the fast exit's fallback");
+        u64::from_str_radix(jmp.trim_start_matches("jmp 0x"), 16).unwrap()
+    }
+
     #[test]
     fn trampoline_calls_tp_exit_and_jumps_to_its_answer() {
-        let b = build(AT, 0x7f00_0000_1040, &BLOBS);
+        let b = build(AT, &layout(), &BLOBS);
         let a = b.addrs;
         assert_eq!((a.entry, a.ctx), (AT, 0x7f00_0000_1040));
         assert_eq!(a.unwind - AT, 32);
         assert_eq!(a.trampoline - AT, 64);
-        let off = (a.trampoline - AT) as usize;
-        let asm = disassemble(&b.bytes[off..(a.count - AT) as usize], a.trampoline);
+        let full = full_trampoline(&b);
+        let off = (full - AT) as usize;
+        let asm = disassemble(&b.bytes[off..(a.count - AT) as usize], full);
         let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];
         assert_eq!(asm[0], "lea rsp, [rsp - 0x10]");
         assert_eq!(asm[1..9], pushes);
@@ -227,10 +284,22 @@ mod tests {
         assert_eq!(asm[21..30], pops);
         assert_eq!(asm[30..32], ["lea rsp, [rsp + 8]", "ret"]);
         assert!(asm[32..].iter().all(|i| i == "int3"), "padding");
-        let lit = &b.bytes[b.bytes.len() - 8..];
-        assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
-        let lit_at = AT + b.bytes.len() as u64 - 8;
-        assert_eq!(asm[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (a.trampoline + 5 + 13 + 5 + 7)));
+        // The literals end the block: the context first.
+        let lits = &b.bytes[b.bytes.len() - 32..];
+        assert_eq!(u64::from_le_bytes(lits[..8].try_into().unwrap()), 0x7f00_0000_1040);
+        let lit_at = AT + b.bytes.len() as u64 - 32;
+        assert_eq!(asm[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (full + 5 + 13 + 5 + 7)));
+    }
+
+    #[test]
+    fn where_the_parts_are_does_not_depend_on_the_layout() {
+        let a = build(AT, &layout(), &BLOBS);
+        let b = build(AT, &RuntimeLayout { ring_mask: 1 << 20, thread_size: 1, ..RuntimeLayout::default() }, &BLOBS);
+        assert_eq!(
+            (a.addrs.trampoline, a.addrs.count, a.addrs.event),
+            (b.addrs.trampoline, b.addrs.count, b.addrs.event)
+        );
+        assert_eq!(a.bytes.len(), b.bytes.len());
     }
 
     const BLOBS: RuntimeBlobs =
@@ -238,15 +307,15 @@ mod tests {
 
     #[test]
     fn count_stub_calls_tp_count_and_keeps_everything() {
-        let b = build(AT, 0x7f00_0000_1040, &BLOBS);
+        let b = build(AT, &layout(), &BLOBS);
         let a = b.addrs;
         let off = (a.count - AT) as usize;
-        let asm = disassemble(&b.bytes[off..b.bytes.len() - 8], a.count);
+        let asm = disassemble(&b.bytes[off..(a.event - AT) as usize], a.count);
         assert_eq!(asm[..4], ["push rax", "lahf", "seto al", "push rax"]);
         let pushes = ["push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9", "push r10", "push r11"];
         assert_eq!(asm[4..12], pushes);
         assert_eq!(asm[12..15], ["push rbx", "mov rbx, rsp", "and rsp, 0xfffffffffffffff0"]);
-        let lit_at = AT + b.bytes.len() as u64 - 8;
+        let lit_at = AT + b.bytes.len() as u64 - 32;
         assert!(asm[15].starts_with("mov rdi, qword ptr [rip + "));
         let next = a.count + 1 + 5 + 4 + 2 * 4 + 1 + 3 + 4 + 7;
         assert_eq!(asm[15], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - next));
@@ -257,6 +326,39 @@ mod tests {
         let pops = ["pop r11", "pop r10", "pop r9", "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx"];
         assert_eq!(asm[21..29], pops);
         assert_eq!(asm[29..34], ["pop rax", "add al, 0x7f", "sahf", "pop rax", "ret"]);
+    }
+
+    /// The fast entry and exit, as the module doc of `fast` shows them.
+    #[test]
+    fn fast_entry_and_exit_read_the_layout() {
+        let b = build(AT, &layout(), &BLOBS);
+        let a = b.addrs;
+        let lit = AT + b.bytes.len() as u64 - 32;
+        let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
+        assert_eq!(entry[..4], ["push rax", "push r10", "push rbx", "push rdx"]);
+        assert_eq!(entry[4], "mov r11, qword ptr fs:[0]");
+        assert_eq!(entry[14], "shr r11, 0x38", "the state's index + 1");
+        assert_eq!(entry[15], "imul r11, r11, 0x2040");
+        assert_eq!(entry[17], "cmp dword ptr [r11 + 0x1c], 0");
+        assert_eq!(entry[18], format!("jne {:#x}", slow_of(&entry)));
+        assert!(entry.contains(&"mov qword ptr [rbx + 0x10], rdi".to_string()), "{entry:#?}");
+        assert!(entry.contains(&"mov qword ptr [rbx + 0x38], r9".to_string()), "{entry:#?}");
+        assert!(entry.contains(&"and ebx, 0x7ff".to_string()), "the ring mask: {entry:#?}");
+        assert!(entry.contains(&"lea rbx, [r10 + rbx + 0xc0]".to_string()), "{entry:#?}");
+        assert_eq!(entry.iter().filter(|i| *i == "rdtsc").count(), 1, "one timestamp for the event and the frame");
+        assert!(entry.contains(&format!("call {AT:#x}")), "the fallback calls tp_entry");
+        let exit =
+            disassemble(&b.bytes[(a.trampoline - AT) as usize..(full_trampoline(&b) - AT) as usize], a.trampoline);
+        assert_eq!(exit[..4], ["lea rsp, [rsp - 8]", "push rax", "lahf", "seto al"]);
+        assert_eq!(exit.iter().filter(|i| *i == "rdtsc").count(), 1);
+        assert!(exit.contains(&"cmp dword ptr [r11 + 0x1c], 1".to_string()), "{exit:#?}");
+        assert!(exit.contains(&"lea rax, [rsp + 0x38]".to_string()), "the slot below the stack pointer: {exit:#?}");
+        assert!(exit.contains(&"or edx, 0x2000000".to_string()), "an exit event: {exit:#?}");
+    }
+
+    fn slow_of(asm: &[String]) -> u64 {
+        let jne = asm.iter().find(|i| i.starts_with("jne ")).unwrap();
+        u64::from_str_radix(jne.trim_start_matches("jne 0x"), 16).unwrap()
     }
 
     #[test]

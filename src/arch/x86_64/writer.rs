@@ -226,6 +226,164 @@ impl Writer {
         self.buf.extend_from_slice(&[0x48, 0x89, 0x43, disp as u8]);
     }
 
+    /// An instruction with a ModRM memory operand `[base + disp32]` (a SIB
+    /// byte when base is rsp or r12; always a 32-bit displacement, so the
+    /// length never depends on the offset): the REX prefix (W if `w`, R from
+    /// `reg`, B from `base`), `opcode`, ModRM with `reg` (a register, or an
+    /// opcode extension), and the displacement.
+    fn put_mem_op(&mut self, w: bool, opcode: &[u8], reg: u8, base: u8, disp: i32) {
+        self.rex(w, reg, base);
+        self.buf.extend_from_slice(opcode);
+        self.buf.push(0x80 | ((reg & 7) << 3) | (base & 7));
+        if base & 7 == 4 {
+            self.buf.push(0x24);
+        }
+        self.buf.extend_from_slice(&disp.to_le_bytes());
+    }
+
+    /// `mov reg, qword [base + disp]`.
+    pub fn put_load(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(true, &[0x8b], reg, base, disp);
+    }
+
+    /// `mov reg32, dword [base + disp]` (clears the upper half).
+    pub fn put_load32(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(false, &[0x8b], reg, base, disp);
+    }
+
+    /// `mov qword [base + disp], reg`.
+    pub fn put_store(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(true, &[0x89], reg, base, disp);
+    }
+
+    /// `mov dword [base + disp], reg32`.
+    pub fn put_store32(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(false, &[0x89], reg, base, disp);
+    }
+
+    /// `mov qword [base + disp], imm32` (sign-extended).
+    pub fn put_store_imm(&mut self, base: u8, disp: i32, imm: i32) {
+        self.put_mem_op(true, &[0xc7], 0, base, disp);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `mov dword [base + disp], imm32`.
+    pub fn put_store32_imm(&mut self, base: u8, disp: i32, imm: u32) {
+        self.put_mem_op(false, &[0xc7], 0, base, disp);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `cmp dword [base + disp], imm32`.
+    pub fn put_cmp32_mem_imm(&mut self, base: u8, disp: i32, imm: u32) {
+        self.put_mem_op(false, &[0x81], 7, base, disp);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `test dword [base + disp], imm32`.
+    pub fn put_test32_mem_imm(&mut self, base: u8, disp: i32, imm: u32) {
+        self.put_mem_op(false, &[0xf7], 0, base, disp);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `cmp reg, qword [base + disp]`.
+    pub fn put_cmp_reg_mem(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(true, &[0x3b], reg, base, disp);
+    }
+
+    /// `sub reg, qword [base + disp]`.
+    pub fn put_sub_reg_mem(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(true, &[0x2b], reg, base, disp);
+    }
+
+    /// `lea reg, [base + disp]`.
+    pub fn put_lea(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(true, &[0x8d], reg, base, disp);
+    }
+
+    /// `lea reg, [base + index + disp32]`.
+    pub fn put_lea_indexed(&mut self, reg: u8, base: u8, index: u8, disp: i32) {
+        assert!(index & 15 != 4, "rsp cannot be an index");
+        let rex = 0x48 | ((reg >> 3) << 2) | ((index >> 3) << 1) | (base >> 3);
+        self.buf.extend_from_slice(&[rex, 0x8d, 0x84 | ((reg & 7) << 3), ((index & 7) << 3) | (base & 7)]);
+        self.buf.extend_from_slice(&disp.to_le_bytes());
+    }
+
+    /// `lea reg, [rip + to(addr)]`.
+    pub fn put_lea_rip(&mut self, reg: u8, addr: u64) {
+        let end = self.pc() + 7;
+        let d = self.rel32(end, addr);
+        self.rex(true, reg, 0);
+        self.buf.extend_from_slice(&[0x8d, 0x05 | ((reg & 7) << 3)]);
+        self.buf.extend_from_slice(&d);
+    }
+
+    /// `mov dst, src`.
+    pub fn put_mov_reg(&mut self, dst: u8, src: u8) {
+        self.rex(true, src, dst);
+        self.buf.extend_from_slice(&[0x89, 0xc0 | ((src & 7) << 3) | (dst & 7)]);
+    }
+
+    /// `mov dst32, src32` (clears the upper half).
+    pub fn put_mov_reg32(&mut self, dst: u8, src: u8) {
+        self.rex(false, src, dst);
+        self.buf.extend_from_slice(&[0x89, 0xc0 | ((src & 7) << 3) | (dst & 7)]);
+    }
+
+    /// `or dst, src`.
+    pub fn put_or_reg(&mut self, dst: u8, src: u8) {
+        self.rex(true, src, dst);
+        self.buf.extend_from_slice(&[0x09, 0xc0 | ((src & 7) << 3) | (dst & 7)]);
+    }
+
+    /// `test reg, reg`.
+    pub fn put_test_reg(&mut self, reg: u8) {
+        self.rex(true, reg, reg);
+        self.buf.extend_from_slice(&[0x85, 0xc0 | ((reg & 7) << 3) | (reg & 7)]);
+    }
+
+    /// `cmp reg, imm32` (sign-extended).
+    pub fn put_cmp_reg_imm(&mut self, reg: u8, imm: i32) {
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0x81, 0xf8 | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `or reg32, imm32`.
+    pub fn put_or32_imm(&mut self, reg: u8, imm: u32) {
+        self.rex(false, 0, reg);
+        self.buf.extend_from_slice(&[0x81, 0xc8 | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `xor reg32, reg32`: zero.
+    pub fn put_zero32(&mut self, reg: u8) {
+        self.rex(false, reg, reg);
+        self.buf.extend_from_slice(&[0x31, 0xc0 | ((reg & 7) << 3) | (reg & 7)]);
+    }
+
+    /// `shl reg, imm8`.
+    pub fn put_shl64(&mut self, reg: u8, n: u8) {
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0xc1, 0xe0 | (reg & 7), n]);
+    }
+
+    /// `imul reg, reg, imm32` (64 bits).
+    pub fn put_imul64_imm(&mut self, reg: u8, imm: i32) {
+        self.rex(true, reg, reg);
+        self.buf.extend_from_slice(&[0x69, 0xc0 | ((reg & 7) << 3) | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `ja target` (rel32): taken when the last comparison found it above.
+    pub fn put_ja(&mut self, target: u64) {
+        self.put_jcc(0x87, target);
+    }
+
+    /// `rdtsc`: the time-stamp counter in edx:eax.
+    pub fn put_rdtsc(&mut self) {
+        self.buf.extend_from_slice(&[0x0f, 0x31]);
+    }
+
     /// `lahf; seto al`: the status flags in rax (SF ZF AF PF CF in ah, OF
     /// in al), whose old value must be saved or dead.
     pub fn put_flags_to_rax(&mut self) {
@@ -432,6 +590,41 @@ mod tests {
             assert_eq!(asm(|w| w.put_inc_mem(r, 0x18, true)), [format!("lock inc qword ptr [{n} + 0x18]")]);
             assert_eq!(asm(|w| w.put_mov_reg_rip(r, AT + 0x27)), [format!("mov {n}, qword ptr [rip + 0x20]")]);
         }
+    }
+
+    /// The memory forms of the runtime block's fast paths.
+    #[test]
+    fn memory_encodings_disassemble_as_intended() {
+        assert_eq!(asm(|w| w.put_load(0, 11, 8)), ["mov rax, qword ptr [r11 + 8]"]);
+        assert_eq!(asm(|w| w.put_load(10, 4, 0x38)), ["mov r10, qword ptr [rsp + 0x38]"]);
+        assert_eq!(asm(|w| w.put_load(2, 2, 0)), ["mov rdx, qword ptr [rdx]"]);
+        assert_eq!(asm(|w| w.put_load32(2, 12, -8)), ["mov edx, dword ptr [r12 - 8]"]);
+        assert_eq!(asm(|w| w.put_store(7, 0, 0x10)), ["mov qword ptr [rax + 0x10], rdi"]);
+        assert_eq!(asm(|w| w.put_store(9, 3, 0x38)), ["mov qword ptr [rbx + 0x38], r9"]);
+        assert_eq!(asm(|w| w.put_store32(2, 0, 4)), ["mov dword ptr [rax + 4], edx"]);
+        assert_eq!(asm(|w| w.put_store_imm(0, 0x30, 0)), ["mov qword ptr [rax + 0x30], 0"]);
+        assert_eq!(asm(|w| w.put_store32_imm(11, 0x1c, 1)), ["mov dword ptr [r11 + 0x1c], 1"]);
+        assert_eq!(asm(|w| w.put_cmp32_mem_imm(11, 0x1c, 0)), ["cmp dword ptr [r11 + 0x1c], 0"]);
+        assert_eq!(asm(|w| w.put_test32_mem_imm(4, 0x28, 1 << 24)), ["test dword ptr [rsp + 0x28], 0x1000000"]);
+        assert_eq!(asm(|w| w.put_cmp_reg_mem(0, 11, 0x40)), ["cmp rax, qword ptr [r11 + 0x40]"]);
+        assert_eq!(asm(|w| w.put_sub_reg_mem(0, 10, 0x10)), ["sub rax, qword ptr [r10 + 0x10]"]);
+        assert_eq!(asm(|w| w.put_lea(2, 4, 0x40)), ["lea rdx, [rsp + 0x40]"]);
+        assert_eq!(asm(|w| w.put_lea_indexed(0, 10, 0, 0xc0)), ["lea rax, [r10 + rax + 0xc0]"]);
+        assert_eq!(asm(|w| w.put_lea_indexed(3, 2, 11, 8)), ["lea rbx, [rdx + r11 + 8]"]);
+        assert_eq!(asm(|w| w.put_lea_rip(8, AT + 0x47)), ["lea r8, [rip + 0x40]"]);
+        assert_eq!(asm(|w| w.put_mov_reg(3, 0)), ["mov rbx, rax"]);
+        assert_eq!(asm(|w| w.put_mov_reg(1, 10)), ["mov rcx, r10"]);
+        assert_eq!(asm(|w| w.put_mov_reg32(0, 3)), ["mov eax, ebx"]);
+        assert_eq!(asm(|w| w.put_or_reg(0, 2)), ["or rax, rdx"]);
+        assert_eq!(asm(|w| w.put_test_reg(10)), ["test r10, r10"]);
+        assert_eq!(asm(|w| w.put_cmp_reg_imm(0, 0xffff)), ["cmp rax, 0xffff"]);
+        assert_eq!(asm(|w| w.put_or32_imm(2, 1 << 24)), ["or edx, 0x1000000"]);
+        assert_eq!(asm(|w| w.put_shl64(2, 32)), ["shl rdx, 0x20"]);
+        assert_eq!(asm(|w| w.put_imul64_imm(11, 8256)), ["imul r11, r11, 0x2040"]);
+        assert_eq!(asm(|w| w.put_ja(AT + 0x40)), [format!("ja {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_rdtsc()), ["rdtsc"]);
+        assert_eq!(asm(|w| w.put_zero32(3)), ["xor ebx, ebx"]);
+        assert_eq!(asm(|w| w.put_zero32(9)), ["xor r9d, r9d"]);
     }
 
     #[test]

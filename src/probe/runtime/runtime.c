@@ -541,6 +541,8 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 	uint64_t tsc = tp_timestamp();
 	uint64_t want = sp - sizeof(uint64_t);
 	struct tp_thread *t = thread_state(c, 0);
+	if (t)
+		remember_thread(c, t);
 	uint32_t d = t ? t->depth : 0;
 	while (d > 0) {
 		struct tp_frame *f = &t->shadow[d - 1];

@@ -28,6 +28,7 @@ fuzz_target!(|data: &[u8]| {
         trampoline: detour.wrapping_add(0x800),
         unwind: detour.wrapping_add(0x600),
         count: detour.wrapping_add(0x700),
+        event: detour.wrapping_add(0x900),
         ctx: 0x7000_0100,
     });
     let spec = DetourSpec {

@@ -1,0 +1,358 @@
+//! The x86-64 fast paths of the runtime's function entry and exit, written
+//! by hand into the runtime block: what an event probe runs on a hit in the
+//! common case, without the C runtime's calling convention (saving every
+//! register a C function may clobber, a second copy of the arguments, the
+//! callee-saved registers the compiler spills). Anything else falls back to
+//! `tp_entry` and `tp_exit` in runtime.c, which stay the one description of
+//! what an event probe does; each fast path does exactly what they do in
+//! its case, and documents which case that is.
+//!
+//! Both find the thread's state in the thread cache of the private area
+//! (see [`crate::arch::cache`]), which the runtime fills for a thread whose
+//! word at fs:0 is its key, in this process (a fork wipes it, so a state
+//! found there has been taken in this process).
+//!
+//! **Entry** (called by an event detour of a C function, after it counted
+//! the call, with the word `probe | flags` pushed): when the thread has no
+//! timed call live (depth 0) and, to record the entry, a ring slot with
+//! room, it writes the event straight from the argument registers, pushes
+//! the shadow frame if the probe times the call, then takes one timestamp
+//! for both (after its own work, as `tp_entry` starts a timed call), and
+//! publishes the event; else it calls `tp_entry` as the detours did:
+//!
+//! ```text
+//! event:  push rax, r10, rbx, rdx        ; rax holds the detour's flags
+//!         <r11 = the thread's state, from the thread cache, else slow>
+//!         cmp  dword [r11 + depth], 0 ; jne slow
+//!         xor  ebx, ebx                  ; no event yet
+//!         test word, RECORD_ENTRY ; je frame
+//!         mov  r10, [r11 + ring] ; test r10, r10 ; je slow
+//!         mov  rbx, [r10 + head] ; (head - cached_tail > mask: slow)
+//!         rbx = the event; probe | ENTRY, TID, rdi, rsi, rdx, rcx, r8, r9
+//! frame:  test word, HIJACK_RETURN ; je stamp
+//!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
+//! stamp:  rdtsc                          ; the entry's time
+//!         event->tsc = it ; head + 1     ; published
+//!         shadow[0].tsc = it ; depth = 1 ; *slot = trampoline
+//!         pop rdx, rbx, r10, rax ; ret
+//! slow:   <pop; push the eight registers; tp_entry(ctx, word, registers,
+//!         slot, trampoline, 0); pop> ; ret
+//! ```
+//!
+//! **Exit** (the trampoline a timed call returns to): when the returning
+//! call is the thread's only timed one (depth 1, its frame's slot the word
+//! below the stack pointer) and its ring has room, it takes the timestamp,
+//! pops the frame, writes the exit event (return value, entry time, second
+//! return register, ticks in tp's probes of its callees) and returns to
+//! the original address; else it restores what it touched and goes on to
+//! the trampoline that calls `tp_exit`:
+//!
+//! ```text
+//! tramp:  lea  rsp, [rsp - 8]            ; where the return address goes
+//!         push rax ; lahf ; seto al ; push rax
+//!         push rdx, r10, r11, rbx, rcx
+//!         rdtsc ; rcx = the time
+//!         <r11 = the thread's state, else slow>
+//!         depth == 1, shadow[0].slot == rsp + 56, ring with room, else slow
+//!         depth = 0 ; the event ; head + 1
+//!         [rsp + 56] = shadow[0].ret
+//!         pop rcx, rbx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
+//!         ret                            ; to the original return address
+//! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
+//! ```
+
+use super::writer::Writer;
+use crate::arch::{RuntimeLayout, cache};
+
+pub(super) const RAX: u8 = 0;
+pub(super) const RCX: u8 = 1;
+pub(super) const RDX: u8 = 2;
+pub(super) const RBX: u8 = 3;
+pub(super) const RSP: u8 = 4;
+pub(super) const RSI: u8 = 6;
+pub(super) const RDI: u8 = 7;
+pub(super) const R8: u8 = 8;
+pub(super) const R9: u8 = 9;
+pub(super) const R10: u8 = 10;
+pub(super) const R11: u8 = 11;
+
+/// Addresses in the runtime block the fast paths refer to, found by a
+/// first assembly (every instruction has a fixed length).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Marks {
+    /// `tp_entry` and `tp_exit` (the C runtime).
+    pub tp_entry: u64,
+    /// The trampoline that calls `tp_exit`.
+    pub tramp_full: u64,
+    /// The fast exit, where a timed call returns: the trampoline.
+    pub tramp: u64,
+    /// Literals: the context, the thread cache, 2^56 - 1, thread state -1.
+    pub lit_ctx: u64,
+    /// See [`Marks::lit_ctx`].
+    pub lit_cache: u64,
+    /// See [`Marks::lit_ctx`].
+    pub lit_low: u64,
+    /// See [`Marks::lit_ctx`].
+    pub lit_threads: u64,
+    /// Labels inside the fast paths.
+    pub entry_slow: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_frame: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_stamp: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_no_event: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_no_frame: u64,
+    /// See [`Marks::entry_slow`].
+    pub exit_slow: u64,
+}
+
+impl Marks {
+    /// Every mark at `at`: for a first assembly, which only measures.
+    pub(super) fn near(at: u64) -> Marks {
+        Marks {
+            tp_entry: at,
+            tramp_full: at,
+            tramp: at,
+            lit_ctx: at,
+            lit_cache: at,
+            lit_low: at,
+            lit_threads: at,
+            entry_slow: at,
+            entry_frame: at,
+            entry_stamp: at,
+            entry_no_event: at,
+            entry_no_frame: at,
+            exit_slow: at,
+        }
+    }
+}
+
+/// The literals the fast paths read, in the order [`Marks`] names them.
+pub(super) fn literals(l: &RuntimeLayout) -> [u64; 4] {
+    [l.ctx, l.thread_cache, cache::LOW, l.threads.wrapping_sub(l.thread_size as u64)]
+}
+
+/// `reg` = the calling thread's state, from the thread cache; else a jump
+/// to `miss`. Uses only `reg`.
+fn thread_state(w: &mut Writer, reg: u8, l: &RuntimeLayout, m: &Marks, miss: u64) {
+    w.put_mov_reg_fs0(reg);
+    w.put_imul32_imm(reg, cache::HASH);
+    w.put_shr32(reg, (32 - cache::BITS - 3) as u8);
+    w.put_and32_imm(reg, ((1 << cache::BITS) - 1) << 3);
+    w.put_add_reg_rip(reg, m.lit_cache);
+    w.put_load_self(reg);
+    w.put_xor_reg_fs0(reg);
+    w.put_inc(reg);
+    w.put_test_rip_reg(m.lit_low, reg);
+    w.put_jne(miss);
+    w.put_shr64(reg, 56); // the state's index + 1
+    w.put_imul64_imm(reg, l.thread_size as i32);
+    w.put_add_reg_rip(reg, m.lit_threads);
+}
+
+/// log2 of the event size.
+fn event_shift(l: &RuntimeLayout) -> u8 {
+    l.event_size.trailing_zeros() as u8
+}
+
+/// The offset of field `f` of shadow frame 0 in a thread state.
+fn frame0(l: &RuntimeLayout, f: u32) -> i32 {
+    (l.thread_shadow + f) as i32
+}
+
+/// `ev` = the event at `head` in the ring of the slot at `slot` (`ev`
+/// may be `head`).
+fn event_at(w: &mut Writer, l: &RuntimeLayout, ev: u8, slot: u8, head: u8) {
+    w.put_mov_reg32(ev, head);
+    w.put_and32_imm(ev, l.ring_mask);
+    w.put_shl64(ev, event_shift(l));
+    w.put_lea_indexed(ev, slot, ev, l.slot_ring as i32);
+}
+
+/// Jumps to `full` if the ring of the slot at `slot`, whose head is in
+/// `head`, may be full (`tmp` is clobbered): the runtime then looks again
+/// at the reader's position, or counts the event lost.
+fn full_check(w: &mut Writer, l: &RuntimeLayout, slot: u8, head: u8, tmp: u8, full: u64) {
+    w.put_mov_reg(tmp, head);
+    w.put_sub_reg_mem(tmp, slot, l.slot_cached_tail as i32);
+    w.put_cmp_reg_imm(tmp, l.ring_mask as i32);
+    w.put_ja(full);
+}
+
+/// Where, above the fast entry's stack pointer after its four pushes, the
+/// word the detour pushed is, and the probed function's return address
+/// (above the return into the detour, the word, and the detour's r11 and rax).
+const ENTRY_WORD: i32 = 4 * 8 + 8;
+const ENTRY_SLOT: i32 = ENTRY_WORD + 8 + 16;
+
+/// The fast entry, then its fallback to `tp_entry`. Records the marks it
+/// defines in `out`.
+pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
+    for r in [RAX, R10, RBX, RDX] {
+        w.put_push(r);
+    }
+    thread_state(w, R11, l, m, m.entry_slow);
+    w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 0);
+    w.put_jne(m.entry_slow);
+    // rbx: the event, if one is recorded.
+    w.put_zero32(RBX);
+    w.put_test32_mem_imm(RSP, ENTRY_WORD, l.record_entry);
+    w.put_je(m.entry_frame);
+    w.put_load(R10, R11, l.thread_ring as i32);
+    w.put_test_reg(R10);
+    w.put_je(m.entry_slow);
+    w.put_load(RBX, R10, l.slot_head as i32);
+    full_check(w, l, R10, RBX, RAX, m.entry_slow);
+    event_at(w, l, RBX, R10, RBX);
+    for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
+        w.put_store(r, RBX, (l.event_v + 8 * k as u32) as i32);
+    }
+    w.put_load(RDX, R11, l.thread_tid_at as i32);
+    w.put_load32(RDX, RDX, 0);
+    w.put_store32(RDX, RBX, l.event_tid as i32);
+    w.put_load32(RDX, RSP, ENTRY_WORD);
+    w.put_and32_imm(RDX, l.probe_mask);
+    w.put_or32_imm(RDX, l.entry_kind);
+    w.put_store32(RDX, RBX, l.event_probe as i32);
+    out.entry_frame = w.pc();
+    w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
+    w.put_je(m.entry_stamp);
+    // Shadow frame 0: the return-address slot, what it holds, the probe,
+    // the trampoline, the thread's ticks in tp so far.
+    w.put_lea(RDX, RSP, ENTRY_SLOT);
+    w.put_store(RDX, R11, frame0(l, l.frame_slot));
+    w.put_load(RDX, RDX, 0);
+    w.put_store(RDX, R11, frame0(l, l.frame_ret));
+    w.put_load32(RDX, RSP, ENTRY_WORD);
+    w.put_and32_imm(RDX, l.probe_mask);
+    w.put_store32(RDX, R11, frame0(l, l.frame_probe));
+    w.put_lea_rip(RDX, m.tramp);
+    w.put_store(RDX, R11, frame0(l, l.frame_tramp));
+    w.put_load(RDX, R11, l.thread_overhead as i32);
+    w.put_store(RDX, R11, frame0(l, l.frame_overhead));
+    out.entry_stamp = w.pc();
+    // One timestamp, after tp's work, for the event and the timed call.
+    w.put_rdtsc();
+    w.put_shl64(RDX, 32);
+    w.put_or_reg(RAX, RDX);
+    w.put_test_reg(RBX);
+    w.put_je(m.entry_no_event);
+    w.put_store(RAX, RBX, l.event_tsc as i32);
+    w.put_load(RDX, R10, l.slot_head as i32);
+    w.put_inc(RDX);
+    w.put_store(RDX, R10, l.slot_head as i32); // published
+    out.entry_no_event = w.pc();
+    w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
+    w.put_je(m.entry_no_frame);
+    w.put_store(RAX, R11, frame0(l, l.frame_tsc));
+    w.put_store32_imm(R11, l.thread_depth as i32, 1);
+    w.put_lea_rip(RDX, m.tramp);
+    w.put_store(RDX, RSP, ENTRY_SLOT);
+    out.entry_no_frame = w.pc();
+    for r in [RDX, RBX, R10, RAX] {
+        w.put_pop(r);
+    }
+    w.put_ret();
+
+    // The fallback: tp_entry(ctx, word, registers, slot, trampoline, 0),
+    // saving the registers as the detours did.
+    out.entry_slow = w.pc();
+    for r in [RDX, RBX, R10, RAX] {
+        w.put_pop(r);
+    }
+    for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
+        w.put_push(r);
+    }
+    // At the detour rsp was 8 mod 16; its two pushes, the word, the return
+    // address and eight registers keep it so: one more word aligns it.
+    w.put_lea(RSP, RSP, -8);
+    w.put_mov_reg_rip(RDI, m.lit_ctx);
+    w.put_load32(RSI, RSP, 8 + 64 + 8);
+    w.put_lea(RDX, RSP, 8);
+    w.put_lea(RCX, RSP, 8 + 64 + 8 + 8 + 16);
+    w.put_lea_rip(R8, m.tramp);
+    w.put_zero32(R9);
+    w.put_call(m.tp_entry);
+    w.put_lea(RSP, RSP, 8);
+    for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
+        w.put_pop(r);
+    }
+    w.put_ret();
+}
+
+/// Where, above the fast exit's stack pointer after its pushes, the saved
+/// rdx and rax are, and the word where the return address goes (the slot
+/// the function's `ret` popped it from).
+const EXIT_RDX: i32 = 32;
+const EXIT_RAX: i32 = 48;
+const EXIT_SLOT: i32 = 56;
+
+/// The fast exit (the trampoline), falling back to the full trampoline at
+/// `m.tramp_full`. Records the marks it defines in `out`.
+pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
+    w.put_lea(RSP, RSP, -8);
+    w.put_push(RAX);
+    w.put_push_flags_via_rax();
+    for r in [RDX, R10, R11, RBX, RCX] {
+        w.put_push(r);
+    }
+    // The call's end, first.
+    w.put_rdtsc();
+    w.put_shl64(RDX, 32);
+    w.put_or_reg(RAX, RDX);
+    w.put_mov_reg(RCX, RAX);
+    thread_state(w, R11, l, m, m.exit_slow);
+    w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
+    w.put_jne(m.exit_slow);
+    w.put_lea(RAX, RSP, EXIT_SLOT);
+    w.put_cmp_reg_mem(RAX, R11, frame0(l, l.frame_slot));
+    w.put_jne(m.exit_slow);
+    w.put_load(R10, R11, l.thread_ring as i32);
+    w.put_test_reg(R10);
+    w.put_je(m.exit_slow);
+    w.put_load(RBX, R10, l.slot_head as i32);
+    full_check(w, l, R10, RBX, RAX, m.exit_slow);
+    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    event_at(w, l, RAX, R10, RBX);
+    w.put_load32(RDX, R11, frame0(l, l.frame_probe));
+    w.put_or32_imm(RDX, l.exit_kind);
+    w.put_store32(RDX, RAX, l.event_probe as i32);
+    w.put_load(RDX, R11, l.thread_tid_at as i32);
+    w.put_load32(RDX, RDX, 0);
+    w.put_store32(RDX, RAX, l.event_tid as i32);
+    w.put_store(RCX, RAX, l.event_tsc as i32);
+    let v = |k: u32| (l.event_v + 8 * k) as i32;
+    w.put_load(RDX, RSP, EXIT_RAX);
+    w.put_store(RDX, RAX, v(0));
+    w.put_load(RDX, R11, frame0(l, l.frame_tsc));
+    w.put_store(RDX, RAX, v(1));
+    w.put_load(RDX, RSP, EXIT_RDX);
+    w.put_store(RDX, RAX, v(2));
+    w.put_load(RDX, R11, l.thread_overhead as i32);
+    w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
+    w.put_store(RDX, RAX, v(3));
+    w.put_store_imm(RAX, v(4), 0);
+    w.put_store_imm(RAX, v(5), 0);
+    w.put_inc(RBX);
+    w.put_store(RBX, R10, l.slot_head as i32); // published
+    w.put_load(RDX, R11, frame0(l, l.frame_ret));
+    w.put_store(RDX, RSP, EXIT_SLOT);
+    restore_exit(w);
+    w.put_ret();
+
+    out.exit_slow = w.pc();
+    restore_exit(w);
+    w.put_lea(RSP, RSP, 8);
+    w.put_jmp(m.tramp_full);
+}
+
+/// Pops what the fast exit pushed but the word for the return address.
+fn restore_exit(w: &mut Writer) {
+    for r in [RCX, RBX, R11, R10, RDX] {
+        w.put_pop(r);
+    }
+    w.put_pop_flags_via_rax();
+    w.put_pop(RAX);
+}
