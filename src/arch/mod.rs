@@ -362,6 +362,15 @@ pub struct RuntimeLayout {
     pub thread_overhead: u32,
     /// See [`RuntimeLayout::thread_ring`].
     pub thread_shadow: u32,
+    /// In a thread state: its counter row (32 bits; 1 to `rows - 1` when it
+    /// has one of its own).
+    pub thread_row: u32,
+    /// Counter row 0, and log2 of the stride between rows.
+    pub counters: u64,
+    /// See [`RuntimeLayout::counters`].
+    pub stride_shift: u32,
+    /// How many counter rows there are.
+    pub rows: u32,
     /// In a shadow frame: the return-address slot, the original return
     /// address, the entry time, the probe, the trampoline, the thread's
     /// ticks in tp at entry.

@@ -61,15 +61,18 @@
 //! at fs:0.
 //!
 //! A probe that records arguments or returns keeps the full frame (rax,
-//! r11, the flags; S = r11) and, after counting, pushes its word (`probe |
-//! flags`) and calls the runtime block's fast entry (`fast.rs`), which
-//! keeps every other register, records from the argument registers where
-//! they are and falls back to `tp_entry` itself:
+//! r11, the flags; S = r11) and, after the enable flag, pushes its word
+//! (`probe | flags`) and calls the runtime block's fast entry (`fast.rs`),
+//! which keeps every other register, counts the call in the thread's row,
+//! records from the argument registers where they are and falls back to
+//! `tp_count` and `tp_entry` itself:
 //!
 //! ```text
-//! counted: push probe | flags
+//!          je   restore                   ; disabled
+//!          push probe | flags
 //!          call event
 //!          pop  r11
+//! restore: ...
 //! ```
 //!
 //! Go's internal ABI passes arguments in other registers: a probe of Go
@@ -247,7 +250,9 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     w.put_cmp_byte_mem_0(s);
     w.put_je(l.restore);
     let disp = (spec.probe_index * 8) as i32;
-    if spec.abi == Abi::C {
+    if fast_event(spec, rt) {
+        // The fast entry counts the call.
+    } else if spec.abi == Abi::C {
         // The thread's entry in the row cache, by the word at fs:0.
         w.put_mov_reg_fs0(s);
         w.put_imul32_imm(s, cache::HASH);
@@ -278,9 +283,9 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
         // call of the runtime is out of line.
         w.put_sub_r11_disp_1(countdown_disp(spec));
         w.put_jb(l.sample);
-    } else if (spec.records.args || spec.records.ret) && spec.abi == Abi::C && rt.event != 0 {
-        // The runtime's fast entry, which keeps every register but r11
-        // and rax (the flags, which it saves).
+    } else if fast_event(spec, rt) {
+        // The runtime's fast entry, which counts the call and keeps every
+        // register but r11 and rax (the flags, which it saves).
         w.put_push_imm32(spec.entry_word as i32);
         w.put_call(rt.event);
         w.put_pop(R11);
@@ -304,7 +309,7 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
 /// the call of tp_count, and a sampling probe's call of the runtime, which
 /// returns to the restore. Returns the address of the latter.
 fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> u64 {
-    if spec.abi == Abi::C {
+    if spec.abi == Abi::C && !fast_event(spec, rt) {
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.scratch);
@@ -316,6 +321,16 @@ fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
         w.put_jmp(l.restore);
     }
     sample
+}
+
+/// True if the detour calls the runtime block's fast entry, which counts
+/// the call too: an event probe of a C function.
+fn fast_event(spec: &DetourSpec, rt: RuntimeAddrs) -> bool {
+    (spec.records.args || spec.records.ret)
+        && !spec.records.sample
+        && !spec.records.unwind
+        && spec.abi == Abi::C
+        && rt.event != 0
 }
 
 /// Bytes the Go ABI's copy of the argument registers takes on the stack.
@@ -576,13 +591,13 @@ mod tests {
         let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        check(&asm[7..20], &count("r11", "r11d"));
         let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
-        assert_eq!(asm[20..23], [format!("push {flags:#x}"), format!("call {:#x}", runtime().event), "pop r11".into()]);
-        assert_eq!(asm[23..27], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[27..30], ["push rbp", "mov rbp, rsp", "push rbx"]);
-        // A count by tp_count comes back before the call.
-        assert_eq!(target(&asm[34]), address_of(&d, 20));
+        // The fast entry counts: no count in the detour.
+        assert_eq!(asm[7..10], [format!("push {flags:#x}"), format!("call {:#x}", runtime().event), "pop r11".into()]);
+        assert_eq!(asm[10..14], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[14..18], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        assert!(!asm.iter().any(|i| i.contains("fs:")), "{asm:#?}");
+        assert_eq!(target(&asm[6]), address_of(&d, 10), "disabled: straight to the restore");
     }
 
     #[test]

@@ -12,31 +12,35 @@
 //! word at fs:0 is its key, in this process (a fork wipes it, so a state
 //! found there has been taken in this process).
 //!
-//! **Entry** (called by an event detour of a C function, after it counted
-//! the call, with the word `probe | flags` pushed): when the thread has no
-//! timed call live (depth 0) and, to record the entry, a ring slot with
-//! room, it writes the event straight from the argument registers, pushes
-//! the shadow frame if the probe times the call, then takes one timestamp
-//! for both (after its own work, as `tp_entry` starts a timed call), and
-//! publishes the event; else it calls `tp_entry` as the detours did:
+//! **Entry** (called by an event detour of a C function, which does not
+//! count the call itself, with the word `probe | flags` pushed): when the
+//! thread has a counter row of its own, no timed call live (depth 0) and,
+//! to record the entry, a ring slot with room, it counts the call in its
+//! row, writes the event straight from the argument registers, pushes the
+//! shadow frame if the probe times the call, then takes one timestamp for
+//! both (after its own work, as `tp_entry` starts a timed call), and
+//! publishes the event; else it calls the count stub (`tp_count`) and
+//! `tp_entry` as the detours did:
 //!
 //! ```text
 //! event:  push rax, r10, rbx, rdx        ; rax holds the detour's flags
 //!         <r11 = the thread's state, from the thread cache, else slow>
+//!         t->row not 1..rows-1: slow
 //!         cmp  dword [r11 + depth], 0 ; jne slow
 //!         xor  ebx, ebx                  ; no event yet
 //!         test word, RECORD_ENTRY ; je frame
 //!         mov  r10, [r11 + ring] ; test r10, r10 ; je slow
 //!         mov  rbx, [r10 + head] ; (head - cached_tail > mask: slow)
 //!         rbx = the event; probe | ENTRY, TID, rdi, rsi, rdx, rcx, r8, r9
-//! frame:  test word, HIJACK_RETURN ; je stamp
+//! frame:  inc  qword [counters + t->row << STRIDE + 8 * probe]
+//!         test word, HIJACK_RETURN ; je stamp
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
 //! stamp:  rdtsc                          ; the entry's time
 //!         event->tsc = it ; head + 1     ; published
 //!         shadow[0].tsc = it ; depth = 1 ; *slot = trampoline
 //!         pop rdx, rbx, r10, rax ; ret
-//! slow:   <pop; push the eight registers; tp_entry(ctx, word, registers,
-//!         slot, trampoline, 0); pop> ; ret
+//! slow:   <pop; call the count stub; push the eight registers;
+//!         tp_entry(ctx, word, registers, slot, trampoline, 0); pop> ; ret
 //! ```
 //!
 //! **Exit** (the trampoline a timed call returns to): when the returning
@@ -80,13 +84,16 @@ pub(super) const R11: u8 = 11;
 /// first assembly (every instruction has a fixed length).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Marks {
-    /// `tp_entry` and `tp_exit` (the C runtime).
+    /// `tp_entry` (the C runtime).
     pub tp_entry: u64,
+    /// The count stub (which calls `tp_count`).
+    pub count_stub: u64,
     /// The trampoline that calls `tp_exit`.
     pub tramp_full: u64,
     /// The fast exit, where a timed call returns: the trampoline.
     pub tramp: u64,
-    /// Literals: the context, the thread cache, 2^56 - 1, thread state -1.
+    /// Literals: the context, the thread cache, 2^56 - 1, thread state -1,
+    /// counter row 0.
     pub lit_ctx: u64,
     /// See [`Marks::lit_ctx`].
     pub lit_cache: u64,
@@ -94,6 +101,8 @@ pub(super) struct Marks {
     pub lit_low: u64,
     /// See [`Marks::lit_ctx`].
     pub lit_threads: u64,
+    /// See [`Marks::lit_ctx`].
+    pub lit_counters: u64,
     /// Labels inside the fast paths.
     pub entry_slow: u64,
     /// See [`Marks::entry_slow`].
@@ -113,12 +122,14 @@ impl Marks {
     pub(super) fn near(at: u64) -> Marks {
         Marks {
             tp_entry: at,
+            count_stub: at,
             tramp_full: at,
             tramp: at,
             lit_ctx: at,
             lit_cache: at,
             lit_low: at,
             lit_threads: at,
+            lit_counters: at,
             entry_slow: at,
             entry_frame: at,
             entry_stamp: at,
@@ -130,8 +141,8 @@ impl Marks {
 }
 
 /// The literals the fast paths read, in the order [`Marks`] names them.
-pub(super) fn literals(l: &RuntimeLayout) -> [u64; 4] {
-    [l.ctx, l.thread_cache, cache::LOW, l.threads.wrapping_sub(l.thread_size as u64)]
+pub(super) fn literals(l: &RuntimeLayout) -> [u64; 5] {
+    [l.ctx, l.thread_cache, cache::LOW, l.threads.wrapping_sub(l.thread_size as u64), l.counters]
 }
 
 /// `reg` = the calling thread's state, from the thread cache; else a jump
@@ -187,13 +198,19 @@ fn full_check(w: &mut Writer, l: &RuntimeLayout, slot: u8, head: u8, tmp: u8, fu
 const ENTRY_WORD: i32 = 4 * 8 + 8;
 const ENTRY_SLOT: i32 = ENTRY_WORD + 8 + 16;
 
-/// The fast entry, then its fallback to `tp_entry`. Records the marks it
-/// defines in `out`.
+/// The fast entry, then its fallback to `tp_count` and `tp_entry`.
+/// Records the marks it defines in `out`.
 pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
     for r in [RAX, R10, RBX, RDX] {
         w.put_push(r);
     }
     thread_state(w, R11, l, m, m.entry_slow);
+    // The thread has a counter row of its own (1 to rows - 1), else the
+    // runtime counts. (rdx holds an argument until the event has it.)
+    w.put_load32(RAX, R11, l.thread_row as i32);
+    w.put_lea32(RAX, RAX, -1);
+    w.put_cmp32_imm(RAX, l.rows.wrapping_sub(2));
+    w.put_ja(m.entry_slow);
     w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 0);
     w.put_jne(m.entry_slow);
     // rbx: the event, if one is recorded.
@@ -216,7 +233,14 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     w.put_and32_imm(RDX, l.probe_mask);
     w.put_or32_imm(RDX, l.entry_kind);
     w.put_store32(RDX, RBX, l.event_probe as i32);
+    // Nothing falls back from here on: count the call in the thread's row.
     out.entry_frame = w.pc();
+    w.put_load32(RAX, R11, l.thread_row as i32);
+    w.put_shl64(RAX, l.stride_shift as u8);
+    w.put_add_reg_rip(RAX, m.lit_counters);
+    w.put_load32(RDX, RSP, ENTRY_WORD);
+    w.put_and32_imm(RDX, l.probe_mask);
+    w.put_inc_mem_indexed8(RAX, RDX);
     w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
     w.put_je(m.entry_stamp);
     // Shadow frame 0: the return-address slot, what it holds, the probe,
@@ -256,12 +280,18 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     }
     w.put_ret();
 
-    // The fallback: tp_entry(ctx, word, registers, slot, trampoline, 0),
-    // saving the registers as the detours did.
+    // The fallback: the count stub (tp_count), then tp_entry(ctx, word,
+    // registers, slot, trampoline, 0), saving the registers as the Go
+    // detours do.
     out.entry_slow = w.pc();
     for r in [RDX, RBX, R10, RAX] {
         w.put_pop(r);
     }
+    w.put_load32(R11, RSP, 8);
+    w.put_and32_imm(R11, l.probe_mask);
+    w.put_push(R11);
+    w.put_call(m.count_stub);
+    w.put_pop(R11);
     for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
         w.put_push(r);
     }

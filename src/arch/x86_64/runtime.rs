@@ -20,7 +20,7 @@
 //!         ret                      ; to the original return address
 //! count:  the count stub (below)
 //! event:  the fast entry, which falls back to tp_entry
-//!         .quad ctx, thread cache, 2^56 - 1, thread state -1
+//!         .quad ctx, thread cache, 2^56 - 1, thread state -1, counter row 0
 //! ```
 //!
 //! A counting detour that does not find its thread's row in the row cache
@@ -142,6 +142,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_ret();
     w.put_align(16);
     let count = w.pc();
+    out.count_stub = count;
     w.put_push(RAX);
     w.put_push_flags_via_rax();
     for r in COUNT_SAVED {
@@ -170,6 +171,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     out.lit_cache = out.lit_ctx + 8;
     out.lit_low = out.lit_ctx + 16;
     out.lit_threads = out.lit_ctx + 24;
+    out.lit_counters = out.lit_ctx + 32;
     for v in fast::literals(l) {
         w.put_u64(v);
     }
@@ -226,10 +228,14 @@ mod tests {
             thread_size: 64 + 128 * 64,
             ring_mask: 2047,
             thread_ring: 8,
-            thread_depth: 28,
+            thread_depth: 24,
             thread_tid_at: 32,
             thread_overhead: 16,
             thread_shadow: 64,
+            thread_row: 28,
+            counters: 0x7f00_1000_0000,
+            stride_shift: 15,
+            rows: 64,
             frame_slot: 0,
             frame_ret: 8,
             frame_tsc: 16,
@@ -285,9 +291,9 @@ mod tests {
         assert_eq!(asm[30..32], ["lea rsp, [rsp + 8]", "ret"]);
         assert!(asm[32..].iter().all(|i| i == "int3"), "padding");
         // The literals end the block: the context first.
-        let lits = &b.bytes[b.bytes.len() - 32..];
+        let lits = &b.bytes[b.bytes.len() - 40..];
         assert_eq!(u64::from_le_bytes(lits[..8].try_into().unwrap()), 0x7f00_0000_1040);
-        let lit_at = AT + b.bytes.len() as u64 - 32;
+        let lit_at = AT + b.bytes.len() as u64 - 40;
         assert_eq!(asm[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (full + 5 + 13 + 5 + 7)));
     }
 
@@ -315,7 +321,7 @@ mod tests {
         let pushes = ["push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9", "push r10", "push r11"];
         assert_eq!(asm[4..12], pushes);
         assert_eq!(asm[12..15], ["push rbx", "mov rbx, rsp", "and rsp, 0xfffffffffffffff0"]);
-        let lit_at = AT + b.bytes.len() as u64 - 32;
+        let lit_at = AT + b.bytes.len() as u64 - 40;
         assert!(asm[15].starts_with("mov rdi, qword ptr [rip + "));
         let next = a.count + 1 + 5 + 4 + 2 * 4 + 1 + 3 + 4 + 7;
         assert_eq!(asm[15], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - next));
@@ -333,14 +339,24 @@ mod tests {
     fn fast_entry_and_exit_read_the_layout() {
         let b = build(AT, &layout(), &BLOBS);
         let a = b.addrs;
-        let lit = AT + b.bytes.len() as u64 - 32;
+        let lit = AT + b.bytes.len() as u64 - 40;
         let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
         assert_eq!(entry[..4], ["push rax", "push r10", "push rbx", "push rdx"]);
         assert_eq!(entry[4], "mov r11, qword ptr fs:[0]");
         assert_eq!(entry[14], "shr r11, 0x38", "the state's index + 1");
         assert_eq!(entry[15], "imul r11, r11, 0x2040");
-        assert_eq!(entry[17], "cmp dword ptr [r11 + 0x1c], 0");
-        assert_eq!(entry[18], format!("jne {:#x}", slow_of(&entry)));
+        assert_eq!(
+            entry[17..21],
+            [
+                "mov eax, dword ptr [r11 + 0x1c]",
+                "lea eax, [rax - 1]",
+                "cmp eax, 0x3e",
+                &format!("ja {:#x}", slow_of(&entry))
+            ]
+        );
+        assert_eq!(entry[21], "cmp dword ptr [r11 + 0x18], 0");
+        assert!(entry.contains(&"inc qword ptr [rax + rdx*8]".to_string()), "the count: {entry:#?}");
+        assert!(entry.contains(&"shl rax, 0xf".to_string()), "{entry:#?}");
         assert!(entry.contains(&"mov qword ptr [rbx + 0x10], rdi".to_string()), "{entry:#?}");
         assert!(entry.contains(&"mov qword ptr [rbx + 0x38], r9".to_string()), "{entry:#?}");
         assert!(entry.contains(&"and ebx, 0x7ff".to_string()), "the ring mask: {entry:#?}");
@@ -351,7 +367,7 @@ mod tests {
             disassemble(&b.bytes[(a.trampoline - AT) as usize..(full_trampoline(&b) - AT) as usize], a.trampoline);
         assert_eq!(exit[..4], ["lea rsp, [rsp - 8]", "push rax", "lahf", "seto al"]);
         assert_eq!(exit.iter().filter(|i| *i == "rdtsc").count(), 1);
-        assert!(exit.contains(&"cmp dword ptr [r11 + 0x1c], 1".to_string()), "{exit:#?}");
+        assert!(exit.contains(&"cmp dword ptr [r11 + 0x18], 1".to_string()), "{exit:#?}");
         assert!(exit.contains(&"lea rax, [rsp + 0x38]".to_string()), "the slot below the stack pointer: {exit:#?}");
         assert!(exit.contains(&"or edx, 0x2000000".to_string()), "an exit event: {exit:#?}");
     }
@@ -359,6 +375,21 @@ mod tests {
     fn slow_of(asm: &[String]) -> u64 {
         let jne = asm.iter().find(|i| i.starts_with("jne ")).unwrap();
         u64::from_str_radix(jne.trim_start_matches("jne 0x"), 16).unwrap()
+    }
+
+    #[test]
+    fn the_fast_entrys_fallback_counts_then_calls_tp_entry() {
+        let b = build(AT, &layout(), &BLOBS);
+        let a = b.addrs;
+        let lit = AT + b.bytes.len() as u64 - 40;
+        let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
+        let slow = entry.iter().position(|i| *i == format!("call {:#x}", a.count)).expect("the count stub is called");
+        assert_eq!(
+            entry[slow - 4..slow],
+            ["pop rax", "mov r11d, dword ptr [rsp + 8]", "and r11d, 0xffffff", "push r11"]
+        );
+        assert_eq!(entry[slow + 1], "pop r11");
+        assert!(entry[slow..].contains(&format!("call {AT:#x}")), "then tp_entry");
     }
 
     #[test]

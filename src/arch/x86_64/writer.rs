@@ -195,6 +195,26 @@ impl Writer {
         self.buf.extend_from_slice(&disp.to_le_bytes());
     }
 
+    /// `inc qword [base + index * 8]`.
+    pub fn put_inc_mem_indexed8(&mut self, base: u8, index: u8) {
+        let base = Self::plain_base(base);
+        assert!(index & 15 != 4, "rsp cannot be an index");
+        self.buf.push(0x48 | ((index >> 3) << 1) | (base >> 3));
+        self.buf.extend_from_slice(&[0xff, 0x04, 0xc0 | ((index & 7) << 3) | (base & 7)]);
+    }
+
+    /// `lea reg32, [base + disp32]` (32 bits, the upper half cleared).
+    pub fn put_lea32(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(false, &[0x8d], reg, base, disp);
+    }
+
+    /// `cmp reg32, imm32`.
+    pub fn put_cmp32_imm(&mut self, reg: u8, imm: u32) {
+        self.rex(false, 0, reg);
+        self.buf.extend_from_slice(&[0x81, 0xf8 | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
     /// `push imm32` (sign-extended to 64 bits).
     pub fn put_push_imm32(&mut self, imm: i32) {
         self.buf.push(0x68);
@@ -623,6 +643,10 @@ mod tests {
         assert_eq!(asm(|w| w.put_imul64_imm(11, 8256)), ["imul r11, r11, 0x2040"]);
         assert_eq!(asm(|w| w.put_ja(AT + 0x40)), [format!("ja {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_rdtsc()), ["rdtsc"]);
+        assert_eq!(asm(|w| w.put_inc_mem_indexed8(0, 2)), ["inc qword ptr [rax + rdx*8]"]);
+        assert_eq!(asm(|w| w.put_inc_mem_indexed8(11, 10)), ["inc qword ptr [r11 + r10*8]"]);
+        assert_eq!(asm(|w| w.put_lea32(2, 0, -1)), ["lea edx, [rax - 1]"]);
+        assert_eq!(asm(|w| w.put_cmp32_imm(2, 62)), ["cmp edx, 0x3e"]);
         assert_eq!(asm(|w| w.put_zero32(3)), ["xor ebx, ebx"]);
         assert_eq!(asm(|w| w.put_zero32(9)), ["xor r9d, r9d"]);
     }
