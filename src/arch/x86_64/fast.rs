@@ -23,22 +23,23 @@
 //! `tp_entry` as the detours did:
 //!
 //! ```text
-//! event:  push rax, r10, rbx, rdx        ; rax holds the detour's flags
+//! event:  push rax, r10, rbx, rdx, rcx   ; rax holds the detour's flags
 //!         <r11 = the thread's state, from the thread cache, else slow>
 //!         t->row not 1..rows-1: slow
 //!         cmp  dword [r11 + depth], 0 ; jne slow
-//!         xor  ebx, ebx                  ; no event yet
-//!         test word, RECORD_ENTRY ; je frame
+//!         test word, RECORD_ENTRY ; je no_event
 //!         mov  r10, [r11 + ring] ; test r10, r10 ; je slow
 //!         mov  rbx, [r10 + head] ; (head - cached_tail > mask: slow)
-//!         rbx = the event; probe | ENTRY, TID, rdi, rsi, rdx, rcx, r8, r9
+//!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, TID, probe | ENTRY
+//!         jmp  frame
+//! no_event: xor ecx, ecx
 //! frame:  inc  qword [counters + t->row << STRIDE + 8 * probe]
 //!         test word, HIJACK_RETURN ; je stamp
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
 //! stamp:  rdtsc                          ; the entry's time
 //!         event->tsc = it ; head + 1     ; published
 //!         shadow[0].tsc = it ; depth = 1 ; *slot = trampoline
-//!         pop rdx, rbx, r10, rax ; ret
+//!         pop rcx, rdx, rbx, r10, rax ; ret
 //! slow:   <pop; call the count stub; push the eight registers;
 //!         tp_entry(ctx, word, registers, slot, trampoline, 0); pop> ; ret
 //! ```
@@ -112,7 +113,9 @@ pub(super) struct Marks {
     /// See [`Marks::entry_slow`].
     pub entry_no_event: u64,
     /// See [`Marks::entry_slow`].
-    pub entry_no_frame: u64,
+    pub entry_frame_tsc: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_done: u64,
     /// See [`Marks::entry_slow`].
     pub exit_slow: u64,
 }
@@ -134,7 +137,8 @@ impl Marks {
             entry_frame: at,
             entry_stamp: at,
             entry_no_event: at,
-            entry_no_frame: at,
+            entry_frame_tsc: at,
+            entry_done: at,
             exit_slow: at,
         }
     }
@@ -192,47 +196,52 @@ fn full_check(w: &mut Writer, l: &RuntimeLayout, slot: u8, head: u8, tmp: u8, fu
     w.put_ja(full);
 }
 
-/// Where, above the fast entry's stack pointer after its four pushes, the
-/// word the detour pushed is, and the probed function's return address
-/// (above the return into the detour, the word, and the detour's r11 and rax).
-const ENTRY_WORD: i32 = 4 * 8 + 8;
+/// Registers the fast entry saves (rax holds the detour's flags).
+const ENTRY_SAVED: [u8; 5] = [RAX, R10, RBX, RDX, RCX];
+/// Where, above the fast entry's stack pointer after its pushes, the word
+/// the detour pushed is, and the probed function's return address (above
+/// the return into the detour, the word, and the detour's r11 and rax).
+const ENTRY_WORD: i32 = 5 * 8 + 8;
 const ENTRY_SLOT: i32 = ENTRY_WORD + 8 + 16;
 
 /// The fast entry, then its fallback to `tp_count` and `tp_entry`.
 /// Records the marks it defines in `out`.
 pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
-    for r in [RAX, R10, RBX, RDX] {
+    for r in ENTRY_SAVED {
         w.put_push(r);
     }
     thread_state(w, R11, l, m, m.entry_slow);
     // The thread has a counter row of its own (1 to rows - 1), else the
-    // runtime counts. (rdx holds an argument until the event has it.)
+    // runtime counts. (rdx and rcx hold arguments until the event has them.)
     w.put_load32(RAX, R11, l.thread_row as i32);
     w.put_lea32(RAX, RAX, -1);
     w.put_cmp32_imm(RAX, l.rows.wrapping_sub(2));
     w.put_ja(m.entry_slow);
     w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 0);
     w.put_jne(m.entry_slow);
-    // rbx: the event, if one is recorded.
-    w.put_zero32(RBX);
+    // rcx: the event, if one is recorded; rbx its position (the head).
     w.put_test32_mem_imm(RSP, ENTRY_WORD, l.record_entry);
-    w.put_je(m.entry_frame);
+    w.put_je(m.entry_no_event);
     w.put_load(R10, R11, l.thread_ring as i32);
     w.put_test_reg(R10);
     w.put_je(m.entry_slow);
     w.put_load(RBX, R10, l.slot_head as i32);
     full_check(w, l, R10, RBX, RAX, m.entry_slow);
-    event_at(w, l, RBX, R10, RBX);
+    event_at(w, l, RAX, R10, RBX);
     for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
-        w.put_store(r, RBX, (l.event_v + 8 * k as u32) as i32);
+        w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
     }
+    w.put_mov_reg(RCX, RAX);
     w.put_load(RDX, R11, l.thread_tid_at as i32);
     w.put_load32(RDX, RDX, 0);
-    w.put_store32(RDX, RBX, l.event_tid as i32);
+    w.put_store32(RDX, RCX, l.event_tid as i32);
     w.put_load32(RDX, RSP, ENTRY_WORD);
     w.put_and32_imm(RDX, l.probe_mask);
     w.put_or32_imm(RDX, l.entry_kind);
-    w.put_store32(RDX, RBX, l.event_probe as i32);
+    w.put_store32(RDX, RCX, l.event_probe as i32);
+    w.put_jmp(m.entry_frame);
+    out.entry_no_event = w.pc();
+    w.put_zero32(RCX);
     // Nothing falls back from here on: count the call in the thread's row.
     out.entry_frame = w.pc();
     w.put_load32(RAX, R11, l.thread_row as i32);
@@ -261,22 +270,21 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     w.put_rdtsc();
     w.put_shl64(RDX, 32);
     w.put_or_reg(RAX, RDX);
-    w.put_test_reg(RBX);
-    w.put_je(m.entry_no_event);
-    w.put_store(RAX, RBX, l.event_tsc as i32);
-    w.put_load(RDX, R10, l.slot_head as i32);
-    w.put_inc(RDX);
-    w.put_store(RDX, R10, l.slot_head as i32); // published
-    out.entry_no_event = w.pc();
+    w.put_test_reg(RCX);
+    w.put_je(m.entry_frame_tsc);
+    w.put_store(RAX, RCX, l.event_tsc as i32);
+    w.put_inc(RBX);
+    w.put_store(RBX, R10, l.slot_head as i32); // published
+    out.entry_frame_tsc = w.pc();
     w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
-    w.put_je(m.entry_no_frame);
+    w.put_je(m.entry_done);
     w.put_store(RAX, R11, frame0(l, l.frame_tsc));
     w.put_store32_imm(R11, l.thread_depth as i32, 1);
     w.put_lea_rip(RDX, m.tramp);
     w.put_store(RDX, RSP, ENTRY_SLOT);
-    out.entry_no_frame = w.pc();
-    for r in [RDX, RBX, R10, RAX] {
-        w.put_pop(r);
+    out.entry_done = w.pc();
+    for r in ENTRY_SAVED.iter().rev() {
+        w.put_pop(*r);
     }
     w.put_ret();
 
@@ -284,8 +292,8 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     // registers, slot, trampoline, 0), saving the registers as the Go
     // detours do.
     out.entry_slow = w.pc();
-    for r in [RDX, RBX, R10, RAX] {
-        w.put_pop(r);
+    for r in ENTRY_SAVED.iter().rev() {
+        w.put_pop(*r);
     }
     w.put_load32(R11, RSP, 8);
     w.put_and32_imm(R11, l.probe_mask);

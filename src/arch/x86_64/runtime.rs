@@ -341,12 +341,12 @@ mod tests {
         let a = b.addrs;
         let lit = AT + b.bytes.len() as u64 - 40;
         let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
-        assert_eq!(entry[..4], ["push rax", "push r10", "push rbx", "push rdx"]);
-        assert_eq!(entry[4], "mov r11, qword ptr fs:[0]");
-        assert_eq!(entry[14], "shr r11, 0x38", "the state's index + 1");
-        assert_eq!(entry[15], "imul r11, r11, 0x2040");
+        assert_eq!(entry[..5], ["push rax", "push r10", "push rbx", "push rdx", "push rcx"]);
+        assert_eq!(entry[5], "mov r11, qword ptr fs:[0]");
+        assert_eq!(entry[15], "shr r11, 0x38", "the state's index + 1");
+        assert_eq!(entry[16], "imul r11, r11, 0x2040");
         assert_eq!(
-            entry[17..21],
+            entry[18..22],
             [
                 "mov eax, dword ptr [r11 + 0x1c]",
                 "lea eax, [rax - 1]",
@@ -354,13 +354,14 @@ mod tests {
                 &format!("ja {:#x}", slow_of(&entry))
             ]
         );
-        assert_eq!(entry[21], "cmp dword ptr [r11 + 0x18], 0");
+        assert_eq!(entry[22], "cmp dword ptr [r11 + 0x18], 0");
         assert!(entry.contains(&"inc qword ptr [rax + rdx*8]".to_string()), "the count: {entry:#?}");
         assert!(entry.contains(&"shl rax, 0xf".to_string()), "{entry:#?}");
-        assert!(entry.contains(&"mov qword ptr [rbx + 0x10], rdi".to_string()), "{entry:#?}");
-        assert!(entry.contains(&"mov qword ptr [rbx + 0x38], r9".to_string()), "{entry:#?}");
-        assert!(entry.contains(&"and ebx, 0x7ff".to_string()), "the ring mask: {entry:#?}");
-        assert!(entry.contains(&"lea rbx, [r10 + rbx + 0xc0]".to_string()), "{entry:#?}");
+        assert!(entry.contains(&"mov qword ptr [rax + 0x10], rdi".to_string()), "{entry:#?}");
+        assert!(entry.contains(&"mov qword ptr [rax + 0x38], r9".to_string()), "{entry:#?}");
+        assert!(entry.contains(&"and eax, 0x7ff".to_string()), "the ring mask: {entry:#?}");
+        assert!(entry.contains(&"lea rax, [r10 + rax + 0xc0]".to_string()), "{entry:#?}");
+        assert!(entry.contains(&"mov qword ptr [r10 + 0x40], rbx".to_string()), "the head read once: {entry:#?}");
         assert_eq!(entry.iter().filter(|i| *i == "rdtsc").count(), 1, "one timestamp for the event and the frame");
         assert!(entry.contains(&format!("call {AT:#x}")), "the fallback calls tp_entry");
         let exit =
