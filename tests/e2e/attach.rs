@@ -47,8 +47,10 @@ fn counts_four_threads_on_one_probe_without_losing_any() {
 }
 
 /// More threads than there are counter rows: the first take rows of their
-/// own, the others count in the shared row, atomically.
+/// own, the others count in the shared row, atomically (x86-64's detours;
+/// AArch64's threads hash into the rows with atomic adds).
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn counts_more_threads_than_counter_rows_exactly() {
     let mut t = Target::start("hammer");
     let pid = t.pid.to_string();
