@@ -3,7 +3,7 @@
  * ../shared/aarch64/reloc_harness.c).
  *
  *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES]
- *                 [-f FLAGS] [-k CACHE_ADDR] [-v]
+ *                 [-f FLAGS] [-k CACHE_ADDR,ROW_ADDR] [-v]
  *                 ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX
  *
  * Maps ORIG_HEX at ORIG_ADDR and RELOC_HEX (the relocated instructions, which
@@ -22,10 +22,10 @@
  * -z leaves out the BYTES below the initial stack pointer: a detour may
  * save registers there (at a function's entry that stack is dead). -f
  * compares only the flags of the mask FLAGS (those the window leaves
- * undefined may differ). -k writes, before each run, the entry of the
- * row cache at CACHE_ADDR (in the data region) that gives the harness's
- * thread counter row 1, as tp's runtime would (src/probe/layout.rs,
- * cache_entry): a counting detour then counts without calling the runtime.
+ * undefined may differ). -k writes, before each run, the harness thread's
+ * entry of the thread cache at CACHE_ADDR (in the data region), with its
+ * counter row at ROW_ADDR, as tp's runtime would (src/probe/layout.rs,
+ * CacheEntry): a counting detour then counts without calling the runtime.
  * Exit status 0 when every trial matches, 1 on a mismatch, 2 on misuse.
  *
  * Entry: a signal handler rewrites the interrupted context and returns into
@@ -68,7 +68,7 @@ typedef struct {
 } state_t;
 
 static state_t in_st, out_st;
-static uint64_t entry_pc, data_addr = 0x10000000UL, ret_trap, cache_addr, compare_flags = FLAGS_MASK;
+static uint64_t entry_pc, data_addr = 0x10000000UL, ret_trap, cache_addr, row_addr, compare_flags = FLAGS_MASK;
 static struct {
 	uint64_t r[NREG], sp, pc, flags;
 	uint32_t xmm[NXMM][4];
@@ -178,14 +178,17 @@ static void fill_data(void)
 		d[i] = ret_trap + i * 8;
 }
 
-/* The row cache entry of this thread for counter row 1 (layout.rs:
- * cache_index, cache_entry). */
+/* This thread's entry of the thread cache (layout.rs: cache_index,
+ * CacheEntry: !word, row, state, padding). */
 static void write_cache_entry(void)
 {
 	uint64_t word;
 	__asm__ volatile("mov %%fs:0, %0" : "=r"(word));
 	uint64_t index = (uint32_t)((uint32_t)word * 0x9e3779b1u) >> 25;
-	((uint64_t *)cache_addr)[index] = word ^ ((0ull << 56) | ((1ull << 56) - 1));
+	uint64_t *e = (uint64_t *)cache_addr + 4 * index;
+	e[0] = ~word;
+	e[1] = row_addr;
+	e[2] = 0;
 }
 
 static void run(uint64_t pc, state_t *out, uint8_t *data_copy)
@@ -220,8 +223,11 @@ int main(int argc, char **argv)
 			data_addr = strtoull(optarg, 0, 0);
 		else if (opt == 'f')
 			compare_flags = strtoull(optarg, 0, 0) & FLAGS_MASK;
-		else if (opt == 'k')
-			cache_addr = strtoull(optarg, 0, 0);
+		else if (opt == 'k') {
+			char *comma;
+			cache_addr = strtoull(optarg, &comma, 0);
+			row_addr = *comma == ',' ? strtoull(comma + 1, 0, 0) : 0;
+		}
 		else if (opt == 'v')
 			verbose = 1;
 		else if (opt == 'c') {

@@ -265,20 +265,27 @@ impl SitePlan {
     }
 }
 
-/// How a detour finds a thread's entries in its process's caches (the
-/// private area's first page; `probe::layout`, the layout's one source,
+/// How a detour finds a thread's entry in its process's thread cache (the
+/// private area's first pages; `probe::layout`, the layout's one source,
 /// checks that it keeps the same constants): the entry of the thread whose
-/// word at the thread pointer is `w` lies at index
-/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, and holds
-/// `w ^ ((value << 56) | LOW)`, so that `(entry ^ w) + 1` is `(value + 1) << 56`
-/// for that thread and has some of its low 56 bits set for any other word.
+/// word at the thread pointer is `w` is number
+/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, of `SIZE` bytes: `!w`
+/// at `CHECK` (0 while it is written), the thread's counter row at `ROW`,
+/// its state at `THREAD`. A detour reads the row or the state first and the
+/// check last.
 pub mod cache {
-    /// log2 of the entries of a cache.
+    /// log2 of the entries.
     pub const BITS: u32 = 7;
     /// The multiplier of the index's hash.
     pub const HASH: u32 = 0x9e37_79b1;
-    /// The bits of an entry below its value.
-    pub const LOW: u64 = (1 << 56) - 1;
+    /// Bytes per entry.
+    pub const SIZE: u32 = 32;
+    /// Offsets in an entry.
+    pub const CHECK: i32 = 0;
+    /// See [`CHECK`].
+    pub const ROW: i32 = 8;
+    /// See [`CHECK`].
+    pub const THREAD: i32 = 16;
 }
 
 /// Where a detour finds the in-target runtime (in its arena's runtime block).
@@ -342,13 +349,8 @@ pub struct RuntimeBlobs {
 pub struct RuntimeLayout {
     /// The runtime's context (`struct tp_ctx`) in the data region.
     pub ctx: u64,
-    /// The process's thread cache (see [`cache`]), whose value is the index
-    /// of the thread's state.
-    pub thread_cache: u64,
-    /// Thread state 0 in the private area.
-    pub threads: u64,
-    /// Bytes per thread state (its head and its shadow frames).
-    pub thread_size: u32,
+    /// The process's thread cache (see [`cache`]).
+    pub cache: u64,
     /// Events per ring, minus one.
     pub ring_mask: u32,
     /// In a thread state: the address of its ring slot, frames in use, where
@@ -362,15 +364,6 @@ pub struct RuntimeLayout {
     pub thread_overhead: u32,
     /// See [`RuntimeLayout::thread_ring`].
     pub thread_shadow: u32,
-    /// In a thread state: its counter row (32 bits; 1 to `rows - 1` when it
-    /// has one of its own).
-    pub thread_row: u32,
-    /// Counter row 0, and log2 of the stride between rows.
-    pub counters: u64,
-    /// See [`RuntimeLayout::counters`].
-    pub stride_shift: u32,
-    /// How many counter rows there are.
-    pub rows: u32,
     /// In a shadow frame: the return-address slot, the original return
     /// address, the entry time, the probe, the trampoline, the thread's
     /// ticks in tp at entry.
@@ -441,9 +434,9 @@ pub struct DetourSpec {
     pub flag_addr: u64,
     /// Address in the target of the per-thread counter rows.
     pub counters: u64,
-    /// Address in the target of the process's row cache (where a thread
+    /// Address in the target of the process's thread cache (where a thread
     /// finds its own counter row by the word at its thread pointer).
-    pub row_cache: u64,
+    pub cache: u64,
     /// Bytes from a counter row to the matching countdown row (sampling probes).
     pub countdowns_from_counters: u64,
     /// log2 of the number of counter rows.

@@ -312,7 +312,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         runtime,
         flag_addr: region.flag_addr(index).0,
         counters: region.addr_of(RegionOffset(h.counters_off)).0,
-        row_cache: h.ctx.private + std::mem::offset_of!(layout::Proc, row_cache) as u64,
+        cache: runtime::cache_of(h),
         countdowns_from_counters: h.countdowns_off - h.counters_off,
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
@@ -433,13 +433,6 @@ fn reuse(
 fn needs_runtime(req: &Request) -> bool {
     req.kind != kind::COUNT || Host::COUNTING_CALLS_RUNTIME
 }
-
-// The detours find entries of the private area's caches as the layout puts them.
-const _: () = assert!(
-    layout::CACHE_BITS == crate::arch::cache::BITS
-        && layout::CACHE_HASH == crate::arch::cache::HASH
-        && layout::CACHE_LOW == crate::arch::cache::LOW
-);
 
 /// Where the runtime block at `at` keeps its parts.
 fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {

@@ -177,13 +177,11 @@ pub const MAX_ARENAS: usize = 64;
 /// own ([`EventCtx::row_owner`]); on AArch64 threads hash their thread
 /// pointer into them.
 pub const SLOT_BITS: u32 = 6;
-/// log2 of the entries of each cache in the [`Proc`] page.
+/// log2 of the entries of the thread cache in the [`Proc`] pages.
 pub const CACHE_BITS: u32 = 7;
-/// The multiplier of the caches' hash of the word at the thread pointer:
-/// entry `(word as u32).wrapping_mul(CACHE_HASH) >> (32 - CACHE_BITS)`.
+/// The multiplier of the thread cache's hash of the word at the thread
+/// pointer: entry `(word as u32).wrapping_mul(CACHE_HASH) >> (32 - CACHE_BITS)`.
 pub const CACHE_HASH: u32 = 0x9e37_79b1;
-/// The bits of a cache entry below its value: see [`cache_entry`].
-pub const CACHE_LOW: u64 = (1 << 56) - 1;
 /// The smallest probe capacity a region is created with.
 pub const MIN_CAPACITY: u32 = 4096;
 /// The largest: tp probes at most this many functions in one process, and
@@ -197,13 +195,13 @@ pub const EVENT_SLOT_BITS: u32 = 7;
 pub const DEFAULT_RING_LEN: u32 = 2048;
 /// Return addresses a thread's shadow stack holds.
 pub const SHADOW_LEN: u32 = 128;
-/// Bytes of the private area's first page ([`Proc`]), which a fork wipes.
-pub const PROC_PAGE: u64 = 4096;
-/// Where the private area keeps [`PRIVATE_MAGIC`]: the first word of its
-/// second page, which a fork copies like the rest.
+/// Bytes of the private area's first pages ([`Proc`]), which a fork wipes.
+pub const PROC_PAGE: u64 = 8192;
+/// Where the private area keeps [`PRIVATE_MAGIC`]: the first word of the
+/// page after [`Proc`]'s, which a fork copies like the rest.
 pub const PRIVATE_MAGIC_OFF: u64 = PROC_PAGE;
 /// Where the thread states begin in the private area.
-pub const THREADS_OFF: u64 = 2 * PROC_PAGE;
+pub const THREADS_OFF: u64 = PROC_PAGE + 4096;
 /// What tp writes at [`PRIVATE_MAGIC_OFF`], so that a private area no
 /// region records (tp was killed in between) can be recognised.
 pub const PRIVATE_MAGIC: u64 = u64::from_le_bytes(*b"tp-priv\0");
@@ -330,43 +328,58 @@ shared_struct! {
 }
 
 shared_struct! {
-    /// The first page of the private area (`struct tp_proc`): the process
-    /// it belongs to, and what the detours look up by the word at the
-    /// thread pointer without calling the runtime. MADV_WIPEONFORK: a
-    /// process forked since reads zeros, learns its PID, takes its threads'
-    /// states afresh and fills its caches again.
+    /// One entry of the thread cache (`struct tp_cache_entry`): where the
+    /// detours find, without calling the runtime, a thread's counter row
+    /// and its state, by the word at its thread pointer.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct CacheEntry as "tp_cache_entry" {
+        /// The word's complement (`!word`), or 0 while the entry is being
+        /// written or is empty, which no word matches. The runtime writes
+        /// 0, then `row` and `thread`, then this; a detour reads `row` and
+        /// `thread` first and this last, so it never takes another
+        /// thread's row (x86-64 keeps loads in order, and stores).
+        pub check: u64,
+        /// Address of the thread's own counter row.
+        pub row: u64,
+        /// Address of the thread's state.
+        pub thread: u64,
+        /// Padding to 32 bytes.
+        pub pad: u64,
+    }
+}
+
+impl CType for CacheEntry {
+    const C: &'static str = "struct tp_cache_entry";
+}
+
+shared_struct! {
+    /// The first pages of the private area (`struct tp_proc`): the process
+    /// they belong to, and the thread cache the x86-64 detours read.
+    /// MADV_WIPEONFORK: a process forked since reads zeros, learns its PID,
+    /// takes its threads' states afresh and fills its cache again.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub struct Proc as "tp_proc" {
         /// The process's PID, once a thread of it ran the runtime; 0 before.
         pub pid: u32,
         /// Padding.
         pub pad: u32,
-        /// By the thread's word (see [`CACHE_HASH`]): its counter row r,
-        /// as [`cache_entry`]`(word, r - 1)`; written by the runtime.
-        pub row_cache: [u64; 1 << CACHE_BITS],
-        /// By the thread's word: the index i of its state, as
-        /// [`cache_entry`]`(word, i)`; written by the runtime.
-        pub thread_cache: [u64; 1 << CACHE_BITS],
+        /// Padding to the cache's first entry.
+        pub pad2: [u64; 3],
+        /// By the thread's word at its thread pointer (see [`CACHE_HASH`]):
+        /// each thread that counts in a row of its own, and whose word is
+        /// its key; written by the runtime.
+        pub cache: [CacheEntry; 1 << CACHE_BITS],
     }
 }
 
 impl Default for Proc {
     fn default() -> Proc {
-        Proc { pid: 0, pad: 0, row_cache: [0; 1 << CACHE_BITS], thread_cache: [0; 1 << CACHE_BITS] }
+        Proc { pid: 0, pad: 0, pad2: [0; 3], cache: [CacheEntry::default(); 1 << CACHE_BITS] }
     }
 }
 
-/// The entry of a [`Proc`] cache that maps the thread whose word at the
-/// thread pointer is `word` (below 2^56) to `value` (below 256). A detour
-/// computes `(entry ^ word) + 1`: `(value + 1) << 56` for this thread, a
-/// number with low bits set for any other word, for an empty entry too
-/// (the word 0 included).
-pub const fn cache_entry(word: u64, value: u64) -> u64 {
-    word ^ ((value << 56) | CACHE_LOW)
-}
-
-/// The index in the [`Proc`] caches of the thread whose word at the thread
-/// pointer is `word`.
+/// The index in the [`Proc`] thread cache of the thread whose word at the
+/// thread pointer is `word`.
 pub const fn cache_index(word: u64) -> u64 {
     ((word as u32).wrapping_mul(CACHE_HASH) >> (32 - CACHE_BITS)) as u64
 }
@@ -493,7 +506,6 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_SLOT_BITS", SLOT_BITS as u64),
     ("TP_CACHE_BITS", CACHE_BITS as u64),
     ("TP_CACHE_HASH", CACHE_HASH as u64),
-    ("TP_CACHE_LOW", CACHE_LOW),
 ];
 
 /// The structs runtime.c shares, in the order C needs them declared.
@@ -503,14 +515,15 @@ pub fn c_structs() -> Vec<CStruct> {
         Frame::c_struct(),
         Event::c_struct(),
         SlotHead::c_struct(),
+        CacheEntry::c_struct(),
         Proc::c_struct(),
         ThreadState::c_struct(),
     ]
 }
 
 const _: () = assert!(std::mem::size_of::<EventCtx>() == 136 + 8 * (1 << SLOT_BITS));
-const _: () = assert!(std::mem::size_of::<Proc>() == 8 + 16 * (1 << CACHE_BITS));
-const _: () = assert!(1 << SLOT_BITS <= 256 && 1 << EVENT_SLOT_BITS <= 256, "cache values fit 8 bits");
+const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
+const _: () = assert!(std::mem::offset_of!(Proc, cache) == 32);
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
 const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
@@ -956,7 +969,8 @@ mod tests {
         let p = private_geometry();
         assert_eq!(p.thread_size, 64 + 128 * 64);
         assert_eq!(p.size % 4096, 0);
-        assert!(p.size >= 8192 + 128 * p.thread_size);
+        assert!(p.size >= THREADS_OFF + 128 * p.thread_size);
+        assert_eq!((PRIVATE_MAGIC_OFF, THREADS_OFF), (8192, 12288));
         assert_eq!(g.total_size, g.events_off + 128 * g.slot_size);
         assert_eq!(geometry(10_000, 1000).capacity, 16384);
         assert_eq!(geometry(1, 1000).ring_len, 1024);

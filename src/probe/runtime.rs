@@ -6,7 +6,8 @@
 use std::mem::{offset_of, size_of};
 
 use super::layout::{
-    self, CACHE_BITS, Event, EventCtx, Frame, Header, Proc, SlotHead, ThreadState, entry_flags, event_kind,
+    self, CACHE_BITS, CACHE_HASH, CacheEntry, Event, EventCtx, Frame, Header, Proc, SlotHead, ThreadState, entry_flags,
+    event_kind,
 };
 use crate::arch::{RuntimeBlobs, RuntimeLayout};
 
@@ -26,19 +27,13 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
     let u = |n: usize| n as u32;
     RuntimeLayout {
         ctx: h.target_addr + Header::ctx_off(),
-        thread_cache: h.ctx.private + offset_of!(Proc, thread_cache) as u64,
-        threads: h.ctx.private + layout::THREADS_OFF,
-        thread_size: layout::private_geometry().thread_size as u32,
+        cache: cache_of(h),
         ring_mask: h.ctx.ring_mask,
         thread_ring: u(offset_of!(ThreadState, ring)),
         thread_depth: u(offset_of!(ThreadState, depth)),
         thread_tid_at: u(offset_of!(ThreadState, tid_at)),
         thread_overhead: u(offset_of!(ThreadState, overhead)),
         thread_shadow: u(size_of::<ThreadState>()),
-        thread_row: u(offset_of!(ThreadState, row)),
-        counters: h.ctx.counters,
-        stride_shift: h.ctx.stride_shift,
-        rows: 1 << layout::SLOT_BITS,
         frame_slot: u(offset_of!(Frame, slot)),
         frame_ret: u(offset_of!(Frame, ret)),
         frame_tsc: u(offset_of!(Frame, tsc)),
@@ -61,8 +56,20 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
     }
 }
 
-// The fast paths index the thread cache as the detours do (arch::cache).
-const _: () = assert!(CACHE_BITS == crate::arch::cache::BITS);
+/// Address in the target of the thread cache of the region whose header is `h`.
+pub fn cache_of(h: &Header) -> u64 {
+    h.ctx.private + offset_of!(Proc, cache) as u64
+}
+
+// The detours and the fast paths index the thread cache as the layout puts it.
+const _: () = {
+    use crate::arch::cache;
+    assert!(CACHE_BITS == cache::BITS && CACHE_HASH == cache::HASH);
+    assert!(size_of::<CacheEntry>() == cache::SIZE as usize);
+    assert!(offset_of!(CacheEntry, check) == cache::CHECK as usize);
+    assert!(offset_of!(CacheEntry, row) == cache::ROW as usize);
+    assert!(offset_of!(CacheEntry, thread) == cache::THREAD as usize);
+};
 const _: () = assert!(size_of::<Frame>() == 64 && size_of::<Event>().is_power_of_two());
 const _: () = assert!(offset_of!(EventCtx, ring_mask) < 4096);
 
@@ -76,9 +83,8 @@ mod tests {
         let h = Header::new(&g, 62, 0x7f00_0000_0000, 0x7f10_0000_0000);
         let l = layout_of(&h);
         assert_eq!(l.ctx, 0x7f00_0000_0000 + Header::ctx_off());
-        assert_eq!(l.thread_cache, 0x7f10_0000_0000 + 8 + 8 * (1 << CACHE_BITS));
-        assert_eq!(l.threads, 0x7f10_0000_0000 + layout::THREADS_OFF);
-        assert_eq!((l.ring_mask, l.thread_size), (1023, 64 + 128 * 64));
+        assert_eq!(l.cache, 0x7f10_0000_0000 + 32);
+        assert_eq!(l.ring_mask, 1023);
         assert_eq!((l.event_tsc, l.event_v, l.event_size), (8, 16, 64));
         assert_eq!((l.entry_kind, l.exit_kind), (1 << 24, 2 << 24));
     }

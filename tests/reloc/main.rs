@@ -257,7 +257,7 @@ fn defined_flags(window: &[u8], site: u64) -> u64 {
 
 /// The whole detour (counting prefix, then the relocated window) leaves
 /// every register and flag as the original does, whether the probe counts
-/// in the thread's row (its entry in the row cache is there), has the
+/// in the thread's row (its entry in the thread cache is there), has the
 /// runtime count it (no entry: the runtime's stub is a `ret` here, which
 /// counts nothing) or is disabled. Its counters live in the copy's trap
 /// region; the words it pushes below the stack pointer are left out of the
@@ -272,6 +272,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
             let at = orig.wrapping_add_signed(DISTANCES[0]);
             let data = orig - DATA_BELOW;
             let cache = data + 0x3_0000;
+            let row = at + 0x2_0000 + 256;
             let stub = at + 0x800;
             let flags = defined_flags(&plan.window, plan.site);
             // A byte of int3 (enabled), then a zero byte of the data region (disabled).
@@ -291,7 +292,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     flag_addr,
                     countdowns_from_counters: 0,
                     counters: at + 0x2_0000,
-                    row_cache: cache,
+                    cache,
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
@@ -303,9 +304,9 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                 for with_entry in [true, false] {
                     let mut cmd = vec!["-f".to_string(), format!("{flags:#x}")];
                     if with_entry {
-                        cmd.extend(["-k".to_string(), format!("{cache:#x}")]);
+                        cmd.extend(["-k".to_string(), format!("{cache:#x},{row:#x}")]);
                     }
-                    let (ok, text) = run_harness_with(orig, &plan.window, at, &code, 32, &cmd);
+                    let (ok, text) = run_harness_with(orig, &plan.window, at, &code, 48, &cmd);
                     assert!(
                         ok,
                         "detour of `{}` at {orig:#x} (flag {flag_addr:#x}, cache entry {with_entry}): `{}`\n{text}",
@@ -322,7 +323,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
 }
 
 /// The counting detour of a window counts once per call in the thread's
-/// row when the row cache holds its entry, and not at all when disabled:
+/// row when the thread cache holds its entry, and not at all when disabled:
 /// the counter, in the data region, is compared after the detour and the
 /// original ran from the same states.
 #[test]
@@ -348,14 +349,14 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         flag_addr: orig + 0x2000,
         countdowns_from_counters: 0,
         counters,
-        row_cache: data + 0x3_0000,
+        cache: data + 0x3_0000,
         slot_bits: 6,
         stride_shift: 8,
         abi: tp::arch::Abi::C,
     };
     let d = detour::build(&plan, at, &spec).unwrap();
-    let cmd = ["-k".to_string(), format!("{:#x}", data + 0x3_0000)];
-    let (ok, text) = run_harness_with(orig, &plan.window, at, &d.bytes, 32, &cmd);
+    let cmd = ["-k".to_string(), format!("{:#x},{:#x}", data + 0x3_0000, counters + 256)];
+    let (ok, text) = run_harness_with(orig, &plan.window, at, &d.bytes, 48, &cmd);
     // The original does not count: the data differs exactly at row 1's counter of probe 5.
     assert!(!ok, "{text}");
     assert!(text.contains(&format!("data@{:#x}", counters + 256 + 5 * 8)), "{text}");

@@ -151,7 +151,7 @@ mod tests {
             countdowns_from_counters: 0,
             flag_addr: 0xffff_8000_2003,
             counters: 0xffff_8001_0000,
-            row_cache: 0xffff_8002_0000,
+            cache: 0xffff_8002_0000,
             slot_bits: 6,
             stride_shift: 15,
             abi: crate::arch::Abi::C,

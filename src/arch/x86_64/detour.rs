@@ -6,40 +6,44 @@
 //!
 //! ```text
 //! detour:  push rax                       ; unless dead or unused (below)
-//!          push r11                       ; unless a dead register is free
+//!          push r11, r10                  ; unless dead registers are free
 //!          lahf                           ; the status flags, unless dead:
 //!          seto al                        ;  SF ZF AF PF CF in ah, OF in al
 //!          mov  S, [rip + lit_flag]       ; this probe's enable flag
 //!          cmp  byte [S], 0
 //!          je   restore                   ; disabled: just run the displaced code
 //!          mov  S, fs:[0]                 ; the word at the thread pointer
-//!          imul S32, S32, 0x9e3779b1      ; its entry in the row cache
-//!          shr  S32, 22
-//!          and  S32, 0x3f8
+//!          imul S32, S32, 0x9e3779b1      ; its entry in the thread cache
+//!          shr  S32, 20
+//!          and  S32, 0xfe0
 //!          add  S, [rip + lit_cache]
-//!          mov  S, [S]                    ; word ^ (row - 1 << 56 | 2^56 - 1)
-//!          xor  S, fs:[0]
-//!          inc  S                         ; row << 56 if the entry is this thread's
-//!          test [rip + lit_low56], S
-//!          jne  slow                      ; else the runtime counts it
-//!          shr  S, 56 - STRIDE_SHIFT
-//!          add  S, [rip + lit_counters]   ; the thread's row
-//!          inc  qword [S + 8*probe]       ; one instruction: a signal handler
+//!          mov  K, [S + 8]                ; the thread's counter row, first
+//!          mov  S, [S]                    ; then the entry's check: !word
+//!          not  S
+//!          cmp  S, fs:[0]
+//!          jne  slow                      ; not this thread's: the runtime counts
+//!          inc  qword [K + 8*probe]       ; one instruction: a signal handler
 //! counted: ...                            ;  counting on this thread cannot split it
 //! restore: add  al, 0x7f                  ; OF back from al
 //!          sahf                           ; SF ZF AF PF CF back from ah
-//!          pop  r11
+//!          pop  r10, r11
 //!          pop  rax
 //! relocated:
 //!          <displaced instructions, relocated>
 //!          jmp  site + window             ; unless they end in ret/jmp
 //! slow:    push probe
 //!          call tp_count                  ; the runtime's stub: keeps everything,
-//!          pop  S                         ;  leaves the row's address
+//!          pop  K                         ;  leaves the row's address
 //!          jmp  counted
 //! literals:
-//!          flag address, counter rows, row cache, 2^56 - 1[, context, trampoline]
+//!          flag address, counter rows, thread cache[, context, trampoline]
 //! ```
+//!
+//! The row's address does not depend on the check: the increment's address
+//! is known one load after the entry's, and the check, read last, only
+//! decides a branch the CPU predicts. The runtime marks an entry unusable
+//! while it changes it, and x86-64 keeps loads in order, so a thread never
+//! sees its own check with another thread's row.
 //!
 //! Every register and status flag is preserved. The SysV ABI would let a
 //! function's entry clobber r11 and the flags, but GCC's interprocedural
@@ -49,19 +53,19 @@
 //! a detour clobbering r11 broke. `lahf`/`seto` and `add`/`sahf` restore the
 //! flags in a few cycles (`popfq` costs tens).
 //!
-//! A counting detour saves only what is live: the scratch register S is
-//! one the window overwrites before reading it (`live`: `imul eax, edi, C`
-//! makes rax dead), else r11, pushed; the flags are saved only if the window
-//! does not overwrite them all before reading one, and then in rax, pushed
-//! unless dead. A thread the row cache does not know (its first call in
-//! this process, a thread whose entry another took, a word at fs:0 that
-//! does not tell it apart, as Go's 0) is counted by the runtime's
-//! `tp_count`, which gives the thread a row of its own and fills its entry.
-//! Go code counts in the shared row 0 with `lock inc`: Go's threads keep 0
-//! at fs:0.
+//! A counting detour saves only what is live: the scratch registers S and
+//! K are ones the window overwrites before reading them (`live`: `imul
+//! eax, edi, C` makes rax dead), else r11 and r10, pushed; the flags are
+//! saved only if the window does not overwrite them all before reading one,
+//! and then in rax, pushed unless dead. A thread the cache does not know
+//! (its first call in this process, a thread whose entry another took, a
+//! word at fs:0 that does not tell it apart, as Go's 0) is counted by the
+//! runtime's `tp_count`, which gives the thread a row of its own and fills
+//! its entry. Go code counts in the shared row 0 with `lock inc`: Go's
+//! threads keep 0 at fs:0.
 //!
 //! A probe that records arguments or returns keeps the full frame (rax,
-//! r11, the flags; S = r11) and, after the enable flag, pushes its word
+//! r11, r10, the flags; S = r10, K = r11) and, after the enable flag, pushes its word
 //! (`probe | flags`) and calls the runtime block's fast entry (`fast.rs`),
 //! which keeps every other register, counts the call in the thread's row,
 //! records from the argument registers where they are and falls back to
@@ -100,14 +104,11 @@
 //!          jmp  restore
 //! ```
 
+use super::fast;
 use super::live;
 use super::relocate;
 use super::writer::Writer;
 use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan, cache};
-
-/// Bytes the prefix of a probe that calls the runtime pushes before
-/// anything else (rax and r11).
-const SAVED: i8 = 16;
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -121,23 +122,33 @@ const R9: u8 = 9;
 const R10: u8 = 10;
 const R11: u8 = 11;
 
-/// What the prefix saves, and the register the count uses.
+/// What the prefix saves, and the registers the count uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Saves {
-    /// rax is pushed first.
-    rax: bool,
-    /// r11 is pushed (the scratch register when no dead one is free).
-    r11: bool,
+    /// Registers pushed, in this order (`len` of them).
+    pushed: [u8; 3],
+    /// How many of `pushed` are.
+    len: usize,
     /// The status flags go to rax (`lahf`/`seto`) and come back from it.
     flags: bool,
-    /// The scratch register S.
-    scratch: u8,
+    /// The scratch registers S (the cache entry) and K (the counter row).
+    s: u8,
+    /// See [`Saves::s`].
+    k: u8,
 }
 
 impl Saves {
-    /// The frame of a probe that calls the runtime: rax, r11 and the flags.
-    const FULL: Saves = Saves { rax: true, r11: true, flags: true, scratch: R11 };
+    /// The frame of a probe that calls the runtime: rax (the flags), r11
+    /// (K: the row, which a sampling detour counts down in) and r10 (S).
+    const FULL: Saves = Saves { pushed: [RAX, R11, R10], len: 3, flags: true, s: R10, k: R11 };
+
+    fn pushed(&self) -> &[u8] {
+        &self.pushed[..self.len]
+    }
 }
+
+/// Bytes the frame of a probe that calls the runtime pushes first.
+const SAVED: i32 = 24;
 
 /// Scratch registers a counting detour may take when the window leaves
 /// them dead, r11 first (none needs a SIB byte as a base).
@@ -150,11 +161,25 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     }
     let dead = live::dead_at(&plan.window, plan.site);
     let flags = !dead.flags;
-    let rax = flags && !dead.reg(RAX);
-    match SCRATCH.into_iter().find(|&r| dead.reg(r) && !(flags && r == RAX)) {
-        Some(scratch) => Saves { rax, r11: false, flags, scratch },
-        None => Saves { rax, r11: true, flags, scratch: R11 },
+    let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0 };
+    if flags && !dead.reg(RAX) {
+        saves.pushed[0] = RAX;
+        saves.len = 1;
     }
+    // S and K: dead registers (not rax while it holds the flags), else r11
+    // and r10, pushed. Go code needs only S.
+    let need = if spec.abi == Abi::C { 2 } else { 1 };
+    let mut free: Vec<u8> = SCRATCH.into_iter().filter(|&r| dead.reg(r) && !(flags && r == RAX)).take(need).collect();
+    for r in [R11, R10] {
+        if free.len() < need && !free.contains(&r) {
+            saves.pushed[saves.len] = r;
+            saves.len += 1;
+            free.push(r);
+        }
+    }
+    saves.s = free[0];
+    saves.k = *free.last().expect("one register at least");
+    saves
 }
 
 /// Where the parts of a detour are.
@@ -162,8 +187,7 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
 struct Labels {
     flag: u64,
     counters: u64,
-    row_cache: u64,
-    low: u64,
+    cache: u64,
     ctx: u64,
     tramp: u64,
     /// After the count (a slow count comes back here).
@@ -187,8 +211,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let dummy = Labels {
         flag: at,
         counters: at,
-        row_cache: at,
-        low: at,
+        cache: at,
         ctx: at,
         tramp: at,
         counted: at,
@@ -207,10 +230,9 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let l = Labels {
         flag: literals,
         counters: literals + 8,
-        row_cache: literals + 16,
-        low: literals + 24,
-        ctx: literals + 32,
-        tramp: literals + 40,
+        cache: literals + 16,
+        ctx: literals + 24,
+        tramp: literals + 32,
         counted,
         restore,
         slow,
@@ -225,8 +247,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     w.put_align(8);
     w.put_u64(spec.flag_addr);
     w.put_u64(spec.counters);
-    w.put_u64(spec.row_cache);
-    w.put_u64(cache::LOW);
+    w.put_u64(spec.cache);
     w.put_u64(rt.ctx);
     w.put_u64(rt.trampoline);
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
@@ -236,12 +257,9 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
 /// The prefix, the count, the runtime call and the restore; returns the
 /// addresses of `counted` and `restore`.
 fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> (u64, u64) {
-    let s = saves.scratch;
-    if saves.rax {
-        w.put_push(RAX);
-    }
-    if saves.r11 {
-        w.put_push(R11);
+    let (s, k) = (saves.s, saves.k);
+    for &r in saves.pushed() {
+        w.put_push(r);
     }
     if saves.flags {
         w.put_flags_to_rax();
@@ -253,20 +271,12 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     if fast_event(spec, rt) {
         // The fast entry counts the call.
     } else if spec.abi == Abi::C {
-        // The thread's entry in the row cache, by the word at fs:0.
-        w.put_mov_reg_fs0(s);
-        w.put_imul32_imm(s, cache::HASH);
-        w.put_shr32(s, (32 - cache::BITS - 3) as u8);
-        w.put_and32_imm(s, ((1 << cache::BITS) - 1) << 3);
-        w.put_add_reg_rip(s, l.row_cache);
-        w.put_load_self(s);
-        w.put_xor_reg_fs0(s);
-        w.put_inc(s);
-        w.put_test_rip_reg(l.low, s);
-        w.put_jne(l.slow);
-        w.put_shr64(s, (56 - spec.stride_shift) as u8);
-        w.put_add_reg_rip(s, l.counters);
-        w.put_inc_mem(s, disp, false);
+        // The thread's entry in the thread cache, by the word at fs:0: its
+        // row first, then its check.
+        fast::cache_entry(w, s, l.cache);
+        w.put_load(k, s, cache::ROW);
+        fast::check_entry(w, s, l.slow);
+        w.put_inc_mem(k, disp, false);
     } else {
         // Go's threads keep 0 at fs:0: the shared row, atomically.
         w.put_mov_reg_rip(s, l.counters);
@@ -279,8 +289,8 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
             w.put_call(rt.unwind);
         });
     } else if spec.records.sample {
-        // Count down to the next sample in this thread's row (r11); the
-        // call of the runtime is out of line.
+        // Count down to the next sample in this thread's row (K = r11);
+        // the call of the runtime is out of line.
         w.put_sub_r11_disp_1(countdown_disp(spec));
         w.put_jb(l.sample);
     } else if fast_event(spec, rt) {
@@ -296,11 +306,8 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     if saves.flags {
         w.put_flags_from_rax();
     }
-    if saves.r11 {
-        w.put_pop(R11);
-    }
-    if saves.rax {
-        w.put_pop(RAX);
+    for &r in saves.pushed().iter().rev() {
+        w.put_pop(r);
     }
     (counted, restore)
 }
@@ -312,7 +319,7 @@ fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     if spec.abi == Abi::C && !fast_event(spec, rt) {
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
-        w.put_pop(saves.scratch);
+        w.put_pop(saves.k);
         w.put_jmp(l.counted);
     }
     let sample = w.pc();
@@ -345,12 +352,12 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
     call_runtime(w, |w| {
         let extra = if spec.abi == Abi::Go {
             // Pushed last to first. The original rax is the prefix's, above
-            // the alignment word, the eight saved registers and r11; rbx,
-            // which C code preserves, is still the function's.
+            // the five pushed so far, the eight saved registers, r10 and r11;
+            // rbx, which C code preserves, is still the function's.
             for r in [R8, RSI, RDI, RCX, RBX] {
                 w.put_push(r);
             }
-            w.put_push_rsp_disp(8 + 64 + 8 + 40);
+            w.put_push_rsp_disp((40 + 64 + SAVED - 8) as i8);
             GO_ARGS
         } else {
             0
@@ -358,12 +365,8 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
         // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
         w.put_mov_reg_rip(RDI, l.ctx);
         w.put_mov_esi_imm32(flags);
-        if extra == 0 {
-            w.put_lea_rsp(RDX, 8);
-        } else {
-            w.put_mov_rdx_rsp();
-        }
-        w.put_lea_rsp(RCX, extra + 8 + 64 + SAVED as i32);
+        w.put_mov_rdx_rsp();
+        w.put_lea_rsp(RCX, extra + 64 + SAVED);
         if spec.records.ret {
             w.put_mov_reg_rip(R8, l.tramp);
         } else {
@@ -386,17 +389,14 @@ fn countdown_disp(spec: &DetourSpec) -> i32 {
 }
 
 /// Saves rdi, rsi, rdx, rcx, r8, r9, rax, r10 (in that order upwards from
-/// rsp + 8), aligns the stack for a call, runs `call`, and restores them.
-/// The saved rax holds the status flags (see the module doc).
+/// rsp), runs `call`, and restores them. The saved rax holds the status
+/// flags (see the module doc). At entry rsp was 8 mod 16; the three words
+/// of the prefix and eight pushes make it 0 mod 16, as a call needs.
 fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
         w.put_push(r);
     }
-    // At entry rsp is 8 mod 16; the two words of the prefix and eight pushes
-    // keep it so; one more word aligns it.
-    w.put_sub_rsp(8);
     call(w);
-    w.put_add_rsp(8);
     for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
         w.put_pop(r);
     }
@@ -446,7 +446,7 @@ mod tests {
             runtime: Some(runtime()),
             flag_addr: 0x7f00_0000_2003,
             counters: 0x7f00_0001_0000,
-            row_cache: 0x7f10_0000_0008,
+            cache: 0x7f10_0000_0020,
             countdowns_from_counters: 0x20_0000,
             slot_bits: 6,
             stride_shift: 15,
@@ -468,23 +468,21 @@ mod tests {
     /// push rbp; mov rbp, rsp; push rbx; mov rbx, rsi: nothing dead.
     const PROLOGUE: [u8; 9] = [0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x89, 0xf3, 0xc3];
 
-    /// The count of probe 3 with scratch register `s`, from the load of
-    /// the word at fs:0 to the increment.
-    fn count(s: &str, s32: &str) -> Vec<String> {
+    /// The count of probe 3 with scratch registers `s` and `k`, from the
+    /// load of the word at fs:0 to the increment.
+    fn count(s: &str, s32: &str, k: &str) -> Vec<String> {
         vec![
             format!("mov {s}, qword ptr fs:[0]"),
             format!("imul {s32}, {s32}, 0x9e3779b1"),
-            format!("shr {s32}, 0x16"),
-            format!("and {s32}, 0x3f8"),
+            format!("shr {s32}, 0x14"),
+            format!("and {s32}, 0xfe0"),
             format!("add {s}, qword ptr [rip + "),
+            format!("mov {k}, qword ptr [{s} + 8]"),
             format!("mov {s}, qword ptr [{s}]"),
-            format!("xor {s}, qword ptr fs:[0]"),
-            format!("inc {s}"),
-            "test qword ptr [rip + ".into(),
+            format!("not {s}"),
+            format!("cmp {s}, qword ptr fs:[0]"),
             "jne ".into(),
-            format!("shr {s}, 0x29"),
-            format!("add {s}, qword ptr [rip + "),
-            format!("inc qword ptr [{s} + 0x18]"),
+            format!("inc qword ptr [{k} + 0x18]"),
         ]
     }
 
@@ -497,7 +495,7 @@ mod tests {
     }
 
     fn literal(d: &Detour, k: usize) -> u64 {
-        let lits = d.bytes.len() - 48;
+        let lits = d.bytes.len() - 40;
         u64::from_le_bytes(d.bytes[lits + 8 * k..lits + 8 * k + 8].try_into().unwrap())
     }
 
@@ -517,23 +515,22 @@ mod tests {
         let d = build(&plan, AT, &spec()).unwrap();
         let asm = disassemble(&d.bytes, AT);
         let mut expected: Vec<String> =
-            ["push rax", "push r11", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from).to_vec();
+            ["push rax", "push r11", "push r10", "lahf", "seto al", "mov r11, qword ptr [rip + "]
+                .map(String::from)
+                .to_vec();
         expected.extend(["cmp byte ptr [r11], 0".into(), "je ".into()]);
-        expected.extend(count("r11", "r11d"));
-        expected.extend(["add al, 0x7f", "sahf", "pop r11", "pop rax"].map(String::from));
+        expected.extend(count("r11", "r11d", "r10"));
+        expected.extend(["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"].map(String::from));
         expected.extend(["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)].map(String::from));
-        expected.extend(["push 3", &format!("call {:#x}", runtime().count), "pop r11", "jmp "].map(String::from));
+        expected.extend(["push 3", &format!("call {:#x}", runtime().count), "pop r10", "jmp "].map(String::from));
         check(&asm, &expected);
         // The disabled probe and the count both end at the restore; the
         // runtime's count comes back after the increment.
-        let restore = d.map_pc(0).unwrap() - 6;
-        assert_eq!(target(&asm[6]), restore);
-        assert_eq!(target(&asm[16]), d.map_pc(5).unwrap() + 5, "jne to the call of tp_count");
+        let restore = d.map_pc(0).unwrap() - 8;
+        assert_eq!(target(&asm[7]), restore);
+        assert_eq!(target(&asm[17]), d.map_pc(5).unwrap() + 5, "jne to the call of tp_count");
         assert_eq!(target(&asm[31]), restore, "back from tp_count to what follows the count");
-        assert_eq!(
-            (literal(&d, 0), literal(&d, 1), literal(&d, 2), literal(&d, 3)),
-            (spec().flag_addr, spec().counters, spec().row_cache, cache::LOW)
-        );
+        assert_eq!((literal(&d, 0), literal(&d, 1), literal(&d, 2)), (spec().flag_addr, spec().counters, spec().cache));
         // Threads in the window map to their relocated instruction; the end to the jmp back.
         let relocated = d.map_pc(0).unwrap();
         assert_eq!(asm[24], "push rbp");
@@ -546,31 +543,41 @@ mod tests {
     #[test]
     fn a_counting_detour_saves_only_what_the_window_does_not_overwrite() {
         // imul eax, edi, 0x9e3779b1 (targets/hot.c): rax and the flags are
-        // dead, nothing is saved, rax is the scratch register.
+        // dead; rax is S, r11 is K, pushed.
         let imul = [0x69, 0xc7, 0xb1, 0x79, 0x37, 0x9e, 0xc3];
         let d = build(&window::plan(&imul, SITE, &[]).unwrap(), AT, &spec()).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        let mut expected = vec!["mov rax, qword ptr [rip + ".to_string(), "cmp byte ptr [rax], 0".into(), "je ".into()];
-        expected.extend(count("rax", "eax"));
-        expected.extend(["imul eax, edi, 0x9e3779b1".into(), format!("jmp {:#x}", SITE + 6)]);
-        expected.extend(["push 3".to_string(), format!("call {:#x}", runtime().count), "pop rax".into()]);
+        let mut expected = vec![
+            "push r11".to_string(),
+            "mov rax, qword ptr [rip + ".into(),
+            "cmp byte ptr [rax], 0".into(),
+            "je ".into(),
+        ];
+        expected.extend(count("rax", "eax", "r11"));
+        expected.extend(["pop r11".into(), "imul eax, edi, 0x9e3779b1".into(), format!("jmp {:#x}", SITE + 6)]);
+        expected.extend(["push 3".to_string(), format!("call {:#x}", runtime().count), "pop r11".into()]);
         check(&asm, &expected);
-        assert_eq!(asm.iter().filter(|i| i.starts_with("push") || i.starts_with("pop")).count(), 2);
+        // xor ecx, ecx; mov eax, 1 (7 bytes): two registers and the flags dead: nothing saved.
+        let two = [0x31, 0xc9, 0xb8, 1, 0, 0, 0, 0xc3];
+        let asm = disassemble(&build(&window::plan(&two, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
+        check(&asm, &["mov rcx, qword ptr [rip + ", "cmp byte ptr [rcx], 0"].map(String::from));
+        check(&asm[3..], &count("rcx", "ecx", "rax"));
+        check(&asm[14..], &["xor ecx, ecx", "mov eax, 1"].map(String::from));
         // mov eax, imm32: rax is dead but the flags live: they go to rax,
-        // and r11 is saved for the count.
+        // and r11 and r10 are saved for the count.
         let mov = [0xb8, 0xb1, 0x79, 0x37, 0x9e, 0xc3];
         let asm = disassemble(&build(&window::plan(&mov, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
-        check(&asm, &["push r11", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from));
-        check(&asm[19..], &["add al, 0x7f", "sahf", "pop r11", "mov eax, 0x9e3779b1"].map(String::from));
-        // lea rcx, [rip + x]: rcx is the scratch register, rax keeps the flags.
+        check(&asm, &["push r11", "push r10", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from));
+        check(&asm[18..], &["add al, 0x7f", "sahf", "pop r10", "pop r11", "mov eax, 0x9e3779b1"].map(String::from));
+        // lea rcx, [rip + x]: rcx is S, r11 K; rax keeps the flags.
         let load = [0x48, 0x8d, 0x0d, 0x10, 0, 0, 0, 0xc3];
         let asm = disassemble(&build(&window::plan(&load, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
-        check(&asm, &["push rax", "lahf", "seto al", "mov rcx, qword ptr [rip + "].map(String::from));
-        check(&asm[19..], &["add al, 0x7f", "sahf", "pop rax", "lea rcx, [rip + "].map(String::from));
+        check(&asm, &["push rax", "push r11", "lahf", "seto al", "mov rcx, qword ptr [rip + "].map(String::from));
+        check(&asm[18..], &["add al, 0x7f", "sahf", "pop r11", "pop rax", "lea rcx, [rip + "].map(String::from));
         // mov rcx, [rip + x] may fault before it writes rcx: the full frame.
         let load = [0x48, 0x8b, 0x0d, 0x10, 0, 0, 0, 0xc3];
         let asm = disassemble(&build(&window::plan(&load, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
-        check(&asm, &["push rax", "push r11", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from));
+        check(&asm, &["push rax", "push r11", "push r10", "lahf", "seto al"].map(String::from));
     }
 
     #[test]
@@ -593,11 +600,11 @@ mod tests {
         let asm = disassemble(&d.bytes, AT);
         let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
         // The fast entry counts: no count in the detour.
-        assert_eq!(asm[7..10], [format!("push {flags:#x}"), format!("call {:#x}", runtime().event), "pop r11".into()]);
-        assert_eq!(asm[10..14], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
-        assert_eq!(asm[14..18], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(asm[8..11], [format!("push {flags:#x}"), format!("call {:#x}", runtime().event), "pop r11".into()]);
+        assert_eq!(asm[11..16], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
+        assert_eq!(asm[16..20], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         assert!(!asm.iter().any(|i| i.contains("fs:")), "{asm:#?}");
-        assert_eq!(target(&asm[6]), address_of(&d, 10), "disabled: straight to the restore");
+        assert_eq!(target(&asm[7]), address_of(&d, 11), "disabled: straight to the restore");
     }
 
     #[test]
@@ -606,28 +613,27 @@ mod tests {
         let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, abi: Abi::Go, ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert_eq!(asm[8], "lock inc qword ptr [r11 + 0x18]", "events still count, in the shared row");
+        assert_eq!(asm[9], "lock inc qword ptr [r10 + 0x18]", "events still count, in the shared row");
         let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
-        assert_eq!(asm[9..17], saves);
-        assert_eq!(asm[17], "sub rsp, 8");
+        assert_eq!(asm[10..18], saves);
         // Go's argument registers, copied below them: rax (pushed by the prefix), rbx, rcx, rdi, rsi, r8.
         assert_eq!(asm[18..23], ["push r8", "push rsi", "push rdi", "push rcx", "push rbx"]);
         assert_eq!(asm[23], "push qword ptr [rsp + 0x78]");
         assert!(asm[24].starts_with("mov rdi, qword ptr [rip + "));
         let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
         assert_eq!(asm[25], format!("mov esi, {flags:#x}"));
-        // The return address sits above the copy, the eight saved registers,
-        // the alignment word and the prefix's rax and r11.
+        // The return address sits above the copy, the eight saved registers
+        // and the prefix's r10, r11 and rax.
         assert_eq!(asm[26..28], ["mov rdx, rsp", "lea rcx, [rsp + 0x88]"]);
         assert!(asm[28].starts_with("mov r8, qword ptr [rip + "));
         assert_eq!(asm[29], format!("call {:#x}", runtime().entry));
-        assert_eq!(asm[30..32], ["add rsp, 0x30", "add rsp, 8"]);
+        assert_eq!(asm[30], "add rsp, 0x30");
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[32..40], restores);
-        assert_eq!(asm[40..44], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        assert_eq!(asm[31..39], restores);
+        assert_eq!(asm[39..44], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
-        assert_eq!(target(&asm[6]), d.map_pc(0).unwrap() - 6);
-        assert_eq!((literal(&d, 4), literal(&d, 5)), (runtime().ctx, runtime().trampoline));
+        assert_eq!(target(&asm[7]), d.map_pc(0).unwrap() - 8);
+        assert_eq!((literal(&d, 3), literal(&d, 4)), (runtime().ctx, runtime().trampoline));
     }
 
     #[test]
@@ -640,24 +646,26 @@ mod tests {
         };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        check(&asm[7..20], &count("r11", "r11d"));
+        check(&asm[8..19], &count("r10", "r10d", "r11"));
         // The countdown of probe 3 in the same row, 2 MiB on.
-        assert_eq!(asm[20], "sub qword ptr [r11 + 0x200018], 1");
+        assert_eq!(asm[19], "sub qword ptr [r11 + 0x200018], 1");
         // A borrow (the countdown was 0) jumps out of line to the call;
-        // otherwise on to the restore of rax, r11 and the flags.
-        let sample = target(&asm[21]);
-        assert_eq!(asm[22..26], ["add al, 0x7f", "sahf", "pop r11", "pop rax"]);
+        // otherwise on to the restore of rax, r11, r10 and the flags.
+        let sample = target(&asm[20]);
+        assert_eq!(asm[21..26], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
         assert_eq!(asm[26..30], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
         // tp_count leaves the row in r11 and comes back to the countdown.
         assert_eq!(asm[30..33], ["push 3", &format!("call {:#x}", runtime().count), "pop r11"]);
+        assert_eq!(target(&asm[33]), address_of(&d, 19));
         // The sample block follows.
         let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
         assert_eq!(block[0], "push r10");
         let flags = 3 | HIJACK_RETURN | SAMPLE;
-        assert_eq!(block[10], format!("mov esi, {flags:#x}"));
-        assert_eq!(block[14], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
-        assert_eq!(block[15], format!("call {:#x}", runtime().entry));
-        assert_eq!(target(&block[25]), d.map_pc(0).unwrap() - 6, "back to the restore");
+        assert_eq!(block[9], format!("mov esi, {flags:#x}"));
+        assert_eq!(block[10..12], ["mov rdx, rsp", "lea rcx, [rsp + 0x58]"]);
+        assert_eq!(block[13], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
+        assert_eq!(block[14], format!("call {:#x}", runtime().entry));
+        assert_eq!(target(&block[23]), d.map_pc(0).unwrap() - 8, "back to the restore");
     }
 
     #[test]
@@ -679,8 +687,8 @@ mod tests {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { records: Records { unwind: true, ..Records::COUNT }, ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert!(asm[29].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[30], format!("call {:#x}", runtime().unwind));
+        assert!(asm[27].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[28], format!("call {:#x}", runtime().unwind));
     }
 
     #[test]

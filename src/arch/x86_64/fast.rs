@@ -9,39 +9,42 @@
 //!
 //! Both find the thread's state in the thread cache of the private area
 //! (see [`crate::arch::cache`]), which the runtime fills for a thread whose
-//! word at fs:0 is its key, in this process (a fork wipes it, so a state
-//! found there has been taken in this process).
+//! word at fs:0 is its key and that counts in a row of its own, in this
+//! process (a fork wipes it, so a state found there has been taken in this
+//! process).
 //!
 //! **Entry** (called by an event detour of a C function, which does not
-//! count the call itself, with the word `probe | flags` pushed): when the
-//! thread has a counter row of its own, no timed call live (depth 0) and,
-//! to record the entry, a ring slot with room, it counts the call in its
-//! row, writes the event straight from the argument registers, pushes the
-//! shadow frame if the probe times the call, then takes one timestamp for
-//! both (after its own work, as `tp_entry` starts a timed call), and
-//! publishes the event; else it calls the count stub (`tp_count`) and
-//! `tp_entry` as the detours did:
+//! count the call itself, with the word `probe | flags` pushed): it counts
+//! the call in the thread's row; then, when the thread has no timed call
+//! live (depth 0) and, to record the entry, a ring slot with room, it writes
+//! the event straight from the argument registers, pushes the shadow frame
+//! if the probe times the call, then takes one timestamp for both (after
+//! its own work, as `tp_entry` starts a timed call), and publishes the
+//! event; else it calls the count stub (`tp_count`), unless it counted
+//! already, and `tp_entry` as the detours did:
 //!
 //! ```text
 //! event:  push rax, r10, rbx, rdx, rcx   ; rax holds the detour's flags
-//!         <r11 = the thread's state, from the thread cache, else slow>
-//!         t->row not 1..rows-1: slow
-//!         cmp  dword [r11 + depth], 0 ; jne slow
+//!         rbx = the thread's cache entry
+//!         r11 = its state, rax = its row ; its check: else slow
+//!         inc  qword [rax + 8 * probe]
+//!         cmp  dword [r11 + depth], 0 ; jne counted
 //!         test word, RECORD_ENTRY ; je no_event
-//!         mov  r10, [r11 + ring] ; test r10, r10 ; je slow
-//!         mov  rbx, [r10 + head] ; (head - cached_tail > mask: slow)
+//!         mov  r10, [r11 + ring] ; test r10, r10 ; je counted
+//!         mov  rbx, [r10 + head] ; (head - cached_tail > mask: counted)
 //!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, TID, probe | ENTRY
 //!         jmp  frame
 //! no_event: xor ecx, ecx
-//! frame:  inc  qword [counters + t->row << STRIDE + 8 * probe]
-//!         test word, HIJACK_RETURN ; je stamp
+//! frame:  test word, HIJACK_RETURN ; je stamp
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
 //! stamp:  rdtsc                          ; the entry's time
 //!         event->tsc = it ; head + 1     ; published
 //!         shadow[0].tsc = it ; depth = 1 ; *slot = trampoline
 //!         pop rcx, rdx, rbx, r10, rax ; ret
-//! slow:   <pop; call the count stub; push the eight registers;
-//!         tp_entry(ctx, word, registers, slot, trampoline, 0); pop> ; ret
+//! slow:   <pop; call the count stub> ; jmp call
+//! counted: <pop>
+//! call:   <push the eight registers; tp_entry(ctx, word, registers,
+//!         slot, trampoline, 0); pop> ; ret
 //! ```
 //!
 //! **Exit** (the trampoline a timed call returns to): when the returning
@@ -57,7 +60,7 @@
 //!         push rax ; lahf ; seto al ; push rax
 //!         push rdx, r10, r11, rbx, rcx
 //!         rdtsc ; rcx = the time
-//!         <r11 = the thread's state, else slow>
+//!         <r11 = the thread's state, from its cache entry, else slow>
 //!         depth == 1, shadow[0].slot == rsp + 56, ring with room, else slow
 //!         depth = 0 ; the event ; head + 1
 //!         [rsp + 56] = shadow[0].ret
@@ -93,19 +96,14 @@ pub(super) struct Marks {
     pub tramp_full: u64,
     /// The fast exit, where a timed call returns: the trampoline.
     pub tramp: u64,
-    /// Literals: the context, the thread cache, 2^56 - 1, thread state -1,
-    /// counter row 0.
+    /// Literals: the context, the thread cache.
     pub lit_ctx: u64,
     /// See [`Marks::lit_ctx`].
     pub lit_cache: u64,
-    /// See [`Marks::lit_ctx`].
-    pub lit_low: u64,
-    /// See [`Marks::lit_ctx`].
-    pub lit_threads: u64,
-    /// See [`Marks::lit_ctx`].
-    pub lit_counters: u64,
     /// Labels inside the fast paths.
     pub entry_slow: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_slow_counted: u64,
     /// See [`Marks::entry_slow`].
     pub entry_frame: u64,
     /// See [`Marks::entry_slow`].
@@ -116,6 +114,8 @@ pub(super) struct Marks {
     pub entry_frame_tsc: u64,
     /// See [`Marks::entry_slow`].
     pub entry_done: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_call: u64,
     /// See [`Marks::entry_slow`].
     pub exit_slow: u64,
 }
@@ -130,41 +130,44 @@ impl Marks {
             tramp: at,
             lit_ctx: at,
             lit_cache: at,
-            lit_low: at,
-            lit_threads: at,
-            lit_counters: at,
             entry_slow: at,
+            entry_slow_counted: at,
             entry_frame: at,
             entry_stamp: at,
             entry_no_event: at,
             entry_frame_tsc: at,
             entry_done: at,
+            entry_call: at,
             exit_slow: at,
         }
     }
 }
 
 /// The literals the fast paths read, in the order [`Marks`] names them.
-pub(super) fn literals(l: &RuntimeLayout) -> [u64; 5] {
-    [l.ctx, l.thread_cache, cache::LOW, l.threads.wrapping_sub(l.thread_size as u64), l.counters]
+pub(super) fn literals(l: &RuntimeLayout) -> [u64; 2] {
+    [l.ctx, l.cache]
 }
 
-/// `reg` = the calling thread's state, from the thread cache; else a jump
-/// to `miss`. Uses only `reg`.
-fn thread_state(w: &mut Writer, reg: u8, l: &RuntimeLayout, m: &Marks, miss: u64) {
-    w.put_mov_reg_fs0(reg);
-    w.put_imul32_imm(reg, cache::HASH);
-    w.put_shr32(reg, (32 - cache::BITS - 3) as u8);
-    w.put_and32_imm(reg, ((1 << cache::BITS) - 1) << 3);
-    w.put_add_reg_rip(reg, m.lit_cache);
-    w.put_load_self(reg);
-    w.put_xor_reg_fs0(reg);
-    w.put_inc(reg);
-    w.put_test_rip_reg(m.lit_low, reg);
+/// `entry` = the calling thread's entry in the thread cache (the address
+/// only); the caller then reads what it needs of it and checks it with
+/// [`check_entry`]. The same instructions as the counting detours'.
+pub(super) fn cache_entry(w: &mut Writer, entry: u8, lit_cache: u64) {
+    w.put_mov_reg_fs0(entry);
+    w.put_imul32_imm(entry, cache::HASH);
+    w.put_shr32(entry, (32 - cache::BITS - cache::SIZE.trailing_zeros()) as u8);
+    w.put_and32_imm(entry, ((1 << cache::BITS) - 1) << cache::SIZE.trailing_zeros());
+    w.put_add_reg_rip(entry, lit_cache);
+}
+
+/// Jumps to `miss` unless the cache entry at `entry` is the calling
+/// thread's (its check, read last, is the complement of the word at fs:0).
+/// Clobbers `entry`.
+pub(super) fn check_entry(w: &mut Writer, entry: u8, miss: u64) {
+    const _: () = assert!(cache::CHECK == 0);
+    w.put_load_self(entry);
+    w.put_not(entry);
+    w.put_cmp_reg_fs0(entry);
     w.put_jne(miss);
-    w.put_shr64(reg, 56); // the state's index + 1
-    w.put_imul64_imm(reg, l.thread_size as i32);
-    w.put_add_reg_rip(reg, m.lit_threads);
 }
 
 /// log2 of the event size.
@@ -200,33 +203,36 @@ fn full_check(w: &mut Writer, l: &RuntimeLayout, slot: u8, head: u8, tmp: u8, fu
 const ENTRY_SAVED: [u8; 5] = [RAX, R10, RBX, RDX, RCX];
 /// Where, above the fast entry's stack pointer after its pushes, the word
 /// the detour pushed is, and the probed function's return address (above
-/// the return into the detour, the word, and the detour's r11 and rax).
+/// the return into the detour, the word, and the detour's rax, r11, r10).
 const ENTRY_WORD: i32 = 5 * 8 + 8;
-const ENTRY_SLOT: i32 = ENTRY_WORD + 8 + 16;
+const ENTRY_SLOT: i32 = ENTRY_WORD + 8 + 24;
 
-/// The fast entry, then its fallback to `tp_count` and `tp_entry`.
+/// The fast entry, then its fallbacks to `tp_count` and `tp_entry`.
 /// Records the marks it defines in `out`.
 pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
     for r in ENTRY_SAVED {
         w.put_push(r);
     }
-    thread_state(w, R11, l, m, m.entry_slow);
-    // The thread has a counter row of its own (1 to rows - 1), else the
-    // runtime counts. (rdx and rcx hold arguments until the event has them.)
-    w.put_load32(RAX, R11, l.thread_row as i32);
-    w.put_lea32(RAX, RAX, -1);
-    w.put_cmp32_imm(RAX, l.rows.wrapping_sub(2));
-    w.put_ja(m.entry_slow);
+    // The thread's state (r11) and its own counter row (rax), from its
+    // entry in the thread cache, else the runtime counts and records.
+    cache_entry(w, RBX, m.lit_cache);
+    w.put_load(R11, RBX, cache::THREAD);
+    w.put_load(RAX, RBX, cache::ROW);
+    check_entry(w, RBX, m.entry_slow);
+    // Count the call. (rdx and rcx hold arguments until the event has them.)
+    w.put_load32(RBX, RSP, ENTRY_WORD);
+    w.put_and32_imm(RBX, l.probe_mask);
+    w.put_inc_mem_indexed8(RAX, RBX);
     w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 0);
-    w.put_jne(m.entry_slow);
+    w.put_jne(m.entry_slow_counted);
     // rcx: the event, if one is recorded; rbx its position (the head).
     w.put_test32_mem_imm(RSP, ENTRY_WORD, l.record_entry);
     w.put_je(m.entry_no_event);
     w.put_load(R10, R11, l.thread_ring as i32);
     w.put_test_reg(R10);
-    w.put_je(m.entry_slow);
+    w.put_je(m.entry_slow_counted);
     w.put_load(RBX, R10, l.slot_head as i32);
-    full_check(w, l, R10, RBX, RAX, m.entry_slow);
+    full_check(w, l, R10, RBX, RAX, m.entry_slow_counted);
     event_at(w, l, RAX, R10, RBX);
     for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
         w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
@@ -242,14 +248,8 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     w.put_jmp(m.entry_frame);
     out.entry_no_event = w.pc();
     w.put_zero32(RCX);
-    // Nothing falls back from here on: count the call in the thread's row.
+    // Nothing falls back from here on.
     out.entry_frame = w.pc();
-    w.put_load32(RAX, R11, l.thread_row as i32);
-    w.put_shl64(RAX, l.stride_shift as u8);
-    w.put_add_reg_rip(RAX, m.lit_counters);
-    w.put_load32(RDX, RSP, ENTRY_WORD);
-    w.put_and32_imm(RDX, l.probe_mask);
-    w.put_inc_mem_indexed8(RAX, RDX);
     w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
     w.put_je(m.entry_stamp);
     // Shadow frame 0: the return-address slot, what it holds, the probe,
@@ -288,9 +288,9 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     }
     w.put_ret();
 
-    // The fallback: the count stub (tp_count), then tp_entry(ctx, word,
-    // registers, slot, trampoline, 0), saving the registers as the Go
-    // detours do.
+    // The fallbacks: the count stub (tp_count) unless the call is counted
+    // already, then tp_entry(ctx, word, registers, slot, trampoline, 0),
+    // saving the registers as the Go detours do.
     out.entry_slow = w.pc();
     for r in ENTRY_SAVED.iter().rev() {
         w.put_pop(*r);
@@ -300,20 +300,24 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     w.put_push(R11);
     w.put_call(m.count_stub);
     w.put_pop(R11);
+    w.put_jmp(m.entry_call);
+    out.entry_slow_counted = w.pc();
+    for r in ENTRY_SAVED.iter().rev() {
+        w.put_pop(*r);
+    }
+    out.entry_call = w.pc();
+    // At the detour rsp was 8 mod 16; its three pushes, the word, the
+    // return address and eight registers make it 0 mod 16.
     for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
         w.put_push(r);
     }
-    // At the detour rsp was 8 mod 16; its two pushes, the word, the return
-    // address and eight registers keep it so: one more word aligns it.
-    w.put_lea(RSP, RSP, -8);
     w.put_mov_reg_rip(RDI, m.lit_ctx);
-    w.put_load32(RSI, RSP, 8 + 64 + 8);
-    w.put_lea(RDX, RSP, 8);
-    w.put_lea(RCX, RSP, 8 + 64 + 8 + 8 + 16);
+    w.put_load32(RSI, RSP, 64 + 8);
+    w.put_mov_reg(RDX, RSP);
+    w.put_lea(RCX, RSP, 64 + 8 + 8 + 24);
     w.put_lea_rip(R8, m.tramp);
     w.put_zero32(R9);
     w.put_call(m.tp_entry);
-    w.put_lea(RSP, RSP, 8);
     for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
         w.put_pop(r);
     }
@@ -341,7 +345,9 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_shl64(RDX, 32);
     w.put_or_reg(RAX, RDX);
     w.put_mov_reg(RCX, RAX);
-    thread_state(w, R11, l, m, m.exit_slow);
+    cache_entry(w, RBX, m.lit_cache);
+    w.put_load(R11, RBX, cache::THREAD);
+    check_entry(w, RBX, m.exit_slow);
     w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
     w.put_jne(m.exit_slow);
     w.put_lea(RAX, RSP, EXIT_SLOT);

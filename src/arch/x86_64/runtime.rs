@@ -20,7 +20,7 @@
 //!         ret                      ; to the original return address
 //! count:  the count stub (below)
 //! event:  the fast entry, which falls back to tp_entry
-//!         .quad ctx, thread cache, 2^56 - 1, thread state -1, counter row 0
+//!         .quad ctx, thread cache
 //! ```
 //!
 //! A counting detour that does not find its thread's row in the row cache
@@ -169,9 +169,6 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_align(8);
     out.lit_ctx = w.pc();
     out.lit_cache = out.lit_ctx + 8;
-    out.lit_low = out.lit_ctx + 16;
-    out.lit_threads = out.lit_ctx + 24;
-    out.lit_counters = out.lit_ctx + 32;
     for v in fast::literals(l) {
         w.put_u64(v);
     }
@@ -223,19 +220,13 @@ mod tests {
     fn layout() -> RuntimeLayout {
         RuntimeLayout {
             ctx: 0x7f00_0000_1040,
-            thread_cache: 0x7f10_0000_0408,
-            threads: 0x7f10_0000_2000,
-            thread_size: 64 + 128 * 64,
+            cache: 0x7f10_0000_0020,
             ring_mask: 2047,
             thread_ring: 8,
             thread_depth: 24,
             thread_tid_at: 32,
             thread_overhead: 16,
             thread_shadow: 64,
-            thread_row: 28,
-            counters: 0x7f00_1000_0000,
-            stride_shift: 15,
-            rows: 64,
             frame_slot: 0,
             frame_ret: 8,
             frame_tsc: 16,
@@ -291,16 +282,16 @@ mod tests {
         assert_eq!(asm[30..32], ["lea rsp, [rsp + 8]", "ret"]);
         assert!(asm[32..].iter().all(|i| i == "int3"), "padding");
         // The literals end the block: the context first.
-        let lits = &b.bytes[b.bytes.len() - 40..];
+        let lits = &b.bytes[b.bytes.len() - 16..];
         assert_eq!(u64::from_le_bytes(lits[..8].try_into().unwrap()), 0x7f00_0000_1040);
-        let lit_at = AT + b.bytes.len() as u64 - 40;
+        let lit_at = AT + b.bytes.len() as u64 - 16;
         assert_eq!(asm[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (full + 5 + 13 + 5 + 7)));
     }
 
     #[test]
     fn where_the_parts_are_does_not_depend_on_the_layout() {
         let a = build(AT, &layout(), &BLOBS);
-        let b = build(AT, &RuntimeLayout { ring_mask: 1 << 20, thread_size: 1, ..RuntimeLayout::default() }, &BLOBS);
+        let b = build(AT, &RuntimeLayout { ring_mask: 1 << 20, thread_depth: 1, ..RuntimeLayout::default() }, &BLOBS);
         assert_eq!(
             (a.addrs.trampoline, a.addrs.count, a.addrs.event),
             (b.addrs.trampoline, b.addrs.count, b.addrs.event)
@@ -321,7 +312,7 @@ mod tests {
         let pushes = ["push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9", "push r10", "push r11"];
         assert_eq!(asm[4..12], pushes);
         assert_eq!(asm[12..15], ["push rbx", "mov rbx, rsp", "and rsp, 0xfffffffffffffff0"]);
-        let lit_at = AT + b.bytes.len() as u64 - 40;
+        let lit_at = AT + b.bytes.len() as u64 - 16;
         assert!(asm[15].starts_with("mov rdi, qword ptr [rip + "));
         let next = a.count + 1 + 5 + 4 + 2 * 4 + 1 + 3 + 4 + 7;
         assert_eq!(asm[15], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - next));
@@ -339,24 +330,16 @@ mod tests {
     fn fast_entry_and_exit_read_the_layout() {
         let b = build(AT, &layout(), &BLOBS);
         let a = b.addrs;
-        let lit = AT + b.bytes.len() as u64 - 40;
+        let lit = AT + b.bytes.len() as u64 - 16;
         let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
         assert_eq!(entry[..5], ["push rax", "push r10", "push rbx", "push rdx", "push rcx"]);
-        assert_eq!(entry[5], "mov r11, qword ptr fs:[0]");
-        assert_eq!(entry[15], "shr r11, 0x38", "the state's index + 1");
-        assert_eq!(entry[16], "imul r11, r11, 0x2040");
-        assert_eq!(
-            entry[18..22],
-            [
-                "mov eax, dword ptr [r11 + 0x1c]",
-                "lea eax, [rax - 1]",
-                "cmp eax, 0x3e",
-                &format!("ja {:#x}", slow_of(&entry))
-            ]
-        );
-        assert_eq!(entry[22], "cmp dword ptr [r11 + 0x18], 0");
-        assert!(entry.contains(&"inc qword ptr [rax + rdx*8]".to_string()), "the count: {entry:#?}");
-        assert!(entry.contains(&"shl rax, 0xf".to_string()), "{entry:#?}");
+        assert_eq!(entry[5], "mov rbx, qword ptr fs:[0]");
+        assert_eq!(entry[6..9], ["imul ebx, ebx, 0x9e3779b1", "shr ebx, 0x14", "and ebx, 0xfe0"]);
+        assert_eq!(entry[10..12], ["mov r11, qword ptr [rbx + 0x10]", "mov rax, qword ptr [rbx + 8]"]);
+        assert_eq!(entry[12..15], ["mov rbx, qword ptr [rbx]", "not rbx", "cmp rbx, qword ptr fs:[0]"]);
+        assert_eq!(entry[15], format!("jne {:#x}", slow_of(&entry)));
+        assert_eq!(entry[18], "inc qword ptr [rax + rbx*8]", "the count");
+        assert_eq!(entry[19], "cmp dword ptr [r11 + 0x18], 0");
         assert!(entry.contains(&"mov qword ptr [rax + 0x10], rdi".to_string()), "{entry:#?}");
         assert!(entry.contains(&"mov qword ptr [rax + 0x38], r9".to_string()), "{entry:#?}");
         assert!(entry.contains(&"and eax, 0x7ff".to_string()), "the ring mask: {entry:#?}");
@@ -368,6 +351,7 @@ mod tests {
             disassemble(&b.bytes[(a.trampoline - AT) as usize..(full_trampoline(&b) - AT) as usize], a.trampoline);
         assert_eq!(exit[..4], ["lea rsp, [rsp - 8]", "push rax", "lahf", "seto al"]);
         assert_eq!(exit.iter().filter(|i| *i == "rdtsc").count(), 1);
+        assert!(exit.contains(&"mov r11, qword ptr [rbx + 0x10]".to_string()), "{exit:#?}");
         assert!(exit.contains(&"cmp dword ptr [r11 + 0x18], 1".to_string()), "{exit:#?}");
         assert!(exit.contains(&"lea rax, [rsp + 0x38]".to_string()), "the slot below the stack pointer: {exit:#?}");
         assert!(exit.contains(&"or edx, 0x2000000".to_string()), "an exit event: {exit:#?}");
@@ -382,7 +366,7 @@ mod tests {
     fn the_fast_entrys_fallback_counts_then_calls_tp_entry() {
         let b = build(AT, &layout(), &BLOBS);
         let a = b.addrs;
-        let lit = AT + b.bytes.len() as u64 - 40;
+        let lit = AT + b.bytes.len() as u64 - 16;
         let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
         let slow = entry.iter().position(|i| *i == format!("call {:#x}", a.count)).expect("the count stub is called");
         assert_eq!(
@@ -390,50 +374,13 @@ mod tests {
             ["pop rax", "mov r11d, dword ptr [rsp + 8]", "and r11d, 0xffffff", "push r11"]
         );
         assert_eq!(entry[slow + 1], "pop r11");
-        assert!(entry[slow..].contains(&format!("call {AT:#x}")), "then tp_entry");
-    }
-
-    #[test]
-    fn threads_are_told_apart_by_their_fs_base() {
-        let (a, b) = (0x7f00_1000_0740u64, 0x7f00_2000_0740u64);
-        let tcb = |addr: u64, _len: usize| match addr {
-            x if x == a || x == b => Some(x.to_le_bytes().to_vec()),
-            0x7f00_3000_0000 => Some(vec![0; 8]), // Go: fs:0 holds 0
-            _ => None,
-        };
-        assert_eq!(thread_key(HWCAP2_FSGSBASE, &[0x7f00_3000_0000], &tcb), ThreadKey::Register);
-        assert_eq!(thread_key(HWCAP2_FSGSBASE, &[a, b], &tcb), ThreadKey::TcbOrRegister);
-        assert_eq!(thread_key(0, &[a, b], &tcb), ThreadKey::Tcb);
-        assert_eq!(thread_key(0, &[a, 0x7f00_3000_0000], &tcb), ThreadKey::Syscall);
-        assert_eq!(thread_key(0, &[a, 0], &tcb), ThreadKey::Syscall);
-    }
-
-    #[test]
-    fn tid_offset_is_where_every_tcb_holds_its_tid() {
-        // Two fake TCBs: self pointer at 0, the TID at +0x2d0, noise elsewhere.
-        let tcb = |base: u64, tid: u32| {
-            let mut m = vec![0u8; 8192];
-            m[4096..4104].copy_from_slice(&base.to_le_bytes());
-            m[4096 + 0x2d0..4096 + 0x2d4].copy_from_slice(&tid.to_le_bytes());
-            m
-        };
-        let (a, b) = (0x7f00_1000_0000u64, 0x7f00_2000_0000u64);
-        let (mut ma, mb) = (tcb(a, 501), tcb(b, 502));
-        ma[100..104].copy_from_slice(&501u32.to_le_bytes()); // a stray copy in one of them
-        let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
-            for (base, m) in [(a, &ma), (b, &mb)] {
-                let start = base - 4096;
-                if addr >= start && addr + len as u64 <= start + 8192 {
-                    let o = (addr - start) as usize;
-                    return Some(m[o..o + len].to_vec());
-                }
-            }
-            None
-        };
-        assert_eq!(tid_offset(&[(501, a), (502, b)], &read), Some(0x2d0));
-        // A lone thread with its TID twice is ambiguous.
-        assert_eq!(tid_offset(&[(501, a)], &read), None);
-        // A thread pointer that is not its own fs:0 means another runtime.
-        assert_eq!(tid_offset(&[(501, a + 8)], &read), None);
+        let call = entry.iter().position(|i| *i == format!("call {AT:#x}")).expect("then tp_entry");
+        // The word above the eight registers and the return address; the
+        // return-address slot above the word and the detour's three pushes.
+        assert_eq!(
+            entry[call - 5..call - 2],
+            ["mov esi, dword ptr [rsp + 0x48]", "mov rdx, rsp", "lea rcx, [rsp + 0x68]"]
+        );
+        assert_eq!(entry[call - 1], "xor r9d, r9d");
     }
 }

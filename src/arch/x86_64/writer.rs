@@ -121,6 +121,17 @@ impl Writer {
         self.put_fs0_op(0x33, reg);
     }
 
+    /// `cmp reg, qword fs:[0]`.
+    pub fn put_cmp_reg_fs0(&mut self, reg: u8) {
+        self.put_fs0_op(0x3b, reg);
+    }
+
+    /// `not reg`.
+    pub fn put_not(&mut self, reg: u8) {
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0xf7, 0xd0 | (reg & 7)]);
+    }
+
     fn put_fs0_op(&mut self, op: u8, reg: u8) {
         self.buf.push(0x64);
         self.rex(true, reg, 0);
@@ -598,6 +609,9 @@ mod tests {
             assert_eq!(asm(|w| w.put_cmp_byte_mem_0(r)), [format!("cmp byte ptr [{n}], 0")]);
             assert_eq!(asm(|w| w.put_mov_reg_fs0(r)), [format!("mov {n}, qword ptr fs:[0]")]);
             assert_eq!(asm(|w| w.put_xor_reg_fs0(r)), [format!("xor {n}, qword ptr fs:[0]")]);
+            assert_eq!(asm(|w| w.put_cmp_reg_fs0(r)), [format!("cmp {n}, qword ptr fs:[0]")]);
+            assert_eq!(asm(|w| w.put_not(r)), [format!("not {n}")]);
+            assert_eq!(asm(|w| w.put_load(r, r, 8)), [format!("mov {n}, qword ptr [{n} + 8]")]);
             assert_eq!(asm(|w| w.put_imul32_imm(r, 0x9e37_79b1)), [format!("imul {d}, {d}, 0x9e3779b1")]);
             assert_eq!(asm(|w| w.put_shr32(r, 22)), [format!("shr {d}, 0x16")]);
             assert_eq!(asm(|w| w.put_shr64(r, 41)), [format!("shr {n}, 0x29")]);

@@ -31,7 +31,7 @@
  *
  * Counting (x86-64): each thread adds to a counter row of its own with a
  * plain increment, no lock, so two threads never write one row; a detour
- * finds the row in the row cache, by the word at the thread pointer, and
+ * finds the row in the thread cache, by the word at the thread pointer, and
  * calls tp_count when it does not (a thread's first call in a process, a
  * thread whose cache entry another took, a thread with no row of its own).
  *
@@ -76,13 +76,6 @@ HOT struct tp_thread *thread_at(const struct tp_ctx *c, uint64_t i)
 	/* The size tp validated in the header, known here: a constant multiply. */
 	return (struct tp_thread *)(c->private + TP_THREADS_OFF +
 				    i * (sizeof(struct tp_thread) + TP_SHADOW_LEN * sizeof(struct tp_frame)));
-}
-
-/* The index of thread state `t`. */
-HOT uint64_t thread_index(const struct tp_ctx *c, const struct tp_thread *t)
-{
-	return ((uint64_t)t - (c->private + TP_THREADS_OFF)) /
-	       (sizeof(struct tp_thread) + TP_SHADOW_LEN * sizeof(struct tp_frame));
 }
 
 HOT struct tp_slot *slot_at(const struct tp_ctx *c, uint64_t i)
@@ -226,15 +219,12 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 /* t->row of a thread that found every row taken: it counts in row 0. */
 #define TP_ROW_SHARED TP_ROWS
 
-/* The caches' entries (struct tp_proc): see layout.rs, cache_entry. */
-HOT uint64_t cache_index(uint64_t word)
+/* The thread cache's entry of the word at the thread pointer: see
+ * layout.rs, cache_index. */
+HOT struct tp_cache_entry *cache_at(const struct tp_ctx *c, uint64_t word)
 {
-	return (uint32_t)((uint32_t)word * (uint32_t)TP_CACHE_HASH) >> (32 - TP_CACHE_BITS);
-}
-
-HOT uint64_t cache_entry(uint64_t word, uint64_t value)
-{
-	return word ^ ((value << 56) | TP_CACHE_LOW);
+	uint64_t i = (uint32_t)((uint32_t)word * (uint32_t)TP_CACHE_HASH) >> (32 - TP_CACHE_BITS);
+	return &proc_of(c)->cache[i];
 }
 
 /* The word the detours find thread `t` by (the word at the thread
@@ -244,18 +234,30 @@ HOT uint64_t cache_entry(uint64_t word, uint64_t value)
 HOT uint64_t detour_word(const struct tp_thread *t)
 {
 	uint64_t word = tp_detour_word();
-	return word != 0 && word <= TP_CACHE_LOW && word == t->key ? word : 0;
+	return word != 0 && word == t->key ? word : 0;
 }
 
-/* Lets the detours find thread state `t` without calling the runtime. An
- * entry another thread of the same index holds is taken over: the two then
- * take turns through the runtime, and neither ever reads the other's. */
-HOT void remember_thread(const struct tp_ctx *c, const struct tp_thread *t)
+
+/* Lets the detours find thread `t`, which counts in row `t->row` of its
+ * own, without calling the runtime. An entry another thread holds is taken
+ * over: the two then take turns through the runtime. The entry is marked
+ * unusable (check 0) while its row and state change, and a detour reads
+ * those before the check, so it never sees this thread's check with
+ * another's row. */
+HOT void remember(const struct tp_ctx *c, const struct tp_thread *t)
 {
 	uint64_t word = detour_word(t);
-	if (word)
-		__atomic_store_n(&proc_of(c)->thread_cache[cache_index(word)], cache_entry(word, thread_index(c, t)),
-				 __ATOMIC_RELAXED);
+	if (!word || t->row == 0 || t->row >= TP_ROWS)
+		return;
+	struct tp_cache_entry *e = cache_at(c, word);
+	uint64_t row = c->counters + ((uint64_t)t->row << c->stride_shift);
+	if (e->check == ~word && e->row == row && e->thread == (uint64_t)t)
+		return;
+	__atomic_store_n(&e->check, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	__atomic_store_n(&e->row, row, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->thread, (uint64_t)t, __ATOMIC_RELAXED);
+	__atomic_store_n(&e->check, ~word, __ATOMIC_RELEASE);
 }
 
 /* The counter row of thread `t` in this process, taken on its first count:
@@ -289,10 +291,10 @@ HOT uint32_t counter_row(struct tp_ctx *c, struct tp_thread *t)
 }
 
 /* A call of probe `probe` that its detour did not count: the thread found
- * no entry of its own in the row cache (its first call in this process, an
- * entry another thread took, no row of its own, a word at the thread
+ * no entry of its own in the thread cache (its first call in this process,
+ * an entry another thread took, no row of its own, a word at the thread
  * pointer that does not tell it apart). Counts it in the thread's row,
- * taking one if it has none, lets the detour find the row from now on, and
+ * taking one if it has none, lets the detours find the row from now on, and
  * returns the row's address (a sampling detour counts down there). The add
  * is atomic: one instruction, like the detour's, which a signal handler
  * counting on the same thread cannot split. */
@@ -308,12 +310,7 @@ uint64_t tp_count(struct tp_ctx *c, uint32_t probe)
 		t = thread_state(c, 1);
 	if (t) {
 		row = counter_row(c, t);
-		uint64_t word = detour_word(t);
-		if (word && row < TP_ROWS) {
-			__atomic_store_n(&proc_of(c)->row_cache[cache_index(word)], cache_entry(word, row - 1),
-					 __ATOMIC_RELAXED);
-			remember_thread(c, t);
-		}
+		remember(c, t);
 	}
 	uint64_t counters = c->counters + ((uint64_t)(row < TP_ROWS ? row : 0) << c->stride_shift);
 	__atomic_fetch_add((uint64_t *)counters + probe, 1, __ATOMIC_RELAXED);
@@ -427,7 +424,7 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		lose(c, 0, !!(probe_flags & TP_RECORD_ENTRY) + !!(probe_flags & TP_HIJACK_RETURN));
 		return;
 	}
-	remember_thread(c, t);
+	remember(c, t);
 	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || t->depth))
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
@@ -542,7 +539,7 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 	uint64_t want = sp - sizeof(uint64_t);
 	struct tp_thread *t = thread_state(c, 0);
 	if (t)
-		remember_thread(c, t);
+		remember(c, t);
 	uint32_t d = t ? t->depth : 0;
 	while (d > 0) {
 		struct tp_frame *f = &t->shadow[d - 1];

@@ -38,7 +38,7 @@ fuzz_target!(|data: &[u8]| {
         runtime,
         flag_addr: 0x7000_0000,
         counters: 0x7000_1000,
-        row_cache: 0x7100_0008,
+        cache: 0x7100_0020,
         countdowns_from_counters: 0x8000,
         slot_bits: 6,
         stride_shift: 15,
