@@ -25,10 +25,10 @@
 //! ```
 //!
 //! Beside it, each process holds a *private area* (anonymous, MAP_PRIVATE,
-//! so `fork` copies it): its first page ([`Proc`], MADV_WIPEONFORK, so a
-//! child starts with zeros) says which process the area belongs to and
-//! caches, per thread, its counter row and its state for the detours; the
-//! second holds [`PRIVATE_MAGIC`], and one [`ThreadState`] per thread holds
+//! so `fork` copies it): its first two pages ([`Proc`], MADV_WIPEONFORK, so
+//! a child starts with zeros) say which process the area belongs to and
+//! cache, per thread, its counter row and its state for the detours; the
+//! next holds [`PRIVATE_MAGIC`], and one [`ThreadState`] per thread holds
 //! the thread's shadow stack of return frames, the address of its ring
 //! slot and its counter row. See [`PrivateGeometry`].
 //!

@@ -79,7 +79,7 @@ pub fn find(pid: i32, maps: &[Mapping], mem: &Memory) -> Orphans {
         })
         .collect();
     fds.sort();
-    // The first page of a private area is a mapping of its own (its
+    // The first pages of a private area are a mapping of their own (their
     // MADV_WIPEONFORK flag sets it apart), and the mark opens the next.
     let privates = maps
         .iter()

@@ -1,7 +1,7 @@
 //! Creating the data region in a target: the memfd, sized, sealed, mapped
 //! shared by the target and by tp, with its header written; and the
 //! target's private area beside it (anonymous private memory, which a fork
-//! copies, its first page wiped on fork: see [`layout::Proc`]). The
+//! copies, its first pages wiped on fork: see [`layout::Proc`]). The
 //! target's other threads run meanwhile, so tp gets hold of the memfd only
 //! in a way they cannot redirect ([`acquire`]).
 
@@ -83,9 +83,9 @@ pub fn create_region(
 
 /// Maps the private area ([`layout::private_geometry`]) in the target:
 /// anonymous and private, so every process forked from it has its own
-/// copy; its first page MADV_WIPEONFORK, so a child finds zeros there and
+/// copy; its first pages MADV_WIPEONFORK, so a child finds zeros there and
 /// takes its threads' states afresh. tp writes [`layout::PRIVATE_MAGIC`]
-/// into the second page, by which an area a killed tp did not record yet
+/// into the page after them, by which an area a killed tp did not record yet
 /// is recognised ([`crate::probe::orphan`]). Returns its address; on
 /// failure the area stays in `caller`'s record of what it mapped.
 fn create_private(caller: &mut RemoteCaller, mem: &Memory) -> Result<u64> {
