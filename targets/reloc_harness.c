@@ -3,7 +3,7 @@
  * ../shared/aarch64/reloc_harness.c).
  *
  *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES]
- *                 [-f FLAGS] [-k CACHE_ADDR,ROW_ADDR] [-v]
+ *                 [-f FLAGS] [-k CACHE_ADDR,ROW_ADDR[,WAY]] [-v]
  *                 ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX
  *
  * Maps ORIG_HEX at ORIG_ADDR and RELOC_HEX (the relocated instructions, which
@@ -25,7 +25,9 @@
  * undefined may differ). -k writes, before each run, the harness thread's
  * entry of the thread cache at CACHE_ADDR (in the data region), with its
  * counter row at ROW_ADDR, as tp's runtime would (src/probe/layout.rs,
- * CacheEntry): a counting detour then counts without calling the runtime.
+ * CacheEntry), in the entry of its index (WAY 0, the default) or the one
+ * paired with it (WAY 1): a counting detour then counts without calling
+ * the runtime.
  * Exit status 0 when every trial matches, 1 on a mismatch, 2 on misuse.
  *
  * Entry: a signal handler rewrites the interrupted context and returns into
@@ -68,7 +70,7 @@ typedef struct {
 } state_t;
 
 static state_t in_st, out_st;
-static uint64_t entry_pc, data_addr = 0x10000000UL, ret_trap, cache_addr, row_addr, compare_flags = FLAGS_MASK;
+static uint64_t entry_pc, data_addr = 0x10000000UL, ret_trap, cache_addr, row_addr, cache_way, compare_flags = FLAGS_MASK;
 static struct {
 	uint64_t r[NREG], sp, pc, flags;
 	uint32_t xmm[NXMM][4];
@@ -184,7 +186,7 @@ static void write_cache_entry(void)
 {
 	uint64_t word;
 	__asm__ volatile("mov %%fs:0, %0" : "=r"(word));
-	uint64_t index = (uint32_t)((uint32_t)word * 0x9e3779b1u) >> 25;
+	uint64_t index = ((uint32_t)((uint32_t)word * 0x9e3779b1u) >> 25) ^ cache_way;
 	uint64_t *e = (uint64_t *)cache_addr + 4 * index;
 	e[0] = ~word;
 	e[1] = row_addr;
@@ -226,7 +228,8 @@ int main(int argc, char **argv)
 		else if (opt == 'k') {
 			char *comma;
 			cache_addr = strtoull(optarg, &comma, 0);
-			row_addr = *comma == ',' ? strtoull(comma + 1, 0, 0) : 0;
+			row_addr = *comma == ',' ? strtoull(comma + 1, &comma, 0) : 0;
+			cache_way = *comma == ',' ? strtoull(comma + 1, 0, 0) & 1 : 0;
 		}
 		else if (opt == 'v')
 			verbose = 1;

@@ -240,6 +240,11 @@ pub struct SitePlan {
     pub window: Vec<u8>,
     /// The whole instructions of the window.
     pub insns: Vec<WindowInsn>,
+    /// What the function's first instructions from the site overwrite
+    /// before reading it, so that a detour may use it without saving it
+    /// (x86-64: bit n, general-purpose register n; bit 16, the status
+    /// flags); 0 where nothing is known.
+    pub dead: u32,
 }
 
 impl SitePlan {
@@ -269,10 +274,12 @@ impl SitePlan {
 /// private area's first pages; `probe::layout`, the layout's one source,
 /// checks that it keeps the same constants): the entry of the thread whose
 /// word at the thread pointer is `w` is number
-/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, of `SIZE` bytes: `!w`
-/// at `CHECK` (0 while it is written), the thread's counter row at `ROW`,
-/// its state at `THREAD`. A detour reads the row or the state first and the
-/// check last.
+/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, or the one after it paired
+/// with it (number xor 1), of `SIZE` bytes: `!w` at `CHECK`, the thread's
+/// counter row at `ROW`, its state at `THREAD`. The cache is `SIZE * 2`
+/// aligned. An entry is written once: its check goes from 0 (empty) to
+/// `BUSY` (being written) to `!w`, after the row and the state, and never
+/// changes again in the process.
 pub mod cache {
     /// log2 of the entries.
     pub const BITS: u32 = 7;
@@ -286,6 +293,8 @@ pub mod cache {
     pub const ROW: i32 = 8;
     /// See [`CHECK`].
     pub const THREAD: i32 = 16;
+    /// The check of an entry being written (no word's complement).
+    pub const BUSY: u64 = 1;
 }
 
 /// Where a detour finds the in-target runtime (in its arena's runtime block).

@@ -182,6 +182,8 @@ pub const CACHE_BITS: u32 = 7;
 /// The multiplier of the thread cache's hash of the word at the thread
 /// pointer: entry `(word as u32).wrapping_mul(CACHE_HASH) >> (32 - CACHE_BITS)`.
 pub const CACHE_HASH: u32 = 0x9e37_79b1;
+/// The check of a [`CacheEntry`] being written.
+pub const CACHE_BUSY: u64 = 1;
 /// The smallest probe capacity a region is created with.
 pub const MIN_CAPACITY: u32 = 4096;
 /// The largest: tp probes at most this many functions in one process, and
@@ -333,11 +335,12 @@ shared_struct! {
     /// and its state, by the word at its thread pointer.
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct CacheEntry as "tp_cache_entry" {
-        /// The word's complement (`!word`), or 0 while the entry is being
-        /// written or is empty, which no word matches. The runtime writes
-        /// 0, then `row` and `thread`, then this; a detour reads `row` and
-        /// `thread` first and this last, so it never takes another
-        /// thread's row (x86-64 keeps loads in order, and stores).
+        /// The word's complement (`!word`); 0 while the entry is empty and
+        /// [`CACHE_BUSY`] while a thread writes it, which no word matches.
+        /// A thread takes an empty entry (compare-and-swap to `CACHE_BUSY`),
+        /// writes `row` and `thread`, then this, and the entry never changes
+        /// again in this process: a detour that finds `!word` here may read
+        /// the rest afterwards (x86-64 keeps stores in order).
         pub check: u64,
         /// Address of the thread's own counter row.
         pub row: u64,
@@ -363,18 +366,20 @@ shared_struct! {
         pub pid: u32,
         /// Padding.
         pub pad: u32,
-        /// Padding to the cache's first entry.
-        pub pad2: [u64; 3],
+        /// Padding to the cache's first entry (64-byte aligned, so that an
+        /// entry and the one paired with it differ in bit 5 of the address).
+        pub pad2: [u64; 7],
         /// By the thread's word at its thread pointer (see [`CACHE_HASH`]):
         /// each thread that counts in a row of its own, and whose word is
-        /// its key; written by the runtime.
+        /// its key, in the entry of its index or the one paired with it
+        /// (index xor 1); written by the runtime.
         pub cache: [CacheEntry; 1 << CACHE_BITS],
     }
 }
 
 impl Default for Proc {
     fn default() -> Proc {
-        Proc { pid: 0, pad: 0, pad2: [0; 3], cache: [CacheEntry::default(); 1 << CACHE_BITS] }
+        Proc { pid: 0, pad: 0, pad2: [0; 7], cache: [CacheEntry::default(); 1 << CACHE_BITS] }
     }
 }
 
@@ -506,6 +511,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_SLOT_BITS", SLOT_BITS as u64),
     ("TP_CACHE_BITS", CACHE_BITS as u64),
     ("TP_CACHE_HASH", CACHE_HASH as u64),
+    ("TP_CACHE_BUSY", CACHE_BUSY),
 ];
 
 /// The structs runtime.c shares, in the order C needs them declared.
@@ -523,7 +529,7 @@ pub fn c_structs() -> Vec<CStruct> {
 
 const _: () = assert!(std::mem::size_of::<EventCtx>() == 136 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
-const _: () = assert!(std::mem::offset_of!(Proc, cache) == 32);
+const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
 const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);

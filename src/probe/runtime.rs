@@ -64,7 +64,8 @@ pub fn cache_of(h: &Header) -> u64 {
 // The detours and the fast paths index the thread cache as the layout puts it.
 const _: () = {
     use crate::arch::cache;
-    assert!(CACHE_BITS == cache::BITS && CACHE_HASH == cache::HASH);
+    assert!(CACHE_BITS == cache::BITS && CACHE_HASH == cache::HASH && layout::CACHE_BUSY == cache::BUSY);
+    assert!(offset_of!(Proc, cache).is_multiple_of(2 * cache::SIZE as usize));
     assert!(size_of::<CacheEntry>() == cache::SIZE as usize);
     assert!(offset_of!(CacheEntry, check) == cache::CHECK as usize);
     assert!(offset_of!(CacheEntry, row) == cache::ROW as usize);
@@ -83,7 +84,7 @@ mod tests {
         let h = Header::new(&g, 62, 0x7f00_0000_0000, 0x7f10_0000_0000);
         let l = layout_of(&h);
         assert_eq!(l.ctx, 0x7f00_0000_0000 + Header::ctx_off());
-        assert_eq!(l.cache, 0x7f10_0000_0000 + 32);
+        assert_eq!(l.cache, 0x7f10_0000_0000 + 64);
         assert_eq!(l.ring_mask, 1023);
         assert_eq!((l.event_tsc, l.event_v, l.event_size), (8, 16, 64));
         assert_eq!((l.entry_kind, l.exit_kind), (1 << 24, 2 << 24));

@@ -163,6 +163,7 @@ mod tests {
             site: SITE,
             window: word.to_le_bytes().to_vec(),
             insns: vec![WindowInsn { offset: 0, len: 4, mnemonic }],
+            dead: 0,
         }
     }
 

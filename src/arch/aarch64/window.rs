@@ -53,6 +53,7 @@ pub fn plan(code: &[u8], function: u64, _extra_targets: &[u64]) -> Result<SitePl
         site,
         window: code[offset..offset + PATCH_LEN].to_vec(),
         insns: vec![WindowInsn { offset: 0, len: PATCH_LEN as u32, mnemonic: insn.mnemonic }],
+        dead: 0,
     };
     // Prove the window relocates to where an arena may be (right below the
     // module); the real detour address is checked when the detour is built.

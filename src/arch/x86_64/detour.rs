@@ -159,7 +159,7 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     if spec.records.calls_runtime() || spec.records.sample {
         return Saves::FULL;
     }
-    let dead = live::dead_at(&plan.window, plan.site);
+    let dead = live::Dead::from_bits(plan.dead);
     let flags = !dead.flags;
     let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0 };
     if flags && !dead.reg(RAX) {
@@ -194,6 +194,8 @@ struct Labels {
     counted: u64,
     /// The restore of what the prefix saved.
     restore: u64,
+    /// The out-of-line count in the entry paired with the thread's.
+    way1: u64,
     /// The out-of-line call of tp_count.
     slow: u64,
     /// The out-of-line call of a sampling probe.
@@ -216,6 +218,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         tramp: at,
         counted: at,
         restore: at,
+        way1: at,
         slow: at,
         sample: at,
     };
@@ -223,9 +226,8 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let (counted, restore) = emit_head(&mut w, spec, rt, saves, &dummy);
     let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
-    let slow = relocated_at + reloc.code.len() as u64;
-    let mut w = Writer::new(slow);
-    let sample = emit_tail(&mut w, spec, rt, saves, &dummy);
+    let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
+    let (way1, slow, sample) = emit_tail(&mut w, spec, rt, saves, &dummy);
     let literals = w.pc().next_multiple_of(8);
     let l = Labels {
         flag: literals,
@@ -235,6 +237,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         tramp: literals + 32,
         counted,
         restore,
+        way1,
         slow,
         sample,
     };
@@ -271,11 +274,10 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     if fast_event(spec, rt) {
         // The fast entry counts the call.
     } else if spec.abi == Abi::C {
-        // The thread's entry in the thread cache, by the word at fs:0: its
-        // row first, then its check.
-        fast::cache_entry(w, s, l.cache);
+        // The thread's entry in the thread cache, by the word at fs:0 (S);
+        // K: the word's complement, then the thread's row.
+        fast::cache_entry(w, s, k, l.cache, l.way1);
         w.put_load(k, s, cache::ROW);
-        fast::check_entry(w, s, l.slow);
         w.put_inc_mem(k, disp, false);
     } else {
         // Go's threads keep 0 at fs:0: the shared row, atomically.
@@ -313,10 +315,19 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
 }
 
 /// What follows the relocated code (which never falls through into it):
-/// the call of tp_count, and a sampling probe's call of the runtime, which
-/// returns to the restore. Returns the address of the latter.
-fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> u64 {
+/// the count in the entry paired with the thread's, else the call of
+/// tp_count; and a sampling probe's call of the runtime, which returns to
+/// the restore. Returns the addresses of the three.
+fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> (u64, u64, u64) {
+    let way1 = w.pc();
+    let mut slow = way1;
     if spec.abi == Abi::C && !fast_event(spec, rt) {
+        let disp = (spec.probe_index * 8) as i32;
+        fast::paired_entry(w, saves.s, saves.k, l.slow);
+        w.put_load(saves.k, saves.s, cache::ROW);
+        w.put_inc_mem(saves.k, disp, false);
+        w.put_jmp(l.counted);
+        slow = w.pc();
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.k);
@@ -327,7 +338,7 @@ fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
         emit_entry_call(w, spec, l, rt);
         w.put_jmp(l.restore);
     }
-    sample
+    (way1, slow, sample)
 }
 
 /// True if the detour calls the runtime block's fast entry, which counts
@@ -470,19 +481,30 @@ mod tests {
 
     /// The count of probe 3 with scratch registers `s` and `k`, from the
     /// load of the word at fs:0 to the increment.
-    fn count(s: &str, s32: &str, k: &str) -> Vec<String> {
+    fn count(s: &str, s32: &str, k: &str, k32: &str) -> Vec<String> {
         vec![
-            format!("mov {s}, qword ptr fs:[0]"),
-            format!("imul {s32}, {s32}, 0x9e3779b1"),
+            format!("mov {k}, qword ptr fs:[0]"),
+            format!("imul {s32}, {k32}, 0x9e3779b1"),
             format!("shr {s32}, 0x14"),
             format!("and {s32}, 0xfe0"),
             format!("add {s}, qword ptr [rip + "),
-            format!("mov {k}, qword ptr [{s} + 8]"),
-            format!("mov {s}, qword ptr [{s}]"),
-            format!("not {s}"),
-            format!("cmp {s}, qword ptr fs:[0]"),
+            format!("not {k}"),
+            format!("cmp {k}, qword ptr [{s}]"),
             "jne ".into(),
+            format!("mov {k}, qword ptr [{s} + 8]"),
             format!("inc qword ptr [{k} + 0x18]"),
+        ]
+    }
+
+    /// The count in the entry paired with the thread's, out of line.
+    fn paired(s: &str, k: &str) -> Vec<String> {
+        vec![
+            format!("xor {s}, 0x20"),
+            format!("cmp {k}, qword ptr [{s}]"),
+            "jne ".into(),
+            format!("mov {k}, qword ptr [{s} + 8]"),
+            format!("inc qword ptr [{k} + 0x18]"),
+            "jmp ".into(),
         ]
     }
 
@@ -519,21 +541,23 @@ mod tests {
                 .map(String::from)
                 .to_vec();
         expected.extend(["cmp byte ptr [r11], 0".into(), "je ".into()]);
-        expected.extend(count("r11", "r11d", "r10"));
+        expected.extend(count("r11", "r11d", "r10", "r10d"));
         expected.extend(["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"].map(String::from));
         expected.extend(["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)].map(String::from));
+        expected.extend(paired("r11", "r10"));
         expected.extend(["push 3", &format!("call {:#x}", runtime().count), "pop r10", "jmp "].map(String::from));
         check(&asm, &expected);
         // The disabled probe and the count both end at the restore; the
         // runtime's count comes back after the increment.
         let restore = d.map_pc(0).unwrap() - 8;
         assert_eq!(target(&asm[7]), restore);
-        assert_eq!(target(&asm[17]), d.map_pc(5).unwrap() + 5, "jne to the call of tp_count");
-        assert_eq!(target(&asm[31]), restore, "back from tp_count to what follows the count");
+        assert_eq!(target(&asm[15]), d.map_pc(5).unwrap() + 5, "jne to the paired entry");
+        assert_eq!(target(&asm[29]), address_of(&d, 33), "then to the call of tp_count");
+        assert_eq!((target(&asm[32]), target(&asm[36])), (restore, restore), "back to what follows the count");
         assert_eq!((literal(&d, 0), literal(&d, 1), literal(&d, 2)), (spec().flag_addr, spec().counters, spec().cache));
         // Threads in the window map to their relocated instruction; the end to the jmp back.
         let relocated = d.map_pc(0).unwrap();
-        assert_eq!(asm[24], "push rbp");
+        assert_eq!(asm[23], "push rbp");
         assert_eq!(
             (d.map_pc(1), d.map_pc(4), d.map_pc(5)),
             (Some(relocated + 1), Some(relocated + 4), Some(relocated + 5))
@@ -553,27 +577,33 @@ mod tests {
             "cmp byte ptr [rax], 0".into(),
             "je ".into(),
         ];
-        expected.extend(count("rax", "eax", "r11"));
+        expected.extend(count("rax", "eax", "r11", "r11d"));
         expected.extend(["pop r11".into(), "imul eax, edi, 0x9e3779b1".into(), format!("jmp {:#x}", SITE + 6)]);
+        expected.extend(paired("rax", "r11"));
         expected.extend(["push 3".to_string(), format!("call {:#x}", runtime().count), "pop r11".into()]);
         check(&asm, &expected);
         // xor ecx, ecx; mov eax, 1 (7 bytes): two registers and the flags dead: nothing saved.
         let two = [0x31, 0xc9, 0xb8, 1, 0, 0, 0, 0xc3];
         let asm = disassemble(&build(&window::plan(&two, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
         check(&asm, &["mov rcx, qword ptr [rip + ", "cmp byte ptr [rcx], 0"].map(String::from));
-        check(&asm[3..], &count("rcx", "ecx", "rax"));
-        check(&asm[14..], &["xor ecx, ecx", "mov eax, 1"].map(String::from));
-        // mov eax, imm32: rax is dead but the flags live: they go to rax,
-        // and r11 and r10 are saved for the count.
+        check(&asm[3..], &count("rcx", "ecx", "rax", "eax"));
+        check(&asm[13..], &["xor ecx, ecx", "mov eax, 1"].map(String::from));
+        // mov eax, imm32; ret: rax is dead but the flags live: they go to
+        // rax, and r11 and r10 are saved for the count.
         let mov = [0xb8, 0xb1, 0x79, 0x37, 0x9e, 0xc3];
         let asm = disassemble(&build(&window::plan(&mov, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
         check(&asm, &["push r11", "push r10", "lahf", "seto al", "mov r11, qword ptr [rip + "].map(String::from));
-        check(&asm[18..], &["add al, 0x7f", "sahf", "pop r10", "pop r11", "mov eax, 0x9e3779b1"].map(String::from));
+        check(&asm[17..], &["add al, 0x7f", "sahf", "pop r10", "pop r11", "mov eax, 0x9e3779b1"].map(String::from));
+        // mov eax, imm32; imul rax, rdi: the flags are written after the
+        // window, before any read: dead too (work_mov in targets/hot.c).
+        let mov_imul = [0xb8, 0xb1, 0x79, 0x37, 0x9e, 0x48, 0x0f, 0xaf, 0xc7, 0xc3];
+        let asm = disassemble(&build(&window::plan(&mov_imul, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
+        check(&asm, &["push r11", "mov rax, qword ptr [rip + "].map(String::from));
         // lea rcx, [rip + x]: rcx is S, r11 K; rax keeps the flags.
         let load = [0x48, 0x8d, 0x0d, 0x10, 0, 0, 0, 0xc3];
         let asm = disassemble(&build(&window::plan(&load, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
         check(&asm, &["push rax", "push r11", "lahf", "seto al", "mov rcx, qword ptr [rip + "].map(String::from));
-        check(&asm[18..], &["add al, 0x7f", "sahf", "pop r11", "pop rax", "lea rcx, [rip + "].map(String::from));
+        check(&asm[17..], &["add al, 0x7f", "sahf", "pop r11", "pop rax", "lea rcx, [rip + "].map(String::from));
         // mov rcx, [rip + x] may fault before it writes rcx: the full frame.
         let load = [0x48, 0x8b, 0x0d, 0x10, 0, 0, 0, 0xc3];
         let asm = disassemble(&build(&window::plan(&load, SITE, &[]).unwrap(), AT, &spec()).unwrap().bytes, AT);
@@ -646,17 +676,19 @@ mod tests {
         };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        check(&asm[8..19], &count("r10", "r10d", "r11"));
+        check(&asm[8..18], &count("r10", "r10d", "r11", "r11d"));
         // The countdown of probe 3 in the same row, 2 MiB on.
-        assert_eq!(asm[19], "sub qword ptr [r11 + 0x200018], 1");
+        assert_eq!(asm[18], "sub qword ptr [r11 + 0x200018], 1");
         // A borrow (the countdown was 0) jumps out of line to the call;
         // otherwise on to the restore of rax, r11, r10 and the flags.
-        let sample = target(&asm[20]);
-        assert_eq!(asm[21..26], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
-        assert_eq!(asm[26..30], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
-        // tp_count leaves the row in r11 and comes back to the countdown.
-        assert_eq!(asm[30..33], ["push 3", &format!("call {:#x}", runtime().count), "pop r11"]);
-        assert_eq!(target(&asm[33]), address_of(&d, 19));
+        let sample = target(&asm[19]);
+        assert_eq!(asm[20..25], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
+        assert_eq!(asm[25..29], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
+        // The paired entry, then tp_count, leave the row in r11 and come
+        // back to the countdown.
+        check(&asm[29..35], &paired("r10", "r11"));
+        assert_eq!(asm[35..38], ["push 3", &format!("call {:#x}", runtime().count), "pop r11"]);
+        assert_eq!((target(&asm[34]), target(&asm[38])), (address_of(&d, 18), address_of(&d, 18)));
         // The sample block follows.
         let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
         assert_eq!(block[0], "push r10");
@@ -687,8 +719,8 @@ mod tests {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let s = DetourSpec { records: Records { unwind: true, ..Records::COUNT }, ..spec() };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert!(asm[27].starts_with("mov rdi, qword ptr [rip + "));
-        assert_eq!(asm[28], format!("call {:#x}", runtime().unwind));
+        assert!(asm[26].starts_with("mov rdi, qword ptr [rip + "));
+        assert_eq!(asm[27], format!("call {:#x}", runtime().unwind));
     }
 
     #[test]

@@ -25,8 +25,8 @@
 //!
 //! ```text
 //! event:  push rax, r10, rbx, rdx, rcx   ; rax holds the detour's flags
-//!         rbx = the thread's cache entry
-//!         r11 = its state, rax = its row ; its check: else slow
+//!         rbx = the thread's cache entry (or the one paired with it), else slow
+//!         r11 = its state, rax = its row
 //!         inc  qword [rax + 8 * probe]
 //!         cmp  dword [r11 + depth], 0 ; jne counted
 //!         test word, RECORD_ENTRY ; je no_event
@@ -60,7 +60,7 @@
 //!         push rax ; lahf ; seto al ; push rax
 //!         push rdx, r10, r11, rbx, rcx
 //!         rdtsc ; rcx = the time
-//!         <r11 = the thread's state, from its cache entry, else slow>
+//!         <r11 = the thread's state, from its cache entry (or the paired one), else slow>
 //!         depth == 1, shadow[0].slot == rsp + 56, ring with room, else slow
 //!         depth = 0 ; the event ; head + 1
 //!         [rsp + 56] = shadow[0].ret
@@ -118,6 +118,14 @@ pub(super) struct Marks {
     pub entry_call: u64,
     /// See [`Marks::entry_slow`].
     pub exit_slow: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_way1: u64,
+    /// See [`Marks::entry_slow`].
+    pub entry_found: u64,
+    /// See [`Marks::entry_slow`].
+    pub exit_way1: u64,
+    /// See [`Marks::entry_slow`].
+    pub exit_found: u64,
 }
 
 impl Marks {
@@ -139,6 +147,10 @@ impl Marks {
             entry_done: at,
             entry_call: at,
             exit_slow: at,
+            entry_way1: at,
+            entry_found: at,
+            exit_way1: at,
+            exit_found: at,
         }
     }
 }
@@ -148,25 +160,29 @@ pub(super) fn literals(l: &RuntimeLayout) -> [u64; 2] {
     [l.ctx, l.cache]
 }
 
-/// `entry` = the calling thread's entry in the thread cache (the address
-/// only); the caller then reads what it needs of it and checks it with
-/// [`check_entry`]. The same instructions as the counting detours'.
-pub(super) fn cache_entry(w: &mut Writer, entry: u8, lit_cache: u64) {
-    w.put_mov_reg_fs0(entry);
-    w.put_imul32_imm(entry, cache::HASH);
+/// `entry` = the calling thread's entry in the thread cache, `word` =
+/// the complement of the word at fs:0, and a jump to `way1` unless the
+/// entry is the thread's ([`paired_entry`] follows there). The same
+/// instructions as the counting detours'. An entry is written once, its
+/// check last, so once the check matches its other fields may be read.
+pub(super) fn cache_entry(w: &mut Writer, entry: u8, word: u8, lit_cache: u64, way1: u64) {
+    const _: () = assert!(cache::CHECK == 0);
+    w.put_mov_reg_fs0(word);
+    w.put_imul32_imm_from(entry, word, cache::HASH);
     w.put_shr32(entry, (32 - cache::BITS - cache::SIZE.trailing_zeros()) as u8);
     w.put_and32_imm(entry, ((1 << cache::BITS) - 1) << cache::SIZE.trailing_zeros());
     w.put_add_reg_rip(entry, lit_cache);
+    w.put_not(word);
+    w.put_cmp_reg_deref(word, entry);
+    w.put_jne(way1);
 }
 
-/// Jumps to `miss` unless the cache entry at `entry` is the calling
-/// thread's (its check, read last, is the complement of the word at fs:0).
-/// Clobbers `entry`.
-pub(super) fn check_entry(w: &mut Writer, entry: u8, miss: u64) {
-    const _: () = assert!(cache::CHECK == 0);
-    w.put_load_self(entry);
-    w.put_not(entry);
-    w.put_cmp_reg_fs0(entry);
+/// At `way1`: the entry paired with the one [`cache_entry`] found (the
+/// cache is aligned to two entries); a jump to `miss` unless it is the
+/// thread's.
+pub(super) fn paired_entry(w: &mut Writer, entry: u8, word: u8, miss: u64) {
+    w.put_xor_imm8(entry, cache::SIZE as i8);
+    w.put_cmp_reg_deref(word, entry);
     w.put_jne(miss);
 }
 
@@ -215,10 +231,10 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     }
     // The thread's state (r11) and its own counter row (rax), from its
     // entry in the thread cache, else the runtime counts and records.
-    cache_entry(w, RBX, m.lit_cache);
+    cache_entry(w, RBX, RAX, m.lit_cache, m.entry_way1);
+    out.entry_found = w.pc();
     w.put_load(R11, RBX, cache::THREAD);
     w.put_load(RAX, RBX, cache::ROW);
-    check_entry(w, RBX, m.entry_slow);
     // Count the call. (rdx and rcx hold arguments until the event has them.)
     w.put_load32(RBX, RSP, ENTRY_WORD);
     w.put_and32_imm(RBX, l.probe_mask);
@@ -288,6 +304,10 @@ pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Mark
     }
     w.put_ret();
 
+    out.entry_way1 = w.pc();
+    paired_entry(w, RBX, RAX, m.entry_slow);
+    w.put_jmp(m.entry_found);
+
     // The fallbacks: the count stub (tp_count) unless the call is counted
     // already, then tp_entry(ctx, word, registers, slot, trampoline, 0),
     // saving the registers as the Go detours do.
@@ -345,9 +365,9 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_shl64(RDX, 32);
     w.put_or_reg(RAX, RDX);
     w.put_mov_reg(RCX, RAX);
-    cache_entry(w, RBX, m.lit_cache);
+    cache_entry(w, RBX, RAX, m.lit_cache, m.exit_way1);
+    out.exit_found = w.pc();
     w.put_load(R11, RBX, cache::THREAD);
-    check_entry(w, RBX, m.exit_slow);
     w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
     w.put_jne(m.exit_slow);
     w.put_lea(RAX, RSP, EXIT_SLOT);
@@ -386,6 +406,9 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     restore_exit(w);
     w.put_ret();
 
+    out.exit_way1 = w.pc();
+    paired_entry(w, RBX, RAX, m.exit_slow);
+    w.put_jmp(m.exit_found);
     out.exit_slow = w.pc();
     restore_exit(w);
     w.put_lea(RSP, RSP, 8);

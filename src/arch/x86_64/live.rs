@@ -1,14 +1,15 @@
 //! What a counting detour may use at a probe site without saving it: the
-//! general-purpose registers and status flags that the window's own
-//! instructions overwrite before anything reads them.
+//! general-purpose registers and status flags that the function's
+//! instructions from the site (the window and the straight-line code after
+//! it) overwrite before anything reads them.
 //!
-//! The detour runs just before the relocated window, so a register the
-//! window writes whole before reading it holds, after the window, what the
-//! window put there, whatever the detour left in it; the same goes for the
-//! status flags. Such a value is dead at the site for every caller, also
-//! one that GCC's interprocedural register allocation lets keep values in
-//! registers the ABI calls scratch: the function itself overwrites them
-//! first.
+//! The detour runs just before the relocated window, and the window jumps
+//! back to the instructions after it, so a register that those instructions
+//! write whole before reading it holds, after them, what they put there,
+//! whatever the detour left in it; the same goes for the status flags. Such
+//! a value is dead at the site for every caller, also one that GCC's
+//! interprocedural register allocation lets keep values in registers the
+//! ABI calls scratch: the function itself overwrites them first.
 //!
 //! Only instructions that cannot trap count as overwriting: a register or
 //! moves and arithmetic on registers and immediates, no memory access, no
@@ -41,21 +42,35 @@ pub struct Dead {
     pub flags: bool,
 }
 
+/// Bit of [`Dead::bits`] for the status flags.
+const FLAGS_BIT: u32 = 1 << 16;
+
 impl Dead {
     /// True if register `n` is dead.
     pub fn reg(&self, n: u8) -> bool {
         self.regs & (1 << n) != 0
     }
+
+    /// As [`crate::arch::SitePlan::dead`] keeps it.
+    pub fn bits(&self) -> u32 {
+        self.regs as u32 | if self.flags { FLAGS_BIT } else { 0 }
+    }
+
+    /// From [`Dead::bits`].
+    pub fn from_bits(bits: u32) -> Dead {
+        Dead { regs: bits as u16, flags: bits & FLAGS_BIT != 0 }
+    }
 }
 
-/// What is dead at the start of `window`, whose first byte is at `site`.
-pub fn dead_at(window: &[u8], site: u64) -> Dead {
+/// What is dead at the start of `code` (a function's bytes from the site
+/// on), whose first byte is at `site`.
+pub fn dead_at(code: &[u8], site: u64) -> Dead {
     let mut decided: u16 = 0; // registers read or written so far
     let mut dead: u16 = 0;
     let mut flags_written: u32 = 0;
     let mut flags_read_first = false;
     let mut info = InstructionInfoFactory::new();
-    for ins in Decoder::with_ip(64, window, site, DecoderOptions::NONE) {
+    for ins in Decoder::with_ip(64, code, site, DecoderOptions::NONE) {
         if ins.is_invalid() {
             break;
         }

@@ -249,11 +249,11 @@ mod tests {
         }
     }
 
-    /// The full trampoline: the fast exit jumps to it.
+    /// The full trampoline: the fast exit's fallback jumps to it last.
     fn full_trampoline(b: &RuntimeBlock) -> u64 {
         let a = b.addrs;
         let asm = disassemble(&b.bytes[(a.trampoline - AT) as usize..(a.count - AT) as usize], a.trampoline);
-        let jmp = asm.iter().find(|i| i.starts_with("jmp ")).expect("the fast exit's fallback");
+        let jmp = asm.iter().rfind(|i| i.starts_with("jmp ")).expect("the fast exit's fallback");
         u64::from_str_radix(jmp.trim_start_matches("jmp 0x"), 16).unwrap()
     }
 
@@ -333,13 +333,13 @@ mod tests {
         let lit = AT + b.bytes.len() as u64 - 16;
         let entry = disassemble(&b.bytes[(a.event - AT) as usize..(lit - AT) as usize], a.event);
         assert_eq!(entry[..5], ["push rax", "push r10", "push rbx", "push rdx", "push rcx"]);
-        assert_eq!(entry[5], "mov rbx, qword ptr fs:[0]");
-        assert_eq!(entry[6..9], ["imul ebx, ebx, 0x9e3779b1", "shr ebx, 0x14", "and ebx, 0xfe0"]);
-        assert_eq!(entry[10..12], ["mov r11, qword ptr [rbx + 0x10]", "mov rax, qword ptr [rbx + 8]"]);
-        assert_eq!(entry[12..15], ["mov rbx, qword ptr [rbx]", "not rbx", "cmp rbx, qword ptr fs:[0]"]);
-        assert_eq!(entry[15], format!("jne {:#x}", slow_of(&entry)));
-        assert_eq!(entry[18], "inc qword ptr [rax + rbx*8]", "the count");
-        assert_eq!(entry[19], "cmp dword ptr [r11 + 0x18], 0");
+        assert_eq!(entry[5], "mov rax, qword ptr fs:[0]");
+        assert_eq!(entry[6..9], ["imul ebx, eax, 0x9e3779b1", "shr ebx, 0x14", "and ebx, 0xfe0"]);
+        assert_eq!(entry[10..12], ["not rax", "cmp rax, qword ptr [rbx]"]);
+        assert!(entry[12].starts_with("jne "), "to the paired entry");
+        assert_eq!(entry[13..15], ["mov r11, qword ptr [rbx + 0x10]", "mov rax, qword ptr [rbx + 8]"]);
+        assert_eq!(entry[17], "inc qword ptr [rax + rbx*8]", "the count");
+        assert_eq!(entry[18], "cmp dword ptr [r11 + 0x18], 0");
         assert!(entry.contains(&"mov qword ptr [rax + 0x10], rdi".to_string()), "{entry:#?}");
         assert!(entry.contains(&"mov qword ptr [rax + 0x38], r9".to_string()), "{entry:#?}");
         assert!(entry.contains(&"and eax, 0x7ff".to_string()), "the ring mask: {entry:#?}");
@@ -352,14 +352,10 @@ mod tests {
         assert_eq!(exit[..4], ["lea rsp, [rsp - 8]", "push rax", "lahf", "seto al"]);
         assert_eq!(exit.iter().filter(|i| *i == "rdtsc").count(), 1);
         assert!(exit.contains(&"mov r11, qword ptr [rbx + 0x10]".to_string()), "{exit:#?}");
+        assert!(exit.contains(&"xor rbx, 0x20".to_string()), "the paired entry: {exit:#?}");
         assert!(exit.contains(&"cmp dword ptr [r11 + 0x18], 1".to_string()), "{exit:#?}");
         assert!(exit.contains(&"lea rax, [rsp + 0x38]".to_string()), "the slot below the stack pointer: {exit:#?}");
         assert!(exit.contains(&"or edx, 0x2000000".to_string()), "an exit event: {exit:#?}");
-    }
-
-    fn slow_of(asm: &[String]) -> u64 {
-        let jne = asm.iter().find(|i| i.starts_with("jne ")).unwrap();
-        u64::from_str_radix(jne.trim_start_matches("jne 0x"), 16).unwrap()
     }
 
     #[test]

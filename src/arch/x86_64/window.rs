@@ -17,7 +17,7 @@
 //! data, absolute immediates in position-dependent code).
 
 use super::decode::{Class, Insn, decode};
-use super::{relocate, taken};
+use super::{live, relocate, taken};
 use crate::arch::{Image, Refusal, SitePlan, WindowInsn};
 
 /// Bytes of `jmp rel32`.
@@ -120,6 +120,7 @@ fn plan_with(
             .iter()
             .map(|i| WindowInsn { offset: (i.addr - site) as u32, len: i.len, mnemonic: i.mnemonic.clone() })
             .collect(),
+        dead: live::dead_at(&code[start..], site).bits(),
     };
     // Prove the window relocates, at a distance any detour may have; the real
     // detour address is checked again when the detour is built.

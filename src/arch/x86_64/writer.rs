@@ -145,6 +145,26 @@ impl Writer {
         self.buf.extend_from_slice(&imm.to_le_bytes());
     }
 
+    /// `imul dst32, src32, imm32` (the upper half of dst is cleared).
+    pub fn put_imul32_imm_from(&mut self, dst: u8, src: u8, imm: u32) {
+        self.rex(false, dst, src);
+        self.buf.extend_from_slice(&[0x69, 0xc0 | ((dst & 7) << 3) | (src & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `xor reg, imm8` (sign-extended).
+    pub fn put_xor_imm8(&mut self, reg: u8, imm: i8) {
+        self.rex(true, 0, reg);
+        self.buf.extend_from_slice(&[0x83, 0xf0 | (reg & 7), imm as u8]);
+    }
+
+    /// `cmp reg, qword [base]`.
+    pub fn put_cmp_reg_deref(&mut self, reg: u8, base: u8) {
+        let base = Self::plain_base(base);
+        self.rex(true, reg, base);
+        self.buf.extend_from_slice(&[0x3b, ((reg & 7) << 3) | (base & 7)]);
+    }
+
     /// `shr reg32, imm8`.
     pub fn put_shr32(&mut self, reg: u8, n: u8) {
         self.rex(false, 0, reg);
@@ -611,6 +631,10 @@ mod tests {
             assert_eq!(asm(|w| w.put_xor_reg_fs0(r)), [format!("xor {n}, qword ptr fs:[0]")]);
             assert_eq!(asm(|w| w.put_cmp_reg_fs0(r)), [format!("cmp {n}, qword ptr fs:[0]")]);
             assert_eq!(asm(|w| w.put_not(r)), [format!("not {n}")]);
+            assert_eq!(asm(|w| w.put_imul32_imm_from(r, 0, 0x9e37_79b1)), [format!("imul {d}, eax, 0x9e3779b1")]);
+            assert_eq!(asm(|w| w.put_imul32_imm_from(10, r, 7)), [format!("imul r10d, {d}, 7")]);
+            assert_eq!(asm(|w| w.put_xor_imm8(r, 32)), [format!("xor {n}, 0x20")]);
+            assert_eq!(asm(|w| w.put_cmp_reg_deref(r, 10)), [format!("cmp {n}, qword ptr [r10]")]);
             assert_eq!(asm(|w| w.put_load(r, r, 8)), [format!("mov {n}, qword ptr [{n} + 8]")]);
             assert_eq!(asm(|w| w.put_imul32_imm(r, 0x9e37_79b1)), [format!("imul {d}, {d}, 0x9e3779b1")]);
             assert_eq!(asm(|w| w.put_shr32(r, 22)), [format!("shr {d}, 0x16")]);

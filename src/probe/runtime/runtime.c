@@ -219,12 +219,13 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 /* t->row of a thread that found every row taken: it counts in row 0. */
 #define TP_ROW_SHARED TP_ROWS
 
-/* The thread cache's entry of the word at the thread pointer: see
+/* The thread cache's entry `way` (0 or 1) of the word at the thread
+ * pointer: the entry of its index, or the one paired with it. See
  * layout.rs, cache_index. */
-HOT struct tp_cache_entry *cache_at(const struct tp_ctx *c, uint64_t word)
+HOT struct tp_cache_entry *cache_at(const struct tp_ctx *c, uint64_t word, uint32_t way)
 {
 	uint64_t i = (uint32_t)((uint32_t)word * (uint32_t)TP_CACHE_HASH) >> (32 - TP_CACHE_BITS);
-	return &proc_of(c)->cache[i];
+	return &proc_of(c)->cache[i ^ way];
 }
 
 /* The word the detours find thread `t` by (the word at the thread
@@ -239,25 +240,30 @@ HOT uint64_t detour_word(const struct tp_thread *t)
 
 
 /* Lets the detours find thread `t`, which counts in row `t->row` of its
- * own, without calling the runtime. An entry another thread holds is taken
- * over: the two then take turns through the runtime. The entry is marked
- * unusable (check 0) while its row and state change, and a detour reads
- * those before the check, so it never sees this thread's check with
- * another's row. */
+ * own, without calling the runtime: in the entry of its word or the one
+ * paired with it, whichever is free (if neither, the thread goes on
+ * through the runtime). An entry is taken with one compare-and-swap and
+ * written once: its row and state, then its check, which a detour reads
+ * before them; it never changes again in this process. */
 HOT void remember(const struct tp_ctx *c, const struct tp_thread *t)
 {
 	uint64_t word = detour_word(t);
 	if (!word || t->row == 0 || t->row >= TP_ROWS)
 		return;
-	struct tp_cache_entry *e = cache_at(c, word);
-	uint64_t row = c->counters + ((uint64_t)t->row << c->stride_shift);
-	if (e->check == ~word && e->row == row && e->thread == (uint64_t)t)
+	for (uint32_t way = 0; way < 2; way++) {
+		struct tp_cache_entry *e = cache_at(c, word, way);
+		uint64_t check = __atomic_load_n(&e->check, __ATOMIC_ACQUIRE);
+		if (check == ~word)
+			return;
+		uint64_t empty = 0;
+		if (check != 0 ||
+		    !__atomic_compare_exchange_n(&e->check, &empty, TP_CACHE_BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+			continue;
+		__atomic_store_n(&e->row, c->counters + ((uint64_t)t->row << c->stride_shift), __ATOMIC_RELAXED);
+		__atomic_store_n(&e->thread, (uint64_t)t, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->check, ~word, __ATOMIC_RELEASE);
 		return;
-	__atomic_store_n(&e->check, 0, __ATOMIC_RELAXED);
-	__atomic_thread_fence(__ATOMIC_RELEASE);
-	__atomic_store_n(&e->row, row, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->thread, (uint64_t)t, __ATOMIC_RELAXED);
-	__atomic_store_n(&e->check, ~word, __ATOMIC_RELEASE);
+	}
 }
 
 /* The counter row of thread `t` in this process, taken on its first count:
