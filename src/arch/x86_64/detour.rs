@@ -12,16 +12,15 @@
 //!          mov  S, [rip + lit_flag]       ; this probe's enable flag
 //!          cmp  byte [S], 0
 //!          je   restore                   ; disabled: just run the displaced code
-//!          mov  S, fs:[0]                 ; the word at the thread pointer
-//!          imul S32, S32, 0x9e3779b1      ; its entry in the thread cache
+//!          mov  K, fs:[0]                 ; the word at the thread pointer
+//!          imul S32, K32, 0x9e3779b1      ; its entry in the thread cache
 //!          shr  S32, 20
 //!          and  S32, 0xfe0
 //!          add  S, [rip + lit_cache]
-//!          mov  K, [S + 8]                ; the thread's counter row, first
-//!          mov  S, [S]                    ; then the entry's check: !word
-//!          not  S
-//!          cmp  S, fs:[0]
-//!          jne  slow                      ; not this thread's: the runtime counts
+//!          not  K
+//!          cmp  K, [S]                    ; the entry's check: !word?
+//!          jne  way1                      ; else the entry paired with it
+//!          mov  K, [S + 8]                ; the thread's counter row
 //!          inc  qword [K + 8*probe]       ; one instruction: a signal handler
 //! counted: ...                            ;  counting on this thread cannot split it
 //! restore: add  al, 0x7f                  ; OF back from al
@@ -31,6 +30,12 @@
 //! relocated:
 //!          <displaced instructions, relocated>
 //!          jmp  site + window             ; unless they end in ret/jmp
+//! way1:    xor  S, 32                     ; the paired entry (index xor 1)
+//!          cmp  K, [S]
+//!          jne  slow
+//!          mov  K, [S + 8]
+//!          inc  qword [K + 8*probe]
+//!          jmp  counted
 //! slow:    push probe
 //!          call tp_count                  ; the runtime's stub: keeps everything,
 //!          pop  K                         ;  leaves the row's address
@@ -39,11 +44,9 @@
 //!          flag address, counter rows, thread cache[, context, trampoline]
 //! ```
 //!
-//! The row's address does not depend on the check: the increment's address
-//! is known one load after the entry's, and the check, read last, only
-//! decides a branch the CPU predicts. The runtime marks an entry unusable
-//! while it changes it, and x86-64 keeps loads in order, so a thread never
-//! sees its own check with another thread's row.
+//! An entry is written once, its check last (`probe::layout::CacheEntry`):
+//! once the check matches, the row may be read, and the CPU loads it while
+//! it predicts the comparison's branch.
 //!
 //! Every register and status flag is preserved. The SysV ABI would let a
 //! function's entry clobber r11 and the flags, but GCC's interprocedural

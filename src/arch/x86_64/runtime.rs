@@ -23,7 +23,7 @@
 //!         .quad ctx, thread cache
 //! ```
 //!
-//! A counting detour that does not find its thread's row in the row cache
+//! A counting detour that does not find its thread's row in the thread cache
 //! calls the count stub, which keeps every register and flag, as the
 //! detour must:
 //!
