@@ -325,7 +325,8 @@ fn batch(
     let infos = requests
         .iter()
         .map(|r| {
-            let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
+            // Inside a function DWARF's parameters are not where the entry has them.
+            let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0 && !r.plan.interior)
                 .then(|| {
                     let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
                     m.dwarf()?.at(r.function.bias.file(r.function.addr)).cloned()
@@ -333,7 +334,7 @@ fn batch(
                 .flatten();
             // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
             let name = crate::symbols::demangle::strip_arguments(&r.function.name);
-            ProbeInfo { name, module: r.function.module.clone(), dwarf }
+            ProbeInfo { name, module: r.function.module.clone(), dwarf, operands: r.operands }
         })
         .collect();
     Ok((requests, infos))
