@@ -287,10 +287,11 @@ impl SitePlan {
         self.insns.iter().map(|i| i.mnemonic.as_str()).collect::<Vec<_>>().join(", ")
     }
 
-    /// True if the window is one `nop` of the patch's length: the patch
-    /// replaces it with nothing left to relocate.
+    /// True if the window is all `nop`s (a 5-byte one, or the five 1-byte
+    /// ones of `-fpatchable-function-entry=5`): the patch replaces them
+    /// with nothing left to relocate.
     pub fn is_nop_site(&self) -> bool {
-        self.insns.len() == 1 && self.insns[0].mnemonic == "nop"
+        self.insns.iter().all(|i| i.mnemonic == "nop")
     }
 
     /// Addresses of instruction starts strictly inside the window: a thread

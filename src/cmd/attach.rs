@@ -30,8 +30,11 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
     if probe.ret {
         k |= kind::RET;
     }
+    // A source line is a pattern of its own (`line:FILE:N`): it follows
+    // libraries loaded later as the others do.
+    let lines = probe.lines.iter().map(|l| format!("line:{l}"));
     let selection = Selection {
-        funcs: funcs.to_vec(),
+        funcs: funcs.iter().cloned().chain(lines).collect(),
         addrs: addrs.iter().copied().map(RuntimeAddr).collect(),
         kind: k,
         ring_len: probe.ring_size,

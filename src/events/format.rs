@@ -277,8 +277,15 @@ mod tests {
     fn static_probes_show_their_operands_by_size_and_sign() {
         use crate::arch::Operand;
         let op = |size, signed| Operand { size, signed, loc: OperandLoc::Register(0) };
-        let ops = [op(4, true), op(8, false), op(2, false), op(1, true), Operand { loc: OperandLoc::Unreadable, ..op(8, true) }];
-        let i = ProbeInfo { name: "usdt:p:n".into(), module: "m".into(), dwarf: None, operands: Some(Operands::new(&ops)) };
+        let ops = [
+            op(4, true),
+            op(8, false),
+            op(2, false),
+            op(1, true),
+            Operand { loc: OperandLoc::Unreadable, ..op(8, true) },
+        ];
+        let i =
+            ProbeInfo { name: "usdt:p:n".into(), module: "m".into(), dwarf: None, operands: Some(Operands::new(&ops)) };
         let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0], &no_strings);
         assert_eq!(call_text("usdt:p:n", &a), "usdt:p:n(arg0=-5, arg1=0x7f001234, arg2=5, arg3=-1, arg4=?)");
     }

@@ -24,7 +24,9 @@ use crate::process::memory::Memory;
 /// `maps`: aligned, inside a private writable mapping.
 pub fn plausible(addr: u64, maps: &[Mapping]) -> bool {
     addr.is_multiple_of(2)
-        && maps.iter().any(|m| m.write && !m.shared && m.start <= addr && addr.checked_add(2).is_some_and(|e| e <= m.end))
+        && maps
+            .iter()
+            .any(|m| m.write && !m.shared && m.start <= addr && addr.checked_add(2).is_some_and(|e| e <= m.end))
 }
 
 /// Adds one to the semaphore at `addr`; refuses one at its maximum.
@@ -58,23 +60,13 @@ mod tests {
     use super::*;
 
     fn map(start: u64, end: u64, write: bool, shared: bool) -> Mapping {
-        Mapping {
-            start,
-            end,
-            read: true,
-            write,
-            exec: false,
-            shared,
-            offset: 0,
-            dev: 0,
-            inode: 0,
-            path: String::new(),
-        }
+        Mapping { start, end, read: true, write, exec: false, shared, offset: 0, dev: 0, inode: 0, path: String::new() }
     }
 
     #[test]
     fn only_aligned_words_of_private_writable_memory() {
-        let maps = [map(0x1000, 0x2000, true, false), map(0x2000, 0x3000, false, false), map(0x3000, 0x4000, true, true)];
+        let maps =
+            [map(0x1000, 0x2000, true, false), map(0x2000, 0x3000, false, false), map(0x3000, 0x4000, true, true)];
         assert!(plausible(0x1000, &maps) && plausible(0x1ffe, &maps));
         assert!(!plausible(0x1001, &maps), "unaligned");
         assert!(!plausible(0x2000, &maps), "read-only");

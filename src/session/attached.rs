@@ -268,7 +268,8 @@ impl Attached {
                 .map(|(p, hits)| ProbeStat {
                     func: p.request.function.name.clone(),
                     module: p.request.function.module.clone(),
-                    address: p.request.function.addr.0,
+                    // A probe inside a function is at its site.
+                    address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
                     hits,
                     enabled: self.region.enabled(p.index),
                 })

@@ -56,11 +56,13 @@ pub fn interior_kind(records: u32, usdt: bool) -> Result<(u32, bool), Refusal> {
 pub fn operands_of(m: &Module, u: &Usdt) -> (Operands, Vec<String>) {
     let mut ops = Vec::new();
     let mut why = Vec::new();
-    for (k, arg) in u.args.iter().enumerate() {
+    for (k, (_, arg)) in u.args.iter().enumerate() {
         let loc = match arg {
             Ok(spec) => match &spec.loc {
                 ArgLoc::Register(r) => Ok(OperandLoc::Register(*r)),
-                ArgLoc::Memory { base, index, disp } => Ok(OperandLoc::Memory { base: *base, index: *index, disp: *disp }),
+                ArgLoc::Memory { base, index, disp } => {
+                    Ok(OperandLoc::Memory { base: *base, index: *index, disp: *disp })
+                }
                 ArgLoc::Constant(v) => Ok(OperandLoc::Constant(*v)),
                 ArgLoc::Symbol { name, offset } => match m.data_symbol(name) {
                     Some(a) => Ok(OperandLoc::Absolute(m.bias.runtime(a).0.wrapping_add(*offset as u64))),
@@ -77,7 +79,11 @@ pub fn operands_of(m: &Module, u: &Usdt) -> (Operands, Vec<String>) {
         ops.push(Operand { size, signed, loc });
     }
     if ops.len() > crate::arch::operand::MAX_OPERANDS {
-        why.push(format!("it has {} arguments; events record the first {}", ops.len(), crate::arch::operand::MAX_OPERANDS));
+        why.push(format!(
+            "it has {} arguments; events record the first {}",
+            ops.len(),
+            crate::arch::operand::MAX_OPERANDS
+        ));
     }
     (Operands::new(&ops), why)
 }

@@ -99,7 +99,7 @@ pub fn starts_in(dwarf: &gimli::Dwarf<R>, query: Query) -> Result<Vec<LineStart>
             out.push(LineStart { addr: FileAddr(addr), file, line: line as u32 });
         }
     }
-    out.sort_by(|a, b| (a.addr, a.line).cmp(&(b.addr, b.line)));
+    out.sort_by_key(|s| (s.addr, s.line));
     out.dedup_by(|a, b| a.addr == b.addr && a.line == b.line && a.file == b.file);
     Ok(out)
 }

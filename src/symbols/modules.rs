@@ -233,7 +233,9 @@ impl ProcessModules {
                 }
                 Ok(out)
             }
-            SitePattern::Line { module, place, line } => self.resolve_line(text, module.as_deref(), place, *line, notes),
+            SitePattern::Line { module, place, line } => {
+                self.resolve_line(text, module.as_deref(), place, *line, notes)
+            }
             SitePattern::Usdt { module, provider, name } => {
                 self.resolve_usdt(text, module.as_deref(), provider, name, notes)
             }

@@ -51,8 +51,9 @@ pub fn notes(elf: &ElfFile) -> Vec<SdtNote> {
     let base = elf.sections.iter().find(|s| s.name == ".stapsdt.base").map(|s| s.addr);
     let mut out = Vec::new();
     for s in elf.sections.iter().filter(|s| s.name == ".note.stapsdt" && !s.nobits) {
-        let Some(bytes) =
-            usize::try_from(s.offset).ok().and_then(|o| elf.data().get(o..o.checked_add(usize::try_from(s.size).ok()?)?))
+        let Some(bytes) = usize::try_from(s.offset)
+            .ok()
+            .and_then(|o| elf.data().get(o..o.checked_add(usize::try_from(s.size).ok()?)?))
         else {
             continue;
         };
@@ -82,10 +83,11 @@ pub fn parse(section: &[u8], base: Option<u64>) -> Vec<SdtNote> {
             break;
         }
         let owner = &section[name_at..name_at + namesz];
-        if kind == NT_STAPSDT && owner == b"stapsdt\0" {
-            if let Some(note) = desc(&section[desc_at..desc_at + descsz], base) {
-                out.push(note);
-            }
+        if kind == NT_STAPSDT
+            && owner == b"stapsdt\0"
+            && let Some(note) = desc(&section[desc_at..desc_at + descsz], base)
+        {
+            out.push(note);
         }
         at = next;
     }

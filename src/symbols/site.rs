@@ -38,8 +38,9 @@ pub struct Usdt {
     pub provider: String,
     /// Its name.
     pub name: String,
-    /// Each argument, or why tp cannot read it.
-    pub args: Vec<Result<ArgSpec, String>>,
+    /// Each argument as its note writes it (`-4@%eax`), and where it is,
+    /// or why tp cannot read it.
+    pub args: Vec<(String, Result<ArgSpec, String>)>,
     /// Its semaphore, if it has one (a runtime address).
     pub semaphore: Option<RuntimeAddr>,
 }
@@ -84,14 +85,18 @@ impl SitePattern {
             let parts: Vec<&str> = rest.split(':').collect();
             let owned = |s: &str| s.to_string();
             return Some(match parts[..] {
-                [name] if !name.is_empty() => Ok(SitePattern::Usdt { module: None, provider: "*".into(), name: owned(name) }),
+                [name] if !name.is_empty() => {
+                    Ok(SitePattern::Usdt { module: None, provider: "*".into(), name: owned(name) })
+                }
                 [p, n] if !p.is_empty() && !n.is_empty() => {
                     Ok(SitePattern::Usdt { module: None, provider: owned(p), name: owned(n) })
                 }
                 [m, p, n] if !m.is_empty() && !p.is_empty() && !n.is_empty() => {
                     Ok(SitePattern::Usdt { module: Some(owned(m)), provider: owned(p), name: owned(n) })
                 }
-                _ => Err(format!("`{text}`: write a static probe as usdt:NAME, usdt:PROVIDER:NAME or usdt:MODULE:PROVIDER:NAME")),
+                _ => Err(format!(
+                    "`{text}`: write a static probe as usdt:NAME, usdt:PROVIDER:NAME or usdt:MODULE:PROVIDER:NAME"
+                )),
             });
         }
         if let Some(rest) = text.strip_prefix("line:") {
@@ -115,9 +120,9 @@ impl SitePattern {
     /// The module part.
     pub fn module(&self) -> Option<&str> {
         match self {
-            SitePattern::Offset { module, .. } | SitePattern::Line { module, .. } | SitePattern::Usdt { module, .. } => {
-                module.as_deref()
-            }
+            SitePattern::Offset { module, .. }
+            | SitePattern::Line { module, .. }
+            | SitePattern::Usdt { module, .. } => module.as_deref(),
         }
     }
 }
@@ -181,7 +186,10 @@ pub fn usdt_in(m: &Module, provider: &str, name: &str) -> Vec<Result<(Function, 
             let args = n
                 .arg_texts()
                 .into_iter()
-                .map(|a| isa.map_or_else(|| Err("unknown architecture".to_string()), |isa| (isa.sdt_argument)(a)))
+                .map(|a| {
+                    let spec = isa.map_or_else(|| Err("unknown architecture".to_string()), |isa| (isa.sdt_argument)(a));
+                    (a.to_string(), spec)
+                })
                 .collect();
             let semaphore = n.semaphore.map(|s| m.bias.runtime(s));
             let usdt = Usdt { provider: n.provider.clone(), name: n.name.clone(), args, semaphore };

@@ -108,7 +108,14 @@ impl Planner {
     /// `code`: as [`Planner::plan`], from the instruction at `at`. In Go
     /// code it must come after the stack check, and where Go preempts, the
     /// window must be one instruction.
-    pub fn plan_at(&self, m: &Module, f: &Function, code: &[u8], at: RuntimeAddr, isa: Isa) -> Result<SitePlan, Refusal> {
+    pub fn plan_at(
+        &self,
+        m: &Module,
+        f: &Function,
+        code: &[u8],
+        at: RuntimeAddr,
+        isa: Isa,
+    ) -> Result<SitePlan, Refusal> {
         if let Some(go) = &self.go
             && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
         {

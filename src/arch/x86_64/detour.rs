@@ -126,8 +126,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     }
     // The prefix and the sample block have a fixed length for a given kind: measure them first.
     let interior = plan.interior;
-    let dummy =
-        Literals { restore: at, interior, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
+    let dummy = Literals { restore: at, interior, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
     let mut w = Writer::new(at);
     emit_prefix(&mut w, spec, &dummy);
     let relocated_at = w.pc();
@@ -510,7 +509,10 @@ mod tests {
         let saves = asm.iter().position(|l| l == "sub rsp, 8").unwrap();
         // Four unused words, the site's rax (saved by the prefix: 80 bytes up, plus 32 pushed), rdi.
         assert_eq!(asm[saves + 1..saves + 5], ["push 0", "push 0", "push 0", "push 0"]);
-        assert_eq!(asm[saves + 5..saves + 9], ["mov rax, qword ptr [rsp + 0x70]", "push rax", "mov rax, rdi", "push rax"]);
+        assert_eq!(
+            asm[saves + 5..saves + 9],
+            ["mov rax, qword ptr [rsp + 0x70]", "push rax", "mov rax, rdi", "push rax"]
+        );
         let call = asm.iter().position(|l| l.starts_with("call")).unwrap();
         assert_eq!(asm[call - 4..call], ["mov rax, rsp", "and rsp, 0xfffffffffffffff0", "push rax", "push rax"]);
         assert_eq!(asm[call + 1..call + 3], ["pop rsp", "add rsp, 0x30"]);

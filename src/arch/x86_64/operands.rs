@@ -203,7 +203,8 @@ mod tests {
 
     #[test]
     fn memory_at_its_size() {
-        let mem = |size, base, index, disp| Operand { size, signed: false, loc: OperandLoc::Memory { base, index, disp } };
+        let mem =
+            |size, base, index, disp| Operand { size, signed: false, loc: OperandLoc::Memory { base, index, disp } };
         let code = asm(&[mem(4, Some(5), None, -20), mem(8, Some(4), Some((2, 8)), 16), mem(1, None, None, 0x601040)]);
         let tail: Vec<&str> = code[3..].iter().map(String::as_str).collect();
         assert_eq!(
