@@ -3,7 +3,7 @@
 //! owner `stapsdt`) holds the site's address (a `nop`), the address of the
 //! `.stapsdt.base` section as linked, the address of the probe's semaphore
 //! (0 for none), and three strings: provider, name, and the arguments
-//! (`-4@%eax 8@16(%rbp)`). A file that was prelinked moved its sections
+//! (`SIZE@OPERAND`, spaces between). A file that was prelinked moved its sections
 //! after the notes were written: the difference between where
 //! `.stapsdt.base` is now and where the note says it was is added to the
 //! site and the semaphore.
@@ -39,7 +39,7 @@ pub struct SdtNote {
 }
 
 impl SdtNote {
-    /// Each argument's text (`-4@%eax`).
+    /// Each argument's text (`SIZE@OPERAND`).
     pub fn arg_texts(&self) -> Vec<&str> {
         self.args.split_ascii_whitespace().collect()
     }
@@ -149,7 +149,7 @@ mod tests {
 
     #[test]
     fn notes_parse_with_their_semaphores() {
-        let mut bytes = note(0x1139, 0x2004, 0x4010, &["tpsdt", "tick", "-4@%eax 8@16(%rbp)"]);
+        let mut bytes = note(0x1139, 0x2004, 0x4010, &["tpsdt", "tick", "-4@OP1 8@OP2"]);
         bytes.extend(note(0x1200, 0x2004, 0, &["tpsdt", "idle", ""]));
         let notes = parse(&bytes, Some(0x2004));
         assert_eq!(notes.len(), 2);
@@ -160,10 +160,10 @@ mod tests {
                 name: "tick".into(),
                 pc: FileAddr(0x1139),
                 semaphore: Some(FileAddr(0x4010)),
-                args: "-4@%eax 8@16(%rbp)".into(),
+                args: "-4@OP1 8@OP2".into(),
             }
         );
-        assert_eq!(notes[0].arg_texts(), ["-4@%eax", "8@16(%rbp)"]);
+        assert_eq!(notes[0].arg_texts(), ["-4@OP1", "8@OP2"]);
         assert_eq!((notes[1].semaphore, notes[1].arg_texts().len()), (None, 0));
     }
 
@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn broken_notes_are_skipped_never_trusted() {
-        let good = note(0x10, 0, 0, &["p", "n", "8@%rdi"]);
+        let good = note(0x10, 0, 0, &["p", "n", "8@OP"]);
         // Other owners and types are not probes.
         let mut other = good.clone();
         other[8] = 1;

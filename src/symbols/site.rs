@@ -38,7 +38,7 @@ pub struct Usdt {
     pub provider: String,
     /// Its name.
     pub name: String,
-    /// Each argument as its note writes it (`-4@%eax`), and where it is,
+    /// Each argument as its note writes it (`SIZE@OPERAND`), and where it is,
     /// or why tp cannot read it.
     pub args: Vec<(String, Result<ArgSpec, String>)>,
     /// Its semaphore, if it has one (a runtime address).

@@ -31,6 +31,10 @@ mod nginx;
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// Probes inside functions: by line, by offset, at nop sites.
+mod sites;
+// Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
+mod usdt;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.
 #[cfg(target_arch = "x86_64")]
 mod prologues;
