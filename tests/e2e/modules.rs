@@ -139,7 +139,7 @@ fn stripped_binaries_use_separate_debug_info() {
     let pid = t.pid.to_string();
     expect_error(&["attach", "-p", &pid, "-f", "run_calls"], "stripped");
     let debug_dir = target_path("debug");
-    let out = std::process::Command::new(tp_path())
+    let out = tp_command()
         .args(["attach", "-p", &pid, "-f", "run_calls", "--duration", "0.1"])
         .env("TP_DEBUG_DIRS", &debug_dir)
         .output()

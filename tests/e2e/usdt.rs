@@ -90,7 +90,7 @@ fn tp_detach_takes_back_the_semaphore_of_a_killed_tracer() {
     for (step, left) in [("after-patch", 0), ("after-semaphore", 1)] {
         let mut t = Target::start("sdt");
         let pid = t.pid.to_string();
-        let mut cmd = std::process::Command::new(tp_path());
+        let mut cmd = tp_command();
         cmd.args(["attach", "-p", &pid, "-f", "usdt:tpsdt:tick"]).env("TP_FAULT", step);
         let out = run(&mut cmd);
         assert_eq!(out.status.signal(), Some(libc::SIGKILL), "{step}: tp must have died there");
