@@ -208,7 +208,8 @@ impl Module {
                 ""
             } else {
                 " (the file is stripped: only its exported functions and, as `sub_<address>`, the functions \
-                 its unwind table lists are known; install its debug symbols or point TP_DEBUG_DIRS at them)"
+                 its unwind table lists are known; install its debug symbols, point TP_DEBUG_DIRS at them, or name a \
+                 debuginfod server in DEBUGINFOD_URLS)"
             };
             bail!("function `{name}` not found in `{}`{stripped}{hint}", self.path.display());
         }

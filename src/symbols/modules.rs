@@ -476,7 +476,8 @@ impl ProcessModules {
                     format!(
                         "; `{}` is stripped, so only its exported functions and, as `sub_<address>`, the \
                          functions its unwind table lists are known: install its debug symbols (the -dbg or \
-                         -dbgsym package) or point TP_DEBUG_DIRS at them",
+                         -dbgsym package), point TP_DEBUG_DIRS at them, or name a debuginfod server in \
+                         DEBUGINFOD_URLS",
                         exe.name
                     )
                 };
