@@ -183,7 +183,10 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         match steps::count(env, binary, records) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
-                eprintln!("steps: {binary} {records:?}: {} instructions per call (unprobed {})", count.total, base.total);
+                eprintln!(
+                    "steps: {binary} {records:?}: {} instructions per call (unprobed {})",
+                    count.total, base.total
+                );
                 let label = (binary == "hot-nop5").then(|| hit::NOP5_LABEL.to_string());
                 r.steps.push(StepRow { records, count, base: base.total, label });
             }

@@ -189,6 +189,16 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                     ops
                 });
                 let semaphore = usdt.and_then(|u| u.semaphore).map(|a| a.0);
+                // Two names for one site (`foo` and `foo+4` after its
+                // `endbr64`, a line that starts at an entry): one probe.
+                if let Some(first) = requests.iter().find(|r: &&Request| r.plan.site == plan.site) {
+                    crate::say!(
+                        "tp: `{}` is where `{}` is probed already",
+                        crate::escape::text(&label),
+                        crate::escape::text(&first.function.name)
+                    );
+                    continue;
+                }
                 let function = Function { name: label, ..function };
                 requests.push(Request { long, function, plan, span, kind, abi, operands, semaphore })
             }

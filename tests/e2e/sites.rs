@@ -163,3 +163,22 @@ fn list_probes_lists_the_lines_of_a_function() {
     let err = expect_error(&["list-probes", path.to_str().unwrap(), "--lines", "nothere"], "not found");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn two_names_for_one_site_make_one_probe() {
+    // counter-cet's foo starts with endbr64: its probe goes at foo+4.
+    let mut t = Target::start("counter-cet");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--json", "-f", "foo", "-f", "foo+4"]);
+    let before = session.err.seen.join("\n");
+    assert!(before.contains("`foo+0x4` is where `foo` is probed already"), "{before}");
+    let calls = t.call("foo", 10_000, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let hits = hits_from_json(&stdout);
+    assert_eq!(hits.len(), 1, "{hits:?}");
+    assert_eq!(hits["foo"], calls);
+    assert_code_is_original(&t, &["foo"]);
+    assert!(t.quit().success());
+}
