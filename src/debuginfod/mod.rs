@@ -63,9 +63,15 @@ fn seconds(var: &str) -> Option<Duration> {
 }
 
 /// The debug file with build-id `id`, for the module `what` (for
-/// messages), from the cache or a server: one `valid` accepts (the caller
-/// checks it is the ELF file with that build-id). None if no server has it.
-pub fn fetch(id: &[u8], what: &str, valid: &dyn Fn(&[u8]) -> Result<(), String>) -> Option<Vec<u8>> {
+/// messages), from the cache or a server: the first `accept` takes (the
+/// caller parses it and checks it is the ELF file with that build-id;
+/// `bytes` gives its bytes back, for the cache). None if no server has it.
+pub fn fetch<T>(
+    id: &[u8],
+    what: &str,
+    accept: &dyn Fn(Vec<u8>) -> Result<T, String>,
+    bytes: &dyn Fn(&T) -> &[u8],
+) -> Option<T> {
     let servers = servers();
     if servers.is_empty() || id.is_empty() {
         return None;
@@ -82,8 +88,8 @@ pub fn fetch(id: &[u8], what: &str, valid: &dyn Fn(&[u8]) -> Result<(), String>)
     if let Some(c) = &cache
         && let Some(data) = c.get(&name)
     {
-        match valid(&data) {
-            Ok(()) => return Some(data),
+        match accept(data) {
+            Ok(file) => return Some(file),
             Err(_) => c.remove(&name),
         }
     }
@@ -117,25 +123,24 @@ pub fn fetch(id: &[u8], what: &str, valid: &dyn Fn(&[u8]) -> Result<(), String>)
                 continue;
             }
         }
-        if let Err(why) = valid(&data) {
-            crate::say!(
-                "tp: debuginfod server {}: the file it sent for `{}` is not its debug file: {}",
-                text(&key),
-                text(what),
-                text(&why)
-            );
-            continue;
-        }
-        crate::say!(
-            "tp: the debug file of `{}` came from {} ({} KiB)",
-            text(what),
-            text(&key),
-            data.len().div_ceil(1024)
-        );
+        let size = data.len();
+        let file = match accept(data) {
+            Ok(file) => file,
+            Err(why) => {
+                crate::say!(
+                    "tp: debuginfod server {}: the file it sent for `{}` is not its debug file: {}",
+                    text(&key),
+                    text(what),
+                    text(&why)
+                );
+                continue;
+            }
+        };
+        crate::say!("tp: the debug file of `{}` came from {} ({} KiB)", text(what), text(&key), size.div_ceil(1024));
         if let Some(c) = &cache {
-            keep(c, &name, &data);
+            keep(c, &name, bytes(&file));
         }
-        return Some(data);
+        return Some(file);
     }
     None
 }

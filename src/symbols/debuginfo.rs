@@ -65,18 +65,17 @@ fn fetch(elf: &ElfFile, path: &Path) -> Option<ElfFile> {
     let id = elf.build_id.as_ref()?;
     let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
     let from = PathBuf::from(format!("debuginfod:{name}"));
-    let valid = |data: &[u8]| -> Result<(), String> {
-        let dbg = ElfFile::parse(data.to_vec(), &from, &from).map_err(|e| format!("{e:#}"))?;
+    let accept = |data: Vec<u8>| -> Result<ElfFile, String> {
+        let dbg = ElfFile::parse(data, &from, &from).map_err(|e| format!("{e:#}"))?;
         if dbg.build_id.as_ref() != Some(id) {
             return Err("another build-id".into());
         }
         if !dbg.has_symtab && !dbg.has_dwarf() {
             return Err("neither symbols nor DWARF".into());
         }
-        Ok(())
+        Ok(dbg)
     };
-    let data = crate::debuginfod::fetch(id, &name, &valid)?;
-    ElfFile::parse(data, &from, &from).ok()
+    crate::debuginfod::fetch(id, &name, &accept, &|dbg: &ElfFile| dbg.data())
 }
 
 /// Opens `candidate` if it is the debug file of `elf`: same build-id, or
