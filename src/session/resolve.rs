@@ -31,9 +31,10 @@ pub fn plan_site(m: &Module, f: &Function, site: &Site) -> Result<SitePlan, Refu
     verdict_at(m, f, site.addr, Isa::host())
 }
 
-/// What a probe at an interior site records of `records` (bits of
-/// `probe::layout::kind`), or why it cannot: no return probe and no
-/// sampling (there is no return address at the stack pointer to replace);
+/// What a probe at an interior site, or a static probe, records of
+/// `records` (bits of `probe::layout::kind`), or why it cannot: no return
+/// probe and no sampling (there is no return address at the stack pointer
+/// to replace; a static probe marks a point, not a call);
 /// arguments only at a static probe, from its note (elsewhere the argument
 /// registers may hold anything by then: such a probe counts, and
 /// `counted_only` says so).
@@ -159,7 +160,8 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
         let planned = match &site {
             None => plan(m, &function).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?, kind))),
             Some(s) => plan_site(m, &function, s).and_then(|plan| {
-                if !plan.interior {
+                // A line or offset at the entry is the entry; a static probe is its note's.
+                if !plan.interior && s.usdt.is_none() {
                     return Ok((plan, abi_for(m, &function, kind)?, kind));
                 }
                 let (k, counts_only) = interior_kind(kind, s.usdt.is_some())?;
