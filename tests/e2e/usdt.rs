@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::util::*;
 
 /// The events in tp's JSON Lines output.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn events(stdout: &str) -> Vec<Value> {
     stdout.lines().filter(|l| l.starts_with("{\"type\"")).map(|l| serde_json::from_str(l).unwrap()).collect()
 }
@@ -21,6 +22,7 @@ fn semaphore(t: &mut Target) -> u64 {
 }
 
 /// An event argument as a number (hex strings for unsigned 8-byte values).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn number(v: &Value) -> i128 {
     match v {
         Value::String(s) => u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap() as i128,
