@@ -39,9 +39,29 @@ pub struct SdtNote {
 }
 
 impl SdtNote {
-    /// Each argument's text (`SIZE@OPERAND`).
+    /// Each argument's text (`SIZE@OPERAND`). Spaces separate them, but
+    /// not inside brackets: AArch64 writes memory as `[sp, 8]`.
     pub fn arg_texts(&self) -> Vec<&str> {
-        self.args.split_ascii_whitespace().collect()
+        let mut out = Vec::new();
+        let (mut depth, mut start) = (0usize, None);
+        for (i, c) in self.args.char_indices() {
+            match c {
+                '[' => depth += 1,
+                ']' => depth = depth.saturating_sub(1),
+                c if c.is_ascii_whitespace() && depth == 0 => {
+                    if let Some(s) = start.take() {
+                        out.push(&self.args[s..i]);
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            start.get_or_insert(i);
+        }
+        if let Some(s) = start {
+            out.push(&self.args[s..]);
+        }
+        out
     }
 }
 
@@ -165,6 +185,21 @@ mod tests {
         );
         assert_eq!(notes[0].arg_texts(), ["-4@OP1", "8@OP2"]);
         assert_eq!((notes[1].semaphore, notes[1].arg_texts().len()), (None, 0));
+    }
+
+    #[test]
+    fn spaces_inside_brackets_do_not_separate_arguments() {
+        let n = |args: &str| SdtNote {
+            provider: "p".into(),
+            name: "n".into(),
+            pc: FileAddr(1),
+            semaphore: None,
+            args: args.into(),
+        };
+        assert_eq!(n("8@x0 4@[sp, 8]  -4@5").arg_texts(), ["8@x0", "4@[sp, 8]", "-4@5"]);
+        assert_eq!(n(" -4@[x20, #:lo12:.LANCHOR2] ").arg_texts(), ["-4@[x20, #:lo12:.LANCHOR2]"]);
+        assert_eq!(n("8@[x0 8@x1").arg_texts(), ["8@[x0 8@x1"], "an unclosed bracket takes the rest");
+        assert!(n("").arg_texts().is_empty());
     }
 
     #[test]

@@ -147,7 +147,7 @@ fn a_stripped_program_is_probed_by_the_names_and_lines_its_debug_file_has() {
 
     // With it: probed by name and by line, counted exactly.
     let line = {
-        let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/targets/counter.c")).unwrap();
+        let src = include_str!("../../targets/counter.c");
         src.lines().position(|l| l.contains("return leaf(x) + y * 3;")).unwrap() + 1
     };
     // bar's line is its entry (-O2): a name and a line.

@@ -79,9 +79,10 @@ fn an_address_names_a_function() {
     let hits = count(&mut t, &["--addr", &addr], &[("beta", 4321), ("alpha", 5)]);
     assert_eq!(hits["lib_work"], 4321);
     let pid = t.pid.to_string();
+    // An address inside the function is a site of its own, if an instruction starts there.
     let inside = format!("{:#x}", found[0].function.addr.0 + 1);
-    let line = expect_error(&["attach", "-p", &pid, "--addr", &inside], "is inside `lib_work`");
-    assert!(line.contains(&format!("use --addr {addr}")), "{line}");
+    let line = expect_error(&["attach", "-p", &pid, "--addr", &inside], "is not where an instruction starts");
+    assert!(line.contains("cannot probe `lib_work+0x1`") && line.contains(&format!("start at {addr} and")), "{line}");
 }
 
 #[test]

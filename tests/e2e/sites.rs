@@ -11,7 +11,8 @@ use crate::util::*;
 
 /// The line of targets/lines.c holding `marker`.
 fn line_of(marker: &str) -> u32 {
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/targets/lines.c")).unwrap();
+    // Built in: the AArch64 tests run in a VM without the sources.
+    let src = include_str!("../../targets/lines.c");
     let n = src.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker} in lines.c"));
     n as u32 + 1
 }
