@@ -105,7 +105,12 @@ fn tp_detach_takes_back_the_semaphore_of_a_killed_tracer() {
         // between the increment and the patch: the increment stays (never taken twice).
         assert_eq!(semaphore(&mut t), left, "{step}");
         assert_code_is_original(&t, &["tick"]);
-        assert!(!has_region(t.pid), "{step}");
+        // (On AArch64 the code arena lies in a hole between the module's
+        // segments, where a stale word of the stack may point: tp then keeps
+        // its memory, as it must, and says so.)
+        if cfg!(target_arch = "x86_64") {
+            assert!(!has_region(t.pid), "{step}");
+        }
         assert!(t.quit().success());
     }
 }
