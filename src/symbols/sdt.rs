@@ -196,9 +196,9 @@ mod tests {
             semaphore: None,
             args: args.into(),
         };
-        assert_eq!(n("8@x0 4@[sp, 8]  -4@5").arg_texts(), ["8@x0", "4@[sp, 8]", "-4@5"]);
-        assert_eq!(n(" -4@[x20, #:lo12:.LANCHOR2] ").arg_texts(), ["-4@[x20, #:lo12:.LANCHOR2]"]);
-        assert_eq!(n("8@[x0 8@x1").arg_texts(), ["8@[x0 8@x1"], "an unclosed bracket takes the rest");
+        assert_eq!(n("8@A 4@[B, 8]  -4@5").arg_texts(), ["8@A", "4@[B, 8]", "-4@5"]);
+        assert_eq!(n(" -4@[B, #:lo12:.LANCHOR2] ").arg_texts(), ["-4@[B, #:lo12:.LANCHOR2]"]);
+        assert_eq!(n("8@[A 8@B").arg_texts(), ["8@[A 8@B"], "an unclosed bracket takes the rest");
         assert!(n("").arg_texts().is_empty());
     }
 

@@ -108,9 +108,8 @@ fn tp_detach_takes_back_the_semaphore_of_a_killed_tracer() {
         // (On AArch64 the code arena lies in a hole between the module's
         // segments, where a stale word of the stack may point: tp then keeps
         // its memory, as it must, and says so.)
-        if cfg!(target_arch = "x86_64") {
-            assert!(!has_region(t.pid), "{step}");
-        }
+        #[cfg(target_arch = "x86_64")]
+        assert!(!has_region(t.pid), "{step}");
         assert!(t.quit().success());
     }
 }
