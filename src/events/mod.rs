@@ -6,6 +6,7 @@
 pub mod clock;
 pub mod drain;
 pub mod format;
+pub mod predicate;
 pub mod sampling;
 pub mod stats;
 

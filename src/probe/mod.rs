@@ -8,6 +8,7 @@
 pub mod acquire;
 pub mod arena;
 pub mod family;
+pub mod filter;
 pub mod frames;
 pub mod install;
 pub mod layout;
