@@ -567,7 +567,7 @@ mod tests {
     #[test]
     fn compiles_by_name_type_and_position() {
         let i = info(&[("n", Type::Signed(4)), ("x", Type::Float), ("u", Type::Unsigned(1))], Some(Type::Signed(4)));
-        // n is an int in rdi: garbage above it does not count.
+        // n is an int in the first argument register: garbage above it does not count.
         assert_eq!(run("n == -1", &i, [0xaaaa_aaaa_ffff_ffff, 0, 0, 0, 0, 0], 0), (true, true));
         assert_eq!(run("n < 0", &i, [0x0000_0001_0000_0005, 0, 0, 0, 0, 0], 0), (false, true));
         // u arrives in the second integer register (x is in a vector register).
