@@ -272,6 +272,12 @@ pub struct RuntimeAddrs {
     pub entry: u64,
     /// The return trampoline.
     pub trampoline: u64,
+    /// `tp_entry_ext`: `tp_entry` with predicates, counts by value and
+    /// stacks, for the probes that have them.
+    pub entry_ext: u64,
+    /// The return trampoline that calls `tp_exit_ext` (predicates on the
+    /// return value, durations kept in the target).
+    pub trampoline_ext: u64,
     /// `tp_unwind`.
     pub unwind: u64,
     /// The runtime's context (`struct tp_ctx`) in the data region.
@@ -307,6 +313,10 @@ pub struct RuntimeBlobs {
     pub exit: &'static [u8],
     /// `tp_unwind`.
     pub unwind: &'static [u8],
+    /// `tp_entry_ext`.
+    pub entry_ext: &'static [u8],
+    /// `tp_exit_ext`.
+    pub exit_ext: &'static [u8],
 }
 
 /// A runtime block assembled for one address.

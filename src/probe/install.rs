@@ -293,16 +293,41 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
 /// What a detour of `k` (bits of [`kind`]) does beyond counting.
 pub fn records_of(k: u32) -> Records {
     Records {
-        args: k & kind::ARGS != 0,
+        // The runtime is called at entry for a stack or a count by value too.
+        args: k & (kind::ARGS | kind::STACK | kind::BY) != 0,
         ret: k & kind::RET != 0,
         sample: k & kind::SAMPLE != 0,
         unwind: k & kind::UNWIND != 0,
     }
 }
 
+/// The configuration written for probe `index` of `req`: the request's,
+/// with the flags its exit reads.
+fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
+    let mut c = req.config;
+    c.flags = layout::entry_word(index, req.kind) & !layout::PROBE_MASK;
+    c
+}
+
+/// The runtime's parts a probe of kind `k` calls: the `_ext` entry for a
+/// predicate, a count by value or a stack, the `_ext` trampoline for a
+/// predicate on the return value or durations kept in the target. Other
+/// probes call the plain ones, which have none of that code.
+pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
+    let mut rt = rt;
+    if k & (kind::FILTER | kind::STACK | kind::BY) != 0 {
+        rt.entry = rt.entry_ext;
+    }
+    if k & (kind::FILTER_EXIT | kind::AGGREGATE) != 0 {
+        rt.trampoline = rt.trampoline_ext;
+    }
+    rt
+}
+
 /// Where probe `index`'s detour finds its flag, counters and runtime.
 fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     let kind = req.kind;
+    let runtime = runtime.map(|rt| runtime_for(kind, rt));
     DetourSpec {
         probe_index: index,
         records: records_of(kind),
@@ -383,6 +408,7 @@ fn write_detours(
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         region.set_budget(p.index, opts.sample_budget)?;
+        region.set_config(p.index, &config_for(req, p.index))?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
         crate::fault::point("after-entry");

@@ -384,8 +384,8 @@ shared_struct! {
         pub tsc: u64,
         /// Probe index.
         pub probe: u32,
-        /// The flags `tp_entry` was passed ([`entry_flags`]): what the exit records.
-        pub flags: u32,
+        /// Padding.
+        pub pad: u32,
         /// The trampoline address written into the slot.
         pub tramp: u64,
         /// The slot's `overhead` when the call began.
@@ -447,9 +447,9 @@ pub mod stack_word {
     /// Return addresses found by following frame pointers (the caller's
     /// first), `count` of them.
     pub const MODE_FRAMES: u64 = 1;
-    /// A copy of the stack's top for tp to unwind: the stack pointer and
-    /// the frame pointer at the function's entry, then `count` words of
-    /// the stack from the stack pointer up.
+    /// A copy of the stack's top for tp to unwind: the stack pointer, the
+    /// frame pointer and the return address at the function's entry, then
+    /// `count` words of the stack from the stack pointer up.
     pub const MODE_COPY: u64 = 2;
     /// Bit 8: the walk stopped at the depth asked for (or the copy at its
     /// length), not at the stack's end.
@@ -543,8 +543,9 @@ shared_struct! {
         pub stack_depth: u32,
         /// `--stack`: bytes of the stack's top to copy for tp to unwind, or 0.
         pub stack_copy: u32,
-        /// Padding.
-        pub pad: u32,
+        /// The probe's [`entry_flags`], for `tp_exit_ext` (an exit knows
+        /// its probe, not its flags).
+        pub flags: u32,
     }
 }
 
@@ -561,6 +562,12 @@ pub const AGG_LAT_ENTRIES: usize = 32;
 pub const AGG_BY_ENTRIES: usize = 512;
 /// Places a lookup probes in a thread's aggregate tables before giving up.
 pub const AGG_PROBES: u32 = 16;
+/// log2 of [`AGG_BY_ENTRIES`].
+pub const AGG_BY_BITS: u32 = AGG_BY_ENTRIES.trailing_zeros();
+/// The most bytes above the stack pointer a thread's stack may reach for
+/// the runtime to take the thread's TCB as its stack's end (glibc and musl
+/// keep it at the top of the block the stack lies in).
+pub const MAX_THREAD_STACK: u64 = 1 << 30;
 
 shared_struct! {
     /// The head of a thread's aggregates (`struct tp_agg`), after its ring.
@@ -720,6 +727,8 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGG_LAT_ENTRIES", AGG_LAT_ENTRIES as u64),
     ("TP_AGG_BY_ENTRIES", AGG_BY_ENTRIES as u64),
     ("TP_AGG_PROBES", AGG_PROBES as u64),
+    ("TP_AGG_BY_BITS", AGG_BY_BITS as u64),
+    ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
     ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),

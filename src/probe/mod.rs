@@ -41,4 +41,7 @@ pub struct Request {
     pub kind: u32,
     /// The function's calling convention: which registers an entry event records.
     pub abi: Abi,
+    /// What it records beyond its kind: predicates, the argument counted
+    /// by, the stack (written to the region before the probe goes live).
+    pub config: layout::ProbeConfig,
 }

@@ -95,7 +95,8 @@ impl Arch for AArch64 {
     }
 
     fn build_runtime(at: u64, ctx: u64, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        RuntimeBlock { bytes: Vec::new(), addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, ctx } }
+        let addrs = RuntimeAddrs { entry: at, trampoline: at, unwind: at, entry_ext: at, trampoline_ext: at, ctx };
+        RuntimeBlock { bytes: Vec::new(), addrs }
     }
 
     fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {

@@ -11,6 +11,7 @@
 #define TP_SYS_RT_SIGPROCMASK 135
 #define TP_SYS_GETPID 172
 #define TP_SYS_GETTID 178
+#define TP_SYS_MADVISE 233
 
 static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
 								   uint64_t a3)
@@ -33,6 +34,17 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 	uint64_t v;
 	(void)how;
 	__asm__ volatile("mrs %0, tpidr_el0" : "=r"(v));
+	return v;
+}
+
+/* The frame pointer (x29) as the probed function received it: its
+ * caller's frame record (AAPCS64 keeps one per frame). Read only by the
+ * runtime's `_ext` functions, which build.rs compiles with x29 reserved
+ * (-ffixed-x29), so nothing in the runtime has changed it. */
+static inline __attribute__((always_inline)) uint64_t tp_frame_pointer(void)
+{
+	uint64_t v;
+	__asm__ volatile("mov %0, x29" : "=r"(v));
 	return v;
 }
 

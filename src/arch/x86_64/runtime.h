@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #define TP_SYS_RT_SIGACTION 13
+#define TP_SYS_MADVISE 28
 #define TP_SYS_RT_SIGPROCMASK 14
 #define TP_SYS_GETPID 39
 #define TP_SYS_KILL 62
@@ -47,6 +48,17 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 	}
 	v = 0;
 	tp_syscall4(TP_SYS_ARCH_PRCTL, TP_ARCH_GET_FS, (uint64_t)&v, 0, 0);
+	return v;
+}
+
+/* The frame pointer (rbp) as the probed function received it: its
+ * caller's frame record when the caller keeps frame pointers. Read only by
+ * the runtime's `_ext` functions, which build.rs compiles with rbp reserved
+ * (-ffixed-rbp), so nothing in the runtime has changed it. */
+static inline __attribute__((always_inline)) uint64_t tp_frame_pointer(void)
+{
+	uint64_t v;
+	__asm__ volatile("mov %%rbp, %0" : "=r"(v));
 	return v;
 }
 
