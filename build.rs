@@ -214,12 +214,10 @@ fn build_runtime(manifest: &Path, arch: &str) {
     println!("cargo:rerun-if-changed=src/probe/layout.rs");
     println!("cargo:rerun-if-changed=src/arch/{arch}/runtime.h");
     write_layout_header(&out.join("layout.h"));
-    let fixed_fp = match arch {
-        "x86_64" => "-ffixed-rbp",
-        _ => "-ffixed-x29",
-    };
     compile_runtime(manifest, arch, &out, "runtime.o", &[], RUNTIME_FUNCTIONS);
-    compile_runtime(manifest, arch, &out, "runtime_ext.o", &[fixed_fp], RUNTIME_EXT_FUNCTIONS);
+    // The arch's runtime.h makes the frame register a global register
+    // variable under this macro: that build never uses it otherwise.
+    compile_runtime(manifest, arch, &out, "runtime_ext.o", &["-DTP_RESERVE_FRAME_POINTER"], RUNTIME_EXT_FUNCTIONS);
 }
 
 /// One build of the runtime into `object`, with `extra` flags, and the

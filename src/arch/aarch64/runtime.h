@@ -38,15 +38,17 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 }
 
 /* The frame pointer (x29) as the probed function received it: its
- * caller's frame record (AAPCS64 keeps one per frame). Read only by the
- * runtime's `_ext` functions, which build.rs compiles with x29 reserved
- * (-ffixed-x29), so nothing in the runtime has changed it. */
+ * caller's frame record (AAPCS64 keeps one per frame). Only the runtime's
+ * `_ext` functions read it: build.rs compiles them with
+ * TP_RESERVE_FRAME_POINTER, which makes x29 a global register variable,
+ * so no code of that build uses it for anything else. */
+#ifdef TP_RESERVE_FRAME_POINTER
+register uint64_t tp_frame_register __asm__("x29");
 static inline __attribute__((always_inline)) uint64_t tp_frame_pointer(void)
 {
-	uint64_t v;
-	__asm__ volatile("mov %0, x29" : "=r"(v));
-	return v;
+	return tp_frame_register;
 }
+#endif
 
 /* The virtual counter (CNTVCT_EL0), readable from user space on Linux. */
 static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)

@@ -52,15 +52,17 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 }
 
 /* The frame pointer (rbp) as the probed function received it: its
- * caller's frame record when the caller keeps frame pointers. Read only by
- * the runtime's `_ext` functions, which build.rs compiles with rbp reserved
- * (-ffixed-rbp), so nothing in the runtime has changed it. */
+ * caller's frame record when the caller keeps frame pointers. Only the
+ * runtime's `_ext` functions read it: build.rs compiles them with
+ * TP_RESERVE_FRAME_POINTER, which makes rbp a global register variable, so
+ * no code of that build uses it for anything else. */
+#ifdef TP_RESERVE_FRAME_POINTER
+register uint64_t tp_frame_register __asm__("rbp");
 static inline __attribute__((always_inline)) uint64_t tp_frame_pointer(void)
 {
-	uint64_t v;
-	__asm__ volatile("mov %%rbp, %0" : "=r"(v));
-	return v;
+	return tp_frame_register;
 }
+#endif
 
 /* The time-stamp counter (invariant on the CPUs tp targets). */
 static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)

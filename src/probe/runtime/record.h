@@ -10,7 +10,15 @@
  * configuration, the aggregate tables) may have been written by the
  * target: every index is bounded, every program step checked, and memory
  * outside the region is read only inside the thread's stack, whose bounds
- * the runtime knows without a fault (stack_bounds). */
+ * the runtime knows without a fault (stack_bounds).
+ *
+ * The stack walk reads the frame register as the probed function left it
+ * (tp_frame_pointer, from the arch's runtime.h), which only the build with
+ * TP_RESERVE_FRAME_POINTER guarantees: the plain build leaves the stack
+ * out (it never calls emit_with_stack). */
+#ifndef TP_RESERVE_FRAME_POINTER
+#define tp_frame_pointer() 0
+#endif
 
 /* Probe `probe`'s configuration in the region. */
 HOT const struct tp_probe_config *config_of(const struct tp_ctx *c, uint32_t probe)
