@@ -73,6 +73,9 @@ const TARGETS: &[Target] = &[
     // Benchmark targets (benches/tp). `many` has 10,000 functions: -O0 keeps
     // its build to seconds and gives them the usual push/mov prologue.
     Target { name: "hot", sources: &["hot.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Known call paths, with frame pointers and without (`--stack` fp and dwarf).
+    Target { name: "stacks", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
+    Target { name: "stacks-nofp", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fomit-frame-pointer"]) },
     Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },
     Target { name: "many", sources: &["many.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     Target { name: "floor", sources: &["floor.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },

@@ -12,6 +12,7 @@
 
 pub mod aarch64;
 mod regset;
+pub mod unwind;
 pub mod x86_64;
 
 use std::fmt;
@@ -746,6 +747,9 @@ pub trait Arch {
     /// Assembles an arena's runtime block at `at`: the runtime's functions
     /// and the return trampoline, which reach the context at `ctx`.
     fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock;
+
+    /// An unwinder for copies of this architecture's stacks (`--stack dwarf`).
+    fn stack_unwinder() -> Box<dyn unwind::StackUnwinder>;
 
     /// Where the TCB keeps each thread's TID, as an offset from the thread
     /// pointer the runtime uses, found by reading the TCBs of stopped

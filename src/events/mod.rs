@@ -3,6 +3,7 @@
 //! ([`clock`]), given names and typed values ([`format`](mod@format)), and summed into
 //! latency statistics ([`stats`]).
 
+pub mod aggregates;
 pub mod clock;
 pub mod drain;
 pub mod format;

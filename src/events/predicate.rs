@@ -488,6 +488,33 @@ fn push(o: &Operand, slot: Option<Slot>, other: Option<Slot>, out: &mut Vec<u64>
     Ok(())
 }
 
+/// The word of [`crate::probe::layout::ProbeConfig::by`] for `--by ARG`
+/// in the function `info` describes: the argument's register and how its
+/// value is read.
+pub fn by_word(arg: &str, info: &ProbeInfo) -> Result<u32, String> {
+    let operand = match parse(arg)? {
+        Expr::Truth(o @ (Operand::Name(_) | Operand::Position(_))) => o,
+        _ => return Err("name one argument: a parameter's name or arg0..arg5".into()),
+    };
+    let slots = arg_slots(info);
+    let s = operand_slot(&operand, &slots, info, false)?.ok_or("name one argument")?;
+    Ok((s.reg | (s.ext << 8)) as u32)
+}
+
+/// How [`by_word`] reads a value: as signed, and how wide.
+pub fn by_value(word: u32, value: u64) -> i128 {
+    let ext = (word >> 8) as u64 & 0xff;
+    match ext {
+        filter_ext::I8 => value as i8 as i128,
+        filter_ext::I16 => value as i16 as i128,
+        filter_ext::I32 => value as i32 as i128,
+        filter_ext::U8 => value as u8 as i128,
+        filter_ext::U16 => value as u16 as i128,
+        filter_ext::U32 => value as u32 as i128,
+        _ => value as i64 as i128,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

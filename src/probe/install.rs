@@ -196,6 +196,9 @@ fn patch_all(
     if requests.iter().any(|r| r.kind != kind::COUNT) {
         learn_threads(stopped, mem, region)?;
     }
+    if requests.iter().any(|r| r.kind & kind::STACK != 0) {
+        learn_stacks(stopped, region, &maps)?;
+    }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
     let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
 
@@ -249,6 +252,35 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
     }
     region.set_header(&h)
 }
+
+/// Tells the runtime where the main thread's stack is (the `[stack]`
+/// mapping: it only grows down from where it is now), and whether a thread
+/// may ask the kernel whether its stack is readable (madvise with
+/// MADV_POPULATE_READ, Linux 5.14), which the process's seccomp filters
+/// must let through: a thread whose stack bounds the runtime cannot know
+/// records only its caller.
+fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<()> {
+    let mut h = region.header();
+    if let Some(stack) = maps.iter().find(|m| m.path == "[stack]") {
+        h.ctx.main_stack_lo = stack.start;
+        h.ctx.main_stack_hi = stack.end;
+    }
+    let data = crate::process::bpf::SeccompData {
+        nr: Host::SYSCALLS.madvise as i32,
+        arch: Host::SYSCALLS.audit_arch,
+        instruction_pointer: 0,
+        args: [0x7f00_0000_0000, 4096, MADV_POPULATE_READ, 0, 0, 0],
+    };
+    let allowed = crate::process::seccomp::Filters::read(stopped.pid(), stopped.worker())
+        .map(|f| f.action(&data).permits())
+        .unwrap_or(false);
+    h.ctx.may_check_stack = allowed as u32;
+    region.set_header(&h)
+}
+
+/// `madvise`'s advice to fault pages in for reading (Linux 5.14), which
+/// fails on memory that cannot be read: how a thread checks its stack.
+const MADV_POPULATE_READ: u64 = 22;
 
 /// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
 /// tells threads apart, other than the machine and the program would have

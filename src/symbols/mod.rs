@@ -14,6 +14,7 @@ pub mod image;
 pub mod module;
 pub mod modules;
 pub mod pattern;
+pub mod stackwalk;
 pub mod symbolize;
 pub mod verdict;
 
