@@ -43,7 +43,7 @@ pub struct UnwindStart {
 }
 
 /// An unwinder for one process's modules.
-pub trait StackUnwinder {
+pub trait StackUnwinder: Send {
     /// Adds a module's tables.
     fn add(&mut self, tables: UnwindTables);
     /// The return addresses of the frames above `start`, at most `max`,
