@@ -13,10 +13,18 @@
  *   naps US N    N calls of nap(US), which sleeps US microseconds; the
  *                target times each call itself -> "done naps US N hist=K:C,K:C"
  *                (C calls took from 2^K ns to less than 2^(K+1))
+ *   threads T N  T threads, each running paths N -> "done threads T N"
+ *   wild N       N rounds of calls of leaf(5) whose caller's frame pointer
+ *                is hostile (x86-64; elsewhere plain calls): misaligned, a
+ *                PROT_NONE page, a record on the heap pointing there, a
+ *                record on the stack pointing to itself, to that page, and
+ *                to the stack's last word -> "done wild N calls=C"
  *   quit
  */
 #include "common.h"
 
+#include <pthread.h>
+#include <sys/mman.h>
 #include <time.h>
 
 /* Without sibling-call optimization every call stays a call (a tail call
@@ -80,6 +88,72 @@ TP_PROBED TP_CALLS void run_deep(int depth, long n)
 		sink += descend(depth, 3);
 }
 
+TP_PROBED TP_CALLS void *thread_main(void *arg)
+{
+	run_paths((long)arg);
+	return NULL;
+}
+
+#if defined(__x86_64__)
+/* Calls leaf(n) with rbp set to `fp`, as code that keeps no frame pointer
+ * may leave it (rbp is then any value). */
+__attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
+{
+	long r;
+	__asm__ volatile("sub $136, %%rsp\n\t" /* past the red zone, 16-aligned with the push */
+			 "push %%rbp\n\t"
+			 "mov %1, %%rbp\n\t"
+			 "mov %2, %%edi\n\t"
+			 "call leaf\n\t"
+			 "pop %%rbp\n\t"
+			 "add $136, %%rsp"
+			 : "=a"(r)
+			 : "r"(fp), "r"(n)
+			 : "rdi", "rsi", "rdx", "rcx", "r8", "r9", "r10", "r11", "memory", "cc");
+	return r;
+}
+#else
+__attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
+{
+	(void)fp;
+	return leaf(n);
+}
+#endif
+
+/* The hostile frame pointers of `wild`: returns the calls of leaf made. */
+static long run_wild(long rounds)
+{
+	static void *none;
+	if (!none)
+		none = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint64_t *heap = malloc(4 * sizeof(uint64_t));
+	volatile uint64_t frame[4];
+	uint64_t stack_end = 0;
+	FILE *maps = fopen("/proc/self/maps", "r");
+	char l[512];
+	while (maps && fgets(l, sizeof l, maps))
+		if (strstr(l, "[stack]"))
+			sscanf(l, "%*x-%lx", &stack_end);
+	if (maps)
+		fclose(maps);
+	long calls = 0;
+	for (long i = 0; i < rounds; i++) {
+		heap[0] = (uint64_t)none;
+		heap[1] = 0x1234;
+		uint64_t wild[] = {1, (uint64_t)none, (uint64_t)heap, (uint64_t)&frame[0], (uint64_t)&frame[0],
+				   (uint64_t)&frame[0], stack_end - 8, stack_end};
+		uint64_t next[] = {0, 0, 0, (uint64_t)&frame[0], (uint64_t)none, stack_end - 8, 0, 0};
+		for (unsigned k = 0; k < sizeof wild / sizeof wild[0]; k++) {
+			frame[0] = next[k];
+			frame[1] = 0x5678;
+			sink += call_with_fp(wild[k], 5);
+			calls++;
+		}
+	}
+	free(heap);
+	return calls;
+}
+
 int main(void)
 {
 	char line[256];
@@ -112,6 +186,18 @@ int main(void)
 					sep = ",";
 				}
 			printf("\n");
+		} else if (sscanf(line, "threads %ld %ld", &a, &b) == 2) {
+			pthread_t t[16];
+			if (a > 16)
+				a = 16;
+			for (long i = 0; i < a; i++)
+				pthread_create(&t[i], NULL, thread_main, (void *)b);
+			for (long i = 0; i < a; i++)
+				pthread_join(t[i], NULL);
+			printf("done threads %ld %ld\n", a, b);
+		} else if (sscanf(line, "wild %ld", &a) == 1) {
+			long calls = run_wild(a);
+			printf("done wild %ld calls=%ld\n", a, calls);
 		} else if (strcmp(line, "quit") == 0) {
 			break;
 		} else {

@@ -255,3 +255,24 @@ fn durations_kept_in_the_target_lose_nothing_and_match_the_targets_histogram() {
         .collect();
     assert_eq!(tps, own, "tp's histogram (lower bounds in ns) against the target's own");
 }
+
+/// Frame pointers a program without them leaves anywhere (misaligned, a
+/// PROT_NONE page, records pointing there, to themselves, past the stack's
+/// end): the walk reads only inside the thread's stack, so the target runs
+/// on, every call counted and its caller named; threads other than the
+/// main one are walked inside their own stacks.
+#[test]
+fn hostile_frame_pointers_never_fault_and_threads_are_walked() {
+    let (answers, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "--stack", "-q", "--json", "--ring-size", "65536"],
+        &[("wild 100", "done wild"), ("threads 3 100", "done threads")],
+    );
+    assert_eq!(answers[0], "done wild 100 calls=800");
+    let s = summary(&stdout);
+    assert_eq!((s["probes"][0]["hits"].as_u64(), s["lost_events"].as_u64()), (Some(1700), Some(0)), "{s}");
+    let stacks = stacks_of(&s, "leaf");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "call_with_fp"]), 800, "{stacks:?}");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "a_mid", "path_a", "run_paths", "thread_main"]), 300, "{stacks:?}");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "path_b", "run_paths", "thread_main"]), 600, "{stacks:?}");
+}
