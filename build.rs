@@ -76,6 +76,8 @@ const TARGETS: &[Target] = &[
     // Known call paths, with frame pointers and without (`--stack` fp and dwarf).
     Target { name: "stacks", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     Target { name: "stacks-nofp", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fomit-frame-pointer"]) },
+    // The same with frame pointers (the benchmark's stack walks).
+    Target { name: "hot-fp", sources: &["hot.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },
     Target { name: "many", sources: &["many.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     Target { name: "floor", sources: &["floor.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },

@@ -67,7 +67,8 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
 /// ending in `.svg` is the stacks' flame graph; return probes whose events
 /// nobody reads (only the summary, no trace file, no arguments or stacks)
 /// keep their durations in the target's histograms instead of sending an
-/// event per call.
+/// event per call (`TP_AGGREGATE=0` sends the events still, for the
+/// benchmark's rows that measure them).
 pub fn settle(mut opts: Options) -> Options {
     if opts.trace_file.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "svg")) {
         opts.flame_file = opts.trace_file.take();
@@ -77,6 +78,7 @@ pub fn settle(mut opts: Options) -> Options {
         && opts.trace_file.is_none()
         && k & kind::RET != 0
         && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0
+        && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")
     {
         opts.selection.kind |= kind::AGGREGATE;
     }

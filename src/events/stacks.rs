@@ -92,21 +92,22 @@ pub struct StackCounts {
 }
 
 impl StackCounts {
-    /// Counts one call of probe `probe` (a position in the session's
-    /// probes) with return addresses `addrs`.
-    pub fn add(&mut self, probe: usize, addrs: Vec<u64>) {
+    /// Counts one call of probe `probe` (a position in the session's probes)
+    /// with return addresses `addrs`; false if its stack was not kept.
+    pub fn add(&mut self, probe: usize, addrs: Vec<u64>) -> bool {
         let key = (probe, addrs);
         if let Some(n) = self.counts.get_mut(&key) {
             *n += 1;
-            return;
+            return true;
         }
         let distinct = self.per_probe.entry(probe).or_default();
         if *distinct >= MAX_DISTINCT {
             self.dropped += 1;
-            return;
+            return false;
         }
         *distinct += 1;
         self.counts.insert(key, 1);
+        true
     }
 
     /// Every stack of `probe` with its count, the most frequent last (as

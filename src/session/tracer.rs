@@ -347,7 +347,9 @@ impl Tracer {
         let info = &attached.infos[i];
         frames.push(Frame { function: Some(info.name.clone()), module: Some(info.module.clone()), offset: 0, addr: f });
         frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
-        self.stacks.add(i, addrs);
+        if !self.stacks.add(i, addrs) {
+            self.stack_notes.entry(i).or_default().2 += 1;
+        }
         Some(frames)
     }
 

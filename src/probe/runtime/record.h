@@ -197,10 +197,10 @@ HOT int aggregate(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_
 			b = TP_LAT_BUCKETS - 1;
 		__atomic_store_n(&e->buckets[b], e->buckets[b] + 1, __ATOMIC_RELAXED);
 		__atomic_store_n(&e->sum, e->sum + ticks, __ATOMIC_RELAXED);
-		if (ticks < e->min)
-			__atomic_store_n(&e->min, ticks, __ATOMIC_RELAXED);
-		if (ticks > e->max)
-			__atomic_store_n(&e->max, ticks, __ATOMIC_RELAXED);
+		/* Stored either way: the same instructions for every call. */
+		uint64_t lo = e->min, hi = e->max;
+		__atomic_store_n(&e->min, ticks < lo ? ticks : lo, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->max, ticks > hi ? ticks : hi, __ATOMIC_RELAXED);
 		/* The count last: tp reads a histogram whose count it has seen. */
 		__atomic_store_n(&e->count, e->count + 1, __ATOMIC_RELEASE);
 		return 1;
