@@ -13,6 +13,8 @@
  *   naps US N    N calls of nap(US), which sleeps US microseconds; the
  *                target times each call itself -> "done naps US N hist=K:C,K:C"
  *                (C calls took from 2^K ns to less than 2^(K+1))
+ *   inlined N    N calls of leaf(4) from inner_helper, which the compiler
+ *                inlines into run_inlined -> "done inlined N"
  *   threads T N  T threads, each running paths N -> "done threads T N"
  *   wild N       N rounds of calls of leaf(5) whose caller's frame pointer
  *                is hostile (x86-64; elsewhere plain calls): misaligned, a
@@ -86,6 +88,18 @@ TP_PROBED TP_CALLS void run_deep(int depth, long n)
 {
 	for (long i = 0; i < n; i++)
 		sink += descend(depth, 3);
+}
+
+/* Inlined into run_inlined: a frame only DWARF tells about. */
+static inline __attribute__((always_inline)) long inner_helper(int n)
+{
+	return leaf(n) + 1;
+}
+
+TP_PROBED TP_CALLS void run_inlined(long n)
+{
+	for (long i = 0; i < n; i++)
+		sink += inner_helper(4);
 }
 
 TP_PROBED TP_CALLS void *thread_main(void *arg)
@@ -195,6 +209,9 @@ int main(void)
 			for (long i = 0; i < a; i++)
 				pthread_join(t[i], NULL);
 			printf("done threads %ld %ld\n", a, b);
+		} else if (sscanf(line, "inlined %ld", &a) == 1) {
+			run_inlined(a);
+			printf("done inlined %ld\n", a);
 		} else if (sscanf(line, "wild %ld", &a) == 1) {
 			long calls = run_wild(a);
 			printf("done wild %ld calls=%ld\n", a, calls);

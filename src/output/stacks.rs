@@ -33,8 +33,8 @@ pub fn write_text(out: &mut impl Write, all: &[ProbeStacks]) -> io::Result<()> {
         writeln!(out, "\nstacks of {} ({}):", text(&p.function), text(&p.module))?;
         for (frames, n) in &p.stacks {
             writeln!(out, "@[")?;
-            for f in frames {
-                writeln!(out, "    {}", text(&f.text()))?;
+            for line in frames.iter().flat_map(Frame::lines) {
+                writeln!(out, "    {}", text(&line))?;
             }
             writeln!(out, "]: {}", thousands(*n))?;
         }
@@ -58,10 +58,10 @@ pub fn write_text(out: &mut impl Write, all: &[ProbeStacks]) -> io::Result<()> {
     Ok(())
 }
 
-/// A frame as a folded line names it: no `;` (the separator) and no
-/// line breaks.
-fn folded_name(f: &Frame) -> String {
-    f.short().replace([';', '\n', '\r'], "_")
+/// A name as a folded line shows it: no `;` (the separator) and no line
+/// breaks.
+fn folded_name(name: &str) -> String {
+    name.replace([';', '\n', '\r'], "_")
 }
 
 /// Folded lines, `outermost;...;function count`, one per distinct stack.
@@ -69,7 +69,8 @@ pub fn folded(all: &[ProbeStacks]) -> Vec<String> {
     let mut lines = Vec::new();
     for p in all {
         for (frames, n) in &p.stacks {
-            let names: Vec<String> = frames.iter().rev().map(folded_name).collect();
+            let names: Vec<String> =
+                frames.iter().rev().flat_map(Frame::short_chain).map(|n| folded_name(&n)).collect();
             lines.push(format!("{} {n}", names.join(";")));
         }
     }
@@ -99,7 +100,7 @@ pub fn to_json(all: &[ProbeStacks]) -> String {
                 .stacks
                 .iter()
                 .map(|(frames, n)| {
-                    let frames: Vec<String> = frames.iter().map(|f| json::string(&f.text())).collect();
+                    let frames: Vec<String> = frames.iter().flat_map(Frame::lines).map(|l| json::string(&l)).collect();
                     format!("{{\"count\":{n},\"frames\":[{}]}}", frames.join(","))
                 })
                 .collect();
@@ -122,7 +123,13 @@ mod tests {
     use super::*;
 
     fn frame(f: &str, off: u64) -> Frame {
-        Frame { function: Some(f.into()), module: Some("prog".into()), offset: off, addr: 0x1000 + off }
+        Frame {
+            function: Some(f.into()),
+            module: Some("prog".into()),
+            offset: off,
+            addr: 0x1000 + off,
+            inlined: Vec::new(),
+        }
     }
 
     fn sample() -> Vec<ProbeStacks> {

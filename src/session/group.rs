@@ -603,9 +603,14 @@ impl Group {
                 .with_context(|| format!("writing `{}`", path.display()))?;
         }
         if self.opts.folded {
-            // Folded lines take the place of the counted stacks.
-            let without: Vec<ProcessReport> =
-                reports.iter().map(|r| ProcessReport { stacks: Vec::new(), ..r.clone() }).collect();
+            // Folded lines take the place of the counted stacks (the JSON keeps them).
+            let without: Vec<ProcessReport> = reports
+                .iter()
+                .map(|r| ProcessReport {
+                    stacks: if self.opts.json { r.stacks.clone() } else { Vec::new() },
+                    ..r.clone()
+                })
+                .collect();
             report::write(&mut out, &without, self.how.several, self.opts.json)?;
             for line in crate::output::stacks::folded(&stacks) {
                 std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes())?;

@@ -269,7 +269,8 @@ impl Tracer {
                     if let Some(frames) = &stack {
                         // The stack as the call's argument `stack`, innermost first.
                         args_json.pop();
-                        let names: Vec<String> = frames.iter().map(|f| json::string(&f.text())).collect();
+                        let names: Vec<String> =
+                            frames.iter().flat_map(Frame::lines).map(|l| json::string(&l)).collect();
                         let sep = if args_json.len() > 1 { "," } else { "" };
                         args_json += &format!("{sep}\"stack\":[{}]}}", names.join(","));
                     }
@@ -345,7 +346,13 @@ impl Tracer {
         let mut frames = Vec::with_capacity(addrs.len() + 1);
         let f = attached.function_addr(i);
         let info = &attached.infos[i];
-        frames.push(Frame { function: Some(info.name.clone()), module: Some(info.module.clone()), offset: 0, addr: f });
+        frames.push(Frame {
+            function: Some(info.name.clone()),
+            module: Some(info.module.clone()),
+            offset: 0,
+            addr: f,
+            inlined: Vec::new(),
+        });
         frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
         if !self.stacks.add(i, addrs) {
             self.stack_notes.entry(i).or_default().2 += 1;
@@ -366,8 +373,13 @@ impl Tracer {
             .map(|i| {
                 let info = &attached.infos[i];
                 let f = attached.function_addr(i);
-                let leaf =
-                    Frame { function: Some(info.name.clone()), module: Some(info.module.clone()), offset: 0, addr: f };
+                let leaf = Frame {
+                    function: Some(info.name.clone()),
+                    module: Some(info.module.clone()),
+                    offset: 0,
+                    addr: f,
+                    inlined: Vec::new(),
+                };
                 let stacks = self
                     .stacks
                     .of(i)

@@ -41,7 +41,7 @@ fn stacks_of(s: &Value, function: &str) -> Vec<(Vec<String>, u64)> {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|f| f.as_str().unwrap().split('+').next().unwrap().to_string())
+                .map(|f| f.as_str().unwrap().split(['+', ' ']).next().unwrap().to_string())
                 .collect();
             (names, st["count"].as_u64().unwrap())
         })
@@ -275,4 +275,25 @@ fn hostile_frame_pointers_never_fault_and_threads_are_walked() {
     assert_eq!(calls_with_prefix(&stacks, &["leaf", "call_with_fp"]), 800, "{stacks:?}");
     assert_eq!(calls_with_prefix(&stacks, &["leaf", "a_mid", "path_a", "run_paths", "thread_main"]), 300, "{stacks:?}");
     assert_eq!(calls_with_prefix(&stacks, &["leaf", "path_b", "run_paths", "thread_main"]), 600, "{stacks:?}");
+}
+
+/// A function inlined on the path is a frame of its own, from DWARF.
+#[test]
+fn inlined_functions_are_frames_of_their_own() {
+    for (target, how) in [("stacks", "--stack"), ("stacks-nofp", "--stack=dwarf")] {
+        let (_, stdout, _) = session(
+            target,
+            &["-f", "leaf", how, "-q", "--json", "--folded", "--ring-size", "65536"],
+            &[("inlined 50", "done inlined")],
+        );
+        let stacks = stacks_of(&summary(&stdout), "leaf");
+        assert_eq!(
+            calls_with_prefix(&stacks, &["leaf", "inner_helper", "run_inlined", "main"]),
+            50,
+            "{target}: {stacks:?}"
+        );
+        let line = stacks.iter().find(|(n, _)| n.len() > 1).map(|(n, _)| n.clone()).unwrap();
+        assert_eq!(line[1], "inner_helper");
+        assert!(stdout.lines().any(|l| l.ends_with("main;run_inlined;inner_helper;leaf 50")), "{target}: {stdout}");
+    }
 }
