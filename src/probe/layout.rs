@@ -550,7 +550,7 @@ shared_struct! {
 }
 
 /// Log-linear buckets per power of two of a [`LatEntry`] (`2^LAT_SUB_BITS`).
-pub const LAT_SUB_BITS: u32 = 2;
+pub const LAT_SUB_BITS: u32 = 3;
 /// Buckets of a [`LatEntry`]: every power of two of ticks, each in
 /// `2^LAT_SUB_BITS` parts.
 pub const LAT_BUCKETS: usize = 64 << LAT_SUB_BITS;
@@ -1330,10 +1330,10 @@ mod tests {
 
     #[test]
     fn latency_buckets_are_log_linear_and_monotonic() {
-        for t in 0..4 {
-            assert_eq!(lat_bucket(t), t as usize);
+        for t in 0..16 {
+            assert_eq!(lat_bucket(t), t as usize, "below 2 << LAT_SUB_BITS every tick has its bucket");
         }
-        assert_eq!((lat_bucket(8), lat_bucket(9), lat_bucket(10), lat_bucket(15)), (8, 8, 9, 11));
+        assert_eq!((lat_bucket(16), lat_bucket(17), lat_bucket(18), lat_bucket(31)), (16, 16, 17, 23));
         let mut last = 0;
         for t in (0..20).chain((5..64).flat_map(|p| [1u64 << p, (1u64 << p) + 1, (3u64 << (p - 1)) - 1])) {
             let b = lat_bucket(t);
@@ -1341,7 +1341,7 @@ mod tests {
             assert!(lat_bucket_low(b) <= t && t < lat_bucket_low(b + 1), "{t}");
             last = b;
         }
-        assert_eq!(lat_bucket(u64::MAX), LAT_BUCKETS - 5);
+        assert_eq!(lat_bucket(u64::MAX), ((65 - LAT_SUB_BITS as usize) << LAT_SUB_BITS) - 1);
     }
 
     #[test]
