@@ -232,30 +232,39 @@ fn durations_kept_in_the_target_lose_nothing_and_match_the_targets_histogram() {
         (Some(10000), Some(10000), Some(0))
     );
 
-    let (answers, stdout, _) = session(
-        "stacks",
-        &["-f", "nap", "--ret", "-q", "--json"],
-        // Far from the powers of two of ns (2^20 ns is 1.05 ms): a bucket
-        // kept in the target is an eighth of a power of two wide.
-        &[("naps 1200 40", "done naps"), ("naps 6000 15", "done naps")],
-    );
-    let mut own = std::collections::BTreeMap::new();
-    for a in &answers {
-        for kc in a.split("hist=").nth(1).unwrap().split(',') {
-            let (k, c) = kc.split_once(':').unwrap();
-            *own.entry(1u64 << k.parse::<u32>().unwrap()).or_insert(0u64) += c.parse::<u64>().unwrap();
+    // The target times each call too; a call within a few per cent of a
+    // power of two of ns may fall on either side for tp (which leaves its
+    // own work out): such a round is run again, a few times at most.
+    for round in 1..=8 {
+        let (answers, stdout, _) = session(
+            "stacks",
+            &["-f", "nap", "--ret", "-q", "--json"],
+            &[("naps 1200 40", "done naps"), ("naps 6000 15", "done naps")],
+        );
+        let near: u64 = answers.iter().map(|a| field(a, "near")).sum();
+        if near > 0 && round < 8 {
+            continue;
         }
+        assert_eq!(near, 0, "every round had a call near a power of two of ns: the machine is too loaded");
+        let mut own = std::collections::BTreeMap::new();
+        for a in &answers {
+            for kc in a.split("hist=").nth(1).unwrap().split(',') {
+                let (k, c) = kc.split_once(':').unwrap();
+                *own.entry(1u64 << k.parse::<u32>().unwrap()).or_insert(0u64) += c.parse::<u64>().unwrap();
+            }
+        }
+        let p = &summary(&stdout)["probes"][0];
+        assert_eq!(p["calls_timed"].as_u64(), Some(55));
+        let tps: std::collections::BTreeMap<u64, u64> = p["histogram"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b[0].as_u64().unwrap(), b[2].as_u64().unwrap()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        assert_eq!(tps, own, "tp's histogram (lower bounds in ns) against the target's own");
+        return;
     }
-    let p = &summary(&stdout)["probes"][0];
-    assert_eq!(p["calls_timed"].as_u64(), Some(55));
-    let tps: std::collections::BTreeMap<u64, u64> = p["histogram"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| (b[0].as_u64().unwrap(), b[2].as_u64().unwrap()))
-        .filter(|&(_, n)| n > 0)
-        .collect();
-    assert_eq!(tps, own, "tp's histogram (lower bounds in ns) against the target's own");
 }
 
 /// Frame pointers a program without them leaves anywhere (misaligned, a
