@@ -257,20 +257,21 @@ impl Tracer {
         match ev.kind {
             Kind::Entry => {
                 let args = format::args(info, &ev.v, &read);
+                let lines_of_stack: Option<Vec<String>> =
+                    stack.as_ref().map(|frames| frames.iter().flat_map(Frame::lines).collect());
                 lines::write(
                     out,
                     self.style,
                     self.origin_ns,
                     pid,
-                    &Line::Entry { info, tid: ev.tid, ts_ns, args: &args },
+                    &Line::Entry { info, tid: ev.tid, ts_ns, args: &args, stack: lines_of_stack.as_deref() },
                 )?;
                 if let Some(c) = &mut chrome {
                     let mut args_json = json::args(&args);
-                    if let Some(frames) = &stack {
+                    if let Some(lines) = &lines_of_stack {
                         // The stack as the call's argument `stack`, innermost first.
                         args_json.pop();
-                        let names: Vec<String> =
-                            frames.iter().flat_map(Frame::lines).map(|l| json::string(&l)).collect();
+                        let names: Vec<String> = lines.iter().map(|l| json::string(l)).collect();
                         let sep = if args_json.len() > 1 { "," } else { "" };
                         args_json += &format!("{sep}\"stack\":[{}]}}", names.join(","));
                     }

@@ -140,11 +140,16 @@ fn stacks_are_in_the_chrome_trace() {
     let dir = std::env::temp_dir().join(format!("tp-chrome-stack-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("t.json");
-    session(
+    let (_, stdout, _) = session(
         "stacks",
-        &["-f", "leaf", "--stack", "-q", "--ring-size", "65536", "-o", trace.to_str().unwrap()],
+        &["-f", "leaf", "--stack", "--json", "--ring-size", "65536", "-o", trace.to_str().unwrap()],
         &[("paths 10", "done paths")],
     );
+    // The JSON Lines carry each call's stack too.
+    let lines: Vec<Value> =
+        stdout.lines().filter(|l| l.contains("\"type\":\"entry\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 30);
+    assert!(lines.iter().all(|e| e["stack"][0].as_str().unwrap().starts_with("leaf+0x0 ")), "{lines:?}");
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let events: Vec<&Value> =
         v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "leaf" && e["ph"] == "i").collect();
