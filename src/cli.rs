@@ -93,9 +93,10 @@ pub struct ProbeArgs {
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process).
-    #[arg(long, value_name = "N", default_value_t = 2048)]
-    pub ring_size: u32,
+    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process;
+    /// default 2048, with --stack 65536: a stack takes several events).
+    #[arg(long, value_name = "N")]
+    pub ring_size: Option<u32>,
     /// Print the summary (and events) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -399,7 +400,7 @@ mod tests {
             panic!()
         };
         assert!(a.probe.args && a.probe.ret && a.probe.quiet);
-        assert_eq!((a.output, a.probe.ring_size), (Some(PathBuf::from("t.json")), 64));
+        assert_eq!((a.output, a.probe.ring_size), (Some(PathBuf::from("t.json")), Some(64)));
     }
 
     #[test]

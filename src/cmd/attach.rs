@@ -15,11 +15,14 @@ use crate::addr::RuntimeAddr;
 use crate::cli::{AttachArgs, ProbeArgs, Targets};
 use crate::output::events::Style;
 use crate::output::sink::Sink;
-use crate::probe::layout::kind;
+use crate::probe::layout::{DEFAULT_RING_LEN, kind};
 use crate::session::group::{Behaviour, Group};
 use crate::session::targets::Which;
 use crate::session::tracer::{TraceOutput, open_chrome};
 use crate::session::{Options, Selection, StackMode, interrupt};
+
+/// Events per ring when stacks are recorded and `--ring-size` is not given.
+const STACK_RING_LEN: u32 = 1 << 16;
 
 /// The selection and output options `tp attach` and `tp run` share.
 pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> Options {
@@ -47,7 +50,8 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
     }
     let selection = Selection {
         addrs: addrs.iter().copied().map(RuntimeAddr).collect(),
-        ring_len: probe.ring_size,
+        // A stack takes several of the ring's events (a 4 KiB copy 75).
+        ring_len: probe.ring_size.unwrap_or(if stack.is_some() { STACK_RING_LEN } else { DEFAULT_RING_LEN }),
         predicate: probe.predicate.clone(),
         by: probe.by.clone(),
         stack,
