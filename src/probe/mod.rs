@@ -8,6 +8,7 @@
 pub mod acquire;
 pub mod arena;
 pub mod family;
+pub mod filter;
 pub mod frames;
 pub mod install;
 pub mod layout;
@@ -47,4 +48,7 @@ pub struct Request {
     /// reads to know whether anything traces the probe), if it has one:
     /// incremented while the probe is in.
     pub semaphore: Option<u64>,
+    /// What it records beyond its kind: predicates, the argument counted
+    /// by, the stack (written to the region before the probe goes live).
+    pub config: layout::ProbeConfig,
 }

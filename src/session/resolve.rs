@@ -33,8 +33,9 @@ pub fn plan_site(m: &Module, f: &Function, site: &Site) -> Result<SitePlan, Refu
 
 /// What a probe at an interior site, or a static probe, records of
 /// `records` (bits of `probe::layout::kind`), or why it cannot: no return
-/// probe and no sampling (there is no return address at the stack pointer
-/// to replace; a static probe marks a point, not a call);
+/// probe, no sampling and no stack (there is no return address at the
+/// stack pointer; a static probe marks a point, not a call), no `--by`
+/// but at a static probe;
 /// arguments only at a static probe, from its note (elsewhere the argument
 /// registers may hold anything by then: such a probe counts, and
 /// `counted_only` says so).
@@ -43,6 +44,17 @@ pub fn interior_kind(records: u32, usdt: bool) -> Result<(u32, bool), Refusal> {
         return Err(Refusal::Interior(
             "a return probe goes at a function's entry, where the return address is at the stack pointer; \
              inside the function it is not: probe the function itself with --ret",
+        ));
+    }
+    if records & kind::STACK != 0 {
+        return Err(Refusal::Interior(
+            "a stack is taken at a function's entry, from its return address; probe the function itself with --stack",
+        ));
+    }
+    if records & kind::BY != 0 && !usdt {
+        return Err(Refusal::Interior(
+            "--by counts by an argument, and inside a function the argument registers hold anything by then \
+             (a static probe's arguments are arg0..arg5)",
         ));
     }
     if records & kind::ARGS != 0 && !usdt {
@@ -202,7 +214,17 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                     continue;
                 }
                 let function = Function { name: label, ..function };
-                requests.push(Request { long, function, plan, span, kind, abi, operands, semaphore })
+                requests.push(Request {
+                    long,
+                    function,
+                    plan,
+                    span,
+                    kind,
+                    abi,
+                    operands,
+                    semaphore,
+                    config: Default::default(),
+                })
             }
             Err(r) if explicit => bail!("cannot probe `{label}`: {r}"),
             Err(r) => refused.push((Function { name: label, ..function }, r)),

@@ -96,6 +96,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             abi: Abi::C,
                             operands: None,
                             semaphore: None,
+                            config: Default::default(),
                         });
                         true
                     }

@@ -18,6 +18,8 @@ pub mod modules;
 pub mod pattern;
 pub mod sdt;
 pub mod site;
+pub mod stackwalk;
+pub mod symbolize;
 pub mod verdict;
 
 pub use elf::{ElfFile, FuncSym, Source, Version};
