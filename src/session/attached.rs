@@ -348,6 +348,7 @@ fn batch(
     existing: Option<&Region>,
 ) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
     let k = what.kind;
+    let notes = resolved.notes;
     let mut requests = resolved.requests;
     if k & kind::RET != 0 {
         requests.extend(unwind::unwinder_requests(modules, existing)?);
@@ -385,6 +386,9 @@ fn batch(
             configure(r, &info, what, predicate.as_ref())?;
         }
         infos.push(info);
+    }
+    for note in notes {
+        crate::say!("{note}");
     }
     Ok((requests, infos))
 }

@@ -19,6 +19,8 @@ pub struct Resolved {
     pub requests: Vec<Request>,
     /// Functions a glob matched that cannot be probed, with the reason.
     pub refused: Vec<(Function, Refusal)>,
+    /// Lines to say once the probes are set up (what some of them do not record).
+    pub notes: Vec<String>,
 }
 
 /// Plans the probe of function `f` of module `m`.
@@ -230,14 +232,15 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
             Err(r) => refused.push((Function { name: label, ..function }, r)),
         }
     }
+    let mut notes = Vec::new();
     if !counted_only.is_empty() {
         let names: Vec<String> = counted_only.iter().take(4).map(|n| format!("`{}`", crate::escape::text(n))).collect();
         let more = if counted_only.len() > 4 { format!(" and {} more", counted_only.len() - 4) } else { String::new() };
-        crate::say!(
+        notes.push(format!(
             "tp: {}{more} inside functions: counted, without arguments (the argument registers hold them only at a \
              function's entry; static probes record their own)",
             names.join(", ")
-        );
+        ));
     }
     progress.finish();
     if requests.is_empty() {
@@ -250,5 +253,5 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
             None => bail!("nothing to probe"),
         }
     }
-    Ok(Resolved { requests, refused })
+    Ok(Resolved { requests, refused, notes })
 }

@@ -88,6 +88,9 @@ fn inside_a_function_ret_is_refused_and_args_are_not_recorded() {
     let err =
         expect_error(&["attach", "-p", &pid, "--line", &line_c, "--ret"], "a return probe goes at a function's entry");
     assert_eq!(err.lines().count(), 1, "{err}");
+    expect_error(&["attach", "-p", &pid, "--line", &line_c, "--stack"], "a stack is taken at a function's entry");
+    expect_error(&["attach", "-p", &pid, "--line", &line_c, "--by", "arg0"], "--by counts by an argument");
+    expect_error(&["attach", "-p", &pid, "--line", &line_c, "--if", "arg0 > 1"], "--if tests the arguments");
     // --args: the entry of `work` records its argument; the line inside only counts.
     let session = Session::start(&["-p", &pid, "--json", "--args", "-f", "work", "--line", &line_c]);
     let n = 300u64;
