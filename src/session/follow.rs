@@ -210,6 +210,16 @@ fn code_size(pid: i32) -> Option<(u64, u64)> {
     Some((field("VmExe:")?, field("VmLib:")?))
 }
 
+/// True once the program a process exec'd is loaded: the kernel writes
+/// the new program's auxiliary vector (its entry point among it) after it
+/// has mapped the executable and its interpreter. Before that, in the
+/// middle of the exec, the new memory map may hold only the stack.
+fn exec_loaded(pid: i32) -> bool {
+    const AT_ENTRY: u64 = 9;
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| !m.is_empty())
+        && process::auxv(pid, AT_ENTRY).is_some_and(|entry| entry != 0)
+}
+
 /// What became of a process whose probes tp observes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -226,7 +236,8 @@ pub enum Change {
 /// look-up of one mapping), or, without the privilege that needs, a read
 /// of its memory map. A process that no longer maps the region exited or
 /// exec'd: an exit drops the memory before the process becomes a zombie,
-/// so an empty map for a moment is an exit in progress.
+/// so an empty map for a moment is an exit in progress, and a map without
+/// the new program's auxiliary vector an exec in progress.
 pub fn change(pid: i32, region: &Region) -> Change {
     if !process::is_alive(pid) {
         return Change::Exited;
@@ -242,11 +253,11 @@ pub fn change(pid: i32, region: &Region) -> Change {
     if maps_region {
         return Change::Same;
     }
-    let deadline = Instant::now() + Duration::from_millis(100);
+    let deadline = Instant::now() + Duration::from_millis(500);
     loop {
         match process::status(pid) {
             Ok(st) if st.state == 'Z' || st.state == 'X' => return Change::Exited,
-            Ok(_) if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| !m.is_empty()) => {
+            Ok(_) if exec_loaded(pid) => {
                 let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                     .map_or_else(|_| "another program".into(), |p| p.display().to_string());
                 return Change::Execd(exe);
