@@ -395,7 +395,10 @@ fn write_doc(env: &Env, md: &str) -> Result<()> {
     const END: &str = "<!-- end of results -->";
     let path = env.root.join("docs/benchmarks.md");
     let doc = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-    let (Some(b), Some(e)) = (doc.find(BEGIN), doc.find(END)) else {
+    // The end marker that closes this section: the first after its start.
+    let b = doc.find(BEGIN);
+    let e = b.and_then(|b| doc[b..].find(END).map(|e| b + e));
+    let (Some(b), Some(e)) = (b, e) else {
         bail!("{} has no result markers", path.display());
     };
     let updated = format!("{}{BEGIN}\n\n{md}{}", &doc[..b], &doc[e..]);
