@@ -17,10 +17,12 @@
  *             the detour relocates and which may fault, so nothing is dead.
  *
  * Modes (every loop and wait is bounded):
- *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S [FUNC]]
- *       T worker threads. A phase is BURSTS bursts: all T threads start
- *       together, each times CALLS calls of FUNC (work, work_mov or
- *       work_rip; work by default), then the main thread
+ *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S [DEPTH [FUNC]]]
+ *       T worker threads; each calls FUNC (work, work_mov or work_rip; work
+ *       by default) from DEPTH nested calls of nest() (default 0), so that
+ *       a stack walk has that many frames. A phase is BURSTS bursts: all T
+ *       threads start together, each times CALLS calls of FUNC, then the
+ *       main thread
  *       sleeps PAUSE_US (time for a tracer to drain its buffers). Phases:
  *       warm-up and unprobed; "ready"; wait for the entry bytes to change
  *       ("patched") and 50 ms more; probed; bench_done() (where a debugger
@@ -190,7 +192,7 @@ static void say(const char *fmt, ...)
 /* Pause between "patched" and the probed phase. */
 #define SETTLE_US 50000
 
-static int nthreads, nbursts;
+static int nthreads, nbursts, depth;
 static long ncalls;
 static pthread_barrier_t start_line, finish_line;
 static volatile int quit;
@@ -205,8 +207,9 @@ struct worker {
 
 static struct worker workers[MAX_THREADS];
 
-/* ncalls calls of the function from `base` on, each one direct call. */
-static uint64_t calls_of(int base)
+/* One burst: ncalls calls of the function from `base` on, each one direct
+ * call. */
+TP_PROBED uint64_t burst(int base)
 {
 	uint64_t acc = 0;
 	switch (func) {
@@ -235,6 +238,13 @@ static uint64_t calls_ref(int base)
 	return acc;
 }
 
+/* A burst under `d` more frames (without sibling-call optimization, each
+ * stays a call). */
+TP_PROBED __attribute__((optimize("no-optimize-sibling-calls"))) uint64_t nest(int d, int base)
+{
+	return d > 0 ? nest(d - 1, base) : burst(base);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -245,7 +255,7 @@ static void *worker_main(void *arg)
 			if (quit)
 				return NULL;
 			double t0 = now_mono();
-			uint64_t acc = calls_of(base);
+			uint64_t acc = nest(depth, base);
 			double t1 = now_mono();
 			w->ns[b] = (t1 - t0) * 1e9 / (double)ncalls;
 			if (acc != w->expect)
@@ -363,7 +373,8 @@ static int mode_step(double max_s)
 int main(int argc, char **argv)
 {
 	if (argc >= 6 && !strcmp(argv[1], "wait")) {
-		if (argc >= 8 && !set_func(argv[7]))
+		depth = argc >= 8 ? atoi(argv[7]) : 0;
+		if (argc >= 9 && !set_func(argv[8]))
 			return 1;
 		return mode_wait(atoi(argv[2]), atoi(argv[3]), atol(argv[4]), atol(argv[5]),
 				 argc >= 7 ? atof(argv[6]) : 60.0);
@@ -373,6 +384,7 @@ int main(int argc, char **argv)
 			return 1;
 		return mode_step(argc >= 3 ? atof(argv[2]) : 60.0);
 	}
-	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S [FUNC]] | step [MAXS [FUNC]]\n", argv[0]);
+	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S [DEPTH [FUNC]]] | step [MAXS [FUNC]]\n",
+		argv[0]);
 	return 1;
 }

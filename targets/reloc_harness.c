@@ -2,7 +2,7 @@
  * relocated copy (tests/reloc drives it; the pattern follows
  * ../shared/aarch64/reloc_harness.c).
  *
- *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES]
+ *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES] [-o BYTES]
  *                 [-f FLAGS] [-k CACHE_ADDR,ROW_ADDR[,WAY]] [-v]
  *                 ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX
  *
@@ -20,7 +20,9 @@
  * address) and the whole data region. Registers named with -c are not
  * compared (e.g. rcx after a syscall, which holds the address after it).
  * -z leaves out the BYTES below the initial stack pointer: a detour may
- * save registers there (at a function's entry that stack is dead). -f
+ * save registers there (at a function's entry that stack is dead). -o moves
+ * them that many bytes further down: a detour inside a function saves its
+ * registers below the 128-byte red zone, which must come out unchanged. -f
  * compares only the flags of the mask FLAGS (those the window leaves
  * undefined may differ). -k writes, before each run, the harness thread's
  * entry of the thread cache at CACHE_ADDR (in the data region), with its
@@ -213,14 +215,16 @@ static void run(uint64_t pc, state_t *out, uint8_t *data_copy)
 int main(int argc, char **argv)
 {
 	int trials = 64, verbose = 0;
-	uint64_t below_sp = 0;
+	uint64_t below_sp = 0, skip_from = 0;
 	int skip[NREG + 3] = {0};
 	int opt;
-	while ((opt = getopt(argc, argv, "n:c:d:z:f:k:v")) != -1) {
+	while ((opt = getopt(argc, argv, "n:c:d:z:o:f:k:v")) != -1) {
 		if (opt == 'n')
 			trials = atoi(optarg);
 		else if (opt == 'z')
 			below_sp = strtoull(optarg, 0, 0);
+		else if (opt == 'o')
+			skip_from = strtoull(optarg, 0, 0);
 		else if (opt == 'd')
 			data_addr = strtoull(optarg, 0, 0);
 		else if (opt == 'f')
@@ -241,8 +245,8 @@ int main(int argc, char **argv)
 						skip[i] = 1;
 		} else {
 			fprintf(stderr,
-				"usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-f flags] [-k addr] [-v] ORIG_ADDR ORIG_HEX "
-				"RELOC_ADDR RELOC_HEX\n",
+				"usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-o bytes] [-f flags] [-k addr] [-v] "
+				"ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX\n",
 				argv[0]);
 			return 2;
 		}
@@ -296,8 +300,8 @@ int main(int argc, char **argv)
 		run(orig, &a, d1);
 		run(reloc, &b, d2);
 		uint64_t sp_off = in_st.sp - data_addr;
-		memset(d1 + sp_off - below_sp, 0, below_sp);
-		memset(d2 + sp_off - below_sp, 0, below_sp);
+		memset(d1 + sp_off - skip_from - below_sp, 0, below_sp);
+		memset(d2 + sp_off - skip_from - below_sp, 0, below_sp);
 		int diff = 0;
 		char why[768] = "";
 		size_t wl = 0;

@@ -170,29 +170,33 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         return true;
     }
     let mut ok = true;
-    let mut rows: Vec<(Option<Records>, &'static str)> = vec![
-        (None, "work"),
-        (Some(Records::Count), "work"),
-        (Some(Records::Disabled), "work"),
-        (Some(Records::Args), "work"),
-        (Some(Records::Ret), "work"),
-        (Some(Records::ArgsRet), "work"),
+    let mut rows: Vec<(Option<Records>, &'static str, &'static str)> = vec![
+        (None, "hot", "work"),
+        (Some(Records::Count), "hot", "work"),
+        (Some(Records::Disabled), "hot", "work"),
+        (Some(Records::Args), "hot", "work"),
+        (Some(Records::Ret), "hot", "work"),
+        (Some(Records::ArgsRet), "hot", "work"),
+        (Some(Records::FalsePredicate), "hot", "work"),
+        (Some(Records::Aggregated), "hot", "work"),
+        (Some(Records::Count), "hot-nop5", "work"),
     ];
     for f in SHAPES {
-        rows.extend([(None, f), (Some(Records::Count), f)]);
+        rows.extend([(None, "hot", f), (Some(Records::Count), "hot", f)]);
     }
-    for (records, function) in rows {
-        match steps::count(env, records, function) {
+    for (records, binary, function) in rows {
+        match steps::count(env, binary, records, function) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
                 eprintln!(
-                    "steps: {records:?} on {function}: {} instructions per call (unprobed {})",
+                    "steps: {binary} {records:?} on {function}: {} instructions per call (unprobed {})",
                     count.total, base.total
                 );
-                r.steps.push(StepRow { records, function, count, base: base.total });
+                let label = (binary == "hot-nop5").then(|| hit::NOP5_LABEL.to_string());
+                r.steps.push(StepRow { records, function, count, base: base.total, label });
             }
             Err(e) => {
-                eprintln!("steps: {records:?} on {function}: {e:#}");
+                eprintln!("steps: {binary} {records:?} on {function}: {e:#}");
                 ok = false;
             }
         }
@@ -273,8 +277,17 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::Ret, 1),
         (Records::Ret, 2),
         (Records::ArgsRet, 1),
+        (Records::FalsePredicate, 1),
+        (Records::Aggregated, 1),
+        (Records::StackFp(10), 1),
+        (Records::StackFp(30), 1),
+        (Records::StackCopy(1024), 1),
+        (Records::StackCopy(4096), 1),
     ] {
         v.push((Box::new(Tp::new(records)), threads));
+    }
+    if cfg!(target_arch = "x86_64") {
+        v.push((Box::new(Tp::nop5()), 1));
     }
     for f in SHAPES {
         for threads in [1, 2] {
@@ -299,6 +312,24 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
     match peers::Gdb::new() {
         Ok(g) => v.push((Box::new(g), 1)),
         Err(e) => notes.push(format!("gdb skipped: {e:#}")),
+    }
+    for depth in [10, 30] {
+        match peers::Bpftrace::ustack(depth) {
+            Ok(b) => v.push((Box::new(b), 1)),
+            Err(e) => {
+                notes.push(format!("bpftrace skipped: {e:#}"));
+                break;
+            }
+        }
+    }
+    for records in [Records::StackFp(30), Records::StackCopy(1024), Records::StackCopy(4096)] {
+        match peers::Perf::call_graph(records) {
+            Ok(p) => v.push((Box::new(p), 1)),
+            Err(e) => {
+                notes.push(format!("perf skipped: {e:#}"));
+                break;
+            }
+        }
     }
     for records in [Records::Count, Records::Args, Records::Ret] {
         match peers::Frida::new(records) {
@@ -387,7 +418,10 @@ fn write_doc(env: &Env, md: &str) -> Result<()> {
     const END: &str = "<!-- end of results -->";
     let path = env.root.join("docs/benchmarks.md");
     let doc = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-    let (Some(b), Some(e)) = (doc.find(BEGIN), doc.find(END)) else {
+    // The end marker that closes this section: the first after its start.
+    let b = doc.find(BEGIN);
+    let e = b.and_then(|b| doc[b..].find(END).map(|e| b + e));
+    let (Some(b), Some(e)) = (b, e) else {
         bail!("{} has no result markers", path.display());
     };
     let updated = format!("{}{BEGIN}\n\n{md}{}", &doc[..b], &doc[e..]);

@@ -45,6 +45,8 @@ pub struct StepRow {
     pub count: Count,
     /// The same call unprobed.
     pub base: usize,
+    /// The row's name when it is not the kind of probe alone (tp on a nop site).
+    pub label: Option<String>,
 }
 
 /// The cycles of one probe count.
@@ -290,7 +292,11 @@ impl Results {
         let _ = writeln!(o, "| probe | instructions per call | extra | in the detour | in tp's runtime |");
         let _ = writeln!(o, "|---|---|---|---|---|");
         for s in &self.steps {
-            let mut name = s.records.map_or("unprobed".to_string(), |r| format!("tp: {}", r.label()));
+            let mut name = match (&s.label, s.records) {
+                (Some(l), _) => format!("tp: {l}"),
+                (None, Some(r)) => format!("tp: {}", r.label()),
+                (None, None) => "unprobed".to_string(),
+            };
             if s.function != "work" {
                 name = format!("{name}, `{}`", s.function);
             }
@@ -390,10 +396,10 @@ impl Results {
         let mut out = String::new();
         for s in &self.steps {
             let Some(r) = s.records else { continue };
+            let name = s.label.clone().unwrap_or_else(|| r.label().to_string());
             let _ = writeln!(
                 out,
-                "== tp: {} on `{}` ({} instructions outside the function)",
-                r.label(),
+                "== tp: {name} on `{}` ({} instructions outside the function)",
                 s.function,
                 s.count.listing.len()
             );

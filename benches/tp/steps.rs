@@ -42,9 +42,10 @@ pub struct Count {
 }
 
 /// Counts one call of `function` unprobed and one under `records` (None:
-/// unprobed only).
-pub fn count(env: &Env, records: Option<Records>, function: &str) -> Result<(Count, Option<Count>)> {
-    let binary = env.target("hot");
+/// unprobed only), in the target build `build` (`hot`, or `hot-nop5`, whose
+/// `work()` starts with a 5-byte nop).
+pub fn count(env: &Env, build: &str, records: Option<Records>, function: &str) -> Result<(Count, Option<Count>)> {
+    let binary = env.target(build);
     let mut target = Proc::spawn("hot step", &binary, &["step".into(), "120".into(), function.into()], false)?;
     target.wait_prefix("ready", Duration::from_secs(30))?;
     let pid = target.pid();
@@ -52,13 +53,9 @@ pub fn count(env: &Env, records: Option<Records>, function: &str) -> Result<(Cou
     let Some(records) = records else { return Ok((base, None)) };
     let mut args: Vec<String> =
         ["attach", "-p", &pid.to_string(), "-f", function, "-q", "--json"].map(String::from).into();
-    match records {
-        Records::Args => args.push("--args".into()),
-        Records::Ret => args.push("--ret".into()),
-        Records::ArgsRet => args.extend(["--args".into(), "--ret".into()]),
-        Records::Count | Records::Disabled => {}
-    }
-    let mut tp = Proc::spawn("tp", &env.tp, &args, false)?;
+    let (extra, vars) = records.tp_args();
+    args.extend(extra);
+    let mut tp = Proc::spawn_env("tp", &env.tp, &args, false, &vars)?;
     tp.wait_prefix("tp: attached", Duration::from_secs(30))?;
     if records == Records::Disabled {
         crate::hit::set_enabled(pid, function, false)?;

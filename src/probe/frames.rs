@@ -19,14 +19,18 @@ use super::region::Region;
 use crate::arch::{Arch, Host};
 use crate::process::memory::Memory;
 
-/// The trampolines of the region's arenas.
+/// The trampolines of the region's arenas: each runtime block has two, the
+/// plain one and the one that calls `tp_exit_ext`.
 fn trampolines(region: &Region) -> Vec<u64> {
     let h = region.header();
     let l = super::runtime::layout_of(&h);
     h.arenas[..h.arena_count as usize]
         .iter()
         .filter(|a| a.runtime != 0)
-        .map(|a| Host::build_runtime(a.runtime, &l, &super::runtime::blobs()).addrs.trampoline)
+        .flat_map(|a| {
+            let addrs = Host::build_runtime(a.runtime, &l, &super::runtime::blobs()).addrs;
+            [addrs.trampoline, addrs.trampoline_ext]
+        })
         .collect()
 }
 

@@ -16,7 +16,9 @@
 //! only ever holds complete detours and sites that are either original or
 //! fully patched, and the region records enough for `tp detach` to restore
 //! them. If a step fails, `PatchGuard` restores every site this commit
-//! patched.
+//! patched. A static probe's semaphore is incremented just before its site
+//! is patched, and taken back by the guard after the restore
+//! ([`super::semaphore`]).
 
 use std::collections::HashMap;
 
@@ -25,7 +27,7 @@ use anyhow::{Context, Result, bail};
 use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
-use super::{Request, arena, runtime, threads};
+use super::{Request, arena, runtime, semaphore, threads};
 use crate::addr::RegionOffset;
 use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey};
 use crate::process::memory::Memory;
@@ -194,20 +196,30 @@ fn patch_all(
     check_code(mem, requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
     learn_threads(stopped, mem, region, requests.iter().any(|r| r.kind != kind::COUNT))?;
+    if requests.iter().any(|r| r.kind & kind::STACK != 0) {
+        learn_stacks(stopped, region, &maps)?;
+    }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
     let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
 
-    let mut guard = PatchGuard { mem, region, patched: Vec::new() };
+    let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
     for (req, p) in requests.iter().zip(placed) {
         let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
         crate::fault::point("before-patch");
+        if let Some(sem) = req.semaphore {
+            semaphore::acquire(mem, sem)
+                .with_context(|| format!("incrementing the semaphore of `{}`", req.function.name))?;
+            guard.acquired.push(sem);
+            crate::fault::point("after-semaphore");
+        }
         mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
         crate::fault::point("after-patch");
     }
     guard.patched.clear();
+    guard.acquired.clear();
     Ok(moved_threads)
 }
 
@@ -252,6 +264,35 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region, events: bool)
     region.set_header(&h)
 }
 
+/// Tells the runtime where the main thread's stack is (the `[stack]`
+/// mapping: it only grows down from where it is now), and whether a thread
+/// may ask the kernel whether its stack is readable (madvise with
+/// MADV_POPULATE_READ, Linux 5.14), which the process's seccomp filters
+/// must let through: a thread whose stack bounds the runtime cannot know
+/// records only its caller.
+fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<()> {
+    let mut h = region.header();
+    if let Some(stack) = maps.iter().find(|m| m.path == "[stack]") {
+        h.ctx.main_stack_lo = stack.start;
+        h.ctx.main_stack_hi = stack.end;
+    }
+    let data = crate::process::bpf::SeccompData {
+        nr: Host::SYSCALLS.madvise as i32,
+        arch: Host::SYSCALLS.audit_arch,
+        instruction_pointer: 0,
+        args: [0x7f00_0000_0000, 4096, MADV_POPULATE_READ, 0, 0, 0],
+    };
+    let allowed = crate::process::seccomp::Filters::read(stopped.pid(), stopped.worker())
+        .map(|f| f.action(&data).permits())
+        .unwrap_or(false);
+    h.ctx.may_check_stack = allowed as u32;
+    region.set_header(&h)
+}
+
+/// `madvise`'s advice to fault pages in for reading (Linux 5.14), which
+/// fails on memory that cannot be read: how a thread checks its stack.
+const MADV_POPULATE_READ: u64 = 22;
+
 /// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
 /// tells threads apart, other than the machine and the program would have
 /// it, so that the tests run every way on one machine. `register` only
@@ -295,16 +336,45 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
 /// What a detour of `k` (bits of [`kind`]) does beyond counting.
 pub fn records_of(k: u32) -> Records {
     Records {
-        args: k & kind::ARGS != 0,
+        // The runtime is called at entry for a stack or a count by value too.
+        args: k & (kind::ARGS | kind::STACK | kind::BY) != 0,
         ret: k & kind::RET != 0,
         sample: k & kind::SAMPLE != 0,
         unwind: k & kind::UNWIND != 0,
     }
 }
 
+/// The configuration written for probe `index` of `req`: the request's,
+/// with the flags its exit reads.
+fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
+    let mut c = req.config;
+    c.flags = layout::entry_word(index, req.kind) & !layout::PROBE_MASK;
+    c
+}
+
+/// The runtime's parts a probe of kind `k` calls: the `_ext` entry for a
+/// predicate, a count by value or a stack, the `_ext` trampoline for a
+/// predicate on the return value or durations kept in the target; and
+/// neither calls the fast entry (the arch's hand-written path of the plain
+/// `tp_entry`, whose frames return through the plain trampoline). Other
+/// probes call the plain ones, which have none of that code.
+pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
+    let mut rt = rt;
+    if k & (kind::FILTER | kind::STACK | kind::BY) != 0 {
+        rt.entry = rt.entry_ext;
+        rt.event = 0;
+    }
+    if k & (kind::FILTER_EXIT | kind::AGGREGATE) != 0 {
+        rt.trampoline = rt.trampoline_ext;
+        rt.event = 0;
+    }
+    rt
+}
+
 /// Where probe `index`'s detour finds its flag, counters and runtime.
 fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     let kind = req.kind;
+    let runtime = runtime.map(|rt| runtime_for(kind, rt));
     DetourSpec {
         probe_index: index,
         records: records_of(kind),
@@ -317,6 +387,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
         abi: req.abi,
+        operands: req.operands,
     }
 }
 
@@ -385,7 +456,9 @@ fn write_detours(
         e.patch[..patch.len()].copy_from_slice(&patch);
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
+        e.semaphore = req.semaphore.unwrap_or(0);
         region.set_budget(p.index, opts.sample_budget)?;
+        region.set_config(p.index, &config_for(req, p.index))?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
         crate::fault::point("after-entry");
@@ -505,11 +578,13 @@ fn place_detour(
     }
 }
 
-/// Restores the sites a failed transaction had patched.
+/// Restores the sites a failed transaction had patched, then takes back
+/// the semaphores it had incremented.
 struct PatchGuard<'a> {
     mem: &'a Memory,
     region: &'a Region,
     patched: Vec<u32>,
+    acquired: Vec<u64>,
 }
 
 impl Drop for PatchGuard<'_> {
@@ -524,6 +599,40 @@ impl Drop for PatchGuard<'_> {
                 continue;
             }
             let _ = self.region.set_state(i, State::Inactive);
+        }
+        for &sem in self.acquired.iter().rev() {
+            if let Err(err) = semaphore::release(self.mem, sem) {
+                crate::say!("tp: warning: cannot take back the semaphore at {sem:#x}: {err:#}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_probes_call_the_fast_entry() {
+        let rt = RuntimeAddrs {
+            entry: 1,
+            trampoline: 2,
+            entry_ext: 3,
+            trampoline_ext: 4,
+            unwind: 5,
+            count: 6,
+            event: 7,
+            ctx: 8,
+        };
+        assert_eq!(runtime_for(kind::ARGS | kind::RET, rt), rt);
+        assert_eq!(runtime_for(kind::COUNT, rt), rt);
+        for k in [kind::STACK, kind::FILTER, kind::BY] {
+            let r = runtime_for(kind::ARGS | k, rt);
+            assert_eq!((r.entry, r.trampoline, r.event), (3, 2, 0), "{k}");
+        }
+        for k in [kind::FILTER_EXIT, kind::AGGREGATE] {
+            let r = runtime_for(kind::RET | k, rt);
+            assert_eq!((r.entry, r.trampoline, r.event), (1, 4, 0), "{k}");
         }
     }
 }

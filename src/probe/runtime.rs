@@ -18,6 +18,8 @@ pub fn blobs() -> RuntimeBlobs {
         exit: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit.bin")),
         unwind: include_bytes!(concat!(env!("OUT_DIR"), "/tp_unwind.bin")),
         count: include_bytes!(concat!(env!("OUT_DIR"), "/tp_count.bin")),
+        entry_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_entry_ext.bin")),
+        exit_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_ext.bin")),
     }
 }
 

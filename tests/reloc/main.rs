@@ -255,6 +255,78 @@ fn defined_flags(window: &[u8], site: u64) -> u64 {
     flags.iter().filter(|(r, _)| undefined & r == 0).map(|(_, e)| e).sum()
 }
 
+/// Inside a function the detour steps over the red zone: with every
+/// register, the flags the window defines and the 128 bytes below the stack
+/// pointer compared (only the words saved below those left out), it behaves
+/// as the original, whether it counts in the thread's row or calls the
+/// runtime's stub (a `ret` here); and an entry detour's saves would land in
+/// the red zone, which the harness sees.
+#[test]
+fn an_interior_detour_keeps_the_red_zone() {
+    let orig = ORIGINS[0];
+    let at = orig.wrapping_add_signed(DISTANCES[0]);
+    let data = orig - DATA_BELOW;
+    let cache = data + 0x3_0000;
+    let row = at + 0x2_0000 + 256;
+    let stub = at + 0x800;
+    let mut spec = DetourSpec {
+        probe_index: 5,
+        records: Records::COUNT,
+        entry_word: 5,
+        runtime: Some(tp::arch::RuntimeAddrs {
+            entry: 0,
+            trampoline: 0,
+            unwind: 0,
+            entry_ext: 0,
+            trampoline_ext: 0,
+            count: stub,
+            event: 0,
+            ctx: 0,
+        }),
+        flag_addr: orig + 0x2000,
+        countdowns_from_counters: 0,
+        counters: at + 0x2_0000,
+        cache,
+        slot_bits: 6,
+        stride_shift: 8,
+        abi: tp::arch::Abi::C,
+        operands: None,
+    };
+    let with_stub = |d: &tp::arch::Detour| {
+        let mut code = d.bytes.clone();
+        code.resize((stub - at) as usize, 0xcc);
+        code.push(0xc3);
+        code
+    };
+    let mut runs = 0;
+    for c in CASES.iter().filter(|c| c.skip.is_empty()) {
+        let interior = SitePlan { interior: true, ..plan_at(c, orig) };
+        let flags = defined_flags(&interior.window, interior.site);
+        for flag_addr in [orig + 0x2000, data + 7] {
+            spec.flag_addr = flag_addr;
+            let d = detour::build(&interior, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
+            for entry in [Some(0), None] {
+                let mut cmd = vec!["-f".to_string(), format!("{flags:#x}"), "-o".into(), "128".into()];
+                if let Some(way) = entry {
+                    cmd.extend(["-k".to_string(), format!("{cache:#x},{row:#x},{way}")]);
+                }
+                let (ok, text) = run_harness_with(orig, &interior.window, at, &with_stub(&d), 48, &cmd);
+                assert!(ok, "interior detour of `{}` (flag {flag_addr:#x}, cache entry {entry:?}):\n{text}", c.asm);
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs > 80, "{runs}");
+    // An entry's detour saves into what would be the red zone: the harness sees it.
+    let c = CASES.iter().find(|c| c.asm.starts_with("mov rax, qword ptr fs:")).expect("a case without stack writes");
+    let entry = plan_at(c, orig);
+    let flags = defined_flags(&entry.window, entry.site);
+    let d = detour::build(&entry, at, &spec).unwrap();
+    let cmd = ["-f".to_string(), format!("{flags:#x}"), "-o".into(), "128".into()];
+    let (ok, _) = run_harness_with(orig, &entry.window, at, &with_stub(&d), 48, &cmd);
+    assert!(!ok, "an entry detour writes below the stack pointer, and the harness must see it");
+}
+
 /// The whole detour (counting prefix, then the relocated window) leaves
 /// every register and flag as the original does, whether the probe counts
 /// in the thread's row (its entry in the thread cache is there), has the
@@ -285,6 +357,8 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                         entry: 0,
                         trampoline: 0,
                         unwind: 0,
+                        entry_ext: 0,
+                        trampoline_ext: 0,
                         count: stub,
                         event: 0,
                         ctx: 0,
@@ -296,6 +370,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
+                    operands: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let mut code = d.bytes.clone();
@@ -342,6 +417,8 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
             entry: 0,
             trampoline: 0,
             unwind: 0,
+            entry_ext: 0,
+            trampoline_ext: 0,
             count: at + 0x800,
             event: 0,
             ctx: 0,
@@ -353,6 +430,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         slot_bits: 6,
         stride_shift: 8,
         abi: tp::arch::Abi::C,
+        operands: None,
     };
     let d = detour::build(&plan, at, &spec).unwrap();
     for way in [0, 1] {

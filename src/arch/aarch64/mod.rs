@@ -12,6 +12,7 @@ pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
+pub mod sdt;
 pub mod window;
 pub mod writer;
 
@@ -49,6 +50,20 @@ impl Arch for AArch64 {
 
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         window::plan(code, function, extra_targets)
+    }
+
+    fn plan_at(
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        _image: &dyn crate::arch::Image,
+    ) -> Result<SitePlan, Refusal> {
+        window::plan_at(code, function, site, extra_targets)
+    }
+
+    fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {
+        sdt::argument(arg)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
@@ -95,8 +110,21 @@ impl Arch for AArch64 {
         None
     }
 
+    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+        stack_unwinder()
+    }
+
     fn build_runtime(at: u64, layout: &RuntimeLayout, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        let addrs = RuntimeAddrs { entry: at, trampoline: at, unwind: at, count: at, event: 0, ctx: layout.ctx };
+        let addrs = RuntimeAddrs {
+            entry: at,
+            trampoline: at,
+            unwind: at,
+            entry_ext: at,
+            trampoline_ext: at,
+            count: at,
+            event: 0,
+            ctx: layout.ctx,
+        };
         RuntimeBlock { bytes: Vec::new(), addrs }
     }
 
@@ -175,4 +203,35 @@ impl Arch for AArch64 {
     fn syscall_result(r: &regs::Regs) -> i64 {
         r.pt.regs[0] as i64
     }
+}
+
+/// framehop's unwinder for this architecture, with its rule cache.
+struct FramehopUnwinder {
+    unwinder: framehop::aarch64::UnwinderAarch64<Vec<u8>>,
+    cache: framehop::aarch64::CacheAarch64,
+}
+
+impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+        use framehop::Unwinder;
+        self.unwinder.add_module(crate::arch::unwind::module(tables));
+    }
+
+    fn unwind(
+        &mut self,
+        start: crate::arch::unwind::UnwindStart,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        max: usize,
+    ) -> Vec<u64> {
+        let regs = framehop::aarch64::UnwindRegsAarch64::new(start.ra, start.sp, start.fp);
+        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+    }
+}
+
+/// A new unwinder for copies of this architecture's stacks.
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    Box::new(FramehopUnwinder {
+        unwinder: framehop::aarch64::UnwinderAarch64::new(),
+        cache: framehop::aarch64::CacheAarch64::new(),
+    })
 }

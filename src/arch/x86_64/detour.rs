@@ -89,6 +89,19 @@
 //! already saved); the runtime uses no vector registers. An unwinder probe
 //! calls `tp_unwind` the same way.
 //!
+//! A site inside a function ([`SitePlan::interior`]) may have live data in
+//! the 128 bytes below the stack pointer (the System V red zone, which a
+//! leaf function uses without moving rsp), and the stack pointer has no
+//! known alignment there. Its detour steps over the red zone first (`lea
+//! rsp, [rsp - 128]`, which leaves the flags alone) and back after the
+//! restore, and its call of `tp_entry` aligns the stack (`mov rax, rsp; and
+//! rsp, -16; push rax; push rax; call; pop rsp`); the count stub aligns the
+//! stack itself. Neither a site inside a function nor a static probe calls
+//! the fast entry (which records the argument registers at a function's
+//! entry): their detours count and call `tp_entry` as Go's do, with the
+//! argument registers saved, and the event of a static probe records its
+//! note's arguments, loaded at the site by [`super::operands`], instead.
+//!
 //! A sampling probe (tp profile) also counts down, in the same row, the
 //! calls left before its next sample, and calls the runtime when none are
 //! left (the subtraction borrows). The runtime draws the next countdown at
@@ -109,6 +122,7 @@
 
 use super::fast;
 use super::live;
+use super::operands::{self, Frame};
 use super::relocate;
 use super::writer::Writer;
 use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan, cache};
@@ -138,12 +152,15 @@ struct Saves {
     s: u8,
     /// See [`Saves::s`].
     k: u8,
+    /// The prefix steps over the red zone first, and the restore back
+    /// after the pops (a site inside a function).
+    red_zone: bool,
 }
 
 impl Saves {
     /// The frame of a probe that calls the runtime: rax (the flags), r11
     /// (K: the row, which a sampling detour counts down in) and r10 (S).
-    const FULL: Saves = Saves { pushed: [RAX, R11, R10], len: 3, flags: true, s: R10, k: R11 };
+    const FULL: Saves = Saves { pushed: [RAX, R11, R10], len: 3, flags: true, s: R10, k: R11, red_zone: false };
 
     fn pushed(&self) -> &[u8] {
         &self.pushed[..self.len]
@@ -152,6 +169,8 @@ impl Saves {
 
 /// Bytes the frame of a probe that calls the runtime pushes first.
 const SAVED: i32 = 24;
+/// The System V red zone, which the detour of a site inside a function steps over.
+const RED_ZONE: i32 = 128;
 
 /// Scratch registers a counting detour may take when the window leaves
 /// them dead, r11 first (none needs a SIB byte as a base).
@@ -160,11 +179,11 @@ const SCRATCH: [u8; 9] = [R11, R10, R9, R8, RCX, RDX, RSI, RDI, RAX];
 /// What the prefix of a detour for `plan` must save.
 fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     if spec.records.calls_runtime() || spec.records.sample {
-        return Saves::FULL;
+        return Saves { red_zone: plan.interior, ..Saves::FULL };
     }
     let dead = live::Dead::from_bits(plan.dead);
     let flags = !dead.flags;
-    let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0 };
+    let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0, red_zone: plan.interior };
     if flags && !dead.reg(RAX) {
         saves.pushed[0] = RAX;
         saves.len = 1;
@@ -207,9 +226,14 @@ struct Labels {
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
-    let Some(rt) = spec.runtime else {
+    let Some(mut rt) = spec.runtime else {
         return Err(Refusal::Unsupported("a probe needs the runtime block"));
     };
+    if plan.interior || spec.operands.is_some() {
+        // The fast entry records the argument registers at a function's
+        // entry (the stack 8 mod 16, the return address at rsp).
+        rt.event = 0;
+    }
     let saves = saves_for(plan, spec);
     // Every part has a fixed length for a given probe: measure with dummy
     // addresses first, then assemble for good.
@@ -264,6 +288,9 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
 /// addresses of `counted` and `restore`.
 fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> (u64, u64) {
     let (s, k) = (saves.s, saves.k);
+    if saves.red_zone {
+        w.put_lea_rsp_rsp(-RED_ZONE);
+    }
     for &r in saves.pushed() {
         w.put_push(r);
     }
@@ -305,7 +332,7 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
         w.put_call(rt.event);
         w.put_pop(R11);
     } else if spec.records.args || spec.records.ret {
-        emit_entry_call(w, spec, l, rt);
+        emit_entry_call(w, spec, l, rt, saves);
     }
     let restore = w.pc();
     if saves.flags {
@@ -313,6 +340,9 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     }
     for &r in saves.pushed().iter().rev() {
         w.put_pop(r);
+    }
+    if saves.red_zone {
+        w.put_lea_rsp_rsp(RED_ZONE);
     }
     (counted, restore)
 }
@@ -338,7 +368,7 @@ fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     }
     let sample = w.pc();
     if spec.records.sample {
-        emit_entry_call(w, spec, l, rt);
+        emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
     (way1, slow, sample)
@@ -360,11 +390,19 @@ const GO_ARGS: i32 = 48;
 /// The call of `tp_entry` of an event probe. Its registers argument points
 /// at the six integer argument registers the function's ABI passes first:
 /// rdi, rsi, rdx, rcx, r8, r9 where `call_runtime` saved them (C), or a copy
-/// of rax, rbx, rcx, rdi, rsi, r8 pushed below them (Go's internal ABI).
-fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAddrs) {
+/// of rax, rbx, rcx, rdi, rsi, r8 pushed below them (Go's internal ABI),
+/// or the operands of a static probe pushed below them.
+fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAddrs, saves: Saves) {
     let flags = spec.entry_word;
     call_runtime(w, |w| {
-        let extra = if spec.abi == Abi::Go {
+        let extra = if let Some(ops) = &spec.operands {
+            // The site's rax, r11 and r10 as the prefix pushed them, above
+            // the eight saved registers; its rsp above them (and above the
+            // red zone a site inside a function steps over).
+            let red_zone = if saves.red_zone { RED_ZONE } else { 0 };
+            let frame = Frame { rax: 64 + 16, r11: 64 + 8, r10: 64, rsp: 64 + SAVED + red_zone };
+            operands::push(w, ops, frame)
+        } else if spec.abi == Abi::Go {
             // Pushed last to first. The original rax is the prefix's, above
             // the five pushed so far, the eight saved registers, r10 and r11;
             // rbx, which C code preserves, is still the function's.
@@ -390,7 +428,12 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             // r11 still holds this thread's counter row.
             w.put_lea_r9_r11_disp(countdown_disp(spec));
         }
-        w.put_call(rt.entry);
+        if saves.red_zone {
+            // The stack pointer's alignment inside a function is unknown.
+            w.put_align_stack_and_call(rt.entry);
+        } else {
+            w.put_call(rt.entry);
+        }
         if extra != 0 {
             w.put_add_rsp(extra as i8);
         }
@@ -465,6 +508,7 @@ mod tests {
             slot_bits: 6,
             stride_shift: 15,
             abi: Abi::C,
+            operands: None,
         }
     }
 
@@ -473,6 +517,8 @@ mod tests {
             entry: AT + 0x100,
             trampoline: AT + 0x800,
             unwind: AT + 0x600,
+            entry_ext: AT + 0x200,
+            trampoline_ext: AT + 0x880,
             count: AT + 0x700,
             event: AT + 0x900,
             ctx: 0x7f00_0000_0100,
@@ -724,6 +770,77 @@ mod tests {
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
         assert!(asm[26].starts_with("mov rdi, qword ptr [rip + "));
         assert_eq!(asm[27], format!("call {:#x}", runtime().unwind));
+    }
+
+    #[test]
+    fn interior_detours_step_over_the_red_zone() {
+        let plan = SitePlan { interior: true, ..window::plan(&PROLOGUE, SITE, &[]).unwrap() };
+        let d = build(&plan, AT, &spec()).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[0], "lea rsp, [rsp - 0x80]");
+        assert_eq!(asm[1..4], ["push rax", "push r11", "push r10"]);
+        let restore = asm.iter().position(|l| l == "add al, 0x7f").unwrap();
+        assert_eq!(
+            asm[restore..restore + 6],
+            ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax", "lea rsp, [rsp + 0x80]"]
+        );
+        assert_eq!(asm[restore + 6..restore + 9], ["push rbp", "mov rbp, rsp", "push rbx"]);
+        // A disabled probe, the count and the runtime's count all step back over the red zone.
+        assert_eq!(target(&asm[8]), address_of(&d, restore));
+        let backs: Vec<u64> = asm.iter().filter(|l| l.starts_with("jmp 0x")).map(|l| target(l)).collect();
+        assert!(backs.iter().filter(|&&t| t == address_of(&d, restore)).count() == 2, "{asm:#?}");
+        // A count whose registers are dead pushes nothing, yet steps over the red zone:
+        // the runtime's count pushes the probe and calls.
+        let two = [0x31, 0xc9, 0xb8, 1, 0, 0, 0, 0xc3];
+        let plan = SitePlan { interior: true, ..window::plan(&two, SITE, &[]).unwrap() };
+        let asm = disassemble(&build(&plan, AT, &spec()).unwrap().bytes, AT);
+        check(&asm, &["lea rsp, [rsp - 0x80]", "mov rcx, qword ptr [rip + "].map(String::from));
+        check(&asm[14..], &["lea rsp, [rsp + 0x80]", "xor ecx, ecx", "mov eax, 1"].map(String::from));
+    }
+
+    #[test]
+    fn a_static_probe_event_records_its_operands_with_the_stack_aligned() {
+        use crate::arch::{Operand, OperandLoc, Operands};
+        let plan = SitePlan { interior: true, ..window::plan(&PROLOGUE, SITE, &[]).unwrap() };
+        let ops = [
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(RDI) },
+            Operand { size: 4, signed: true, loc: OperandLoc::Register(RAX) },
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(R10) },
+        ];
+        let s = DetourSpec {
+            records: Records { args: true, ..Records::COUNT },
+            entry_word: 3 | RECORD_ENTRY,
+            operands: Some(Operands::new(&ops)),
+            ..spec()
+        };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert!(!asm.iter().any(|l| *l == format!("call {:#x}", runtime().event)), "no fast entry: {asm:#?}");
+        check(&asm[9..], &count("r10", "r10d", "r11", "r11d"));
+        let zeros = asm.iter().position(|l| l == "push 0").unwrap();
+        // Three unused words, then r10, rax and rdi as the prefix saved them
+        // (64 and 80 bytes up, past the eight saved registers) or as they are.
+        assert_eq!(asm[zeros..zeros + 3], ["push 0", "push 0", "push 0"]);
+        assert_eq!(
+            asm[zeros + 3..zeros + 9],
+            [
+                "mov rax, qword ptr [rsp + 0x58]",
+                "push rax",
+                "mov rax, qword ptr [rsp + 0x70]",
+                "push rax",
+                "mov rax, rdi",
+                "push rax"
+            ]
+        );
+        let call = asm.iter().position(|l| *l == format!("call {:#x}", runtime().entry)).unwrap();
+        assert_eq!(asm[call - 4..call], ["mov rax, rsp", "and rsp, 0xfffffffffffffff0", "push rax", "push rax"]);
+        assert_eq!(asm[call + 1..call + 3], ["pop rsp", "add rsp, 0x30"]);
+        assert!(asm[zeros + 9..call].contains(&"mov rdx, rsp".to_string()), "{asm:#?}");
+        // At a function's entry too, a static probe's event loads its operands.
+        let entry = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let asm = disassemble(&build(&entry, AT, &s).unwrap().bytes, AT);
+        assert!(asm.contains(&format!("call {:#x}", runtime().entry)), "{asm:#?}");
+        assert!(!asm.iter().any(|l| *l == format!("call {:#x}", runtime().event)), "{asm:#?}");
     }
 
     #[test]

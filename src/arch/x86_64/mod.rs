@@ -9,9 +9,11 @@ pub mod detour;
 pub mod fast;
 pub mod golang;
 pub mod live;
+pub mod operands;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
+pub mod sdt;
 pub mod taken;
 pub mod window;
 pub mod writer;
@@ -58,6 +60,20 @@ impl Arch for X86_64 {
         window::plan_in(code, function, extra_targets, image)
     }
 
+    fn plan_at(
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal> {
+        window::plan_at(code, function, site, extra_targets, image)
+    }
+
+    fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {
+        sdt::argument(arg)
+    }
+
     fn stored_pointer(r_type: u32) -> Option<StoredPointer> {
         use goblin::elf::reloc::{
             R_X86_64_64, R_X86_64_GLOB_DAT, R_X86_64_IRELATIVE, R_X86_64_JUMP_SLOT, R_X86_64_RELATIVE,
@@ -99,6 +115,10 @@ impl Arch for X86_64 {
 
     fn timestamp_hz() -> Option<u64> {
         None
+    }
+
+    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+        stack_unwinder()
     }
 
     fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
@@ -178,4 +198,35 @@ impl Arch for X86_64 {
     fn restart_interrupted_wait(r: &mut regs::Regs) -> bool {
         regs::restart_interrupted_wait(r)
     }
+}
+
+/// framehop's unwinder for this architecture, with its rule cache.
+struct FramehopUnwinder {
+    unwinder: framehop::x86_64::UnwinderX86_64<Vec<u8>>,
+    cache: framehop::x86_64::CacheX86_64,
+}
+
+impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+        use framehop::Unwinder;
+        self.unwinder.add_module(crate::arch::unwind::module(tables));
+    }
+
+    fn unwind(
+        &mut self,
+        start: crate::arch::unwind::UnwindStart,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        max: usize,
+    ) -> Vec<u64> {
+        let regs = framehop::x86_64::UnwindRegsX86_64::new(start.pc, start.sp, start.fp);
+        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+    }
+}
+
+/// A new unwinder for copies of this architecture's stacks.
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    Box::new(FramehopUnwinder {
+        unwinder: framehop::x86_64::UnwinderX86_64::new(),
+        cache: framehop::x86_64::CacheX86_64::new(),
+    })
 }

@@ -4,7 +4,8 @@
 //! TCB keeps the TID.
 //!
 //! ```text
-//! block:  tp_entry, tp_exit, tp_unwind, tp_count (C, runtime.c)
+//! block:  tp_entry, tp_exit, tp_unwind, tp_count, tp_entry_ext, tp_exit_ext
+//!                                  ; (C, runtime.c)
 //! tramp:  the fast exit, which falls back to the full trampoline
 //! full:   lea  rsp, [rsp - 16]     ; a slot for the return address, a pad
 //!         push r11, r10, r9, r8, rdi, rsi, rcx, rdx, rax
@@ -18,6 +19,8 @@
 //!         pop  rax, rdx, rcx, rsi, rdi, r8, r9, r10, r11
 //!         lea  rsp, [rsp + 8]
 //!         ret                      ; to the original return address
+//! ext:    the same, calling tp_exit_ext (predicates on the return value,
+//!         durations kept in the target): no fast path
 //! count:  the count stub (below)
 //! event:  the fast entry, which falls back to tp_entry
 //!         .quad ctx, thread cache
@@ -104,30 +107,53 @@ pub fn build(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBl
 fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (RuntimeBlock, Marks) {
     let mut out = Marks::default();
     let mut w = Writer::new(at);
-    let entry = w.pc();
+    let put_blob = |w: &mut Writer, blob: &[u8]| {
+        let at = w.pc();
+        w.put_bytes(blob);
+        w.put_align(16);
+        at
+    };
+    let entry = put_blob(&mut w, blobs.entry);
     out.tp_entry = entry;
-    w.put_bytes(blobs.entry);
-    w.put_align(16);
-    let exit = w.pc();
-    w.put_bytes(blobs.exit);
-    w.put_align(16);
-    let unwind = w.pc();
-    w.put_bytes(blobs.unwind);
-    w.put_align(16);
-    let tp_count = w.pc();
-    w.put_bytes(blobs.count);
-    w.put_align(16);
+    let exit = put_blob(&mut w, blobs.exit);
+    let unwind = put_blob(&mut w, blobs.unwind);
+    let tp_count = put_blob(&mut w, blobs.count);
+    let entry_ext = put_blob(&mut w, blobs.entry_ext);
+    let exit_ext = put_blob(&mut w, blobs.exit_ext);
     let trampoline = w.pc();
     out.tramp = trampoline;
     fast::exit(&mut w, l, m, &mut out);
     w.put_align(16);
     out.tramp_full = w.pc();
+    put_trampoline(&mut w, exit, m.lit_ctx);
+    w.put_align(16);
+    let trampoline_ext = w.pc();
+    put_trampoline(&mut w, exit_ext, m.lit_ctx);
+    w.put_align(16);
+    let count = w.pc();
+    out.count_stub = count;
+    put_count_stub(&mut w, tp_count, m.lit_ctx);
+    w.put_align(16);
+    let event = w.pc();
+    fast::entry(&mut w, l, m, &mut out);
+    w.put_align(8);
+    out.lit_ctx = w.pc();
+    out.lit_cache = out.lit_ctx + 8;
+    for v in fast::literals(l) {
+        w.put_u64(v);
+    }
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, count, event, ctx: l.ctx };
+    (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
+}
+
+/// A full return trampoline (see the module doc), calling `exit`.
+fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
     w.put_lea_rsp(RSP, -16);
     for r in SAVED {
         w.put_push(r);
     }
     w.put_push_flags_via_rax();
-    w.put_mov_reg_rip(RDI, m.lit_ctx);
+    w.put_mov_reg_rip(RDI, lit_ctx);
     w.put_lea_rsp(RSI, 8);
     w.put_lea_rsp(RDX, FRAME as i32);
     w.put_call(exit);
@@ -140,9 +166,10 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     }
     w.put_lea_rsp(RSP, 8);
     w.put_ret();
-    w.put_align(16);
-    let count = w.pc();
-    out.count_stub = count;
+}
+
+/// The count stub (see the module doc), which calls `tp_count`.
+fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
     w.put_push(RAX);
     w.put_push_flags_via_rax();
     for r in COUNT_SAVED {
@@ -151,7 +178,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_push(RBX);
     w.put_mov_rbx_rsp();
     w.put_align_rsp();
-    w.put_mov_reg_rip(RDI, m.lit_ctx);
+    w.put_mov_reg_rip(RDI, lit_ctx);
     w.put_load_esi_rbx(COUNT_ARG);
     w.put_call(tp_count);
     w.put_store_rax_rbx(COUNT_ARG);
@@ -163,17 +190,6 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_pop_flags_via_rax();
     w.put_pop(RAX);
     w.put_ret();
-    w.put_align(16);
-    let event = w.pc();
-    fast::entry(&mut w, l, m, &mut out);
-    w.put_align(8);
-    out.lit_ctx = w.pc();
-    out.lit_cache = out.lit_ctx + 8;
-    for v in fast::literals(l) {
-        w.put_u64(v);
-    }
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, count, event, ctx: l.ctx };
-    (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
 }
 
 /// The offset of the TID from the thread pointer (`fs:0`), found in the
@@ -252,7 +268,7 @@ mod tests {
     /// The full trampoline: the fast exit's fallback jumps to it last.
     fn full_trampoline(b: &RuntimeBlock) -> u64 {
         let a = b.addrs;
-        let asm = disassemble(&b.bytes[(a.trampoline - AT) as usize..(a.count - AT) as usize], a.trampoline);
+        let asm = disassemble(&b.bytes[(a.trampoline - AT) as usize..(a.trampoline_ext - AT) as usize], a.trampoline);
         let jmp = asm.iter().rfind(|i| i.starts_with("jmp ")).expect("the fast exit's fallback");
         u64::from_str_radix(jmp.trim_start_matches("jmp 0x"), 16).unwrap()
     }
@@ -263,10 +279,10 @@ mod tests {
         let a = b.addrs;
         assert_eq!((a.entry, a.ctx), (AT, 0x7f00_0000_1040));
         assert_eq!(a.unwind - AT, 32);
-        assert_eq!(a.trampoline - AT, 64);
+        assert_eq!((a.entry_ext - AT, a.trampoline - AT), (64, 96));
         let full = full_trampoline(&b);
         let off = (full - AT) as usize;
-        let asm = disassemble(&b.bytes[off..(a.count - AT) as usize], full);
+        let asm = disassemble(&b.bytes[off..(a.trampoline_ext - AT) as usize], full);
         let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];
         assert_eq!(asm[0], "lea rsp, [rsp - 0x10]");
         assert_eq!(asm[1..9], pushes);
@@ -286,6 +302,13 @@ mod tests {
         assert_eq!(u64::from_le_bytes(lits[..8].try_into().unwrap()), 0x7f00_0000_1040);
         let lit_at = AT + b.bytes.len() as u64 - 16;
         assert_eq!(asm[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (full + 5 + 13 + 5 + 7)));
+        // The second full trampoline is the same, calling tp_exit_ext (no fast exit).
+        let ext = a.trampoline_ext;
+        let asm_ext = disassemble(&b.bytes[(ext - AT) as usize..(a.count - AT) as usize], ext);
+        assert_eq!(asm_ext[..13], asm[..13]);
+        assert_eq!(asm_ext[16], format!("call {:#x}", AT + 80), "the second trampoline calls tp_exit_ext");
+        assert_eq!(asm_ext[13], format!("mov rdi, qword ptr [rip + {:#x}]", lit_at - (ext + 5 + 13 + 5 + 7)));
+        assert_eq!(asm_ext[17..32], asm[17..32]);
     }
 
     #[test]
@@ -293,14 +316,20 @@ mod tests {
         let a = build(AT, &layout(), &BLOBS);
         let b = build(AT, &RuntimeLayout { ring_mask: 1 << 20, thread_depth: 1, ..RuntimeLayout::default() }, &BLOBS);
         assert_eq!(
-            (a.addrs.trampoline, a.addrs.count, a.addrs.event),
-            (b.addrs.trampoline, b.addrs.count, b.addrs.event)
+            (a.addrs.trampoline, a.addrs.trampoline_ext, a.addrs.count, a.addrs.event),
+            (b.addrs.trampoline, b.addrs.trampoline_ext, b.addrs.count, b.addrs.event)
         );
         assert_eq!(a.bytes.len(), b.bytes.len());
     }
 
-    const BLOBS: RuntimeBlobs =
-        RuntimeBlobs { entry: &[0xc3; 3], exit: &[0xc3; 5], unwind: &[0xc3], count: &[0xc3; 2] };
+    const BLOBS: RuntimeBlobs = RuntimeBlobs {
+        entry: &[0xc3; 3],
+        exit: &[0xc3; 5],
+        unwind: &[0xc3],
+        count: &[0xc3; 2],
+        entry_ext: &[0xc3; 4],
+        exit_ext: &[0xc3; 6],
+    };
 
     #[test]
     fn count_stub_calls_tp_count_and_keeps_everything() {
@@ -319,6 +348,8 @@ mod tests {
         // The probe: above rbx, the eight registers, the flags, rax and the return address.
         assert_eq!(asm[16], "mov esi, dword ptr [rbx + 0x60]");
         assert_eq!(asm[17], format!("call {:#x}", AT + 48), "tp_count, after the other three functions");
+        let stub_end = asm.iter().position(|i| i == "ret").unwrap();
+        assert!(asm[stub_end + 1..].iter().all(|i| i == "int3"), "padding up to the fast entry");
         assert_eq!(asm[18..21], ["mov qword ptr [rbx + 0x60], rax", "mov rsp, rbx", "pop rbx"]);
         let pops = ["pop r11", "pop r10", "pop r9", "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx"];
         assert_eq!(asm[21..29], pops);
