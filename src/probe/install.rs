@@ -528,7 +528,10 @@ fn place_detour(
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
     let needs_runtime = needs_runtime(req);
-    let runtime_len = Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16;
+    // A multiple of 16, as every arena's size and use then are (detours
+    // start 16-aligned).
+    let runtime_len = (Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16)
+        .next_multiple_of(16);
     let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, arena::reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the
     // first where it really fits (its size depends on where it goes).
@@ -543,13 +546,28 @@ fn place_detour(
                 bail!("tp's data region has no room for another code arena; run `tp detach` first");
             }
             let size = arena::arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
-            h.arenas[slot] = arena::alloc_arena(caller, maps, req.span, arena::reach_of(req), size)?;
+            // `maps` was read before this transaction mapped its arenas:
+            // without them every new arena would try the places they took.
+            let mut now = maps.to_vec();
+            now.extend(h.arenas[..slot].iter().map(|a| Mapping {
+                start: a.addr,
+                end: a.addr + a.size.next_multiple_of(4096),
+                read: true,
+                write: false,
+                exec: true,
+                shared: false,
+                offset: 0,
+                dev: 0,
+                inode: 0,
+                path: String::new(),
+            }));
+            h.arenas[slot] = arena::alloc_arena(caller, &now, req.span, arena::reach_of(req), size)?;
             h.arena_count += 1;
             tried_new = true;
         }
         let a = h.arenas[slot];
         let runtime_still_needed = if needs_runtime && a.runtime == 0 { runtime_len } else { 0 };
-        let room = (a.size - a.used).saturating_sub(runtime_still_needed);
+        let room = a.size.saturating_sub(a.used).saturating_sub(runtime_still_needed);
         if !reachable(&a) || room < arena::DETOUR_BUDGET {
             slot += 1;
             continue;
