@@ -162,6 +162,37 @@ fn stacks_are_in_the_chrome_trace() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Stack probes that also time their calls enter through `tp_entry_ext`
+/// and return through the plain trampoline: its fast path when the call is
+/// the thread's only timed one (`leaf` from `path_b`), `tp_exit` when it is
+/// nested (`leaf` under `a_mid` under `path_a`). Every call's exit is there
+/// with the function's own return value, and the stacks are the known
+/// paths, with the return addresses the probes replaced given back.
+#[test]
+fn stack_probes_that_time_their_calls_record_every_exit() {
+    let (answers, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "-f", "a_mid", "-f", "path_a", "--stack", "--ret", "--json", "--ring-size", "262144"],
+        &[("paths 300", "done paths")],
+    );
+    assert_eq!(answers[0], "done paths 300 a=300 b=600");
+    let exits: Vec<Value> =
+        stdout.lines().filter(|l| l.contains("\"type\":\"exit\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    // path_a(1) = a_mid(1) + 1 = leaf(1) + 2 = 5; path_b(2) calls leaf(2) = 5.
+    for (func, rets) in [("leaf", vec![(3, 300), (5, 600)]), ("a_mid", vec![(4, 300)]), ("path_a", vec![(5, 300)])] {
+        let mut got: std::collections::BTreeMap<i64, usize> = Default::default();
+        for e in exits.iter().filter(|e| e["func"] == func) {
+            *got.entry(e["ret"].as_i64().unwrap_or_else(|| panic!("{e}"))).or_default() += 1;
+        }
+        assert_eq!(got.into_iter().collect::<Vec<_>>(), rets, "{func}");
+    }
+    let s = summary(&stdout);
+    assert_eq!(s["lost_events"], 0, "{s}");
+    let stacks = stacks_of(&s, "leaf");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "a_mid", "path_a", "run_paths", "main"]), 300, "{stacks:?}");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "path_b", "run_paths", "main"]), 600, "{stacks:?}");
+}
+
 #[test]
 fn predicates_select_exactly_the_calls_that_satisfy_them() {
     // values 200 calls leaf(i % 10): n < 3 holds for 60 of them.
