@@ -278,7 +278,7 @@ fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<
         nr: Host::SYSCALLS.madvise as i32,
         arch: Host::SYSCALLS.audit_arch,
         instruction_pointer: 0,
-        args: [0x7f00_0000_0000, 4096, MADV_POPULATE_READ, 0, 0, 0],
+        args: [0x7f00_0000_0000, 4096, crate::arch::syscalls::MADV_POPULATE_READ, 0, 0, 0],
     };
     let allowed = crate::process::seccomp::Filters::read(stopped.pid(), stopped.worker())
         .map(|f| f.action(&data).permits())
@@ -286,10 +286,6 @@ fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<
     h.ctx.may_check_stack = allowed as u32;
     region.set_header(&h)
 }
-
-/// `madvise`'s advice to fault pages in for reading (Linux 5.14), which
-/// fails on memory that cannot be read: how a thread checks its stack.
-const MADV_POPULATE_READ: u64 = 22;
 
 /// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
 /// tells threads apart, other than the machine and the program would have
