@@ -175,14 +175,16 @@ fn a_filter_that_kills_on_a_runtime_call_refuses_recording_and_counting_works() 
          calls in the target, with KILL_PROCESS: the process would be killed; probes that only count make no \
          syscall there and work"
     );
-    for flags in [&["--args"][..], &["--ret"], &["--stack"], &["--args", "--ret", "--if", "x > 5"]] {
-        let mut args = vec!["attach", "-p", &pid, "-f", "work"];
-        args.extend_from_slice(flags);
-        assert_eq!(refused(&args, "answers gettid"), why, "{flags:?}");
-        assert_eq!(maps_of(t.pid), before, "{flags:?}: the target's memory changed");
-        assert_code_is_original(&t, &["work"]);
-        assert_eq!(t.ask("ping", "pong"), "pong");
+    let attach = ["attach", "-p", &pid, "-f", "work"];
+    let profile = ["profile", "-p", &pid, "-f", "work", "-d", "1"];
+    for extra in [&["--args"][..], &["--ret"], &["--stack"], &["--args", "--ret", "--if", "x > 5"], &["--by", "x"]] {
+        let args = [&attach[..], extra].concat();
+        assert_eq!(refused(&args, "answers gettid"), why, "{extra:?}");
     }
+    assert_eq!(refused(&profile, "answers gettid"), why, "tp profile");
+    assert_eq!(maps_of(t.pid), before, "the target's memory changed");
+    assert_code_is_original(&t, &["work"]);
+    assert_eq!(t.ask("ping", "pong"), "pong");
 
     let session = Session::start(&["-p", &pid, "--json", "-f", "work"]);
     let own = t.call("work", 25_000, 1);
