@@ -305,4 +305,43 @@ mod tests {
         assert_eq!(tgkill.data.args[..3], [40, 41, 6]);
         assert!(calls(kind::ARGS, 40, 41).iter().all(|c| c.data.arch == sc.audit_arch));
     }
+
+    /// The `TP_SYS_*` and `TP_MADV_*` names in C source.
+    fn names_in(c: &str) -> Vec<&str> {
+        let mut names: Vec<&str> = c
+            .split(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_'))
+            .filter(|w| (w.starts_with("TP_SYS_") || w.starts_with("TP_MADV_")) && !w.ends_with('_'))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
+    }
+
+    #[test]
+    fn every_syscall_of_the_runtime_is_generated_and_checked() {
+        use crate::arch::syscalls;
+        let runtime = [include_str!("runtime/runtime.c"), include_str!("runtime/record.h")].concat();
+        let checked: Vec<String> =
+            calls(kind::ARGS | kind::RET, 1, 1).iter().map(|c| c.what.split('(').next().unwrap().to_string()).collect();
+        let arches = [
+            (syscalls::X86_64, include_str!("../arch/x86_64/runtime.h")),
+            (syscalls::AARCH64, include_str!("../arch/aarch64/runtime.h")),
+        ];
+        for (table, header) in arches {
+            let defined: Vec<String> = table.c_defines().into_iter().map(|(n, _)| n).collect();
+            let source = runtime.clone() + header;
+            let used = names_in(&source);
+            assert!(used.contains(&"TP_SYS_GETTID"), "{used:?}");
+            for name in used {
+                assert!(defined.iter().any(|d| d == name), "{name} is not generated from src/arch/syscalls.rs");
+                let Some(call) = name.strip_prefix("TP_SYS_").filter(|n| !n.ends_with("_ARG0")) else { continue };
+                let call = call.to_lowercase();
+                // The stack check is made only where every thread's filters allow it.
+                assert!(
+                    call == "madvise" || checked.contains(&call),
+                    "the runtime makes {call}, which is not checked against the filters"
+                );
+            }
+        }
+    }
 }
