@@ -19,6 +19,8 @@
  *   thread-kill-gettid  only a second thread, started before the ready
  *                    line and blocked until quit, has a filter, which
  *                    kills the process on gettid; the main thread has none
+ *   errno-runtime    kill fails with EPERM, and so does arch_prctl where
+ *                    there is one: errors tp's runtime goes on from
  *   allow            everything tp needs runs: close is logged (LOG),
  *                    reboot kills, the rest is allowed; a second filter
  *                    answers ERRNO for kexec_load
@@ -135,6 +137,15 @@ static void allow_what_tp_needs(void)
 	deny(SYS_kexec_load, SECCOMP_RET_ERRNO | EPERM);
 }
 
+/* EPERM for kill and arch_prctl, the rest allowed. */
+static void deny_runtime_errors(void)
+{
+	deny(SYS_kill, SECCOMP_RET_ERRNO | EPERM);
+#ifdef SYS_arch_prctl
+	deny(SYS_arch_prctl, SECCOMP_RET_ERRNO | EPERM);
+#endif
+}
+
 static pthread_mutex_t filtered_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t filtered_cond = PTHREAD_COND_INITIALIZER;
 static int filtered;
@@ -214,6 +225,8 @@ int main(int argc, char **argv)
 		deny(SYS_gettid, SECCOMP_RET_KILL_PROCESS);
 	else if (strcmp(mode, "thread-kill-gettid") == 0)
 		start_filtered_thread();
+	else if (strcmp(mode, "errno-runtime") == 0)
+		deny_runtime_errors();
 	else if (strcmp(mode, "allow") == 0)
 		allow_what_tp_needs();
 	else if (strcmp(mode, "strict") != 0 && strcmp(mode, "none") != 0) {

@@ -225,3 +225,35 @@ fn a_runtime_call_killed_in_another_thread_only_is_refused() {
     assert_code_is_original(&t, &["work"]);
     alive_and_well(t);
 }
+
+/// Errors the runtime goes on from are no reason to refuse: under a filter
+/// that answers EPERM to `kill` and to the thread-pointer call, events are
+/// recorded, every one, also where each event asks the kernel for the
+/// thread pointer (`TP_THREAD_KEY=syscall`: it fails, and the thread is
+/// told apart by its TID).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn errors_the_runtime_goes_on_from_are_no_refusal() {
+    for env in [&[][..], &[("TP_THREAD_KEY", "syscall")]] {
+        let mut t = Target::start_with("sandboxed", |c| {
+            c.arg("errno-runtime");
+        });
+        let pid = t.pid.to_string();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("Seccomp_filters:\t2"), "{status}");
+        let before = maps_of(t.pid);
+        let args = ["-p", pid.as_str(), "-f", "work", "--args", "--ret", "--json"];
+        let mut session = Session::spawn("attach", &args, env, None);
+        session.err.wait_for("tp: attached");
+        assert_eq!(t.call("work", 1000, 1), 1000);
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{env:?}: {stderr}");
+        let events: Vec<serde_json::Value> =
+            stdout.lines().filter(|l| l.starts_with("{\"type\":")).map(|l| serde_json::from_str(l).unwrap()).collect();
+        let of = |ty: &str| events.iter().filter(|e| e["type"] == ty && e["tid"] == t.pid).count();
+        assert_eq!((of("entry"), of("exit"), events.len()), (1000, 1000, 2000), "{env:?}");
+        assert_code_is_original(&t, &["work"]);
+        assert_eq!(maps_of(t.pid), before, "{env:?}: tp's memory should be gone after the detach");
+        alive_and_well(t);
+    }
+}
