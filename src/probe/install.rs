@@ -202,6 +202,9 @@ fn patch_all(
     runtime_calls::check_stopped(stopped, kinds_of(requests))?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
     learn_threads(stopped, mem, region, requests.iter().any(|r| r.kind != kind::COUNT))?;
+    if Host::COUNTING_CALLS_RUNTIME {
+        learn_rows(stopped, region)?;
+    }
     if requests.iter().any(|r| r.kind & kind::STACK != 0) {
         learn_stacks(stopped, region, &maps)?;
     }
@@ -289,6 +292,17 @@ fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<
         args: [0x7f00_0000_0000, 4096, crate::arch::syscalls::MADV_POPULATE_READ, 0, 0, 0],
     };
     h.ctx.may_check_stack = runtime_calls::permits_everywhere(stopped, &data) as u32;
+    region.set_header(&h)
+}
+
+/// Tells the runtime whether a counting thread may take a counter row of
+/// its own, which makes syscalls on its first count in the process
+/// ([`runtime_calls::counting_calls`]): if a thread's seccomp filters would
+/// not let them run, every thread counts in the shared row, without any.
+/// Learnt at every attach, with every thread stopped.
+fn learn_rows(stopped: &Stopped, region: &Region) -> Result<()> {
+    let mut h = region.header();
+    h.ctx.may_take_rows = runtime_calls::counting_may_call(stopped) as u32;
     region.set_header(&h)
 }
 

@@ -306,6 +306,13 @@ shared_struct! {
         pub stride_shift: u32,
         /// Address in the target of counter row 0.
         pub counters: u64,
+        /// 1 if a thread may take a counter row of its own (x86-64), which
+        /// makes getpid, gettid and kill(pid, 0) on its first count in a
+        /// process: every thread's seccomp filters let them run. Else every
+        /// thread counts in the shared row 0, without a syscall.
+        pub may_take_rows: u32,
+        /// Padding.
+        pub pad3: u32,
         /// Who counts in each counter row (x86-64): 0 if nobody yet, else
         /// the PID (high 32 bits) and TID of the thread that took it, which
         /// alone adds to it, without a lock. Row 0 is never taken: threads
@@ -834,7 +841,7 @@ pub fn c_structs() -> Vec<CStruct> {
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 168 + 8 * (1 << SLOT_BITS));
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 176 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
 const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 256);
@@ -1257,6 +1264,8 @@ impl Header {
                 may_check_stack: 0,
                 stride_shift: g.stride_shift,
                 counters: target_addr + g.counters_off,
+                may_take_rows: 0,
+                pad3: 0,
                 row_owner: [0; 1 << SLOT_BITS],
             },
             arenas: [Arena::default(); MAX_ARENAS],

@@ -14,7 +14,12 @@
 //! runs every thread's filters (each thread has its own) on each call with
 //! the arguments the runtime passes (representative where they vary) and
 //! refuses in one line if any answer is not one the runtime can take.
-//! Counting probes make no syscall and are not checked. The runtime's
+//! Counting probes are never refused: where counting calls the runtime
+//! (x86-64), a thread's first count in a process takes a counter row of its
+//! own, which makes getpid, gettid and `kill(pid, 0)` ([`counting_calls`]);
+//! where a thread's filters would not let them run, tp tells the runtime
+//! to count every thread in the shared row instead, which makes no syscall
+//! ([`counting_may_call`], `EventCtx::may_take_rows`). The runtime's
 //! stack check (madvise) is not refused: it is made only where every
 //! thread's filters let it run ([`permits_everywhere`]).
 
@@ -130,6 +135,28 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
         ]);
     }
     calls
+}
+
+/// The calls the runtime makes for a counting probe where a thread takes a
+/// counter row of its own (`tp_count`: its state, then a row, reclaiming
+/// the rows of processes that are gone): the first three of [`calls`].
+pub fn counting_calls(pid: i32, tid: i32) -> Vec<RuntimeCall> {
+    let mut c = calls(kind::ARGS, pid, tid);
+    c.retain(|c| ["getpid", "gettid", "kill(pid, 0)"].contains(&c.what.as_str()));
+    c
+}
+
+/// True if every thread `stopped` holds (all of the process's) lets the
+/// counting calls run, so that threads may take counter rows of their own.
+/// A thread without filters needs no reading; an unreadable filter does
+/// not let them.
+pub fn counting_may_call(stopped: &Stopped) -> bool {
+    let pid = stopped.pid();
+    stopped.threads().all(|t| {
+        seccomp::mode_of(pid, t.tid) == Some(0)
+            || Filters::read(pid, t.tid)
+                .is_ok_and(|f| counting_calls(pid, t.tid.as_raw()).iter().all(|c| c.takes(f.action(&c.data))))
+    })
 }
 
 /// Why the runtime cannot run in a process: a filter's answer to one of its calls.
@@ -248,6 +275,20 @@ mod tests {
     fn counting_probes_make_no_call() {
         assert!(calls(kind::COUNT, 1, 1).is_empty());
         assert_eq!(answer(Host::SYSCALLS.gettid, KILL_PROCESS, kind::COUNT), None);
+    }
+
+    #[test]
+    fn counting_calls_are_those_of_a_threads_state_and_row() {
+        let sc = Host::SYSCALLS;
+        let c = counting_calls(40, 41);
+        let nrs: Vec<i32> = c.iter().map(|c| c.data.nr).collect();
+        assert_eq!(nrs, [sc.getpid as i32, sc.gettid as i32, sc.kill as i32]);
+        let filters = |nr: u64, ret: u32| Filters::of(40, 41, vec![deny(nr, ret)]);
+        let all_take = |f: &Filters| c.iter().all(|c| c.takes(f.action(&c.data)));
+        assert!(!all_take(&filters(sc.gettid, KILL_PROCESS)));
+        assert!(!all_take(&filters(sc.kill, ERRNO | libc::ESRCH as u32)));
+        assert!(all_take(&filters(sc.kill, ERRNO | libc::EPERM as u32)));
+        assert!(all_take(&filters(sc.exit_group, KILL_PROCESS)));
     }
 
     #[test]

@@ -224,6 +224,7 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     let (lo, hi) = (live.ctx.main_stack_lo, live.ctx.main_stack_hi);
     (h.ctx.main_stack_lo, h.ctx.main_stack_hi) = if lo <= hi && hi <= USER_END { (lo, hi) } else { (0, 0) };
     h.ctx.may_check_stack = live.ctx.may_check_stack.min(1);
+    h.ctx.may_take_rows = live.ctx.may_take_rows.min(1);
     h
 }
 

@@ -311,8 +311,11 @@ uint64_t tp_count(struct tp_ctx *c, uint32_t probe)
 	 * kernel must tell apart would pay a system call per call: both count
 	 * in the shared row. */
 	struct tp_thread *t = 0;
-	if (tp_detour_word() != 0 && (c->key_how == TP_KEY_TCB || c->key_how == TP_KEY_TCB_REGISTER ||
-				      c->key_how == TP_KEY_REGISTER))
+	/* Taking a state and a row makes syscalls (getpid, gettid, kill(pid,
+	 * 0)), which tp found every thread's seccomp filters let run, or not:
+	 * then every thread counts in the shared row. */
+	if (c->may_take_rows && tp_detour_word() != 0 &&
+	    (c->key_how == TP_KEY_TCB || c->key_how == TP_KEY_TCB_REGISTER || c->key_how == TP_KEY_REGISTER))
 		t = thread_state(c, 1);
 	if (t) {
 		row = counter_row(c, t);
