@@ -184,7 +184,10 @@ fn names_with_escape_sequences_are_printed_escaped() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["probes"][0]["func"], evil, "JSON escapes losslessly");
 
-    // A real region, whose names the target rewrites.
+    // A real region, whose names the target rewrites. The first target goes
+    // first: a thread holding one target's shared lock while it waits for
+    // another's would deadlock with a test waiting for the exclusive one.
+    drop(t);
     let mut t = hostile();
     let pid = t.pid.to_string();
     expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "work", "--keep"]));
