@@ -12,7 +12,8 @@
 //! whose symbols live only in separate debug files (found by build-id, or
 //! by `.gnu_debuglink`). On x86-64: hand-written prologues (assembly) and
 //! the relocation harness; on AArch64: hand-written prologues, also in a
-//! BTI-guarded build. Cross builds (aarch64) link statically (`-static-pie`
+//! BTI-guarded build, and the events and C++ exceptions targets with
+//! pointer authentication (and BTI). Cross builds (aarch64) link statically (`-static-pie`
 //! for PIE) so the binaries run in the test VM without a sysroot.
 
 use std::path::{Path, PathBuf};
@@ -66,6 +67,14 @@ const TARGETS: &[Target] = &[
         ..c("prologues", &["-fPIE", "-pie"])
     },
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
+    // AArch64: the same with pointer authentication and BTI landing pads,
+    // its probed functions in pages it guards with PROT_BTI itself.
+    Target {
+        name: "events-pac",
+        sources: &["events.c"],
+        arch: Some("aarch64"),
+        ..c("", &["-fPIE", "-pie", "-DTP_BTI", "-mbranch-protection=standard", "-fno-toplevel-reorder"])
+    },
     // A program for `tp run` and --follow-exec: its own count of calls, its exit status or signal.
     Target { name: "launched", sources: &["launched.c"], ..c("", &["-fPIE", "-pie"]) },
     // Forks while return probes are live: parent and child return through the same frames.
@@ -122,8 +131,18 @@ const TARGETS: &[Target] = &[
         lang: Lang::Cpp,
         sources: &["exceptions.cpp"],
         flags: &[],
-        host_only: true,
+        host_only: false,
         arch: None,
+    },
+    // AArch64: the same with return addresses signed (paciasp), which the
+    // unwinder authenticates.
+    Target {
+        name: "exceptions-pac",
+        lang: Lang::Cpp,
+        sources: &["exceptions.cpp"],
+        flags: &["-mbranch-protection=standard"],
+        host_only: false,
+        arch: Some("aarch64"),
     },
     Target {
         name: "rusty-legacy",

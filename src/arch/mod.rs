@@ -236,6 +236,9 @@ pub struct SitePlan {
     pub function: u64,
     /// Where the branch goes (after a landing pad such as `endbr64` or `bti c`).
     pub site: u64,
+    /// The function's bytes before the site: the landing pads the window
+    /// follows, which stay in place (`endbr64`, `bti c`, `paciasp`).
+    pub prefix: Vec<u8>,
     /// The original bytes of the window, `[site, site + window.len())`.
     pub window: Vec<u8>,
     /// The whole instructions of the window.
@@ -344,6 +347,13 @@ pub struct DetourSpec {
     /// The function's calling convention: which registers an entry event
     /// records as its arguments.
     pub abi: Abi,
+    /// For a return probe where a call leaves the return address in a
+    /// register (AArch64's link register): how far below its stack pointer
+    /// at entry the function saves that register while it calls others,
+    /// from its call frame information; None if it never does (a leaf),
+    /// not always at one place, or tp cannot tell. Unused where the call
+    /// puts the return address on the stack.
+    pub return_saved_below: Option<u32>,
 }
 
 /// What a detour does beyond counting the hit.
@@ -368,6 +378,20 @@ impl Records {
     pub fn calls_runtime(&self) -> bool {
         self.args || self.ret || self.unwind
     }
+}
+
+/// Where a return frame's trampoline is in a stopped process
+/// ([`Arch::frame_home`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameHome {
+    /// In this word, as the plain address: tp may write the original
+    /// return address there.
+    At(u64),
+    /// Nowhere: the frame died earlier (longjmp) and its stack was reused.
+    Dead,
+    /// Somewhere tp cannot write it back: in a register, or signed with a
+    /// key only the process can use. The frame stays.
+    Kept,
 }
 
 /// How a relocation of a dynamic section stores a code pointer in data.
@@ -755,9 +779,34 @@ pub trait Arch {
     /// padded to the window's length.
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
 
-    /// Whether detours can record events (arguments, return values,
-    /// latency) through the in-target runtime, or only count.
-    const RECORDS_EVENTS: bool = true;
+    /// Where a return frame's trampoline is, read in a stopped process:
+    /// the frame's `slot` (entry stack pointer minus 8) on the stack, or
+    /// `ra_at`, where the runtime noted that the function saves the
+    /// register a call leaves its return address in (0 where the slot
+    /// holds it, or where that is not known), with `tramp` the trampoline
+    /// written there. `read` reads the process's memory.
+    fn frame_home(slot: u64, ra_at: u64, tramp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> FrameHome {
+        let _ = ra_at;
+        match read(slot, 8) {
+            Some(b) if b.len() == 8 && u64::from_le_bytes(b[..8].try_into().unwrap()) == tramp => FrameHome::At(slot),
+            _ => FrameHome::Dead,
+        }
+    }
+
+    /// A code address as a stack word or register holds it, without
+    /// anything the CPU adds to it there (AArch64's pointer authentication
+    /// code): what it points at.
+    fn code_address(word: u64) -> u64 {
+        word
+    }
+
+    /// The register a call leaves the return address in, where there is
+    /// one (AArch64's link register): a thread stopped in a function that
+    /// has not saved it may return through it.
+    fn return_register(regs: &Self::Regs) -> Option<u64> {
+        let _ = regs;
+        None
+    }
 
     /// How far the long form of the patch reaches, where there is one
     /// (see [`Arch::plan_long`]); 0 where there is none.

@@ -367,8 +367,16 @@ shared_struct! {
         pub tramp: u64,
         /// The slot's `overhead` when the call began.
         pub overhead: u64,
+        /// Where the function keeps its return address while it calls
+        /// others, where a call leaves it in a register (AArch64's link
+        /// register, which the function saves in its frame): the runtime
+        /// checks there that the frame is live and puts the address back
+        /// when unwinding starts. 0 where the slot itself holds it
+        /// (x86-64), or where it is not known (see the architecture's
+        /// runtime.h).
+        pub ra_at: u64,
         /// Padding.
-        pub pad2: [u64; 2],
+        pub pad2: u64,
     }
 }
 

@@ -101,6 +101,84 @@ pub fn fde_ranges(elf: &ElfFile) -> Vec<(u64, u64)> {
     out
 }
 
+/// Where each function saves the register that holds its return address,
+/// from the call frame information of `.eh_frame`: on architectures where a
+/// call leaves the return address in a register (AArch64's link register),
+/// a function that calls others saves it in its frame, at an offset from
+/// the CFA (its stack pointer at entry) that its CFI rows give.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReturnSaves {
+    /// `(start, end, bytes below the CFA)` per FDE, sorted by start; None
+    /// where the function never saves the register, or not always at one
+    /// offset.
+    fdes: Vec<(u64, u64, Option<u32>)>,
+}
+
+impl ReturnSaves {
+    /// Reads the CFI of every function of `elf`.
+    pub fn of(elf: &ElfFile) -> ReturnSaves {
+        let mut out = ReturnSaves::default();
+        let Some((eh_addr, eh_data)) = eh_frame(elf) else { return out };
+        let mut eh = EhFrame::new(eh_data, LittleEndian);
+        // Opcode 0x2d is AArch64's negate_ra_state (pointer authentication)
+        // and no other architecture tp reads uses it.
+        eh.set_vendor(gimli::Vendor::AArch64);
+        let bases = BaseAddresses::default().set_eh_frame(eh_addr);
+        let mut ctx = gimli::UnwindContext::new();
+        let mut entries = eh.entries(&bases);
+        while let Ok(Some(entry)) = entries.next() {
+            let CieOrFde::Fde(partial) = entry else { continue };
+            let Ok(fde) = partial.parse(EhFrame::cie_from_offset) else { continue };
+            let start = fde.initial_address();
+            let below = saved_below_cfa(&eh, &bases, &mut ctx, &fde);
+            out.fdes.push((start, start.saturating_add(fde.len()), below));
+        }
+        out.fdes.sort_unstable();
+        out
+    }
+
+    /// How far below its CFA the function at link-time address `addr`
+    /// saves its return address register, if its CFI says so, always at
+    /// one place.
+    pub fn below_cfa(&self, addr: u64) -> Option<u32> {
+        let i = self.fdes.partition_point(|f| f.0 <= addr).checked_sub(1)?;
+        let (start, end, below) = self.fdes[i];
+        (start <= addr && addr < end).then_some(below).flatten()
+    }
+}
+
+/// The one offset below the CFA where `fde`'s rows save its return address
+/// register, None if none does or they disagree (or the CFI does not parse).
+fn saved_below_cfa<R: gimli::Reader<Offset = usize>>(
+    eh: &EhFrame<R>,
+    bases: &BaseAddresses,
+    ctx: &mut gimli::UnwindContext<usize>,
+    fde: &gimli::FrameDescriptionEntry<R>,
+) -> Option<u32> {
+    let ra = fde.cie().return_address_register();
+    let mut table = fde.rows(eh, bases, ctx).ok()?;
+    let mut found = None;
+    let mut rows = 0;
+    while let Ok(Some(row)) = table.next_row() {
+        rows += 1;
+        if rows > 4096 {
+            return None;
+        }
+        match row.register(ra) {
+            Some(gimli::RegisterRule::Offset(n)) => {
+                let below = u32::try_from(n.checked_neg()?).ok().filter(|b| *b > 0 && b % 8 == 0)?;
+                if found.is_some_and(|f| f != below) {
+                    return None;
+                }
+                found = Some(below);
+            }
+            None | Some(gimli::RegisterRule::Undefined) | Some(gimli::RegisterRule::SameValue) => {}
+            Some(_) => return None,
+        }
+    }
+    found
+}
+
 /// The `.eh_frame` section: its address and bytes.
 fn eh_frame(elf: &ElfFile) -> Option<(u64, &[u8])> {
     let s = elf.sections.iter().find(|s| s.name == ".eh_frame" && !s.nobits)?;

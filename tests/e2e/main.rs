@@ -26,8 +26,6 @@ mod postgres;
 #[cfg(target_arch = "x86_64")]
 mod nginx;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
-// (x86-64 only: AArch64 probes count, and refuse event probes.)
-#[cfg(target_arch = "x86_64")]
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
@@ -49,8 +47,7 @@ mod landing_pads;
 mod symbols;
 // enable/disable without stopping the target.
 mod toggle;
-// tp profile: sampled latency with exact call counts (x86-64 only, as events).
-#[cfg(target_arch = "x86_64")]
+// tp profile: sampled latency with exact call counts.
 mod profile;
 // AArch64: every relocated instruction class, BTI landing pads, atomics.
 #[cfg(target_arch = "aarch64")]

@@ -246,6 +246,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
+                    return_saved_below: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);

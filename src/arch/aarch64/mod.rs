@@ -1,5 +1,6 @@
 //! AArch64: `b imm26` probes of one instruction, bit-level relocation of
-//! the PC-relative instructions, and an LSE or exclusive-loop counter.
+//! the PC-relative instructions, an LSE or exclusive-loop counter, and the
+//! runtime's entry, return and unwinder paths with pointer authentication.
 //!
 //! References: the Arm Architecture Reference Manual for A-profile (A64
 //! encodings, C4; BTI and PSTATE.BTYPE, D8.4), the Procedure Call Standard
@@ -12,6 +13,7 @@ pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
+pub mod runtime;
 pub mod window;
 pub mod writer;
 
@@ -20,7 +22,7 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls, ThreadKey,
+    Arch, Detour, DetourSpec, FrameHome, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls, ThreadKey,
 };
 
 /// The AArch64 architecture.
@@ -94,12 +96,13 @@ impl Arch for AArch64 {
         None
     }
 
-    fn build_runtime(at: u64, ctx: u64, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        RuntimeBlock { bytes: Vec::new(), addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, ctx } }
+    fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+        runtime::build(at, ctx, blobs)
     }
 
-    fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
-        None
+    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+        let pointers: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.tpidr)).collect();
+        runtime::tid_offset(&pointers, read)
     }
 
     fn thread_key(
@@ -115,9 +118,19 @@ impl Arch for AArch64 {
         detour::patch(plan, detour)
     }
 
-    const LONG_REACH: u64 = long::LONG_REACH;
+    fn frame_home(slot: u64, ra_at: u64, tramp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> FrameHome {
+        runtime::frame_home(ra_at, slot + 8, tramp, read)
+    }
 
-    const RECORDS_EVENTS: bool = false;
+    fn code_address(word: u64) -> u64 {
+        runtime::strip(word)
+    }
+
+    fn return_register(r: &regs::Regs) -> Option<u64> {
+        Some(r.pt.regs[30])
+    }
+
+    const LONG_REACH: u64 = long::LONG_REACH;
 
     fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         long::plan_long(code, function, extra_targets)

@@ -1,5 +1,6 @@
 //! AArch64 thread registers: NT_PRSTATUS (`struct user_pt_regs`) plus
-//! NT_ARM_SYSTEM_CALL, the number of the syscall a thread is stopped in.
+//! NT_ARM_SYSTEM_CALL, the number of the syscall a thread is stopped in,
+//! and NT_ARM_TLS, its thread pointer.
 //!
 //! Writing -1 to NT_ARM_SYSTEM_CALL is how a tracer tells the kernel the
 //! thread is no longer in a syscall, so it will not rewind the PC to restart
@@ -32,10 +33,13 @@ pub struct Regs {
     pub pt: PtRegs,
     /// NT_ARM_SYSTEM_CALL.
     pub syscallno: i32,
+    /// TPIDR_EL0, the thread pointer (NT_ARM_TLS); read, never written.
+    pub tpidr: u64,
 }
 
 const NT_PRSTATUS: u32 = 1;
 const NT_ARM_SYSTEM_CALL: u32 = 0x404;
+const NT_ARM_TLS: u32 = 0x401;
 /// PSTATE.BTYPE (bits 11:10): must be cleared when redirecting a thread, or
 /// the first instruction at the new PC must be a BTI landing pad.
 pub const PSTATE_BTYPE: u64 = 0b11 << 10;
@@ -46,6 +50,7 @@ pub fn get(tid: Pid) -> io::Result<Regs> {
     let mut r = Regs::default();
     get_regset(tid, NT_PRSTATUS, &mut r.pt)?;
     get_regset(tid, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
+    get_regset(tid, NT_ARM_TLS, &mut r.tpidr)?;
     Ok(r)
 }
 
