@@ -16,6 +16,11 @@
  *   burst R        R rounds of: a 1 ms sleep, one call of pulse(1), which
  *                  spins 200 us, then 99 calls of pulse(0), which return at
  *                  once -> "done burst R"
+ *   many N         N calls of eight, which takes eight integer arguments,
+ *                  and of by_ref, which takes a struct of 24 bytes (in memory
+ *                  or by reference, by the ABI) and a long
+ *                  -> "log TID eight a=.. b=.. c=.. d=.. e=.. f=.. g=.. h=.. ret=R",
+ *                     "log TID by_ref after=.. ret=R" per call, then "done many"
  *   ipa N          N calls of ipa_caller, which keeps values in registers the
  *                  ABI lets a callee clobber across its call of ipa_leaf
  *                  -> "done ipa N bad=B" (B: calls whose result was wrong)
@@ -83,6 +88,20 @@ TP_EVENT TP_KEY_B int greet(const char *name, const void *where)
 {
 	(void)where;
 	return (int)strlen(name);
+}
+
+TP_EVENT long eight(int a, long b, unsigned c, short d, long e, unsigned long f, signed char g, long h)
+{
+	return a + b + c + d + e + (long)f + g + h;
+}
+
+struct big {
+	long x[3];
+};
+
+TP_EVENT long by_ref(struct big s, long after)
+{
+	return s.x[0] + s.x[1] + s.x[2] + after;
 }
 
 static unsigned long fib_calls;
@@ -400,6 +419,26 @@ int main(void)
 					pulse(0);
 			}
 			printf("done burst %lu\n", n);
+		} else if (sscanf(line, "many %lu", &n) == 1) {
+			pid_t me = tid();
+			for (unsigned long i = 0; i < n; i++) {
+				int a = (int)i - 3;
+				long b = (long)i * 100003;
+				unsigned c = (unsigned)(i * 7);
+				short d = (short)(-(long)i);
+				long e = 1L << (i % 60);
+				unsigned long f = ~i;
+				signed char g = (signed char)(i * 13 - 60);
+				long h = -(long)i * 1000000007L;
+				long r = eight(a, b, c, d, e, f, g, h);
+				printf("log %d eight a=%d b=%ld c=%u d=%d e=%ld f=%lu g=%d h=%ld ret=%ld\n", me, a, b, c, d, e, f, g,
+				       h, r);
+				struct big s = {{(long)i, 2 * (long)i, 3}};
+				long after = 77 - (long)i;
+				r = by_ref(s, after);
+				printf("log %d by_ref after=%ld ret=%ld\n", me, after, r);
+			}
+			printf("done many\n");
 		} else if (sscanf(line, "ipa %lu", &n) == 1) {
 			unsigned long bad = 0;
 			for (unsigned long i = 0; i < n; i++)

@@ -447,8 +447,11 @@ fn goroutine_stack(g: u64, sp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>
     (lo < hi && hi - lo <= 1 << 30 && (lo..hi).contains(&sp) && guard_ok).then_some((lo, hi))
 }
 
-/// [`Arch::arg_registers`] for the C ABI, with `recorded` integer registers recorded.
-fn c_arg_registers(params: &[ParamClass], recorded: usize) -> Vec<Option<usize>> {
+/// [`Arch::arg_registers`] for the C ABI, with `recorded` integer registers
+/// recorded; an aggregate larger than 16 bytes goes in memory, or with
+/// `large_by_reference` (AAPCS64) its copy's address takes the next
+/// integer register.
+fn c_arg_registers(params: &[ParamClass], recorded: usize, large_by_reference: bool) -> Vec<Option<usize>> {
     let mut next = 0;
     let mut lost_track = false;
     params
@@ -459,7 +462,12 @@ fn c_arg_registers(params: &[ParamClass], recorded: usize) -> Vec<Option<usize>>
             }
             match p {
                 ParamClass::Float => None,
-                ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => None, // passed in memory
+                ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => {
+                    if large_by_reference {
+                        next += 1; // the address of a copy: not the value, not shown
+                    }
+                    None
+                }
                 ParamClass::Aggregate(_) | ParamClass::Words(_) => {
                     lost_track = true; // small aggregates: registers not modelled
                     None
@@ -695,8 +703,7 @@ pub trait Arch {
     /// larger than 16 bytes is passed in memory; the passing of smaller
     /// aggregates is not modelled, so the parameters from one on are
     /// unknown. (The System V x86-64 ABI; AAPCS64 agrees but for large
-    /// aggregates, passed by reference, which AArch64 may override once it
-    /// records events.)
+    /// aggregates, passed by reference, which AArch64 overrides.)
     ///
     /// Go: each parameter goes wholly into the next integer registers
     /// ([`Arch::go_int_args`] of them in all) or wholly onto the stack, and
@@ -705,7 +712,7 @@ pub trait Arch {
     /// not known (a struct, an interface) ends what can be told.
     fn arg_registers(abi: Abi, params: &[ParamClass]) -> Vec<Option<usize>> {
         match abi {
-            Abi::C => c_arg_registers(params, Self::ARG_REGS),
+            Abi::C => c_arg_registers(params, Self::ARG_REGS, false),
             Abi::Go => go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
             Abi::GoStack => vec![None; params.len()],
         }
@@ -892,7 +899,14 @@ mod tests {
         let params = [Aggregate(Some(0)), Scalar, Aggregate(Some(16)), Scalar];
         assert_eq!(go_arg_registers(&params, 9, 6), [None, Some(0), None, None]);
         // C: the System V order, small aggregates unknown.
-        assert_eq!(c_arg_registers(&[Scalar, Float, Words(2), Scalar], 6), [Some(0), None, None, None]);
+        assert_eq!(c_arg_registers(&[Scalar, Float, Words(2), Scalar], 6, false), [Some(0), None, None, None]);
+        // A struct of 24 bytes: in memory (System V), or by reference in the
+        // next register (AAPCS64); eight registers recorded on AArch64.
+        let params = [Scalar, Aggregate(Some(24)), Scalar, Scalar, Scalar, Scalar, Scalar, Scalar, Scalar];
+        let sysv = [Some(0), None, Some(1), Some(2), Some(3), Some(4), Some(5), None, None];
+        assert_eq!(c_arg_registers(&params, 6, false), sysv);
+        let aapcs = [Some(0), None, Some(2), Some(3), Some(4), Some(5), Some(6), Some(7), None];
+        assert_eq!(c_arg_registers(&params, 8, true), aapcs);
     }
 
     #[test]

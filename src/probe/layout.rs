@@ -390,12 +390,17 @@ shared_struct! {
         pub tid: u32,
         /// Timestamp (cycle counter).
         pub tsc: u64,
-        /// Entry: the six integer argument registers. Exit: return value,
-        /// entry timestamp, second return register, ticks tp spent in probes
-        /// of the functions the call made.
-        pub v: [u64; 6],
+        /// Entry: the first six integer argument registers. Exit: return
+        /// value, entry timestamp, second return register, ticks tp spent in
+        /// probes of the functions the call made.
+        pub v: [u64; ENTRY_REGS],
     }
 }
+
+/// Integer argument registers an entry event holds; an ABI that passes
+/// more in registers records the rest in an event before it
+/// ([`event_kind::ARGS_MORE`]).
+pub const ENTRY_REGS: usize = 6;
 
 /// Where an event's kind ([`event_kind`]) sits in [`Event::probe`], and
 /// where the flags ([`entry_flags`]) sit in the word passed to `tp_entry`:
@@ -412,6 +417,10 @@ pub mod event_kind {
     pub const EXIT: u8 = 2;
     /// An exception unwound the frame; its exit was not seen.
     pub const UNWOUND: u8 = 3;
+    /// The integer argument registers after the sixth (AArch64's seventh
+    /// and eighth, in `v[0]` and `v[1]`), of the entry event that follows
+    /// it in the same ring with the same timestamp.
+    pub const ARGS_MORE: u8 = 4;
 }
 
 /// Flags passed to the runtime's `tp_entry` with the probe index.
@@ -423,6 +432,11 @@ pub mod entry_flags {
     /// Spend one of the probe's sample budget (the detour calls the runtime
     /// only while the budget is positive).
     pub const SAMPLE: u32 = 1 << (super::KIND_SHIFT + 2);
+    /// Record the argument registers after the sixth too, in an event of
+    /// their own before the entry's ([`super::event_kind::ARGS_MORE`]):
+    /// where the ABI passes more than six integer arguments in registers
+    /// and the function may have more than six.
+    pub const RECORD_MORE: u32 = 1 << (super::KIND_SHIFT + 3);
 }
 
 /// The constants runtime.c shares, by the names build.rs gives them in its
@@ -431,11 +445,13 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_ENTRY", event_kind::ENTRY as u64),
     ("TP_EXIT", event_kind::EXIT as u64),
     ("TP_UNWOUND", event_kind::UNWOUND as u64),
+    ("TP_ARGS_MORE", event_kind::ARGS_MORE as u64),
     ("TP_KIND_SHIFT", KIND_SHIFT as u64),
     ("TP_PROBE_MASK", PROBE_MASK as u64),
     ("TP_RECORD_ENTRY", entry_flags::RECORD_ENTRY as u64),
     ("TP_HIJACK_RETURN", entry_flags::HIJACK_RETURN as u64),
     ("TP_SAMPLE", entry_flags::SAMPLE as u64),
+    ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
     ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),
@@ -462,8 +478,12 @@ const _: () = assert!(std::mem::size_of::<EventCtx>() == 120);
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
 const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
-const _: () = assert!(event_kind::UNWOUND as u32 <= u32::MAX >> KIND_SHIFT);
-const _: () = assert!((entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE) & PROBE_MASK == 0);
+const _: () = assert!(event_kind::ARGS_MORE as u32 <= u32::MAX >> KIND_SHIFT);
+const _: () = assert!(
+    (entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE | entry_flags::RECORD_MORE)
+        & PROBE_MASK
+        == 0
+);
 const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
 const _: () = assert!(std::mem::size_of::<Frame>() == 64);
 const _: () = assert!(std::mem::size_of::<Event>() == 64);
@@ -563,6 +583,10 @@ pub mod kind {
     /// Samples: times a budget of calls per epoch, then only counts until
     /// tp gives it a new budget (tp profile).
     pub const SAMPLE: u32 = 8;
+    /// With [`ARGS`]: the function may have more integer arguments in
+    /// registers than six, as AArch64 passes (eight), and its entries
+    /// record them too.
+    pub const ARGS_MORE: u32 = 16;
 }
 
 /// The word a detour passes to the runtime's `tp_entry` for probe `index`
@@ -577,6 +601,9 @@ pub fn entry_word(index: u32, k: u32) -> u32 {
     }
     if k & kind::SAMPLE != 0 {
         word |= entry_flags::SAMPLE;
+    }
+    if k & kind::ARGS != 0 && k & kind::ARGS_MORE != 0 {
+        word |= entry_flags::RECORD_MORE;
     }
     word
 }
@@ -949,6 +976,8 @@ mod tests {
         assert_eq!(entry_word(3, kind::COUNT), 3);
         assert_eq!(entry_word(3, kind::ARGS | kind::RET), 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN);
         assert_eq!(entry_word(7, kind::RET | kind::SAMPLE), 7 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE);
+        let more = kind::ARGS | kind::ARGS_MORE;
+        assert_eq!(entry_word(2, more), 2 | entry_flags::RECORD_ENTRY | entry_flags::RECORD_MORE);
         assert_eq!(entry_word(PROBE_MASK, kind::UNWIND) & PROBE_MASK, PROBE_MASK);
     }
 

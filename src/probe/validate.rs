@@ -28,7 +28,7 @@ pub const MAX_ARENA: u64 = 64 << 20;
 /// The largest PID Linux hands out (PID_MAX_LIMIT).
 const PID_MAX: u32 = 1 << 22;
 /// Every bit of [`kind`] tp knows.
-const KINDS: u32 = kind::COUNT | kind::ARGS | kind::RET | kind::UNWIND | kind::SAMPLE;
+const KINDS: u32 = kind::COUNT | kind::ARGS | kind::RET | kind::UNWIND | kind::SAMPLE | kind::ARGS_MORE;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is

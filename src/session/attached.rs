@@ -14,7 +14,7 @@ use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
 use crate::probe::install::{self, Installed, Report};
-use crate::probe::layout::{State, kind};
+use crate::probe::layout::{self, State, kind};
 use crate::probe::region::{self, Region};
 use crate::probe::remove::Kept;
 use crate::process::Mapping;
@@ -318,7 +318,7 @@ fn batch(
     k: u32,
     existing: Option<&Region>,
 ) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
-    let mut requests = resolved.requests;
+    let mut requests: Vec<Request> = resolved.requests;
     if k & kind::RET != 0 {
         requests.extend(unwind::unwinder_requests(modules, existing)?);
     }
@@ -335,7 +335,14 @@ fn batch(
             let name = crate::symbols::demangle::strip_arguments(&r.function.name);
             ProbeInfo { name, module: r.function.module.clone(), dwarf }
         })
-        .collect();
+        .collect::<Vec<_>>();
+    // Entries record the registers after the sixth only where the ABI has
+    // them and the function may take an argument there.
+    for (r, info) in requests.iter_mut().zip(&infos) {
+        if r.kind & kind::ARGS != 0 && crate::events::format::registers_needed(info) > layout::ENTRY_REGS {
+            r.kind |= kind::ARGS_MORE;
+        }
+    }
     Ok((requests, infos))
 }
 

@@ -191,6 +191,7 @@ fn return_probes_on_functions_that_sign_their_return_address() {
     }
     assert!(t.quit().success());
     crate::events::arguments_and_returns_match_the_log_of("events-pac");
+    crate::events::arguments_in_registers_of("events-pac");
     crate::events::recursion_in("events-pac");
 }
 

@@ -22,7 +22,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, FrameHome, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls, ThreadKey,
+    Abi, Arch, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls,
+    ThreadKey,
 };
 
 /// The AArch64 architecture.
@@ -54,6 +55,19 @@ impl Arch for AArch64 {
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         decode::branch_targets(code, addr)
+    }
+
+    /// x0-x7.
+    const ARG_REGS: usize = 8;
+
+    fn arg_registers(abi: Abi, params: &[ParamClass]) -> Vec<Option<usize>> {
+        match abi {
+            // AAPCS64 passes a composite larger than 16 bytes by reference:
+            // its copy's address takes the next integer register.
+            Abi::C => crate::arch::c_arg_registers(params, Self::ARG_REGS, true),
+            Abi::Go => crate::arch::go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
+            Abi::GoStack => vec![None; params.len()],
+        }
     }
 
     fn go_int_args() -> usize {

@@ -280,11 +280,12 @@ HOT int still_hijacked(const struct tp_frame *f)
 	return tp_frame_live(f);
 }
 
-/* Function entry. `regs` holds the six integer argument registers in order;
- * `slot` is the stack address of the return address; `tramp` the return
- * trampoline to put there when the probe records returns. A sampling probe
- * calls here when its countdown in the thread's row ran out, and passes it
- * as `countdown`. */
+/* Function entry. `regs` holds the integer argument registers in order (six,
+ * or eight where TP_RECORD_MORE says so); `slot` is the stack address of
+ * the return address (see runtime.h for where a call leaves it in a
+ * register); `tramp` the return trampoline to put there when the probe
+ * records returns. A sampling probe calls here when its countdown in the
+ * thread's row ran out, and passes it as `countdown`. */
 void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
 	      uint64_t *countdown)
 {
@@ -322,6 +323,11 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || t->depth))
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
+	/* Where the ABI passes more integer arguments in registers than an
+	 * event holds (AArch64: eight), the rest go first, in an event of their
+	 * own with the entry's timestamp; tp joins the two. */
+	if (UNLIKELY(probe_flags & TP_RECORD_MORE) && (probe_flags & TP_RECORD_ENTRY))
+		emit(c, t, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
 	if (probe_flags & TP_RECORD_ENTRY)
 		emit(c, t, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
 	if (probe_flags & TP_HIJACK_RETURN) {
