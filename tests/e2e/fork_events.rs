@@ -35,6 +35,25 @@ fn hits(v: &serde_json::Value, func: &str) -> u64 {
         .unwrap()
 }
 
+/// libc's `fork`: in libc (x86-64), or in the program itself (the arm64
+/// test VM's targets are static).
+#[cfg(target_arch = "x86_64")]
+const LIBC_FORK: &str = "libc:fork";
+#[cfg(target_arch = "aarch64")]
+const LIBC_FORK: &str = "fork";
+
+/// How many forks the storms make: x86-64 runs natively; the arm64 test VM
+/// emulates its CPU (TCG), tens of times slower, so fewer, further apart.
+#[cfg(target_arch = "x86_64")]
+const STORM: (u64, u64) = (1000, 200);
+#[cfg(target_arch = "aarch64")]
+const STORM: (u64, u64) = (300, 60);
+/// The pause between the paced storm's forks, in µs.
+#[cfg(target_arch = "x86_64")]
+const PACED_US: u64 = 2000;
+#[cfg(target_arch = "aarch64")]
+const PACED_US: u64 = 20_000;
+
 /// What a run of `forks` forks (`pause` µs apart) under `--ret` showed.
 struct Storm {
     forks: u64,
@@ -52,8 +71,7 @@ struct Storm {
 impl Storm {
     fn run(t: &mut Target, forks: u64, pause_us: u64) -> Storm {
         let pid = t.pid.to_string();
-        let args =
-            ["-p", pid.as_str(), "-f", "level", "-f", "spawn", "-f", "work", "-f", "libc:fork", "--ret", "--json"];
+        let args = ["-p", pid.as_str(), "-f", "level", "-f", "spawn", "-f", "work", "-f", LIBC_FORK, "--ret", "--json"];
         let session = Session::start(&args);
         // A second thread in the parent that the children do not have: its
         // state in the private area is copied into every child, which must
@@ -124,7 +142,7 @@ impl Storm {
 #[test]
 fn return_probes_live_across_a_thousand_forks_in_parent_and_child() {
     let mut t = Target::start("forker");
-    let storm = Storm::run(&mut t, 1000, 0);
+    let storm = Storm::run(&mut t, STORM.0, 0);
     // As fast as it can fork, a child may find every ring taken by others
     // whose events tp has not read yet: those events are counted, never
     // silently dropped.
@@ -137,10 +155,10 @@ fn return_probes_live_across_a_thousand_forks_in_parent_and_child() {
 #[test]
 fn every_event_of_every_child_is_recorded_in_its_process() {
     let mut t = Target::start("forker");
-    let storm = Storm::run(&mut t, 200, 2000);
+    let storm = Storm::run(&mut t, STORM.1, PACED_US);
     let per_child = storm.check();
     assert_eq!(summary(&storm.stdout)["lost_events"], 0, "{}", storm.stderr);
-    assert_eq!(per_child.len(), 200);
+    assert_eq!(per_child.len() as u64, STORM.1);
     assert!(per_child.values().all(|&n| n == storm.per_child()), "each child: {} events", storm.per_child());
     assert!(t.quit().success());
 }

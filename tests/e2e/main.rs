@@ -72,13 +72,10 @@ mod contention;
 #[cfg(target_arch = "x86_64")]
 mod bad_input;
 // A process that forks while probes are in.
-#[cfg(target_arch = "x86_64")]
 mod fork;
 // Return probes, events and tp profile across fork, exec and death by a signal.
-#[cfg(target_arch = "x86_64")]
 mod fork_events;
 // Threads told apart on any runtime (a thread without glibc's TCB).
-#[cfg(target_arch = "x86_64")]
 mod thread_key;
 // Thread churn: threads created and exiting during attach and detach.
 #[cfg(target_arch = "x86_64")]

@@ -46,8 +46,10 @@ static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)
 
 /* TPIDR_EL0 points at the TCB of glibc and musl (TLS variant I): their
  * thread descriptor, with the TID, lies at a fixed offset from it, which
- * tp finds in every thread it saw at attach (Arch::tid_offset) before the
- * runtime reads it. */
+ * tp finds in every thread it saw at attach (Arch::tid_offset). Nothing at
+ * the TCB itself tells it apart from another runtime's block: the runtime
+ * uses the TID there only where it is the thread's own when it takes its
+ * state (runtime.c, adopt). */
 static inline __attribute__((always_inline)) int tp_key_is_tcb(uint64_t key)
 {
 	(void)key;

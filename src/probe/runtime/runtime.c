@@ -120,11 +120,12 @@ HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
 	}
 	/* The TCB's TID follows a thread that reuses another's TCB; the TID
 	 * taken here does not. Only a key that is a TCB's address has a TID to
-	 * read (runtime.h, tp_key_is_tcb): Go's m.tls and other runtimes'
-	 * blocks do not. */
-	int tcb = !(t->key & 1) && tp_key_is_tcb(t->key);
+	 * read (runtime.h, tp_key_is_tcb), and it is read there only if it is
+	 * this thread's now: Go's m.tls and other runtimes' blocks have none. */
+	int tcb = !(t->key & 1) && c->tid_offset && tp_key_is_tcb(t->key) &&
+		  *(const volatile uint32_t *)(t->key + (int64_t)c->tid_offset) == tid;
 	t->tid = tid;
-	t->tid_at = tcb && c->tid_offset ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
+	t->tid_at = tcb ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
 	t->ring = 0;
 	t->pid = pid;
 }
