@@ -51,6 +51,8 @@ const fn c(name: &'static str, flags: &'static [&'static str]) -> Target {
 
 const TARGETS: &[Target] = &[
     c("counter", &["-fPIE", "-pie"]),
+    // An object file, not linked: list-probes refuses it (tests/e2e/bad_input.rs).
+    c("counter.o", &["-c"]),
     c("counter-nopie", &["-fno-pie", "-no-pie"]),
     Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
     // The differential-execution harness of tests/reloc, and hand-written
@@ -183,10 +185,10 @@ const TARGETS: &[Target] = &[
         host_only: true,
         arch: None,
     },
-    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs; x86-64 only, as those tests).
-    Target { name: "hammer", sources: &["hammer.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
-    Target { name: "blocked", sources: &["blocked.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
-    Target { name: "churn", sources: &["churn.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
+    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs).
+    Target { name: "hammer", sources: &["hammer.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "blocked", sources: &["blocked.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "churn", sources: &["churn.c"], ..c("", &["-fPIE", "-pie"]) },
     // A program under its own seccomp filter (tests/e2e/seccomp.rs).
     Target { name: "sandboxed", sources: &["sandboxed.c"], ..c("", &["-fPIE", "-pie"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
@@ -214,6 +216,7 @@ fn main() {
     if !cross {
         split_debug_info(&out_dir);
     }
+    strip_copy(&out_dir);
     build_runtime(&manifest, &arch);
 }
 
@@ -342,6 +345,21 @@ fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
     assert!(status.success(), "building target {} failed: {cmd:?}", t.name);
     std::fs::rename(&tmp, &out).expect("rename target");
+}
+
+/// `counter-nosyms`: the counter without symbols and no debug file to find
+/// them in, stripped with the target's own `strip` (the arm64 test VM has
+/// none, so it is made here).
+fn strip_copy(out_dir: &Path) {
+    let strip = format!("{}strip", binutils_prefix(&compiler(Lang::C)));
+    let tmp = format!(".counter-nosyms.{}", std::process::id());
+    let status = Command::new(&strip)
+        .args(["--strip-all", "-o", &tmp, "counter"])
+        .current_dir(out_dir)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {strip}: {e}"));
+    assert!(status.success(), "{strip} counter failed");
+    std::fs::rename(out_dir.join(&tmp), out_dir.join("counter-nosyms")).expect("rename counter-nosyms");
 }
 
 /// `counter-stripped` finds its symbols through `.gnu_debuglink` (the debug

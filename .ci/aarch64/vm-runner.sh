@@ -20,6 +20,9 @@ bin=${1:?usage: vm-runner.sh BINARY [ARGS...]}
 shift
 payload=$(mktemp -d)
 trap 'rm -rf "$payload"' EXIT
+# /t in the guest takes this directory's mode: other users (the tests run
+# tp as nobody) must reach the binaries.
+chmod 755 "$payload"
 name=$(basename "$bin")
 aarch64-linux-gnu-strip --strip-debug -o "$payload/$name" "$bin"
 profile_dir=$(dirname "$(dirname "$bin")")

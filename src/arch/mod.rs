@@ -871,10 +871,35 @@ pub trait Arch {
     /// restarts (epoll_wait returns EINTR after any stop, even a tracer's),
     /// turns the result into "restart unless a signal handler runs", the
     /// kernel's ERESTARTNOHAND: the program sees EINTR only if a handler ran,
-    /// as it would without tp. Returns true if it changed `regs`.
-    fn restart_interrupted_wait(_regs: &mut Self::Regs) -> bool {
+    /// as it would without tp. `blocked` is what the thread was blocked in
+    /// before tp interrupted it, read only where
+    /// [`Arch::RESTART_NEEDS_BLOCKED_IN`] says so; `handler_pending` says
+    /// whether a signal with a handler is pending for the thread. Returns
+    /// true if it changed `regs`.
+    fn restart_interrupted_wait(regs: &mut Self::Regs, blocked: Option<&BlockedIn>, handler_pending: bool) -> bool {
+        let _ = (regs, blocked, handler_pending);
         false
     }
+
+    /// True if [`Arch::restart_interrupted_wait`] needs to know what a
+    /// thread was blocked in before the interrupt (its first argument
+    /// register is gone by the stop, where the kernel keeps no copy a
+    /// tracer can read).
+    const RESTART_NEEDS_BLOCKED_IN: bool = false;
+}
+
+/// The syscall a thread was blocked in, as `/proc/PID/task/TID/syscall`
+/// shows it: its number, arguments, stack pointer and program counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockedIn {
+    /// The syscall number.
+    pub nr: u64,
+    /// Its six arguments.
+    pub args: [u64; 6],
+    /// The thread's stack pointer.
+    pub sp: u64,
+    /// Its program counter (after the syscall instruction).
+    pub pc: u64,
 }
 
 #[cfg(test)]

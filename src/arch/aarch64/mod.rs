@@ -22,8 +22,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Abi, Arch, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, Syscalls,
-    ThreadKey,
+    Abi, Arch, BlockedIn, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan,
+    Syscalls, ThreadKey,
 };
 
 /// The AArch64 architecture.
@@ -199,5 +199,11 @@ impl Arch for AArch64 {
 
     fn syscall_result(r: &regs::Regs) -> i64 {
         r.pt.regs[0] as i64
+    }
+
+    const RESTART_NEEDS_BLOCKED_IN: bool = true;
+
+    fn restart_interrupted_wait(r: &mut regs::Regs, blocked: Option<&BlockedIn>, handler_pending: bool) -> bool {
+        regs::restart_interrupted_wait(r, blocked, handler_pending)
     }
 }
