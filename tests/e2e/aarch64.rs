@@ -196,6 +196,16 @@ fn return_probes_on_functions_that_sign_their_return_address() {
 }
 
 #[test]
+fn a_signed_call_still_running_when_the_session_ends_keeps_its_trampoline() {
+    // tp cannot sign the original return address with the process's key
+    // from outside: the frame and tp's memory stay until the call returns.
+    let t = Target::start("events-pac");
+    let (pac, _) = pac_and_bti(&t);
+    assert!(t.quit().success());
+    assert_eq!(crate::events::call_live_at_the_end("events-pac"), pac, "memory kept only where the address is signed");
+}
+
+#[test]
 fn tail_calls_and_longjmp_through_signed_frames() {
     crate::events::tail_calls_in("events-pac");
     crate::events::longjmp_in("events-pac");

@@ -318,6 +318,40 @@ pub fn exceptions_in(target: &str) {
 }
 
 #[test]
+fn a_call_still_running_when_the_session_ends_returns_to_its_caller() {
+    assert!(!call_live_at_the_end("events"), "the return address was given back: tp's memory went");
+}
+
+/// A call of `nap` through a return probe is still sleeping when the
+/// session ends: tp gives its return address back, the call returns to its
+/// caller untimed, and tp's memory goes; or, where tp cannot write it back
+/// (AArch64, signed with the process's key), the call returns through the
+/// trampoline, which stays with the rest of tp's memory until `tp detach`
+/// finds it unused. Returns whether the memory stayed.
+pub fn call_live_at_the_end(target: &str) -> bool {
+    let mut t = Target::start(target);
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--ret", "-f", "nap", "-q"]);
+    t.send(b"nap 3000\n");
+    wait_until("nap sleeps", || {
+        tp::process::blocked_in(t.pid, t.pid).is_some_and(|b| b.nr == libc::SYS_clock_nanosleep as u64)
+    });
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let kept = has_region(t.pid);
+    t.out.wait_for("done nap 3000");
+    assert_code_is_original(&t, &["nap"]);
+    if kept {
+        assert!(stderr.contains("tp detach"), "tp names the way to remove its memory: {stderr}");
+        expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+        assert!(!has_region(t.pid), "the call has returned: tp's memory is unused");
+    }
+    assert_eq!(t.ask("fib 10", "done fib"), "done fib 10 calls=177 ret=55", "the program goes on");
+    assert!(t.quit().success());
+    kept
+}
+
+#[test]
 fn a_tiny_ring_reports_exactly_the_lost_events() {
     let args = ["--args", "-f", "add", "--ring-size", "8"];
     let (_, events, summary) = record("events", &args, &[("quiet 200000", "done quiet")]);
