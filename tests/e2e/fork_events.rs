@@ -10,14 +10,26 @@ use std::os::unix::process::ExitStatusExt;
 
 use crate::util::*;
 
-/// The event lines of a `--json` session: (type, func, pid).
-fn event_lines(stdout: &str) -> Vec<(String, String, i64)> {
+/// The event lines of a `--json` session: (type, func, pid), with `member`
+/// for the lines without a pid: lines gain one from the first event of a
+/// child on, and never lose it again.
+fn event_lines(stdout: &str, member: i64) -> Vec<(String, String, i64)> {
+    let mut seen_pid = false;
     stdout
         .lines()
         .filter(|l| l.starts_with("{\"type\":"))
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
-            let pid = v["pid"].as_i64().unwrap_or(0);
+            let pid = match v["pid"].as_i64() {
+                Some(p) => {
+                    seen_pid = true;
+                    p
+                }
+                None => {
+                    assert!(!seen_pid, "a line without the pid after lines with it: {l}");
+                    member
+                }
+            };
             (v["type"].as_str().unwrap().to_string(), v["func"].as_str().unwrap().to_string(), pid)
         })
         .collect()
@@ -110,7 +122,7 @@ impl Storm {
         assert_eq!(hits(&v, "spawn"), self.forks);
         assert_eq!(hits(&v, "fork"), self.forks);
         assert_eq!(hits(&v, "work"), self.forks * 2 * self.work + self.spins);
-        let lines = event_lines(&self.stdout);
+        let lines = event_lines(&self.stdout, self.parent);
         assert!(lines.iter().all(|(ty, _, p)| ty == "exit" && *p > 0), "exits only, each with its process");
         let in_parent = lines.iter().filter(|(_, _, p)| *p == self.parent).count() as u64;
         let lost = v["lost_events"].as_u64().unwrap();
