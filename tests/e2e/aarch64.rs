@@ -190,6 +190,13 @@ fn return_probes_on_functions_that_sign_their_return_address() {
         assert_eq!(word_at(t.pid, entry_in_file(&t, f).0), pad, "{f} starts with its landing pad");
     }
     assert!(t.quit().success());
+    // Where each saves its link register, from its call frame information
+    // (a CIE of key B included): the runtime's liveness checks and
+    // tp_unwind's put-back read there.
+    let m = tp::symbols::Module::from_file(&target_path("events-pac")).unwrap();
+    for (f, below) in [("fib", Some(24)), ("greet", Some(8)), ("nap", Some(40)), ("add", None)] {
+        assert_eq!(m.return_saved_below(&m.function(f).unwrap()), below, "{f}");
+    }
     crate::events::arguments_and_returns_match_the_log_of("events-pac");
     crate::events::arguments_in_registers_of("events-pac");
     crate::events::recursion_in("events-pac");

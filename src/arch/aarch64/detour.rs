@@ -70,6 +70,7 @@
 //!          ldp   x0, x1, [sp] ...  ldp x17, x18, [sp, #128]
 //!          msr   nzcv, x17
 //!          ldr   x30, [sp, #152]          ; the trampoline, if it hijacked the return
+//!          str   xzr, [sp, #152]          ; no stale trampoline left on the stack
 //!          add   sp, sp, #160
 //!          paciasp | pacibsp              ; signed again, as the function did
 //! ```
@@ -339,7 +340,10 @@ pub fn save(w: &mut Writer) {
     w.put_stp(X17, 18, SP, NZCV_AT);
 }
 
-/// Restores what [`save`] saved and x30 from the slot, and moves SP back.
+/// Restores what [`save`] saved and x30 from the slot, clears the slot
+/// (the function's frame may leave that word as it is, and a trampoline
+/// address there would keep tp's memory from ever leaving: the detach
+/// scans the used stack for such addresses), and moves SP back.
 pub fn restore(w: &mut Writer) {
     for (k, (a, b)) in SAVED_PAIRS.into_iter().enumerate() {
         w.put_ldp(a, b, SP, 16 * k as i32);
@@ -347,6 +351,7 @@ pub fn restore(w: &mut Writer) {
     w.put_ldp(X17, 18, SP, NZCV_AT);
     w.put_msr_nzcv(X17);
     w.put_ldr_offset(LR, SP, SLOT_AT);
+    w.put_str_offset(XZR, SP, SLOT_AT);
     w.put_add_imm(SP, SP, FRAME);
 }
 
@@ -425,6 +430,7 @@ mod tests {
             "ldp x17, x18, [sp, #0x80]".into(),
             "msr nzcv, x17".into(),
             "ldr x30, [sp, #0x98]".into(),
+            "str xzr, [sp, #0x98]".into(),
             "add sp, sp, #0xa0".into(),
         ]);
         v
@@ -555,12 +561,12 @@ mod tests {
         assert_eq!(asm[27..29], ["mov x2, sp", "add x3, sp, #0x98"]);
         assert!(asm[29].starts_with("ldr x4, #"));
         assert_eq!(asm[30], format!("bl #{:#x}", runtime().entry));
-        assert_eq!(asm[31..43], restores());
-        assert_eq!(asm[43..45], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
-        assert_eq!(asm[2], format!("cbz w16, #{:#x}", AT + 43 * 4), "a disabled probe runs the displaced code");
+        assert_eq!(asm[31..44], restores());
+        assert_eq!(asm[44..46], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
+        assert_eq!(asm[2], format!("cbz w16, #{:#x}", AT + 44 * 4), "a disabled probe runs the displaced code");
         let lits = literals(&d.bytes, 7);
         assert_eq!(lits[3..], [16, runtime().ctx, (3 | RECORD_ENTRY | HIJACK_RETURN) as u64, runtime().trampoline]);
-        assert_eq!(d.map_pc(0), Some(AT + 43 * 4));
+        assert_eq!(d.map_pc(0), Some(AT + 44 * 4));
     }
 
     #[test]
@@ -580,9 +586,9 @@ mod tests {
             assert_eq!(asm[12], auth);
             assert_eq!(asm[13..24], saves());
             assert_eq!(asm[24], "stp xzr, x30, [sp, #0x90]", "no CFI: the runtime is told nothing");
-            assert_eq!(asm[31..43], restores());
-            assert_eq!(asm[43], sign);
-            assert_eq!(asm[44], "stp x29, x30, [sp, #-0x10]!");
+            assert_eq!(asm[31..44], restores());
+            assert_eq!(asm[44], sign);
+            assert_eq!(asm[45], "stp x29, x30, [sp, #-0x10]!");
             // An entry probe alone leaves the return address as it is.
             let s = DetourSpec { records: Records { args: true, ..Records::COUNT }, ..s };
             let asm = disassemble(&build(&plan, AT, &s, Atomics::Lse).unwrap().bytes, AT);
@@ -615,7 +621,7 @@ mod tests {
         assert_eq!(block[..11], saves());
         assert_eq!(block[12], "mov x5, x16", "the countdown, for the runtime to reset");
         assert_eq!(block[18], format!("bl #{:#x}", runtime().entry));
-        assert_eq!(block[31], format!("b #{relocated:#x}"));
+        assert_eq!(block[32], format!("b #{relocated:#x}"));
         assert_eq!(literals(&d.bytes, 7)[3], 0x20_0000);
     }
 
@@ -627,7 +633,7 @@ mod tests {
         assert_eq!(asm[23], "stp xzr, x30, [sp, #0x90]");
         assert!(asm[24].starts_with("ldr x0, #"));
         assert_eq!(asm[25..27], ["add x1, sp, #0xa0".to_string(), format!("bl #{:#x}", runtime().unwind)]);
-        assert_eq!(asm[27..39], restores());
+        assert_eq!(asm[27..40], restores());
     }
 
     #[test]

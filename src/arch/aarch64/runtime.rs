@@ -17,6 +17,7 @@
 //!         ldp  x0, x1, [sp] ... ldp x17, x18, [sp, #128]
 //!         msr  nzcv, x17
 //!         ldr  x30, [sp, #152]
+//!         str  xzr, [sp, #152]
 //!         add  sp, sp, #160
 //!         ret                      ; to the original return address
 //! ```
@@ -160,8 +161,15 @@ mod tests {
         assert!(asm[11].starts_with("ldr x0, #"));
         assert_eq!(asm[12..15], ["mov x1, sp".to_string(), "add x2, sp, #0xa0".into(), format!("bl #{:#x}", AT + 16)]);
         assert_eq!(asm[15..17], ["str x0, [sp, #0x98]", "ldp x0, x1, [sp]"]);
-        let tail = ["ldp x17, x18, [sp, #0x80]", "msr nzcv, x17", "ldr x30, [sp, #0x98]", "add sp, sp, #0xa0", "ret"];
-        assert_eq!(asm[24..29], tail);
+        let tail = [
+            "ldp x17, x18, [sp, #0x80]",
+            "msr nzcv, x17",
+            "ldr x30, [sp, #0x98]",
+            "str xzr, [sp, #0x98]",
+            "add sp, sp, #0xa0",
+            "ret",
+        ];
+        assert_eq!(asm[24..30], tail);
         let lit = &b.bytes[b.bytes.len() - 8..];
         assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
     }
