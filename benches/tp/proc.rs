@@ -51,8 +51,14 @@ fn reader(r: impl Read + Send + 'static, stderr: bool, tx: Sender<Line>) {
 impl Proc {
     /// Starts `program` with `args`; with `stdin`, its standard input is a pipe.
     pub fn spawn(name: &str, program: &Path, args: &[String], stdin: bool) -> Result<Proc> {
+        Proc::spawn_env(name, program, args, stdin, &[])
+    }
+
+    /// [`Proc::spawn`] with `vars` added to its environment.
+    pub fn spawn_env(name: &str, program: &Path, args: &[String], stdin: bool, vars: &[(&str, &str)]) -> Result<Proc> {
         let mut cmd = Command::new(program);
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.envs(vars.iter().copied());
         cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
         let started = Instant::now();
         let mut child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;

@@ -42,6 +42,15 @@ impl Drainer {
     /// than a ring's worth unread; a `head` further on (the target wrote it)
     /// gives the last ring's worth, so a drain is bounded by the rings.
     pub fn drain(&mut self, region: &Region, out: &mut Vec<RawEvent>) -> Result<()> {
+        let mut words = Vec::new();
+        self.drain_with_stacks(region, out, &mut words)
+    }
+
+    /// [`Drainer::drain`], and the stacks recorded after events: their words
+    /// go to `words` (each event's [`RawEvent::stack`] says where). Stack
+    /// records that follow no event of their ring, and words past
+    /// [`super::stacks::MAX_WORDS`] for one event, are dropped.
+    pub fn drain_with_stacks(&mut self, region: &Region, out: &mut Vec<RawEvent>, words: &mut Vec<u64>) -> Result<()> {
         let h = region.header();
         let ring_len = h.ctx.ring_mask as u64 + 1;
         for off in slots_in_use(&h) {
@@ -56,13 +65,31 @@ impl Drainer {
             let key = region.load_u64(off + KEY);
             let pid = pid_of_key(key);
             let unread = head.wrapping_sub(tail).min(ring_len);
+            // The event of this ring that stack records belong to.
+            let mut owner: Option<usize> = None;
             for k in head.wrapping_sub(unread)..head {
                 let e: Event = region.get(h.event_off(off, k));
+                let kind = (e.probe >> layout::KIND_SHIFT) as u8;
+                if kind == event_kind::STACK {
+                    let n = (e.probe & 0xff).min(layout::STACK_WORDS_PER_EVENT) as usize;
+                    if let Some(ev) = owner.and_then(|i| out.get_mut(i))
+                        && (ev.stack.1 as usize) + n <= super::stacks::MAX_WORDS
+                    {
+                        if ev.stack.1 == 0 {
+                            ev.stack.0 = words.len() as u32;
+                        }
+                        let all = [e.tsc, e.v[0], e.v[1], e.v[2], e.v[3], e.v[4], e.v[5]];
+                        words.extend_from_slice(&all[..n]);
+                        ev.stack.1 += n as u32;
+                    }
+                    continue;
+                }
                 let probe = e.probe & layout::PROBE_MASK;
-                if (e.probe >> layout::KIND_SHIFT) as u8 == event_kind::ARGS_MORE {
+                if kind == event_kind::ARGS_MORE {
                     self.more.insert(off, (key, probe, e.tsc, [e.v[0], e.v[1]]));
                     continue;
                 }
+                owner = None;
                 let more = self.more.remove(&off);
                 if let Some(mut r) = RawEvent::decode(&e, pid) {
                     // The registers after the sixth come just before their
@@ -74,6 +101,7 @@ impl Drainer {
                         r.v[6..].copy_from_slice(&regs);
                     }
                     out.push(r);
+                    owner = Some(out.len() - 1);
                 }
                 self.read += 1;
             }

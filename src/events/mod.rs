@@ -3,10 +3,13 @@
 //! ([`clock`]), given names and typed values ([`format`](mod@format)), and summed into
 //! latency statistics ([`stats`]).
 
+pub mod aggregates;
 pub mod clock;
 pub mod drain;
 pub mod format;
+pub mod predicate;
 pub mod sampling;
+pub mod stacks;
 pub mod stats;
 
 use crate::probe::layout::{self, event_kind};
@@ -40,6 +43,9 @@ pub struct RawEvent {
     /// return value, entry counter value, second return register, counter
     /// ticks tp spent inside the call.
     pub v: [u64; 8],
+    /// The words of the stack recorded with it (`--stack`): where they
+    /// start in the drain's word buffer and how many there are.
+    pub stack: (u32, u32),
 }
 
 impl RawEvent {
@@ -55,7 +61,7 @@ impl RawEvent {
         };
         let mut v = [0; 8];
         v[..6].copy_from_slice(&e.v);
-        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v })
+        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v, stack: (0, 0) })
     }
 
     /// For exits and unwinds, the counter value at the call's entry.

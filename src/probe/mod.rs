@@ -8,6 +8,7 @@
 pub mod acquire;
 pub mod arena;
 pub mod family;
+pub mod filter;
 pub mod frames;
 pub mod install;
 pub mod layout;
@@ -45,4 +46,7 @@ pub struct Request {
     /// (from the module's call frame information; see
     /// [`crate::arch::DetourSpec::return_saved_below`]).
     pub return_saved_below: Option<u32>,
+    /// What it records beyond its kind: predicates, the argument counted
+    /// by, the stack (written to the region before the probe goes live).
+    pub config: layout::ProbeConfig,
 }

@@ -90,7 +90,8 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                 let span = m.span_of(&function);
                 let return_saved_below =
                     if kind & (kind::RET | kind::SAMPLE) != 0 { m.return_saved_below(&function) } else { None };
-                requests.push(Request { long, function, plan, span, kind, abi, return_saved_below })
+                let config = Default::default();
+                requests.push(Request { long, function, plan, span, kind, abi, return_saved_below, config })
             }
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),

@@ -95,6 +95,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             kind: kind::UNWIND,
                             abi: Abi::C,
                             return_saved_below: None,
+                            config: Default::default(),
                         });
                         true
                     }

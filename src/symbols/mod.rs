@@ -14,6 +14,8 @@ pub mod image;
 pub mod module;
 pub mod modules;
 pub mod pattern;
+pub mod stackwalk;
+pub mod symbolize;
 pub mod verdict;
 
 pub use elf::{ElfFile, FuncSym, Source, Version};

@@ -27,6 +27,8 @@ mod postgres;
 mod nginx;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
 mod events;
+// Stacks, predicates, counts by value and durations kept in the target.
+mod stacks;
 // list-probes on the bundled targets.
 mod list_probes;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.

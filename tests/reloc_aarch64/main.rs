@@ -280,7 +280,14 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                 // detour; the detour; the runtime; counter and countdown
                 // rows (zero: a sampling probe samples).
                 let (detour_at, runtime_at, counters, countdowns) = (TRAMP + 0x40, TRAMP + 0x600, 0x800, 0x400);
-                let rt = RuntimeAddrs { entry: runtime_at, trampoline: 0x1234_5670, unwind: runtime_at, ctx: 0x5555 };
+                let rt = RuntimeAddrs {
+                    entry: runtime_at,
+                    trampoline: 0x1234_5670,
+                    unwind: runtime_at,
+                    entry_ext: runtime_at,
+                    trampoline_ext: 0x1234_5670,
+                    ctx: 0x5555,
+                };
                 let spec = DetourSpec {
                     probe_index: 0,
                     records,

@@ -401,7 +401,14 @@ mod tests {
     }
 
     fn runtime() -> RuntimeAddrs {
-        RuntimeAddrs { entry: AT - 0x800, trampoline: AT - 0x100, unwind: AT - 0x400, ctx: 0xffff_8000_0100 }
+        RuntimeAddrs {
+            entry: AT - 0x800,
+            trampoline: AT - 0x100,
+            unwind: AT - 0x400,
+            entry_ext: AT - 0x600,
+            trampoline_ext: AT - 0x80,
+            ctx: 0xffff_8000_0100,
+        }
     }
 
     /// The runtime's flags (probe::layout::entry_flags): the detour passes

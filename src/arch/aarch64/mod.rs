@@ -110,6 +110,10 @@ impl Arch for AArch64 {
         None
     }
 
+    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+        stack_unwinder()
+    }
+
     fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
         runtime::build(at, ctx, blobs)
     }
@@ -206,4 +210,38 @@ impl Arch for AArch64 {
     fn restart_interrupted_wait(r: &mut regs::Regs, blocked: Option<&BlockedIn>, handler_pending: bool) -> bool {
         regs::restart_interrupted_wait(r, blocked, handler_pending)
     }
+}
+
+/// framehop's unwinder for this architecture, with its rule cache.
+struct FramehopUnwinder {
+    unwinder: framehop::aarch64::UnwinderAarch64<Vec<u8>>,
+    cache: framehop::aarch64::CacheAarch64,
+}
+
+impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+        use framehop::Unwinder;
+        self.unwinder.add_module(crate::arch::unwind::module(tables));
+    }
+
+    fn unwind(
+        &mut self,
+        start: crate::arch::unwind::UnwindStart,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        max: usize,
+    ) -> Vec<u64> {
+        // The runtime records the stack from its slot, one word below the
+        // stack pointer the function was entered with (runtime.h): the
+        // CFA rules count from the latter.
+        let regs = framehop::aarch64::UnwindRegsAarch64::new(start.ra, start.sp + 8, start.fp);
+        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+    }
+}
+
+/// A new unwinder for copies of this architecture's stacks.
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    Box::new(FramehopUnwinder {
+        unwinder: framehop::aarch64::UnwinderAarch64::new(),
+        cache: framehop::aarch64::CacheAarch64::new(),
+    })
 }

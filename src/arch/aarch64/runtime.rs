@@ -37,20 +37,32 @@ use super::detour::{FRAME, restore, save};
 use super::writer::{LR, SP, Writer};
 use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
 
-/// Assembles the runtime block at `at`.
+/// Assembles the runtime block at `at`: the runtime's functions, then two
+/// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
 pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut bytes = Vec::new();
-    let mut place = |blob: &[u8]| {
+    let place = |bytes: &mut Vec<u8>, blob: &[u8]| {
         let addr = at + bytes.len() as u64;
         bytes.extend_from_slice(blob);
         bytes.resize(bytes.len().next_multiple_of(16), 0);
         addr
     };
-    let entry = place(blobs.entry);
-    let exit = place(blobs.exit);
-    let unwind = place(blobs.unwind);
-    let trampoline = at + bytes.len() as u64;
-    let mut w = Writer::new(trampoline);
+    let entry = place(&mut bytes, blobs.entry);
+    let exit = place(&mut bytes, blobs.exit);
+    let unwind = place(&mut bytes, blobs.unwind);
+    let entry_ext = place(&mut bytes, blobs.entry_ext);
+    let exit_ext = place(&mut bytes, blobs.exit_ext);
+    let code = trampoline_code(at + bytes.len() as u64, exit, ctx);
+    let trampoline = place(&mut bytes, &code);
+    let code = trampoline_code(at + bytes.len() as u64, exit_ext, ctx);
+    let trampoline_ext = place(&mut bytes, &code);
+    RuntimeBlock { bytes, addrs: RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, ctx } }
+}
+
+/// One return trampoline at `at` (see the module doc), calling `exit`,
+/// with its literal pool.
+fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
+    let mut w = Writer::new(at);
     save(&mut w);
     w.put_ldr_literal(0, ctx);
     w.put_add_imm(1, SP, 0);
@@ -62,8 +74,7 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     w.put_str_offset(0, SP, FRAME - 8);
     restore(&mut w);
     w.put_ret(LR);
-    bytes.extend(w.finish());
-    RuntimeBlock { bytes, addrs: RuntimeAddrs { entry, trampoline, unwind, ctx } }
+    w.finish()
 }
 
 /// Bits of a user-space code address (48-bit virtual addresses): above
@@ -143,10 +154,16 @@ mod tests {
 
     #[test]
     fn trampoline_saves_what_a_caller_may_keep_and_returns_where_tp_exit_says() {
-        let blobs = RuntimeBlobs { entry: &[0; 8], exit: &[0; 20], unwind: &[0; 4] };
+        let blobs =
+            RuntimeBlobs { entry: &[0; 8], exit: &[0; 20], unwind: &[0; 4], entry_ext: &[0; 4], exit_ext: &[0; 8] };
         let b = build(AT, 0x7f00_0000_1040, &blobs);
         let a = b.addrs;
-        assert_eq!((a.entry - AT, a.unwind - AT, a.trampoline - AT), (0, 48, 64));
+        assert_eq!((a.entry - AT, a.unwind - AT, a.entry_ext - AT, a.trampoline - AT), (0, 48, 64, 96));
+        // The second trampoline is the first's, calling tp_exit_ext.
+        let (one, two) = ((a.trampoline - AT) as usize, (a.trampoline_ext - AT) as usize);
+        let ext = disassemble(&b.bytes[two..], a.trampoline_ext);
+        assert_eq!(ext[14], format!("bl #{:#x}", AT + 80));
+        assert_eq!(b.bytes[two..two + 14 * 4], b.bytes[one..one + 14 * 4], "the same saves and arguments");
         let off = (a.trampoline - AT) as usize;
         let asm = disassemble(&b.bytes[off..], a.trampoline);
         assert_eq!(asm[0], "sub sp, sp, #0xa0");
