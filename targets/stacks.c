@@ -18,7 +18,7 @@
  *                inlines into run_inlined -> "done inlined N"
  *   threads T N  T threads, each running paths N -> "done threads T N"
  *   wild N       N rounds of calls of leaf(5) whose caller's frame pointer
- *                is hostile (x86-64; elsewhere plain calls): misaligned, a
+ *                is hostile (x86-64, AArch64; elsewhere plain calls): misaligned, a
  *                PROT_NONE page, a record on the heap pointing there, a
  *                record on the stack pointing to itself, to that page, and
  *                to the stack's last word -> "done wild N calls=C"
@@ -125,6 +125,24 @@ __attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
 			 : "=a"(r)
 			 : "r"(fp), "r"(n)
 			 : "rdi", "rsi", "rdx", "rcx", "r8", "r9", "r10", "r11", "memory", "cc");
+	return r;
+}
+#elif defined(__aarch64__)
+/* The same with x29 set to `fp`: the frame record is pushed and popped
+ * around the call here, as the compiler would. */
+__attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
+{
+	long r;
+	__asm__ volatile("stp x29, x30, [sp, #-16]!\n\t"
+			 "mov x29, %1\n\t"
+			 "mov w0, %w2\n\t"
+			 "bl leaf\n\t"
+			 "ldp x29, x30, [sp], #16\n\t"
+			 "mov %0, x0"
+			 : "=r"(r)
+			 : "r"(fp), "r"(n)
+			 : "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
+			   "x15", "x16", "x17", "x18", "x30", "memory", "cc");
 	return r;
 }
 #else
