@@ -13,7 +13,7 @@
 #      CPU, tens of times slower than a real one; the debug build of tp ten
 #      times slower again): first everything on `-cpu max` (LSE atomics,
 #      BTI, PAC), then the suites of counting, events, returns, recursion,
-#      exceptions, tp profile, fork and blocked threads again on a
+#      exceptions, tp profile, stacks, fork and blocked threads again on a
 #      Cortex-A57 (ARMv8.0: no LSE, so the detours count with ldxr/stxr; no
 #      BTI, so the BTI test is left out; no PAC, so paciasp and autiasp are
 #      NOPs)
@@ -46,6 +46,6 @@ VM_CPU=max,pauth-impdef=on TP_TEST_CPU=max TP_TEST_ATOMICS=lse $cargo test --rel
 
 step "e2e tests in the VM, -cpu cortex-a57"
 VM_CPU=cortex-a57 TP_TEST_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test --release "${target[@]}" --test e2e -- \
-  --skip bti attach:: aarch64:: events:: profile:: fork_events:: blocked::
+  --skip bti attach:: aarch64:: events:: profile:: fork_events:: blocked:: stacks::
 
 step "passed"
