@@ -9,8 +9,8 @@
 //!   --smoke      one short run of everything, to check that it works (CI)
 //!   --only LIST  sections to run, comma-separated: hit,steps,attach,toggle
 //!   --no-peers   tp only
-//!   --match LIST only the hit-cost rows whose name contains one of LIST
-//!                (comma-separated)
+//!   --match LIST only the rows of tp (hit cost, instruction counts) and of
+//!                its peers whose name contains one of LIST (comma-separated)
 //!   --doc        also write the results into docs/benchmarks.md
 //!   --emulated   the CPU is emulated (the arm64 test VM): no targets
 //!                table, and the report says the times mean nothing
@@ -134,7 +134,7 @@ fn run() -> Result<bool> {
     let mut ok = true;
     let on = |s: &str| o.sections.iter().any(|x| x == s);
     if on("steps") {
-        ok &= steps_section(&env, &mut r);
+        ok &= steps_section(&env, &o, &mut r);
     }
     if on("attach") {
         ok &= attach_section(&env, &mut r);
@@ -176,8 +176,12 @@ fn command_line() -> String {
     }
 }
 
-fn steps_section(env: &Env, r: &mut Results) -> bool {
+fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
     let mut ok = true;
+    let chosen = |records: &Option<Records>| match (records, &o.matching) {
+        (Some(records), Some(m)) => m.split(',').any(|w| format!("tp: {}", records.label()).contains(w)),
+        _ => true,
+    };
     for records in [
         None,
         Some(Records::Count),
@@ -187,7 +191,10 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         Some(Records::ArgsRet),
         Some(Records::FalsePredicate),
         Some(Records::Aggregated),
-    ] {
+    ]
+    .into_iter()
+    .filter(chosen)
+    {
         match steps::count(env, records) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
