@@ -16,7 +16,7 @@
 #      exceptions, tp profile, stacks, fork and blocked threads again on a
 #      Cortex-A57 (ARMv8.0: no LSE, so the detours count with ldxr/stxr; no
 #      BTI, so the BTI test is left out; no PAC, so paciasp and autiasp are
-#      NOPs)
+#      NOPs); sites:: and usdt:: for the detours inside functions
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -47,7 +47,7 @@ VM_CPU=max,pauth-impdef=on TP_TEST_CPU=max TP_TEST_ATOMICS=lse $cargo test --rel
 step "e2e tests in the VM, -cpu cortex-a57"
 # The suites named are run (libtest's filters), except tests with "bti" in
 # their names.
-a57_suites=(attach:: aarch64:: events:: profile:: fork_events:: blocked:: stacks::)
+a57_suites=(attach:: aarch64:: events:: profile:: fork_events:: blocked:: stacks:: sites:: usdt::)
 VM_CPU=cortex-a57 TP_TEST_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test --release "${target[@]}" --test e2e -- \
   --skip bti "${a57_suites[@]}"
 

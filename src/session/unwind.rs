@@ -95,6 +95,8 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             kind: kind::UNWIND,
                             abi: Abi::C,
                             return_saved_below: None,
+                            operands: None,
+                            semaphore: None,
                             config: Default::default(),
                         });
                         true

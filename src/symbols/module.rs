@@ -143,12 +143,18 @@ impl Module {
 
     /// The module's DWARF index (from the file or its debug file), built on first use.
     pub fn dwarf(&self) -> Option<&DwarfIndex> {
-        self.dwarf
-            .get_or_init(|| {
-                let src = [Some(&self.elf), self.debug.as_ref()].into_iter().flatten().find(|e| e.has_dwarf())?;
-                dwarf::index(src).ok()
-            })
-            .as_ref()
+        self.dwarf.get_or_init(|| dwarf::index(self.dwarf_file()?).ok()).as_ref()
+    }
+
+    /// The file that holds the module's DWARF: the file itself or its debug file.
+    pub fn dwarf_file(&self) -> Option<&ElfFile> {
+        [Some(&self.elf), self.debug.as_ref()].into_iter().flatten().find(|e| e.has_dwarf())
+    }
+
+    /// The file address of the data symbol `name` (`.symtab`, `.dynsym`, or
+    /// the debug file's), for static probe arguments that name one.
+    pub fn data_symbol(&self, name: &str) -> Option<FileAddr> {
+        [Some(&self.elf), self.debug.as_ref()].into_iter().flatten().find_map(|e| e.data_symbol(name))
     }
 
     /// Symbol `i` as a function in the code at `bias` (the module's own, or a copy's).
@@ -205,7 +211,8 @@ impl Module {
                 ""
             } else {
                 " (the file is stripped: only its exported functions and, as `sub_<address>`, the functions \
-                 its unwind table lists are known; install its debug symbols or point TP_DEBUG_DIRS at them)"
+                 its unwind table lists are known; install its debug symbols, point TP_DEBUG_DIRS at them, or name a \
+                 debuginfod server in DEBUGINFOD_URLS)"
             };
             bail!("function `{name}` not found in `{}`{stripped}{hint}", self.path.display());
         }

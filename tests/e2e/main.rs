@@ -31,6 +31,13 @@ mod events;
 mod stacks;
 // list-probes on the bundled targets.
 mod list_probes;
+// Probes inside functions: by line, by offset, at nop sites.
+mod sites;
+// Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
+mod usdt;
+// Debug files by build-id from Debian's debuginfod, their cache, bad servers.
+#[cfg(target_arch = "x86_64")]
+mod debuginfod;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.
 #[cfg(target_arch = "x86_64")]
 mod prologues;

@@ -275,6 +275,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     prefix: prefix.clone(),
                     window: STP.to_le_bytes().to_vec(),
                     insns: vec![WindowInsn { offset: 0, len: 4, mnemonic: "stp".into() }],
+                    interior: false,
                 };
                 // TRAMP: the two first instructions and a branch to the
                 // detour; the detour; the runtime; counter and countdown
@@ -301,6 +302,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     stride_shift: 3,
                     abi: Abi::C,
                     return_saved_below: Some(16),
+                    operands: None,
                 };
                 let detour = build(&plan, detour_at, &spec, atomics).unwrap();
                 let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);

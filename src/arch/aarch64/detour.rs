@@ -29,6 +29,10 @@
 //!          .quad flag address, hash multiplier, counter address, relocation literals
 //! ```
 //!
+//! At a site inside a function, where x16 and x17 may be live, the detour
+//! starts with `stp x16, x17, [sp, #-16]!` and ends its prefix with `ldp
+//! x16, x17, [sp], #16` (a disabled probe's `cbz` goes there).
+//!
 //! The detour is entered by `b` and left by `b` (or by the relocated
 //! instruction's own `ret`/`br`), so it never needs a BTI landing pad, and
 //! the function's own landing pads stay where they are. The counting
@@ -194,18 +198,39 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
         (true, Some(rt)) => Some(rt),
         (false, _) => None,
     };
+    // Inside a function x16 and x17 may be live: the detour keeps them below
+    // the stack pointer (nothing else may be there: Linux's signal frames go
+    // there at any instruction) and takes them back before the relocated code.
+    // Such a probe counts; what calls the runtime starts at a function's entry.
+    if plan.interior && runtime.is_some() {
+        return Err(Refusal::Unsupported(
+            "AArch64 probes inside functions count calls; arguments and latency are recorded at function entries",
+        ));
+    }
+    let saves = if plan.interior { 4 } else { 0 };
     let exit = long::exit(plan)?;
     // The prefix has a fixed length for a given kind: measure it, then the
     // relocated code, then place the sample block after it.
     let mut w = Writer::new(at);
+    if plan.interior {
+        w.put_push_ip_registers();
+    }
     emit_prefix(&mut w, plan, spec, runtime, atomics, Parts { relocated: at, sample: at })?;
-    let relocated = w.pc();
+    let restore_at = w.pc();
+    let relocated = restore_at + saves;
     let mut r = Writer::new(relocated);
     relocate::relocate(plan, &mut r, exit)?;
-    let parts = Parts { relocated, sample: r.pc() };
+    let parts = Parts { relocated: restore_at, sample: r.pc() };
 
     let mut w = Writer::new(at);
+    if plan.interior {
+        w.put_push_ip_registers();
+    }
     emit_prefix(&mut w, plan, spec, runtime, atomics, parts)?;
+    debug_assert_eq!(w.pc(), restore_at);
+    if plan.interior {
+        w.put_pop_ip_registers();
+    }
     debug_assert_eq!(w.pc(), relocated);
     let pc_map = relocate::relocate(plan, &mut w, exit)?;
     if let (Some(rt), true) = (runtime, spec.records.sample) {
@@ -397,6 +422,7 @@ mod tests {
             stride_shift: 15,
             abi: crate::arch::Abi::C,
             return_saved_below: None,
+            operands: None,
         }
     }
 
@@ -451,6 +477,18 @@ mod tests {
 
     fn literals(bytes: &[u8], n: usize) -> Vec<u64> {
         bytes[bytes.len() - 8 * n..].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn interior_detours_keep_x16_and_x17() {
+        let plan = SitePlan { interior: true, ..stp_plan() };
+        let d = build(&plan, AT, &spec(), Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[0], "stp x16, x17, [sp, #-0x10]!");
+        let restore = AT + 4 + 48;
+        assert_eq!(asm[3], format!("cbz w16, #{restore:#x}"));
+        assert_eq!(asm[13..15], ["ldp x16, x17, [sp], #0x10".to_string(), "stp x29, x30, [sp, #-0x10]!".into()]);
+        assert_eq!(d.map_pc(0), Some(restore + 4));
     }
 
     #[test]
