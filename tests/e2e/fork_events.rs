@@ -83,7 +83,14 @@ struct Storm {
 impl Storm {
     fn run(t: &mut Target, forks: u64, pause_us: u64) -> Storm {
         let pid = t.pid.to_string();
-        let args = ["-p", pid.as_str(), "-f", "level", "-f", "spawn", "-f", "work", "-f", LIBC_FORK, "--ret", "--json"];
+        let mut args =
+            vec!["-p", pid.as_str(), "-f", "level", "-f", "spawn", "-f", "work", "-f", LIBC_FORK, "--ret", "--json"];
+        // Paced, nothing may be lost: the parent's spinning thread records
+        // without pause, so its ring holds what a busy machine (the arm64
+        // VM emulates its CPU) keeps tp from reading for a while.
+        if pause_us > 0 {
+            args.extend(["--ring-size", "32768"]);
+        }
         let session = Session::start(&args);
         // A second thread in the parent that the children do not have: its
         // state in the private area is copied into every child, which must
