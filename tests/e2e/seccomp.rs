@@ -161,8 +161,6 @@ fn expect_one_line(stderr: &str, needle: &str) -> String {
 /// go through the target's filters too: a filter that would kill on one
 /// refuses what calls the runtime, before anything is injected, while
 /// counting probes, which make no syscall, attach and count exactly.
-/// (x86-64: events are.)
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn a_filter_that_kills_on_a_runtime_call_refuses_recording_and_counting_works() {
     let mut t = Target::start_with("sandboxed", |c| {
@@ -199,7 +197,6 @@ fn a_filter_that_kills_on_a_runtime_call_refuses_recording_and_counting_works() 
 /// Filters belong to threads: one filtered thread among unfiltered ones
 /// (the main thread, which makes tp's remote calls, has none) is enough
 /// for a refusal naming that thread.
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn a_runtime_call_killed_in_another_thread_only_is_refused() {
     let t = Target::start_with("sandboxed", |c| {
@@ -231,7 +228,6 @@ fn a_runtime_call_killed_in_another_thread_only_is_refused() {
 /// recorded, every one, also where each event asks the kernel for the
 /// thread pointer (`TP_THREAD_KEY=syscall`: it fails, and the thread is
 /// told apart by its TID).
-#[cfg(target_arch = "x86_64")]
 #[test]
 fn errors_the_runtime_goes_on_from_are_no_refusal() {
     for env in [&[][..], &[("TP_THREAD_KEY", "syscall")]] {
