@@ -9,9 +9,11 @@
 //!   --smoke      one short run of everything, to check that it works (CI)
 //!   --only LIST  sections to run, comma-separated: hit,steps,attach,toggle
 //!   --no-peers   tp only
-//!   --match LIST only the hit-cost rows whose name contains one of LIST
-//!                (comma-separated)
+//!   --match LIST only the rows of tp (hit cost, instruction counts) and of
+//!                its peers whose name contains one of LIST (comma-separated)
 //!   --doc        also write the results into docs/benchmarks.md
+//!   --emulated   the CPU is emulated (the arm64 test VM): no targets
+//!                table, and the report says the times mean nothing
 //! ```
 //!
 //! Needs root (ptrace, tracefs). Results also go to target/bench/.
@@ -42,6 +44,7 @@ struct Options {
     sections: Vec<String>,
     peers: bool,
     doc: bool,
+    emulated: bool,
     matching: Option<String>,
 }
 
@@ -54,6 +57,7 @@ fn options() -> Result<Options> {
         sections: SECTIONS.map(String::from).to_vec(),
         peers: true,
         doc: false,
+        emulated: false,
         matching: None,
     };
     let mut args = std::env::args().skip(1);
@@ -64,6 +68,7 @@ fn options() -> Result<Options> {
             "--smoke" => o.smoke = true,
             "--no-peers" => o.peers = false,
             "--doc" => o.doc = true,
+            "--emulated" => o.emulated = true,
             "--reps" => {
                 let v = args.next().context("--reps needs a number")?;
                 o.reps = v
@@ -82,7 +87,8 @@ fn options() -> Result<Options> {
                 }
             }
             other => bail!(
-                "unknown option `{other}` (options: --reps N, --smoke, --only LIST, --no-peers, --match LIST, --doc)"
+                "unknown option `{other}` (options: --reps N, --smoke, --only LIST, --no-peers, --match LIST, --doc, \
+                 --emulated)"
             ),
         }
     }
@@ -118,6 +124,7 @@ fn run() -> Result<bool> {
         load: (env::load_average(), String::new()),
         reps: o.reps,
         smoke: o.smoke,
+        emulated: o.emulated,
         ..Results::default()
     };
     eprintln!("bench: {} runs; load average {}; {}", o.reps, r.load.0, r.machine);
@@ -127,7 +134,7 @@ fn run() -> Result<bool> {
     let mut ok = true;
     let on = |s: &str| o.sections.iter().any(|x| x == s);
     if on("steps") {
-        ok &= steps_section(&env, &mut r);
+        ok &= steps_section(&env, &o, &mut r);
     }
     if on("attach") {
         ok &= attach_section(&env, &mut r);
@@ -140,7 +147,12 @@ fn run() -> Result<bool> {
     }
     r.load.1 = env::load_average();
     let md = r.markdown();
-    println!("\n{md}");
+    if o.emulated {
+        // For .ci/aarch64/bench.sh, which reads it off the VM's console.
+        println!("\n{EMULATED_BEGIN}\n{md}{EMULATED_END}");
+    } else {
+        println!("\n{md}");
+    }
     let out = env.root.join("target/bench");
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join("results.md"), &md)?;
@@ -164,12 +176,12 @@ fn command_line() -> String {
     }
 }
 
-fn steps_section(env: &Env, r: &mut Results) -> bool {
-    if !cfg!(target_arch = "x86_64") {
-        r.notes.push("Instruction counts: x86-64 only for now.".into());
-        return true;
-    }
+fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
     let mut ok = true;
+    let chosen = |(records, _): &(Option<Records>, &str)| match (records, &o.matching) {
+        (Some(records), Some(m)) => m.split(',').any(|w| format!("tp: {}", records.label()).contains(w)),
+        _ => true,
+    };
     let rows = [
         (None, "hot"),
         (Some(Records::Count), "hot"),
@@ -181,7 +193,7 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         (Some(Records::Aggregated), "hot"),
         (Some(Records::Count), "hot-nop5"),
     ];
-    for (records, binary) in rows {
+    for (records, binary) in rows.into_iter().filter(chosen) {
         match steps::count(env, binary, records) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
@@ -388,6 +400,10 @@ fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
     r.hit = rows;
     ok
 }
+
+/// The lines around the report of an `--emulated` run on stdout.
+const EMULATED_BEGIN: &str = "<!-- emulated results -->";
+const EMULATED_END: &str = "<!-- end of emulated results -->";
 
 /// Puts `md` into docs/benchmarks.md between its result markers.
 fn write_doc(env: &Env, md: &str) -> Result<()> {

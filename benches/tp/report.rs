@@ -76,6 +76,9 @@ pub struct Results {
     pub reps: usize,
     /// A smoke run (CI): too short for the numbers to mean anything.
     pub smoke: bool,
+    /// Run on an emulated CPU (QEMU TCG, the arm64 test VM): its times are
+    /// the emulator's, only the instruction counts mean something.
+    pub emulated: bool,
     /// Hit-cost rows.
     pub hit: Vec<HitRow>,
     /// Instruction counts.
@@ -115,6 +118,14 @@ impl Results {
         if self.smoke {
             let _ = writeln!(o, "**A smoke run: short bursts, one run; the numbers mean nothing.**\n");
         }
+        if self.emulated {
+            let _ = writeln!(
+                o,
+                "**The CPU is emulated (QEMU TCG, no KVM): the times are the emulator's, not an AArch64 CPU's, \
+                 and mean nothing beside the x86-64 numbers; the instruction counts are exact, and are the \
+                 figures to compare.**\n"
+            );
+        }
         let _ = writeln!(
             o,
             "Machine: {}. Load average (1, 5, 15 min): {} at the start, {} at the end.\n",
@@ -126,7 +137,9 @@ impl Results {
         if !self.notes.is_empty() {
             o.push('\n');
         }
-        self.targets(o);
+        if !self.emulated {
+            self.targets(o);
+        }
         self.hits(o);
         self.floor(o);
         self.steps(o);

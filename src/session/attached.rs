@@ -16,7 +16,7 @@ use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
 use crate::probe::install::{self, Installed, Report};
-use crate::probe::layout::{State, kind};
+use crate::probe::layout::{self, State, kind};
 use crate::probe::region::{self, Region};
 use crate::probe::remove::Kept;
 use crate::process::Mapping;
@@ -384,6 +384,11 @@ fn batch(
         }
         if r.kind & kind::UNWIND == 0 {
             configure(r, &info, what, predicate.as_ref())?;
+        }
+        // Entries record the registers after the sixth only where the ABI
+        // has them and the function may take an argument there.
+        if r.kind & kind::ARGS != 0 && crate::events::format::registers_needed(&info) > layout::ENTRY_REGS {
+            r.kind |= kind::ARGS_MORE;
         }
         infos.push(info);
     }

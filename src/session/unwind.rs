@@ -94,6 +94,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             long,
                             kind: kind::UNWIND,
                             abi: Abi::C,
+                            return_saved_below: None,
                             operands: None,
                             semaphore: None,
                             config: Default::default(),

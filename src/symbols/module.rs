@@ -11,6 +11,7 @@ use anyhow::{Context, Result, bail};
 
 use super::demangle::Names;
 use super::dwarf::{self, DwarfIndex};
+use super::eh::ReturnSaves;
 use super::elf::{ElfFile, FuncSym, Version, split_version};
 use super::pattern::glob;
 use super::verdict::Planner;
@@ -73,6 +74,7 @@ pub struct Module {
     names: OnceCell<Vec<Names>>,
     dwarf: OnceCell<Option<DwarfIndex>>,
     planner: OnceCell<Planner>,
+    return_saves: OnceCell<ReturnSaves>,
 }
 
 impl Module {
@@ -124,6 +126,7 @@ impl Module {
             names: OnceCell::new(),
             dwarf: OnceCell::new(),
             planner: OnceCell::new(),
+            return_saves: OnceCell::new(),
         }
     }
 
@@ -357,6 +360,14 @@ impl Module {
         self.elf
             .bytes_at(f.bias.file(f.addr), f.size)
             .with_context(|| format!("the code of `{}` is not in `{}`", f.name, self.path.display()))
+    }
+
+    /// How far below its stack pointer at entry `f` saves the register
+    /// holding its return address, from the module's call frame
+    /// information (read on first use): None if it never does, or not at
+    /// one place, or the module has no CFI for it.
+    pub fn return_saved_below(&self, f: &Function) -> Option<u32> {
+        self.return_saves.get_or_init(|| ReturnSaves::of(&self.elf)).below_cfa(f.bias.file(f.addr).0)
     }
 
     /// Branch targets from split-off parts of `f` (`f.cold`), which jump back into it.

@@ -269,6 +269,7 @@ fn an_interior_detour_keeps_the_red_zone() {
         slot_bits: 6,
         stride_shift: 8,
         abi: tp::arch::Abi::C,
+        return_saved_below: None,
         operands: None,
     };
     let mut runs = 0;
@@ -315,6 +316,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
+                    return_saved_below: None,
                     operands: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));

@@ -342,6 +342,7 @@ mod tests {
             slot_bits: 7,
             stride_shift: 15,
             abi: Abi::C,
+            return_saved_below: None,
             operands: None,
         }
     }

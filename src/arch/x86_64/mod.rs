@@ -21,7 +21,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, StoredPointer, Syscalls, ThreadKey,
+    Arch, BlockedIn, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, SitePlan, StoredPointer, Syscalls,
+    ThreadKey,
 };
 
 /// The x86-64 architecture.
@@ -181,7 +182,8 @@ impl Arch for X86_64 {
         r.rax as i64
     }
 
-    fn restart_interrupted_wait(r: &mut regs::Regs) -> bool {
+    fn restart_interrupted_wait(r: &mut regs::Regs, _: Option<&BlockedIn>, _: bool) -> bool {
+        // The kernel decides about the restart after the stop, from rax.
         regs::restart_interrupted_wait(r)
     }
 }
