@@ -22,6 +22,13 @@ use crate::cli::{Cli, Command};
 
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    let result = command(cli);
+    // What this run learnt of its binaries, saved before tp exits.
+    crate::symbols::saved::finish();
+    result
+}
+
+fn command(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Attach(args) => attach::run(args),
         Command::Status(args) => status::run(args),

@@ -146,6 +146,8 @@ impl Attached {
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
         let discard = what.kind != kind::COUNT;
         let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
+        // The probes are live: what tp learnt of the binaries is saved meanwhile.
+        crate::symbols::saved::start();
         Ok(Attached {
             pid,
             mem,
@@ -182,6 +184,7 @@ impl Attached {
             let existing = Region::open(pid, mapping)?;
             let (requests, infos) = batch(modules, resolved, self.kind, Some(&existing))?;
             let done = install(pid, &self.mem, None, Some(existing), &requests, self.install_opts, false)?;
+            crate::symbols::saved::start();
             Ok((done, infos, refused))
         };
         let (done, infos, refused) = run().map_err(|e| exited_or(pid, e))?;
@@ -328,7 +331,7 @@ fn batch(
             let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
                 .then(|| {
                     let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
-                    m.dwarf()?.at(r.function.bias.file(r.function.addr)).cloned()
+                    m.dwarf_at(r.function.bias.file(r.function.addr))
                 })
                 .flatten();
             // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.

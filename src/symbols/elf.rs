@@ -14,6 +14,7 @@ use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::symver::{VERSYM_HIDDEN, VERSYM_VERSION};
 
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
+use crate::process::files::{FileId, read_identified};
 
 /// A function symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,27 +132,131 @@ pub struct ElfFile {
     pub debuglink: Option<(String, u32)>,
     /// The section headers.
     pub sections: Vec<Section>,
+    /// The file's identity when it was read, if it did not change meanwhile
+    /// (None for bytes parsed from elsewhere).
+    pub identity: Option<FileId>,
+    /// False while only the headers are parsed ([`ElfFile::open_headers`]).
+    symbols_read: bool,
+}
+
+/// What parsing found, but the bytes.
+struct Parsed {
+    machine: u16,
+    position_independent: bool,
+    segments: Vec<Segment>,
+    functions: Vec<FuncSym>,
+    has_symtab: bool,
+    build_id: Option<Vec<u8>>,
+    debuglink: Option<(String, u32)>,
+    sections: Vec<Section>,
 }
 
 impl ElfFile {
     /// Reads and parses `path` (shown as `display` in messages).
     pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
-        let data = match crate::process::files::read_regular(path) {
-            Ok(data) => data,
+        let mut elf = Self::open_headers(path, display)?;
+        elf.read_symbols(display)?;
+        Ok(elf)
+    }
+
+    /// Reads `path` (shown as `display` in messages) and parses its headers,
+    /// segments, sections and notes, but not its symbols: until
+    /// [`ElfFile::read_symbols`] or [`ElfFile::set_functions`] it has none.
+    /// A file whose headers do not parse gets the error a whole parse gives.
+    pub fn open_headers(path: &Path, display: &Path) -> Result<ElfFile> {
+        let (data, identity) = match read_identified(path) {
+            Ok(read) => read,
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                 bail!("`{}` {e}; give the path of an executable or a shared library", display.display())
             }
             Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", display.display())),
         };
-        Self::parse(data, path, display)
+        let parsed = match Self::parse_parts(&data, display, false) {
+            Ok(p) => p,
+            Err(_) => {
+                let mut elf = Self::parse(data, path, display)?;
+                elf.identity = identity;
+                return Ok(elf);
+            }
+        };
+        Ok(ElfFile { identity, symbols_read: false, ..Self::assemble(parsed, data, path) })
+    }
+
+    /// Parses the symbols of a file opened with [`ElfFile::open_headers`]
+    /// (nothing if they were parsed already).
+    pub fn read_symbols(&mut self, display: &Path) -> Result<()> {
+        if self.symbols_read {
+            return Ok(());
+        }
+        let parsed = Self::parse_parts(&self.data, display, true)?;
+        self.functions = parsed.functions;
+        self.has_symtab = parsed.has_symtab;
+        self.cold_parts = cold_parts_of(&self.functions);
+        self.symbols_read = true;
+        Ok(())
+    }
+
+    /// Takes `functions` (sorted as [`ElfFile::open`] sorts them; `from_symtab`
+    /// as `has_symtab` says) as the file's symbols, read before.
+    pub fn set_functions(&mut self, functions: Vec<FuncSym>, from_symtab: bool) {
+        self.cold_parts = cold_parts_of(&functions);
+        self.functions = functions;
+        self.has_symtab = from_symtab;
+        self.symbols_read = true;
+    }
+
+    /// A hash of everything but the symbols that parsing the file gives
+    /// (machine, segments, sections, build-id, debuglink): two parses of
+    /// one file agree on it.
+    pub fn shape_hash(&self) -> u64 {
+        let mut w = crate::cache::Writer::new();
+        w.u32(u32::from(self.machine)).bool(self.position_independent).var(self.segments.len() as u64);
+        for s in &self.segments {
+            w.u64(s.vaddr).u64(s.memsz).u64(s.offset).u64(s.filesz).bool(s.exec);
+        }
+        w.var(self.sections.len() as u64);
+        for s in &self.sections {
+            w.str(&s.name).u64(s.offset).u64(s.size).u64(s.addr).u64(s.flags).bool(s.nobits);
+        }
+        w.blob(self.build_id.as_deref().unwrap_or_default());
+        match &self.debuglink {
+            Some((name, crc)) => w.u8(1).str(name).u32(*crc),
+            None => w.u8(0),
+        };
+        crate::cache::hash64(w.bytes())
     }
 
     /// Parses ELF bytes.
     pub fn parse(data: Vec<u8>, path: &Path, display: &Path) -> Result<ElfFile> {
+        let parsed = Self::parse_parts(&data, display, true)?;
+        Ok(Self::assemble(parsed, data, path))
+    }
+
+    fn assemble(p: Parsed, data: Vec<u8>, path: &Path) -> ElfFile {
+        let cold_parts = cold_parts_of(&p.functions);
+        ElfFile {
+            path: path.to_path_buf(),
+            machine: p.machine,
+            position_independent: p.position_independent,
+            segments: p.segments,
+            functions: p.functions,
+            has_symtab: p.has_symtab,
+            cold_parts,
+            build_id: p.build_id,
+            debuglink: p.debuglink,
+            sections: p.sections,
+            identity: None,
+            symbols_read: true,
+            data,
+        }
+    }
+
+    /// What `data` holds; its symbols only if `symbols`.
+    fn parse_parts(data: &[u8], display: &Path, symbols: bool) -> Result<Parsed> {
         if data.len() < 4 || &data[..4] != b"\x7fELF" {
             bail!("`{}` is not an ELF file", display.display());
         }
-        let elf = goblin::elf::Elf::parse(&data)
+        let elf = if symbols { goblin::elf::Elf::parse(data) } else { headers_only(data) }
             .map_err(|e| anyhow::anyhow!("`{}` is not a valid ELF file: {e}", display.display()))?;
         if !elf.is_64 {
             bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", display.display());
@@ -181,20 +286,23 @@ impl ElfFile {
                 exec: p.is_executable(),
             })
             .collect();
-        let has_symtab = elf.syms.iter().any(|s| s.st_type() == STT_FUNC);
-        let mut functions = if has_symtab { symtab_functions(&elf) } else { dynsym_functions(&elf) };
+        let has_symtab = symbols && elf.syms.iter().any(|s| s.st_type() == STT_FUNC);
+        let mut functions = match (symbols, has_symtab) {
+            (false, _) => Vec::new(),
+            (true, true) => symtab_functions(&elf),
+            (true, false) => dynsym_functions(&elf),
+        };
         sort_functions(&mut functions);
-        let cold_parts = cold_parts_of(&functions);
         // The note section first: in a debug file made by `objcopy
         // --only-keep-debug`, the PT_NOTE segment still points at the
         // stripped-away file offsets.
         let is_build_id =
             |n: &goblin::elf::note::Note| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU";
         let build_id = elf
-            .iter_note_sections(&data, Some(".note.gnu.build-id"))
+            .iter_note_sections(data, Some(".note.gnu.build-id"))
             .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
             .or_else(|| {
-                elf.iter_note_headers(&data)
+                elf.iter_note_headers(data)
                     .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
             });
         let sections: Vec<Section> = elf
@@ -217,18 +325,15 @@ impl ElfFile {
             let crc = u32::from_le_bytes(b.get(crc_at..crc_at + 4)?.try_into().ok()?);
             Some((name, crc))
         });
-        Ok(ElfFile {
-            path: path.to_path_buf(),
+        Ok(Parsed {
             machine: elf.header.e_machine,
             position_independent: elf.header.e_type == goblin::elf::header::ET_DYN,
             segments,
             functions,
             has_symtab,
-            cold_parts,
             build_id,
             debuglink,
             sections,
-            data,
         })
     }
 
@@ -364,6 +469,28 @@ impl ElfFile {
         }
         out
     }
+}
+
+/// The parts of `data` that say where things are, as a whole parse reads
+/// them (program headers, section headers, the section names), without the
+/// symbols, relocations and dynamic section, which are slower to read.
+fn headers_only(data: &[u8]) -> goblin::error::Result<goblin::elf::Elf<'_>> {
+    use goblin::elf::section_header::SHN_XINDEX;
+    use goblin::elf::{Elf, ProgramHeader, SectionHeader};
+    let header = Elf::parse_header(data)?;
+    let mut elf = Elf::lazy_parse(header)?;
+    let ctx = goblin::container::Ctx::new(header.container()?, header.endianness()?);
+    elf.program_headers = ProgramHeader::parse(data, header.e_phoff as usize, header.e_phnum as usize, ctx)?;
+    elf.section_headers = SectionHeader::parse(data, header.e_shoff as usize, header.e_shnum as usize, ctx)?;
+    let mut names = header.e_shstrndx as usize;
+    if names == SHN_XINDEX as usize {
+        names = elf.section_headers.first().map_or(usize::MAX, |s| s.sh_link as usize);
+    }
+    if let Some(sh) = elf.section_headers.get(names) {
+        sh.check_size(data.len())?;
+        elf.shdr_strtab = goblin::strtab::Strtab::parse(data, sh.sh_offset as usize, sh.sh_size as usize, 0)?;
+    }
+    Ok(elf)
 }
 
 /// Function symbols of `.symtab`. Versioned names, as glibc's debug file

@@ -6,6 +6,7 @@
 pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;
+pub mod dwarf_index;
 pub mod eh;
 pub mod elf;
 pub mod entries;
@@ -14,6 +15,7 @@ pub mod image;
 pub mod module;
 pub mod modules;
 pub mod pattern;
+pub mod saved;
 pub mod verdict;
 
 pub use elf::{ElfFile, FuncSym, Source, Version};

@@ -4,16 +4,19 @@
 //! use; and what a name means in it (every copy of a function so named, the
 //! default version of a versioned symbol).
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
 use super::demangle::Names;
-use super::dwarf::{self, DwarfIndex};
+use super::dwarf::{self, DwFunction, DwarfIndex};
+use super::dwarf_index::LazyDwarf;
 use super::elf::{ElfFile, FuncSym, Version, split_version};
 use super::pattern::glob;
-use super::verdict::Planner;
+use super::saved::{self, Saved, SavedDwarf};
+use super::verdict::{Planner, PlannerParts};
 use super::{Function, cold_targets, debuginfo, suggestions};
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
 use crate::arch::{Arch, Host, Isa};
@@ -38,6 +41,16 @@ impl CodeCopy {
         let RuntimeAddr(at) = self.bias.runtime(addr);
         self.span.lo <= at && at.checked_add(size.max(1)).is_some_and(|end| end <= self.span.hi)
     }
+}
+
+/// What the cache holds for a file.
+enum Cached {
+    /// Its analysis.
+    Hit(Box<Saved>),
+    /// Nothing yet: the analysis is to be saved under this key.
+    Miss(saved::Key),
+    /// It cannot be cached (it changed while tp read it).
+    Uncachable,
 }
 
 /// What one exact name means in a module.
@@ -67,11 +80,18 @@ pub struct Module {
     /// Parts of its code mapped again elsewhere.
     pub copies: Vec<CodeCopy>,
     /// The parsed file (with symbols from its debug file if it is stripped).
-    pub elf: ElfFile,
-    /// Its separate debug file, if one was found.
-    pub debug: Option<ElfFile>,
+    pub elf: Arc<ElfFile>,
+    /// Its separate debug file, if one was found; looked for on first need
+    /// when the file's analysis came from the cache.
+    debug: OnceCell<Option<Arc<ElfFile>>>,
+    /// The directory the process's paths are relative to.
+    root: PathBuf,
+    /// What planning needs, as the cache held it, until the planner takes it.
+    saved_planner: RefCell<Option<PlannerParts>>,
     names: OnceCell<Vec<Names>>,
     dwarf: OnceCell<Option<DwarfIndex>>,
+    /// DWARF read one unit at a time, until the whole index is built.
+    lazy_dwarf: RefCell<Option<LazyDwarf>>,
     planner: OnceCell<Planner>,
 }
 
@@ -80,7 +100,7 @@ impl Module {
     /// `path` is the file as the process sees it, and `root` the directory
     /// its paths are relative to (`/proc/PID/root`, or `/`).
     pub fn load(read_path: &Path, path: &Path, root: &Path, mappings: &[&Mapping]) -> Result<Module> {
-        let elf = ElfFile::open(read_path, path)?;
+        let (elf, saved) = Self::read(read_path, path, root)?;
         if elf.machine != Host::ELF_MACHINE {
             bail!(
                 "`{}` is {}; this tp traces {} processes",
@@ -91,28 +111,82 @@ impl Module {
         }
         let bias = load_bias(&elf, mappings).context("cannot compute the load bias")?;
         let (span, copies) = images(&elf, bias, mappings);
-        let mut m = Module::with(elf, path, root, bias, span);
+        let mut m = Module::with(elf, saved, path, root, bias, span);
         m.copies = copies;
         Ok(m)
     }
 
     /// A module for a file on disk that is not loaded anywhere (bias 0).
     pub fn from_file(path: &Path) -> Result<Module> {
-        let elf = ElfFile::open(path, path)?;
-        Ok(Module::with(elf, path, Path::new("/"), Bias::ZERO, Span { lo: 0, hi: 0 }))
+        let root = Path::new("/");
+        let (elf, saved) = Self::read(path, path, root)?;
+        Ok(Module::with(elf, saved, path, root, Bias::ZERO, Span { lo: 0, hi: 0 }))
     }
 
-    /// The module of `elf` (the file `path`, under `root`), with the
-    /// symbols of its separate debug file when it lacks its own.
-    fn with(mut elf: ElfFile, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
-        let debug = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
-        if let Some(d) = &debug {
+    /// Reads the file at `read_path` (`path` as the process sees it, under
+    /// `root`): its headers, and its analysis from the cache if there is
+    /// one for this very file, else its symbols.
+    fn read(read_path: &Path, path: &Path, root: &Path) -> Result<(ElfFile, Cached)> {
+        let mut elf = ElfFile::open_headers(read_path, path)?;
+        let cached = match saved::key(&elf, path, root) {
+            None => Cached::Uncachable,
+            Some(key) => match saved::load(&key) {
+                Some(s) => Cached::Hit(Box::new(s)),
+                None => Cached::Miss(key),
+            },
+        };
+        if !matches!(cached, Cached::Hit(_)) {
+            elf.read_symbols(path)?;
+        }
+        Ok((elf, cached))
+    }
+
+    /// The module of `elf` (the file `path`, under `root`): with the
+    /// analysis the cache held, or with the symbols of its separate debug
+    /// file when it lacks its own (its analysis then queued to be saved
+    /// under `key`).
+    fn with(mut elf: ElfFile, cached: Cached, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let debug = OnceCell::new();
+        let dwarf = OnceCell::new();
+        if let Cached::Hit(s) = cached {
+            let s = *s;
+            elf.set_functions(s.functions, s.has_symtab);
+            let parts = PlannerParts { pads: s.pads, branch_targets: s.branch_targets, facts: s.facts, go: s.go };
+            let _ = dwarf.set(match s.dwarf {
+                SavedDwarf::Index(index) => Some(index),
+                SavedDwarf::None | SavedDwarf::Unreadable => None,
+            });
+            return Module::assemble(Arc::new(elf), debug, dwarf, Some(parts), path, root, name, bias, span);
+        }
+        let found = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
+        if let Some(d) = &found {
             elf.adopt_symbols(d);
         }
         if !elf.has_symtab {
             elf.add_unwind_functions();
         }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let found = found.map(Arc::new);
+        let _ = debug.set(found.clone());
+        let elf = Arc::new(elf);
+        if let Cached::Miss(key) = cached {
+            saved::enqueue(key, elf.clone(), found);
+        }
+        Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        elf: Arc<ElfFile>,
+        debug: OnceCell<Option<Arc<ElfFile>>>,
+        dwarf: OnceCell<Option<DwarfIndex>>,
+        saved_planner: Option<PlannerParts>,
+        path: &Path,
+        root: &Path,
+        name: String,
+        bias: Bias,
+        span: Span,
+    ) -> Module {
         Module {
             path: path.to_path_buf(),
             name,
@@ -121,10 +195,28 @@ impl Module {
             copies: Vec::new(),
             elf,
             debug,
+            root: root.to_path_buf(),
+            saved_planner: RefCell::new(saved_planner),
             names: OnceCell::new(),
-            dwarf: OnceCell::new(),
+            dwarf,
+            lazy_dwarf: RefCell::new(None),
             planner: OnceCell::new(),
         }
+    }
+
+    /// Its separate debug file, if it has one.
+    pub fn debug(&self) -> Option<&ElfFile> {
+        self.debug
+            .get_or_init(|| {
+                let needed = !(self.elf.has_symtab && self.elf.has_dwarf());
+                needed.then(|| debuginfo::find(&self.elf, &self.path, &self.root)).flatten().map(Arc::new)
+            })
+            .as_deref()
+    }
+
+    /// What the cache held for the planner, once.
+    pub(super) fn take_saved_planner(&self) -> Option<PlannerParts> {
+        self.saved_planner.borrow_mut().take()
     }
 
     /// The names of each symbol of `elf.functions`, demangled on first use.
@@ -140,12 +232,27 @@ impl Module {
 
     /// The module's DWARF index (from the file or its debug file), built on first use.
     pub fn dwarf(&self) -> Option<&DwarfIndex> {
-        self.dwarf
-            .get_or_init(|| {
-                let src = [Some(&self.elf), self.debug.as_ref()].into_iter().flatten().find(|e| e.has_dwarf())?;
-                dwarf::index(src).ok()
-            })
-            .as_ref()
+        self.dwarf.get_or_init(|| dwarf::index(self.dwarf_source()?).ok()).as_ref()
+    }
+
+    /// What DWARF says of the function entered at `entry` (a file address):
+    /// from the whole index if it was built, else from the one unit that
+    /// holds it ([`LazyDwarf`]).
+    pub fn dwarf_at(&self, entry: FileAddr) -> Option<DwFunction> {
+        if let Some(index) = self.dwarf.get() {
+            return index.as_ref()?.at(entry).cloned();
+        }
+        let src = self.dwarf_source()?;
+        let mut lazy = self.lazy_dwarf.borrow_mut();
+        if lazy.is_none() {
+            *lazy = Some(LazyDwarf::new(src).ok()?);
+        }
+        lazy.as_mut()?.function_at(src, entry).ok().flatten()
+    }
+
+    /// The file whose DWARF describes this module: itself, or its debug file.
+    fn dwarf_source(&self) -> Option<&ElfFile> {
+        [Some(&*self.elf), self.debug()].into_iter().flatten().find(|e| e.has_dwarf())
     }
 
     /// Symbol `i` as a function in the code at `bias` (the module's own, or a copy's).

@@ -237,6 +237,47 @@ pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
     out
 }
 
+/// The targets in `(lo, hi)` (both exclusive) of the direct branches and
+/// calls in `code` (at `addr`): exactly those of [`branch_targets`] that
+/// lie there, found without decoding `code` at all when none can.
+pub fn branch_targets_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+    if hi <= lo.saturating_add(1) || !may_branch_into(code, addr, lo, hi) {
+        return Vec::new();
+    }
+    branch_targets(code, addr).into_iter().filter(|&t| t > lo && t < hi).collect()
+}
+
+/// False if no instruction of `code` (at `addr`) can be a direct branch
+/// to `(lo, hi)`. In 64-bit code a near branch's displacement is its last
+/// byte (rel8), its last two (rel16: `xbegin` with an operand-size prefix)
+/// or its last four (rel32), sign-extended, and its target is the address
+/// where it ends plus that displacement, modulo 2^64
+/// (`branch_displacement_is_the_last_bytes` checks every opcode under
+/// every prefix); so every byte boundary is tried as the end of each form.
+/// One pass over the bytes, no decoding.
+fn may_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> bool {
+    let width = hi.wrapping_sub(lo).wrapping_sub(1);
+    // With v = end + displacement - lo - 1: the target is inside iff v < width.
+    let base = addr.wrapping_sub(lo).wrapping_sub(1);
+    let mut rel32 = 0usize;
+    for (i, w) in code.windows(4).enumerate() {
+        let d = i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64 as u64;
+        rel32 += (base.wrapping_add(i as u64 + 4).wrapping_add(d) < width) as usize;
+    }
+    if rel32 > 0 {
+        return true;
+    }
+    // A rel16 reaches 32 KiB either way from its end, a rel8 128 bytes.
+    let at = |a: u64| a.saturating_sub(addr).min(code.len() as u64) as usize;
+    let (first, last) = (at(lo.saturating_sub(1 << 15)).max(1), at(hi.saturating_add(1 << 15)));
+    (first..=last).any(|e| {
+        let end = base.wrapping_add(e as u64);
+        let rel8 = code[e - 1] as i8 as i64 as u64;
+        let rel16 = (e >= 2).then(|| i16::from_le_bytes([code[e - 2], code[e - 1]]) as i64 as u64);
+        end.wrapping_add(rel8) < width || rel16.is_some_and(|d| end.wrapping_add(d) < width)
+    })
+}
+
 /// One line per instruction, `mnemonic operands`, for display and tests.
 pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
     decode(code, addr)
@@ -306,6 +347,59 @@ mod tests {
         let slow: Vec<u64> = decode(&code, 0x1000).iter().filter_map(|i| i.target).collect();
         assert_eq!(branch_targets(&code, 0x1000), slow);
         assert_eq!(slow, [0x1012, 0x1107, 0x100e, 0x1031]);
+    }
+
+    #[test]
+    fn branch_displacement_is_the_last_bytes() {
+        // Every near branch iced decodes in 64-bit code, under up to three
+        // of any prefixes, targets its end plus its last byte or last four
+        // bytes: what `may_branch_into` relies on.
+        let prefixes = [0x66u8, 0x67, 0xf2, 0xf3, 0x2e, 0x3e, 0x26, 0x64, 0xf0, 0x40, 0x48];
+        let mut opcodes: Vec<Vec<u8>> = vec![vec![0xe8], vec![0xe9], vec![0xeb], vec![0xe3], vec![0xc7, 0xf8]];
+        opcodes.extend((0xe0..0xe3).map(|o| vec![o]));
+        opcodes.extend((0x70..0x80).map(|o| vec![o]));
+        opcodes.extend((0x80..0x90).map(|o| vec![0x0f, o]));
+        let mut seen = 0;
+        for n in 0..=3 {
+            for k in 0..prefixes.len().pow(n) {
+                let pre: Vec<u8> = (0..n).map(|j| prefixes[k / prefixes.len().pow(j) % prefixes.len()]).collect();
+                for op in &opcodes {
+                    let code: Vec<u8> =
+                        pre.iter().chain(op).chain(&[0x9c, 0xff, 0xff, 0xff, 0x11, 0x22]).copied().collect();
+                    let at = 0x7000_1000u64;
+                    let mut d = iced_x86::Decoder::with_ip(64, &code, at, iced_x86::DecoderOptions::NONE);
+                    let insn = d.decode();
+                    let Some(t) = branch_targets(&code[..insn.len()], at).first().copied() else { continue };
+                    let b = &code[..insn.len()];
+                    let end = at + b.len() as u64;
+                    let n = b.len();
+                    let d8 = end.wrapping_add(b[n - 1] as i8 as i64 as u64);
+                    let d16 = end.wrapping_add(i16::from_le_bytes([b[n - 2], b[n - 1]]) as i64 as u64);
+                    let d32 = (n >= 4).then(|| {
+                        end.wrapping_add(i32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]) as i64 as u64)
+                    });
+                    assert!(t == d8 || t == d16 || Some(t) == d32, "{b:02x?}: target {t:#x}");
+                    assert!(may_branch_into(b, at, t - 1, t + 1), "{b:02x?}");
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 10_000, "{seen}");
+    }
+
+    #[test]
+    fn branches_into_a_window_are_found_without_decoding_the_rest() {
+        // jne +0x10; call +0x100; jrcxz +5; jmp rax; xbegin +0x20; ret
+        let code = [0x75, 0x10, 0xe8, 0, 1, 0, 0, 0xe3, 0x05, 0xff, 0xe0, 0xc7, 0xf8, 0x20, 0, 0, 0, 0xc3];
+        let all = branch_targets(&code, 0x1000);
+        for lo in 0x0ff0..0x1120u64 {
+            for len in [2u64, 5, 14] {
+                let want: Vec<u64> = all.iter().copied().filter(|&t| t > lo && t < lo + len).collect();
+                assert_eq!(branch_targets_into(&code, 0x1000, lo, lo + len), want, "({lo:#x}, {:#x})", lo + len);
+            }
+        }
+        // Nothing reaches a window far away: not even decoded.
+        assert!(!may_branch_into(&code, 0x1000, 0x9000_0000, 0x9000_0010));
     }
 
     #[test]
