@@ -265,3 +265,77 @@ impl LazyDwarf {
         gimli::Dwarf::load(|id| Ok::<_, gimli::Error>(slice(id))).expect("loading borrowed slices cannot fail")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Every function of the whole index, and every symbol, looked up one
+    /// at a time: the same answer.
+    fn agrees_with_the_whole_index(path: &Path) -> usize {
+        let mut elf = ElfFile::open(path, path).unwrap();
+        let debug = super::super::debuginfo::find(&elf, path, Path::new("/"));
+        if let Some(d) = &debug {
+            elf.adopt_symbols(d);
+        }
+        let src = [Some(&elf), debug.as_ref()].into_iter().flatten().find(|e| e.has_dwarf()).expect("DWARF");
+        let whole = dwarf::index(src).unwrap();
+        let mut lazy = LazyDwarf::new(src).unwrap();
+        let mut entries: Vec<FileAddr> = whole.functions.iter().map(|f| f.entry).collect();
+        entries.extend(elf.functions.iter().map(|f| f.addr));
+        entries.sort();
+        entries.dedup();
+        // Entry 0 is where a linker leaves the DWARF of code it dropped, in
+        // many units at once; no symbol is there, so it is never asked for.
+        entries.retain(|&e| e != FileAddr(0));
+        for &e in &entries {
+            assert_eq!(lazy.function_at(src, e).unwrap().as_ref(), whole.at(e), "{} at {e:?}", path.display());
+        }
+        whole.functions.len()
+    }
+
+    #[test]
+    fn one_unit_at_a_time_answers_as_the_whole_index() {
+        let dir = Path::new(env!("TP_TARGETS_DIR"));
+        for name in ["counter", "shapes", "rusty-v0", "many"] {
+            assert!(agrees_with_the_whole_index(&dir.join(name)) > 0, "{name}");
+        }
+        // Without .debug_aranges (as clang builds): each unit's own ranges.
+        let bare = std::env::temp_dir().join(format!("tp-noaranges-{}", std::process::id()));
+        let out = std::process::Command::new("objcopy")
+            .args(["--remove-section", ".debug_aranges"])
+            .arg(dir.join("rusty-v0"))
+            .arg(&bare)
+            .output()
+            .expect("objcopy (binutils) runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let elf = ElfFile::open(&bare, &bare).unwrap();
+        assert!(!elf.sections.iter().any(|s| s.name == ".debug_aranges"));
+        assert!(agrees_with_the_whole_index(&bare) > 100);
+        std::fs::remove_file(&bare).unwrap();
+    }
+
+    #[test]
+    fn one_unit_of_libc_answers_as_the_whole_index() {
+        // Debian's libc debug file: compressed sections, thousands of units.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).unwrap();
+        assert!(agrees_with_the_whole_index(Path::new(libc)) > 1000, "libc6-dbg is installed (see .ci/run)");
+    }
+
+    #[test]
+    fn one_function_inflates_only_as_far_as_its_unit() {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).unwrap();
+        let path = Path::new(libc);
+        let elf = ElfFile::open(path, path).unwrap();
+        let debug = super::super::debuginfo::find(&elf, path, Path::new("/")).expect("libc6-dbg is installed");
+        let first = debug.functions.iter().find(|f| f.name == "_dl_start").expect("_dl_start");
+        let mut lazy = LazyDwarf::new(&debug).unwrap();
+        assert!(lazy.function_at(&debug, first.addr).unwrap().is_some());
+        let info = lazy.info();
+        let (read, size) = (info.out.len(), info.inflated_len.expect("Debian compresses .debug_info"));
+        assert!(read < size / 4, "inflated {read} of {size} bytes");
+    }
+}

@@ -165,3 +165,58 @@ fn code_chunks(elf: &ElfFile) -> Vec<(u64, u64)> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    /// Windows at every symbol and around every branch target: the scan
+    /// finds what decoding the whole module finds.
+    fn scans_agree(path: &Path, windows_wanted: usize) {
+        let elf = ElfFile::open(path, path).unwrap();
+        let isa = Isa::for_machine(elf.machine);
+        let decoded = Entries::of(&elf, isa);
+        let all = decoded.branch_targets(&elf).to_vec();
+        let mut windows: Vec<(u64, u64)> = Vec::new();
+        let every = |n: usize| (n / windows_wanted).max(1);
+        for f in elf.functions.iter().step_by(every(elf.functions.len() * 4)) {
+            windows.extend([2u64, 5, 9, 15].map(|len| (f.addr.0, f.addr.0 + len)));
+        }
+        for &t in all.iter().step_by(every(all.len() * 3)) {
+            windows.extend([(t - 1, t + 1), (t - 3, t + 2), (t, t + 6)]);
+        }
+        let scanning = Entries::of(&elf, isa);
+        for (lo, hi) in windows {
+            scanning.scans.set(0);
+            let first = all.partition_point(|&t| t <= lo);
+            let want = all[first..].first().copied().filter(|&t| t < hi);
+            assert_eq!(scanning.branch_into(&elf, lo, hi), want, "{} ({lo:#x}, {hi:#x})", path.display());
+            assert!(scanning.branch_targets.get().is_none(), "a scan decodes no whole module");
+        }
+    }
+
+    #[test]
+    fn scanning_for_one_window_finds_what_decoding_everything_finds() {
+        let dir = Path::new(env!("TP_TARGETS_DIR"));
+        for (name, windows) in [("counter", 400), ("shapes", 400), ("prologues", 400), ("many", 60)] {
+            scans_agree(&dir.join(name), windows);
+        }
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).unwrap();
+        scans_agree(Path::new(libc), 24);
+    }
+
+    #[test]
+    fn after_a_few_windows_the_module_is_decoded_once() {
+        let path = Path::new(env!("TP_TARGETS_DIR")).join("many");
+        let elf = ElfFile::open(&path, &path).unwrap();
+        let entries = Entries::of(&elf, Isa::for_machine(elf.machine));
+        for f in elf.functions.iter().take(SCANS) {
+            entries.branch_into(&elf, f.addr.0, f.addr.0 + 5);
+            assert!(entries.branch_targets.get().is_none());
+        }
+        entries.branch_into(&elf, 0, 5);
+        assert!(entries.branch_targets.get().is_some());
+    }
+}

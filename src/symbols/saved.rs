@@ -585,3 +585,100 @@ pub fn finish() {
         let _ = w.join();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn target(name: &str) -> PathBuf {
+        Path::new(env!("TP_TARGETS_DIR")).join(name)
+    }
+
+    fn analysis_of(path: &Path) -> Saved {
+        let mut elf = ElfFile::open(path, path).unwrap();
+        let debug = debuginfo::find(&elf, path, Path::new("/"));
+        if let Some(d) = &debug {
+            elf.adopt_symbols(d);
+        }
+        if !elf.has_symtab {
+            elf.add_unwind_functions();
+        }
+        Saved::compute(&elf, debug.as_ref())
+    }
+
+    #[test]
+    fn an_analysis_reads_back_as_computed() {
+        for name in ["counter", "counter-stripped", "shapes", "rusty-v0"] {
+            let saved = analysis_of(&target(name));
+            assert!(!saved.functions.is_empty() && !saved.branch_targets.is_empty(), "{name}");
+            assert_eq!(Saved::decode(&saved.encode()), Ok(saved.clone()), "{name}");
+        }
+        let counter = analysis_of(&target("counter"));
+        let SavedDwarf::Index(index) = &counter.dwarf else { panic!("counter has DWARF") };
+        assert!(index.functions.iter().any(|f| f.name == "bar" && f.params.len() == 2));
+    }
+
+    #[test]
+    fn libc_and_its_debug_file_read_back_as_computed() {
+        // The libc this test runs with, and its debug file (libc6-dbg, which
+        // the e2e tests install): the largest analysis of the tests.
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).unwrap();
+        let saved = analysis_of(Path::new(libc));
+        assert!(saved.functions.iter().any(|f| f.name == "_int_malloc"), "libc6-dbg is installed (see .ci/run)");
+        assert!(matches!(&saved.dwarf, SavedDwarf::Index(i) if i.functions.len() > 1000));
+        assert_eq!(Saved::decode(&saved.encode()), Ok(saved));
+    }
+
+    #[test]
+    fn damaged_analyses_are_errors_not_panics() {
+        let bytes = analysis_of(&target("counter")).encode();
+        for n in 0..bytes.len() {
+            assert!(Saved::decode(&bytes[..n]).is_err(), "a prefix of {n} bytes");
+        }
+        // Bytes changed here and there decode to something or to an error,
+        // never a panic, and never allocate beyond what the bytes can hold.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..3000 {
+            let mut damaged = bytes.clone();
+            for _ in 0..1 + x % 4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = (x % damaged.len() as u64) as usize;
+                damaged[at] = (x >> 32) as u8;
+            }
+            let _ = Saved::decode(&damaged);
+        }
+        // Lists that lookups search must be in order.
+        let mut w = Writer::new();
+        w.u32(VERSION).var(0).bool(false);
+        sorted(&mut w, &[]);
+        w.var(0);
+        w.var(2).var(5).var(0);
+        assert_eq!(Saved::decode(w.bytes()).unwrap_err(), Bad("a list out of order"));
+    }
+
+    #[test]
+    fn the_key_names_the_file_its_version_and_its_debug_file() {
+        let dir = std::env::temp_dir().join(format!("tp-key-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("counter-stripped");
+        std::fs::copy(target("counter-stripped"), &file).unwrap();
+        let key = || key(&ElfFile::open(&file, &file).unwrap(), &file, Path::new("/")).unwrap();
+        let first = key();
+        assert!(!first.settled, "a file written a moment ago is not saved");
+        assert_eq!(key(), first);
+        // Its debug file appears where its debuglink says.
+        std::fs::write(dir.join("counter-stripped.debug"), b"not yet").unwrap();
+        let with_debug = key();
+        assert_ne!(with_debug, first);
+        // The file rewritten with the same bytes is another version of it.
+        std::fs::copy(target("counter-stripped"), &file).unwrap();
+        assert_ne!(key(), with_debug);
+        assert_ne!(key().name(), first.name());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -31,6 +31,10 @@ mod nginx;
 mod events;
 // list-probes on the bundled targets.
 mod list_probes;
+// The cache of module analyses: the same answers hit or miss, damaged,
+// foreign and planted entries never used, concurrent tp processes.
+#[cfg(target_arch = "x86_64")]
+mod cache;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.
 #[cfg(target_arch = "x86_64")]
 mod prologues;
