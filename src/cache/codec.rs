@@ -179,20 +179,22 @@ impl<'a> Reader<'a> {
     }
 
     /// An unsigned LEB128 varint of at most 64 bits.
+    #[inline]
     pub fn var(&mut self) -> Result<u64> {
+        let rest = &self.data[self.at..];
         let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let byte = self.u8()?;
+        for (k, &byte) in rest.iter().enumerate().take(10) {
             let bits = u64::from(byte & 0x7f);
-            if shift == 63 && bits > 1 {
+            if k == 9 && bits > 1 {
                 return Err(Bad("a number of more than 64 bits"));
             }
-            v |= bits << shift;
+            v |= bits << (7 * k);
             if byte & 0x80 == 0 {
+                self.at += k + 1;
                 return Ok(v);
             }
         }
-        Err(Bad("a number of more than 64 bits"))
+        Err(if rest.len() < 10 { Bad("shorter than its contents say") } else { Bad("a number of more than 64 bits") })
     }
 
     /// A varint that fits a u32.

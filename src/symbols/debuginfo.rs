@@ -40,10 +40,20 @@ pub struct Candidate {
 /// `.gnu_debuglink` next to the file, in its `.debug/`, and under each
 /// debug directory.
 pub fn candidates(elf: &ElfFile, path: &Path, root: &Path) -> Vec<Candidate> {
+    candidates_for(elf.build_id.as_deref(), elf.debuglink.as_ref(), path, root)
+}
+
+/// [`candidates`] for a file of build-id `build_id` and debuglink `debuglink`.
+pub fn candidates_for(
+    build_id: Option<&[u8]>,
+    debuglink: Option<&(String, u32)>,
+    path: &Path,
+    root: &Path,
+) -> Vec<Candidate> {
     let under_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let dirs = debug_dirs();
     let mut out = Vec::new();
-    if let Some(id) = &elf.build_id
+    if let Some(id) = build_id
         && id.len() >= 2
     {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -54,7 +64,7 @@ pub fn candidates(elf: &ElfFile, path: &Path, root: &Path) -> Vec<Candidate> {
             }
         }
     }
-    if let Some((name, crc)) = &elf.debuglink {
+    if let Some((name, crc)) = debuglink {
         let dir = path.parent().unwrap_or(Path::new("/"));
         let mut paths = vec![under_root(&dir.join(name)), under_root(&dir.join(".debug").join(name))];
         for d in &dirs {

@@ -13,8 +13,9 @@ use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::symver::{VERSYM_HIDDEN, VERSYM_VERSION};
 
+use super::contents::Contents;
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
-use crate::process::files::{FileId, read_identified};
+use crate::process::files::{FileId, open_regular};
 
 /// A function symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +114,7 @@ pub struct Section {
 pub struct ElfFile {
     /// Where it was read from.
     pub path: PathBuf,
-    data: Vec<u8>,
+    data: Contents,
     /// `e_machine`.
     pub machine: u16,
     /// True for ET_DYN (PIE executables and shared libraries).
@@ -132,131 +133,135 @@ pub struct ElfFile {
     pub debuglink: Option<(String, u32)>,
     /// The section headers.
     pub sections: Vec<Section>,
-    /// The file's identity when it was read, if it did not change meanwhile
-    /// (None for bytes parsed from elsewhere).
+    /// The file's identity when it was opened (None for bytes parsed from
+    /// elsewhere); its bytes are read only while the file keeps it.
     pub identity: Option<FileId>,
-    /// False while only the headers are parsed ([`ElfFile::open_headers`]).
-    symbols_read: bool,
+}
+
+/// What parsing an ELF file finds besides its symbols, which is all a
+/// module needs of its headers: a cached analysis keeps it, so a file whose
+/// analysis is cached is not parsed again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Headers {
+    /// `e_machine`.
+    pub machine: u16,
+    /// ET_DYN.
+    pub position_independent: bool,
+    /// The PT_LOAD segments.
+    pub segments: Vec<Segment>,
+    /// The GNU build-id note.
+    pub build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`.
+    pub debuglink: Option<(String, u32)>,
+    /// The section headers.
+    pub sections: Vec<Section>,
 }
 
 /// What parsing found, but the bytes.
 struct Parsed {
-    machine: u16,
-    position_independent: bool,
-    segments: Vec<Segment>,
+    headers: Headers,
     functions: Vec<FuncSym>,
     has_symtab: bool,
-    build_id: Option<Vec<u8>>,
-    debuglink: Option<(String, u32)>,
-    sections: Vec<Section>,
 }
 
-impl ElfFile {
-    /// Reads and parses `path` (shown as `display` in messages).
-    pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
-        let mut elf = Self::open_headers(path, display)?;
-        elf.read_symbols(display)?;
-        Ok(elf)
-    }
+/// A regular file opened for reading, nothing read yet.
+#[derive(Debug)]
+pub struct Opened {
+    /// Its bytes, read as they are asked for.
+    pub contents: Contents,
+    /// Its identity when opened.
+    pub identity: FileId,
+}
 
-    /// Reads `path` (shown as `display` in messages) and parses its headers,
-    /// segments, sections and notes, but not its symbols: until
-    /// [`ElfFile::read_symbols`] or [`ElfFile::set_functions`] it has none.
-    /// A file whose headers do not parse gets the error a whole parse gives.
-    pub fn open_headers(path: &Path, display: &Path) -> Result<ElfFile> {
-        let (data, identity) = match read_identified(path) {
-            Ok(read) => read,
+impl Opened {
+    /// Opens `path` (shown as `display` in messages): a regular file of at
+    /// most [`crate::process::files::MAX_FILE`] bytes.
+    pub fn open(path: &Path, display: &Path) -> Result<Opened> {
+        let (file, len) = match open_regular(path) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                 bail!("`{}` {e}; give the path of an executable or a shared library", display.display())
             }
             Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", display.display())),
         };
-        let parsed = match Self::parse_parts(&data, display, false) {
-            Ok(p) => p,
-            Err(_) => {
-                let mut elf = Self::parse(data, path, display)?;
-                elf.identity = identity;
-                return Ok(elf);
-            }
-        };
-        Ok(ElfFile { identity, symbols_read: false, ..Self::assemble(parsed, data, path) })
+        let identity = FileId::of(&file.metadata().with_context(|| format!("cannot read `{}`", display.display()))?);
+        let contents = Contents::lazy(file, identity, usize::try_from(len)?)
+            .with_context(|| format!("cannot read `{}`", display.display()))?;
+        Ok(Opened { contents, identity })
+    }
+}
+
+impl ElfFile {
+    /// Reads and parses `path` (shown as `display` in messages).
+    pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
+        Self::parse_opened(Opened::open(path, display)?, path, display)
     }
 
-    /// Parses the symbols of a file opened with [`ElfFile::open_headers`]
-    /// (nothing if they were parsed already).
-    pub fn read_symbols(&mut self, display: &Path) -> Result<()> {
-        if self.symbols_read {
-            return Ok(());
+    /// Reads all of `opened` (the file `path`) and parses it.
+    pub fn parse_opened(opened: Opened, path: &Path, display: &Path) -> Result<ElfFile> {
+        if opened.contents.all().len() != opened.contents.len() {
+            bail!("`{}` changed while tp read it", display.display());
         }
-        let parsed = Self::parse_parts(&self.data, display, true)?;
-        self.functions = parsed.functions;
-        self.has_symtab = parsed.has_symtab;
-        self.cold_parts = cold_parts_of(&self.functions);
-        self.symbols_read = true;
-        Ok(())
+        let parsed = Self::parse_parts(opened.contents.all(), display)?;
+        Ok(ElfFile { identity: Some(opened.identity), ..Self::assemble(parsed, opened.contents, path) })
     }
 
-    /// Takes `functions` (sorted as [`ElfFile::open`] sorts them; `from_symtab`
-    /// as `has_symtab` says) as the file's symbols, read before.
-    pub fn set_functions(&mut self, functions: Vec<FuncSym>, from_symtab: bool) {
-        self.cold_parts = cold_parts_of(&functions);
-        self.functions = functions;
-        self.has_symtab = from_symtab;
-        self.symbols_read = true;
-    }
-
-    /// A hash of everything but the symbols that parsing the file gives
-    /// (machine, segments, sections, build-id, debuglink): two parses of
-    /// one file agree on it.
-    pub fn shape_hash(&self) -> u64 {
-        let mut w = crate::cache::Writer::new();
-        w.u32(u32::from(self.machine)).bool(self.position_independent).var(self.segments.len() as u64);
-        for s in &self.segments {
-            w.u64(s.vaddr).u64(s.memsz).u64(s.offset).u64(s.filesz).bool(s.exec);
-        }
-        w.var(self.sections.len() as u64);
-        for s in &self.sections {
-            w.str(&s.name).u64(s.offset).u64(s.size).u64(s.addr).u64(s.flags).bool(s.nobits);
-        }
-        w.blob(self.build_id.as_deref().unwrap_or_default());
-        match &self.debuglink {
-            Some((name, crc)) => w.u8(1).str(name).u32(*crc),
-            None => w.u8(0),
-        };
-        crate::cache::hash64(w.bytes())
+    /// The file `opened` (the file `path`) as parsed before: its headers
+    /// and symbols (sorted as [`ElfFile::open`] sorts them; `has_symtab` as
+    /// it says). Its bytes are read as they are asked for.
+    pub fn from_parts(
+        opened: Opened,
+        headers: Headers,
+        functions: Vec<FuncSym>,
+        has_symtab: bool,
+        path: &Path,
+    ) -> ElfFile {
+        let parsed = Parsed { headers, functions, has_symtab };
+        ElfFile { identity: Some(opened.identity), ..Self::assemble(parsed, opened.contents, path) }
     }
 
     /// Parses ELF bytes.
     pub fn parse(data: Vec<u8>, path: &Path, display: &Path) -> Result<ElfFile> {
-        let parsed = Self::parse_parts(&data, display, true)?;
-        Ok(Self::assemble(parsed, data, path))
+        let parsed = Self::parse_parts(&data, display)?;
+        Ok(Self::assemble(parsed, Contents::of(&data), path))
     }
 
-    fn assemble(p: Parsed, data: Vec<u8>, path: &Path) -> ElfFile {
-        let cold_parts = cold_parts_of(&p.functions);
+    /// What parsing found besides the symbols.
+    pub fn headers(&self) -> Headers {
+        Headers {
+            machine: self.machine,
+            position_independent: self.position_independent,
+            segments: self.segments.clone(),
+            build_id: self.build_id.clone(),
+            debuglink: self.debuglink.clone(),
+            sections: self.sections.clone(),
+        }
+    }
+
+    fn assemble(p: Parsed, data: Contents, path: &Path) -> ElfFile {
+        let h = p.headers;
         ElfFile {
             path: path.to_path_buf(),
-            machine: p.machine,
-            position_independent: p.position_independent,
-            segments: p.segments,
+            machine: h.machine,
+            position_independent: h.position_independent,
+            segments: h.segments,
+            cold_parts: cold_parts_of(&p.functions),
             functions: p.functions,
             has_symtab: p.has_symtab,
-            cold_parts,
-            build_id: p.build_id,
-            debuglink: p.debuglink,
-            sections: p.sections,
+            build_id: h.build_id,
+            debuglink: h.debuglink,
+            sections: h.sections,
             identity: None,
-            symbols_read: true,
             data,
         }
     }
 
-    /// What `data` holds; its symbols only if `symbols`.
-    fn parse_parts(data: &[u8], display: &Path, symbols: bool) -> Result<Parsed> {
+    /// What `data` holds.
+    fn parse_parts(data: &[u8], display: &Path) -> Result<Parsed> {
         if data.len() < 4 || &data[..4] != b"\x7fELF" {
             bail!("`{}` is not an ELF file", display.display());
         }
-        let elf = if symbols { goblin::elf::Elf::parse(data) } else { headers_only(data) }
+        let elf = goblin::elf::Elf::parse(data)
             .map_err(|e| anyhow::anyhow!("`{}` is not a valid ELF file: {e}", display.display()))?;
         if !elf.is_64 {
             bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", display.display());
@@ -286,12 +291,8 @@ impl ElfFile {
                 exec: p.is_executable(),
             })
             .collect();
-        let has_symtab = symbols && elf.syms.iter().any(|s| s.st_type() == STT_FUNC);
-        let mut functions = match (symbols, has_symtab) {
-            (false, _) => Vec::new(),
-            (true, true) => symtab_functions(&elf),
-            (true, false) => dynsym_functions(&elf),
-        };
+        let has_symtab = elf.syms.iter().any(|s| s.st_type() == STT_FUNC);
+        let mut functions = if has_symtab { symtab_functions(&elf) } else { dynsym_functions(&elf) };
         sort_functions(&mut functions);
         // The note section first: in a debug file made by `objcopy
         // --only-keep-debug`, the PT_NOTE segment still points at the
@@ -325,16 +326,15 @@ impl ElfFile {
             let crc = u32::from_le_bytes(b.get(crc_at..crc_at + 4)?.try_into().ok()?);
             Some((name, crc))
         });
-        Ok(Parsed {
+        let headers = Headers {
             machine: elf.header.e_machine,
             position_independent: elf.header.e_type == goblin::elf::header::ET_DYN,
             segments,
-            functions,
-            has_symtab,
             build_id,
             debuglink,
             sections,
-        })
+        };
+        Ok(Parsed { headers, functions, has_symtab })
     }
 
     /// The bytes of section `name`, decompressed if it is SHF_COMPRESSED;
@@ -342,8 +342,7 @@ impl ElfFile {
     pub fn section_data(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>> {
         let Some(s) = self.sections.iter().find(|s| s.name == name && !s.nobits) else { return Ok(None) };
         let raw = self
-            .data
-            .get(s.offset as usize..(s.offset + s.size) as usize)
+            .range(s.offset, s.offset.checked_add(s.size).unwrap_or(0))
             .with_context(|| format!("section {name} of `{}` lies outside the file", self.path.display()))?;
         if s.flags & SHF_COMPRESSED as u64 == 0 {
             return Ok(Some(Cow::Borrowed(raw)));
@@ -429,20 +428,26 @@ impl ElfFile {
             .segments
             .iter()
             .find(|s| s.vaddr <= vaddr && s.vaddr.checked_add(s.filesz).is_some_and(|seg_end| end <= seg_end))?;
-        let off = usize::try_from(seg.offset.checked_add(vaddr - seg.vaddr)?).ok()?;
-        self.data.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+        let off = seg.offset.checked_add(vaddr - seg.vaddr)?;
+        self.range(off, off.checked_add(len)?)
+    }
+
+    /// The file's bytes `[from, to)`, read if need be.
+    fn range(&self, from: u64, to: u64) -> Option<&[u8]> {
+        let len = to.checked_sub(from)?;
+        self.data.get(usize::try_from(from).ok()?, usize::try_from(len).ok()?)
     }
 
     /// The file bytes from `vaddr` to the end of the segment holding it.
     pub fn bytes_from(&self, vaddr: u64) -> Option<&[u8]> {
         let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.filesz)?;
-        let off = (seg.offset + (vaddr - seg.vaddr)) as usize;
-        self.data.get(off..(seg.offset + seg.filesz) as usize)
+        self.range(seg.offset.checked_add(vaddr - seg.vaddr)?, seg.offset.checked_add(seg.filesz)?)
     }
 
-    /// The whole file.
+    /// The whole file (read whole if it was not yet; empty if the file
+    /// changed since it was opened).
     pub fn data(&self) -> &[u8] {
-        &self.data
+        self.data.all()
     }
 
     /// The segment containing file offset `offset`.
@@ -469,28 +474,6 @@ impl ElfFile {
         }
         out
     }
-}
-
-/// The parts of `data` that say where things are, as a whole parse reads
-/// them (program headers, section headers, the section names), without the
-/// symbols, relocations and dynamic section, which are slower to read.
-fn headers_only(data: &[u8]) -> goblin::error::Result<goblin::elf::Elf<'_>> {
-    use goblin::elf::section_header::SHN_XINDEX;
-    use goblin::elf::{Elf, ProgramHeader, SectionHeader};
-    let header = Elf::parse_header(data)?;
-    let mut elf = Elf::lazy_parse(header)?;
-    let ctx = goblin::container::Ctx::new(header.container()?, header.endianness()?);
-    elf.program_headers = ProgramHeader::parse(data, header.e_phoff as usize, header.e_phnum as usize, ctx)?;
-    elf.section_headers = SectionHeader::parse(data, header.e_shoff as usize, header.e_shnum as usize, ctx)?;
-    let mut names = header.e_shstrndx as usize;
-    if names == SHN_XINDEX as usize {
-        names = elf.section_headers.first().map_or(usize::MAX, |s| s.sh_link as usize);
-    }
-    if let Some(sh) = elf.section_headers.get(names) {
-        sh.check_size(data.len())?;
-        elf.shdr_strtab = goblin::strtab::Strtab::parse(data, sh.sh_offset as usize, sh.sh_size as usize, 0)?;
-    }
-    Ok(elf)
 }
 
 /// Function symbols of `.symtab`. Versioned names, as glibc's debug file

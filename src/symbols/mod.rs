@@ -3,6 +3,7 @@
 //! separate debug information ([`debuginfo`]) and DWARF ([`dwarf`]); and the
 //! names users write ([`pattern`]).
 
+pub mod contents;
 pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;

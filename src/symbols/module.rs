@@ -13,8 +13,8 @@ use anyhow::{Context, Result, bail};
 use super::demangle::Names;
 use super::dwarf::{self, DwFunction, DwarfIndex};
 use super::dwarf_index::LazyDwarf;
-use super::elf::{ElfFile, FuncSym, Version, split_version};
-use super::pattern::glob;
+use super::elf::{ElfFile, FuncSym, Opened, Version, split_version};
+use super::pattern::{Glob, glob};
 use super::saved::{self, Saved, SavedDwarf};
 use super::verdict::{Planner, PlannerParts};
 use super::{Function, cold_targets, debuginfo, suggestions};
@@ -47,9 +47,10 @@ impl CodeCopy {
 enum Cached {
     /// Its analysis.
     Hit(Box<Saved>),
-    /// Nothing yet: the analysis is to be saved under this key.
-    Miss(saved::Key),
-    /// It cannot be cached (it changed while tp read it).
+    /// Nothing yet: the analysis is to be saved under this key; the places
+    /// of its debug file were these before it was read.
+    Miss(saved::Key, Vec<saved::Place>),
+    /// It cannot be cached.
     Uncachable,
 }
 
@@ -88,10 +89,15 @@ pub struct Module {
     root: PathBuf,
     /// What planning needs, as the cache held it, until the planner takes it.
     saved_planner: RefCell<Option<PlannerParts>>,
-    names: OnceCell<Vec<Names>>,
+    /// Each symbol's names besides its own (None: it has no others).
+    names: OnceCell<Vec<Option<Names>>>,
+    /// Which symbols demangle, as the cache held it.
+    cached_mangled: Option<Vec<bool>>,
     dwarf: OnceCell<Option<DwarfIndex>>,
     /// DWARF read one unit at a time, until the whole index is built.
     lazy_dwarf: RefCell<Option<LazyDwarf>>,
+    /// The DWARF the cache held.
+    cached_dwarf: Option<SavedDwarf>,
     planner: OnceCell<Planner>,
 }
 
@@ -124,41 +130,41 @@ impl Module {
     }
 
     /// Reads the file at `read_path` (`path` as the process sees it, under
-    /// `root`): its headers, and its analysis from the cache if there is
-    /// one for this very file, else its symbols.
+    /// `root`): from the cache if it holds the analysis of this very file,
+    /// reading nothing of it then but what is later asked for; else all of
+    /// it, parsed.
     fn read(read_path: &Path, path: &Path, root: &Path) -> Result<(ElfFile, Cached)> {
-        let mut elf = ElfFile::open_headers(read_path, path)?;
-        let cached = match saved::key(&elf, path, root) {
-            None => Cached::Uncachable,
-            Some(key) => match saved::load(&key) {
-                Some(s) => Cached::Hit(Box::new(s)),
-                None => Cached::Miss(key),
-            },
-        };
-        if !matches!(cached, Cached::Hit(_)) {
-            elf.read_symbols(path)?;
+        let opened = Opened::open(read_path, path)?;
+        let key = saved::key(&opened.identity);
+        if let Some(k) = &key
+            && let Some(mut s) = saved::load(k, path, root)
+        {
+            let functions = std::mem::take(&mut s.functions);
+            let elf = ElfFile::from_parts(opened, s.headers.clone(), functions, s.has_symtab, read_path);
+            return Ok((elf, Cached::Hit(Box::new(s))));
         }
-        Ok((elf, cached))
+        let elf = ElfFile::parse_opened(opened, read_path, path)?;
+        // Where its debug file may be, before one is read.
+        let places = saved::places(&elf.headers(), path, root);
+        Ok((elf, key.map_or(Cached::Uncachable, |k| Cached::Miss(k, places))))
     }
 
     /// The module of `elf` (the file `path`, under `root`): with the
     /// analysis the cache held, or with the symbols of its separate debug
-    /// file when it lacks its own (its analysis then queued to be saved
-    /// under `key`).
-    fn with(mut elf: ElfFile, cached: Cached, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
+    /// file when it lacks its own (its analysis then queued to be saved).
+    fn with(elf: ElfFile, cached: Cached, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let debug = OnceCell::new();
         let dwarf = OnceCell::new();
         if let Cached::Hit(s) = cached {
             let s = *s;
-            elf.set_functions(s.functions, s.has_symtab);
             let parts = PlannerParts { pads: s.pads, branch_targets: s.branch_targets, facts: s.facts, go: s.go };
-            let _ = dwarf.set(match s.dwarf {
-                SavedDwarf::Index(index) => Some(index),
-                SavedDwarf::None | SavedDwarf::Unreadable => None,
-            });
-            return Module::assemble(Arc::new(elf), debug, dwarf, Some(parts), path, root, name, bias, span);
+            let mut m = Module::assemble(Arc::new(elf), debug, dwarf, Some(parts), path, root, name, bias, span);
+            m.cached_dwarf = Some(s.dwarf);
+            m.cached_mangled = Some(s.mangled);
+            return m;
         }
+        let mut elf = elf;
         let found = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
         if let Some(d) = &found {
             elf.adopt_symbols(d);
@@ -169,8 +175,8 @@ impl Module {
         let found = found.map(Arc::new);
         let _ = debug.set(found.clone());
         let elf = Arc::new(elf);
-        if let Cached::Miss(key) = cached {
-            saved::enqueue(key, elf.clone(), found);
+        if let Cached::Miss(key, places) = cached {
+            saved::enqueue(key, elf.clone(), found, places, path, root);
         }
         Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span)
     }
@@ -198,8 +204,10 @@ impl Module {
             root: root.to_path_buf(),
             saved_planner: RefCell::new(saved_planner),
             names: OnceCell::new(),
+            cached_mangled: None,
             dwarf,
             lazy_dwarf: RefCell::new(None),
+            cached_dwarf: None,
             planner: OnceCell::new(),
         }
     }
@@ -219,9 +227,34 @@ impl Module {
         self.saved_planner.borrow_mut().take()
     }
 
-    /// The names of each symbol of `elf.functions`, demangled on first use.
-    fn names(&self) -> &[Names] {
-        self.names.get_or_init(|| self.elf.functions.iter().map(|f| Names::of(&f.name)).collect())
+    /// The names of each symbol of `elf.functions` besides the one it is
+    /// stored under, demangled on first use (only those the cache says
+    /// demangle, when it held the module).
+    fn names(&self) -> &[Option<Names>] {
+        self.names.get_or_init(|| {
+            let syms = &self.elf.functions;
+            (0..syms.len())
+                .map(|i| {
+                    if self.cached_mangled.as_ref().is_some_and(|m| !m.get(i).copied().unwrap_or(true)) {
+                        return None;
+                    }
+                    Some(Names::of(&syms[i].name)).filter(Names::has_others)
+                })
+                .collect()
+        })
+    }
+
+    /// The name symbol `i` is shown by.
+    fn display_name(&self, i: usize) -> &str {
+        self.names()[i].as_ref().map_or(&self.elf.functions[i].name, |n| n.display())
+    }
+
+    /// True if one of symbol `i`'s names passes `test`.
+    fn answers_to(&self, i: usize, test: impl Fn(&str) -> bool) -> bool {
+        match &self.names()[i] {
+            None => test(&self.elf.functions[i].name),
+            Some(n) => n.all().any(test),
+        }
     }
 
     /// What planning a probe needs of this module beyond a function's bytes
@@ -232,15 +265,26 @@ impl Module {
 
     /// The module's DWARF index (from the file or its debug file), built on first use.
     pub fn dwarf(&self) -> Option<&DwarfIndex> {
-        self.dwarf.get_or_init(|| dwarf::index(self.dwarf_source()?).ok()).as_ref()
+        self.dwarf
+            .get_or_init(|| match &self.cached_dwarf {
+                Some(SavedDwarf::Index(stored)) => Some(stored.index()),
+                Some(SavedDwarf::None | SavedDwarf::Unreadable) => None,
+                None => dwarf::index(self.dwarf_source()?).ok(),
+            })
+            .as_ref()
     }
 
     /// What DWARF says of the function entered at `entry` (a file address):
-    /// from the whole index if it was built, else from the one unit that
-    /// holds it ([`LazyDwarf`]).
+    /// from the whole index if it was built, else from the cache, else from
+    /// the one unit that holds it ([`LazyDwarf`]).
     pub fn dwarf_at(&self, entry: FileAddr) -> Option<DwFunction> {
         if let Some(index) = self.dwarf.get() {
             return index.as_ref()?.at(entry).cloned();
+        }
+        match &self.cached_dwarf {
+            Some(SavedDwarf::Index(stored)) => return stored.at(entry),
+            Some(SavedDwarf::None | SavedDwarf::Unreadable) => return None,
+            None => {}
         }
         let src = self.dwarf_source()?;
         let mut lazy = self.lazy_dwarf.borrow_mut();
@@ -258,7 +302,7 @@ impl Module {
     /// Symbol `i` as a function in the code at `bias` (the module's own, or a copy's).
     fn function_at(&self, i: usize, bias: Bias) -> Function {
         let sym = &self.elf.functions[i];
-        let mut name = self.names()[i].display().to_string();
+        let mut name = self.display_name(i).to_string();
         if let Some(v) = sym.version.as_ref().filter(|v| !v.default) {
             name += &v.to_string();
         }
@@ -287,10 +331,9 @@ impl Module {
     /// version, `name@@VER` the default version VER, `name@VER` version VER).
     fn called(&self, name: &str) -> Vec<usize> {
         let (base, want) = split_version(name);
-        let names = self.names();
         let syms = &self.elf.functions;
-        (0..names.len())
-            .filter(|&i| names[i].all().any(|n| n == base) && version_matches(syms[i].version.as_ref(), want.as_ref()))
+        (0..syms.len())
+            .filter(|&i| self.answers_to(i, |n| n == base) && version_matches(syms[i].version.as_ref(), want.as_ref()))
             .collect()
     }
 
@@ -303,8 +346,7 @@ impl Module {
     pub fn named(&self, name: &str) -> Result<Named> {
         let mut hits = self.called(name);
         if hits.is_empty() {
-            let names = self.names();
-            let hint = suggestions(name, names.iter().map(|n| n.display()));
+            let hint = suggestions(name, (0..self.elf.functions.len()).map(|i| self.display_name(i)));
             let stripped = if self.elf.has_symtab {
                 ""
             } else {
@@ -378,20 +420,21 @@ impl Module {
     /// versions too), one per address, and every copy of each.
     pub fn matching(&self, pattern: &str) -> Vec<Function> {
         let (base, want) = split_version(pattern);
+        let base = Glob::new(base);
         let syms = &self.elf.functions;
         let mut out: Vec<Function> = Vec::new();
         let mut last: Option<FileAddr> = None;
-        for (i, names) in self.names().iter().enumerate() {
-            if last == Some(syms[i].addr) {
+        for (i, sym) in syms.iter().enumerate() {
+            if last == Some(sym.addr) {
                 continue;
             }
-            let version_ok = match (&syms[i].version, &want) {
+            let version_ok = match (&sym.version, &want) {
                 (_, None) => true,
                 (Some(have), Some(want)) => glob(&want.name, &have.name) && (!want.default || have.default),
                 (None, Some(_)) => false,
             };
-            if version_ok && names.all().any(|n| glob(base, n)) {
-                last = Some(syms[i].addr);
+            if version_ok && self.answers_to(i, |n| base.matches(n)) {
+                last = Some(sym.addr);
                 out.extend(self.everywhere(i));
             }
         }
@@ -402,10 +445,14 @@ impl Module {
     /// `pattern`, without demangling anything.
     pub fn matching_symbols(&self, pattern: &str) -> Vec<Function> {
         let syms = &self.elf.functions;
+        let pattern = Glob::new(pattern);
         let mut out: Vec<Function> = Vec::new();
         for s in syms.iter() {
+            if !pattern.matches(&s.name) {
+                continue;
+            }
             let addr = self.bias.runtime(s.addr);
-            if glob(pattern, &s.name) && out.last().is_none_or(|f: &Function| f.addr != addr) {
+            if out.last().is_none_or(|f: &Function| f.addr != addr) {
                 let names = super::demangle::Names::of(&s.name);
                 out.push(Function {
                     name: names.display().to_string(),

@@ -7,13 +7,15 @@
 //! probed functions.
 //!
 //! **Key.** An entry is used only for the very file it was made from, by the
-//! very tp that made it: the key holds tp's own executable's identity, the
-//! file's identity (device, inode, size, modification and change times:
-//! [`FileId`]), its build-id and the hash of its headers, and, for every
-//! place its debug file could be, that place's identity or its absence. A
-//! file rewritten, replaced, or given a debug file since is another key.
-//! Nothing is saved for a file that changed while tp read it, or within
-//! the two seconds before (see [`FileId::settled`]).
+//! very tp that made it: its name and key hold tp's own executable's
+//! identity and the file's (device, inode, size, modification and change
+//! times: [`FileId`]); a file rewritten or replaced is another key. The
+//! entry also holds the file's headers (so a file read from the cache is
+//! not parsed at all) and, for every place its debug file could be, that
+//! place's identity or its absence: an entry whose places differ now (a
+//! debug file installed, removed or replaced, another `TP_DEBUG_DIRS`) is
+//! a miss. Nothing is saved for a file that changed while tp read it, or
+//! within the two seconds before (see [`FileId::settled`]).
 //!
 //! **Untrusted.** The files are the target's; the cache's directory is not
 //! (see [`crate::cache::store`]). An entry is decoded as untrusted input
@@ -34,9 +36,10 @@ use crate::cache::{Bad, Reader, Store, Writer, name_for};
 use crate::process::files::FileId;
 
 use super::debuginfo;
+use super::demangle::Names;
 use super::dwarf::{self, DwFunction, DwarfIndex, Param, Type};
 use super::eh::LandingPads;
-use super::elf::{ElfFile, FuncSym, Source, Version};
+use super::elf::{ElfFile, FuncSym, Headers, Section, Segment, Source, Version};
 use super::entries::Entries;
 use super::golang::GoModule;
 use super::image::CodeFacts;
@@ -52,10 +55,16 @@ const KIND: &str = "module";
 /// What the cache says of a module.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Saved {
+    /// The file's headers.
+    pub headers: Headers,
+    /// Where its debug file could be, and what was there.
+    pub places: Vec<Place>,
     /// The functions, as `ElfFile::functions` holds them (sorted).
     pub functions: Vec<FuncSym>,
     /// True if they came from a symbol table (the file's or its debug file's).
     pub has_symtab: bool,
+    /// For each function, whether its name demangles ([`Names::has_others`]).
+    pub mangled: Vec<bool>,
     /// Exception landing pads.
     pub pads: LandingPads,
     /// Every direct branch target of the code, sorted.
@@ -76,12 +85,40 @@ pub enum SavedDwarf {
     /// It has DWARF that tp could not read.
     Unreadable,
     /// The whole index.
-    Index(DwarfIndex),
+    Index(StoredDwarf),
+}
+
+/// A place a debug file could be: its path (relative to the process's root
+/// directory, or absolute), and the identity of the file there, if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// True if `path` is relative to the process's root directory.
+    pub in_root: bool,
+    /// The path's bytes.
+    pub path: Vec<u8>,
+    /// What is there.
+    pub file: Option<FileId>,
+}
+
+/// The places the debug file of a file with `headers`, which the process
+/// sees at `path` with its files under `root`, could be, each as it is now.
+pub fn places(headers: &Headers, path: &Path, root: &Path) -> Vec<Place> {
+    debuginfo::candidates_for(headers.build_id.as_deref(), headers.debuglink.as_ref(), path, root)
+        .into_iter()
+        .map(|c| {
+            let file = std::fs::metadata(&c.path).ok().map(|m| FileId::of(&m));
+            match c.path.strip_prefix(root) {
+                Ok(rel) => Place { in_root: true, path: rel.as_os_str().as_encoded_bytes().to_vec(), file },
+                Err(_) => Place { in_root: false, path: c.path.as_os_str().as_encoded_bytes().to_vec(), file },
+            }
+        })
+        .collect()
 }
 
 impl Saved {
-    /// The analysis of `elf` (whose symbols are final) and its debug file.
-    pub fn compute(elf: &ElfFile, debug: Option<&ElfFile>) -> Saved {
+    /// The analysis of `elf` (whose symbols are final) and its debug file,
+    /// whose places were `places`.
+    pub fn compute(elf: &ElfFile, debug: Option<&ElfFile>, places: Vec<Place>) -> Saved {
         let isa = Isa::for_machine(elf.machine);
         let entries = Entries::of(elf, isa);
         let branch_targets = entries.branch_targets(elf).to_vec();
@@ -93,12 +130,15 @@ impl Saved {
         let source = [Some(elf), debug].into_iter().flatten().find(|e| e.has_dwarf());
         let dwarf = match source.map(dwarf::index) {
             None => SavedDwarf::None,
-            Some(Ok(index)) => SavedDwarf::Index(index),
+            Some(Ok(index)) => SavedDwarf::Index(StoredDwarf::of(&index)),
             Some(Err(_)) => SavedDwarf::Unreadable,
         };
         Saved {
+            headers: elf.headers(),
+            places,
             functions: elf.functions.clone(),
             has_symtab: elf.has_symtab,
+            mangled: elf.functions.iter().map(|f| Names::of(&f.name).has_others()).collect(),
             pads: entries.landing_pads().clone(),
             branch_targets,
             facts: (facts.parts().0, facts.parts().1.to_vec()),
@@ -110,10 +150,27 @@ impl Saved {
     /// The bytes saved.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
-        w.u32(VERSION).var(self.functions.len() as u64);
+        w.u32(VERSION);
+        encode_headers(&mut w, &self.headers);
+        w.var(self.places.len() as u64);
+        for p in &self.places {
+            w.bool(p.in_root).blob(&p.path);
+            match &p.file {
+                Some(id) => {
+                    w.u8(1);
+                    identity(&mut w, id);
+                }
+                None => {
+                    w.u8(0);
+                }
+            }
+        }
+        // The names in one string, each function then with its name's length.
+        let names: String = self.functions.iter().map(|f| f.name.as_str()).collect();
+        w.str(&names).var(self.functions.len() as u64);
         let mut last = 0;
         for f in &self.functions {
-            w.str(&f.name).var(f.addr.0.wrapping_sub(last)).var(f.size);
+            w.var(f.name.len() as u64).var(f.addr.0.wrapping_sub(last)).var(f.size);
             last = f.addr.0;
             let flags = f.global as u8 | (f.ifunc as u8) << 1 | (f.version.is_some() as u8) << 2;
             let default = f.version.as_ref().is_some_and(|v| v.default);
@@ -123,6 +180,8 @@ impl Saved {
             }
         }
         w.bool(self.has_symtab);
+        let mangled: Vec<u64> = (0..self.mangled.len()).filter(|&i| self.mangled[i]).map(|i| i as u64).collect();
+        sorted(&mut w, &mangled);
         sorted(&mut w, self.pads.pads());
         w.var(self.pads.unreadable_ranges().len() as u64);
         for &(lo, hi) in self.pads.unreadable_ranges() {
@@ -144,7 +203,7 @@ impl Saved {
         match &self.dwarf {
             SavedDwarf::None => w.u8(0),
             SavedDwarf::Unreadable => w.u8(1),
-            SavedDwarf::Index(index) => w.u8(2).raw(&encode_dwarf(index)),
+            SavedDwarf::Index(stored) => w.u8(2).blob(&stored.bytes),
         };
         w.into_bytes()
     }
@@ -155,11 +214,25 @@ impl Saved {
         if r.u32()? != VERSION {
             return Err(Bad("another version"));
         }
-        let n = r.count(4)?;
+        let headers = decode_headers(&mut r)?;
+        let n = r.count(3)?;
+        let mut places = Vec::with_capacity(n);
+        for _ in 0..n {
+            let in_root = r.bool()?;
+            let path = r.blob()?.to_vec();
+            let file = if r.bool()? { Some(read_identity(&mut r)?) } else { None };
+            places.push(Place { in_root, path, file });
+        }
+        let names = r.str()?;
+        let n = r.count(5)?;
         let mut functions = Vec::with_capacity(n);
         let mut last = 0u64;
+        let mut at = 0usize;
         for _ in 0..n {
-            let name = r.string()?;
+            let len = usize::try_from(r.var()?).map_err(|_| Bad("a name out of range"))?;
+            let end = at.checked_add(len).ok_or(Bad("a name out of range"))?;
+            let name = names.get(at..end).ok_or(Bad("a name out of range"))?.to_string();
+            at = end;
             let addr = last.checked_add(r.var()?).ok_or(Bad("an address out of range"))?;
             last = addr;
             let size = r.var()?;
@@ -181,6 +254,10 @@ impl Saved {
             });
         }
         let has_symtab = r.bool()?;
+        let mut mangled = vec![false; functions.len()];
+        for i in read_sorted(&mut r)? {
+            *mangled.get_mut(i as usize).ok_or(Bad("a symbol out of range"))? = true;
+        }
         let pads = read_sorted(&mut r)?;
         let n = r.count(2)?;
         let mut unreadable = Vec::with_capacity(n);
@@ -197,13 +274,16 @@ impl Saved {
         let dwarf = match r.u8()? {
             0 => SavedDwarf::None,
             1 => SavedDwarf::Unreadable,
-            2 => SavedDwarf::Index(decode_dwarf(&mut r)?),
+            2 => SavedDwarf::Index(StoredDwarf::parse(r.blob()?.to_vec())?),
             _ => return Err(Bad("an unknown DWARF tag")),
         };
         r.finish()?;
         Ok(Saved {
+            headers,
+            places,
             functions,
             has_symtab,
+            mangled,
             pads: LandingPads::from_parts(pads, unreadable),
             branch_targets,
             facts,
@@ -211,6 +291,56 @@ impl Saved {
             dwarf,
         })
     }
+}
+
+fn encode_headers(w: &mut Writer, h: &Headers) {
+    w.u32(u32::from(h.machine)).bool(h.position_independent).var(h.segments.len() as u64);
+    for s in &h.segments {
+        w.var(s.vaddr).var(s.memsz).var(s.offset).var(s.filesz).bool(s.exec);
+    }
+    match &h.build_id {
+        Some(id) => w.u8(1).blob(id),
+        None => w.u8(0),
+    };
+    match &h.debuglink {
+        Some((name, crc)) => w.u8(1).str(name).u32(*crc),
+        None => w.u8(0),
+    };
+    w.var(h.sections.len() as u64);
+    for s in &h.sections {
+        w.str(&s.name).var(s.offset).var(s.size).var(s.addr).var(s.flags).bool(s.nobits);
+    }
+}
+
+fn decode_headers(r: &mut Reader) -> Result<Headers, Bad> {
+    let machine = u16::try_from(r.u32()?).map_err(|_| Bad("a machine out of range"))?;
+    let position_independent = r.bool()?;
+    let n = r.count(5)?;
+    let mut segments = Vec::with_capacity(n);
+    for _ in 0..n {
+        segments.push(Segment {
+            vaddr: r.var()?,
+            memsz: r.var()?,
+            offset: r.var()?,
+            filesz: r.var()?,
+            exec: r.bool()?,
+        });
+    }
+    let build_id = if r.bool()? { Some(r.blob()?.to_vec()) } else { None };
+    let debuglink = if r.bool()? { Some((r.string()?, r.u32()?)) } else { None };
+    let n = r.count(6)?;
+    let mut sections = Vec::with_capacity(n);
+    for _ in 0..n {
+        sections.push(Section {
+            name: r.string()?,
+            offset: r.var()?,
+            size: r.var()?,
+            addr: r.var()?,
+            flags: r.var()?,
+            nobits: r.bool()?,
+        });
+    }
+    Ok(Headers { machine, position_independent, segments, build_id, debuglink, sections })
 }
 
 fn source_code(s: Source) -> u8 {
@@ -271,113 +401,208 @@ fn read_list(r: &mut Reader) -> Result<Vec<u64>, Bad> {
     (0..n).map(|_| r.var()).collect()
 }
 
-/// The DWARF index: its strings once each, then the functions by entry.
-fn encode_dwarf(index: &DwarfIndex) -> Vec<u8> {
-    let mut table: Vec<String> = Vec::new();
-    let mut index_of: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-    let mut str_id = |s: &str| -> u64 {
-        if let Some(&i) = index_of.get(s) {
-            return i;
-        }
-        let i = table.len() as u64;
-        table.push(s.to_string());
-        index_of.insert(s.to_string(), i);
-        i
-    };
-    let mut body = Writer::new();
-    body.var(index.functions.len() as u64);
-    let mut last = 0;
-    for f in &index.functions {
-        body.var(f.entry.0.wrapping_sub(last)).var(str_id(&f.name));
-        last = f.entry.0;
-        match &f.linkage_name {
-            Some(l) => body.var(str_id(l) + 1),
-            None => body.var(0),
-        };
-        body.u8(abi_code(f.abi));
-        match &f.return_type {
-            Some((name, ty)) => {
-                body.u8(1).var(str_id(name));
-                ty_code(&mut body, ty);
-            }
-            None => {
-                body.u8(0);
-            }
-        }
-        body.var(f.params.len() as u64);
-        for p in &f.params {
-            body.var(str_id(&p.name)).var(str_id(&p.type_name));
-            ty_code(&mut body, &p.ty);
-            match p.size {
-                Some(s) => body.u8(1).var(s),
-                None => body.u8(0),
-            };
-        }
-    }
-    body.var(index.inlined_only.len() as u64);
-    for n in &index.inlined_only {
-        body.var(str_id(n));
-    }
-    let mut w = Writer::new();
-    w.var(table.len() as u64);
-    for s in &table {
-        w.str(s);
-    }
-    w.raw(body.bytes());
-    w.into_bytes()
+/// A DWARF index as saved: its bytes, from which one function is read at
+/// a time (a module with thousands of functions needs only the few it
+/// probes).
+///
+/// The bytes: the strings (each once); the functions' entries (sorted) with
+/// where each one's record is; the records (name, linkage name, calling
+/// convention, return type, parameters, strings by number); the names of
+/// the functions inlined everywhere.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredDwarf {
+    bytes: Vec<u8>,
+    /// Each string's place in `bytes`.
+    strings: Vec<(usize, usize)>,
+    /// Each function's entry and its record's place in `bytes`, by entry.
+    table: Vec<(u64, usize)>,
+    /// Where the names inlined everywhere start in `bytes`.
+    inlined_at: usize,
 }
 
-fn decode_dwarf(r: &mut Reader) -> Result<DwarfIndex, Bad> {
-    let n = r.count(1)?;
-    let mut table: Vec<&str> = Vec::with_capacity(n);
-    for _ in 0..n {
-        table.push(r.str()?);
-    }
-    let s = |r: &mut Reader| -> Result<String, Bad> {
-        let i = usize::try_from(r.var()?).map_err(|_| Bad("a string out of range"))?;
-        table.get(i).map(|s| s.to_string()).ok_or(Bad("a string out of range"))
-    };
-    let n = r.count(4)?;
-    let mut functions = Vec::with_capacity(n);
-    let mut last = 0u64;
-    for i in 0..n {
-        let d = r.var()?;
-        if i > 0 && d == 0 {
-            return Err(Bad("functions out of order"));
+impl StoredDwarf {
+    /// `index` as saved.
+    pub fn of(index: &DwarfIndex) -> StoredDwarf {
+        let mut table: Vec<String> = Vec::new();
+        let mut index_of: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+        let mut str_id = |s: &str| -> u64 {
+            if let Some(&i) = index_of.get(s) {
+                return i;
+            }
+            let i = table.len() as u64;
+            table.push(s.to_string());
+            index_of.insert(s.to_string(), i);
+            i
+        };
+        let mut records = Writer::new();
+        let mut offsets = Vec::with_capacity(index.functions.len());
+        for f in &index.functions {
+            offsets.push(records.len());
+            records.var(str_id(&f.name));
+            match &f.linkage_name {
+                Some(l) => records.var(str_id(l) + 1),
+                None => records.var(0),
+            };
+            records.u8(abi_code(f.abi));
+            match &f.return_type {
+                Some((name, ty)) => {
+                    records.u8(1).var(str_id(name));
+                    ty_code(&mut records, ty);
+                }
+                None => {
+                    records.u8(0);
+                }
+            }
+            records.var(f.params.len() as u64);
+            for p in &f.params {
+                records.var(str_id(&p.name)).var(str_id(&p.type_name));
+                ty_code(&mut records, &p.ty);
+                match p.size {
+                    Some(s) => records.u8(1).var(s),
+                    None => records.u8(0),
+                };
+            }
         }
-        last = last.checked_add(d).ok_or(Bad("an address out of range"))?;
+        let inlined: Vec<u64> = index.inlined_only.iter().map(|n| str_id(n)).collect();
+        let mut w = Writer::new();
+        w.var(table.len() as u64);
+        for s in &table {
+            w.str(s);
+        }
+        w.var(index.functions.len() as u64);
+        let mut last = 0;
+        for (f, off) in index.functions.iter().zip(offsets) {
+            w.var(f.entry.0.wrapping_sub(last)).var(off as u64);
+            last = f.entry.0;
+        }
+        w.blob(records.bytes());
+        list(&mut w, &inlined);
+        StoredDwarf::parse(w.into_bytes()).expect("an index tp wrote reads back")
+    }
+
+    /// Saved bytes, checked whole: every string, entry and record.
+    pub fn parse(bytes: Vec<u8>) -> Result<StoredDwarf, Bad> {
+        let mut r = Reader::new(&bytes);
+        let n = r.count(1)?;
+        let mut strings = Vec::with_capacity(n);
+        for _ in 0..n {
+            let s = r.str()?;
+            strings.push((s.as_ptr() as usize - bytes.as_ptr() as usize, s.len()));
+        }
+        let n = r.count(2)?;
+        let mut entries = Vec::with_capacity(n);
+        let mut last = 0u64;
+        for i in 0..n {
+            let d = r.var()?;
+            if i > 0 && d == 0 {
+                return Err(Bad("functions out of order"));
+            }
+            last = last.checked_add(d).ok_or(Bad("an address out of range"))?;
+            entries.push((last, r.var()?));
+        }
+        let records = r.blob()?;
+        let base = records.as_ptr() as usize - bytes.as_ptr() as usize;
+        let mut table = Vec::with_capacity(entries.len());
+        for (entry, off) in entries {
+            let off = usize::try_from(off).ok().filter(|&o| o < records.len()).ok_or(Bad("a record out of range"))?;
+            check_record(&mut Reader::new(&records[off..]), strings.len())?;
+            table.push((entry, base + off));
+        }
+        let inlined_at = bytes.len() - r.left();
+        for i in read_list(&mut r)? {
+            if i >= strings.len() as u64 {
+                return Err(Bad("a string out of range"));
+            }
+        }
+        r.finish()?;
+        Ok(StoredDwarf { bytes, strings, table, inlined_at })
+    }
+
+    fn string(&self, i: u64) -> String {
+        let (off, len) = self.strings[i as usize];
+        // Checked UTF-8 when parsed.
+        String::from_utf8_lossy(&self.bytes[off..off + len]).into_owned()
+    }
+
+    /// The function entered at `entry`.
+    pub fn at(&self, entry: FileAddr) -> Option<DwFunction> {
+        let k = self.table.binary_search_by_key(&entry.0, |&(e, _)| e).ok()?;
+        let (entry, off) = self.table[k];
+        self.read(entry, off)
+    }
+
+    /// The record at `off` in `bytes` (checked when parsed).
+    fn read(&self, entry: u64, off: usize) -> Option<DwFunction> {
+        let r = &mut Reader::new(self.bytes.get(off..)?);
+        let s = |r: &mut Reader| r.var().ok().map(|i| self.string(i));
         let name = s(r)?;
-        let linkage_name = match r.var()? {
+        let linkage_name = match r.var().ok()? {
             0 => None,
-            k => Some(table.get(k as usize - 1).ok_or(Bad("a string out of range"))?.to_string()),
+            k => Some(self.string(k - 1)),
         };
-        let abi = abi_of(r.u8()?)?;
-        let return_type = match r.u8()? {
+        let abi = abi_of(r.u8().ok()?).ok()?;
+        let return_type = match r.u8().ok()? {
             0 => None,
-            1 => Some((s(r)?, ty_of(r)?)),
-            _ => return Err(Bad("an unknown return type tag")),
+            _ => Some((s(r)?, ty_of(r).ok()?)),
         };
-        let np = r.count(4)?;
-        let mut params = Vec::with_capacity(np);
-        for _ in 0..np {
-            let name = s(r)?;
-            let type_name = s(r)?;
-            let ty = ty_of(r)?;
-            let size = match r.u8()? {
+        let n = r.var().ok()?;
+        let mut params = Vec::new();
+        for _ in 0..n {
+            let (name, type_name, ty) = (s(r)?, s(r)?, ty_of(r).ok()?);
+            let size = match r.u8().ok()? {
                 0 => None,
-                1 => Some(r.var()?),
-                _ => return Err(Bad("an unknown size tag")),
+                _ => Some(r.var().ok()?),
             };
             params.push(Param { name, type_name, ty, size });
         }
-        functions.push(DwFunction { name, linkage_name, entry: FileAddr(last), params, return_type, abi });
+        Some(DwFunction { name, linkage_name, entry: FileAddr(entry), params, return_type, abi })
     }
-    let n = r.count(1)?;
-    let mut inlined_only = Vec::with_capacity(n);
+
+    /// The whole index.
+    pub fn index(&self) -> DwarfIndex {
+        let functions = self.table.iter().filter_map(|&(entry, off)| self.read(entry, off)).collect();
+        let mut r = Reader::new(&self.bytes[self.inlined_at..]);
+        let inlined_only = read_list(&mut r).unwrap_or_default().into_iter().map(|i| self.string(i)).collect();
+        DwarfIndex { functions, inlined_only }
+    }
+}
+
+/// Checks one record of a [`StoredDwarf`] with `strings` strings, reading
+/// no more than it.
+fn check_record(r: &mut Reader, strings: usize) -> Result<(), Bad> {
+    let string = |r: &mut Reader| match r.var()? {
+        i if i < strings as u64 => Ok(()),
+        _ => Err(Bad("a string out of range")),
+    };
+    string(r)?;
+    if let k @ 1.. = r.var()?
+        && k > strings as u64
+    {
+        return Err(Bad("a string out of range"));
+    }
+    abi_of(r.u8()?)?;
+    match r.u8()? {
+        0 => {}
+        1 => {
+            string(r)?;
+            ty_of(r)?;
+        }
+        _ => return Err(Bad("an unknown return type tag")),
+    }
+    let n = r.count(4)?;
     for _ in 0..n {
-        inlined_only.push(s(r)?);
+        string(r)?;
+        string(r)?;
+        ty_of(r)?;
+        match r.u8()? {
+            0 => {}
+            1 => {
+                r.var()?;
+            }
+            _ => return Err(Bad("an unknown size tag")),
+        }
     }
-    Ok(DwarfIndex { functions, inlined_only })
+    Ok(())
 }
 
 fn abi_code(a: Abi) -> u8 {
@@ -429,8 +654,8 @@ fn ty_of(r: &mut Reader) -> Result<Type, Bad> {
 pub struct Key {
     /// The key's bytes.
     pub bytes: Vec<u8>,
-    /// True if the files it names have not changed lately: an analysis
-    /// may be saved under it.
+    /// True if the file has not changed lately: an analysis may be saved
+    /// under it.
     pub settled: bool,
 }
 
@@ -457,41 +682,22 @@ fn identity(w: &mut Writer, id: &FileId) {
     w.u64(id.mtime.0 as u64).u64(id.mtime.1 as u64).u64(id.ctime.0 as u64).u64(id.ctime.1 as u64);
 }
 
-/// The key of the analysis of `elf` (read from its file, headers parsed),
-/// which the process sees at `path` with its files under `root`; None if
-/// it cannot be cached (its identity is unknown: it changed while read).
-pub fn key(elf: &ElfFile, path: &Path, root: &Path) -> Option<Key> {
-    let file = elf.identity?;
+fn read_identity(r: &mut Reader) -> Result<FileId, Bad> {
+    let (dev, ino, size) = (r.u64()?, r.u64()?, r.u64()?);
+    let mtime = (r.u64()? as i64, r.u64()? as i64);
+    let ctime = (r.u64()? as i64, r.u64()? as i64);
+    Ok(FileId { dev, ino, size, mtime, ctime })
+}
+
+/// The key of the analysis of the file whose identity is `file`; None if
+/// tp cannot tell its own build apart.
+pub fn key(file: &FileId) -> Option<Key> {
     let own = own_identity()?;
-    let now = now();
-    let mut settled = file.settled(now);
     let mut w = Writer::new();
     w.str("tp module analysis").u32(VERSION);
     identity(&mut w, &own);
-    identity(&mut w, &file);
-    w.blob(elf.build_id.as_deref().unwrap_or_default()).u64(elf.shape_hash());
-    // Where its debug file may be, each there or not: the answer to which
-    // one tp would take.
-    let candidates = debuginfo::candidates(elf, path, root);
-    w.var(candidates.len() as u64);
-    for c in &candidates {
-        match c.path.strip_prefix(root) {
-            Ok(rel) => w.u8(0).blob(rel.as_os_str().as_encoded_bytes()),
-            Err(_) => w.u8(1).blob(c.path.as_os_str().as_encoded_bytes()),
-        };
-        match std::fs::metadata(&c.path) {
-            Ok(m) => {
-                let id = FileId::of(&m);
-                settled &= id.settled(now);
-                w.u8(1);
-                identity(&mut w, &id);
-            }
-            Err(_) => {
-                w.u8(0);
-            }
-        }
-    }
-    Some(Key { bytes: w.into_bytes(), settled })
+    identity(&mut w, file);
+    Some(Key { bytes: w.into_bytes(), settled: file.settled(now()) })
 }
 
 /// The cache, opened once.
@@ -500,10 +706,13 @@ fn store() -> Option<&'static Store> {
     STORE.get_or_init(Store::open).as_ref()
 }
 
-/// The analysis saved under `key`, if there is a good one.
-pub fn load(key: &Key) -> Option<Saved> {
+/// The analysis saved under `key` for the file the process sees at `path`
+/// (its files under `root`), if there is a good one and the places of the
+/// debug file are as they were.
+pub fn load(key: &Key, path: &Path, root: &Path) -> Option<Saved> {
     let bytes = store()?.load(&key.name(), &key.bytes)?;
-    Saved::decode(&bytes).ok()
+    let saved = Saved::decode(&bytes).ok()?;
+    (places(&saved.headers, path, root) == saved.places).then_some(saved)
 }
 
 /// A module whose analysis is to be saved.
@@ -511,6 +720,10 @@ struct Job {
     key: Key,
     elf: Arc<ElfFile>,
     debug: Option<Arc<ElfFile>>,
+    /// The places of the debug file before it was read, and where to look again.
+    places: Vec<Place>,
+    path: std::path::PathBuf,
+    root: std::path::PathBuf,
 }
 
 /// The modules waiting, and the thread that saves them.
@@ -527,15 +740,17 @@ fn queue() -> std::sync::MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Queues the analysis of `elf` (symbols final) and its debug file to be
-/// saved under `key`, if the key's files are settled and there is a cache.
-pub fn enqueue(key: Key, elf: Arc<ElfFile>, debug: Option<Arc<ElfFile>>) {
+/// Queues the analysis of `elf` (symbols final; the process sees it at
+/// `path`, its files under `root`) and its debug file, whose places were
+/// `places` before it was read, to be saved under `key`, if the file is
+/// settled and there is a cache.
+pub fn enqueue(key: Key, elf: Arc<ElfFile>, debug: Option<Arc<ElfFile>>, places: Vec<Place>, path: &Path, root: &Path) {
     if !key.settled || store().is_none() {
         return;
     }
     let mut q = queue();
     if !q.jobs.iter().any(|j| j.key == key) {
-        q.jobs.push(Job { key, elf, debug });
+        q.jobs.push(Job { key, elf, debug, places, path: path.to_path_buf(), root: root.to_path_buf() });
     }
 }
 
@@ -559,8 +774,16 @@ pub fn start() {
         }
         loop {
             let Some(job) = queue().jobs.pop() else { break };
-            let saved = Saved::compute(&job.elf, job.debug.as_deref());
-            if let Some(store) = store() {
+            let saved = Saved::compute(&job.elf, job.debug.as_deref(), job.places);
+            // A debug file installed, removed or changed meanwhile, or a
+            // moment ago: what was read may not be what is there.
+            let now = now();
+            let places_now = places(&saved.headers, &job.path, &job.root);
+            let settled = places_now.iter().all(|p| p.file.is_none_or(|f| f.settled(now)));
+            if places_now == saved.places
+                && settled
+                && let Some(store) = store()
+            {
                 let _ = store.save(&job.key.name(), &job.key.bytes, &saved.encode());
             }
         }
@@ -604,7 +827,8 @@ mod tests {
         if !elf.has_symtab {
             elf.add_unwind_functions();
         }
-        Saved::compute(&elf, debug.as_ref())
+        let places = places(&elf.headers(), path, Path::new("/"));
+        Saved::compute(&elf, debug.as_ref(), places)
     }
 
     #[test]
@@ -615,8 +839,14 @@ mod tests {
             assert_eq!(Saved::decode(&saved.encode()), Ok(saved.clone()), "{name}");
         }
         let counter = analysis_of(&target("counter"));
-        let SavedDwarf::Index(index) = &counter.dwarf else { panic!("counter has DWARF") };
+        let SavedDwarf::Index(stored) = &counter.dwarf else { panic!("counter has DWARF") };
+        let index = stored.index();
         assert!(index.functions.iter().any(|f| f.name == "bar" && f.params.len() == 2));
+        // One function read from the saved bytes is the whole index's.
+        for f in &index.functions {
+            assert_eq!(stored.at(f.entry).as_ref(), Some(f));
+        }
+        assert_eq!(stored.at(FileAddr(1)), None);
     }
 
     #[test]
@@ -627,7 +857,11 @@ mod tests {
         let libc = maps.lines().filter_map(|l| l.split_whitespace().nth(5)).find(|p| p.contains("/libc.so")).unwrap();
         let saved = analysis_of(Path::new(libc));
         assert!(saved.functions.iter().any(|f| f.name == "_int_malloc"), "libc6-dbg is installed (see .ci/run)");
-        assert!(matches!(&saved.dwarf, SavedDwarf::Index(i) if i.functions.len() > 1000));
+        let source =
+            debuginfo::find(&ElfFile::open(Path::new(libc), Path::new(libc)).unwrap(), Path::new(libc), Path::new("/"));
+        let whole = dwarf::index(&source.unwrap()).unwrap();
+        assert!(whole.functions.len() > 1000);
+        assert!(matches!(&saved.dwarf, SavedDwarf::Index(stored) if stored.index() == whole));
         assert_eq!(Saved::decode(&saved.encode()), Ok(saved));
     }
 
@@ -653,7 +887,18 @@ mod tests {
         }
         // Lists that lookups search must be in order.
         let mut w = Writer::new();
-        w.u32(VERSION).var(0).bool(false);
+        w.u32(VERSION);
+        let headers = Headers {
+            machine: 62,
+            position_independent: true,
+            segments: vec![],
+            build_id: None,
+            debuglink: None,
+            sections: vec![],
+        };
+        encode_headers(&mut w, &headers);
+        w.var(0).str("").var(0).bool(false);
+        sorted(&mut w, &[]);
         sorted(&mut w, &[]);
         w.var(0);
         w.var(2).var(5).var(0);
@@ -661,24 +906,27 @@ mod tests {
     }
 
     #[test]
-    fn the_key_names_the_file_its_version_and_its_debug_file() {
+    fn the_key_names_the_file_and_the_places_its_debug_file() {
         let dir = std::env::temp_dir().join(format!("tp-key-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("counter-stripped");
         std::fs::copy(target("counter-stripped"), &file).unwrap();
-        let key = || key(&ElfFile::open(&file, &file).unwrap(), &file, Path::new("/")).unwrap();
-        let first = key();
+        let id = || FileId::of(&std::fs::metadata(&file).unwrap());
+        let first = key(&id()).unwrap();
         assert!(!first.settled, "a file written a moment ago is not saved");
-        assert_eq!(key(), first);
-        // Its debug file appears where its debuglink says.
-        std::fs::write(dir.join("counter-stripped.debug"), b"not yet").unwrap();
-        let with_debug = key();
-        assert_ne!(with_debug, first);
+        assert_eq!(key(&id()).unwrap(), first);
         // The file rewritten with the same bytes is another version of it.
         std::fs::copy(target("counter-stripped"), &file).unwrap();
-        assert_ne!(key(), with_debug);
-        assert_ne!(key().name(), first.name());
+        assert_ne!(key(&id()).unwrap().name(), first.name());
+        // Its debug file appears where its debuglink says.
+        let headers = ElfFile::open(&file, &file).unwrap().headers();
+        let before = places(&headers, &file, Path::new("/"));
+        assert!(before.iter().all(|p| p.file.is_none()) && !before.is_empty());
+        std::fs::write(dir.join("counter-stripped.debug"), b"not yet").unwrap();
+        let after = places(&headers, &file, Path::new("/"));
+        assert_ne!(after, before);
+        assert_eq!(after.iter().filter(|p| p.file.is_some()).count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -45,8 +45,6 @@ pub struct Insn {
     pub len: u32,
     /// Mnemonic, as capstone prints it.
     pub mnemonic: String,
-    /// Operands, as capstone prints them.
-    pub operands: String,
     /// What it means for tp.
     pub class: Class,
     /// The absolute target of a direct branch or call.
@@ -82,13 +80,16 @@ pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
         insns
             .iter()
             .map(|i| {
-                let (class, target) = classify(&cs, i);
-                let (rip_target, abs_ref) = operand_refs(&cs, i, target.is_some());
+                // The details once, for the class and the operands.
+                let detail = cs.insn_detail(i).ok();
+                let ops = detail.as_ref().map(|d| d.arch_detail().operands());
+                let groups = detail.as_ref().map_or(&[][..], |d| d.groups());
+                let (class, target) = classify(i, ops.as_deref().map(|o| (groups, o)));
+                let (rip_target, abs_ref) = operand_refs(i, ops.as_deref(), target.is_some());
                 Insn {
                     addr: i.address(),
                     len: i.len() as u32,
                     mnemonic: i.mnemonic().unwrap_or("?").to_string(),
-                    operands: i.op_str().unwrap_or("").to_string(),
                     class,
                     target,
                     rip_target,
@@ -100,11 +101,12 @@ pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
 }
 
 /// The address a RIP-relative operand refers to, and an absolute address
-/// an operand may hold (see [`Insn::abs_ref`]).
-fn operand_refs(cs: &Capstone, insn: &capstone::Insn, branch: bool) -> (Option<u64>, Option<u64>) {
-    let Ok(detail) = cs.insn_detail(insn) else { return (None, None) };
+/// an operand may hold (see [`Insn::abs_ref`]), from the instruction's
+/// operands (None if capstone gave no details).
+fn operand_refs(insn: &capstone::Insn, ops: Option<&[ArchOperand]>, branch: bool) -> (Option<u64>, Option<u64>) {
+    let Some(ops) = ops else { return (None, None) };
     let (mut rip, mut abs) = (None, None);
-    for op in detail.arch_detail().operands() {
+    for op in ops {
         let ArchOperand::X86Operand(o) = op else { continue };
         match &o.op_type {
             X86OperandType::Mem(m) if u32::from(m.base().0) == X86Reg::X86_REG_RIP => {
@@ -122,15 +124,18 @@ fn has_group(groups: &[capstone::InsnGroupId], g: u32) -> bool {
     groups.iter().any(|x| u32::from(x.0) == g)
 }
 
-fn classify(cs: &Capstone, insn: &capstone::Insn) -> (Class, Option<u64>) {
+/// The class of `insn` and its direct target, from its groups and operands
+/// (None if capstone gave no details).
+fn classify(
+    insn: &capstone::Insn,
+    details: Option<(&[capstone::InsnGroupId], &[ArchOperand])>,
+) -> (Class, Option<u64>) {
     let id = insn.id().0;
     let is = |x: X86Insn| id == x as u32;
     if is(X86Insn::X86_INS_ENDBR64) || is(X86Insn::X86_INS_ENDBR32) {
         return (Class::LandingPad, None);
     }
-    let Ok(detail) = cs.insn_detail(insn) else { return (Class::Unsafe, None) };
-    let groups = detail.groups();
-    let ops = detail.arch_detail().operands();
+    let Some((groups, ops)) = details else { return (Class::Unsafe, None) };
     let imm = ops.iter().find_map(|op| match op {
         ArchOperand::X86Operand(o) => match o.op_type {
             X86OperandType::Imm(v) => Some(v as u64),
@@ -192,7 +197,7 @@ fn classify(cs: &Capstone, insn: &capstone::Insn) -> (Class, Option<u64>) {
         return match (imm, unconditional) {
             (Some(t), true) => (Class::Jump, Some(t)),
             (Some(t), false) => (Class::CondBranch, Some(t)),
-            (None, _) if rip_mem && !has_index(&ops) => (Class::IndirectJumpRip, None),
+            (None, _) if rip_mem && !has_index(ops) => (Class::IndirectJumpRip, None),
             (None, _) => (Class::IndirectJump, None),
         };
     }
@@ -280,10 +285,17 @@ fn may_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> bool {
 
 /// One line per instruction, `mnemonic operands`, for display and tests.
 pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
-    decode(code, addr)
-        .into_iter()
-        .map(|i| if i.operands.is_empty() { i.mnemonic } else { format!("{} {}", i.mnemonic, i.operands) })
-        .collect()
+    CAPSTONE.with(|cs| {
+        let cs = cs.borrow();
+        let Ok(insns) = cs.disasm_all(code, addr) else { return Vec::new() };
+        insns
+            .iter()
+            .map(|i| match (i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")) {
+                (m, "") => m.to_string(),
+                (m, ops) => format!("{m} {ops}"),
+            })
+            .collect()
+    })
 }
 
 #[cfg(test)]
