@@ -82,6 +82,10 @@ impl Attached {
             process::check_attachable(pid)?;
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let modules = ProcessModules::new(pid, &maps)?;
+            if what.kind & kind::RET != 0 {
+                // The unwinder's modules are read while the user's functions are planned.
+                modules.prefetch(&unwind::places(&modules));
+            }
             let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind)?;
             Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started)
         };

@@ -43,7 +43,12 @@ impl CodeCopy {
     }
 }
 
+/// A module's file as read: parsed, or its analysis from the cache.
+#[derive(Debug)]
+pub struct Read(ElfFile, Cached);
+
 /// What the cache holds for a file.
+#[derive(Debug)]
 enum Cached {
     /// Its analysis.
     Hit(Box<Saved>),
@@ -106,7 +111,12 @@ impl Module {
     /// `path` is the file as the process sees it, and `root` the directory
     /// its paths are relative to (`/proc/PID/root`, or `/`).
     pub fn load(read_path: &Path, path: &Path, root: &Path, mappings: &[&Mapping]) -> Result<Module> {
-        let (elf, saved) = Self::read(read_path, path, root)?;
+        Self::load_read(Self::read(read_path, path, root)?, path, root, mappings)
+    }
+
+    /// [`Module::load`] of what [`Module::read_file`] read.
+    pub fn load_read(read: Read, path: &Path, root: &Path, mappings: &[&Mapping]) -> Result<Module> {
+        let Read(elf, saved) = read;
         if elf.machine != Host::ELF_MACHINE {
             bail!(
                 "`{}` is {}; this tp traces {} processes",
@@ -125,7 +135,7 @@ impl Module {
     /// A module for a file on disk that is not loaded anywhere (bias 0).
     pub fn from_file(path: &Path) -> Result<Module> {
         let root = Path::new("/");
-        let (elf, saved) = Self::read(path, path, root)?;
+        let Read(elf, saved) = Self::read(path, path, root)?;
         Ok(Module::with(elf, saved, path, root, Bias::ZERO, Span { lo: 0, hi: 0 }))
     }
 
@@ -133,7 +143,7 @@ impl Module {
     /// `root`): from the cache if it holds the analysis of this very file,
     /// reading nothing of it then but what is later asked for; else all of
     /// it, parsed.
-    fn read(read_path: &Path, path: &Path, root: &Path) -> Result<(ElfFile, Cached)> {
+    fn read(read_path: &Path, path: &Path, root: &Path) -> Result<Read> {
         let opened = Opened::open(read_path, path)?;
         let key = saved::key(&opened.identity);
         if let Some(k) = &key
@@ -141,12 +151,19 @@ impl Module {
         {
             let functions = std::mem::take(&mut s.functions);
             let elf = ElfFile::from_parts(opened, s.headers.clone(), functions, s.has_symtab, read_path);
-            return Ok((elf, Cached::Hit(Box::new(s))));
+            return Ok(Read(elf, Cached::Hit(Box::new(s))));
         }
         let elf = ElfFile::parse_opened(opened, read_path, path)?;
         // Where its debug file may be, before one is read.
         let places = saved::places(&elf.headers(), path, root);
-        Ok((elf, key.map_or(Cached::Uncachable, |k| Cached::Miss(k, places))))
+        Ok(Read(elf, key.map_or(Cached::Uncachable, |k| Cached::Miss(k, places))))
+    }
+
+    /// What [`Module::load`] reads of the file at `read_path` (`path` as the
+    /// process sees it, under `root`), which a caller may read ahead of
+    /// time on another thread.
+    pub fn read_file(read_path: &Path, path: &Path, root: &Path) -> Result<Read> {
+        Self::read(read_path, path, root)
     }
 
     /// The module of `elf` (the file `path`, under `root`): with the
@@ -267,7 +284,7 @@ impl Module {
     pub fn dwarf(&self) -> Option<&DwarfIndex> {
         self.dwarf
             .get_or_init(|| match &self.cached_dwarf {
-                Some(SavedDwarf::Index(stored)) => Some(stored.index()),
+                Some(SavedDwarf::Index(stored)) => stored.index(),
                 Some(SavedDwarf::None | SavedDwarf::Unreadable) => None,
                 None => dwarf::index(self.dwarf_source()?).ok(),
             })

@@ -274,7 +274,7 @@ impl Saved {
         let dwarf = match r.u8()? {
             0 => SavedDwarf::None,
             1 => SavedDwarf::Unreadable,
-            2 => SavedDwarf::Index(StoredDwarf::parse(r.blob()?.to_vec())?),
+            2 => SavedDwarf::Index(StoredDwarf::from_bytes(r.blob()?.to_vec())),
             _ => return Err(Bad("an unknown DWARF tag")),
         };
         r.finish()?;
@@ -409,16 +409,32 @@ fn read_list(r: &mut Reader) -> Result<Vec<u64>, Bad> {
 /// where each one's record is; the records (name, linkage name, calling
 /// convention, return type, parameters, strings by number); the names of
 /// the functions inlined everywhere.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct StoredDwarf {
     bytes: Vec<u8>,
-    /// Each string's place in `bytes`.
+    /// Where things are in `bytes`, found and checked on first use (None
+    /// if the bytes are damaged).
+    layout: OnceLock<Option<Layout>>,
+}
+
+/// Where the parts of a [`StoredDwarf`] are.
+#[derive(Debug, Clone)]
+struct Layout {
+    /// Each string's place in the bytes.
     strings: Vec<(usize, usize)>,
-    /// Each function's entry and its record's place in `bytes`, by entry.
+    /// Each function's entry and its record's place in the bytes, by entry.
     table: Vec<(u64, usize)>,
-    /// Where the names inlined everywhere start in `bytes`.
+    /// Where the names inlined everywhere start in the bytes.
     inlined_at: usize,
 }
+
+impl PartialEq for StoredDwarf {
+    fn eq(&self, other: &StoredDwarf) -> bool {
+        self.bytes == other.bytes
+    }
+}
+
+impl Eq for StoredDwarf {}
 
 impl StoredDwarf {
     /// `index` as saved.
@@ -477,12 +493,31 @@ impl StoredDwarf {
         }
         w.blob(records.bytes());
         list(&mut w, &inlined);
-        StoredDwarf::parse(w.into_bytes()).expect("an index tp wrote reads back")
+        StoredDwarf::from_bytes(w.into_bytes())
     }
 
-    /// Saved bytes, checked whole: every string, entry and record.
-    pub fn parse(bytes: Vec<u8>) -> Result<StoredDwarf, Bad> {
-        let mut r = Reader::new(&bytes);
+    /// Saved bytes, read (and checked) on first use.
+    pub fn from_bytes(bytes: Vec<u8>) -> StoredDwarf {
+        StoredDwarf { bytes, layout: OnceLock::new() }
+    }
+
+    fn layout(&self) -> Option<&Layout> {
+        self.layout.get_or_init(|| Layout::parse(&self.bytes).ok()).as_ref()
+    }
+
+    fn string(&self, i: u64) -> String {
+        let Some((off, len)) = self.layout().and_then(|l| l.strings.get(i as usize).copied()) else {
+            return String::new();
+        };
+        // Checked UTF-8 when parsed.
+        String::from_utf8_lossy(&self.bytes[off..off + len]).into_owned()
+    }
+}
+
+impl Layout {
+    /// The layout of saved bytes, checked whole: every string, entry and record.
+    fn parse(bytes: &[u8]) -> Result<Layout, Bad> {
+        let mut r = Reader::new(bytes);
         let n = r.count(1)?;
         let mut strings = Vec::with_capacity(n);
         for _ in 0..n {
@@ -515,19 +550,16 @@ impl StoredDwarf {
             }
         }
         r.finish()?;
-        Ok(StoredDwarf { bytes, strings, table, inlined_at })
+        Ok(Layout { strings, table, inlined_at })
     }
+}
 
-    fn string(&self, i: u64) -> String {
-        let (off, len) = self.strings[i as usize];
-        // Checked UTF-8 when parsed.
-        String::from_utf8_lossy(&self.bytes[off..off + len]).into_owned()
-    }
-
+impl StoredDwarf {
     /// The function entered at `entry`.
     pub fn at(&self, entry: FileAddr) -> Option<DwFunction> {
-        let k = self.table.binary_search_by_key(&entry.0, |&(e, _)| e).ok()?;
-        let (entry, off) = self.table[k];
+        let table = &self.layout()?.table;
+        let k = table.binary_search_by_key(&entry.0, |&(e, _)| e).ok()?;
+        let (entry, off) = table[k];
         self.read(entry, off)
     }
 
@@ -558,12 +590,13 @@ impl StoredDwarf {
         Some(DwFunction { name, linkage_name, entry: FileAddr(entry), params, return_type, abi })
     }
 
-    /// The whole index.
-    pub fn index(&self) -> DwarfIndex {
-        let functions = self.table.iter().filter_map(|&(entry, off)| self.read(entry, off)).collect();
-        let mut r = Reader::new(&self.bytes[self.inlined_at..]);
+    /// The whole index; None if the bytes are damaged.
+    pub fn index(&self) -> Option<DwarfIndex> {
+        let layout = self.layout()?;
+        let functions = layout.table.iter().filter_map(|&(entry, off)| self.read(entry, off)).collect();
+        let mut r = Reader::new(&self.bytes[layout.inlined_at..]);
         let inlined_only = read_list(&mut r).unwrap_or_default().into_iter().map(|i| self.string(i)).collect();
-        DwarfIndex { functions, inlined_only }
+        Some(DwarfIndex { functions, inlined_only })
     }
 }
 
@@ -840,7 +873,7 @@ mod tests {
         }
         let counter = analysis_of(&target("counter"));
         let SavedDwarf::Index(stored) = &counter.dwarf else { panic!("counter has DWARF") };
-        let index = stored.index();
+        let index = stored.index().unwrap();
         assert!(index.functions.iter().any(|f| f.name == "bar" && f.params.len() == 2));
         // One function read from the saved bytes is the whole index's.
         for f in &index.functions {
@@ -861,7 +894,7 @@ mod tests {
             debuginfo::find(&ElfFile::open(Path::new(libc), Path::new(libc)).unwrap(), Path::new(libc), Path::new("/"));
         let whole = dwarf::index(&source.unwrap()).unwrap();
         assert!(whole.functions.len() > 1000);
-        assert!(matches!(&saved.dwarf, SavedDwarf::Index(stored) if stored.index() == whole));
+        assert!(matches!(&saved.dwarf, SavedDwarf::Index(stored) if stored.index() == Some(whole)));
         assert_eq!(Saved::decode(&saved.encode()), Ok(saved));
     }
 
@@ -884,6 +917,20 @@ mod tests {
                 damaged[at] = (x >> 32) as u8;
             }
             let _ = Saved::decode(&damaged);
+        }
+        // The DWARF index is checked when first read: damaged, it says nothing.
+        let saved = analysis_of(&target("counter"));
+        let SavedDwarf::Index(good) = &saved.dwarf else { panic!("counter has DWARF") };
+        let bar = good.index().unwrap().functions.iter().find(|f| f.name == "bar").unwrap().entry;
+        for n in 0..good.bytes.len() {
+            let cut = StoredDwarf::from_bytes(good.bytes[..n].to_vec());
+            assert!(cut.index().is_none() && cut.at(bar).is_none(), "a prefix of {n} bytes");
+        }
+        for k in 0..good.bytes.len() {
+            let mut bytes = good.bytes.clone();
+            bytes[k] ^= 0x55;
+            let damaged = StoredDwarf::from_bytes(bytes);
+            let _ = (damaged.index(), damaged.at(bar));
         }
         // Lists that lookups search must be in order.
         let mut w = Writer::new();
