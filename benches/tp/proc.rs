@@ -52,8 +52,20 @@ impl Proc {
     /// Starts `program` with `args`; with `stdin`, its standard input is a pipe.
     pub fn spawn(name: &str, program: &Path, args: &[String], stdin: bool) -> Result<Proc> {
         let mut cmd = Command::new(program);
-        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
+        Self::start(name, cmd, args)
+    }
+
+    /// Starts `program` with `args` and the environment variables `env` set.
+    pub fn spawn_env(name: &str, program: &Path, args: &[String], env: &[(&str, &std::ffi::OsStr)]) -> Result<Proc> {
+        let mut cmd = Command::new(program);
+        cmd.stdin(Stdio::null()).envs(env.iter().copied());
+        Self::start(name, cmd, args)
+    }
+
+    fn start(name: &str, mut cmd: Command, args: &[String]) -> Result<Proc> {
+        let program = std::path::PathBuf::from(cmd.get_program());
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
         let started = Instant::now();
         let mut child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
         let (tx, rx) = channel();

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use capstone::arch::x86::{ArchMode, X86Insn, X86OperandType, X86Reg};
-use capstone::arch::{ArchOperand, BuildsCapstone};
+use capstone::arch::{BuildsCapstone, DetailsArchInsn};
 use capstone::{Capstone, InsnGroupType};
 
 /// What an instruction means for relocation and for the safety scan.
@@ -76,44 +76,79 @@ thread_local! {
 pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
     CAPSTONE.with(|cs| {
         let cs = cs.borrow();
-        let Ok(insns) = cs.disasm_all(code, addr) else { return Vec::new() };
-        insns
-            .iter()
-            .map(|i| {
-                // The details once, for the class and the operands.
-                let detail = cs.insn_detail(i).ok();
-                let ops = detail.as_ref().map(|d| d.arch_detail().operands());
-                let groups = detail.as_ref().map_or(&[][..], |d| d.groups());
-                let (class, target) = classify(i, ops.as_deref().map(|o| (groups, o)));
-                let (rip_target, abs_ref) = operand_refs(i, ops.as_deref(), target.is_some());
-                Insn {
-                    addr: i.address(),
-                    len: i.len() as u32,
-                    mnemonic: i.mnemonic().unwrap_or("?").to_string(),
-                    class,
-                    target,
-                    rip_target,
-                    abs_ref,
+        let Ok(mut insns) = cs.disasm_iter(code, addr) else { return Vec::new() };
+        let mut out = Vec::new();
+        while let Some(i) = insns.next() {
+            // The details once, for the class and the operands.
+            let detail = cs.insn_detail(&i).ok();
+            let (mut ops, mut n) = ([Op::Other; 8], 0);
+            let arch = detail.as_ref().map(|d| d.arch_detail());
+            if let Some(x86) = arch.as_ref().and_then(|a| a.x86()) {
+                for o in x86.operands() {
+                    if n == ops.len() {
+                        break;
+                    }
+                    ops[n] = Op::of(&o.op_type);
+                    n += 1;
                 }
-            })
-            .collect()
+            }
+            let details = detail.as_ref().map(|d| (d.groups(), &ops[..n]));
+            let (class, target) = classify(&i, details);
+            let (rip_target, abs_ref) = operand_refs(&i, details.map(|(_, o)| o), target.is_some());
+            out.push(Insn {
+                addr: i.address(),
+                len: i.len() as u32,
+                mnemonic: i.mnemonic().unwrap_or("?").to_string(),
+                class,
+                target,
+                rip_target,
+                abs_ref,
+            });
+        }
+        out
     })
+}
+
+/// What tp reads of an operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// An immediate.
+    Imm(i64),
+    /// A memory operand: its base, index and segment registers (0: none)
+    /// and displacement.
+    Mem { base: u32, index: u32, segment: u32, disp: i64 },
+    /// Anything else.
+    Other,
+}
+
+impl Op {
+    fn of(t: &X86OperandType) -> Op {
+        match t {
+            X86OperandType::Imm(v) => Op::Imm(*v),
+            X86OperandType::Mem(m) => Op::Mem {
+                base: u32::from(m.base().0),
+                index: u32::from(m.index().0),
+                segment: u32::from(m.segment().0),
+                disp: m.disp(),
+            },
+            _ => Op::Other,
+        }
+    }
 }
 
 /// The address a RIP-relative operand refers to, and an absolute address
 /// an operand may hold (see [`Insn::abs_ref`]), from the instruction's
 /// operands (None if capstone gave no details).
-fn operand_refs(insn: &capstone::Insn, ops: Option<&[ArchOperand]>, branch: bool) -> (Option<u64>, Option<u64>) {
+fn operand_refs(insn: &capstone::Insn, ops: Option<&[Op]>, branch: bool) -> (Option<u64>, Option<u64>) {
     let Some(ops) = ops else { return (None, None) };
     let (mut rip, mut abs) = (None, None);
     for op in ops {
-        let ArchOperand::X86Operand(o) = op else { continue };
-        match &o.op_type {
-            X86OperandType::Mem(m) if u32::from(m.base().0) == X86Reg::X86_REG_RIP => {
-                rip = Some((insn.address() + insn.len() as u64).wrapping_add(m.disp() as u64));
+        match *op {
+            Op::Mem { base, disp, .. } if base == X86Reg::X86_REG_RIP => {
+                rip = Some((insn.address() + insn.len() as u64).wrapping_add(disp as u64));
             }
-            X86OperandType::Mem(m) if m.base().0 == 0 && u32::from(m.segment().0) == 0 => abs = Some(m.disp() as u64),
-            X86OperandType::Imm(v) if !branch => abs = Some(*v as u64),
+            Op::Mem { base: 0, segment: 0, disp, .. } => abs = Some(disp as u64),
+            Op::Imm(v) if !branch => abs = Some(v as u64),
             _ => {}
         }
     }
@@ -126,30 +161,18 @@ fn has_group(groups: &[capstone::InsnGroupId], g: u32) -> bool {
 
 /// The class of `insn` and its direct target, from its groups and operands
 /// (None if capstone gave no details).
-fn classify(
-    insn: &capstone::Insn,
-    details: Option<(&[capstone::InsnGroupId], &[ArchOperand])>,
-) -> (Class, Option<u64>) {
+fn classify(insn: &capstone::Insn, details: Option<(&[capstone::InsnGroupId], &[Op])>) -> (Class, Option<u64>) {
     let id = insn.id().0;
     let is = |x: X86Insn| id == x as u32;
     if is(X86Insn::X86_INS_ENDBR64) || is(X86Insn::X86_INS_ENDBR32) {
         return (Class::LandingPad, None);
     }
     let Some((groups, ops)) = details else { return (Class::Unsafe, None) };
-    let imm = ops.iter().find_map(|op| match op {
-        ArchOperand::X86Operand(o) => match o.op_type {
-            X86OperandType::Imm(v) => Some(v as u64),
-            _ => None,
-        },
+    let imm = ops.iter().find_map(|op| match *op {
+        Op::Imm(v) => Some(v as u64),
         _ => None,
     });
-    let rip_mem = ops.iter().any(|op| match op {
-        ArchOperand::X86Operand(o) => match &o.op_type {
-            X86OperandType::Mem(m) => u32::from(m.base().0) == X86Reg::X86_REG_RIP,
-            _ => false,
-        },
-        _ => false,
-    });
+    let rip_mem = ops.iter().any(|op| matches!(*op, Op::Mem { base, .. } if base == X86Reg::X86_REG_RIP));
     if is(X86Insn::X86_INS_SYSCALL) || is(X86Insn::X86_INS_SYSENTER) {
         return (Class::Syscall, None);
     }
@@ -207,14 +230,8 @@ fn classify(
     (Class::Plain, None)
 }
 
-fn has_index(ops: &[ArchOperand]) -> bool {
-    ops.iter().any(|op| match op {
-        ArchOperand::X86Operand(o) => match &o.op_type {
-            X86OperandType::Mem(m) => m.index().0 != 0,
-            _ => false,
-        },
-        _ => false,
-    })
+fn has_index(ops: &[Op]) -> bool {
+    ops.iter().any(|op| matches!(*op, Op::Mem { index, .. } if index != 0))
 }
 
 /// Targets of the direct branches and calls in `code` (at `addr`), decoded
