@@ -73,6 +73,11 @@ const TARGETS: &[Target] = &[
     // Benchmark targets (benches/tp). `many` has 10,000 functions: -O0 keeps
     // its build to seconds and gives them the usual push/mov prologue.
     Target { name: "hot", sources: &["hot.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Known call paths, with frame pointers and without (`--stack` fp and dwarf).
+    Target { name: "stacks", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
+    Target { name: "stacks-nofp", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fomit-frame-pointer"]) },
+    // The same with frame pointers (the benchmark's stack walks).
+    Target { name: "hot-fp", sources: &["hot.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },
     Target { name: "many", sources: &["many.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     Target { name: "floor", sources: &["floor.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
@@ -198,26 +203,40 @@ fn main() {
     build_runtime(&manifest, &arch);
 }
 
-/// The functions of tp's in-target runtime, each extracted as a blob.
+/// The functions of tp's in-target runtime, each extracted as a blob: those
+/// of the plain build, and the `_ext` ones of the build with the frame
+/// pointer reserved (they walk the probed function's frame records, so no
+/// code of the runtime may use that register).
 const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind"];
+const RUNTIME_EXT_FUNCTIONS: &[&str] = &["tp_entry_ext", "tp_exit_ext"];
 
 /// Compiles src/probe/runtime/runtime.c for the target architecture into
 /// position-independent blobs in OUT_DIR (`tp_entry.bin`, ...), and refuses
 /// any blob with a relocation: blobs are copied into the target as they are.
 fn build_runtime(manifest: &Path, arch: &str) {
     let out = PathBuf::from(std::env::var("OUT_DIR").unwrap());
-    let src = manifest.join("src/probe/runtime/runtime.c");
     println!("cargo:rerun-if-changed=src/probe/runtime");
     println!("cargo:rerun-if-changed=src/probe/layout.rs");
     println!("cargo:rerun-if-changed=src/arch/{arch}/runtime.h");
     write_layout_header(&out.join("layout.h"));
+    compile_runtime(manifest, arch, &out, "runtime.o", &[], RUNTIME_FUNCTIONS);
+    // The arch's runtime.h makes the frame register a global register
+    // variable under this macro: that build never uses it otherwise.
+    compile_runtime(manifest, arch, &out, "runtime_ext.o", &["-DTP_RESERVE_FRAME_POINTER"], RUNTIME_EXT_FUNCTIONS);
+}
+
+/// One build of the runtime into `object`, with `extra` flags, and the
+/// blobs of `functions` extracted from it.
+fn compile_runtime(manifest: &Path, arch: &str, out: &Path, object: &str, extra: &[&str], functions: &[&str]) {
+    let src = manifest.join("src/probe/runtime/runtime.c");
     let cc = compiler(Lang::C);
     let tools = binutils_prefix(&cc);
-    let object = out.join("runtime.o");
+    let object = out.join(object);
     let mut cmd = Command::new(&cc);
     cmd.args(["-O2", "-std=gnu11", "-Wall", "-Werror", "-fPIC", "-fno-plt", "-ffreestanding", "-fno-builtin"]);
     cmd.args(["-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-fno-jump-tables"]);
     cmd.args(["-fomit-frame-pointer", "-mgeneral-regs-only", "-ffunction-sections", "-c"]);
+    cmd.args(extra);
     cmd.arg(match arch {
         "x86_64" => "-fcf-protection=none",
         _ => "-mbranch-protection=none",
@@ -227,7 +246,7 @@ fn build_runtime(manifest: &Path, arch: &str) {
         cmd.arg("-mno-outline-atomics");
     }
     cmd.arg("-I").arg(manifest.join("src/arch").join(arch));
-    cmd.arg("-I").arg(&out);
+    cmd.arg("-I").arg(out);
     cmd.arg(&src).arg("-o").arg(&object);
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", cc.display()));
     assert!(status.success(), "building the runtime failed: {cmd:?}");
@@ -238,7 +257,7 @@ fn build_runtime(manifest: &Path, arch: &str) {
         relocs.contains("There are no relocations"),
         "tp's runtime must be position-independent without relocations:\n{relocs}"
     );
-    for f in RUNTIME_FUNCTIONS {
+    for f in functions {
         let blob = out.join(format!("{f}.bin"));
         let status = Command::new(format!("{tools}objcopy"))
             .args(["-O", "binary", &format!("--only-section=.text.{f}")])

@@ -67,12 +67,36 @@ pub struct ProbeArgs {
     /// Record each call's return value and duration (return probes).
     #[arg(long)]
     pub ret: bool,
+    /// Record each call's user stack (implies --args): `fp` follows frame
+    /// pointers in the target; `dwarf` copies the stack's top for tp to
+    /// unwind with the unwind tables (code built without frame pointers).
+    #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "fp", value_parser = ["fp", "dwarf"])]
+    pub stack: Option<String>,
+    /// The most frames of a stack.
+    #[arg(long, value_name = "N", default_value_t = 30, requires = "stack",
+          value_parser = clap::value_parser!(u32).range(1..=127))]
+    pub stack_depth: u32,
+    /// Bytes of the stack's top `--stack dwarf` copies.
+    #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "stack",
+          value_parser = clap::value_parser!(u32).range(64..=16384))]
+    pub stack_size: u32,
+    /// Print the stacks as folded lines (for flamegraph.pl and speedscope) instead of counted stacks.
+    #[arg(long, requires = "stack")]
+    pub folded: bool,
+    /// Record only calls whose integer arguments (by name or arg0..arg5)
+    /// and return value (`ret`) satisfy EXPR: `==` `!=` `<` `<=` `>` `>=` `&&` `||` `!`.
+    #[arg(long = "if", value_name = "EXPR")]
+    pub predicate: Option<String>,
+    /// Count the calls per value of this integer argument (a name or arg0..arg5), in the target.
+    #[arg(long, value_name = "ARG")]
+    pub by: Option<String>,
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process).
-    #[arg(long, value_name = "N", default_value_t = 2048)]
-    pub ring_size: u32,
+    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process;
+    /// default 2048, with --stack 65536: a stack takes several events).
+    #[arg(long, value_name = "N")]
+    pub ring_size: Option<u32>,
     /// Print the summary (and events) as JSON.
     #[arg(long)]
     pub json: bool,
@@ -100,12 +124,13 @@ pub struct AttachArgs {
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target.
-    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output", "follow_exec", "listen"])]
+    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output", "follow_exec", "listen", "stack", "predicate", "by"])]
     pub keep: bool,
     /// What to record and how to print it.
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
+    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto
+    /// UI), or, for a FILE ending in .svg, the stacks as a flame graph.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Detach after this many seconds (default: until Ctrl-C or the targets exit).
@@ -351,7 +376,17 @@ mod tests {
 
     #[test]
     fn keep_conflicts_with_duration_and_events() {
-        for extra in ["--duration 3", "--args", "--ret", "-o t.json", "--follow-exec", "--listen 127.0.0.1:1"] {
+        for extra in [
+            "--duration 3",
+            "--args",
+            "--ret",
+            "-o t.json",
+            "--follow-exec",
+            "--listen 127.0.0.1:1",
+            "--stack",
+            "--if arg0==1",
+            "--by arg0",
+        ] {
             let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{extra}");
         }
@@ -365,7 +400,28 @@ mod tests {
             panic!()
         };
         assert!(a.probe.args && a.probe.ret && a.probe.quiet);
-        assert_eq!((a.output, a.probe.ring_size), (Some(PathBuf::from("t.json")), 64));
+        assert_eq!((a.output, a.probe.ring_size), (Some(PathBuf::from("t.json")), Some(64)));
+    }
+
+    #[test]
+    fn stack_predicate_and_by_flags_parse() {
+        let Command::Attach(a) = parse("tp attach -p 1 -f foo --stack --if arg0>3 --by n").unwrap().command else {
+            panic!()
+        };
+        assert_eq!(a.probe.stack.as_deref(), Some("fp"));
+        assert_eq!(
+            (a.probe.stack_depth, a.probe.predicate.as_deref(), a.probe.by.as_deref()),
+            (30, Some("arg0>3"), Some("n"))
+        );
+        let Command::Attach(a) =
+            parse("tp attach -p 1 -f foo --stack=dwarf --stack-size 8192 --folded -o f.svg").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((a.probe.stack.as_deref(), a.probe.stack_size, a.probe.folded), (Some("dwarf"), 8192, true));
+        assert!(parse("tp attach -p 1 -f foo --stack=lbr").is_err());
+        assert!(parse("tp attach -p 1 -f foo --folded").is_err(), "--folded needs --stack");
+        assert!(parse("tp attach -p 1 -f foo --stack --stack-depth 500").is_err());
     }
 
     #[test]

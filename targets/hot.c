@@ -9,8 +9,9 @@
  * uprobes turn into a call to a trampoline instead of an int3).
  *
  * Modes (every loop and wait is bounded):
- *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S]
- *       T worker threads. A phase is BURSTS bursts: all T threads start
+ *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S [DEPTH]]
+ *       T worker threads; each calls work() from DEPTH nested calls of
+ *       nest() (default 0), so that a stack walk has that many frames. A phase is BURSTS bursts: all T threads start
  *       together, each times CALLS calls of work(), then the main thread
  *       sleeps PAUSE_US (time for a tracer to drain its buffers). Phases:
  *       warm-up and unprobed; "ready"; wait for the entry bytes to change
@@ -112,7 +113,7 @@ static void say(const char *fmt, ...)
 /* Pause between "patched" and the probed phase. */
 #define SETTLE_US 50000
 
-static int nthreads, nbursts;
+static int nthreads, nbursts, depth;
 static long ncalls;
 static pthread_barrier_t start_line, finish_line;
 static volatile int quit;
@@ -127,6 +128,22 @@ struct worker {
 
 static struct worker workers[MAX_THREADS];
 
+/* One burst: ncalls calls of work(). */
+TP_PROBED uint64_t burst(int base)
+{
+	uint64_t acc = 0;
+	for (long i = 0; i < ncalls; i++)
+		acc += (unsigned)work(base + (int)i);
+	return acc;
+}
+
+/* A burst under `d` more frames (without sibling-call optimization, each
+ * stays a call). */
+TP_PROBED __attribute__((optimize("no-optimize-sibling-calls"))) uint64_t nest(int d, int base)
+{
+	return d > 0 ? nest(d - 1, base) : burst(base);
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -136,10 +153,8 @@ static void *worker_main(void *arg)
 			pthread_barrier_wait(&start_line);
 			if (quit)
 				return NULL;
-			uint64_t acc = 0;
 			double t0 = now_mono();
-			for (long i = 0; i < ncalls; i++)
-				acc += (unsigned)work(base + (int)i);
+			uint64_t acc = nest(depth, base);
 			double t1 = now_mono();
 			w->ns[b] = (t1 - t0) * 1e9 / (double)ncalls;
 			if (acc != w->expect)
@@ -258,10 +273,13 @@ static int mode_step(double max_s)
 int main(int argc, char **argv)
 {
 	if (argc >= 6 && !strcmp(argv[1], "wait"))
+	{
+		depth = argc >= 8 ? atoi(argv[7]) : 0;
 		return mode_wait(atoi(argv[2]), atoi(argv[3]), atol(argv[4]), atol(argv[5]),
 				 argc >= 7 ? atof(argv[6]) : 60.0);
+	}
 	if (argc >= 2 && !strcmp(argv[1], "step"))
 		return mode_step(argc >= 3 ? atof(argv[2]) : 60.0);
-	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S] | step [MAXS]\n", argv[0]);
+	fprintf(stderr, "usage: %s wait THREADS BURSTS CALLS PAUSE_US [TIMEOUT_S [DEPTH]] | step [MAXS]\n", argv[0]);
 	return 1;
 }

@@ -30,17 +30,55 @@ pub enum Records {
     ArgsRet,
     /// An installed probe whose enable flag is off.
     Disabled,
+    /// Entries with arguments behind a predicate that never holds (`--if`).
+    FalsePredicate,
+    /// Exits timed into the target's own histograms (`--ret -q`): no event.
+    Aggregated,
+    /// Each entry with its stack, walked by frame pointers, this many frames.
+    StackFp(u32),
+    /// Each entry with a copy of this many bytes of its stack, unwound by the tracer.
+    StackCopy(u32),
 }
 
 impl Records {
     /// As the tables write it.
-    pub fn label(self) -> &'static str {
+    pub fn label(self) -> String {
         match self {
-            Records::Count => "count",
-            Records::Args => "entry + args",
-            Records::Ret => "exit + latency",
-            Records::ArgsRet => "entry + args, exit + latency",
-            Records::Disabled => "disabled (flag off)",
+            Records::Count => "count".into(),
+            Records::Args => "entry + args".into(),
+            Records::Ret => "exit + latency".into(),
+            Records::ArgsRet => "entry + args, exit + latency".into(),
+            Records::Disabled => "disabled (flag off)".into(),
+            Records::FalsePredicate => "entry + args, predicate false".into(),
+            Records::Aggregated => "exit + latency, histogram in the target".into(),
+            Records::StackFp(d) => format!("stack, frame pointers, {d} frames"),
+            Records::StackCopy(b) => format!("stack, {b}-byte copy unwound (DWARF)"),
+        }
+    }
+
+    /// The frames a stack row walks through (the target nests its calls this deep).
+    pub fn depth(self) -> u32 {
+        match self {
+            Records::StackFp(_) | Records::StackCopy(_) => 40,
+            _ => 0,
+        }
+    }
+
+    /// tp's options for it (after `attach -p PID -f work`), and its
+    /// environment: rows that time exits through events keep them events.
+    pub fn tp_args(self) -> (Vec<String>, Vec<(&'static str, &'static str)>) {
+        let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+        let events = vec![("TP_AGGREGATE", "0")];
+        match self {
+            Records::Count | Records::Disabled => (Vec::new(), Vec::new()),
+            Records::Args => (s(&["--args"]), Vec::new()),
+            Records::Ret => (s(&["--ret"]), events),
+            Records::ArgsRet => (s(&["--args", "--ret"]), events),
+            // work(x) is called with x from 0 up: never negative.
+            Records::FalsePredicate => (s(&["--args", "--if", "x < 0"]), Vec::new()),
+            Records::Aggregated => (s(&["--ret"]), Vec::new()),
+            Records::StackFp(d) => (s(&["--stack", "--stack-depth", &d.to_string()]), Vec::new()),
+            Records::StackCopy(b) => (s(&["--stack=dwarf", "--stack-size", &b.to_string()]), Vec::new()),
         }
     }
 }
@@ -83,7 +121,10 @@ pub trait Tracer {
     fn records(&self) -> Records;
     /// Which build of the target it probes.
     fn binary(&self) -> &'static str {
-        "hot"
+        match self.records() {
+            Records::StackFp(_) => "hot-fp",
+            _ => "hot",
+        }
     }
     /// How much to call `work()` (the slow peers get fewer calls).
     fn sizes(&self) -> Sizes;
@@ -131,6 +172,7 @@ pub fn run_once(env: &Env, tracer: &mut dyn Tracer, threads: u32) -> Result<Run>
         sizes.calls.to_string(),
         sizes.pause_us.to_string(),
         "60".into(),
+        tracer.records().depth().to_string(),
     ];
     let mut target = Proc::spawn(tracer.binary(), &binary, &args, false)?;
     let long = Duration::from_secs(120);
@@ -202,7 +244,11 @@ impl Tracer for Tp {
 
     fn sizes(&self) -> Sizes {
         match self.records {
-            Records::Count | Records::Disabled => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
+            Records::Count | Records::Disabled | Records::FalsePredicate | Records::Aggregated => {
+                Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 }
+            }
+            // A stack takes several of the ring's events.
+            Records::StackFp(_) | Records::StackCopy(_) => Sizes { bursts: 31, calls: 1_024, pause_us: 25_000 },
             // Bursts that fit in the ring, and pauses longer than tp's
             // 20 ms drain period.
             _ => Sizes { bursts: 31, calls: 8_192, pause_us: 25_000 },
@@ -211,14 +257,14 @@ impl Tracer for Tp {
 
     fn start(&mut self, env: &Env, pid: i32, _binary: &Path) -> Result<()> {
         let mut args: Vec<String> = vec!["attach".into(), "-p".into(), pid.to_string(), "-f".into(), "work".into()];
-        match self.records {
-            Records::Args => args.push("--args".into()),
-            Records::Ret => args.push("--ret".into()),
-            Records::ArgsRet => args.extend(["--args".into(), "--ret".into()]),
-            Records::Count | Records::Disabled => {}
-        }
-        args.extend(["-q".into(), "--json".into(), "--ring-size".into(), RING.to_string()]);
-        let mut p = Proc::spawn("tp", &env.tp, &args, false)?;
+        let (extra, vars) = self.records.tp_args();
+        args.extend(extra);
+        let ring = match self.records {
+            Records::StackFp(_) | Records::StackCopy(_) => 1 << 20,
+            _ => RING,
+        };
+        args.extend(["-q".into(), "--json".into(), "--ring-size".into(), ring.to_string()]);
+        let mut p = Proc::spawn_env("tp", &env.tp, &args, false, &vars)?;
         if self.records == Records::Disabled {
             p.wait_prefix("tp: attached", Duration::from_secs(30))?;
             set_enabled(pid, "work", false)?;

@@ -186,6 +186,8 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         Some(Records::Args),
         Some(Records::Ret),
         Some(Records::ArgsRet),
+        Some(Records::FalsePredicate),
+        Some(Records::Aggregated),
     ] {
         match steps::count(env, records) {
             Ok((base, probed)) => {
@@ -287,6 +289,12 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::Ret, 1),
         (Records::Ret, 2),
         (Records::ArgsRet, 1),
+        (Records::FalsePredicate, 1),
+        (Records::Aggregated, 1),
+        (Records::StackFp(10), 1),
+        (Records::StackFp(30), 1),
+        (Records::StackCopy(1024), 1),
+        (Records::StackCopy(4096), 1),
     ] {
         v.push((Box::new(Tp::new(records)), threads));
     }
@@ -308,6 +316,24 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
     match peers::Gdb::new() {
         Ok(g) => v.push((Box::new(g), 1)),
         Err(e) => notes.push(format!("gdb skipped: {e:#}")),
+    }
+    for depth in [10, 30] {
+        match peers::Bpftrace::ustack(depth) {
+            Ok(b) => v.push((Box::new(b), 1)),
+            Err(e) => {
+                notes.push(format!("bpftrace skipped: {e:#}"));
+                break;
+            }
+        }
+    }
+    for records in [Records::StackFp(30), Records::StackCopy(1024), Records::StackCopy(4096)] {
+        match peers::Perf::call_graph(records) {
+            Ok(p) => v.push((Box::new(p), 1)),
+            Err(e) => {
+                notes.push(format!("perf skipped: {e:#}"));
+                break;
+            }
+        }
     }
     for records in [Records::Count, Records::Args, Records::Ret] {
         match peers::Frida::new(records) {

@@ -327,3 +327,142 @@ impl Tracer for Frida {
         Ok(Outcome { hits, ..Outcome::default() })
     }
 }
+
+/// bpftrace counting `work()`'s user stacks, as its users write it:
+/// `uprobe:BIN:work { @[ustack(N)] = count(); }` (frame pointers, walked in
+/// the kernel). The map it prints at exit holds the hits.
+pub struct Bpftrace {
+    depth: u32,
+    session: Option<Proc>,
+}
+
+impl Bpftrace {
+    /// The bpftrace peer walking `depth` frames, or why it is unavailable.
+    pub fn ustack(depth: u32) -> Result<Bpftrace> {
+        if !has("bpftrace") {
+            bail!("bpftrace is not installed (tests/deps.sh need bpftrace)");
+        }
+        Ok(Bpftrace { depth, session: None })
+    }
+}
+
+impl Tracer for Bpftrace {
+    fn name(&self) -> String {
+        format!("bpftrace @[ustack({})] = count()", self.depth)
+    }
+
+    fn records(&self) -> Records {
+        Records::StackFp(self.depth)
+    }
+
+    fn sizes(&self) -> Sizes {
+        Sizes { bursts: 11, calls: 2_000, pause_us: 0 }
+    }
+
+    fn start(&mut self, _env: &Env, pid: i32, binary: &Path) -> Result<()> {
+        let program = format!("uprobe:{}:work {{ @[ustack({})] = count(); }}", binary.display(), self.depth);
+        let args: Vec<String> = vec!["-p".into(), pid.to_string(), "-e".into(), program];
+        let mut p = Proc::spawn("bpftrace", Path::new("bpftrace"), &args, false)?;
+        p.wait_prefix("Attaching", Duration::from_secs(60))?;
+        self.session = Some(p);
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<Outcome> {
+        let mut p = self.session.take().context("bpftrace was not started")?;
+        p.stop(libc::SIGINT, Duration::from_secs(60));
+        // Map entries end with "]: N".
+        let hits = p.seen.iter().filter_map(|l| l.text.rsplit_once("]: ")?.1.trim().parse::<u64>().ok()).sum();
+        Ok(Outcome { hits: Some(hits), ..Outcome::default() })
+    }
+}
+
+/// perf recording every call of `work()` with its call graph, as its users
+/// do: a uprobe event (`perf probe -x BIN tpbench:work=work`) and `perf
+/// record -e tpbench:work --call-graph fp|dwarf,SIZE -p PID`; the samples
+/// it wrote are the hits.
+pub struct Perf {
+    records: Records,
+    session: Option<Proc>,
+    data: PathBuf,
+}
+
+impl Perf {
+    /// perf with frame pointers (`StackFp`) or a copy of the stack (`StackCopy`).
+    pub fn call_graph(records: Records) -> Result<Perf> {
+        if !has("perf") {
+            bail!("perf is not installed (tests/deps.sh need linux-perf)");
+        }
+        let data = std::env::temp_dir().join(format!("tp-bench-perf-{}.data", std::process::id()));
+        Ok(Perf { records, session: None, data })
+    }
+
+    fn mode(&self) -> String {
+        match self.records {
+            Records::StackCopy(bytes) => format!("dwarf,{bytes}"),
+            _ => "fp".into(),
+        }
+    }
+}
+
+impl Tracer for Perf {
+    fn name(&self) -> String {
+        format!("perf record --call-graph {}", self.mode())
+    }
+
+    fn records(&self) -> Records {
+        self.records
+    }
+
+    fn sizes(&self) -> Sizes {
+        Sizes { bursts: 11, calls: 2_000, pause_us: 20_000 }
+    }
+
+    fn start(&mut self, _env: &Env, pid: i32, binary: &Path) -> Result<()> {
+        tracefs_cleanup();
+        let out = std::process::Command::new("perf")
+            .args(["probe", "-q", "-x"])
+            .arg(binary)
+            .arg(format!("{GROUP}:work=work"))
+            .output()
+            .context("perf probe")?;
+        if !out.status.success() {
+            bail!("perf probe failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        let args: Vec<String> = [
+            "record",
+            "-q",
+            "-e",
+            &format!("{GROUP}:work"),
+            "--call-graph",
+            &self.mode(),
+            "-p",
+            &pid.to_string(),
+            "-o",
+            &self.data.display().to_string(),
+        ]
+        .map(String::from)
+        .into();
+        self.session = Some(Proc::spawn("perf", Path::new("perf"), &args, false)?);
+        Ok(())
+    }
+
+    fn stop(&mut self) -> Result<Outcome> {
+        let mut p = self.session.take().context("perf was not started")?;
+        p.stop(libc::SIGINT, Duration::from_secs(120));
+        let out = std::process::Command::new("perf")
+            .args(["report", "--stdio", "-q", "--no-children", "--sort", "comm", "-n", "-i"])
+            .arg(&self.data)
+            .output();
+        let _ = std::fs::remove_file(&self.data);
+        tracefs_cleanup();
+        // "  100.00%  SAMPLES  hot": the sample counts per command.
+        let hits = out.ok().map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+                .sum::<u64>()
+        });
+        Ok(Outcome { hits, ..Outcome::default() })
+    }
+}

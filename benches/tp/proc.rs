@@ -51,21 +51,15 @@ fn reader(r: impl Read + Send + 'static, stderr: bool, tx: Sender<Line>) {
 impl Proc {
     /// Starts `program` with `args`; with `stdin`, its standard input is a pipe.
     pub fn spawn(name: &str, program: &Path, args: &[String], stdin: bool) -> Result<Proc> {
-        let mut cmd = Command::new(program);
-        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
-        Self::start(name, cmd, args)
+        Proc::spawn_env(name, program, args, stdin, &[])
     }
 
-    /// Starts `program` with `args` and the environment variables `env` set.
-    pub fn spawn_env(name: &str, program: &Path, args: &[String], env: &[(&str, &std::ffi::OsStr)]) -> Result<Proc> {
+    /// [`Proc::spawn`] with `vars` added to its environment.
+    pub fn spawn_env(name: &str, program: &Path, args: &[String], stdin: bool, vars: &[(&str, &str)]) -> Result<Proc> {
         let mut cmd = Command::new(program);
-        cmd.stdin(Stdio::null()).envs(env.iter().copied());
-        Self::start(name, cmd, args)
-    }
-
-    fn start(name: &str, mut cmd: Command, args: &[String]) -> Result<Proc> {
-        let program = std::path::PathBuf::from(cmd.get_program());
         cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.envs(vars.iter().copied());
+        cmd.stdin(if stdin { Stdio::piped() } else { Stdio::null() });
         let started = Instant::now();
         let mut child = cmd.spawn().with_context(|| format!("cannot start {}", program.display()))?;
         let (tx, rx) = channel();

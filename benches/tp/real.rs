@@ -105,7 +105,8 @@ fn attach(
 ) -> Result<Attach> {
     let mut full = vec!["attach".to_string(), "-p".into(), pid.to_string(), "-q".into(), "--json".into()];
     full.extend(args.iter().map(|s| s.to_string()));
-    let mut tp = Proc::spawn_env("tp attach", &env.tp, &full, &[("XDG_CACHE_HOME", cache.as_os_str())])?;
+    let cache = cache.to_str().context("a cache directory with a UTF-8 path")?;
+    let mut tp = Proc::spawn_env("tp attach", &env.tp, &full, false, &[("XDG_CACHE_HOME", cache)])?;
     let line = tp.wait_prefix("tp: attached", Duration::from_secs(300))?;
     let cpu_ms = cpu_ms(tp.pid());
     let wall_ms = line.at.duration_since(tp.started).as_secs_f64() * 1e3;

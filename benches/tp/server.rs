@@ -214,7 +214,7 @@ fn once(env: &Env, redis: &Redis, watcher: Watcher, requests: u64, rate: &f64) -
             Watching::Tp(tp, functions)
         }
         Watcher::Perf => {
-            need(env, "perf")?;
+            need(env, "linux-perf")?;
             let max = std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
                 .ok()
                 .and_then(|s| s.trim().parse::<f64>().ok())

@@ -51,13 +51,9 @@ pub fn count(env: &Env, records: Option<Records>) -> Result<(Count, Option<Count
     let Some(records) = records else { return Ok((base, None)) };
     let mut args: Vec<String> =
         ["attach", "-p", &pid.to_string(), "-f", "work", "-q", "--json"].map(String::from).into();
-    match records {
-        Records::Args => args.push("--args".into()),
-        Records::Ret => args.push("--ret".into()),
-        Records::ArgsRet => args.extend(["--args".into(), "--ret".into()]),
-        Records::Count | Records::Disabled => {}
-    }
-    let mut tp = Proc::spawn("tp", &env.tp, &args, false)?;
+    let (extra, vars) = records.tp_args();
+    args.extend(extra);
+    let mut tp = Proc::spawn_env("tp", &env.tp, &args, false, &vars)?;
     tp.wait_prefix("tp: attached", Duration::from_secs(30))?;
     if records == Records::Disabled {
         crate::hit::set_enabled(pid, "work", false)?;

@@ -12,6 +12,7 @@
 
 pub mod aarch64;
 mod regset;
+pub mod unwind;
 pub mod x86_64;
 
 use std::fmt;
@@ -272,6 +273,12 @@ pub struct RuntimeAddrs {
     pub entry: u64,
     /// The return trampoline.
     pub trampoline: u64,
+    /// `tp_entry_ext`: `tp_entry` with predicates, counts by value and
+    /// stacks, for the probes that have them.
+    pub entry_ext: u64,
+    /// The return trampoline that calls `tp_exit_ext` (predicates on the
+    /// return value, durations kept in the target).
+    pub trampoline_ext: u64,
     /// `tp_unwind`.
     pub unwind: u64,
     /// The runtime's context (`struct tp_ctx`) in the data region.
@@ -307,6 +314,10 @@ pub struct RuntimeBlobs {
     pub exit: &'static [u8],
     /// `tp_unwind`.
     pub unwind: &'static [u8],
+    /// `tp_entry_ext`.
+    pub entry_ext: &'static [u8],
+    /// `tp_exit_ext`.
+    pub exit_ext: &'static [u8],
 }
 
 /// A runtime block assembled for one address.
@@ -752,6 +763,9 @@ pub trait Arch {
     /// Assembles an arena's runtime block at `at`: the runtime's functions
     /// and the return trampoline, which reach the context at `ctx`.
     fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock;
+
+    /// An unwinder for copies of this architecture's stacks (`--stack dwarf`).
+    fn stack_unwinder() -> Box<dyn unwind::StackUnwinder>;
 
     /// Where the TCB keeps each thread's TID, as an offset from the thread
     /// pointer the runtime uses, found by reading the TCBs of stopped

@@ -15,11 +15,14 @@ use crate::addr::RuntimeAddr;
 use crate::cli::{AttachArgs, ProbeArgs, Targets};
 use crate::output::events::Style;
 use crate::output::sink::Sink;
-use crate::probe::layout::kind;
+use crate::probe::layout::{DEFAULT_RING_LEN, kind};
 use crate::session::group::{Behaviour, Group};
 use crate::session::targets::Which;
 use crate::session::tracer::{TraceOutput, open_chrome};
-use crate::session::{Options, Selection, interrupt};
+use crate::session::{Options, Selection, StackMode, interrupt};
+
+/// Events per ring when stacks are recorded and `--ring-size` is not given.
+const STACK_RING_LEN: u32 = 1 << 16;
 
 /// The selection and output options `tp attach` and `tp run` share.
 pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> Options {
@@ -30,12 +33,29 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
     if probe.ret {
         k |= kind::RET;
     }
+    let stack = probe.stack.as_deref().map(|how| match how {
+        "dwarf" => StackMode::Unwind { bytes: probe.stack_size, depth: probe.stack_depth },
+        _ => StackMode::FramePointers { depth: probe.stack_depth },
+    });
+    if stack.is_some() {
+        // A stack comes with its call's entry event.
+        k |= kind::ARGS | kind::STACK;
+    }
+    if probe.by.is_some() {
+        k |= kind::BY;
+    }
+    if probe.predicate.is_some() && k & kind::CALLS_AT_ENTRY == 0 {
+        // A predicate alone selects the calls to show.
+        k |= kind::ARGS;
+    }
     let selection = Selection {
-        funcs: funcs.to_vec(),
         addrs: addrs.iter().copied().map(RuntimeAddr).collect(),
-        kind: k,
-        ring_len: probe.ring_size,
-        sample_budget: 0,
+        // A stack takes several of the ring's events (a 4 KiB copy 75).
+        ring_len: probe.ring_size.unwrap_or(if stack.is_some() { STACK_RING_LEN } else { DEFAULT_RING_LEN }),
+        predicate: probe.predicate.clone(),
+        by: probe.by.clone(),
+        stack,
+        ..Selection::new(funcs.to_vec(), k)
     };
     let style = if probe.quiet {
         Style::Quiet
@@ -44,18 +64,40 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
     } else {
         Style::Text
     };
-    Options { style, json: probe.json, ..Options::new(pid, selection) }
+    Options { style, json: probe.json, folded: probe.folded, ..Options::new(pid, selection) }
+}
+
+/// Settles what the options ask for once every flag is known: a trace file
+/// ending in `.svg` is the stacks' flame graph; return probes whose events
+/// nobody reads (only the summary, no trace file, no arguments or stacks)
+/// keep their durations in the target's histograms instead of sending an
+/// event per call (`TP_AGGREGATE=0` sends the events still, for the
+/// benchmark's rows that measure them).
+pub fn settle(mut opts: Options) -> Options {
+    if opts.trace_file.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "svg")) {
+        opts.flame_file = opts.trace_file.take();
+    }
+    let k = opts.selection.kind;
+    if opts.style == Style::Quiet
+        && opts.trace_file.is_none()
+        && k & kind::RET != 0
+        && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0
+        && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")
+    {
+        opts.selection.kind |= kind::AGGREGATE;
+    }
+    opts
 }
 
 impl From<&AttachArgs> for Options {
     fn from(args: &AttachArgs) -> Options {
         let pid = args.targets.pids.first().copied().unwrap_or(0);
-        Options {
+        settle(Options {
             keep: args.keep,
             duration: args.duration.map(Duration::from_secs_f64),
             trace_file: args.output.clone(),
             ..options(pid, &args.funcs, &args.addrs, &args.probe)
-        }
+        })
     }
 }
 

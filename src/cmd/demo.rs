@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 
 use crate::cli::DemoArgs;
 use crate::output::{print_summary, thousands};
-use crate::probe::layout::{DEFAULT_RING_LEN, kind};
+use crate::probe::layout::kind;
 use crate::process;
 use crate::session::observe::LiveView;
 use crate::session::{Attached, End, Options, Selection, interrupt, observe};
@@ -73,13 +73,7 @@ fn field(line: &str, key: &str) -> Option<u64> {
 
 /// What the demo does in the target `pid`: count `foo` and `bar` for `args.duration`.
 fn options(args: &DemoArgs, pid: i32) -> Options {
-    let selection = Selection {
-        funcs: vec!["foo".to_string(), "bar".to_string()],
-        addrs: Vec::new(),
-        kind: kind::COUNT,
-        ring_len: DEFAULT_RING_LEN,
-        sample_budget: 0,
-    };
+    let selection = Selection::new(vec!["foo".to_string(), "bar".to_string()], kind::COUNT);
     Options { duration: Some(Duration::from_secs_f64(args.duration)), ..Options::new(pid, selection) }
 }
 

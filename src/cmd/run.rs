@@ -24,7 +24,10 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// Runs `tp run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let opts = crate::session::Options { trace_file: args.chrome.clone(), ..options(0, &args.funcs, &[], &args.probe) };
+    let opts = super::attach::settle(crate::session::Options {
+        trace_file: args.chrome.clone(),
+        ..options(0, &args.funcs, &[], &args.probe)
+    });
     let sink = match &args.output {
         Some(path) => Sink::create(path).map_err(|e| anyhow::anyhow!("cannot create `{}`: {e}", path.display()))?,
         None => Sink::stderr(),

@@ -68,6 +68,8 @@ fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
                 events: false,
                 lost: 0,
                 children: Vec::new(),
+                stacks: Vec::new(),
+                by: Vec::new(),
             })),
             Err(e) if !warned.contains(&pid) => {
                 warned.push(pid);

@@ -47,6 +47,8 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
                 events: false,
                 lost: 0,
                 children: Vec::new(),
+                stacks: Vec::new(),
+                by: Vec::new(),
             }),
             // Gone since the scan: nothing to say.
             Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}

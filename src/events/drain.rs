@@ -35,6 +35,15 @@ impl Drainer {
     /// than a ring's worth unread; a `head` further on (the target wrote it)
     /// gives the last ring's worth, so a drain is bounded by the rings.
     pub fn drain(&mut self, region: &Region, out: &mut Vec<RawEvent>) -> Result<()> {
+        let mut words = Vec::new();
+        self.drain_with_stacks(region, out, &mut words)
+    }
+
+    /// [`Drainer::drain`], and the stacks recorded after events: their words
+    /// go to `words` (each event's [`RawEvent::stack`] says where). Stack
+    /// records that follow no event of their ring, and words past
+    /// [`super::stacks::MAX_WORDS`] for one event, are dropped.
+    pub fn drain_with_stacks(&mut self, region: &Region, out: &mut Vec<RawEvent>, words: &mut Vec<u64>) -> Result<()> {
         let h = region.header();
         let ring_len = h.ctx.ring_mask as u64 + 1;
         for off in slots_in_use(&h) {
@@ -48,10 +57,28 @@ impl Drainer {
             // process has ended, so these events are the key's process's.
             let pid = pid_of_key(region.load_u64(off + KEY));
             let unread = head.wrapping_sub(tail).min(ring_len);
+            // The event of this ring that stack records belong to.
+            let mut owner: Option<usize> = None;
             for k in head.wrapping_sub(unread)..head {
                 let e: Event = region.get(h.event_off(off, k));
+                if (e.probe >> crate::probe::layout::KIND_SHIFT) as u8 == crate::probe::layout::event_kind::STACK {
+                    let n = (e.probe & 0xff).min(crate::probe::layout::STACK_WORDS_PER_EVENT) as usize;
+                    if let Some(ev) = owner.and_then(|i| out.get_mut(i))
+                        && (ev.stack.1 as usize) + n <= super::stacks::MAX_WORDS
+                    {
+                        if ev.stack.1 == 0 {
+                            ev.stack.0 = words.len() as u32;
+                        }
+                        let all = [e.tsc, e.v[0], e.v[1], e.v[2], e.v[3], e.v[4], e.v[5]];
+                        words.extend_from_slice(&all[..n]);
+                        ev.stack.1 += n as u32;
+                    }
+                    continue;
+                }
+                owner = None;
                 if let Some(r) = RawEvent::decode(&e, pid) {
                     out.push(r);
+                    owner = Some(out.len() - 1);
                 }
                 self.read += 1;
             }

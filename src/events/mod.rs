@@ -3,10 +3,13 @@
 //! ([`clock`]), given names and typed values ([`format`](mod@format)), and summed into
 //! latency statistics ([`stats`]).
 
+pub mod aggregates;
 pub mod clock;
 pub mod drain;
 pub mod format;
+pub mod predicate;
 pub mod sampling;
+pub mod stacks;
 pub mod stats;
 
 use crate::probe::layout::{self, event_kind};
@@ -38,6 +41,9 @@ pub struct RawEvent {
     /// Entry: argument registers. Exit: return value, entry counter value,
     /// second return register, counter ticks tp spent inside the call.
     pub v: [u64; 6],
+    /// The words of the stack recorded with it (`--stack`): where they
+    /// start in the drain's word buffer and how many there are.
+    pub stack: (u32, u32),
 }
 
 impl RawEvent {
@@ -50,7 +56,7 @@ impl RawEvent {
             event_kind::UNWOUND => Kind::Unwound,
             _ => return None,
         };
-        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v: e.v })
+        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v: e.v, stack: (0, 0) })
     }
 
     /// For exits and unwinds, the counter value at the call's entry.

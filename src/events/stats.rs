@@ -68,6 +68,39 @@ impl Latency {
         self.at_most_pow2[k] += 1;
     }
 
+    /// Adds `n` calls of about `ns` nanoseconds each (a bucket of a
+    /// histogram kept in the target); [`Latency::set_exact`] then sets what
+    /// the target counted exactly.
+    pub fn add_n(&mut self, ns: u64, n: u64) {
+        if n == 0 {
+            return;
+        }
+        if self.count == 0 || ns < self.min_ns {
+            self.min_ns = ns;
+        }
+        self.max_ns = self.max_ns.max(ns);
+        self.count += n;
+        self.total_ns = self.total_ns.saturating_add(ns.saturating_mul(n));
+        let b = bucket_of(ns);
+        if self.buckets.len() <= b {
+            self.buckets.resize(b + 1, 0);
+        }
+        self.buckets[b] += n;
+        let k = ceil_log2(ns);
+        if self.at_most_pow2.len() <= k {
+            self.at_most_pow2.resize(k + 1, 0);
+        }
+        self.at_most_pow2[k] += n;
+    }
+
+    /// Sets the total, shortest and longest, known exactly where the
+    /// durations were binned (in the target).
+    pub fn set_exact(&mut self, total_ns: u64, min_ns: u64, max_ns: u64) {
+        self.total_ns = total_ns;
+        self.min_ns = min_ns;
+        self.max_ns = max_ns.max(min_ns);
+    }
+
     /// Adds every call of `other` (the same function in another process).
     pub fn merge(&mut self, other: &Latency) {
         if other.count == 0 {

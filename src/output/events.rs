@@ -31,6 +31,8 @@ pub enum Line<'a> {
         ts_ns: u64,
         /// Named arguments.
         args: &'a [(String, Value)],
+        /// Its stack (`--stack`), one line per frame, the function first.
+        stack: Option<&'a [String]>,
     },
     /// A call returned.
     Exit {
@@ -78,7 +80,7 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32
     let pid_field = pid.map_or(String::new(), |p| format!("\"pid\":{p},"));
     match (style, line) {
         (Style::Quiet, _) => Ok(()),
-        (Style::Text, Line::Entry { info, tid, ts_ns, args }) => {
+        (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
             writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
         }
         (Style::Text, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
@@ -98,13 +100,19 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32
             text(&info.name),
             duration(*duration_ns)
         ),
-        (Style::Json, Line::Entry { info, tid, ts_ns, args }) => writeln!(
-            out,
-            "{{\"type\":\"entry\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}}}",
-            json::string(&info.name),
-            json::string(&info.module),
-            super::json::args(args)
-        ),
+        (Style::Json, Line::Entry { info, tid, ts_ns, args, stack }) => {
+            let stack = stack.map_or(String::new(), |frames| {
+                let names: Vec<String> = frames.iter().map(|f| json::string(f)).collect();
+                format!(",\"stack\":[{}]", names.join(","))
+            });
+            writeln!(
+                out,
+                "{{\"type\":\"entry\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}{stack}}}",
+                json::string(&info.name),
+                json::string(&info.module),
+                super::json::args(args)
+            )
+        }
         (Style::Json, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => writeln!(
             out,
             "{{\"type\":\"exit\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"duration_ns\":{duration_ns}}}",
@@ -148,7 +156,7 @@ mod tests {
     fn live_lines() {
         let i = info();
         let args = [("n".to_string(), Value::Int(5)), ("name".to_string(), Value::Str(1, Some("x".into())))];
-        let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args };
+        let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args, stack: None };
         assert_eq!(text(Style::Text, &entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
         let exit =
             Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: Some(&Value::Int(42)), duration_ns: 1230 };
@@ -173,7 +181,7 @@ mod tests {
     fn json_lines() {
         let i = info();
         let args = [("n".to_string(), Value::Int(5))];
-        let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args };
+        let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args, stack: None };
         assert_eq!(
             text(Style::Json, &entry),
             "{\"type\":\"entry\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":10,\"args\":{\"n\":5}}\n"

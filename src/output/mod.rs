@@ -10,6 +10,7 @@ pub mod openmetrics;
 pub mod profile;
 pub mod report;
 pub mod sink;
+pub mod stacks;
 pub mod table;
 
 use std::io::Write;

@@ -6,6 +6,7 @@
 
 use std::io::{self, Write};
 
+use super::stacks::ProbeStacks;
 use super::{Summary, histogram, json, table, thousands};
 use crate::escape::text;
 use crate::events::stats::Latency;
@@ -25,6 +26,57 @@ pub struct ProcessReport {
     /// The processes it forked while the probes were in (they ran them
     /// too: their calls are in the counts, their events in the lines).
     pub children: Vec<Child>,
+    /// The stacks recorded per function (`--stack`).
+    pub stacks: Vec<ProbeStacks>,
+    /// The calls counted per argument value (`--by`).
+    pub by: Vec<ProbeValues>,
+}
+
+/// One function's calls counted by an argument's value (`--by`), in the target.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeValues {
+    /// The function.
+    pub function: String,
+    /// The argument, as the user named it.
+    pub arg: String,
+    /// Each value and its calls, by value.
+    pub values: Vec<(i128, u64)>,
+    /// Calls not counted: a thread's table was full (the process's total).
+    pub overflow: u64,
+}
+
+/// Writes each function's counts by value, as bpftrace prints `@[arg0] = count()`.
+fn by_text(out: &mut impl Write, all: &[ProbeValues]) -> io::Result<()> {
+    for p in all {
+        writeln!(out, "\ncalls of {} by {}:", text(&p.function), text(&p.arg))?;
+        let mut values = p.values.clone();
+        values.sort_by_key(|&(v, n)| (n, v));
+        for (v, n) in values {
+            writeln!(out, "@[{v}]: {}", thousands(n))?;
+        }
+        if p.overflow > 0 {
+            writeln!(out, "({} calls not counted: a thread's table of values was full)", thousands(p.overflow))?;
+        }
+    }
+    Ok(())
+}
+
+fn by_json(all: &[ProbeValues]) -> String {
+    let each: Vec<String> = all
+        .iter()
+        .map(|p| {
+            let values: Vec<String> =
+                p.values.iter().map(|(v, n)| format!("{{\"value\":{v},\"calls\":{n}}}")).collect();
+            format!(
+                "{{\"function\":{},\"arg\":{},\"overflow\":{},\"values\":[{}]}}",
+                json::string(&p.function),
+                json::string(&p.arg),
+                p.overflow,
+                values.join(",")
+            )
+        })
+        .collect();
+    format!("[{}]", each.join(","))
 }
 
 /// A process forked by a probed one while the probes were in.
@@ -139,7 +191,9 @@ fn one(out: &mut impl Write, r: &ProcessReport, as_json: bool) -> io::Result<()>
         return writeln!(out, "{}", one_json(r));
     }
     one_table(out, r)?;
-    children_text(out, &r.children)
+    children_text(out, &r.children)?;
+    by_text(out, &r.by)?;
+    super::stacks::write_text(out, &r.stacks)
 }
 
 fn one_table(out: &mut impl Write, r: &ProcessReport) -> io::Result<()> {
@@ -171,10 +225,20 @@ fn one_json(r: &ProcessReport) -> String {
     } else {
         json::summary(&r.summary)
     };
-    if !r.children.is_empty() && o.ends_with('}') {
+    let mut extra = Vec::new();
+    if !r.children.is_empty() {
+        extra.push(children_json(&r.children));
+    }
+    if !r.by.is_empty() {
+        extra.push(format!("\"by\":{}", by_json(&r.by)));
+    }
+    if !r.stacks.is_empty() {
+        extra.push(format!("\"stacks\":{}", super::stacks::to_json(&r.stacks)));
+    }
+    if !extra.is_empty() && o.ends_with('}') {
         o.pop();
         o.push(',');
-        o.push_str(&children_json(&r.children));
+        o.push_str(&extra.join(","));
         o.push('}');
     }
     o
@@ -195,11 +259,15 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         events: false,
         lost: 0,
         children: Vec::new(),
+        stacks: Vec::new(),
+        by: Vec::new(),
     };
     for r in reports {
         out.events |= r.events;
         out.lost += r.lost;
         out.children.extend(r.children);
+        out.stacks.extend(r.stacks);
+        out.by.extend(r.by);
         // A row joins one of an earlier program's; two functions of one name
         // in one program (static functions) stay two rows.
         let earlier = out.summary.probes.len();
@@ -323,6 +391,8 @@ mod tests {
             events: false,
             lost: 0,
             children: Vec::new(),
+            stacks: Vec::new(),
+            by: Vec::new(),
         }
     }
 

@@ -20,14 +20,18 @@ use crate::addr::RegionOffset;
 use crate::arch::{Arch, Host};
 use crate::process::memory::Memory;
 
-/// The trampolines of the region's arenas.
+/// The trampolines of the region's arenas: each runtime block has two, the
+/// plain one and the one that calls `tp_exit_ext`.
 fn trampolines(region: &Region) -> Vec<u64> {
     let h = region.header();
     let ctx = region.addr_of(RegionOffset(layout::Header::ctx_off())).0;
     h.arenas[..h.arena_count as usize]
         .iter()
         .filter(|a| a.runtime != 0)
-        .map(|a| Host::build_runtime(a.runtime, ctx, &super::runtime::blobs()).addrs.trampoline)
+        .flat_map(|a| {
+            let addrs = Host::build_runtime(a.runtime, ctx, &super::runtime::blobs()).addrs;
+            [addrs.trampoline, addrs.trampoline_ext]
+        })
         .collect()
 }
 

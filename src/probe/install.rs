@@ -196,6 +196,9 @@ fn patch_all(
     if requests.iter().any(|r| r.kind != kind::COUNT) {
         learn_threads(stopped, mem, region)?;
     }
+    if requests.iter().any(|r| r.kind & kind::STACK != 0) {
+        learn_stacks(stopped, region, &maps)?;
+    }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
     let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
 
@@ -250,6 +253,35 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
     region.set_header(&h)
 }
 
+/// Tells the runtime where the main thread's stack is (the `[stack]`
+/// mapping: it only grows down from where it is now), and whether a thread
+/// may ask the kernel whether its stack is readable (madvise with
+/// MADV_POPULATE_READ, Linux 5.14), which the process's seccomp filters
+/// must let through: a thread whose stack bounds the runtime cannot know
+/// records only its caller.
+fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<()> {
+    let mut h = region.header();
+    if let Some(stack) = maps.iter().find(|m| m.path == "[stack]") {
+        h.ctx.main_stack_lo = stack.start;
+        h.ctx.main_stack_hi = stack.end;
+    }
+    let data = crate::process::bpf::SeccompData {
+        nr: Host::SYSCALLS.madvise as i32,
+        arch: Host::SYSCALLS.audit_arch,
+        instruction_pointer: 0,
+        args: [0x7f00_0000_0000, 4096, MADV_POPULATE_READ, 0, 0, 0],
+    };
+    let allowed = crate::process::seccomp::Filters::read(stopped.pid(), stopped.worker())
+        .map(|f| f.action(&data).permits())
+        .unwrap_or(false);
+    h.ctx.may_check_stack = allowed as u32;
+    region.set_header(&h)
+}
+
+/// `madvise`'s advice to fault pages in for reading (Linux 5.14), which
+/// fails on memory that cannot be read: how a thread checks its stack.
+const MADV_POPULATE_READ: u64 = 22;
+
 /// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
 /// tells threads apart, other than the machine and the program would have
 /// it, so that the tests run every way on one machine. `register` only
@@ -293,16 +325,41 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
 /// What a detour of `k` (bits of [`kind`]) does beyond counting.
 pub fn records_of(k: u32) -> Records {
     Records {
-        args: k & kind::ARGS != 0,
+        // The runtime is called at entry for a stack or a count by value too.
+        args: k & (kind::ARGS | kind::STACK | kind::BY) != 0,
         ret: k & kind::RET != 0,
         sample: k & kind::SAMPLE != 0,
         unwind: k & kind::UNWIND != 0,
     }
 }
 
+/// The configuration written for probe `index` of `req`: the request's,
+/// with the flags its exit reads.
+fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
+    let mut c = req.config;
+    c.flags = layout::entry_word(index, req.kind) & !layout::PROBE_MASK;
+    c
+}
+
+/// The runtime's parts a probe of kind `k` calls: the `_ext` entry for a
+/// predicate, a count by value or a stack, the `_ext` trampoline for a
+/// predicate on the return value or durations kept in the target. Other
+/// probes call the plain ones, which have none of that code.
+pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
+    let mut rt = rt;
+    if k & (kind::FILTER | kind::STACK | kind::BY) != 0 {
+        rt.entry = rt.entry_ext;
+    }
+    if k & (kind::FILTER_EXIT | kind::AGGREGATE) != 0 {
+        rt.trampoline = rt.trampoline_ext;
+    }
+    rt
+}
+
 /// Where probe `index`'s detour finds its flag, counters and runtime.
 fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Option<RuntimeAddrs>) -> DetourSpec {
     let kind = req.kind;
+    let runtime = runtime.map(|rt| runtime_for(kind, rt));
     DetourSpec {
         probe_index: index,
         records: records_of(kind),
@@ -383,6 +440,7 @@ fn write_detours(
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         region.set_budget(p.index, opts.sample_budget)?;
+        region.set_config(p.index, &config_for(req, p.index))?;
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
         crate::fault::point("after-entry");

@@ -13,13 +13,17 @@
 //! flags_off        u8[cap]    per-probe enable flag, read by every detour
 //! budgets_off      i32[cap]   per-probe samples left this epoch (tp profile)
 //! periods_off      u32[cap]   per-probe mean calls between samples (tp profile)
+//! configs_off      ProbeConfig[cap] per-probe predicates (--if), the argument
+//!                             counted by (--by), the stack to record (--stack)
 //! counters_off     rows       2^slot_bits rows of 2^stride_shift bytes; row r
 //!                             holds one u64 hit counter per probe for the
 //!                             threads that hash to r
 //! countdowns_off   rows       as many rows again: per row and probe, calls
 //!                             left before the next sample (tp profile)
 //! events_off       slots      one slot per thread that recorded an event:
-//!                             SlotHead, ring (Event[ring_len]); see runtime.c
+//!                             SlotHead, ring (Event[ring_len]), then the
+//!                             thread's aggregates (AggHead, LatEntry[],
+//!                             ByEntry[]); see runtime.c
 //! ```
 //!
 //! Beside it, each process holds a *private area* (anonymous, MAP_PRIVATE,
@@ -165,7 +169,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 4;
+pub const VERSION: u32 = 5;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -273,6 +277,21 @@ shared_struct! {
         /// Calls whose return address a return probe could not find: never
         /// expected; the process that had one was ended (SIGABRT).
         pub returns_lost: u64,
+        /// Address in the target of the per-probe configurations ([`ProbeConfig`]).
+        pub configs: u64,
+        /// Bytes from a thread slot to its aggregates ([`AggHead`]).
+        pub agg_off: u64,
+        /// The main thread's stack, as tp saw it at attach: the lowest
+        /// address of its mapping (it only grows down from there) ...
+        pub main_stack_lo: u64,
+        /// ... and its end. A stack walk reads only inside a thread's stack.
+        pub main_stack_hi: u64,
+        /// 1 if the runtime may ask the kernel whether another thread's stack
+        /// is readable (madvise MADV_POPULATE_READ: the process's seccomp
+        /// filters allow it); else only the main thread's stack is walked.
+        pub may_check_stack: u32,
+        /// Padding.
+        pub pad2: u32,
     }
 }
 
@@ -338,14 +357,18 @@ shared_struct! {
         pub tid: u32,
         /// Shadow frames in use.
         pub depth: u32,
-        /// Padding.
-        pub pad: u32,
+        /// The TID that `stack_lo` and `stack_hi` were learnt for: a new
+        /// thread that takes this state learns its own.
+        pub stack_tid: u32,
         /// Where events read the thread's TID: in its TCB, when its key is
         /// a TCB's address (the word there is the key itself, as glibc and
         /// musl keep it) and tp found the TID's offset; else `tid` above.
         pub tid_at: u64,
-        /// Padding to 64 bytes.
-        pub pad2: [u64; 2],
+        /// The part of the thread's stack known readable, from its lowest
+        /// address ... (a stack walk reads only in `[stack_lo, stack_hi)`)
+        pub stack_lo: u64,
+        /// ... to its end; 0 while not known.
+        pub stack_hi: u64,
     }
 }
 
@@ -404,6 +427,231 @@ pub mod event_kind {
     pub const EXIT: u8 = 2;
     /// An exception unwound the frame; its exit was not seen.
     pub const UNWOUND: u8 = 3;
+    /// Words of a stack that belong to the event before it in the same
+    /// ring: the probe field's low bits say how many (1 to
+    /// [`super::STACK_WORDS_PER_EVENT`]), held in `tsc` and `v`.
+    pub const STACK: u8 = 4;
+}
+
+/// Words of a stack one [`Event`] of kind [`event_kind::STACK`] carries.
+pub const STACK_WORDS_PER_EVENT: u32 = 7;
+/// The most return addresses a frame-pointer walk records.
+pub const MAX_STACK_DEPTH: u32 = 127;
+/// The most bytes of the stack's top an event copies for tp to unwind.
+pub const MAX_STACK_COPY: u32 = 16 << 10;
+
+/// The first word of a recorded stack: how it was taken and how long it is.
+pub mod stack_word {
+    /// Bits 0..8: how the stack was taken.
+    pub const MODE_MASK: u64 = 0xff;
+    /// Return addresses found by following frame pointers (the caller's
+    /// first), `count` of them.
+    pub const MODE_FRAMES: u64 = 1;
+    /// A copy of the stack's top for tp to unwind: the stack pointer, the
+    /// frame pointer and the return address at the function's entry, then
+    /// `count` words of the stack from the stack pointer up.
+    pub const MODE_COPY: u64 = 2;
+    /// Bit 8: the walk stopped at the depth asked for (or the copy at its
+    /// length), not at the stack's end.
+    pub const TRUNCATED: u64 = 1 << 8;
+    /// Bit 9: the thread's stack bounds were not known: only the return
+    /// address at the stack pointer was read.
+    pub const NO_BOUNDS: u64 = 1 << 9;
+    /// Where the count of words that follow sits.
+    pub const COUNT_SHIFT: u32 = 16;
+}
+
+/// The predicate bytecode the runtime interprets (`--if`): a stack machine
+/// of at most [`FILTER_DEPTH`] values over a program of at most
+/// [`FILTER_WORDS`] words, each word an operation in its low byte (and for
+/// [`filter_op::ARG`] a register and how to extend it). tp validates a
+/// program before writing it; the runtime checks every step again (the
+/// target can write the region), and a program that goes wrong selects
+/// the call.
+pub mod filter_op {
+    /// End: the result is the one value left.
+    pub const END: u64 = 0;
+    /// Push a value: bits 8..16 say which (0-5 the integer argument
+    /// registers, 6 the return value), bits 16..24 how to extend it
+    /// ([`super::filter_ext`]).
+    pub const ARG: u64 = 1;
+    /// Push the next word.
+    pub const IMM: u64 = 2;
+    /// Pop b, a; push a == b.
+    pub const EQ: u64 = 3;
+    /// a != b.
+    pub const NE: u64 = 4;
+    /// a < b as signed integers.
+    pub const LT_S: u64 = 5;
+    /// a <= b signed.
+    pub const LE_S: u64 = 6;
+    /// a < b unsigned.
+    pub const LT_U: u64 = 7;
+    /// a <= b unsigned.
+    pub const LE_U: u64 = 8;
+    /// Both non-zero.
+    pub const AND: u64 = 9;
+    /// Either non-zero.
+    pub const OR: u64 = 10;
+    /// Pop a; push a == 0.
+    pub const NOT: u64 = 11;
+    /// The largest operation.
+    pub const LAST: u64 = NOT;
+}
+
+/// How [`filter_op::ARG`] extends a register's low bytes to 64 bits (a C
+/// `int` argument leaves the register's high half undefined).
+pub mod filter_ext {
+    /// The whole register.
+    pub const U64: u64 = 0;
+    /// Sign-extend the low byte.
+    pub const I8: u64 = 1;
+    /// Zero-extend the low byte.
+    pub const U8: u64 = 2;
+    /// Sign-extend the low 16 bits.
+    pub const I16: u64 = 3;
+    /// Zero-extend the low 16 bits.
+    pub const U16: u64 = 4;
+    /// Sign-extend the low 32 bits.
+    pub const I32: u64 = 5;
+    /// Zero-extend the low 32 bits.
+    pub const U32: u64 = 6;
+    /// The largest.
+    pub const LAST: u64 = U32;
+}
+
+/// Words of one predicate program.
+pub const FILTER_WORDS: usize = 15;
+/// Values a predicate's stack holds.
+pub const FILTER_DEPTH: usize = 8;
+/// The value [`filter_op::ARG`] names for the return value.
+pub const FILTER_RET: u64 = 6;
+
+shared_struct! {
+    /// What one probe records beyond its kind (`struct tp_probe_config`):
+    /// its predicates, the argument its calls are counted by, its stack.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct ProbeConfig as "tp_probe_config" {
+        /// The predicate on the arguments, run at entry (`entry_flags::FILTER`).
+        pub entry: [u64; FILTER_WORDS],
+        /// The predicate on the return value, run at exit (`entry_flags::FILTER_EXIT`).
+        pub exit: [u64; FILTER_WORDS],
+        /// `--by`: the argument register (bits 0..8) and how it is extended
+        /// (bits 8..16, a `filter_ext`).
+        pub by: u32,
+        /// `--stack`: frame-pointer walk depth, or 0.
+        pub stack_depth: u32,
+        /// `--stack`: bytes of the stack's top to copy for tp to unwind, or 0.
+        pub stack_copy: u32,
+        /// The probe's [`entry_flags`], for `tp_exit_ext` (an exit knows
+        /// its probe, not its flags).
+        pub flags: u32,
+    }
+}
+
+/// Log-linear buckets per power of two of a [`LatEntry`] (`2^LAT_SUB_BITS`).
+pub const LAT_SUB_BITS: u32 = 3;
+/// Buckets of a [`LatEntry`]: every power of two of ticks, each in
+/// `2^LAT_SUB_BITS` parts.
+pub const LAT_BUCKETS: usize = 64 << LAT_SUB_BITS;
+/// Functions a thread aggregates latency for; a call of another one is
+/// sent through the ring as an ordinary exit event.
+pub const AGG_LAT_ENTRIES: usize = 32;
+/// (function, value) pairs a thread counts for `--by`; more are counted as
+/// overflow.
+pub const AGG_BY_ENTRIES: usize = 512;
+/// Places a lookup probes in a thread's aggregate tables before giving up.
+pub const AGG_PROBES: u32 = 16;
+/// log2 of [`AGG_BY_ENTRIES`].
+pub const AGG_BY_BITS: u32 = AGG_BY_ENTRIES.trailing_zeros();
+/// The most bytes above the stack pointer a thread's stack may reach for
+/// the runtime to take the thread's TCB as its stack's end (glibc and musl
+/// keep it at the top of the block the stack lies in).
+pub const MAX_THREAD_STACK: u64 = 1 << 30;
+
+shared_struct! {
+    /// The head of a thread's aggregates (`struct tp_agg`), after its ring.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct AggHead as "tp_agg" {
+        /// Calls `--by` could not count: the thread's table was full.
+        pub by_overflow: u64,
+        /// Padding to a cache line.
+        pub pad: [u64; 7],
+    }
+}
+
+shared_struct! {
+    /// One function's latency on one thread (`struct tp_lat`): written by
+    /// that thread alone, read by tp.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct LatEntry as "tp_lat" {
+        /// The probe's index plus one; 0 while free.
+        pub probe: u32,
+        /// Padding.
+        pub pad: u32,
+        /// Calls timed.
+        pub count: u64,
+        /// Sum of their durations, ticks.
+        pub sum: u64,
+        /// Shortest, ticks.
+        pub min: u64,
+        /// Longest, ticks.
+        pub max: u64,
+        /// Padding to a cache line.
+        pub pad2: [u64; 3],
+        /// Calls per bucket ([`lat_bucket`]).
+        pub buckets: [u64; LAT_BUCKETS],
+    }
+}
+
+shared_struct! {
+    /// One (function, argument value) count on one thread (`struct tp_by`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct ByEntry as "tp_by" {
+        /// The probe's index plus one; 0 while free.
+        pub probe: u32,
+        /// Padding.
+        pub pad: u32,
+        /// The argument's value.
+        pub value: u64,
+        /// Calls with it.
+        pub count: u64,
+        /// Padding.
+        pub pad2: u64,
+    }
+}
+
+impl Default for LatEntry {
+    fn default() -> LatEntry {
+        LatEntry { probe: 0, pad: 0, count: 0, sum: 0, min: 0, max: 0, pad2: [0; 3], buckets: [0; LAT_BUCKETS] }
+    }
+}
+
+/// Bytes of a thread's aggregates: [`AggHead`], its [`LatEntry`] table,
+/// its [`ByEntry`] table.
+pub const AGG_SIZE: u64 = (std::mem::size_of::<AggHead>()
+    + AGG_LAT_ENTRIES * std::mem::size_of::<LatEntry>()
+    + AGG_BY_ENTRIES * std::mem::size_of::<ByEntry>()) as u64;
+
+/// The bucket of a duration of `ticks` in a [`LatEntry`] (what runtime.c computes).
+pub fn lat_bucket(ticks: u64) -> usize {
+    if ticks < (1 << LAT_SUB_BITS) {
+        return ticks as usize;
+    }
+    let power = 63 - ticks.leading_zeros();
+    let sub = (ticks >> (power - LAT_SUB_BITS)) & ((1 << LAT_SUB_BITS) - 1);
+    (((power - LAT_SUB_BITS + 1) << LAT_SUB_BITS) as u64 + sub) as usize
+}
+
+/// The smallest duration, in ticks, of bucket `b` ([`lat_bucket`]).
+pub fn lat_bucket_low(b: usize) -> u64 {
+    let sub_n = 1usize << LAT_SUB_BITS;
+    if b < sub_n {
+        return b as u64;
+    }
+    let power = (b >> LAT_SUB_BITS) as u32 + LAT_SUB_BITS - 1;
+    let sub = (b & (sub_n - 1)) as u64;
+    ((1u64 << LAT_SUB_BITS) + sub) << (power - LAT_SUB_BITS)
 }
 
 /// Flags passed to the runtime's `tp_entry` with the probe index.
@@ -415,6 +663,17 @@ pub mod entry_flags {
     /// Spend one of the probe's sample budget (the detour calls the runtime
     /// only while the budget is positive).
     pub const SAMPLE: u32 = 1 << (super::KIND_SHIFT + 2);
+    /// Record the call's stack with its entry event ([`super::ProbeConfig`]).
+    pub const STACK: u32 = 1 << (super::KIND_SHIFT + 3);
+    /// Record the call only if its entry predicate holds.
+    pub const FILTER: u32 = 1 << (super::KIND_SHIFT + 4);
+    /// Record the exit only if its exit predicate holds.
+    pub const FILTER_EXIT: u32 = 1 << (super::KIND_SHIFT + 5);
+    /// Add the exit's duration to the thread's histogram instead of
+    /// sending an exit event.
+    pub const AGGREGATE: u32 = 1 << (super::KIND_SHIFT + 6);
+    /// Count the call by the value of an argument ([`super::ProbeConfig::by`]).
+    pub const BY: u32 = 1 << (super::KIND_SHIFT + 7);
 }
 
 /// The constants runtime.c shares, by the names build.rs gives them in its
@@ -428,6 +687,48 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_RECORD_ENTRY", entry_flags::RECORD_ENTRY as u64),
     ("TP_HIJACK_RETURN", entry_flags::HIJACK_RETURN as u64),
     ("TP_SAMPLE", entry_flags::SAMPLE as u64),
+    ("TP_STACK", entry_flags::STACK as u64),
+    ("TP_FILTER", entry_flags::FILTER as u64),
+    ("TP_FILTER_EXIT", entry_flags::FILTER_EXIT as u64),
+    ("TP_AGGREGATE", entry_flags::AGGREGATE as u64),
+    ("TP_BY", entry_flags::BY as u64),
+    ("TP_STACK_RECORD", event_kind::STACK as u64),
+    ("TP_STACK_WORDS_PER_EVENT", STACK_WORDS_PER_EVENT as u64),
+    ("TP_MAX_STACK_DEPTH", MAX_STACK_DEPTH as u64),
+    ("TP_MAX_STACK_COPY", MAX_STACK_COPY as u64),
+    ("TP_STACK_FRAMES", stack_word::MODE_FRAMES),
+    ("TP_STACK_COPY", stack_word::MODE_COPY),
+    ("TP_STACK_TRUNCATED", stack_word::TRUNCATED),
+    ("TP_STACK_NO_BOUNDS", stack_word::NO_BOUNDS),
+    ("TP_STACK_COUNT_SHIFT", stack_word::COUNT_SHIFT as u64),
+    ("TP_FOP_END", filter_op::END),
+    ("TP_FOP_ARG", filter_op::ARG),
+    ("TP_FOP_IMM", filter_op::IMM),
+    ("TP_FOP_EQ", filter_op::EQ),
+    ("TP_FOP_NE", filter_op::NE),
+    ("TP_FOP_LT_S", filter_op::LT_S),
+    ("TP_FOP_LE_S", filter_op::LE_S),
+    ("TP_FOP_LT_U", filter_op::LT_U),
+    ("TP_FOP_LE_U", filter_op::LE_U),
+    ("TP_FOP_AND", filter_op::AND),
+    ("TP_FOP_OR", filter_op::OR),
+    ("TP_FOP_NOT", filter_op::NOT),
+    ("TP_FEXT_I8", filter_ext::I8),
+    ("TP_FEXT_U8", filter_ext::U8),
+    ("TP_FEXT_I16", filter_ext::I16),
+    ("TP_FEXT_U16", filter_ext::U16),
+    ("TP_FEXT_I32", filter_ext::I32),
+    ("TP_FEXT_U32", filter_ext::U32),
+    ("TP_FILTER_WORDS", FILTER_WORDS as u64),
+    ("TP_FILTER_DEPTH", FILTER_DEPTH as u64),
+    ("TP_FILTER_RET", FILTER_RET),
+    ("TP_LAT_SUB_BITS", LAT_SUB_BITS as u64),
+    ("TP_LAT_BUCKETS", LAT_BUCKETS as u64),
+    ("TP_AGG_LAT_ENTRIES", AGG_LAT_ENTRIES as u64),
+    ("TP_AGG_BY_ENTRIES", AGG_BY_ENTRIES as u64),
+    ("TP_AGG_PROBES", AGG_PROBES as u64),
+    ("TP_AGG_BY_BITS", AGG_BY_BITS as u64),
+    ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
     ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),
@@ -447,15 +748,36 @@ pub fn c_structs() -> Vec<CStruct> {
         SlotHead::c_struct(),
         Proc::c_struct(),
         ThreadState::c_struct(),
+        ProbeConfig::c_struct(),
+        AggHead::c_struct(),
+        LatEntry::c_struct(),
+        ByEntry::c_struct(),
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 120);
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 160);
+const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 256);
+const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
+const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
+const _: () = assert!(std::mem::size_of::<AggHead>() == 64);
+const _: () = assert!(AGG_LAT_ENTRIES.is_power_of_two() && AGG_BY_ENTRIES.is_power_of_two());
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 64);
 const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
 const _: () = assert!(event_kind::UNWOUND as u32 <= u32::MAX >> KIND_SHIFT);
-const _: () = assert!((entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE) & PROBE_MASK == 0);
+const _: () = assert!(
+    (entry_flags::RECORD_ENTRY
+        | entry_flags::HIJACK_RETURN
+        | entry_flags::SAMPLE
+        | entry_flags::STACK
+        | entry_flags::FILTER
+        | entry_flags::FILTER_EXIT
+        | entry_flags::AGGREGATE
+        | entry_flags::BY)
+        & PROBE_MASK
+        == 0
+);
+const _: () = assert!(MAX_CAPACITY - 1 <= PROBE_MASK);
 const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
 const _: () = assert!(std::mem::size_of::<Frame>() == 64);
 const _: () = assert!(std::mem::size_of::<Event>() == 64);
@@ -492,6 +814,8 @@ pub struct Header {
     pub counters_off: u64,
     /// Offset of the countdown rows.
     pub countdowns_off: u64,
+    /// Offset of the probe configurations.
+    pub configs_off: u64,
     /// Address of the region in the target.
     pub target_addr: u64,
     /// Incremented by every change to the entries.
@@ -555,6 +879,18 @@ pub mod kind {
     /// Samples: times a budget of calls per epoch, then only counts until
     /// tp gives it a new budget (tp profile).
     pub const SAMPLE: u32 = 8;
+    /// Records the call's stack with its entry event (`--stack`).
+    pub const STACK: u32 = 16;
+    /// Records a call only if its arguments satisfy a predicate (`--if`).
+    pub const FILTER: u32 = 32;
+    /// Records an exit only if its return value satisfies a predicate.
+    pub const FILTER_EXIT: u32 = 64;
+    /// Keeps exits as per-thread histograms in the region, not as events.
+    pub const AGGREGATE: u32 = 128;
+    /// Counts calls per value of an argument in the region (`--by`).
+    pub const BY: u32 = 256;
+    /// Whatever makes a probe call the runtime at a function's entry.
+    pub const CALLS_AT_ENTRY: u32 = ARGS | RET | STACK | BY;
 }
 
 /// The word a detour passes to the runtime's `tp_entry` for probe `index`
@@ -569,6 +905,17 @@ pub fn entry_word(index: u32, k: u32) -> u32 {
     }
     if k & kind::SAMPLE != 0 {
         word |= entry_flags::SAMPLE;
+    }
+    for (bit, flag) in [
+        (kind::STACK, entry_flags::STACK),
+        (kind::FILTER, entry_flags::FILTER),
+        (kind::FILTER_EXIT, entry_flags::FILTER_EXIT),
+        (kind::AGGREGATE, entry_flags::AGGREGATE),
+        (kind::BY, entry_flags::BY),
+    ] {
+        if k & bit != 0 {
+            word |= flag;
+        }
     }
     word
 }
@@ -702,6 +1049,8 @@ pub struct Geometry {
     pub counters_off: u64,
     /// Offset of the countdown rows.
     pub countdowns_off: u64,
+    /// Offset of the probe configurations.
+    pub configs_off: u64,
     /// log2 of the row stride.
     pub stride_shift: u32,
     /// Total bytes.
@@ -718,15 +1067,16 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
     let flags_off = probes_off + capacity as u64 * ENTRY_SIZE;
     let budgets_off = (flags_off + capacity as u64).next_multiple_of(64);
     let periods_off = budgets_off + 4 * capacity as u64;
-    let counters_off = (periods_off + 4 * capacity as u64).next_multiple_of(page);
+    let configs_off = (periods_off + 4 * capacity as u64).next_multiple_of(page);
+    let counters_off =
+        (configs_off + capacity as u64 * std::mem::size_of::<ProbeConfig>() as u64).next_multiple_of(page);
     // A row holds one u64 per probe; a power-of-two stride lets detours find a row with a shift.
     let stride_shift = (capacity as u64 * 8).trailing_zeros();
     let rows_size = (1u64 << SLOT_BITS) * (1u64 << stride_shift);
     let countdowns_off = counters_off + rows_size;
     let events_off = countdowns_off + rows_size;
     let ring_len = ring_len.clamp(4, MAX_RING_LEN).next_power_of_two();
-    let slot_size = (std::mem::size_of::<SlotHead>() as u64 + ring_len as u64 * std::mem::size_of::<Event>() as u64)
-        .next_multiple_of(page);
+    let slot_size = (agg_off_in_slot(ring_len) + AGG_SIZE).next_multiple_of(page);
     let total_size = events_off + (1u64 << EVENT_SLOT_BITS) * slot_size;
     Geometry {
         capacity,
@@ -736,12 +1086,19 @@ pub fn geometry(probes: u32, ring_len: u32) -> Geometry {
         periods_off,
         counters_off,
         countdowns_off,
+        configs_off,
         stride_shift,
         events_off,
         slot_size,
         ring_len,
         total_size,
     }
+}
+
+/// Bytes from a thread slot to its aggregates, for rings of `ring_len` events.
+pub fn agg_off_in_slot(ring_len: u32) -> u64 {
+    (std::mem::size_of::<SlotHead>() as u64 + ring_len as u64 * std::mem::size_of::<Event>() as u64)
+        .next_multiple_of(64)
 }
 
 /// Where everything lives in a process's private area: the [`Proc`] page,
@@ -782,6 +1139,7 @@ impl Header {
             periods_off: g.periods_off,
             counters_off: g.counters_off,
             countdowns_off: g.countdowns_off,
+            configs_off: g.configs_off,
             target_addr,
             generation: 0,
             arena_count: 0,
@@ -805,6 +1163,12 @@ impl Header {
                 key_how: key_how::UNKNOWN,
                 pad: 0,
                 returns_lost: 0,
+                configs: target_addr + g.configs_off,
+                agg_off: agg_off_in_slot(g.ring_len),
+                main_stack_lo: 0,
+                main_stack_hi: 0,
+                may_check_stack: 0,
+                pad2: 0,
             },
             arenas: [Arena::default(); MAX_ARENAS],
         }
@@ -830,6 +1194,16 @@ impl Header {
     /// Offset of entry `i`.
     pub fn entry_off(&self, i: u32) -> u64 {
         self.probes_off + i as u64 * ENTRY_SIZE
+    }
+
+    /// Offset of probe `i`'s configuration.
+    pub fn config_off(&self, i: u32) -> u64 {
+        self.configs_off + i as u64 * std::mem::size_of::<ProbeConfig>() as u64
+    }
+
+    /// Offset of the aggregates of the thread slot at `slot_off`.
+    pub fn agg_off(&self, slot_off: u64) -> u64 {
+        slot_off + self.ctx.agg_off
     }
 
     /// Offset of probe `i`'s counter in row `row`.
@@ -858,6 +1232,14 @@ unsafe impl Plain for Event {}
 unsafe impl Plain for ThreadState {}
 // SAFETY: as above.
 unsafe impl Plain for Frame {}
+// SAFETY: as above.
+unsafe impl Plain for ProbeConfig {}
+// SAFETY: as above.
+unsafe impl Plain for AggHead {}
+// SAFETY: as above.
+unsafe impl Plain for LatEntry {}
+// SAFETY: as above.
+unsafe impl Plain for ByEntry {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {
@@ -888,7 +1270,9 @@ mod tests {
         assert_eq!(g.countdowns_off, g.counters_off + 64 * 4096 * 8);
         assert_eq!(g.events_off, g.countdowns_off + 64 * 4096 * 8);
         assert_eq!(g.slot_size % 4096, 0);
-        assert!(g.slot_size >= 192 + 2048 * 64);
+        assert!(g.slot_size >= 192 + 2048 * 64 + AGG_SIZE);
+        assert_eq!(g.configs_off % 4096, 0);
+        assert!(g.counters_off >= g.configs_off + 4096 * 256);
         let p = private_geometry();
         assert_eq!(p.thread_size, 64 + 128 * 64);
         assert_eq!(p.size % 4096, 0);
@@ -942,6 +1326,30 @@ mod tests {
         assert_eq!(entry_word(3, kind::ARGS | kind::RET), 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN);
         assert_eq!(entry_word(7, kind::RET | kind::SAMPLE), 7 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE);
         assert_eq!(entry_word(PROBE_MASK, kind::UNWIND) & PROBE_MASK, PROBE_MASK);
+    }
+
+    #[test]
+    fn latency_buckets_are_log_linear_and_monotonic() {
+        for t in 0..16 {
+            assert_eq!(lat_bucket(t), t as usize, "below 2 << LAT_SUB_BITS every tick has its bucket");
+        }
+        assert_eq!((lat_bucket(16), lat_bucket(17), lat_bucket(18), lat_bucket(31)), (16, 16, 17, 23));
+        let mut last = 0;
+        for t in (0..20).chain((5..64).flat_map(|p| [1u64 << p, (1u64 << p) + 1, (3u64 << (p - 1)) - 1])) {
+            let b = lat_bucket(t);
+            assert!(b < LAT_BUCKETS && b >= last, "{t}");
+            assert!(lat_bucket_low(b) <= t && t < lat_bucket_low(b + 1), "{t}");
+            last = b;
+        }
+        assert_eq!(lat_bucket(u64::MAX), ((65 - LAT_SUB_BITS as usize) << LAT_SUB_BITS) - 1);
+    }
+
+    #[test]
+    fn new_kinds_set_their_flags() {
+        let w = entry_word(5, kind::ARGS | kind::STACK | kind::FILTER | kind::BY);
+        assert_eq!(w, 5 | entry_flags::RECORD_ENTRY | entry_flags::STACK | entry_flags::FILTER | entry_flags::BY);
+        let w = entry_word(5, kind::RET | kind::AGGREGATE | kind::FILTER_EXIT);
+        assert_eq!(w, 5 | entry_flags::HIJACK_RETURN | entry_flags::AGGREGATE | entry_flags::FILTER_EXIT);
     }
 
     #[test]

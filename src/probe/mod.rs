@@ -8,6 +8,7 @@
 pub mod acquire;
 pub mod arena;
 pub mod family;
+pub mod filter;
 pub mod frames;
 pub mod install;
 pub mod layout;
@@ -40,4 +41,7 @@ pub struct Request {
     pub kind: u32,
     /// The function's calling convention: which registers an entry event records.
     pub abi: Abi,
+    /// What it records beyond its kind: predicates, the argument counted
+    /// by, the stack (written to the region before the probe goes live).
+    pub config: layout::ProbeConfig,
 }

@@ -307,6 +307,15 @@ impl Region {
         self.write(std::mem::offset_of!(Header, generation) as u64, &h.generation.to_le_bytes())
     }
 
+    /// Writes probe `i`'s configuration ([`layout::ProbeConfig`]).
+    pub fn set_config(&self, i: u32, c: &layout::ProbeConfig) -> Result<()> {
+        let h = self.header();
+        if i >= h.capacity {
+            bail!("entry {i} is past the capacity of tp's data region ({})", h.capacity);
+        }
+        self.write(h.config_off(i), layout::bytes_of(c))
+    }
+
     /// Sets only the state of entry `i`.
     pub fn set_state(&self, i: u32, s: State) -> Result<()> {
         let mut e = self.entry(i);

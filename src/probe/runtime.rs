@@ -10,5 +10,7 @@ pub fn blobs() -> RuntimeBlobs {
         entry: include_bytes!(concat!(env!("OUT_DIR"), "/tp_entry.bin")),
         exit: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit.bin")),
         unwind: include_bytes!(concat!(env!("OUT_DIR"), "/tp_unwind.bin")),
+        entry_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_entry_ext.bin")),
+        exit_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_ext.bin")),
     }
 }

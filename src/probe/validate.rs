@@ -28,7 +28,16 @@ pub const MAX_ARENA: u64 = 64 << 20;
 /// The largest PID Linux hands out (PID_MAX_LIMIT).
 const PID_MAX: u32 = 1 << 22;
 /// Every bit of [`kind`] tp knows.
-const KINDS: u32 = kind::COUNT | kind::ARGS | kind::RET | kind::UNWIND | kind::SAMPLE;
+const KINDS: u32 = kind::COUNT
+    | kind::ARGS
+    | kind::RET
+    | kind::UNWIND
+    | kind::SAMPLE
+    | kind::STACK
+    | kind::FILTER
+    | kind::FILTER_EXIT
+    | kind::AGGREGATE
+    | kind::BY;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is
@@ -65,8 +74,9 @@ pub fn header(h: &Header, len: u64) -> Result<(), String> {
         ));
     }
     let g = layout::geometry(h.capacity, ring_len);
-    let sizes_fit = (h.probes_off, h.flags_off, h.budgets_off, h.periods_off)
-        == (g.probes_off, g.flags_off, g.budgets_off, g.periods_off)
+    let sizes_fit = (h.probes_off, h.flags_off, h.budgets_off, h.periods_off, h.configs_off)
+        == (g.probes_off, g.flags_off, g.budgets_off, g.periods_off, g.configs_off)
+        && h.ctx.agg_off == layout::agg_off_in_slot(g.ring_len)
         && (h.counters_off, h.countdowns_off, h.events_off) == (g.counters_off, g.countdowns_off, g.events_off)
         && (h.stride_shift, h.total_size, h.slot_bits) == (g.stride_shift, g.total_size, layout::SLOT_BITS)
         && (h.ctx.slot_size, h.ctx.slot_bits, h.ctx.shadow_len)
@@ -82,8 +92,8 @@ pub fn header(h: &Header, len: u64) -> Result<(), String> {
     if at == 0 || !at.is_multiple_of(4096) || at.checked_add(h.total_size).is_none_or(|end| end > USER_END) {
         return corrupt(format!("address {at:#x}"));
     }
-    let addresses = (h.ctx.slots, h.ctx.flags, h.ctx.budgets, h.ctx.periods)
-        == (at + g.events_off, at + g.flags_off, at + g.budgets_off, at + g.periods_off);
+    let addresses = (h.ctx.slots, h.ctx.flags, h.ctx.budgets, h.ctx.periods, h.ctx.configs)
+        == (at + g.events_off, at + g.flags_off, at + g.budgets_off, at + g.periods_off, at + g.configs_off);
     if !addresses {
         return corrupt("the runtime's addresses are not the region's".into());
     }
@@ -197,6 +207,11 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     if live.ctx.key_how <= layout::key_how::TCB_REGISTER {
         h.ctx.key_how = live.ctx.key_how;
     }
+    // Where the main thread's stack is, and whether threads may check
+    // theirs: tp writes them at attach; the runtime only reads them.
+    let (lo, hi) = (live.ctx.main_stack_lo, live.ctx.main_stack_hi);
+    (h.ctx.main_stack_lo, h.ctx.main_stack_hi) = if lo <= hi && hi <= USER_END { (lo, hi) } else { (0, 0) };
+    h.ctx.may_check_stack = live.ctx.may_check_stack.min(1);
     h
 }
 
@@ -274,6 +289,9 @@ mod tests {
         assert!(header_err(|h| h.ctx.shadow_len = 1 << 30).contains("inconsistent sizes"));
         assert!(header_err(|h| h.target_addr = !4095).contains("address"));
         assert!(header_err(|h| h.ctx.slots = 0x1000).contains("runtime's addresses"));
+        assert!(header_err(|h| h.ctx.configs += 8).contains("runtime's addresses"));
+        assert!(header_err(|h| h.configs_off += 8).contains("inconsistent sizes"));
+        assert!(header_err(|h| h.ctx.agg_off = 0).contains("inconsistent sizes"));
         assert!(header_err(|h| h.arena_count = 65).contains("65 code arenas"));
         assert!(header_err(|h| h.arenas[0].used = h.arenas[0].size + 1).contains("code arena 0"));
         assert!(header_err(|h| h.arenas[0].size = 1 << 40).contains("code arena 0"));
@@ -322,7 +340,11 @@ mod tests {
         live.arena_count = 1000;
         live.arenas[1] = Arena { addr: 0x1000, size: 0, used: 5, runtime: 0 };
         live.generation = 7;
+        live.ctx.main_stack_lo = 0x7ffc_0000_0000;
+        live.ctx.main_stack_hi = 0x7ffb_0000_0000;
+        live.ctx.may_check_stack = 9;
         let h = sanitize(&live, &fixed);
+        assert_eq!((h.ctx.main_stack_lo, h.ctx.main_stack_hi, h.ctx.may_check_stack), (0, 0, 1));
         assert_eq!((h.capacity, h.count, h.stride_shift), (fixed.capacity, fixed.capacity, fixed.stride_shift));
         assert_eq!((h.ctx.slot_bits, h.ctx.ring_mask, h.generation), (fixed.ctx.slot_bits, fixed.ctx.ring_mask, 7));
         assert_eq!(h.arena_count as usize, layout::MAX_ARENAS);

@@ -6,10 +6,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Options, Selection, resolve, unwind};
+use super::{Options, Selection, StackMode, resolve, unwind};
+use crate::escape as text;
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::format::ProbeInfo;
+use crate::events::predicate;
 use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
@@ -35,6 +37,8 @@ pub struct Attached {
     owner: u32,
     /// What the probes record (bits of `probe::layout::kind`).
     kind: u32,
+    /// What was asked: predicates, counts by value, stacks of new probes.
+    selection: Selection,
     install_opts: install::Options,
     /// The event clock, started with the attach.
     pub clock: Clock,
@@ -145,7 +149,7 @@ impl Attached {
             );
         }
         let refused = resolved.refused.len();
-        let (requests, infos) = batch(modules, resolved, what.kind, existing.as_ref())?;
+        let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
         let mem = Memory::open(pid)?;
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
         let discard = what.kind != kind::COUNT;
@@ -159,6 +163,7 @@ impl Attached {
             probes: done.report.installed,
             owner,
             kind: what.kind,
+            selection: what.clone(),
             install_opts: opts,
             clock,
             infos,
@@ -186,7 +191,7 @@ impl Attached {
                 bail!("tp's data region is no longer mapped in process {pid}");
             };
             let existing = Region::open(pid, mapping)?;
-            let (requests, infos) = batch(modules, resolved, self.kind, Some(&existing))?;
+            let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let done = install(pid, &self.mem, None, Some(existing), &requests, self.install_opts, false)?;
             crate::symbols::saved::start();
             Ok((done, infos, refused))
@@ -237,6 +242,26 @@ impl Attached {
     /// The entry indexes of the user's probes, in request order.
     pub fn indexes(&self) -> Vec<u32> {
         self.user_probes().map(|p| p.index).collect()
+    }
+
+    /// The entry index of every probe, tp's own included, in [`Attached::infos`] order.
+    pub fn all_indexes(&self) -> Vec<u32> {
+        self.probes.iter().map(|p| p.index).collect()
+    }
+
+    /// The runtime address of probe `i`'s function (in [`Attached::infos`] order).
+    pub fn function_addr(&self, i: usize) -> u64 {
+        self.probes.get(i).map_or(0, |p| p.request.function.addr.0)
+    }
+
+    /// The configuration of probe `i` (in [`Attached::infos`] order).
+    pub fn probe_config(&self, i: usize) -> crate::probe::layout::ProbeConfig {
+        self.probes.get(i).map_or_else(Default::default, |p| p.request.config)
+    }
+
+    /// What was asked: predicates, counts by value, stacks.
+    pub fn selection(&self) -> &Selection {
+        &self.selection
     }
 
     /// What probe `i` (in [`Attached::infos`] order) records.
@@ -318,32 +343,73 @@ impl Attached {
 }
 
 /// The requests of one install, tp's unwinder probes added when returns
-/// are recorded, and what tp knows of each for its events.
+/// are recorded, and what tp knows of each for its events. Each request
+/// gets its configuration: the predicate compiled for its function (a
+/// false one costs the target no event), the argument it is counted by,
+/// the stack it records.
 fn batch(
     modules: &ProcessModules,
     resolved: resolve::Resolved,
-    k: u32,
+    what: &Selection,
     existing: Option<&Region>,
 ) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
+    let k = what.kind;
     let mut requests = resolved.requests;
     if k & kind::RET != 0 {
         requests.extend(unwind::unwinder_requests(modules, existing)?);
     }
-    let infos = requests
-        .iter()
-        .map(|r| {
-            let dwarf = (r.kind & (kind::ARGS | kind::RET) != 0)
-                .then(|| {
-                    let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
-                    m.dwarf_at(r.function.bias.file(r.function.addr))
-                })
-                .flatten();
-            // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
-            let name = crate::symbols::demangle::strip_arguments(&r.function.name);
-            ProbeInfo { name, module: r.function.module.clone(), dwarf }
-        })
-        .collect();
+    let predicate = what
+        .predicate
+        .as_deref()
+        .map(|text| predicate::parse(text).map_err(|why| anyhow::anyhow!("--if `{}`: {why}", text::text(text))))
+        .transpose()?;
+    let mut infos = Vec::with_capacity(requests.len());
+    for r in &mut requests {
+        let wants_dwarf = r.kind & (kind::ARGS | kind::RET) != 0
+            || (r.kind & kind::UNWIND == 0 && (what.predicate.is_some() || what.by.is_some()));
+        let dwarf = wants_dwarf
+            .then(|| {
+                let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
+                m.dwarf_at(r.function.bias.file(r.function.addr))
+            })
+            .flatten();
+        // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
+        let name = crate::symbols::demangle::strip_arguments(&r.function.name);
+        let info = ProbeInfo { name, module: r.function.module.clone(), dwarf };
+        if r.kind & kind::UNWIND == 0 {
+            configure(r, &info, what, predicate.as_ref())?;
+        }
+        infos.push(info);
+    }
     Ok((requests, infos))
+}
+
+/// Sets `r`'s configuration and the kind bits that go with it.
+fn configure(r: &mut Request, info: &ProbeInfo, what: &Selection, predicate: Option<&predicate::Expr>) -> Result<()> {
+    let function = text::text(&info.name);
+    if let Some(e) = predicate {
+        let c = predicate::compile(e, info, r.kind & kind::RET != 0).map_err(|why| {
+            anyhow::anyhow!("--if `{}` in `{function}`: {why}", text::text(what.predicate.as_deref().unwrap_or("")))
+        })?;
+        if !c.entry.is_empty() {
+            r.kind |= kind::FILTER;
+            r.config.entry[..c.entry.len()].copy_from_slice(&c.entry);
+        }
+        if !c.exit.is_empty() {
+            r.kind |= kind::FILTER_EXIT;
+            r.config.exit[..c.exit.len()].copy_from_slice(&c.exit);
+        }
+    }
+    if let Some(arg) = &what.by {
+        r.config.by = predicate::by_word(arg, info)
+            .map_err(|why| anyhow::anyhow!("--by `{}` in `{function}`: {why}", text::text(arg)))?;
+    }
+    match what.stack {
+        Some(StackMode::FramePointers { depth }) => r.config.stack_depth = depth,
+        Some(StackMode::Unwind { bytes, .. }) => r.config.stack_copy = bytes,
+        None => {}
+    }
+    Ok(())
 }
 
 /// What one install transaction left.
@@ -380,6 +446,7 @@ fn install(
     let lost_at_start = Drainer::lost_parts(&region);
     if discard {
         Drainer::discard_unread(&region)?;
+        crate::events::aggregates::clear(&region)?;
     }
     let stop_time = stopped.resume();
     Ok(Done { region, report, stop_time, worker_time: worker_started.elapsed(), lost_at_start })

@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use super::attached::Attached;
 use super::family::Family;
@@ -129,10 +129,18 @@ impl Member {
                             events: true,
                             lost: 0,
                             children: Vec::new(),
+                            stacks: Vec::new(),
+                            by: Vec::new(),
                         },
-                        None => {
-                            ProcessReport { summary, latency: Vec::new(), events: false, lost: 0, children: Vec::new() }
-                        }
+                        None => ProcessReport {
+                            summary,
+                            latency: Vec::new(),
+                            events: false,
+                            lost: 0,
+                            children: Vec::new(),
+                            stacks: Vec::new(),
+                            by: Vec::new(),
+                        },
                     }
                 }
             })
@@ -381,7 +389,15 @@ impl Group {
                 p.events = t.events_per_process().clone();
                 t.end(&p.attached, summary)
             }
-            None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0, children: Vec::new() },
+            None => ProcessReport {
+                summary,
+                latency: Vec::new(),
+                events: false,
+                lost: 0,
+                children: Vec::new(),
+                stacks: Vec::new(),
+                by: Vec::new(),
+            },
         });
     }
 
@@ -539,7 +555,15 @@ impl Group {
                     p.events = t.events_per_process().clone();
                     t.end(&p.attached, summary)
                 }
-                None => ProcessReport { summary, latency: Vec::new(), events: false, lost: 0, children: Vec::new() },
+                None => ProcessReport {
+                    summary,
+                    latency: Vec::new(),
+                    events: false,
+                    lost: 0,
+                    children: Vec::new(),
+                    stacks: Vec::new(),
+                    by: Vec::new(),
+                },
             });
         }
         if let Some(e) = first_error {
@@ -568,6 +592,35 @@ impl Group {
     /// Writes the end-of-session summary of `reports` to the session's output.
     pub fn write_reports(&mut self, reports: &[ProcessReport]) -> Result<()> {
         let mut out = self.output.sink.clone();
+        let stacks: Vec<crate::output::stacks::ProbeStacks> =
+            reports.iter().flat_map(|r| r.stacks.iter().cloned()).collect();
+        if let Some(path) = &self.opts.flame_file {
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
+            );
+            crate::output::stacks::flame_svg(&mut f, &stacks, "tp")
+                .and_then(|()| std::io::Write::flush(&mut f))
+                .with_context(|| format!("writing `{}`", path.display()))?;
+        }
+        if self.opts.folded {
+            // Folded lines take the place of the counted stacks (the JSON keeps them).
+            let without: Vec<ProcessReport> = reports
+                .iter()
+                .map(|r| ProcessReport {
+                    stacks: if self.opts.json { r.stacks.clone() } else { Vec::new() },
+                    ..r.clone()
+                })
+                .collect();
+            report::write(&mut out, &without, self.how.several, self.opts.json)?;
+            for line in crate::output::stacks::folded(&stacks) {
+                std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes())?;
+            }
+            std::io::Write::flush(&mut out)?;
+            if let Some(c) = self.output.chrome.take() {
+                super::tracer::close_chrome(c)?;
+            }
+            return Ok(());
+        }
         report::write(&mut out, reports, self.how.several, self.opts.json)?;
         std::io::Write::flush(&mut out)?;
         if let Some(c) = self.output.chrome.take() {

@@ -59,6 +59,11 @@ pub struct Options {
     pub samples_per_epoch: u32,
     /// Sampling: how often tp adapts the periods and renews the budgets.
     pub epoch: Duration,
+    /// Print the recorded stacks as folded lines (`--folded`), not as
+    /// counted stacks.
+    pub folded: bool,
+    /// Write the recorded stacks as a flame graph SVG to this file.
+    pub flame_file: Option<PathBuf>,
 }
 
 impl Options {
@@ -74,6 +79,8 @@ impl Options {
             json: false,
             samples_per_epoch: 0,
             epoch: Duration::ZERO,
+            folded: false,
+            flame_file: None,
         }
     }
 
@@ -97,4 +104,46 @@ pub struct Selection {
     pub ring_len: u32,
     /// Samples per epoch for sampling probes.
     pub sample_budget: i32,
+    /// `--if`: the predicate a call must satisfy to be recorded.
+    pub predicate: Option<String>,
+    /// `--by`: the argument whose values the calls are counted by.
+    pub by: Option<String>,
+    /// `--stack`: how each recorded call's stack is taken.
+    pub stack: Option<StackMode>,
+}
+
+impl Selection {
+    /// A selection of `funcs` recording `kind`, with nothing else asked.
+    pub fn new(funcs: Vec<String>, kind: u32) -> Selection {
+        Selection {
+            funcs,
+            addrs: Vec::new(),
+            kind,
+            ring_len: crate::probe::layout::DEFAULT_RING_LEN,
+            sample_budget: 0,
+            predicate: None,
+            by: None,
+            stack: None,
+        }
+    }
+}
+
+/// How a recorded call's stack is taken (`--stack`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StackMode {
+    /// Return addresses found by following frame pointers in the target,
+    /// at most `depth` of them.
+    FramePointers {
+        /// The most return addresses.
+        depth: u32,
+    },
+    /// A copy of `bytes` of the stack's top, unwound by tp with the
+    /// modules' unwind tables (`.eh_frame`, `.debug_frame`), to at most
+    /// `depth` frames.
+    Unwind {
+        /// Bytes copied.
+        bytes: u32,
+        /// The most frames.
+        depth: u32,
+    },
 }

@@ -38,12 +38,10 @@ use crate::probe::layout::kind;
 pub fn selection(funcs: Vec<String>, samples_per_epoch: u32) -> Selection {
     let budget = Sampler::budget_for(samples_per_epoch);
     Selection {
-        funcs,
-        addrs: Vec::new(),
-        kind: kind::RET | kind::SAMPLE,
         // Room for every function's samples of an epoch.
         ring_len: (budget as usize * 4096).clamp(2048, 1 << 18) as u32,
         sample_budget: budget,
+        ..Selection::new(funcs, kind::RET | kind::SAMPLE)
     }
 }
 

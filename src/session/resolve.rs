@@ -102,7 +102,7 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                     Abi::C => plan_long(m, &function),
                 };
                 let span = m.span_of(&function);
-                requests.push(Request { long, function, plan, span, kind, abi })
+                requests.push(Request { long, function, plan, span, kind, abi, config: Default::default() })
             }
             Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
             Err(r) => refused.push((function, r)),

@@ -12,18 +12,25 @@ use std::rc::Rc;
 use anyhow::{Context, Result};
 
 use super::Options;
+use super::StackMode;
 use super::attached::Attached;
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::format::{self, MAX_STRING, ProbeInfo};
+use crate::events::predicate;
+use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
 use crate::output::events::{self as lines, Line, Style};
+use crate::output::report::ProbeValues;
 use crate::output::report::ProcessReport;
 use crate::output::sink::Sink;
+use crate::output::stacks::ProbeStacks;
 use crate::output::{Summary, json, thousands};
 use crate::probe::layout::kind;
+use crate::symbols::stackwalk::StackWalker;
+use crate::symbols::symbolize::Symbolizer;
 
 /// A Chrome trace that the tracers of several processes write into.
 pub type SharedChrome = Rc<RefCell<ChromeTrace>>;
@@ -112,6 +119,16 @@ pub struct Tracer {
     /// Events read per process: the session's and those it forked.
     per_process: std::collections::BTreeMap<u32, u64>,
     next_free: std::time::Instant,
+    /// The words of the stacks drained with the batch.
+    words: Vec<u64>,
+    /// Calls counted per probe and stack (`--stack`).
+    stacks: StackCounts,
+    /// Names the stacks' addresses while the process lives.
+    symbolizer: Option<Symbolizer>,
+    /// Unwinds copies of stacks (`--stack dwarf`).
+    walker: Option<StackWalker>,
+    /// Per probe position: calls whose stack was cut, read without bounds, not read.
+    stack_notes: HashMap<usize, (u64, u64, u64)>,
 }
 
 impl Tracer {
@@ -143,6 +160,11 @@ impl Tracer {
             lost_at_start: attached.lost_at_start,
             per_process: std::collections::BTreeMap::new(),
             next_free: std::time::Instant::now(),
+            words: Vec::new(),
+            stacks: StackCounts::default(),
+            symbolizer: None,
+            walker: None,
+            stack_notes: HashMap::new(),
         }
     }
 
@@ -161,10 +183,26 @@ impl Tracer {
     /// The latency of each of the user's probes so far, in summary order
     /// (`None` where returns are not recorded).
     pub fn latency(&self, attached: &Attached) -> Vec<Option<Latency>> {
+        // Durations kept in the target (`--ret -q`) add to those of events
+        // (calls a thread's full table sent through the ring).
+        let kept = if attached.records() & kind::AGGREGATE != 0 {
+            crate::events::aggregates::latency(&attached.region, &self.clock)
+        } else {
+            HashMap::new()
+        };
+        let indexes = attached.all_indexes();
         attached
             .user_positions()
             .into_iter()
-            .map(|i| attached_records_returns(attached, i).then(|| self.latency.get(i).cloned().unwrap_or_default()))
+            .map(|i| {
+                attached_records_returns(attached, i).then(|| {
+                    let mut l = self.latency.get(i).cloned().unwrap_or_default();
+                    if let Some(k) = indexes.get(i).and_then(|x| kept.get(x)) {
+                        l.merge(k);
+                    }
+                    l
+                })
+            })
             .collect()
     }
 
@@ -172,7 +210,8 @@ impl Tracer {
     pub fn poll(&mut self, attached: &Attached) -> Result<()> {
         self.clock.refine();
         self.batch.clear();
-        self.drainer.drain(&attached.region, &mut self.batch)?;
+        self.words.clear();
+        self.drainer.drain_with_stacks(&attached.region, &mut self.batch, &mut self.words)?;
         free_ended_rings(&attached.region, &mut self.next_free);
         if self.batch.is_empty() {
             return Ok(());
@@ -205,23 +244,37 @@ impl Tracer {
 
     fn handle(&mut self, attached: &Attached, ev: &RawEvent, out: &mut impl Write) -> Result<()> {
         let Some(&i) = self.index.get(&ev.probe) else { return Ok(()) };
-        let info: &ProbeInfo = &attached.infos[i];
         let read = |p: u64| attached.read_string(p, MAX_STRING);
         let ts_ns = self.clock.ns(ev.tsc);
         let pid = self.output.show_pid.get().then_some(if ev.pid != 0 { ev.pid as i32 } else { self.pid });
+        let stack = if ev.kind == Kind::Entry && attached.probe_kind(i) & kind::STACK != 0 {
+            self.stack_of(attached, i, ev)
+        } else {
+            None
+        };
+        let info: &ProbeInfo = &attached.infos[i];
         let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
                 let args = format::args(info, &ev.v, &read);
+                let lines_of_stack: Option<Vec<String>> =
+                    stack.as_ref().map(|frames| frames.iter().flat_map(Frame::lines).collect());
                 lines::write(
                     out,
                     self.style,
                     self.origin_ns,
                     pid,
-                    &Line::Entry { info, tid: ev.tid, ts_ns, args: &args },
+                    &Line::Entry { info, tid: ev.tid, ts_ns, args: &args, stack: lines_of_stack.as_deref() },
                 )?;
                 if let Some(c) = &mut chrome {
-                    let args_json = json::args(&args);
+                    let mut args_json = json::args(&args);
+                    if let Some(lines) = &lines_of_stack {
+                        // The stack as the call's argument `stack`, innermost first.
+                        args_json.pop();
+                        let names: Vec<String> = lines.iter().map(|l| json::string(l)).collect();
+                        let sep = if args_json.len() > 1 { "," } else { "" };
+                        args_json += &format!("{sep}\"stack\":[{}]}}", names.join(","));
+                    }
                     if attached_records_returns(attached, i) {
                         self.pending.entry(ev.tid).or_default().push((ev.probe, args_json));
                     } else {
@@ -267,9 +320,119 @@ impl Tracer {
         Ok(())
     }
 
+    /// The stack recorded with entry event `ev` of probe `i`, counted, and
+    /// named (the function first, then its callers); None if it has none
+    /// tp can read.
+    fn stack_of(&mut self, attached: &Attached, i: usize, ev: &RawEvent) -> Option<Vec<Frame>> {
+        let (start, len) = (ev.stack.0 as usize, ev.stack.1 as usize);
+        let note = self.stack_notes.entry(i).or_default();
+        let Some(stack) = self.words.get(start..start + len).and_then(stacks::decode) else {
+            note.2 += 1;
+            return None;
+        };
+        note.0 += (stack.truncated && matches!(stack.recorded, Recorded::Frames(_))) as u64;
+        note.1 += stack.no_bounds as u64;
+        let addrs = match stack.recorded {
+            Recorded::Frames(a) => a,
+            Recorded::Copy { sp, fp, ra, words } => {
+                let depth = match attached.selection().stack {
+                    Some(StackMode::Unwind { depth, .. }) => depth,
+                    _ => crate::probe::layout::MAX_STACK_DEPTH,
+                };
+                let walker = self.walker.get_or_insert_with(|| StackWalker::new(self.pid));
+                walker.unwind(attached.function_addr(i), sp, fp, ra, &words, depth as usize)
+            }
+        };
+        let sym = self.symbolizer.get_or_insert_with(|| Symbolizer::new(self.pid));
+        let mut frames = Vec::with_capacity(addrs.len() + 1);
+        let f = attached.function_addr(i);
+        let info = &attached.infos[i];
+        frames.push(Frame {
+            function: Some(info.name.clone()),
+            module: Some(info.module.clone()),
+            offset: 0,
+            addr: f,
+            inlined: Vec::new(),
+        });
+        frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
+        if !self.stacks.add(i, addrs) {
+            self.stack_notes.entry(i).or_default().2 += 1;
+        }
+        Some(frames)
+    }
+
+    /// Each of the user's probes' stacks, named, with their counts.
+    fn stack_report(&mut self, attached: &Attached) -> Vec<ProbeStacks> {
+        if self.stacks.is_empty() && self.stack_notes.is_empty() {
+            return Vec::new();
+        }
+        let sym = self.symbolizer.get_or_insert_with(|| Symbolizer::new(self.pid));
+        attached
+            .user_positions()
+            .into_iter()
+            .filter(|&i| attached.probe_kind(i) & kind::STACK != 0)
+            .map(|i| {
+                let info = &attached.infos[i];
+                let f = attached.function_addr(i);
+                let leaf = Frame {
+                    function: Some(info.name.clone()),
+                    module: Some(info.module.clone()),
+                    offset: 0,
+                    addr: f,
+                    inlined: Vec::new(),
+                };
+                let stacks = self
+                    .stacks
+                    .of(i)
+                    .into_iter()
+                    .map(|(addrs, n)| {
+                        let mut frames = vec![leaf.clone()];
+                        frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
+                        (frames, n)
+                    })
+                    .collect();
+                let (truncated, no_bounds, unreadable) = self.stack_notes.get(&i).copied().unwrap_or_default();
+                ProbeStacks {
+                    function: info.name.clone(),
+                    module: info.module.clone(),
+                    stacks,
+                    truncated,
+                    no_bounds,
+                    unreadable,
+                }
+            })
+            .collect()
+    }
+
+    /// The calls of each of the user's probes counted by an argument's value (`--by`).
+    fn by_report(&self, attached: &Attached) -> Vec<ProbeValues> {
+        let Some(arg) = attached.selection().by.clone() else { return Vec::new() };
+        let (counts, overflow) = crate::events::aggregates::by_value(&attached.region);
+        let indexes = attached.all_indexes();
+        let mut out: Vec<ProbeValues> = attached
+            .user_positions()
+            .into_iter()
+            .map(|i| {
+                let word = attached.probe_config(i).by;
+                let index = indexes.get(i).copied().unwrap_or(u32::MAX);
+                let mut values: Vec<(i128, u64)> = counts
+                    .iter()
+                    .filter(|((p, _), _)| *p == index)
+                    .map(|((_, v), &n)| (predicate::by_value(word, *v), n))
+                    .collect();
+                values.sort();
+                ProbeValues { function: attached.infos[i].name.clone(), arg: arg.clone(), values, overflow: 0 }
+            })
+            .collect();
+        if let Some(first) = out.first_mut() {
+            first.overflow = overflow;
+        }
+        out
+    }
+
     /// Ends consuming: says how many events were lost, and returns this
     /// process's report (its counts in `summary`, with latency).
-    pub fn end(self, attached: &Attached, summary: Summary) -> ProcessReport {
+    pub fn end(mut self, attached: &Attached, summary: Summary) -> ProcessReport {
         let (in_rings, no_ring) = Drainer::lost_parts(&attached.region);
         let in_rings = in_rings.saturating_sub(self.lost_at_start.0);
         let no_ring = no_ring.saturating_sub(self.lost_at_start.1);
@@ -290,7 +453,9 @@ impl Tracer {
             crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
-        ProcessReport { summary, latency, events: true, lost, children: Vec::new() }
+        let stacks = self.stack_report(attached);
+        let by = self.by_report(attached);
+        ProcessReport { summary, latency, events: true, lost, children: Vec::new(), stacks, by }
     }
 }
 

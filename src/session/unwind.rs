@@ -101,6 +101,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             long,
                             kind: kind::UNWIND,
                             abi: Abi::C,
+                            config: Default::default(),
                         });
                         true
                     }

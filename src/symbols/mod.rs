@@ -17,6 +17,8 @@ pub mod module;
 pub mod modules;
 pub mod pattern;
 pub mod saved;
+pub mod stackwalk;
+pub mod symbolize;
 pub mod verdict;
 
 pub use elf::{ElfFile, FuncSym, Source, Version};

@@ -185,6 +185,11 @@ impl ProcessModules {
         }
     }
 
+    /// The module that maps runtime address `addr`, if any.
+    pub fn index_containing(&self, addr: u64) -> Option<usize> {
+        self.slots.iter().position(|s| s.mappings.iter().any(|m| m.contains(addr)))
+    }
+
     /// The main executable.
     pub fn main(&self) -> Result<&Module> {
         self.get(0)

@@ -19,7 +19,7 @@ fn bash_loads_the_completion_script_and_completes() {
          complete -p tp || exit 4\n\
          COMP_WORDS=(tp r); COMP_CWORD=1; COMP_LINE='tp r'; COMP_POINT=4; _tp tp r tp\n\
          echo \"subcommands: ${{COMPREPLY[*]}}\"\n\
-         COMP_WORDS=(tp run --fo); COMP_CWORD=2; COMP_LINE='tp run --fo'; COMP_POINT=11; _tp tp --fo run\n\
+         COMP_WORDS=(tp run --foll); COMP_CWORD=2; COMP_LINE='tp run --foll'; COMP_POINT=13; _tp tp --foll run\n\
          echo \"options: ${{COMPREPLY[*]}}\"\n",
         file.display()
     );

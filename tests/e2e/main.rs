@@ -29,6 +29,10 @@ mod nginx;
 // (x86-64 only: AArch64 probes count, and refuse event probes.)
 #[cfg(target_arch = "x86_64")]
 mod events;
+// Stacks, predicates, counts by value and durations kept in the target.
+// (x86-64 only, as events.)
+#[cfg(target_arch = "x86_64")]
+mod stacks;
 // list-probes on the bundled targets.
 mod list_probes;
 // The cache of module analyses: the same answers hit or miss, damaged,

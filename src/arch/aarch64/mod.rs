@@ -94,8 +94,13 @@ impl Arch for AArch64 {
         None
     }
 
+    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+        stack_unwinder()
+    }
+
     fn build_runtime(at: u64, ctx: u64, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        RuntimeBlock { bytes: Vec::new(), addrs: RuntimeAddrs { entry: at, trampoline: at, unwind: at, ctx } }
+        let addrs = RuntimeAddrs { entry: at, trampoline: at, unwind: at, entry_ext: at, trampoline_ext: at, ctx };
+        RuntimeBlock { bytes: Vec::new(), addrs }
     }
 
     fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
@@ -173,4 +178,35 @@ impl Arch for AArch64 {
     fn syscall_result(r: &regs::Regs) -> i64 {
         r.pt.regs[0] as i64
     }
+}
+
+/// framehop's unwinder for this architecture, with its rule cache.
+struct FramehopUnwinder {
+    unwinder: framehop::aarch64::UnwinderAarch64<Vec<u8>>,
+    cache: framehop::aarch64::CacheAarch64,
+}
+
+impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+        use framehop::Unwinder;
+        self.unwinder.add_module(crate::arch::unwind::module(tables));
+    }
+
+    fn unwind(
+        &mut self,
+        start: crate::arch::unwind::UnwindStart,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        max: usize,
+    ) -> Vec<u64> {
+        let regs = framehop::aarch64::UnwindRegsAarch64::new(start.ra, start.sp, start.fp);
+        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+    }
+}
+
+/// A new unwinder for copies of this architecture's stacks.
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    Box::new(FramehopUnwinder {
+        unwinder: framehop::aarch64::UnwinderAarch64::new(),
+        cache: framehop::aarch64::CacheAarch64::new(),
+    })
 }

@@ -11,6 +11,7 @@
 #define TP_SYS_RT_SIGPROCMASK 135
 #define TP_SYS_GETPID 172
 #define TP_SYS_GETTID 178
+#define TP_SYS_MADVISE 233
 
 static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
 								   uint64_t a3)
@@ -35,6 +36,19 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 	__asm__ volatile("mrs %0, tpidr_el0" : "=r"(v));
 	return v;
 }
+
+/* The frame pointer (x29) as the probed function received it: its
+ * caller's frame record (AAPCS64 keeps one per frame). Only the runtime's
+ * `_ext` functions read it: build.rs compiles them with
+ * TP_RESERVE_FRAME_POINTER, which makes x29 a global register variable,
+ * so no code of that build uses it for anything else. */
+#ifdef TP_RESERVE_FRAME_POINTER
+register uint64_t tp_frame_register __asm__("x29");
+static inline __attribute__((always_inline)) uint64_t tp_frame_pointer(void)
+{
+	return tp_frame_register;
+}
+#endif
 
 /* The virtual counter (CNTVCT_EL0), readable from user space on Linux. */
 static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)

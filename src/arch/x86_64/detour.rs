@@ -309,7 +309,14 @@ mod tests {
     }
 
     fn runtime() -> RuntimeAddrs {
-        RuntimeAddrs { entry: AT + 0x100, trampoline: AT + 0x800, unwind: AT + 0x600, ctx: 0x7f00_0000_0100 }
+        RuntimeAddrs {
+            entry: AT + 0x100,
+            trampoline: AT + 0x800,
+            unwind: AT + 0x600,
+            entry_ext: AT + 0x200,
+            trampoline_ext: AT + 0x900,
+            ctx: 0x7f00_0000_0100,
+        }
     }
 
     /// push rbp; mov rbp, rsp; push rbx; mov rbx, rsi

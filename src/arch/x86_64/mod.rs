@@ -102,6 +102,10 @@ impl Arch for X86_64 {
         None
     }
 
+    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+        stack_unwinder()
+    }
+
     fn build_runtime(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
         runtime::build(at, ctx, blobs)
     }
@@ -177,4 +181,35 @@ impl Arch for X86_64 {
     fn restart_interrupted_wait(r: &mut regs::Regs) -> bool {
         regs::restart_interrupted_wait(r)
     }
+}
+
+/// framehop's unwinder for this architecture, with its rule cache.
+struct FramehopUnwinder {
+    unwinder: framehop::x86_64::UnwinderX86_64<Vec<u8>>,
+    cache: framehop::x86_64::CacheX86_64,
+}
+
+impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+        use framehop::Unwinder;
+        self.unwinder.add_module(crate::arch::unwind::module(tables));
+    }
+
+    fn unwind(
+        &mut self,
+        start: crate::arch::unwind::UnwindStart,
+        read: &mut dyn FnMut(u64) -> Option<u64>,
+        max: usize,
+    ) -> Vec<u64> {
+        let regs = framehop::x86_64::UnwindRegsX86_64::new(start.pc, start.sp, start.fp);
+        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+    }
+}
+
+/// A new unwinder for copies of this architecture's stacks.
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    Box::new(FramehopUnwinder {
+        unwinder: framehop::x86_64::UnwinderX86_64::new(),
+        cache: framehop::x86_64::CacheX86_64::new(),
+    })
 }

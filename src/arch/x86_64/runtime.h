@@ -5,6 +5,7 @@
 #include <stdint.h>
 
 #define TP_SYS_RT_SIGACTION 13
+#define TP_SYS_MADVISE 28
 #define TP_SYS_RT_SIGPROCMASK 14
 #define TP_SYS_GETPID 39
 #define TP_SYS_KILL 62
@@ -49,6 +50,19 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 	tp_syscall4(TP_SYS_ARCH_PRCTL, TP_ARCH_GET_FS, (uint64_t)&v, 0, 0);
 	return v;
 }
+
+/* The frame pointer (rbp) as the probed function received it: its
+ * caller's frame record when the caller keeps frame pointers. Only the
+ * runtime's `_ext` functions read it: build.rs compiles them with
+ * TP_RESERVE_FRAME_POINTER, which makes rbp a global register variable, so
+ * no code of that build uses it for anything else. */
+#ifdef TP_RESERVE_FRAME_POINTER
+register uint64_t tp_frame_register __asm__("rbp");
+static inline __attribute__((always_inline)) uint64_t tp_frame_pointer(void)
+{
+	return tp_frame_register;
+}
+#endif
 
 /* The time-stamp counter (invariant on the CPUs tp targets). */
 static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)

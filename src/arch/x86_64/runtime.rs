@@ -66,7 +66,9 @@ const FRAME: i8 = 96;
 /// Bytes of the trampoline: 5 + 13 + 5 + 7 + 5 + 5 + 5 + 5 + 4 + 13 + 5 + 1.
 const TRAMPOLINE_LEN: u64 = 73;
 
-/// Assembles the runtime block at `at`.
+/// Assembles the runtime block at `at`: the runtime's functions, then two
+/// trampolines, one calling `tp_exit` and one `tp_exit_ext`, which share
+/// the context's literal.
 pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut w = Writer::new(at);
     let entry = w.pc();
@@ -78,9 +80,30 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let unwind = w.pc();
     w.put_bytes(blobs.unwind);
     w.put_align(16);
+    let entry_ext = w.pc();
+    w.put_bytes(blobs.entry_ext);
+    w.put_align(16);
+    let exit_ext = w.pc();
+    w.put_bytes(blobs.exit_ext);
+    w.put_align(16);
     let trampoline = w.pc();
-    // The literal follows the trampoline, whose length is fixed.
-    let lit_ctx = (trampoline + TRAMPOLINE_LEN).next_multiple_of(8);
+    let trampoline_ext = (trampoline + TRAMPOLINE_LEN).next_multiple_of(16);
+    // The literal follows the trampolines, whose length is fixed.
+    let lit_ctx = (trampoline_ext + TRAMPOLINE_LEN).next_multiple_of(8);
+    put_trampoline(&mut w, exit, lit_ctx);
+    w.put_align(16);
+    debug_assert_eq!(w.pc(), trampoline_ext);
+    put_trampoline(&mut w, exit_ext, lit_ctx);
+    w.put_align(8);
+    debug_assert_eq!(w.pc(), lit_ctx);
+    w.put_u64(ctx);
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, ctx };
+    RuntimeBlock { bytes: w.into_bytes(), addrs }
+}
+
+/// One return trampoline (see the module doc), calling `exit`.
+fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
+    let start = w.pc();
     w.put_lea_rsp(RSP, -16);
     for r in SAVED {
         w.put_push(r);
@@ -99,10 +122,7 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     }
     w.put_lea_rsp(RSP, 8);
     w.put_ret();
-    debug_assert_eq!(w.pc(), trampoline + TRAMPOLINE_LEN);
-    w.put_align(8);
-    w.put_u64(ctx);
-    RuntimeBlock { bytes: w.into_bytes(), addrs: RuntimeAddrs { entry, trampoline, unwind, ctx } }
+    debug_assert_eq!(w.pc(), start + TRAMPOLINE_LEN);
 }
 
 /// The offset of the TID from the thread pointer (`fs:0`), found in the
@@ -148,12 +168,29 @@ mod tests {
 
     #[test]
     fn trampoline_calls_tp_exit_and_jumps_to_its_answer() {
-        let blobs = RuntimeBlobs { entry: &[0xc3; 3], exit: &[0xc3; 5], unwind: &[0xc3] };
+        let blobs = RuntimeBlobs {
+            entry: &[0xc3; 3],
+            exit: &[0xc3; 5],
+            unwind: &[0xc3],
+            entry_ext: &[0xc3; 2],
+            exit_ext: &[0xc3; 4],
+        };
         let b = build(AT, 0x7f00_0000_1040, &blobs);
         let a = b.addrs;
         assert_eq!((a.entry, a.ctx), (AT, 0x7f00_0000_1040));
         assert_eq!(a.unwind - AT, 32);
-        assert_eq!(a.trampoline - AT, 48);
+        assert_eq!((a.entry_ext - AT, a.trampoline - AT, a.trampoline_ext - AT), (48, 80, 160));
+        let ext = disassemble(&b.bytes[160..160 + TRAMPOLINE_LEN as usize], a.trampoline_ext);
+        assert_eq!(ext[16], format!("call {:#x}", AT + 64), "the second trampoline calls tp_exit_ext");
+        assert_eq!(ext[13], {
+            let first = disassemble(&b.bytes[80..80 + TRAMPOLINE_LEN as usize], a.trampoline);
+            // Both load the one literal: the same address, from 80 bytes further on.
+            let d = |s: &str, at: u64| {
+                at + u64::from_str_radix(s.rsplit("0x").next().unwrap().trim_end_matches(']'), 16).unwrap()
+            };
+            assert_eq!(d(&first[13], a.trampoline + 30), d(&ext[13], a.trampoline_ext + 30));
+            ext[13].clone()
+        });
         let off = (a.trampoline - AT) as usize;
         let asm = disassemble(&b.bytes[off..off + TRAMPOLINE_LEN as usize], a.trampoline);
         let pushes = ["push r11", "push r10", "push r9", "push r8", "push rdi", "push rsi", "push rcx", "push rdx"];

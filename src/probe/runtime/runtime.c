@@ -273,13 +273,16 @@ HOT int still_hijacked(const struct tp_frame *f)
 	return *(const volatile uint64_t *)f->slot == f->tramp;
 }
 
+#include "record.h" /* predicates, stacks and aggregates: the `_ext` functions' blocks */
+
 /* Function entry. `regs` holds the six integer argument registers in order;
  * `slot` is the stack address of the return address; `tramp` the return
  * trampoline to put there when the probe records returns. A sampling probe
  * calls here when its countdown in the thread's row ran out, and passes it
- * as `countdown`. */
-void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
-	      uint64_t *countdown)
+ * as `countdown`. `ext` (a constant) adds what tp_entry_ext does beyond
+ * tp_entry: predicates, counts by value, stacks. */
+HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
+	       uint64_t *countdown, const int ext)
 {
 	/* When tp's work began: taken only when something reads it (an entry
 	 * event, the sampler's random draw, or the time in tp of a timed call
@@ -307,6 +310,10 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 		if (first || __atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0)
 			return;
 	}
+	/* A call its predicate rejects costs nothing more. */
+	if (ext && (probe_flags & TP_FILTER) &&
+	    !predicate(config_of(c, probe_flags & TP_PROBE_MASK)->entry, regs, 0))
+		return;
 	struct tp_thread *t = thread_state(c, 1);
 	if (UNLIKELY(!t)) {
 		lose(c, 0, !!(probe_flags & TP_RECORD_ENTRY) + !!(probe_flags & TP_HIJACK_RETURN));
@@ -315,7 +322,11 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || t->depth))
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
-	if (probe_flags & TP_RECORD_ENTRY)
+	if (ext && (probe_flags & TP_BY))
+		count_by(c, t, probe, regs);
+	if (ext && (probe_flags & TP_STACK))
+		emit_with_stack(c, t, probe, tsc, regs, slot);
+	else if (probe_flags & TP_RECORD_ENTRY)
 		emit(c, t, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
 	if (probe_flags & TP_HIJACK_RETURN) {
 		uint32_t d = t->depth;
@@ -372,6 +383,21 @@ void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint
 	account(t, t->depth, tsc);
 }
 
+void tp_entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
+	      uint64_t *countdown)
+{
+	entry(c, probe_flags, regs, slot, tramp, countdown, 0);
+}
+
+/* tp_entry for a probe with a predicate, a count by value or a stack (the
+ * detour calls this one instead); compiled with the frame pointer
+ * reserved (see build.rs), so the stack walk reads the function's. */
+void tp_entry_ext(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
+		  uint64_t *countdown)
+{
+	entry(c, probe_flags, regs, slot, tramp, countdown, 1);
+}
+
 /* The frame whose slot is `want` in another thread's state of this process:
  * a thread whose key changed since it entered (it set a new FS base), or a
  * coroutine that moved to another thread. Read only: the state is another
@@ -419,8 +445,10 @@ HOT void end_process(struct tp_ctx *c)
 
 /* Function exit, from the return trampoline. `regs` holds the two return
  * registers; `sp` is the stack pointer after the function's return, one
- * word above the slot that held the return address. Returns where to go. */
-uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
+ * word above the slot that held the return address. Returns where to go.
+ * `ext` (a constant) adds what tp_exit_ext does: the predicate on the
+ * return value, and durations kept in the thread's histograms. */
+HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, const int ext)
 {
 	uint64_t tsc = tp_timestamp();
 	uint64_t want = sp - sizeof(uint64_t);
@@ -442,7 +470,8 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 				t->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
-			emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
+			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested))
+				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
 			account(t, keep, tsc);
 			return ret;
 		}
@@ -455,6 +484,18 @@ uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 	}
 	end_process(c);
 	return 0;
+}
+
+uint64_t tp_exit(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
+{
+	return exit_call(c, regs, sp, 0);
+}
+
+/* tp_exit for a probe with a predicate on its return value or durations
+ * kept in the target (its own trampoline calls this one). */
+uint64_t tp_exit_ext(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
+{
+	return exit_call(c, regs, sp, 1);
 }
 
 /* An exception starts unwinding (_Unwind_RaiseException and friends): put

@@ -26,6 +26,8 @@ fuzz_target!(|data: &[u8]| {
         entry: detour.wrapping_add(0x100),
         trampoline: detour.wrapping_add(0x800),
         unwind: detour.wrapping_add(0x600),
+        entry_ext: detour.wrapping_add(0x200),
+        trampoline_ext: detour.wrapping_add(0x900),
         ctx: 0x7000_0100,
     });
     let spec = DetourSpec {

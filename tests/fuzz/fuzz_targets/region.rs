@@ -5,7 +5,8 @@
 //! bytes), mapped in this process at the address the e2e tests use.
 //! `Region::open` must refuse it in one line or accept it, and then every
 //! read must stay inside the region and bounded, also after the header
-//! changes under it (flag bit 1). Any panic, fault or runaway allocation
+//! changes under it (flag bit 1), the stacks drained with events and the
+//! aggregates the threads keep included. Any panic, fault or runaway allocation
 //! is a bug. Saved crashes in tests/fuzz/regressions/region/ replay in the
 //! e2e tests against a real target.
 #![no_main]
@@ -107,7 +108,15 @@ fn read_all(r: &Region) {
     }
     let _ = (r.hits_of(&idx), r.budgets_of(&idx), r.check_entries());
     let mut events = Vec::new();
-    let _ = Drainer::default().drain(r, &mut events);
+    let mut words = Vec::new();
+    let _ = Drainer::default().drain_with_stacks(r, &mut events, &mut words);
+    for e in &events {
+        let (start, len) = (e.stack.0 as usize, e.stack.1 as usize);
+        assert!(start + len <= words.len() && len <= tp::events::stacks::MAX_WORDS);
+        let _ = tp::events::stacks::decode(&words[start..start + len]);
+    }
     let _ = Drainer::lost(r);
+    let _ = tp::events::aggregates::latency(r, &tp::events::clock::Clock::start());
+    let _ = tp::events::aggregates::by_value(r);
     let _ = (h.arena_count, h.count);
 }

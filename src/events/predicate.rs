@@ -1,0 +1,628 @@
+//! `--if 'EXPR'`: predicates on a call's integer arguments and return
+//! value, parsed here and compiled, per probed function, into the programs
+//! the in-target runtime runs ([`crate::probe::filter`]), so that a call the
+//! predicate rejects costs no event and no ring traffic.
+//!
+//! ```text
+//! expr    := and ( "||" and )*
+//! and     := unary ( "&&" unary )*
+//! unary   := "!" unary | "(" expr ")" | operand ( cmp operand )?
+//! cmp     := "==" | "!=" | "<" | "<=" | ">" | ">="
+//! operand := NAME | argN | ret | INTEGER (decimal, 0x hex, a leading -)
+//! ```
+//!
+//! A name is a parameter from DWARF; `argN` is the Nth integer argument
+//! register (typed from DWARF when a parameter arrives there); `ret` the
+//! return value. A value is read at its type's width and signedness (a C
+//! `int` leaves the register's high half undefined), and compared signed
+//! when both sides are. An operand alone means "is not zero".
+//!
+//! The top-level `&&` terms that name `ret` run at the function's exit
+//! and may name nothing else (the arguments are gone by then); the others
+//! run at entry, where a false one also skips the return probe's work.
+
+use crate::arch::{Arch, Host, ParamClass};
+use crate::probe::filter;
+use crate::probe::layout::{FILTER_RET, FILTER_WORDS, filter_ext, filter_op};
+use crate::symbols::dwarf::Type;
+
+use super::format::ProbeInfo;
+
+/// A parsed predicate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Expr {
+    /// `a OP b`.
+    Cmp(Operand, Cmp, Operand),
+    /// An operand alone: true when not zero.
+    Truth(Operand),
+    /// `!e`.
+    Not(Box<Expr>),
+    /// `a && b`.
+    And(Box<Expr>, Box<Expr>),
+    /// `a || b`.
+    Or(Box<Expr>, Box<Expr>),
+}
+
+/// A comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// `==`
+    Eq,
+    /// `!=`
+    Ne,
+    /// `<`
+    Lt,
+    /// `<=`
+    Le,
+    /// `>`
+    Gt,
+    /// `>=`
+    Ge,
+}
+
+/// One side of a comparison.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Operand {
+    /// A parameter by name.
+    Name(String),
+    /// `argN`.
+    Position(u8),
+    /// `ret`.
+    Ret,
+    /// A constant.
+    Int(i128),
+}
+
+/// The longest expression tp parses.
+const MAX_LEN: usize = 1024;
+/// The deepest nesting tp parses.
+const MAX_NESTING: usize = 32;
+
+/// Parses `text`, or says in one line what is wrong with it.
+pub fn parse(text: &str) -> Result<Expr, String> {
+    if text.len() > MAX_LEN {
+        return Err(format!("the expression is longer than {MAX_LEN} bytes"));
+    }
+    let tokens = lex(text)?;
+    let mut p = Parser { tokens, at: 0, nesting: 0 };
+    let e = p.or()?;
+    match p.tokens.get(p.at) {
+        None => Ok(e),
+        Some(t) => Err(format!("unexpected `{}`", t.text())),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Token {
+    Word(String),
+    Int(i128),
+    Op(&'static str),
+}
+
+impl Token {
+    fn text(&self) -> String {
+        match self {
+            Token::Word(w) => w.clone(),
+            Token::Int(i) => i.to_string(),
+            Token::Op(o) => o.to_string(),
+        }
+    }
+}
+
+const OPS: [&str; 12] = ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "-"];
+
+fn lex(text: &str) -> Result<Vec<Token>, String> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            let s = text[start..i].replace('_', "");
+            let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).map(|v| v as i128),
+                None => s.parse::<u64>().map(|v| v as i128),
+            };
+            out.push(Token::Int(v.map_err(|_| format!("`{}` is not a 64-bit integer", &text[start..i]))?));
+        } else if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+                i += 1;
+            }
+            out.push(Token::Word(text[start..i].to_string()));
+        } else if let Some(op) = OPS.iter().find(|op| text[i..].starts_with(**op)) {
+            if *op == "!" && text[i..].starts_with("!=") {
+                unreachable!("`!=` is listed first");
+            }
+            out.push(Token::Op(op));
+            i += op.len();
+        } else {
+            let ch = text[i..].chars().next().unwrap_or('?');
+            return Err(format!("unexpected `{}`", crate::escape::text(&ch.to_string())));
+        }
+    }
+    Ok(out)
+}
+
+struct Parser {
+    tokens: Vec<Token>,
+    at: usize,
+    nesting: usize,
+}
+
+impl Parser {
+    fn peek_op(&self, op: &str) -> bool {
+        matches!(self.tokens.get(self.at), Some(Token::Op(o)) if *o == op)
+    }
+
+    fn or(&mut self) -> Result<Expr, String> {
+        let mut e = self.and()?;
+        while self.peek_op("||") {
+            self.at += 1;
+            e = Expr::Or(Box::new(e), Box::new(self.and()?));
+        }
+        Ok(e)
+    }
+
+    fn and(&mut self) -> Result<Expr, String> {
+        let mut e = self.unary()?;
+        while self.peek_op("&&") {
+            self.at += 1;
+            e = Expr::And(Box::new(e), Box::new(self.unary()?));
+        }
+        Ok(e)
+    }
+
+    fn unary(&mut self) -> Result<Expr, String> {
+        self.nesting += 1;
+        if self.nesting > MAX_NESTING {
+            return Err(format!("nested more than {MAX_NESTING} deep"));
+        }
+        let e = if self.peek_op("!") {
+            self.at += 1;
+            Expr::Not(Box::new(self.unary()?))
+        } else if self.peek_op("(") {
+            self.at += 1;
+            let e = self.or()?;
+            if !self.peek_op(")") {
+                return Err("a `(` is not closed".into());
+            }
+            self.at += 1;
+            e
+        } else {
+            let a = self.operand()?;
+            let cmp = match self.tokens.get(self.at) {
+                Some(Token::Op("==")) => Some(Cmp::Eq),
+                Some(Token::Op("!=")) => Some(Cmp::Ne),
+                Some(Token::Op("<")) => Some(Cmp::Lt),
+                Some(Token::Op("<=")) => Some(Cmp::Le),
+                Some(Token::Op(">")) => Some(Cmp::Gt),
+                Some(Token::Op(">=")) => Some(Cmp::Ge),
+                _ => None,
+            };
+            match cmp {
+                Some(c) => {
+                    self.at += 1;
+                    Expr::Cmp(a, c, self.operand()?)
+                }
+                None => Expr::Truth(a),
+            }
+        };
+        self.nesting -= 1;
+        Ok(e)
+    }
+
+    fn operand(&mut self) -> Result<Operand, String> {
+        let t = self.tokens.get(self.at).cloned();
+        self.at += 1;
+        match t {
+            Some(Token::Int(v)) => Ok(Operand::Int(v)),
+            Some(Token::Op("-")) => match self.tokens.get(self.at) {
+                Some(Token::Int(v)) => {
+                    self.at += 1;
+                    Ok(Operand::Int(-v))
+                }
+                _ => Err("`-` must be followed by a number".into()),
+            },
+            Some(Token::Word(w)) if w == "ret" || w == "retval" => Ok(Operand::Ret),
+            Some(Token::Word(w)) => match w.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()) {
+                Some(n) if n < 6 && w.len() == 4 => Ok(Operand::Position(n)),
+                Some(_) => Err(format!("`{w}`: tp records the first six integer arguments, arg0 to arg5")),
+                None => Ok(Operand::Name(w)),
+            },
+            Some(t) => Err(format!("expected an argument or a number, found `{}`", t.text())),
+            None => Err("the expression ends early".into()),
+        }
+    }
+}
+
+/// The programs a predicate compiles to for one function: the part that
+/// runs at entry and the part that runs at exit (either may be empty).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compiled {
+    /// Run at entry, on the arguments.
+    pub entry: Vec<u64>,
+    /// Run at exit, on the return value.
+    pub exit: Vec<u64>,
+}
+
+/// A value's type as a predicate reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slot {
+    reg: u64,
+    ext: u64,
+    signed: bool,
+}
+
+impl Slot {
+    fn of(reg: u64, ty: &Type, size: Option<u64>) -> Result<Slot, &'static str> {
+        let (bytes, signed) = match ty {
+            Type::Signed(n) => (*n as u64, true),
+            Type::Unsigned(n) => (*n as u64, false),
+            Type::Bool => (1, false),
+            Type::Char => (1, true),
+            Type::CString | Type::Pointer => (8, false),
+            Type::Float => return Err("a floating-point value"),
+            Type::Other => return Err("not an integer"),
+        };
+        let bytes = if matches!(ty, Type::Signed(_) | Type::Unsigned(_)) { bytes } else { size.unwrap_or(bytes) };
+        let ext = match (bytes, signed) {
+            (1, true) => filter_ext::I8,
+            (1, false) => filter_ext::U8,
+            (2, true) => filter_ext::I16,
+            (2, false) => filter_ext::U16,
+            (4, true) => filter_ext::I32,
+            (4, false) => filter_ext::U32,
+            _ => filter_ext::U64,
+        };
+        Ok(Slot { reg, ext, signed })
+    }
+
+    /// A raw register: a 64-bit signed integer.
+    fn raw(reg: u64) -> Slot {
+        Slot { reg, ext: filter_ext::U64, signed: true }
+    }
+}
+
+/// Compiles `e` for the function `info` describes (`records_ret`: its
+/// exits are recorded), or says in one line why it cannot.
+pub fn compile(e: &Expr, info: &ProbeInfo, records_ret: bool) -> Result<Compiled, String> {
+    let slots = arg_slots(info);
+    let mut terms = Vec::new();
+    conjuncts(e, &mut terms);
+    let (exit_terms, entry_terms): (Vec<&Expr>, Vec<&Expr>) = terms.into_iter().partition(|t| names_ret(t));
+    if !exit_terms.is_empty() && !records_ret {
+        return Err("`ret` is the return value: it needs --ret".into());
+    }
+    let mut out = Compiled::default();
+    for (terms, at_exit) in [(entry_terms, false), (exit_terms, true)] {
+        let prog = if at_exit { &mut out.exit } else { &mut out.entry };
+        for (i, t) in terms.iter().enumerate() {
+            emit(t, &slots, info, at_exit, prog)?;
+            if i > 0 {
+                prog.push(filter_op::AND);
+            }
+        }
+        if !prog.is_empty() {
+            prog.push(filter_op::END);
+            if prog.len() > FILTER_WORDS {
+                return Err(format!(
+                    "the expression is too long for the runtime ({} words, at most {FILTER_WORDS}; a number \
+                     takes two)",
+                    prog.len()
+                ));
+            }
+            let max = if at_exit { FILTER_RET } else { 5 };
+            filter::validate(prog, max).map_err(|why| format!("cannot be compiled: {why}"))?;
+        }
+    }
+    Ok(out)
+}
+
+/// The top-level `&&` terms of `e`.
+fn conjuncts<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
+    match e {
+        Expr::And(a, b) => {
+            conjuncts(a, out);
+            conjuncts(b, out);
+        }
+        e => out.push(e),
+    }
+}
+
+fn names_ret(e: &Expr) -> bool {
+    match e {
+        Expr::Cmp(a, _, b) => *a == Operand::Ret || *b == Operand::Ret,
+        Expr::Truth(a) => *a == Operand::Ret,
+        Expr::Not(e) => names_ret(e),
+        Expr::And(a, b) | Expr::Or(a, b) => names_ret(a) || names_ret(b),
+    }
+}
+
+/// Each parameter's name and where it arrives, from DWARF.
+fn arg_slots(info: &ProbeInfo) -> Vec<(String, Result<Slot, &'static str>)> {
+    let Some(f) = &info.dwarf else { return Vec::new() };
+    let classes: Vec<ParamClass> = f
+        .params
+        .iter()
+        .map(|p| match p.ty {
+            Type::Float => ParamClass::Float,
+            Type::Other => ParamClass::Aggregate(p.size),
+            _ => ParamClass::Scalar,
+        })
+        .collect();
+    f.params
+        .iter()
+        .zip(Host::arg_registers(f.abi, &classes))
+        .map(|(p, reg)| {
+            let slot = match reg {
+                Some(r) => Slot::of(r as u64, &p.ty, p.size),
+                None if p.ty == Type::Float => Err("a floating-point value"),
+                None => Err("not in the first six integer registers"),
+            };
+            (p.name.clone(), slot)
+        })
+        .collect()
+}
+
+fn operand_slot(
+    o: &Operand,
+    slots: &[(String, Result<Slot, &'static str>)],
+    info: &ProbeInfo,
+    at_exit: bool,
+) -> Result<Option<Slot>, String> {
+    match o {
+        Operand::Int(_) => Ok(None),
+        Operand::Ret => match &info.dwarf {
+            None => Ok(Some(Slot::raw(FILTER_RET))),
+            Some(f) => match &f.return_type {
+                None => Err(format!("`{}` returns nothing: `ret` has no value", info.name)),
+                Some((_, ty)) => {
+                    Slot::of(FILTER_RET, ty, None).map(Some).map_err(|why| format!("`ret` of `{}` is {why}", info.name))
+                }
+            },
+        },
+        _ if at_exit => {
+            Err("a term that names `ret` runs at the exit and can name only `ret`: join it with && to terms on the \
+                 arguments"
+                .into())
+        }
+        Operand::Position(n) => Ok(Some(
+            slots.iter().find_map(|(_, s)| s.ok().filter(|s| s.reg == *n as u64)).unwrap_or(Slot::raw(*n as u64)),
+        )),
+        Operand::Name(name) => match slots.iter().find(|(n, _)| n == name) {
+            Some((_, Ok(s))) => Ok(Some(*s)),
+            Some((_, Err(why))) => Err(format!("`{name}` is {why}: --if compares integer arguments")),
+            None if info.dwarf.is_none() => Err(format!(
+                "`{name}`: `{}` has no debugging information naming its parameters; use arg0..arg5",
+                info.name
+            )),
+            None => {
+                let names: Vec<&str> = slots.iter().map(|(n, _)| n.as_str()).collect();
+                Err(format!("`{}` has no parameter `{name}` (it has: {})", info.name, names.join(", ")))
+            }
+        },
+    }
+}
+
+fn emit(
+    e: &Expr,
+    slots: &[(String, Result<Slot, &'static str>)],
+    info: &ProbeInfo,
+    at_exit: bool,
+    out: &mut Vec<u64>,
+) -> Result<(), String> {
+    match e {
+        Expr::And(a, b) | Expr::Or(a, b) => {
+            emit(a, slots, info, at_exit, out)?;
+            emit(b, slots, info, at_exit, out)?;
+            out.push(if matches!(e, Expr::And(..)) { filter_op::AND } else { filter_op::OR });
+        }
+        Expr::Not(a) => {
+            emit(a, slots, info, at_exit, out)?;
+            out.push(filter_op::NOT);
+        }
+        Expr::Truth(a) => {
+            let s = operand_slot(a, slots, info, at_exit)?;
+            push(a, s, s, out)?;
+            out.extend([filter_op::IMM, 0, filter_op::NE]);
+        }
+        Expr::Cmp(a, cmp, b) => {
+            let (sa, sb) = (operand_slot(a, slots, info, at_exit)?, operand_slot(b, slots, info, at_exit)?);
+            let signed = sa.is_none_or(|s| s.signed) && sb.is_none_or(|s| s.signed);
+            // > and >= swap their operands into < and <=.
+            let (first, second, (fs, ss)) = match cmp {
+                Cmp::Gt | Cmp::Ge => (b, a, (sb, sa)),
+                _ => (a, b, (sa, sb)),
+            };
+            push(first, fs, ss, out)?;
+            push(second, ss, fs, out)?;
+            out.push(match (cmp, signed) {
+                (Cmp::Eq, _) => filter_op::EQ,
+                (Cmp::Ne, _) => filter_op::NE,
+                (Cmp::Lt | Cmp::Gt, true) => filter_op::LT_S,
+                (Cmp::Le | Cmp::Ge, true) => filter_op::LE_S,
+                (Cmp::Lt | Cmp::Gt, false) => filter_op::LT_U,
+                (Cmp::Le | Cmp::Ge, false) => filter_op::LE_U,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Pushes operand `o` (`slot`, if it is a value); a constant is checked
+/// against the type of the value it is compared with (`other`).
+fn push(o: &Operand, slot: Option<Slot>, other: Option<Slot>, out: &mut Vec<u64>) -> Result<(), String> {
+    match (o, slot) {
+        (Operand::Int(v), _) => {
+            let v = *v;
+            if let Some(s) = other {
+                let (lo, hi): (i128, i128) = match s.ext {
+                    filter_ext::I8 => (i8::MIN as i128, i8::MAX as i128),
+                    filter_ext::U8 => (0, u8::MAX as i128),
+                    filter_ext::I16 => (i16::MIN as i128, i16::MAX as i128),
+                    filter_ext::U16 => (0, u16::MAX as i128),
+                    filter_ext::I32 => (i32::MIN as i128, i32::MAX as i128),
+                    filter_ext::U32 => (0, u32::MAX as i128),
+                    _ if s.signed => (i64::MIN as i128, u64::MAX as i128),
+                    _ => (i64::MIN as i128, u64::MAX as i128),
+                };
+                if v < lo || v > hi {
+                    return Err(format!("{v} is out of the range of the value it is compared with ({lo} to {hi})"));
+                }
+            }
+            if v < i64::MIN as i128 {
+                return Err(format!("{v} does not fit 64 bits"));
+            }
+            out.extend([filter_op::IMM, v as i64 as u64]);
+        }
+        (_, Some(s)) => out.push(filter::arg_word(s.reg, s.ext)),
+        (_, None) => unreachable!("only constants have no slot"),
+    }
+    Ok(())
+}
+
+/// The word of [`crate::probe::layout::ProbeConfig::by`] for `--by ARG`
+/// in the function `info` describes: the argument's register and how its
+/// value is read.
+pub fn by_word(arg: &str, info: &ProbeInfo) -> Result<u32, String> {
+    let operand = match parse(arg)? {
+        Expr::Truth(o @ (Operand::Name(_) | Operand::Position(_))) => o,
+        _ => return Err("name one argument: a parameter's name or arg0..arg5".into()),
+    };
+    let slots = arg_slots(info);
+    let s = operand_slot(&operand, &slots, info, false)?.ok_or("name one argument")?;
+    Ok((s.reg | (s.ext << 8)) as u32)
+}
+
+/// How [`by_word`] reads a value: as signed, and how wide.
+pub fn by_value(word: u32, value: u64) -> i128 {
+    let ext = (word >> 8) as u64 & 0xff;
+    match ext {
+        filter_ext::I8 => value as i8 as i128,
+        filter_ext::I16 => value as i16 as i128,
+        filter_ext::I32 => value as i32 as i128,
+        filter_ext::U8 => value as u8 as i128,
+        filter_ext::U16 => value as u16 as i128,
+        filter_ext::U32 => value as u32 as i128,
+        _ => value as i64 as i128,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Abi;
+    use crate::symbols::dwarf::{DwFunction, Param};
+
+    fn info(params: &[(&str, Type)], ret: Option<Type>) -> ProbeInfo {
+        ProbeInfo {
+            name: "f".into(),
+            module: "m".into(),
+            dwarf: Some(DwFunction {
+                name: "f".into(),
+                linkage_name: None,
+                entry: crate::addr::FileAddr(0),
+                params: params
+                    .iter()
+                    .map(|(n, t)| Param {
+                        name: n.to_string(),
+                        type_name: String::new(),
+                        ty: t.clone(),
+                        size: match t {
+                            Type::Signed(n) | Type::Unsigned(n) => Some(*n as u64),
+                            _ => Some(8),
+                        },
+                    })
+                    .collect(),
+                return_type: ret.map(|t| ("t".into(), t)),
+                abi: Abi::C,
+            }),
+        }
+    }
+
+    fn run(expr: &str, i: &ProbeInfo, args: [u64; 6], ret: u64) -> (bool, bool) {
+        let c = compile(&parse(expr).unwrap(), i, true).unwrap();
+        let mut v = [0u64; 7];
+        v[..6].copy_from_slice(&args);
+        v[6] = ret;
+        let pass = |p: &[u64]| p.is_empty() || filter::eval(p, &v);
+        (pass(&c.entry), pass(&c.exit))
+    }
+
+    #[test]
+    fn parses_precedence_and_forms() {
+        let e = parse("a == 1 || b < -2 && !(arg3)").unwrap();
+        let want = Expr::Or(
+            Box::new(Expr::Cmp(Operand::Name("a".into()), Cmp::Eq, Operand::Int(1))),
+            Box::new(Expr::And(
+                Box::new(Expr::Cmp(Operand::Name("b".into()), Cmp::Lt, Operand::Int(-2))),
+                Box::new(Expr::Not(Box::new(Expr::Truth(Operand::Position(3))))),
+            )),
+        );
+        assert_eq!(e, want);
+        assert_eq!(parse("ret>=0x10").unwrap(), Expr::Cmp(Operand::Ret, Cmp::Ge, Operand::Int(16)));
+    }
+
+    #[test]
+    fn bad_expressions_say_why_in_one_line() {
+        for (text, why) in [
+            ("", "ends early"),
+            ("a ==", "ends early"),
+            ("(a == 1", "not closed"),
+            ("a = 1", "unexpected `=`"),
+            ("a == 1 b", "unexpected `b`"),
+            ("arg6 == 1", "arg0 to arg5"),
+            ("a == 99999999999999999999", "not a 64-bit integer"),
+            ("a @ 1", "unexpected `@`"),
+            ("- a", "followed by a number"),
+        ] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\n'), "{text}: {e}");
+        }
+        let deep = "(".repeat(100) + "a" + &")".repeat(100);
+        assert!(parse(&deep).unwrap_err().contains("nested"));
+        assert!(parse(&"a && ".repeat(300)).unwrap_err().contains("longer than"));
+    }
+
+    #[test]
+    fn compiles_by_name_type_and_position() {
+        let i = info(&[("n", Type::Signed(4)), ("x", Type::Float), ("u", Type::Unsigned(1))], Some(Type::Signed(4)));
+        // n is an int in the first argument register: garbage above it does not count.
+        assert_eq!(run("n == -1", &i, [0xaaaa_aaaa_ffff_ffff, 0, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("n < 0", &i, [0x0000_0001_0000_0005, 0, 0, 0, 0, 0], 0), (false, true));
+        // u arrives in the second integer register (x is in a vector register).
+        assert_eq!(run("u > 200 && arg0 >= 3", &i, [3, 0x1ff, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("u > 200 && arg0 >= 3", &i, [3, 0x100, 0, 0, 0, 0], 0), (false, true));
+        // A term on ret runs at exit.
+        assert_eq!(run("n == 1 && ret < 0", &i, [1, 0, 0, 0, 0, 0], u32::MAX as u64), (true, true));
+        assert_eq!(run("n == 1 && ret < 0", &i, [1, 0, 0, 0, 0, 0], 5), (true, false));
+        assert_eq!(run("n == 1 && !ret", &i, [1, 0, 0, 0, 0, 0], 7), (true, false));
+    }
+
+    #[test]
+    fn what_cannot_be_compiled_is_one_line() {
+        let i = info(&[("n", Type::Signed(4)), ("x", Type::Float), ("c", Type::Unsigned(1))], None);
+        let err = |text: &str, ret: bool| compile(&parse(text).unwrap(), &i, ret).unwrap_err();
+        assert!(err("m == 1", false).contains("has no parameter `m` (it has: n, x, c)"));
+        assert!(err("x == 1", false).contains("floating-point"));
+        assert!(err("c == 300", false).contains("out of the range"));
+        assert!(err("c == -1", false).contains("out of the range"));
+        assert!(err("ret == 1", false).contains("needs --ret"));
+        assert!(err("ret == 1", true).contains("returns nothing"));
+        let j = info(&[("n", Type::Signed(8))], Some(Type::Signed(8)));
+        let e = compile(&parse("n == 1 || ret == 2").unwrap(), &j, true).unwrap_err();
+        assert!(e.contains("can name only `ret`"), "{e}");
+        let long = (0..6).map(|k| format!("n != {k}")).collect::<Vec<_>>().join(" && ");
+        assert!(compile(&parse(&long).unwrap(), &j, false).unwrap_err().contains("too long"));
+        let none = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None };
+        assert!(compile(&parse("n == 1").unwrap(), &none, false).unwrap_err().contains("use arg0..arg5"));
+        assert!(compile(&parse("arg2 == -1").unwrap(), &none, false).is_ok());
+    }
+}

@@ -1,0 +1,180 @@
+//! The predicate programs the in-target runtime runs (`--if`): their check
+//! before tp writes one into the region, and the same interpreter as
+//! runtime.c's, for tests and for what tp says about a program.
+//!
+//! A program is at most [`FILTER_WORDS`] words of [`filter_op`]s for a
+//! stack machine of at most [`FILTER_DEPTH`] values ([`layout`] documents
+//! the encoding). [`validate`] accepts only programs that end, never pop an
+//! empty stack, never push past its depth, name only the argument
+//! registers and the return value, and leave exactly one value. The
+//! runtime checks every step again, since the target can write the region;
+//! a program that fails there selects the call.
+
+use super::layout::{FILTER_DEPTH, FILTER_RET, FILTER_WORDS, filter_ext, filter_op};
+
+/// The register and extension of an [`filter_op::ARG`] word.
+fn arg_fields(word: u64) -> (u64, u64) {
+    ((word >> 8) & 0xff, (word >> 16) & 0xff)
+}
+
+/// An [`filter_op::ARG`] word: register `reg` (0-5, or [`FILTER_RET`]) extended by `ext`.
+pub fn arg_word(reg: u64, ext: u64) -> u64 {
+    filter_op::ARG | (reg << 8) | (ext << 16)
+}
+
+/// Checks `program` as the runtime will run it. `max_reg` is the largest
+/// value an [`filter_op::ARG`] may name (5 at entry, [`FILTER_RET`] at exit).
+pub fn validate(program: &[u64], max_reg: u64) -> Result<(), String> {
+    let mut depth = 0usize;
+    let mut pc = 0usize;
+    while pc < program.len().min(FILTER_WORDS) {
+        let w = program[pc];
+        let op = w & 0xff;
+        let pops_pushes = match op {
+            filter_op::END => {
+                return if depth == 1 { Ok(()) } else { Err(format!("ends with {depth} values, not 1")) };
+            }
+            filter_op::ARG => {
+                let (reg, ext) = arg_fields(w);
+                if reg > max_reg || ext > filter_ext::LAST || w >> 24 != 0 {
+                    return Err(format!("word {pc}: bad argument {reg} (extension {ext})"));
+                }
+                (0, 1)
+            }
+            filter_op::IMM => {
+                if w >> 8 != 0 || pc + 1 >= program.len().min(FILTER_WORDS) {
+                    return Err(format!("word {pc}: bad immediate"));
+                }
+                pc += 1;
+                (0, 1)
+            }
+            filter_op::NOT => (1, 1),
+            op if op <= filter_op::LAST => (2, 1),
+            op => return Err(format!("word {pc}: unknown operation {op}")),
+        };
+        if op != filter_op::ARG && op != filter_op::IMM && w >> 8 != 0 {
+            return Err(format!("word {pc}: stray bits"));
+        }
+        if depth < pops_pushes.0 {
+            return Err(format!("word {pc}: the stack is empty"));
+        }
+        depth = depth - pops_pushes.0 + pops_pushes.1;
+        if depth > FILTER_DEPTH {
+            return Err(format!("word {pc}: more than {FILTER_DEPTH} values"));
+        }
+        pc += 1;
+    }
+    Err(format!("no end within {FILTER_WORDS} words"))
+}
+
+/// `reg` extended as `ext` says.
+fn extend(v: u64, ext: u64) -> u64 {
+    match ext {
+        filter_ext::I8 => v as i8 as i64 as u64,
+        filter_ext::U8 => v as u8 as u64,
+        filter_ext::I16 => v as i16 as i64 as u64,
+        filter_ext::U16 => v as u16 as u64,
+        filter_ext::I32 => v as i32 as i64 as u64,
+        filter_ext::U32 => v as u32 as u64,
+        _ => v,
+    }
+}
+
+/// Runs `program` on `values` (the six argument registers, then the return
+/// value) as runtime.c does: true when the call is recorded. Whatever goes
+/// wrong (the target rewrote the program) selects the call.
+pub fn eval(program: &[u64], values: &[u64; 7]) -> bool {
+    let mut stack = [0u64; FILTER_DEPTH];
+    let mut sp = 0usize;
+    let mut pc = 0usize;
+    while pc < program.len().min(FILTER_WORDS) {
+        let w = program[pc];
+        pc += 1;
+        let op = w & 0xff;
+        match op {
+            filter_op::END => return sp != 1 || stack[0] != 0,
+            filter_op::ARG | filter_op::IMM => {
+                if sp >= FILTER_DEPTH {
+                    return true;
+                }
+                stack[sp] = if op == filter_op::IMM {
+                    let Some(&v) = program.get(pc).filter(|_| pc < FILTER_WORDS) else { return true };
+                    pc += 1;
+                    v
+                } else {
+                    let (reg, ext) = arg_fields(w);
+                    extend(values[(reg as usize).min(FILTER_RET as usize)], ext)
+                };
+                sp += 1;
+            }
+            filter_op::NOT => {
+                if sp < 1 {
+                    return true;
+                }
+                stack[sp - 1] = (stack[sp - 1] == 0) as u64;
+            }
+            op if op <= filter_op::LAST => {
+                if sp < 2 {
+                    return true;
+                }
+                let (a, b) = (stack[sp - 2], stack[sp - 1]);
+                sp -= 1;
+                stack[sp - 1] = match op {
+                    filter_op::EQ => a == b,
+                    filter_op::NE => a != b,
+                    filter_op::LT_S => (a as i64) < (b as i64),
+                    filter_op::LE_S => (a as i64) <= (b as i64),
+                    filter_op::LT_U => a < b,
+                    filter_op::LE_U => a <= b,
+                    filter_op::AND => a != 0 && b != 0,
+                    _ => a != 0 || b != 0,
+                } as u64;
+            }
+            _ => return true,
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use filter_op::*;
+
+    #[test]
+    fn a_comparison_runs_and_validates() {
+        // arg1 (int) < -3
+        let p = [arg_word(1, filter_ext::I32), IMM, (-3i64) as u64, LT_S, END];
+        assert_eq!(validate(&p, 5), Ok(()));
+        let mut v = [0u64; 7];
+        v[1] = 0xdead_beef_ffff_fff0; // -16 as an int, with garbage above
+        assert!(eval(&p, &v));
+        v[1] = 7;
+        assert!(!eval(&p, &v));
+    }
+
+    #[test]
+    fn bad_programs_are_refused_and_select_the_call() {
+        let bad: &[(&[u64], &str)] = &[
+            (&[EQ, END], "empty"),
+            (&[IMM], "immediate"),
+            (&[IMM, 1, IMM, 2, END], "2 values"),
+            (&[arg_word(6, 0), END], "bad argument 6"),
+            (&[arg_word(1, 9), END], "extension 9"),
+            (&[99, END], "unknown operation 99"),
+            (&[IMM | 0x100, 1, END], "bad immediate"),
+            (&[IMM, 1, NOT | 0x100, END], "stray bits"),
+            (&[IMM, 1], "no end"),
+            (&[IMM, 1, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, END], "no end"),
+        ];
+        for (p, why) in bad {
+            let e = validate(p, 5).unwrap_err();
+            assert!(e.contains(why), "{p:?}: {e}");
+            let _ = eval(p, &[0; 7]); // never panics
+        }
+        let deep: Vec<u64> = std::iter::repeat_n(arg_word(0, 0), 9).chain([END]).collect();
+        assert!(validate(&deep, 5).unwrap_err().contains("more than 8"));
+        assert!(eval(&deep, &[0; 7]), "a program that goes wrong selects the call");
+        assert_eq!(validate(&[arg_word(6, 0), END], FILTER_RET), Ok(()));
+    }
+}

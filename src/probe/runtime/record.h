@@ -1,0 +1,393 @@
+/* What a probe records beyond its kind, for tp's in-target runtime
+ * (runtime.c includes this after its own helpers): predicates on the
+ * arguments and the return value (--if), counts by an argument's value
+ * (--by), the call's stack (--stack), and durations kept as per-thread
+ * histograms in the data region instead of exit events (--ret -q).
+ *
+ * Only tp_entry_ext and tp_exit_ext reach these blocks, each under its
+ * flag; a probe without them is sent to tp_entry and tp_exit, which do not
+ * contain them. Everything read here from the data region (a probe's
+ * configuration, the aggregate tables) may have been written by the
+ * target: every index is bounded, every program step checked, and memory
+ * outside the region is read only inside the thread's stack, whose bounds
+ * the runtime knows without a fault (stack_bounds).
+ *
+ * The stack walk reads the frame register as the probed function left it
+ * (tp_frame_pointer, from the arch's runtime.h), which only the build with
+ * TP_RESERVE_FRAME_POINTER guarantees: the plain build leaves the stack
+ * out (it never calls emit_with_stack). */
+#ifndef TP_RESERVE_FRAME_POINTER
+#define tp_frame_pointer() 0
+#endif
+
+/* Probe `probe`'s configuration in the region. */
+HOT const struct tp_probe_config *config_of(const struct tp_ctx *c, uint32_t probe)
+{
+	return (const struct tp_probe_config *)(c->configs + (uint64_t)probe * sizeof(struct tp_probe_config));
+}
+
+/* A register's low bytes extended to 64 bits (a C `int` argument leaves the
+ * register's high half undefined). */
+HOT uint64_t extend(uint64_t v, uint64_t how)
+{
+	switch (how) {
+	case TP_FEXT_I8:
+		return (uint64_t)(int64_t)(int8_t)v;
+	case TP_FEXT_U8:
+		return (uint8_t)v;
+	case TP_FEXT_I16:
+		return (uint64_t)(int64_t)(int16_t)v;
+	case TP_FEXT_U16:
+		return (uint16_t)v;
+	case TP_FEXT_I32:
+		return (uint64_t)(int64_t)(int32_t)v;
+	case TP_FEXT_U32:
+		return (uint32_t)v;
+	default:
+		return v;
+	}
+}
+
+/* Runs a predicate program (src/probe/filter.rs checks it before tp writes
+ * it, and holds the same interpreter): 1 if the call is recorded. `args`
+ * are the six argument registers (0 at an exit, where only the return
+ * value `ret` is named). Each word is read once; whatever goes wrong (the
+ * target rewrote the program) selects the call. At most TP_FILTER_WORDS
+ * steps. */
+HOT int predicate(const uint64_t *prog, const uint64_t *args, uint64_t ret)
+{
+	uint64_t st[TP_FILTER_DEPTH];
+	uint32_t sp = 0;
+	uint32_t pc = 0;
+	while (pc < TP_FILTER_WORDS) {
+		uint64_t w = __atomic_load_n(&prog[pc], __ATOMIC_RELAXED);
+		uint64_t op = w & 0xff;
+		pc++;
+		if (op == TP_FOP_END)
+			return sp != 1 || st[0] != 0;
+		if (op == TP_FOP_ARG || op == TP_FOP_IMM) {
+			if (sp >= TP_FILTER_DEPTH)
+				return 1;
+			uint64_t v;
+			if (op == TP_FOP_IMM) {
+				if (pc >= TP_FILTER_WORDS)
+					return 1;
+				v = __atomic_load_n(&prog[pc], __ATOMIC_RELAXED);
+				pc++;
+			} else {
+				uint64_t r = (w >> 8) & 0xff;
+				v = r < 6 ? (args ? args[r] : 0) : ret;
+				v = extend(v, (w >> 16) & 0xff);
+			}
+			st[sp++] = v;
+			continue;
+		}
+		if (op == TP_FOP_NOT) {
+			if (sp < 1)
+				return 1;
+			st[sp - 1] = st[sp - 1] == 0;
+			continue;
+		}
+		if (sp < 2)
+			return 1;
+		uint64_t a = st[sp - 2], b = st[sp - 1], r;
+		switch (op) {
+		case TP_FOP_EQ:
+			r = a == b;
+			break;
+		case TP_FOP_NE:
+			r = a != b;
+			break;
+		case TP_FOP_LT_S:
+			r = (int64_t)a < (int64_t)b;
+			break;
+		case TP_FOP_LE_S:
+			r = (int64_t)a <= (int64_t)b;
+			break;
+		case TP_FOP_LT_U:
+			r = a < b;
+			break;
+		case TP_FOP_LE_U:
+			r = a <= b;
+			break;
+		case TP_FOP_AND:
+			r = a != 0 && b != 0;
+			break;
+		case TP_FOP_OR:
+			r = a != 0 || b != 0;
+			break;
+		default:
+			return 1;
+		}
+		sp--;
+		st[sp - 1] = r;
+	}
+	return 1;
+}
+
+/* The thread's aggregates, after its ring: 0 if it has no ring. */
+HOT struct tp_agg *aggregates(struct tp_ctx *c, struct tp_thread *t)
+{
+	struct tp_slot *s = ring_slot(c, t);
+	return s ? (struct tp_agg *)((uint64_t)s + c->agg_off) : 0;
+}
+
+/* --by: counts the call under its argument's value, in the thread's table
+ * (one writer: plain stores, whole words, which tp reads as they are). A
+ * full table counts the call as overflow. */
+HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs)
+{
+	uint32_t by = __atomic_load_n(&config_of(c, probe)->by, __ATOMIC_RELAXED);
+	uint64_t r = by & 0xff;
+	struct tp_agg *a = aggregates(c, t);
+	if (r > 5 || !a)
+		return;
+	uint64_t v = extend(regs[r], (by >> 8) & 0xff);
+	struct tp_by *table = (struct tp_by *)((uint64_t)a + sizeof(struct tp_agg) +
+					       TP_AGG_LAT_ENTRIES * sizeof(struct tp_lat));
+	uint64_t h = ((v ^ ((uint64_t)probe << 40)) * 0x9e3779b97f4a7c15ull) >> (64 - TP_AGG_BY_BITS);
+	for (uint64_t i = 0; i < TP_AGG_PROBES; i++) {
+		struct tp_by *e = &table[(h + i) & (TP_AGG_BY_ENTRIES - 1)];
+		uint32_t p = e->probe;
+		if (p == 0) {
+			e->value = v;
+			e->count = 0;
+			__atomic_store_n(&e->probe, probe + 1, __ATOMIC_RELEASE);
+		} else if (p != probe + 1 || e->value != v) {
+			continue;
+		}
+		__atomic_store_n(&e->count, e->count + 1, __ATOMIC_RELAXED);
+		return;
+	}
+	__atomic_store_n(&a->by_overflow, a->by_overflow + 1, __ATOMIC_RELAXED);
+}
+
+/* The bucket of a duration of `ticks` (layout.rs, lat_bucket). */
+HOT uint64_t lat_bucket(uint64_t ticks)
+{
+	if (ticks < (1u << TP_LAT_SUB_BITS))
+		return ticks;
+	uint64_t power = 63 - (uint64_t)__builtin_clzll(ticks);
+	uint64_t sub = (ticks >> (power - TP_LAT_SUB_BITS)) & ((1u << TP_LAT_SUB_BITS) - 1);
+	return ((power - TP_LAT_SUB_BITS + 1) << TP_LAT_SUB_BITS) + sub;
+}
+
+/* Adds a duration to the thread's histogram of `probe`: 0 if the thread's
+ * table has no room for it (the exit then goes through the ring). */
+HOT int aggregate(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ticks)
+{
+	struct tp_agg *a = aggregates(c, t);
+	if (!a)
+		return 0;
+	struct tp_lat *table = (struct tp_lat *)((uint64_t)a + sizeof(struct tp_agg));
+	for (uint64_t i = 0; i < TP_AGG_PROBES; i++) {
+		struct tp_lat *e = &table[(probe + i) & (TP_AGG_LAT_ENTRIES - 1)];
+		uint32_t p = e->probe;
+		if (p == 0) {
+			e->count = 0;
+			e->sum = 0;
+			e->min = ticks;
+			e->max = ticks;
+			__atomic_store_n(&e->probe, probe + 1, __ATOMIC_RELEASE);
+		} else if (p != probe + 1) {
+			continue;
+		}
+		uint64_t b = lat_bucket(ticks);
+		if (b >= TP_LAT_BUCKETS)
+			b = TP_LAT_BUCKETS - 1;
+		__atomic_store_n(&e->buckets[b], e->buckets[b] + 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->sum, e->sum + ticks, __ATOMIC_RELAXED);
+		/* Stored either way: the same instructions for every call. */
+		uint64_t lo = e->min, hi = e->max;
+		__atomic_store_n(&e->min, ticks < lo ? ticks : lo, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->max, ticks > hi ? ticks : hi, __ATOMIC_RELAXED);
+		/* The count last: tp reads a histogram whose count it has seen. */
+		__atomic_store_n(&e->count, e->count + 1, __ATOMIC_RELEASE);
+		return 1;
+	}
+	return 0;
+}
+
+/* At an exit of tp_exit_ext: 1 if the exit event is to be sent. Its
+ * predicate on the return value may reject it; a probe that keeps its
+ * durations in the target adds this one there. */
+HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tsc,
+		    uint64_t entry_tsc, uint64_t nested)
+{
+	const struct tp_probe_config *cfg = config_of(c, probe);
+	uint32_t flags = __atomic_load_n(&cfg->flags, __ATOMIC_RELAXED);
+	if ((flags & TP_FILTER_EXIT) && !predicate(cfg->exit, 0, ret))
+		return 0;
+	if (flags & TP_AGGREGATE) {
+		/* As tp times an exit event: from the entry moved later by tp's
+		 * own ticks in the call's callees, never past the exit. */
+		uint64_t from = entry_tsc + nested;
+		if (from > tsc || from < entry_tsc)
+			from = tsc;
+		return !aggregate(c, t, probe, tsc - from);
+	}
+	return 1;
+}
+
+/* The part [lo, hi) of the stack the thread runs on at `sp` that it can
+ * read without a fault; 0 if the runtime cannot tell. The main thread's
+ * stack is the one tp saw at attach. Another thread of glibc or musl
+ * keeps its TCB (the thread pointer, its key) at the top of the block its
+ * stack lies in; the kernel is asked once per thread and stack whether
+ * everything from the stack pointer up to it is readable (madvise
+ * MADV_POPULATE_READ fails on memory that is not), and the answer is kept
+ * in the thread's state for the TID it was found for. Never a read
+ * outside what was checked. */
+HOT int stack_bounds(const struct tp_ctx *c, struct tp_thread *t, uint64_t sp, uint64_t *lo, uint64_t *hi)
+{
+	uint32_t tid = thread_id(t);
+	if (t->stack_tid == tid && t->stack_lo <= sp && sp < t->stack_hi) {
+		*lo = t->stack_lo;
+		*hi = t->stack_hi;
+		return 1;
+	}
+	if (c->main_stack_lo <= sp && sp < c->main_stack_hi) {
+		*lo = c->main_stack_lo;
+		*hi = c->main_stack_hi;
+		return 1;
+	}
+	uint64_t top = t->key;
+	if (!c->may_check_stack || (top & 7) || top <= sp || top - sp > TP_MAX_THREAD_STACK)
+		return 0;
+	/* A thread whose check failed does not ask again for the same stack. */
+	if (t->stack_tid == tid && t->stack_hi == 1 && t->stack_lo == top)
+		return 0;
+	uint64_t from = sp & ~4095ull;
+	if (tp_syscall4(TP_SYS_MADVISE, from, top - from, 22 /* MADV_POPULATE_READ */, 0) != 0) {
+		t->stack_lo = top;
+		t->stack_hi = 1;
+		t->stack_tid = tid;
+		return 0;
+	}
+	t->stack_lo = from;
+	t->stack_hi = top;
+	t->stack_tid = tid;
+	*lo = from;
+	*hi = top;
+	return 1;
+}
+
+/* The return address in the stack word at `at`: the original where a
+ * return probe put its trampoline there. */
+HOT uint64_t real_return(const struct tp_thread *t, uint64_t at, uint64_t word)
+{
+	for (uint32_t k = t->depth; k > 0; k--) {
+		const struct tp_frame *f = &t->shadow[k - 1];
+		if (f->slot == at && f->tramp == word)
+			return f->ret;
+	}
+	return word;
+}
+
+/* Where word `i` of a stack goes: the records after the event at `head`,
+ * TP_STACK_WORDS_PER_EVENT words each, in `tsc` and then `v`. */
+HOT uint64_t *stack_word(struct tp_slot *s, uint64_t mask, uint64_t head, uint32_t i)
+{
+	struct tp_event *e = s->ring + ((head + 1 + i / TP_STACK_WORDS_PER_EVENT) & mask);
+	uint32_t j = i % TP_STACK_WORDS_PER_EVENT;
+	return j == 0 ? &e->tsc : &e->v[j - 1];
+}
+
+/* Records the call's stack after its entry event, both published at once:
+ * return addresses found by following frame pointers (stack_depth of
+ * them), or a copy of the stack's top (stack_copy bytes) for tp to unwind
+ * with the function's unwind tables. A ring without room for the longest
+ * such event drops it (counted). `slot` is the stack pointer at the
+ * function's entry, where its return address is. */
+HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, const uint64_t *regs,
+			 uint64_t *slot)
+{
+	const struct tp_probe_config *cfg = config_of(c, probe);
+	uint32_t depth = __atomic_load_n(&cfg->stack_depth, __ATOMIC_RELAXED);
+	uint32_t copy = __atomic_load_n(&cfg->stack_copy, __ATOMIC_RELAXED) / 8;
+	if (depth > TP_MAX_STACK_DEPTH)
+		depth = TP_MAX_STACK_DEPTH;
+	if (copy > TP_MAX_STACK_COPY / 8)
+		copy = TP_MAX_STACK_COPY / 8;
+	uint32_t most = copy ? 4 + copy : 1 + (depth ? depth : 1);
+	uint32_t records = 1 + (most + TP_STACK_WORDS_PER_EVENT - 1) / TP_STACK_WORDS_PER_EVENT;
+	struct tp_slot *s = ring_slot(c, t);
+	if (UNLIKELY(!s)) {
+		lose(c, t, 1);
+		return;
+	}
+	uint64_t mask = c->ring_mask;
+	uint64_t head = s->head;
+	if (records > mask + 1 || head + records - s->cached_tail > mask + 1) {
+		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
+		if (records > mask + 1 || head + records - s->cached_tail > mask + 1) {
+			lose(c, t, 1);
+			return;
+		}
+	}
+	struct tp_event *e = s->ring + (head & mask);
+	e->probe = probe | (TP_ENTRY << TP_KIND_SHIFT);
+	e->tid = thread_id(t);
+	e->tsc = tsc;
+	for (int i = 0; i < 6; i++)
+		e->v[i] = regs[i];
+
+	uint64_t sp = (uint64_t)slot, lo = 0, hi = 0;
+	int bounded = stack_bounds(c, t, sp, &lo, &hi) && lo <= sp && sp < hi;
+	uint64_t head_word = 0;
+	uint32_t n = 1; /* words written after the header */
+	if (copy) {
+		head_word = TP_STACK_COPY;
+		*stack_word(s, mask, head, n++) = sp;
+		*stack_word(s, mask, head, n++) = tp_frame_pointer();
+		*stack_word(s, mask, head, n++) = real_return(t, sp, *slot);
+		uint64_t words = bounded ? (hi - sp) / 8 : 1;
+		if (words > copy) {
+			words = copy;
+			head_word |= TP_STACK_TRUNCATED;
+		}
+		for (uint64_t i = 0; i < words; i++) {
+			uint64_t at = sp + 8 * i;
+			*stack_word(s, mask, head, n++) = real_return(t, at, *(const volatile uint64_t *)at);
+		}
+		head_word |= (words << TP_STACK_COUNT_SHIFT);
+	} else {
+		head_word = TP_STACK_FRAMES;
+		uint32_t found = 0;
+		/* The return address at the stack pointer, then one per frame
+		 * record: [fp] the caller's fp, [fp + 8] its return address.
+		 * Every record lies in the checked bounds, above the last. */
+		*stack_word(s, mask, head, n++) = real_return(t, sp, *slot);
+		found++;
+		uint64_t fp = tp_frame_pointer(), prev = sp;
+		while (bounded && found < depth) {
+			if ((fp & 7) || fp <= prev || fp < lo || fp >= hi || hi - fp < 16)
+				break;
+			uint64_t ret = ((const volatile uint64_t *)fp)[1];
+			uint64_t next = ((const volatile uint64_t *)fp)[0];
+			if (ret == 0)
+				break;
+			*stack_word(s, mask, head, n++) = real_return(t, fp + 8, ret);
+			found++;
+			prev = fp;
+			fp = next;
+		}
+		if (found == depth && bounded && !(fp & 7) && fp > prev && fp >= lo && fp < hi && hi - fp >= 16 &&
+		    ((const volatile uint64_t *)fp)[1] != 0)
+			head_word |= TP_STACK_TRUNCATED;
+		head_word |= ((uint64_t)found << TP_STACK_COUNT_SHIFT);
+	}
+	if (!bounded)
+		head_word |= TP_STACK_NO_BOUNDS;
+	*stack_word(s, mask, head, 0) = head_word;
+	uint32_t used = (n + TP_STACK_WORDS_PER_EVENT - 1) / TP_STACK_WORDS_PER_EVENT;
+	for (uint32_t r = 0; r < used; r++) {
+		struct tp_event *x = s->ring + ((head + 1 + r) & mask);
+		uint32_t words = n - r * TP_STACK_WORDS_PER_EVENT;
+		if (words > TP_STACK_WORDS_PER_EVENT)
+			words = TP_STACK_WORDS_PER_EVENT;
+		x->probe = ((uint32_t)TP_STACK_RECORD << TP_KIND_SHIFT) | words;
+		x->tid = 0;
+	}
+	__atomic_store_n(&s->head, head + 1 + used, __ATOMIC_RELEASE);
+}

@@ -1,0 +1,315 @@
+//! What a call records beyond its arguments: its stack (`--stack`, by frame
+//! pointers in the target and by a copy unwound in tp), predicates that
+//! select calls in the target (`--if`), counts by an argument's value
+//! (`--by`) and durations kept in the target (`--ret -q`), each checked
+//! against the `stacks` target's own count of the calls it made.
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// Runs `cmds` against `target` under `tp attach -p PID ARGS`; returns the
+/// target's answers and tp's (stdout, stderr), after checking both exit 0.
+fn session(target: &str, args: &[&str], cmds: &[(&str, &str)]) -> (Vec<String>, String, String) {
+    let mut t = Target::start(target);
+    let pid = t.pid.to_string();
+    let mut full = vec!["-p", pid.as_str()];
+    full.extend_from_slice(args);
+    let s = Session::start(&full);
+    let answers = cmds.iter().map(|(cmd, done)| t.ask(cmd, done)).collect();
+    let (status, stdout, stderr) = s.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert!(t.quit().success(), "the target must exit 0");
+    (answers, stdout, stderr)
+}
+
+/// The JSON summary among tp's stdout lines.
+fn summary(stdout: &str) -> Value {
+    let line = stdout.lines().rfind(|l| l.starts_with("{\"pid\"")).unwrap_or_else(|| panic!("no summary: {stdout}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// The function names of a stack's frames (`name+0x.. (module)`), and its count.
+fn stacks_of(s: &Value, function: &str) -> Vec<(Vec<String>, u64)> {
+    let p = s["stacks"].as_array().unwrap().iter().find(|p| p["function"] == function).expect("the function's stacks");
+    p["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| {
+            let names = st["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap().split(['+', ' ']).next().unwrap().to_string())
+                .collect();
+            (names, st["count"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+/// The calls of stacks that begin with `prefix` (the function, then its callers).
+fn calls_with_prefix(stacks: &[(Vec<String>, u64)], prefix: &[&str]) -> u64 {
+    stacks
+        .iter()
+        .filter(|(names, _)| names.len() >= prefix.len() && names[..prefix.len()] == *prefix)
+        .map(|s| s.1)
+        .sum()
+}
+
+/// The known call paths of `paths N`, exactly as often as the target made
+/// them: both ways of taking the stack.
+fn known_paths(target: &str, how: &str) {
+    // Room for every call's stack: a copy of 4 KiB takes 75 of the ring's events.
+    let (answers, stdout, _) =
+        session(target, &["-f", "leaf", how, "-q", "--json", "--ring-size", "262144"], &[("paths 300", "done paths")]);
+    assert_eq!(answers[0], "done paths 300 a=300 b=600");
+    let s = summary(&stdout);
+    assert_eq!(s["lost_events"], 0, "{s}");
+    assert_eq!(s["probes"][0]["hits"], 900);
+    let stacks = stacks_of(&s, "leaf");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "a_mid", "path_a", "run_paths", "main"]), 300, "{stacks:?}");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "path_b", "run_paths", "main"]), 600, "{stacks:?}");
+    // path_b is called from two places in run_paths: two stacks of 300 each.
+    let b: Vec<u64> = stacks.iter().filter(|(n, _)| n.get(1).is_some_and(|f| f == "path_b")).map(|s| s.1).collect();
+    assert_eq!(b, [300, 300], "{stacks:?}");
+    assert_eq!(stacks.iter().map(|s| s.1).sum::<u64>(), 900);
+}
+
+#[test]
+fn frame_pointer_walks_give_the_known_call_paths() {
+    known_paths("stacks", "--stack");
+}
+
+#[test]
+fn unwinding_a_copy_gives_the_known_call_paths_without_frame_pointers() {
+    known_paths("stacks-nofp", "--stack=dwarf");
+}
+
+/// Stacks 10 and 30 calls deep, walked whole, and cut where asked.
+#[test]
+fn deep_stacks_have_every_frame_up_to_the_depth_asked() {
+    for (target, how) in [("stacks", "--stack"), ("stacks-nofp", "--stack=dwarf")] {
+        let (_, stdout, _) = session(
+            target,
+            &["-f", "leaf", how, "--stack-depth", "40", "-q", "--json", "--ring-size", "65536"],
+            &[("deep 10 50", "done deep"), ("deep 30 50", "done deep")],
+        );
+        let stacks = stacks_of(&summary(&stdout), "leaf");
+        for depth in [10usize, 30] {
+            let mut want = vec!["leaf"];
+            want.extend(std::iter::repeat_n("descend", depth + 1));
+            want.extend(["run_deep", "main"]);
+            assert_eq!(calls_with_prefix(&stacks, &want), 50, "{target} depth {depth}: {stacks:?}");
+        }
+        // Cut at 5 frames: the function and 5 callers.
+        let (_, stdout, _) =
+            session(target, &["-f", "leaf", how, "--stack-depth", "5", "-q", "--json"], &[("deep 30 20", "done deep")]);
+        let stacks = stacks_of(&summary(&stdout), "leaf");
+        assert_eq!(
+            stacks,
+            [(vec!["leaf".to_string()].into_iter().chain(vec!["descend".to_string(); 5]).collect(), 20)]
+        );
+    }
+}
+
+#[test]
+fn folded_lines_and_the_flame_graph_show_the_paths() {
+    let dir = std::env::temp_dir().join(format!("tp-flame-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("flame.svg");
+    let (_, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "--stack", "-q", "--folded", "--ring-size", "65536", "-o", svg.to_str().unwrap()],
+        &[("paths 100", "done paths")],
+    );
+    let folded: Vec<&str> = stdout.lines().filter(|l| l.contains(";leaf ")).collect();
+    assert_eq!(folded.len(), 3, "{stdout}");
+    assert_eq!(folded.iter().filter(|l| l.ends_with("main;run_paths;path_a;a_mid;leaf 100")).count(), 1, "{stdout}");
+    assert_eq!(folded.iter().filter(|l| l.ends_with("main;run_paths;path_b;leaf 100")).count(), 2, "{stdout}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.contains("<svg"), "not an SVG");
+    for name in ["a_mid", "path_a", "path_b", "run_paths", "main"] {
+        assert!(svg.contains(name), "the flame graph has no {name}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn stacks_are_in_the_chrome_trace() {
+    let dir = std::env::temp_dir().join(format!("tp-chrome-stack-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let trace = dir.join("t.json");
+    let (_, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "--stack", "--json", "--ring-size", "65536", "-o", trace.to_str().unwrap()],
+        &[("paths 10", "done paths")],
+    );
+    // The JSON Lines carry each call's stack too.
+    let lines: Vec<Value> =
+        stdout.lines().filter(|l| l.contains("\"type\":\"entry\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 30);
+    assert!(lines.iter().all(|e| e["stack"][0].as_str().unwrap().starts_with("leaf+0x0 ")), "{lines:?}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
+    let events: Vec<&Value> =
+        v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "leaf" && e["ph"] == "i").collect();
+    assert_eq!(events.len(), 30);
+    for e in events {
+        let stack: Vec<&str> = e["args"]["stack"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        assert!(stack[0].starts_with("leaf+0x0 "), "{stack:?}");
+        assert!(stack[1].starts_with("a_mid+") || stack[1].starts_with("path_b+"), "{stack:?}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn predicates_select_exactly_the_calls_that_satisfy_them() {
+    // values 200 calls leaf(i % 10): n < 3 holds for 60 of them.
+    let (_, stdout, _) =
+        session("stacks", &["-f", "leaf", "--if", "n < 3", "--json"], &[("values 200", "done values")]);
+    let entries: Vec<Value> =
+        stdout.lines().filter(|l| l.contains("\"type\":\"entry\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(entries.len(), 60);
+    assert!(entries.iter().all(|e| e["args"]["n"].as_i64().unwrap() < 3), "{entries:?}");
+    let s = summary(&stdout);
+    assert_eq!((s["probes"][0]["hits"].as_u64(), s["lost_events"].as_u64()), (Some(200), Some(0)), "{s}");
+    // On the return value: leaf returns 2n + 1, above 10 for n >= 5; and
+    // both at once: n != 7 at entry, ret > 10 at exit.
+    for (expr, exits) in [("ret > 10", 100), ("n != 7 && ret > 10", 80), ("arg0 == 4 || arg0 == 9", 40)] {
+        let (_, stdout, _) =
+            session("stacks", &["-f", "leaf", "--ret", "--if", expr, "--json"], &[("values 200", "done values")]);
+        let n = stdout.lines().filter(|l| l.contains("\"type\":\"exit\"")).count();
+        assert_eq!(n, exits, "{expr}: {stdout}");
+    }
+}
+
+#[test]
+fn predicates_that_cannot_be_compiled_are_one_line_and_touch_nothing() {
+    let t = Target::start("stacks");
+    let pid = t.pid.to_string();
+    for (expr, why) in [
+        ("m == 1", "has no parameter `m` (it has: n)"),
+        ("n ==", "ends early"),
+        ("n == 1 || ret == 3", "can name only `ret`"),
+        ("n == 99999999999", "out of the range"),
+        ("ret > 1", "needs --ret"),
+    ] {
+        let ret = if expr.contains("||") { "--ret" } else { "--args" };
+        let line = expect_error(&["attach", "-p", &pid, "-f", "leaf", ret, "--if", expr], why);
+        assert!(line.contains("--if"), "{line}");
+    }
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    assert!(!maps.contains("tp-data"), "nothing was injected");
+    assert!(t.quit().success());
+}
+
+#[test]
+fn counts_by_argument_value_are_the_targets() {
+    let (_, stdout, _) = session("stacks", &["-f", "leaf", "--by", "n", "--json"], &[("values 1000", "done values")]);
+    let s = summary(&stdout);
+    let by = &s["by"][0];
+    assert_eq!(
+        (by["function"].as_str(), by["arg"].as_str(), by["overflow"].as_u64()),
+        (Some("leaf"), Some("n"), Some(0))
+    );
+    let values: Vec<(i64, u64)> = by["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| (v["value"].as_i64().unwrap(), v["calls"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(values, (0..10).map(|v| (v, 100)).collect::<Vec<_>>());
+}
+
+/// `--ret -q` keeps durations in the target: a ring of 4 events loses
+/// none of 10,000 calls, and the histogram is the target's own.
+#[test]
+fn durations_kept_in_the_target_lose_nothing_and_match_the_targets_histogram() {
+    let (_, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "--ret", "-q", "--json", "--ring-size", "4"],
+        &[("values 10000", "done values")],
+    );
+    let s = summary(&stdout);
+    let p = &s["probes"][0];
+    assert_eq!(
+        (p["hits"].as_u64(), p["calls_timed"].as_u64(), s["lost_events"].as_u64()),
+        (Some(10000), Some(10000), Some(0))
+    );
+
+    // The target times each call too; a call within a few per cent of a
+    // power of two of ns may fall on either side for tp (which leaves its
+    // own work out): such a round is run again, a few times at most.
+    for round in 1..=8 {
+        let (answers, stdout, _) = session(
+            "stacks",
+            &["-f", "nap", "--ret", "-q", "--json"],
+            &[("naps 1200 40", "done naps"), ("naps 6000 15", "done naps")],
+        );
+        let near: u64 = answers.iter().map(|a| field(a, "near")).sum();
+        if near > 0 && round < 8 {
+            continue;
+        }
+        assert_eq!(near, 0, "every round had a call near a power of two of ns: the machine is too loaded");
+        let mut own = std::collections::BTreeMap::new();
+        for a in &answers {
+            for kc in a.split("hist=").nth(1).unwrap().split(',') {
+                let (k, c) = kc.split_once(':').unwrap();
+                *own.entry(1u64 << k.parse::<u32>().unwrap()).or_insert(0u64) += c.parse::<u64>().unwrap();
+            }
+        }
+        let p = &summary(&stdout)["probes"][0];
+        assert_eq!(p["calls_timed"].as_u64(), Some(55));
+        let tps: std::collections::BTreeMap<u64, u64> = p["histogram"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b[0].as_u64().unwrap(), b[2].as_u64().unwrap()))
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        assert_eq!(tps, own, "tp's histogram (lower bounds in ns) against the target's own");
+        return;
+    }
+}
+
+/// Frame pointers a program without them leaves anywhere (misaligned, a
+/// PROT_NONE page, records pointing there, to themselves, past the stack's
+/// end): the walk reads only inside the thread's stack, so the target runs
+/// on, every call counted and its caller named; threads other than the
+/// main one are walked inside their own stacks.
+#[test]
+fn hostile_frame_pointers_never_fault_and_threads_are_walked() {
+    let (answers, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "--stack", "-q", "--json", "--ring-size", "65536"],
+        &[("wild 100", "done wild"), ("threads 3 100", "done threads")],
+    );
+    assert_eq!(answers[0], "done wild 100 calls=800");
+    let s = summary(&stdout);
+    assert_eq!((s["probes"][0]["hits"].as_u64(), s["lost_events"].as_u64()), (Some(1700), Some(0)), "{s}");
+    let stacks = stacks_of(&s, "leaf");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "call_with_fp"]), 800, "{stacks:?}");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "a_mid", "path_a", "run_paths", "thread_main"]), 300, "{stacks:?}");
+    assert_eq!(calls_with_prefix(&stacks, &["leaf", "path_b", "run_paths", "thread_main"]), 600, "{stacks:?}");
+}
+
+/// A function inlined on the path is a frame of its own, from DWARF.
+#[test]
+fn inlined_functions_are_frames_of_their_own() {
+    for (target, how) in [("stacks", "--stack"), ("stacks-nofp", "--stack=dwarf")] {
+        let (_, stdout, _) = session(
+            target,
+            &["-f", "leaf", how, "-q", "--json", "--folded", "--ring-size", "65536"],
+            &[("inlined 50", "done inlined")],
+        );
+        let stacks = stacks_of(&summary(&stdout), "leaf");
+        assert_eq!(
+            calls_with_prefix(&stacks, &["leaf", "inner_helper", "run_inlined", "main"]),
+            50,
+            "{target}: {stacks:?}"
+        );
+        let line = stacks.iter().find(|(n, _)| n.len() > 1).map(|(n, _)| n.clone()).unwrap();
+        assert_eq!(line[1], "inner_helper");
+        assert!(stdout.lines().any(|l| l.ends_with("main;run_inlined;inner_helper;leaf 50")), "{target}: {stdout}");
+    }
+}

@@ -1,0 +1,64 @@
+//! `--if` expressions: arbitrary text parsed, compiled for a function with
+//! parameters of every kind, and the programs run. Parsing and compiling
+//! must answer in one line or give programs the runtime's checker accepts
+//! ([`tp::probe::filter::validate`]); the interpreter (the same as
+//! runtime.c's) must never panic, also on programs of arbitrary words,
+//! which the target could write into the region.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tp::events::format::ProbeInfo;
+use tp::events::predicate;
+use tp::probe::filter;
+use tp::symbols::dwarf::{DwFunction, Param, Type};
+
+fn info() -> ProbeInfo {
+    let p = |name: &str, ty: Type, size: u64| Param { name: name.into(), type_name: String::new(), ty, size: Some(size) };
+    ProbeInfo {
+        name: "f".into(),
+        module: "m".into(),
+        dwarf: Some(DwFunction {
+            name: "f".into(),
+            linkage_name: None,
+            entry: tp::addr::FileAddr(0),
+            params: vec![
+                p("a", Type::Signed(4), 4),
+                p("b", Type::Unsigned(1), 1),
+                p("x", Type::Float, 8),
+                p("s", Type::CString, 8),
+                p("c", Type::Char, 1),
+                p("big", Type::Other, 32),
+                p("w", Type::Unsigned(2), 2),
+            ],
+            return_type: Some(("long".into(), Type::Signed(8))),
+            abi: Default::default(),
+        }),
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let values: [u64; 7] = std::array::from_fn(|i| {
+        data.get(i * 8..i * 8 + 8).map_or(i as u64, |b| u64::from_le_bytes(b.try_into().unwrap()))
+    });
+    // Arbitrary words as a program, as the target could leave them.
+    let words: Vec<u64> = data.chunks(8).map(|c| c.iter().fold(0u64, |w, &b| (w << 8) | b as u64)).collect();
+    let _ = filter::validate(&words, 6);
+    let _ = filter::eval(&words, &values);
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(e) = predicate::parse(text) else { return };
+    let info = info();
+    for ret in [false, true] {
+        match predicate::compile(&e, &info, ret) {
+            Ok(c) => {
+                for (p, max) in [(&c.entry, 5), (&c.exit, 6)] {
+                    if !p.is_empty() {
+                        assert_eq!(filter::validate(p, max), Ok(()), "{text}");
+                        let _ = filter::eval(p, &values);
+                    }
+                }
+            }
+            Err(why) => assert!(!why.contains('\n'), "{why}"),
+        }
+    }
+    let _ = predicate::by_word(text, &info);
+});
