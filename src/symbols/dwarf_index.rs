@@ -134,6 +134,8 @@ pub struct LazyDwarf {
     table: Option<Vec<(u64, u64, usize)>>,
     /// The functions of the units read so far, by unit offset.
     units: HashMap<usize, Vec<DwFunction>>,
+    /// Functions asked for so far.
+    lookups: usize,
 }
 
 impl std::fmt::Debug for LazyDwarf {
@@ -147,7 +149,12 @@ impl LazyDwarf {
     pub fn new(elf: &ElfFile) -> Result<LazyDwarf> {
         let sections = SECTIONS.iter().map(|id| Section::of(elf, id.name())).collect::<Result<Vec<_>>>()?;
         let aranges = Section::of(elf, SectionId::DebugAranges.name())?;
-        Ok(LazyDwarf { sections, aranges, table: None, units: HashMap::new() })
+        Ok(LazyDwarf { sections, aranges, table: None, units: HashMap::new(), lookups: 0 })
+    }
+
+    /// Functions asked for so far.
+    pub fn lookups(&self) -> usize {
+        self.lookups
     }
 
     fn info(&mut self) -> &mut Section {
@@ -158,6 +165,7 @@ impl LazyDwarf {
     /// The function entered at `entry` (a file address of `elf`, the file
     /// this was made for), as the whole index describes it.
     pub fn function_at(&mut self, elf: &ElfFile, entry: FileAddr) -> Result<Option<DwFunction>> {
+        self.lookups += 1;
         let data = elf.data();
         // Every section but .debug_info whole: they are small.
         let info_at = SECTIONS.iter().position(|&id| id == SectionId::DebugInfo).expect(".debug_info is read");

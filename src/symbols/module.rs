@@ -47,6 +47,10 @@ impl CodeCopy {
 #[derive(Debug)]
 pub struct Read(ElfFile, Cached);
 
+/// Functions looked up one unit at a time before the whole DWARF index is
+/// built instead.
+const WHOLE_DWARF_AFTER: usize = 32;
+
 /// What the cache holds for a file.
 #[derive(Debug)]
 enum Cached {
@@ -307,6 +311,11 @@ impl Module {
         let mut lazy = self.lazy_dwarf.borrow_mut();
         if lazy.is_none() {
             *lazy = Some(LazyDwarf::new(src).ok()?);
+        }
+        // Many functions (a glob with --args): the whole index, once.
+        if lazy.as_ref().is_some_and(|l| l.lookups() >= WHOLE_DWARF_AFTER) {
+            drop(lazy);
+            return self.dwarf()?.at(entry).cloned();
         }
         lazy.as_mut()?.function_at(src, entry).ok().flatten()
     }
