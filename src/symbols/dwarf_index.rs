@@ -1,7 +1,7 @@
 //! DWARF by address: the description of the function entered at one
 //! address, read from the compilation unit whose address ranges hold it
-//! (`.debug_aranges`, else each unit's own ranges), without reading the
-//! rest. A compressed `.debug_info` (as Debian's `-dbg` packages ship it) is
+//! (`.debug_aranges`, else, for the units it does not list, each unit's
+//! own ranges), without reading the rest. A compressed `.debug_info` (as Debian's `-dbg` packages ship it) is
 //! inflated only up to the end of that unit; the line, location and macro
 //! tables are never read. Probing one function of libc with `--ret` used to
 //! inflate and walk all of libc's debugging information.
@@ -130,8 +130,13 @@ pub struct LazyDwarf {
     /// The sections of [`SECTIONS`], in its order.
     sections: Vec<Section>,
     aranges: Section,
-    /// `[begin, end)` → unit offset, sorted; None until first needed.
+    /// `[begin, end)` → unit offset, sorted, from `.debug_aranges`; None
+    /// until first needed.
     table: Option<Vec<(u64, u64, usize)>>,
+    /// The same from the units `.debug_aranges` does not list (all of them
+    /// when it is missing; a Go part of a cgo program has none), from each
+    /// unit's own ranges; read when an address is in no listed unit.
+    rest: Option<Vec<(u64, u64, usize)>>,
     /// The functions of the units read so far, by unit offset.
     units: HashMap<usize, Vec<DwFunction>>,
     /// Functions asked for so far.
@@ -149,7 +154,7 @@ impl LazyDwarf {
     pub fn new(elf: &ElfFile) -> Result<LazyDwarf> {
         let sections = SECTIONS.iter().map(|id| Section::of(elf, id.name())).collect::<Result<Vec<_>>>()?;
         let aranges = Section::of(elf, SectionId::DebugAranges.name())?;
-        Ok(LazyDwarf { sections, aranges, table: None, units: HashMap::new(), lookups: 0 })
+        Ok(LazyDwarf { sections, aranges, table: None, rest: None, units: HashMap::new(), lookups: 0 })
     }
 
     /// Functions asked for so far.
@@ -175,11 +180,28 @@ impl LazyDwarf {
             }
         }
         if self.table.is_none() {
-            self.table = Some(self.address_table(data)?);
+            self.table = Some(self.listed_ranges(data)?);
         }
-        let table = self.table.as_deref().unwrap_or_default();
-        let mut candidates: Vec<usize> =
-            table.iter().filter(|&&(lo, hi, _)| lo <= entry.0 && entry.0 < hi).map(|&(_, _, unit)| unit).collect();
+        if let Some(f) = self.search(data, entry, false)? {
+            return Ok(Some(f));
+        }
+        if self.rest.is_none() {
+            self.rest = Some(self.unlisted_ranges(data)?);
+        }
+        self.search(data, entry, true)
+    }
+
+    /// The function at `entry` in the units whose ranges (listed in
+    /// `.debug_aranges`, or the `rest`) hold it, the first unit first.
+    fn search(&mut self, data: &[u8], entry: FileAddr, rest: bool) -> Result<Option<DwFunction>> {
+        let table = if rest { &self.rest } else { &self.table };
+        let mut candidates: Vec<usize> = table
+            .as_deref()
+            .unwrap_or_default()
+            .iter()
+            .filter(|&&(lo, hi, _)| lo <= entry.0 && entry.0 < hi)
+            .map(|&(_, _, unit)| unit)
+            .collect();
         candidates.sort_unstable();
         candidates.dedup();
         for unit in candidates {
@@ -194,9 +216,8 @@ impl LazyDwarf {
         Ok(None)
     }
 
-    /// The units' address ranges: from `.debug_aranges`, else (it is
-    /// missing or empty) from each unit's own ranges.
-    fn address_table(&mut self, data: &[u8]) -> Result<Vec<(u64, u64, usize)>> {
+    /// The address ranges `.debug_aranges` lists, by unit.
+    fn listed_ranges(&mut self, data: &[u8]) -> Result<Vec<(u64, u64, usize)>> {
         self.aranges.ensure_all(data)?;
         let mut table = Vec::new();
         let aranges = gimli::DebugAranges::new(self.aranges.bytes(data), RunTimeEndian::Little);
@@ -211,18 +232,29 @@ impl LazyDwarf {
                 }
             }
         }
-        if table.is_empty() {
-            self.info().ensure_all(data)?;
-            let dwarf = self.dwarf(data);
-            let mut units = dwarf.units();
-            while let Some(h) = units.next()? {
-                let unit = dwarf::unit_of(&dwarf, h)?;
-                let offset = h.offset().0;
-                let mut ranges = dwarf.unit_ranges(&unit)?;
-                while let Some(r) = ranges.next()? {
-                    if r.begin < r.end {
-                        table.push((r.begin, r.end, offset));
-                    }
+        table.sort_unstable();
+        Ok(table)
+    }
+
+    /// The address ranges of the units `.debug_aranges` does not list, from
+    /// each unit's own ranges (all of `.debug_info` inflated).
+    fn unlisted_ranges(&mut self, data: &[u8]) -> Result<Vec<(u64, u64, usize)>> {
+        let listed: std::collections::HashSet<usize> =
+            self.table.as_deref().unwrap_or_default().iter().map(|&(_, _, unit)| unit).collect();
+        self.info().ensure_all(data)?;
+        let dwarf = self.dwarf(data);
+        let mut table = Vec::new();
+        let mut units = dwarf.units();
+        while let Some(h) = units.next()? {
+            let offset = h.offset().0;
+            if listed.contains(&offset) {
+                continue;
+            }
+            let unit = dwarf::unit_of(&dwarf, h)?;
+            let mut ranges = dwarf.unit_ranges(&unit)?;
+            while let Some(r) = ranges.next()? {
+                if r.begin < r.end {
+                    table.push((r.begin, r.end, offset));
                 }
             }
         }
@@ -322,6 +354,25 @@ mod tests {
         assert!(!elf.sections.iter().any(|s| s.name == ".debug_aranges"));
         assert!(agrees_with_the_whole_index(&bare) > 100);
         std::fs::remove_file(&bare).unwrap();
+        // .debug_aranges listing some units only (a cgo program: gcc's units
+        // are listed, Go's linker lists none of its own): the others by
+        // their own ranges.
+        let full = ElfFile::open(&dir.join("rusty-v0"), &dir.join("rusty-v0")).unwrap();
+        let aranges = full.section_data(".debug_aranges").unwrap().unwrap();
+        let first = u32::from_le_bytes(aranges[..4].try_into().unwrap()) as usize + 4;
+        let one = std::env::temp_dir().join(format!("tp-onearange-{}", std::process::id()));
+        std::fs::write(&one, &aranges[..first]).unwrap();
+        let some = std::env::temp_dir().join(format!("tp-somearanges-{}", std::process::id()));
+        let out = std::process::Command::new("objcopy")
+            .arg(format!("--update-section=.debug_aranges={}", one.display()))
+            .arg(dir.join("rusty-v0"))
+            .arg(&some)
+            .output()
+            .expect("objcopy (binutils) runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(agrees_with_the_whole_index(&some) > 100);
+        std::fs::remove_file(&some).unwrap();
+        std::fs::remove_file(&one).unwrap();
     }
 
     #[test]

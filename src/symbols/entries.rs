@@ -12,7 +12,8 @@
 //! finds exactly the same branches without decoding code that cannot reach
 //! there: attaching to one function of a large library does not decode it.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
 
 use goblin::elf::section_header::SHF_EXECINSTR;
 
@@ -33,8 +34,9 @@ pub struct Entries {
     /// The code, cut at every symbol start: `[lo, hi)` link-time addresses.
     chunks: Vec<(u64, u64)>,
     /// The target of every direct branch and call in the file's code,
-    /// sorted; decoded on first need.
-    branch_targets: OnceCell<Vec<u64>>,
+    /// sorted; decoded on first need (shared with the module's analysis
+    /// being saved, which then need not decode it again).
+    branch_targets: Arc<OnceLock<Vec<u64>>>,
     /// Windows checked by scanning so far.
     scans: Cell<usize>,
 }
@@ -42,11 +44,17 @@ pub struct Entries {
 impl Entries {
     /// The entry points of `elf`, whose code `isa` decodes.
     pub fn of(elf: &ElfFile, isa: Option<Isa>) -> Entries {
+        Entries::sharing(elf, isa, Arc::default())
+    }
+
+    /// [`Entries::of`], its branch targets kept in `targets` (decoded there
+    /// already, or to be).
+    pub fn sharing(elf: &ElfFile, isa: Option<Isa>, targets: Arc<OnceLock<Vec<u64>>>) -> Entries {
         Entries {
             pads: LandingPads::of(elf),
             isa,
             chunks: code_chunks(elf),
-            branch_targets: OnceCell::new(),
+            branch_targets: targets,
             scans: Cell::new(0),
         }
     }
@@ -58,7 +66,7 @@ impl Entries {
             pads,
             isa,
             chunks: code_chunks(elf),
-            branch_targets: OnceCell::from(branch_targets),
+            branch_targets: Arc::new(OnceLock::from(branch_targets)),
             scans: Cell::new(SCANS),
         }
     }

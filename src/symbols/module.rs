@@ -6,7 +6,7 @@
 
 use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, bail};
 
@@ -102,7 +102,10 @@ pub struct Module {
     names: OnceCell<Vec<Option<Names>>>,
     /// Which symbols demangle, as the cache held it.
     cached_mangled: Option<Vec<bool>>,
-    dwarf: OnceCell<Option<DwarfIndex>>,
+    dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
+    /// Every branch target of the code, once decoded (shared with the planner
+    /// and the analysis being saved).
+    branch_targets: Arc<OnceLock<Vec<u64>>>,
     /// DWARF read one unit at a time, until the whole index is built.
     lazy_dwarf: RefCell<Option<LazyDwarf>>,
     /// The DWARF the cache held.
@@ -176,7 +179,7 @@ impl Module {
     fn with(elf: ElfFile, cached: Cached, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let debug = OnceCell::new();
-        let dwarf = OnceCell::new();
+        let dwarf = Arc::new(OnceLock::new());
         if let Cached::Hit(s) = cached {
             let s = *s;
             let parts = PlannerParts { pads: s.pads, branch_targets: s.branch_targets, facts: s.facts, go: s.go };
@@ -196,17 +199,19 @@ impl Module {
         let found = found.map(Arc::new);
         let _ = debug.set(found.clone());
         let elf = Arc::new(elf);
+        let m = Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span);
         if let Cached::Miss(key, places) = cached {
-            saved::enqueue(key, elf.clone(), found, places, path, root);
+            let known = saved::Known { dwarf: m.dwarf.clone(), branch_targets: m.branch_targets.clone() };
+            saved::enqueue(key, m.elf.clone(), found, places, known, path, root);
         }
-        Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span)
+        m
     }
 
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         elf: Arc<ElfFile>,
         debug: OnceCell<Option<Arc<ElfFile>>>,
-        dwarf: OnceCell<Option<DwarfIndex>>,
+        dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
         saved_planner: Option<PlannerParts>,
         path: &Path,
         root: &Path,
@@ -227,6 +232,7 @@ impl Module {
             names: OnceCell::new(),
             cached_mangled: None,
             dwarf,
+            branch_targets: Arc::default(),
             lazy_dwarf: RefCell::new(None),
             cached_dwarf: None,
             planner: OnceCell::new(),
@@ -241,6 +247,11 @@ impl Module {
                 needed.then(|| debuginfo::find(&self.elf, &self.path, &self.root)).flatten().map(Arc::new)
             })
             .as_deref()
+    }
+
+    /// Where the planner keeps every branch target of the code.
+    pub(super) fn branch_targets_cell(&self) -> Arc<OnceLock<Vec<u64>>> {
+        self.branch_targets.clone()
     }
 
     /// What the cache held for the planner, once.

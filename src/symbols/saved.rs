@@ -115,12 +115,22 @@ pub fn places(headers: &Headers, path: &Path, root: &Path) -> Vec<Place> {
         .collect()
 }
 
+/// What a module computed already of its own analysis, shared with the
+/// analysis being saved, which then takes it instead of computing it again.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    /// The whole DWARF index, once built.
+    pub dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
+    /// Every branch target, once decoded.
+    pub branch_targets: Arc<OnceLock<Vec<u64>>>,
+}
+
 impl Saved {
     /// The analysis of `elf` (whose symbols are final) and its debug file,
-    /// whose places were `places`.
-    pub fn compute(elf: &ElfFile, debug: Option<&ElfFile>, places: Vec<Place>) -> Saved {
+    /// whose places were `places`; what `known` holds is taken as it is.
+    pub fn compute(elf: &ElfFile, debug: Option<&ElfFile>, places: Vec<Place>, known: &Known) -> Saved {
         let isa = Isa::for_machine(elf.machine);
-        let entries = Entries::of(elf, isa);
+        let entries = Entries::sharing(elf, isa, known.branch_targets.clone());
         let branch_targets = entries.branch_targets(elf).to_vec();
         let facts = CodeFacts::of(elf, isa);
         let go = GoModule::of(elf).map(|g| {
@@ -128,10 +138,14 @@ impl Saved {
             (entries.to_vec(), all, returns.to_vec())
         });
         let source = [Some(elf), debug].into_iter().flatten().find(|e| e.has_dwarf());
-        let dwarf = match source.map(dwarf::index) {
-            None => SavedDwarf::None,
-            Some(Ok(index)) => SavedDwarf::Index(StoredDwarf::of(&index)),
-            Some(Err(_)) => SavedDwarf::Unreadable,
+        let dwarf = match (source, known.dwarf.get()) {
+            (None, _) => SavedDwarf::None,
+            (Some(_), Some(Some(index))) => SavedDwarf::Index(StoredDwarf::of(index)),
+            (Some(_), Some(None)) => SavedDwarf::Unreadable,
+            (Some(s), None) => match dwarf::index(s) {
+                Ok(index) => SavedDwarf::Index(StoredDwarf::of(&index)),
+                Err(_) => SavedDwarf::Unreadable,
+            },
         };
         Saved {
             headers: elf.headers(),
@@ -755,6 +769,7 @@ struct Job {
     debug: Option<Arc<ElfFile>>,
     /// The places of the debug file before it was read, and where to look again.
     places: Vec<Place>,
+    known: Known,
     path: std::path::PathBuf,
     root: std::path::PathBuf,
 }
@@ -762,12 +777,18 @@ struct Job {
 /// The modules waiting, and the thread that saves them.
 struct Queue {
     jobs: Vec<Job>,
-    worker: Option<std::thread::JoinHandle<()>>,
+    /// The worker: it says on the channel when it is done.
+    worker: Option<std::sync::mpsc::Receiver<()>>,
     /// The worker's thread ID, to raise its priority when tp waits for it.
     worker_tid: i32,
 }
 
 static QUEUE: Mutex<Queue> = Mutex::new(Queue { jobs: Vec::new(), worker: None, worker_tid: 0 });
+
+/// How long tp waits at its exit for the analyses still being saved: one
+/// binary of hundreds of megabytes takes seconds; past this, what is not
+/// saved is saved the next time.
+const WAIT_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 fn queue() -> std::sync::MutexGuard<'static, Queue> {
     QUEUE.lock().unwrap_or_else(|e| e.into_inner())
@@ -777,13 +798,21 @@ fn queue() -> std::sync::MutexGuard<'static, Queue> {
 /// `path`, its files under `root`) and its debug file, whose places were
 /// `places` before it was read, to be saved under `key`, if the file is
 /// settled and there is a cache.
-pub fn enqueue(key: Key, elf: Arc<ElfFile>, debug: Option<Arc<ElfFile>>, places: Vec<Place>, path: &Path, root: &Path) {
+pub fn enqueue(
+    key: Key,
+    elf: Arc<ElfFile>,
+    debug: Option<Arc<ElfFile>>,
+    places: Vec<Place>,
+    known: Known,
+    path: &Path,
+    root: &Path,
+) {
     if !key.settled || store().is_none() {
         return;
     }
     let mut q = queue();
     if !q.jobs.iter().any(|j| j.key == key) {
-        q.jobs.push(Job { key, elf, debug, places, path: path.to_path_buf(), root: root.to_path_buf() });
+        q.jobs.push(Job { key, elf, debug, places, known, path: path.to_path_buf(), root: root.to_path_buf() });
     }
 }
 
@@ -791,13 +820,12 @@ pub fn enqueue(key: Key, elf: Arc<ElfFile>, debug: Option<Arc<ElfFile>>, places:
 /// only when nothing else wants the CPU). Call once the probes are live.
 pub fn start() {
     let mut q = queue();
-    if q.jobs.is_empty() || q.worker.as_ref().is_some_and(|w| !w.is_finished()) {
+    let running = q.worker.as_ref().is_some_and(|w| matches!(w.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)));
+    if q.jobs.is_empty() || running {
         return;
     }
-    if let Some(w) = q.worker.take() {
-        let _ = w.join();
-    }
-    let spawned = std::thread::Builder::new().name("tp-cache".into()).spawn(|| {
+    let (done, finished) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("tp-cache".into()).spawn(move || {
         // SAFETY: gettid has no preconditions; sched_setscheduler on the
         // calling thread with a valid policy and parameter.
         unsafe {
@@ -807,7 +835,7 @@ pub fn start() {
         }
         loop {
             let Some(job) = queue().jobs.pop() else { break };
-            let saved = Saved::compute(&job.elf, job.debug.as_deref(), job.places);
+            let saved = Saved::compute(&job.elf, job.debug.as_deref(), job.places, &job.known);
             // A debug file installed, removed or changed meanwhile, or a
             // moment ago: what was read may not be what is there.
             let now = now();
@@ -820,12 +848,14 @@ pub fn start() {
                 let _ = store.save(&job.key.name(), &job.key.bytes, &saved.encode());
             }
         }
+        let _ = done.send(());
     });
-    q.worker = spawned.ok();
+    q.worker = spawned.ok().map(|_| finished);
 }
 
-/// Saves what is queued and waits until it is saved: tp calls it before it
-/// exits. The saving thread gets normal priority for it.
+/// Saves what is queued and waits until it is saved, for at most
+/// [`WAIT_AT_EXIT`]: tp calls it before it exits. The saving thread gets
+/// normal priority for it.
 pub fn finish() {
     start();
     let (worker, tid) = {
@@ -838,7 +868,7 @@ pub fn finish() {
             // SAFETY: a thread of this process, a valid policy and parameter.
             unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
         }
-        let _ = w.join();
+        let _ = w.recv_timeout(WAIT_AT_EXIT);
     }
 }
 
@@ -861,7 +891,7 @@ mod tests {
             elf.add_unwind_functions();
         }
         let places = places(&elf.headers(), path, Path::new("/"));
-        Saved::compute(&elf, debug.as_ref(), places)
+        Saved::compute(&elf, debug.as_ref(), places, &Known::default())
     }
 
     #[test]

@@ -83,7 +83,11 @@ impl Planner {
                 go: p.go.map(|(entries, all, returns)| GoModule::from_parts(entries, all, returns)),
             };
         }
-        Planner { entries: Entries::of(&m.elf, isa), facts: CodeFacts::of(&m.elf, isa), go: GoModule::of(&m.elf) }
+        Planner {
+            entries: Entries::sharing(&m.elf, isa, m.branch_targets_cell()),
+            facts: CodeFacts::of(&m.elf, isa),
+            go: GoModule::of(&m.elf),
+        }
     }
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
