@@ -24,7 +24,7 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> Result<ExitCode> {
     let result = command(cli);
     // What this run learnt of its binaries, saved before tp exits.
-    crate::symbols::saved::finish();
+    crate::symbols::saving::finish();
     result
 }
 

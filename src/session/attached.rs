@@ -155,7 +155,7 @@ impl Attached {
         let discard = what.kind != kind::COUNT;
         let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
         // The probes are live: what tp learnt of the binaries is saved meanwhile.
-        crate::symbols::saved::start();
+        crate::symbols::saving::start();
         Ok(Attached {
             pid,
             mem,
@@ -193,7 +193,7 @@ impl Attached {
             let existing = Region::open(pid, mapping)?;
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let done = install(pid, &self.mem, None, Some(existing), &requests, self.install_opts, false)?;
-            crate::symbols::saved::start();
+            crate::symbols::saving::start();
             Ok((done, infos, refused))
         };
         let (done, infos, refused) = run().map_err(|e| exited_or(pid, e))?;

@@ -17,7 +17,9 @@ pub mod module;
 pub mod modules;
 pub mod pattern;
 pub mod saved;
+pub mod saving;
 pub mod stackwalk;
+pub mod stored_dwarf;
 pub mod symbolize;
 pub mod verdict;
 

@@ -202,7 +202,7 @@ impl Module {
         let m = Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span);
         if let Cached::Miss(key, places) = cached {
             let known = saved::Known { dwarf: m.dwarf.clone(), branch_targets: m.branch_targets.clone() };
-            saved::enqueue(key, m.elf.clone(), found, places, known, path, root);
+            super::saving::enqueue(key, m.elf.clone(), found, places, known, path, root);
         }
         m
     }

@@ -22,29 +22,31 @@
 //! all the same: counts bounded by the bytes, every list checked to be
 //! sorted where lookups depend on it, and any flaw a miss.
 //!
-//! **When.** A module that missed is queued; its analysis is computed and
-//! saved by one background thread at idle priority, started once the probes
-//! are live ([`start`]), and waited for before tp exits ([`finish`]). A
-//! first attach therefore reads only what it needs (DWARF of one unit, the
-//! code that can branch into one window) and pays for the whole analysis
-//! after the target runs again.
+//! **When.** A module that missed is queued and saved in the background
+//! ([`super::saving`]). A first attach therefore reads only what it needs
+//! (DWARF of one unit, the code that can branch into one window) and pays
+//! for the whole analysis after the target runs again. The DWARF index is
+//! stored so that one function is read without the others
+//! ([`super::stored_dwarf`]).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use crate::cache::{Bad, Reader, Store, Writer, name_for};
 use crate::process::files::FileId;
 
 use super::debuginfo;
 use super::demangle::Names;
-use super::dwarf::{self, DwFunction, DwarfIndex, Param, Type};
+use super::dwarf::{self, DwarfIndex};
 use super::eh::LandingPads;
 use super::elf::{ElfFile, FuncSym, Headers, Section, Segment, Source, Version};
 use super::entries::Entries;
 use super::golang::GoModule;
 use super::image::CodeFacts;
 use crate::addr::FileAddr;
-use crate::arch::{Abi, Isa};
+use crate::arch::Isa;
+
+pub use super::stored_dwarf::StoredDwarf;
 
 /// The version of what is saved and how it is computed: part of every key.
 const VERSION: u32 = 1;
@@ -217,7 +219,7 @@ impl Saved {
         match &self.dwarf {
             SavedDwarf::None => w.u8(0),
             SavedDwarf::Unreadable => w.u8(1),
-            SavedDwarf::Index(stored) => w.u8(2).blob(&stored.bytes),
+            SavedDwarf::Index(stored) => w.u8(2).blob(stored.bytes()),
         };
         w.into_bytes()
     }
@@ -403,297 +405,16 @@ fn read_sorted(r: &mut Reader) -> Result<Vec<u64>, Bad> {
 }
 
 /// A list in its own order.
-fn list(w: &mut Writer, values: &[u64]) {
+pub(super) fn list(w: &mut Writer, values: &[u64]) {
     w.var(values.len() as u64);
     for &v in values {
         w.var(v);
     }
 }
 
-fn read_list(r: &mut Reader) -> Result<Vec<u64>, Bad> {
+pub(super) fn read_list(r: &mut Reader) -> Result<Vec<u64>, Bad> {
     let n = r.count(1)?;
     (0..n).map(|_| r.var()).collect()
-}
-
-/// A DWARF index as saved: its bytes, from which one function is read at
-/// a time (a module with thousands of functions needs only the few it
-/// probes).
-///
-/// The bytes: the strings (each once); the functions' entries (sorted) with
-/// where each one's record is; the records (name, linkage name, calling
-/// convention, return type, parameters, strings by number); the names of
-/// the functions inlined everywhere.
-#[derive(Debug, Clone)]
-pub struct StoredDwarf {
-    bytes: Vec<u8>,
-    /// Where things are in `bytes`, found and checked on first use (None
-    /// if the bytes are damaged).
-    layout: OnceLock<Option<Layout>>,
-}
-
-/// Where the parts of a [`StoredDwarf`] are.
-#[derive(Debug, Clone)]
-struct Layout {
-    /// Each string's place in the bytes.
-    strings: Vec<(usize, usize)>,
-    /// Each function's entry and its record's place in the bytes, by entry.
-    table: Vec<(u64, usize)>,
-    /// Where the names inlined everywhere start in the bytes.
-    inlined_at: usize,
-}
-
-impl PartialEq for StoredDwarf {
-    fn eq(&self, other: &StoredDwarf) -> bool {
-        self.bytes == other.bytes
-    }
-}
-
-impl Eq for StoredDwarf {}
-
-impl StoredDwarf {
-    /// `index` as saved.
-    pub fn of(index: &DwarfIndex) -> StoredDwarf {
-        let mut table: Vec<String> = Vec::new();
-        let mut index_of: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
-        let mut str_id = |s: &str| -> u64 {
-            if let Some(&i) = index_of.get(s) {
-                return i;
-            }
-            let i = table.len() as u64;
-            table.push(s.to_string());
-            index_of.insert(s.to_string(), i);
-            i
-        };
-        let mut records = Writer::new();
-        let mut offsets = Vec::with_capacity(index.functions.len());
-        for f in &index.functions {
-            offsets.push(records.len());
-            records.var(str_id(&f.name));
-            match &f.linkage_name {
-                Some(l) => records.var(str_id(l) + 1),
-                None => records.var(0),
-            };
-            records.u8(abi_code(f.abi));
-            match &f.return_type {
-                Some((name, ty)) => {
-                    records.u8(1).var(str_id(name));
-                    ty_code(&mut records, ty);
-                }
-                None => {
-                    records.u8(0);
-                }
-            }
-            records.var(f.params.len() as u64);
-            for p in &f.params {
-                records.var(str_id(&p.name)).var(str_id(&p.type_name));
-                ty_code(&mut records, &p.ty);
-                match p.size {
-                    Some(s) => records.u8(1).var(s),
-                    None => records.u8(0),
-                };
-            }
-        }
-        let inlined: Vec<u64> = index.inlined_only.iter().map(|n| str_id(n)).collect();
-        let mut w = Writer::new();
-        w.var(table.len() as u64);
-        for s in &table {
-            w.str(s);
-        }
-        w.var(index.functions.len() as u64);
-        let mut last = 0;
-        for (f, off) in index.functions.iter().zip(offsets) {
-            w.var(f.entry.0.wrapping_sub(last)).var(off as u64);
-            last = f.entry.0;
-        }
-        w.blob(records.bytes());
-        list(&mut w, &inlined);
-        StoredDwarf::from_bytes(w.into_bytes())
-    }
-
-    /// Saved bytes, read (and checked) on first use.
-    pub fn from_bytes(bytes: Vec<u8>) -> StoredDwarf {
-        StoredDwarf { bytes, layout: OnceLock::new() }
-    }
-
-    fn layout(&self) -> Option<&Layout> {
-        self.layout.get_or_init(|| Layout::parse(&self.bytes).ok()).as_ref()
-    }
-
-    fn string(&self, i: u64) -> String {
-        let Some((off, len)) = self.layout().and_then(|l| l.strings.get(i as usize).copied()) else {
-            return String::new();
-        };
-        // Checked UTF-8 when parsed.
-        String::from_utf8_lossy(&self.bytes[off..off + len]).into_owned()
-    }
-}
-
-impl Layout {
-    /// The layout of saved bytes, checked whole: every string, entry and record.
-    fn parse(bytes: &[u8]) -> Result<Layout, Bad> {
-        let mut r = Reader::new(bytes);
-        let n = r.count(1)?;
-        let mut strings = Vec::with_capacity(n);
-        for _ in 0..n {
-            let s = r.str()?;
-            strings.push((s.as_ptr() as usize - bytes.as_ptr() as usize, s.len()));
-        }
-        let n = r.count(2)?;
-        let mut entries = Vec::with_capacity(n);
-        let mut last = 0u64;
-        for i in 0..n {
-            let d = r.var()?;
-            if i > 0 && d == 0 {
-                return Err(Bad("functions out of order"));
-            }
-            last = last.checked_add(d).ok_or(Bad("an address out of range"))?;
-            entries.push((last, r.var()?));
-        }
-        let records = r.blob()?;
-        let base = records.as_ptr() as usize - bytes.as_ptr() as usize;
-        let mut table = Vec::with_capacity(entries.len());
-        for (entry, off) in entries {
-            let off = usize::try_from(off).ok().filter(|&o| o < records.len()).ok_or(Bad("a record out of range"))?;
-            check_record(&mut Reader::new(&records[off..]), strings.len())?;
-            table.push((entry, base + off));
-        }
-        let inlined_at = bytes.len() - r.left();
-        for i in read_list(&mut r)? {
-            if i >= strings.len() as u64 {
-                return Err(Bad("a string out of range"));
-            }
-        }
-        r.finish()?;
-        Ok(Layout { strings, table, inlined_at })
-    }
-}
-
-impl StoredDwarf {
-    /// The function entered at `entry`.
-    pub fn at(&self, entry: FileAddr) -> Option<DwFunction> {
-        let table = &self.layout()?.table;
-        let k = table.binary_search_by_key(&entry.0, |&(e, _)| e).ok()?;
-        let (entry, off) = table[k];
-        self.read(entry, off)
-    }
-
-    /// The record at `off` in `bytes` (checked when parsed).
-    fn read(&self, entry: u64, off: usize) -> Option<DwFunction> {
-        let r = &mut Reader::new(self.bytes.get(off..)?);
-        let s = |r: &mut Reader| r.var().ok().map(|i| self.string(i));
-        let name = s(r)?;
-        let linkage_name = match r.var().ok()? {
-            0 => None,
-            k => Some(self.string(k - 1)),
-        };
-        let abi = abi_of(r.u8().ok()?).ok()?;
-        let return_type = match r.u8().ok()? {
-            0 => None,
-            _ => Some((s(r)?, ty_of(r).ok()?)),
-        };
-        let n = r.var().ok()?;
-        let mut params = Vec::new();
-        for _ in 0..n {
-            let (name, type_name, ty) = (s(r)?, s(r)?, ty_of(r).ok()?);
-            let size = match r.u8().ok()? {
-                0 => None,
-                _ => Some(r.var().ok()?),
-            };
-            params.push(Param { name, type_name, ty, size });
-        }
-        Some(DwFunction { name, linkage_name, entry: FileAddr(entry), params, return_type, abi })
-    }
-
-    /// The whole index; None if the bytes are damaged.
-    pub fn index(&self) -> Option<DwarfIndex> {
-        let layout = self.layout()?;
-        let functions = layout.table.iter().filter_map(|&(entry, off)| self.read(entry, off)).collect();
-        let mut r = Reader::new(&self.bytes[layout.inlined_at..]);
-        let inlined_only = read_list(&mut r).unwrap_or_default().into_iter().map(|i| self.string(i)).collect();
-        Some(DwarfIndex { functions, inlined_only })
-    }
-}
-
-/// Checks one record of a [`StoredDwarf`] with `strings` strings, reading
-/// no more than it.
-fn check_record(r: &mut Reader, strings: usize) -> Result<(), Bad> {
-    let string = |r: &mut Reader| match r.var()? {
-        i if i < strings as u64 => Ok(()),
-        _ => Err(Bad("a string out of range")),
-    };
-    string(r)?;
-    if let k @ 1.. = r.var()?
-        && k > strings as u64
-    {
-        return Err(Bad("a string out of range"));
-    }
-    abi_of(r.u8()?)?;
-    match r.u8()? {
-        0 => {}
-        1 => {
-            string(r)?;
-            ty_of(r)?;
-        }
-        _ => return Err(Bad("an unknown return type tag")),
-    }
-    let n = r.count(4)?;
-    for _ in 0..n {
-        string(r)?;
-        string(r)?;
-        ty_of(r)?;
-        match r.u8()? {
-            0 => {}
-            1 => {
-                r.var()?;
-            }
-            _ => return Err(Bad("an unknown size tag")),
-        }
-    }
-    Ok(())
-}
-
-fn abi_code(a: Abi) -> u8 {
-    match a {
-        Abi::C => 0,
-        Abi::Go => 1,
-        Abi::GoStack => 2,
-    }
-}
-
-fn abi_of(code: u8) -> Result<Abi, Bad> {
-    Ok(match code {
-        0 => Abi::C,
-        1 => Abi::Go,
-        2 => Abi::GoStack,
-        _ => return Err(Bad("an unknown calling convention")),
-    })
-}
-
-fn ty_code(w: &mut Writer, t: &Type) {
-    match t {
-        Type::Signed(n) => w.u8(0).u8(*n),
-        Type::Unsigned(n) => w.u8(1).u8(*n),
-        Type::Bool => w.u8(2),
-        Type::Char => w.u8(3),
-        Type::CString => w.u8(4),
-        Type::Pointer => w.u8(5),
-        Type::Float => w.u8(6),
-        Type::Other => w.u8(7),
-    };
-}
-
-fn ty_of(r: &mut Reader) -> Result<Type, Bad> {
-    Ok(match r.u8()? {
-        0 => Type::Signed(r.u8()?),
-        1 => Type::Unsigned(r.u8()?),
-        2 => Type::Bool,
-        3 => Type::Char,
-        4 => Type::CString,
-        5 => Type::Pointer,
-        6 => Type::Float,
-        7 => Type::Other,
-        _ => return Err(Bad("an unknown type")),
-    })
 }
 
 /// What identifies a module's analysis in the cache.
@@ -720,7 +441,8 @@ fn own_identity() -> Option<FileId> {
     *OWN.get_or_init(|| std::fs::metadata("/proc/self/exe").ok().map(|m| FileId::of(&m)))
 }
 
-fn now() -> i64 {
+/// Seconds since the epoch.
+pub(super) fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
@@ -748,7 +470,7 @@ pub fn key(file: &FileId) -> Option<Key> {
 }
 
 /// The cache, opened once.
-fn store() -> Option<&'static Store> {
+pub(super) fn store() -> Option<&'static Store> {
     static STORE: OnceLock<Option<Store>> = OnceLock::new();
     STORE.get_or_init(Store::open).as_ref()
 }
@@ -760,116 +482,6 @@ pub fn load(key: &Key, path: &Path, root: &Path) -> Option<Saved> {
     let bytes = store()?.load(&key.name(), &key.bytes)?;
     let saved = Saved::decode(&bytes).ok()?;
     (places(&saved.headers, path, root) == saved.places).then_some(saved)
-}
-
-/// A module whose analysis is to be saved.
-struct Job {
-    key: Key,
-    elf: Arc<ElfFile>,
-    debug: Option<Arc<ElfFile>>,
-    /// The places of the debug file before it was read, and where to look again.
-    places: Vec<Place>,
-    known: Known,
-    path: std::path::PathBuf,
-    root: std::path::PathBuf,
-}
-
-/// The modules waiting, and the thread that saves them.
-struct Queue {
-    jobs: Vec<Job>,
-    /// The worker: it says on the channel when it is done.
-    worker: Option<std::sync::mpsc::Receiver<()>>,
-    /// The worker's thread ID, to raise its priority when tp waits for it.
-    worker_tid: i32,
-}
-
-static QUEUE: Mutex<Queue> = Mutex::new(Queue { jobs: Vec::new(), worker: None, worker_tid: 0 });
-
-/// How long tp waits at its exit for the analyses still being saved: one
-/// binary of hundreds of megabytes takes seconds; past this, what is not
-/// saved is saved the next time.
-const WAIT_AT_EXIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-fn queue() -> std::sync::MutexGuard<'static, Queue> {
-    QUEUE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Queues the analysis of `elf` (symbols final; the process sees it at
-/// `path`, its files under `root`) and its debug file, whose places were
-/// `places` before it was read, to be saved under `key`, if the file is
-/// settled and there is a cache.
-pub fn enqueue(
-    key: Key,
-    elf: Arc<ElfFile>,
-    debug: Option<Arc<ElfFile>>,
-    places: Vec<Place>,
-    known: Known,
-    path: &Path,
-    root: &Path,
-) {
-    if !key.settled || store().is_none() {
-        return;
-    }
-    let mut q = queue();
-    if !q.jobs.iter().any(|j| j.key == key) {
-        q.jobs.push(Job { key, elf, debug, places, known, path: path.to_path_buf(), root: root.to_path_buf() });
-    }
-}
-
-/// Starts saving what is queued, on a thread of idle priority (it runs
-/// only when nothing else wants the CPU). Call once the probes are live.
-pub fn start() {
-    let mut q = queue();
-    let running = q.worker.as_ref().is_some_and(|w| matches!(w.try_recv(), Err(std::sync::mpsc::TryRecvError::Empty)));
-    if q.jobs.is_empty() || running {
-        return;
-    }
-    let (done, finished) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new().name("tp-cache".into()).spawn(move || {
-        // SAFETY: gettid has no preconditions; sched_setscheduler on the
-        // calling thread with a valid policy and parameter.
-        unsafe {
-            queue().worker_tid = libc::gettid();
-            let param = libc::sched_param { sched_priority: 0 };
-            libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
-        }
-        loop {
-            let Some(job) = queue().jobs.pop() else { break };
-            let saved = Saved::compute(&job.elf, job.debug.as_deref(), job.places, &job.known);
-            // A debug file installed, removed or changed meanwhile, or a
-            // moment ago: what was read may not be what is there.
-            let now = now();
-            let places_now = places(&saved.headers, &job.path, &job.root);
-            let settled = places_now.iter().all(|p| p.file.is_none_or(|f| f.settled(now)));
-            if places_now == saved.places
-                && settled
-                && let Some(store) = store()
-            {
-                let _ = store.save(&job.key.name(), &job.key.bytes, &saved.encode());
-            }
-        }
-        let _ = done.send(());
-    });
-    q.worker = spawned.ok().map(|_| finished);
-}
-
-/// Saves what is queued and waits until it is saved, for at most
-/// [`WAIT_AT_EXIT`]: tp calls it before it exits. The saving thread gets
-/// normal priority for it.
-pub fn finish() {
-    start();
-    let (worker, tid) = {
-        let mut q = queue();
-        (q.worker.take(), q.worker_tid)
-    };
-    if let Some(w) = worker {
-        if tid > 0 {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: a thread of this process, a valid policy and parameter.
-            unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) };
-        }
-        let _ = w.recv_timeout(WAIT_AT_EXIT);
-    }
 }
 
 #[cfg(test)]
@@ -952,12 +564,12 @@ mod tests {
         let saved = analysis_of(&target("counter"));
         let SavedDwarf::Index(good) = &saved.dwarf else { panic!("counter has DWARF") };
         let bar = good.index().unwrap().functions.iter().find(|f| f.name == "bar").unwrap().entry;
-        for n in 0..good.bytes.len() {
-            let cut = StoredDwarf::from_bytes(good.bytes[..n].to_vec());
+        for n in 0..good.bytes().len() {
+            let cut = StoredDwarf::from_bytes(good.bytes()[..n].to_vec());
             assert!(cut.index().is_none() && cut.at(bar).is_none(), "a prefix of {n} bytes");
         }
-        for k in 0..good.bytes.len() {
-            let mut bytes = good.bytes.clone();
+        for k in 0..good.bytes().len() {
+            let mut bytes = good.bytes().to_vec();
             bytes[k] ^= 0x55;
             let damaged = StoredDwarf::from_bytes(bytes);
             let _ = (damaged.index(), damaged.at(bar));
