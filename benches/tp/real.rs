@@ -7,7 +7,10 @@
 //! tp's CPU time until then (its threads' run time, from
 //! /proc/PID/task/*/schedstat), the stop windows tp reports, and the probes'
 //! hits (every probe must have counted calls: malloc's, and the
-//! postmaster's across a few connections).
+//! postmaster's across a few connections). tp saves what it learnt of the
+//! binaries in the background while it is attached, and at its exit waits
+//! for that only briefly: each attach is ended once its saving thread is
+//! done, as a session longer than a moment would be.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -117,6 +120,7 @@ fn attach(
     let (tp_ms, stop_us, worker_us) = (num(" in ", " ms")?, num("target stopped", " µs")?, num("one thread", " µs")?);
     std::thread::sleep(dwell);
     activity()?;
+    saved(tp.pid())?;
     tp.signal(libc::SIGINT);
     let done = tp.wait_prefix("tp: detached from", Duration::from_secs(300))?;
     if !done.text.contains("code restored") {
@@ -133,6 +137,26 @@ fn attach(
     }
     let hits = list.iter().map(|p| p["hits"].as_u64().unwrap_or(0)).sum();
     Ok(Attach { probes, wall_ms, tp_ms, cpu_ms, stop_us, worker_us, hits })
+}
+
+/// Waits until tp `pid` has no thread saving analyses (`tp-cache`): it
+/// ends when everything queued is saved.
+fn saved(pid: i32) -> Result<()> {
+    let saving = || {
+        std::fs::read_dir(format!("/proc/{pid}/task")).is_ok_and(|mut list| {
+            list.any(|t| {
+                t.is_ok_and(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "tp-cache"))
+            })
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(300);
+    while saving() {
+        if std::time::Instant::now() > deadline {
+            bail!("tp was still saving its analyses after 5 minutes");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
 }
 
 /// A fresh cache directory for one run.

@@ -3,7 +3,8 @@
 //! damaged or foreign entry is a miss; an entry in a directory another user
 //! can write is never read; a file changed in place is analysed again even
 //! with its build-id and times unchanged; concurrent tp processes share one
-//! directory; the directory keeps to its bound. Each test has a cache
+//! directory; the directory keeps to its bound; analyses are saved while
+//! tp is attached, and a tp ended at once leaves only whole entries. Each test has a cache
 //! directory of its own (XDG_CACHE_HOME).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -87,6 +88,21 @@ fn settled_copy(target: &str, dir: &Path) -> PathBuf {
     path
 }
 
+/// Waits until tp `pid` has no thread saving analyses (`tp-cache`): the
+/// thread ends when it has saved everything queued.
+fn saved_while_attached(pid: u32) {
+    let saving = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .any(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).is_ok_and(|c| c.trim() == "tp-cache"))
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    while saving() {
+        assert!(std::time::Instant::now() < deadline, "tp's saving thread still runs after 10 minutes");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_hit_a_miss_and_no_cache_say_the_same() {
     let home = fresh("same");
@@ -121,6 +137,11 @@ fn attach_records_the_same_events_from_the_cache() {
         let session =
             Session::spawn("attach", &["-p", &pid, "-f", "bar", "--args", "--ret"], &env, Some("tp: attached"));
         assert_eq!(t.call("bar", 3, 1), 3);
+        if cache.is_some() {
+            // The analyses are saved while tp is attached, not at its exit
+            // (which waits a quarter of a second at most).
+            saved_while_attached(session.child.id());
+        }
         let (status, stdout, stderr) = session.interrupt();
         assert!(status.success(), "{stderr}");
         let calls: Vec<String> =
@@ -132,6 +153,45 @@ fn attach_records_the_same_events_from_the_cache() {
     }
     assert!(lines.windows(2).all(|w| w[0] == w[1]), "{lines:?}");
     assert_eq!(entries(&home).len(), 2, "counter and libc were cached");
+}
+
+/// Checks that `path` is a whole entry: its header's lengths and hash agree
+/// with its bytes, and its analysis decodes.
+fn assert_whole(path: &Path) {
+    let name = path.file_name().unwrap().to_str().unwrap();
+    assert!(!name.starts_with(".tmp-"), "a temporary file was left: {name}");
+    let bytes = std::fs::read(path).unwrap();
+    let key_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let len = u64::from_le_bytes(bytes[16..24].try_into().unwrap()) as usize;
+    assert_eq!(bytes.len(), 32 + key_len + len, "{name}: the lengths its header gives");
+    let payload = &bytes[32 + key_len..];
+    assert_eq!(tp::cache::hash64(payload), u64::from_le_bytes(bytes[24..32].try_into().unwrap()), "{name}: its hash");
+    assert!(tp::symbols::saved::Saved::decode(payload).is_ok(), "{name}: decodes");
+}
+
+#[test]
+fn an_attach_ended_at_once_leaves_only_whole_entries() {
+    // Ended right after the calls, tp waits only briefly for the analyses
+    // (libc's whole DWARF index takes longer): what is saved is whole, the
+    // rest is dropped, and the next attach computes it again.
+    let home = fresh("at-once");
+    let dir = fresh("at-once-bin");
+    let counter = settled_copy("counter", &dir);
+    let env = [("XDG_CACHE_HOME", home.to_str().unwrap())];
+    for _ in 0..2 {
+        let mut t = Target::start_path(&counter);
+        let pid = t.pid.to_string();
+        let session =
+            Session::spawn("attach", &["-p", &pid, "-f", "bar", "--args", "--ret"], &env, Some("tp: attached"));
+        assert_eq!(t.call("bar", 3, 1), 3);
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{stderr}");
+        assert_eq!(stdout.lines().filter(|l| l.contains("bar(x=")).count(), 3, "{stdout}");
+        assert_code_is_original(&t, &["bar"]);
+        let all = entries(&home);
+        assert!(all.len() <= 2, "{all:?}");
+        all.iter().for_each(|e| assert_whole(e));
+    }
 }
 
 #[test]
