@@ -12,7 +12,9 @@
 //! whose symbols live only in separate debug files (found by build-id, or
 //! by `.gnu_debuglink`). On x86-64: hand-written prologues (assembly) and
 //! the relocation harness; on AArch64: hand-written prologues, also in a
-//! BTI-guarded build. Cross builds (aarch64) link statically (`-static-pie`
+//! BTI-guarded build. Static probes (`sdt`) come from targets/sdt.h, which
+//! writes the notes as <sys/sdt.h> does, so no package is needed. Cross
+//! builds (aarch64) link statically (`-static-pie`
 //! for PIE) so the binaries run in the test VM without a sysroot.
 
 use std::path::{Path, PathBuf};
@@ -175,6 +177,10 @@ const TARGETS: &[Target] = &[
     Target { name: "churn", sources: &["churn.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     // A program under its own seccomp filter (tests/e2e/seccomp.rs).
     Target { name: "sandboxed", sources: &["sandboxed.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Static probes written as <sys/sdt.h> writes them (targets/sdt.h): arguments, a semaphore.
+    Target { name: "sdt", sources: &["sdt.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Probes inside functions, by line and offset (-O0: every line a statement), and nop sites.
+    Target { name: "lines", sources: &["lines.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
     Target { name: "hostile", sources: &["hostile.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
 ];

@@ -62,8 +62,8 @@ ci:
 stress cycles="1000":
     TP_STRESS_CYCLES={{cycles}} cargo test --release --test e2e stress -- --nocapture
 
-# Fuzz the list-probes path, the x86-64 planner and the data region's
-# reader for a bounded time each (needs nightly and cargo-fuzz, which
+# Fuzz the list-probes path, the x86-64 planner, the data region's reader,
+# static probe notes, line tables and debuginfod answers for a bounded time each (needs nightly and cargo-fuzz, which
 # tests/deps.sh installs). Crashes land in
 # tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
 # where the e2e tests replay them.
@@ -83,6 +83,12 @@ fuzz seconds="60":
     cargo +nightly fuzz run --fuzz-dir tests/fuzz seccomp_bpf tests/fuzz/corpus/seccomp_bpf -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/cache_entry
     cargo +nightly fuzz run --fuzz-dir tests/fuzz cache_entry tests/fuzz/corpus/cache_entry -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    mkdir -p tests/fuzz/corpus/sdt_notes tests/fuzz/corpus/line_table tests/fuzz/corpus/http_response
+    cp tests/fuzz/corpus/list_probes/sdt tests/fuzz/corpus/list_probes/lines tests/fuzz/corpus/line_table/
+    cp tests/fuzz/corpus/list_probes/sdt tests/fuzz/corpus/sdt_notes/
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz sdt_notes tests/fuzz/corpus/sdt_notes -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz line_table tests/fuzz/corpus/line_table -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz http_response tests/fuzz/corpus/http_response -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]

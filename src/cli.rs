@@ -61,6 +61,10 @@ pub struct Targets {
 /// What to probe and record: shared by `tp attach` and `tp run`.
 #[derive(Debug, Clone, Args)]
 pub struct ProbeArgs {
+    /// Probe where a source line starts: `file.c:123` (every place, in every
+    /// function) or `function:123`, from DWARF line tables (repeat for several).
+    #[arg(long = "line", value_name = "FILE:LINE")]
+    pub lines: Vec<String>,
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
     #[arg(long)]
     pub args: bool,
@@ -116,11 +120,12 @@ pub struct AttachArgs {
     /// The processes to attach to.
     #[command(flatten)]
     pub targets: Targets,
-    /// Function to probe: `foo`, `libc:malloc`, or a glob such as `'sqlite3_*'`
-    /// or `'libz:*'` (repeat for several).
-    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "addrs")]
+    /// Function to probe: `foo`, `libc:malloc`, a glob such as `'sqlite3_*'` or
+    /// `'libz:*'`, an instruction inside one (`foo+0x1a`), or static probes
+    /// (`usdt:provider:name`, globs allowed) (repeat for several).
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present_any = ["addrs", "lines"])]
     pub funcs: Vec<String>,
-    /// Address of a function's first instruction, in hex (repeat for several).
+    /// Address of a function's first instruction, or of one inside it, in hex (repeat for several).
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target.
@@ -141,9 +146,9 @@ pub struct AttachArgs {
 /// `tp run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Function to probe: `foo`, `libc:malloc`, a glob (repeat for several); functions
-    /// of libraries the program loads later are probed when they appear.
-    #[arg(short, long = "func", value_name = "NAME", required = true)]
+    /// Function to probe: `foo`, `libc:malloc`, a glob, `foo+0x1a`, `usdt:provider:name`
+    /// (repeat for several); those of libraries the program loads later are probed when they appear.
+    #[arg(short, long = "func", value_name = "NAME", required_unless_present = "lines")]
     pub funcs: Vec<String>,
     /// What to record and how to print it.
     #[command(flatten)]
@@ -236,6 +241,12 @@ pub struct ListProbesArgs {
     /// Show each function's signature from DWARF.
     #[arg(short, long)]
     pub verbose: bool,
+    /// List where each source line of these functions starts, and whether each place can be probed.
+    #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["summary", "usdt"])]
+    pub lines: Vec<String>,
+    /// List the static probes (USDT, SystemTap SDT notes) instead: their sites, arguments and semaphores.
+    #[arg(long, conflicts_with = "summary")]
+    pub usdt: bool,
     /// Print totals and the most common refusal reasons instead of every function.
     #[arg(long)]
     pub summary: bool,
@@ -443,6 +454,23 @@ mod tests {
         assert_eq!((l.pid, l.binary, l.verbose), (Some(42), None, true));
         assert!(parse("tp list-probes").is_err());
         assert!(parse("tp list-probes /bin/true -p 3").is_err());
+    }
+
+    #[test]
+    fn lines_and_sites_parse() {
+        let Command::Attach(a) = parse("tp attach -p 1 --line counter.c:42 --line bar:7").unwrap().command else {
+            panic!()
+        };
+        assert!(a.funcs.is_empty());
+        assert_eq!(a.probe.lines, ["counter.c:42", "bar:7"]);
+        let Command::Run(r) = parse("tp run --line x.c:3 -- /bin/true").unwrap().command else { panic!() };
+        assert_eq!(r.probe.lines, ["x.c:3"]);
+        assert!(parse("tp run -- /bin/true").is_err());
+        let Command::ListProbes(l) = parse("tp list-probes /bin/true --lines main").unwrap().command else { panic!() };
+        assert_eq!(l.lines, ["main"]);
+        assert!(parse("tp list-probes /bin/true --lines main --usdt").is_err());
+        let Command::ListProbes(l) = parse("tp list-probes /bin/true --usdt").unwrap().command else { panic!() };
+        assert!(l.usdt);
     }
 
     #[test]

@@ -18,6 +18,8 @@
 //! - `after-entry`: one entry recorded (Inactive);
 //! - `after-entries`: entries recorded (Inactive), no site changed;
 //! - `before-patch`: an entry marked Installing, its site not yet written;
+//! - `after-semaphore`: a static probe's semaphore incremented, its site
+//!   not yet written;
 //! - `after-patch`: a site patched and its entry marked Active;
 //! - `before-restore`: an entry marked Removing, its site still patched;
 //! - `during-detach`: a site restored, its entry not yet marked Inactive;

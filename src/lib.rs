@@ -19,6 +19,7 @@
 //! - [`symbols`]: ELF symbols, DWARF, modules and their load biases, verdicts.
 //! - [`process`]: ptrace stops, /proc, remote memory and remote syscalls.
 //! - [`arch`]: everything that knows an instruction set or an ABI, behind [`arch::Arch`].
+//! - [`debuginfod`]: debug files by build-id from debuginfod servers, and their cache.
 //! - [`addr`], [`cli`], [`escape`], [`fault`], [`http`], [`progress`]: runtime
 //!   and file addresses and the bias between them, the command line (clap),
 //!   text a target chose made safe for a terminal, fault injection for tests,
@@ -43,6 +44,7 @@ pub mod arch;
 pub mod cache;
 pub mod cli;
 pub mod cmd;
+pub mod debuginfod;
 pub mod escape;
 pub mod events;
 pub mod fault;

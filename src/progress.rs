@@ -1,5 +1,6 @@
-//! A progress bar on stderr for work over many functions; it stays hidden
-//! for short work and when stderr is not a terminal.
+//! A progress bar on stderr for work over many functions, and for large
+//! downloads; it stays hidden for short work and when stderr is not a
+//! terminal.
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -23,6 +24,28 @@ impl Progress {
         );
         pb.set_message(what.to_string());
         Progress(Some(pb))
+    }
+
+    /// A bar for a download of `len` bytes of `what`, shown from 1 MiB on.
+    pub fn bytes(len: u64, what: &str) -> Progress {
+        if len < 1 << 20 {
+            return Progress(None);
+        }
+        let pb = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr_with_hz(10));
+        pb.set_style(
+            ProgressStyle::with_template("{msg} [{bar:40}] {bytes}/{total_bytes} ({bytes_per_sec}, {eta})")
+                .expect("template")
+                .progress_chars("=> "),
+        );
+        pb.set_message(what.to_string());
+        Progress(Some(pb))
+    }
+
+    /// `n` more bytes done.
+    pub fn inc_by(&self, n: u64) {
+        if let Some(pb) = &self.0 {
+            pb.inc(n);
+        }
     }
 
     /// One more item done.

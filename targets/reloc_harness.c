@@ -2,7 +2,7 @@
  * relocated copy (tests/reloc drives it; the pattern follows
  * ../shared/aarch64/reloc_harness.c).
  *
- *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES] [-v]
+ *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES] [-o BYTES] [-v]
  *                 ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX
  *
  * Maps ORIG_HEX at ORIG_ADDR and RELOC_HEX (the relocated instructions, which
@@ -19,7 +19,9 @@
  * address) and the whole data region. Registers named with -c are not
  * compared (e.g. rcx after a syscall, which holds the address after it).
  * -z leaves out the BYTES below the initial stack pointer: a detour may
- * save registers there (at a function's entry that stack is dead).
+ * save registers there (at a function's entry that stack is dead). -o moves
+ * them that many bytes further down: a detour inside a function saves its
+ * registers below the 128-byte red zone, which must come out unchanged.
  * Exit status 0 when every trial matches, 1 on a mismatch, 2 on misuse.
  *
  * Entry: a signal handler rewrites the interrupted context and returns into
@@ -190,14 +192,16 @@ static void run(uint64_t pc, state_t *out, uint8_t *data_copy)
 int main(int argc, char **argv)
 {
 	int trials = 64, verbose = 0;
-	uint64_t below_sp = 0;
+	uint64_t below_sp = 0, skip_from = 0;
 	int skip[NREG + 3] = {0};
 	int opt;
-	while ((opt = getopt(argc, argv, "n:c:d:z:v")) != -1) {
+	while ((opt = getopt(argc, argv, "n:c:d:z:o:v")) != -1) {
 		if (opt == 'n')
 			trials = atoi(optarg);
 		else if (opt == 'z')
 			below_sp = strtoull(optarg, 0, 0);
+		else if (opt == 'o')
+			skip_from = strtoull(optarg, 0, 0);
 		else if (opt == 'd')
 			data_addr = strtoull(optarg, 0, 0);
 		else if (opt == 'v')
@@ -209,7 +213,7 @@ int main(int argc, char **argv)
 					if (!strcmp(tok, regname[i]))
 						skip[i] = 1;
 		} else {
-			fprintf(stderr, "usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-v] ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX\n",
+			fprintf(stderr, "usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-o bytes] [-v] ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX\n",
 				argv[0]);
 			return 2;
 		}
@@ -263,8 +267,8 @@ int main(int argc, char **argv)
 		run(orig, &a, d1);
 		run(reloc, &b, d2);
 		uint64_t sp_off = in_st.sp - data_addr;
-		memset(d1 + sp_off - below_sp, 0, below_sp);
-		memset(d2 + sp_off - below_sp, 0, below_sp);
+		memset(d1 + sp_off - skip_from - below_sp, 0, below_sp);
+		memset(d2 + sp_off - skip_from - below_sp, 0, below_sp);
 		int diff = 0;
 		char why[768] = "";
 		size_t wl = 0;

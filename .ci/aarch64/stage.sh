@@ -9,9 +9,10 @@
 #   3. clippy for aarch64 (Debian's 1.96 toolchain)
 #   4. unit and end-to-end tests for aarch64, each test binary in its own
 #      arm64 VM (vm-runner.sh): first on `-cpu max` (LSE atomics, BTI, PAC),
-#      then the counting e2e tests (attach::, aarch64::) again on a
-#      Cortex-A57 (ARMv8.0: no LSE, so the detours count with ldxr/stxr; no
-#      BTI, so the BTI test is left out)
+#      then the counting e2e tests (attach::, aarch64::, and sites::,
+#      usdt:: for the detours inside functions) again on a Cortex-A57
+#      (ARMv8.0: no LSE, so the detours count with ldxr/stxr; no BTI, so
+#      the BTI test is left out)
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here/../.."
@@ -46,6 +47,6 @@ step "tests in the VM, -cpu max"
 VM_CPU=max,pauth-impdef=on TP_TEST_ATOMICS=lse $cargo test "${target[@]}" --lib --test e2e
 
 step "e2e tests in the VM, -cpu cortex-a57"
-VM_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test "${target[@]}" --test e2e -- --skip bti attach:: aarch64::
+VM_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test "${target[@]}" --test e2e -- --skip bti attach:: aarch64:: sites:: usdt::
 
 step "passed"

@@ -213,15 +213,25 @@ pub fn run_once(env: &Env, tracer: &mut dyn Tracer, threads: u32) -> Result<Run>
 /// turns the probe's enable flag off in the shared data region.
 pub struct Tp {
     records: Records,
+    binary: &'static str,
     session: Option<Proc>,
 }
 
 impl Tp {
     /// tp recording `records`.
     pub fn new(records: Records) -> Tp {
-        Tp { records, session: None }
+        Tp { records, binary: "hot", session: None }
+    }
+
+    /// tp counting on `hot-nop5`, whose `work()` starts with a 5-byte nop: a
+    /// site with nothing to relocate (the detour's copy is only its jump back).
+    pub fn nop5() -> Tp {
+        Tp { records: Records::Count, binary: "hot-nop5", session: None }
     }
 }
+
+/// How the row of tp on a 5-byte nop site is named (the table and the instruction counts).
+pub const NOP5_LABEL: &str = "count, on a 5-byte nop (nothing relocated)";
 
 /// Events per thread ring: room for several bursts, so the ring is never
 /// full when the tracer drains between bursts.
@@ -229,7 +239,14 @@ const RING: u32 = 1 << 16;
 
 impl Tracer for Tp {
     fn name(&self) -> String {
-        format!("tp: {}", self.records.label())
+        match self.binary {
+            "hot-nop5" => format!("tp: {NOP5_LABEL}"),
+            _ => format!("tp: {}", self.records.label()),
+        }
+    }
+
+    fn binary(&self) -> &'static str {
+        self.binary
     }
 
     fn records(&self) -> Records {

@@ -179,24 +179,30 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
         return true;
     }
     let mut ok = true;
-    for records in [
-        None,
-        Some(Records::Count),
-        Some(Records::Disabled),
-        Some(Records::Args),
-        Some(Records::Ret),
-        Some(Records::ArgsRet),
-        Some(Records::FalsePredicate),
-        Some(Records::Aggregated),
-    ] {
-        match steps::count(env, records) {
+    let rows = [
+        (None, "hot"),
+        (Some(Records::Count), "hot"),
+        (Some(Records::Disabled), "hot"),
+        (Some(Records::Args), "hot"),
+        (Some(Records::Ret), "hot"),
+        (Some(Records::ArgsRet), "hot"),
+        (Some(Records::FalsePredicate), "hot"),
+        (Some(Records::Aggregated), "hot"),
+        (Some(Records::Count), "hot-nop5"),
+    ];
+    for (records, binary) in rows {
+        match steps::count(env, binary, records) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
-                eprintln!("steps: {:?}: {} instructions per call (unprobed {})", records, count.total, base.total);
-                r.steps.push(StepRow { records, count, base: base.total });
+                eprintln!(
+                    "steps: {binary} {records:?}: {} instructions per call (unprobed {})",
+                    count.total, base.total
+                );
+                let label = (binary == "hot-nop5").then(|| hit::NOP5_LABEL.to_string());
+                r.steps.push(StepRow { records, count, base: base.total, label });
             }
             Err(e) => {
-                eprintln!("steps: {records:?}: {e:#}");
+                eprintln!("steps: {binary} {records:?}: {e:#}");
                 ok = false;
             }
         }
@@ -297,6 +303,9 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::StackCopy(4096), 1),
     ] {
         v.push((Box::new(Tp::new(records)), threads));
+    }
+    if cfg!(target_arch = "x86_64") {
+        v.push((Box::new(Tp::nop5()), 1));
     }
     if !o.peers {
         return v;
@@ -418,7 +427,10 @@ fn write_doc(env: &Env, md: &str) -> Result<()> {
     const END: &str = "<!-- end of results -->";
     let path = env.root.join("docs/benchmarks.md");
     let doc = std::fs::read_to_string(&path).with_context(|| format!("read {}", path.display()))?;
-    let (Some(b), Some(e)) = (doc.find(BEGIN), doc.find(END)) else {
+    // The end marker that closes this section: the first after its start.
+    let b = doc.find(BEGIN);
+    let e = b.and_then(|b| doc[b..].find(END).map(|e| b + e));
+    let (Some(b), Some(e)) = (b, e) else {
         bail!("{} has no result markers", path.display());
     };
     let updated = format!("{}{BEGIN}\n\n{md}{}", &doc[..b], &doc[e..]);

@@ -41,6 +41,8 @@ pub struct StepRow {
     pub count: Count,
     /// The same call unprobed.
     pub base: usize,
+    /// The row's name when it is not the kind of probe alone (tp on a nop site).
+    pub label: Option<String>,
 }
 
 /// The cycles of one probe count.
@@ -292,7 +294,11 @@ impl Results {
         let _ = writeln!(o, "| probe | instructions per call | extra | in the detour | in tp's runtime |");
         let _ = writeln!(o, "|---|---|---|---|---|");
         for s in &self.steps {
-            let name = s.records.map_or("unprobed".to_string(), |r| format!("tp: {}", r.label()));
+            let name = match (&s.label, s.records) {
+                (Some(l), _) => format!("tp: {l}"),
+                (None, Some(r)) => format!("tp: {}", r.label()),
+                (None, None) => "unprobed".to_string(),
+            };
             let _ = writeln!(
                 o,
                 "| {name} | {} | {} | {} | {} |",
@@ -380,7 +386,8 @@ impl Results {
         let mut out = String::new();
         for s in &self.steps {
             let Some(r) = s.records else { continue };
-            let _ = writeln!(out, "== tp: {} ({} instructions outside the function)", r.label(), s.count.listing.len());
+            let name = s.label.clone().unwrap_or_else(|| r.label().to_string());
+            let _ = writeln!(out, "== tp: {name} ({} instructions outside the function)", s.count.listing.len());
             for l in &s.count.listing {
                 let _ = writeln!(out, "  {l}");
             }

@@ -41,9 +41,11 @@ pub struct Count {
     pub listing: Vec<String>,
 }
 
-/// Counts one call unprobed and one under `records` (None: unprobed only).
-pub fn count(env: &Env, records: Option<Records>) -> Result<(Count, Option<Count>)> {
-    let binary = env.target("hot");
+/// Counts one call unprobed and one under `records` (None: unprobed only),
+/// in the target build `build` (`hot`, or `hot-nop5`, whose `work()` starts
+/// with a 5-byte nop).
+pub fn count(env: &Env, build: &str, records: Option<Records>) -> Result<(Count, Option<Count>)> {
+    let binary = env.target(build);
     let mut target = Proc::spawn("hot step", &binary, &["step".into(), "120".into()], false)?;
     target.wait_prefix("ready", Duration::from_secs(30))?;
     let pid = target.pid();

@@ -11,6 +11,7 @@
 //! the build where it does. This module imports nothing else of tp's.
 
 pub mod aarch64;
+pub mod operand;
 mod regset;
 pub mod unwind;
 pub mod x86_64;
@@ -19,6 +20,8 @@ use std::fmt;
 use std::io;
 
 use nix::unistd::Pid;
+
+pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
 
 /// The architecture tp was built for and traces.
 #[cfg(target_arch = "x86_64")]
@@ -136,6 +139,15 @@ pub enum Refusal {
     /// Go code that Go may preempt asynchronously, where no window of one
     /// instruction fits after the stack check.
     GoPreemptible,
+    /// The address asked for is not where an instruction of the function starts.
+    NotBoundary {
+        /// The address asked for.
+        at: u64,
+        /// The instruction starts before and after it, if any.
+        around: (Option<u64>, Option<u64>),
+    },
+    /// A site inside a function that this architecture's detour cannot take.
+    Interior(&'static str),
     /// This architecture has no probe support yet.
     Unsupported(&'static str),
 }
@@ -162,6 +174,8 @@ impl Refusal {
             Refusal::GoReturns => "returns of Go code",
             Refusal::GoNoStackCheck => "Go function without a stack check",
             Refusal::GoPreemptible => "Go code without a one-instruction window",
+            Refusal::NotBoundary { .. } => "not an instruction boundary",
+            Refusal::Interior(_) => "cannot probe inside a function here",
             Refusal::Unsupported(_) => "unsupported",
         }
     }
@@ -214,6 +228,16 @@ impl fmt::Display for Refusal {
                  its own stack, out of sight of tp, and no instruction after its stack check is long enough to be \
                  the whole window"
             ),
+            Refusal::NotBoundary { at, around } => {
+                write!(f, "{at:#x} is not where an instruction starts")?;
+                match around {
+                    (Some(b), Some(a)) => write!(f, " (instructions start at {b:#x} and {a:#x})"),
+                    (Some(b), None) => write!(f, " (the last instruction starts at {b:#x})"),
+                    (None, Some(a)) => write!(f, " (the first instruction starts at {a:#x})"),
+                    (None, None) => Ok(()),
+                }
+            }
+            Refusal::Interior(why) => write!(f, "{why}"),
             Refusal::Unsupported(why) => write!(f, "{why}"),
         }
     }
@@ -241,6 +265,11 @@ pub struct SitePlan {
     pub window: Vec<u8>,
     /// The whole instructions of the window.
     pub insns: Vec<WindowInsn>,
+    /// True for a site inside the function, past its entry: the detour may
+    /// assume nothing of the stack below the stack pointer (x86-64's red
+    /// zone) nor of scratch registers, and there is no return address to
+    /// replace.
+    pub interior: bool,
 }
 
 impl SitePlan {
@@ -257,6 +286,13 @@ impl SitePlan {
     /// Mnemonics of the displaced instructions, joined for display: `mov, push`.
     pub fn summary(&self) -> String {
         self.insns.iter().map(|i| i.mnemonic.as_str()).collect::<Vec<_>>().join(", ")
+    }
+
+    /// True if the window is all `nop`s (a 5-byte one, or the five 1-byte
+    /// ones of `-fpatchable-function-entry=5`): the patch replaces them
+    /// with nothing left to relocate.
+    pub fn is_nop_site(&self) -> bool {
+        self.insns.iter().all(|i| i.mnemonic == "nop")
     }
 
     /// Addresses of instruction starts strictly inside the window: a thread
@@ -355,6 +391,9 @@ pub struct DetourSpec {
     /// The function's calling convention: which registers an entry event
     /// records as its arguments.
     pub abi: Abi,
+    /// What an entry event records instead of the argument registers: the
+    /// arguments of a static probe, loaded at its site.
+    pub operands: Option<Operands>,
 }
 
 /// What a detour does beyond counting the hit.
@@ -565,6 +604,9 @@ pub type PlanFn = fn(&[u8], u64, &[u64]) -> Result<SitePlan, Refusal>;
 /// [`Arch::plan_in`] as a function pointer.
 pub type PlanInFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
 
+/// [`Arch::plan_at`] as a function pointer.
+pub type PlanAtFn = fn(&[u8], u64, u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
+
 /// The module around a function, as a planner may read it (runtime
 /// addresses): to follow jump tables and find code addresses that data holds.
 pub trait Image {
@@ -604,6 +646,12 @@ pub struct Isa {
     pub go_stack_check: fn(&[u8], u64) -> Option<usize>,
     /// [`Arch::go_one_instruction_site`].
     pub go_one_instruction_site: fn(&[u8], u64, usize) -> Option<usize>,
+    /// [`Arch::plan_at`].
+    pub plan_at: PlanAtFn,
+    /// [`Arch::sdt_argument`].
+    pub sdt_argument: fn(&str) -> Result<ArgSpec, String>,
+    /// [`Arch::PATCH_LEN`].
+    pub patch_len: usize,
 }
 
 impl std::fmt::Debug for Isa {
@@ -624,6 +672,9 @@ impl Isa {
             stored_pointer: A::stored_pointer,
             go_stack_check: A::go_stack_check,
             go_one_instruction_site: A::go_one_instruction_site,
+            plan_at: A::plan_at,
+            sdt_argument: A::sdt_argument,
+            patch_len: A::PATCH_LEN,
         }
     }
 
@@ -738,6 +789,26 @@ pub trait Arch {
     fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
         let _ = image;
         Self::plan(code, function, extra_targets)
+    }
+
+    /// Plans a probe at `site`, an address inside the function `code` at
+    /// `function` (its entry is [`Arch::plan_in`]'s), with the same checks
+    /// over the whole function: `site` must be where an instruction starts,
+    /// and the plan is [`SitePlan::interior`].
+    fn plan_at(
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal> {
+        let _ = (code, function, site, extra_targets, image);
+        Err(Refusal::Interior("tp does not probe inside functions on this architecture"))
+    }
+
+    /// Parses one argument of a static probe's note (`-4@%eax`, `8@x0`).
+    fn sdt_argument(arg: &str) -> Result<ArgSpec, String> {
+        Err(format!("`{arg}`: tp does not read static probe arguments on this architecture"))
     }
 
     /// Targets of the direct branches in `code` (at `addr`), for jumps into a

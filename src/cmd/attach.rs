@@ -48,6 +48,9 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
         // A predicate alone selects the calls to show.
         k |= kind::ARGS;
     }
+    // A source line is a pattern of its own (`line:FILE:N`): it follows
+    // libraries loaded later as the others do.
+    let lines = probe.lines.iter().map(|l| format!("line:{l}"));
     let selection = Selection {
         addrs: addrs.iter().copied().map(RuntimeAddr).collect(),
         // A stack takes several of the ring's events (a 4 KiB copy 75).
@@ -55,7 +58,7 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
         predicate: probe.predicate.clone(),
         by: probe.by.clone(),
         stack,
-        ..Selection::new(funcs.to_vec(), k)
+        ..Selection::new(funcs.iter().cloned().chain(lines).collect(), k)
     };
     let style = if probe.quiet {
         Style::Quiet

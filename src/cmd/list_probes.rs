@@ -2,7 +2,10 @@
 //! running process, with tp's verdict on it, decided from the files alone,
 //! exactly as `attach` would decide; with its symbol version, where its name
 //! came from (symtab, debug file, dynsym, eh_frame) and, in a process, every
-//! copy of its code mapped elsewhere.
+//! copy of its code mapped elsewhere. A site that is a 5-byte `nop` (a
+//! patchable entry, `-mnop-mcount`, a tracepoint macro) is marked: nothing
+//! is relocated there. `--lines FUNCTION` lists where each source line of a
+//! function starts and the verdict there; `--usdt` lists the static probes.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -17,8 +20,10 @@ use crate::output::json;
 use crate::output::table::{MODULE_MAX, NAME_MAX, fit, width};
 use crate::process;
 use crate::progress::Progress;
-use crate::symbols::verdict::{go_code, verdict};
-use crate::symbols::{Module, ProcessModules};
+use crate::symbols::lines::{self, Query};
+use crate::symbols::site;
+use crate::symbols::verdict::{go_code, verdict, verdict_at};
+use crate::symbols::{Function, Module, ProcessModules};
 
 /// The rows of some modules, with each module's index and name.
 type ModuleRows = Vec<(usize, String, Vec<Row>)>;
@@ -40,8 +45,25 @@ struct Row {
     note: Option<&'static str>,
 }
 
+/// What a row of a `--lines` or `--usdt` listing says.
+struct SiteRow {
+    module: String,
+    /// `counter.c:42` or `usdt:provider:name`.
+    what: String,
+    /// The function and offset: `bar+0x1a`.
+    place: String,
+    addr: u64,
+    verdict: Result<SitePlan, Refusal>,
+    /// A static probe's semaphore and arguments.
+    semaphore: Option<u64>,
+    args: Vec<String>,
+}
+
 /// Runs `tp list-probes`.
 pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
+    if !args.lines.is_empty() || args.usdt {
+        return run_sites(&args);
+    }
     let modules: ModuleRows = match (&args.binary, args.pid) {
         (Some(path), None) => {
             let module = Module::from_file(path)?;
@@ -122,7 +144,8 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
             let signature =
                 verbose.then(|| dwarf.and_then(|d| d.at(f.bias.file(f.addr))).map(|d| d.signature())).flatten();
             let after_check = verdict.is_ok() && go_code(m, &f, isa).is_some_and(|g| g.stack_check > 0);
-            let note = after_check.then_some("after Go's stack check");
+            let nop = verdict.as_ref().is_ok_and(|p| p.is_nop_site());
+            let note = if nop { Some(NOP_NOTE) } else { after_check.then_some("after Go's stack check") };
             let mut source = f.source.label().to_string();
             if f.bias != m.bias {
                 source += "+copy";
@@ -150,6 +173,9 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
     }
     rows
 }
+
+/// What list-probes says of a site whose window is all `nop`s.
+pub const NOP_NOTE: &str = "a nop site: nothing to relocate";
 
 /// `ok (N bytes: mov, push)`, `ok (N bytes at +6: sub, mov; after Go's
 /// stack check)` or `refused: <reason>`.
@@ -247,6 +273,10 @@ fn summarize(out: &mut impl Write, title: &str, rows: &[&Row]) -> Result<()> {
         writeln!(out, "names:     {}", sources.join(", "))?;
     }
     writeln!(out, "probeable: {ok} of {} ({pct:.1}%)", big.len())?;
+    let nops = with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count();
+    if nops > 0 {
+        writeln!(out, "nop sites: {nops} (nops where the patch goes: nothing to relocate)")?;
+    }
     writeln!(out, "refused:   {}", with_code.iter().filter(|r| r.verdict.is_err()).count())?;
     let mut top: Vec<(&str, usize)> = reasons.into_iter().collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
@@ -256,5 +286,157 @@ fn summarize(out: &mut impl Write, title: &str, rows: &[&Row]) -> Result<()> {
     if inlined > 0 {
         writeln!(out, "inlined everywhere (no code of their own): {inlined}")?;
     }
+    Ok(())
+}
+
+/// `tp list-probes --lines FUNCTION…` and `--usdt`: one row per site.
+fn run_sites(args: &ListProbesArgs) -> Result<ExitCode> {
+    let mut rows = Vec::new();
+    let mut each = |m: &Module, isa: Isa| -> Result<()> {
+        if args.usdt {
+            rows.extend(usdt_rows(m, isa));
+        }
+        for name in &args.lines {
+            if m.has_function(name) || args.pid.is_none() {
+                rows.extend(line_rows(m, isa, name)?);
+            }
+        }
+        Ok(())
+    };
+    match (&args.binary, args.pid) {
+        (Some(path), None) => {
+            let m = Module::from_file(path)?;
+            let Some(isa) = Isa::for_machine(m.elf.machine) else {
+                bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(m.elf.machine));
+            };
+            each(&m, isa)?;
+        }
+        (None, Some(pid)) => {
+            process::status(pid)?;
+            process::check_readable(pid)?;
+            let modules = ProcessModules::new(pid, &process::read_maps(pid)?)?;
+            for i in 0..modules.len() {
+                match modules.get(i) {
+                    Ok(m) => each(m, Isa::host())?,
+                    Err(e) => crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}"))),
+                }
+            }
+        }
+        _ => bail!("give either a binary or --pid, not both"),
+    }
+    if !args.lines.is_empty() && rows.is_empty() {
+        bail!("no function named {} has lines with code", args.lines.join(", "));
+    }
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        for r in &rows {
+            print_site_json(&mut out, r)?;
+        }
+    } else {
+        print_site_table(&mut out, &rows, args.usdt)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The static probes of `m`, each with its verdict.
+fn usdt_rows(m: &Module, isa: Isa) -> Vec<SiteRow> {
+    site::usdt_in(m, "*", "*")
+        .into_iter()
+        .map(|hit| match hit {
+            Ok((f, s)) => {
+                let u = s.usdt.clone().expect("a static probe");
+                let args = u
+                    .args
+                    .iter()
+                    .map(|(t, a)| a.as_ref().map_or_else(|e| format!("{t} (not read: {e})"), |_| t.clone()))
+                    .collect();
+                SiteRow {
+                    module: m.name.clone(),
+                    what: format!("usdt:{}:{}", u.provider, u.name),
+                    place: site::offset_label(&f, s.addr),
+                    addr: s.addr.0,
+                    verdict: verdict_at(m, &f, s.addr, isa),
+                    semaphore: u.semaphore.map(|a| a.0),
+                    args,
+                }
+            }
+            Err(n) => SiteRow {
+                module: m.name.clone(),
+                what: format!("usdt:{}:{}", n.provider, n.name),
+                place: "-".into(),
+                addr: m.bias.runtime(n.pc).0,
+                verdict: Err(Refusal::Unsupported("the site lies in no function tp knows")),
+                semaphore: n.semaphore.map(|a| m.bias.runtime(a).0),
+                args: n.arg_texts().iter().map(|a| a.to_string()).collect(),
+            },
+        })
+        .collect()
+}
+
+/// Where each line of the functions `name` of `m` starts, with the verdict
+/// at each place.
+fn line_rows(m: &Module, isa: Isa, name: &str) -> Result<Vec<SiteRow>> {
+    let functions: Vec<Function> = m.named(name)?.functions;
+    let Some(dwarf) = m.dwarf_file() else {
+        bail!("`{}` has no line table (no DWARF): build it with -g, or install its debug symbols", m.name);
+    };
+    let mut rows = Vec::new();
+    for f in functions {
+        let lo = f.bias.file(f.addr).0;
+        for s in lines::starts(dwarf, Query { range: Some((lo, lo + f.size)), ..Query::default() })? {
+            let addr = f.bias.runtime(s.addr);
+            let file = s.file.rsplit('/').next().unwrap_or(&s.file);
+            rows.push(SiteRow {
+                module: m.name.clone(),
+                what: format!("{file}:{}", s.line),
+                place: site::offset_label(&f, addr),
+                addr: addr.0,
+                verdict: verdict_at(m, &f, addr, isa),
+                semaphore: None,
+                args: Vec::new(),
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn print_site_table(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> Result<()> {
+    let ww = width(rows.iter().map(|r| r.what.as_str()), 8, NAME_MAX);
+    let pw = width(rows.iter().map(|r| r.place.as_str()), 5, NAME_MAX);
+    let first = if usdt { "PROBE" } else { "LINE" };
+    writeln!(out, "{:<18}  {first:<ww$}  {:<pw$}  VERDICT", "ADDRESS", "WHERE")?;
+    for r in rows {
+        let verdict = match &r.verdict {
+            Ok(p) if p.is_nop_site() => verdict_text(&r.verdict, Some(NOP_NOTE)),
+            v => verdict_text(v, None),
+        };
+        let (what, place) = (fit(&text(&r.what), ww), fit(&text(&r.place), pw));
+        writeln!(out, "{:<18}  {what:<ww$}  {place:<pw$}  {verdict}", format!("{:#x}", r.addr))?;
+        if usdt {
+            let sem = r.semaphore.map_or("none".to_string(), |s| format!("{s:#x}"));
+            let args = if r.args.is_empty() { "none".to_string() } else { r.args.join(", ") };
+            writeln!(out, "{:20}module {}, semaphore {sem}, arguments: {}", "", text(&r.module), text(&args))?;
+        }
+    }
+    Ok(())
+}
+
+fn print_site_json(out: &mut impl Write, r: &SiteRow) -> Result<()> {
+    let (ok, reason) = match &r.verdict {
+        Ok(_) => (true, "null".to_string()),
+        Err(why) => (false, json::string(&why.to_string())),
+    };
+    let nop = r.verdict.as_ref().is_ok_and(|p| p.is_nop_site());
+    let sem = r.semaphore.map_or("null".to_string(), |s| format!("\"{s:#x}\""));
+    let args: Vec<String> = r.args.iter().map(|a| json::string(a)).collect();
+    writeln!(
+        out,
+        "{{\"module\":{},\"site\":{},\"where\":{},\"address\":\"{:#x}\",\"probeable\":{ok},\"reason\":{reason},\"nop\":{nop},\"semaphore\":{sem},\"args\":[{}]}}",
+        json::string(&r.module),
+        json::string(&r.what),
+        json::string(&r.place),
+        r.addr,
+        args.join(",")
+    )?;
     Ok(())
 }

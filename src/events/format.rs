@@ -3,12 +3,16 @@
 //! pointers in hex, `char *` as a string read from the target); without it,
 //! the argument registers are shown as `arg0`..`arg5` in hex.
 //!
+//! A static probe's event records its note's arguments instead, each
+//! shown by the size and sign its note gives (an unsigned 8-byte value,
+//! most often a pointer, in hex).
+//!
 //! Which register holds which parameter is the ABI's business
 //! ([`Arch::arg_registers`], for the function's ABI as DWARF tells it: C or
 //! Go): this module only classifies each parameter by its DWARF type.
 //! Values are shown as text here; `output::json` writes them as JSON.
 
-use crate::arch::{Abi, Arch, Host, ParamClass};
+use crate::arch::{Abi, Arch, Host, OperandLoc, Operands, ParamClass};
 use crate::escape::text;
 use crate::symbols::dwarf::{DwFunction, Type};
 /// The longest string tp reads for a `char *` argument.
@@ -23,6 +27,9 @@ pub struct ProbeInfo {
     pub module: String,
     /// Its DWARF description, if the module has one.
     pub dwarf: Option<DwFunction>,
+    /// A static probe's arguments, which its events record instead of the
+    /// argument registers.
+    pub operands: Option<Operands>,
 }
 
 /// A value as it will be shown.
@@ -82,6 +89,9 @@ impl Value {
 
 /// The named arguments of an entry event, from its argument registers.
 pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<String>) -> Vec<(String, Value)> {
+    if let Some(ops) = &info.operands {
+        return static_args(ops, regs);
+    }
     let Some(f) = &info.dwarf else {
         return regs.iter().enumerate().map(|(i, &r)| (format!("arg{i}"), Value::Hex(r))).collect();
     };
@@ -113,6 +123,25 @@ pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<
                 None => Value::Unknown,
             };
             (p.name.clone(), value)
+        })
+        .collect()
+}
+
+/// A static probe's arguments `arg0`… from its recorded words, each kept to
+/// its size and sign-extended when signed.
+fn static_args(ops: &Operands, regs: &[u64; 6]) -> Vec<(String, Value)> {
+    ops.as_slice()
+        .iter()
+        .zip(regs)
+        .enumerate()
+        .map(|(k, (op, &r))| {
+            let value = match (op.loc, op.size, op.signed) {
+                (OperandLoc::Unreadable, _, _) => Value::Unknown,
+                (_, 8, false) => Value::Hex(r),
+                (_, n, true) => Value::of(&Type::Signed(n), Some(n as u64), r, &|_| None),
+                (_, n, false) => Value::of(&Type::Unsigned(n), Some(n as u64), r, &|_| None),
+            };
+            (format!("arg{k}"), value)
         })
         .collect()
 }
@@ -155,6 +184,7 @@ mod tests {
         ProbeInfo {
             name: "f".into(),
             module: "m".into(),
+            operands: None,
             dwarf: Some(DwFunction {
                 name: "f".into(),
                 linkage_name: None,
@@ -244,8 +274,25 @@ mod tests {
     }
 
     #[test]
+    fn static_probes_show_their_operands_by_size_and_sign() {
+        use crate::arch::Operand;
+        let op = |size, signed| Operand { size, signed, loc: OperandLoc::Register(0) };
+        let ops = [
+            op(4, true),
+            op(8, false),
+            op(2, false),
+            op(1, true),
+            Operand { loc: OperandLoc::Unreadable, ..op(8, true) },
+        ];
+        let i =
+            ProbeInfo { name: "usdt:p:n".into(), module: "m".into(), dwarf: None, operands: Some(Operands::new(&ops)) };
+        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0], &no_strings);
+        assert_eq!(call_text("usdt:p:n", &a), "usdt:p:n(arg0=-5, arg1=0x7f001234, arg2=5, arg3=-1, arg4=?)");
+    }
+
+    #[test]
     fn without_dwarf_registers_are_hex() {
-        let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None };
+        let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None };
         let a = args(&i, &[1, 2, 3, 4, 5, 255], &no_strings);
         assert_eq!(call_text("g", &a), "g(arg0=0x1, arg1=0x2, arg2=0x3, arg3=0x4, arg4=0x5, arg5=0xff)");
         assert_eq!(ret(&i, 42, &no_strings), Some(Value::Hex(42)));

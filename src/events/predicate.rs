@@ -525,6 +525,7 @@ mod tests {
         ProbeInfo {
             name: "f".into(),
             module: "m".into(),
+            operands: None,
             dwarf: Some(DwFunction {
                 name: "f".into(),
                 linkage_name: None,
@@ -621,7 +622,7 @@ mod tests {
         assert!(e.contains("can name only `ret`"), "{e}");
         let long = (0..6).map(|k| format!("n != {k}")).collect::<Vec<_>>().join(" && ");
         assert!(compile(&parse(&long).unwrap(), &j, false).unwrap_err().contains("too long"));
-        let none = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None };
+        let none = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None };
         assert!(compile(&parse("n == 1").unwrap(), &none, false).unwrap_err().contains("use arg0..arg5"));
         assert!(compile(&parse("arg2 == -1").unwrap(), &none, false).is_ok());
     }

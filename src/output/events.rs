@@ -143,7 +143,7 @@ mod tests {
     use super::*;
 
     fn info() -> ProbeInfo {
-        ProbeInfo { name: "foo".into(), module: "m".into(), dwarf: None }
+        ProbeInfo { name: "foo".into(), module: "m".into(), dwarf: None, operands: None }
     }
 
     fn text(style: Style, line: &Line) -> String {

@@ -16,7 +16,9 @@
 //! only ever holds complete detours and sites that are either original or
 //! fully patched, and the region records enough for `tp detach` to restore
 //! them. If a step fails, `PatchGuard` restores every site this commit
-//! patched.
+//! patched. A static probe's semaphore is incremented just before its site
+//! is patched, and taken back by the guard after the restore
+//! ([`super::semaphore`]).
 
 use std::collections::HashMap;
 
@@ -25,7 +27,7 @@ use anyhow::{Context, Result, bail};
 use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
-use super::{Request, arena, runtime, threads};
+use super::{Request, arena, runtime, semaphore, threads};
 use crate::addr::RegionOffset;
 use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, ThreadKey};
 use crate::process::memory::Memory;
@@ -202,17 +204,24 @@ fn patch_all(
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
     let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
 
-    let mut guard = PatchGuard { mem, region, patched: Vec::new() };
+    let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
     for (req, p) in requests.iter().zip(placed) {
         let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
         crate::fault::point("before-patch");
+        if let Some(sem) = req.semaphore {
+            semaphore::acquire(mem, sem)
+                .with_context(|| format!("incrementing the semaphore of `{}`", req.function.name))?;
+            guard.acquired.push(sem);
+            crate::fault::point("after-semaphore");
+        }
         mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
         crate::fault::point("after-patch");
     }
     guard.patched.clear();
+    guard.acquired.clear();
     Ok(moved_threads)
 }
 
@@ -371,6 +380,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
         abi: req.abi,
+        operands: req.operands,
     }
 }
 
@@ -439,6 +449,7 @@ fn write_detours(
         e.patch[..patch.len()].copy_from_slice(&patch);
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
+        e.semaphore = req.semaphore.unwrap_or(0);
         region.set_budget(p.index, opts.sample_budget)?;
         region.set_config(p.index, &config_for(req, p.index))?;
         region.set_enabled(p.index, true)?;
@@ -556,11 +567,13 @@ fn place_detour(
     }
 }
 
-/// Restores the sites a failed transaction had patched.
+/// Restores the sites a failed transaction had patched, then takes back
+/// the semaphores it had incremented.
 struct PatchGuard<'a> {
     mem: &'a Memory,
     region: &'a Region,
     patched: Vec<u32>,
+    acquired: Vec<u64>,
 }
 
 impl Drop for PatchGuard<'_> {
@@ -575,6 +588,11 @@ impl Drop for PatchGuard<'_> {
                 continue;
             }
             let _ = self.region.set_state(i, State::Inactive);
+        }
+        for &sem in self.acquired.iter().rev() {
+            if let Err(err) = semaphore::release(self.mem, sem) {
+                crate::say!("tp: warning: cannot take back the semaphore at {sem:#x}: {err:#}");
+            }
         }
     }
 }

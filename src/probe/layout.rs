@@ -169,7 +169,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 5;
+pub const VERSION: u32 = 6;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -947,7 +947,11 @@ pub struct Entry {
     /// The function's name, NUL-terminated.
     pub name: [u8; 96],
     /// The module's file name, NUL-terminated.
-    pub module: [u8; 68],
+    pub module: [u8; 60],
+    /// A static probe's semaphore (a u16 in the target), 0 for none. Each
+    /// process where the site holds the patch holds one increment of it:
+    /// made before the patch, taken back after the restore.
+    pub semaphore: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_SIZE as usize);
@@ -971,7 +975,8 @@ impl Entry {
             original: [0; 24],
             patch: [0; 24],
             name: [0; 96],
-            module: [0; 68],
+            module: [0; 60],
+            semaphore: 0,
         }
     }
 

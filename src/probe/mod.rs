@@ -1,9 +1,9 @@
 //! Probes as tp installs them: the shared data region ([`layout`],
 //! [`region`]), code arenas near the probed modules ([`arena`]), the
 //! target's threads while sites change ([`threads`]), the two
-//! transactions that change a stopped target ([`install`], [`remove`]), and
-//! the processes forked while probes were in, which hold them too
-//! ([`family`]).
+//! transactions that change a stopped target ([`install`], [`remove`]),
+//! static probes' semaphores ([`semaphore`]), and the processes forked
+//! while probes were in, which hold them too ([`family`]).
 
 pub mod acquire;
 pub mod arena;
@@ -16,10 +16,11 @@ pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;
+pub mod semaphore;
 pub mod threads;
 pub mod validate;
 
-use crate::arch::{Abi, Refusal, SitePlan};
+use crate::arch::{Abi, Operands, Refusal, SitePlan};
 use crate::symbols::Function;
 
 pub use crate::process::maps::Span;
@@ -41,6 +42,12 @@ pub struct Request {
     pub kind: u32,
     /// The function's calling convention: which registers an entry event records.
     pub abi: Abi,
+    /// A static probe's arguments, which its entry events record instead.
+    pub operands: Option<Operands>,
+    /// A static probe's semaphore (runtime address of a u16 the program
+    /// reads to know whether anything traces the probe), if it has one:
+    /// incremented while the probe is in.
+    pub semaphore: Option<u64>,
     /// What it records beyond its kind: predicates, the argument counted
     /// by, the stack (written to the region before the probe goes live).
     pub config: layout::ProbeConfig,

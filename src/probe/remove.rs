@@ -13,7 +13,7 @@ use anyhow::{Context, Result};
 
 use super::layout::{self, Entry, State};
 use super::region::Region;
-use super::threads;
+use super::{semaphore, threads};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
 use crate::process::memory::Memory;
@@ -45,6 +45,7 @@ pub fn remove(
     select: impl Fn(u32, &Entry) -> bool,
 ) -> Result<Vec<Removed>> {
     let mut out = Vec::new();
+    let mut maps: Option<Vec<process::Mapping>> = None;
     for (i, e) in region.entries() {
         if !e.state().maybe_patched() || !select(i, &e) {
             continue;
@@ -55,6 +56,24 @@ pub fn remove(
             crate::fault::point("before-restore");
             mem.write(e.site, e.original()).with_context(|| format!("restoring `{}`", e.name()))?;
             crate::fault::point("during-detach");
+            if e.semaphore != 0 {
+                // This process held one increment: its site had the patch.
+                let maps = match &mut maps {
+                    Some(m) => m,
+                    None => maps.insert(process::read_maps(mem.pid())?),
+                };
+                let released = match semaphore::plausible(e.semaphore, maps) {
+                    true => semaphore::release(mem, e.semaphore).map_err(|err| format!("{err:#}")),
+                    false => Err("it is not in writable private memory of the process".to_string()),
+                };
+                if let Err(why) = released {
+                    crate::say!(
+                        "tp: warning: the semaphore of `{}` at {:#x} was not taken back: {why}",
+                        text(&e.name()),
+                        e.semaphore
+                    );
+                }
+            }
             true
         } else {
             now == e.original()

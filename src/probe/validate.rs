@@ -176,6 +176,16 @@ pub fn entry(e: &Entry, h: &Header) -> Result<(), String> {
     if !site_ok {
         return Err(format!("site {:#x}", e.site));
     }
+    let semaphore_ok = e.semaphore == 0
+        || (e.semaphore.is_multiple_of(2)
+            && e.semaphore >= crate::process::maps::MIN_ADDR
+            && e.semaphore.checked_add(2).is_some_and(|end| end <= USER_END)
+            && !overlaps(e.semaphore, 2, h.target_addr, h.total_size)
+            && !overlaps(e.semaphore, 2, h.ctx.private, layout::private_geometry().size)
+            && !arenas.iter().any(|a| overlaps(e.semaphore, 2, a.addr, a.size)));
+    if !semaphore_ok {
+        return Err(format!("semaphore {:#x}", e.semaphore));
+    }
     string(&e.name).map_err(|why| format!("function name {why}"))?;
     string(&e.module).map_err(|why| format!("module name {why}"))?;
     Ok(())
@@ -324,6 +334,9 @@ mod tests {
         assert!(entry_err(|e| e.site = u64::MAX - 2).contains("site"));
         assert!(entry_err(|e| e.site = AT + 8).contains("site"));
         assert!(entry_err(|e| e.site = 0x5555_0000_0010).contains("site"));
+        assert!(entry_err(|e| e.semaphore = 0x5555_6000_0001).contains("semaphore"), "unaligned");
+        assert!(entry_err(|e| e.semaphore = u64::MAX - 1).contains("semaphore"));
+        assert!(entry_err(|e| e.semaphore = AT + 8).contains("semaphore"), "inside the region");
         assert!(entry_err(|e| e.name = [b'a'; 96]).contains("function name is not NUL-terminated"));
         assert!(entry_err(|e| e.module[0] = 0xff).contains("module name is not UTF-8"));
     }

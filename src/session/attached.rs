@@ -300,7 +300,8 @@ impl Attached {
                 .map(|(p, hits)| ProbeStat {
                     func: p.request.function.name.clone(),
                     module: p.request.function.module.clone(),
-                    address: p.request.function.addr.0,
+                    // A probe inside a function is at its site.
+                    address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
                     hits,
                     enabled: self.region.enabled(p.index),
                 })
@@ -354,6 +355,7 @@ fn batch(
     existing: Option<&Region>,
 ) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
     let k = what.kind;
+    let notes = resolved.notes;
     let mut requests = resolved.requests;
     if k & kind::RET != 0 {
         requests.extend(unwind::unwinder_requests(modules, existing)?);
@@ -365,8 +367,12 @@ fn batch(
         .transpose()?;
     let mut infos = Vec::with_capacity(requests.len());
     for r in &mut requests {
-        let wants_dwarf = r.kind & (kind::ARGS | kind::RET) != 0
-            || (r.kind & kind::UNWIND == 0 && (what.predicate.is_some() || what.by.is_some()));
+        // Inside a function, and at a static probe, DWARF's parameters are
+        // not where the entry has them (a static probe records its own).
+        let wants_dwarf = (r.kind & (kind::ARGS | kind::RET) != 0
+            || (r.kind & kind::UNWIND == 0 && (what.predicate.is_some() || what.by.is_some())))
+            && !r.plan.interior
+            && r.operands.is_none();
         let dwarf = wants_dwarf
             .then(|| {
                 let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
@@ -375,11 +381,21 @@ fn batch(
             .flatten();
         // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
         let name = crate::symbols::demangle::strip_arguments(&r.function.name);
-        let info = ProbeInfo { name, module: r.function.module.clone(), dwarf };
+        let info = ProbeInfo { name, module: r.function.module.clone(), dwarf, operands: r.operands };
+        if r.plan.interior && r.operands.is_none() && what.predicate.is_some() {
+            bail!(
+                "cannot probe `{}`: --if tests the arguments, which a probe inside a function does not have (a \
+                 static probe's are arg0..arg5)",
+                text::text(&r.function.name)
+            );
+        }
         if r.kind & kind::UNWIND == 0 {
             configure(r, &info, what, predicate.as_ref())?;
         }
         infos.push(info);
+    }
+    for note in notes {
+        crate::say!("{note}");
     }
     Ok((requests, infos))
 }

@@ -16,7 +16,8 @@
 //! A pattern keeps looking in new modules while it can still match there:
 //! `module:function` patterns and globs that matched nothing in the
 //! executable look in every new module whose name fits; a plain name looks
-//! until one module defines it.
+//! until one module defines it. Static probes (`usdt:`) and source lines
+//! (`line:`) look in every new module; `foo+0x1a` as `foo` does.
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -27,6 +28,7 @@ use anyhow::Result;
 use crate::probe::region::Region;
 use crate::process;
 use crate::symbols::pattern::{Pattern, module_matches};
+use crate::symbols::site::SitePattern;
 use crate::symbols::{Found, NotFound, ProcessModules};
 
 /// Where a pattern still looks.
@@ -87,7 +89,15 @@ impl Follow {
         let mut watches = Vec::new();
         let mut waiting = Vec::new();
         for text in patterns {
-            let pattern = Pattern::parse(text);
+            let site = SitePattern::parse(text).and_then(Result::ok);
+            let pattern = match &site {
+                Some(SitePattern::Offset { module, function, .. }) => {
+                    Pattern { module: module.clone(), function: function.clone() }
+                }
+                // Sites in a file or of a static probe may be in any module.
+                Some(s) => Pattern { module: s.module().map(str::to_string), function: "*".into() },
+                None => Pattern::parse(text),
+            };
             let qualified = pattern.module.is_some();
             let looks = match modules.resolve_noted(std::slice::from_ref(text)) {
                 Ok(resolution) => {
@@ -97,7 +107,7 @@ impl Follow {
                     let hits = resolution.found;
                     let in_exe = hits.iter().any(|f| f.module == 0);
                     for f in hits {
-                        if !found.iter().any(|o| o.function.addr == f.function.addr) {
+                        if !found.iter().any(|o| o.key() == f.key()) {
                             found.push(f);
                         }
                     }
@@ -149,7 +159,7 @@ impl Follow {
         self.searched.extend(new.iter().filter_map(|&i| modules.identity(i)));
         let mut found: Vec<Found> = Vec::new();
         let mut push = |f: Found| {
-            if !found.iter().any(|o| o.function.addr == f.function.addr) {
+            if !found.iter().any(|o| o.key() == f.key()) {
                 found.push(f);
             }
         };
@@ -158,16 +168,26 @@ impl Follow {
                 if w.pattern.module.as_ref().is_some_and(|m| !module_matches(m, &modules.name(i))) {
                     continue;
                 }
+                if SitePattern::parse(&w.text).is_some() {
+                    let sites = modules.sites_in(&w.text, i);
+                    let any = !sites.is_empty();
+                    sites.into_iter().for_each(&mut push);
+                    if any && w.looks == Looks::UntilFound {
+                        w.looks = Looks::Done;
+                        break;
+                    }
+                    continue;
+                }
                 let Ok(m) = modules.get(i) else { continue };
                 if w.pattern.is_glob() {
                     for function in m.matching(&w.pattern.function) {
-                        push(Found { module: i, function, explicit: false });
+                        push(Found::entry(i, function, false));
                     }
                 } else if m.has_function(&w.pattern.function)
                     && let Ok(named) = m.named(&w.pattern.function)
                 {
                     for function in named.functions {
-                        push(Found { module: i, function, explicit: false });
+                        push(Found::entry(i, function, false));
                     }
                     if w.looks == Looks::UntilFound {
                         w.looks = Looks::Done;
@@ -190,6 +210,16 @@ fn code_size(pid: i32) -> Option<(u64, u64)> {
     Some((field("VmExe:")?, field("VmLib:")?))
 }
 
+/// True once the program a process exec'd is loaded: the kernel writes
+/// the new program's auxiliary vector (its entry point among it) after it
+/// has mapped the executable and its interpreter. Before that, in the
+/// middle of the exec, the new memory map may hold only the stack.
+fn exec_loaded(pid: i32) -> bool {
+    const AT_ENTRY: u64 = 9;
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| !m.is_empty())
+        && process::auxv(pid, AT_ENTRY).is_some_and(|entry| entry != 0)
+}
+
 /// What became of a process whose probes tp observes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
@@ -206,7 +236,8 @@ pub enum Change {
 /// look-up of one mapping), or, without the privilege that needs, a read
 /// of its memory map. A process that no longer maps the region exited or
 /// exec'd: an exit drops the memory before the process becomes a zombie,
-/// so an empty map for a moment is an exit in progress.
+/// so an empty map for a moment is an exit in progress, and a map without
+/// the new program's auxiliary vector an exec in progress.
 pub fn change(pid: i32, region: &Region) -> Change {
     if !process::is_alive(pid) {
         return Change::Exited;
@@ -222,11 +253,11 @@ pub fn change(pid: i32, region: &Region) -> Change {
     if maps_region {
         return Change::Same;
     }
-    let deadline = Instant::now() + Duration::from_millis(100);
+    let deadline = Instant::now() + Duration::from_millis(500);
     loop {
         match process::status(pid) {
             Ok(st) if st.state == 'Z' || st.state == 'X' => return Change::Exited,
-            Ok(_) if std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| !m.is_empty()) => {
+            Ok(_) if exec_loaded(pid) => {
                 let exe = std::fs::read_link(format!("/proc/{pid}/exe"))
                     .map_or_else(|_| "another program".into(), |p| p.display().to_string());
                 return Change::Execd(exe);

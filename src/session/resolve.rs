@@ -4,13 +4,13 @@
 use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
-use crate::arch::SitePlan;
 use crate::arch::{Abi, Arch, Host, Isa, Refusal};
+use crate::arch::{ArgLoc, Operand, OperandLoc, Operands, SitePlan};
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::progress::Progress;
-use crate::symbols::verdict::{go_code, verdict};
-use crate::symbols::{Found, Function, Module, ProcessModules};
+use crate::symbols::verdict::{go_code, verdict, verdict_at};
+use crate::symbols::{Found, Function, Module, ProcessModules, Site, Usdt};
 
 /// The outcome of resolving and planning.
 #[derive(Debug)]
@@ -19,11 +19,88 @@ pub struct Resolved {
     pub requests: Vec<Request>,
     /// Functions a glob matched that cannot be probed, with the reason.
     pub refused: Vec<(Function, Refusal)>,
+    /// Lines to say once the probes are set up (what some of them do not record).
+    pub notes: Vec<String>,
 }
 
 /// Plans the probe of function `f` of module `m`.
 pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     verdict(m, f, Isa::host())
+}
+
+/// Plans the probe at `site` inside function `f` of `m`.
+pub fn plan_site(m: &Module, f: &Function, site: &Site) -> Result<SitePlan, Refusal> {
+    verdict_at(m, f, site.addr, Isa::host())
+}
+
+/// What a probe at an interior site, or a static probe, records of
+/// `records` (bits of `probe::layout::kind`), or why it cannot: no return
+/// probe, no sampling and no stack (there is no return address at the
+/// stack pointer; a static probe marks a point, not a call), no `--by`
+/// but at a static probe;
+/// arguments only at a static probe, from its note (elsewhere the argument
+/// registers may hold anything by then: such a probe counts, and
+/// `counted_only` says so).
+pub fn interior_kind(records: u32, usdt: bool) -> Result<(u32, bool), Refusal> {
+    if records & (kind::RET | kind::SAMPLE) != 0 {
+        return Err(Refusal::Interior(
+            "a return probe goes at a function's entry, where the return address is at the stack pointer; \
+             inside the function it is not: probe the function itself with --ret",
+        ));
+    }
+    if records & kind::STACK != 0 {
+        return Err(Refusal::Interior(
+            "a stack is taken at a function's entry, from its return address; probe the function itself with --stack",
+        ));
+    }
+    if records & kind::BY != 0 && !usdt {
+        return Err(Refusal::Interior(
+            "--by counts by an argument, and inside a function the argument registers hold anything by then \
+             (a static probe's arguments are arg0..arg5)",
+        ));
+    }
+    if records & kind::ARGS != 0 && !usdt {
+        return Ok((records & !kind::ARGS, true));
+    }
+    Ok((records, false))
+}
+
+/// The arguments of static probe `u` of `m`, loaded at its site: each as
+/// its note says, a symbol resolved to its runtime address; one tp cannot
+/// read is recorded as 0 and shown as unknown, and the lines say why.
+pub fn operands_of(m: &Module, u: &Usdt) -> (Operands, Vec<String>) {
+    let mut ops = Vec::new();
+    let mut why = Vec::new();
+    for (k, (_, arg)) in u.args.iter().enumerate() {
+        let loc = match arg {
+            Ok(spec) => match &spec.loc {
+                ArgLoc::Register(r) => Ok(OperandLoc::Register(*r)),
+                ArgLoc::Memory { base, index, disp } => {
+                    Ok(OperandLoc::Memory { base: *base, index: *index, disp: *disp })
+                }
+                ArgLoc::Constant(v) => Ok(OperandLoc::Constant(*v)),
+                ArgLoc::Symbol { name, offset } => match m.data_symbol(name) {
+                    Some(a) => Ok(OperandLoc::Absolute(m.bias.runtime(a).0.wrapping_add(*offset as u64))),
+                    None => Err(format!("no data symbol `{name}` in `{}`", m.name)),
+                },
+            },
+            Err(e) => Err(e.clone()),
+        };
+        let (size, signed) = arg.as_ref().map_or((8, false), |a| (a.size, a.signed));
+        let loc = loc.unwrap_or_else(|e| {
+            why.push(format!("argument {k}: {e}"));
+            OperandLoc::Unreadable
+        });
+        ops.push(Operand { size, signed, loc });
+    }
+    if ops.len() > crate::arch::operand::MAX_OPERANDS {
+        why.push(format!(
+            "it has {} arguments; events record the first {}",
+            ops.len(),
+            crate::arch::operand::MAX_OPERANDS
+        ));
+    }
+    (Operands::new(&ops), why)
 }
 
 /// Plans the long form of the probe of `f` ([`Arch::plan_long`]), which
@@ -70,7 +147,7 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeA
     let mut found = resolution.found;
     for &a in addrs {
         let f = modules.at_address(a)?;
-        if !found.iter().any(|x| x.function.addr == f.function.addr) {
+        if !found.iter().any(|x| x.key() == f.key()) {
             found.push(f);
         }
     }
@@ -90,23 +167,80 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
     let progress = Progress::new(found.len() as u64, "planning probes");
     let mut requests = Vec::new();
     let mut refused = Vec::new();
-    for Found { module, function, explicit } in found {
+    let mut counted_only = Vec::new();
+    for Found { module, function, explicit, site } in found {
         progress.inc();
         let m = modules.get(module)?;
-        match plan(m, &function).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?))) {
-            Ok((plan, abi)) => {
+        let planned = match &site {
+            None => plan(m, &function).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?, kind))),
+            Some(s) => plan_site(m, &function, s).and_then(|plan| {
+                // A line or offset at the entry is the entry; a static probe is its note's.
+                if !plan.interior && s.usdt.is_none() {
+                    return Ok((plan, abi_for(m, &function, kind)?, kind));
+                }
+                let (k, counts_only) = interior_kind(kind, s.usdt.is_some())?;
+                if counts_only {
+                    counted_only.push(s.label.clone());
+                }
+                Ok((plan, Abi::C, k))
+            }),
+        };
+        let label = site.as_ref().map_or(function.name.clone(), |s| s.label.clone());
+        match planned {
+            Ok((plan, abi, kind)) => {
                 // The long form goes at the entry, before Go's stack check,
-                // and has an interior: not for Go code.
+                // and has an interior: not for Go code, nor inside a function.
                 let long = match abi {
+                    _ if plan.interior => Err(Refusal::Interior("the long form goes at a function's entry")),
                     Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
                     Abi::C => plan_long(m, &function),
                 };
                 let span = m.span_of(&function);
-                requests.push(Request { long, function, plan, span, kind, abi, config: Default::default() })
+                let usdt = site.as_ref().and_then(|s| s.usdt.as_ref());
+                let operands = usdt.filter(|_| kind & crate::probe::layout::kind::ARGS != 0).map(|u| {
+                    let (ops, why) = operands_of(m, u);
+                    for w in why {
+                        crate::say!("tp: `{}`: {}; shown as ?", crate::escape::text(&label), crate::escape::text(&w));
+                    }
+                    ops
+                });
+                let semaphore = usdt.and_then(|u| u.semaphore).map(|a| a.0);
+                // Two names for one site (`foo` and `foo+4` after its
+                // `endbr64`, a line that starts at an entry): one probe.
+                if let Some(first) = requests.iter().find(|r: &&Request| r.plan.site == plan.site) {
+                    crate::say!(
+                        "tp: `{}` is where `{}` is probed already",
+                        crate::escape::text(&label),
+                        crate::escape::text(&first.function.name)
+                    );
+                    continue;
+                }
+                let function = Function { name: label, ..function };
+                requests.push(Request {
+                    long,
+                    function,
+                    plan,
+                    span,
+                    kind,
+                    abi,
+                    operands,
+                    semaphore,
+                    config: Default::default(),
+                })
             }
-            Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
-            Err(r) => refused.push((function, r)),
+            Err(r) if explicit => bail!("cannot probe `{label}`: {r}"),
+            Err(r) => refused.push((Function { name: label, ..function }, r)),
         }
+    }
+    let mut notes = Vec::new();
+    if !counted_only.is_empty() {
+        let names: Vec<String> = counted_only.iter().take(4).map(|n| format!("`{}`", crate::escape::text(n))).collect();
+        let more = if counted_only.len() > 4 { format!(" and {} more", counted_only.len() - 4) } else { String::new() };
+        notes.push(format!(
+            "tp: {}{more} inside functions: counted, without arguments (the argument registers hold them only at a \
+             function's entry; static probes record their own)",
+            names.join(", ")
+        ));
     }
     progress.finish();
     if requests.is_empty() {
@@ -119,5 +253,5 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
             None => bail!("nothing to probe"),
         }
     }
-    Ok(Resolved { requests, refused })
+    Ok(Resolved { requests, refused, notes })
 }

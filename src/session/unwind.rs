@@ -101,6 +101,8 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             long,
                             kind: kind::UNWIND,
                             abi: Abi::C,
+                            operands: None,
+                            semaphore: None,
                             config: Default::default(),
                         });
                         true

@@ -4,7 +4,10 @@
 //! the file, in its `.debug/` directory, or under `/usr/lib/debug/<dir>/`.
 //!
 //! `TP_DEBUG_DIRS` (colon-separated) replaces `/usr/lib/debug` as the list of
-//! global debug directories, as gdb's `debug-file-directory` does.
+//! global debug directories, as gdb's `debug-file-directory` does. When none
+//! of those has it, the debuginfod servers of `DEBUGINFOD_URLS` are asked by
+//! build-id ([`crate::debuginfod`]); what a server sends is used only if it
+//! parses as ELF, has the same build-id, and has symbols or DWARF.
 
 use std::path::{Path, PathBuf};
 
@@ -22,7 +25,10 @@ pub fn debug_dirs() -> Vec<PathBuf> {
 /// as the process sees it, reading files under `root` (`/`, or
 /// `/proc/PID/root` to see the target's mount namespace).
 pub fn find(elf: &ElfFile, path: &Path, root: &Path) -> Option<ElfFile> {
-    candidates(elf, path, root).into_iter().find_map(|c| open_matching(&c.path, elf, c.crc))
+    candidates(elf, path, root)
+        .into_iter()
+        .find_map(|c| open_matching(&c.path, elf, c.crc))
+        .or_else(|| fetch(elf, path))
 }
 
 /// A place the debug file of a file may be.
@@ -77,6 +83,24 @@ pub fn candidates_for(
         );
     }
     out
+}
+
+/// The debug file of `elf` (the file `path`) from a debuginfod server.
+fn fetch(elf: &ElfFile, path: &Path) -> Option<ElfFile> {
+    let id = elf.build_id.as_ref()?;
+    let name = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+    let from = PathBuf::from(format!("debuginfod:{name}"));
+    let accept = |data: Vec<u8>| -> Result<ElfFile, String> {
+        let dbg = ElfFile::parse(data, &from, &from).map_err(|e| format!("{e:#}"))?;
+        if dbg.build_id.as_ref() != Some(id) {
+            return Err("another build-id".into());
+        }
+        if !dbg.has_symtab && !dbg.has_dwarf() {
+            return Err("neither symbols nor DWARF".into());
+        }
+        Ok(dbg)
+    };
+    crate::debuginfod::fetch(id, &name, &accept, &|dbg: &ElfFile| dbg.data())
 }
 
 /// Opens `candidate` if it is the debug file of `elf`: same build-id, or

@@ -464,6 +464,18 @@ impl ElfFile {
         Some(Bias::between(file, start))
     }
 
+    /// The address of the defined data object `name` (`.symtab`, else `.dynsym`).
+    pub fn data_symbol(&self, name: &str) -> Option<FileAddr> {
+        let elf = goblin::elf::Elf::parse(self.data()).ok()?;
+        let object = |s: &goblin::elf::Sym| {
+            matches!(s.st_type(), goblin::elf::sym::STT_OBJECT | goblin::elf::sym::STT_NOTYPE) && s.st_shndx != 0
+        };
+        let find = |syms: &goblin::elf::Symtab, strtab: &goblin::strtab::Strtab| {
+            syms.iter().find(|s| object(s) && strtab.get_at(s.st_name) == Some(name)).map(|s| FileAddr(s.st_value))
+        };
+        find(&elf.syms, &elf.strtab).or_else(|| find(&elf.dynsyms, &elf.dynstrtab))
+    }
+
     /// Function symbols with one entry per address (aliases dropped, globals preferred).
     pub fn unique_functions(&self) -> Vec<&FuncSym> {
         let mut out: Vec<&FuncSym> = Vec::new();

@@ -1,7 +1,8 @@
 //! Functions by name: the modules mapped in a process ([`modules`]), each
 //! an ELF file ([`elf`]) with its load bias, demangled names ([`demangle`]),
-//! separate debug information ([`debuginfo`]) and DWARF ([`dwarf`]); and the
-//! names users write ([`pattern`]).
+//! separate debug information ([`debuginfo`]), DWARF ([`dwarf`]), line
+//! tables ([`lines`]) and static probes ([`sdt`]); and the names users
+//! write ([`pattern`], and sites inside functions: [`site`]).
 
 pub mod contents;
 pub mod debuginfo;
@@ -13,11 +14,14 @@ pub mod elf;
 pub mod entries;
 pub mod golang;
 pub mod image;
+pub mod lines;
 pub mod module;
 pub mod modules;
 pub mod pattern;
 pub mod saved;
 pub mod saving;
+pub mod sdt;
+pub mod site;
 pub mod stackwalk;
 pub mod stored_dwarf;
 pub mod symbolize;
@@ -26,6 +30,7 @@ pub mod verdict;
 pub use elf::{ElfFile, FuncSym, Source, Version};
 pub use module::{Module, Named};
 pub use modules::{Found, NotFound, ProcessModules, Resolution};
+pub use site::{Site, Usdt};
 
 use crate::addr::{Bias, RuntimeAddr};
 use crate::arch::Isa;

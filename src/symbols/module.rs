@@ -301,9 +301,15 @@ impl Module {
             .get_or_init(|| match &self.cached_dwarf {
                 Some(SavedDwarf::Index(stored)) => stored.index(),
                 Some(SavedDwarf::None | SavedDwarf::Unreadable) => None,
-                None => dwarf::index(self.dwarf_source()?).ok(),
+                None => dwarf::index(self.dwarf_file()?).ok(),
             })
             .as_ref()
+    }
+
+    /// The file address of the data symbol `name` (`.symtab`, `.dynsym`, or
+    /// the debug file's), for static probe arguments that name one.
+    pub fn data_symbol(&self, name: &str) -> Option<FileAddr> {
+        [Some(&*self.elf), self.debug()].into_iter().flatten().find_map(|e| e.data_symbol(name))
     }
 
     /// What DWARF says of the function entered at `entry` (a file address):
@@ -318,7 +324,7 @@ impl Module {
             Some(SavedDwarf::None | SavedDwarf::Unreadable) => return None,
             None => {}
         }
-        let src = self.dwarf_source()?;
+        let src = self.dwarf_file()?;
         let mut lazy = self.lazy_dwarf.borrow_mut();
         if lazy.is_none() {
             *lazy = Some(LazyDwarf::new(src).ok()?);
@@ -331,8 +337,9 @@ impl Module {
         lazy.as_mut()?.function_at(src, entry).ok().flatten()
     }
 
-    /// The file whose DWARF describes this module: itself, or its debug file.
-    fn dwarf_source(&self) -> Option<&ElfFile> {
+    /// The file that holds the module's DWARF: the file itself or its debug
+    /// file (looked for now if the module's analysis came from the cache).
+    pub fn dwarf_file(&self) -> Option<&ElfFile> {
         [Some(&*self.elf), self.debug()].into_iter().flatten().find(|e| e.has_dwarf())
     }
 
@@ -388,7 +395,8 @@ impl Module {
                 ""
             } else {
                 " (the file is stripped: only its exported functions and, as `sub_<address>`, the functions \
-                 its unwind table lists are known; install its debug symbols or point TP_DEBUG_DIRS at them)"
+                 its unwind table lists are known; install its debug symbols, point TP_DEBUG_DIRS at them, or name a \
+                 debuginfod server in DEBUGINFOD_URLS)"
             };
             bail!("function `{name}` not found in `{}`{stripped}{hint}", self.path.display());
         }

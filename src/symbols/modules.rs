@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 
 use super::module::{Module, Read};
-use super::pattern::{Pattern, module_matches};
+use super::pattern::{Pattern, has_glob, module_matches};
+use super::site::{self, Site, SitePattern};
 use super::{Function, suggestions};
 use crate::addr::RuntimeAddr;
 use crate::process::Mapping;
@@ -74,6 +75,25 @@ pub struct Found {
     pub function: Function,
     /// True if the user named it exactly (refusing it is an error), false if a glob matched it.
     pub explicit: bool,
+    /// Where in the function the probe goes, when not at its entry.
+    pub site: Option<Site>,
+}
+
+impl Found {
+    /// A function's entry.
+    pub fn entry(module: usize, function: Function, explicit: bool) -> Found {
+        Found { module, function, explicit, site: None }
+    }
+
+    /// The address the probe goes to: its site, or the function's entry.
+    pub fn key(&self) -> RuntimeAddr {
+        self.site.as_ref().map_or(self.function.addr, |s| s.addr)
+    }
+
+    /// The probe's name: its site's label, or the function's name.
+    pub fn label(&self) -> &str {
+        self.site.as_ref().map_or(&self.function.name, |s| &s.label)
+    }
 }
 
 impl ProcessModules {
@@ -221,12 +241,208 @@ impl ProcessModules {
         let mut out = Resolution::default();
         let mut taken = std::collections::HashSet::new();
         for text in patterns {
-            let p = Pattern::parse(text);
-            let found = match &p.module {
-                Some(m) => self.resolve_in_named(text, m, &p, &mut out.notes)?,
-                None => self.resolve_anywhere(text, &p, &mut out.notes)?,
+            let found = match SitePattern::parse(text) {
+                Some(site) => self.resolve_site(text, &site.map_err(anyhow::Error::msg)?, &mut out.notes)?,
+                None => self.resolve_functions(text, &Pattern::parse(text), &mut out.notes)?,
             };
-            out.found.extend(found.into_iter().filter(|f| taken.insert(f.function.addr)));
+            out.found.extend(found.into_iter().filter(|f| taken.insert(f.key())));
+        }
+        Ok(out)
+    }
+
+    /// The functions pattern `p` (written `text`) names.
+    fn resolve_functions(&self, text: &str, p: &Pattern, notes: &mut Vec<String>) -> Result<Vec<Found>> {
+        match &p.module {
+            Some(m) => self.resolve_in_named(text, m, p, notes),
+            None => self.resolve_anywhere(text, p, notes),
+        }
+    }
+
+    /// The sites `pattern` (written `text`) names: see [`super::site`].
+    fn resolve_site(&self, text: &str, pattern: &SitePattern, notes: &mut Vec<String>) -> Result<Vec<Found>> {
+        match pattern {
+            SitePattern::Offset { module, function, offset } => {
+                let p = Pattern { module: module.clone(), function: function.clone() };
+                let mut out = self.resolve_functions(function, &p, notes)?;
+                for f in &mut out {
+                    if *offset != 0 {
+                        f.site = Some(site::at_offset(&f.function, *offset).map_err(anyhow::Error::msg)?);
+                    }
+                }
+                Ok(out)
+            }
+            SitePattern::Line { module, place, line } => {
+                self.resolve_line(text, module.as_deref(), place, *line, notes)
+            }
+            SitePattern::Usdt { module, provider, name } => {
+                self.resolve_usdt(text, module.as_deref(), provider, name, notes)
+            }
+        }
+    }
+
+    /// What the site pattern `text` names in module `i` alone (nothing when
+    /// it names nothing there, or is no site pattern), none named exactly:
+    /// for a library loaded later.
+    pub fn sites_in(&self, text: &str, i: usize) -> Vec<Found> {
+        let Some(Ok(pattern)) = SitePattern::parse(text) else { return Vec::new() };
+        let Ok(m) = self.get(i) else { return Vec::new() };
+        if pattern.module().is_some_and(|want| !module_matches(want, &self.name(i))) {
+            return Vec::new();
+        }
+        let found = |function, site| Found { module: i, function, explicit: false, site };
+        let mut out = Vec::new();
+        match &pattern {
+            SitePattern::Offset { function, offset, .. } => {
+                for f in m.named(function).map(|n| n.functions).unwrap_or_default() {
+                    match site::at_offset(&f, *offset) {
+                        Ok(s) if *offset != 0 => out.push(found(f, Some(s))),
+                        Ok(_) => out.push(found(f, None)),
+                        Err(_) => {}
+                    }
+                }
+            }
+            SitePattern::Line { place, line, .. } if site::is_file(place) => {
+                for (f, s) in site::lines_in_file(m, place, *line).unwrap_or_default() {
+                    out.push(found(f, Some(s)));
+                }
+            }
+            SitePattern::Line { place, line, .. } => {
+                for f in m.named(place).map(|n| n.functions).unwrap_or_default() {
+                    for (f, s) in site::lines_in_function(m, &f, *line).unwrap_or_default() {
+                        out.push(found(f, Some(s)));
+                    }
+                }
+            }
+            SitePattern::Usdt { provider, name, .. } => {
+                for (f, s) in site::usdt_in(m, provider, name).into_iter().flatten() {
+                    out.push(found(f, Some(s)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Modules to look in for `module` (every module when None; the
+    /// executable first).
+    fn modules_for(&self, module: Option<&str>) -> Result<Vec<usize>> {
+        match module {
+            None => Ok((0..self.len()).collect()),
+            Some(m) => {
+                let found = self.named(m);
+                if found.is_empty() {
+                    let names: Vec<String> = (0..self.len()).map(|i| self.described(i)).collect();
+                    let msg = format!("no module `{m}` in process {} (it has: {})", self.pid, names.join(", "));
+                    return Err(NotFound(msg).into());
+                }
+                Ok(found)
+            }
+        }
+    }
+
+    fn resolve_line(
+        &self,
+        text: &str,
+        module: Option<&str>,
+        place: &str,
+        line: u32,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<Found>> {
+        let what = text.strip_prefix("line:").unwrap_or(text);
+        let mut out = Vec::new();
+        if site::is_file(place) {
+            for i in self.modules_for(module)? {
+                let m = match self.get(i) {
+                    Ok(m) => m,
+                    Err(e) if module.is_some() => return Err(e),
+                    Err(_) => continue,
+                };
+                if m.dwarf_file().is_none() && module.is_none() {
+                    continue;
+                }
+                for (function, site) in site::lines_in_file(m, place, line)? {
+                    out.push(Found { module: i, function, explicit: false, site: Some(site) });
+                }
+                if !out.is_empty() && i == 0 {
+                    break;
+                }
+            }
+        } else {
+            let p = Pattern { module: module.map(str::to_string), function: place.to_string() };
+            for f in self.resolve_functions(place, &p, notes)? {
+                let m = self.get(f.module)?;
+                for (function, site) in site::lines_in_function(m, &f.function, line)? {
+                    out.push(Found { module: f.module, function, explicit: false, site: Some(site) });
+                }
+            }
+        }
+        if out.is_empty() {
+            return Err(NotFound(format!(
+                "line `{what}` starts no code in process {} (a comment, a declaration, or code the compiler                  removed; `tp list-probes --lines FUNCTION` shows the lines that have some)",
+                self.pid
+            ))
+            .into());
+        }
+        if out.len() == 1 {
+            out[0].explicit = true;
+        } else {
+            notes.push(format!("line `{what}` starts at {} places; probing each", out.len()));
+        }
+        Ok(out)
+    }
+
+    fn resolve_usdt(
+        &self,
+        text: &str,
+        module: Option<&str>,
+        provider: &str,
+        name: &str,
+        notes: &mut Vec<String>,
+    ) -> Result<Vec<Found>> {
+        let mut out = Vec::new();
+        let mut seen: Vec<String> = Vec::new();
+        for i in self.modules_for(module)? {
+            let m = match self.get(i) {
+                Ok(m) => m,
+                Err(e) if module.is_some() => return Err(e),
+                Err(_) => continue,
+            };
+            for hit in site::usdt_in(m, "*", "*") {
+                let (function, s) = match hit {
+                    Ok(found) => found,
+                    Err(n) => {
+                        if super::pattern::glob(provider, &n.provider) && super::pattern::glob(name, &n.name) {
+                            notes.push(format!(
+                                "static probe `{}:{}` in `{}` at {:#x} lies in no function tp knows; skipped",
+                                n.provider,
+                                n.name,
+                                m.name,
+                                m.bias.runtime(n.pc)
+                            ));
+                        }
+                        continue;
+                    }
+                };
+                let u = s.usdt.as_ref().expect("a static probe");
+                if super::pattern::glob(provider, &u.provider) && super::pattern::glob(name, &u.name) {
+                    out.push(Found { module: i, function, explicit: false, site: Some(s) });
+                } else if seen.len() < 12 {
+                    let known = format!("{}:{}", u.provider, u.name);
+                    if !seen.contains(&known) {
+                        seen.push(known);
+                    }
+                }
+            }
+        }
+        if out.is_empty() {
+            let have = if seen.is_empty() {
+                "it has none".to_string()
+            } else {
+                format!("it has {}", seen.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", "))
+            };
+            return Err(NotFound(format!("no static probe matches `{text}` in process {} ({have})", self.pid)).into());
+        }
+        if out.len() == 1 && !has_glob(provider) && !has_glob(name) {
+            out[0].explicit = true;
         }
         Ok(out)
     }
@@ -237,7 +453,7 @@ impl ProcessModules {
         let named = self.get(i)?.named(name)?;
         notes.extend(named.notes);
         let explicit = named.functions.len() == 1;
-        Ok(named.functions.into_iter().map(|function| Found { module: i, function, explicit }).collect())
+        Ok(named.functions.into_iter().map(|function| Found::entry(i, function, explicit)).collect())
     }
 
     fn resolve_in_named(&self, text: &str, module: &str, p: &Pattern, notes: &mut Vec<String>) -> Result<Vec<Found>> {
@@ -251,11 +467,7 @@ impl ProcessModules {
         for &i in &modules {
             let m = self.get(i)?;
             if p.is_glob() {
-                out.extend(m.matching(&p.function).into_iter().map(|function| Found {
-                    module: i,
-                    function,
-                    explicit: false,
-                }));
+                out.extend(m.matching(&p.function).into_iter().map(|function| Found::entry(i, function, false)));
             } else if m.has_function(&p.function) || modules.len() == 1 {
                 out.extend(self.named_in(i, &p.function, notes)?);
             }
@@ -274,16 +486,12 @@ impl ProcessModules {
         if p.is_glob() {
             let here = exe.matching(&p.function);
             if !here.is_empty() {
-                return Ok(here.into_iter().map(|function| Found { module: 0, function, explicit: false }).collect());
+                return Ok(here.into_iter().map(|function| Found::entry(0, function, false)).collect());
             }
             let mut out = Vec::new();
             for i in 1..self.len() {
                 if let Ok(m) = self.get(i) {
-                    out.extend(m.matching(&p.function).into_iter().map(|function| Found {
-                        module: i,
-                        function,
-                        explicit: false,
-                    }));
+                    out.extend(m.matching(&p.function).into_iter().map(|function| Found::entry(i, function, false)));
                 }
             }
             if out.is_empty() {
@@ -306,7 +514,8 @@ impl ProcessModules {
                     format!(
                         "; `{}` is stripped, so only its exported functions and, as `sub_<address>`, the \
                          functions its unwind table lists are known: install its debug symbols (the -dbg or \
-                         -dbgsym package) or point TP_DEBUG_DIRS at them",
+                         -dbgsym package), point TP_DEBUG_DIRS at them, or name a debuginfod server in \
+                         DEBUGINFOD_URLS",
                         exe.name
                     )
                 };
@@ -327,8 +536,8 @@ impl ProcessModules {
         }
     }
 
-    /// The module and function at runtime address `addr`, which must be a
-    /// function's first byte.
+    /// The module and function at runtime address `addr`: the function's
+    /// entry, or a site inside it.
     pub fn at_address(&self, addr: RuntimeAddr) -> Result<Found> {
         let Some(i) = self.slots.iter().position(|s| s.mappings.iter().any(|m| m.contains(addr.0))) else {
             bail!("address {addr:#x} is not inside any module of process {}", self.pid);
@@ -346,15 +555,8 @@ impl ProcessModules {
             };
             bail!("address {addr:#x} in `{}` is not inside a known function{why}", m.name);
         };
-        if f.addr != addr {
-            bail!(
-                "address {addr:#x} is inside `{}` (+{:#x}); tp probes function entries: use --addr {:#x}",
-                f.name,
-                addr.0 - f.addr.0,
-                f.addr
-            );
-        }
-        Ok(Found { module: i, function: f, explicit: true })
+        let site = (f.addr != addr).then(|| Site { addr, label: site::offset_label(&f, addr), usdt: None });
+        Ok(Found { module: i, function: f, explicit: true, site })
     }
 }
 

@@ -104,14 +104,22 @@ pub struct Place {
 
 /// The places the debug file of a file with `headers`, which the process
 /// sees at `path` with its files under `root`, could be, each as it is now.
+///
+/// When `DEBUGINFOD_URLS` names a server, the last place is where tp keeps
+/// the debug file a server sent: an entry made without a server, or before
+/// one sent the file, is then a miss.
 pub fn places(headers: &Headers, path: &Path, root: &Path) -> Vec<Place> {
-    debuginfo::candidates_for(headers.build_id.as_deref(), headers.debuglink.as_ref(), path, root)
+    let local = debuginfo::candidates_for(headers.build_id.as_deref(), headers.debuglink.as_ref(), path, root);
+    let fetched = headers.build_id.as_deref().and_then(crate::debuginfod::kept_at);
+    local
         .into_iter()
-        .map(|c| {
-            let file = std::fs::metadata(&c.path).ok().map(|m| FileId::of(&m));
-            match c.path.strip_prefix(root) {
+        .map(|c| c.path)
+        .chain(fetched)
+        .map(|p| {
+            let file = std::fs::metadata(&p).ok().map(|m| FileId::of(&m));
+            match p.strip_prefix(root) {
                 Ok(rel) => Place { in_root: true, path: rel.as_os_str().as_encoded_bytes().to_vec(), file },
-                Err(_) => Place { in_root: false, path: c.path.as_os_str().as_encoded_bytes().to_vec(), file },
+                Err(_) => Place { in_root: false, path: p.as_os_str().as_encoded_bytes().to_vec(), file },
             }
         })
         .collect()

@@ -15,7 +15,7 @@ use super::entries::Entries;
 use super::golang::{self, GoModule};
 use super::image::{CodeFacts, ElfImage};
 use super::{Function, Module, cold_targets};
-use crate::addr::Bias;
+use crate::addr::{Bias, RuntimeAddr};
 use crate::arch::{Isa, Refusal, SitePlan};
 
 /// The verdict on function `f` of `m` for instruction set `isa`: its plan,
@@ -29,6 +29,23 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     m.planner().plan(m, f, code, isa)
+}
+
+/// The verdict on a probe at `at` inside function `f` of `m` (its entry's
+/// verdict when `at` is the entry): the same checks over the whole function,
+/// from the instruction that starts at `at`.
+pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result<SitePlan, Refusal> {
+    if at == f.addr {
+        return verdict(m, f, isa);
+    }
+    if f.ifunc {
+        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
+    }
+    if f.size == 0 {
+        return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
+    }
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
+    m.planner().plan_at(m, f, code, at, isa)
 }
 
 /// If `f` of `m` is Go code, what its plan was built on.
@@ -106,6 +123,40 @@ impl Planner {
         let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts };
         let mut plan = (isa.plan_in)(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
+        if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
+            return Err(Refusal::GoPreemptible);
+        }
+        plan.function = f.addr.0;
+        self.entries.check(&m.elf, &plan, f.bias)?;
+        Ok(plan)
+    }
+
+    /// The plan for a probe at `at` inside `f` of `m`, whose bytes are
+    /// `code`: as [`Planner::plan`], from the instruction at `at`. In Go
+    /// code it must come after the stack check, and where Go preempts, the
+    /// window must be one instruction.
+    pub fn plan_at(
+        &self,
+        m: &Module,
+        f: &Function,
+        code: &[u8],
+        at: RuntimeAddr,
+        isa: Isa,
+    ) -> Result<SitePlan, Refusal> {
+        if let Some(go) = &self.go
+            && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
+        {
+            return Err(Refusal::GoStackReturn);
+        }
+        let go = self.go_code(f, code, isa);
+        if go.is_some_and(|g| at.0 < f.addr.0 + g.stack_check as u64) {
+            return Err(Refusal::Interior(
+                "it is inside Go's stack check, which a call whose stack must grow runs twice",
+            ));
+        }
+        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts };
+        let mut plan = (isa.plan_at)(code, f.addr.0, at.0, &extra, &image)?;
         if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
             return Err(Refusal::GoPreemptible);
         }

@@ -130,13 +130,8 @@ fn an_unprivileged_user_is_told_what_is_needed() {
         vec!["profile", "-p", pid.as_str(), "-f", "foo"],
     ] {
         // As `nobody`: a process of root's may not be traced.
-        let out = Command::new(tp_path())
-            .args(&args)
-            .uid(65534)
-            .gid(65534)
-            .stdin(Stdio::null())
-            .output()
-            .expect("run tp as nobody");
+        let out =
+            tp_command().args(&args).uid(65534).gid(65534).stdin(Stdio::null()).output().expect("run tp as nobody");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "tp {args:?} as nobody: {stderr}");
         let lines: Vec<&str> = stderr.lines().collect();
@@ -194,7 +189,7 @@ fn parse_errors_are_one_line() {
         text_cases.iter().map(|v| v.iter().map(std::ffi::OsStr::new).collect()).collect();
     cases.push(vec!["attach".as_ref(), "-p".as_ref(), not_utf8, "-f".as_ref(), "foo".as_ref()]);
     for args in cases {
-        let out = crate::util::run(Command::new(tp_path()).args(&args));
+        let out = crate::util::run(tp_command().args(&args));
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "tp {args:?}: {stderr}");
         assert_eq!(stderr.lines().count(), 1, "tp {args:?}: {stderr}");

@@ -1,7 +1,7 @@
 //! Two tp processes on one target: the second waits while the first holds
 //! the target stopped, then does its work; neither fails.
 
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::util::*;
 
@@ -18,7 +18,7 @@ fn a_second_tp_waits_while_another_holds_the_target() {
     let mut t = Target::start("counter");
     let pid = t.pid.to_string();
     let spawn = |func: &str, fault: Option<&str>| {
-        let mut cmd = Command::new(tp_path());
+        let mut cmd = tp_command();
         cmd.args(["attach", "-p", &pid, "-f", func, "--keep"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -6,13 +6,13 @@
 //! says so in one line and exits non-zero, without hanging.
 
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use crate::util::*;
 
 /// Runs tp with `TP_FAULT` set.
 fn tp_with_fault(fault: &str, args: &[&str]) -> Output {
-    run(Command::new(tp_path()).args(args).env("TP_FAULT", fault))
+    run(tp_command().args(args).env("TP_FAULT", fault))
 }
 
 /// Asserts no thread of `pid` is stopped or has a tracer.

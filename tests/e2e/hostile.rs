@@ -40,7 +40,7 @@ fn map(t: &mut Target, img: &Image) {
 /// target's claims (hundreds of GiB for a crafted capacity) kills it, and
 /// the tests see the signal.
 fn tp_bounded(args: &[&str]) -> Output {
-    let mut cmd = Command::new(tp_path());
+    let mut cmd = tp_command();
     cmd.args(args);
     // SAFETY: setrlimit(2) between fork and exec, no allocation.
     unsafe {

@@ -2,8 +2,6 @@
 //! `detach` after the tracer was killed with SIGKILL; `detach` next to a
 //! session that is still running.
 
-use std::process::Command;
-
 use crate::util::*;
 
 #[test]
@@ -116,7 +114,7 @@ fn detach_leaves_a_running_session_alone_unless_forced() {
     // Plain detach must not even stop the process: were it to seize it,
     // this fault would pause it there, holding the target, and it would
     // never exit.
-    let out = run(Command::new(tp_path()).arg("detach").env("TP_FAULT", "pause:after-seize"));
+    let out = run(tp_command().arg("detach").env("TP_FAULT", "pause:after-seize"));
     expect_success(&["detach"], &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(

@@ -39,6 +39,13 @@ mod list_probes;
 // foreign and planted entries never used, concurrent tp processes.
 #[cfg(target_arch = "x86_64")]
 mod cache;
+// Probes inside functions: by line, by offset, at nop sites.
+mod sites;
+// Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
+mod usdt;
+// Debug files by build-id from Debian's debuginfod, their cache, bad servers.
+#[cfg(target_arch = "x86_64")]
+mod debuginfod;
 // Hand-written x86-64 prologues: every rewrite counted, every refusal named.
 #[cfg(target_arch = "x86_64")]
 mod prologues;

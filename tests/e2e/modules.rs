@@ -79,9 +79,10 @@ fn an_address_names_a_function() {
     let hits = count(&mut t, &["--addr", &addr], &[("beta", 4321), ("alpha", 5)]);
     assert_eq!(hits["lib_work"], 4321);
     let pid = t.pid.to_string();
+    // An address inside the function is a site of its own, if an instruction starts there.
     let inside = format!("{:#x}", found[0].function.addr.0 + 1);
-    let line = expect_error(&["attach", "-p", &pid, "--addr", &inside], "is inside `lib_work`");
-    assert!(line.contains(&format!("use --addr {addr}")), "{line}");
+    let line = expect_error(&["attach", "-p", &pid, "--addr", &inside], "is not where an instruction starts");
+    assert!(line.contains("cannot probe `lib_work+0x1`") && line.contains(&format!("start at {addr} and")), "{line}");
 }
 
 #[test]
@@ -139,7 +140,7 @@ fn stripped_binaries_use_separate_debug_info() {
     let pid = t.pid.to_string();
     expect_error(&["attach", "-p", &pid, "-f", "run_calls"], "stripped");
     let debug_dir = target_path("debug");
-    let out = std::process::Command::new(tp_path())
+    let out = tp_command()
         .args(["attach", "-p", &pid, "-f", "run_calls", "--duration", "0.1"])
         .env("TP_DEBUG_DIRS", &debug_dir)
         .output()

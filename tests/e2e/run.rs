@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use crate::util::*;
 
@@ -35,7 +35,7 @@ impl Drop for Scratch {
 /// Runs `tp run ARGS` with `input` on its stdin; (status, stdout, stderr).
 fn tp_run(args: &[&str], input: &[u8]) -> (std::process::ExitStatus, String, String) {
     let _shared = shared();
-    let mut child = Command::new(tp_path())
+    let mut child = tp_command()
         .arg("run")
         .args(args)
         .stdin(Stdio::piped())
@@ -152,7 +152,7 @@ fn run_probes_a_library_the_program_loads_later() {
     // goes in when tp sees the new library, before the test lets it call.
     let _shared = shared();
     let mut child = KillOnDrop::child(
-        Command::new(tp_path())
+        tp_command()
             .args(["run", "-f", "libalpha:lib_work", "-f", "libgamma:lib_work", "--json", "--"])
             .arg(target_path("libuser"))
             .stdin(Stdio::piped())

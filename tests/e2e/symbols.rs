@@ -104,7 +104,7 @@ fn a_versioned_libc_function_counts_the_version_programs_call() {
         // list-probes shows both, with their versions and where the names came from.
         let pid = t.pid.to_string();
         let args = ["list-probes", "-p", pid.as_str()];
-        let out = Command::new(tp_path()).args(args).envs(env.iter().copied()).output().unwrap();
+        let out = tp_command().args(args).envs(env.iter().copied()).output().unwrap();
         let listing = String::from_utf8_lossy(&out.stdout);
         let source = if env.is_empty() { "debug-file" } else { "dynsym" };
         for name in ["pthread_cond_signal@@GLIBC_2.3.2", "pthread_cond_signal@GLIBC_2.2.5"] {
@@ -354,7 +354,7 @@ fn ripgrep_stripped_is_probed_whole_and_counts_matches_exactly() {
         let mut args = vec!["run", "-f", "rg:*", "--json", "-o", summary.to_str().unwrap(), "--"];
         args.extend(rg);
         let _shared = shared();
-        let under = run(Command::new(tp_path()).args(&args));
+        let under = run(tp_command().args(&args));
         assert!(under.status.success(), "{}", String::from_utf8_lossy(&under.stderr));
         assert_eq!(under.stdout, String::from_utf8_lossy(&alone.stdout).trim_end().as_bytes(), "rg's output");
         let got = probes(&std::fs::read_to_string(&summary).unwrap());

@@ -23,6 +23,15 @@ pub fn tp_path() -> PathBuf {
     built_or_env("TP_TEST_TP", env!("CARGO_BIN_EXE_tp"))
 }
 
+/// A command that runs tp, without the debuginfod servers of the
+/// environment (a test that wants one names it): the tests never reach
+/// outside the machine.
+pub fn tp_command() -> Command {
+    let mut cmd = Command::new(tp_path());
+    cmd.env_remove("DEBUGINFOD_URLS");
+    cmd
+}
+
 fn built_or_env(var: &str, built: &str) -> PathBuf {
     std::env::var_os(var).map_or_else(|| PathBuf::from(built), PathBuf::from)
 }
@@ -377,7 +386,7 @@ pub fn wait_timeout(child: &mut Child) -> ExitStatus {
 
 /// Runs tp to completion.
 pub fn tp(args: &[&str]) -> Output {
-    run(Command::new(tp_path()).args(args))
+    run(tp_command().args(args))
 }
 
 /// Runs `cmd` with no input to completion (within [`TIMEOUT`]); its
@@ -438,7 +447,7 @@ impl Session {
     /// Starts `tp SUBCOMMAND ARGS` and, given `ready`, waits for a line on
     /// stderr starting with it.
     pub fn spawn(sub: &str, args: &[&str], env: &[(&str, &str)], ready: Option<&str>) -> Session {
-        let mut cmd = Command::new(tp_path());
+        let mut cmd = tp_command();
         cmd.arg(sub).args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         for (k, v) in env {
             cmd.env(k, v);
@@ -449,6 +458,18 @@ impl Session {
         if let Some(ready) = ready {
             err.wait_for(ready);
         }
+        Session { child, err, out }
+    }
+
+    /// Starts `cmd` (tp, maybe behind a wrapper such as nsenter) and waits
+    /// for a line on stderr starting with `ready`.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    pub fn from_command(mut cmd: Command, ready: &str) -> Session {
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("run tp");
+        let out = Lines::new(child.stdout.take().unwrap());
+        let mut err = Lines::new(child.stderr.take().unwrap());
+        err.wait_for(ready);
         Session { child, err, out }
     }
 

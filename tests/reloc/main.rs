@@ -130,6 +130,20 @@ fn run_harness(orig: u64, orig_bytes: &[u8], at: u64, reloc: &[u8], skip: &str) 
     run_harness_below_sp(orig, orig_bytes, at, reloc, skip, 0)
 }
 
+/// Like [`run_harness_below_sp`], with the bytes left out ending `from`
+/// bytes below the stack pointer.
+#[allow(clippy::too_many_arguments)]
+fn run_harness_skipping(
+    orig: u64,
+    orig_bytes: &[u8],
+    at: u64,
+    reloc: &[u8],
+    below_sp: u64,
+    from: u64,
+) -> (bool, String) {
+    run_harness_with(orig, orig_bytes, at, reloc, "", below_sp, from)
+}
+
 /// Like [`run_harness`], leaving `below_sp` bytes under the stack pointer out.
 fn run_harness_below_sp(
     orig: u64,
@@ -139,8 +153,21 @@ fn run_harness_below_sp(
     skip: &str,
     below_sp: u64,
 ) -> (bool, String) {
+    run_harness_with(orig, orig_bytes, at, reloc, skip, below_sp, 0)
+}
+
+fn run_harness_with(
+    orig: u64,
+    orig_bytes: &[u8],
+    at: u64,
+    reloc: &[u8],
+    skip: &str,
+    below_sp: u64,
+    from: u64,
+) -> (bool, String) {
     let mut cmd = Command::new(harness());
     cmd.args(["-n", TRIALS, "-d", &format!("{:#x}", orig - DATA_BELOW), "-z", &below_sp.to_string()]);
+    cmd.args(["-o", &from.to_string()]);
     if !skip.is_empty() {
         cmd.args(["-c", skip]);
     }
@@ -222,6 +249,48 @@ fn harness_detects_wrong_relocations() {
     assert!(!ok, "a jump back to the wrong address went unnoticed: {text}");
 }
 
+/// Inside a function the detour steps over the red zone: with every
+/// register, flag and the 128 bytes below the stack pointer compared (only
+/// the two saved words below those left out), it behaves as the original;
+/// and an entry detour's saves would land in the red zone, which the
+/// harness sees.
+#[test]
+fn an_interior_detour_keeps_the_red_zone() {
+    let orig = ORIGINS[0];
+    let at = orig.wrapping_add_signed(DISTANCES[0]);
+    let mut spec = DetourSpec {
+        probe_index: 5,
+        records: Records::COUNT,
+        entry_word: 5,
+        runtime: None,
+        flag_addr: orig + 0x2000,
+        countdowns_from_counters: 0,
+        counters: at + 0x2_0000,
+        slot_bits: 6,
+        stride_shift: 8,
+        abi: tp::arch::Abi::C,
+        operands: None,
+    };
+    let mut runs = 0;
+    for c in CASES.iter().filter(|c| c.skip.is_empty()) {
+        let interior = SitePlan { interior: true, ..plan_at(c, orig) };
+        for flag_addr in [orig + 0x2000, orig - DATA_BELOW + 7] {
+            spec.flag_addr = flag_addr;
+            let d = detour::build(&interior, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
+            let (ok, text) = run_harness_skipping(orig, &interior.window, at, &d.bytes, 16, 128);
+            assert!(ok, "interior detour of `{}` (flag {flag_addr:#x}):\n{text}", c.asm);
+            runs += 1;
+        }
+    }
+    assert!(runs > 40, "{runs}");
+    // An entry's detour saves into what would be the red zone: the harness sees it.
+    let c = CASES.iter().find(|c| c.asm.starts_with("mov rax, qword ptr fs:")).expect("a case without stack writes");
+    let entry = plan_at(c, orig);
+    let d = detour::build(&entry, at, &spec).unwrap();
+    let (ok, _) = run_harness_skipping(orig, &entry.window, at, &d.bytes, 16, 128);
+    assert!(!ok, "an entry detour writes below the stack pointer, and the harness must see it");
+}
+
 /// The whole detour (counting prefix, then the relocated window) leaves
 /// every register and flag as the original does, whether the probe counts
 /// or is disabled. Its counters live in the copy's trap region; the two
@@ -246,6 +315,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
+                    operands: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let (ok, text) = run_harness_below_sp(orig, &plan.window, at, &d.bytes, "", 16);

@@ -26,6 +26,10 @@
 //!          .quad flag address, hash multiplier, counter address, relocation literals
 //! ```
 //!
+//! At a site inside a function, where x16 and x17 may be live, the detour
+//! starts with `stp x16, x17, [sp, #-16]!` and ends its prefix with `ldp
+//! x16, x17, [sp], #16` (a disabled probe's `cbz` goes there).
+//!
 //! The detour is entered by `b` and left by `b` (or by the relocated
 //! instruction's own `ret`/`br`), so it never needs a BTI landing pad, and
 //! the function's own landing pads stay where they are. It writes only x16,
@@ -81,11 +85,19 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
             "AArch64 probes count calls; arguments, return values and latency are not recorded there yet",
         ));
     }
-    let relocated_at = at + atomics.prefix_len();
+    // Inside a function x16 and x17 may be live: the detour keeps them below
+    // the stack pointer (nothing else may be there: Linux's signal frames go
+    // there at any instruction) and takes them back before the relocated code.
+    let saves = if plan.interior { 4 } else { 0 };
+    let restore_at = at + saves + atomics.prefix_len();
+    let relocated_at = restore_at + saves;
     let mut w = Writer::new(at);
+    if plan.interior {
+        w.put_push_ip_registers();
+    }
     w.put_ldr_literal(X16, spec.flag_addr);
     w.put_ldrb(X16, X16);
-    w.put_cbz_w(X16, relocated_at);
+    w.put_cbz_w(X16, restore_at);
     w.put_mrs_tpidr_el0(X16);
     w.put_lsr(X16, X16, 12);
     w.put_ldr_literal(X17, HASH);
@@ -108,6 +120,10 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
             w.put_cbnz_w(STATUS, again);
             w.put_pop(STATUS);
         }
+    }
+    debug_assert_eq!(w.pc(), restore_at);
+    if plan.interior {
+        w.put_pop_ip_registers();
     }
     debug_assert_eq!(w.pc(), relocated_at);
     let pc_map = relocate::relocate(plan, &mut w, long::exit(plan)?)?;
@@ -154,6 +170,7 @@ mod tests {
             slot_bits: 6,
             stride_shift: 15,
             abi: crate::arch::Abi::C,
+            operands: None,
         }
     }
 
@@ -165,6 +182,18 @@ mod tests {
 
     fn literals(bytes: &[u8], n: usize) -> Vec<u64> {
         bytes[bytes.len() - 8 * n..].chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+
+    #[test]
+    fn interior_detours_keep_x16_and_x17() {
+        let plan = SitePlan { interior: true, ..stp_plan() };
+        let d = build(&plan, AT, &spec(), Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[0], "stp x16, x17, [sp, #-0x10]!");
+        let restore = AT + 4 + 48;
+        assert_eq!(asm[3], format!("cbz w16, #{restore:#x}"));
+        assert_eq!(asm[13..15], ["ldp x16, x17, [sp], #0x10".to_string(), "stp x29, x30, [sp, #-0x10]!".into()]);
+        assert_eq!(d.map_pc(0), Some(restore + 4));
     }
 
     #[test]

@@ -86,6 +86,7 @@ pub fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<Si
             .iter()
             .map(|i| WindowInsn { offset: (i.addr - site) as u32, len: 4, mnemonic: i.mnemonic.clone() })
             .collect(),
+        interior: false,
     };
     scratch(&plan)?;
     relocate::relocate_alone(&plan, site.wrapping_add(1 << 30), exit(&plan)?)?;

@@ -12,6 +12,7 @@ pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
+pub mod sdt;
 pub mod window;
 pub mod writer;
 
@@ -48,6 +49,20 @@ impl Arch for AArch64 {
 
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         window::plan(code, function, extra_targets)
+    }
+
+    fn plan_at(
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        _image: &dyn crate::arch::Image,
+    ) -> Result<SitePlan, Refusal> {
+        window::plan_at(code, function, site, extra_targets)
+    }
+
+    fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {
+        sdt::argument(arg)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {

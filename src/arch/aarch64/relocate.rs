@@ -140,6 +140,23 @@ fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan
     Ok(true)
 }
 
+/// True if the copy of `plan`'s window writes x16 or x17 where the
+/// original does not: a literal load into a register that cannot hold the
+/// address (a prefetch, a SIMD register). Dead at a function's entry, x16
+/// may be live inside a function. (A call through a register puts its
+/// target in x17 first, which the callee may clobber anyway.)
+pub fn needs_scratch(plan: &SitePlan) -> bool {
+    plan.window.chunks_exact(4).enumerate().any(|(k, chunk)| {
+        let word = u32::from_le_bytes(chunk.try_into().unwrap());
+        match classify(word, plan.site + 4 * k as u64) {
+            Class::LoadLiteral { kind, rt, .. } => {
+                !(matches!(kind, LoadKind::W | LoadKind::X | LoadKind::Sw) && rt != XZR)
+            }
+            _ => false,
+        }
+    })
+}
+
 /// The relocated window alone, with its literal pool, to run at `at`.
 pub fn relocate_alone(plan: &SitePlan, at: u64, exit: Exit) -> Result<Vec<u8>, Refusal> {
     let mut w = Writer::new(at);
@@ -163,6 +180,7 @@ mod tests {
             site: SITE,
             window: word.to_le_bytes().to_vec(),
             insns: vec![WindowInsn { offset: 0, len: 4, mnemonic }],
+            interior: false,
         }
     }
 

@@ -21,10 +21,46 @@ pub const PATCH_LEN: usize = 4;
 /// Plans the probe of the function `code` at `function`; see the module doc.
 /// `extra_targets` cannot enter a one-instruction window, so it is unused.
 pub fn plan(code: &[u8], function: u64, _extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+    plan_from(code, function, function)
+}
+
+/// Plans a probe at `at` inside the function: the instruction there (after
+/// a `bti` there, which stays in place) is the window. Its detour keeps x16
+/// and x17, which may be live inside a function, so an instruction whose
+/// copy needs a scratch register is refused.
+pub fn plan_at(code: &[u8], function: u64, at: u64, _extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+    let end = function + code.len() as u64;
+    if at < function || at >= end {
+        return Err(Refusal::PastEnd { at });
+    }
+    if !(at - function).is_multiple_of(4) {
+        let before = function + (at - function) / 4 * 4;
+        let after = Some(before + 4).filter(|&a| a < end);
+        return Err(Refusal::NotBoundary { at, around: (Some(before), after) });
+    }
+    let entry = plan(code, function, &[]).map(|p| p.site);
+    if at == function || entry.as_ref().is_ok_and(|&s| s == at) {
+        return plan(code, function, &[]);
+    }
+    let mut p = plan_from(code, function, at)?;
+    p.interior = true;
+    if super::relocate::needs_scratch(&p) {
+        return Err(Refusal::Unrelocatable {
+            mnemonic: p.summary(),
+            at: p.site,
+            why: "its copy needs a scratch register, and x16 may be live inside a function".into(),
+        });
+    }
+    Ok(p)
+}
+
+/// The plan whose window is the first instruction from `start` on that is
+/// not a landing pad.
+fn plan_from(code: &[u8], function: u64, start: u64) -> Result<SitePlan, Refusal> {
     if !function.is_multiple_of(4) {
         return Err(Refusal::Undecodable { at: function });
     }
-    let mut site = function;
+    let mut site = start;
     let end = function + code.len() as u64;
     let insn = loop {
         let offset = (site - function) as usize;
@@ -53,6 +89,7 @@ pub fn plan(code: &[u8], function: u64, _extra_targets: &[u64]) -> Result<SitePl
         site,
         window: code[offset..offset + PATCH_LEN].to_vec(),
         insns: vec![WindowInsn { offset: 0, len: PATCH_LEN as u32, mnemonic: insn.mnemonic }],
+        interior: false,
     };
     // Prove the window relocates to where an arena may be (right below the
     // module); the real detour address is checked when the detour is built.
@@ -118,6 +155,28 @@ mod tests {
         assert!(matches!(&r, Refusal::Unrelocatable { mnemonic, .. } if mnemonic == "mrs"), "{r:?}");
         assert_eq!(refusal(&[0xffff_ffff]), Refusal::Undecodable { at: F });
         assert_eq!(plan(&words(&[STP]), F + 2, &[]).unwrap_err(), Refusal::Undecodable { at: F + 2 });
+    }
+
+    #[test]
+    fn interior_sites_are_one_instruction_and_keep_their_scratch() {
+        const NOP: u32 = 0xd503201f;
+        let code = words(&[BTI_C, STP, NOP, 0x91000400, RET]); // ...; add x0, x0, #1; ret
+        let p = plan_at(&code, F, F + 8, &[]).unwrap();
+        assert_eq!((p.site, p.summary().as_str(), p.interior), (F + 8, "nop", true));
+        assert!(p.is_nop_site());
+        // The entry's own site is the entry.
+        let p = plan_at(&code, F, F + 4, &[]).unwrap();
+        assert!(!p.interior && p.site == F + 4);
+        assert_eq!(
+            plan_at(&code, F, F + 6, &[]).unwrap_err(),
+            Refusal::NotBoundary { at: F + 6, around: (Some(F + 4), Some(F + 8)) }
+        );
+        assert!(matches!(plan_at(&code, F, F + 20, &[]).unwrap_err(), Refusal::PastEnd { .. }));
+        // prfm pldl1keep, <literal> relocates through x16, which may be live here.
+        let code = words(&[STP, 0xd8000040, RET]);
+        assert!(plan(&code[4..], F + 4, &[]).is_ok(), "at an entry x16 is free");
+        let r = plan_at(&code, F, F + 4, &[]).unwrap_err();
+        assert!(matches!(&r, Refusal::Unrelocatable { why, .. } if why.contains("x16")), "{r:?}");
     }
 
     #[test]

@@ -212,6 +212,16 @@ impl Writer {
         self.put(0xf841_07e0 | rt);
     }
 
+    /// `stp x16, x17, [sp, #-16]!`.
+    pub fn put_push_ip_registers(&mut self) {
+        self.put(0xa980_0000 | (0x7e << 15) | (X17 << 10) | (31 << 5) | X16);
+    }
+
+    /// `ldp x16, x17, [sp], #16`.
+    pub fn put_pop_ip_registers(&mut self) {
+        self.put(0xa8c0_0000 | (2 << 15) | (X17 << 10) | (31 << 5) | X16);
+    }
+
     /// `br xn`.
     pub fn put_br(&mut self, rn: Reg) {
         self.put(0xd61f_0000 | (rn << 5));

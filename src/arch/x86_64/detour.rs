@@ -47,6 +47,16 @@
 //! literals:  flag address, counter rows, 0x9e3779b97f4a7c15[, context, trampoline]
 //! ```
 //!
+//! A site inside a function ([`SitePlan::interior`]) may have live data in
+//! the 128 bytes below the stack pointer (the System V red zone, which a
+//! leaf function uses without moving rsp), and the stack pointer has no
+//! known alignment there. Its detour steps over the red zone first (`lea
+//! rsp, [rsp - 128]`, which leaves the flags alone) and back after the
+//! restore, and an event aligns the stack for its call
+//! (`mov rax, rsp; and rsp, -16; push rax; push rax; call; pop rsp`). The
+//! event of a static probe records its note's arguments, loaded at the site
+//! by [`super::operands`], instead of the argument registers.
+//!
 //! A sampling probe (tp profile) also counts down, in the same row, the
 //! calls left before its next sample, and calls the runtime when none are
 //! left (the subtraction borrows). The runtime draws the next countdown at
@@ -64,6 +74,7 @@
 //!          jmp  restore
 //! ```
 
+use super::operands::{self, Frame};
 use super::relocate;
 use super::writer::Writer;
 use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
@@ -75,6 +86,10 @@ const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
 const SAVED: i8 = 16;
 /// Bytes of the code that restores them and the flags.
 const RESTORE_LEN: u64 = 6;
+/// The System V red zone, which an interior site's detour steps over.
+const RED_ZONE: i32 = 128;
+/// Bytes of `lea rsp, [rsp + 128]`, after an interior site's restore.
+const RED_ZONE_BACK_LEN: u64 = 8;
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -90,7 +105,10 @@ const R10: u8 = 10;
 /// What the prefix refers to.
 #[derive(Clone, Copy)]
 struct Literals {
-    relocated: u64,
+    /// Where the restore of the scratch registers and the flags starts.
+    restore: u64,
+    /// True for an interior site (see the module doc).
+    interior: bool,
     flag: u64,
     counters: u64,
     hash: u64,
@@ -107,7 +125,8 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         return Err(Refusal::Unsupported("an event probe needs the runtime block"));
     }
     // The prefix and the sample block have a fixed length for a given kind: measure them first.
-    let dummy = Literals { relocated: at, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
+    let interior = plan.interior;
+    let dummy = Literals { restore: at, interior, flag: at, counters: at, hash: at, ctx: at, tramp: at, sample: at };
     let mut w = Writer::new(at);
     emit_prefix(&mut w, spec, &dummy);
     let relocated_at = w.pc();
@@ -116,9 +135,11 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let mut w = Writer::new(sample_at);
     emit_sample_block(&mut w, spec, &dummy);
     let literals = w.pc().next_multiple_of(8);
+    let restore_len = RESTORE_LEN + if interior { RED_ZONE_BACK_LEN } else { 0 };
     let lits = Literals {
+        restore: relocated_at - restore_len,
+        interior,
         sample: sample_at,
-        relocated: relocated_at,
         flag: literals,
         counters: literals + 8,
         hash: literals + 16,
@@ -144,10 +165,13 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
 }
 
 fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
+    if l.interior {
+        w.put_lea_rsp_rsp(-RED_ZONE);
+    }
     w.put_save_scratch_and_flags();
     w.put_mov_r11_rip(l.flag);
     w.put_cmp_byte_r11_0();
-    w.put_je(l.relocated - RESTORE_LEN);
+    w.put_je(l.restore);
     w.put_mov_r11_fs0();
     w.put_shr_r11(12);
     w.put_imul_r11_rip(l.hash);
@@ -157,6 +181,9 @@ fn emit_prefix(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     w.put_lock_inc_r11_disp((spec.probe_index * 8) as i32);
     emit_runtime_call(w, spec, l);
     w.put_restore_scratch_and_flags();
+    if l.interior {
+        w.put_lea_rsp_rsp(RED_ZONE);
+    }
 }
 
 /// The call into the runtime of an event or unwinder probe, if any.
@@ -182,7 +209,7 @@ fn emit_runtime_call(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
 fn emit_sample_block(w: &mut Writer, spec: &DetourSpec, l: &Literals) {
     if let (Some(rt), true) = (spec.runtime, spec.records.sample) {
         emit_entry_call(w, spec, l, rt);
-        w.put_jmp(l.relocated - RESTORE_LEN);
+        w.put_jmp(l.restore);
     }
 }
 
@@ -196,7 +223,12 @@ const GO_ARGS: i32 = 48;
 fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeAddrs) {
     let flags = spec.entry_word;
     call_runtime(w, |w| {
-        let extra = if spec.abi == Abi::Go {
+        let extra = if let Some(ops) = &spec.operands {
+            // The site's rax and r11 as the prefix pushed them, above the
+            // alignment word and the eight saved registers; its rsp above them.
+            let red_zone = if l.interior { RED_ZONE } else { 0 };
+            operands::push(w, ops, Frame { rax: 8 + 64 + 8, r11: 8 + 64, rsp: 8 + 64 + SAVED as i32 + red_zone })
+        } else if spec.abi == Abi::Go {
             // Pushed last to first. The original rax is the prefix's, above
             // the alignment word, the eight saved registers and r11; rbx,
             // which C code preserves, is still the function's.
@@ -226,7 +258,12 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Literals, rt: RuntimeA
             // r11 still holds this thread's counter row.
             w.put_lea_r9_r11_disp(countdown_disp(spec));
         }
-        w.put_call(rt.entry);
+        if l.interior {
+            // The stack pointer's alignment inside a function is unknown.
+            w.put_align_stack_and_call(rt.entry);
+        } else {
+            w.put_call(rt.entry);
+        }
         if extra != 0 {
             w.put_add_rsp(extra as i8);
         }
@@ -305,6 +342,7 @@ mod tests {
             slot_bits: 7,
             stride_shift: 15,
             abi: Abi::C,
+            operands: None,
         }
     }
 
@@ -441,6 +479,52 @@ mod tests {
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
         assert!(asm[23].starts_with("mov rdi, qword ptr [rip + "));
         assert_eq!(asm[24], format!("call {:#x}", runtime().unwind));
+    }
+
+    #[test]
+    fn interior_detours_step_over_the_red_zone() {
+        let plan = SitePlan { interior: true, ..window::plan(&PROLOGUE, SITE, &[]).unwrap() };
+        let d = build(&plan, AT, &spec()).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[0], "lea rsp, [rsp - 0x80]");
+        assert_eq!(asm[1..3], ["push rax", "push r11"]);
+        let restore = asm.iter().position(|l| l == "add al, 0x7f").unwrap();
+        assert_eq!(asm[restore..restore + 5], ["add al, 0x7f", "sahf", "pop r11", "pop rax", "lea rsp, [rsp + 0x80]"]);
+        // A disabled probe still steps back over the red zone.
+        let restore_at = AT + (d.map_pc(1).unwrap() - 1 - AT) - 6 - 8;
+        assert_eq!(asm[7], format!("je {restore_at:#x}"));
+        assert_eq!(asm[restore + 5..restore + 8], ["push rbp", "mov rbp, rsp", "push rbx"]);
+    }
+
+    #[test]
+    fn a_static_probe_event_records_its_operands_with_the_stack_aligned() {
+        use crate::arch::{Operand, OperandLoc, Operands};
+        let plan = SitePlan { interior: true, ..window::plan(&PROLOGUE, SITE, &[]).unwrap() };
+        let ops = [
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(RDI) },
+            Operand { size: 4, signed: true, loc: OperandLoc::Register(RAX) },
+        ];
+        let s = DetourSpec {
+            records: Records { args: true, ..Records::COUNT },
+            entry_word: 3 | RECORD_ENTRY,
+            runtime: Some(runtime()),
+            operands: Some(Operands::new(&ops)),
+            ..spec()
+        };
+        let d = build(&plan, AT, &s).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        let saves = asm.iter().position(|l| l == "sub rsp, 8").unwrap();
+        // Four unused words, the site's rax (saved by the prefix: 80 bytes up, plus 32 pushed), rdi.
+        assert_eq!(asm[saves + 1..saves + 5], ["push 0", "push 0", "push 0", "push 0"]);
+        assert_eq!(
+            asm[saves + 5..saves + 9],
+            ["mov rax, qword ptr [rsp + 0x70]", "push rax", "mov rax, rdi", "push rax"]
+        );
+        let call = asm.iter().position(|l| l.starts_with("call")).unwrap();
+        assert_eq!(asm[call - 4..call], ["mov rax, rsp", "and rsp, 0xfffffffffffffff0", "push rax", "push rax"]);
+        assert_eq!(asm[call + 1..call + 3], ["pop rsp", "add rsp, 0x30"]);
+        // The argument words are the pushed operands.
+        assert!(asm[saves + 9..call].contains(&"mov rdx, rsp".to_string()), "{asm:?}");
     }
 
     #[test]

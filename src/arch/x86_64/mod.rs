@@ -7,9 +7,11 @@
 pub mod decode;
 pub mod detour;
 pub mod golang;
+pub mod operands;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
+pub mod sdt;
 pub mod taken;
 pub mod window;
 pub mod writer;
@@ -53,6 +55,20 @@ impl Arch for X86_64 {
 
     fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
         window::plan_in(code, function, extra_targets, image)
+    }
+
+    fn plan_at(
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal> {
+        window::plan_at(code, function, site, extra_targets, image)
+    }
+
+    fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {
+        sdt::argument(arg)
     }
 
     fn stored_pointer(r_type: u32) -> Option<StoredPointer> {

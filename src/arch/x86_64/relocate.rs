@@ -9,6 +9,9 @@
 //! its target into r11 first, so a bad pointer faults before the push, as
 //! the call would). A window that does
 //! not end in `ret`/`jmp` gets a `jmp` back to the first byte after it.
+//! A `nop` is not copied (a thread stopped on one goes to the copy of what
+//! follows it): a probe on a 5-byte `nop` has nothing to relocate, and one
+//! on a static probe's 1-byte `nop` relocates only what comes after it.
 
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, MemoryOperand,
@@ -36,6 +39,8 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
     let mut block: Vec<Instruction> = Vec::new();
     let mut origin: Vec<Option<u32>> = Vec::new(); // window offset of each block instruction
     let mut ends_in_transfer = false;
+    // Window offsets of nops left out, with the block index of what follows each.
+    let mut skipped: Vec<(u32, usize)> = Vec::new();
     let window_end = plan.site + plan.len() as u64;
     for (k, (c, ins)) in classes.iter().zip(&decoded).enumerate() {
         let offset = (c.addr - plan.site) as u32;
@@ -59,6 +64,7 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
                 ends_in_transfer = true;
                 break;
             }
+            Class::Plain if c.mnemonic == "nop" => skipped.push((offset, block.len())),
             _ => {
                 block.push(*ins);
                 origin.push(Some(offset));
@@ -101,11 +107,11 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
     let mut code = encoded.code_buffer;
     keep_data_addresses(&mut code, at, &encoded.new_instruction_offsets, &data_in_window)
         .map_err(|why| Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why })?;
-    let offsets = origin
-        .iter()
-        .zip(&encoded.new_instruction_offsets)
-        .filter_map(|(o, &n)| Some(((*o)?, n)).filter(|_| n != u32::MAX))
-        .collect();
+    let new = &encoded.new_instruction_offsets;
+    let mut offsets: Vec<(u32, u32)> =
+        origin.iter().zip(new).filter_map(|(o, &n)| Some(((*o)?, n)).filter(|_| n != u32::MAX)).collect();
+    offsets.extend(skipped.iter().filter_map(|&(o, k)| Some((o, *new.get(k).filter(|&&n| n != u32::MAX)?))));
+    offsets.sort_unstable();
     Ok(Relocated { code, offsets })
 }
 
@@ -212,12 +218,26 @@ mod tests {
             .into_iter()
             .map(|i| WindowInsn { offset: (i.addr - SITE) as u32, len: i.len, mnemonic: i.mnemonic })
             .collect();
-        SitePlan { function: SITE, site: SITE, window: window.to_vec(), insns }
+        SitePlan { function: SITE, site: SITE, window: window.to_vec(), insns, interior: false }
     }
 
     fn relocated_asm(window: &[u8], at: u64) -> Vec<String> {
         let r = relocate(&plan_of(window), at).unwrap();
         disassemble(&r.code, at)
+    }
+
+    #[test]
+    fn nops_are_not_copied() {
+        // A 5-byte nop: nothing to relocate, the copy only jumps back, and a
+        // thread stopped on the nop goes to that jump.
+        let at = SITE + 0x1000;
+        let r = relocate(&plan_of(&[0x0f, 0x1f, 0x44, 0x00, 0x00]), at).unwrap();
+        assert_eq!(disassemble(&r.code, at), [format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(r.offsets, [(0, 0), (5, 0)]);
+        // A static probe's nop, then the instructions after it.
+        let r = relocate(&plan_of(&[0x90, 0x5b, 0x5d, 0x41, 0x5c]), at).unwrap();
+        assert_eq!(disassemble(&r.code, at), ["pop rbx", "pop rbp", "pop r12", &format!("jmp {:#x}", SITE + 5)]);
+        assert_eq!(r.offsets, [(0, 0), (1, 0), (2, 1), (3, 2), (5, 4)]);
     }
 
     #[test]
@@ -307,9 +327,10 @@ mod tests {
         // push rbx; push rbp; push r12; call rax  (1+1+2+2 = 6 bytes)
         let asm = relocated_asm(&[0x53, 0x55, 0x41, 0x54, 0xff, 0xd0], SITE + 0x1000);
         assert_eq!(asm.last().unwrap(), "jmp rax");
-        // call [rsp + 8]: the pointer is read into r11 before the push moves rsp.
+        // call [rsp + 8]: the pointer is read into r11 before the push moves rsp
+        // (the nop before it is not copied).
         let asm = relocated_asm(&[0x90, 0xff, 0x54, 0x24, 0x08], SITE + 0x1000);
-        assert_eq!(asm[1], "mov r11, qword ptr [rsp + 8]");
+        assert_eq!(asm[0], "mov r11, qword ptr [rsp + 8]");
         assert_eq!(asm.last().unwrap(), "jmp r11");
         // call rsp jumps to the stack the push has just changed.
         let err = relocate(&plan_of(&[0x90, 0x90, 0x90, 0xff, 0xd4]), SITE + 0x1000).unwrap_err();

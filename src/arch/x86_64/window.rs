@@ -26,28 +26,48 @@ pub const PATCH_LEN: usize = 5;
 /// Plans the probe of the function `code` at `function` from its bytes alone;
 /// see the module doc.
 pub fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
-    plan_with(code, function, extra_targets, None)
+    plan_with(code, function, None, extra_targets, None)
 }
 
 /// Plans the probe with the module around the function at hand.
 pub fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
-    plan_with(code, function, extra_targets, Some(image))
+    plan_with(code, function, None, extra_targets, Some(image))
+}
+
+/// Plans a probe at `at` inside the function, with the module at hand: the
+/// same window and checks as at the entry, from the instruction that starts
+/// at `at` (after it, if it is an `endbr64`, which stays in place).
+pub fn plan_at(
+    code: &[u8],
+    function: u64,
+    at: u64,
+    extra_targets: &[u64],
+    image: &dyn Image,
+) -> Result<SitePlan, Refusal> {
+    plan_with(code, function, Some(at), extra_targets, Some(image))
 }
 
 fn plan_with(
     code: &[u8],
     function: u64,
+    at: Option<u64>,
     extra_targets: &[u64],
     image: Option<&dyn Image>,
 ) -> Result<SitePlan, Refusal> {
     let insns = decode(code, function);
     let func_end = function + code.len() as u64;
-    let mut next = 0;
-    let mut site = function;
-    if insns.first().is_some_and(|i| i.class == Class::LandingPad) {
-        site = insns[0].end();
-        next = 1;
+    let mut next = match at {
+        None => 0,
+        Some(at) => boundary(&insns, code, function, at)?,
+    };
+    let mut site = insns.get(next).map_or(function, |i| i.addr);
+    if insns.get(next).is_some_and(|i| i.class == Class::LandingPad) {
+        site = insns[next].end();
+        next += 1;
     }
+    // The entry's own site (after its `endbr64`) is the entry.
+    let entry_pad = insns.first().filter(|i| i.class == Class::LandingPad).map(Insn::end);
+    let interior = at.is_some_and(|a| a != function && Some(a) != entry_pad);
     let have = func_end - site;
     if have < PATCH_LEN as u64 {
         return Err(Refusal::TooShort { have, need: PATCH_LEN as u64 });
@@ -120,11 +140,32 @@ fn plan_with(
             .iter()
             .map(|i| WindowInsn { offset: (i.addr - site) as u32, len: i.len, mnemonic: i.mnemonic.clone() })
             .collect(),
+        interior,
     };
     // Prove the window relocates, at a distance any detour may have; the real
     // detour address is checked again when the detour is built.
     relocate::relocate(&plan, site.wrapping_add(1 << 30))?;
     Ok(plan)
+}
+
+/// The index of the instruction that starts at `at`, or why there is none:
+/// `at` outside the function, between two instructions' starts, or past
+/// where the function decodes.
+fn boundary(insns: &[Insn], code: &[u8], function: u64, at: u64) -> Result<usize, Refusal> {
+    let end = function + code.len() as u64;
+    if at < function || at >= end {
+        return Err(Refusal::PastEnd { at });
+    }
+    let k = insns.partition_point(|i| i.addr < at);
+    if insns.get(k).is_some_and(|i| i.addr == at) {
+        return Ok(k);
+    }
+    let before = k.checked_sub(1).map(|b| insns[b].addr);
+    let after = insns.get(k).map(|i| i.addr);
+    if after.is_none() && insns.last().is_none_or(|i| i.end() <= at) {
+        return Err(Refusal::Undecodable { at: insns.last().map_or(function, Insn::end) });
+    }
+    Err(Refusal::NotBoundary { at, around: (before, after) })
 }
 
 /// Why decoding stopped at `at` inside the window: an instruction that the
@@ -328,6 +369,66 @@ mod tests {
         assert!(plan_in(&code, F, &[], &m).is_ok(), "PIC: an immediate is not an address");
         m.absolute_code = true;
         assert_eq!(plan_in(&code, F, &[], &m).unwrap_err(), Refusal::IndirectJump { at: F + 10 });
+    }
+
+    /// A module with nothing stored in data.
+    fn bare() -> Module {
+        module(&[])
+    }
+
+    #[test]
+    fn interior_sites_are_planned_from_their_instruction() {
+        // 0: push rbp; 1: mov rbp, rsp; 4: push rbx; 5: mov eax, 7; 10: pop rbx; 11: pop rbp; 12: ret
+        let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0xb8, 7, 0, 0, 0, 0x5b, 0x5d, 0xc3];
+        let p = plan_at(&code, F, F + 5, &[], &bare()).unwrap();
+        assert_eq!((p.site, p.len(), p.interior), (F + 5, 5, true));
+        assert_eq!(p.summary(), "mov");
+        let p = plan_at(&code, F, F + 1, &[], &bare()).unwrap();
+        assert_eq!((p.summary().as_str(), p.interior), ("mov, push, mov", true));
+        // The entry is the entry.
+        let p = plan_at(&code, F, F, &[], &bare()).unwrap();
+        assert!(!p.interior && p.site == F);
+        // Between two instructions' starts, past the end, too close to the end.
+        assert_eq!(
+            plan_at(&code, F, F + 2, &[], &bare()).unwrap_err(),
+            Refusal::NotBoundary { at: F + 2, around: (Some(F + 1), Some(F + 4)) }
+        );
+        assert!(matches!(plan_at(&code, F, F + 13, &[], &bare()).unwrap_err(), Refusal::PastEnd { .. }));
+        assert_eq!(plan_at(&code, F, F + 10, &[], &bare()).unwrap_err(), Refusal::TooShort { have: 3, need: 5 });
+    }
+
+    #[test]
+    fn interior_windows_get_the_same_checks() {
+        // 0: test edi, edi; 2: je 9; 4: mov eax, 1; 9: add eax, 2; 12: nop; 13: ret
+        let code = [0x85, 0xff, 0x74, 0x05, 0xb8, 1, 0, 0, 0, 0x83, 0xc0, 0x02, 0x90, 0xc3];
+        // The je's target is the end of the window 2..9, not inside it.
+        assert_eq!(plan_at(&code, F, F + 2, &[], &bare()).unwrap().summary(), "je, mov");
+        assert_eq!(plan_at(&code, F, F + 9, &[], &bare()).unwrap().summary(), "add, nop, ret");
+        // Extra targets refuse as at the entry: one at 12 is inside 9..14.
+        assert!(matches!(plan_at(&code, F, F + 9, &[F + 12], &bare()).unwrap_err(), Refusal::EntersWindow { .. }));
+        // 0: jmp 5; 2: nop; 3: push rbx; 4: push rbp; 5: push r12; 7: nop; 8: ret. The window 2..7
+        // holds the jmp's target.
+        let code = [0xeb, 0x03, 0x90, 0x53, 0x55, 0x41, 0x54, 0x90, 0xc3];
+        assert_eq!(plan_at(&code, F, F + 2, &[], &bare()).unwrap_err(), Refusal::BranchIntoWindow { from: F });
+        assert!(plan_at(&code, F, F + 5, &[], &bare()).is_err(), "too short: 4 bytes left");
+    }
+
+    #[test]
+    fn an_endbr64_inside_stays_in_place() {
+        // 0: push rbx; 1: endbr64; 5: mov eax, 1; 10: pop rbx; 11: ret
+        let code = [0x53, 0xf3, 0x0f, 0x1e, 0xfa, 0xb8, 1, 0, 0, 0, 0x5b, 0xc3];
+        let p = plan_at(&code, F, F + 1, &[], &bare()).unwrap();
+        assert_eq!((p.site, p.summary().as_str(), p.interior), (F + 5, "mov", true));
+    }
+
+    #[test]
+    fn a_five_byte_nop_is_a_site_with_nothing_to_relocate() {
+        // endbr64; nop dword [rax + rax]; push rbp; ret (-fpatchable-function-entry, -mnop-mcount)
+        let code = [0xf3, 0x0f, 0x1e, 0xfa, 0x0f, 0x1f, 0x44, 0x00, 0x00, 0x55, 0xc3];
+        let p = plan(&code, F, &[]).unwrap();
+        assert!(p.is_nop_site());
+        assert_eq!((p.site, p.len()), (F + 4, 5));
+        assert!(!plan(&[0x55, 0x48, 0x89, 0xe5, 0x53, 0xc3], F, &[]).unwrap().is_nop_site());
     }
 
     #[test]

@@ -221,6 +221,26 @@ impl Writer {
         }
     }
 
+    /// `lea rsp, [rsp + disp]` (the flags stay as they are).
+    pub fn put_lea_rsp_rsp(&mut self, disp: i32) {
+        match i8::try_from(disp) {
+            Ok(d) => self.buf.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, d as u8]),
+            Err(_) => {
+                self.buf.extend_from_slice(&[0x48, 0x8d, 0xa4, 0x24]);
+                self.buf.extend_from_slice(&disp.to_le_bytes());
+            }
+        }
+    }
+
+    /// `mov rax, rsp; and rsp, -16; push rax; push rax; call target; pop
+    /// rsp`: a call with the stack aligned, from any stack pointer (rax and
+    /// the flags are clobbered).
+    pub fn put_align_stack_and_call(&mut self, target: u64) {
+        self.buf.extend_from_slice(&[0x48, 0x89, 0xe0, 0x48, 0x83, 0xe4, 0xf0, 0x50, 0x50]);
+        self.put_call(target);
+        self.buf.push(0x5c);
+    }
+
     /// `xor r8d, r8d`.
     pub fn put_zero_r8(&mut self) {
         self.buf.extend_from_slice(&[0x45, 0x31, 0xc0]);

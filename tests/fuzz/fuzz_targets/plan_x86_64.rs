@@ -1,14 +1,34 @@
 //! The x86-64 planner, detour builder and patch on arbitrary code bytes:
 //! decoding, the window, the whole-function branch scan, relocation by
-//! iced's BlockEncoder, for counting, event and sampling probes. Any panic
-//! is a bug: a function tp cannot handle must be refused with a reason.
+//! iced's BlockEncoder, for counting, event and sampling probes; at the
+//! entry and inside the function (a static probe's operands loaded there).
+//! Any panic is a bug: a function tp cannot handle must be refused with a
+//! reason.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tp::arch::x86_64::X86_64;
-use tp::arch::{Arch, DetourSpec, RuntimeAddrs};
+use tp::arch::{Arch, DetourSpec, Image, Operand, OperandLoc, Operands, RuntimeAddrs};
 use tp::probe::install::records_of;
 use tp::probe::layout::{entry_word, kind};
+
+/// A module with nothing in it but the function.
+struct Bare;
+
+impl Image for Bare {
+    fn bytes(&self, _: u64, _: u64) -> Option<&[u8]> {
+        None
+    }
+    fn is_code(&self, _: u64) -> bool {
+        false
+    }
+    fn absolute_code(&self) -> bool {
+        false
+    }
+    fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
+        Vec::new()
+    }
+}
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 9 {
@@ -20,7 +40,34 @@ fuzz_target!(|data: &[u8]| {
     let function = 0x5555_5555_0000u64 + (at & 0xffff);
     let detour = function.wrapping_add(((at >> 16) as i32 as i64 as u64) & !0xf);
     let code = &data[8..];
-    let Ok(plan) = X86_64::plan(code, function, &[]) else { return };
+    // Bit 40 puts the site inside the function, bits 41.. say where.
+    let plan = if at >> 40 & 1 == 0 {
+        X86_64::plan(code, function, &[])
+    } else {
+        let site = function + (at >> 41) % code.len() as u64;
+        X86_64::plan_at(code, function, site, &[], &Bare)
+    };
+    let Ok(plan) = plan else { return };
+    // Operands of every kind, from the code's bytes.
+    let ops: Vec<Operand> = code
+        .chunks(3)
+        .take(7)
+        .map(|c| {
+            let r = c[0] & 15;
+            let loc = match c.get(1).copied().unwrap_or(0) % 5 {
+                0 => OperandLoc::Register(r),
+                1 => OperandLoc::Memory {
+                    base: (r != 5).then_some(r),
+                    index: c.get(2).map(|&i| (i & 15, 1 << (i >> 6))),
+                    disp: i64::from(c.get(2).copied().unwrap_or(0) as i8) << (at >> 56 & 31),
+                },
+                2 => OperandLoc::Absolute(at),
+                3 => OperandLoc::Constant(at as i64),
+                _ => OperandLoc::Unreadable,
+            };
+            Operand { size: 1 << (c[0] >> 6), signed: c[0] & 16 != 0, loc }
+        })
+        .collect();
     let what = [kind::COUNT, kind::ARGS, kind::RET, kind::ARGS | kind::RET, kind::SAMPLE][(at >> 48) as usize % 5];
     let runtime = (what & (kind::ARGS | kind::RET) != 0).then(|| RuntimeAddrs {
         entry: detour.wrapping_add(0x100),
@@ -41,6 +88,7 @@ fuzz_target!(|data: &[u8]| {
         slot_bits: 6,
         stride_shift: 15,
         abi: tp::arch::Abi::C,
+        operands: (what & kind::ARGS != 0 && plan.interior).then(|| Operands::new(&ops)),
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());

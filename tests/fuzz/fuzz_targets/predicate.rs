@@ -17,6 +17,7 @@ fn info() -> ProbeInfo {
     ProbeInfo {
         name: "f".into(),
         module: "m".into(),
+        operands: None,
         dwarf: Some(DwFunction {
             name: "f".into(),
             linkage_name: None,
