@@ -15,6 +15,7 @@ pub mod cache;
 pub mod client;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cache::Cache;
@@ -68,15 +69,28 @@ fn kept_name(id: &[u8]) -> String {
     format!("{hex}.debug")
 }
 
-/// Where the debug file with build-id `id` is kept once a server sent it,
-/// if `DEBUGINFOD_URLS` names a server tp asks (else None: tp asks none,
-/// and uses nothing kept there). What is there decides what [`fetch`]
-/// finds without asking a server.
-pub fn kept_at(id: &[u8]) -> Option<std::path::PathBuf> {
-    if id.is_empty() || servers().is_empty() {
+/// True once a server failed, or sent a file that was not the one asked
+/// for, in this tp: a module it found no debug file for may have one.
+static UNSURE: AtomicBool = AtomicBool::new(false);
+
+/// True if a server failed, or sent a file that was not the one asked for,
+/// during this tp: that no server has a module's debug file is then not
+/// known.
+pub fn unsure() -> bool {
+    UNSURE.load(Ordering::Relaxed)
+}
+
+/// What decides the debug file [`fetch`] finds for build-id `id`, if
+/// `DEBUGINFOD_URLS` names a server tp asks (else None: tp asks none, and
+/// uses nothing it kept): the servers, in order, and where the file is kept
+/// once a server sent it.
+pub fn asked(id: &[u8]) -> Option<(String, std::path::PathBuf)> {
+    let servers = servers();
+    if id.is_empty() || servers.is_empty() {
         return None;
     }
-    Some(cache::base()?.join("tp").join("debuginfod").join(kept_name(id)))
+    let names = servers.iter().map(Url::text).collect::<Vec<_>>().join(" ");
+    Some((names, cache::base()?.join("tp").join("debuginfod").join(kept_name(id))))
 }
 
 /// The debug file with build-id `id`, for the module `what` (for
@@ -115,6 +129,7 @@ pub fn fetch<T>(
     for server in servers {
         let key = server.text();
         if failed(&key) {
+            UNSURE.store(true, Ordering::Relaxed);
             continue;
         }
         let url = server.join(&format!("buildid/{hex}/debuginfo"));
@@ -136,6 +151,7 @@ pub fn fetch<T>(
             Ok(Got::Body(_)) => {}
             Ok(Got::NotFound) => continue,
             Err(why) => {
+                UNSURE.store(true, Ordering::Relaxed);
                 say_once(&key, || format!("debuginfod server {key}: {why}; not asked again"));
                 continue;
             }
@@ -144,6 +160,7 @@ pub fn fetch<T>(
         let file = match accept(data) {
             Ok(file) => file,
             Err(why) => {
+                UNSURE.store(true, Ordering::Relaxed);
                 crate::say!(
                     "tp: debuginfod server {}: the file it sent for `{}` is not its debug file: {}",
                     text(&key),

@@ -105,24 +105,25 @@ pub struct Place {
 /// The places the debug file of a file with `headers`, which the process
 /// sees at `path` with its files under `root`, could be, each as it is now.
 ///
-/// When `DEBUGINFOD_URLS` names a server, the last place is where tp keeps
-/// the debug file a server sent: an entry made without a server, or before
-/// one sent the file, is then a miss.
+/// When `DEBUGINFOD_URLS` names a server, two more: the servers (a place
+/// whose path names them, with no file), and where tp keeps the debug file
+/// a server sent. An entry made with other servers or none, or before a
+/// server sent the file, is then a miss.
 pub fn places(headers: &Headers, path: &Path, root: &Path) -> Vec<Place> {
+    let place = |p: &Path| {
+        let file = std::fs::metadata(p).ok().map(|m| FileId::of(&m));
+        match p.strip_prefix(root) {
+            Ok(rel) => Place { in_root: true, path: rel.as_os_str().as_encoded_bytes().to_vec(), file },
+            Err(_) => Place { in_root: false, path: p.as_os_str().as_encoded_bytes().to_vec(), file },
+        }
+    };
     let local = debuginfo::candidates_for(headers.build_id.as_deref(), headers.debuglink.as_ref(), path, root);
-    let fetched = headers.build_id.as_deref().and_then(crate::debuginfod::kept_at);
-    local
-        .into_iter()
-        .map(|c| c.path)
-        .chain(fetched)
-        .map(|p| {
-            let file = std::fs::metadata(&p).ok().map(|m| FileId::of(&m));
-            match p.strip_prefix(root) {
-                Ok(rel) => Place { in_root: true, path: rel.as_os_str().as_encoded_bytes().to_vec(), file },
-                Err(_) => Place { in_root: false, path: p.as_os_str().as_encoded_bytes().to_vec(), file },
-            }
-        })
-        .collect()
+    let mut out: Vec<Place> = local.iter().map(|c| place(&c.path)).collect();
+    if let Some((servers, kept)) = headers.build_id.as_deref().and_then(crate::debuginfod::asked) {
+        out.push(Place { in_root: false, path: format!("debuginfod {servers}").into_bytes(), file: None });
+        out.push(place(&kept));
+    }
+    out
 }
 
 /// What a module computed already of its own analysis, shared with the

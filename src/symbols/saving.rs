@@ -7,7 +7,8 @@
 //! again at the places of the module's debug file, and saves it (a
 //! temporary file renamed into place: [`crate::cache::Store::save`]). At
 //! exit ([`finish`]) tp gives that thread normal priority and waits for it
-//! at most [`WAIT_AT_EXIT`]; past that, what is not saved is dropped and
+//! at most [`WAIT_AT_EXIT`] (a listing, which computed everything already,
+//! [`WAIT_AFTER_LISTING`]); past that, what is not saved is dropped and
 //! computed again by the next tp that needs it. An entry being written
 //! then is finished first (one write and a rename), and nothing is written
 //! after: tp never exits with half an entry behind it.
@@ -25,6 +26,11 @@ use crate::cache::Store;
 /// enough that nobody notices. A large binary's analysis takes longer the
 /// first time; it is saved while tp runs, or by a later tp.
 pub const WAIT_AT_EXIT: Duration = Duration::from_millis(250);
+
+/// How long a listing (`list-probes`) waits at its exit for its analyses
+/// to be saved: it computed them already, so what is left is to write
+/// them, which takes a fraction of the listing's own time.
+pub const WAIT_AFTER_LISTING: Duration = Duration::from_secs(10);
 
 /// A cache entry to write: its name, key and payload.
 struct Entry {
@@ -167,6 +173,10 @@ pub fn enqueue(
     let name = key.name();
     let entry_name = name.clone();
     let job = move || {
+        // No debug file, but a debuginfod server failed: it may have one.
+        if debug.is_none() && crate::debuginfod::unsure() {
+            return None;
+        }
         let saved = Saved::compute(&elf, debug.as_deref(), places, &known);
         // A debug file installed, removed or changed meanwhile, or a
         // moment ago: what was read may not be what is there.
@@ -191,11 +201,13 @@ pub fn start() {
 }
 
 /// Starts saving what is queued if it has not started, and waits for it
-/// for at most [`WAIT_AT_EXIT`], at normal priority; what is not saved by
-/// then is dropped. tp calls it before it exits.
-pub fn finish() {
+/// for at most `wait`, at normal priority; what is not saved by then is
+/// dropped. tp calls it before it exits: with [`WAIT_AT_EXIT`] after a
+/// session (whose analyses were saved while it ran), with
+/// [`WAIT_AFTER_LISTING`] after a listing (which computed them already).
+pub fn finish(wait: Duration) {
     if let Some(store) = store() {
-        SAVER.finish(store, WAIT_AT_EXIT);
+        SAVER.finish(store, wait);
     }
 }
 
