@@ -14,6 +14,13 @@
  *   errno-mmap-fd    mmap of a file descriptor other than 0 (and -1,
  *                    anonymous) fails with EACCES: tp learns the memfd's
  *                    descriptor only once it exists
+ *   kill-gettid      gettid kills the process: tp's remote calls pass, its
+ *                    runtime's (events, return probes) would not
+ *   thread-kill-gettid  only a second thread, started before the ready
+ *                    line and blocked until quit, has a filter, which
+ *                    kills the process on gettid; the main thread has none
+ *   errno-runtime    kill fails with EPERM, and so does arch_prctl where
+ *                    there is one: errors tp's runtime goes on from
  *   allow            everything tp needs runs: close is logged (LOG),
  *                    reboot kills, the rest is allowed; a second filter
  *                    answers ERRNO for kexec_load
@@ -34,6 +41,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -129,6 +137,48 @@ static void allow_what_tp_needs(void)
 	deny(SYS_kexec_load, SECCOMP_RET_ERRNO | EPERM);
 }
 
+/* EPERM for kill and arch_prctl, the rest allowed. */
+static void deny_runtime_errors(void)
+{
+	deny(SYS_kill, SECCOMP_RET_ERRNO | EPERM);
+#ifdef SYS_arch_prctl
+	deny(SYS_arch_prctl, SECCOMP_RET_ERRNO | EPERM);
+#endif
+}
+
+static pthread_mutex_t filtered_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t filtered_cond = PTHREAD_COND_INITIALIZER;
+static int filtered;
+
+/* The second thread of thread-kill-gettid: installs its own filter (no
+ * TSYNC: the main thread keeps none), says so, and sleeps until the
+ * process exits. */
+static void *filtered_thread(void *arg)
+{
+	(void)arg;
+	deny(SYS_gettid, SECCOMP_RET_KILL_PROCESS);
+	pthread_mutex_lock(&filtered_lock);
+	filtered = 1;
+	pthread_cond_signal(&filtered_cond);
+	pthread_mutex_unlock(&filtered_lock);
+	for (;;)
+		pause();
+	return NULL;
+}
+
+static void start_filtered_thread(void)
+{
+	pthread_t t;
+	if (pthread_create(&t, NULL, filtered_thread, NULL) != 0) {
+		perror("pthread_create");
+		exit(2);
+	}
+	pthread_mutex_lock(&filtered_lock);
+	while (!filtered)
+		pthread_cond_wait(&filtered_cond, &filtered_lock);
+	pthread_mutex_unlock(&filtered_lock);
+}
+
 /* Strict mode: raw read and write only, and exit (not exit_group). */
 static void strict_loop(void)
 {
@@ -171,6 +221,12 @@ int main(int argc, char **argv)
 		deny(SYS_munmap, SECCOMP_RET_TRAP);
 	else if (strcmp(mode, "errno-mmap-fd") == 0)
 		deny_mmap_fd();
+	else if (strcmp(mode, "kill-gettid") == 0)
+		deny(SYS_gettid, SECCOMP_RET_KILL_PROCESS);
+	else if (strcmp(mode, "thread-kill-gettid") == 0)
+		start_filtered_thread();
+	else if (strcmp(mode, "errno-runtime") == 0)
+		deny_runtime_errors();
 	else if (strcmp(mode, "allow") == 0)
 		allow_what_tp_needs();
 	else if (strcmp(mode, "strict") != 0 && strcmp(mode, "none") != 0) {

@@ -13,6 +13,7 @@
 pub mod aarch64;
 pub mod operand;
 mod regset;
+pub mod syscalls;
 pub mod unwind;
 pub mod x86_64;
 
@@ -22,6 +23,7 @@ use std::io;
 use nix::unistd::Pid;
 
 pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
+pub use syscalls::{Syscalls, ThreadPointerCall};
 
 /// The architecture tp was built for and traces.
 #[cfg(target_arch = "x86_64")]
@@ -560,41 +562,6 @@ impl Detour {
     /// The detour address equivalent to the window PC `site + offset`, if any.
     pub fn map_pc(&self, offset: u32) -> Option<u64> {
         self.pc_map.iter().find(|(o, _)| *o == offset).map(|(_, pc)| *pc)
-    }
-}
-
-/// Syscall numbers tp makes in the target, and the architecture a seccomp
-/// filter sees them made from.
-#[derive(Debug, Clone, Copy)]
-pub struct Syscalls {
-    /// The AUDIT_ARCH_* value of `struct seccomp_data`'s `arch`.
-    pub audit_arch: u32,
-    /// mmap.
-    pub mmap: u64,
-    /// munmap.
-    pub munmap: u64,
-    /// memfd_create.
-    pub memfd_create: u64,
-    /// ftruncate.
-    pub ftruncate: u64,
-    /// close.
-    pub close: u64,
-    /// madvise.
-    pub madvise: u64,
-}
-
-impl Syscalls {
-    /// The name of syscall `nr`, if it is one of these.
-    pub fn name(&self, nr: u64) -> Option<&'static str> {
-        [
-            (self.mmap, "mmap"),
-            (self.munmap, "munmap"),
-            (self.memfd_create, "memfd_create"),
-            (self.ftruncate, "ftruncate"),
-            (self.close, "close"),
-        ]
-        .into_iter()
-        .find_map(|(n, name)| (n == nr).then_some(name))
     }
 }
 

@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
-use super::{Request, arena, runtime, semaphore, threads};
+use super::{Request, arena, runtime, runtime_calls, semaphore, threads};
 use crate::addr::RegionOffset;
 use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, ThreadKey};
 use crate::process::memory::Memory;
@@ -94,6 +94,9 @@ pub fn prepare(
         check_not_probed(pid, r, requests)?;
     }
     check_code(mem, requests)?;
+    // Before anything is injected: the runtime's own syscalls must pass
+    // every thread's seccomp filters.
+    runtime_calls::check_before_install(stopped, kinds_of(requests))?;
 
     let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let created_region = region.is_none();
@@ -194,6 +197,9 @@ fn patch_all(
     placed: &[Placed],
 ) -> Result<usize> {
     check_code(mem, requests)?;
+    // Again with every thread stopped: threads started, or filters added,
+    // since the first check.
+    runtime_calls::check_stopped(stopped, kinds_of(requests))?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
     if requests.iter().any(|r| r.kind != kind::COUNT) {
         learn_threads(stopped, mem, region)?;
@@ -265,9 +271,9 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<()>
 /// Tells the runtime where the main thread's stack is (the `[stack]`
 /// mapping: it only grows down from where it is now), and whether a thread
 /// may ask the kernel whether its stack is readable (madvise with
-/// MADV_POPULATE_READ, Linux 5.14), which the process's seccomp filters
-/// must let through: a thread whose stack bounds the runtime cannot know
-/// records only its caller.
+/// MADV_POPULATE_READ, Linux 5.14), which the seccomp filters of every
+/// thread (all stopped) must let through: a thread whose stack bounds the
+/// runtime cannot know records only its caller.
 fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<()> {
     let mut h = region.header();
     if let Some(stack) = maps.iter().find(|m| m.path == "[stack]") {
@@ -278,18 +284,11 @@ fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<
         nr: Host::SYSCALLS.madvise as i32,
         arch: Host::SYSCALLS.audit_arch,
         instruction_pointer: 0,
-        args: [0x7f00_0000_0000, 4096, MADV_POPULATE_READ, 0, 0, 0],
+        args: [0x7f00_0000_0000, 4096, crate::arch::syscalls::MADV_POPULATE_READ, 0, 0, 0],
     };
-    let allowed = crate::process::seccomp::Filters::read(stopped.pid(), stopped.worker())
-        .map(|f| f.action(&data).permits())
-        .unwrap_or(false);
-    h.ctx.may_check_stack = allowed as u32;
+    h.ctx.may_check_stack = runtime_calls::permits_everywhere(stopped, &data) as u32;
     region.set_header(&h)
 }
-
-/// `madvise`'s advice to fault pages in for reading (Linux 5.14), which
-/// fails on memory that cannot be read: how a thread checks its stack.
-const MADV_POPULATE_READ: u64 = 22;
 
 /// `TP_THREAD_KEY` (`tcb`, `register` or `syscall`): how the runtime
 /// tells threads apart, other than the machine and the program would have
@@ -329,6 +328,11 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The kinds of `requests`, or-ed.
+fn kinds_of(requests: &[Request]) -> u32 {
+    requests.iter().fold(kind::COUNT, |k, r| k | r.kind)
 }
 
 /// What a detour of `k` (bits of [`kind`]) does beyond counting.

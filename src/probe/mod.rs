@@ -2,8 +2,10 @@
 //! [`region`]), code arenas near the probed modules ([`arena`]), the
 //! target's threads while sites change ([`threads`]), the two
 //! transactions that change a stopped target ([`install`], [`remove`]),
-//! static probes' semaphores ([`semaphore`]), and the processes forked
-//! while probes were in, which hold them too ([`family`]).
+//! static probes' semaphores ([`semaphore`]), the processes forked
+//! while probes were in, which hold them too ([`family`]), and whether a
+//! target's seccomp filters let the runtime's syscalls run
+//! ([`runtime_calls`]).
 
 pub mod acquire;
 pub mod arena;
@@ -16,6 +18,7 @@ pub mod orphan;
 pub mod region;
 pub mod remove;
 pub mod runtime;
+pub mod runtime_calls;
 pub mod semaphore;
 pub mod threads;
 pub mod validate;

@@ -73,7 +73,7 @@ impl Action {
     }
 
     /// What happens to the call, in words.
-    fn consequence(self) -> String {
+    pub fn consequence(self) -> String {
         match self {
             Action::Allow | Action::Log => "the call runs".into(),
             Action::KillProcess | Action::Unknown(_) => "the process would be killed".into(),
@@ -199,6 +199,11 @@ impl Filters {
         Ok(Filters { pid, tid: t, programs })
     }
 
+    /// The filters `programs` (newest first) of thread `tid` of `pid`.
+    pub fn of(pid: i32, tid: i32, programs: Vec<Program>) -> Filters {
+        Filters { pid, tid, programs }
+    }
+
     /// What the filters answer to `data`: the answer of highest precedence
     /// (lowest action value, as a signed number), the newest filter's among
     /// equals, as the kernel decides.
@@ -232,6 +237,12 @@ impl Filters {
     pub fn is_empty(&self) -> bool {
         self.programs.is_empty()
     }
+}
+
+/// The seccomp mode of thread `tid` of `pid` (0 none, 1 strict, 2
+/// filter), if its status says.
+pub fn mode_of(pid: i32, tid: Pid) -> Option<u32> {
+    mode(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).ok()?)
 }
 
 /// The `Seccomp:` field of a thread's status (0 none, 1 strict, 2 filter).

@@ -286,7 +286,7 @@ impl Stopped {
     }
 
     /// Lets every thread but the worker run again; returns how long all
-    /// threads were stopped.
+    /// threads were stopped (over every stop of them so far).
     pub fn release_all_but_worker(&mut self) -> Duration {
         let worker = self.worker();
         self.worker = Some(worker);
@@ -297,7 +297,8 @@ impl Stopped {
         self.world_stop
     }
 
-    /// Detaches from every thread; returns how long all threads were stopped.
+    /// Detaches from every thread; returns how long all threads were
+    /// stopped (over every stop of them).
     pub fn resume(mut self) -> Duration {
         self.kill_on_drop = false;
         self.release();
@@ -312,7 +313,7 @@ impl Stopped {
 
     fn end_world_stop(&mut self) {
         if let Some(at) = self.world_stopped_at.take() {
-            self.world_stop = at.elapsed();
+            self.world_stop += at.elapsed();
         }
     }
 }

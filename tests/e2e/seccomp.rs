@@ -140,3 +140,120 @@ fn filters_tp_cannot_read_are_a_refusal() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     alive_and_well(t);
 }
+
+/// Runs `tp ARGS`, which must refuse in one line containing `needle` with
+/// exit status 1; returns the line.
+fn refused(args: &[&str], needle: &str) -> String {
+    let out = tp(args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "tp {args:?}: {stderr}");
+    expect_one_line(&stderr, needle)
+}
+
+fn expect_one_line(stderr: &str, needle: &str) -> String {
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(lines[0].starts_with("tp: ") && lines[0].contains(needle), "{:?} lacks {needle:?}", lines[0]);
+    lines[0].to_string()
+}
+
+/// The in-target runtime's own syscalls (gettid on a thread's first event)
+/// go through the target's filters too: a filter that would kill on one
+/// refuses what calls the runtime, before anything is injected, while
+/// counting probes, which make no syscall, attach and count exactly.
+/// (x86-64: events are.)
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_filter_that_kills_on_a_runtime_call_refuses_recording_and_counting_works() {
+    let mut t = Target::start_with("sandboxed", |c| {
+        c.arg("kill-gettid");
+    });
+    let pid = t.pid.to_string();
+    let before = maps_of(t.pid);
+    let why = format!(
+        "tp: cannot record in process {pid}: the seccomp filter of thread {pid} answers gettid, which tp's runtime \
+         calls in the target, with KILL_PROCESS: the process would be killed; probes that only count make no \
+         syscall there and work"
+    );
+    let attach = ["attach", "-p", &pid, "-f", "work"];
+    let profile = ["profile", "-p", &pid, "-f", "work", "-d", "1"];
+    for extra in [&["--args"][..], &["--ret"], &["--stack"], &["--args", "--ret", "--if", "x > 5"], &["--by", "x"]] {
+        let args = [&attach[..], extra].concat();
+        assert_eq!(refused(&args, "answers gettid"), why, "{extra:?}");
+    }
+    assert_eq!(refused(&profile, "answers gettid"), why, "tp profile");
+    assert_eq!(maps_of(t.pid), before, "the target's memory changed");
+    assert_code_is_original(&t, &["work"]);
+    assert_eq!(t.ask("ping", "pong"), "pong");
+
+    let session = Session::start(&["-p", &pid, "--json", "-f", "work"]);
+    let own = t.call("work", 25_000, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["work"], own);
+    assert_code_is_original(&t, &["work"]);
+    assert_eq!(maps_of(t.pid), before, "tp's memory should be gone after the detach");
+    alive_and_well(t);
+}
+
+/// Filters belong to threads: one filtered thread among unfiltered ones
+/// (the main thread, which makes tp's remote calls, has none) is enough
+/// for a refusal naming that thread.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn a_runtime_call_killed_in_another_thread_only_is_refused() {
+    let t = Target::start_with("sandboxed", |c| {
+        c.arg("thread-kill-gettid");
+    });
+    let pid = t.pid.to_string();
+    let tids: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(tids.len(), 2, "{tids:?}");
+    let other = tids.iter().find(|t| **t != pid).unwrap();
+    let status = |tid: &str| std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap();
+    assert!(status(&pid).contains("Seccomp:\t0"), "the main thread has no filter");
+    assert!(status(other).contains("Seccomp:\t2"), "the second thread has one");
+    let before = maps_of(t.pid);
+    let line = refused(
+        &["attach", "-p", &pid, "-f", "work", "--args", "--ret"],
+        &format!("cannot record in process {pid}: the seccomp filter of thread {other} answers gettid"),
+    );
+    assert!(line.contains("with KILL_PROCESS: the process would be killed"), "{line}");
+    assert_eq!(maps_of(t.pid), before);
+    assert_code_is_original(&t, &["work"]);
+    alive_and_well(t);
+}
+
+/// Errors the runtime goes on from are no reason to refuse: under a filter
+/// that answers EPERM to `kill` and to the thread-pointer call, events are
+/// recorded, every one, also where each event asks the kernel for the
+/// thread pointer (`TP_THREAD_KEY=syscall`: it fails, and the thread is
+/// told apart by its TID).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn errors_the_runtime_goes_on_from_are_no_refusal() {
+    for env in [&[][..], &[("TP_THREAD_KEY", "syscall")]] {
+        let mut t = Target::start_with("sandboxed", |c| {
+            c.arg("errno-runtime");
+        });
+        let pid = t.pid.to_string();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        assert!(status.contains("Seccomp_filters:\t2"), "{status}");
+        let before = maps_of(t.pid);
+        let args = ["-p", pid.as_str(), "-f", "work", "--args", "--ret", "--json"];
+        let mut session = Session::spawn("attach", &args, env, None);
+        session.err.wait_for("tp: attached");
+        assert_eq!(t.call("work", 1000, 1), 1000);
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{env:?}: {stderr}");
+        let events: Vec<serde_json::Value> =
+            stdout.lines().filter(|l| l.starts_with("{\"type\":")).map(|l| serde_json::from_str(l).unwrap()).collect();
+        let of = |ty: &str| events.iter().filter(|e| e["type"] == ty && e["tid"] == t.pid).count();
+        assert_eq!((of("entry"), of("exit"), events.len()), (1000, 1000, 2000), "{env:?}");
+        assert_code_is_original(&t, &["work"]);
+        assert_eq!(maps_of(t.pid), before, "{env:?}: tp's memory should be gone after the detach");
+        alive_and_well(t);
+    }
+}

@@ -34,16 +34,7 @@ impl Arch for AArch64 {
     const BRANCH_REACH: u64 = (128 << 20) - 4;
     const PATCH_LEN: usize = window::PATCH_LEN;
     const INSN_ALIGN: usize = 4;
-    const SYSCALLS: Syscalls = Syscalls {
-        // AUDIT_ARCH_AARCH64
-        audit_arch: 0xc000_00b7,
-        mmap: 222,
-        munmap: 215,
-        memfd_create: 279,
-        ftruncate: 46,
-        close: 57,
-        madvise: 233,
-    };
+    const SYSCALLS: Syscalls = super::syscalls::AARCH64;
 
     type Regs = regs::Regs;
 

@@ -4,14 +4,7 @@
 
 #include <stdint.h>
 
-#define TP_SYS_EXIT_GROUP 94
-#define TP_SYS_KILL 129
-#define TP_SYS_TGKILL 131
-#define TP_SYS_RT_SIGACTION 134
-#define TP_SYS_RT_SIGPROCMASK 135
-#define TP_SYS_GETPID 172
-#define TP_SYS_GETTID 178
-#define TP_SYS_MADVISE 233
+#include "syscalls.h" /* TP_SYS_*: generated from src/arch/syscalls.rs, in OUT_DIR */
 
 static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
 								   uint64_t a3)

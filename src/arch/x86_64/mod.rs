@@ -34,16 +34,7 @@ impl Arch for X86_64 {
     const BRANCH_REACH: u64 = (1 << 31) - 1;
     const PATCH_LEN: usize = window::PATCH_LEN;
     const INSN_ALIGN: usize = 1;
-    const SYSCALLS: Syscalls = Syscalls {
-        // AUDIT_ARCH_X86_64
-        audit_arch: 0xc000_003e,
-        mmap: 9,
-        munmap: 11,
-        memfd_create: 319,
-        ftruncate: 77,
-        close: 3,
-        madvise: 28,
-    };
+    const SYSCALLS: Syscalls = super::syscalls::X86_64;
 
     type Regs = regs::Regs;
 

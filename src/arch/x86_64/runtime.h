@@ -4,16 +4,7 @@
 
 #include <stdint.h>
 
-#define TP_SYS_RT_SIGACTION 13
-#define TP_SYS_MADVISE 28
-#define TP_SYS_RT_SIGPROCMASK 14
-#define TP_SYS_GETPID 39
-#define TP_SYS_KILL 62
-#define TP_SYS_ARCH_PRCTL 158
-#define TP_SYS_GETTID 186
-#define TP_SYS_EXIT_GROUP 231
-#define TP_SYS_TGKILL 234
-#define TP_ARCH_GET_FS 0x1003
+#include "syscalls.h" /* TP_SYS_*: generated from src/arch/syscalls.rs, in OUT_DIR */
 
 static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
 								   uint64_t a3)
@@ -47,7 +38,7 @@ static inline __attribute__((always_inline)) uint64_t tp_thread_key(uint32_t how
 		return v;
 	}
 	v = 0;
-	tp_syscall4(TP_SYS_ARCH_PRCTL, TP_ARCH_GET_FS, (uint64_t)&v, 0, 0);
+	tp_syscall4(TP_SYS_ARCH_PRCTL, TP_SYS_ARCH_PRCTL_ARG0 /* ARCH_GET_FS */, (uint64_t)&v, 0, 0);
 	return v;
 }
 

@@ -258,7 +258,7 @@ HOT int stack_bounds(const struct tp_ctx *c, struct tp_thread *t, uint64_t sp, u
 	if (t->stack_tid == tid && t->stack_hi == 1 && t->stack_lo == top)
 		return 0;
 	uint64_t from = sp & ~4095ull;
-	if (tp_syscall4(TP_SYS_MADVISE, from, top - from, 22 /* MADV_POPULATE_READ */, 0) != 0) {
+	if (tp_syscall4(TP_SYS_MADVISE, from, top - from, TP_MADV_POPULATE_READ, 0) != 0) {
 		t->stack_lo = top;
 		t->stack_hi = 1;
 		t->stack_tid = tid;
