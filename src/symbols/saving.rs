@@ -2,10 +2,11 @@
 //! neither an attach nor tp's exit waits for the cache.
 //!
 //! A module that missed the cache is queued when it is read ([`enqueue`]).
-//! Once the probes are live ([`start`]) one thread at idle priority computes
-//! each queued analysis (taking what the module already computed), looks
-//! again at the places of the module's debug file, and saves it (a
-//! temporary file renamed into place: [`crate::cache::Store::save`]). At
+//! Once the probes are live ([`start`]) one thread (`tp-cache`) at idle
+//! priority computes each queued analysis (taking what the module already
+//! computed), looks again at the places of the module's debug file, and
+//! saves it (a temporary file renamed into place:
+//! [`crate::cache::Store::save`]); the thread ends when the queue is. At
 //! exit ([`finish`]) tp gives that thread normal priority and waits for it
 //! at most [`WAIT_AT_EXIT`] (a listing, which computed everything already,
 //! [`WAIT_AFTER_LISTING`]); past that, what is not saved is dropped and
