@@ -45,13 +45,20 @@ fn failed(url: &str) -> bool {
 
 /// The servers `DEBUGINFOD_URLS` names, those tp can speak to.
 pub fn servers() -> Vec<Url> {
+    servers_saying(true)
+}
+
+/// [`servers`], saying why one is not used if `say`.
+fn servers_saying(say: bool) -> Vec<Url> {
     let Some(urls) = std::env::var_os("DEBUGINFOD_URLS") else { return Vec::new() };
     let urls = urls.to_string_lossy().into_owned();
     urls.split_ascii_whitespace()
         .filter_map(|u| match Url::parse(u) {
             Ok(url) => Some(url),
             Err(why) => {
-                say_once(u, || format!("debuginfod server `{u}` not used: {why}"));
+                if say {
+                    say_once(u, || format!("debuginfod server `{u}` not used: {why}"));
+                }
                 None
             }
         })
@@ -85,7 +92,8 @@ pub fn unsure() -> bool {
 /// uses nothing it kept): the servers, in order, and where the file is kept
 /// once a server sent it.
 pub fn asked(id: &[u8]) -> Option<(String, std::path::PathBuf)> {
-    let servers = servers();
+    // Quietly: a server tp cannot use is said when tp would ask it.
+    let servers = servers_saying(false);
     if id.is_empty() || servers.is_empty() {
         return None;
     }
