@@ -59,8 +59,12 @@ struct Queue {
     running: bool,
     /// Says when the thread is done, for [`Saver::finish`].
     done: Option<Receiver<()>>,
-    /// The thread's ID, to raise its priority when tp waits for it.
+    /// The running thread's ID once it has set its priority, to raise it
+    /// when tp waits for it (0 before).
     tid: i32,
+    /// True once tp waits at its exit: a thread that starts then keeps
+    /// normal priority.
+    waited: bool,
 }
 
 static SAVER: Saver = Saver::new();
@@ -72,7 +76,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Saver {
     const fn new() -> Saver {
         Saver {
-            queue: Mutex::new(Queue { jobs: Vec::new(), running: false, done: None, tid: 0 }),
+            queue: Mutex::new(Queue { jobs: Vec::new(), running: false, done: None, tid: 0, waited: false }),
             closed: Mutex::new(false),
         }
     }
@@ -94,19 +98,24 @@ impl Saver {
         }
         let (done, finished) = channel();
         let spawned = std::thread::Builder::new().name("tp-cache".into()).spawn(move || {
-            // SAFETY: gettid has no preconditions; sched_setscheduler on the
-            // calling thread with a valid policy and parameter.
-            unsafe {
-                lock(&self.queue).tid = libc::gettid();
+            // Idle priority, unless tp waits for it already; under the lock
+            // that `finish` takes to raise it, so that one of the two wins.
+            let mut q = lock(&self.queue);
+            if !q.waited {
                 let param = libc::sched_param { sched_priority: 0 };
-                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+                // SAFETY: the calling thread, a valid policy and parameter.
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) };
+                // SAFETY: gettid has no preconditions.
+                q.tid = unsafe { libc::gettid() };
             }
+            drop(q);
             self.work(store);
             let _ = done.send(());
         });
         if spawned.is_ok() {
             q.running = true;
             q.done = Some(finished);
+            q.tid = 0;
         }
     }
 
@@ -137,6 +146,7 @@ impl Saver {
         self.start(store);
         let (done, tid) = {
             let mut q = lock(&self.queue);
+            q.waited = true;
             (q.done.take(), q.tid)
         };
         let mut all = true;
