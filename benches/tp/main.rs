@@ -7,7 +7,8 @@
 //! cargo bench --bench tp [-- OPTIONS]
 //!   --reps N     runs of every measurement (default 5)
 //!   --smoke      one short run of everything, to check that it works (CI)
-//!   --only LIST  sections to run, comma-separated: hit,steps,attach,toggle
+//!   --only LIST  sections to run, comma-separated:
+//!                hit,steps,attach,real,profile,toggle
 //!   --no-peers   tp only
 //!   --match LIST only the rows of tp (hit cost, instruction counts) and of
 //!                its peers whose name contains one of LIST (comma-separated)
@@ -24,7 +25,9 @@ mod floor;
 mod hit;
 mod peers;
 mod proc;
+mod real;
 mod report;
+mod server;
 mod stats;
 mod steps;
 mod toggle;
@@ -48,7 +51,7 @@ struct Options {
     matching: Option<String>,
 }
 
-const SECTIONS: [&str; 4] = ["steps", "attach", "toggle", "hit"];
+const SECTIONS: [&str; 6] = ["steps", "attach", "real", "profile", "toggle", "hit"];
 
 fn options() -> Result<Options> {
     let mut o = Options {
@@ -138,6 +141,12 @@ fn run() -> Result<bool> {
     }
     if on("attach") {
         ok &= attach_section(&env, &mut r);
+    }
+    if on("real") {
+        ok &= real_section(&env, &mut r);
+    }
+    if on("profile") {
+        ok &= profile_section(&env, &mut r);
     }
     if on("toggle") {
         ok &= toggle_section(&env, &mut r);
@@ -241,6 +250,29 @@ fn attach_section(env: &Env, r: &mut Results) -> bool {
     }
     let ok = rows.iter().all(|row| row.failures.is_empty());
     r.attach = rows;
+    ok
+}
+
+fn real_section(env: &Env, r: &mut Results) -> bool {
+    let mut rows: Vec<real::Row> = real::Case::ALL.iter().map(|_| real::Row::default()).collect();
+    for rep in 0..env.reps {
+        real::run_once(env, rep, &mut rows);
+    }
+    let ok = rows.iter().all(|row| row.failures.is_empty());
+    r.real = rows;
+    ok
+}
+
+fn profile_section(env: &Env, r: &mut Results) -> bool {
+    let mut rows: Vec<server::Row> = server::Watcher::ALL.iter().map(|_| server::Row::default()).collect();
+    let mut rate = 1000.0;
+    for _ in 0..env.reps {
+        server::run_once(env, &mut rows, &mut rate);
+    }
+    // perf is a peer: its failures are notes; tp's rows must all succeed.
+    let ok =
+        rows.iter().zip(server::Watcher::ALL).all(|(row, w)| w == server::Watcher::Perf || row.failures.is_empty());
+    r.server = rows;
     ok
 }
 

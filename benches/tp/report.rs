@@ -85,6 +85,10 @@ pub struct Results {
     pub steps: Vec<StepRow>,
     /// Attach and detach rows.
     pub attach: Vec<AttachRow>,
+    /// Attach on real programs, first and cached.
+    pub real: Vec<crate::real::Row>,
+    /// Profiling a real server.
+    pub server: Vec<crate::server::Row>,
     /// ns per toggle, over the runs.
     pub toggle: Vec<f64>,
     /// ms per `tp disable`/`tp enable` command, over the runs.
@@ -144,6 +148,8 @@ impl Results {
         self.floor(o);
         self.steps(o);
         self.attach(o);
+        crate::real::markdown(&self.real, o);
+        crate::server::markdown(&self.server, o);
         self.toggle(o);
         out
     }
@@ -185,7 +191,31 @@ impl Results {
         row("attach 1 probe: wall", 10.0, "ms", med(a1, |c| c.attach_wall_ms), None);
         row("attach 1 probe: target stopped", 1000.0, "µs", med(a1, |c| c.attach_stop_us), None);
         row("attach 10,000 probes: wall", 1000.0, "ms", med(a10k, |c| c.attach_wall_ms), None);
-        row("attach 10,000 probes: target stopped (one stop)", 100_000.0, "µs", med(a10k, |c| c.attach_stop_us), None);
+        row("attach 10,000 probes: target stopped (in total)", 50_000.0, "µs", med(a10k, |c| c.attach_stop_us), None);
+        use crate::real::{Case, median};
+        let real = |case, cached, f| median(&self.real, case, cached, f);
+        row(
+            "attach 1 probe in libc (python3), seen before: wall",
+            10.0,
+            "ms",
+            real(Case::Malloc, true, |a| a.wall_ms),
+            None,
+        );
+        row(
+            "attach 1 probe in libc (python3), first time: wall",
+            50.0,
+            "ms",
+            real(Case::Malloc, false, |a| a.wall_ms),
+            None,
+        );
+        row("… with `--ret`, seen before: wall", 10.0, "ms", real(Case::MallocRet, true, |a| a.wall_ms), None);
+        row("… with `--ret`, first time: wall", 50.0, "ms", real(Case::MallocRet, false, |a| a.wall_ms), None);
+        let per10k = |cached| {
+            let probes = real(Case::PostgresAll, cached, |a| a.probes as f64)?;
+            real(Case::PostgresAll, cached, |a| a.wall_ms).map(|w| w * 10_000.0 / probes)
+        };
+        row("postgres `-f '*'`, first time: wall per 10,000 probes", 1000.0, "ms", per10k(false), None);
+        row("postgres `-f '*'`: target stopped", 50_000.0, "µs", real(Case::PostgresAll, false, |a| a.stop_us), None);
         row("toggle one probe (no stop)", 100.0, "ns", Spread::of(&self.toggle).map(|s| s.median), None);
         o.push('\n');
     }

@@ -633,6 +633,8 @@ pub struct Isa {
     pub plan: PlanFn,
     /// [`Arch::branch_targets`].
     pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
+    /// [`Arch::branch_targets_into`].
+    pub branch_targets_into: fn(&[u8], u64, u64, u64) -> Vec<u64>,
     /// [`Arch::plan_in`].
     pub plan_in: PlanInFn,
     /// [`Arch::PLANS_WITH_IMAGE`].
@@ -651,12 +653,19 @@ pub struct Isa {
     pub patch_len: usize,
 }
 
+impl std::fmt::Debug for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Isa").field(&self.name).finish()
+    }
+}
+
 impl Isa {
     fn of<A: Arch>() -> Isa {
         Isa {
             name: A::NAME,
             plan: A::plan,
             branch_targets: A::branch_targets,
+            branch_targets_into: A::branch_targets_into,
             plan_in: A::plan_in,
             plans_with_image: A::PLANS_WITH_IMAGE,
             stored_pointer: A::stored_pointer,
@@ -803,6 +812,13 @@ pub trait Arch {
     /// Targets of the direct branches in `code` (at `addr`), for jumps into a
     /// function from its split-off parts.
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64>;
+
+    /// The targets of [`Arch::branch_targets`] that lie in `(lo, hi)` (both
+    /// exclusive): a patch window's interior. An architecture may find them
+    /// without decoding code that cannot branch there.
+    fn branch_targets_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+        Self::branch_targets(code, addr).into_iter().filter(|&t| t > lo && t < hi).collect()
+    }
 
     /// Assembles the detour for `plan`, to run at address `at`.
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal>;

@@ -54,6 +54,17 @@ impl LandingPads {
         out
     }
 
+    /// Landing pads read before: `pads` sorted, and the ranges of the
+    /// functions whose LSDA could not be read.
+    pub fn from_parts(pads: Vec<u64>, unreadable: Vec<(u64, u64)>) -> LandingPads {
+        LandingPads { pads, unreadable }
+    }
+
+    /// The ranges of the functions whose landing pads are unknown.
+    pub fn unreadable_ranges(&self) -> &[(u64, u64)] {
+        &self.unreadable
+    }
+
     /// Landing pads in `(lo, hi)`, exclusive at both ends.
     pub fn strictly_inside(&self, lo: u64, hi: u64) -> impl Iterator<Item = u64> + '_ {
         let first = self.pads.partition_point(|&p| p <= lo);

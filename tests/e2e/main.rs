@@ -31,6 +31,10 @@ mod events;
 mod stacks;
 // list-probes on the bundled targets.
 mod list_probes;
+// The cache of module analyses: the same answers hit or miss, damaged,
+// foreign and planted entries never used, concurrent tp processes.
+#[cfg(target_arch = "x86_64")]
+mod cache;
 // Probes inside functions: by line, by offset, at nop sites.
 mod sites;
 // Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.

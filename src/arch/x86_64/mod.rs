@@ -78,6 +78,10 @@ impl Arch for X86_64 {
         decode::branch_targets(code, addr)
     }
 
+    fn branch_targets_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+        decode::branch_targets_into(code, addr, lo, hi)
+    }
+
     fn go_int_args() -> usize {
         9
     }
