@@ -12,9 +12,10 @@
 //! whose symbols live only in separate debug files (found by build-id, or
 //! by `.gnu_debuglink`). On x86-64: hand-written prologues (assembly) and
 //! the relocation harness; on AArch64: hand-written prologues, also in a
-//! BTI-guarded build. Static probes (`sdt`) come from targets/sdt.h, which
-//! writes the notes as <sys/sdt.h> does, so no package is needed. Cross
-//! builds (aarch64) link statically (`-static-pie`
+//! BTI-guarded build, and the events and C++ exceptions targets with
+//! pointer authentication (and BTI). Static probes (`sdt`) come from
+//! targets/sdt.h, which writes the notes as <sys/sdt.h> does, so no package
+//! is needed. Cross builds (aarch64) link statically (`-static-pie`
 //! for PIE) so the binaries run in the test VM without a sysroot.
 
 use std::path::{Path, PathBuf};
@@ -58,6 +59,8 @@ const fn c(name: &'static str, flags: &'static [&'static str]) -> Target {
 
 const TARGETS: &[Target] = &[
     c("counter", &["-fPIE", "-pie"]),
+    // An object file, not linked: list-probes refuses it (tests/e2e/bad_input.rs).
+    c("counter.o", &["-c"]),
     c("counter-nopie", &["-fno-pie", "-no-pie"]),
     Target { arch: Some("x86_64"), ..c("counter-cet", &["-fPIE", "-pie", "-fcf-protection=full"]) },
     // The differential-execution harness of tests/reloc, and hand-written
@@ -74,6 +77,14 @@ const TARGETS: &[Target] = &[
         ..c("prologues", &["-fPIE", "-pie"])
     },
     Target { name: "events", sources: &["events.c"], ..c("", &["-fPIE", "-pie"]) },
+    // AArch64: the same with pointer authentication and BTI landing pads,
+    // its probed functions in pages it guards with PROT_BTI itself.
+    Target {
+        name: "events-pac",
+        sources: &["events.c"],
+        arch: Some("aarch64"),
+        ..c("", &["-fPIE", "-pie", "-DTP_BTI", "-mbranch-protection=standard", "-fno-toplevel-reorder"])
+    },
     // A program for `tp run` and --follow-exec: its own count of calls, its exit status or signal.
     Target { name: "launched", sources: &["launched.c"], ..c("", &["-fPIE", "-pie"]) },
     // Forks while return probes are live: parent and child return through the same frames.
@@ -135,8 +146,18 @@ const TARGETS: &[Target] = &[
         lang: Lang::Cpp,
         sources: &["exceptions.cpp"],
         flags: &[],
-        host_only: true,
+        host_only: false,
         arch: None,
+    },
+    // AArch64: the same with return addresses signed (paciasp), which the
+    // unwinder authenticates.
+    Target {
+        name: "exceptions-pac",
+        lang: Lang::Cpp,
+        sources: &["exceptions.cpp"],
+        flags: &["-mbranch-protection=standard"],
+        host_only: false,
+        arch: Some("aarch64"),
     },
     Target {
         name: "rusty-legacy",
@@ -177,10 +198,10 @@ const TARGETS: &[Target] = &[
         host_only: true,
         arch: None,
     },
-    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs; x86-64 only, as those tests).
-    Target { name: "hammer", sources: &["hammer.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
-    Target { name: "blocked", sources: &["blocked.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
-    Target { name: "churn", sources: &["churn.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
+    // Reliability targets (tests/e2e/blocked.rs, stress.rs, churn.rs).
+    Target { name: "hammer", sources: &["hammer.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "blocked", sources: &["blocked.c"], ..c("", &["-fPIE", "-pie"]) },
+    Target { name: "churn", sources: &["churn.c"], ..c("", &["-fPIE", "-pie"]) },
     // A program under its own seccomp filter (tests/e2e/seccomp.rs).
     Target { name: "sandboxed", sources: &["sandboxed.c"], ..c("", &["-fPIE", "-pie"]) },
     // Static probes written as <sys/sdt.h> writes them (targets/sdt.h): arguments, a semaphore.
@@ -212,6 +233,7 @@ fn main() {
     if !cross {
         split_debug_info(&out_dir);
     }
+    strip_copy(&out_dir);
     build_runtime(&manifest, &arch);
 }
 
@@ -376,6 +398,21 @@ fn build_one(src_dir: &Path, out_dir: &Path, t: &Target, cross: bool) {
     let status = cmd.status().unwrap_or_else(|e| panic!("cannot run {}: {e}", tool.display()));
     assert!(status.success(), "building target {} failed: {cmd:?}", t.name);
     std::fs::rename(&tmp, &out).expect("rename target");
+}
+
+/// `counter-nosyms`: the counter without symbols and no debug file to find
+/// them in, stripped with the target's own `strip` (the arm64 test VM has
+/// none, so it is made here).
+fn strip_copy(out_dir: &Path) {
+    let strip = format!("{}strip", binutils_prefix(&compiler(Lang::C)));
+    let tmp = format!(".counter-nosyms.{}", std::process::id());
+    let status = Command::new(&strip)
+        .args(["--strip-all", "-o", &tmp, "counter"])
+        .current_dir(out_dir)
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {strip}: {e}"));
+    assert!(status.success(), "{strip} counter failed");
+    std::fs::rename(out_dir.join(&tmp), out_dir.join("counter-nosyms")).expect("rename counter-nosyms");
 }
 
 /// `counter-stripped` finds its symbols through `.gnu_debuglink` (the debug

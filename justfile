@@ -81,6 +81,8 @@ fuzz seconds="60":
     cargo +nightly fuzz run --fuzz-dir tests/fuzz region tests/fuzz/corpus/region -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/seccomp_bpf
     cargo +nightly fuzz run --fuzz-dir tests/fuzz seccomp_bpf tests/fuzz/corpus/seccomp_bpf -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    mkdir -p tests/fuzz/corpus/cache_entry
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz cache_entry tests/fuzz/corpus/cache_entry -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/sdt_notes tests/fuzz/corpus/line_table tests/fuzz/corpus/http_response
     cp tests/fuzz/corpus/list_probes/sdt tests/fuzz/corpus/list_probes/lines tests/fuzz/corpus/line_table/
     cp tests/fuzz/corpus/list_probes/sdt tests/fuzz/corpus/sdt_notes/

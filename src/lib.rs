@@ -41,6 +41,7 @@ macro_rules! say {
 
 pub mod addr;
 pub mod arch;
+pub mod cache;
 pub mod cli;
 pub mod cmd;
 pub mod debuginfod;

@@ -8,7 +8,8 @@
  *   sleep    clock_nanosleep(2) of 100 ms, checked against CLOCK_MONOTONIC
  *   futex    FUTEX_WAIT on a word until it changes
  *   accept   accept(2) on a listening AF_UNIX socket (abstract name)
- *   epoll    epoll_wait(2), no timeout, on an eventfd
+ *   epoll    epoll_wait(2), no timeout, on an eventfd (epoll_pwait(2)
+ *            with no signal mask where there is no epoll_wait: AArch64)
  *   waitpid  wait4(2) for a child blocked reading a pipe
  * The main thread blocks in read(2) on stdin for commands.
  *
@@ -43,11 +44,17 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#ifdef SYS_epoll_wait
+#define SYS_EPOLL SYS_epoll_wait
+#else
+#define SYS_EPOLL SYS_epoll_pwait
+#endif
+
 enum { T_READ, T_SLEEP, T_FUTEX, T_ACCEPT, T_EPOLL, T_WAITPID, NTHREADS };
 static const char *names[NTHREADS] = {"read", "sleep", "futex", "accept", "epoll", "waitpid"};
 /* The syscall each thread blocks in, as /proc/.../syscall reports it. */
 static const long blocking_nr[NTHREADS] = {SYS_read,   SYS_clock_nanosleep, SYS_futex,
-					   SYS_accept, SYS_epoll_wait,      SYS_wait4};
+					   SYS_accept, SYS_EPOLL,           SYS_wait4};
 
 static atomic_long done[NTHREADS];
 static atomic_int errors;
@@ -135,7 +142,7 @@ static void *thread_main(void *arg)
 		case T_EPOLL: {
 			struct epoll_event ev;
 			long handled_before = atomic_load(&handled);
-			rc = sys(SYS_epoll_wait, epoll_fd, (long)&ev, 1, -1, 0, 0);
+			rc = sys(SYS_EPOLL, epoll_fd, (long)&ev, 1, -1, 0, 0);
 			if (rc == -EINTR && atomic_load(&handled) != handled_before) {
 				/* A signal handler ran: EINTR is what the program asked for. */
 				atomic_fetch_add(&epoll_eintr_after_handler, 1);

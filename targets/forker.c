@@ -18,10 +18,11 @@
  *     doomed SIG  forks a child (in `level` frames, as `forks`) that
  *                 returns through them, then dies of signal SIG
  *                 -> "reaped pid=P signal=SIG"
- *     foreign N   a new thread calls work N times with its FS base moved to
- *                 a block of zeros, as Go's threads run (the word at fs:0
- *                 is 0, no glibc TCB there; x86-64 only) -> "foreign
- *                 tid=T calls=N checksum=ok|BAD"
+ *     foreign N   a new thread calls work N times with its thread pointer
+ *                 (the FS base; AArch64: TPIDR_EL0) moved to a block of
+ *                 zeros, as Go's threads run (no glibc TCB there, no TID
+ *                 where glibc keeps it) -> "foreign tid=T calls=N
+ *                 checksum=ok|BAD"
  *     exec PATH   execs PATH with no arguments
  *     die SIG     dies of signal SIG (its default action)
  *     quit        -> exit status 0 (after the spinning thread stops)
@@ -96,6 +97,7 @@ static uint64_t level_ref(int depth, uint64_t x)
 	return r ^ (r >> 7) ^ (uint64_t)depth;
 }
 
+#if defined(__x86_64__) || defined(__aarch64__)
 #ifdef __x86_64__
 /* The FS base, through the kernel (no libc: nothing here may touch TLS). */
 static inline uint64_t fs_base(void)
@@ -110,6 +112,20 @@ static inline void set_fs_base(uint64_t v)
 	uint64_t ret;
 	__asm__ volatile("syscall" : "=a"(ret) : "0"(158ull), "D"(0x1002ull), "S"(v) : "rcx", "r11", "memory");
 }
+#else
+/* TPIDR_EL0, which user space reads and writes itself. */
+static inline uint64_t fs_base(void)
+{
+	uint64_t v;
+	__asm__ volatile("mrs %0, tpidr_el0" : "=r"(v));
+	return v;
+}
+
+static inline void set_fs_base(uint64_t v)
+{
+	__asm__ volatile("msr tpidr_el0, %0" : : "r"(v) : "memory");
+}
+#endif
 
 /* A thread's TLS as Go sets it up: a block of its own, its first word 0. */
 static uint64_t foreign_tls[1024] __attribute__((aligned(64)));
@@ -210,7 +226,7 @@ int main(void)
 			waitpid(child, &status, 0);
 			printf("reaped pid=%d signal=%d\n", (int)child, WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 		} else if (sscanf(line, "foreign %llu", &n) == 1) {
-#ifdef __x86_64__
+#if defined(__x86_64__) || defined(__aarch64__)
 			struct foreign f = {n, 0, 0};
 			pthread_t t;
 			if (pthread_create(&t, NULL, foreign_thread, &f) == 0)

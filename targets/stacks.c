@@ -11,14 +11,13 @@
  *                -> "done deep D N"
  *   values N     leaf(i % 10) for i < N -> "done values N"
  *   naps US N    N calls of nap(US), which sleeps US microseconds; the
- *                target times each call itself -> "done naps US N near=M hist=K:C,K:C"
- *                (C calls took from 2^K ns to less than 2^(K+1); M took
- *                within 8% of a power of two)
+ *                target times each call itself -> "done naps US N ns=D,D,..."
+ *                (each call's duration in ns)
  *   inlined N    N calls of leaf(4) from inner_helper, which the compiler
  *                inlines into run_inlined -> "done inlined N"
  *   threads T N  T threads, each running paths N -> "done threads T N"
  *   wild N       N rounds of calls of leaf(5) whose caller's frame pointer
- *                is hostile (x86-64; elsewhere plain calls): misaligned, a
+ *                is hostile (x86-64, AArch64; elsewhere plain calls): misaligned, a
  *                PROT_NONE page, a record on the heap pointing there, a
  *                record on the stack pointing to itself, to that page, and
  *                to the stack's last word -> "done wild N calls=C"
@@ -127,6 +126,24 @@ __attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
 			 : "rdi", "rsi", "rdx", "rcx", "r8", "r9", "r10", "r11", "memory", "cc");
 	return r;
 }
+#elif defined(__aarch64__)
+/* The same with x29 set to `fp`: the frame record is pushed and popped
+ * around the call here, as the compiler would. */
+__attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
+{
+	long r;
+	__asm__ volatile("stp x29, x30, [sp, #-16]!\n\t"
+			 "mov x29, %1\n\t"
+			 "mov w0, %w2\n\t"
+			 "bl leaf\n\t"
+			 "ldp x29, x30, [sp], #16\n\t"
+			 "mov %0, x0"
+			 : "=r"(r)
+			 : "r"(fp), "r"(n)
+			 : "x0", "x1", "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
+			   "x15", "x16", "x17", "x18", "x30", "memory", "cc");
+	return r;
+}
 #else
 __attribute__((noinline, noclone)) static long call_with_fp(uint64_t fp, int n)
 {
@@ -186,25 +203,13 @@ int main(void)
 				sink += leaf((int)(i % 10));
 			printf("done values %ld\n", a);
 		} else if (sscanf(line, "naps %ld %ld", &a, &b) == 2) {
-			long hist[64] = {0}, near = 0;
+			printf("done naps %ld %ld ns=", a, b);
 			for (long i = 0; i < b; i++) {
 				uint64_t t0 = now_ns();
 				nap((int)a);
 				uint64_t d = now_ns() - t0;
-				int k = 63 - __builtin_clzll(d | 1);
-				hist[k]++;
-				/* Within 8% of a power of two: a tracer's own timing may
-				 * put the call on the other side. */
-				double r = (double)d / (double)(1ull << k);
-				near += r < 1.08 || r > 1.85;
+				printf("%s%llu", i ? "," : "", (unsigned long long)d);
 			}
-			printf("done naps %ld %ld near=%ld hist=", a, b, near);
-			const char *sep = "";
-			for (int k = 0; k < 64; k++)
-				if (hist[k]) {
-					printf("%s%d:%ld", sep, k, hist[k]);
-					sep = ",";
-				}
 			printf("\n");
 		} else if (sscanf(line, "threads %ld %ld", &a, &b) == 2) {
 			pthread_t t[16];

@@ -12,7 +12,8 @@
 #     its programs load libbfd/libopcodes-2.40-arm64.so from the system's
 #     library directory, which an unpacked copy is not on
 # Downloaded and unpacked into TOOLCHAIN_DIR, not installed:
-#   the aarch64 cross gcc and binutils with the static glibc and libgcc
+#   the aarch64 cross gcc, g++ and binutils with the static glibc, libgcc
+#     and libstdc++ (the C++ targets: exceptions through return probes)
 #     (Debian's gcc-multilib declares a conflict with gcc-12-aarch64-linux-gnu,
 #     so installing one removes the other; unpacked, gcc finds everything
 #     relative to its own directory)
@@ -53,8 +54,9 @@ else
 fi
 
 rust_version=$(dpkg-query -W -f='${Version}' rustc-web)
-packages=(gcc-12-aarch64-linux-gnu cpp-12-aarch64-linux-gnu binutils-aarch64-linux-gnu
+packages=(gcc-12-aarch64-linux-gnu cpp-12-aarch64-linux-gnu g++-12-aarch64-linux-gnu binutils-aarch64-linux-gnu
           libgcc-12-dev-arm64-cross libc6-dev-arm64-cross libc6-arm64-cross linux-libc-dev-arm64-cross
+          libstdc++-12-dev-arm64-cross libstdc++6-arm64-cross
           "libstd-rust-web-dev:arm64=$rust_version")
 stamp="${packages[*]}"
 if [[ $(cat "$tc/.packages" 2>/dev/null) != "$stamp" ]]; then
@@ -65,6 +67,7 @@ if [[ $(cat "$tc/.packages" 2>/dev/null) != "$stamp" ]]; then
   (cd "$tc/debs" && apt-get download -qq "${packages[@]}")
   for deb in "$tc"/debs/*.deb; do dpkg-deb -x "$deb" "$tc"; done
   ln -sf aarch64-linux-gnu-gcc-12 "$tc/usr/bin/aarch64-linux-gnu-gcc"
+  ln -sf aarch64-linux-gnu-g++-12 "$tc/usr/bin/aarch64-linux-gnu-g++"
   rm -rf "$tc/debs"
   echo "$stamp" > "$tc/.packages"
 fi

@@ -62,6 +62,10 @@ pub fn has(program: &str) -> bool {
     std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| is_executable(&d.join(program))))
 }
 
+fn yes(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     p.metadata().is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
@@ -69,14 +73,26 @@ fn is_executable(p: &Path) -> bool {
 
 /// One line about the machine: CPU, cores, kernel.
 pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
-        })
-        .unwrap_or_else(|| "?".into());
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        info.lines().find(|l| l.starts_with(key)).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+    };
+    // An AArch64 kernel names no model: its implementer and part numbers
+    // say which CPU it is, and its features what it has.
+    let cpu = field("model name").unwrap_or_else(|| match (field("CPU implementer"), field("CPU part")) {
+        (Some(i), Some(p)) => format!(
+            "{} CPU (implementer {i}, part {p}{})",
+            first_line("uname", &["-m"]).unwrap_or_default(),
+            match field("Features") {
+                Some(f) => {
+                    let has = |x: &str| f.split_whitespace().any(|w| w == x);
+                    format!("; LSE {}, PAC {}, BTI {}", yes(has("atomics")), yes(has("paca")), yes(has("bti")))
+                }
+                None => String::new(),
+            }
+        ),
+        _ => "?".into(),
+    });
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
     let kernel = first_line("uname", &["-r"]).unwrap_or_default();
     format!("{cpu}, {cores} CPUs, Linux {kernel}")

@@ -7,11 +7,14 @@
 //! cargo bench --bench tp [-- OPTIONS]
 //!   --reps N     runs of every measurement (default 5)
 //!   --smoke      one short run of everything, to check that it works (CI)
-//!   --only LIST  sections to run, comma-separated: hit,steps,attach,toggle
+//!   --only LIST  sections to run, comma-separated:
+//!                hit,steps,attach,real,profile,toggle
 //!   --no-peers   tp only
-//!   --match LIST only the hit-cost rows whose name contains one of LIST
-//!                (comma-separated)
+//!   --match LIST only the rows of tp (hit cost, instruction counts) and of
+//!                its peers whose name contains one of LIST (comma-separated)
 //!   --doc        also write the results into docs/benchmarks.md
+//!   --emulated   the CPU is emulated (the arm64 test VM): no targets
+//!                table, and the report says the times mean nothing
 //! ```
 //!
 //! Needs root (ptrace, tracefs). Results also go to target/bench/.
@@ -22,7 +25,9 @@ mod floor;
 mod hit;
 mod peers;
 mod proc;
+mod real;
 mod report;
+mod server;
 mod stats;
 mod steps;
 mod toggle;
@@ -42,10 +47,11 @@ struct Options {
     sections: Vec<String>,
     peers: bool,
     doc: bool,
+    emulated: bool,
     matching: Option<String>,
 }
 
-const SECTIONS: [&str; 4] = ["steps", "attach", "toggle", "hit"];
+const SECTIONS: [&str; 6] = ["steps", "attach", "real", "profile", "toggle", "hit"];
 
 fn options() -> Result<Options> {
     let mut o = Options {
@@ -54,6 +60,7 @@ fn options() -> Result<Options> {
         sections: SECTIONS.map(String::from).to_vec(),
         peers: true,
         doc: false,
+        emulated: false,
         matching: None,
     };
     let mut args = std::env::args().skip(1);
@@ -64,6 +71,7 @@ fn options() -> Result<Options> {
             "--smoke" => o.smoke = true,
             "--no-peers" => o.peers = false,
             "--doc" => o.doc = true,
+            "--emulated" => o.emulated = true,
             "--reps" => {
                 let v = args.next().context("--reps needs a number")?;
                 o.reps = v
@@ -82,7 +90,8 @@ fn options() -> Result<Options> {
                 }
             }
             other => bail!(
-                "unknown option `{other}` (options: --reps N, --smoke, --only LIST, --no-peers, --match LIST, --doc)"
+                "unknown option `{other}` (options: --reps N, --smoke, --only LIST, --no-peers, --match LIST, --doc, \
+                 --emulated)"
             ),
         }
     }
@@ -118,6 +127,7 @@ fn run() -> Result<bool> {
         load: (env::load_average(), String::new()),
         reps: o.reps,
         smoke: o.smoke,
+        emulated: o.emulated,
         ..Results::default()
     };
     eprintln!("bench: {} runs; load average {}; {}", o.reps, r.load.0, r.machine);
@@ -127,10 +137,16 @@ fn run() -> Result<bool> {
     let mut ok = true;
     let on = |s: &str| o.sections.iter().any(|x| x == s);
     if on("steps") {
-        ok &= steps_section(&env, &mut r);
+        ok &= steps_section(&env, &o, &mut r);
     }
     if on("attach") {
         ok &= attach_section(&env, &mut r);
+    }
+    if on("real") {
+        ok &= real_section(&env, &mut r);
+    }
+    if on("profile") {
+        ok &= profile_section(&env, &mut r);
     }
     if on("toggle") {
         ok &= toggle_section(&env, &mut r);
@@ -140,7 +156,12 @@ fn run() -> Result<bool> {
     }
     r.load.1 = env::load_average();
     let md = r.markdown();
-    println!("\n{md}");
+    if o.emulated {
+        // For .ci/aarch64/bench.sh, which reads it off the VM's console.
+        println!("\n{EMULATED_BEGIN}\n{md}{EMULATED_END}");
+    } else {
+        println!("\n{md}");
+    }
     let out = env.root.join("target/bench");
     std::fs::create_dir_all(&out)?;
     std::fs::write(out.join("results.md"), &md)?;
@@ -164,12 +185,12 @@ fn command_line() -> String {
     }
 }
 
-fn steps_section(env: &Env, r: &mut Results) -> bool {
-    if !cfg!(target_arch = "x86_64") {
-        r.notes.push("Instruction counts: x86-64 only for now.".into());
-        return true;
-    }
+fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
     let mut ok = true;
+    let chosen = |(records, _, _): &(Option<Records>, &str, &str)| match (records, &o.matching) {
+        (Some(records), Some(m)) => m.split(',').any(|w| format!("tp: {}", records.label()).contains(w)),
+        _ => true,
+    };
     let mut rows: Vec<(Option<Records>, &'static str, &'static str)> = vec![
         (None, "hot", "work"),
         (Some(Records::Count), "hot", "work"),
@@ -184,7 +205,7 @@ fn steps_section(env: &Env, r: &mut Results) -> bool {
     for f in SHAPES {
         rows.extend([(None, "hot", f), (Some(Records::Count), "hot", f)]);
     }
-    for (records, binary, function) in rows {
+    for (records, binary, function) in rows.into_iter().filter(chosen) {
         match steps::count(env, binary, records, function) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
@@ -243,6 +264,29 @@ fn attach_section(env: &Env, r: &mut Results) -> bool {
     }
     let ok = rows.iter().all(|row| row.failures.is_empty());
     r.attach = rows;
+    ok
+}
+
+fn real_section(env: &Env, r: &mut Results) -> bool {
+    let mut rows: Vec<real::Row> = real::Case::ALL.iter().map(|_| real::Row::default()).collect();
+    for rep in 0..env.reps {
+        real::run_once(env, rep, &mut rows);
+    }
+    let ok = rows.iter().all(|row| row.failures.is_empty());
+    r.real = rows;
+    ok
+}
+
+fn profile_section(env: &Env, r: &mut Results) -> bool {
+    let mut rows: Vec<server::Row> = server::Watcher::ALL.iter().map(|_| server::Row::default()).collect();
+    let mut rate = 1000.0;
+    for _ in 0..env.reps {
+        server::run_once(env, &mut rows, &mut rate);
+    }
+    // perf is a peer: its failures are notes; tp's rows must all succeed.
+    let ok =
+        rows.iter().zip(server::Watcher::ALL).all(|(row, w)| w == server::Watcher::Perf || row.failures.is_empty());
+    r.server = rows;
     ok
 }
 
@@ -411,6 +455,10 @@ fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
     r.hit = rows;
     ok
 }
+
+/// The lines around the report of an `--emulated` run on stdout.
+const EMULATED_BEGIN: &str = "<!-- emulated results -->";
+const EMULATED_END: &str = "<!-- end of emulated results -->";
 
 /// Puts `md` into docs/benchmarks.md between its result markers.
 fn write_doc(env: &Env, md: &str) -> Result<()> {

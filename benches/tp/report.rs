@@ -80,12 +80,19 @@ pub struct Results {
     pub reps: usize,
     /// A smoke run (CI): too short for the numbers to mean anything.
     pub smoke: bool,
+    /// Run on an emulated CPU (QEMU TCG, the arm64 test VM): its times are
+    /// the emulator's, only the instruction counts mean something.
+    pub emulated: bool,
     /// Hit-cost rows.
     pub hit: Vec<HitRow>,
     /// Instruction counts.
     pub steps: Vec<StepRow>,
     /// Attach and detach rows.
     pub attach: Vec<AttachRow>,
+    /// Attach on real programs, first and cached.
+    pub real: Vec<crate::real::Row>,
+    /// Profiling a real server.
+    pub server: Vec<crate::server::Row>,
     /// ns per toggle, over the runs.
     pub toggle: Vec<f64>,
     /// ms per `tp disable`/`tp enable` command, over the runs.
@@ -125,6 +132,14 @@ impl Results {
         if self.smoke {
             let _ = writeln!(o, "**A smoke run: short bursts, one run; the numbers mean nothing.**\n");
         }
+        if self.emulated {
+            let _ = writeln!(
+                o,
+                "**The CPU is emulated (QEMU TCG, no KVM): the times are the emulator's, not an AArch64 CPU's, \
+                 and mean nothing beside the x86-64 numbers; the instruction counts are exact, and are the \
+                 figures to compare.**\n"
+            );
+        }
         let _ = writeln!(
             o,
             "Machine: {}. Load average (1, 5, 15 min): {} at the start, {} at the end.\n",
@@ -136,11 +151,15 @@ impl Results {
         if !self.notes.is_empty() {
             o.push('\n');
         }
-        self.targets(o);
+        if !self.emulated {
+            self.targets(o);
+        }
         self.hits(o);
         self.floor(o);
         self.steps(o);
         self.attach(o);
+        crate::real::markdown(&self.real, o);
+        crate::server::markdown(&self.server, o);
         self.toggle(o);
         out
     }
@@ -194,7 +213,31 @@ impl Results {
         row("attach 1 probe: wall", 10.0, "ms", med(a1, |c| c.attach_wall_ms), None);
         row("attach 1 probe: target stopped", 1000.0, "µs", med(a1, |c| c.attach_stop_us), None);
         row("attach 10,000 probes: wall", 1000.0, "ms", med(a10k, |c| c.attach_wall_ms), None);
-        row("attach 10,000 probes: target stopped (one stop)", 100_000.0, "µs", med(a10k, |c| c.attach_stop_us), None);
+        row("attach 10,000 probes: target stopped (in total)", 50_000.0, "µs", med(a10k, |c| c.attach_stop_us), None);
+        use crate::real::{Case, median};
+        let real = |case, cached, f| median(&self.real, case, cached, f);
+        row(
+            "attach 1 probe in libc (python3), seen before: wall",
+            10.0,
+            "ms",
+            real(Case::Malloc, true, |a| a.wall_ms),
+            None,
+        );
+        row(
+            "attach 1 probe in libc (python3), first time: wall",
+            50.0,
+            "ms",
+            real(Case::Malloc, false, |a| a.wall_ms),
+            None,
+        );
+        row("… with `--ret`, seen before: wall", 10.0, "ms", real(Case::MallocRet, true, |a| a.wall_ms), None);
+        row("… with `--ret`, first time: wall", 50.0, "ms", real(Case::MallocRet, false, |a| a.wall_ms), None);
+        let per10k = |cached| {
+            let probes = real(Case::PostgresAll, cached, |a| a.probes as f64)?;
+            real(Case::PostgresAll, cached, |a| a.wall_ms).map(|w| w * 10_000.0 / probes)
+        };
+        row("postgres `-f '*'`, first time: wall per 10,000 probes", 1000.0, "ms", per10k(false), None);
+        row("postgres `-f '*'`: target stopped", 50_000.0, "µs", real(Case::PostgresAll, false, |a| a.stop_us), None);
         row("toggle one probe (no stop)", 100.0, "ns", Spread::of(&self.toggle).map(|s| s.median), None);
         o.push('\n');
     }

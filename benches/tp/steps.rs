@@ -103,8 +103,8 @@ fn step(pid: Pid) -> Result<u64> {
     Ok(pc_of(&ptrace::getregs(pid)?))
 }
 
-// The program counter and stack pointer of a register set. (The benchmark
-// measures x86-64 hit paths; the AArch64 forms only keep it compiling there.)
+// The program counter and stack pointer of a register set, where a call
+// that starts now returns to, and one instruction's text.
 #[cfg(target_arch = "x86_64")]
 fn pc_of(r: &libc::user_regs_struct) -> u64 {
     r.rip
@@ -113,6 +113,17 @@ fn pc_of(r: &libc::user_regs_struct) -> u64 {
 fn sp_of(r: &libc::user_regs_struct) -> u64 {
     r.rsp
 }
+/// At a function's first instruction: the return address the call pushed.
+#[cfg(target_arch = "x86_64")]
+fn return_address(mem: &std::fs::File, r: &libc::user_regs_struct) -> Result<u64> {
+    let mut word = [0u8; 8];
+    mem.read_exact_at(&mut word, r.rsp)?;
+    Ok(u64::from_le_bytes(word))
+}
+#[cfg(target_arch = "x86_64")]
+fn disassemble(bytes: &[u8], pc: u64) -> Option<String> {
+    tp::arch::x86_64::decode::disassemble(bytes, pc).into_iter().next()
+}
 #[cfg(target_arch = "aarch64")]
 fn pc_of(r: &libc::user_regs_struct) -> u64 {
     r.pc
@@ -120,6 +131,15 @@ fn pc_of(r: &libc::user_regs_struct) -> u64 {
 #[cfg(target_arch = "aarch64")]
 fn sp_of(r: &libc::user_regs_struct) -> u64 {
     r.sp
+}
+/// At a function's first instruction: the link register.
+#[cfg(target_arch = "aarch64")]
+fn return_address(_mem: &std::fs::File, r: &libc::user_regs_struct) -> Result<u64> {
+    Ok(r.regs[30])
+}
+#[cfg(target_arch = "aarch64")]
+fn disassemble(bytes: &[u8], pc: u64) -> Option<String> {
+    tp::arch::aarch64::decode::disassemble(&bytes[..bytes.len().min(4)], pc).into_iter().next()
 }
 
 /// Steps to the next entry of `one_call` at `entry`, then through the call
@@ -136,8 +156,9 @@ fn one_call(pid: Pid, entry: u64, binary: &Path, detours: &[(u64, u64)]) -> Resu
         }
     }
     let own = own_code(pid.as_raw(), binary)?;
-    let rsp = sp_of(&regs);
+    let sp = sp_of(&regs);
     let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
+    let back = return_address(&mem, &regs)?;
     let mut c = Count::default();
     let mut pc = pc_of(&regs);
     loop {
@@ -153,12 +174,14 @@ fn one_call(pid: Pid, entry: u64, binary: &Path, detours: &[(u64, u64)]) -> Resu
             }
             let mut bytes = [0u8; 16];
             let got = mem.read_at(&mut bytes, pc).unwrap_or(0);
-            let insn = tp::arch::x86_64::decode::disassemble(&bytes[..got], pc).into_iter().next();
+            let insn = disassemble(&bytes[..got], pc);
             let place = if in_detour { "detour " } else { "runtime" };
             c.listing.push(format!("{place}  {}", insn.unwrap_or_else(|| "?".into())));
         }
         pc = step(pid)?;
-        if sp_of(&ptrace::getregs(pid)?) > rsp {
+        // Back in the caller, with the stack it called from (a return
+        // through tp's trampoline passes its own address first).
+        if pc == back && sp_of(&ptrace::getregs(pid)?) >= sp {
             return Ok(c);
         }
         if c.total > 100_000 {

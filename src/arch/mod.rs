@@ -263,6 +263,9 @@ pub struct SitePlan {
     pub function: u64,
     /// Where the branch goes (after a landing pad such as `endbr64` or `bti c`).
     pub site: u64,
+    /// The function's bytes before the site: the landing pads the window
+    /// follows, which stay in place (`endbr64`, `bti c`, `paciasp`).
+    pub prefix: Vec<u8>,
     /// The original bytes of the window, `[site, site + window.len())`.
     pub window: Vec<u8>,
     /// The whole instructions of the window.
@@ -504,6 +507,13 @@ pub struct DetourSpec {
     /// The function's calling convention: which registers an entry event
     /// records as its arguments.
     pub abi: Abi,
+    /// For a return probe where a call leaves the return address in a
+    /// register (AArch64's link register): how far below its stack pointer
+    /// at entry the function saves that register while it calls others,
+    /// from its call frame information; None if it never does (a leaf),
+    /// not always at one place, or tp cannot tell. Unused where the call
+    /// puts the return address on the stack.
+    pub return_saved_below: Option<u32>,
     /// What an entry event records instead of the argument registers: the
     /// arguments of a static probe, loaded at its site.
     pub operands: Option<Operands>,
@@ -531,6 +541,20 @@ impl Records {
     pub fn calls_runtime(&self) -> bool {
         self.args || self.ret || self.unwind
     }
+}
+
+/// Where a return frame's trampoline is in a stopped process
+/// ([`Arch::frame_home`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameHome {
+    /// In this word, as the plain address: tp may write the original
+    /// return address there.
+    At(u64),
+    /// Nowhere: the frame died earlier (longjmp) and its stack was reused.
+    Dead,
+    /// Somewhere tp cannot write it back: in a register, or signed with a
+    /// key only the process can use. The frame stays.
+    Kept,
 }
 
 /// How a relocation of a dynamic section stores a code pointer in data.
@@ -586,8 +610,11 @@ fn goroutine_stack(g: u64, sp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>
     (lo < hi && hi - lo <= 1 << 30 && (lo..hi).contains(&sp) && guard_ok).then_some((lo, hi))
 }
 
-/// [`Arch::arg_registers`] for the C ABI, with `recorded` integer registers recorded.
-fn c_arg_registers(params: &[ParamClass], recorded: usize) -> Vec<Option<usize>> {
+/// [`Arch::arg_registers`] for the C ABI, with `recorded` integer registers
+/// recorded; an aggregate larger than 16 bytes goes in memory, or with
+/// `large_by_reference` (AAPCS64) its copy's address takes the next
+/// integer register.
+fn c_arg_registers(params: &[ParamClass], recorded: usize, large_by_reference: bool) -> Vec<Option<usize>> {
     let mut next = 0;
     let mut lost_track = false;
     params
@@ -598,7 +625,12 @@ fn c_arg_registers(params: &[ParamClass], recorded: usize) -> Vec<Option<usize>>
             }
             match p {
                 ParamClass::Float => None,
-                ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => None, // passed in memory
+                ParamClass::Aggregate(size) if size.is_some_and(|s| s > 16) => {
+                    if large_by_reference {
+                        next += 1; // the address of a copy: not the value, not shown
+                    }
+                    None
+                }
                 ParamClass::Aggregate(_) | ParamClass::Words(_) => {
                     lost_track = true; // small aggregates: registers not modelled
                     None
@@ -712,6 +744,8 @@ pub struct Isa {
     pub plan: PlanFn,
     /// [`Arch::branch_targets`].
     pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
+    /// [`Arch::branch_targets_into`].
+    pub branch_targets_into: fn(&[u8], u64, u64, u64) -> Vec<u64>,
     /// [`Arch::plan_in`].
     pub plan_in: PlanInFn,
     /// [`Arch::PLANS_WITH_IMAGE`].
@@ -730,12 +764,19 @@ pub struct Isa {
     pub patch_len: usize,
 }
 
+impl std::fmt::Debug for Isa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Isa").field(&self.name).finish()
+    }
+}
+
 impl Isa {
     fn of<A: Arch>() -> Isa {
         Isa {
             name: A::NAME,
             plan: A::plan,
             branch_targets: A::branch_targets,
+            branch_targets_into: A::branch_targets_into,
             plan_in: A::plan_in,
             plans_with_image: A::PLANS_WITH_IMAGE,
             stored_pointer: A::stored_pointer,
@@ -811,8 +852,7 @@ pub trait Arch {
     /// larger than 16 bytes is passed in memory; the passing of smaller
     /// aggregates is not modelled, so the parameters from one on are
     /// unknown. (The System V x86-64 ABI; AAPCS64 agrees but for large
-    /// aggregates, passed by reference, which AArch64 may override once it
-    /// records events.)
+    /// aggregates, passed by reference, which AArch64 overrides.)
     ///
     /// Go: each parameter goes wholly into the next integer registers
     /// ([`Arch::go_int_args`] of them in all) or wholly onto the stack, and
@@ -821,7 +861,7 @@ pub trait Arch {
     /// not known (a struct, an interface) ends what can be told.
     fn arg_registers(abi: Abi, params: &[ParamClass]) -> Vec<Option<usize>> {
         match abi {
-            Abi::C => c_arg_registers(params, Self::ARG_REGS),
+            Abi::C => c_arg_registers(params, Self::ARG_REGS, false),
             Abi::Go => go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
             Abi::GoStack => vec![None; params.len()],
         }
@@ -884,6 +924,13 @@ pub trait Arch {
     /// function from its split-off parts.
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64>;
 
+    /// The targets of [`Arch::branch_targets`] that lie in `(lo, hi)` (both
+    /// exclusive): a patch window's interior. An architecture may find them
+    /// without decoding code that cannot branch there.
+    fn branch_targets_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+        Self::branch_targets(code, addr).into_iter().filter(|&t| t > lo && t < hi).collect()
+    }
+
     /// Assembles the detour for `plan`, to run at address `at`.
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal>;
 
@@ -924,9 +971,34 @@ pub trait Arch {
     /// padded to the window's length.
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal>;
 
-    /// Whether detours can record events (arguments, return values,
-    /// latency) through the in-target runtime, or only count.
-    const RECORDS_EVENTS: bool = true;
+    /// Where a return frame's trampoline is, read in a stopped process:
+    /// the frame's `slot` (entry stack pointer minus 8) on the stack, or
+    /// `ra_at`, where the runtime noted that the function saves the
+    /// register a call leaves its return address in (0 where the slot
+    /// holds it, or where that is not known), with `tramp` the trampoline
+    /// written there. `read` reads the process's memory.
+    fn frame_home(slot: u64, ra_at: u64, tramp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> FrameHome {
+        let _ = ra_at;
+        match read(slot, 8) {
+            Some(b) if b.len() == 8 && u64::from_le_bytes(b[..8].try_into().unwrap()) == tramp => FrameHome::At(slot),
+            _ => FrameHome::Dead,
+        }
+    }
+
+    /// A code address as a stack word or register holds it, without
+    /// anything the CPU adds to it there (AArch64's pointer authentication
+    /// code): what it points at.
+    fn code_address(word: u64) -> u64 {
+        word
+    }
+
+    /// The register a call leaves the return address in, where there is
+    /// one (AArch64's link register): a thread stopped in a function that
+    /// has not saved it may return through it.
+    fn return_register(regs: &Self::Regs) -> Option<u64> {
+        let _ = regs;
+        None
+    }
 
     /// How far the long form of the patch reaches, where there is one
     /// (see [`Arch::plan_long`]); 0 where there is none.
@@ -984,10 +1056,35 @@ pub trait Arch {
     /// restarts (epoll_wait returns EINTR after any stop, even a tracer's),
     /// turns the result into "restart unless a signal handler runs", the
     /// kernel's ERESTARTNOHAND: the program sees EINTR only if a handler ran,
-    /// as it would without tp. Returns true if it changed `regs`.
-    fn restart_interrupted_wait(_regs: &mut Self::Regs) -> bool {
+    /// as it would without tp. `blocked` is what the thread was blocked in
+    /// before tp interrupted it, read only where
+    /// [`Arch::RESTART_NEEDS_BLOCKED_IN`] says so; `handler_pending` says
+    /// whether a signal with a handler is pending for the thread. Returns
+    /// true if it changed `regs`.
+    fn restart_interrupted_wait(regs: &mut Self::Regs, blocked: Option<&BlockedIn>, handler_pending: bool) -> bool {
+        let _ = (regs, blocked, handler_pending);
         false
     }
+
+    /// True if [`Arch::restart_interrupted_wait`] needs to know what a
+    /// thread was blocked in before the interrupt (its first argument
+    /// register is gone by the stop, where the kernel keeps no copy a
+    /// tracer can read).
+    const RESTART_NEEDS_BLOCKED_IN: bool = false;
+}
+
+/// The syscall a thread was blocked in, as `/proc/PID/task/TID/syscall`
+/// shows it: its number, arguments, stack pointer and program counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockedIn {
+    /// The syscall number.
+    pub nr: u64,
+    /// Its six arguments.
+    pub args: [u64; 6],
+    /// The thread's stack pointer.
+    pub sp: u64,
+    /// Its program counter (after the syscall instruction).
+    pub pc: u64,
 }
 
 #[cfg(test)]
@@ -1012,7 +1109,14 @@ mod tests {
         let params = [Aggregate(Some(0)), Scalar, Aggregate(Some(16)), Scalar];
         assert_eq!(go_arg_registers(&params, 9, 6), [None, Some(0), None, None]);
         // C: the System V order, small aggregates unknown.
-        assert_eq!(c_arg_registers(&[Scalar, Float, Words(2), Scalar], 6), [Some(0), None, None, None]);
+        assert_eq!(c_arg_registers(&[Scalar, Float, Words(2), Scalar], 6, false), [Some(0), None, None, None]);
+        // A struct of 24 bytes: in memory (System V), or by reference in the
+        // next register (AAPCS64); eight registers recorded on AArch64.
+        let params = [Scalar, Aggregate(Some(24)), Scalar, Scalar, Scalar, Scalar, Scalar, Scalar, Scalar];
+        let sysv = [Some(0), None, Some(1), Some(2), Some(3), Some(4), Some(5), None, None];
+        assert_eq!(c_arg_registers(&params, 6, false), sysv);
+        let aapcs = [Some(0), None, Some(2), Some(3), Some(4), Some(5), Some(6), Some(7), None];
+        assert_eq!(c_arg_registers(&params, 8, true), aapcs);
     }
 
     #[test]

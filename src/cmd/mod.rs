@@ -22,6 +22,16 @@ use crate::cli::{Cli, Command};
 
 /// Runs one command line.
 pub fn run(cli: Cli) -> Result<ExitCode> {
+    use crate::symbols::saving::{WAIT_AFTER_LISTING, WAIT_AT_EXIT, finish};
+    let listing = matches!(cli.command, Command::ListProbes(_));
+    let result = command(cli);
+    // What this run learnt of its binaries: saved while a session ran, and
+    // waited for only briefly now; a listing computed it all already.
+    finish(if listing { WAIT_AFTER_LISTING } else { WAIT_AT_EXIT });
+    result
+}
+
+fn command(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Command::Attach(args) => attach::run(args),
         Command::Status(args) => status::run(args),

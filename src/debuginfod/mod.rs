@@ -15,6 +15,7 @@ pub mod cache;
 pub mod client;
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use cache::Cache;
@@ -44,13 +45,20 @@ fn failed(url: &str) -> bool {
 
 /// The servers `DEBUGINFOD_URLS` names, those tp can speak to.
 pub fn servers() -> Vec<Url> {
+    servers_saying(true)
+}
+
+/// [`servers`], saying why one is not used if `say`.
+fn servers_saying(say: bool) -> Vec<Url> {
     let Some(urls) = std::env::var_os("DEBUGINFOD_URLS") else { return Vec::new() };
     let urls = urls.to_string_lossy().into_owned();
     urls.split_ascii_whitespace()
         .filter_map(|u| match Url::parse(u) {
             Ok(url) => Some(url),
             Err(why) => {
-                say_once(u, || format!("debuginfod server `{u}` not used: {why}"));
+                if say {
+                    say_once(u, || format!("debuginfod server `{u}` not used: {why}"));
+                }
                 None
             }
         })
@@ -60,6 +68,37 @@ pub fn servers() -> Vec<Url> {
 fn seconds(var: &str) -> Option<Duration> {
     let v: f64 = std::env::var(var).ok()?.trim().parse().ok()?;
     Duration::try_from_secs_f64(v).ok().filter(|d| !d.is_zero())
+}
+
+/// The name the debug file with build-id `id` has in the cache.
+fn kept_name(id: &[u8]) -> String {
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex}.debug")
+}
+
+/// True once a server failed, or sent a file that was not the one asked
+/// for, in this tp: a module it found no debug file for may have one.
+static UNSURE: AtomicBool = AtomicBool::new(false);
+
+/// True if a server failed, or sent a file that was not the one asked for,
+/// during this tp: that no server has a module's debug file is then not
+/// known.
+pub fn unsure() -> bool {
+    UNSURE.load(Ordering::Relaxed)
+}
+
+/// What decides the debug file [`fetch`] finds for build-id `id`, if
+/// `DEBUGINFOD_URLS` names a server tp asks (else None: tp asks none, and
+/// uses nothing it kept): the servers, in order, and where the file is kept
+/// once a server sent it.
+pub fn asked(id: &[u8]) -> Option<(String, std::path::PathBuf)> {
+    // Quietly: a server tp cannot use is said when tp would ask it.
+    let servers = servers_saying(false);
+    if id.is_empty() || servers.is_empty() {
+        return None;
+    }
+    let names = servers.iter().map(Url::text).collect::<Vec<_>>().join(" ");
+    Some((names, cache::base()?.join("tp").join("debuginfod").join(kept_name(id))))
 }
 
 /// The debug file with build-id `id`, for the module `what` (for
@@ -77,7 +116,7 @@ pub fn fetch<T>(
         return None;
     }
     let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    let name = format!("{hex}.debug");
+    let name = kept_name(id);
     let cache = match Cache::open() {
         Ok(c) => Some(c),
         Err(why) => {
@@ -98,6 +137,7 @@ pub fn fetch<T>(
     for server in servers {
         let key = server.text();
         if failed(&key) {
+            UNSURE.store(true, Ordering::Relaxed);
             continue;
         }
         let url = server.join(&format!("buildid/{hex}/debuginfo"));
@@ -119,6 +159,7 @@ pub fn fetch<T>(
             Ok(Got::Body(_)) => {}
             Ok(Got::NotFound) => continue,
             Err(why) => {
+                UNSURE.store(true, Ordering::Relaxed);
                 say_once(&key, || format!("debuginfod server {key}: {why}; not asked again"));
                 continue;
             }
@@ -127,6 +168,7 @@ pub fn fetch<T>(
         let file = match accept(data) {
             Ok(file) => file,
             Err(why) => {
+                UNSURE.store(true, Ordering::Relaxed);
                 crate::say!(
                     "tp: debuginfod server {}: the file it sent for `{}` is not its debug file: {}",
                     text(&key),

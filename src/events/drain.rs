@@ -8,8 +8,10 @@
 
 use anyhow::Result;
 
-use super::RawEvent;
-use crate::probe::layout::{Event, Header, SlotHead};
+use std::collections::HashMap;
+
+use super::{Kind, RawEvent};
+use crate::probe::layout::{self, Event, Header, SlotHead, event_kind};
 use crate::probe::region::Region;
 
 /// Offsets of `key`, `head` and `tail` in a slot.
@@ -27,6 +29,11 @@ pub fn pid_of_key(key: u64) -> u32 {
 pub struct Drainer {
     /// Events read so far.
     pub read: u64,
+    /// Per ring slot, the registers of an [`event_kind::ARGS_MORE`] event
+    /// read last, waiting for the entry that follows it (which its thread
+    /// may not have published yet): the slot's key, the probe, the
+    /// timestamp, the two registers.
+    more: HashMap<u64, (u64, u32, u64, [u64; 2])>,
 }
 
 impl Drainer {
@@ -55,14 +62,16 @@ impl Drainer {
             // After `head` (acquire): a slot's owner claims it before its
             // first event, and tp frees it only once drained and its
             // process has ended, so these events are the key's process's.
-            let pid = pid_of_key(region.load_u64(off + KEY));
+            let key = region.load_u64(off + KEY);
+            let pid = pid_of_key(key);
             let unread = head.wrapping_sub(tail).min(ring_len);
             // The event of this ring that stack records belong to.
             let mut owner: Option<usize> = None;
             for k in head.wrapping_sub(unread)..head {
                 let e: Event = region.get(h.event_off(off, k));
-                if (e.probe >> crate::probe::layout::KIND_SHIFT) as u8 == crate::probe::layout::event_kind::STACK {
-                    let n = (e.probe & 0xff).min(crate::probe::layout::STACK_WORDS_PER_EVENT) as usize;
+                let kind = (e.probe >> layout::KIND_SHIFT) as u8;
+                if kind == event_kind::STACK {
+                    let n = (e.probe & 0xff).min(layout::STACK_WORDS_PER_EVENT) as usize;
                     if let Some(ev) = owner.and_then(|i| out.get_mut(i))
                         && (ev.stack.1 as usize) + n <= super::stacks::MAX_WORDS
                     {
@@ -75,8 +84,22 @@ impl Drainer {
                     }
                     continue;
                 }
+                let probe = e.probe & layout::PROBE_MASK;
+                if kind == event_kind::ARGS_MORE {
+                    self.more.insert(off, (key, probe, e.tsc, [e.v[0], e.v[1]]));
+                    continue;
+                }
                 owner = None;
-                if let Some(r) = RawEvent::decode(&e, pid) {
+                let more = self.more.remove(&off);
+                if let Some(mut r) = RawEvent::decode(&e, pid) {
+                    // The registers after the sixth come just before their
+                    // entry, with its timestamp; if the entry was lost (its
+                    // ring was full), they are dropped with it.
+                    if let Some((k, p, tsc, regs)) = more
+                        && (k, p, tsc, r.kind) == (key, probe, e.tsc, Kind::Entry)
+                    {
+                        r.v[6..].copy_from_slice(&regs);
+                    }
                     out.push(r);
                     owner = Some(out.len() - 1);
                 }

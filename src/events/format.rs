@@ -1,7 +1,7 @@
 //! Giving events names and typed values. With DWARF, parameters get their
 //! names and are shown by type (signed and unsigned integers, bool, char,
 //! pointers in hex, `char *` as a string read from the target); without it,
-//! the argument registers are shown as `arg0`..`arg5` in hex.
+//! the argument registers are shown as `arg0`... in hex (as many as the ABI passes in registers).
 //!
 //! A static probe's event records its note's arguments instead, each
 //! shown by the size and sign its note gives (an unsigned 8-byte value,
@@ -87,14 +87,9 @@ impl Value {
     }
 }
 
-/// The named arguments of an entry event, from its argument registers.
-pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<String>) -> Vec<(String, Value)> {
-    if let Some(ops) = &info.operands {
-        return static_args(ops, regs);
-    }
-    let Some(f) = &info.dwarf else {
-        return regs.iter().enumerate().map(|(i, &r)| (format!("arg{i}"), Value::Hex(r))).collect();
-    };
+/// Which recorded integer argument register holds each parameter of `f`
+/// ([`Arch::arg_registers`] for its ABI), from its DWARF types.
+fn registers_of(f: &crate::symbols::dwarf::DwFunction) -> Vec<Option<usize>> {
     // Go's strings and slices (DWARF structs named `string`, `[]T`) are
     // words in a row, passed as such.
     let go_words = |p: &crate::symbols::dwarf::Param| {
@@ -114,9 +109,36 @@ pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<
             _ => ParamClass::Scalar,
         })
         .collect();
+    Host::arg_registers(f.abi, &classes)
+}
+
+/// How many integer argument registers an entry of the function `info`
+/// describes must record to show its arguments: up to the last one a
+/// parameter is in, or all [`Arch::ARG_REGS`] without DWARF (then they are
+/// shown as `arg0`...).
+pub fn registers_needed(info: &ProbeInfo) -> usize {
+    if let Some(ops) = &info.operands {
+        return ops.as_slice().len();
+    }
+    match &info.dwarf {
+        None => Host::ARG_REGS,
+        Some(f) => registers_of(f).into_iter().flatten().map(|r| r + 1).max().unwrap_or(0),
+    }
+}
+
+/// The named arguments of an entry event, from its argument registers
+/// ([`Arch::ARG_REGS`] of them recorded).
+pub fn args(info: &ProbeInfo, regs: &[u64; 8], read_str: &dyn Fn(u64) -> Option<String>) -> Vec<(String, Value)> {
+    if let Some(ops) = &info.operands {
+        return static_args(ops, regs);
+    }
+    let Some(f) = &info.dwarf else {
+        let recorded = &regs[..Host::ARG_REGS.min(regs.len())];
+        return recorded.iter().enumerate().map(|(i, &r)| (format!("arg{i}"), Value::Hex(r))).collect();
+    };
     f.params
         .iter()
-        .zip(Host::arg_registers(f.abi, &classes))
+        .zip(registers_of(f))
         .map(|(p, reg)| {
             let value = match reg.and_then(|i| regs.get(i)) {
                 Some(&r) => Value::of(&p.ty, p.size, r, read_str),
@@ -129,7 +151,7 @@ pub fn args(info: &ProbeInfo, regs: &[u64; 6], read_str: &dyn Fn(u64) -> Option<
 
 /// A static probe's arguments `arg0`… from its recorded words, each kept to
 /// its size and sign-extended when signed.
-fn static_args(ops: &Operands, regs: &[u64; 6]) -> Vec<(String, Value)> {
+fn static_args(ops: &Operands, regs: &[u64]) -> Vec<(String, Value)> {
     ops.as_slice()
         .iter()
         .zip(regs)
@@ -214,7 +236,7 @@ mod tests {
             ],
             Some(Type::Signed(8)),
         );
-        let regs = [0xffff_ffff_ffff_fffb, 1, b'x' as u64, 0x1000, 0x2000, 0x1_ffff];
+        let regs = [0xffff_ffff_ffff_fffb, 1, b'x' as u64, 0x1000, 0x2000, 0x1_ffff, 0, 0];
         let read = |p: u64| (p == 0x1000).then(|| "hello".to_string());
         let a = args(&i, &regs, &read);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
@@ -233,9 +255,12 @@ mod tests {
             ],
             None,
         );
-        let a = args(&i, &[7, 8, 9, 0, 0, 0], &no_strings);
+        let a = args(&i, &[7, 8, 9, 0, 0, 0, 0, 0], &no_strings);
         let vals: Vec<&Value> = a.iter().map(|(_, v)| v).collect();
-        assert_eq!(vals, [&Value::Unknown, &Value::Int(7), &Value::Unknown, &Value::Unknown]);
+        // `big` is in memory (System V) or passed by reference, taking the
+        // first register (AAPCS64): `a` is in the next one.
+        let at = Host::arg_registers(Abi::C, &[ParamClass::Aggregate(Some(32)), ParamClass::Scalar])[1].unwrap();
+        assert_eq!(vals, [&Value::Unknown, &Value::Int(7 + at as i64), &Value::Unknown, &Value::Unknown]);
         assert_eq!(ret(&i, 5, &no_strings), None, "void");
     }
 
@@ -259,17 +284,19 @@ mod tests {
             None,
             Abi::Go,
         );
-        // s: words 0, 1; n: 2; b: 3, 4, 5; k: 6 and p: 7, not recorded.
-        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3], &no_strings);
+        // s: words 0, 1; n: 2; b: 3, 4, 5; k: 6 and p: 7, recorded only
+        // where eight registers are (arm64; amd64 records six).
+        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3, 7, 0x3000], &no_strings);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
-        assert_eq!(text, ["s=?", "n=42", "f=?", "b=?", "k=?", "p=?"]);
+        let (k, p) = if Host::ARG_REGS > 6 { ("k=7", "p=0x3000") } else { ("k=?", "p=?") };
+        assert_eq!(text, ["s=?", "n=42", "f=?", "b=?", k, p]);
         // A struct of unknown makeup ends what can be told.
         let i = info_abi(
             vec![param("a", Type::Signed(8), 8), param("st", Type::Other, 16), param("c", Type::Signed(8), 8)],
             None,
             Abi::Go,
         );
-        let vals: Vec<Value> = args(&i, &[1, 2, 3, 4, 5, 6], &no_strings).into_iter().map(|(_, v)| v).collect();
+        let vals: Vec<Value> = args(&i, &[1, 2, 3, 4, 5, 6, 7, 8], &no_strings).into_iter().map(|(_, v)| v).collect();
         assert_eq!(vals, [Value::Int(1), Value::Unknown, Value::Unknown]);
     }
 
@@ -286,15 +313,17 @@ mod tests {
         ];
         let i =
             ProbeInfo { name: "usdt:p:n".into(), module: "m".into(), dwarf: None, operands: Some(Operands::new(&ops)) };
-        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0], &no_strings);
+        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0, 0, 0], &no_strings);
         assert_eq!(call_text("usdt:p:n", &a), "usdt:p:n(arg0=-5, arg1=0x7f001234, arg2=5, arg3=-1, arg4=?)");
     }
 
     #[test]
     fn without_dwarf_registers_are_hex() {
         let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None };
-        let a = args(&i, &[1, 2, 3, 4, 5, 255], &no_strings);
-        assert_eq!(call_text("g", &a), "g(arg0=0x1, arg1=0x2, arg2=0x3, arg3=0x4, arg4=0x5, arg5=0xff)");
+        let a = args(&i, &[1, 2, 3, 4, 5, 255, 7, 8], &no_strings);
+        let all = ["arg0=0x1", "arg1=0x2", "arg2=0x3", "arg3=0x4", "arg4=0x5", "arg5=0xff", "arg6=0x7", "arg7=0x8"];
+        assert_eq!(call_text("g", &a), format!("g({})", all[..Host::ARG_REGS].join(", ")));
+        assert_eq!(registers_needed(&i), Host::ARG_REGS);
         assert_eq!(ret(&i, 42, &no_strings), Some(Value::Hex(42)));
     }
 }

@@ -38,9 +38,11 @@ pub struct RawEvent {
     pub tid: u32,
     /// Counter value when it happened.
     pub tsc: u64,
-    /// Entry: argument registers. Exit: return value, entry counter value,
-    /// second return register, counter ticks tp spent inside the call.
-    pub v: [u64; 6],
+    /// Entry: argument registers (the last two only where the entry had
+    /// an event of [`event_kind::ARGS_MORE`] before it, else 0). Exit:
+    /// return value, entry counter value, second return register, counter
+    /// ticks tp spent inside the call.
+    pub v: [u64; 8],
     /// The words of the stack recorded with it (`--stack`): where they
     /// start in the drain's word buffer and how many there are.
     pub stack: (u32, u32),
@@ -48,7 +50,8 @@ pub struct RawEvent {
 
 impl RawEvent {
     /// Decodes an event recorded by process `pid`; None for a kind this tp
-    /// does not know.
+    /// does not know (and for [`event_kind::ARGS_MORE`], which the drain
+    /// joins to the entry it belongs to).
     pub fn decode(e: &layout::Event, pid: u32) -> Option<RawEvent> {
         let kind = match (e.probe >> layout::KIND_SHIFT) as u8 {
             event_kind::ENTRY => Kind::Entry,
@@ -56,7 +59,9 @@ impl RawEvent {
             event_kind::UNWOUND => Kind::Unwound,
             _ => return None,
         };
-        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v: e.v, stack: (0, 0) })
+        let mut v = [0; 8];
+        v[..6].copy_from_slice(&e.v);
+        Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v, stack: (0, 0) })
     }
 
     /// For exits and unwinds, the counter value at the call's entry.
@@ -84,9 +89,10 @@ mod tests {
         let e = layout::Event { probe: (2 << 24) | 7, tid: 42, tsc: 100, v: [5, 90, 0, 0, 0, 0] };
         let r = RawEvent::decode(&e, 12).unwrap();
         assert_eq!((r.kind, r.probe, r.pid, r.tid, r.entry_tsc()), (Kind::Exit, 7, 12, 42, 90));
-        let nested = RawEvent { v: [5, 90, 0, 4, 0, 0], ..r };
+        let nested = RawEvent { v: [5, 90, 0, 4, 0, 0, 0, 0], ..r };
         assert_eq!(nested.timed_from(), 94, "tp's own ticks inside the call do not count");
-        assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0], ..r }.timed_from(), 100, "never after the exit");
+        assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0, 0, 0], ..r }.timed_from(), 100, "never after the exit");
         assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }, 12).is_none());
+        assert!(RawEvent::decode(&layout::Event { probe: 4 << 24, ..e }, 12).is_none(), "joined by the drain");
     }
 }

@@ -8,15 +8,16 @@
 //!
 //! The frames live in the process's private area (see
 //! [`layout::ThreadState`]), read through the process's memory: every
-//! value is the target's and is checked before use. A slot is written only
+//! value is the target's and is checked before use. A word is written only
 //! if it still holds a trampoline of one of the region's arenas, which
-//! only tp ever puts there.
+//! only tp ever puts there: the frame's slot, or on AArch64 where the
+//! function saved its link register ([`Arch::frame_home`]).
 
 use anyhow::Result;
 
 use super::layout::{self, Frame, ThreadState};
 use super::region::Region;
-use crate::arch::{Arch, Host};
+use crate::arch::{Arch, FrameHome, Host};
 use crate::process::memory::Memory;
 
 /// The trampolines of the region's arenas: each runtime block has two, the
@@ -35,9 +36,13 @@ fn trampolines(region: &Region) -> Vec<u64> {
 }
 
 /// Puts back every return address a return probe replaced in the stopped
-/// process `mem`, and empties its shadow stacks. Call it only with every
-/// thread stopped, none of them in tp's code, and no probe left that
-/// records returns. Returns how many calls will not report their return.
+/// process `mem`, and empties its shadow stacks of all frames but those
+/// whose return address tp cannot put back ([`FrameHome::Kept`]: kept in a
+/// register, or signed with the process's key): those calls return through
+/// the trampoline, which the stack scan of [`super::remove::check_unused`]
+/// then finds, so tp's memory stays. Call it only with every thread
+/// stopped, none of them in tp's code, and no probe left that records
+/// returns. Returns how many calls will not report their return.
 pub fn give_back(mem: &Memory, region: &Region) -> Result<u64> {
     let tramps = trampolines(region);
     if tramps.is_empty() {
@@ -58,16 +63,28 @@ pub fn give_back(mem: &Memory, region: &Region) -> Result<u64> {
         }
         let depth = t.depth.min(layout::SHADOW_LEN) as u64;
         let Ok(frames) = mem.read_vec(at + head, (depth * frame) as usize) else { continue };
-        for f in frames.chunks_exact(frame as usize).rev() {
-            let f: Frame = layout::from_bytes(f);
+        let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
+        let mut kept: Vec<&[u8]> = Vec::new();
+        for raw in frames.chunks_exact(frame as usize) {
+            let f: Frame = layout::from_bytes(raw);
             if !tramps.contains(&f.tramp) {
                 continue;
             }
-            if mem.read_u64(f.slot).is_ok_and(|v| v == f.tramp) && mem.write(f.slot, &f.ret.to_le_bytes()).is_ok() {
-                given += 1;
+            match Host::frame_home(f.slot, f.ra_at, f.tramp, &read) {
+                FrameHome::At(home) => {
+                    if mem.write(home, &f.ret.to_le_bytes()).is_ok() {
+                        given += 1;
+                    }
+                }
+                FrameHome::Dead => {}
+                FrameHome::Kept => kept.push(raw),
             }
         }
-        mem.write(at + depth_off, &0u32.to_le_bytes())?;
+        // The frames kept move down, in their order, before the depth shrinks.
+        for (k, raw) in kept.iter().enumerate() {
+            mem.write(at + head + k as u64 * frame, raw)?;
+        }
+        mem.write(at + depth_off, &(kept.len() as u32).to_le_bytes())?;
     }
     Ok(given)
 }

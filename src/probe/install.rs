@@ -405,6 +405,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         slot_bits: h.slot_bits,
         stride_shift: h.stride_shift,
         abi: req.abi,
+        return_saved_below: req.return_saved_below,
         operands: req.operands,
     }
 }

@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 7;
+pub const VERSION: u32 = 8;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -471,8 +471,16 @@ shared_struct! {
         pub tramp: u64,
         /// The slot's `overhead` when the call began.
         pub overhead: u64,
+        /// Where the function keeps its return address while it calls
+        /// others, where a call leaves it in a register (AArch64's link
+        /// register, which the function saves in its frame): the runtime
+        /// checks there that the frame is live and puts the address back
+        /// when unwinding starts. 0 where the slot itself holds it
+        /// (x86-64), or where it is not known (see the architecture's
+        /// runtime.h).
+        pub ra_at: u64,
         /// Padding.
-        pub pad2: [u64; 2],
+        pub pad2: u64,
     }
 }
 
@@ -486,19 +494,26 @@ shared_struct! {
         pub tid: u32,
         /// Timestamp (cycle counter).
         pub tsc: u64,
-        /// Entry: the six integer argument registers. Exit: return value,
-        /// entry timestamp, second return register, ticks tp spent in probes
-        /// of the functions the call made.
-        pub v: [u64; 6],
+        /// Entry: the first six integer argument registers. Exit: return
+        /// value, entry timestamp, second return register, ticks tp spent in
+        /// probes of the functions the call made.
+        pub v: [u64; ENTRY_REGS],
     }
 }
+
+/// Integer argument registers an entry event holds; an ABI that passes
+/// more in registers records the rest in an event before it
+/// ([`event_kind::ARGS_MORE`]).
+pub const ENTRY_REGS: usize = 6;
 
 /// Where an event's kind ([`event_kind`]) sits in [`Event::probe`], and
 /// where the flags ([`entry_flags`]) sit in the word passed to `tp_entry`:
 /// above the probe index.
 pub const KIND_SHIFT: u32 = 24;
-/// The probe index in [`Event::probe`] and in the word passed to `tp_entry`.
-pub const PROBE_MASK: u32 = (1 << KIND_SHIFT) - 1;
+/// The probe index in [`Event::probe`] and in the word passed to `tp_entry`
+/// (whose top bit below the kind is [`entry_flags::RECORD_MORE`]: no
+/// index reaches it, [`MAX_CAPACITY`] being far smaller).
+pub const PROBE_MASK: u32 = (1 << (KIND_SHIFT - 1)) - 1;
 
 /// Event kinds (the top byte of [`Event::probe`]).
 pub mod event_kind {
@@ -512,6 +527,10 @@ pub mod event_kind {
     /// ring: the probe field's low bits say how many (1 to
     /// [`super::STACK_WORDS_PER_EVENT`]), held in `tsc` and `v`.
     pub const STACK: u8 = 4;
+    /// The integer argument registers after the sixth (AArch64's seventh
+    /// and eighth, in `v[0]` and `v[1]`), of the entry event that follows
+    /// it in the same ring with the same timestamp.
+    pub const ARGS_MORE: u8 = 5;
 }
 
 /// Words of a stack one [`Event`] of kind [`event_kind::STACK`] carries.
@@ -755,6 +774,12 @@ pub mod entry_flags {
     pub const AGGREGATE: u32 = 1 << (super::KIND_SHIFT + 6);
     /// Count the call by the value of an argument ([`super::ProbeConfig::by`]).
     pub const BY: u32 = 1 << (super::KIND_SHIFT + 7);
+    /// Record the argument registers after the sixth too, in an event of
+    /// their own before the entry's ([`super::event_kind::ARGS_MORE`]):
+    /// where the ABI passes more than six integer arguments in registers
+    /// and the function may have more than six. Below the other flags,
+    /// in the probe index's top bit, which no index uses.
+    pub const RECORD_MORE: u32 = 1 << (super::KIND_SHIFT - 1);
 }
 
 /// The constants runtime.c shares, by the names build.rs gives them in its
@@ -763,6 +788,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_ENTRY", event_kind::ENTRY as u64),
     ("TP_EXIT", event_kind::EXIT as u64),
     ("TP_UNWOUND", event_kind::UNWOUND as u64),
+    ("TP_ARGS_MORE", event_kind::ARGS_MORE as u64),
     ("TP_KIND_SHIFT", KIND_SHIFT as u64),
     ("TP_PROBE_MASK", PROBE_MASK as u64),
     ("TP_RECORD_ENTRY", entry_flags::RECORD_ENTRY as u64),
@@ -810,6 +836,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGG_PROBES", AGG_PROBES as u64),
     ("TP_AGG_BY_BITS", AGG_BY_BITS as u64),
     ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
+    ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
     ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),
@@ -853,7 +880,7 @@ const _: () = assert!(std::mem::size_of::<ThreadState>() == 128);
 const _: () = assert!(std::mem::offset_of!(ThreadState, tid_at) + 8 <= 64);
 const _: () = assert!(std::mem::size_of::<Proc>() as u64 <= PROC_PAGE);
 const _: () = assert!(CLAIMED_WORDS * 64 == 1 << EVENT_SLOT_BITS);
-const _: () = assert!(event_kind::UNWOUND as u32 <= u32::MAX >> KIND_SHIFT);
+const _: () = assert!(event_kind::ARGS_MORE as u32 <= u32::MAX >> KIND_SHIFT);
 const _: () = assert!(
     (entry_flags::RECORD_ENTRY
         | entry_flags::HIJACK_RETURN
@@ -862,7 +889,8 @@ const _: () = assert!(
         | entry_flags::FILTER
         | entry_flags::FILTER_EXIT
         | entry_flags::AGGREGATE
-        | entry_flags::BY)
+        | entry_flags::BY
+        | entry_flags::RECORD_MORE)
         & PROBE_MASK
         == 0
 );
@@ -978,6 +1006,10 @@ pub mod kind {
     pub const AGGREGATE: u32 = 128;
     /// Counts calls per value of an argument in the region (`--by`).
     pub const BY: u32 = 256;
+    /// With [`ARGS`]: the function may have more integer arguments in
+    /// registers than six, as AArch64 passes (eight), and its entries
+    /// record them too.
+    pub const ARGS_MORE: u32 = 512;
     /// Whatever makes a probe call the runtime at a function's entry.
     pub const CALLS_AT_ENTRY: u32 = ARGS | RET | STACK | BY;
 }
@@ -1005,6 +1037,9 @@ pub fn entry_word(index: u32, k: u32) -> u32 {
         if k & bit != 0 {
             word |= flag;
         }
+    }
+    if k & kind::ARGS != 0 && k & kind::ARGS_MORE != 0 {
+        word |= entry_flags::RECORD_MORE;
     }
     word
 }
@@ -1424,6 +1459,8 @@ mod tests {
         assert_eq!(entry_word(3, kind::COUNT), 3);
         assert_eq!(entry_word(3, kind::ARGS | kind::RET), 3 | entry_flags::RECORD_ENTRY | entry_flags::HIJACK_RETURN);
         assert_eq!(entry_word(7, kind::RET | kind::SAMPLE), 7 | entry_flags::HIJACK_RETURN | entry_flags::SAMPLE);
+        let more = kind::ARGS | kind::ARGS_MORE;
+        assert_eq!(entry_word(2, more), 2 | entry_flags::RECORD_ENTRY | entry_flags::RECORD_MORE);
         assert_eq!(entry_word(PROBE_MASK, kind::UNWIND) & PROBE_MASK, PROBE_MASK);
     }
 

@@ -45,6 +45,11 @@ pub struct Request {
     pub kind: u32,
     /// The function's calling convention: which registers an entry event records.
     pub abi: Abi,
+    /// How far below its stack pointer at entry the function saves the
+    /// register holding its return address, where a call leaves it in one
+    /// (from the module's call frame information; see
+    /// [`crate::arch::DetourSpec::return_saved_below`]).
+    pub return_saved_below: Option<u32>,
     /// A static probe's arguments, which its entry events record instead.
     pub operands: Option<Operands>,
     /// A static probe's semaphore (runtime address of a u16 the program

@@ -112,11 +112,13 @@ pub fn thread_stack_words(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>:
     stack_words(mem, maps, sp, max)
 }
 
-/// A stopped thread's PC followed by every word of its used stack: where it
-/// runs, and everything it may return or jump to later (return addresses,
-/// signal frames).
+/// A stopped thread's PC, its return register (where a call leaves the
+/// return address in one) and every word of its used stack: where it runs,
+/// and everything it may return or jump to later (return addresses, signal
+/// frames), as code addresses ([`Arch::code_address`]: signed ones too).
 pub fn pc_and_stack(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs) -> Vec<u64> {
     let mut words = vec![Host::pc(regs)];
+    words.extend(Host::return_register(regs));
     words.extend(thread_stack_words(mem, maps, regs, u64::MAX));
-    words
+    words.into_iter().map(Host::code_address).collect()
 }

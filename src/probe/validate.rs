@@ -37,7 +37,8 @@ const KINDS: u32 = kind::COUNT
     | kind::FILTER
     | kind::FILTER_EXIT
     | kind::AGGREGATE
-    | kind::BY;
+    | kind::BY
+    | kind::ARGS_MORE;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is

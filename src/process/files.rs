@@ -68,13 +68,64 @@ pub fn open_regular(path: &Path) -> io::Result<(File, u64)> {
 
 /// The whole of a regular file of at most [`MAX_FILE`] bytes (see [`open_regular`]).
 pub fn read_regular(path: &Path) -> io::Result<Vec<u8>> {
+    Ok(read_identified(path)?.0)
+}
+
+/// What tells one version of a file from any other: the inode (device and
+/// number), the size, and the times of the last change of its contents and
+/// of its inode. The kernel sets the change time on every write and never
+/// lets a user set it, so a file whose identity is unchanged has the same
+/// bytes (but within one tick of the kernel's clock: see [`FileId::settled`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FileId {
+    /// Device.
+    pub dev: u64,
+    /// Inode number.
+    pub ino: u64,
+    /// Size in bytes.
+    pub size: u64,
+    /// Last modification: seconds and nanoseconds.
+    pub mtime: (i64, i64),
+    /// Last status change: seconds and nanoseconds.
+    pub ctime: (i64, i64),
+}
+
+impl FileId {
+    /// The identity `meta` describes.
+    pub fn of(meta: &Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    /// True if the file has not changed for a while before `now` (seconds
+    /// since the epoch): a change within the same tick of the kernel's
+    /// coarse clock as a read would leave the times as they were, so a file
+    /// changed a moment ago may hold other bytes than those read under the
+    /// same identity.
+    pub fn settled(&self, now: i64) -> bool {
+        self.mtime.0.max(self.ctime.0) + 2 < now
+    }
+}
+
+/// [`read_regular`], and the identity of the file read if it was the same
+/// before and after the read (a file that changed meanwhile has none).
+pub fn read_identified(path: &Path) -> io::Result<(Vec<u8>, Option<FileId>)> {
     let (file, len) = open_regular(path)?;
+    let before = file.metadata().ok().map(|m| FileId::of(&m));
     let mut data = Vec::with_capacity(len as usize);
-    file.take(MAX_FILE + 1).read_to_end(&mut data)?;
+    (&file).take(MAX_FILE + 1).read_to_end(&mut data)?;
     if data.len() as u64 > MAX_FILE {
         return Err(too_big(data.len() as u64));
     }
-    Ok(data)
+    let after = file.metadata().ok().map(|m| FileId::of(&m));
+    let id = before.filter(|b| Some(*b) == after && b.size == data.len() as u64);
+    Ok((data, id))
 }
 
 fn too_big(len: u64) -> io::Error {
@@ -98,6 +149,17 @@ mod tests {
             assert!(err.to_string().contains(what), "{path}: {err}");
         }
         assert_eq!(read_regular(Path::new("/nonexistent/x")).unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn a_file_read_has_the_identity_stat_gives() {
+        let exe = std::env::current_exe().unwrap();
+        let (data, id) = read_identified(&exe).unwrap();
+        let id = id.expect("the test binary does not change while it runs");
+        assert_eq!(id, FileId::of(&std::fs::metadata(&exe).unwrap()));
+        assert_eq!(id.size, data.len() as u64);
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
+        assert!(!id.settled(id.ctime.0) && id.settled(now.max(id.ctime.0 + 3)));
     }
 
     #[test]

@@ -17,6 +17,8 @@ use std::fmt;
 
 use nix::unistd::Pid;
 
+use crate::arch::BlockedIn;
+
 pub use maps::Mapping;
 
 /// A condition about the target process that a user can act on.
@@ -95,6 +97,44 @@ pub struct Status {
     pub tracer_pid: i32,
     /// The process (thread group) the thread belongs to.
     pub tgid: i32,
+}
+
+/// The syscall thread `tid` of `pid` is blocked in, from
+/// `/proc/PID/task/TID/syscall` (`NR ARG1..ARG6 SP PC` in hex): None if it
+/// runs, is in none, or the file cannot be read.
+pub fn blocked_in(pid: i32, tid: i32) -> Option<BlockedIn> {
+    parse_blocked_in(&std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall")).ok()?)
+}
+
+/// Parses the text of `/proc/PID/task/TID/syscall`.
+pub fn parse_blocked_in(text: &str) -> Option<BlockedIn> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let hex = |w: &str| u64::from_str_radix(w.strip_prefix("0x")?, 16).ok();
+    let nr: i64 = words.first()?.parse().ok()?;
+    if nr < 0 || words.len() != 9 {
+        return None;
+    }
+    let mut args = [0u64; 6];
+    for (a, w) in args.iter_mut().zip(&words[1..7]) {
+        *a = hex(w)?;
+    }
+    Some(BlockedIn { nr: nr as u64, args, sp: hex(words[7])?, pc: hex(words[8])? })
+}
+
+/// True if a signal is pending for thread `tid` of `pid` (for it or its
+/// process), or among `also` (signals tp holds back to deliver), not
+/// blocked by it, with a handler installed: when the thread goes on, that
+/// handler runs.
+pub fn handler_pending(pid: i32, tid: i32, also: &[i32]) -> bool {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { return false };
+    let mask = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let held = also.iter().filter(|&&s| (1..=64).contains(&s)).fold(0u64, |m, &s| m | 1 << (s - 1));
+    (mask("SigPnd") | mask("ShdPnd") | held) & !mask("SigBlk") & mask("SigCgt") != 0
 }
 
 /// Parses the fields tp needs from the text of `/proc/PID/status`.
@@ -231,6 +271,16 @@ pub fn has_exited(pid: i32, grace: std::time::Duration) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocked_in_reads_the_syscall_its_arguments_and_where() {
+        let text = "22 0x5 0xffffd0f0 0x1 0xffffffffffffffff 0x0 0x8 0xffffd0a0 0xaaaab6c4a104\n";
+        let b = parse_blocked_in(text).unwrap();
+        assert_eq!((b.nr, b.args, b.sp, b.pc), (22, [5, 0xffffd0f0, 1, u64::MAX, 0, 8], 0xffffd0a0, 0xaaaab6c4a104));
+        assert_eq!(parse_blocked_in("running\n"), None);
+        assert_eq!(parse_blocked_in("-1 0xffffd0a0 0xaaaab6c4a104\n"), None);
+        assert_eq!(parse_blocked_in("22 0x5\n"), None);
+    }
 
     #[test]
     fn parses_status_fields() {

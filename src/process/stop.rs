@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 
 use super::ProcessError;
 use super::ptrace::{self, Wait};
-use crate::arch::{Arch, Host};
+use crate::arch::{Arch, BlockedIn, Host};
 
 /// How long tp waits for another tp to let go of the target.
 const ANOTHER_TP_PATIENCE: Duration = Duration::from_secs(5);
@@ -36,6 +36,14 @@ pub struct StoppedThread {
     confirmed: bool,
     /// Signals that arrived while tp worked with the thread, to deliver on release.
     deferred: Vec<i32>,
+    /// The syscall it was blocked in just before the interrupt, where the
+    /// architecture needs it to restart a wait the stop interrupted
+    /// ([`Arch::RESTART_NEEDS_BLOCKED_IN`]).
+    blocked_in: Option<BlockedIn>,
+    /// Its registers before tp made it restart such a wait itself: put back
+    /// on release if a signal handler is to run first (then the program
+    /// gets its EINTR, as the kernel's ERESTARTNOHAND would give it).
+    unrestarted: Option<<Host as Arch>::Regs>,
 }
 
 /// Threads of a process, stopped under ptrace. Dropping it resumes them.
@@ -65,7 +73,10 @@ impl Stopped {
     pub fn adopt(pid: i32) -> Stopped {
         let mut stopped = Stopped::none(pid);
         let tid = Pid::from_raw(pid);
-        stopped.threads.insert(pid, StoppedThread { tid, confirmed: true, deferred: Vec::new() });
+        stopped.threads.insert(
+            pid,
+            StoppedThread { tid, confirmed: true, deferred: Vec::new(), blocked_in: None, unrestarted: None },
+        );
         stopped.worker = Some(tid);
         stopped.kill_on_drop = true;
         stopped
@@ -97,6 +108,7 @@ impl Stopped {
         if !stopped.seize(worker)? {
             bail!(ProcessError::Exited(pid));
         }
+        stopped.note_blocked_in(worker);
         let _ = ptrace::interrupt(worker);
         let mut cloned = Vec::new();
         stopped.settle(worker, &mut cloned)?;
@@ -138,6 +150,9 @@ impl Stopped {
             }
             self.world_stopped_at.get_or_insert_with(Instant::now);
             for &tid in &seized {
+                self.note_blocked_in(tid);
+            }
+            for &tid in &seized {
                 // A thread that vanished between seize and interrupt shows up in wait.
                 let _ = ptrace::interrupt(tid);
             }
@@ -153,6 +168,19 @@ impl Stopped {
         self.world_stopped_at.get_or_insert_with(Instant::now);
         crate::fault::point("after-seize");
         Ok(())
+    }
+
+    /// Remembers the syscall `tid` is blocked in, where the architecture
+    /// needs it ([`Arch::RESTART_NEEDS_BLOCKED_IN`]); call it right before
+    /// the interrupt.
+    fn note_blocked_in(&mut self, tid: Pid) {
+        if !Host::RESTART_NEEDS_BLOCKED_IN {
+            return;
+        }
+        let blocked = super::blocked_in(self.pid, tid.as_raw());
+        if let Some(t) = self.threads.get_mut(&tid.as_raw()) {
+            t.blocked_in = blocked;
+        }
     }
 
     /// PTRACE_SEIZE; false if the thread is gone. Another tp holds a target
@@ -175,7 +203,10 @@ impl Stopped {
         match ptrace::seize(tid, libc::PTRACE_O_TRACECLONE) {
             Ok(()) => {
                 // Held from here on, so that an error below still detaches it.
-                self.threads.insert(tid.as_raw(), StoppedThread { tid, confirmed: false, deferred: Vec::new() });
+                self.threads.insert(
+                    tid.as_raw(),
+                    StoppedThread { tid, confirmed: false, deferred: Vec::new(), blocked_in: None, unrestarted: None },
+                );
                 Ok(true)
             }
             Err(e) if ptrace::is_gone(&e) => Ok(false),
@@ -186,7 +217,16 @@ impl Stopped {
                 // that let go since gets one more try.
                 let st = super::status(pid)?;
                 if st.tracer_pid == 0 && ptrace::seize(tid, libc::PTRACE_O_TRACECLONE).is_ok() {
-                    self.threads.insert(tid.as_raw(), StoppedThread { tid, confirmed: false, deferred: Vec::new() });
+                    self.threads.insert(
+                        tid.as_raw(),
+                        StoppedThread {
+                            tid,
+                            confirmed: false,
+                            deferred: Vec::new(),
+                            blocked_in: None,
+                            unrestarted: None,
+                        },
+                    );
                     return Ok(true);
                 }
                 if st.tracer_pid != 0 && st.tracer_pid != std::process::id() as i32 {
@@ -230,7 +270,11 @@ impl Stopped {
             match ptrace::wait(tid)? {
                 Wait::Gone => return Ok(false),
                 Wait::Event { event: ptrace::EVENT_STOP, .. } => {
-                    restart_interrupted_wait(tid);
+                    let blocked = self.threads.get_mut(&tid.as_raw()).and_then(|t| t.blocked_in.take());
+                    let before = restart_interrupted_wait(self.pid, tid, blocked);
+                    if let Some(t) = self.threads.get_mut(&tid.as_raw()) {
+                        t.unrestarted = before;
+                    }
                     return Ok(true);
                 }
                 Wait::Event { event: ptrace::EVENT_CLONE, .. } => {
@@ -240,6 +284,8 @@ impl Stopped {
                             tid: child,
                             confirmed: false,
                             deferred: Vec::new(),
+                            blocked_in: None,
+                            unrestarted: None,
                         });
                         cloned.push(child);
                     }
@@ -342,6 +388,13 @@ fn release_threads(pid: i32, threads: &[StoppedThread]) {
             }
             continue;
         }
+        // A wait tp restarts itself is left interrupted after all if a
+        // signal handler runs first (a signal came while tp held the thread).
+        if let Some(before) = &t.unrestarted
+            && super::handler_pending(pid, t.tid.as_raw(), &t.deferred)
+        {
+            let _ = Host::set_regs(t.tid, before);
+        }
         // The first deferred signal goes with the detach (the thread sits in a
         // signal-delivery stop after tp's single-steps); any others are re-sent.
         let first = t.deferred.first().copied().unwrap_or(0);
@@ -359,13 +412,18 @@ fn release_threads(pid: i32, threads: &[StoppedThread]) {
 
 /// Our interrupt woke a thread out of a wait that would now return EINTR
 /// (epoll_wait): make the kernel restart it instead, unless a signal handler
-/// runs first. Best effort: a thread that vanished needs nothing.
-fn restart_interrupted_wait(tid: Pid) {
-    if let Ok(mut regs) = Host::get_regs(tid)
-        && Host::restart_interrupted_wait(&mut regs)
-    {
+/// runs first. Best effort: a thread that vanished needs nothing. Returns
+/// the registers before, where tp (not the kernel) restarts the wait: see
+/// [`StoppedThread::unrestarted`].
+fn restart_interrupted_wait(pid: i32, tid: Pid, blocked: Option<BlockedIn>) -> Option<<Host as Arch>::Regs> {
+    let before = Host::get_regs(tid).ok()?;
+    let mut regs = before;
+    let handler_pending = blocked.is_some() && super::handler_pending(pid, tid.as_raw(), &[]);
+    if Host::restart_interrupted_wait(&mut regs, blocked.as_ref(), handler_pending) {
         let _ = Host::set_regs(tid, &regs);
+        return blocked.map(|_| before);
     }
+    None
 }
 
 fn resume_and_reinterrupt(tid: Pid, sig: i32) -> io::Result<()> {

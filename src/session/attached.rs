@@ -16,7 +16,7 @@ use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
 use crate::probe::install::{self, Installed, Report};
-use crate::probe::layout::{State, kind};
+use crate::probe::layout::{self, State, kind};
 use crate::probe::region::{self, Region};
 use crate::probe::remove::Kept;
 use crate::process::Mapping;
@@ -86,6 +86,10 @@ impl Attached {
             process::check_attachable(pid)?;
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let modules = ProcessModules::new(pid, &maps)?;
+            if what.kind & kind::RET != 0 {
+                // The unwinder's modules are read while the user's functions are planned.
+                modules.prefetch(&unwind::places(&modules));
+            }
             let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind)?;
             Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started)
         };
@@ -150,6 +154,8 @@ impl Attached {
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
         let discard = what.kind != kind::COUNT;
         let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
+        // The probes are live: what tp learnt of the binaries is saved meanwhile.
+        crate::symbols::saving::start();
         Ok(Attached {
             pid,
             mem,
@@ -187,6 +193,7 @@ impl Attached {
             let existing = Region::open(pid, mapping)?;
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let done = install(pid, &self.mem, None, Some(existing), &requests, self.install_opts, false)?;
+            crate::symbols::saving::start();
             Ok((done, infos, refused))
         };
         let (done, infos, refused) = run().map_err(|e| exited_or(pid, e))?;
@@ -369,7 +376,7 @@ fn batch(
         let dwarf = wants_dwarf
             .then(|| {
                 let m = modules.get(modules_index(modules, &r.function.module)?).ok()?;
-                m.dwarf()?.at(r.function.bias.file(r.function.addr)).cloned()
+                m.dwarf_at(r.function.bias.file(r.function.addr))
             })
             .flatten();
         // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
@@ -384,6 +391,11 @@ fn batch(
         }
         if r.kind & kind::UNWIND == 0 {
             configure(r, &info, what, predicate.as_ref())?;
+        }
+        // Entries record the registers after the sixth only where the ABI
+        // has them and the function may take an argument there.
+        if r.kind & kind::ARGS != 0 && crate::events::format::registers_needed(&info) > layout::ENTRY_REGS {
+            r.kind |= kind::ARGS_MORE;
         }
         infos.push(info);
     }

@@ -548,6 +548,13 @@ impl Group {
                     ),
                 }
             }
+            if let Some(Kept::InUse { tid }) = detached.kept {
+                crate::say!(
+                    "tp: process {pid} still maps tp's memory: thread {tid} is running in tp's code or will return \
+                     into it (a call live through a return probe whose return address tp cannot put back); \
+                     `tp detach -p {pid}` removes it once unused"
+                );
+            }
             let summary = detached.summary;
             p.report = Some(match p.tracer.take() {
                 Some(mut t) => {

@@ -108,7 +108,7 @@ pub fn operands_of(m: &Module, u: &Usdt) -> (Operands, Vec<String>) {
 pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     let plan = Host::plan_long(code, f.addr.0, &m.extra_targets(f))?;
-    m.planner().check_entries(&plan, f.bias)?;
+    m.planner().check_entries(m, &plan, f.bias)?;
     Ok(plan)
 }
 
@@ -133,13 +133,6 @@ pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
 /// exactly that cannot be probed is an error; one matched by a glob is
 /// skipped and reported in [`Resolved::refused`].
 pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeAddr], kind: u32) -> Result<Resolved> {
-    if kind != crate::probe::layout::kind::COUNT && !Host::RECORDS_EVENTS {
-        bail!(
-            "{} probes count calls but do not record arguments, return values or latency yet; \
-             count them with `tp attach` without --args/--ret",
-            Host::NAME
-        );
-    }
     let resolution = modules.resolve_noted(patterns)?;
     for note in &resolution.notes {
         crate::say!("tp: {}", crate::escape::text(note));
@@ -157,13 +150,6 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeA
 /// Plans each function of `found` (looked up in `modules`), to record
 /// `kind`: [`requests`] once the names are resolved.
 pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Result<Resolved> {
-    if kind != crate::probe::layout::kind::COUNT && !Host::RECORDS_EVENTS {
-        bail!(
-            "{} probes count calls but do not record arguments, return values or latency yet; \
-             count them with `tp attach` without --args/--ret",
-            Host::NAME
-        );
-    }
     let progress = Progress::new(found.len() as u64, "planning probes");
     let mut requests = Vec::new();
     let mut refused = Vec::new();
@@ -216,6 +202,8 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                     continue;
                 }
                 let function = Function { name: label, ..function };
+                let return_saved_below =
+                    if kind & (kind::RET | kind::SAMPLE) != 0 { m.return_saved_below(&function) } else { None };
                 requests.push(Request {
                     long,
                     function,
@@ -223,6 +211,7 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                     span,
                     kind,
                     abi,
+                    return_saved_below,
                     operands,
                     semaphore,
                     config: Default::default(),

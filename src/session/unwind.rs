@@ -51,18 +51,25 @@ struct UnwindPath {
     starts: &'static [&'static str],
 }
 
+/// The modules tp's unwinder probes may be in: the executable (static
+/// runtimes, Rust's std) and the libraries that unwind (libgcc_s,
+/// libunwind, libstdc++, libc).
+pub(super) fn places(modules: &ProcessModules) -> Vec<usize> {
+    (0..modules.len())
+        .filter(|&i| {
+            let n = modules.name(i);
+            i == 0 || ["libgcc_s", "libunwind", "libstdc++", "libc.so"].iter().any(|p| n.starts_with(p))
+        })
+        .collect()
+}
+
 /// tp's own probes where unwinding starts (see [`UNWIND_PATHS`]), shared by
 /// every session (owner 0). They are looked for in the executable (static
 /// runtimes, Rust's std) and in the libraries that unwind: libgcc_s,
 /// libunwind, libstdc++ and libc. Errs when a way of unwinding that exists in
 /// the process cannot be covered: a return probe would crash it.
 pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region>) -> Result<Vec<Request>> {
-    let places: Vec<usize> = (0..modules.len())
-        .filter(|&i| {
-            let n = modules.name(i);
-            i == 0 || ["libgcc_s", "libunwind", "libstdc++", "libc.so"].iter().any(|p| n.starts_with(p))
-        })
-        .collect();
+    let places = places(modules);
     let find = |pattern: &str| -> Vec<(usize, crate::symbols::Function)> {
         places
             .iter()
@@ -94,6 +101,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             long,
                             kind: kind::UNWIND,
                             abi: Abi::C,
+                            return_saved_below: None,
                             operands: None,
                             semaphore: None,
                             config: Default::default(),

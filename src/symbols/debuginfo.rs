@@ -25,39 +25,64 @@ pub fn debug_dirs() -> Vec<PathBuf> {
 /// as the process sees it, reading files under `root` (`/`, or
 /// `/proc/PID/root` to see the target's mount namespace).
 pub fn find(elf: &ElfFile, path: &Path, root: &Path) -> Option<ElfFile> {
+    candidates(elf, path, root)
+        .into_iter()
+        .find_map(|c| open_matching(&c.path, elf, c.crc))
+        .or_else(|| fetch(elf, path))
+}
+
+/// A place the debug file of a file may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// Where.
+    pub path: PathBuf,
+    /// The CRC-32 its contents must have (a `.gnu_debuglink` candidate of a
+    /// file without build-id), or None (it must have the same build-id).
+    pub crc: Option<u32>,
+}
+
+/// Where [`find`] looks for the debug file of `elf`, in order: by build-id
+/// under each debug directory (in the target's root, then tp's), then by
+/// `.gnu_debuglink` next to the file, in its `.debug/`, and under each
+/// debug directory.
+pub fn candidates(elf: &ElfFile, path: &Path, root: &Path) -> Vec<Candidate> {
+    candidates_for(elf.build_id.as_deref(), elf.debuglink.as_ref(), path, root)
+}
+
+/// [`candidates`] for a file of build-id `build_id` and debuglink `debuglink`.
+pub fn candidates_for(
+    build_id: Option<&[u8]>,
+    debuglink: Option<&(String, u32)>,
+    path: &Path,
+    root: &Path,
+) -> Vec<Candidate> {
     let under_root = |p: &Path| root.join(p.strip_prefix("/").unwrap_or(p));
     let dirs = debug_dirs();
-    if let Some(id) = &elf.build_id
+    let mut out = Vec::new();
+    if let Some(id) = build_id
         && id.len() >= 2
     {
         let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
         let rel = format!(".build-id/{}/{}.debug", &hex[..2], &hex[2..]);
         for d in &dirs {
-            for candidate in [under_root(&d.join(&rel)), d.join(&rel)] {
-                if let Some(dbg) = open_matching(&candidate, elf, None) {
-                    return Some(dbg);
-                }
+            for path in [under_root(&d.join(&rel)), d.join(&rel)] {
+                out.push(Candidate { path, crc: None });
             }
         }
     }
-    if let Some((name, crc)) = &elf.debuglink {
+    if let Some((name, crc)) = debuglink {
         let dir = path.parent().unwrap_or(Path::new("/"));
-        let mut candidates = vec![under_root(&dir.join(name)), under_root(&dir.join(".debug").join(name))];
+        let mut paths = vec![under_root(&dir.join(name)), under_root(&dir.join(".debug").join(name))];
         for d in &dirs {
             let rel = dir.strip_prefix("/").unwrap_or(dir).join(name);
-            candidates.push(under_root(&d.join(&rel)));
-            candidates.push(d.join(&rel));
+            paths.push(under_root(&d.join(&rel)));
+            paths.push(d.join(&rel));
         }
-        for c in candidates {
-            if c == under_root(path) {
-                continue;
-            }
-            if let Some(dbg) = open_matching(&c, elf, Some(*crc)) {
-                return Some(dbg);
-            }
-        }
+        out.extend(
+            paths.into_iter().filter(|c| *c != under_root(path)).map(|path| Candidate { path, crc: Some(*crc) }),
+        );
     }
-    fetch(elf, path)
+    out
 }
 
 /// The debug file of `elf` (the file `path`) from a debuginfod server.

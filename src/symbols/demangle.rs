@@ -27,6 +27,11 @@ impl Names {
         Names { mangled: mangled.to_string(), demangled, short, path }
     }
 
+    /// True if it answers to more than its name as stored.
+    pub fn has_others(&self) -> bool {
+        self.demangled.is_some() || self.short.is_some() || self.path.is_some()
+    }
+
     /// The name to show: demangled when possible.
     pub fn display(&self) -> &str {
         self.demangled.as_deref().unwrap_or(&self.mangled)

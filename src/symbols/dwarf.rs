@@ -15,7 +15,7 @@ use super::elf::ElfFile;
 use crate::addr::FileAddr;
 use crate::arch::Abi;
 
-type R<'a> = EndianSlice<'a, RunTimeEndian>;
+pub(super) type R<'a> = EndianSlice<'a, RunTimeEndian>;
 
 /// How a value is shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,7 +80,7 @@ impl DwFunction {
 }
 
 /// What a module's DWARF says about its functions.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DwarfIndex {
     /// Functions with an out-of-line instance, by entry address.
     pub functions: Vec<DwFunction>,
@@ -95,116 +95,105 @@ impl DwarfIndex {
     }
 }
 
+/// The sections a function's DWARF is read from: none of the line, location
+/// or macro tables, which are large and tell nothing tp shows.
+pub(super) const SECTIONS: [gimli::SectionId; 8] = [
+    gimli::SectionId::DebugAbbrev,
+    gimli::SectionId::DebugAddr,
+    gimli::SectionId::DebugInfo,
+    gimli::SectionId::DebugLineStr,
+    gimli::SectionId::DebugStr,
+    gimli::SectionId::DebugStrOffsets,
+    gimli::SectionId::DebugRanges,
+    gimli::SectionId::DebugRngLists,
+];
+
 /// Builds the index from `elf`'s DWARF sections (decompressed as needed).
 pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
     let sections = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>> {
+        if !SECTIONS.contains(&id) {
+            return Ok(Cow::Borrowed(&[][..]));
+        }
         Ok(elf.section_data(id.name())?.unwrap_or(Cow::Borrowed(&[][..])))
     })?;
     let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
-    let mut out = DwarfIndex::default();
-    let mut abstract_names: Vec<(String, bool)> = Vec::new(); // (name, has out-of-line instance)
-    let mut foreign = Foreign::of(&dwarf)?;
-    let mut units = dwarf.units();
-    while let Some(header) = units.next()? {
-        let unit = dwarf.unit(header)?;
-        let mut abstracts: Vec<(UnitOffset, usize)> = Vec::new();
-        let mut concrete_origins: Vec<UnitOffset> = Vec::new();
-        let mut entries = unit.entries();
-        let mut current: Option<(usize, isize)> = None; // (index in out.functions, depth)
-        let mut abi = Abi::C;
-        while let Some(e) = entries.next_dfs()? {
-            let depth = e.depth();
-            if let Some((_, d)) = current
-                && depth <= d
-            {
-                current = None;
-            }
-            match e.tag() {
-                gimli::DW_TAG_compile_unit | gimli::DW_TAG_partial_unit if depth == 0 => {
-                    abi = unit_abi(&dwarf, &unit, e)?;
+    let mut foreign = Foreign::whole();
+    let mut units = Vec::new();
+    let mut headers = dwarf.units();
+    while let Some(header) = headers.next()? {
+        units.push(unit_functions(&dwarf, &unit_of(&dwarf, header)?, &mut foreign)?);
+    }
+    Ok(combine(units))
+}
+
+/// The unit `header` heads, as `gimli::Dwarf::unit` makes it but without
+/// its line program, which tp does not read (so `.debug_line` is never
+/// inflated for it).
+pub(super) fn unit_of<'a>(dwarf: &gimli::Dwarf<R<'a>>, header: gimli::UnitHeader<R<'a>>) -> Result<gimli::Unit<R<'a>>> {
+    let encoding = header.encoding();
+    let mut unit = gimli::Unit {
+        abbreviations: dwarf.abbreviations(&header)?,
+        name: None,
+        comp_dir: None,
+        low_pc: 0,
+        str_offsets_base: gimli::DebugStrOffsetsBase::default_for_encoding_and_file(encoding, dwarf.file_type),
+        addr_base: gimli::DebugAddrBase(0),
+        loclists_base: gimli::DebugLocListsBase::default_for_encoding_and_file(encoding, dwarf.file_type),
+        rnglists_base: gimli::DebugRngListsBase::default_for_encoding_and_file(encoding, dwarf.file_type),
+        line_program: None,
+        dwo_id: match header.type_() {
+            gimli::UnitType::Skeleton(id) | gimli::UnitType::SplitCompilation(id) => Some(id),
+            _ => None,
+        },
+        header,
+    };
+    let mut low_pc = None;
+    {
+        let mut cursor = unit.header.entries(&unit.abbreviations);
+        cursor.next_dfs()?;
+        let root = cursor.current().ok_or(gimli::Error::MissingUnitDie)?;
+        for attr in root.attrs() {
+            match (attr.name(), attr.value()) {
+                (gimli::DW_AT_low_pc, v) => low_pc = Some(v),
+                (gimli::DW_AT_str_offsets_base, AttributeValue::DebugStrOffsetsBase(b)) => unit.str_offsets_base = b,
+                (gimli::DW_AT_addr_base | gimli::DW_AT_GNU_addr_base, AttributeValue::DebugAddrBase(b)) => {
+                    unit.addr_base = b
                 }
-                gimli::DW_TAG_subprogram => {
-                    if e.attr_value(gimli::DW_AT_declaration).is_some() {
-                        continue;
-                    }
-                    let inline = match e.attr_value(gimli::DW_AT_inline) {
-                        Some(AttributeValue::Inline(i)) => i.0 as u64,
-                        Some(v) => v.udata_value().unwrap_or(0),
-                        None => 0,
-                    };
-                    let low = match e.attr_value(gimli::DW_AT_low_pc) {
-                        Some(AttributeValue::Addr(a)) => Some(a),
-                        Some(AttributeValue::DebugAddrIndex(i)) => dwarf.address(&unit, i).ok(),
-                        // A function split into hot and cold parts has ranges; its entry
-                        // is DW_AT_entry_pc, else the start of the first range.
-                        _ if e.attr_value(gimli::DW_AT_ranges).is_some() => match e.attr_value(gimli::DW_AT_entry_pc) {
-                            Some(AttributeValue::Addr(a)) => Some(a),
-                            _ => dwarf.die_ranges(&unit, e)?.next()?.map(|r| r.begin),
-                        },
-                        _ => None,
-                    };
-                    let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
-                        Some(AttributeValue::UnitRef(o)) => Some(o),
-                        _ => None,
-                    };
-                    if (inline == 1 || inline == 3) && low.is_none() {
-                        let name = name_of(&dwarf, &unit, e)?;
-                        abstracts.push((e.offset(), abstract_names.len()));
-                        abstract_names.push((name, false));
-                        continue;
-                    }
-                    let Some(entry) = low else { continue };
-                    if let Some(o) = origin {
-                        concrete_origins.push(o);
-                    }
-                    let name = name_of(&dwarf, &unit, e)?;
-                    let linkage_name = linkage_name_of(&dwarf, &unit, e)?;
-                    let return_type = type_ref(&unit, e, origin)?.map(|t| describe(&dwarf, &unit, t)).transpose()?;
-                    out.functions.push(DwFunction {
-                        name,
-                        linkage_name,
-                        entry: FileAddr(entry),
-                        params: Vec::new(),
-                        return_type,
-                        abi,
-                    });
-                    current = Some((out.functions.len() - 1, depth));
+                (gimli::DW_AT_loclists_base, AttributeValue::DebugLocListsBase(b)) => unit.loclists_base = b,
+                (gimli::DW_AT_rnglists_base | gimli::DW_AT_GNU_ranges_base, AttributeValue::DebugRngListsBase(b)) => {
+                    unit.rnglists_base = b
                 }
-                gimli::DW_TAG_formal_parameter => {
-                    let Some((i, d)) = current else { continue };
-                    if depth != d + 1 {
-                        continue;
-                    }
-                    let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
-                        Some(AttributeValue::UnitRef(o)) => Some(o),
-                        _ => None,
-                    };
-                    let name = name_of(&dwarf, &unit, e)?;
-                    let (type_name, ty, size) = match (type_ref(&unit, e, origin)?, e.attr_value(gimli::DW_AT_type)) {
-                        (Some(t), _) => {
-                            let (n, ty) = describe(&dwarf, &unit, t)?;
-                            (n, ty, size_of(&unit, t)?)
-                        }
-                        (None, Some(AttributeValue::DebugInfoRef(at))) => foreign.describe(&dwarf, at)?,
-                        _ => ("?".into(), Type::Other, None),
-                    };
-                    let result = matches!(abi, Abi::Go | Abi::GoStack)
-                        && matches!(e.attr_value(gimli::DW_AT_variable_parameter), Some(AttributeValue::Flag(true)));
-                    let f = &mut out.functions[i];
-                    if !result {
-                        f.params.push(Param { name, type_name, ty, size });
-                    } else if f.return_type.is_none() {
-                        f.return_type = Some((type_name, ty));
-                    }
-                }
+                (gimli::DW_AT_GNU_dwo_id, AttributeValue::DwoId(id)) if unit.dwo_id.is_none() => unit.dwo_id = Some(id),
                 _ => {}
             }
         }
-        for (off, k) in abstracts {
-            if concrete_origins.contains(&off) {
-                abstract_names[k].1 = true;
-            }
-        }
+    }
+    if let Some(v) = low_pc
+        && let Some(a) = dwarf.attr_address(&unit, v)?
+    {
+        unit.low_pc = a;
+    }
+    Ok(unit)
+}
+
+/// What one compilation unit says: its functions with code, in the order
+/// of its entries, and the names of its abstract instances, each with
+/// whether the unit has an out-of-line instance of it.
+#[derive(Debug, Clone, Default)]
+pub(super) struct UnitFunctions {
+    pub(super) functions: Vec<DwFunction>,
+    pub(super) abstract_names: Vec<(String, bool)>,
+}
+
+/// The index of every unit's functions, units in the order of
+/// `.debug_info`: one function per entry address, the first unit's and the
+/// first entry's where several describe one address.
+pub(super) fn combine(units: Vec<UnitFunctions>) -> DwarfIndex {
+    let mut out = DwarfIndex::default();
+    let mut abstract_names: Vec<(String, bool)> = Vec::new();
+    for u in units {
+        out.functions.extend(u.functions);
+        abstract_names.extend(u.abstract_names);
     }
     out.functions.sort_by_key(|f| f.entry);
     out.functions.dedup_by_key(|f| f.entry);
@@ -217,24 +206,149 @@ pub fn index(elf: &ElfFile) -> Result<DwarfIndex> {
     inlined.sort();
     inlined.dedup();
     out.inlined_only = inlined;
+    out
+}
+
+/// The functions of one unit ([`UnitFunctions`]).
+pub(super) fn unit_functions<'a>(
+    dwarf: &gimli::Dwarf<R<'a>>,
+    unit: &gimli::Unit<R<'a>>,
+    foreign: &mut Foreign<'a>,
+) -> Result<UnitFunctions> {
+    let mut out = UnitFunctions::default();
+    let mut abstracts: Vec<(UnitOffset, usize)> = Vec::new();
+    let mut concrete_origins: Vec<UnitOffset> = Vec::new();
+    let mut entries = unit.entries();
+    let mut current: Option<(usize, isize)> = None; // (index in out.functions, depth)
+    let mut abi = Abi::C;
+    while let Some(e) = entries.next_dfs()? {
+        let depth = e.depth();
+        if let Some((_, d)) = current
+            && depth <= d
+        {
+            current = None;
+        }
+        match e.tag() {
+            gimli::DW_TAG_compile_unit | gimli::DW_TAG_partial_unit if depth == 0 => {
+                abi = unit_abi(dwarf, unit, e)?;
+            }
+            gimli::DW_TAG_subprogram => {
+                if e.attr_value(gimli::DW_AT_declaration).is_some() {
+                    continue;
+                }
+                let inline = match e.attr_value(gimli::DW_AT_inline) {
+                    Some(AttributeValue::Inline(i)) => i.0 as u64,
+                    Some(v) => v.udata_value().unwrap_or(0),
+                    None => 0,
+                };
+                let low = match e.attr_value(gimli::DW_AT_low_pc) {
+                    Some(AttributeValue::Addr(a)) => Some(a),
+                    Some(AttributeValue::DebugAddrIndex(i)) => dwarf.address(unit, i).ok(),
+                    // A function split into hot and cold parts has ranges; its entry
+                    // is DW_AT_entry_pc, else the start of the first range.
+                    _ if e.attr_value(gimli::DW_AT_ranges).is_some() => match e.attr_value(gimli::DW_AT_entry_pc) {
+                        Some(AttributeValue::Addr(a)) => Some(a),
+                        _ => dwarf.die_ranges(unit, e)?.next()?.map(|r| r.begin),
+                    },
+                    _ => None,
+                };
+                let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
+                    Some(AttributeValue::UnitRef(o)) => Some(o),
+                    _ => None,
+                };
+                if (inline == 1 || inline == 3) && low.is_none() {
+                    let name = name_of(dwarf, unit, e)?;
+                    abstracts.push((e.offset(), out.abstract_names.len()));
+                    out.abstract_names.push((name, false));
+                    continue;
+                }
+                let Some(entry) = low else { continue };
+                if let Some(o) = origin {
+                    concrete_origins.push(o);
+                }
+                let name = name_of(dwarf, unit, e)?;
+                let linkage_name = linkage_name_of(dwarf, unit, e)?;
+                let return_type = type_ref(unit, e, origin)?.map(|t| describe(dwarf, unit, t)).transpose()?;
+                out.functions.push(DwFunction {
+                    name,
+                    linkage_name,
+                    entry: FileAddr(entry),
+                    params: Vec::new(),
+                    return_type,
+                    abi,
+                });
+                current = Some((out.functions.len() - 1, depth));
+            }
+            gimli::DW_TAG_formal_parameter => {
+                let Some((i, d)) = current else { continue };
+                if depth != d + 1 {
+                    continue;
+                }
+                let origin = match e.attr_value(gimli::DW_AT_abstract_origin) {
+                    Some(AttributeValue::UnitRef(o)) => Some(o),
+                    _ => None,
+                };
+                let name = name_of(dwarf, unit, e)?;
+                let (type_name, ty, size) = match (type_ref(unit, e, origin)?, e.attr_value(gimli::DW_AT_type)) {
+                    (Some(t), _) => {
+                        let (n, ty) = describe(dwarf, unit, t)?;
+                        (n, ty, size_of(unit, t)?)
+                    }
+                    (None, Some(AttributeValue::DebugInfoRef(at))) => foreign.describe(dwarf, at)?,
+                    _ => ("?".into(), Type::Other, None),
+                };
+                let result = matches!(abi, Abi::Go | Abi::GoStack)
+                    && matches!(e.attr_value(gimli::DW_AT_variable_parameter), Some(AttributeValue::Flag(true)));
+                let f = &mut out.functions[i];
+                if !result {
+                    f.params.push(Param { name, type_name, ty, size });
+                } else if f.return_type.is_none() {
+                    f.return_type = Some((type_name, ty));
+                }
+            }
+            _ => {}
+        }
+    }
+    for (off, k) in abstracts {
+        if concrete_origins.contains(&off) {
+            out.abstract_names[k].1 = true;
+        }
+    }
     Ok(out)
 }
 
 /// Types in other units, which DW_FORM_ref_addr points at (Go's linker
-/// puts every type in a unit of its own).
-struct Foreign<'a> {
-    headers: Vec<gimli::UnitHeader<R<'a>>>,
+/// puts every type in a unit of its own). The units' headers are listed on
+/// first need, which takes the whole of `.debug_info`.
+pub(super) struct Foreign<'a> {
+    headers: Option<Vec<gimli::UnitHeader<R<'a>>>>,
     loaded: std::collections::HashMap<usize, gimli::Unit<R<'a>>>,
+    whole: bool,
 }
 
+/// A type in another unit was needed while only part of `.debug_info` was
+/// at hand ([`Foreign::partial`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct NeedWholeInfo;
+
+impl std::fmt::Display for NeedWholeInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a type in another unit needs the whole .debug_info")
+    }
+}
+
+impl std::error::Error for NeedWholeInfo {}
+
 impl<'a> Foreign<'a> {
-    fn of(dwarf: &gimli::Dwarf<R<'a>>) -> Result<Foreign<'a>> {
-        let mut headers = Vec::new();
-        let mut units = dwarf.units();
-        while let Some(h) = units.next()? {
-            headers.push(h);
-        }
-        Ok(Foreign { headers, loaded: std::collections::HashMap::new() })
+    /// For a `Dwarf` that holds the whole of `.debug_info`.
+    pub(super) fn whole() -> Foreign<'a> {
+        Foreign { headers: None, loaded: std::collections::HashMap::new(), whole: true }
+    }
+
+    /// For a `Dwarf` that holds only part of `.debug_info`: a type in
+    /// another unit is then the error [`NeedWholeInfo`].
+    pub(super) fn partial() -> Foreign<'a> {
+        Foreign { whole: false, ..Foreign::whole() }
     }
 
     /// The type at `at` in .debug_info: as [`describe`] and [`size_of`] tell it.
@@ -244,12 +358,24 @@ impl<'a> Foreign<'a> {
         at: gimli::DebugInfoOffset,
     ) -> Result<(String, Type, Option<u64>)> {
         let unknown = ("?".to_string(), Type::Other, None);
-        let Some((h, off)) = self.headers.iter().find_map(|h| Some((h, at.to_unit_offset(h)?))) else {
+        if self.headers.is_none() {
+            if !self.whole {
+                return Err(NeedWholeInfo.into());
+            }
+            let mut headers = Vec::new();
+            let mut units = dwarf.units();
+            while let Some(h) = units.next()? {
+                headers.push(h);
+            }
+            self.headers = Some(headers);
+        }
+        let headers = self.headers.as_deref().unwrap_or_default();
+        let Some((h, off)) = headers.iter().find_map(|h| Some((h, at.to_unit_offset(h)?))) else {
             return Ok(unknown);
         };
         let unit = match self.loaded.entry(h.offset().0) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => e.insert(dwarf.unit(*h)?),
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(unit_of(dwarf, *h)?),
         };
         let (name, ty) = describe(dwarf, unit, off)?;
         Ok((name, ty, size_of(unit, off)?))

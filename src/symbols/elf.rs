@@ -13,7 +13,9 @@ use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
 use goblin::elf::symver::{VERSYM_HIDDEN, VERSYM_VERSION};
 
+use super::contents::Contents;
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
+use crate::process::files::{FileId, open_regular};
 
 /// A function symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,7 +114,7 @@ pub struct Section {
 pub struct ElfFile {
     /// Where it was read from.
     pub path: PathBuf,
-    data: Vec<u8>,
+    data: Contents,
     /// `e_machine`.
     pub machine: u16,
     /// True for ET_DYN (PIE executables and shared libraries).
@@ -131,27 +133,135 @@ pub struct ElfFile {
     pub debuglink: Option<(String, u32)>,
     /// The section headers.
     pub sections: Vec<Section>,
+    /// The file's identity when it was opened (None for bytes parsed from
+    /// elsewhere); its bytes are read only while the file keeps it.
+    pub identity: Option<FileId>,
 }
 
-impl ElfFile {
-    /// Reads and parses `path` (shown as `display` in messages).
-    pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
-        let data = match crate::process::files::read_regular(path) {
-            Ok(data) => data,
+/// What parsing an ELF file finds besides its symbols, which is all a
+/// module needs of its headers: a cached analysis keeps it, so a file whose
+/// analysis is cached is not parsed again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Headers {
+    /// `e_machine`.
+    pub machine: u16,
+    /// ET_DYN.
+    pub position_independent: bool,
+    /// The PT_LOAD segments.
+    pub segments: Vec<Segment>,
+    /// The GNU build-id note.
+    pub build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`.
+    pub debuglink: Option<(String, u32)>,
+    /// The section headers.
+    pub sections: Vec<Section>,
+}
+
+/// What parsing found, but the bytes.
+struct Parsed {
+    headers: Headers,
+    functions: Vec<FuncSym>,
+    has_symtab: bool,
+}
+
+/// A regular file opened for reading, nothing read yet.
+#[derive(Debug)]
+pub struct Opened {
+    /// Its bytes, read as they are asked for.
+    pub contents: Contents,
+    /// Its identity when opened.
+    pub identity: FileId,
+}
+
+impl Opened {
+    /// Opens `path` (shown as `display` in messages): a regular file of at
+    /// most [`crate::process::files::MAX_FILE`] bytes.
+    pub fn open(path: &Path, display: &Path) -> Result<Opened> {
+        let (file, len) = match open_regular(path) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
                 bail!("`{}` {e}; give the path of an executable or a shared library", display.display())
             }
             Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", display.display())),
         };
-        Self::parse(data, path, display)
+        let identity = FileId::of(&file.metadata().with_context(|| format!("cannot read `{}`", display.display()))?);
+        let contents = Contents::lazy(file, identity, usize::try_from(len)?)
+            .with_context(|| format!("cannot read `{}`", display.display()))?;
+        Ok(Opened { contents, identity })
+    }
+}
+
+impl ElfFile {
+    /// Reads and parses `path` (shown as `display` in messages).
+    pub fn open(path: &Path, display: &Path) -> Result<ElfFile> {
+        Self::parse_opened(Opened::open(path, display)?, path, display)
+    }
+
+    /// Reads all of `opened` (the file `path`) and parses it.
+    pub fn parse_opened(opened: Opened, path: &Path, display: &Path) -> Result<ElfFile> {
+        if opened.contents.all().len() != opened.contents.len() {
+            bail!("`{}` changed while tp read it", display.display());
+        }
+        let parsed = Self::parse_parts(opened.contents.all(), display)?;
+        Ok(ElfFile { identity: Some(opened.identity), ..Self::assemble(parsed, opened.contents, path) })
+    }
+
+    /// The file `opened` (the file `path`) as parsed before: its headers
+    /// and symbols (sorted as [`ElfFile::open`] sorts them; `has_symtab` as
+    /// it says). Its bytes are read as they are asked for.
+    pub fn from_parts(
+        opened: Opened,
+        headers: Headers,
+        functions: Vec<FuncSym>,
+        has_symtab: bool,
+        path: &Path,
+    ) -> ElfFile {
+        let parsed = Parsed { headers, functions, has_symtab };
+        ElfFile { identity: Some(opened.identity), ..Self::assemble(parsed, opened.contents, path) }
     }
 
     /// Parses ELF bytes.
     pub fn parse(data: Vec<u8>, path: &Path, display: &Path) -> Result<ElfFile> {
+        let parsed = Self::parse_parts(&data, display)?;
+        Ok(Self::assemble(parsed, Contents::of(&data), path))
+    }
+
+    /// What parsing found besides the symbols.
+    pub fn headers(&self) -> Headers {
+        Headers {
+            machine: self.machine,
+            position_independent: self.position_independent,
+            segments: self.segments.clone(),
+            build_id: self.build_id.clone(),
+            debuglink: self.debuglink.clone(),
+            sections: self.sections.clone(),
+        }
+    }
+
+    fn assemble(p: Parsed, data: Contents, path: &Path) -> ElfFile {
+        let h = p.headers;
+        ElfFile {
+            path: path.to_path_buf(),
+            machine: h.machine,
+            position_independent: h.position_independent,
+            segments: h.segments,
+            cold_parts: cold_parts_of(&p.functions),
+            functions: p.functions,
+            has_symtab: p.has_symtab,
+            build_id: h.build_id,
+            debuglink: h.debuglink,
+            sections: h.sections,
+            identity: None,
+            data,
+        }
+    }
+
+    /// What `data` holds.
+    fn parse_parts(data: &[u8], display: &Path) -> Result<Parsed> {
         if data.len() < 4 || &data[..4] != b"\x7fELF" {
             bail!("`{}` is not an ELF file", display.display());
         }
-        let elf = goblin::elf::Elf::parse(&data)
+        let elf = goblin::elf::Elf::parse(data)
             .map_err(|e| anyhow::anyhow!("`{}` is not a valid ELF file: {e}", display.display()))?;
         if !elf.is_64 {
             bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", display.display());
@@ -184,17 +294,16 @@ impl ElfFile {
         let has_symtab = elf.syms.iter().any(|s| s.st_type() == STT_FUNC);
         let mut functions = if has_symtab { symtab_functions(&elf) } else { dynsym_functions(&elf) };
         sort_functions(&mut functions);
-        let cold_parts = cold_parts_of(&functions);
         // The note section first: in a debug file made by `objcopy
         // --only-keep-debug`, the PT_NOTE segment still points at the
         // stripped-away file offsets.
         let is_build_id =
             |n: &goblin::elf::note::Note| n.n_type == goblin::elf::note::NT_GNU_BUILD_ID && n.name == "GNU";
         let build_id = elf
-            .iter_note_sections(&data, Some(".note.gnu.build-id"))
+            .iter_note_sections(data, Some(".note.gnu.build-id"))
             .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
             .or_else(|| {
-                elf.iter_note_headers(&data)
+                elf.iter_note_headers(data)
                     .and_then(|mut notes| notes.find_map(|n| n.ok().filter(is_build_id).map(|n| n.desc.to_vec())))
             });
         let sections: Vec<Section> = elf
@@ -217,19 +326,15 @@ impl ElfFile {
             let crc = u32::from_le_bytes(b.get(crc_at..crc_at + 4)?.try_into().ok()?);
             Some((name, crc))
         });
-        Ok(ElfFile {
-            path: path.to_path_buf(),
+        let headers = Headers {
             machine: elf.header.e_machine,
             position_independent: elf.header.e_type == goblin::elf::header::ET_DYN,
             segments,
-            functions,
-            has_symtab,
-            cold_parts,
             build_id,
             debuglink,
             sections,
-            data,
-        })
+        };
+        Ok(Parsed { headers, functions, has_symtab })
     }
 
     /// The bytes of section `name`, decompressed if it is SHF_COMPRESSED;
@@ -237,8 +342,7 @@ impl ElfFile {
     pub fn section_data(&self, name: &str) -> Result<Option<Cow<'_, [u8]>>> {
         let Some(s) = self.sections.iter().find(|s| s.name == name && !s.nobits) else { return Ok(None) };
         let raw = self
-            .data
-            .get(s.offset as usize..(s.offset + s.size) as usize)
+            .range(s.offset, s.offset.checked_add(s.size).unwrap_or(0))
             .with_context(|| format!("section {name} of `{}` lies outside the file", self.path.display()))?;
         if s.flags & SHF_COMPRESSED as u64 == 0 {
             return Ok(Some(Cow::Borrowed(raw)));
@@ -324,20 +428,26 @@ impl ElfFile {
             .segments
             .iter()
             .find(|s| s.vaddr <= vaddr && s.vaddr.checked_add(s.filesz).is_some_and(|seg_end| end <= seg_end))?;
-        let off = usize::try_from(seg.offset.checked_add(vaddr - seg.vaddr)?).ok()?;
-        self.data.get(off..off.checked_add(usize::try_from(len).ok()?)?)
+        let off = seg.offset.checked_add(vaddr - seg.vaddr)?;
+        self.range(off, off.checked_add(len)?)
+    }
+
+    /// The file's bytes `[from, to)`, read if need be.
+    fn range(&self, from: u64, to: u64) -> Option<&[u8]> {
+        let len = to.checked_sub(from)?;
+        self.data.get(usize::try_from(from).ok()?, usize::try_from(len).ok()?)
     }
 
     /// The file bytes from `vaddr` to the end of the segment holding it.
     pub fn bytes_from(&self, vaddr: u64) -> Option<&[u8]> {
         let seg = self.segments.iter().find(|s| s.vaddr <= vaddr && vaddr < s.vaddr + s.filesz)?;
-        let off = (seg.offset + (vaddr - seg.vaddr)) as usize;
-        self.data.get(off..(seg.offset + seg.filesz) as usize)
+        self.range(seg.offset.checked_add(vaddr - seg.vaddr)?, seg.offset.checked_add(seg.filesz)?)
     }
 
-    /// The whole file.
+    /// The whole file (read whole if it was not yet; empty if the file
+    /// changed since it was opened).
     pub fn data(&self) -> &[u8] {
-        &self.data
+        self.data.all()
     }
 
     /// The segment containing file offset `offset`.
@@ -356,7 +466,7 @@ impl ElfFile {
 
     /// The address of the defined data object `name` (`.symtab`, else `.dynsym`).
     pub fn data_symbol(&self, name: &str) -> Option<FileAddr> {
-        let elf = goblin::elf::Elf::parse(&self.data).ok()?;
+        let elf = goblin::elf::Elf::parse(self.data()).ok()?;
         let object = |s: &goblin::elf::Sym| {
             matches!(s.st_type(), goblin::elf::sym::STT_OBJECT | goblin::elf::sym::STT_NOTYPE) && s.st_shndx != 0
         };

@@ -73,6 +73,17 @@ impl GoModule {
         })
     }
 
+    /// What was read before: the Go functions' entries as the table lists
+    /// them, whether the table could not be read, the stack returns.
+    pub fn from_parts(entries: Vec<u64>, all: bool, stack_returns: Vec<u64>) -> GoModule {
+        GoModule { entries, all, stack_returns }
+    }
+
+    /// The entries, whether the table could not be read, the stack returns.
+    pub fn parts(&self) -> (&[u64], bool, &[u64]) {
+        (&self.entries, self.all, &self.stack_returns)
+    }
+
     /// True if the function at `entry` is Go code.
     pub fn is_go(&self, entry: FileAddr) -> bool {
         self.all || self.entries.binary_search(&entry.0).is_ok()

@@ -30,6 +30,17 @@ pub struct ElfImage<'a> {
 }
 
 impl CodeFacts {
+    /// Facts read before: whether code addresses may be absolute, and the
+    /// code addresses data may hold, sorted.
+    pub fn from_parts(absolute_code: bool, targets: Vec<u64>) -> CodeFacts {
+        CodeFacts { absolute_code, targets }
+    }
+
+    /// Whether code addresses may be absolute, and the code addresses data may hold.
+    pub fn parts(&self) -> (bool, &[u64]) {
+        (self.absolute_code, &self.targets)
+    }
+
     /// Reads the relocations (or, position-dependent, the data words) of
     /// `elf`, whose instruction set is `isa`. Only files whose planner reads
     /// the module ([`Isa::plans_with_image`]) are read.

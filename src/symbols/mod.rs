@@ -4,9 +4,11 @@
 //! tables ([`lines`]) and static probes ([`sdt`]); and the names users
 //! write ([`pattern`], and sites inside functions: [`site`]).
 
+pub mod contents;
 pub mod debuginfo;
 pub mod demangle;
 pub mod dwarf;
+pub mod dwarf_index;
 pub mod eh;
 pub mod elf;
 pub mod entries;
@@ -16,9 +18,12 @@ pub mod lines;
 pub mod module;
 pub mod modules;
 pub mod pattern;
+pub mod saved;
+pub mod saving;
 pub mod sdt;
 pub mod site;
 pub mod stackwalk;
+pub mod stored_dwarf;
 pub mod symbolize;
 pub mod verdict;
 

@@ -4,16 +4,20 @@
 //! use; and what a name means in it (every copy of a function so named, the
 //! default version of a versioned symbol).
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use anyhow::{Context, Result, bail};
 
 use super::demangle::Names;
-use super::dwarf::{self, DwarfIndex};
-use super::elf::{ElfFile, FuncSym, Version, split_version};
-use super::pattern::glob;
-use super::verdict::Planner;
+use super::dwarf::{self, DwFunction, DwarfIndex};
+use super::dwarf_index::LazyDwarf;
+use super::eh::ReturnSaves;
+use super::elf::{ElfFile, FuncSym, Opened, Version, split_version};
+use super::pattern::{Glob, glob};
+use super::saved::{self, Saved, SavedDwarf};
+use super::verdict::{Planner, PlannerParts};
 use super::{Function, cold_targets, debuginfo, suggestions};
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
 use crate::arch::{Arch, Host, Isa};
@@ -38,6 +42,26 @@ impl CodeCopy {
         let RuntimeAddr(at) = self.bias.runtime(addr);
         self.span.lo <= at && at.checked_add(size.max(1)).is_some_and(|end| end <= self.span.hi)
     }
+}
+
+/// A module's file as read: parsed, or its analysis from the cache.
+#[derive(Debug)]
+pub struct Read(ElfFile, Cached);
+
+/// Functions looked up one unit at a time before the whole DWARF index is
+/// built instead.
+const WHOLE_DWARF_AFTER: usize = 32;
+
+/// What the cache holds for a file.
+#[derive(Debug)]
+enum Cached {
+    /// Its analysis.
+    Hit(Box<Saved>),
+    /// Nothing yet: the analysis is to be saved under this key; the places
+    /// of its debug file were these before it was read.
+    Miss(saved::Key, Vec<saved::Place>),
+    /// It cannot be cached.
+    Uncachable,
 }
 
 /// What one exact name means in a module.
@@ -67,12 +91,28 @@ pub struct Module {
     /// Parts of its code mapped again elsewhere.
     pub copies: Vec<CodeCopy>,
     /// The parsed file (with symbols from its debug file if it is stripped).
-    pub elf: ElfFile,
-    /// Its separate debug file, if one was found.
-    pub debug: Option<ElfFile>,
-    names: OnceCell<Vec<Names>>,
-    dwarf: OnceCell<Option<DwarfIndex>>,
+    pub elf: Arc<ElfFile>,
+    /// Its separate debug file, if one was found; looked for on first need
+    /// when the file's analysis came from the cache.
+    debug: OnceCell<Option<Arc<ElfFile>>>,
+    /// The directory the process's paths are relative to.
+    root: PathBuf,
+    /// What planning needs, as the cache held it, until the planner takes it.
+    saved_planner: RefCell<Option<PlannerParts>>,
+    /// Each symbol's names besides its own (None: it has no others).
+    names: OnceCell<Vec<Option<Names>>>,
+    /// Which symbols demangle, as the cache held it.
+    cached_mangled: Option<Vec<bool>>,
+    dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
+    /// Every branch target of the code, once decoded (shared with the planner
+    /// and the analysis being saved).
+    branch_targets: Arc<OnceLock<Vec<u64>>>,
+    /// DWARF read one unit at a time, until the whole index is built.
+    lazy_dwarf: RefCell<Option<LazyDwarf>>,
+    /// The DWARF the cache held.
+    cached_dwarf: Option<SavedDwarf>,
     planner: OnceCell<Planner>,
+    return_saves: OnceCell<ReturnSaves>,
 }
 
 impl Module {
@@ -80,7 +120,12 @@ impl Module {
     /// `path` is the file as the process sees it, and `root` the directory
     /// its paths are relative to (`/proc/PID/root`, or `/`).
     pub fn load(read_path: &Path, path: &Path, root: &Path, mappings: &[&Mapping]) -> Result<Module> {
-        let elf = ElfFile::open(read_path, path)?;
+        Self::load_read(Self::read(read_path, path, root)?, path, root, mappings)
+    }
+
+    /// [`Module::load`] of what [`Module::read_file`] read.
+    pub fn load_read(read: Read, path: &Path, root: &Path, mappings: &[&Mapping]) -> Result<Module> {
+        let Read(elf, saved) = read;
         if elf.machine != Host::ELF_MACHINE {
             bail!(
                 "`{}` is {}; this tp traces {} processes",
@@ -91,28 +136,91 @@ impl Module {
         }
         let bias = load_bias(&elf, mappings).context("cannot compute the load bias")?;
         let (span, copies) = images(&elf, bias, mappings);
-        let mut m = Module::with(elf, path, root, bias, span);
+        let mut m = Module::with(elf, saved, path, root, bias, span);
         m.copies = copies;
         Ok(m)
     }
 
     /// A module for a file on disk that is not loaded anywhere (bias 0).
     pub fn from_file(path: &Path) -> Result<Module> {
-        let elf = ElfFile::open(path, path)?;
-        Ok(Module::with(elf, path, Path::new("/"), Bias::ZERO, Span { lo: 0, hi: 0 }))
+        let root = Path::new("/");
+        let Read(elf, saved) = Self::read(path, path, root)?;
+        Ok(Module::with(elf, saved, path, root, Bias::ZERO, Span { lo: 0, hi: 0 }))
     }
 
-    /// The module of `elf` (the file `path`, under `root`), with the
-    /// symbols of its separate debug file when it lacks its own.
-    fn with(mut elf: ElfFile, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
-        let debug = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
-        if let Some(d) = &debug {
+    /// Reads the file at `read_path` (`path` as the process sees it, under
+    /// `root`): from the cache if it holds the analysis of this very file,
+    /// reading nothing of it then but what is later asked for; else all of
+    /// it, parsed.
+    fn read(read_path: &Path, path: &Path, root: &Path) -> Result<Read> {
+        let opened = Opened::open(read_path, path)?;
+        let key = saved::key(&opened.identity);
+        if let Some(k) = &key
+            && let Some(mut s) = saved::load(k, path, root)
+        {
+            let functions = std::mem::take(&mut s.functions);
+            let elf = ElfFile::from_parts(opened, s.headers.clone(), functions, s.has_symtab, read_path);
+            return Ok(Read(elf, Cached::Hit(Box::new(s))));
+        }
+        let elf = ElfFile::parse_opened(opened, read_path, path)?;
+        // Where its debug file may be, before one is read.
+        let places = saved::places(&elf.headers(), path, root);
+        Ok(Read(elf, key.map_or(Cached::Uncachable, |k| Cached::Miss(k, places))))
+    }
+
+    /// What [`Module::load`] reads of the file at `read_path` (`path` as the
+    /// process sees it, under `root`), which a caller may read ahead of
+    /// time on another thread.
+    pub fn read_file(read_path: &Path, path: &Path, root: &Path) -> Result<Read> {
+        Self::read(read_path, path, root)
+    }
+
+    /// The module of `elf` (the file `path`, under `root`): with the
+    /// analysis the cache held, or with the symbols of its separate debug
+    /// file when it lacks its own (its analysis then queued to be saved).
+    fn with(elf: ElfFile, cached: Cached, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let debug = OnceCell::new();
+        let dwarf = Arc::new(OnceLock::new());
+        if let Cached::Hit(s) = cached {
+            let s = *s;
+            let parts = PlannerParts { pads: s.pads, branch_targets: s.branch_targets, facts: s.facts, go: s.go };
+            let mut m = Module::assemble(Arc::new(elf), debug, dwarf, Some(parts), path, root, name, bias, span);
+            m.cached_dwarf = Some(s.dwarf);
+            m.cached_mangled = Some(s.mangled);
+            return m;
+        }
+        let mut elf = elf;
+        let found = if elf.has_symtab && elf.has_dwarf() { None } else { debuginfo::find(&elf, path, root) };
+        if let Some(d) = &found {
             elf.adopt_symbols(d);
         }
         if !elf.has_symtab {
             elf.add_unwind_functions();
         }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let found = found.map(Arc::new);
+        let _ = debug.set(found.clone());
+        let elf = Arc::new(elf);
+        let m = Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span);
+        if let Cached::Miss(key, places) = cached {
+            let known = saved::Known { dwarf: m.dwarf.clone(), branch_targets: m.branch_targets.clone() };
+            super::saving::enqueue(key, m.elf.clone(), found, places, known, path, root);
+        }
+        m
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        elf: Arc<ElfFile>,
+        debug: OnceCell<Option<Arc<ElfFile>>>,
+        dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
+        saved_planner: Option<PlannerParts>,
+        path: &Path,
+        root: &Path,
+        name: String,
+        bias: Bias,
+        span: Span,
+    ) -> Module {
         Module {
             path: path.to_path_buf(),
             name,
@@ -121,15 +229,67 @@ impl Module {
             copies: Vec::new(),
             elf,
             debug,
+            root: root.to_path_buf(),
+            saved_planner: RefCell::new(saved_planner),
             names: OnceCell::new(),
-            dwarf: OnceCell::new(),
+            cached_mangled: None,
+            dwarf,
+            branch_targets: Arc::default(),
+            lazy_dwarf: RefCell::new(None),
+            cached_dwarf: None,
             planner: OnceCell::new(),
+            return_saves: OnceCell::new(),
         }
     }
 
-    /// The names of each symbol of `elf.functions`, demangled on first use.
-    fn names(&self) -> &[Names] {
-        self.names.get_or_init(|| self.elf.functions.iter().map(|f| Names::of(&f.name)).collect())
+    /// Its separate debug file, if it has one.
+    pub fn debug(&self) -> Option<&ElfFile> {
+        self.debug
+            .get_or_init(|| {
+                let needed = !(self.elf.has_symtab && self.elf.has_dwarf());
+                needed.then(|| debuginfo::find(&self.elf, &self.path, &self.root)).flatten().map(Arc::new)
+            })
+            .as_deref()
+    }
+
+    /// Where the planner keeps every branch target of the code.
+    pub(super) fn branch_targets_cell(&self) -> Arc<OnceLock<Vec<u64>>> {
+        self.branch_targets.clone()
+    }
+
+    /// What the cache held for the planner, once.
+    pub(super) fn take_saved_planner(&self) -> Option<PlannerParts> {
+        self.saved_planner.borrow_mut().take()
+    }
+
+    /// The names of each symbol of `elf.functions` besides the one it is
+    /// stored under, demangled on first use (only those the cache says
+    /// demangle, when it held the module).
+    fn names(&self) -> &[Option<Names>] {
+        self.names.get_or_init(|| {
+            let syms = &self.elf.functions;
+            (0..syms.len())
+                .map(|i| {
+                    if self.cached_mangled.as_ref().is_some_and(|m| !m.get(i).copied().unwrap_or(true)) {
+                        return None;
+                    }
+                    Some(Names::of(&syms[i].name)).filter(Names::has_others)
+                })
+                .collect()
+        })
+    }
+
+    /// The name symbol `i` is shown by.
+    fn display_name(&self, i: usize) -> &str {
+        self.names()[i].as_ref().map_or(&self.elf.functions[i].name, |n| n.display())
+    }
+
+    /// True if one of symbol `i`'s names passes `test`.
+    fn answers_to(&self, i: usize, test: impl Fn(&str) -> bool) -> bool {
+        match &self.names()[i] {
+            None => test(&self.elf.functions[i].name),
+            Some(n) => n.all().any(test),
+        }
     }
 
     /// What planning a probe needs of this module beyond a function's bytes
@@ -140,24 +300,56 @@ impl Module {
 
     /// The module's DWARF index (from the file or its debug file), built on first use.
     pub fn dwarf(&self) -> Option<&DwarfIndex> {
-        self.dwarf.get_or_init(|| dwarf::index(self.dwarf_file()?).ok()).as_ref()
-    }
-
-    /// The file that holds the module's DWARF: the file itself or its debug file.
-    pub fn dwarf_file(&self) -> Option<&ElfFile> {
-        [Some(&self.elf), self.debug.as_ref()].into_iter().flatten().find(|e| e.has_dwarf())
+        self.dwarf
+            .get_or_init(|| match &self.cached_dwarf {
+                Some(SavedDwarf::Index(stored)) => stored.index(),
+                Some(SavedDwarf::None | SavedDwarf::Unreadable) => None,
+                None => dwarf::index(self.dwarf_file()?).ok(),
+            })
+            .as_ref()
     }
 
     /// The file address of the data symbol `name` (`.symtab`, `.dynsym`, or
     /// the debug file's), for static probe arguments that name one.
     pub fn data_symbol(&self, name: &str) -> Option<FileAddr> {
-        [Some(&self.elf), self.debug.as_ref()].into_iter().flatten().find_map(|e| e.data_symbol(name))
+        [Some(&*self.elf), self.debug()].into_iter().flatten().find_map(|e| e.data_symbol(name))
+    }
+
+    /// What DWARF says of the function entered at `entry` (a file address):
+    /// from the whole index if it was built, else from the cache, else from
+    /// the one unit that holds it ([`LazyDwarf`]).
+    pub fn dwarf_at(&self, entry: FileAddr) -> Option<DwFunction> {
+        if let Some(index) = self.dwarf.get() {
+            return index.as_ref()?.at(entry).cloned();
+        }
+        match &self.cached_dwarf {
+            Some(SavedDwarf::Index(stored)) => return stored.at(entry),
+            Some(SavedDwarf::None | SavedDwarf::Unreadable) => return None,
+            None => {}
+        }
+        let src = self.dwarf_file()?;
+        let mut lazy = self.lazy_dwarf.borrow_mut();
+        if lazy.is_none() {
+            *lazy = Some(LazyDwarf::new(src).ok()?);
+        }
+        // Many functions (a glob with --args): the whole index, once.
+        if lazy.as_ref().is_some_and(|l| l.lookups() >= WHOLE_DWARF_AFTER) {
+            drop(lazy);
+            return self.dwarf()?.at(entry).cloned();
+        }
+        lazy.as_mut()?.function_at(src, entry).ok().flatten()
+    }
+
+    /// The file that holds the module's DWARF: the file itself or its debug
+    /// file (looked for now if the module's analysis came from the cache).
+    pub fn dwarf_file(&self) -> Option<&ElfFile> {
+        [Some(&*self.elf), self.debug()].into_iter().flatten().find(|e| e.has_dwarf())
     }
 
     /// Symbol `i` as a function in the code at `bias` (the module's own, or a copy's).
     fn function_at(&self, i: usize, bias: Bias) -> Function {
         let sym = &self.elf.functions[i];
-        let mut name = self.names()[i].display().to_string();
+        let mut name = self.display_name(i).to_string();
         if let Some(v) = sym.version.as_ref().filter(|v| !v.default) {
             name += &v.to_string();
         }
@@ -186,10 +378,9 @@ impl Module {
     /// version, `name@@VER` the default version VER, `name@VER` version VER).
     fn called(&self, name: &str) -> Vec<usize> {
         let (base, want) = split_version(name);
-        let names = self.names();
         let syms = &self.elf.functions;
-        (0..names.len())
-            .filter(|&i| names[i].all().any(|n| n == base) && version_matches(syms[i].version.as_ref(), want.as_ref()))
+        (0..syms.len())
+            .filter(|&i| self.answers_to(i, |n| n == base) && version_matches(syms[i].version.as_ref(), want.as_ref()))
             .collect()
     }
 
@@ -202,8 +393,7 @@ impl Module {
     pub fn named(&self, name: &str) -> Result<Named> {
         let mut hits = self.called(name);
         if hits.is_empty() {
-            let names = self.names();
-            let hint = suggestions(name, names.iter().map(|n| n.display()));
+            let hint = suggestions(name, (0..self.elf.functions.len()).map(|i| self.display_name(i)));
             let stripped = if self.elf.has_symtab {
                 ""
             } else {
@@ -278,20 +468,21 @@ impl Module {
     /// versions too), one per address, and every copy of each.
     pub fn matching(&self, pattern: &str) -> Vec<Function> {
         let (base, want) = split_version(pattern);
+        let base = Glob::new(base);
         let syms = &self.elf.functions;
         let mut out: Vec<Function> = Vec::new();
         let mut last: Option<FileAddr> = None;
-        for (i, names) in self.names().iter().enumerate() {
-            if last == Some(syms[i].addr) {
+        for (i, sym) in syms.iter().enumerate() {
+            if last == Some(sym.addr) {
                 continue;
             }
-            let version_ok = match (&syms[i].version, &want) {
+            let version_ok = match (&sym.version, &want) {
                 (_, None) => true,
                 (Some(have), Some(want)) => glob(&want.name, &have.name) && (!want.default || have.default),
                 (None, Some(_)) => false,
             };
-            if version_ok && names.all().any(|n| glob(base, n)) {
-                last = Some(syms[i].addr);
+            if version_ok && self.answers_to(i, |n| base.matches(n)) {
+                last = Some(sym.addr);
                 out.extend(self.everywhere(i));
             }
         }
@@ -302,10 +493,14 @@ impl Module {
     /// `pattern`, without demangling anything.
     pub fn matching_symbols(&self, pattern: &str) -> Vec<Function> {
         let syms = &self.elf.functions;
+        let pattern = Glob::new(pattern);
         let mut out: Vec<Function> = Vec::new();
         for s in syms.iter() {
+            if !pattern.matches(&s.name) {
+                continue;
+            }
             let addr = self.bias.runtime(s.addr);
-            if glob(pattern, &s.name) && out.last().is_none_or(|f: &Function| f.addr != addr) {
+            if out.last().is_none_or(|f: &Function| f.addr != addr) {
                 let names = super::demangle::Names::of(&s.name);
                 out.push(Function {
                     name: names.display().to_string(),
@@ -357,6 +552,14 @@ impl Module {
         self.elf
             .bytes_at(f.bias.file(f.addr), f.size)
             .with_context(|| format!("the code of `{}` is not in `{}`", f.name, self.path.display()))
+    }
+
+    /// How far below its stack pointer at entry `f` saves the register
+    /// holding its return address, from the module's call frame
+    /// information (read on first use): None if it never does, or not at
+    /// one place, or the module has no CFI for it.
+    pub fn return_saved_below(&self, f: &Function) -> Option<u32> {
+        self.return_saves.get_or_init(|| ReturnSaves::of(&self.elf)).below_cfa(f.bias.file(f.addr).0)
     }
 
     /// Branch targets from split-off parts of `f` (`f.cold`), which jump back into it.

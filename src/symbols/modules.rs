@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 
-use super::module::Module;
+use super::module::{Module, Read};
 use super::pattern::{Pattern, has_glob, module_matches};
 use super::site::{self, Site, SitePattern};
 use super::{Function, suggestions};
@@ -29,6 +29,8 @@ struct Slot {
     /// differs from the file's name.
     alias: Option<String>,
     module: OnceCell<Result<Module, String>>,
+    /// Its file, being read on another thread ([`ProcessModules::prefetch`]).
+    ahead: std::cell::RefCell<Option<std::thread::JoinHandle<Result<Read>>>>,
 }
 
 /// The modules of process `pid`: the executable first, then the libraries
@@ -112,7 +114,14 @@ impl ProcessModules {
             } else {
                 PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))
             };
-            slots.push(Slot { path, read_path, mappings: vec![m.clone()], alias: None, module: OnceCell::new() });
+            slots.push(Slot {
+                path,
+                read_path,
+                mappings: vec![m.clone()],
+                alias: None,
+                module: OnceCell::new(),
+                ahead: std::cell::RefCell::new(None),
+            });
         }
         slots.retain(|s| s.mappings.iter().any(|m| m.exec));
         // The executable first.
@@ -163,13 +172,37 @@ impl ProcessModules {
         let slot = &self.slots[i];
         let loaded = slot.module.get_or_init(|| {
             let maps: Vec<&Mapping> = slot.mappings.iter().collect();
-            let mut m = Module::load(&slot.read_path, &slot.path, &self.root, &maps).map_err(|e| format!("{e:#}"))?;
+            let ahead = slot.ahead.borrow_mut().take().and_then(|h| h.join().ok());
+            let read = match ahead {
+                Some(read) => read,
+                None => Module::read_file(&slot.read_path, &slot.path, &self.root),
+            };
+            let mut m =
+                read.and_then(|r| Module::load_read(r, &slot.path, &self.root, &maps)).map_err(|e| format!("{e:#}"))?;
             if let Some(a) = &slot.alias {
                 m.name = a.clone();
             }
             Ok(m)
         });
         loaded.as_ref().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+
+    /// Starts reading modules `indices` (their files, or their analyses
+    /// from the cache) on another thread, for a caller that will need them
+    /// after other work: on a machine with a core to spare, that work and
+    /// the reading overlap.
+    pub fn prefetch(&self, indices: &[usize]) {
+        for &i in indices {
+            let Some(slot) = self.slots.get(i) else { continue };
+            if slot.module.get().is_some() || slot.ahead.borrow().is_some() {
+                continue;
+            }
+            let (read_path, path, root) = (slot.read_path.clone(), slot.path.clone(), self.root.clone());
+            let spawned = std::thread::Builder::new()
+                .name("tp-read".into())
+                .spawn(move || Module::read_file(&read_path, &path, &root));
+            *slot.ahead.borrow_mut() = spawned.ok();
+        }
     }
 
     /// The module that maps runtime address `addr`, if any.

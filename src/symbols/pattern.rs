@@ -48,9 +48,56 @@ pub fn has_glob(s: &str) -> bool {
 /// allocates nothing: it runs over every name of every symbol a pattern is
 /// tried against.
 pub fn glob(pattern: &str, text: &str) -> bool {
-    if !has_glob(pattern) {
-        return pattern == text;
+    Glob::new(pattern).matches(text)
+}
+
+/// A glob read once, to match many names: [`glob`] without reading the
+/// pattern again for each.
+#[derive(Debug, Clone, Copy)]
+pub enum Glob<'a> {
+    /// No wildcard: the name itself.
+    Exactly(&'a str),
+    /// `name*`.
+    Prefix(&'a str),
+    /// `*name`.
+    Suffix(&'a str),
+    /// `*name*`.
+    Inside(&'a str),
+    /// Anything else.
+    General(&'a str),
+}
+
+impl<'a> Glob<'a> {
+    /// The glob `pattern`.
+    pub fn new(pattern: &'a str) -> Glob<'a> {
+        if !has_glob(pattern) {
+            return Glob::Exactly(pattern);
+        }
+        // `*name`, `name*` and `*name*`, the commonest globs, without backtracking.
+        let (lead, rest) = pattern.strip_prefix('*').map_or((false, pattern), |r| (true, r));
+        let (trail, inner) = rest.strip_suffix('*').map_or((false, rest), |r| (true, r));
+        match (lead, trail, has_glob(inner)) {
+            (true, true, false) => Glob::Inside(inner),
+            (true, false, false) => Glob::Suffix(inner),
+            (false, true, false) => Glob::Prefix(inner),
+            _ => Glob::General(pattern),
+        }
     }
+
+    /// True if `text` matches.
+    pub fn matches(&self, text: &str) -> bool {
+        match *self {
+            Glob::Exactly(p) => p == text,
+            Glob::Prefix(p) => text.starts_with(p),
+            Glob::Suffix(p) => text.ends_with(p),
+            Glob::Inside(p) => text.contains(p),
+            Glob::General(p) => matches(p, text),
+        }
+    }
+}
+
+/// [`glob`] by its general matcher.
+fn matches(pattern: &str, text: &str) -> bool {
     let (p, t) = (pattern.as_bytes(), text.as_bytes());
     // Iterative matcher with one backtrack point for the last `*`.
     let (mut pi, mut ti) = (0, 0);
@@ -158,5 +205,18 @@ mod tests {
         assert!(glob("[a-c]x", "bx") && !glob("[!a-c]x", "bx"));
         assert!(glob("*::push*", "std::vector<int>::push_back"));
         assert!(glob("a*b*c", "aXbYc") && !glob("a*b*c", "aXbY"));
+        // The shortcuts for a star at either end agree with the general matcher.
+        let parts = ["", "a", "ab", "ba", "*", "?", "[a]", "b"];
+        let texts = ["", "a", "b", "ab", "ba", "aab", "abab", "bab", "aa*", "*"];
+        for x in parts {
+            for y in parts {
+                for z in parts {
+                    let p = format!("{x}{y}{z}");
+                    for t in texts {
+                        assert_eq!(glob(&p, t), has_glob(&p) && matches(&p, t) || p == t, "{p:?} {t:?}");
+                    }
+                }
+            }
+        }
     }
 }

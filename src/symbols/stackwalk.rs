@@ -77,7 +77,7 @@ fn tables(m: &Module) -> UnwindTables {
     };
     let debug_frame = section(".debug_frame")
         .map(|(_, d)| d)
-        .or_else(|| m.debug.as_ref().and_then(|d| d.section_data(".debug_frame").ok()?).map(|d| d.into_owned()));
+        .or_else(|| m.debug().and_then(|d| d.section_data(".debug_frame").ok()?).map(|d| d.into_owned()));
     let got = m.elf.sections.iter().find(|s| s.name == ".got").map(|s| s.addr..s.addr + s.size);
     UnwindTables {
         name: m.name.clone(),

@@ -113,7 +113,7 @@ impl Symbolizer {
                 Ok(m) => {
                     let inlined = {
                         let ctx = self.inline.entry(m.path.clone()).or_insert_with(|| {
-                            let dwarf = m.debug.as_ref().filter(|d| d.has_dwarf()).unwrap_or(&m.elf);
+                            let dwarf = m.debug().filter(|d| d.has_dwarf()).unwrap_or(&m.elf);
                             context(dwarf)
                         });
                         ctx.as_ref().map_or_else(Vec::new, |c| inlined_at(c, m.bias.file(RuntimeAddr(look)).0))

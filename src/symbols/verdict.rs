@@ -65,6 +65,21 @@ pub struct GoCode {
     pub preemptible: bool,
 }
 
+/// What [`Planner`] is made of, as saved: the landing pads, every branch
+/// target, the code facts (absolute code, the code addresses data holds)
+/// and the Go function table (entries, unreadable, stack returns).
+#[derive(Debug)]
+pub struct PlannerParts {
+    /// Landing pads.
+    pub pads: super::eh::LandingPads,
+    /// Every direct branch target, sorted.
+    pub branch_targets: Vec<u64>,
+    /// [`CodeFacts::parts`].
+    pub facts: (bool, Vec<u64>),
+    /// [`GoModule::parts`].
+    pub go: Option<(Vec<u64>, bool, Vec<u64>)>,
+}
+
 /// What planning needs of one module beyond a function's bytes, read once.
 #[derive(Debug)]
 pub struct Planner {
@@ -74,10 +89,22 @@ pub struct Planner {
 }
 
 impl Planner {
-    /// Reads the entries and code facts of `m`.
+    /// Reads the entries and code facts of `m`, or takes them from what
+    /// the cache held.
     pub fn of(m: &Module) -> Planner {
         let isa = Isa::for_machine(m.elf.machine);
-        Planner { entries: Entries::of(&m.elf, isa), facts: CodeFacts::of(&m.elf, isa), go: GoModule::of(&m.elf) }
+        if let Some(p) = m.take_saved_planner() {
+            return Planner {
+                entries: Entries::from_parts(&m.elf, isa, p.pads, p.branch_targets),
+                facts: CodeFacts::from_parts(p.facts.0, p.facts.1),
+                go: p.go.map(|(entries, all, returns)| GoModule::from_parts(entries, all, returns)),
+            };
+        }
+        Planner {
+            entries: Entries::sharing(&m.elf, isa, m.branch_targets_cell()),
+            facts: CodeFacts::of(&m.elf, isa),
+            go: GoModule::of(&m.elf),
+        }
     }
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
@@ -100,7 +127,7 @@ impl Planner {
             return Err(Refusal::GoPreemptible);
         }
         plan.function = f.addr.0;
-        self.entries.check(&plan, f.bias)?;
+        self.entries.check(&m.elf, &plan, f.bias)?;
         Ok(plan)
     }
 
@@ -134,15 +161,15 @@ impl Planner {
             return Err(Refusal::GoPreemptible);
         }
         plan.function = f.addr.0;
-        self.entries.check(&plan, f.bias)?;
+        self.entries.check(&m.elf, &plan, f.bias)?;
         Ok(plan)
     }
 
-    /// Checks that nothing from elsewhere in the module enters `plan`'s
-    /// window but at its first byte (for plans made outside [`Planner::plan`],
-    /// such as the long form of a probe).
-    pub fn check_entries(&self, plan: &SitePlan, bias: Bias) -> Result<(), Refusal> {
-        self.entries.check(plan, bias)
+    /// Checks that nothing from elsewhere in `m` (the module this was made
+    /// for) enters `plan`'s window but at its first byte (for plans made
+    /// outside [`Planner::plan`], such as the long form of a probe).
+    pub fn check_entries(&self, m: &Module, plan: &SitePlan, bias: Bias) -> Result<(), Refusal> {
+        self.entries.check(&m.elf, plan, bias)
     }
 
     /// The module's Go code, if it has any.

@@ -162,16 +162,86 @@ fn long_form_when_no_arena_fits_within_branch_reach() {
     assert!(t.quit().success());
 }
 
+/// `guarded pac=P bti=B` of events-pac: whether the CPU signs return
+/// addresses and guards the pages. The CI stage says which CPU it booted
+/// (`TP_TEST_CPU`): `max` has both, a Cortex-A57 neither.
+fn pac_and_bti(t: &Target) -> (bool, bool) {
+    let line = t.out.seen.iter().find(|l| l.starts_with("guarded ")).unwrap_or_else(|| panic!("{:?}", t.out.seen));
+    let (pac, bti) = (field(line, "pac") == 1, field(line, "bti") == 1);
+    match std::env::var("TP_TEST_CPU").as_deref() {
+        Ok("max") => assert!(pac && bti, "-cpu max has PAC and BTI: {line}"),
+        Ok("cortex-a57") => assert!(!pac && !bti, "a Cortex-A57 has neither PAC nor BTI: {line}"),
+        _ => {}
+    }
+    (pac, bti)
+}
+
+const PACIBSP: u32 = 0xd503237f;
+
 #[test]
-fn event_probes_are_refused_and_nothing_is_left_behind() {
-    let mut t = Target::start("counter");
+fn return_probes_on_functions_that_sign_their_return_address() {
+    // fib, nap, jumper and pulse start with paciasp, greet with pacibsp, the
+    // leaves with `bti c`; tp's detour authenticates the return address at
+    // the entry stack pointer and signs the trampoline in its place.
+    let t = Target::start("events-pac");
+    let (pac, bti) = pac_and_bti(&t);
+    eprintln!("events-pac: pac={pac} bti={bti}");
+    for (f, pad) in [("fib", PACIASP), ("jumper", PACIASP), ("greet", PACIBSP), ("add", BTI_C), ("tail_inner", BTI_C)] {
+        assert_eq!(word_at(t.pid, entry_in_file(&t, f).0), pad, "{f} starts with its landing pad");
+    }
+    assert!(t.quit().success());
+    // Where each saves its link register, from its call frame information
+    // (a CIE of key B included): the runtime's liveness checks and
+    // tp_unwind's put-back read there.
+    let m = tp::symbols::Module::from_file(&target_path("events-pac")).unwrap();
+    for (f, below) in [("fib", Some(24)), ("greet", Some(8)), ("nap", Some(40)), ("add", None)] {
+        assert_eq!(m.return_saved_below(&m.function(f).unwrap()), below, "{f}");
+    }
+    crate::events::arguments_and_returns_match_the_log_of("events-pac");
+    crate::events::arguments_in_registers_of("events-pac");
+    crate::events::recursion_in("events-pac");
+}
+
+#[test]
+fn a_signed_call_still_running_when_the_session_ends_keeps_its_trampoline() {
+    // tp cannot sign the original return address with the process's key
+    // from outside: the frame and tp's memory stay until the call returns.
+    let t = Target::start("events-pac");
+    let (pac, _) = pac_and_bti(&t);
+    assert!(t.quit().success());
+    assert_eq!(crate::events::call_live_at_the_end("events-pac"), pac, "memory kept only where the address is signed");
+}
+
+#[test]
+fn tail_calls_and_longjmp_through_signed_frames() {
+    crate::events::tail_calls_in("events-pac");
+    crate::events::longjmp_in("events-pac");
+}
+
+#[test]
+fn cpp_exceptions_through_signed_frames() {
+    // The unwinder authenticates each signed return address with the
+    // frame's CFA: tp_unwind puts the original back signed alike.
+    crate::events::exceptions_in("exceptions-pac");
+}
+
+#[test]
+fn the_landing_pads_and_signing_stay_in_place_under_return_probes() {
+    let mut t = Target::start("events-pac");
+    pac_and_bti(&t);
     let pid = t.pid.to_string();
-    let line = expect_error(&["attach", "-p", &pid, "-f", "foo", "--args", "--ret"], "aarch64 probes count calls");
-    assert!(line.contains("`tp attach` without --args/--ret"), "{line}");
-    let line = expect_error(&["profile", "-p", &pid, "-f", "foo", "--duration", "1"], "aarch64 probes count calls");
-    assert!(line.starts_with("tp: "), "{line}");
-    assert!(!has_region(t.pid), "a refused event probe must leave no memory behind");
-    assert_code_is_original(&t, &["foo"]);
-    assert_eq!(t.call("foo", 10, 1), 10);
+    let session = Session::start(&["-p", &pid, "--json", "--ret", "-f", "fib", "-f", "greet", "-f", "add"]);
+    for (f, pad) in [("fib", PACIASP), ("greet", PACIBSP), ("add", BTI_C)] {
+        let entry = entry_in_file(&t, f).0;
+        assert_eq!(word_at(t.pid, entry), pad, "{f}");
+        branch_target(t.pid, entry + 4);
+    }
+    let fib = t.ask("fib 12", "done fib");
+    t.ask("call 30", "done call");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let hits = hits_from_json(&stdout);
+    assert_eq!((hits["fib"], hits["greet"], hits["add"]), (field(&fib, "calls"), 30, 30));
+    assert_code_is_original(&t, &["fib", "greet", "add"]);
     assert!(t.quit().success());
 }

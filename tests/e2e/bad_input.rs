@@ -18,6 +18,7 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 /// Runs a build command; panics with its output if it fails.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // the 32-bit build is x86-64's
 fn run(cmd: &mut Command) {
     let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
     assert!(out.status.success(), "{cmd:?} failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -42,26 +43,80 @@ fn a_zombie_is_named() {
     child.wait().unwrap();
 }
 
-#[test]
-fn a_32_bit_process_and_file_are_refused() {
-    // gcc-multilib provides the 32-bit runtime.
+/// Writes a 32-bit program to `exe`: the counter built with `-m32`
+/// (gcc-multilib provides the 32-bit runtime).
+#[cfg(target_arch = "x86_64")]
+fn build_32_bit(exe: &Path) {
     need("multilib");
-    let exe = scratch("counter-32");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets");
     run(Command::new("cc")
         .args(["-m32", "-O2", "-pthread", "-I"])
         .arg(&src)
         .arg(src.join("counter.c"))
         .arg("-o")
-        .arg(&exe));
-    let t = Target::start_path(&exe);
-    let pid = t.pid.to_string();
+        .arg(exe));
+}
+
+/// Writes a 32-bit program to `exe`: an AArch32 executable made here (no
+/// compiler for it is at hand), one segment whose code waits in pause(2)
+/// forever: `mov r7, #29; svc #0; b .-8`.
+#[cfg(target_arch = "aarch64")]
+fn build_32_bit(exe: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    const BASE: u32 = 0x1_0000;
+    const CODE: u32 = 52 + 32; // after the ELF and program headers
+    let code: [u32; 3] = [0xe3a0_701d, 0xef00_0000, 0xeaff_fffc];
+    let size = CODE + 4 * code.len() as u32;
+    let mut b: Vec<u8> = b"\x7fELF\x01\x01\x01".to_vec();
+    b.resize(16, 0);
+    let half = |b: &mut Vec<u8>, v: u16| b.extend(v.to_le_bytes());
+    let word = |b: &mut Vec<u8>, v: u32| b.extend(v.to_le_bytes());
+    half(&mut b, 2); // ET_EXEC
+    half(&mut b, 40); // ARM
+    word(&mut b, 1);
+    word(&mut b, BASE + CODE); // e_entry
+    word(&mut b, 52); // e_phoff
+    word(&mut b, 0);
+    word(&mut b, 0x0500_0000); // EABI version 5
+    for v in [52u16, 32, 1, 40, 0, 0] {
+        half(&mut b, v); // ehsize, phentsize, phnum, shentsize, shnum, shstrndx
+    }
+    for v in [1u32, 0, BASE, BASE, size, size, 5, 0x1000] {
+        word(&mut b, v); // PT_LOAD of the whole file, R-X
+    }
+    for w in code {
+        word(&mut b, w);
+    }
+    std::fs::write(exe, &b).unwrap();
+    std::fs::set_permissions(exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn a_32_bit_process_and_file_are_refused() {
+    let exe = scratch("counter-32");
+    build_32_bit(&exe);
+    // (The counter waits for commands on its stdin, which the child's handle keeps open.)
+    let mut child =
+        Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap_or_else(|e| {
+            panic!("run the 32-bit program {} (a kernel without 32-bit support?): {e}", exe.display())
+        });
+    let exe_link = format!("/proc/{}/exe", child.id());
+    wait_until("the 32-bit program runs", || std::fs::read_link(&exe_link).is_ok_and(|l| l == exe));
+    let pid = child.id().to_string();
     let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "is a 32-bit binary");
     assert!(line.contains("tp traces 64-bit processes only"), "{line}");
-    assert!(!has_region(t.pid));
+    assert!(!has_region(child.id() as i32));
     expect_error(&["list-probes", exe.to_str().unwrap()], "is a 32-bit binary");
+    child.kill().unwrap();
+    child.wait().unwrap();
     std::fs::remove_file(&exe).unwrap();
 }
+
+/// The other architecture tp knows: its ELF machine number.
+#[cfg(target_arch = "x86_64")]
+const OTHER_MACHINE: u16 = 183;
+#[cfg(target_arch = "aarch64")]
+const OTHER_MACHINE: u16 = 62;
 
 #[test]
 fn a_foreign_architecture_file_is_named() {
@@ -69,28 +124,35 @@ fn a_foreign_architecture_file_is_named() {
     let line = expect_error(&["list-probes", riscv.to_str().unwrap()], "is a riscv binary");
     assert!(line.contains("tp knows x86-64 and aarch64"), "{line}");
     std::fs::remove_file(&riscv).unwrap();
-    // x86-64 code labelled aarch64: nonsense to decode, but never a panic.
-    let arm = relabelled_counter(183);
-    let out = tp(&["list-probes", arm.to_str().unwrap()]);
+    // Code labelled as the other architecture's: nonsense to decode, but never a panic.
+    let other = relabelled_counter(OTHER_MACHINE);
+    let out = tp(&["list-probes", other.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.code().is_some() && !stderr.contains("panicked"), "{:?} {stderr}", out.status);
-    std::fs::remove_file(&arm).unwrap();
+    std::fs::remove_file(&other).unwrap();
 }
+
+/// A function tp refuses, in a bundled target: hammer's `tiny`, a bare
+/// `ret`, is shorter than a jump on x86-64; on AArch64 a `ret` is a probe
+/// site like any other, and prologues' `p_svc` starts with a syscall.
+#[cfg(target_arch = "x86_64")]
+const REFUSED: (&str, &str, &str) = ("hammer", "tiny", "cannot probe `tiny`: too short (1 bytes, a probe needs 5)");
+#[cfg(target_arch = "aarch64")]
+const REFUSED: (&str, &str, &str) = ("prologues", "p_svc", "cannot probe `p_svc`: `svc`");
 
 #[test]
 fn a_refused_function_gives_the_reason() {
-    let t = Target::start("hammer");
+    let (target, func, why) = REFUSED;
+    let t = Target::start(target);
     let pid = t.pid.to_string();
-    let line = expect_error(&["attach", "-p", &pid, "-f", "tiny"], "cannot probe `tiny`: too short");
-    assert!(line.contains("a probe needs 5"), "{line}");
+    expect_error(&["attach", "-p", &pid, "-f", func], why);
     assert!(!has_region(t.pid), "nothing may be injected when planning fails");
 }
 
 #[test]
 fn a_stripped_binary_without_the_symbol_says_so() {
     let exe = scratch("counter-stripped");
-    std::fs::copy(target_path("counter"), &exe).unwrap();
-    run(Command::new("strip").arg(&exe));
+    std::fs::copy(target_path("counter-nosyms"), &exe).unwrap();
     let t = Target::start_path(&exe);
     let pid = t.pid.to_string();
     let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "function `foo` not found");
@@ -242,11 +304,8 @@ fn list_probes_reads_only_regular_binaries() {
     assert!(line.contains("tp knows x86-64 and aarch64") && !line.contains("a an"), "{line}");
     std::fs::remove_file(&bare_path).unwrap();
     // An object file, not linked yet.
-    let object = scratch("counter.o");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets");
-    run(Command::new("cc").args(["-c", "-O2", "-I"]).arg(&src).arg(src.join("counter.c")).arg("-o").arg(&object));
+    let object = target_path("counter.o");
     expect_error(&["list-probes", object.to_str().unwrap()], "is an object file (.o), not linked yet");
-    std::fs::remove_file(&object).unwrap();
 }
 
 #[test]

@@ -6,8 +6,16 @@
 
 use crate::util::*;
 
+/// Attach/detach cycles: fewer in the arm64 test VM, whose CPU is emulated
+/// (TCG) tens of times slower.
+#[cfg(target_arch = "x86_64")]
 const CYCLES: u32 = 20;
+#[cfg(target_arch = "aarch64")]
+const CYCLES: u32 = 8;
+#[cfg(target_arch = "x86_64")]
 const QUICK_CYCLES: u32 = 40;
+#[cfg(target_arch = "aarch64")]
+const QUICK_CYCLES: u32 = 15;
 
 /// (tid, state, tracer) of every thread of `pid` now listed.
 fn thread_states(pid: i32) -> Vec<(i32, char, i32)> {

@@ -42,13 +42,36 @@ fn tp_leftovers(pid: i32) -> (usize, usize, usize) {
     (arenas, fds, wiped)
 }
 
-/// Each probed function's entry is either the file's bytes or a whole `jmp`.
+/// Each probed function's entry is either the file's bytes or a whole
+/// patch after its landing pad.
 fn assert_sites_whole(t: &Target, funcs: &[&str]) {
     for f in funcs {
         let (now, file) = entry_bytes(t, f);
-        let site = if file[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { 4 } else { 0 };
-        assert!(now == file || now[site] == 0xe9, "`{f}` is neither original nor patched: {now:02x?} vs {file:02x?}");
+        assert!(
+            now == file || is_whole_patch(&file, &now),
+            "`{f}` is neither original nor patched: {now:02x?} vs {file:02x?}"
+        );
     }
+}
+
+/// True if `now` is `file` (a function's first bytes) with a whole `jmp`
+/// after its `endbr64`, if any.
+#[cfg(target_arch = "x86_64")]
+fn is_whole_patch(file: &[u8], now: &[u8]) -> bool {
+    let site = if file[..4] == [0xf3, 0x0f, 0x1e, 0xfa] { 4 } else { 0 };
+    now[..site] == file[..site] && now[site] == 0xe9
+}
+
+/// True if `now` is `file` (a function's first bytes) with a `b` (or the
+/// long form's `adrp; add; br`) after its landing pads, if any: `bti`,
+/// `paciasp` and `pacibsp` are hints whose immediates 25-38 say which.
+#[cfg(target_arch = "aarch64")]
+fn is_whole_patch(file: &[u8], now: &[u8]) -> bool {
+    let word = |b: &[u8], k: usize| u32::from_le_bytes(b[4 * k..4 * k + 4].try_into().unwrap());
+    let pad = |w: u32| w & 0xffff_f01f == 0xd503_201f && matches!((w >> 5) & 0x7f, 25 | 27 | 34 | 36 | 38);
+    let site = (0..file.len() / 4).find(|&k| !pad(word(file, k))).unwrap_or(0);
+    let patch = word(now, site);
+    now[..4 * site] == file[..4 * site] && (patch >> 26 == 0b000101 || patch & 0x9f00_001f == 0x9000_0010)
 }
 
 /// Kills tp at `fault` while two threads call foo and bar (unless `quiet`),

@@ -26,15 +26,15 @@ mod postgres;
 #[cfg(target_arch = "x86_64")]
 mod nginx;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
-// (x86-64 only: AArch64 probes count, and refuse event probes.)
-#[cfg(target_arch = "x86_64")]
 mod events;
 // Stacks, predicates, counts by value and durations kept in the target.
-// (x86-64 only, as events.)
-#[cfg(target_arch = "x86_64")]
 mod stacks;
 // list-probes on the bundled targets.
 mod list_probes;
+// The cache of module analyses: the same answers hit or miss, damaged,
+// foreign and planted entries never used, concurrent tp processes.
+#[cfg(target_arch = "x86_64")]
+mod cache;
 // Probes inside functions: by line, by offset, at nop sites.
 mod sites;
 // Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
@@ -60,45 +60,32 @@ mod landing_pads;
 mod symbols;
 // enable/disable without stopping the target.
 mod toggle;
-// tp profile: sampled latency with exact call counts (x86-64 only, as events).
-#[cfg(target_arch = "x86_64")]
+// tp profile: sampled latency with exact call counts.
 mod profile;
 // AArch64: every relocated instruction class, BTI landing pads, atomics.
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
-// Reliability (issue 6): x86-64 only. The arm64 test VM runs under TCG,
-// too slowly for the stress and fault loops; the epoll_wait restart is
-// x86-64 only (Arch::restart_interrupted_wait); bad_input needs a 32-bit
-// host target and security fresh mount namespaces.
+// Reliability (issue 6). The arm64 test VM emulates its CPU (TCG), tens of
+// times slower than a real one: the loops there are shorter (see each).
 // Threads blocked in syscalls see nothing of an attach.
-#[cfg(target_arch = "x86_64")]
 mod blocked;
 // Hot toggling: attach/detach cycles under four hot threads, exact counts.
-#[cfg(target_arch = "x86_64")]
 mod stress;
 // The tracer, or the target, killed at each step of an attach and a detach.
-#[cfg(target_arch = "x86_64")]
 mod faults;
 // Two tp processes on one target.
-#[cfg(target_arch = "x86_64")]
 mod contention;
 // More bad input: zombies, 32-bit and foreign binaries, refusals, privilege.
-#[cfg(target_arch = "x86_64")]
 mod bad_input;
 // A process that forks while probes are in.
-#[cfg(target_arch = "x86_64")]
 mod fork;
 // Return probes, events and tp profile across fork, exec and death by a signal.
-#[cfg(target_arch = "x86_64")]
 mod fork_events;
 // Threads told apart on any runtime (a thread without glibc's TCB).
-#[cfg(target_arch = "x86_64")]
 mod thread_key;
 // Thread churn: threads created and exiting during attach and detach.
-#[cfg(target_arch = "x86_64")]
 mod churn;
 // Security: no writable code, the region behind ptrace checks, no temp files.
-#[cfg(target_arch = "x86_64")]
 mod security;
 // Fuzz-found inputs and damaged binaries, replayed through list-probes.
 #[cfg(target_arch = "x86_64")]

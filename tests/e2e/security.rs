@@ -118,6 +118,7 @@ fn no_file_is_left_in_world_writable_directories() {
     // may live under /tmp, which the fresh mounts hide.
     let script = format!(
         "set -e
+        mkdir -p /var/lib /var/tmp /dev/shm
         bin=$(mktemp -d -p /var/lib)
         trap 'rm -rf $bin' EXIT
         cp {tp} {counter} $bin/

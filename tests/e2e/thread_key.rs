@@ -1,7 +1,8 @@
 //! Threads are told apart by their thread register, whatever runtime set
-//! it up: a thread whose TLS is not glibc's (its FS base at a block whose
-//! first word is 0, as on Go's threads) records every event, each with its
-//! own TID, none dropped silently (targets/forker.c, `foreign`).
+//! it up: a thread whose TLS is not glibc's (its thread pointer at a block
+//! of zeros, as on Go's threads: no TCB, no TID where glibc keeps it)
+//! records every event, each with its own TID, none dropped silently
+//! (targets/forker.c, `foreign`).
 
 use crate::util::*;
 
@@ -10,12 +11,14 @@ fn a_thread_without_glibcs_tcb_records_every_event() {
     foreign_thread_records_every_event(&[]);
 }
 
-/// In a glibc program tp reads the word at fs:0, which glibc keeps equal
-/// to the FS base, and a thread where it reads 0 reads its FS base with
-/// `rdfsbase` where the kernel allows it (FSGSBASE), else asks the kernel;
-/// a program whose threads keep something else there is told apart by
-/// `rdfsbase` alone, or by asking the kernel at every event.
-/// `TP_THREAD_KEY` makes tp take each of those ways here.
+/// In a glibc program on x86-64 tp reads the word at the thread pointer,
+/// which glibc keeps equal to the FS base, and a thread where it reads 0
+/// reads its FS base with `rdfsbase` where the kernel allows it
+/// (FSGSBASE), else asks the kernel; a program whose threads keep
+/// something else there is told apart by `rdfsbase` alone, or by asking
+/// the kernel at every event. `TP_THREAD_KEY` makes tp take each of those
+/// ways here. (AArch64 reads its thread register in user space whatever
+/// the program: every way is that one.)
 #[test]
 fn every_way_of_telling_threads_apart_records_every_event() {
     for how in ["tcb", "register", "syscall"] {

@@ -290,6 +290,7 @@ fn an_interior_detour_keeps_the_red_zone() {
         slot_bits: 6,
         stride_shift: 8,
         abi: tp::arch::Abi::C,
+        return_saved_below: None,
         operands: None,
     };
     let with_stub = |d: &tp::arch::Detour| {
@@ -370,6 +371,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     slot_bits: 6,
                     stride_shift: 8,
                     abi: tp::arch::Abi::C,
+                    return_saved_below: None,
                     operands: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
@@ -431,6 +433,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         stride_shift: 8,
         abi: tp::arch::Abi::C,
         operands: None,
+        return_saved_below: None,
     };
     let d = detour::build(&plan, at, &spec).unwrap();
     for way in [0, 1] {

@@ -2,7 +2,7 @@
  * harness.c - differential tester for relocated AArch64 instructions
  * (runs under qemu-aarch64 user mode, or on any arm64 Linux).
  *
- *   harness [-n TRIALS] [-c REG,REG..] [-t MS] [-v] ORIG_ADDR ORIG_HEX TRAMP_ADDR TRAMP_HEX
+ *   harness [-n TRIALS] [-c REG,REG..] [-b BYTES] [-t MS] [-v] ORIG_ADDR ORIG_HEX TRAMP_ADDR TRAMP_HEX
  *
  * Maps ORIG_HEX (the original instruction) at ORIG_ADDR and TRAMP_HEX (its
  * relocated copy with its literal pool, ending in a branch back) at
@@ -15,7 +15,9 @@
  * 1 MiB data region now and then. The final states must be identical:
  * x0-x30, SP, NZCV, v0-v31, where control ended (trap address, or fault
  * signal and address) and the data region. Registers listed with -c (the
- * relocation's scratch registers, e.g. x16,x17) are not compared. A run that
+ * relocation's scratch registers, e.g. x16,x17) are not compared, nor
+ * (-b) the BYTES below the initial SP, where a detour may save registers
+ * (AAPCS64 lets a function use the stack below its SP). A run that
  * never traps is stopped after -t MS (default 500) and reported as sig14@0.
  *
  * Entry: a signal handler rewrites the interrupted context (registers, pc,
@@ -196,10 +198,12 @@ static void run(uint64_t pc, state_t *out, uint8_t *data_copy) {
 
 int main(int argc, char **argv) {
     int trials = 64, verbose = 0;
+    size_t below_sp = 0;
     int skip[NREG + 2] = {0};
     int opt;
-    while ((opt = getopt(argc, argv, "n:c:t:v")) != -1) {
+    while ((opt = getopt(argc, argv, "n:c:b:t:v")) != -1) {
         if (opt == 'n') trials = atoi(optarg);
+        else if (opt == 'b') below_sp = strtoul(optarg, 0, 0);
         else if (opt == 't') timeout_ms = atoi(optarg);
         else if (opt == 'v') verbose = 1;
         else if (opt == 'c') {
@@ -277,6 +281,11 @@ int main(int argc, char **argv) {
             if (wl < sizeof why)
                 wl += snprintf(why + wl, sizeof why - wl, " end:sig%d@%#lx/sig%d@%#lx", a.sig,
                                (unsigned long)a.end, b.sig, (unsigned long)b.end);
+        }
+        if (below_sp && below_sp <= DATA_SIZE * 3 / 4) {
+            size_t at = in_st.sp - DATA_ADDR - below_sp;
+            memset(d1 + at, 0, below_sp);
+            memset(d2 + at, 0, below_sp);
         }
         if (memcmp(d1, d2, DATA_SIZE)) {
             diff = 1;

@@ -2,7 +2,11 @@
 //! original instruction and tp's relocation of it run from identical states
 //! under qemu-aarch64 (user mode), and their registers (x0-x30, SP, NZCV,
 //! v0-v31), where control went next, and the memory they wrote must agree
-//! over 64 random states (harness.c does the running and comparing).
+//! over 64 random states (harness.c does the running and comparing). The
+//! whole event detour runs the same way, with a runtime that clobbers every
+//! register a C function may, after a function's `paciasp` or `pacibsp`:
+//! only x16 and x17 may differ, and x30 must be signed as the function
+//! signed it.
 //!
 //! Needs `aarch64-linux-gnu-gcc` and `qemu-aarch64-static` (installed by
 //! `.ci/aarch64/setup-host.sh`); built only with `--features qemu-tests`,
@@ -222,4 +226,117 @@ fn long_form_windows_behave_like_the_original() {
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// The runtime the whole-detour test calls: it clobbers every register a C
+/// function may (x0-x18, NZCV) and returns, as tp_entry may.
+fn clobbering_runtime(at: u64) -> Vec<u8> {
+    let mut w = tp::arch::aarch64::writer::Writer::new(at);
+    for r in (0..=18).filter(|&r| r != 16) {
+        w.put_movz(r, 0xdead ^ r as u16);
+    }
+    w.put(0xd2a0_0000 | (0xf000 << 5) | 16); // movz x16, #0xf000, lsl #16: N, Z, C and V set
+    w.put_msr_nzcv(16);
+    w.put_ret(30);
+    w.finish()
+}
+
+#[test]
+fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
+    // A function's first instructions, then the probe site: `stp x29, x30,
+    // [sp, #-16]!`. With pointer authentication the function signs its
+    // return address first (paciasp, pacibsp; x30 made a canonical address
+    // first, as return addresses are): the detour must authenticate it, save
+    // x0-x15, x18, NZCV and x30, call the runtime (which clobbers them),
+    // restore them and sign x30 again exactly as the function did, so that
+    // the relocated stp stores the same word. Only x16 and x17 may differ.
+    use tp::arch::aarch64::detour::{Atomics, build};
+    use tp::arch::{Abi, DetourSpec, Records, RuntimeAddrs, SitePlan, WindowInsn};
+    const AND_X30_48_BITS: u32 = 0x9240_bfde;
+    const STP: u32 = 0xa9bf_7bfd;
+    let pads: [(&str, u32); 3] = [("nop", 0xd503_201f), ("paciasp", 0xd503_233f), ("pacibsp", 0xd503_237f)];
+    let kinds = [
+        ("entry and return", Records { args: true, ret: true, sample: false, unwind: false }),
+        ("sampled", Records { args: false, ret: true, sample: true, unwind: false }),
+        ("unwinder", Records { args: false, ret: false, sample: false, unwind: true }),
+    ];
+    let mut failed = Vec::new();
+    for (pad_name, pad) in pads {
+        for (kind, records) in kinds {
+            for atomics in [Atomics::Lse, Atomics::Exclusive] {
+                let prefix: Vec<u8> = [AND_X30_48_BITS, pad].iter().flat_map(|w| w.to_le_bytes()).collect();
+                let mut orig = prefix.clone();
+                orig.extend(STP.to_le_bytes());
+                assert_eq!(disassemble(&orig[..4], ORIG), ["and x30, x30, #0xffffffffffff"]);
+                let site = ORIG + 8;
+                let plan = SitePlan {
+                    function: ORIG,
+                    site,
+                    prefix: prefix.clone(),
+                    window: STP.to_le_bytes().to_vec(),
+                    insns: vec![WindowInsn { offset: 0, len: 4, mnemonic: "stp".into() }],
+                    interior: false,
+                };
+                // TRAMP: the two first instructions and a branch to the
+                // detour; the detour; the runtime; counter and countdown
+                // rows (zero: a sampling probe samples).
+                let (detour_at, runtime_at, counters, countdowns) = (TRAMP + 0x40, TRAMP + 0x600, 0x800, 0x400);
+                let rt = RuntimeAddrs {
+                    entry: runtime_at,
+                    trampoline: 0x1234_5670,
+                    unwind: runtime_at,
+                    entry_ext: runtime_at,
+                    trampoline_ext: 0x1234_5670,
+                    ctx: 0x5555,
+                };
+                let spec = DetourSpec {
+                    probe_index: 0,
+                    records,
+                    entry_word: 7,
+                    runtime: Some(rt),
+                    // Byte 3 of a `brk` word of the harness's code region: 0xd4, enabled.
+                    flag_addr: TRAMP + 0x2_0003,
+                    counters: TRAMP + counters,
+                    countdowns_from_counters: countdowns,
+                    slot_bits: 6,
+                    stride_shift: 3,
+                    abi: Abi::C,
+                    return_saved_below: Some(16),
+                    operands: None,
+                };
+                let detour = build(&plan, detour_at, &spec, atomics).unwrap();
+                let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
+                w.put(AND_X30_48_BITS);
+                w.put(pad);
+                w.put_b(detour_at);
+                let mut tramp = w.finish();
+                tramp.resize((detour_at - TRAMP) as usize, 0);
+                tramp.extend(&detour.bytes);
+                assert!(tramp.len() <= (runtime_at - TRAMP) as usize, "detour too long: {}", tramp.len());
+                tramp.resize((runtime_at - TRAMP) as usize, 0);
+                tramp.extend(clobbering_runtime(runtime_at));
+                tramp.resize((counters + countdowns + 64 * 8) as usize, 0);
+                let (ok, out) = differential_below_sp(&orig, &tramp, &["x16", "x17"], 160);
+                let name = format!("{pad_name}, {kind}, {atomics:?}");
+                eprintln!("{name:<40} {}", out.lines().last().unwrap_or(""));
+                if !ok {
+                    failed.push(format!("{name}:\n{out}\n{:#?}", disassemble(&detour.bytes, detour_at)));
+                }
+            }
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+/// [`differential`], with `below` bytes under the initial SP left out of
+/// the comparison (a detour saves registers there).
+fn differential_below_sp(orig: &[u8], tramp: &[u8], scratch: &[&str], below: u32) -> (bool, String) {
+    let mut cmd = Command::new("qemu-aarch64-static");
+    cmd.args(["-cpu", "max,sve=off,sme=off"]).arg(harness()).args(["-n", "64", "-b", &below.to_string()]);
+    cmd.args(["-c", &scratch.join(",")]);
+    cmd.args([format!("{ORIG:#x}"), hex(orig), format!("{TRAMP:#x}"), hex(tramp)]);
+    let out = cmd.output().unwrap_or_else(|e| panic!("qemu-aarch64-static: {e} (run .ci/aarch64/setup-host.sh)"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("trials matched"), "the harness did not run: {text}");
+    (out.status.success(), text)
 }

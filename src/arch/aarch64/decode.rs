@@ -78,6 +78,11 @@ pub enum Class {
     Unsafe,
     /// An authenticated call (`blraa` ...) tp does not rewrite.
     Unsupported,
+    /// `pacm` (FEAT_PAuth_LR): the next pointer authentication instruction
+    /// also signs with its own address, which a copy elsewhere does not
+    /// have. (The `...ppc` forms that do so alone are not decoded, and
+    /// refused as undecodable.)
+    SignsWithPc,
 }
 
 /// One decoded instruction.
@@ -229,10 +234,14 @@ fn system(word: u32) -> Class {
     if op0 == 0 && field(word, 21, 1) == 0 && word & 31 == 31 {
         match crn {
             // HINT #imm: bti c/j/jc (34, 36, 38) and paciasp/pacibsp (25, 27)
-            // are landing pads; every other hint runs the same anywhere.
+            // are landing pads; pacm (39) makes the next signing use the PC;
+            // every other hint runs the same anywhere.
             0b0010 => {
-                let imm = field(word, 5, 7);
-                return if matches!(imm, 25 | 27 | 34 | 36 | 38) { Class::LandingPad } else { Class::Plain };
+                return match field(word, 5, 7) {
+                    25 | 27 | 34 | 36 | 38 => Class::LandingPad,
+                    39 => Class::SignsWithPc,
+                    _ => Class::Plain,
+                };
             }
             0b0011 => return Class::Plain, // clrex, dsb, dmb, isb, sb
             _ => {}
@@ -300,6 +309,7 @@ mod tests {
             (0xd65f03c0, "ret", Class::IndirectJump),
             (0xd65f0bff, "retaa", Class::IndirectJump),
             (0xd73f081f, "blraa x0, sp", Class::Unsupported),
+            (0xd50324ff, "hint #0x27", Class::SignsWithPc),
             (0xc85f7c20, "ldxr x0, [x1]", Class::Exclusive),
             (0x885ffc20, "ldaxr w0, [x1]", Class::Exclusive),
             (0xc8027c20, "stxr w2, x0, [x1]", Class::Exclusive),

@@ -1,4 +1,6 @@
-//! The AArch64 counting detour.
+//! AArch64 detours.
+//!
+//! Every detour starts with the counting prefix:
 //!
 //! ```text
 //! detour:  ldr   x16, lit_flag            ; this probe's enable flag
@@ -20,6 +22,7 @@
 //!          stxr  w15, x17, [x16]
 //!          cbnz  w15, 1b
 //!          ldr   x15, [sp], #16
+//!          ...                            ; event probes: call the runtime
 //! relocated:
 //!          <the displaced instruction, relocated; see relocate.rs>
 //!          b     site + 4                 ; unless it branches elsewhere
@@ -32,18 +35,102 @@
 //!
 //! The detour is entered by `b` and left by `b` (or by the relocated
 //! instruction's own `ret`/`br`), so it never needs a BTI landing pad, and
-//! the function's own landing pads stay where they are. It writes only x16,
-//! x17 (the intra-procedure-call registers, dead at a function's entry under
-//! AAPCS64) and, through the relocated code, what the displaced instruction
-//! wrote. Threads hash into rows, so two threads rarely write one cache
-//! line; the atomic add keeps the count exact when they do.
+//! the function's own landing pads stay where they are. The counting
+//! prefix writes only x16, x17 (the intra-procedure-call registers, which
+//! any veneer may clobber between a caller and its callee: GCC's
+//! interprocedural register allocation never keeps a value in them across
+//! a call) and NZCV not at all; through the relocated code, what the
+//! displaced instruction wrote. Threads hash into rows, so two threads
+//! rarely write one cache line; the atomic add keeps the count exact when
+//! they do.
+//!
+//! A probe that records arguments or returns then calls the runtime's
+//! `tp_entry`, with every register a C function may clobber saved below
+//! the stack pointer (the function's callee, whose stack it is at entry):
+//! x0-x15, x18, NZCV and x30, because under GCC's interprocedural register
+//! allocation (`-fipa-ra`) a caller may keep values across a call in any
+//! register its local callee does not touch (x86-64 learnt this from
+//! glibc's `_dl_fini`); the runtime uses no vector register. The link
+//! register lies in the word below the entry stack pointer, which is the
+//! slot `tp_entry` reads the return address from and writes the
+//! trampoline into; the word below it says where the function saves its
+//! link register (its call frame information: see runtime.h):
+//!
+//! ```text
+//!          autiasp | autibsp              ; after paciasp/pacibsp, a return probe:
+//!                                         ;  the plain return address
+//!          sub   sp, sp, #160
+//!          stp   x0, x1, [sp]  ...  stp x14, x15, [sp, #112]
+//!          mrs   x17, nzcv
+//!          stp   x17, x18, [sp, #128]
+//!          ldr   x17, lit_saved_below     ; or xzr
+//!          stp   x17, x30, [sp, #144]     ; x30 at entry SP - 8: the slot
+//!          ldr   x0, lit_ctx
+//!          ldr   x1, lit_entry_word       ; probe index and flags
+//!          mov   x2, sp                   ; the argument registers, x0 first
+//!          add   x3, sp, #152             ; the slot
+//!          ldr   x4, lit_trampoline       ; or xzr: entry events only
+//!          bl    tp_entry
+//!          ldp   x0, x1, [sp] ...  ldp x17, x18, [sp, #128]
+//!          msr   nzcv, x17
+//!          ldr   x30, [sp, #152]          ; the trampoline, if it hijacked the return
+//!          str   xzr, [sp, #152]          ; no stale trampoline left on the stack
+//!          add   sp, sp, #160
+//!          paciasp | pacibsp              ; signed again, as the function did
+//! ```
+//!
+//! Pointer authentication: a function that starts with `paciasp` (or
+//! `pacibsp`) signs its return address with the key and its entry stack
+//! pointer as modifier before the probe site, and authenticates it before
+//! it returns. The detour authenticates it (`autiasp`) at that same stack
+//! pointer, so the runtime records the plain address, and signs whatever
+//! the slot then holds (the trampoline) with the function's own
+//! instruction and modifier: the function's `autiasp; ret` (or `retaa`)
+//! then returns to the trampoline as it would to its caller. All four are
+//! hint-space instructions, which a CPU without PAC runs as NOPs, as it
+//! runs the function's own. A function that signs later (shrink-wrapped)
+//! signs the trampoline itself.
+//!
+//! A sampling probe (tp profile) counts down, in the same row, the calls
+//! left before its next sample, and calls the runtime out of line when
+//! none are left (x5 = the countdown's address):
+//!
+//! ```text
+//!          ldr   x17, lit_countdowns      ; counter row -> countdown row
+//!          add   x16, x16, x17
+//!          ldr   x17, [x16]
+//!          cbz   x17, sample              ; 0: sample this call
+//!          sub   x17, x17, #1
+//!          str   x17, [x16]
+//! relocated: ...
+//! sample:  <the call above, with x5 = x16>
+//!          b     relocated
+//! ```
+//!
+//! An unwinder probe calls `tp_unwind(ctx, entry stack pointer)` with the
+//! same registers saved.
 
-use super::writer::{Writer, X16, X17};
+use super::writer::{Hint, LR, SP, Writer, X16, X17, XZR};
 use super::{long, relocate};
-use crate::arch::{Detour, DetourSpec, Records, Refusal, SitePlan};
+use crate::arch::{Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
+
+/// Bytes the detour saves below the stack pointer around a runtime call.
+pub const FRAME: u32 = 160;
+/// Where x0-x15 go in the frame (the runtime reads the arguments there).
+const SAVED_PAIRS: [(u32, u32); 8] = [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (10, 11), (12, 13), (14, 15)];
+/// Where NZCV and x18 go.
+const NZCV_AT: i32 = 128;
+/// The word below the slot: where the function saves its link register.
+const SAVED_BELOW_AT: i32 = 144;
+/// The slot: the link register, at the entry stack pointer minus 8.
+const SLOT_AT: u32 = 152;
+
+/// `paciasp` and `pacibsp`.
+const PACIASP: u32 = 0xd503_233f;
+const PACIBSP: u32 = 0xd503_237f;
 
 /// How the detour increments its counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +156,7 @@ impl Atomics {
         Atomics::Lse
     }
 
-    /// Bytes of the counting prefix before the relocated instruction.
+    /// Bytes of the counting prefix before anything else.
     pub fn prefix_len(self) -> u64 {
         match self {
             Atomics::Lse => 12 * 4,
@@ -78,26 +165,94 @@ impl Atomics {
     }
 }
 
+/// The key the function signed its return address with before the probe
+/// site (`paciasp`/`pacibsp` among its landing pads), if it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignedWith {
+    /// Key A, SP as modifier.
+    KeyA,
+    /// Key B, SP as modifier.
+    KeyB,
+}
+
+/// How `plan`'s function signed its return address before the site.
+pub fn signed_with(plan: &SitePlan) -> Option<SignedWith> {
+    plan.prefix.chunks_exact(4).rev().find_map(|w| match u32::from_le_bytes(w.try_into().unwrap()) {
+        PACIASP => Some(SignedWith::KeyA),
+        PACIBSP => Some(SignedWith::KeyB),
+        _ => None,
+    })
+}
+
+/// Where the parts of a detour are, for the branches between them.
+#[derive(Clone, Copy)]
+struct Parts {
+    relocated: u64,
+    sample: u64,
+}
+
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> Result<Detour, Refusal> {
-    if spec.records != Records::COUNT {
-        return Err(Refusal::Unsupported(
-            "AArch64 probes count calls; arguments, return values and latency are not recorded there yet",
-        ));
-    }
+    let runtime = match (spec.records.calls_runtime(), spec.runtime) {
+        (true, None) => return Err(Refusal::Unsupported("an event probe needs the runtime block")),
+        (true, Some(rt)) => Some(rt),
+        (false, _) => None,
+    };
     // Inside a function x16 and x17 may be live: the detour keeps them below
     // the stack pointer (nothing else may be there: Linux's signal frames go
     // there at any instruction) and takes them back before the relocated code.
+    // Such a probe counts; what calls the runtime starts at a function's entry.
+    if plan.interior && runtime.is_some() {
+        return Err(Refusal::Unsupported(
+            "AArch64 probes inside functions count calls; arguments and latency are recorded at function entries",
+        ));
+    }
     let saves = if plan.interior { 4 } else { 0 };
-    let restore_at = at + saves + atomics.prefix_len();
-    let relocated_at = restore_at + saves;
+    let exit = long::exit(plan)?;
+    // The prefix has a fixed length for a given kind: measure it, then the
+    // relocated code, then place the sample block after it.
     let mut w = Writer::new(at);
     if plan.interior {
         w.put_push_ip_registers();
     }
+    emit_prefix(&mut w, plan, spec, runtime, atomics, Parts { relocated: at, sample: at })?;
+    let restore_at = w.pc();
+    let relocated = restore_at + saves;
+    let mut r = Writer::new(relocated);
+    relocate::relocate(plan, &mut r, exit)?;
+    let parts = Parts { relocated: restore_at, sample: r.pc() };
+
+    let mut w = Writer::new(at);
+    if plan.interior {
+        w.put_push_ip_registers();
+    }
+    emit_prefix(&mut w, plan, spec, runtime, atomics, parts)?;
+    debug_assert_eq!(w.pc(), restore_at);
+    if plan.interior {
+        w.put_pop_ip_registers();
+    }
+    debug_assert_eq!(w.pc(), relocated);
+    let pc_map = relocate::relocate(plan, &mut w, exit)?;
+    if let (Some(rt), true) = (runtime, spec.records.sample) {
+        debug_assert_eq!(w.pc(), parts.sample);
+        emit_entry_call(&mut w, plan, spec, rt, true)?;
+        w.put_b(relocated);
+    }
+    Ok(Detour { bytes: w.finish(), pc_map })
+}
+
+/// The counting prefix, and what an event probe does after it.
+fn emit_prefix(
+    w: &mut Writer,
+    plan: &SitePlan,
+    spec: &DetourSpec,
+    runtime: Option<RuntimeAddrs>,
+    atomics: Atomics,
+    parts: Parts,
+) -> Result<(), Refusal> {
     w.put_ldr_literal(X16, spec.flag_addr);
     w.put_ldrb(X16, X16);
-    w.put_cbz_w(X16, restore_at);
+    w.put_cbz_w(X16, parts.relocated);
     w.put_mrs_tpidr_el0(X16);
     w.put_lsr(X16, X16, 12);
     w.put_ldr_literal(X17, HASH);
@@ -121,13 +276,108 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
             w.put_pop(STATUS);
         }
     }
-    debug_assert_eq!(w.pc(), restore_at);
-    if plan.interior {
-        w.put_pop_ip_registers();
+    let Some(rt) = runtime else { return Ok(()) };
+    if spec.records.unwind {
+        save(w);
+        w.put_stp(XZR, LR, SP, SAVED_BELOW_AT);
+        w.put_ldr_literal(0, rt.ctx);
+        w.put_add_imm(1, SP, FRAME);
+        put_call(w, rt.unwind)?;
+        restore(w);
+    } else if spec.records.sample {
+        // x16 holds this thread's counter of the probe: its countdown is as
+        // far on as the countdown rows are from the counter rows.
+        w.put_ldr_literal(X17, spec.countdowns_from_counters);
+        w.put_add_lsl(X16, X16, X17, 0);
+        w.put_ldr_offset(X17, X16, 0);
+        w.put_cbz_x(X17, parts.sample);
+        w.put_sub_imm(X17, X17, 1);
+        w.put_str_offset(X17, X16, 0);
+    } else if spec.records.args || spec.records.ret {
+        emit_entry_call(w, plan, spec, rt, false)?;
     }
-    debug_assert_eq!(w.pc(), relocated_at);
-    let pc_map = relocate::relocate(plan, &mut w, long::exit(plan)?)?;
-    Ok(Detour { bytes: w.finish(), pc_map })
+    Ok(())
+}
+
+/// The call of `tp_entry(ctx, probe | flags, registers, slot, trampoline,
+/// countdown)`; for a sampling probe x16 holds the countdown's address.
+fn emit_entry_call(
+    w: &mut Writer,
+    plan: &SitePlan,
+    spec: &DetourSpec,
+    rt: RuntimeAddrs,
+    sample: bool,
+) -> Result<(), Refusal> {
+    let signed = if spec.records.ret { signed_with(plan) } else { None };
+    match signed {
+        Some(SignedWith::KeyA) => w.put_hint(Hint::Autiasp),
+        Some(SignedWith::KeyB) => w.put_hint(Hint::Autibsp),
+        None => {}
+    }
+    save(w);
+    match spec.return_saved_below.filter(|_| spec.records.ret) {
+        Some(below) => {
+            w.put_ldr_literal(X17, below as u64);
+            w.put_stp(X17, LR, SP, SAVED_BELOW_AT);
+        }
+        None => w.put_stp(XZR, LR, SP, SAVED_BELOW_AT),
+    }
+    if sample {
+        w.put_mov(5, X16);
+    }
+    w.put_ldr_literal(0, rt.ctx);
+    w.put_ldr_literal(1, spec.entry_word as u64);
+    w.put_add_imm(2, SP, 0);
+    w.put_add_imm(3, SP, SLOT_AT);
+    if spec.records.ret {
+        w.put_ldr_literal(4, rt.trampoline);
+    } else {
+        w.put_movz(4, 0);
+    }
+    put_call(w, rt.entry)?;
+    restore(w);
+    match signed {
+        Some(SignedWith::KeyA) => w.put_hint(Hint::Paciasp),
+        Some(SignedWith::KeyB) => w.put_hint(Hint::Pacibsp),
+        None => {}
+    }
+    Ok(())
+}
+
+/// `bl target`, or the probe is refused if the runtime is out of reach.
+fn put_call(w: &mut Writer, target: u64) -> Result<(), Refusal> {
+    if !super::writer::reaches(w.pc(), target, super::writer::B_REACH) {
+        return Err(Refusal::Unsupported("the runtime block is out of `bl` reach of the detour"));
+    }
+    w.put_bl(target);
+    Ok(())
+}
+
+/// Moves SP down by [`FRAME`] and saves x0-x15, NZCV and x18 there (x17
+/// is scratch); the caller stores the last pair (what the function saves
+/// below the slot, and x30 into the slot).
+pub fn save(w: &mut Writer) {
+    w.put_sub_imm(SP, SP, FRAME);
+    for (k, (a, b)) in SAVED_PAIRS.into_iter().enumerate() {
+        w.put_stp(a, b, SP, 16 * k as i32);
+    }
+    w.put_mrs_nzcv(X17);
+    w.put_stp(X17, 18, SP, NZCV_AT);
+}
+
+/// Restores what [`save`] saved and x30 from the slot, clears the slot
+/// (the function's frame may leave that word as it is, and a trampoline
+/// address there would keep tp's memory from ever leaving: the detach
+/// scans the used stack for such addresses), and moves SP back.
+pub fn restore(w: &mut Writer) {
+    for (k, (a, b)) in SAVED_PAIRS.into_iter().enumerate() {
+        w.put_ldp(a, b, SP, 16 * k as i32);
+    }
+    w.put_ldp(X17, 18, SP, NZCV_AT);
+    w.put_msr_nzcv(X17);
+    w.put_ldr_offset(LR, SP, SLOT_AT);
+    w.put_str_offset(XZR, SP, SLOT_AT);
+    w.put_add_imm(SP, SP, FRAME);
 }
 
 /// The row a thread pointer hashes to: what the detour computes.
@@ -152,6 +402,7 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::Records;
     use crate::arch::aarch64::decode::disassemble;
     use crate::arch::aarch64::window;
 
@@ -171,8 +422,54 @@ mod tests {
             slot_bits: 6,
             stride_shift: 15,
             abi: crate::arch::Abi::C,
+            return_saved_below: None,
             operands: None,
         }
+    }
+
+    fn runtime() -> RuntimeAddrs {
+        RuntimeAddrs {
+            entry: AT - 0x800,
+            trampoline: AT - 0x100,
+            unwind: AT - 0x400,
+            entry_ext: AT - 0x600,
+            trampoline_ext: AT - 0x80,
+            count: 0,
+            event: 0,
+            ctx: 0xffff_8000_0100,
+        }
+    }
+
+    /// The runtime's flags (probe::layout::entry_flags): the detour passes
+    /// whatever word it is given.
+    const RECORD_ENTRY: u32 = 1 << 24;
+    const HIJACK_RETURN: u32 = 1 << 25;
+    const SAMPLE: u32 = 1 << 26;
+
+    fn code(words: &[u32]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    /// The saves of every runtime call, from `sub sp` to the NZCV pair.
+    fn saves() -> Vec<String> {
+        let mut v = vec!["sub sp, sp, #0xa0".to_string(), "stp x0, x1, [sp]".into()];
+        v.extend((1..8).map(|k| format!("stp x{}, x{}, [sp, #{:#x}]", 2 * k, 2 * k + 1, 16 * k)));
+        v.extend(["mrs x17, nzcv".into(), "stp x17, x18, [sp, #0x80]".into()]);
+        v
+    }
+
+    /// The restores of every runtime call, to `add sp`.
+    fn restores() -> Vec<String> {
+        let mut v = vec!["ldp x0, x1, [sp]".to_string()];
+        v.extend((1..8).map(|k| format!("ldp x{}, x{}, [sp, #{:#x}]", 2 * k, 2 * k + 1, 16 * k)));
+        v.extend([
+            "ldp x17, x18, [sp, #0x80]".into(),
+            "msr nzcv, x17".into(),
+            "ldr x30, [sp, #0x98]".into(),
+            "str xzr, [sp, #0x98]".into(),
+            "add sp, sp, #0xa0".into(),
+        ]);
+        v
     }
 
     fn stp_plan() -> SitePlan {
@@ -294,9 +591,106 @@ mod tests {
     }
 
     #[test]
-    fn event_probes_are_refused() {
-        let spec = DetourSpec { records: Records { args: true, ret: true, ..Records::COUNT }, ..spec() };
-        assert!(matches!(build(&stp_plan(), AT, &spec, Atomics::Lse), Err(Refusal::Unsupported(_))));
+    fn event_detour_saves_every_register_a_caller_may_keep_and_calls_tp_entry() {
+        let s = DetourSpec {
+            records: Records { args: true, ret: true, ..Records::COUNT },
+            entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN,
+            runtime: Some(runtime()),
+            return_saved_below: Some(16),
+            ..spec()
+        };
+        let d = build(&stp_plan(), AT, &s, Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[11], "stadd x17, [x16]", "events still count");
+        assert_eq!(asm[12..23], saves(), "no autiasp: the function signs nothing");
+        assert!(asm[23].starts_with("ldr x17, #"), "where the function saves x30: {}", asm[23]);
+        assert_eq!(asm[24], "stp x17, x30, [sp, #0x90]");
+        assert!(asm[25].starts_with("ldr x0, #") && asm[26].starts_with("ldr x1, #"));
+        assert_eq!(asm[27..29], ["mov x2, sp", "add x3, sp, #0x98"]);
+        assert!(asm[29].starts_with("ldr x4, #"));
+        assert_eq!(asm[30], format!("bl #{:#x}", runtime().entry));
+        assert_eq!(asm[31..44], restores());
+        assert_eq!(asm[44..46], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
+        assert_eq!(asm[2], format!("cbz w16, #{:#x}", AT + 44 * 4), "a disabled probe runs the displaced code");
+        let lits = literals(&d.bytes, 7);
+        assert_eq!(lits[3..], [16, runtime().ctx, (3 | RECORD_ENTRY | HIJACK_RETURN) as u64, runtime().trampoline]);
+        assert_eq!(d.map_pc(0), Some(AT + 44 * 4));
+    }
+
+    #[test]
+    fn a_function_that_signs_its_return_address_gets_the_trampoline_signed_alike() {
+        // paciasp; stp x29, x30, [sp, #-16]!; ...: the detour authenticates
+        // the return address at the entry SP, and signs what the slot then
+        // holds with the same instruction; pacibsp alike with key B.
+        for (pad, auth, sign) in [(0xd503233fu32, "autiasp", "paciasp"), (0xd503237f, "autibsp", "pacibsp")] {
+            let plan = window::plan(&code(&[pad, 0xa9bf7bfd, 0xd65f03c0]), SITE - 4, &[]).unwrap();
+            let s = DetourSpec {
+                records: Records { ret: true, ..Records::COUNT },
+                entry_word: 3 | HIJACK_RETURN,
+                runtime: Some(runtime()),
+                ..spec()
+            };
+            let asm = disassemble(&build(&plan, AT, &s, Atomics::Lse).unwrap().bytes, AT);
+            assert_eq!(asm[12], auth);
+            assert_eq!(asm[13..24], saves());
+            assert_eq!(asm[24], "stp xzr, x30, [sp, #0x90]", "no CFI: the runtime is told nothing");
+            assert_eq!(asm[31..44], restores());
+            assert_eq!(asm[44], sign);
+            assert_eq!(asm[45], "stp x29, x30, [sp, #-0x10]!");
+            // An entry probe alone leaves the return address as it is.
+            let s = DetourSpec { records: Records { args: true, ..Records::COUNT }, ..s };
+            let asm = disassemble(&build(&plan, AT, &s, Atomics::Lse).unwrap().bytes, AT);
+            assert!(!asm.iter().any(|i| i == auth || i == sign), "{asm:?}");
+            assert!(asm.contains(&"mov x4, #0".to_string()), "no trampoline: {asm:?}");
+        }
+    }
+
+    #[test]
+    fn sampling_detour_counts_down_and_calls_the_runtime_out_of_line() {
+        let s = DetourSpec {
+            records: Records { ret: true, sample: true, ..Records::COUNT },
+            entry_word: 3 | HIJACK_RETURN | SAMPLE,
+            runtime: Some(runtime()),
+            countdowns_from_counters: 0x20_0000,
+            ..spec()
+        };
+        let d = build(&stp_plan(), AT, &s, Atomics::Exclusive).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[15], "ldr x15, [sp], #0x10");
+        assert!(asm[16].starts_with("ldr x17, #"));
+        assert_eq!(asm[17..19], ["add x16, x16, x17", "ldr x17, [x16]"]);
+        let sample = u64::from_str_radix(asm[19].strip_prefix("cbz x17, #0x").unwrap(), 16).unwrap();
+        assert_eq!(asm[20..22], ["sub x17, x17, #1", "str x17, [x16]"]);
+        let relocated = AT + 22 * 4;
+        assert_eq!(d.map_pc(0), Some(relocated));
+        assert_eq!(asm[22..24], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
+        assert_eq!(sample, relocated + 8, "the sample block follows the relocated code");
+        let block = &asm[24..];
+        assert_eq!(block[..11], saves());
+        assert_eq!(block[12], "mov x5, x16", "the countdown, for the runtime to reset");
+        assert_eq!(block[18], format!("bl #{:#x}", runtime().entry));
+        assert_eq!(block[32], format!("b #{relocated:#x}"));
+        assert_eq!(literals(&d.bytes, 7)[3], 0x20_0000);
+    }
+
+    #[test]
+    fn unwinder_probe_calls_tp_unwind_with_its_entry_stack_pointer() {
+        let s = DetourSpec { records: Records { unwind: true, ..Records::COUNT }, runtime: Some(runtime()), ..spec() };
+        let asm = disassemble(&build(&stp_plan(), AT, &s, Atomics::Lse).unwrap().bytes, AT);
+        assert_eq!(asm[12..23], saves());
+        assert_eq!(asm[23], "stp xzr, x30, [sp, #0x90]");
+        assert!(asm[24].starts_with("ldr x0, #"));
+        assert_eq!(asm[25..27], ["add x1, sp, #0xa0".to_string(), format!("bl #{:#x}", runtime().unwind)]);
+        assert_eq!(asm[27..40], restores());
+    }
+
+    #[test]
+    fn an_event_probe_needs_a_runtime_within_reach() {
+        let s = DetourSpec { records: Records { args: true, ..Records::COUNT }, ..spec() };
+        assert!(matches!(build(&stp_plan(), AT, &s, Atomics::Lse), Err(Refusal::Unsupported(_))));
+        let far = RuntimeAddrs { entry: AT + (200 << 20), ..runtime() };
+        let s = DetourSpec { runtime: Some(far), ..s };
+        assert!(matches!(build(&stp_plan(), AT, &s, Atomics::Lse), Err(Refusal::Unsupported(_))));
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<Si
             Class::Exclusive => return Err(why("an exclusive load/store sequence must not be split")),
             Class::System => return Err(why("system register and system instructions are not relocated")),
             Class::Unsupported => return Err(why("authenticated calls are not rewritten")),
+            Class::SignsWithPc => {
+                return Err(why("it makes the next instruction sign the return address with its own address"));
+            }
             Class::LandingPad => return Err(Refusal::LandingPadInWindow { at: insn.addr }),
             Class::Call { .. } | Class::CallRegister { .. } if k + 1 < window.len() => {
                 return Err(Refusal::CallInWindow { mnemonic: insn.mnemonic.clone(), at: insn.addr });
@@ -81,6 +84,7 @@ pub fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<Si
     let plan = SitePlan {
         function,
         site,
+        prefix: code[..offset].to_vec(),
         window: code[offset..offset + LONG_PATCH_LEN].to_vec(),
         insns: window
             .iter()

@@ -1,5 +1,6 @@
 //! AArch64: `b imm26` probes of one instruction, bit-level relocation of
-//! the PC-relative instructions, and an LSE or exclusive-loop counter.
+//! the PC-relative instructions, an LSE or exclusive-loop counter, and the
+//! runtime's entry, return and unwinder paths with pointer authentication.
 //!
 //! References: the Arm Architecture Reference Manual for A-profile (A64
 //! encodings, C4; BTI and PSTATE.BTYPE, D8.4), the Procedure Call Standard
@@ -12,6 +13,7 @@ pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
+pub mod runtime;
 pub mod sdt;
 pub mod window;
 pub mod writer;
@@ -21,8 +23,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan, Syscalls,
-    ThreadKey,
+    Abi, Arch, BlockedIn, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RuntimeBlobs, RuntimeBlock,
+    RuntimeLayout, SitePlan, Syscalls, ThreadKey,
 };
 
 /// The AArch64 architecture.
@@ -59,6 +61,19 @@ impl Arch for AArch64 {
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         decode::branch_targets(code, addr)
+    }
+
+    /// x0-x7.
+    const ARG_REGS: usize = 8;
+
+    fn arg_registers(abi: Abi, params: &[ParamClass]) -> Vec<Option<usize>> {
+        match abi {
+            // AAPCS64 passes a composite larger than 16 bytes by reference:
+            // its copy's address takes the next integer register.
+            Abi::C => crate::arch::c_arg_registers(params, Self::ARG_REGS, true),
+            Abi::Go => crate::arch::go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
+            Abi::GoStack => vec![None; params.len()],
+        }
     }
 
     fn go_int_args() -> usize {
@@ -105,22 +120,13 @@ impl Arch for AArch64 {
         stack_unwinder()
     }
 
-    fn build_runtime(at: u64, layout: &RuntimeLayout, _blobs: &RuntimeBlobs) -> RuntimeBlock {
-        let addrs = RuntimeAddrs {
-            entry: at,
-            trampoline: at,
-            unwind: at,
-            entry_ext: at,
-            trampoline_ext: at,
-            count: at,
-            event: 0,
-            ctx: layout.ctx,
-        };
-        RuntimeBlock { bytes: Vec::new(), addrs }
+    fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
+        runtime::build(at, layout.ctx, blobs)
     }
 
-    fn tid_offset(_threads: &[(i32, regs::Regs)], _read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
-        None
+    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+        let pointers: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.tpidr)).collect();
+        runtime::tid_offset(&pointers, read)
     }
 
     fn thread_key(
@@ -136,9 +142,19 @@ impl Arch for AArch64 {
         detour::patch(plan, detour)
     }
 
-    const LONG_REACH: u64 = long::LONG_REACH;
+    fn frame_home(slot: u64, ra_at: u64, tramp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> FrameHome {
+        runtime::frame_home(ra_at, slot + 8, tramp, read)
+    }
 
-    const RECORDS_EVENTS: bool = false;
+    fn code_address(word: u64) -> u64 {
+        runtime::strip(word)
+    }
+
+    fn return_register(r: &regs::Regs) -> Option<u64> {
+        Some(r.pt.regs[30])
+    }
+
+    const LONG_REACH: u64 = long::LONG_REACH;
 
     fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         long::plan_long(code, function, extra_targets)
@@ -194,6 +210,12 @@ impl Arch for AArch64 {
     fn syscall_result(r: &regs::Regs) -> i64 {
         r.pt.regs[0] as i64
     }
+
+    const RESTART_NEEDS_BLOCKED_IN: bool = true;
+
+    fn restart_interrupted_wait(r: &mut regs::Regs, blocked: Option<&BlockedIn>, handler_pending: bool) -> bool {
+        regs::restart_interrupted_wait(r, blocked, handler_pending)
+    }
 }
 
 /// framehop's unwinder for this architecture, with its rule cache.
@@ -214,7 +236,10 @@ impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
         read: &mut dyn FnMut(u64) -> Option<u64>,
         max: usize,
     ) -> Vec<u64> {
-        let regs = framehop::aarch64::UnwindRegsAarch64::new(start.ra, start.sp, start.fp);
+        // The runtime records the stack from its slot, one word below the
+        // stack pointer the function was entered with (runtime.h): the
+        // CFA rules count from the latter.
+        let regs = framehop::aarch64::UnwindRegsAarch64::new(start.ra, start.sp + 8, start.fp);
         crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
     }
 }

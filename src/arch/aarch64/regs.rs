@@ -1,5 +1,6 @@
 //! AArch64 thread registers: NT_PRSTATUS (`struct user_pt_regs`) plus
-//! NT_ARM_SYSTEM_CALL, the number of the syscall a thread is stopped in.
+//! NT_ARM_SYSTEM_CALL, the number of the syscall a thread is stopped in,
+//! and NT_ARM_TLS, its thread pointer.
 //!
 //! Writing -1 to NT_ARM_SYSTEM_CALL is how a tracer tells the kernel the
 //! thread is no longer in a syscall, so it will not rewind the PC to restart
@@ -9,6 +10,7 @@ use std::io;
 
 use nix::unistd::Pid;
 
+use crate::arch::BlockedIn;
 use crate::arch::regset::{get_regset, set_regset};
 
 /// `struct user_pt_regs` of arm64 Linux.
@@ -32,10 +34,13 @@ pub struct Regs {
     pub pt: PtRegs,
     /// NT_ARM_SYSTEM_CALL.
     pub syscallno: i32,
+    /// TPIDR_EL0, the thread pointer (NT_ARM_TLS); read, never written.
+    pub tpidr: u64,
 }
 
 const NT_PRSTATUS: u32 = 1;
 const NT_ARM_SYSTEM_CALL: u32 = 0x404;
+const NT_ARM_TLS: u32 = 0x401;
 /// PSTATE.BTYPE (bits 11:10): must be cleared when redirecting a thread, or
 /// the first instruction at the new PC must be a BTI landing pad.
 pub const PSTATE_BTYPE: u64 = 0b11 << 10;
@@ -46,6 +51,7 @@ pub fn get(tid: Pid) -> io::Result<Regs> {
     let mut r = Regs::default();
     get_regset(tid, NT_PRSTATUS, &mut r.pt)?;
     get_regset(tid, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
+    get_regset(tid, NT_ARM_TLS, &mut r.tpidr)?;
     Ok(r)
 }
 
@@ -60,6 +66,40 @@ pub fn restart_pc(r: &Regs) -> Option<u64> {
     (r.syscallno >= 0 && RESTART_CODES.contains(&(r.pt.regs[0] as i64))).then(|| r.pt.pc.wrapping_sub(4))
 }
 
+/// Waits that return EINTR when their thread is stopped, even by a tracer,
+/// and are never restarted: epoll_pwait, epoll_pwait2 (AArch64 has no
+/// epoll_wait).
+const WAITS_WITHOUT_RESTART: [u64; 2] = [22, 441];
+const EINTR: i64 = -4;
+
+/// See [`crate::arch::Arch::restart_interrupted_wait`]. arm64 Linux decides
+/// whether to restart a syscall from x0 before the stop (x86-64 does it
+/// after), and keeps the first argument, which the result replaced, where
+/// no regset shows it: so tp restarts the wait itself, rewinding the PC to
+/// the `svc` with the arguments `/proc` showed before the interrupt, if
+/// they are still the thread's (the same call site, whose `svc` made it,
+/// the same stack pointer and other arguments) and no signal handler is
+/// about to run (then the program gets its EINTR, as without tp).
+pub fn restart_interrupted_wait(r: &mut Regs, blocked: Option<&BlockedIn>, handler_pending: bool) -> bool {
+    let Some(b) = blocked else { return false };
+    let nr = r.pt.regs[8];
+    if handler_pending
+        || r.pt.regs[0] as i64 != EINTR
+        || !WAITS_WITHOUT_RESTART.contains(&nr)
+        || b.nr != nr
+        || b.pc != r.pt.pc
+        || b.sp != r.pt.sp
+        || b.args[1..] != r.pt.regs[1..6]
+    {
+        return false;
+    }
+    r.pt.regs[0] = b.args[0];
+    r.pt.pc -= 4;
+    r.pt.pstate &= !PSTATE_BTYPE;
+    r.syscallno = -1;
+    true
+}
+
 /// Sets up a syscall at `insn` (an `svc #0`).
 pub fn prepare_syscall(r: &mut Regs, insn: u64, nr: u64, a: [u64; 6]) {
     r.pt.pc = insn;
@@ -72,6 +112,40 @@ pub fn prepare_syscall(r: &mut Regs, insn: u64, nr: u64, a: [u64; 6]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_epoll_wait_interrupted_by_the_stop_is_restarted_where_it_was() {
+        let mut r = Regs::default();
+        r.pt.pc = 0x41_0004;
+        r.pt.sp = 0xffff_f000;
+        r.pt.regs[0] = (-4i64) as u64;
+        r.pt.regs[1..6].copy_from_slice(&[0x7000, 1, u64::MAX, 0, 8]);
+        r.pt.regs[8] = 22;
+        let blocked = BlockedIn { nr: 22, args: [5, 0x7000, 1, u64::MAX, 0, 8], sp: 0xffff_f000, pc: 0x41_0004 };
+        let mut w = r;
+        assert!(restart_interrupted_wait(&mut w, Some(&blocked), false));
+        assert_eq!((w.pt.regs[0], w.pt.pc), (5, 0x41_0000), "the svc again, with the epoll descriptor");
+        // A handler about to run, another call site or argument, a result
+        // other than EINTR, another syscall, nothing known: left alone.
+        assert!(!restart_interrupted_wait(&mut r.clone(), Some(&blocked), true));
+        for change in 0..5 {
+            let mut b = blocked;
+            let mut x = r;
+            match change {
+                0 => b.pc += 4,
+                1 => b.args[2] = 2,
+                2 => x.pt.regs[0] = 1,
+                3 => {
+                    x.pt.regs[8] = 63;
+                    b.nr = 63;
+                }
+                _ => b.sp += 16,
+            }
+            assert!(!restart_interrupted_wait(&mut x, Some(&b), false), "change {change}");
+            assert_eq!(x.pt.pc, r.pt.pc);
+        }
+        assert!(!restart_interrupted_wait(&mut r.clone(), None, false));
+    }
 
     #[test]
     fn layout_matches_the_kernel() {

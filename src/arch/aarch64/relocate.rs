@@ -129,7 +129,12 @@ fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan
             w.put_br(X17);
             return Ok(false);
         }
-        class @ (Class::LandingPad | Class::Exclusive | Class::System | Class::Unsafe | Class::Unsupported) => {
+        class @ (Class::LandingPad
+        | Class::Exclusive
+        | Class::System
+        | Class::Unsafe
+        | Class::Unsupported
+        | Class::SignsWithPc) => {
             return Err(Refusal::Unrelocatable {
                 mnemonic: plan.summary(),
                 at: pc,
@@ -178,6 +183,7 @@ mod tests {
         SitePlan {
             function: SITE,
             site: SITE,
+            prefix: Vec::new(),
             window: word.to_le_bytes().to_vec(),
             insns: vec![WindowInsn { offset: 0, len: 4, mnemonic }],
             dead: 0,

@@ -81,12 +81,16 @@ fn plan_from(code: &[u8], function: u64, start: u64) -> Result<SitePlan, Refusal
         Class::Exclusive => return Err(why("an exclusive load/store sequence must not be split")),
         Class::System => return Err(why("system register and system instructions are not relocated")),
         Class::Unsupported => return Err(why("authenticated calls are not rewritten")),
+        Class::SignsWithPc => {
+            return Err(why("it makes the next instruction sign the return address with its own address"));
+        }
         _ => {}
     }
     let offset = (site - function) as usize;
     let plan = SitePlan {
         function,
         site,
+        prefix: code[..offset].to_vec(),
         window: code[offset..offset + PATCH_LEN].to_vec(),
         insns: vec![WindowInsn { offset: 0, len: PATCH_LEN as u32, mnemonic: insn.mnemonic }],
         dead: 0,
@@ -155,6 +159,11 @@ mod tests {
         let r = refusal(&[0xd53bd040, RET]); // mrs x0, tpidr_el0
         assert!(matches!(&r, Refusal::Unrelocatable { mnemonic, .. } if mnemonic == "mrs"), "{r:?}");
         assert_eq!(refusal(&[0xffff_ffff]), Refusal::Undecodable { at: F });
+        // Signing with the PC as a modifier (FEAT_PAuth_LR) cannot move:
+        // pacm; paciasp, and paciasppc (which capstone does not decode).
+        let r = refusal(&[0xd50324ff, PACIASP, STP, RET]);
+        assert!(matches!(&r, Refusal::Unrelocatable { why, at: F, .. } if why.contains("its own address")), "{r:?}");
+        assert_eq!(refusal(&[0xdac1a3fe, STP, RET]), Refusal::Undecodable { at: F });
         assert_eq!(plan(&words(&[STP]), F + 2, &[]).unwrap_err(), Refusal::Undecodable { at: F + 2 });
     }
 

@@ -41,6 +41,25 @@ pub fn reaches(from: u64, to: u64, reach: i64) -> bool {
     d % 4 == 0 && (-reach..reach).contains(&d)
 }
 
+/// Hint-space instructions, by their `hint #imm` number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hint {
+    /// `paciasp`: signs x30 with key A and SP as modifier.
+    Paciasp = 25,
+    /// `pacibsp`: signs x30 with key B and SP as modifier.
+    Pacibsp = 27,
+    /// `autiasp`: authenticates x30 signed by `paciasp`.
+    Autiasp = 29,
+    /// `autibsp`: authenticates x30 signed by `pacibsp`.
+    Autibsp = 31,
+}
+
+/// The imm7 field of a 64-bit `stp`/`ldp` with a signed offset.
+fn pair_offset(offset: i32) -> u32 {
+    assert!(offset % 8 == 0 && (-512..=504).contains(&offset), "stp/ldp offset {offset}");
+    ((offset / 8) as u32 & 0x7f) << 15
+}
+
 /// The kinds of register a literal load can fill.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoadKind {
@@ -212,6 +231,63 @@ impl Writer {
         self.put(0xf841_07e0 | rt);
     }
 
+    /// `bl target` (±128 MiB; the caller checks the reach).
+    pub fn put_bl(&mut self, target: u64) {
+        let imm = self.offset(target, B_REACH, "bl");
+        self.put(0x9400_0000 | (imm as u32 & 0x03ff_ffff));
+    }
+
+    /// `cbz xt, target`.
+    pub fn put_cbz_x(&mut self, rt: Reg, target: u64) {
+        let imm = self.offset(target, IMM19_REACH, "cbz");
+        self.put(0xb400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt);
+    }
+
+    /// `sub xd, xn, #imm` (12-bit unsigned immediate; `xd` and `xn` may be SP).
+    pub fn put_sub_imm(&mut self, rd: Reg, rn: Reg, imm: u32) {
+        assert!(imm < 4096);
+        self.put(0xd100_0000 | (imm << 10) | (rn << 5) | rd);
+    }
+
+    /// `stp xt, xt2, [xn, #offset]` (a multiple of 8 in [-512, 504]).
+    pub fn put_stp(&mut self, rt: Reg, rt2: Reg, rn: Reg, offset: i32) {
+        self.put(0xa900_0000 | pair_offset(offset) | (rt2 << 10) | (rn << 5) | rt);
+    }
+
+    /// `ldp xt, xt2, [xn, #offset]` (a multiple of 8 in [-512, 504]).
+    pub fn put_ldp(&mut self, rt: Reg, rt2: Reg, rn: Reg, offset: i32) {
+        self.put(0xa940_0000 | pair_offset(offset) | (rt2 << 10) | (rn << 5) | rt);
+    }
+
+    /// `str xt, [xn, #offset]` (a multiple of 8 below 32 KiB).
+    pub fn put_str_offset(&mut self, rt: Reg, rn: Reg, offset: u32) {
+        assert!(offset.is_multiple_of(8) && offset < 1 << 15);
+        self.put(0xf900_0000 | ((offset / 8) << 10) | (rn << 5) | rt);
+    }
+
+    /// `ldr xt, [xn, #offset]` (a multiple of 8 below 32 KiB).
+    pub fn put_ldr_offset(&mut self, rt: Reg, rn: Reg, offset: u32) {
+        assert!(offset.is_multiple_of(8) && offset < 1 << 15);
+        self.put(0xf940_0000 | ((offset / 8) << 10) | (rn << 5) | rt);
+    }
+
+    /// `mrs xt, nzcv`.
+    pub fn put_mrs_nzcv(&mut self, rt: Reg) {
+        self.put(0xd53b_4200 | rt);
+    }
+
+    /// `msr nzcv, xt`.
+    pub fn put_msr_nzcv(&mut self, rt: Reg) {
+        self.put(0xd51b_4200 | rt);
+    }
+
+    /// A hint-space instruction (`hint #imm`): BTI and the pointer
+    /// authentication instructions that act on x30 with SP as modifier,
+    /// which a CPU without the feature runs as NOPs.
+    pub fn put_hint(&mut self, hint: Hint) {
+        self.put(0xd503_201f | ((hint as u32) << 5));
+    }
+
     /// `stp x16, x17, [sp, #-16]!`.
     pub fn put_push_ip_registers(&mut self) {
         self.put(0xa980_0000 | (0x7e << 15) | (X17 << 10) | (31 << 5) | X16);
@@ -310,6 +386,25 @@ mod tests {
             (asm(|w| w.put_ret(X16)), "ret x16"),
             (asm(|w| w.put_adrp(X16, AT + 0x1234_5678)), "adrp x16, #0x7f0012346000"),
             (asm(|w| w.put_adrp(X16, AT - 0xffff_f000)), "adrp x16, #0x7eff00002000"),
+            (asm(|w| w.put_bl(AT + 0x100)), "bl #0x7f0000001100"),
+            (asm(|w| w.put_cbz_x(X17, AT + 0x30)), "cbz x17, #0x7f0000001030"),
+            (asm(|w| w.put_sub_imm(SP, SP, 0xa0)), "sub sp, sp, #0xa0"),
+            (asm(|w| w.put_sub_imm(X17, X17, 1)), "sub x17, x17, #1"),
+            (asm(|w| w.put_add_imm(SP, SP, 0xa0)), "add sp, sp, #0xa0"),
+            (asm(|w| w.put_add_imm(2, SP, 0)), "mov x2, sp"),
+            (asm(|w| w.put_stp(0, 1, SP, 0)), "stp x0, x1, [sp]"),
+            (asm(|w| w.put_stp(17, LR, SP, 144)), "stp x17, x30, [sp, #0x90]"),
+            (asm(|w| w.put_stp(29, LR, SP, -512)), "stp x29, x30, [sp, #-0x200]"),
+            (asm(|w| w.put_ldp(14, 15, SP, 112)), "ldp x14, x15, [sp, #0x70]"),
+            (asm(|w| w.put_str_offset(X17, X16, 0)), "str x17, [x16]"),
+            (asm(|w| w.put_str_offset(LR, SP, 152)), "str x30, [sp, #0x98]"),
+            (asm(|w| w.put_ldr_offset(LR, SP, 152)), "ldr x30, [sp, #0x98]"),
+            (asm(|w| w.put_mrs_nzcv(X17)), "mrs x17, nzcv"),
+            (asm(|w| w.put_msr_nzcv(X17)), "msr nzcv, x17"),
+            (asm(|w| w.put_hint(Hint::Paciasp)), "paciasp"),
+            (asm(|w| w.put_hint(Hint::Pacibsp)), "pacibsp"),
+            (asm(|w| w.put_hint(Hint::Autiasp)), "autiasp"),
+            (asm(|w| w.put_hint(Hint::Autibsp)), "autibsp"),
         ];
         for (got, want) in rows {
             assert_eq!(got, [want]);

@@ -4,7 +4,7 @@
 use std::cell::RefCell;
 
 use capstone::arch::x86::{ArchMode, X86Insn, X86OperandType, X86Reg};
-use capstone::arch::{ArchOperand, BuildsCapstone};
+use capstone::arch::{BuildsCapstone, DetailsArchInsn};
 use capstone::{Capstone, InsnGroupType};
 
 /// What an instruction means for relocation and for the safety scan.
@@ -45,8 +45,6 @@ pub struct Insn {
     pub len: u32,
     /// Mnemonic, as capstone prints it.
     pub mnemonic: String,
-    /// Operands, as capstone prints them.
-    pub operands: String,
     /// What it means for tp.
     pub class: Class,
     /// The absolute target of a direct branch or call.
@@ -78,40 +76,79 @@ thread_local! {
 pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
     CAPSTONE.with(|cs| {
         let cs = cs.borrow();
-        let Ok(insns) = cs.disasm_all(code, addr) else { return Vec::new() };
-        insns
-            .iter()
-            .map(|i| {
-                let (class, target) = classify(&cs, i);
-                let (rip_target, abs_ref) = operand_refs(&cs, i, target.is_some());
-                Insn {
-                    addr: i.address(),
-                    len: i.len() as u32,
-                    mnemonic: i.mnemonic().unwrap_or("?").to_string(),
-                    operands: i.op_str().unwrap_or("").to_string(),
-                    class,
-                    target,
-                    rip_target,
-                    abs_ref,
+        let Ok(mut insns) = cs.disasm_iter(code, addr) else { return Vec::new() };
+        let mut out = Vec::new();
+        while let Some(i) = insns.next() {
+            // The details once, for the class and the operands.
+            let detail = cs.insn_detail(&i).ok();
+            let (mut ops, mut n) = ([Op::Other; 8], 0);
+            let arch = detail.as_ref().map(|d| d.arch_detail());
+            if let Some(x86) = arch.as_ref().and_then(|a| a.x86()) {
+                for o in x86.operands() {
+                    if n == ops.len() {
+                        break;
+                    }
+                    ops[n] = Op::of(&o.op_type);
+                    n += 1;
                 }
-            })
-            .collect()
+            }
+            let details = detail.as_ref().map(|d| (d.groups(), &ops[..n]));
+            let (class, target) = classify(&i, details);
+            let (rip_target, abs_ref) = operand_refs(&i, details.map(|(_, o)| o), target.is_some());
+            out.push(Insn {
+                addr: i.address(),
+                len: i.len() as u32,
+                mnemonic: i.mnemonic().unwrap_or("?").to_string(),
+                class,
+                target,
+                rip_target,
+                abs_ref,
+            });
+        }
+        out
     })
 }
 
+/// What tp reads of an operand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// An immediate.
+    Imm(i64),
+    /// A memory operand: its base, index and segment registers (0: none)
+    /// and displacement.
+    Mem { base: u32, index: u32, segment: u32, disp: i64 },
+    /// Anything else.
+    Other,
+}
+
+impl Op {
+    fn of(t: &X86OperandType) -> Op {
+        match t {
+            X86OperandType::Imm(v) => Op::Imm(*v),
+            X86OperandType::Mem(m) => Op::Mem {
+                base: u32::from(m.base().0),
+                index: u32::from(m.index().0),
+                segment: u32::from(m.segment().0),
+                disp: m.disp(),
+            },
+            _ => Op::Other,
+        }
+    }
+}
+
 /// The address a RIP-relative operand refers to, and an absolute address
-/// an operand may hold (see [`Insn::abs_ref`]).
-fn operand_refs(cs: &Capstone, insn: &capstone::Insn, branch: bool) -> (Option<u64>, Option<u64>) {
-    let Ok(detail) = cs.insn_detail(insn) else { return (None, None) };
+/// an operand may hold (see [`Insn::abs_ref`]), from the instruction's
+/// operands (None if capstone gave no details).
+fn operand_refs(insn: &capstone::Insn, ops: Option<&[Op]>, branch: bool) -> (Option<u64>, Option<u64>) {
+    let Some(ops) = ops else { return (None, None) };
     let (mut rip, mut abs) = (None, None);
-    for op in detail.arch_detail().operands() {
-        let ArchOperand::X86Operand(o) = op else { continue };
-        match &o.op_type {
-            X86OperandType::Mem(m) if u32::from(m.base().0) == X86Reg::X86_REG_RIP => {
-                rip = Some((insn.address() + insn.len() as u64).wrapping_add(m.disp() as u64));
+    for op in ops {
+        match *op {
+            Op::Mem { base, disp, .. } if base == X86Reg::X86_REG_RIP => {
+                rip = Some((insn.address() + insn.len() as u64).wrapping_add(disp as u64));
             }
-            X86OperandType::Mem(m) if m.base().0 == 0 && u32::from(m.segment().0) == 0 => abs = Some(m.disp() as u64),
-            X86OperandType::Imm(v) if !branch => abs = Some(*v as u64),
+            Op::Mem { base: 0, segment: 0, disp, .. } => abs = Some(disp as u64),
+            Op::Imm(v) if !branch => abs = Some(v as u64),
             _ => {}
         }
     }
@@ -122,29 +159,20 @@ fn has_group(groups: &[capstone::InsnGroupId], g: u32) -> bool {
     groups.iter().any(|x| u32::from(x.0) == g)
 }
 
-fn classify(cs: &Capstone, insn: &capstone::Insn) -> (Class, Option<u64>) {
+/// The class of `insn` and its direct target, from its groups and operands
+/// (None if capstone gave no details).
+fn classify(insn: &capstone::Insn, details: Option<(&[capstone::InsnGroupId], &[Op])>) -> (Class, Option<u64>) {
     let id = insn.id().0;
     let is = |x: X86Insn| id == x as u32;
     if is(X86Insn::X86_INS_ENDBR64) || is(X86Insn::X86_INS_ENDBR32) {
         return (Class::LandingPad, None);
     }
-    let Ok(detail) = cs.insn_detail(insn) else { return (Class::Unsafe, None) };
-    let groups = detail.groups();
-    let ops = detail.arch_detail().operands();
-    let imm = ops.iter().find_map(|op| match op {
-        ArchOperand::X86Operand(o) => match o.op_type {
-            X86OperandType::Imm(v) => Some(v as u64),
-            _ => None,
-        },
+    let Some((groups, ops)) = details else { return (Class::Unsafe, None) };
+    let imm = ops.iter().find_map(|op| match *op {
+        Op::Imm(v) => Some(v as u64),
         _ => None,
     });
-    let rip_mem = ops.iter().any(|op| match op {
-        ArchOperand::X86Operand(o) => match &o.op_type {
-            X86OperandType::Mem(m) => u32::from(m.base().0) == X86Reg::X86_REG_RIP,
-            _ => false,
-        },
-        _ => false,
-    });
+    let rip_mem = ops.iter().any(|op| matches!(*op, Op::Mem { base, .. } if base == X86Reg::X86_REG_RIP));
     if is(X86Insn::X86_INS_SYSCALL) || is(X86Insn::X86_INS_SYSENTER) {
         return (Class::Syscall, None);
     }
@@ -192,7 +220,7 @@ fn classify(cs: &Capstone, insn: &capstone::Insn) -> (Class, Option<u64>) {
         return match (imm, unconditional) {
             (Some(t), true) => (Class::Jump, Some(t)),
             (Some(t), false) => (Class::CondBranch, Some(t)),
-            (None, _) if rip_mem && !has_index(&ops) => (Class::IndirectJumpRip, None),
+            (None, _) if rip_mem && !has_index(ops) => (Class::IndirectJumpRip, None),
             (None, _) => (Class::IndirectJump, None),
         };
     }
@@ -202,14 +230,8 @@ fn classify(cs: &Capstone, insn: &capstone::Insn) -> (Class, Option<u64>) {
     (Class::Plain, None)
 }
 
-fn has_index(ops: &[ArchOperand]) -> bool {
-    ops.iter().any(|op| match op {
-        ArchOperand::X86Operand(o) => match &o.op_type {
-            X86OperandType::Mem(m) => m.index().0 != 0,
-            _ => false,
-        },
-        _ => false,
-    })
+fn has_index(ops: &[Op]) -> bool {
+    ops.iter().any(|op| matches!(*op, Op::Mem { index, .. } if index != 0))
 }
 
 /// Targets of the direct branches and calls in `code` (at `addr`), decoded
@@ -237,12 +259,60 @@ pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
     out
 }
 
+/// The targets in `(lo, hi)` (both exclusive) of the direct branches and
+/// calls in `code` (at `addr`): exactly those of [`branch_targets`] that
+/// lie there, found without decoding `code` at all when none can.
+pub fn branch_targets_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+    if hi <= lo.saturating_add(1) || !may_branch_into(code, addr, lo, hi) {
+        return Vec::new();
+    }
+    branch_targets(code, addr).into_iter().filter(|&t| t > lo && t < hi).collect()
+}
+
+/// False if no instruction of `code` (at `addr`) can be a direct branch
+/// to `(lo, hi)`. In 64-bit code a near branch's displacement is its last
+/// byte (rel8), its last two (rel16: `xbegin` with an operand-size prefix)
+/// or its last four (rel32), sign-extended, and its target is the address
+/// where it ends plus that displacement, modulo 2^64
+/// (`branch_displacement_is_the_last_bytes` checks every opcode under
+/// every prefix); so every byte boundary is tried as the end of each form.
+/// One pass over the bytes, no decoding.
+fn may_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> bool {
+    let width = hi.wrapping_sub(lo).wrapping_sub(1);
+    // With v = end + displacement - lo - 1: the target is inside iff v < width.
+    let base = addr.wrapping_sub(lo).wrapping_sub(1);
+    let mut rel32 = 0usize;
+    for (i, w) in code.windows(4).enumerate() {
+        let d = i32::from_le_bytes([w[0], w[1], w[2], w[3]]) as i64 as u64;
+        rel32 += (base.wrapping_add(i as u64 + 4).wrapping_add(d) < width) as usize;
+    }
+    if rel32 > 0 {
+        return true;
+    }
+    // A rel16 reaches 32 KiB either way from its end, a rel8 128 bytes.
+    let at = |a: u64| a.saturating_sub(addr).min(code.len() as u64) as usize;
+    let (first, last) = (at(lo.saturating_sub(1 << 15)).max(1), at(hi.saturating_add(1 << 15)));
+    (first..=last).any(|e| {
+        let end = base.wrapping_add(e as u64);
+        let rel8 = code[e - 1] as i8 as i64 as u64;
+        let rel16 = (e >= 2).then(|| i16::from_le_bytes([code[e - 2], code[e - 1]]) as i64 as u64);
+        end.wrapping_add(rel8) < width || rel16.is_some_and(|d| end.wrapping_add(d) < width)
+    })
+}
+
 /// One line per instruction, `mnemonic operands`, for display and tests.
 pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
-    decode(code, addr)
-        .into_iter()
-        .map(|i| if i.operands.is_empty() { i.mnemonic } else { format!("{} {}", i.mnemonic, i.operands) })
-        .collect()
+    CAPSTONE.with(|cs| {
+        let cs = cs.borrow();
+        let Ok(insns) = cs.disasm_all(code, addr) else { return Vec::new() };
+        insns
+            .iter()
+            .map(|i| match (i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")) {
+                (m, "") => m.to_string(),
+                (m, ops) => format!("{m} {ops}"),
+            })
+            .collect()
+    })
 }
 
 #[cfg(test)]
@@ -306,6 +376,59 @@ mod tests {
         let slow: Vec<u64> = decode(&code, 0x1000).iter().filter_map(|i| i.target).collect();
         assert_eq!(branch_targets(&code, 0x1000), slow);
         assert_eq!(slow, [0x1012, 0x1107, 0x100e, 0x1031]);
+    }
+
+    #[test]
+    fn branch_displacement_is_the_last_bytes() {
+        // Every near branch iced decodes in 64-bit code, under up to three
+        // of any prefixes, targets its end plus its last byte or last four
+        // bytes: what `may_branch_into` relies on.
+        let prefixes = [0x66u8, 0x67, 0xf2, 0xf3, 0x2e, 0x3e, 0x26, 0x64, 0xf0, 0x40, 0x48];
+        let mut opcodes: Vec<Vec<u8>> = vec![vec![0xe8], vec![0xe9], vec![0xeb], vec![0xe3], vec![0xc7, 0xf8]];
+        opcodes.extend((0xe0..0xe3).map(|o| vec![o]));
+        opcodes.extend((0x70..0x80).map(|o| vec![o]));
+        opcodes.extend((0x80..0x90).map(|o| vec![0x0f, o]));
+        let mut seen = 0;
+        for n in 0..=3 {
+            for k in 0..prefixes.len().pow(n) {
+                let pre: Vec<u8> = (0..n).map(|j| prefixes[k / prefixes.len().pow(j) % prefixes.len()]).collect();
+                for op in &opcodes {
+                    let code: Vec<u8> =
+                        pre.iter().chain(op).chain(&[0x9c, 0xff, 0xff, 0xff, 0x11, 0x22]).copied().collect();
+                    let at = 0x7000_1000u64;
+                    let mut d = iced_x86::Decoder::with_ip(64, &code, at, iced_x86::DecoderOptions::NONE);
+                    let insn = d.decode();
+                    let Some(t) = branch_targets(&code[..insn.len()], at).first().copied() else { continue };
+                    let b = &code[..insn.len()];
+                    let end = at + b.len() as u64;
+                    let n = b.len();
+                    let d8 = end.wrapping_add(b[n - 1] as i8 as i64 as u64);
+                    let d16 = end.wrapping_add(i16::from_le_bytes([b[n - 2], b[n - 1]]) as i64 as u64);
+                    let d32 = (n >= 4).then(|| {
+                        end.wrapping_add(i32::from_le_bytes([b[n - 4], b[n - 3], b[n - 2], b[n - 1]]) as i64 as u64)
+                    });
+                    assert!(t == d8 || t == d16 || Some(t) == d32, "{b:02x?}: target {t:#x}");
+                    assert!(may_branch_into(b, at, t - 1, t + 1), "{b:02x?}");
+                    seen += 1;
+                }
+            }
+        }
+        assert!(seen > 10_000, "{seen}");
+    }
+
+    #[test]
+    fn branches_into_a_window_are_found_without_decoding_the_rest() {
+        // jne +0x10; call +0x100; jrcxz +5; jmp rax; xbegin +0x20; ret
+        let code = [0x75, 0x10, 0xe8, 0, 1, 0, 0, 0xe3, 0x05, 0xff, 0xe0, 0xc7, 0xf8, 0x20, 0, 0, 0, 0xc3];
+        let all = branch_targets(&code, 0x1000);
+        for lo in 0x0ff0..0x1120u64 {
+            for len in [2u64, 5, 14] {
+                let want: Vec<u64> = all.iter().copied().filter(|&t| t > lo && t < lo + len).collect();
+                assert_eq!(branch_targets_into(&code, 0x1000, lo, lo + len), want, "({lo:#x}, {:#x})", lo + len);
+            }
+        }
+        // Nothing reaches a window far away: not even decoded.
+        assert!(!may_branch_into(&code, 0x1000, 0x9000_0000, 0x9000_0010));
     }
 
     #[test]

@@ -508,6 +508,7 @@ mod tests {
             slot_bits: 6,
             stride_shift: 15,
             abi: Abi::C,
+            return_saved_below: None,
             operands: None,
         }
     }

@@ -23,8 +23,8 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan, StoredPointer,
-    Syscalls, ThreadKey,
+    Arch, BlockedIn, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan,
+    StoredPointer, Syscalls, ThreadKey,
 };
 
 /// The x86-64 architecture.
@@ -78,6 +78,10 @@ impl Arch for X86_64 {
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         decode::branch_targets(code, addr)
+    }
+
+    fn branch_targets_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+        decode::branch_targets_into(code, addr, lo, hi)
     }
 
     fn go_int_args() -> usize {
@@ -186,7 +190,8 @@ impl Arch for X86_64 {
         r.rax as i64
     }
 
-    fn restart_interrupted_wait(r: &mut regs::Regs) -> bool {
+    fn restart_interrupted_wait(r: &mut regs::Regs, _: Option<&BlockedIn>, _: bool) -> bool {
+        // The kernel decides about the restart after the stop, from rax.
         regs::restart_interrupted_wait(r)
     }
 }

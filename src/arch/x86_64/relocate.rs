@@ -218,7 +218,15 @@ mod tests {
             .into_iter()
             .map(|i| WindowInsn { offset: (i.addr - SITE) as u32, len: i.len, mnemonic: i.mnemonic })
             .collect();
-        SitePlan { function: SITE, site: SITE, window: window.to_vec(), insns, dead: 0, interior: false }
+        SitePlan {
+            function: SITE,
+            site: SITE,
+            prefix: Vec::new(),
+            window: window.to_vec(),
+            insns,
+            dead: 0,
+            interior: false,
+        }
     }
 
     fn relocated_asm(window: &[u8], at: u64) -> Vec<String> {

@@ -73,4 +73,37 @@ static inline __attribute__((always_inline)) uint64_t tp_timestamp(void)
 	return ((uint64_t)hi << 32) | lo;
 }
 
+/* A TCB keeps its own address in its first word (glibc, musl), where the
+ * key is the FS base: then its TID lies at the offset tp found. Go's m.tls
+ * and other runtimes' blocks do not. */
+static inline __attribute__((always_inline)) int tp_key_is_tcb(uint64_t key)
+{
+	return *(const volatile uint64_t *)key == key;
+}
+
+/* A return frame's slot is where the call put the return address, which
+ * the function returns through: nothing more to note. */
+static inline __attribute__((always_inline)) void tp_frame_note(struct tp_frame *f, const uint64_t *slot)
+{
+	(void)f;
+	(void)slot;
+}
+
+/* True while the frame's slot holds the trampoline. */
+static inline __attribute__((always_inline)) int tp_frame_live(const struct tp_frame *f)
+{
+	return *(const volatile uint64_t *)f->slot == f->tramp;
+}
+
+/* Unwinding starts: the return address goes back into the slot, if the
+ * slot still holds the trampoline (else the frame died earlier). */
+static inline __attribute__((always_inline)) int tp_frame_give_back(const struct tp_frame *f, uint64_t *sp)
+{
+	(void)sp;
+	if (!tp_frame_live(f))
+		return TP_FRAME_DEAD;
+	*(uint64_t *)f->slot = f->ret;
+	return TP_FRAME_GIVEN_BACK;
+}
+
 #endif

@@ -135,6 +135,7 @@ fn plan_with(
     let plan = SitePlan {
         function,
         site,
+        prefix: code[..start].to_vec(),
         window: code[start..start + len as usize].to_vec(),
         insns: window
             .iter()

@@ -41,7 +41,13 @@
  */
 #include <stdint.h>
 
-#include "layout.h"  /* generated from src/probe/layout.rs, in OUT_DIR */
+#include "layout.h" /* generated from src/probe/layout.rs, in OUT_DIR */
+
+/* What the architecture's tp_frame_give_back did with a frame when
+ * unwinding starts: nothing (the frame died earlier), put its return
+ * address back, or kept it (it stays on the shadow stack). */
+enum { TP_FRAME_DEAD, TP_FRAME_GIVEN_BACK, TP_FRAME_KEPT };
+
 #include "runtime.h" /* the architecture's primitives, from src/arch/<arch>/ */
 
 /* Frames deeper on the same stack than one that returns are dead; frames
@@ -121,12 +127,13 @@ HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
 		t->overhead = 0;
 	}
 	/* The TCB's TID follows a thread that reuses another's TCB; the TID
-	 * taken here does not. A TCB keeps its own address in its first word
-	 * (glibc, musl); Go's m.tls and other runtimes' blocks do not, and
-	 * have no TID to read. */
-	int tcb = !(t->key & 1) && *(const volatile uint64_t *)t->key == t->key;
+	 * taken here does not. Only a key that is a TCB's address has a TID to
+	 * read (runtime.h, tp_key_is_tcb), and it is read there only if it is
+	 * this thread's now: Go's m.tls and other runtimes' blocks have none. */
+	int tcb = !(t->key & 1) && c->tid_offset && tp_key_is_tcb(t->key) &&
+		  *(const volatile uint32_t *)(t->key + (int64_t)c->tid_offset) == tid;
 	t->tid = tid;
-	t->tid_at = tcb && c->tid_offset ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
+	t->tid_at = tcb ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
 	t->ring = 0;
 	t->row = 0;
 	t->pid = pid;
@@ -383,25 +390,28 @@ HOT uint64_t next_gap(uint32_t period, uint64_t tsc)
 	return r % (2 * (uint64_t)period - 1);
 }
 
-/* True while a frame is live as far as its stack shows: its slot still
- * holds the trampoline. A live frame always does (the function returns
- * through it); a frame left by longjmp, or by a thread that went, loses it
- * once that stack is reused. Frames are dropped only when this is false, so
- * none that a return will need is ever dropped (a coroutine's frames on
- * another stack nearby included). */
+/* True while a frame is live as far as its stack shows: where the function
+ * keeps its return address still holds the trampoline (its slot on x86-64;
+ * see runtime.h, tp_frame_live). A live frame always does (the function
+ * returns through it); a frame left by longjmp, or by a thread that went,
+ * loses it once that stack is reused. Frames are dropped only when this is
+ * false, so none that a return will need is ever dropped (a coroutine's
+ * frames on another stack nearby included). */
 HOT int still_hijacked(const struct tp_frame *f)
 {
-	return *(const volatile uint64_t *)f->slot == f->tramp;
+	return tp_frame_live(f);
 }
 
 #include "record.h" /* predicates, stacks and aggregates: the `_ext` functions' blocks */
 
-/* Function entry. `regs` holds the six integer argument registers in order;
- * `slot` is the stack address of the return address; `tramp` the return
- * trampoline to put there when the probe records returns. A sampling probe
- * calls here when its countdown in the thread's row ran out, and passes it
- * as `countdown`. `ext` (a constant) adds what tp_entry_ext does beyond
- * tp_entry: predicates, counts by value, stacks. */
+/* Function entry. `regs` holds the integer argument registers in order (six,
+ * or eight where TP_RECORD_MORE says so); `slot` is the stack address of
+ * the return address (see runtime.h for where a call leaves it in a
+ * register); `tramp` the return trampoline to put there when the probe
+ * records returns. A sampling probe calls here when its countdown in the
+ * thread's row ran out, and passes it as `countdown`. `ext` (a constant)
+ * adds what tp_entry_ext does beyond tp_entry: predicates, counts by
+ * value, stacks. */
 HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uint64_t *slot, uint64_t tramp,
 	       uint64_t *countdown, const int ext)
 {
@@ -446,6 +456,11 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (ext && (probe_flags & TP_BY))
 		count_by(c, t, probe, regs);
+	/* Where the ABI passes more integer arguments in registers than an
+	 * event holds (AArch64: eight), the rest go first, in an event of their
+	 * own with the entry's timestamp; tp joins the two. */
+	if (UNLIKELY(probe_flags & TP_RECORD_MORE) && (probe_flags & TP_RECORD_ENTRY))
+		emit(c, t, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
 	if (ext && (probe_flags & TP_STACK))
 		emit_with_stack(c, t, probe, tsc, regs, slot);
 	else if (probe_flags & TP_RECORD_ENTRY)
@@ -491,6 +506,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		f->ret = *slot;
 		f->probe = probe;
 		f->tramp = tramp;
+		tp_frame_note(f, slot);
 		/* The call is timed from here, after tp's own work; what tp spends
 		 * in probes of the functions it calls is subtracted at its exit. */
 		uint64_t now = tp_timestamp();
@@ -624,21 +640,35 @@ uint64_t tp_exit_ext(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 
 /* An exception starts unwinding (_Unwind_RaiseException and friends): put
  * every return address this thread's probes replaced back in place, so the
- * unwinder finds the real callers. */
-void tp_unwind(struct tp_ctx *c)
+ * unwinder finds the real callers. `sp` is the stack pointer at the
+ * unwinder's entry, where the architecture's search for a return address
+ * may start (runtime.h, tp_frame_give_back); x86-64's detour does not set
+ * it, and its primitive does not read it. */
+void tp_unwind(struct tp_ctx *c, uint64_t sp)
 {
 	struct tp_thread *t = thread_state(c, 0);
 	if (!t)
 		return;
 	uint64_t tsc = tp_timestamp();
-	for (uint32_t d = t->depth; d > 0; d--) {
+	uint32_t depth = t->depth;
+	if (depth > TP_SHADOW_LEN)
+		depth = TP_SHADOW_LEN;
+	uint64_t keep[TP_SHADOW_LEN / 64] = {0};
+	/* Innermost first. A frame whose return address is no longer where it
+	 * was died earlier (longjmp) and its stack was reused: that memory is
+	 * left alone. A frame the architecture cannot settle (runtime.h) is
+	 * kept, and returns through the trampoline as before. */
+	for (uint32_t d = depth; d > 0; d--) {
 		struct tp_frame *f = &t->shadow[d - 1];
-		/* A frame whose slot no longer holds the trampoline died earlier
-		 * (longjmp) and its stack was reused: leave that memory alone. */
-		if (still_hijacked(f)) {
-			*(uint64_t *)f->slot = f->ret;
+		int r = tp_frame_give_back(f, &sp);
+		if (r == TP_FRAME_GIVEN_BACK)
 			emit(c, t, f->probe | (TP_UNWOUND << TP_KIND_SHIFT), tsc, 0, f->tsc, 0, 0, 0, 0);
-		}
+		else if (r == TP_FRAME_KEPT)
+			keep[(d - 1) / 64] |= 1ull << ((d - 1) % 64);
 	}
-	__atomic_store_n(&t->depth, 0, __ATOMIC_RELEASE);
+	uint32_t n = 0;
+	for (uint32_t i = 0; i < depth; i++)
+		if (keep[i / 64] & (1ull << (i % 64)))
+			t->shadow[n++] = t->shadow[i];
+	__atomic_store_n(&t->depth, n, __ATOMIC_RELEASE);
 }

@@ -92,6 +92,7 @@ fuzz_target!(|data: &[u8]| {
         slot_bits: 6,
         stride_shift: 15,
         abi: tp::arch::Abi::C,
+        return_saved_below: None,
         operands: (what & kind::ARGS != 0 && plan.interior).then(|| Operands::new(&ops)),
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {

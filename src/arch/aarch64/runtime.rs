@@ -1,0 +1,227 @@
+//! The AArch64 parts of tp's in-target runtime: the per-arena runtime block
+//! (the C runtime's functions followed by the return trampoline) and where
+//! the TCB keeps the TID.
+//!
+//! ```text
+//! tramp:  sub  sp, sp, #160        ; reached by the probed function's `ret`
+//!                                  ;  (or `retaa`), with the stack pointer
+//!                                  ;  it was entered with
+//!         stp  x0, x1, [sp] ... stp x14, x15, [sp, #112]
+//!         mrs  x17, nzcv
+//!         stp  x17, x18, [sp, #128]
+//!         ldr  x0, lit_ctx
+//!         mov  x1, sp              ; saved x0, x1 (the results)
+//!         add  x2, sp, #160        ; the stack pointer after the return
+//!         bl   tp_exit             ; -> the original return address
+//!         str  x0, [sp, #152]
+//!         ldp  x0, x1, [sp] ... ldp x17, x18, [sp, #128]
+//!         msr  nzcv, x17
+//!         ldr  x30, [sp, #152]
+//!         str  xzr, [sp, #152]
+//!         add  sp, sp, #160
+//!         ret                      ; to the original return address
+//! ```
+//!
+//! Every register and flag the function returned with reaches the caller
+//! (x0-x7 and v0-v7 hold results; a caller may keep values in x8-x15 and
+//! x18 across a call of a local function under GCC's `-fipa-ra`); only x16
+//! and x17, which GCC never keeps across a call (a linker veneer may
+//! clobber them), and x30, which the return itself sets, change. The
+//! trampoline is entered by a return, which BTI does not check, lies in an
+//! arena no BTI guard covers, and leaves by `ret`, which needs no landing
+//! pad where it lands; the address it returns to is the plain one the
+//! detour recorded after authenticating it, so pointer authentication
+//! plays no part here.
+
+use super::detour::{FRAME, restore, save};
+use super::writer::{LR, SP, Writer};
+use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
+
+/// Assembles the runtime block at `at`: the runtime's functions, then two
+/// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
+pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+    let mut bytes = Vec::new();
+    let place = |bytes: &mut Vec<u8>, blob: &[u8]| {
+        let addr = at + bytes.len() as u64;
+        bytes.extend_from_slice(blob);
+        bytes.resize(bytes.len().next_multiple_of(16), 0);
+        addr
+    };
+    let entry = place(&mut bytes, blobs.entry);
+    let exit = place(&mut bytes, blobs.exit);
+    let unwind = place(&mut bytes, blobs.unwind);
+    let entry_ext = place(&mut bytes, blobs.entry_ext);
+    let exit_ext = place(&mut bytes, blobs.exit_ext);
+    let code = trampoline_code(at + bytes.len() as u64, exit, ctx);
+    let trampoline = place(&mut bytes, &code);
+    let code = trampoline_code(at + bytes.len() as u64, exit_ext, ctx);
+    let trampoline_ext = place(&mut bytes, &code);
+    // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, count: 0, event: 0, ctx };
+    RuntimeBlock { bytes, addrs }
+}
+
+/// One return trampoline at `at` (see the module doc), calling `exit`,
+/// with its literal pool.
+fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
+    let mut w = Writer::new(at);
+    save(&mut w);
+    w.put_ldr_literal(0, ctx);
+    w.put_add_imm(1, SP, 0);
+    w.put_add_imm(2, SP, FRAME);
+    w.put_bl(exit);
+    // tp_exit always answers: a frame lost for good ends the process in
+    // the runtime (runtime.c, end_process), never here. restore() loads
+    // x30 from the word the detours keep it in.
+    w.put_str_offset(0, SP, FRAME - 8);
+    restore(&mut w);
+    w.put_ret(LR);
+    w.finish()
+}
+
+/// Bits of a user-space code address (48-bit virtual addresses): above
+/// them a signed address holds its pointer authentication code.
+const VA_BITS: u32 = 48;
+
+/// A code address without its pointer authentication code: a user-space
+/// address has bit 55 clear, and with PAC its bits from 48 up hold the code.
+pub fn strip(word: u64) -> u64 {
+    if word >> 55 & 1 == 0 { word & ((1 << VA_BITS) - 1) } else { word }
+}
+
+/// Where a return frame's trampoline is in a stopped process (what the
+/// runtime's `tp_frame_live` looks at, runtime.h): in the word where the
+/// function saves its link register (`ra_at`), or, after a tail call, in
+/// the frame it left, between there and its entry stack pointer
+/// `entry_sp`. Every other frame is kept: one whose function keeps the
+/// address in the register (`ra_at` 0), one where it is signed (tp cannot
+/// sign with the process's keys), and one where it is found nowhere (dead,
+/// or saved by a tail callee beyond the frame): a kept frame costs nothing
+/// once nothing refers to tp's memory, which is then unmapped with it.
+pub fn frame_home(ra_at: u64, entry_sp: u64, tramp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> FrameHome {
+    if ra_at == 0 || !ra_at.is_multiple_of(8) || ra_at >= entry_sp || entry_sp - ra_at > 1 << 20 {
+        return FrameHome::Kept;
+    }
+    let Some(bytes) = read(ra_at, (entry_sp - ra_at) as usize) else { return FrameHome::Kept };
+    let words = bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().unwrap()));
+    for (k, w) in words.enumerate() {
+        if w == tramp {
+            return FrameHome::At(ra_at + 8 * k as u64);
+        }
+        if strip(w) == tramp {
+            break;
+        }
+    }
+    FrameHome::Kept
+}
+
+/// The offset of the TID from TPIDR_EL0, found in the TCBs of stopped
+/// threads (`threads`: TID and thread pointer). glibc and musl keep their
+/// thread descriptor, with the TID, at a fixed distance below the TCB that
+/// TPIDR_EL0 points at (TLS variant I); the offset is the one place near
+/// it where every thread's memory holds that thread's TID. None when no
+/// single offset fits (another runtime, or a lone thread whose TID appears
+/// twice).
+pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+    const SPAN: i64 = 4096;
+    let mut candidates: Option<Vec<i64>> = None;
+    for &(tid, tp) in threads {
+        if tp == 0 || !tp.is_multiple_of(8) || tp < SPAN as u64 {
+            return None;
+        }
+        let bytes = read(tp - SPAN as u64, 2 * SPAN as usize)?;
+        let here: Vec<i64> = (0..bytes.len() - 3)
+            .step_by(4)
+            .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
+            .map(|i| i as i64 - SPAN)
+            .filter(|&off| off != 0)
+            .collect();
+        candidates = Some(match candidates {
+            None => here,
+            Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
+        });
+    }
+    match candidates?.as_slice() {
+        [one] => i32::try_from(*one).ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::aarch64::decode::disassemble;
+
+    const AT: u64 = 0x7f00_0010_0000;
+
+    #[test]
+    fn trampoline_saves_what_a_caller_may_keep_and_returns_where_tp_exit_says() {
+        let blobs = RuntimeBlobs {
+            entry: &[0; 8],
+            exit: &[0; 20],
+            unwind: &[0; 4],
+            count: &[0; 4],
+            entry_ext: &[0; 4],
+            exit_ext: &[0; 8],
+        };
+        let b = build(AT, 0x7f00_0000_1040, &blobs);
+        let a = b.addrs;
+        assert_eq!((a.entry - AT, a.unwind - AT, a.entry_ext - AT, a.trampoline - AT), (0, 48, 64, 96));
+        // The second trampoline is the first's, calling tp_exit_ext.
+        let (one, two) = ((a.trampoline - AT) as usize, (a.trampoline_ext - AT) as usize);
+        let ext = disassemble(&b.bytes[two..], a.trampoline_ext);
+        assert_eq!(ext[14], format!("bl #{:#x}", AT + 80));
+        assert_eq!(b.bytes[two..two + 14 * 4], b.bytes[one..one + 14 * 4], "the same saves and arguments");
+        let off = (a.trampoline - AT) as usize;
+        let asm = disassemble(&b.bytes[off..], a.trampoline);
+        assert_eq!(asm[0], "sub sp, sp, #0xa0");
+        let saves: Vec<String> = (0..8)
+            .map(|k| match k {
+                0 => "stp x0, x1, [sp]".to_string(),
+                _ => format!("stp x{}, x{}, [sp, #{:#x}]", 2 * k, 2 * k + 1, 16 * k),
+            })
+            .collect();
+        assert_eq!(asm[1..9], saves);
+        assert_eq!(asm[9..11], ["mrs x17, nzcv", "stp x17, x18, [sp, #0x80]"]);
+        assert!(asm[11].starts_with("ldr x0, #"));
+        assert_eq!(asm[12..15], ["mov x1, sp".to_string(), "add x2, sp, #0xa0".into(), format!("bl #{:#x}", AT + 16)]);
+        assert_eq!(asm[15..17], ["str x0, [sp, #0x98]", "ldp x0, x1, [sp]"]);
+        let tail = [
+            "ldp x17, x18, [sp, #0x80]",
+            "msr nzcv, x17",
+            "ldr x30, [sp, #0x98]",
+            "str xzr, [sp, #0x98]",
+            "add sp, sp, #0xa0",
+            "ret",
+        ];
+        assert_eq!(asm[24..30], tail);
+        let lit = &b.bytes[b.bytes.len() - 8..];
+        assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
+    }
+
+    #[test]
+    fn tid_offset_is_where_every_thread_keeps_its_tid() {
+        // glibc on arm64: the TID lies below the TCB (TLS variant I).
+        let mem = |base: u64, tid: u32| {
+            let mut m = vec![0u8; 8192];
+            m[4096 - 0x6f0..4096 - 0x6f0 + 4].copy_from_slice(&tid.to_le_bytes());
+            (base, m)
+        };
+        let (a, b) = (0xffff_8000_1000u64, 0xffff_9000_2000u64);
+        let (mut ma, mb) = (mem(a, 501), mem(b, 502));
+        ma.1[100..104].copy_from_slice(&501u32.to_le_bytes());
+        let read = |addr: u64, len: usize| -> Option<Vec<u8>> {
+            for (base, m) in [&ma, &mb] {
+                let start = base - 4096;
+                if addr >= start && addr + len as u64 <= start + 8192 {
+                    let o = (addr - start) as usize;
+                    return Some(m[o..o + len].to_vec());
+                }
+            }
+            None
+        };
+        assert_eq!(tid_offset(&[(501, a), (502, b)], &read), Some(-0x6f0));
+        assert_eq!(tid_offset(&[(501, a)], &read), None, "a lone thread with its TID twice");
+        assert_eq!(tid_offset(&[(501, 0)], &read), None, "no thread pointer");
+    }
+}
