@@ -103,6 +103,18 @@ fn saved_while_attached(pid: u32) {
     }
 }
 
+/// Waits until the analyses of counter and libc are both in `home`: tp's
+/// saving thread may start after the test first looks for it, and runs at
+/// idle priority.
+fn both_saved(home: &Path) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(600);
+    let whole = || entries(home).iter().filter(|p| !p.to_string_lossy().contains("/.tmp-")).count();
+    while whole() < 2 {
+        assert!(std::time::Instant::now() < deadline, "tp saved {} analyses in 10 minutes", whole());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn a_hit_a_miss_and_no_cache_say_the_same() {
     let home = fresh("same");
@@ -137,10 +149,11 @@ fn attach_records_the_same_events_from_the_cache() {
         let session =
             Session::spawn("attach", &["-p", &pid, "-f", "bar", "--args", "--ret"], &env, Some("tp: attached"));
         assert_eq!(t.call("bar", 3, 1), 3);
-        if cache.is_some() {
+        if let Some(home) = cache {
             // The analyses are saved while tp is attached, not at its exit
             // (which waits a quarter of a second at most).
             saved_while_attached(session.child.id());
+            both_saved(home);
         }
         let (status, stdout, stderr) = session.interrupt();
         assert!(status.success(), "{stderr}");
