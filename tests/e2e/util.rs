@@ -199,11 +199,20 @@ impl Target {
     /// Starts `cmd` (a target program) without the shared lock.
     pub fn spawn(mut cmd: Command) -> Target {
         let path = PathBuf::from(cmd.get_program());
-        let mut child = cmd
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {}: {e}", path.display()));
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        // A program a test has just copied may be open for writing in a
+        // child another test forked meanwhile (it inherits the descriptor
+        // until its exec): ETXTBSY until that child execs.
+        let mut tries = 0;
+        let mut child = loop {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(26) && tries < 100 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => break r.unwrap_or_else(|e| panic!("start {}: {e}", path.display())),
+            }
+        };
         let stdin = child.stdin.take().unwrap();
         let mut out = Lines::new(child.stdout.take().unwrap());
         let ready = out.wait_for("ready pid=");
