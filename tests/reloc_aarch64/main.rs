@@ -276,6 +276,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     window: STP.to_le_bytes().to_vec(),
                     insns: vec![WindowInsn { offset: 0, len: 4, mnemonic: "stp".into() }],
                     interior: false,
+                    dead: 0,
                 };
                 // TRAMP: the two first instructions and a branch to the
                 // detour; the detour; the runtime; counter and countdown
@@ -287,6 +288,8 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     unwind: runtime_at,
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
+                    count: 0,
+                    event: 0,
                     ctx: 0x5555,
                 };
                 let spec = DetourSpec {
@@ -297,6 +300,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     // Byte 3 of a `brk` word of the harness's code region: 0xd4, enabled.
                     flag_addr: TRAMP + 0x2_0003,
                     counters: TRAMP + counters,
+                    cache: 0,
                     countdowns_from_counters: countdowns,
                     slot_bits: 6,
                     stride_shift: 3,
