@@ -206,6 +206,10 @@ fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         rows.extend([(None, "hot", f), (Some(Records::Count), "hot", f)]);
     }
     for (records, binary, function) in rows.into_iter().filter(chosen) {
+        if !env.target(binary).exists() {
+            r.notes.push(format!("Instruction counts: no `{binary}` on this architecture, so no row for it."));
+            continue;
+        }
         match steps::count(env, binary, records, function) {
             Ok((base, probed)) => {
                 let count = probed.unwrap_or_else(|| base.clone());
