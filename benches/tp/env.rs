@@ -97,3 +97,15 @@ pub fn machine() -> String {
     let kernel = first_line("uname", &["-r"]).unwrap_or_default();
     format!("{cpu}, {cores} CPUs, Linux {kernel}")
 }
+
+/// The CPU time of process `pid`'s threads so far, ns (their
+/// `/proc/PID/task/*/schedstat`); NaN if the process is gone.
+pub fn cpu_ns(pid: i32) -> f64 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return f64::NAN };
+    let ns: u64 = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    ns as f64
+}

@@ -87,13 +87,7 @@ pub struct Row {
 
 /// The CPU time of process `pid`'s threads so far, ms.
 fn cpu_ms(pid: i32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return f64::NAN };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e6
+    crate::env::cpu_ns(pid) / 1e6
 }
 
 /// Runs `tp attach -p PID ARGS -q --json` with its cache in `cache`, lets

@@ -147,13 +147,7 @@ impl Redis {
 
 /// The CPU time of process `pid`'s threads so far, µs.
 fn cpu_us(pid: i32) -> f64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return f64::NAN };
-    let ns: u64 = tasks
-        .flatten()
-        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
-        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
-    ns as f64 / 1e3
+    crate::env::cpu_ns(pid) / 1e3
 }
 
 /// A watcher started on redis.

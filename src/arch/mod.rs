@@ -1087,6 +1087,35 @@ pub struct BlockedIn {
     pub pc: u64,
 }
 
+/// The offset from the thread pointer of the one place, within 4 KiB either
+/// side of it, where every thread in `threads` (TID, thread pointer) holds
+/// its own TID as a 32-bit word: how the runtime tells threads apart by the
+/// thread's own memory. None when no single offset fits (another runtime,
+/// or a lone thread whose TID appears twice) or the memory cannot be read.
+/// The architectures check first that the pointers are what their runtime
+/// reads.
+pub(crate) fn tid_offset_near(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+    const SPAN: i64 = 4096;
+    let mut candidates: Option<Vec<i64>> = None;
+    for &(tid, tp) in threads {
+        let bytes = read(tp.checked_sub(SPAN as u64)?, 2 * SPAN as usize)?;
+        let here: Vec<i64> = (0..bytes.len().saturating_sub(3))
+            .step_by(4)
+            .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
+            .map(|i| i as i64 - SPAN)
+            .filter(|&off| off != 0)
+            .collect();
+        candidates = Some(match candidates {
+            None => here,
+            Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
+        });
+    }
+    match candidates?.as_slice() {
+        [one] => i32::try_from(*one).ok(),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -123,28 +123,10 @@ pub fn frame_home(ra_at: u64, entry_sp: u64, tramp: u64, read: &dyn Fn(u64, usiz
 /// single offset fits (another runtime, or a lone thread whose TID appears
 /// twice).
 pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
-    const SPAN: i64 = 4096;
-    let mut candidates: Option<Vec<i64>> = None;
-    for &(tid, tp) in threads {
-        if tp == 0 || !tp.is_multiple_of(8) || tp < SPAN as u64 {
-            return None;
-        }
-        let bytes = read(tp - SPAN as u64, 2 * SPAN as usize)?;
-        let here: Vec<i64> = (0..bytes.len() - 3)
-            .step_by(4)
-            .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
-            .map(|i| i as i64 - SPAN)
-            .filter(|&off| off != 0)
-            .collect();
-        candidates = Some(match candidates {
-            None => here,
-            Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
-        });
+    if threads.iter().any(|&(_, tp)| tp == 0 || !tp.is_multiple_of(8)) {
+        return None;
     }
-    match candidates?.as_slice() {
-        [one] => i32::try_from(*one).ok(),
-        _ => None,
-    }
+    crate::arch::tid_offset_near(threads, read)
 }
 
 #[cfg(test)]

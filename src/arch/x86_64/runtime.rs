@@ -198,9 +198,7 @@ fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
 /// where every thread's TCB holds that thread's TID. None when no single
 /// offset fits (another runtime, or a lone thread whose TID appears twice).
 pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
-    const SPAN: i64 = 4096;
-    let mut candidates: Option<Vec<i64>> = None;
-    for &(tid, fs_base) in threads {
+    for &(_, fs_base) in threads {
         if fs_base == 0 {
             return None;
         }
@@ -208,22 +206,8 @@ pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Ve
         if u64::from_le_bytes(tcb[..8].try_into().ok()?) != fs_base {
             return None; // fs:0 is not the thread pointer the runtime would read
         }
-        let bytes = read(fs_base - SPAN as u64, 2 * SPAN as usize)?;
-        let here: Vec<i64> = (0..bytes.len() - 3)
-            .step_by(4)
-            .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
-            .map(|i| i as i64 - SPAN)
-            .filter(|&off| off != 0)
-            .collect();
-        candidates = Some(match candidates {
-            None => here,
-            Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
-        });
     }
-    match candidates?.as_slice() {
-        [one] => i32::try_from(*one).ok(),
-        _ => None,
-    }
+    crate::arch::tid_offset_near(threads, read)
 }
 
 #[cfg(test)]
