@@ -357,6 +357,8 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
             v.push((Box::new(Tp::on(Records::Count, f)), threads));
         }
     }
+    // Returns taken over where the callers return too, as in real programs.
+    v.push((Box::new(Tp::on(Records::Ret, "work_deep")), 1));
     if !o.peers {
         return v;
     }

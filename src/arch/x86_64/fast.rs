@@ -65,7 +65,7 @@
 //!         depth = 0 ; the event ; head + 1
 //!         [rsp + 56] = shadow[0].ret
 //!         pop rcx, rbx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
-//!         ret                            ; to the original return address
+//!         lea  rsp, [rsp + 8] ; jmp [rsp - 8]  ; to the original return address
 //! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
 //! ```
 
@@ -404,7 +404,9 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_load(RDX, R11, frame0(l, l.frame_ret));
     w.put_store(RDX, RSP, EXIT_SLOT);
     restore_exit(w);
-    w.put_ret();
+    // Back by an indirect jump through the slot, not `ret` (see runtime.rs).
+    w.put_lea(RSP, RSP, 8);
+    w.put_jmp_mem(RSP, -8);
 
     out.exit_way1 = w.pc();
     paired_entry(w, RBX, RAX, m.exit_slow);
