@@ -417,6 +417,8 @@ pub struct RuntimeLayout {
     pub thread_depth: u32,
     /// See [`RuntimeLayout::thread_ring`].
     pub thread_tid_at: u32,
+    /// Offset in a thread state of the word that says it is writing into its ring.
+    pub thread_writing: u32,
     /// See [`RuntimeLayout::thread_ring`].
     pub thread_overhead: u32,
     /// See [`RuntimeLayout::thread_ring`].

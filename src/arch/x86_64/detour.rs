@@ -224,10 +224,8 @@ struct Labels {
     sample: u64,
     /// The fast entry of an event probe: the thread's cache entry found.
     found: u64,
-    /// The fast entry's fallback once it has pushed.
-    full: u64,
-    /// The fast entry's call of `tp_entry`.
-    call: u64,
+    /// The fast entry's fallbacks.
+    back: Fallbacks,
 }
 
 /// Assembles the detour of `plan` at address `at`.
@@ -251,15 +249,14 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         slow: at,
         sample: at,
         found: at,
-        full: at,
-        call: at,
+        back: Fallbacks { unmark: at, full: at, call: at },
     };
     let mut w = Writer::new(at);
     let (counted, restore, found) = emit_head(&mut w, spec, fast, rt, saves, &dummy);
     let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
     let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
-    let (way1, slow, sample, full, call) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
+    let (way1, slow, sample, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
     let literals = w.pc().next_multiple_of(8);
     let l = Labels {
         flag: literals,
@@ -273,8 +270,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         slow,
         sample,
         found,
-        full,
-        call,
+        back,
     };
 
     let mut w = Writer::new(at);
@@ -342,7 +338,8 @@ fn emit_head(
         w.put_jb(l.sample);
     } else if let Some(layout) = fast {
         // The fast entry, with S (r10) the thread's cache entry.
-        let exits = fast::EventExits { full: l.full, call: l.call, lit_tramp: l.tramp };
+        let exits =
+            fast::EventExits { full: l.back.full, unmark: l.back.unmark, call: l.back.call, lit_tramp: l.tramp };
         fast::event(w, &layout, spec.entry_word, &exits);
     } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, spec, l, rt, saves);
@@ -364,7 +361,7 @@ fn emit_head(
 /// the count in the entry paired with the thread's, else the call of
 /// tp_count; a fast event probe's fallbacks, to `tp_entry`; and a sampling
 /// probe's call of the runtime, which returns to the restore. Returns the
-/// addresses of `way1`, `slow`, `sample`, `full` and `call`.
+/// addresses of `way1`, `slow`, `sample` and the fallbacks.
 fn emit_tail(
     w: &mut Writer,
     spec: &DetourSpec,
@@ -372,7 +369,7 @@ fn emit_tail(
     rt: RuntimeAddrs,
     saves: Saves,
     l: &Labels,
-) -> (u64, u64, u64, u64, u64) {
+) -> (u64, u64, u64, Fallbacks) {
     let way1 = w.pc();
     let mut slow = way1;
     let (mut full, mut call) = (way1, way1);
@@ -390,11 +387,11 @@ fn emit_tail(
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.k);
-        w.put_jmp(if fast.is_some() { l.call } else { l.counted });
+        w.put_jmp(if fast.is_some() { l.back.call } else { l.counted });
     }
-    if fast.is_some() {
-        full = w.pc();
-        fast::event_full(w);
+    let mut unmark = way1;
+    if let Some(layout) = fast {
+        (unmark, full) = fast::event_full(w, &layout);
         call = w.pc();
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
@@ -404,7 +401,15 @@ fn emit_tail(
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    (way1, slow, sample, full, call)
+    (way1, slow, sample, Fallbacks { unmark, full, call })
+}
+
+/// Where a fast event probe's fallbacks are.
+#[derive(Clone, Copy)]
+struct Fallbacks {
+    unmark: u64,
+    full: u64,
+    call: u64,
 }
 
 /// The layout for the fast entry if the detour records with it: an event

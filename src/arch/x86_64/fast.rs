@@ -58,8 +58,8 @@
 //!         rdtsc ; rcx = the time
 //!         <r11 = the thread's state, from its cache entry (or the paired one), else slow>
 //!         depth == 1, shadow[0].slot == rsp + 56, ring with room, else slow
-//!         depth = 0 ; the event ; head + 1
-//!         [rsp + 56] = shadow[0].ret
+//!         the event ; [rsp + 56] = shadow[0].ret   ; the frame read whole,
+//!         depth = 0 ; head + 1                   ; then let go
 //!         pop rcx, rbx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
 //!         lea  rsp, [rsp + 8] ; jmp [rsp - 8]  ; to the original return address
 //! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
@@ -98,12 +98,23 @@ pub(super) struct Marks {
     pub exit_way1: u64,
     /// See [`Marks::exit_slow`].
     pub exit_found: u64,
+    /// See [`Marks::exit_slow`].
+    pub exit_unmark: u64,
 }
 
 impl Marks {
     /// Every mark at `at`: for a first assembly, which only measures.
     pub(super) fn near(at: u64) -> Marks {
-        Marks { tramp_full: at, tramp: at, lit_ctx: at, lit_cache: at, exit_slow: at, exit_way1: at, exit_found: at }
+        Marks {
+            tramp_full: at,
+            tramp: at,
+            lit_ctx: at,
+            lit_cache: at,
+            exit_slow: at,
+            exit_way1: at,
+            exit_found: at,
+            exit_unmark: at,
+        }
     }
 }
 
@@ -157,6 +168,16 @@ fn event_at(w: &mut Writer, l: &RuntimeLayout, ev: u8, slot: u8, head: u8) {
     w.put_lea_indexed(ev, slot, ev, l.slot_ring as i32);
 }
 
+/// Jumps to `busy` if the thread whose state is at `state` is writing into
+/// its ring already (a signal interrupted the write: the runtime counts
+/// this event lost), else marks it as writing. The mark is cleared once
+/// the event is published; every path to `busy` is taken before it is set.
+fn writing(w: &mut Writer, l: &RuntimeLayout, state: u8, busy: u64) {
+    w.put_cmp32_mem_imm(state, l.thread_writing as i32, 0);
+    w.put_jne(busy);
+    w.put_store32_imm(state, l.thread_writing as i32, 1);
+}
+
 /// Jumps to `full` if the ring of the slot at `slot`, whose head is in
 /// `head`, may be full (`tmp` is clobbered): the runtime then looks again
 /// at the reader's position, or counts the event lost.
@@ -179,6 +200,8 @@ const EVENT_SLOT: i32 = (3 + EVENT_SAVED.len() as i32) * 8;
 pub(super) struct EventExits {
     /// Pops what [`event`] pushed, then goes on to `call`.
     pub full: u64,
+    /// Clears the thread's writing mark, then goes on to `full`.
+    pub unmark: u64,
     /// Calls `tp_entry` (the call is counted already).
     pub call: u64,
     /// The literal holding the trampoline's address.
@@ -206,8 +229,9 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         w.put_load(R11, R10, l.thread_ring as i32);
         w.put_test_reg(R11);
         w.put_je(x.full);
+        writing(w, l, R10, x.full);
         w.put_load(RBX, R11, l.slot_head as i32);
-        full_check(w, l, R11, RBX, RAX, x.full);
+        full_check(w, l, R11, RBX, RAX, x.unmark);
         event_at(w, l, RAX, R11, RBX);
         for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
             w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
@@ -244,6 +268,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         w.put_store(RAX, RCX, l.event_tsc as i32);
         w.put_inc(RBX);
         w.put_store(RBX, R11, l.slot_head as i32); // published
+        w.put_store32_imm(R10, l.thread_writing as i32, 0);
     }
     if hijack {
         w.put_store(RAX, R10, frame0(l, l.frame_tsc));
@@ -255,12 +280,18 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     }
 }
 
-/// The fast entry's fallback once it has pushed (at `x.full`): pops, then
-/// goes on to the call of `tp_entry`, which the detour emits next.
-pub(super) fn event_full(w: &mut Writer) {
+/// The fast entry's fallbacks once it has pushed: at `x.unmark` (a full
+/// ring) it clears the writing mark, at `x.full` pops, then goes on to the
+/// call of `tp_entry`, which the detour emits next. Returns the addresses
+/// of `unmark` and `full`.
+pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout) -> (u64, u64) {
+    let unmark = w.pc();
+    w.put_store32_imm(R10, l.thread_writing as i32, 0);
+    let full = w.pc();
     for r in EVENT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
+    (unmark, full)
 }
 
 /// Where, above the fast exit's stack pointer after its pushes, the saved
@@ -295,9 +326,11 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_load(R10, R11, l.thread_ring as i32);
     w.put_test_reg(R10);
     w.put_je(m.exit_slow);
+    writing(w, l, R11, m.exit_slow);
     w.put_load(RBX, R10, l.slot_head as i32);
-    full_check(w, l, R10, RBX, RAX, m.exit_slow);
-    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    full_check(w, l, R10, RBX, RAX, m.exit_unmark);
+    // The frame is read whole before the depth lets it go: a signal
+    // handler whose probes run on this thread from then on take frame 0.
     event_at(w, l, RAX, R10, RBX);
     w.put_load32(RDX, R11, frame0(l, l.frame_probe));
     w.put_or32_imm(RDX, l.exit_kind);
@@ -318,10 +351,12 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_store(RDX, RAX, v(3));
     w.put_store_imm(RAX, v(4), 0);
     w.put_store_imm(RAX, v(5), 0);
-    w.put_inc(RBX);
-    w.put_store(RBX, R10, l.slot_head as i32); // published
     w.put_load(RDX, R11, frame0(l, l.frame_ret));
     w.put_store(RDX, RSP, EXIT_SLOT);
+    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    w.put_inc(RBX);
+    w.put_store(RBX, R10, l.slot_head as i32); // published
+    w.put_store32_imm(R11, l.thread_writing as i32, 0);
     restore_exit(w);
     // Back by an indirect jump through the slot, not `ret` (see runtime.rs).
     w.put_lea(RSP, RSP, 8);
@@ -330,6 +365,8 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     out.exit_way1 = w.pc();
     paired_entry(w, RBX, RAX, m.exit_slow);
     w.put_jmp(m.exit_found);
+    out.exit_unmark = w.pc();
+    w.put_store32_imm(R11, l.thread_writing as i32, 0);
     out.exit_slow = w.pc();
     restore_exit(w);
     w.put_lea(RSP, RSP, 8);
@@ -355,6 +392,7 @@ pub(super) fn example_layout() -> RuntimeLayout {
         thread_ring: 8,
         thread_depth: 24,
         thread_tid_at: 32,
+        thread_writing: 76,
         thread_overhead: 16,
         thread_shadow: 64,
         frame_slot: 0,
