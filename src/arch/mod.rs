@@ -13,6 +13,7 @@
 pub mod aarch64;
 pub mod operand;
 mod regset;
+pub mod shadow;
 pub mod syscalls;
 pub mod unwind;
 pub mod x86_64;
@@ -23,6 +24,7 @@ use std::io;
 use nix::unistd::Pid;
 
 pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
+pub use shadow::{Shadow, ShadowStack};
 pub use syscalls::{Syscalls, ThreadPointerCall};
 
 /// The architecture tp was built for and traces.
@@ -141,6 +143,16 @@ pub enum Refusal {
     /// Go code that Go may preempt asynchronously, where no window of one
     /// instruction fits after the stack check.
     GoPreemptible,
+    /// A thread of the process runs with a hardware shadow stack, and the
+    /// probe's detour would break the pairing of calls and returns it checks.
+    ShadowStack {
+        /// The thread.
+        tid: i32,
+        /// Its shadow stack.
+        stack: ShadowStack,
+        /// What the detour would do ([`Arch::unbalances_shadow_stack`]).
+        why: &'static str,
+    },
     /// The address asked for is not where an instruction of the function starts.
     NotBoundary {
         /// The address asked for.
@@ -176,6 +188,7 @@ impl Refusal {
             Refusal::GoReturns => "returns of Go code",
             Refusal::GoNoStackCheck => "Go function without a stack check",
             Refusal::GoPreemptible => "Go code without a one-instruction window",
+            Refusal::ShadowStack { .. } => "hardware shadow stack",
             Refusal::NotBoundary { .. } => "not an instruction boundary",
             Refusal::Interior(_) => "cannot probe inside a function here",
             Refusal::Unsupported(_) => "unsupported",
@@ -230,6 +243,9 @@ impl fmt::Display for Refusal {
                  its own stack, out of sight of tp, and no instruction after its stack check is long enough to be \
                  the whole window"
             ),
+            Refusal::ShadowStack { tid, stack, why } => {
+                write!(f, "thread {tid} runs with a hardware shadow stack ({stack}), and {why}")
+            }
             Refusal::NotBoundary { at, around } => {
                 write!(f, "{at:#x} is not where an instruction starts")?;
                 match around {
@@ -1000,6 +1016,26 @@ pub trait Arch {
     /// has not saved it may return through it.
     fn return_register(regs: &Self::Regs) -> Option<u64> {
         let _ = regs;
+        None
+    }
+
+    /// This architecture's hardware shadow stack.
+    const SHADOW_STACK: ShadowStack;
+
+    /// The hardware shadow stack thread `tid` runs with ([`shadow`]), from
+    /// `status`, the text of its `/proc/PID/task/TID/status`, and `hwcap`,
+    /// its process's AT_HWCAP; where the kernel shows it only in a register
+    /// set, from that, if the thread is `stopped` (in a ptrace stop of tp's).
+    fn shadow_stack(tid: Pid, status: &str, hwcap: u64, stopped: bool) -> Shadow {
+        let _ = (tid, status, hwcap, stopped);
+        Shadow::Off
+    }
+
+    /// Why the detour of `plan` would break the pairing of calls and
+    /// returns that a hardware shadow stack checks (a call made without a
+    /// call instruction, a return used as a jump), if it would.
+    fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
+        let _ = plan;
         None
     }
 

@@ -1,6 +1,7 @@
 //! `tp list-probes`: every function of a binary, or of every module of a
-//! running process, with tp's verdict on it, decided from the files alone,
-//! exactly as `attach` would decide; with its symbol version, where its name
+//! running process, with tp's verdict on it, decided from the files alone
+//! (and, in a process, its threads' hardware shadow stacks), exactly as
+//! `attach` would decide; with its symbol version, where its name
 //! came from (symtab, debug file, dynsym, eh_frame) and, in a process, every
 //! copy of its code mapped elsewhere. A site that is a 5-byte `nop` (a
 //! patchable entry, `-mnop-mcount`, a tracepoint macro) is marked: nothing
@@ -13,13 +14,14 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use crate::arch::{Isa, Refusal, SitePlan, machine_name};
+use crate::arch::{Isa, Refusal, ShadowStack, SitePlan, machine_name};
 use crate::cli::ListProbesArgs;
 use crate::escape::text;
 use crate::output::json;
 use crate::output::table::{MODULE_MAX, NAME_MAX, fit, width};
 use crate::process;
 use crate::progress::Progress;
+use crate::session::resolve;
 use crate::symbols::lines::{self, Query};
 use crate::symbols::site;
 use crate::symbols::verdict::{go_code, verdict, verdict_at};
@@ -70,7 +72,7 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
             let Some(isa) = Isa::for_machine(module.elf.machine) else {
                 bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(module.elf.machine));
             };
-            vec![(0, module.name.clone(), rows_of(&module, isa, args.verbose))]
+            vec![(0, module.name.clone(), rows_of(&module, isa, args.verbose, None))]
         }
         (None, Some(pid)) => process_rows(pid, args.verbose)?,
         _ => bail!("give either a binary or --pid, not both"),
@@ -89,11 +91,14 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The rows of every module of process `pid`, parsed on two threads.
+/// The rows of every module of process `pid`, parsed on two threads; where
+/// a thread runs with a hardware shadow stack, the functions whose detour
+/// it would reject are refused, as attach refuses them.
 fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
     process::status(pid)?;
     process::check_readable(pid)?;
     let maps = process::read_maps(pid)?;
+    let shadow = crate::probe::shadow::first(&process::shadow_stacks(pid, &[]));
     let count = ProcessModules::new(pid, &maps)?.len();
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(count).max(1);
     let progress = Progress::new(if count > 20 { count as u64 * 100 } else { 0 }, "reading modules");
@@ -108,7 +113,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
                     let mut out = Vec::new();
                     for i in (w..modules.len()).step_by(workers) {
                         match modules.get(i) {
-                            Ok(m) => out.push((i, m.name.clone(), rows_of(m, Isa::host(), verbose))),
+                            Ok(m) => out.push((i, m.name.clone(), rows_of(m, Isa::host(), verbose, shadow))),
                             Err(e) => {
                                 crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
                             }
@@ -132,15 +137,16 @@ fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
     Ok(by_module)
 }
 
-/// The verdict on every function of `m`, plus its functions inlined everywhere.
-fn rows_of(m: &Module, isa: Isa, verbose: bool) -> Vec<Row> {
+/// The verdict on every function of `m`, plus its functions inlined
+/// everywhere; `shadow` as for [`resolve::balanced`].
+fn rows_of(m: &Module, isa: Isa, verbose: bool, shadow: Option<(i32, ShadowStack)>) -> Vec<Row> {
     let dwarf = m.dwarf();
     let mut rows: Vec<Row> = m
         .functions()
         .into_iter()
         .filter(|f| f.size > 0)
         .map(|f| {
-            let verdict = verdict(m, &f, isa);
+            let verdict = verdict(m, &f, isa).and_then(|p| resolve::balanced(p, shadow));
             let signature =
                 verbose.then(|| dwarf.and_then(|d| d.at(f.bias.file(f.addr))).map(|d| d.signature())).flatten();
             let after_check = verdict.is_ok() && go_code(m, &f, isa).is_some_and(|g| g.stack_check > 0);

@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 use super::layout::{self, Arena, Entry, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
-use super::{Request, arena, runtime, runtime_calls, semaphore, threads};
+use super::{Request, arena, runtime, runtime_calls, semaphore, shadow, threads};
 use crate::addr::RegionOffset;
 use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey};
 use crate::process::memory::Memory;
@@ -97,6 +97,8 @@ pub fn prepare(
     // Before anything is injected: the runtime's own syscalls must pass
     // every thread's seccomp filters.
     runtime_calls::check_before_install(stopped, kinds_of(requests))?;
+    // And no thread's hardware shadow stack may reject a probe's detour.
+    shadow::check_before_install(stopped, requests)?;
 
     let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let created_region = region.is_none();
@@ -200,6 +202,7 @@ fn patch_all(
     // Again with every thread stopped: threads started, or filters added,
     // since the first check.
     runtime_calls::check_stopped(stopped, kinds_of(requests))?;
+    shadow::check_stopped(stopped, requests)?;
     let maps = process::read_maps(stopped.pid()).context("reading the target's memory map")?;
     learn_threads(stopped, mem, region, requests.iter().any(|r| r.kind != kind::COUNT))?;
     if Host::COUNTING_CALLS_RUNTIME {

@@ -5,7 +5,8 @@
 //! static probes' semaphores ([`semaphore`]), the processes forked
 //! while probes were in, which hold them too ([`family`]), and whether a
 //! target's seccomp filters let the runtime's syscalls run
-//! ([`runtime_calls`]).
+//! ([`runtime_calls`]), and what a thread's hardware shadow stack forbids
+//! ([`shadow`]).
 
 pub mod acquire;
 pub mod arena;
@@ -20,6 +21,7 @@ pub mod remove;
 pub mod runtime;
 pub mod runtime_calls;
 pub mod semaphore;
+pub mod shadow;
 pub mod threads;
 pub mod validate;
 

@@ -17,7 +17,7 @@ use std::fmt;
 
 use nix::unistd::Pid;
 
-use crate::arch::BlockedIn;
+use crate::arch::{Arch, BlockedIn, Host, Shadow};
 
 pub use maps::Mapping;
 
@@ -135,6 +135,28 @@ pub fn handler_pending(pid: i32, tid: i32, also: &[i32]) -> bool {
     };
     let held = also.iter().filter(|&&s| (1..=64).contains(&s)).fold(0u64, |m, &s| m | 1 << (s - 1));
     (mask("SigPnd") | mask("ShdPnd") | held) & !mask("SigBlk") & mask("SigCgt") != 0
+}
+
+/// Each thread of `pid` now and the hardware shadow stack it runs with, as
+/// far as tp can tell ([`Arch::shadow_stack`]): from its status file, and
+/// for the threads in `stopped` (held in a ptrace stop by this tp) from
+/// their register sets where the architecture needs them. With
+/// `TP_SHADOW_STACK=all`, tp believes every thread runs with the host's
+/// shadow stack: the tests of its refusals run on machines without one.
+pub fn shadow_stacks(pid: i32, stopped: &[Pid]) -> Vec<(Pid, Shadow)> {
+    let hwcap = auxv(pid, libc::AT_HWCAP).unwrap_or(0);
+    let forced = std::env::var("TP_SHADOW_STACK").is_ok_and(|v| v == "all");
+    threads(pid)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|tid| {
+            if forced {
+                return (tid, Shadow::On(Host::SHADOW_STACK));
+            }
+            let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+            (tid, Host::shadow_stack(tid, &status, hwcap, stopped.contains(&tid)))
+        })
+        .collect()
 }
 
 /// Parses the fields tp needs from the text of `/proc/PID/status`.

@@ -19,6 +19,7 @@ use crate::probe::install::{self, Installed, Report};
 use crate::probe::layout::{self, State, kind};
 use crate::probe::region::{self, Region};
 use crate::probe::remove::Kept;
+use crate::probe::shadow;
 use crate::process::Mapping;
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
@@ -86,11 +87,12 @@ impl Attached {
             process::check_attachable(pid)?;
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let modules = ProcessModules::new(pid, &maps)?;
+            let shadow = shadow::check_kinds(pid, &[], what.kind)?;
             if what.kind & kind::RET != 0 {
                 // The unwinder's modules are read while the user's functions are planned.
                 modules.prefetch(&unwind::places(&modules));
             }
-            let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind)?;
+            let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind, shadow)?;
             Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started)
         };
         run().map_err(|e| exited_or(pid, e))
@@ -117,7 +119,9 @@ impl Attached {
                 process::check_attachable(pid)?;
             }
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
-            let resolved = resolve::plan_found(modules, found, opts.selection.kind)?;
+            let held: Vec<_> = stopped.iter().map(Stopped::worker).collect();
+            let shadow = shadow::check_kinds(pid, &held, opts.selection.kind)?;
+            let resolved = resolve::plan_found(modules, found, opts.selection.kind, shadow)?;
             Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
         };
         run().map_err(|e| if adopted { e } else { exited_or(pid, e) })
@@ -185,7 +189,8 @@ impl Attached {
         let pid = self.pid;
         let run = || {
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
-            let resolved = resolve::plan_found(modules, found, self.kind)?;
+            let shadow = shadow::check_kinds(pid, &[], self.kind)?;
+            let resolved = resolve::plan_found(modules, found, self.kind, shadow)?;
             let refused = resolved.refused.len();
             let Some(mapping) = region::find(&maps).filter(|m| m.inode == self.region.inode()) else {
                 bail!("tp's data region is no longer mapped in process {pid}");

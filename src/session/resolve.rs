@@ -4,7 +4,7 @@
 use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
-use crate::arch::{Abi, Arch, Host, Isa, Refusal};
+use crate::arch::{Abi, Arch, Host, Isa, Refusal, ShadowStack};
 use crate::arch::{ArgLoc, Operand, OperandLoc, Operands, SitePlan};
 use crate::probe::Request;
 use crate::probe::layout::kind;
@@ -128,11 +128,28 @@ pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
     Ok(if f.symbol.ends_with(".abi0") { Abi::GoStack } else { Abi::Go })
 }
 
+/// `plan`, or why a thread's hardware shadow stack (`shadow`: the thread
+/// and its kind, where one runs with one) would reject its detour.
+pub fn balanced(plan: SitePlan, shadow: Option<(i32, ShadowStack)>) -> Result<SitePlan, Refusal> {
+    let Some((tid, stack)) = shadow else { return Ok(plan) };
+    match Host::unbalances_shadow_stack(&plan) {
+        Some(why) => Err(Refusal::ShadowStack { tid, stack, why }),
+        None => Ok(plan),
+    }
+}
+
 /// Resolves `patterns` and `addrs` in `modules` and plans each function,
-/// to record `kind` (bits of `probe::layout::kind`). A function named
-/// exactly that cannot be probed is an error; one matched by a glob is
-/// skipped and reported in [`Resolved::refused`].
-pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeAddr], kind: u32) -> Result<Resolved> {
+/// to record `kind` (bits of `probe::layout::kind`), in a process where
+/// `shadow` names a thread that runs with a hardware shadow stack, if one
+/// does. A function named exactly that cannot be probed is an error; one
+/// matched by a glob is skipped and reported in [`Resolved::refused`].
+pub fn requests(
+    modules: &ProcessModules,
+    patterns: &[String],
+    addrs: &[RuntimeAddr],
+    kind: u32,
+    shadow: Option<(i32, ShadowStack)>,
+) -> Result<Resolved> {
     let resolution = modules.resolve_noted(patterns)?;
     for note in &resolution.notes {
         crate::say!("tp: {}", crate::escape::text(note));
@@ -144,12 +161,21 @@ pub fn requests(modules: &ProcessModules, patterns: &[String], addrs: &[RuntimeA
             found.push(f);
         }
     }
-    plan_found(modules, found, kind)
+    plan_found(modules, found, kind, shadow)
 }
 
 /// Plans each function of `found` (looked up in `modules`), to record
-/// `kind`: [`requests`] once the names are resolved.
-pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Result<Resolved> {
+/// `kind`, with `shadow` as in [`requests`]: [`requests`] once the names
+/// are resolved. Where a thread runs with a hardware shadow stack, a plan
+/// whose detour would break the pairing of calls and returns is refused,
+/// and so is such a long form.
+pub fn plan_found(
+    modules: &ProcessModules,
+    found: Vec<Found>,
+    kind: u32,
+    shadow: Option<(i32, ShadowStack)>,
+) -> Result<Resolved> {
+    let balanced = |plan: SitePlan| balanced(plan, shadow);
     let progress = Progress::new(found.len() as u64, "planning probes");
     let mut requests = Vec::new();
     let mut refused = Vec::new();
@@ -158,8 +184,10 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
         progress.inc();
         let m = modules.get(module)?;
         let planned = match &site {
-            None => plan(m, &function).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?, kind))),
-            Some(s) => plan_site(m, &function, s).and_then(|plan| {
+            None => {
+                plan(m, &function).and_then(balanced).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?, kind)))
+            }
+            Some(s) => plan_site(m, &function, s).and_then(balanced).and_then(|plan| {
                 // A line or offset at the entry is the entry; a static probe is its note's.
                 if !plan.interior && s.usdt.is_none() {
                     return Ok((plan, abi_for(m, &function, kind)?, kind));
@@ -179,7 +207,7 @@ pub fn plan_found(modules: &ProcessModules, found: Vec<Found>, kind: u32) -> Res
                 let long = match abi {
                     _ if plan.interior => Err(Refusal::Interior("the long form goes at a function's entry")),
                     Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
-                    Abi::C => plan_long(m, &function),
+                    Abi::C => plan_long(m, &function).and_then(balanced),
                 };
                 let span = m.span_of(&function);
                 let usdt = site.as_ref().and_then(|s| s.usdt.as_ref());

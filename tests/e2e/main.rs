@@ -103,6 +103,10 @@ mod run;
 mod golang;
 // Targets under their own seccomp filters: refused in one line, or attached.
 mod seccomp;
+// Hardware shadow stacks: return probes and copied calls refused in one
+// line, counting kept. (x86-64: the hand-written prologues.)
+#[cfg(target_arch = "x86_64")]
+mod shadow_stack;
 // Sessions over several processes (-p A,B, --name), and --follow-exec.
 mod multi;
 // OpenMetrics: tp status --openmetrics, tp serve, a session's --listen,

@@ -15,6 +15,7 @@ pub mod regs;
 pub mod relocate;
 pub mod runtime;
 pub mod sdt;
+pub mod shadow;
 pub mod window;
 pub mod writer;
 
@@ -171,6 +172,16 @@ impl Arch for AArch64 {
     fn breakpoint_at(pc_after: u64) -> u64 {
         // brk traps before the instruction: the PC is the breakpoint's.
         pc_after
+    }
+
+    const SHADOW_STACK: crate::arch::ShadowStack = shadow::GCS;
+
+    fn shadow_stack(tid: Pid, _status: &str, hwcap: u64, stopped: bool) -> crate::arch::Shadow {
+        shadow::of_thread(tid, hwcap, stopped)
+    }
+
+    fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
+        shadow::unbalances(plan)
     }
 
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {

@@ -14,6 +14,7 @@ pub mod regs;
 pub mod relocate;
 pub mod runtime;
 pub mod sdt;
+pub mod shadow;
 pub mod taken;
 pub mod window;
 pub mod writer;
@@ -151,6 +152,16 @@ impl Arch for X86_64 {
     fn breakpoint_at(pc_after: u64) -> u64 {
         // int3 traps after the instruction: the PC is one past it.
         pc_after.wrapping_sub(1)
+    }
+
+    const SHADOW_STACK: crate::arch::ShadowStack = shadow::CET;
+
+    fn shadow_stack(_tid: Pid, status: &str, _hwcap: u64, _stopped: bool) -> crate::arch::Shadow {
+        shadow::from_status(status)
+    }
+
+    fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
+        shadow::unbalances(plan)
     }
 
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
