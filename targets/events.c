@@ -24,6 +24,11 @@
  *   ipa N          N calls of ipa_caller, which keeps values in registers the
  *                  ABI lets a callee clobber across its call of ipa_leaf
  *                  -> "done ipa N bad=B" (B: calls whose result was wrong)
+ *   signals N      N calls of interrupted while a timer signal every 20 us
+ *                  runs a handler that calls it too (so a call's entry or
+ *                  exit is interrupted by another's)
+ *                  -> "done signals N calls=C handled=H bad=B" (C: calls
+ *                     made in all, H: by the handler)
  *   quit
  *
  * AArch64 builds `events-pac` too (-DTP_BTI, -mbranch-protection=standard):
@@ -38,7 +43,9 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdbool.h>
+#include <signal.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <time.h>
 
 #ifdef TP_BTI
@@ -309,6 +316,39 @@ static void guard_with_bti(void)
 }
 #endif
 
+/* Called by the main loop and by a timer signal's handler. */
+TP_PROBED long interrupted(long x)
+{
+	return x * 3 + 1;
+}
+
+static volatile sig_atomic_t handled;
+static volatile long handler_bad;
+
+static void on_timer(int sig)
+{
+	(void)sig;
+	long x = handled;
+	handler_bad += interrupted(x) != x * 3 + 1;
+	handled = x + 1;
+}
+
+/* The "signals N" command; returns the calls whose result was wrong. */
+static unsigned long signals(unsigned long n)
+{
+	struct sigaction sa = {0};
+	sa.sa_handler = on_timer;
+	sa.sa_flags = SA_RESTART;
+	sigaction(SIGALRM, &sa, NULL);
+	struct itimerval every = {{0, 20}, {0, 20}}, off = {{0, 0}, {0, 0}};
+	setitimer(ITIMER_REAL, &every, NULL);
+	unsigned long bad = 0;
+	for (unsigned long i = 0; i < n; i++)
+		bad += interrupted((long)i) != (long)i * 3 + 1;
+	setitimer(ITIMER_REAL, &off, NULL);
+	return bad + (unsigned long)handler_bad;
+}
+
 static pid_t tid(void)
 {
 	return (pid_t)syscall(SYS_gettid);
@@ -444,6 +484,10 @@ int main(void)
 			for (unsigned long i = 0; i < n; i++)
 				bad += ipa_caller((long)(i % 11)) != (IPA_KEPT + 1) * (long)(i % 11) + 1 + (i % 11 == 5);
 			printf("done ipa %lu bad=%lu\n", n, bad);
+		} else if (sscanf(line, "signals %lu", &n) == 1) {
+			unsigned long bad = signals(n);
+			printf("done signals %lu calls=%lu handled=%lu bad=%lu\n", n, n + (unsigned long)handled,
+			       (unsigned long)handled, bad);
 		} else if (sscanf(line, "quiet %lu", &n) == 1) {
 			long sum = 0;
 			for (unsigned long i = 0; i < n; i++)

@@ -10,11 +10,21 @@
  *   slot    plus `lock inc` of a counter in a row chosen by hashing the
  *           thread pointer (fs:0), as tp's detour did before issue 17;
  *   shared  plus `lock inc` of one counter that every thread writes.
- * and rdtsc, the timestamp an event costs, is timed on its own.
+ * and rdtsc, the timestamp an event costs, is timed on its own. What an
+ * event costs at best, by 1 thread:
+ *   event   plus one rdtsc and a 64-byte event written to a ring of
+ *           2^16 (as tp's entry event: six argument words, the
+ *           timestamp, thread and probe), its head advanced;
+ *   hijack  plus its return address taken over: it returns to a stub that
+ *           jumps back to its caller (what a return probe does at least,
+ *           which the CPU's return prediction cannot follow);
+ *   timed   both hijack and event, with a second rdtsc at the return (an
+ *           exit with its latency: two timestamps, one event).
  *
  *   floor N   prints "floor threads=T plain=NS own=NS slot=NS shared=NS"
  *             for T = 1 and 2 (ns per call per thread, the median of 5
- *             runs of N calls per thread), then "floor rdtsc=NS".
+ *             runs of N calls per thread), then "floor rdtsc=NS", then
+ *             "floor event=NS hijack=NS timed=NS" (extra ns per call).
  */
 #include "common.h"
 
@@ -54,6 +64,75 @@ TP_PROBED unsigned f_shared(unsigned x)
 {
 	__atomic_fetch_add(&shared_counter, 1, __ATOMIC_RELAXED);
 	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+/* One event as tp's ring holds it. */
+struct event {
+	uint32_t probe, tid;
+	uint64_t tsc;
+	uint64_t v[6];
+} __attribute__((aligned(64)));
+
+#define RING (1u << 16)
+static struct event ring[RING];
+static uint64_t head;
+
+static inline void record(unsigned x, uint64_t tsc)
+{
+	struct event *e = &ring[head & (RING - 1)];
+	for (int i = 0; i < 6; i++)
+		e->v[i] = x + (uint64_t)i;
+	e->tid = 1;
+	e->probe = 1;
+	e->tsc = tsc;
+	__atomic_store_n(&head, head + 1, __ATOMIC_RELEASE);
+}
+
+TP_PROBED unsigned f_event(unsigned x)
+{
+	record(x, __rdtsc());
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+/* f_hijack and f_timed: f_plain whose return goes through back_stub, which
+ * jumps to the caller through `back` (one caller at a time: 1 thread).
+ * f_timed takes a timestamp at entry and records an event with a second
+ * one at the return. */
+uint64_t back, entry_tsc;
+unsigned f_hijack(unsigned x);
+unsigned f_timed(unsigned x);
+void timed_exit(void);
+__asm__(".text\n"
+	"f_hijack:\n"
+	"	mov (%rsp), %rax\n"
+	"	mov %rax, back(%rip)\n"
+	"	lea back_stub(%rip), %rax\n"
+	"	mov %rax, (%rsp)\n"
+	"	jmp f_plain\n"
+	"back_stub:\n"
+	"	jmp *back(%rip)\n"
+	"f_timed:\n"
+	"	mov (%rsp), %rax\n"
+	"	mov %rax, back(%rip)\n"
+	"	lea timed_stub(%rip), %rax\n"
+	"	mov %rax, (%rsp)\n"
+	"	rdtsc\n"
+	"	shl $32, %rdx\n"
+	"	or %rdx, %rax\n"
+	"	mov %rax, entry_tsc(%rip)\n"
+	"	jmp f_plain\n"
+	"timed_stub:\n"
+	"	push %rax\n"
+	"	push %rax\n"
+	"	call timed_exit\n"
+	"	pop %rax\n"
+	"	pop %rax\n"
+	"	jmp *back(%rip)\n");
+
+void timed_exit(void)
+{
+	uint64_t now = __rdtsc();
+	record((unsigned)(now - entry_tsc), now);
 }
 
 static double now(void)
@@ -121,5 +200,8 @@ int main(int argc, char **argv)
 	for (long i = 0; i < calls; i++)
 		s += __rdtsc();
 	printf("floor rdtsc=%.3f sink=%llu\n", (now() - t0) * 1e9 / (double)calls, (unsigned long long)(s & 1));
+	double plain = median5(f_plain, 1);
+	printf("floor event=%.3f hijack=%.3f timed=%.3f\n", median5(f_event, 1) - plain, median5(f_hijack, 1) - plain,
+	       median5(f_timed, 1) - plain);
 	return 0;
 }

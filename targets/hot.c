@@ -15,6 +15,11 @@
  *             `x * 2654435761; r ^= r >> 13; return r + 7`);
  *   work_rip  `mov rax, [rip + scale]` first: a RIP-relative load, which
  *             the detour relocates and which may fault, so nothing is dead.
+ *   work_deep work() itself, called through two more functions that return
+ *             after each call (deep2 -> deep1 -> work), as calls are in
+ *             real programs: a tracer that takes over work()'s return
+ *             address pays here for every return its own return
+ *             mispredicts (the return-stack buffer).
  *
  * Modes (every loop and wait is bounded):
  *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S [DEPTH [FUNC]]]
@@ -99,6 +104,22 @@ static inline uint64_t work_rip_ref(uint64_t x)
 	return 0x9E3779B97F4A7C15ull * x + (x >> 7);
 }
 
+/* work_deep's callers: each returns after its call (no sibling calls). */
+TP_PROBED __attribute__((optimize("no-optimize-sibling-calls"))) uint64_t deep1(int x)
+{
+	return (uint64_t)(unsigned)work(x) + 1;
+}
+
+TP_PROBED __attribute__((optimize("no-optimize-sibling-calls"))) uint64_t deep2(int x)
+{
+	return deep1(x) + 1;
+}
+
+static inline uint64_t deep2_ref(int x)
+{
+	return (uint64_t)work_ref(x) + 2;
+}
+
 /* Called once after the probed phase: a debugger stops here. */
 TP_PROBED void bench_done(void)
 {
@@ -106,9 +127,9 @@ TP_PROBED void bench_done(void)
 }
 
 /* The function a run calls (hot wait/step FUNC). */
-enum func { WORK, WORK_MOV, WORK_RIP };
+enum func { WORK, WORK_MOV, WORK_RIP, WORK_DEEP };
 static enum func func = WORK;
-static const char *const func_names[] = {"work", "work_mov", "work_rip"};
+static const char *const func_names[] = {"work", "work_mov", "work_rip", "work_deep"};
 
 /* One call of the function, the unit the instruction counter steps
  * through (a direct call for each, as in the timed loops). */
@@ -119,6 +140,8 @@ TP_PROBED uint64_t one_call(int x)
 		return work_mov((uint64_t)x) + 1;
 	case WORK_RIP:
 		return work_rip((uint64_t)x) + 1;
+	case WORK_DEEP:
+		return deep2(x) + 1;
 	default:
 		return (uint64_t)(unsigned)work(x) + 1;
 	}
@@ -131,6 +154,8 @@ static uint64_t one_call_ref(int x)
 		return work_mov_ref((uint64_t)x) + 1;
 	case WORK_RIP:
 		return work_rip_ref((uint64_t)x) + 1;
+	case WORK_DEEP:
+		return deep2_ref(x) + 1;
 	default:
 		return (uint64_t)work_ref(x) + 1;
 	}
@@ -139,12 +164,12 @@ static uint64_t one_call_ref(int x)
 /* FUNC by name; 0 if unknown. */
 static int set_func(const char *name)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < 4; i++)
 		if (!strcmp(name, func_names[i])) {
 			func = (enum func)i;
 			return 1;
 		}
-	fprintf(stderr, "hot: no function %s (work, work_mov, work_rip)\n", name);
+	fprintf(stderr, "hot: no function %s (work, work_mov, work_rip, work_deep)\n", name);
 	return 0;
 }
 
@@ -221,6 +246,10 @@ TP_PROBED uint64_t burst(int base)
 		for (long i = 0; i < ncalls; i++)
 			acc += work_rip((uint64_t)(base + (int)i));
 		break;
+	case WORK_DEEP:
+		for (long i = 0; i < ncalls; i++)
+			acc += deep2(base + (int)i);
+		break;
 	default:
 		for (long i = 0; i < ncalls; i++)
 			acc += (unsigned)work(base + (int)i);
@@ -232,9 +261,10 @@ static uint64_t calls_ref(int base)
 {
 	uint64_t acc = 0;
 	for (long i = 0; i < ncalls; i++)
-		acc += func == WORK_MOV	  ? work_mov_ref((uint64_t)(base + (int)i))
-		       : func == WORK_RIP ? work_rip_ref((uint64_t)(base + (int)i))
-					  : work_ref(base + (int)i);
+		acc += func == WORK_MOV	   ? work_mov_ref((uint64_t)(base + (int)i))
+		       : func == WORK_RIP  ? work_rip_ref((uint64_t)(base + (int)i))
+		       : func == WORK_DEEP ? deep2_ref(base + (int)i)
+					   : work_ref(base + (int)i);
 	return acc;
 }
 

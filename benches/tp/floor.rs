@@ -2,8 +2,11 @@
 //! on this machine right now (targets/floor.c: a tiny function called by 1
 //! and 2 threads, plain, with a plain `inc` of a thread-local counter as
 //! tp's detour counts in the thread's row, with a per-thread `lock inc` as
-//! it did before, with one shared `lock inc`), and one `rdtsc`. On a
-//! shared, noisy machine tp's rows are read against these.
+//! it did before, with one shared `lock inc`), and one `rdtsc`; and what
+//! an event costs at best: an `rdtsc` and a 64-byte event written to a
+//! ring, a return taken over (returning through a stub), and both with a
+//! second `rdtsc` (an exit with its latency). On a shared, noisy machine
+//! tp's rows are read against these.
 
 use std::time::Duration;
 
@@ -25,6 +28,12 @@ pub struct Floor {
     pub shared: [f64; 2],
     /// One rdtsc, ns.
     pub rdtsc: f64,
+    /// Extra ns per call (1 thread) for one rdtsc and a 64-byte event.
+    pub event: f64,
+    /// Extra ns per call for a return taken over.
+    pub hijack: f64,
+    /// Extra ns per call for a return taken over, two rdtsc and an event.
+    pub timed: f64,
 }
 
 /// Runs the floor program once.
@@ -42,6 +51,9 @@ pub fn measure(env: &Env) -> Result<Floor> {
     }
     let l = p.wait_prefix("floor rdtsc=", Duration::from_secs(60))?;
     f.rdtsc = kv_f64(&l.text, "rdtsc").context("no rdtsc")?;
+    let l = p.wait_prefix("floor event=", Duration::from_secs(60))?;
+    let get = |k: &str| kv_f64(&l.text, k).with_context(|| format!("no {k} in `{}`", l.text));
+    (f.event, f.hijack, f.timed) = (get("event")?, get("hijack")?, get("timed")?);
     p.wait_exit(Duration::from_secs(10));
     Ok(f)
 }

@@ -144,6 +144,12 @@ pub trait Tracer {
     fn stop(&mut self) -> Result<Outcome>;
 }
 
+/// The function of targets/hot.c a tracer probes when the target calls
+/// `function`: `work_deep` is `work` called two frames deep.
+pub fn probed(function: &str) -> &str {
+    if function == "work_deep" { "work" } else { function }
+}
+
 /// One run's result.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -294,7 +300,7 @@ impl Tracer for Tp {
 
     fn start(&mut self, env: &Env, pid: i32, _binary: &Path) -> Result<()> {
         let mut args: Vec<String> =
-            vec!["attach".into(), "-p".into(), pid.to_string(), "-f".into(), self.function.into()];
+            vec!["attach".into(), "-p".into(), pid.to_string(), "-f".into(), probed(self.function).into()];
         let (extra, vars) = self.records.tp_args();
         args.extend(extra);
         let ring = match self.records {
@@ -305,7 +311,7 @@ impl Tracer for Tp {
         let mut p = Proc::spawn_env("tp", &env.tp, &args, false, &vars)?;
         if self.records == Records::Disabled {
             p.wait_prefix("tp: attached", Duration::from_secs(30))?;
-            set_enabled(pid, self.function, false)?;
+            set_enabled(pid, probed(self.function), false)?;
         }
         self.session = Some(p);
         Ok(())
@@ -321,7 +327,7 @@ impl Tracer for Tp {
         let v: serde_json::Value = serde_json::from_str(&json).context("tp's JSON summary")?;
         let hits = v["probes"]
             .as_array()
-            .and_then(|ps| ps.iter().find(|p| p["func"] == self.function))
+            .and_then(|ps| ps.iter().find(|p| p["func"] == probed(self.function)))
             .and_then(|p| p["hits"].as_u64());
         Ok(Outcome {
             hits,

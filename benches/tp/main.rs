@@ -357,6 +357,8 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
             v.push((Box::new(Tp::on(Records::Count, f)), threads));
         }
     }
+    // Returns taken over where the callers return too, as in real programs.
+    v.push((Box::new(Tp::on(Records::Ret, "work_deep")), 1));
     if !o.peers {
         return v;
     }
@@ -433,13 +435,17 @@ fn hit_section(env: &Env, o: &Options, r: &mut Results) -> bool {
                 Ok(f) => {
                     eprintln!(
                         "floor: run {}: thread's own inc +{:.2} ns (1 thread), +{:.2} ns (2 threads); per-thread \
-                         lock inc +{:.2} ns, +{:.2} ns; rdtsc {:.2} ns",
+                         lock inc +{:.2} ns, +{:.2} ns; rdtsc {:.2} ns; event +{:.2} ns, return taken over \
+                         +{:.2} ns, timed exit +{:.2} ns",
                         rep + 1,
                         f.own[0] - f.plain[0],
                         f.own[1] - f.plain[1],
                         f.slot[0] - f.plain[0],
                         f.slot[1] - f.plain[1],
-                        f.rdtsc
+                        f.rdtsc,
+                        f.event,
+                        f.hijack,
+                        f.timed
                     );
                     r.floor.push(f);
                 }

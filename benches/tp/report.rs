@@ -186,7 +186,6 @@ impl Results {
             let floor = floor.map_or(String::new(), |f| format!("{} {unit}", num(f)));
             let _ = writeln!(o, "| {what} | ≤ {} {unit} | {m} | {met} | {floor} |", num(goal));
         };
-        let rdtsc = self.floor_of(|f| f.rdtsc);
         let own = |t: usize| self.floor_of(|f| f.own[t] - f.plain[t]);
         for (function, shape) in [
             ("work", "`imul` (hot.c)"),
@@ -202,11 +201,12 @@ impl Results {
                 row(&what, 1.5, "ns", got, own(threads as usize - 1));
             }
         }
-        row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1), rdtsc);
-        row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2), rdtsc);
-        let two = rdtsc.map(|r| 2.0 * r);
-        row("exit with latency (`--ret`)", 30.0, "ns", self.tp_extra(Records::Ret, 1), two);
-        row("entry + exit with latency (`--args --ret`)", 30.0, "ns", self.tp_extra(Records::ArgsRet, 1), two);
+        let event = self.floor_of(|f| f.event);
+        let timed = self.floor_of(|f| f.timed);
+        row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1), event);
+        row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2), event);
+        row("exit with latency (`--ret`)", 30.0, "ns", self.tp_extra(Records::Ret, 1), timed);
+        row("entry + exit with latency (`--args --ret`)", 30.0, "ns", self.tp_extra(Records::ArgsRet, 1), timed);
         let a1 = self.attach_row(1);
         let a10k = self.attach_row(10_000);
         let med = |r: Option<&AttachRow>, f: fn(&Cycle) -> f64| r.and_then(|r| r.spread(f)).map(|s| s.median);
@@ -271,6 +271,21 @@ impl Results {
             s(&|f| f.shared[1] - f.plain[1])
         );
         let _ = writeln!(o, "| one `rdtsc`, ns | {} | |", s(&|f| f.rdtsc));
+        let _ = writeln!(
+            o,
+            "| extra for one `rdtsc` and a 64-byte event written to a ring (an entry event at best) | {} | |",
+            s(&|f| f.event)
+        );
+        let _ = writeln!(
+            o,
+            "| extra for a return taken over: the function returns to a stub that jumps back | {} | |",
+            s(&|f| f.hijack)
+        );
+        let _ = writeln!(
+            o,
+            "| extra for both, with a second `rdtsc` at the return (an exit with its latency at best) | {} | |",
+            s(&|f| f.timed)
+        );
         o.push('\n');
     }
 

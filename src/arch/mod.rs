@@ -373,10 +373,6 @@ pub struct RuntimeAddrs {
     /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
     /// every register and flag).
     pub count: u64,
-    /// Where an event detour of a C function calls the entry (x86-64: a
-    /// fast path that stores the argument registers into the thread's ring
-    /// itself, else calls `tp_entry`); 0 where there is none.
-    pub event: u64,
     /// The runtime's context (`struct tp_ctx`) in the data region.
     pub ctx: u64,
 }
@@ -437,6 +433,8 @@ pub struct RuntimeLayout {
     pub thread_depth: u32,
     /// See [`RuntimeLayout::thread_ring`].
     pub thread_tid_at: u32,
+    /// Offset in a thread state of the word that says it is writing into its ring.
+    pub thread_writing: u32,
     /// See [`RuntimeLayout::thread_ring`].
     pub thread_overhead: u32,
     /// See [`RuntimeLayout::thread_ring`].
@@ -533,6 +531,11 @@ pub struct DetourSpec {
     /// What an entry event records instead of the argument registers: the
     /// arguments of a static probe, loaded at its site.
     pub operands: Option<Operands>,
+    /// Where the thread states, rings and shadow frames are, for a
+    /// detour that records into them itself (x86-64: the fast entry of an
+    /// event probe); None where the probe calls `tp_entry_ext` or returns
+    /// through its trampoline, which keep more than the plain ones.
+    pub layout: Option<RuntimeLayout>,
 }
 
 /// What a detour does beyond counting the hit.

@@ -375,21 +375,24 @@ fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
 
 /// The runtime's parts a probe of kind `k` calls: the `_ext` entry for a
 /// predicate, a count by value or a stack, the `_ext` trampoline for a
-/// predicate on the return value or durations kept in the target; and
-/// neither calls the fast entry (the arch's hand-written path of the plain
-/// `tp_entry`, whose frames return through the plain trampoline). Other
+/// predicate on the return value or durations kept in the target. Other
 /// probes call the plain ones, which have none of that code.
 pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
     let mut rt = rt;
     if k & (kind::FILTER | kind::STACK | kind::BY) != 0 {
         rt.entry = rt.entry_ext;
-        rt.event = 0;
     }
     if k & (kind::FILTER_EXIT | kind::AGGREGATE) != 0 {
         rt.trampoline = rt.trampoline_ext;
-        rt.event = 0;
     }
     rt
+}
+
+/// True if a probe of kind `k` may record with the arch's hand-written
+/// fast entry (the plain `tp_entry`'s common case, whose frames return
+/// through the plain trampoline): none of the `_ext` parts.
+pub fn fast_entry_for(k: u32) -> bool {
+    k & (kind::FILTER | kind::STACK | kind::BY | kind::FILTER_EXIT | kind::AGGREGATE) == 0
 }
 
 /// Where probe `index`'s detour finds its flag, counters and runtime.
@@ -410,6 +413,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         abi: req.abi,
         return_saved_below: req.return_saved_below,
         operands: req.operands,
+        layout: fast_entry_for(kind).then(|| runtime::layout_of(h)),
     }
 }
 
@@ -654,25 +658,19 @@ mod tests {
 
     #[test]
     fn only_plain_probes_call_the_fast_entry() {
-        let rt = RuntimeAddrs {
-            entry: 1,
-            trampoline: 2,
-            entry_ext: 3,
-            trampoline_ext: 4,
-            unwind: 5,
-            count: 6,
-            event: 7,
-            ctx: 8,
-        };
+        let rt = RuntimeAddrs { entry: 1, trampoline: 2, entry_ext: 3, trampoline_ext: 4, unwind: 5, count: 6, ctx: 8 };
         assert_eq!(runtime_for(kind::ARGS | kind::RET, rt), rt);
         assert_eq!(runtime_for(kind::COUNT, rt), rt);
+        assert!(fast_entry_for(kind::ARGS | kind::RET));
         for k in [kind::STACK, kind::FILTER, kind::BY] {
             let r = runtime_for(kind::ARGS | k, rt);
-            assert_eq!((r.entry, r.trampoline, r.event), (3, 2, 0), "{k}");
+            assert_eq!((r.entry, r.trampoline), (3, 2), "{k}");
+            assert!(!fast_entry_for(kind::ARGS | k));
         }
         for k in [kind::FILTER_EXIT, kind::AGGREGATE] {
             let r = runtime_for(kind::RET | k, rt);
-            assert_eq!((r.entry, r.trampoline, r.event), (1, 4, 0), "{k}");
+            assert_eq!((r.entry, r.trampoline), (1, 4), "{k}");
+            assert!(!fast_entry_for(kind::RET | k));
         }
     }
 }

@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 8;
+pub const VERSION: u32 = 9;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -446,8 +446,10 @@ shared_struct! {
         /// The TID that `stack_lo` and `stack_hi` were learnt for: a new
         /// thread that takes this state learns its own.
         pub stack_tid: u32,
-        /// Padding.
-        pub pad: u32,
+        /// Nonzero while the thread writes into its ring: the probes of a
+        /// signal handler that interrupts the write count their events lost
+        /// rather than write over the event being written.
+        pub writing: u32,
         /// Padding to 128 bytes (the fields a hit reads fill the first 64).
         pub pad2: [u64; 7],
     }

@@ -34,6 +34,7 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         thread_ring: u(offset_of!(ThreadState, ring)),
         thread_depth: u(offset_of!(ThreadState, depth)),
         thread_tid_at: u(offset_of!(ThreadState, tid_at)),
+        thread_writing: u(offset_of!(ThreadState, writing)),
         thread_overhead: u(offset_of!(ThreadState, overhead)),
         thread_shadow: u(size_of::<ThreadState>()),
         frame_slot: u(offset_of!(Frame, slot)),

@@ -458,3 +458,25 @@ fn a_return_session_leaves_no_code_arena_behind() {
     assert!(!has_region(t.pid));
     assert!(t.quit().success());
 }
+
+#[test]
+fn a_signal_handler_that_calls_a_timed_function_mid_entry_is_survived() {
+    // A timer signal every 20 us runs a handler that calls the probed
+    // function too, so entries, exits and event writes are interrupted by
+    // the handler's own: the target lives, every call is counted, and
+    // every event is recorded or counted lost, to the event.
+    for args in [&["--ret"][..], &["--args", "--ret"][..]] {
+        let mut full = vec!["-f", "interrupted", "--ring-size", "65536"];
+        full.extend_from_slice(args);
+        let (lines, events, summary) = record("events", &full, &[("signals 1000000", "done signals")]);
+        let done = lines.last().unwrap();
+        assert_eq!(field(done, "bad"), 0, "{done}");
+        let (calls, handled) = (field(done, "calls"), field(done, "handled"));
+        assert!(handled > 100, "the timer interrupted the loop only {handled} times: {done}");
+        assert_eq!(summary["probes"][0]["hits"], calls, "{args:?}: {summary}");
+        let kind = |k: &str| events.iter().filter(|e| e["type"] == k).count() as u64;
+        let lost = summary["lost_events"].as_u64().unwrap();
+        let per_call = args.len() as u64;
+        assert_eq!(kind("entry") + kind("exit") + lost, calls * per_call, "{args:?}: {summary}");
+    }
+}

@@ -299,8 +299,12 @@ fn durations_kept_in_the_target_lose_nothing_and_match_the_targets_histogram() {
     for k in 1..48 {
         let b = (1u64 << k) as f64;
         let tp_below: u64 = tps.iter().filter(|&&(lower, _)| (lower as f64) < b).map(|&(_, n)| n).sum();
+        // The first call also pays for the runtime's first steps on the
+        // thread (taking its state, with system calls: milliseconds on an
+        // emulated CPU), which the target's clock counts and tp's duration,
+        // timed from the end of tp's own work, leaves out: it may be below.
         let surely = own.iter().filter(|&&d| d < b * 0.925).count() as u64;
-        let maybe = own.iter().filter(|&&d| d < b * 1.08).count() as u64;
+        let maybe = own[1..].iter().filter(|&&d| d < b * 1.08).count() as u64 + 1;
         assert!(
             (surely..=maybe).contains(&tp_below),
             "below 2^{k} ns tp has {tp_below} calls, the target {surely}..={maybe}: tp {tps:?}, target {own:?}"

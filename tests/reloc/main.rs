@@ -280,7 +280,6 @@ fn an_interior_detour_keeps_the_red_zone() {
             entry_ext: 0,
             trampoline_ext: 0,
             count: stub,
-            event: 0,
             ctx: 0,
         }),
         flag_addr: orig + 0x2000,
@@ -292,6 +291,7 @@ fn an_interior_detour_keeps_the_red_zone() {
         abi: tp::arch::Abi::C,
         return_saved_below: None,
         operands: None,
+        layout: None,
     };
     let with_stub = |d: &tp::arch::Detour| {
         let mut code = d.bytes.clone();
@@ -361,7 +361,6 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                         entry_ext: 0,
                         trampoline_ext: 0,
                         count: stub,
-                        event: 0,
                         ctx: 0,
                     }),
                     flag_addr,
@@ -373,6 +372,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     abi: tp::arch::Abi::C,
                     return_saved_below: None,
                     operands: None,
+                    layout: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let mut code = d.bytes.clone();
@@ -422,7 +422,6 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
             entry_ext: 0,
             trampoline_ext: 0,
             count: at + 0x800,
-            event: 0,
             ctx: 0,
         }),
         flag_addr: orig + 0x2000,
@@ -433,6 +432,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         stride_shift: 8,
         abi: tp::arch::Abi::C,
         operands: None,
+        layout: None,
         return_saved_below: None,
     };
     let d = detour::build(&plan, at, &spec).unwrap();

@@ -289,7 +289,6 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
                     count: 0,
-                    event: 0,
                     ctx: 0x5555,
                 };
                 let spec = DetourSpec {
@@ -307,6 +306,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     abi: Abi::C,
                     return_saved_below: Some(16),
                     operands: None,
+                    layout: None,
                 };
                 let detour = build(&plan, detour_at, &spec, atomics).unwrap();
                 let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);

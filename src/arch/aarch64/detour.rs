@@ -424,6 +424,7 @@ mod tests {
             abi: crate::arch::Abi::C,
             return_saved_below: None,
             operands: None,
+            layout: None,
         }
     }
 
@@ -435,7 +436,6 @@ mod tests {
             entry_ext: AT - 0x600,
             trampoline_ext: AT - 0x80,
             count: 0,
-            event: 0,
             ctx: 0xffff_8000_0100,
         }
     }

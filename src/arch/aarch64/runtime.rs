@@ -57,7 +57,7 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let code = trampoline_code(at + bytes.len() as u64, exit_ext, ctx);
     let trampoline_ext = place(&mut bytes, &code);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, count: 0, event: 0, ctx };
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, count: 0, ctx };
     RuntimeBlock { bytes, addrs }
 }
 

@@ -125,7 +125,7 @@ use super::live;
 use super::operands::{self, Frame};
 use super::relocate;
 use super::writer::Writer;
-use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan, cache};
+use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan, cache};
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -222,19 +222,19 @@ struct Labels {
     slow: u64,
     /// The out-of-line call of a sampling probe.
     sample: u64,
+    /// The fast entry of an event probe: the thread's cache entry found.
+    found: u64,
+    /// The fast entry's fallbacks.
+    back: Fallbacks,
 }
 
 /// Assembles the detour of `plan` at address `at`.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
-    let Some(mut rt) = spec.runtime else {
+    let Some(rt) = spec.runtime else {
         return Err(Refusal::Unsupported("a probe needs the runtime block"));
     };
-    if plan.interior || spec.operands.is_some() {
-        // The fast entry records the argument registers at a function's
-        // entry (the stack 8 mod 16, the return address at rsp).
-        rt.event = 0;
-    }
     let saves = saves_for(plan, spec);
+    let fast = fast_event(plan, spec);
     // Every part has a fixed length for a given probe: measure with dummy
     // addresses first, then assemble for good.
     let dummy = Labels {
@@ -248,13 +248,15 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         way1: at,
         slow: at,
         sample: at,
+        found: at,
+        back: Fallbacks { unmark: at, full: at, call: at },
     };
     let mut w = Writer::new(at);
-    let (counted, restore) = emit_head(&mut w, spec, rt, saves, &dummy);
+    let (counted, restore, found) = emit_head(&mut w, spec, fast, rt, saves, &dummy);
     let relocated_at = w.pc();
     let reloc = relocate::relocate(plan, relocated_at)?;
     let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
-    let (way1, slow, sample) = emit_tail(&mut w, spec, rt, saves, &dummy);
+    let (way1, slow, sample, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
     let literals = w.pc().next_multiple_of(8);
     let l = Labels {
         flag: literals,
@@ -267,13 +269,15 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         way1,
         slow,
         sample,
+        found,
+        back,
     };
 
     let mut w = Writer::new(at);
-    emit_head(&mut w, spec, rt, saves, &l);
+    emit_head(&mut w, spec, fast, rt, saves, &l);
     debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
-    emit_tail(&mut w, spec, rt, saves, &l);
+    emit_tail(&mut w, spec, fast, rt, saves, &l);
     w.put_align(8);
     w.put_u64(spec.flag_addr);
     w.put_u64(spec.counters);
@@ -285,8 +289,15 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
 }
 
 /// The prefix, the count, the runtime call and the restore; returns the
-/// addresses of `counted` and `restore`.
-fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> (u64, u64) {
+/// addresses of `counted`, `restore` and (a fast event probe's) `found`.
+fn emit_head(
+    w: &mut Writer,
+    spec: &DetourSpec,
+    fast: Option<RuntimeLayout>,
+    rt: RuntimeAddrs,
+    saves: Saves,
+    l: &Labels,
+) -> (u64, u64, u64) {
     let (s, k) = (saves.s, saves.k);
     if saves.red_zone {
         w.put_lea_rsp_rsp(-RED_ZONE);
@@ -301,12 +312,12 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     w.put_cmp_byte_mem_0(s);
     w.put_je(l.restore);
     let disp = (spec.probe_index * 8) as i32;
-    if fast_event(spec, rt) {
-        // The fast entry counts the call.
-    } else if spec.abi == Abi::C {
+    let mut found = 0;
+    if spec.abi == Abi::C {
         // The thread's entry in the thread cache, by the word at fs:0 (S);
         // K: the word's complement, then the thread's row.
         fast::cache_entry(w, s, k, l.cache, l.way1);
+        found = w.pc();
         w.put_load(k, s, cache::ROW);
         w.put_inc_mem(k, disp, false);
     } else {
@@ -325,12 +336,11 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
         // the call of the runtime is out of line.
         w.put_sub_r11_disp_1(countdown_disp(spec));
         w.put_jb(l.sample);
-    } else if fast_event(spec, rt) {
-        // The runtime's fast entry, which counts the call and keeps every
-        // register but r11 and rax (the flags, which it saves).
-        w.put_push_imm32(spec.entry_word as i32);
-        w.put_call(rt.event);
-        w.put_pop(R11);
+    } else if let Some(layout) = fast {
+        // The fast entry, with S (r10) the thread's cache entry.
+        let exits =
+            fast::EventExits { full: l.back.full, unmark: l.back.unmark, call: l.back.call, lit_tramp: l.tramp };
+        fast::event(w, &layout, spec.entry_word, &exits);
     } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, spec, l, rt, saves);
     }
@@ -344,44 +354,71 @@ fn emit_head(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, 
     if saves.red_zone {
         w.put_lea_rsp_rsp(RED_ZONE);
     }
-    (counted, restore)
+    (counted, restore, found)
 }
 
 /// What follows the relocated code (which never falls through into it):
 /// the count in the entry paired with the thread's, else the call of
-/// tp_count; and a sampling probe's call of the runtime, which returns to
-/// the restore. Returns the addresses of the three.
-fn emit_tail(w: &mut Writer, spec: &DetourSpec, rt: RuntimeAddrs, saves: Saves, l: &Labels) -> (u64, u64, u64) {
+/// tp_count; a fast event probe's fallbacks, to `tp_entry`; and a sampling
+/// probe's call of the runtime, which returns to the restore. Returns the
+/// addresses of `way1`, `slow`, `sample` and the fallbacks.
+fn emit_tail(
+    w: &mut Writer,
+    spec: &DetourSpec,
+    fast: Option<RuntimeLayout>,
+    rt: RuntimeAddrs,
+    saves: Saves,
+    l: &Labels,
+) -> (u64, u64, u64, Fallbacks) {
     let way1 = w.pc();
     let mut slow = way1;
-    if spec.abi == Abi::C && !fast_event(spec, rt) {
+    let (mut full, mut call) = (way1, way1);
+    if spec.abi == Abi::C {
         let disp = (spec.probe_index * 8) as i32;
         fast::paired_entry(w, saves.s, saves.k, l.slow);
-        w.put_load(saves.k, saves.s, cache::ROW);
-        w.put_inc_mem(saves.k, disp, false);
-        w.put_jmp(l.counted);
+        if fast.is_some() {
+            w.put_jmp(l.found);
+        } else {
+            w.put_load(saves.k, saves.s, cache::ROW);
+            w.put_inc_mem(saves.k, disp, false);
+            w.put_jmp(l.counted);
+        }
         slow = w.pc();
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.k);
-        w.put_jmp(l.counted);
+        w.put_jmp(if fast.is_some() { l.back.call } else { l.counted });
+    }
+    let mut unmark = way1;
+    if let Some(layout) = fast {
+        (unmark, full) = fast::event_full(w, &layout);
+        call = w.pc();
+        emit_entry_call(w, spec, l, rt, saves);
+        w.put_jmp(l.restore);
     }
     let sample = w.pc();
     if spec.records.sample {
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    (way1, slow, sample)
+    (way1, slow, sample, Fallbacks { unmark, full, call })
 }
 
-/// True if the detour calls the runtime block's fast entry, which counts
-/// the call too: an event probe of a C function.
-fn fast_event(spec: &DetourSpec, rt: RuntimeAddrs) -> bool {
-    (spec.records.args || spec.records.ret)
-        && !spec.records.sample
-        && !spec.records.unwind
-        && spec.abi == Abi::C
-        && rt.event != 0
+/// Where a fast event probe's fallbacks are.
+#[derive(Clone, Copy)]
+struct Fallbacks {
+    unmark: u64,
+    full: u64,
+    call: u64,
+}
+
+/// The layout for the fast entry if the detour records with it: an event
+/// probe at a C function's entry (the stack 8 mod 16, the return address
+/// at rsp, the arguments in their registers) that calls the plain runtime.
+fn fast_event(plan: &SitePlan, spec: &DetourSpec) -> Option<RuntimeLayout> {
+    let event = spec.records.args || spec.records.ret;
+    let plain = !spec.records.sample && !spec.records.unwind && spec.operands.is_none() && !plan.interior;
+    spec.layout.filter(|_| event && plain && spec.abi == Abi::C)
 }
 
 /// Bytes the Go ABI's copy of the argument registers takes on the stack.
@@ -510,6 +547,7 @@ mod tests {
             abi: Abi::C,
             return_saved_below: None,
             operands: None,
+            layout: Some(fast::example_layout()),
         }
     }
 
@@ -521,7 +559,6 @@ mod tests {
             entry_ext: AT + 0x200,
             trampoline_ext: AT + 0x880,
             count: AT + 0x700,
-            event: AT + 0x900,
             ctx: 0x7f00_0000_0100,
         }
     }
@@ -673,18 +710,59 @@ mod tests {
     }
 
     #[test]
-    fn event_detour_calls_the_fast_entry_with_its_word() {
+    fn event_detour_counts_then_records_in_its_own_fast_entry() {
         let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
-        let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, ..spec() };
+        let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
+        let s = DetourSpec { records: ARGS_RET, entry_word: flags, ..spec() };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
-        // The fast entry counts: no count in the detour.
-        assert_eq!(asm[8..11], [format!("push {flags:#x}"), format!("call {:#x}", runtime().event), "pop r11".into()]);
-        assert_eq!(asm[11..16], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
-        assert_eq!(asm[16..20], ["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)]);
-        assert!(!asm.iter().any(|i| i.contains("fs:")), "{asm:#?}");
-        assert_eq!(target(&asm[7]), address_of(&d, 11), "disabled: straight to the restore");
+        let has = |i: &str| asm.iter().any(|a| a == i);
+        // Counted as a counting detour counts, then the thread's state.
+        check(&asm[8..18], &count("r10", "r10d", "r11", "r11d"));
+        assert_eq!(asm[18..20], ["mov r10, qword ptr [r10 + 0x10]", "cmp dword ptr [r10 + 0x18], 0"]);
+        assert_eq!(asm[21..25], ["push rbx", "push rcx", "push rdx", "push rax"]);
+        // The event, straight from the argument registers, with its probe and kind.
+        for (k, r) in ["rdi", "rsi", "rdx", "rcx", "r8", "r9"].iter().enumerate() {
+            assert!(has(&format!("mov qword ptr [rax + {:#x}], {r}", 16 + 8 * k)), "{r}: {asm:#?}");
+        }
+        assert!(has("mov dword ptr [rcx], 0x1000003"), "{asm:#?}");
+        assert!(has("mov qword ptr [r11 + 0x40], rbx"), "the head, published: {asm:#?}");
+        // The frame: its slot before and after the depth that publishes it.
+        let depth = asm.iter().position(|i| i == "mov dword ptr [r10 + 0x18], 1").expect("the depth");
+        assert_eq!(asm[depth - 1], "mov qword ptr [r10 + 0x40], rdx");
+        assert_eq!(asm[depth + 1], "mov qword ptr [r10 + 0x40], rdx");
+        assert_eq!(asm[depth - 2], "lea rdx, [rsp + 0x38]", "the return address above seven pushes");
+        assert!(has("mov qword ptr [rsp + 0x38], rdx"), "the trampoline in its place: {asm:#?}");
+        assert_eq!(asm.iter().filter(|i| *i == "rdtsc").count(), 1, "one timestamp for the event and the frame");
+        // The fallbacks: the count stub, then tp_entry with the word.
+        assert!(has(&format!("call {:#x}", runtime().count)));
+        let call = asm.iter().position(|i| *i == format!("call {:#x}", runtime().entry)).expect("tp_entry");
+        assert_eq!(asm[call - 4], format!("mov esi, {flags:#x}"));
+        assert!(!asm.iter().any(|i| i.starts_with("push 0x")), "{asm:#?}");
+    }
+
+    #[test]
+    fn an_entry_event_alone_pushes_no_frame_and_a_return_alone_no_event() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let args = Records { args: true, ..Records::COUNT };
+        let d = build(&plan, AT, &DetourSpec { records: args, entry_word: 3 | RECORD_ENTRY, ..spec() }).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert!(asm.iter().any(|i| i == "mov qword ptr [rax + 0x10], rdi"), "{asm:#?}");
+        assert!(!asm.iter().any(|i| i.contains("[r10 + 0x18], 1") || i.contains("[rsp + 0x38]")), "{asm:#?}");
+        let ret = Records { ret: true, ..Records::COUNT };
+        let d = build(&plan, AT, &DetourSpec { records: ret, entry_word: 3 | HIJACK_RETURN, ..spec() }).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert!(!asm.iter().any(|i| i.ends_with("], rdi")), "{asm:#?}");
+        assert!(asm.iter().any(|i| i == "mov qword ptr [rsp + 0x38], rdx"), "{asm:#?}");
+    }
+
+    #[test]
+    fn without_the_layout_an_event_detour_calls_tp_entry() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let s = DetourSpec { records: ARGS_RET, entry_word: 3 | RECORD_ENTRY | HIJACK_RETURN, layout: None, ..spec() };
+        let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
+        assert!(!asm.iter().any(|i| i == "rdtsc"), "{asm:#?}");
+        assert!(asm.iter().any(|i| *i == format!("call {:#x}", runtime().entry)), "{asm:#?}");
     }
 
     #[test]
@@ -816,7 +894,7 @@ mod tests {
         };
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
-        assert!(!asm.iter().any(|l| *l == format!("call {:#x}", runtime().event)), "no fast entry: {asm:#?}");
+        assert!(!asm.iter().any(|l| *l == "rdtsc"), "no fast entry: {asm:#?}");
         check(&asm[9..], &count("r10", "r10d", "r11", "r11d"));
         let zeros = asm.iter().position(|l| l == "push 0").unwrap();
         // Three unused words, then r10, rax and rdi as the prefix saved them
@@ -841,7 +919,7 @@ mod tests {
         let entry = window::plan(&PROLOGUE, SITE, &[]).unwrap();
         let asm = disassemble(&build(&entry, AT, &s).unwrap().bytes, AT);
         assert!(asm.contains(&format!("call {:#x}", runtime().entry)), "{asm:#?}");
-        assert!(!asm.iter().any(|l| *l == format!("call {:#x}", runtime().event)), "{asm:#?}");
+        assert!(!asm.iter().any(|l| *l == "rdtsc"), "no fast entry: {asm:#?}");
     }
 
     #[test]

@@ -1,11 +1,11 @@
 //! The x86-64 fast paths of the runtime's function entry and exit, written
-//! by hand into the runtime block: what an event probe runs on a hit in the
-//! common case, without the C runtime's calling convention (saving every
-//! register a C function may clobber, a second copy of the arguments, the
-//! callee-saved registers the compiler spills). Anything else falls back to
-//! `tp_entry` and `tp_exit` in runtime.c, which stay the one description of
-//! what an event probe does; each fast path does exactly what they do in
-//! its case, and documents which case that is.
+//! by hand: what an event probe runs on a hit in the common case, without
+//! the C runtime's calling convention (saving every register a C function
+//! may clobber, a second copy of the arguments, the callee-saved registers
+//! the compiler spills). Anything else falls back to `tp_entry` and
+//! `tp_exit` in runtime.c, which stay the one description of what an event
+//! probe does; each fast path does exactly what they do in its case, and
+//! documents which case that is.
 //!
 //! Both find the thread's state in the thread cache of the private area
 //! (see [`crate::arch::cache`]), which the runtime fills for a thread whose
@@ -13,38 +13,34 @@
 //! process (a fork wipes it, so a state found there has been taken in this
 //! process).
 //!
-//! **Entry** (called by an event detour of a C function, which does not
-//! count the call itself, with the word `probe | flags` pushed): it counts
-//! the call in the thread's row; then, when the thread has no timed call
-//! live (depth 0) and, to record the entry, a ring slot with room, it writes
-//! the event straight from the argument registers, pushes the shadow frame
-//! if the probe times the call, then takes one timestamp for both (after
-//! its own work, as `tp_entry` starts a timed call), and publishes the
-//! event; else it calls the count stub (`tp_count`), unless it counted
-//! already, and `tp_entry` as the detours did:
+//! **Entry**, in the detour of each event probe of a C function, which
+//! knows what its probe records: after the detour's prefix (rax, r11 and
+//! r10 pushed, the flags in rax), the enable flag and its count in the
+//! thread's row (as a counting detour's), with r10 the thread's cache
+//! entry; when the thread has no timed call live (depth 0) and, to record
+//! the entry, a ring slot with room, it writes the event straight from the
+//! argument registers, pushes the shadow frame if the probe times the call,
+//! then takes one timestamp for both (after its own work, as `tp_entry`
+//! starts a timed call) and publishes the event; else it calls `tp_entry`
+//! (the count stub first if the thread's entry was not found):
 //!
 //! ```text
-//! event:  push rax, r10, rbx, rdx, rcx   ; rax holds the detour's flags
-//!         rbx = the thread's cache entry (or the one paired with it), else slow
-//!         r11 = its state, rax = its row
-//!         inc  qword [rax + 8 * probe]
-//!         cmp  dword [r11 + depth], 0 ; jne counted
-//!         test word, RECORD_ENTRY ; je no_event
-//!         mov  r10, [r11 + ring] ; test r10, r10 ; je counted
-//!         mov  rbx, [r10 + head] ; (head - cached_tail > mask: counted)
+//!         r10 = [r10 + THREAD]           ; the thread's state
+//!         cmp  dword [r10 + depth], 0 ; jne call
+//!         push rbx, rcx, rdx, rax
+//! record: r11 = [r10 + ring] ; test r11, r11 ; je full
+//!         rbx = [r11 + head] ; (head - cached_tail > mask: full)
 //!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, TID, probe | ENTRY
-//!         jmp  frame
-//! no_event: xor ecx, ecx
-//! frame:  test word, HIJACK_RETURN ; je stamp
+//! frame:  shadow[0].slot = the return address's ; depth = 1
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
-//! stamp:  rdtsc                          ; the entry's time
-//!         event->tsc = it ; head + 1     ; published
-//!         shadow[0].tsc = it ; depth = 1 ; *slot = trampoline
-//!         pop rcx, rdx, rbx, r10, rax ; ret
-//! slow:   <pop; call the count stub> ; jmp call
-//! counted: <pop>
+//!         rdtsc                          ; the entry's time
+//!         event->tsc = it ; [r11 + head] = rbx + 1   ; published
+//!         shadow[0].tsc = it ; *slot = trampoline
+//!         pop rax, rdx, rcx, rbx         ; on to the detour's restore
+//! ...
+//! full:   pop rax, rdx, rcx, rbx
 //! call:   <push the eight registers; tp_entry(ctx, word, registers,
-//!         slot, trampoline, 0); pop> ; ret
+//!         slot, trampoline, 0); pop> ; jmp restore
 //! ```
 //!
 //! **Exit** (the trampoline a timed call returns to): when the returning
@@ -62,10 +58,10 @@
 //!         rdtsc ; rcx = the time
 //!         <r11 = the thread's state, from its cache entry (or the paired one), else slow>
 //!         depth == 1, shadow[0].slot == rsp + 56, ring with room, else slow
-//!         depth = 0 ; the event ; head + 1
-//!         [rsp + 56] = shadow[0].ret
+//!         the event ; [rsp + 56] = shadow[0].ret   ; the frame read whole,
+//!         depth = 0 ; head + 1                   ; then let go
 //!         pop rcx, rbx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
-//!         ret                            ; to the original return address
+//!         lea  rsp, [rsp + 8] ; jmp [rsp - 8]  ; to the original return address
 //! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
 //! ```
 
@@ -84,14 +80,10 @@ pub(super) const R9: u8 = 9;
 pub(super) const R10: u8 = 10;
 pub(super) const R11: u8 = 11;
 
-/// Addresses in the runtime block the fast paths refer to, found by a
+/// Addresses in the runtime block the fast exit refers to, found by a
 /// first assembly (every instruction has a fixed length).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Marks {
-    /// `tp_entry` (the C runtime).
-    pub tp_entry: u64,
-    /// The count stub (which calls `tp_count`).
-    pub count_stub: u64,
     /// The trampoline that calls `tp_exit`.
     pub tramp_full: u64,
     /// The fast exit, where a timed call returns: the trampoline.
@@ -100,57 +92,28 @@ pub(super) struct Marks {
     pub lit_ctx: u64,
     /// See [`Marks::lit_ctx`].
     pub lit_cache: u64,
-    /// Labels inside the fast paths.
-    pub entry_slow: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_slow_counted: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_frame: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_stamp: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_no_event: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_frame_tsc: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_done: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_call: u64,
-    /// See [`Marks::entry_slow`].
+    /// Labels inside the fast exit.
     pub exit_slow: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_way1: u64,
-    /// See [`Marks::entry_slow`].
-    pub entry_found: u64,
-    /// See [`Marks::entry_slow`].
+    /// See [`Marks::exit_slow`].
     pub exit_way1: u64,
-    /// See [`Marks::entry_slow`].
+    /// See [`Marks::exit_slow`].
     pub exit_found: u64,
+    /// See [`Marks::exit_slow`].
+    pub exit_unmark: u64,
 }
 
 impl Marks {
     /// Every mark at `at`: for a first assembly, which only measures.
     pub(super) fn near(at: u64) -> Marks {
         Marks {
-            tp_entry: at,
-            count_stub: at,
             tramp_full: at,
             tramp: at,
             lit_ctx: at,
             lit_cache: at,
-            entry_slow: at,
-            entry_slow_counted: at,
-            entry_frame: at,
-            entry_stamp: at,
-            entry_no_event: at,
-            entry_frame_tsc: at,
-            entry_done: at,
-            entry_call: at,
             exit_slow: at,
-            entry_way1: at,
-            entry_found: at,
             exit_way1: at,
             exit_found: at,
+            exit_unmark: at,
         }
     }
 }
@@ -205,6 +168,16 @@ fn event_at(w: &mut Writer, l: &RuntimeLayout, ev: u8, slot: u8, head: u8) {
     w.put_lea_indexed(ev, slot, ev, l.slot_ring as i32);
 }
 
+/// Jumps to `busy` if the thread whose state is at `state` is writing into
+/// its ring already (a signal interrupted the write: the runtime counts
+/// this event lost), else marks it as writing. The mark is cleared once
+/// the event is published; every path to `busy` is taken before it is set.
+fn writing(w: &mut Writer, l: &RuntimeLayout, state: u8, busy: u64) {
+    w.put_cmp32_mem_imm(state, l.thread_writing as i32, 0);
+    w.put_jne(busy);
+    w.put_store32_imm(state, l.thread_writing as i32, 1);
+}
+
 /// Jumps to `full` if the ring of the slot at `slot`, whose head is in
 /// `head`, may be full (`tmp` is clobbered): the runtime then looks again
 /// at the reader's position, or counts the event lost.
@@ -215,133 +188,110 @@ fn full_check(w: &mut Writer, l: &RuntimeLayout, slot: u8, head: u8, tmp: u8, fu
     w.put_ja(full);
 }
 
-/// Registers the fast entry saves (rax holds the detour's flags).
-const ENTRY_SAVED: [u8; 5] = [RAX, R10, RBX, RDX, RCX];
-/// Where, above the fast entry's stack pointer after its pushes, the word
-/// the detour pushed is, and the probed function's return address (above
-/// the return into the detour, the word, and the detour's rax, r11, r10).
-const ENTRY_WORD: i32 = 5 * 8 + 8;
-const ENTRY_SLOT: i32 = ENTRY_WORD + 8 + 24;
+/// Registers the fast entry pushes after the detour's own three (rax, now
+/// the flags, last).
+const EVENT_SAVED: [u8; 4] = [RBX, RCX, RDX, RAX];
+/// Where the probed function's return address is above the stack pointer
+/// once the fast entry has pushed: above the detour's three words and its four.
+const EVENT_SLOT: i32 = (3 + EVENT_SAVED.len() as i32) * 8;
 
-/// The fast entry, then its fallbacks to `tp_count` and `tp_entry`.
-/// Records the marks it defines in `out`.
-pub(super) fn entry(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
-    for r in ENTRY_SAVED {
+/// Where the fast entry's fallbacks are in its detour.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EventExits {
+    /// Pops what [`event`] pushed, then goes on to `call`.
+    pub full: u64,
+    /// Clears the thread's writing mark, then goes on to `full`.
+    pub unmark: u64,
+    /// Calls `tp_entry` (the call is counted already).
+    pub call: u64,
+    /// The literal holding the trampoline's address.
+    pub lit_tramp: u64,
+}
+
+/// The fast entry of an event probe of a C function, which its detour
+/// emits after counting the call: r10 holds the thread's cache entry, and
+/// every register but r10, r11 and rax (the flags) is the function's.
+/// `word` is the probe's entry word: what it records is known here, so
+/// nothing is tested at run time but the thread's state. See the module
+/// doc; it falls through to the detour's restore, or jumps to a fallback.
+pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits) {
+    let record = word & l.record_entry != 0;
+    let hijack = word & l.hijack_return != 0;
+    let probe = word & l.probe_mask;
+    w.put_load(R10, R10, cache::THREAD);
+    w.put_cmp32_mem_imm(R10, l.thread_depth as i32, 0);
+    w.put_jne(x.call);
+    for r in EVENT_SAVED {
         w.put_push(r);
     }
-    // The thread's state (r11) and its own counter row (rax), from its
-    // entry in the thread cache, else the runtime counts and records.
-    cache_entry(w, RBX, RAX, m.lit_cache, m.entry_way1);
-    out.entry_found = w.pc();
-    w.put_load(R11, RBX, cache::THREAD);
-    w.put_load(RAX, RBX, cache::ROW);
-    // Count the call. (rdx and rcx hold arguments until the event has them.)
-    w.put_load32(RBX, RSP, ENTRY_WORD);
-    w.put_and32_imm(RBX, l.probe_mask);
-    w.put_inc_mem_indexed8(RAX, RBX);
-    w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 0);
-    w.put_jne(m.entry_slow_counted);
-    // rcx: the event, if one is recorded; rbx its position (the head).
-    w.put_test32_mem_imm(RSP, ENTRY_WORD, l.record_entry);
-    w.put_je(m.entry_no_event);
-    w.put_load(R10, R11, l.thread_ring as i32);
-    w.put_test_reg(R10);
-    w.put_je(m.entry_slow_counted);
-    w.put_load(RBX, R10, l.slot_head as i32);
-    full_check(w, l, R10, RBX, RAX, m.entry_slow_counted);
-    event_at(w, l, RAX, R10, RBX);
-    for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
-        w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
+    if record {
+        // r11: the thread's ring slot; rbx its head; rcx the event there.
+        w.put_load(R11, R10, l.thread_ring as i32);
+        w.put_test_reg(R11);
+        w.put_je(x.full);
+        writing(w, l, R10, x.full);
+        w.put_load(RBX, R11, l.slot_head as i32);
+        full_check(w, l, R11, RBX, RAX, x.unmark);
+        event_at(w, l, RAX, R11, RBX);
+        for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
+            w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
+        }
+        w.put_mov_reg(RCX, RAX);
+        w.put_load(RDX, R10, l.thread_tid_at as i32);
+        w.put_load32(RDX, RDX, 0);
+        w.put_store32(RDX, RCX, l.event_tid as i32);
+        w.put_store32_imm(RCX, l.event_probe as i32, probe | l.entry_kind);
     }
-    w.put_mov_reg(RCX, RAX);
-    w.put_load(RDX, R11, l.thread_tid_at as i32);
-    w.put_load32(RDX, RDX, 0);
-    w.put_store32(RDX, RCX, l.event_tid as i32);
-    w.put_load32(RDX, RSP, ENTRY_WORD);
-    w.put_and32_imm(RDX, l.probe_mask);
-    w.put_or32_imm(RDX, l.entry_kind);
-    w.put_store32(RDX, RCX, l.event_probe as i32);
-    w.put_jmp(m.entry_frame);
-    out.entry_no_event = w.pc();
-    w.put_zero32(RCX);
-    // Nothing falls back from here on.
-    out.entry_frame = w.pc();
-    w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
-    w.put_je(m.entry_stamp);
-    // Shadow frame 0: the return-address slot, what it holds, the probe,
-    // the trampoline, the thread's ticks in tp so far.
-    w.put_lea(RDX, RSP, ENTRY_SLOT);
-    w.put_store(RDX, R11, frame0(l, l.frame_slot));
-    w.put_load(RDX, RDX, 0);
-    w.put_store(RDX, R11, frame0(l, l.frame_ret));
-    w.put_load32(RDX, RSP, ENTRY_WORD);
-    w.put_and32_imm(RDX, l.probe_mask);
-    w.put_store32(RDX, R11, frame0(l, l.frame_probe));
-    w.put_lea_rip(RDX, m.tramp);
-    w.put_store(RDX, R11, frame0(l, l.frame_tramp));
-    w.put_load(RDX, R11, l.thread_overhead as i32);
-    w.put_store(RDX, R11, frame0(l, l.frame_overhead));
-    out.entry_stamp = w.pc();
+    if hijack {
+        // Shadow frame 0. Its slot is written before the depth that
+        // publishes it and again after: a signal handler whose probes run
+        // on this thread before the depth is 1 takes frame 0 itself and
+        // leaves it as it found the depth, and one after sees a frame that
+        // is this call's.
+        w.put_lea(RDX, RSP, EVENT_SLOT);
+        w.put_store(RDX, R10, frame0(l, l.frame_slot));
+        w.put_store32_imm(R10, l.thread_depth as i32, 1);
+        w.put_store(RDX, R10, frame0(l, l.frame_slot));
+        w.put_load(RDX, RDX, 0);
+        w.put_store(RDX, R10, frame0(l, l.frame_ret));
+        w.put_store32_imm(R10, frame0(l, l.frame_probe), probe);
+        w.put_mov_reg_rip(RDX, x.lit_tramp);
+        w.put_store(RDX, R10, frame0(l, l.frame_tramp));
+        w.put_load(RDX, R10, l.thread_overhead as i32);
+        w.put_store(RDX, R10, frame0(l, l.frame_overhead));
+    }
     // One timestamp, after tp's work, for the event and the timed call.
     w.put_rdtsc();
     w.put_shl64(RDX, 32);
     w.put_or_reg(RAX, RDX);
-    w.put_test_reg(RCX);
-    w.put_je(m.entry_frame_tsc);
-    w.put_store(RAX, RCX, l.event_tsc as i32);
-    w.put_inc(RBX);
-    w.put_store(RBX, R10, l.slot_head as i32); // published
-    out.entry_frame_tsc = w.pc();
-    w.put_test32_mem_imm(RSP, ENTRY_WORD, l.hijack_return);
-    w.put_je(m.entry_done);
-    w.put_store(RAX, R11, frame0(l, l.frame_tsc));
-    w.put_store32_imm(R11, l.thread_depth as i32, 1);
-    w.put_lea_rip(RDX, m.tramp);
-    w.put_store(RDX, RSP, ENTRY_SLOT);
-    out.entry_done = w.pc();
-    for r in ENTRY_SAVED.iter().rev() {
+    if record {
+        w.put_store(RAX, RCX, l.event_tsc as i32);
+        w.put_inc(RBX);
+        w.put_store(RBX, R11, l.slot_head as i32); // published
+        w.put_store32_imm(R10, l.thread_writing as i32, 0);
+    }
+    if hijack {
+        w.put_store(RAX, R10, frame0(l, l.frame_tsc));
+        w.put_mov_reg_rip(RDX, x.lit_tramp);
+        w.put_store(RDX, RSP, EVENT_SLOT);
+    }
+    for r in EVENT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
-    w.put_ret();
+}
 
-    out.entry_way1 = w.pc();
-    paired_entry(w, RBX, RAX, m.entry_slow);
-    w.put_jmp(m.entry_found);
-
-    // The fallbacks: the count stub (tp_count) unless the call is counted
-    // already, then tp_entry(ctx, word, registers, slot, trampoline, 0),
-    // saving the registers as the Go detours do.
-    out.entry_slow = w.pc();
-    for r in ENTRY_SAVED.iter().rev() {
+/// The fast entry's fallbacks once it has pushed: at `x.unmark` (a full
+/// ring) it clears the writing mark, at `x.full` pops, then goes on to the
+/// call of `tp_entry`, which the detour emits next. Returns the addresses
+/// of `unmark` and `full`.
+pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout) -> (u64, u64) {
+    let unmark = w.pc();
+    w.put_store32_imm(R10, l.thread_writing as i32, 0);
+    let full = w.pc();
+    for r in EVENT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
-    w.put_load32(R11, RSP, 8);
-    w.put_and32_imm(R11, l.probe_mask);
-    w.put_push(R11);
-    w.put_call(m.count_stub);
-    w.put_pop(R11);
-    w.put_jmp(m.entry_call);
-    out.entry_slow_counted = w.pc();
-    for r in ENTRY_SAVED.iter().rev() {
-        w.put_pop(*r);
-    }
-    out.entry_call = w.pc();
-    // At the detour rsp was 8 mod 16; its three pushes, the word, the
-    // return address and eight registers make it 0 mod 16.
-    for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
-        w.put_push(r);
-    }
-    w.put_mov_reg_rip(RDI, m.lit_ctx);
-    w.put_load32(RSI, RSP, 64 + 8);
-    w.put_mov_reg(RDX, RSP);
-    w.put_lea(RCX, RSP, 64 + 8 + 8 + 24);
-    w.put_lea_rip(R8, m.tramp);
-    w.put_zero32(R9);
-    w.put_call(m.tp_entry);
-    for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
-        w.put_pop(r);
-    }
-    w.put_ret();
+    (unmark, full)
 }
 
 /// Where, above the fast exit's stack pointer after its pushes, the saved
@@ -376,9 +326,11 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_load(R10, R11, l.thread_ring as i32);
     w.put_test_reg(R10);
     w.put_je(m.exit_slow);
+    writing(w, l, R11, m.exit_slow);
     w.put_load(RBX, R10, l.slot_head as i32);
-    full_check(w, l, R10, RBX, RAX, m.exit_slow);
-    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    full_check(w, l, R10, RBX, RAX, m.exit_unmark);
+    // The frame is read whole before the depth lets it go: a signal
+    // handler whose probes run on this thread from then on take frame 0.
     event_at(w, l, RAX, R10, RBX);
     w.put_load32(RDX, R11, frame0(l, l.frame_probe));
     w.put_or32_imm(RDX, l.exit_kind);
@@ -399,16 +351,22 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_store(RDX, RAX, v(3));
     w.put_store_imm(RAX, v(4), 0);
     w.put_store_imm(RAX, v(5), 0);
-    w.put_inc(RBX);
-    w.put_store(RBX, R10, l.slot_head as i32); // published
     w.put_load(RDX, R11, frame0(l, l.frame_ret));
     w.put_store(RDX, RSP, EXIT_SLOT);
+    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    w.put_inc(RBX);
+    w.put_store(RBX, R10, l.slot_head as i32); // published
+    w.put_store32_imm(R11, l.thread_writing as i32, 0);
     restore_exit(w);
-    w.put_ret();
+    // Back by an indirect jump through the slot, not `ret` (see runtime.rs).
+    w.put_lea(RSP, RSP, 8);
+    w.put_jmp_mem(RSP, -8);
 
     out.exit_way1 = w.pc();
     paired_entry(w, RBX, RAX, m.exit_slow);
     w.put_jmp(m.exit_found);
+    out.exit_unmark = w.pc();
+    w.put_store32_imm(R11, l.thread_writing as i32, 0);
     out.exit_slow = w.pc();
     restore_exit(w);
     w.put_lea(RSP, RSP, 8);
@@ -422,4 +380,39 @@ fn restore_exit(w: &mut Writer) {
     }
     w.put_pop_flags_via_rax();
     w.put_pop(RAX);
+}
+
+/// A layout as `probe::runtime::layout_of` makes one, for tests.
+#[cfg(test)]
+pub(super) fn example_layout() -> RuntimeLayout {
+    RuntimeLayout {
+        ctx: 0x7f00_0000_1040,
+        cache: 0x7f10_0000_0020,
+        ring_mask: 2047,
+        thread_ring: 8,
+        thread_depth: 24,
+        thread_tid_at: 32,
+        thread_writing: 76,
+        thread_overhead: 16,
+        thread_shadow: 64,
+        frame_slot: 0,
+        frame_ret: 8,
+        frame_tsc: 16,
+        frame_probe: 24,
+        frame_tramp: 32,
+        frame_overhead: 40,
+        slot_head: 64,
+        slot_cached_tail: 16,
+        slot_ring: 192,
+        event_probe: 0,
+        event_tid: 4,
+        event_tsc: 8,
+        event_v: 16,
+        event_size: 64,
+        probe_mask: (1 << 24) - 1,
+        record_entry: 1 << 24,
+        hijack_return: 1 << 25,
+        entry_kind: 1 << 24,
+        exit_kind: 2 << 24,
+    }
 }

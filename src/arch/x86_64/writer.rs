@@ -562,6 +562,11 @@ impl Writer {
         self.buf.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, disp as u8]);
     }
 
+    /// `jmp qword [base + disp]` (no REX.W: a near indirect jump is 64-bit).
+    pub fn put_jmp_mem(&mut self, base: u8, disp: i32) {
+        self.put_mem_op(false, &[0xff], 4, base, disp);
+    }
+
     /// `ret`.
     pub fn put_ret(&mut self) {
         self.buf.push(0xc3);

@@ -311,9 +311,12 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		copy = TP_MAX_STACK_COPY / 8;
 	uint32_t most = copy ? 4 + copy : 1 + (depth ? depth : 1);
 	uint32_t records = 1 + (most + TP_STACK_WORDS_PER_EVENT - 1) / TP_STACK_WORDS_PER_EVENT;
+	if (!begin_write(c, t))
+		return;
 	struct tp_slot *s = ring_slot(c, t);
 	if (UNLIKELY(!s)) {
 		lose(c, t, 1);
+		end_write(t);
 		return;
 	}
 	uint64_t mask = c->ring_mask;
@@ -322,6 +325,7 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
 		if (records > mask + 1 || head + records - s->cached_tail > mask + 1) {
 			lose(c, t, 1);
+			end_write(t);
 			return;
 		}
 	}
@@ -390,4 +394,5 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		x->tid = 0;
 	}
 	__atomic_store_n(&s->head, head + 1 + used, __ATOMIC_RELEASE);
+	end_write(t);
 }

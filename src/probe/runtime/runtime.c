@@ -160,8 +160,14 @@ HOT struct tp_thread *thread_state(const struct tp_ctx *c, int claim)
 			return t;
 		}
 		/* A state taken in this process has its PID, never 0; a process
-		 * forked since reads 0 in its wiped page: one compare sees both. */
-		if (UNLIKELY(t->pid != proc_of(c)->pid)) {
+		 * forked since reads 0 in its wiped page: one compare sees both.
+		 * A state whose PID is still 0 is being taken by this very thread,
+		 * which a signal interrupted between the claim and adopt(): the
+		 * handler's probes adopt it themselves (the same values; what the
+		 * interrupted adopt() then resets, the row and the ring slot, the
+		 * thread takes again, and tp reads every row and slot). */
+		uint32_t mine = __atomic_load_n(&t->pid, __ATOMIC_RELAXED);
+		if (UNLIKELY(mine == 0 || mine != proc_of(c)->pid)) {
 			uint32_t pid = process_id(c);
 			if (t->pid != pid)
 				adopt(c, t, pid);
@@ -176,8 +182,10 @@ HOT struct tp_thread *thread_state(const struct tp_ctx *c, int claim)
 HOT void lose(struct tp_ctx *c, struct tp_thread *t, uint64_t n)
 {
 	if (t && t->ring) {
+		/* One atomic add: a signal handler's probes that lose events on
+		 * this thread may interrupt this one. */
 		struct tp_slot *s = (struct tp_slot *)t->ring;
-		__atomic_store_n(&s->lost, s->lost + n, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&s->lost, n, __ATOMIC_RELAXED);
 		return;
 	}
 	__atomic_fetch_add(&c->lost_no_slot, n, __ATOMIC_RELAXED);
@@ -338,14 +346,38 @@ HOT uint32_t thread_id(const struct tp_thread *t)
 	return *(const volatile uint32_t *)t->tid_at;
 }
 
+/* Marks the thread as writing into its ring (the fast paths test the same
+ * word). 0 if it already was: a signal handler whose probes run on this
+ * thread interrupted the write, and its event is counted lost rather than
+ * written over the one being written. */
+HOT int begin_write(struct tp_ctx *c, struct tp_thread *t)
+{
+	if (UNLIKELY(t->writing)) {
+		lose(c, t, 1);
+		return 0;
+	}
+	t->writing = 1;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	return 1;
+}
+
+HOT void end_write(struct tp_thread *t)
+{
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	t->writing = 0;
+}
+
 /* Appends one event to the thread's ring, or counts it lost if it has no
  * ring or the ring is full. */
 HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
 	      uint64_t v2, uint64_t v3, uint64_t v4, uint64_t v5)
 {
+	if (!begin_write(c, t))
+		return;
 	struct tp_slot *s = ring_slot(c, t);
 	if (UNLIKELY(!s)) {
 		lose(c, t, 1);
+		end_write(t);
 		return;
 	}
 	uint64_t head = s->head;
@@ -353,6 +385,7 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
 		if (head - s->cached_tail > c->ring_mask) {
 			lose(c, t, 1);
+			end_write(t);
 			return;
 		}
 	}
@@ -367,6 +400,7 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 	e->v[4] = v4;
 	e->v[5] = v5;
 	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
+	end_write(t);
 }
 
 /* Adds the ticks since `tsc` to the thread's time in tp. Only timed calls
@@ -501,7 +535,15 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 			account(t, d, tsc);
 			return;
 		}
+		/* The frame's slot is written before the depth that publishes it,
+		 * and the whole frame after: a signal handler whose probes run on
+		 * this thread before the depth is published takes frame d itself
+		 * and leaves the depth as it found it; one after sees a frame that
+		 * is this call's, and takes the next. */
 		struct tp_frame *f = &t->shadow[d];
+		f->slot = (uint64_t)slot;
+		__atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		f->slot = (uint64_t)slot;
 		f->ret = *slot;
 		f->probe = probe;
@@ -514,7 +556,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 			t->overhead += now - tsc;
 		f->tsc = now;
 		f->overhead = t->overhead;
-		__atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
+		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		*slot = tramp;
 		return;
 	}

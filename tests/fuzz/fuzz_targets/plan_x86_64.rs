@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tp::arch::x86_64::X86_64;
-use tp::arch::{Arch, DetourSpec, Image, Operand, OperandLoc, Operands, RuntimeAddrs};
+use tp::arch::{Arch, DetourSpec, Image, Operand, OperandLoc, Operands, RuntimeAddrs, RuntimeLayout};
 use tp::probe::install::records_of;
 use tp::probe::layout::{entry_word, kind};
 
@@ -75,7 +75,6 @@ fuzz_target!(|data: &[u8]| {
         trampoline: detour.wrapping_add(0x800),
         unwind: detour.wrapping_add(0x600),
         count: detour.wrapping_add(0x700),
-        event: detour.wrapping_add(0x900),
         entry_ext: detour.wrapping_add(0x200),
         trampoline_ext: detour.wrapping_add(0x880),
         ctx: 0x7000_0100,
@@ -94,6 +93,7 @@ fuzz_target!(|data: &[u8]| {
         abi: tp::arch::Abi::C,
         return_saved_below: None,
         operands: (what & kind::ARGS != 0 && plan.interior).then(|| Operands::new(&ops)),
+        layout: (at >> 40 & 1 == 1).then_some(RuntimeLayout { ring_mask: 0x7ff, event_size: 64, thread_shadow: 128, ..RuntimeLayout::default() }),
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());
