@@ -1,13 +1,16 @@
 //! Installing probes, in two steps.
 //!
-//! [`prepare`] needs only one stopped thread, which makes the remote
+//! [`prepare`] needs one seized thread, the worker, which makes the remote
 //! syscalls: it creates the data region ([`super::region::create`]) and
-//! code arenas ([`super::arena`]) and writes the detours, memory that
-//! nothing executes yet, while the other threads run. [`commit`] needs every
-//! thread stopped: it moves each thread whose PC, or whose restart PC after
-//! an interrupted syscall, lies inside a window to the equivalent
-//! instruction of its detour ([`super::threads`]), then patches each site.
-//! So the whole process is stopped only for the checks and the patch writes.
+//! code arenas ([`super::arena`]), stopping the worker only for those calls
+//! ([`RemoteCaller`]), and writes the detours, memory that nothing executes
+//! yet, while every thread runs (the worker still seized, so that no other
+//! tp takes the process meanwhile, its signals passed on as they come).
+//! [`commit`] needs every thread stopped: it moves each thread whose PC, or
+//! whose restart PC after an interrupted syscall, lies inside a window to
+//! the equivalent instruction of its detour ([`super::threads`]), then
+//! patches each site. So the whole process is stopped only for the checks
+//! and the patch writes, and the worker besides only for its syscalls.
 //!
 //! Order matters for what a tracer killed at any step leaves behind:
 //! unused memory (region, arenas), then unused code (detours, recorded as
@@ -78,8 +81,9 @@ pub struct Options {
     pub sample_budget: i32,
 }
 
-/// Writes detours for `requests` using the stopped worker thread.
-/// `region` is the process's existing data region, if it has one.
+/// Writes detours for `requests`, the worker of `stopped` (seized) making
+/// the remote syscalls and running between them. `region` is the process's
+/// existing data region, if it has one.
 pub fn prepare(
     stopped: &mut Stopped,
     mem: &Memory,
@@ -101,12 +105,15 @@ pub fn prepare(
     let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let created_region = region.is_none();
     // Signals that arrive while the worker steps go back to `stopped` when
-    // the caller is dropped, on success or failure.
+    // it is let run or the caller is dropped, on success or failure.
     let region = match region {
         Some(r) => r,
         None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)
             .map_err(|e| undo_mappings(&mut caller, e))?,
     };
+    // Nothing refers to the new memory yet: the process runs while tp
+    // writes into it.
+    caller.let_run();
     crate::fault::point("after-inject");
     // The region just mapped may sit where an arena for another site would
     // have gone (right below a copy of code that mmap placed at the top).
@@ -439,6 +446,7 @@ fn write_detours(
     let mut placed = Vec::new();
     for (k, req) in requests.iter().enumerate() {
         progress.inc();
+        caller.serve()?;
         if let Some(p) = reuse(region, mem, req, &h, inactive.get_mut(&req.plan.site))? {
             placed.push(p);
             continue;
@@ -461,6 +469,7 @@ fn write_detours(
     // Entries, recorded before any site changes.
     region.zero_hits_of(&placed.iter().map(|p| p.index).collect::<Vec<_>>())?;
     for (req, p) in requests.iter().zip(&placed) {
+        caller.serve()?;
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
         e.owner = opts.owner;
@@ -581,6 +590,7 @@ fn place_detour(
                 path: String::new(),
             }));
             h.arenas[slot] = arena::alloc_arena(caller, &now, req.span, arena::reach_of(req), size)?;
+            caller.let_run();
             h.arena_count += 1;
             tried_new = true;
         }
