@@ -68,6 +68,22 @@ pub struct Prepared {
     requests: Vec<Request>,
     placed: Vec<Placed>,
     created_region: bool,
+    /// The addresses strictly inside the windows, made before the stop.
+    windows: threads::Windows,
+}
+
+impl Prepared {
+    /// What the install did, once [`commit`] moved `moved_threads` threads
+    /// and made the probes live (built after the threads run again).
+    pub fn done(self, moved_threads: usize) -> (Region, Report) {
+        let Prepared { region, requests, placed, created_region, .. } = self;
+        let installed = requests
+            .into_iter()
+            .zip(&placed)
+            .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
+            .collect();
+        (region, Report { installed, moved_threads, created_region })
+    }
 }
 
 /// How to install.
@@ -127,7 +143,8 @@ pub fn prepare(
     match write_detours(mem, &mut caller, &maps, &region, requests, &opts) {
         Ok(placed) => {
             caller.keep_mapped();
-            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
+            let windows = threads::Windows::of(requests);
+            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region, windows })
         }
         Err(e) => {
             // Nothing runs the new detours yet: forget them in the region
@@ -171,27 +188,22 @@ fn forget_since(region: &Region, before: &Header) {
     let _ = region.set_header(&h);
 }
 
-/// Makes prepared probes live; every thread must be stopped.
-pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result<(Region, Report)> {
-    let Prepared { region, requests, placed, created_region } = prepared;
-    let moved_threads = match patch_all(stopped, mem, &region, &requests, &placed) {
-        Ok(moved) => moved,
-        Err(e) if created_region => {
+/// Makes prepared probes live; every thread must be stopped. Returns how
+/// many threads were moved out of a window ([`Prepared::done`] tells the rest).
+pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: &Prepared) -> Result<usize> {
+    let Prepared { region, requests, placed, created_region, windows } = prepared;
+    match patch_all(stopped, mem, region, requests, placed, windows) {
+        Ok(moved) => Ok(moved),
+        Err(e) if *created_region => {
             // The sites are original again (PatchGuard): the memory this
             // attach mapped goes too, unless a thread was moved into it.
-            if let Ok(None) = super::remove::check_unused(stopped, mem, &region) {
-                let _ = super::remove::unmap(stopped, mem, &region);
+            if let Ok(None) = super::remove::check_unused(stopped, mem, region) {
+                let _ = super::remove::unmap(stopped, mem, region);
             }
-            return Err(e);
+            Err(e)
         }
-        Err(e) => return Err(e),
-    };
-    let installed = requests
-        .into_iter()
-        .zip(&placed)
-        .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
-        .collect();
-    Ok((region, Report { installed, moved_threads, created_region }))
+        Err(e) => Err(e),
+    }
 }
 
 /// Moves threads out of the windows and patches every site; on failure the
@@ -202,6 +214,7 @@ fn patch_all(
     region: &Region,
     requests: &[Request],
     placed: &[Placed],
+    windows: &threads::Windows,
 ) -> Result<usize> {
     check_code(mem, requests)?;
     // Again with every thread stopped: threads started, or filters added,
@@ -216,11 +229,10 @@ fn patch_all(
         learn_stacks(stopped, region, &maps)?;
     }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
-    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
+    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours, windows)?;
 
     let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
     for (req, p) in requests.iter().zip(placed) {
-        let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
         crate::fault::point("before-patch");
         if let Some(sem) = req.semaphore {
@@ -229,7 +241,7 @@ fn patch_all(
             guard.acquired.push(sem);
             crate::fault::point("after-semaphore");
         }
-        mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
+        mem.write(req.plan.site, &p.patch).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
         crate::fault::point("after-patch");
@@ -327,13 +339,48 @@ fn forced_thread_key(hwcap2: u64) -> Option<ThreadKey> {
     }
 }
 
-/// Refuses functions whose code in memory is not what the file holds.
+/// How many bytes of code [`check_code`] reads at once.
+const CHECK_SPAN: u64 = 64 << 10;
+
+/// Refuses functions whose code in memory is not what the file holds (the
+/// first of them in request order). Sites near one another are read with
+/// one read.
 fn check_code(mem: &Memory, requests: &[Request]) -> Result<()> {
-    for req in requests {
-        let now = mem.read_vec(req.plan.site, req.plan.len())?;
-        if now != req.plan.window {
-            bail!("cannot probe `{}`: {}", req.function.name, Refusal::CodeMismatch { at: req.plan.site });
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by_key(|&i| requests[i].plan.site);
+    let mut wrong: Option<usize> = None;
+    let mut k = 0;
+    while k < order.len() {
+        let lo = requests[order[k]].plan.site;
+        let mut hi = lo;
+        let mut end = k;
+        while let Some(&i) = order.get(end) {
+            let plan = &requests[i].plan;
+            let top = plan.site + plan.len() as u64;
+            if end > k && top - lo > CHECK_SPAN {
+                break;
+            }
+            hi = hi.max(top);
+            end += 1;
         }
+        // Memory between the sites may be unreadable: then one read each.
+        let span = mem.read_vec(lo, (hi - lo) as usize).ok();
+        for &i in &order[k..end] {
+            let plan = &requests[i].plan;
+            let at = (plan.site - lo) as usize;
+            let same = match &span {
+                Some(bytes) => bytes[at..at + plan.len()] == plan.window[..],
+                None => mem.read_vec(plan.site, plan.len())? == plan.window,
+            };
+            if !same && wrong.is_none_or(|w| i < w) {
+                wrong = Some(i);
+            }
+        }
+        k = end;
+    }
+    if let Some(i) = wrong {
+        let req = &requests[i];
+        bail!("cannot probe `{}`: {}", req.function.name, Refusal::CodeMismatch { at: req.plan.site });
     }
     Ok(())
 }
@@ -417,11 +464,13 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
     }
 }
 
-/// A detour planned for one request: where it goes and whether it must be written.
+/// A detour planned for one request: where it goes and whether it must be
+/// written, and the bytes that patch its site.
 struct Placed {
     index: u32,
     detour: Detour,
     at: u64,
+    patch: Vec<u8>,
 }
 
 /// Writes (or reuses) a detour for each request and records its entry as Inactive.
@@ -461,14 +510,14 @@ fn write_detours(
         crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
-        placed.push(Placed { index, detour, at });
+        placed.push(Placed { index, detour, at, patch: Vec::new() });
     }
     progress.finish();
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.
     region.zero_hits_of(&placed.iter().map(|p| p.index).collect::<Vec<_>>())?;
-    for (req, p) in requests.iter().zip(&placed) {
+    for (req, p) in requests.iter().zip(&mut placed) {
         caller.serve()?;
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
@@ -482,6 +531,7 @@ fn write_detours(
         e.original[..req.plan.len()].copy_from_slice(&req.plan.window);
         let patch = Host::patch_bytes(&req.plan, p.at).map_err(|r| anyhow::anyhow!("`{}`: {r}", req.function.name))?;
         e.patch[..patch.len()].copy_from_slice(&patch);
+        p.patch = patch;
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         e.semaphore = req.semaphore.unwrap_or(0);
@@ -524,7 +574,7 @@ fn reuse(
         };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
             candidates.swap_remove(k);
-            return Ok(Some(Placed { index: i, detour, at: e.detour }));
+            return Ok(Some(Placed { index: i, detour, at: e.detour, patch: Vec::new() }));
         }
     }
     Ok(None)

@@ -461,15 +461,16 @@ fn install(
     };
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
     stopped.stop_all()?;
-    let (region, report) = install::commit(&mut stopped, mem, prepared)?;
+    let moved_threads = install::commit(&mut stopped, mem, &prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an
     // earlier session left unread are not this session's.
-    let lost_at_start = Drainer::lost_parts(&region);
+    let lost_at_start = Drainer::lost_parts(&prepared.region);
     if discard {
-        Drainer::discard_unread(&region)?;
-        crate::events::aggregates::clear(&region)?;
+        Drainer::discard_unread(&prepared.region)?;
+        crate::events::aggregates::clear(&prepared.region)?;
     }
     let holds = stopped.resume();
+    let (region, report) = prepared.done(moved_threads);
     Ok(Done { region, report, stop_time: holds.world, worker_time: holds.any, lost_at_start })
 }
 
