@@ -162,7 +162,11 @@ impl Stopped {
             self.worker = Some(t);
             return Ok(t);
         }
-        self.begin_hold();
+        self.begin_hold()?;
+        if let Some(w) = self.worker.filter(|&w| self.is_stopped(w)) {
+            // A stop of the whole process (SIGSTOP) came for it meanwhile.
+            return Ok(w);
+        }
         if let Some(w) = self.worker.filter(|w| self.threads.contains_key(&w.as_raw()))
             && self.stop_one(w)?
         {
@@ -246,15 +250,21 @@ impl Stopped {
     /// Call it often while the worker runs: it looks at most every
     /// [`SERVE_EVERY`].
     pub fn serve(&mut self) -> Result<()> {
+        match self.seen_running_at {
+            Some(at) if at.elapsed() < SERVE_EVERY => Ok(()),
+            _ => self.serve_now(),
+        }
+    }
+
+    /// [`Stopped::serve`] now.
+    fn serve_now(&mut self) -> Result<()> {
         let Some(w) = self.worker.filter(|w| self.threads.get(&w.as_raw()).is_some_and(|t| !t.confirmed)) else {
             return Ok(());
         };
         let since = self.seen_running_at.unwrap_or_else(Instant::now);
-        if since.elapsed() < SERVE_EVERY {
-            return Ok(());
-        }
         let mut waited = false;
-        loop {
+        // (A storm of signals is passed on at the next call.)
+        for _ in 0..MAX_SIGNALS_WHILE_STOPPING {
             match ptrace::try_wait(w)? {
                 None => break,
                 Some(Wait::Gone) => {
@@ -297,7 +307,7 @@ impl Stopped {
     /// seized), until a pass over `/proc/PID/task` finds no new thread.
     pub fn stop_all(&mut self) -> Result<()> {
         let pid = self.pid;
-        self.begin_hold();
+        self.begin_hold()?;
         // Seized threads that run (the worker): stopped with the first pass.
         let mut running: Vec<Pid> = self.threads.values().filter(|t| !t.confirmed).map(|t| t.tid).collect();
         let reset_options = running.clone();
@@ -546,8 +556,12 @@ impl Stopped {
         }
     }
 
-    fn begin_hold(&mut self) {
+    /// Starts a hold if none lasts. The worker, if it runs seized, is
+    /// served first ([`Stopped::serve_now`]): a signal it waited with counts.
+    fn begin_hold(&mut self) -> Result<()> {
+        self.serve_now()?;
         self.held_since.get_or_insert_with(Instant::now);
+        Ok(())
     }
 
     /// Ends the current hold if no thread is stopped any more.
