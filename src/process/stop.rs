@@ -322,7 +322,7 @@ impl Stopped {
                 .filter(|t| !self.threads.contains_key(&t.as_raw()))
                 .filter(|t| !thread_is_dead(pid, *t))
                 .collect();
-            // The main thread first, as stop_worker does: of two tp processes
+            // The main thread first, as seize_worker does: of two tp processes
             // that stop one target, the one holding it holds the target, and
             // the other waits holding nothing.
             new.sort_by_key(|t| (t.as_raw() != pid, t.as_raw()));
