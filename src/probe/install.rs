@@ -1,13 +1,16 @@
 //! Installing probes, in two steps.
 //!
-//! [`prepare`] needs only one stopped thread, which makes the remote
+//! [`prepare`] needs one seized thread, the worker, which makes the remote
 //! syscalls: it creates the data region ([`super::region::create`]) and
-//! code arenas ([`super::arena`]) and writes the detours, memory that
-//! nothing executes yet, while the other threads run. [`commit`] needs every
-//! thread stopped: it moves each thread whose PC, or whose restart PC after
-//! an interrupted syscall, lies inside a window to the equivalent
-//! instruction of its detour ([`super::threads`]), then patches each site.
-//! So the whole process is stopped only for the checks and the patch writes.
+//! code arenas ([`super::arena`]), stopping the worker only for those calls
+//! ([`RemoteCaller`]), and writes the detours, memory that nothing executes
+//! yet, while every thread runs (the worker still seized, so that no other
+//! tp takes the process meanwhile, its signals passed on as they come).
+//! [`commit`] needs every thread stopped: it moves each thread whose PC, or
+//! whose restart PC after an interrupted syscall, lies inside a window to
+//! the equivalent instruction of its detour ([`super::threads`]), then
+//! patches each site. So the whole process is stopped only for the checks
+//! and the patch writes, and the worker besides only for its syscalls.
 //!
 //! Order matters for what a tracer killed at any step leaves behind:
 //! unused memory (region, arenas), then unused code (detours, recorded as
@@ -65,6 +68,22 @@ pub struct Prepared {
     requests: Vec<Request>,
     placed: Vec<Placed>,
     created_region: bool,
+    /// The addresses strictly inside the windows, made before the stop.
+    windows: threads::Windows,
+}
+
+impl Prepared {
+    /// What the install did, once [`commit`] moved `moved_threads` threads
+    /// and made the probes live (built after the threads run again).
+    pub fn done(self, moved_threads: usize) -> (Region, Report) {
+        let Prepared { region, requests, placed, created_region, .. } = self;
+        let installed = requests
+            .into_iter()
+            .zip(&placed)
+            .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
+            .collect();
+        (region, Report { installed, moved_threads, created_region })
+    }
 }
 
 /// How to install.
@@ -78,8 +97,9 @@ pub struct Options {
     pub sample_budget: i32,
 }
 
-/// Writes detours for `requests` using the stopped worker thread.
-/// `region` is the process's existing data region, if it has one.
+/// Writes detours for `requests`, the worker of `stopped` (seized) making
+/// the remote syscalls and running between them. `region` is the process's
+/// existing data region, if it has one.
 pub fn prepare(
     stopped: &mut Stopped,
     mem: &Memory,
@@ -103,12 +123,15 @@ pub fn prepare(
     let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let created_region = region.is_none();
     // Signals that arrive while the worker steps go back to `stopped` when
-    // the caller is dropped, on success or failure.
+    // it is let run or the caller is dropped, on success or failure.
     let region = match region {
         Some(r) => r,
         None => create_region(&mut caller, mem, &maps, requests, opts.ring_len)
             .map_err(|e| undo_mappings(&mut caller, e))?,
     };
+    // Nothing refers to the new memory yet: the process runs while tp
+    // writes into it.
+    caller.let_run();
     crate::fault::point("after-inject");
     // The region just mapped may sit where an arena for another site would
     // have gone (right below a copy of code that mmap placed at the top).
@@ -122,7 +145,8 @@ pub fn prepare(
     match write_detours(mem, &mut caller, &maps, &region, requests, &opts) {
         Ok(placed) => {
             caller.keep_mapped();
-            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region })
+            let windows = threads::Windows::of(requests);
+            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region, windows })
         }
         Err(e) => {
             // Nothing runs the new detours yet: forget them in the region
@@ -166,27 +190,22 @@ fn forget_since(region: &Region, before: &Header) {
     let _ = region.set_header(&h);
 }
 
-/// Makes prepared probes live; every thread must be stopped.
-pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: Prepared) -> Result<(Region, Report)> {
-    let Prepared { region, requests, placed, created_region } = prepared;
-    let moved_threads = match patch_all(stopped, mem, &region, &requests, &placed) {
-        Ok(moved) => moved,
-        Err(e) if created_region => {
+/// Makes prepared probes live; every thread must be stopped. Returns how
+/// many threads were moved out of a window ([`Prepared::done`] tells the rest).
+pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: &Prepared) -> Result<usize> {
+    let Prepared { region, requests, placed, created_region, windows } = prepared;
+    match patch_all(stopped, mem, region, requests, placed, windows) {
+        Ok(moved) => Ok(moved),
+        Err(e) if *created_region => {
             // The sites are original again (PatchGuard): the memory this
             // attach mapped goes too, unless a thread was moved into it.
-            if let Ok(None) = super::remove::check_unused(stopped, mem, &region) {
-                let _ = super::remove::unmap(stopped, mem, &region);
+            if let Ok(None) = super::remove::check_unused(stopped, mem, region) {
+                let _ = super::remove::unmap(stopped, mem, region);
             }
-            return Err(e);
+            Err(e)
         }
-        Err(e) => return Err(e),
-    };
-    let installed = requests
-        .into_iter()
-        .zip(&placed)
-        .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
-        .collect();
-    Ok((region, Report { installed, moved_threads, created_region }))
+        Err(e) => Err(e),
+    }
 }
 
 /// Moves threads out of the windows and patches every site; on failure the
@@ -197,6 +216,7 @@ fn patch_all(
     region: &Region,
     requests: &[Request],
     placed: &[Placed],
+    windows: &threads::Windows,
 ) -> Result<usize> {
     check_code(mem, requests)?;
     // Again with every thread stopped: threads started, or filters added,
@@ -212,11 +232,10 @@ fn patch_all(
         learn_stacks(stopped, region, &maps)?;
     }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
-    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours)?;
+    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours, windows)?;
 
     let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
     for (req, p) in requests.iter().zip(placed) {
-        let e = region.entry(p.index);
         region.set_state(p.index, State::Installing)?;
         crate::fault::point("before-patch");
         if let Some(sem) = req.semaphore {
@@ -225,7 +244,7 @@ fn patch_all(
             guard.acquired.push(sem);
             crate::fault::point("after-semaphore");
         }
-        mem.write(req.plan.site, e.patch()).with_context(|| format!("patching `{}`", req.function.name))?;
+        mem.write(req.plan.site, &p.patch).with_context(|| format!("patching `{}`", req.function.name))?;
         guard.patched.push(p.index);
         region.set_state(p.index, State::Active)?;
         crate::fault::point("after-patch");
@@ -323,13 +342,48 @@ fn forced_thread_key(hwcap2: u64) -> Option<ThreadKey> {
     }
 }
 
-/// Refuses functions whose code in memory is not what the file holds.
+/// How many bytes of code [`check_code`] reads at once.
+const CHECK_SPAN: u64 = 64 << 10;
+
+/// Refuses functions whose code in memory is not what the file holds (the
+/// first of them in request order). Sites near one another are read with
+/// one read.
 fn check_code(mem: &Memory, requests: &[Request]) -> Result<()> {
-    for req in requests {
-        let now = mem.read_vec(req.plan.site, req.plan.len())?;
-        if now != req.plan.window {
-            bail!("cannot probe `{}`: {}", req.function.name, Refusal::CodeMismatch { at: req.plan.site });
+    let mut order: Vec<usize> = (0..requests.len()).collect();
+    order.sort_by_key(|&i| requests[i].plan.site);
+    let mut wrong: Option<usize> = None;
+    let mut k = 0;
+    while k < order.len() {
+        let lo = requests[order[k]].plan.site;
+        let mut hi = lo;
+        let mut end = k;
+        while let Some(&i) = order.get(end) {
+            let plan = &requests[i].plan;
+            let top = plan.site + plan.len() as u64;
+            if end > k && top - lo > CHECK_SPAN {
+                break;
+            }
+            hi = hi.max(top);
+            end += 1;
         }
+        // Memory between the sites may be unreadable: then one read each.
+        let span = mem.read_vec(lo, (hi - lo) as usize).ok();
+        for &i in &order[k..end] {
+            let plan = &requests[i].plan;
+            let at = (plan.site - lo) as usize;
+            let same = match &span {
+                Some(bytes) => bytes[at..at + plan.len()] == plan.window[..],
+                None => mem.read_vec(plan.site, plan.len())? == plan.window,
+            };
+            if !same && wrong.is_none_or(|w| i < w) {
+                wrong = Some(i);
+            }
+        }
+        k = end;
+    }
+    if let Some(i) = wrong {
+        let req = &requests[i];
+        bail!("cannot probe `{}`: {}", req.function.name, Refusal::CodeMismatch { at: req.plan.site });
     }
     Ok(())
 }
@@ -417,11 +471,13 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
     }
 }
 
-/// A detour planned for one request: where it goes and whether it must be written.
+/// A detour planned for one request: where it goes and whether it must be
+/// written, and the bytes that patch its site.
 struct Placed {
     index: u32,
     detour: Detour,
     at: u64,
+    patch: Vec<u8>,
 }
 
 /// Writes (or reuses) a detour for each request and records its entry as Inactive.
@@ -446,6 +502,7 @@ fn write_detours(
     let mut placed = Vec::new();
     for (k, req) in requests.iter().enumerate() {
         progress.inc();
+        caller.serve()?;
         if let Some(p) = reuse(region, mem, req, &h, inactive.get_mut(&req.plan.site))? {
             placed.push(p);
             continue;
@@ -460,14 +517,15 @@ fn write_detours(
         crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
-        placed.push(Placed { index, detour, at });
+        placed.push(Placed { index, detour, at, patch: Vec::new() });
     }
     progress.finish();
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.
     region.zero_hits_of(&placed.iter().map(|p| p.index).collect::<Vec<_>>())?;
-    for (req, p) in requests.iter().zip(&placed) {
+    for (req, p) in requests.iter().zip(&mut placed) {
+        caller.serve()?;
         let mut e = Entry::free();
         e.state = State::Inactive as u32;
         e.owner = opts.owner;
@@ -480,6 +538,7 @@ fn write_detours(
         e.original[..req.plan.len()].copy_from_slice(&req.plan.window);
         let patch = Host::patch_bytes(&req.plan, p.at).map_err(|r| anyhow::anyhow!("`{}`: {r}", req.function.name))?;
         e.patch[..patch.len()].copy_from_slice(&patch);
+        p.patch = patch;
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         e.semaphore = req.semaphore.unwrap_or(0);
@@ -522,7 +581,7 @@ fn reuse(
         };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
             candidates.swap_remove(k);
-            return Ok(Some(Placed { index: i, detour, at: e.detour }));
+            return Ok(Some(Placed { index: i, detour, at: e.detour, patch: Vec::new() }));
         }
     }
     Ok(None)
@@ -588,6 +647,7 @@ fn place_detour(
                 path: String::new(),
             }));
             h.arenas[slot] = arena::alloc_arena(caller, &now, req.span, arena::reach_of(req), size)?;
+            caller.let_run();
             h.arena_count += 1;
             tried_new = true;
         }

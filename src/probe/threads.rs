@@ -17,19 +17,36 @@ use crate::process::stop::Stopped;
 /// How far up from a thread's stack pointer tp looks for saved PCs.
 const STACK_SCAN_BYTES: u64 = 64 << 10;
 
+/// The addresses of instruction boundaries strictly inside the windows of
+/// some requests, each with the index of its request: made while the
+/// threads still run, looked up while they are stopped.
+pub struct Windows {
+    interior: HashMap<u64, usize>,
+}
+
+impl Windows {
+    /// The interior boundaries of the windows of `requests`.
+    pub fn of(requests: &[Request]) -> Windows {
+        let interior =
+            requests.iter().enumerate().flat_map(|(i, r)| r.plan.interior_boundaries().map(move |a| (a, i))).collect();
+        Windows { interior }
+    }
+}
+
 /// Moves every thread whose PC (or restart PC) lies inside a window to the
 /// same instruction in the detour, and refuses if a thread's stack holds an
-/// address inside a window (a signal frame would return there).
+/// address inside a window (a signal frame would return there). `windows`
+/// is [`Windows::of`] the same `requests`.
 pub fn move_threads_out_of_windows(
     stopped: &mut Stopped,
     mem: &Memory,
     maps: &[Mapping],
     requests: &[Request],
     detours: &[&Detour],
+    windows: &Windows,
 ) -> Result<usize> {
     let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
-    let interior: HashMap<u64, &Request> =
-        requests.iter().flat_map(|r| r.plan.interior_boundaries().map(move |a| (a, r))).collect();
+    let interior = &windows.interior;
     let mut moves = Vec::new();
     for tid in tids {
         let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
@@ -54,7 +71,7 @@ pub fn move_threads_out_of_windows(
             Host::set_pc(&mut regs, target);
             moves.push((tid, regs));
         }
-        scan_stack(tid, mem, maps, &regs, &interior)?;
+        scan_stack(tid, mem, maps, &regs, requests, interior)?;
     }
     for (tid, regs) in &moves {
         Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
@@ -70,13 +87,14 @@ fn scan_stack(
     mem: &Memory,
     maps: &[Mapping],
     regs: &<Host as Arch>::Regs,
-    interior: &HashMap<u64, &Request>,
+    requests: &[Request],
+    interior: &HashMap<u64, usize>,
 ) -> Result<()> {
     if interior.is_empty() {
         return Ok(());
     }
     for v in thread_stack_words(mem, maps, regs, STACK_SCAN_BYTES) {
-        if let Some(req) = interior.get(&v) {
+        if let Some(req) = interior.get(&v).and_then(|&i| requests.get(i)) {
             bail!(
                 "thread {tid} has an address inside the patch window of `{}` on its stack \
                  (interrupted by a signal there?); try again",

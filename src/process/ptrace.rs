@@ -48,6 +48,11 @@ pub fn seize(tid: Pid, options: i32) -> io::Result<()> {
     request(libc::PTRACE_SEIZE, tid, 0, options as usize).map(drop)
 }
 
+/// PTRACE_SETOPTIONS: the PTRACE_O_* options of a stopped thread.
+pub fn set_options(tid: Pid, options: i32) -> io::Result<()> {
+    request(libc::PTRACE_SETOPTIONS, tid, 0, options as usize).map(drop)
+}
+
 /// PTRACE_INTERRUPT: ask a seized thread to stop.
 pub fn interrupt(tid: Pid) -> io::Result<()> {
     request(libc::PTRACE_INTERRUPT, tid, 0, 0).map(drop)
@@ -111,6 +116,25 @@ pub fn wait(tid: Pid) -> io::Result<Wait> {
             return Err(err);
         }
         return Ok(decode(status));
+    }
+}
+
+/// The state change of one traced thread if it has one to report
+/// (`WNOHANG`), without waiting: None while it runs.
+pub fn try_wait(tid: Pid) -> io::Result<Option<Wait>> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid writes the status to a local.
+        let rc = unsafe { libc::waitpid(tid.as_raw(), &mut status, libc::__WALL | libc::WNOHANG) };
+        if rc < 0 {
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ECHILD) => return Ok(Some(Wait::Gone)),
+                _ => return Err(err),
+            }
+        }
+        return Ok((rc != 0).then(|| decode(status)));
     }
 }
 

@@ -13,9 +13,12 @@
 //! them ([`super::seccomp`]): a call a filter would not let run is never
 //! made, and the error names it and the filter's answer.
 //!
-//! The caller borrows the [`Stopped`] set its thread belongs to: signals
-//! that arrive while the thread steps are handed back to it when the caller
-//! is dropped, and delivered when the thread is released.
+//! The caller borrows the [`Stopped`] set its thread belongs to, and stops
+//! the worker only when it makes a call ([`Stopped::hold_worker`]); between
+//! calls tp may let it run again ([`RemoteCaller::let_run`]), and the next
+//! call stops it again, its registers read afresh. Signals that arrive
+//! while the thread steps are handed back to the set when the thread is
+//! let run or the caller is dropped, and delivered when the thread runs again.
 
 use anyhow::{Context, Result, bail};
 use nix::unistd::Pid;
@@ -29,15 +32,17 @@ use super::seccomp::Filters;
 use super::stop::Stopped;
 use crate::arch::{Arch, Host};
 
-/// A stopped thread that makes syscalls for tp: the worker of a [`Stopped`].
+/// A thread that makes syscalls for tp: the worker of a [`Stopped`].
 #[derive(Debug)]
 pub struct RemoteCaller<'s> {
     stopped: &'s mut Stopped,
+    mem: &'s Memory,
     pid: i32,
-    tid: Pid,
-    saved: <Host as Arch>::Regs,
+    /// The worker while this caller holds it stopped, and its registers.
+    held: Option<(Pid, <Host as Arch>::Regs)>,
     insn: u64,
-    /// Signals that arrived while stepping; handed to `stopped` on drop.
+    /// Signals that arrived while stepping; handed to `stopped` when the
+    /// thread is let run or the caller is dropped.
     deferred_signals: Vec<i32>,
     /// What this caller's `mmap` calls mapped and no `munmap` took back yet.
     mapped: Vec<(u64, u64)>,
@@ -45,22 +50,17 @@ pub struct RemoteCaller<'s> {
 
 impl Drop for RemoteCaller<'_> {
     fn drop(&mut self) {
-        for sig in std::mem::take(&mut self.deferred_signals) {
-            self.stopped.defer_signal(self.tid, sig);
-        }
+        self.hand_back_signals();
     }
 }
 
 impl<'s> RemoteCaller<'s> {
-    /// Prepares the worker thread of `stopped` for remote syscalls; refuses
-    /// (before any call) a thread whose seccomp filters tp cannot read or
-    /// that runs in strict mode.
-    pub fn new(stopped: &'s mut Stopped, mem: &Memory, maps: &[Mapping]) -> Result<RemoteCaller<'s>> {
-        let (pid, tid) = (stopped.pid(), stopped.worker());
-        Filters::read(pid, tid)?;
-        let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+    /// A caller of syscalls in the process of `stopped`, through a syscall
+    /// instruction of its code (`maps`); it stops the worker at its first call.
+    pub fn new(stopped: &'s mut Stopped, mem: &'s Memory, maps: &[Mapping]) -> Result<RemoteCaller<'s>> {
+        let pid = stopped.pid();
         let insn = find_syscall_insn(mem, maps)?;
-        Ok(RemoteCaller { stopped, pid, tid, saved, insn, deferred_signals: Vec::new(), mapped: Vec::new() })
+        Ok(RemoteCaller { stopped, mem, pid, held: None, insn, deferred_signals: Vec::new(), mapped: Vec::new() })
     }
 
     /// The process.
@@ -68,15 +68,58 @@ impl<'s> RemoteCaller<'s> {
         self.pid
     }
 
-    /// The thread making the calls.
-    pub fn tid(&self) -> Pid {
-        self.tid
+    /// Stops the worker if this caller does not hold it yet, and returns it
+    /// with its registers; refuses (before any call) a thread whose seccomp
+    /// filters tp cannot read or that runs in strict mode, and a process
+    /// that no longer runs the program tp opened the memory of (an exec
+    /// while the worker ran).
+    fn hold(&mut self) -> Result<(Pid, <Host as Arch>::Regs)> {
+        if let Some(held) = self.held {
+            return Ok(held);
+        }
+        let tid = self.stopped.hold_worker()?;
+        Filters::read(self.pid, tid)?;
+        if self.mem.read_vec(self.insn, Host::syscall_insn().len()).ok().as_deref() != Some(Host::syscall_insn()) {
+            if !super::is_alive(self.pid) {
+                bail!(ProcessError::Exited(self.pid));
+            }
+            bail!("process {} ran another program (exec) while tp was attaching", self.pid);
+        }
+        let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        self.held = Some((tid, saved));
+        Ok((tid, saved))
+    }
+
+    /// Lets the worker run again, still seized ([`Stopped::let_worker_run`]),
+    /// with the signals that came while it stepped; the next call stops it again.
+    pub fn let_run(&mut self) {
+        self.hand_back_signals();
+        self.held = None;
+        self.stopped.let_worker_run();
+    }
+
+    /// Passes on the signals that come for the worker while it runs
+    /// ([`Stopped::serve`]).
+    pub fn serve(&mut self) -> Result<()> {
+        match self.held {
+            Some(_) => Ok(()),
+            None => self.stopped.serve(),
+        }
+    }
+
+    fn hand_back_signals(&mut self) {
+        if let Some((tid, _)) = self.held {
+            for sig in std::mem::take(&mut self.deferred_signals) {
+                self.stopped.defer_signal(tid, sig);
+            }
+        }
     }
 
     /// Checks that the worker's seccomp filters, read now, let syscall `nr`
     /// with `args` run; an error names the call and the filters' answer.
-    pub fn check(&self, nr: u64, args: [u64; 6]) -> Result<()> {
-        let filters = Filters::read(self.pid, self.tid)?;
+    pub fn check(&mut self, nr: u64, args: [u64; 6]) -> Result<()> {
+        let (tid, _) = self.hold()?;
+        let filters = Filters::read(self.pid, tid)?;
         let data = SeccompData {
             nr: nr as i32,
             arch: Host::SYSCALLS.audit_arch,
@@ -92,14 +135,15 @@ impl<'s> RemoteCaller<'s> {
     /// on failure).
     pub fn syscall(&mut self, nr: u64, args: [u64; 6]) -> Result<i64> {
         self.check(nr, args)?;
-        let mut regs = self.saved;
-        Host::prepare_syscall(self.tid, &mut regs, self.insn, nr, args).context("setting up a remote syscall")?;
-        let result = self.step_over_syscall();
+        let (tid, saved) = self.hold()?;
+        let mut regs = saved;
+        Host::prepare_syscall(tid, &mut regs, self.insn, nr, args).context("setting up a remote syscall")?;
+        let result = self.step_over_syscall(tid);
         // Restore even if stepping failed: the thread must not keep our registers.
-        let restore = Host::set_regs(self.tid, &self.saved);
+        let restore = Host::set_regs(tid, &saved);
         let result = result?;
         restore.context("restoring registers after a remote syscall")?;
-        self.park()?;
+        self.park(tid)?;
         let sc = Host::SYSCALLS;
         if nr == sc.mmap && !(-4095..0).contains(&result) {
             self.mapped.push((result as u64, args[1]));
@@ -132,14 +176,14 @@ impl<'s> RemoteCaller<'s> {
     /// an interrupt stop. If tp died while the thread sat in the SIGTRAP
     /// stop, the kernel would deliver that SIGTRAP to the target and kill it;
     /// from an interrupt stop the thread just carries on.
-    fn park(&mut self) -> Result<()> {
+    fn park(&mut self, tid: Pid) -> Result<()> {
         for _ in 0..100 {
             // The interrupt stays pending while the thread is stopped, so
             // PTRACE_CONT (which discards the SIGTRAP) runs no user code: the
             // thread stops again before it returns to user mode.
-            ptrace::interrupt(self.tid).context("PTRACE_INTERRUPT")?;
-            ptrace::cont(self.tid, 0).context("PTRACE_CONT")?;
-            match ptrace::wait(self.tid)? {
+            ptrace::interrupt(tid).context("PTRACE_INTERRUPT")?;
+            ptrace::cont(tid, 0).context("PTRACE_CONT")?;
+            match ptrace::wait(tid)? {
                 Wait::Gone => bail!(ProcessError::Exited(self.pid)),
                 Wait::Event { event: ptrace::EVENT_STOP, .. } => return Ok(()),
                 Wait::Event { .. } => {}
@@ -147,20 +191,20 @@ impl<'s> RemoteCaller<'s> {
                 Wait::Signal(sig) => self.deferred_signals.push(sig),
             }
         }
-        bail!("thread {} does not stop", self.tid)
+        bail!("thread {tid} does not stop")
     }
 
-    fn step_over_syscall(&mut self) -> Result<i64> {
+    fn step_over_syscall(&mut self, tid: Pid) -> Result<i64> {
         let after = self.insn + Host::syscall_insn().len() as u64;
         for _ in 0..100 {
-            ptrace::step(self.tid, 0).context("PTRACE_SINGLESTEP")?;
-            match ptrace::wait(self.tid)? {
+            ptrace::step(tid, 0).context("PTRACE_SINGLESTEP")?;
+            match ptrace::wait(tid)? {
                 Wait::Gone => bail!(ProcessError::Exited(self.pid)),
                 Wait::Signal(libc::SIGTRAP) => {}
                 Wait::Signal(sig) => self.deferred_signals.push(sig),
                 Wait::Event { .. } => {}
             }
-            let regs = Host::get_regs(self.tid)?;
+            let regs = Host::get_regs(tid)?;
             if Host::pc(&regs) == after {
                 return Ok(Host::syscall_result(&regs));
             }

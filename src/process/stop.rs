@@ -4,11 +4,16 @@
 //! [`Stopped::stop_all`] seizes each thread with PTRACE_SEIZE (with
 //! PTRACE_O_TRACECLONE, so threads cloned meanwhile are attached by the
 //! kernel), interrupts it, and waits for its stop; it re-lists
-//! `/proc/PID/task` until a pass finds no new thread. [`Stopped::stop_worker`]
-//! stops just one thread, for work that needs no more (remote syscalls into
-//! memory nothing uses yet), so the whole process is stopped only briefly.
-//! Dropping the [`Stopped`] value detaches every thread, on every path,
-//! errors included, so no error can leave the target stopped.
+//! `/proc/PID/task` until a pass finds no new thread.
+//! [`Stopped::seize_worker`] seizes just one thread without stopping it:
+//! from then on no other tracer (no other tp) can take the process.
+//! [`Stopped::hold_worker`] stops that thread for work that needs no more
+//! (remote syscalls), and [`Stopped::let_worker_run`] lets it run again,
+//! still seized, while tp writes into memory nothing uses yet; signals that
+//! arrive for it meanwhile are passed on by [`Stopped::serve`]. So the
+//! whole process is stopped only for the patch, and the worker only for its
+//! syscalls. Dropping the [`Stopped`] value detaches every thread, on every
+//! path, errors included, so no error can leave the target stopped.
 
 use std::collections::BTreeMap;
 use std::io;
@@ -24,6 +29,9 @@ use crate::arch::{Arch, BlockedIn, Host};
 /// How long tp waits for another tp to let go of the target.
 const ANOTHER_TP_PATIENCE: Duration = Duration::from_secs(5);
 
+/// How often [`Stopped::serve`] looks for a signal the worker waits with.
+const SERVE_EVERY: Duration = Duration::from_micros(200);
+
 /// How many times a signal may interrupt one thread's stop before tp gives up.
 const MAX_SIGNALS_WHILE_STOPPING: u32 = 1000;
 
@@ -32,7 +40,8 @@ const MAX_SIGNALS_WHILE_STOPPING: u32 = 1000;
 pub struct StoppedThread {
     /// Its thread ID.
     pub tid: Pid,
-    /// False between PTRACE_SEIZE and the observed stop.
+    /// False while the thread runs: between PTRACE_SEIZE and the observed
+    /// stop, and while the worker runs seized ([`Stopped::let_worker_run`]).
     confirmed: bool,
     /// Signals that arrived while tp worked with the thread, to deliver on release.
     deferred: Vec<i32>,
@@ -54,6 +63,12 @@ pub struct Stopped {
     worker: Option<Pid>,
     world_stopped_at: Option<Instant>,
     world_stop: Duration,
+    /// When the current hold (some thread stopped by tp) began, while one lasts.
+    held_since: Option<Instant>,
+    /// How long some thread was stopped by tp, over every hold so far.
+    held: Duration,
+    /// When the worker, running seized, was last seen running.
+    seen_running_at: Option<Instant>,
     /// Kill the process rather than let it run, unless [`Stopped::resume`]
     /// lets go: a program `tp run` holds at its entry never runs half set up.
     kill_on_drop: bool,
@@ -79,6 +94,7 @@ impl Stopped {
         );
         stopped.worker = Some(tid);
         stopped.kill_on_drop = true;
+        stopped.held_since = Some(Instant::now());
         stopped
     }
 
@@ -90,40 +106,211 @@ impl Stopped {
             worker: None,
             world_stopped_at: None,
             world_stop: Duration::ZERO,
+            held_since: None,
+            held: Duration::ZERO,
+            seen_running_at: None,
             kill_on_drop: false,
         }
     }
 
-    /// Stops one thread of `pid`, the one that will make remote syscalls:
-    /// the main thread, unless it has exited.
-    pub fn stop_worker(pid: i32) -> Result<Stopped> {
-        let tids = super::threads(pid).map_err(|_| ProcessError::NoSuchProcess(pid))?;
-        let worker = tids
-            .iter()
-            .copied()
-            .filter(|&t| !thread_is_dead(pid, t))
-            .min_by_key(|t| t.as_raw() != pid)
-            .ok_or(ProcessError::Exited(pid))?;
+    /// Seizes one thread of `pid`, the one that will make remote syscalls
+    /// (the main thread, unless it has exited), without stopping it: it
+    /// runs on until [`Stopped::hold_worker`] or [`Stopped::stop_all`]
+    /// stops it, and meanwhile no other tracer can take the process.
+    pub fn seize_worker(pid: i32) -> Result<Stopped> {
         let mut stopped = Stopped::none(pid);
-        if !stopped.seize(worker)? {
-            bail!(ProcessError::Exited(pid));
+        let candidates = stopped.candidates().map_err(|_| ProcessError::NoSuchProcess(pid))?;
+        for tid in candidates {
+            // Without PTRACE_O_TRACECLONE while it runs: a thread it starts
+            // is not tp's to stop until stop_all finds it.
+            if stopped.seize(tid, 0)? {
+                stopped.worker = Some(tid);
+                stopped.seen_running_at = Some(Instant::now());
+                return Ok(stopped);
+            }
         }
-        stopped.note_blocked_in(worker);
-        let _ = ptrace::interrupt(worker);
-        let mut cloned = Vec::new();
-        stopped.settle(worker, &mut cloned)?;
-        stopped.settle_cloned(cloned)?;
-        if !stopped.threads.contains_key(&worker.as_raw()) {
-            bail!(ProcessError::Exited(pid));
-        }
-        stopped.worker = Some(worker);
-        Ok(stopped)
+        bail!(ProcessError::Exited(pid))
     }
 
-    /// Stops every thread not stopped yet, until a pass over
-    /// `/proc/PID/task` finds no new thread.
+    /// The threads of the process tp does not hold, alive, the main thread
+    /// first.
+    fn candidates(&self) -> Result<Vec<Pid>> {
+        let pid = self.pid;
+        let mut tids: Vec<Pid> = super::threads(pid)?
+            .into_iter()
+            .filter(|t| !self.threads.contains_key(&t.as_raw()) && !thread_is_dead(pid, *t))
+            .collect();
+        tids.sort_by_key(|t| (t.as_raw() != pid, t.as_raw()));
+        Ok(tids)
+    }
+
+    /// True if tp holds `tid` stopped.
+    fn is_stopped(&self, tid: Pid) -> bool {
+        self.threads.get(&tid.as_raw()).is_some_and(|t| t.confirmed)
+    }
+
+    /// Stops the worker if it is not stopped already and returns it: the
+    /// thread [`Stopped::seize_worker`] seized, or, if that one has exited,
+    /// another (the process may have been taken by another tracer in
+    /// between: [`Stopped::seize`] waits for another tp to let go). With
+    /// every thread stopped already, the main thread.
+    pub fn hold_worker(&mut self) -> Result<Pid> {
+        if let Some(w) = self.worker.filter(|&w| self.is_stopped(w)) {
+            return Ok(w);
+        }
+        if let Some(t) = self.stopped_main_or_first() {
+            self.worker = Some(t);
+            return Ok(t);
+        }
+        self.begin_hold()?;
+        if let Some(w) = self.worker.filter(|&w| self.is_stopped(w)) {
+            // A stop of the whole process (SIGSTOP) came for it meanwhile.
+            return Ok(w);
+        }
+        if let Some(w) = self.worker.filter(|w| self.threads.contains_key(&w.as_raw()))
+            && self.stop_one(w)?
+        {
+            let _ = ptrace::set_options(w, libc::PTRACE_O_TRACECLONE);
+            return Ok(w);
+        }
+        // The worker has exited: another thread.
+        for tid in self.candidates().map_err(|_| ProcessError::Exited(self.pid))? {
+            if self.seize(tid, libc::PTRACE_O_TRACECLONE)? && self.stop_one(tid)? {
+                self.worker = Some(tid);
+                return Ok(tid);
+            }
+        }
+        bail!(ProcessError::Exited(self.pid))
+    }
+
+    /// Interrupts seized thread `tid` and waits for its stop; false if it
+    /// is gone.
+    fn stop_one(&mut self, tid: Pid) -> Result<bool> {
+        self.note_blocked_in(tid);
+        let _ = ptrace::interrupt(tid);
+        let mut cloned = Vec::new();
+        self.settle(tid, &mut cloned)?;
+        self.settle_cloned(cloned)?;
+        Ok(self.is_stopped(tid))
+    }
+
+    /// The main thread if tp holds it stopped, else the stopped thread with
+    /// the lowest TID.
+    fn stopped_main_or_first(&self) -> Option<Pid> {
+        match self.threads.get(&self.pid) {
+            Some(t) if t.confirmed => Some(t.tid),
+            _ => self.threads.values().find(|t| t.confirmed).map(|t| t.tid),
+        }
+    }
+
+    /// Lets every thread run again, the worker still seized, so that no
+    /// other tracer takes the process until [`Stopped::hold_worker`] or
+    /// [`Stopped::stop_all`] stops it again; signals that arrive for it
+    /// meanwhile are passed on by [`Stopped::serve`]. Signals deferred
+    /// while tp held a thread are delivered now. A program held at its
+    /// entry ([`Stopped::adopt`]) stays held.
+    pub fn let_worker_run(&mut self) {
+        if self.kill_on_drop {
+            return;
+        }
+        let Some(worker) = self.worker.filter(|&w| self.is_stopped(w)).or_else(|| self.stopped_main_or_first()) else {
+            return;
+        };
+        self.worker = Some(worker);
+        let others: Vec<StoppedThread> = self.threads.values().filter(|t| t.tid != worker).cloned().collect();
+        self.threads.retain(|_, t| t.tid == worker);
+        release_threads(self.pid, &others);
+        self.end_world_stop();
+        if let Some(t) = self.threads.get_mut(&worker.as_raw()) {
+            let _ = ptrace::set_options(worker, 0);
+            let (first, rest) = hand_back(self.pid, t);
+            if let Err(e) = ptrace::cont(worker, first)
+                && !ptrace::is_gone(&e)
+            {
+                crate::say!("tp: warning: cannot let thread {worker} run: {e}");
+            }
+            resend(self.pid, worker, &rest);
+            *t = StoppedThread {
+                tid: worker,
+                confirmed: false,
+                deferred: Vec::new(),
+                blocked_in: None,
+                unrestarted: None,
+            };
+        }
+        self.end_hold();
+        self.seen_running_at = Some(Instant::now());
+    }
+
+    /// Passes on what happened to the worker while it ran seized
+    /// ([`Stopped::let_worker_run`]): a signal is delivered at once (the
+    /// thread waited for tp in its signal-delivery stop, counted as held
+    /// since it was last seen running); a stop of the whole process
+    /// (SIGSTOP) leaves it held; a thread that has exited is forgotten.
+    /// Call it often while the worker runs: it looks at most every
+    /// [`SERVE_EVERY`].
+    pub fn serve(&mut self) -> Result<()> {
+        match self.seen_running_at {
+            Some(at) if at.elapsed() < SERVE_EVERY => Ok(()),
+            _ => self.serve_now(),
+        }
+    }
+
+    /// [`Stopped::serve`] now.
+    fn serve_now(&mut self) -> Result<()> {
+        let Some(w) = self.worker.filter(|w| self.threads.get(&w.as_raw()).is_some_and(|t| !t.confirmed)) else {
+            return Ok(());
+        };
+        let since = self.seen_running_at.unwrap_or_else(Instant::now);
+        let mut waited = false;
+        // (A storm of signals is passed on at the next call.)
+        for _ in 0..MAX_SIGNALS_WHILE_STOPPING {
+            match ptrace::try_wait(w)? {
+                None => break,
+                Some(Wait::Gone) => {
+                    self.threads.remove(&w.as_raw());
+                    break;
+                }
+                Some(Wait::Signal(sig)) => {
+                    waited = true;
+                    match ptrace::cont(w, sig) {
+                        Err(e) if !ptrace::is_gone(&e) => return Err(e.into()),
+                        _ => {}
+                    }
+                }
+                Some(Wait::Event { event: ptrace::EVENT_STOP, .. }) => {
+                    self.held_since.get_or_insert(since);
+                    if let Some(t) = self.threads.get_mut(&w.as_raw()) {
+                        t.confirmed = true;
+                    }
+                    let _ = ptrace::set_options(w, libc::PTRACE_O_TRACECLONE);
+                    return Ok(());
+                }
+                Some(Wait::Event { .. }) => {
+                    waited = true;
+                    match ptrace::cont(w, 0) {
+                        Err(e) if !ptrace::is_gone(&e) => return Err(e.into()),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let now = Instant::now();
+        if waited {
+            self.held += now - since;
+        }
+        self.seen_running_at = Some(now);
+        Ok(())
+    }
+
+    /// Stops every thread not stopped yet (the worker too, if it runs
+    /// seized), until a pass over `/proc/PID/task` finds no new thread.
     pub fn stop_all(&mut self) -> Result<()> {
         let pid = self.pid;
+        self.begin_hold()?;
+        // Seized threads that run (the worker): stopped with the first pass.
+        let mut running: Vec<Pid> = self.threads.values().filter(|t| !t.confirmed).map(|t| t.tid).collect();
+        let reset_options = running.clone();
         loop {
             let tids = match super::threads(pid) {
                 Ok(t) => t,
@@ -135,16 +322,16 @@ impl Stopped {
                 .filter(|t| !self.threads.contains_key(&t.as_raw()))
                 .filter(|t| !thread_is_dead(pid, *t))
                 .collect();
-            // The main thread first, as stop_worker does: of two tp processes
+            // The main thread first, as seize_worker does: of two tp processes
             // that stop one target, the one holding it holds the target, and
             // the other waits holding nothing.
             new.sort_by_key(|t| (t.as_raw() != pid, t.as_raw()));
-            if new.is_empty() {
+            if new.is_empty() && running.is_empty() {
                 break;
             }
-            let mut seized = Vec::new();
+            let mut seized = std::mem::take(&mut running);
             for tid in new {
-                if self.seize(tid)? {
+                if self.seize(tid, libc::PTRACE_O_TRACECLONE)? {
                     seized.push(tid);
                 }
             }
@@ -161,6 +348,9 @@ impl Stopped {
                 self.settle(tid, &mut cloned)?;
             }
             self.settle_cloned(cloned)?;
+        }
+        for tid in reset_options.into_iter().filter(|&t| self.is_stopped(t)) {
+            let _ = ptrace::set_options(tid, libc::PTRACE_O_TRACECLONE);
         }
         if self.threads.is_empty() {
             bail!(ProcessError::Exited(pid));
@@ -186,10 +376,10 @@ impl Stopped {
     /// PTRACE_SEIZE; false if the thread is gone. Another tp holds a target
     /// for milliseconds at a time, so while the tracer is a tp, seizing is
     /// retried for up to [`ANOTHER_TP_PATIENCE`]; any other tracer is an error.
-    fn seize(&mut self, tid: Pid) -> Result<bool> {
+    fn seize(&mut self, tid: Pid, options: i32) -> Result<bool> {
         let deadline = Instant::now() + ANOTHER_TP_PATIENCE;
         loop {
-            match self.seize_once(tid) {
+            match self.seize_once(tid, options) {
                 Err(e) if Instant::now() < deadline && held_by_another_tp(&e) => {
                     std::thread::sleep(Duration::from_millis(1));
                 }
@@ -198,9 +388,9 @@ impl Stopped {
         }
     }
 
-    fn seize_once(&mut self, tid: Pid) -> Result<bool> {
+    fn seize_once(&mut self, tid: Pid, options: i32) -> Result<bool> {
         let pid = self.pid;
-        match ptrace::seize(tid, libc::PTRACE_O_TRACECLONE) {
+        match ptrace::seize(tid, options) {
             Ok(()) => {
                 // Held from here on, so that an error below still detaches it.
                 self.threads.insert(
@@ -216,7 +406,7 @@ impl Stopped {
                 // EPERM: not allowed, or another tracer holds the thread. One
                 // that let go since gets one more try.
                 let st = super::status(pid)?;
-                if st.tracer_pid == 0 && ptrace::seize(tid, libc::PTRACE_O_TRACECLONE).is_ok() {
+                if st.tracer_pid == 0 && ptrace::seize(tid, options).is_ok() {
                     self.threads.insert(
                         tid.as_raw(),
                         StoppedThread {
@@ -312,14 +502,16 @@ impl Stopped {
 
     /// The stopped threads, in TID order.
     pub fn threads(&self) -> impl Iterator<Item = &StoppedThread> {
-        self.threads.values()
+        self.threads.values().filter(|t| t.confirmed)
     }
 
-    /// The thread to use for remote syscalls: the one [`Stopped::stop_worker`]
-    /// stopped, else the main thread if it is stopped.
+    /// The thread to use for remote syscalls: the worker if it is stopped
+    /// ([`Stopped::hold_worker`]), else the main thread if it is stopped,
+    /// else the stopped thread with the lowest TID.
     pub fn worker(&self) -> Pid {
         self.worker
-            .or_else(|| self.threads.get(&self.pid).or_else(|| self.threads.values().next()).map(|t| t.tid))
+            .filter(|&w| self.is_stopped(w))
+            .or_else(|| self.stopped_main_or_first())
             .expect("at least one stopped thread")
     }
 
@@ -343,18 +535,19 @@ impl Stopped {
         self.world_stop
     }
 
-    /// Detaches from every thread; returns how long all threads were
-    /// stopped (over every stop of them).
-    pub fn resume(mut self) -> Duration {
+    /// Detaches from every thread; returns how long tp stopped them (over
+    /// every stop of them).
+    pub fn resume(mut self) -> Holds {
         self.kill_on_drop = false;
         self.release();
-        self.world_stop
+        Holds { world: self.world_stop, any: self.held }
     }
 
     fn release(&mut self) {
         let threads: Vec<StoppedThread> = std::mem::take(&mut self.threads).into_values().collect();
         release_threads(self.pid, &threads);
         self.end_world_stop();
+        self.end_hold();
     }
 
     fn end_world_stop(&mut self) {
@@ -362,6 +555,34 @@ impl Stopped {
             self.world_stop += at.elapsed();
         }
     }
+
+    /// Starts a hold if none lasts. The worker, if it runs seized, is
+    /// served first ([`Stopped::serve_now`]): a signal it waited with counts.
+    fn begin_hold(&mut self) -> Result<()> {
+        self.serve_now()?;
+        self.held_since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Ends the current hold if no thread is stopped any more.
+    fn end_hold(&mut self) {
+        if !self.threads.values().any(|t| t.confirmed)
+            && let Some(at) = self.held_since.take()
+        {
+            self.held += at.elapsed();
+        }
+    }
+}
+
+/// How long tp stopped a process's threads.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Holds {
+    /// All of them at once.
+    pub world: Duration,
+    /// Any of them: the sum of every interval in which some thread could
+    /// not run because of tp (the worker's remote syscalls, signals it
+    /// waited with for tp to pass them on, the stops of every thread).
+    pub any: Duration,
 }
 
 impl Drop for Stopped {
@@ -377,36 +598,51 @@ impl Drop for Stopped {
 fn release_threads(pid: i32, threads: &[StoppedThread]) {
     for t in threads {
         if !t.confirmed {
-            // Seized but never seen stopped (an error came first): PTRACE_DETACH
-            // needs a stopped tracee, so stop it before letting go.
-            if ptrace::interrupt(t.tid).is_ok() {
-                match ptrace::wait(t.tid) {
+            // Seized but running (never seen stopped, or the worker let
+            // run): PTRACE_DETACH needs a stopped tracee, so stop it before
+            // letting go.
+            match ptrace::interrupt(t.tid) {
+                Ok(()) => match ptrace::wait(t.tid) {
                     Ok(Wait::Signal(sig)) => drop(ptrace::detach(t.tid, sig)),
                     Ok(Wait::Event { .. }) => drop(ptrace::detach(t.tid, 0)),
                     Ok(Wait::Gone) | Err(_) => {}
-                }
+                },
+                // A traced thread that exited waits for its tracer to reap it.
+                Err(_) => drop(ptrace::try_wait(t.tid)),
             }
             continue;
         }
-        // A wait tp restarts itself is left interrupted after all if a
-        // signal handler runs first (a signal came while tp held the thread).
-        if let Some(before) = &t.unrestarted
-            && super::handler_pending(pid, t.tid.as_raw(), &t.deferred)
-        {
-            let _ = Host::set_regs(t.tid, before);
-        }
+        let (first, rest) = hand_back(pid, t);
         // The first deferred signal goes with the detach (the thread sits in a
         // signal-delivery stop after tp's single-steps); any others are re-sent.
-        let first = t.deferred.first().copied().unwrap_or(0);
         if let Err(e) = ptrace::detach(t.tid, first)
             && !ptrace::is_gone(&e)
         {
             crate::say!("tp: warning: cannot detach from thread {}: {e}", t.tid);
         }
-        for &sig in t.deferred.iter().skip(1) {
-            // SAFETY: tgkill with plain integer arguments.
-            unsafe { libc::syscall(libc::SYS_tgkill, pid, t.tid.as_raw(), sig) };
-        }
+        resend(pid, t.tid, &rest);
+    }
+}
+
+/// Gets a stopped thread ready to run again: a wait tp restarted itself is
+/// left interrupted after all if a signal handler runs first (a signal came
+/// while tp held the thread). Returns the first deferred signal, to deliver
+/// as the thread resumes, and the others, to send again after.
+fn hand_back(pid: i32, t: &StoppedThread) -> (i32, Vec<i32>) {
+    if let Some(before) = &t.unrestarted
+        && super::handler_pending(pid, t.tid.as_raw(), &t.deferred)
+    {
+        let _ = Host::set_regs(t.tid, before);
+    }
+    let first = t.deferred.first().copied().unwrap_or(0);
+    (first, t.deferred.iter().skip(1).copied().collect())
+}
+
+/// Sends `signals` to thread `tid` again.
+fn resend(pid: i32, tid: Pid, signals: &[i32]) {
+    for &sig in signals {
+        // SAFETY: tgkill with plain integer arguments.
+        unsafe { libc::syscall(libc::SYS_tgkill, pid, tid.as_raw(), sig) };
     }
 }
 

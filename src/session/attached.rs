@@ -49,7 +49,8 @@ pub struct Attached {
     pub attach_time: Duration,
     /// How long all of the target's threads were stopped.
     pub stop_time: Duration,
-    /// How long the worker thread was stopped (it makes the remote syscalls).
+    /// How long some thread was stopped, in all: the worker for the remote
+    /// syscalls, every thread for the patch.
     pub worker_time: Duration,
     /// Threads that had to be moved out of a patch window.
     pub moved_threads: usize,
@@ -447,7 +448,7 @@ struct Done {
     lost_at_start: (u64, u64),
 }
 
-/// Stops the worker (unless `stopped` holds it already), prepares, stops
+/// Seizes the worker (unless `stopped` holds it already), prepares, stops
 /// the world, commits and lets go. With `discard`, events an earlier session
 /// left unread in the rings are dropped while the threads are stopped.
 fn install(
@@ -459,23 +460,23 @@ fn install(
     opts: install::Options,
     discard: bool,
 ) -> Result<Done> {
-    let worker_started = Instant::now();
     let mut stopped = match stopped {
         Some(s) => s,
-        None => Stopped::stop_worker(pid)?,
+        None => Stopped::seize_worker(pid)?,
     };
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
     stopped.stop_all()?;
-    let (region, report) = install::commit(&mut stopped, mem, prepared)?;
+    let moved_threads = install::commit(&mut stopped, mem, &prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an
     // earlier session left unread are not this session's.
-    let lost_at_start = Drainer::lost_parts(&region);
+    let lost_at_start = Drainer::lost_parts(&prepared.region);
     if discard {
-        Drainer::discard_unread(&region)?;
-        crate::events::aggregates::clear(&region)?;
+        Drainer::discard_unread(&prepared.region)?;
+        crate::events::aggregates::clear(&prepared.region)?;
     }
-    let stop_time = stopped.resume();
-    Ok(Done { region, report, stop_time, worker_time: worker_started.elapsed(), lost_at_start })
+    let holds = stopped.resume();
+    let (region, report) = prepared.done(moved_threads);
+    Ok(Done { region, report, stop_time: holds.world, worker_time: holds.any, lost_at_start })
 }
 
 /// `err`, or "the process exited" if that is why tp failed: a target that

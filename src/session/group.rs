@@ -700,7 +700,7 @@ pub fn announce(attached: &Attached, opts: &Options) {
         );
     }
     crate::say!(
-        "tp: attached {n} probe{} to {pid} in {:.1} ms (target stopped {} µs; one thread {} µs for injection)",
+        "tp: attached {n} probe{} to {pid} in {:.1} ms (target stopped {} µs; one thread {} µs in all)",
         plural(n),
         attached.attach_time.as_secs_f64() * 1e3,
         attached.stop_time.as_micros(),

@@ -51,6 +51,46 @@ fn blocked_threads_survive_keep_and_detach() {
 }
 
 #[test]
+fn a_worker_blocked_in_a_syscall_runs_between_its_calls_and_the_patch() {
+    // The worker (the main thread, blocked reading stdin) is stopped for
+    // tp's remote syscalls, runs (seized) while tp writes the detours, and
+    // is stopped again with every thread for the patch: its read sees none
+    // of it. A signal that comes for it while it runs seized waits for tp
+    // and is passed on (SIGWINCH: ignored, so the read goes on).
+    let mut t = Target::start("blocked");
+    let pid = t.pid.to_string();
+    t.ask("blocked", "blocked");
+    let session =
+        Session::start_with_env(&["-p", &pid, "-f", "command_seen", "--json"], &[("TP_FAULT", "pause:after-inject")]);
+    wait_paused(&session.child);
+    let tracer = session.child.id();
+    let status = |tid: i32| {
+        let text = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", t.pid)).unwrap();
+        tp::process::parse_status(&text)
+    };
+    let main = status(t.pid);
+    assert_eq!((main.state, main.tracer_pid), ('S', tracer as i32), "the worker runs seized, blocked in read");
+    for tid in tp::process::threads(t.pid).unwrap().into_iter().filter(|&tid| tid.as_raw() != t.pid) {
+        assert_eq!(status(tid.as_raw()).tracer_pid, 0, "thread {tid} is not tp's while the worker runs");
+    }
+    // SAFETY: tgkill with plain integer arguments.
+    let rc = unsafe { libc::syscall(libc::SYS_tgkill, t.pid, t.pid, libc::SIGWINCH) };
+    assert_eq!(rc, 0, "tgkill: {}", std::io::Error::last_os_error());
+    wait_until("the signal waits for tp", || status(t.pid).state == 't');
+    // SAFETY: plain kill(2) of the tp we started.
+    unsafe { libc::kill(tracer as i32, libc::SIGCONT) };
+    let mut session = session;
+    session.err.wait_for("tp: attached");
+    t.ask("blocked", "blocked");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["command_seen"], 1);
+    wake_and_check(&mut t, 1);
+    assert_code_is_original(&t, &["command_seen"]);
+    assert!(t.quit().success());
+}
+
+#[test]
 fn a_signal_handler_still_interrupts_epoll_wait() {
     // tp restarts an epoll_wait its stop interrupted, but not one a signal
     // handler interrupted: a SIGUSR1 that arrives while tp holds the target

@@ -98,3 +98,49 @@ fn quick_attach_detach_cycles_under_churn() {
     assert_code_is_original(&t, &["work"]);
     assert!(t.quit().success());
 }
+
+#[test]
+fn the_process_runs_while_tp_writes_the_detours() {
+    // Between the worker's remote syscalls and the patch tp stops no
+    // thread: the worker (the main thread) stays seized, so that no other
+    // tracer takes the process, but runs and answers; threads are created
+    // and exit meanwhile; the patch then stops every thread there is.
+    let mut t = Target::start("churn");
+    t.ask("churn 4", "churning 4");
+    let pid = t.pid.to_string();
+    for step in ["after-inject", "after-detour"] {
+        let work0 = field(&t.ask("counts", "counts"), "work");
+        let session = Session::start_with_env(
+            &["-p", &pid, "-f", "work", "-f", "measured", "--json"],
+            &[("TP_FAULT", &format!("pause:{step}"))],
+        );
+        wait_paused(&session.child);
+        let tracer = session.child.id() as i32;
+        // Twice: every spawner creates new workers, and the main thread answers.
+        for _ in 0..2 {
+            let line = t.ask("progress", "progress");
+            assert!(field(&line, "created") > 0, "{step}: {line}");
+        }
+        let states = thread_states(t.pid);
+        let traced: Vec<_> = states.iter().filter(|&&(_, _, by)| by == tracer).collect();
+        assert_eq!(traced.iter().map(|s| s.0).collect::<Vec<_>>(), vec![t.pid], "{step}: {states:?}");
+        assert!(states.iter().all(|&(_, state, _)| !matches!(state, 't' | 'T')), "{step}: {states:?}");
+        // SAFETY: plain kill(2) of the tp we started.
+        unsafe { libc::kill(tracer, libc::SIGCONT) };
+        let mut session = session;
+        session.err.wait_for("tp: attached");
+        let calls = field(&t.ask("call 5000", "done"), "calls");
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{step}: {stderr}");
+        let work1 = field(&t.ask("counts", "counts"), "work");
+        let hits = hits_from_json(&stdout);
+        assert_eq!(hits["measured"], calls, "{step}");
+        assert!(hits["work"] <= work1 - work0 + 300 * 16, "{step}: {hits:?} vs {}", work1 - work0);
+        assert_released(&mut t, 1);
+    }
+    let stopped = t.ask("stop", "stopped");
+    assert!(stopped.ends_with("checksum=ok"), "{stopped}");
+    assert_eq!(field(&stopped, "created"), field(&stopped, "exited"), "{stopped}");
+    assert_code_is_original(&t, &["work", "measured"]);
+    assert!(t.quit().success());
+}

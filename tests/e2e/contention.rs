@@ -15,6 +15,14 @@ fn state_and_syscall(pid: u32) -> Option<(char, i64)> {
 
 #[test]
 fn a_second_tp_waits_while_another_holds_the_target() {
+    // The first tp holds every thread stopped, or only the worker seized
+    // while the process runs and it writes the detours.
+    for step in ["after-seize", "after-detour"] {
+        waits_while_another_holds(step);
+    }
+}
+
+fn waits_while_another_holds(step: &str) {
     let mut t = Target::start("counter");
     let pid = t.pid.to_string();
     let spawn = |func: &str, fault: Option<&str>| {
@@ -28,8 +36,8 @@ fn a_second_tp_waits_while_another_holds_the_target() {
         }
         KillOnDrop::child(cmd.spawn().expect("run tp"))
     };
-    // The first tp stops itself while it holds every thread of the target.
-    let mut first = spawn("foo", Some("pause:after-seize"));
+    // The first tp stops itself while it holds the target.
+    let mut first = spawn("foo", Some(&format!("pause:{step}")));
     let first_pid = first.id() as u32;
     wait_until("the first tp holds the target", || state_and_syscall(first_pid).is_some_and(|(s, _)| s == 'T'));
     // The second one comes in now and must wait (it sleeps between tries).
@@ -40,19 +48,22 @@ fn a_second_tp_waits_while_another_holds_the_target() {
             || state_and_syscall(second_pid)
                 .is_some_and(|(_, nr)| nr == libc::SYS_nanosleep || nr == libc::SYS_clock_nanosleep)
     });
-    assert!(second.get_mut().try_wait().unwrap().is_none(), "the second tp gave up while the first held the target");
+    assert!(
+        second.get_mut().try_wait().unwrap().is_none(),
+        "{step}: the second tp gave up while the first held the target"
+    );
     // SAFETY: plain kill(2) of a child we started.
     unsafe { libc::kill(first_pid as i32, libc::SIGCONT) };
-    assert!(wait_timeout(first.get_mut()).success(), "the first tp failed");
+    assert!(wait_timeout(first.get_mut()).success(), "{step}: the first tp failed");
     let mut err = Lines::new(second.get_mut().stderr.take().unwrap());
     let status = wait_timeout(second.get_mut());
-    assert!(status.success(), "the second tp failed: {:?}", err.rest());
+    assert!(status.success(), "{step}: the second tp failed: {:?}", err.rest());
 
     // Both probes are live and count.
-    let foo = t.call("foo", 1000, 1);
-    let bar = t.call("bar", 700, 1);
+    let foo_calls = t.call("foo", 1000, 1);
+    let bar_calls = t.call("bar", 700, 1);
     let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
-    assert_eq!((counts["foo"], counts["bar"]), (foo, bar));
+    assert_eq!((counts["foo"], counts["bar"]), (foo_calls, bar_calls));
     expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
     assert_code_is_original(&t, &["foo", "bar"]);
     assert!(t.quit().success());

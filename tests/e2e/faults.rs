@@ -184,6 +184,37 @@ fn target_killed_during_attach_is_reported_in_one_line() {
 }
 
 #[test]
+fn a_target_that_exits_while_tp_writes_the_detours_ends_the_attach_in_one_line() {
+    // The process runs between tp's remote syscalls and the patch: it may
+    // exit then, on its own, with tp's memory mapped and no site patched.
+    for step in ["after-inject", "after-detour", "after-entries"] {
+        let mut t = Target::start("counter");
+        let pid = t.pid.to_string();
+        let session =
+            Session::start_with_env(&["-p", &pid, "-f", "foo", "-f", "bar"], &[("TP_FAULT", &format!("pause:{step}"))]);
+        wait_paused(&session.child);
+        assert_eq!(t.call("foo", 1000, 2), 2000, "{step}: the target runs meanwhile");
+        t.send(b"quit\n");
+        // Its main thread, seized by tp, exits; the process is reaped once tp lets go.
+        wait_until("the target exits", || {
+            tp::process::threads(t.pid).map_or(true, |tids| {
+                tids.iter().all(|&tid| {
+                    std::fs::read_to_string(format!("/proc/{}/task/{tid}/stat", t.pid))
+                        .map_or(true, |s| s.contains(") Z") || s.contains(") X"))
+                })
+            })
+        });
+        // SAFETY: plain kill(2) of the tp we started.
+        unsafe { libc::kill(session.child.id() as i32, libc::SIGCONT) };
+        let (status, _, stderr) = session.wait();
+        let lines: Vec<&str> = stderr.lines().collect();
+        assert!(!status.success() && status.code().is_some(), "{step}: {status:?}: {stderr}");
+        assert!(lines.len() == 1 && lines[0].contains("exited while tp was attaching"), "{step}: {stderr}");
+        assert!(wait_timeout(&mut t.child).success(), "{step}: the target exited as it wanted");
+    }
+}
+
+#[test]
 fn target_killed_during_detach_still_gives_the_final_counts() {
     for step in ["after-seize:2", "before-restore", "during-detach"] {
         let mut t = Target::start("counter");
