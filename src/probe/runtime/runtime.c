@@ -136,6 +136,9 @@ HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
 	t->tid_at = tcb ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
 	t->ring = 0;
 	t->row = 0;
+	/* A fork copies a state another thread was writing into its ring
+	 * with: nothing writes it in this process. */
+	t->writing = 0;
 	t->pid = pid;
 }
 
