@@ -214,6 +214,13 @@ impl Results {
         row("attach 1 probe: target stopped", 1000.0, "µs", med(a1, |c| c.attach_stop_us), None);
         row("attach 10,000 probes: wall", 1000.0, "ms", med(a10k, |c| c.attach_wall_ms), None);
         row("attach 10,000 probes: target stopped (in total)", 50_000.0, "µs", med(a10k, |c| c.attach_stop_us), None);
+        row(
+            "attach 10,000 probes: any thread stopped (in total, the worker's remote syscalls too)",
+            50_000.0,
+            "µs",
+            med(a10k, |c| c.worker_us),
+            None,
+        );
         use crate::real::{Case, median};
         let real = |case, cached, f| median(&self.real, case, cached, f);
         row(
@@ -238,6 +245,13 @@ impl Results {
         };
         row("postgres `-f '*'`, first time: wall per 10,000 probes", 1000.0, "ms", per10k(false), None);
         row("postgres `-f '*'`: target stopped", 50_000.0, "µs", real(Case::PostgresAll, false, |a| a.stop_us), None);
+        row(
+            "postgres `-f '*'`: any thread stopped (in total, the worker's remote syscalls too)",
+            50_000.0,
+            "µs",
+            real(Case::PostgresAll, false, |a| a.worker_us),
+            None,
+        );
         row("toggle one probe (no stop)", 100.0, "ns", Spread::of(&self.toggle).map(|s| s.median), None);
         o.push('\n');
     }
