@@ -749,6 +749,10 @@ mod tests {
         let asm = disassemble(&d.bytes, AT);
         assert!(asm.iter().any(|i| i == "mov qword ptr [rax + 0x10], rdi"), "{asm:#?}");
         assert!(!asm.iter().any(|i| i.contains("[r10 + 0x18], 1") || i.contains("[rsp + 0x38]")), "{asm:#?}");
+        // Its timestamp first, the function's rdx read back from the stack.
+        let at = |i: &str| asm.iter().position(|a| a == i).unwrap_or_else(|| panic!("no {i}: {asm:#?}"));
+        assert!(at("rdtsc") < at("mov qword ptr [rax + 0x10], rdi"));
+        assert!(at("mov rcx, qword ptr [rsp + 8]") < at("mov qword ptr [rax + 0x20], rcx"));
         let ret = Records { ret: true, ..Records::COUNT };
         let d = build(&plan, AT, &DetourSpec { records: ret, entry_word: 3 | HIJACK_RETURN, ..spec() }).unwrap();
         let asm = disassemble(&d.bytes, AT);

@@ -22,7 +22,11 @@
 //! argument registers, pushes the shadow frame if the probe times the call,
 //! then takes one timestamp for both (after its own work, as `tp_entry`
 //! starts a timed call) and publishes the event; else it calls `tp_entry`
-//! (the count stub first if the thread's entry was not found):
+//! (the count stub first if the thread's entry was not found). A probe
+//! that records the entry and does not time the call takes its timestamp
+//! first instead, right after its pushes, so that the `rdtsc`'s latency
+//! overlaps the ring's checks and the event's stores (about 1 ns less per
+//! call here):
 //!
 //! ```text
 //!         r10 = [r10 + THREAD]           ; the thread's state
@@ -224,6 +228,10 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     for r in EVENT_SAVED {
         w.put_push(r);
     }
+    if record && !hijack {
+        entry_event_only(w, l, probe, x);
+        return;
+    }
     if record {
         // r11: the thread's ring slot; rbx its head; rcx the event there.
         w.put_load(R11, R10, l.thread_ring as i32);
@@ -275,6 +283,40 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         w.put_mov_reg_rip(RDX, x.lit_tramp);
         w.put_store(RDX, RSP, EVENT_SLOT);
     }
+    for r in EVENT_SAVED.iter().rev() {
+        w.put_pop(*r);
+    }
+}
+
+/// [`event`] for a probe that records the entry and does not time the
+/// call: its timestamp is taken first, so that its latency overlaps the
+/// rest (nothing waits for it but the event's word). rdx holds it; the
+/// function's rdx is read back from where [`event`] pushed it.
+fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExits) {
+    w.put_rdtsc();
+    w.put_shl64(RDX, 32);
+    w.put_or_reg(RDX, RAX);
+    w.put_load(R11, R10, l.thread_ring as i32);
+    w.put_test_reg(R11);
+    w.put_je(x.full);
+    writing(w, l, R10, x.full);
+    w.put_load(RBX, R11, l.slot_head as i32);
+    full_check(w, l, R11, RBX, RAX, x.unmark);
+    event_at(w, l, RAX, R11, RBX);
+    let v = |k: u32| (l.event_v + 8 * k) as i32;
+    for (k, r) in [(0, RDI), (1, RSI), (3, RCX), (4, R8), (5, R9)] {
+        w.put_store(r, RAX, v(k));
+    }
+    w.put_load(RCX, RSP, 8);
+    w.put_store(RCX, RAX, v(2));
+    w.put_store(RDX, RAX, l.event_tsc as i32);
+    w.put_load(RDX, R10, l.thread_tid_at as i32);
+    w.put_load32(RDX, RDX, 0);
+    w.put_store32(RDX, RAX, l.event_tid as i32);
+    w.put_store32_imm(RAX, l.event_probe as i32, probe | l.entry_kind);
+    w.put_inc(RBX);
+    w.put_store(RBX, R11, l.slot_head as i32); // published
+    w.put_store32_imm(R10, l.thread_writing as i32, 0);
     for r in EVENT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
