@@ -172,6 +172,29 @@ fn event_at(w: &mut Writer, l: &RuntimeLayout, ev: u8, slot: u8, head: u8) {
     w.put_lea_indexed(ev, slot, ev, l.slot_ring as i32);
 }
 
+/// The next event of the ring of the thread whose state is at `state`,
+/// for it to write: `slot` = its ring slot, rbx = the slot's head, rax =
+/// the event there (the thread marked as writing). Jumps to `busy` if the
+/// thread has no ring yet or is writing already, to `unmark` if the ring
+/// may be full (the mark set).
+fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, busy: u64, unmark: u64) {
+    w.put_load(slot, state, l.thread_ring as i32);
+    w.put_test_reg(slot);
+    w.put_je(busy);
+    writing(w, l, state, busy);
+    w.put_load(RBX, slot, l.slot_head as i32);
+    full_check(w, l, slot, RBX, RAX, unmark);
+    event_at(w, l, RAX, slot, RBX);
+}
+
+/// `into` (rax or rdx) = the time stamp counter; the other is clobbered.
+fn timestamp(w: &mut Writer, into: u8) {
+    let other = if into == RAX { RDX } else { RAX };
+    w.put_rdtsc();
+    w.put_shl64(RDX, 32);
+    w.put_or_reg(into, other);
+}
+
 /// Jumps to `busy` if the thread whose state is at `state` is writing into
 /// its ring already (a signal interrupted the write: the runtime counts
 /// this event lost), else marks it as writing. The mark is cleared once
@@ -234,13 +257,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     }
     if record {
         // r11: the thread's ring slot; rbx its head; rcx the event there.
-        w.put_load(R11, R10, l.thread_ring as i32);
-        w.put_test_reg(R11);
-        w.put_je(x.full);
-        writing(w, l, R10, x.full);
-        w.put_load(RBX, R11, l.slot_head as i32);
-        full_check(w, l, R11, RBX, RAX, x.unmark);
-        event_at(w, l, RAX, R11, RBX);
+        reserve_event(w, l, R10, R11, x.full, x.unmark);
         for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
             w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
         }
@@ -269,9 +286,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         w.put_store(RDX, R10, frame0(l, l.frame_overhead));
     }
     // One timestamp, after tp's work, for the event and the timed call.
-    w.put_rdtsc();
-    w.put_shl64(RDX, 32);
-    w.put_or_reg(RAX, RDX);
+    timestamp(w, RAX);
     if record {
         w.put_store(RAX, RCX, l.event_tsc as i32);
         w.put_inc(RBX);
@@ -293,16 +308,8 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
 /// rest (nothing waits for it but the event's word). rdx holds it; the
 /// function's rdx is read back from where [`event`] pushed it.
 fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExits) {
-    w.put_rdtsc();
-    w.put_shl64(RDX, 32);
-    w.put_or_reg(RDX, RAX);
-    w.put_load(R11, R10, l.thread_ring as i32);
-    w.put_test_reg(R11);
-    w.put_je(x.full);
-    writing(w, l, R10, x.full);
-    w.put_load(RBX, R11, l.slot_head as i32);
-    full_check(w, l, R11, RBX, RAX, x.unmark);
-    event_at(w, l, RAX, R11, RBX);
+    timestamp(w, RDX);
+    reserve_event(w, l, R10, R11, x.full, x.unmark);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
     for (k, r) in [(0, RDI), (1, RSI), (3, RCX), (4, R8), (5, R9)] {
         w.put_store(r, RAX, v(k));
@@ -353,9 +360,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
         w.put_push(r);
     }
     // The call's end, first.
-    w.put_rdtsc();
-    w.put_shl64(RDX, 32);
-    w.put_or_reg(RAX, RDX);
+    timestamp(w, RAX);
     w.put_mov_reg(RCX, RAX);
     cache_entry(w, RBX, RAX, m.lit_cache, m.exit_way1);
     out.exit_found = w.pc();
@@ -365,15 +370,9 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_lea(RAX, RSP, EXIT_SLOT);
     w.put_cmp_reg_mem(RAX, R11, frame0(l, l.frame_slot));
     w.put_jne(m.exit_slow);
-    w.put_load(R10, R11, l.thread_ring as i32);
-    w.put_test_reg(R10);
-    w.put_je(m.exit_slow);
-    writing(w, l, R11, m.exit_slow);
-    w.put_load(RBX, R10, l.slot_head as i32);
-    full_check(w, l, R10, RBX, RAX, m.exit_unmark);
+    reserve_event(w, l, R11, R10, m.exit_slow, m.exit_unmark);
     // The frame is read whole before the depth lets it go: a signal
     // handler whose probes run on this thread from then on take frame 0.
-    event_at(w, l, RAX, R10, RBX);
     w.put_load32(RDX, R11, frame0(l, l.frame_probe));
     w.put_or32_imm(RDX, l.exit_kind);
     w.put_store32(RDX, RAX, l.event_probe as i32);
