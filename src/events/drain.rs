@@ -116,12 +116,21 @@ impl Drainer {
     /// claimed it, and a process that ended writes nothing more. Events
     /// and losses stay counted: the next owner goes on from the same
     /// `head` and adds to the same `lost`. Returns how many were freed.
+    ///
+    /// The ring is found drained only after its process is found ended:
+    /// a process may write its last events between a check of the ring and
+    /// its end, and a slot freed with them unread would hand them to its
+    /// next owner (or to none, key 0).
     pub fn free_ended(region: &Region, ended: impl Fn(u32) -> bool) -> usize {
         let h = region.header();
         let mut freed = 0;
+        let drained = |off: u64| region.load_u64(off + HEAD) == region.load_u64(off + TAIL);
         for off in slots_in_use(&h) {
             let key = region.load_u64(off + KEY);
-            if key == 0 || region.load_u64(off + HEAD) != region.load_u64(off + TAIL) || !ended(pid_of_key(key)) {
+            // The first look at the ring spares a live process's slot the
+            // cost of asking whether it ended; the second is the one that
+            // counts.
+            if key == 0 || !drained(off) || !ended(pid_of_key(key)) || !drained(off) {
                 continue;
             }
             if region.compare_exchange_u64(off + KEY, key, 0) {
@@ -169,4 +178,49 @@ fn slots_in_use(h: &Header) -> impl Iterator<Item = u64> + '_ {
     (0..1u64 << h.ctx.slot_bits)
         .filter(|&i| h.ctx.claimed[(i / 64) as usize] & (1 << (i % 64)) != 0)
         .map(|i| h.slot_off(i))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::Arch;
+    use crate::probe::layout::Header;
+    use std::fs::File;
+
+    /// A region in a memfd of this process, with slot 0 claimed by `key`.
+    fn region_with_slot(key: u64) -> (Region, u64) {
+        let g = layout::geometry(1, layout::DEFAULT_RING_LEN);
+        let fd = nix::sys::memfd::memfd_create(c"tp-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
+        let file = File::from(fd);
+        file.set_len(g.total_size).unwrap();
+        let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
+        let mut h = Header::new(&g, crate::arch::Host::ELF_MACHINE as u32, 0x7000_0000, 0x7f00_0000_0000);
+        h.ctx.claimed[0] = 1;
+        r.set_header(&h).unwrap();
+        let off = h.slot_off(0);
+        r.store_u64(off + KEY, key).unwrap();
+        (r, off)
+    }
+
+    #[test]
+    fn a_slot_is_freed_only_once_its_process_ended_with_its_ring_drained() {
+        let key = (77u64 << 32) | 78;
+        let (r, off) = region_with_slot(key);
+        assert_eq!(Drainer::free_ended(&r, |_| false), 0, "alive");
+        assert_eq!(r.load_u64(off + KEY), key);
+        // The process writes its last event and ends while tp asks whether
+        // it ended: the event is unread, so the slot stays its own.
+        let last_words = |pid: u32| {
+            assert_eq!(pid, 77);
+            r.store_u64(off + HEAD, r.load_u64(off + HEAD) + 1).unwrap();
+            true
+        };
+        assert_eq!(Drainer::free_ended(&r, last_words), 0, "its last event is unread");
+        assert_eq!(r.load_u64(off + KEY), key);
+        let mut out = Vec::new();
+        Drainer::default().drain(&r, &mut out).unwrap();
+        assert_eq!(r.load_u64(off + TAIL), 1);
+        assert_eq!(Drainer::free_ended(&r, |_| true), 1, "ended and drained");
+        assert_eq!(r.load_u64(off + KEY), 0);
+    }
 }

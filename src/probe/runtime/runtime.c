@@ -195,14 +195,19 @@ HOT void lose(struct tp_ctx *c, struct tp_thread *t, uint64_t n)
 }
 
 /* True if the ring slot `s` (whose key was `key`) is free to take over:
- * every event in it was read, and the process that owned it is gone
- * (kill(pid, 0): ESRCH). tp frees such slots too, at its own pace; a
- * server that forks faster than tp drains finds them here. */
+ * the process that owned it is gone (kill(pid, 0): ESRCH), and every event
+ * it wrote was read. tp frees such slots too, at its own pace; a server
+ * that forks faster than tp drains finds them here. The ring is looked at
+ * again once the owner is known to be gone: it may have written its last
+ * events between the first look and its end. */
+HOT int drained(struct tp_slot *s)
+{
+	return __atomic_load_n(&s->head, __ATOMIC_ACQUIRE) == __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
+}
+
 HOT int abandoned(struct tp_slot *s, uint64_t key)
 {
-	if (__atomic_load_n(&s->head, __ATOMIC_ACQUIRE) != __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE))
-		return 0;
-	return (int64_t)tp_syscall4(TP_SYS_KILL, key >> 32, 0, 0, 0) == -3 /* ESRCH */;
+	return drained(s) && (int64_t)tp_syscall4(TP_SYS_KILL, key >> 32, 0, 0, 0) == -3 /* ESRCH */ && drained(s);
 }
 
 /* The thread's ring slot in the data region, claimed on its first event in
