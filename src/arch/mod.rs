@@ -453,11 +453,12 @@ pub struct RuntimeLayout {
     pub frame_tramp: u32,
     /// See [`RuntimeLayout::frame_slot`].
     pub frame_overhead: u32,
-    /// In a ring slot: the next event to write, the writer's last look at
-    /// the reader's position, the first event.
+    /// In a ring slot: the next event to write, the `head` at which the
+    /// ring is full as the writer last saw the reader's position, the first
+    /// event.
     pub slot_head: u32,
     /// See [`RuntimeLayout::slot_head`].
-    pub slot_cached_tail: u32,
+    pub slot_limit: u32,
     /// See [`RuntimeLayout::slot_head`].
     pub slot_ring: u32,
     /// In an event: the probe and kind (32 bits), the TID (32 bits), the

@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 9;
+pub const VERSION: u32 = 10;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -336,8 +336,10 @@ shared_struct! {
         pub key: u64,
         /// Events dropped: the ring was full, the thread's shadow stack was full.
         pub lost: u64,
-        /// The thread's last look at `tail`.
-        pub cached_tail: u64,
+        /// The `head` at which the ring is full as the thread last saw
+        /// `tail` (that `tail` plus the ring's length): below it there is
+        /// room, and the thread looks at `tail` again only when it is not.
+        pub limit: u64,
         /// Padding to the next cache line.
         pub pad0: [u64; 5],
         /// Next event the thread writes.
@@ -431,25 +433,25 @@ shared_struct! {
         pub tid: u32,
         /// Shadow frames in use.
         pub depth: u32,
-        /// The thread's counter row in this process (1 to 63; x86-64), 0
-        /// before it takes one or when none was free (row 0, shared).
-        pub row: u32,
+        /// Nonzero while the thread writes into its ring: the probes of a
+        /// signal handler that interrupts the write count their events lost
+        /// rather than write over the event being written.
+        pub writing: u32,
         /// Where events read the thread's TID: in its TCB, when its key is
         /// a TCB's address (the word there is the key itself, as glibc and
         /// musl keep it) and tp found the TID's offset; else `tid` above.
         pub tid_at: u64,
+        /// The thread's counter row in this process (1 to 63; x86-64), 0
+        /// before it takes one or when none was free (row 0, shared).
+        pub row: u32,
+        /// The TID that `stack_lo` and `stack_hi` were learnt for: a new
+        /// thread that takes this state learns its own.
+        pub stack_tid: u32,
         /// The part of the thread's stack known readable, from its lowest
         /// address ... (a stack walk reads only in `[stack_lo, stack_hi)`)
         pub stack_lo: u64,
         /// ... to its end; 0 while not known.
         pub stack_hi: u64,
-        /// The TID that `stack_lo` and `stack_hi` were learnt for: a new
-        /// thread that takes this state learns its own.
-        pub stack_tid: u32,
-        /// Nonzero while the thread writes into its ring: the probes of a
-        /// signal handler that interrupts the write count their events lost
-        /// rather than write over the event being written.
-        pub writing: u32,
         /// Padding to 128 bytes (the fields a hit reads fill the first 64).
         pub pad2: [u64; 7],
     }

@@ -44,7 +44,7 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         frame_tramp: u(offset_of!(Frame, tramp)),
         frame_overhead: u(offset_of!(Frame, overhead)),
         slot_head: u(offset_of!(SlotHead, head)),
-        slot_cached_tail: u(offset_of!(SlotHead, cached_tail)),
+        slot_limit: u(offset_of!(SlotHead, limit)),
         slot_ring: u(size_of::<SlotHead>()),
         event_probe: u(offset_of!(Event, probe)),
         event_tid: u(offset_of!(Event, tid)),

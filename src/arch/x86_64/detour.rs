@@ -391,7 +391,7 @@ fn emit_tail(
     }
     let mut unmark = way1;
     if let Some(layout) = fast {
-        (unmark, full) = fast::event_full(w, &layout);
+        (unmark, full) = fast::event_full(w, &layout, spec.entry_word);
         call = w.pc();
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
@@ -719,20 +719,26 @@ mod tests {
         let has = |i: &str| asm.iter().any(|a| a == i);
         // Counted as a counting detour counts, then the thread's state.
         check(&asm[8..18], &count("r10", "r10d", "r11", "r11d"));
+        // Its depth and its writing mark.
         assert_eq!(asm[18..20], ["mov r10, qword ptr [r10 + 0x10]", "cmp dword ptr [r10 + 0x18], 0"]);
-        assert_eq!(asm[21..25], ["push rbx", "push rcx", "push rdx", "push rax"]);
-        // The event, straight from the argument registers, with its probe and kind.
-        for (k, r) in ["rdi", "rsi", "rdx", "rcx", "r8", "r9"].iter().enumerate() {
-            assert!(has(&format!("mov qword ptr [rax + {:#x}], {r}", 16 + 8 * k)), "{r}: {asm:#?}");
+        assert_eq!(asm[21], "cmp dword ptr [r10 + 0x1c], 0");
+        assert_eq!(asm[23..26], ["push rcx", "push rdx", "push rax"]);
+        // The event, straight from the argument registers (rcx from where it
+        // was pushed), with its probe and kind.
+        for (k, r) in [(0, "rdi"), (1, "rsi"), (2, "rdx"), (4, "r8"), (5, "r9")] {
+            assert!(has(&format!("mov qword ptr [rcx + {:#x}], {r}", 16 + 8 * k)), "{r}: {asm:#?}");
         }
+        let rcx = asm.iter().position(|i| i == "mov rax, qword ptr [rsp + 0x10]").expect("rcx read back");
+        assert_eq!(asm[rcx + 1], "mov qword ptr [rcx + 0x28], rax");
         assert!(has("mov dword ptr [rcx], 0x1000003"), "{asm:#?}");
-        assert!(has("mov qword ptr [r11 + 0x40], rbx"), "the head, published: {asm:#?}");
+        assert!(has("cmp rcx, qword ptr [r11 + 0x10]"), "the head against the slot's limit: {asm:#?}");
+        assert!(has("inc qword ptr [r11 + 0x40]"), "the head, published: {asm:#?}");
         // The frame: its slot before and after the depth that publishes it.
         let depth = asm.iter().position(|i| i == "mov dword ptr [r10 + 0x18], 1").expect("the depth");
         assert_eq!(asm[depth - 1], "mov qword ptr [r10 + 0x40], rdx");
         assert_eq!(asm[depth + 1], "mov qword ptr [r10 + 0x40], rdx");
-        assert_eq!(asm[depth - 2], "lea rdx, [rsp + 0x38]", "the return address above seven pushes");
-        assert!(has("mov qword ptr [rsp + 0x38], rdx"), "the trampoline in its place: {asm:#?}");
+        assert_eq!(asm[depth - 2], "lea rdx, [rsp + 0x30]", "the return address above six pushes");
+        assert!(has("mov qword ptr [rsp + 0x30], rdx"), "the trampoline in its place: {asm:#?}");
         assert_eq!(asm.iter().filter(|i| *i == "rdtsc").count(), 1, "one timestamp for the event and the frame");
         // The fallbacks: the count stub, then tp_entry with the word.
         assert!(has(&format!("call {:#x}", runtime().count)));
@@ -748,16 +754,16 @@ mod tests {
         let d = build(&plan, AT, &DetourSpec { records: args, entry_word: 3 | RECORD_ENTRY, ..spec() }).unwrap();
         let asm = disassemble(&d.bytes, AT);
         assert!(asm.iter().any(|i| i == "mov qword ptr [rax + 0x10], rdi"), "{asm:#?}");
-        assert!(!asm.iter().any(|i| i.contains("[r10 + 0x18], 1") || i.contains("[rsp + 0x38]")), "{asm:#?}");
+        assert!(!asm.iter().any(|i| i.contains("[r10 + 0x18], 1") || i.contains("[rsp + 0x28]")), "{asm:#?}");
         // Its timestamp first, the function's rdx read back from the stack.
         let at = |i: &str| asm.iter().position(|a| a == i).unwrap_or_else(|| panic!("no {i}: {asm:#?}"));
         assert!(at("rdtsc") < at("mov qword ptr [rax + 0x10], rdi"));
-        assert!(at("mov rcx, qword ptr [rsp + 8]") < at("mov qword ptr [rax + 0x20], rcx"));
+        assert!(at("mov rdx, qword ptr [rsp + 8]") < at("mov qword ptr [rax + 0x20], rdx"));
         let ret = Records { ret: true, ..Records::COUNT };
         let d = build(&plan, AT, &DetourSpec { records: ret, entry_word: 3 | HIJACK_RETURN, ..spec() }).unwrap();
         let asm = disassemble(&d.bytes, AT);
         assert!(!asm.iter().any(|i| i.ends_with("], rdi")), "{asm:#?}");
-        assert!(asm.iter().any(|i| i == "mov qword ptr [rsp + 0x38], rdx"), "{asm:#?}");
+        assert!(asm.iter().any(|i| i == "mov qword ptr [rsp + 0x28], rdx"), "above five pushes: {asm:#?}");
     }
 
     #[test]

@@ -29,23 +29,28 @@
 //! call here):
 //!
 //! ```text
-//!         r10 = [r10 + THREAD]           ; the thread's state
-//!         cmp  dword [r10 + depth], 0 ; jne call
-//!         push rbx, rcx, rdx, rax
+//!         r10 = [r10 + THREAD]              ; the thread's state
+//!         depth == 0, writing == 0, else call
+//!         push rcx, rdx, rax     ; (rcx only if it records and times the call)
 //! record: r11 = [r10 + ring] ; test r11, r11 ; je full
-//!         rbx = [r11 + head] ; (head - cached_tail > mask: full)
+//!         writing = 1 ; rcx = [r11 + head]
+//!         cmp rcx, [r11 + limit] ; jae unmark       ; the ring may be full
 //!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, TID, probe | ENTRY
 //! frame:  shadow[0].slot = the return address's ; depth = 1
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
-//!         rdtsc                          ; the entry's time
-//!         event->tsc = it ; [r11 + head] = rbx + 1   ; published
+//!         rdtsc                              ; the entry's time
+//!         event->tsc = it ; inc qword [r11 + head] ; writing = 0   ; published
 //!         shadow[0].tsc = it ; *slot = trampoline
-//!         pop rax, rdx, rcx, rbx         ; on to the detour's restore
+//!         pop rax, rdx, rcx                  ; on to the detour's restore
 //! ...
-//! full:   pop rax, rdx, rcx, rbx
+//! unmark: writing = 0
+//! full:   pop rax, rdx, rcx
 //! call:   <push the eight registers; tp_entry(ctx, word, registers,
 //!         slot, trampoline, 0); pop> ; jmp restore
 //! ```
+//!
+//! A ring slot keeps the head at which it is full as its writer last saw
+//! the reader (`limit`), so that room is one compare.
 //!
 //! **Exit** (the trampoline a timed call returns to): when the returning
 //! call is the thread's only timed one (depth 1, its frame's slot the word
@@ -58,13 +63,14 @@
 //! ```text
 //! tramp:  lea  rsp, [rsp - 8]            ; where the return address goes
 //!         push rax ; lahf ; seto al ; push rax
-//!         push rdx, r10, r11, rbx, rcx
+//!         push rdx, r10, r11, rcx
 //!         rdtsc ; rcx = the time
-//!         <r11 = the thread's state, from its cache entry (or the paired one), else slow>
-//!         depth == 1, shadow[0].slot == rsp + 56, ring with room, else slow
-//!         the event ; [rsp + 56] = shadow[0].ret   ; the frame read whole,
-//!         depth = 0 ; head + 1                   ; then let go
-//!         pop rcx, rbx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
+//!         <r10 = the thread's cache entry (or the paired one), else slow>
+//!         r11 = [r10 + THREAD] ; depth == 1, writing == 0, else slow
+//!         shadow[0].slot == rsp + 48, ring with room, else slow
+//!         the event ; [rsp + 48] = shadow[0].ret   ; the frame read whole,
+//!         depth = 0 ; inc qword [r10 + head] ; writing = 0   ; then let go
+//!         pop rcx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
 //!         lea  rsp, [rsp + 8] ; jmp [rsp - 8]  ; to the original return address
 //! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
 //! ```
@@ -163,28 +169,48 @@ fn frame0(l: &RuntimeLayout, f: u32) -> i32 {
     (l.thread_shadow + f) as i32
 }
 
-/// `ev` = the event at `head` in the ring of the slot at `slot` (`ev`
-/// may be `head`).
-fn event_at(w: &mut Writer, l: &RuntimeLayout, ev: u8, slot: u8, head: u8) {
-    w.put_mov_reg32(ev, head);
+/// The thread whose state is at `state` may take the fast path: it has no
+/// timed call live (its depth is `depth`: 0 at an entry, 1 at the exit of
+/// its only one) and is not writing into its ring (a signal interrupted
+/// the write: the runtime counts this event lost); else a jump to `slow`.
+/// Two 32-bit compares, not one of the 64 bits both fields fill: the fast
+/// paths write them 32 bits at a time, and a wider load of stores still
+/// in flight waits for them to reach the cache (2 ns more per entry and 7
+/// ns more per exit, measured here).
+fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: u8, depth: u32, slow: u64) {
+    w.put_cmp32_mem_imm(state, l.thread_depth as i32, depth);
+    w.put_jne(slow);
+    w.put_cmp32_mem_imm(state, l.thread_writing as i32, 0);
+    w.put_jne(slow);
+}
+
+/// The next event of the ring of the thread whose state is at `state`, for
+/// it to write: `slot` = its ring slot, `ev` = the event at the slot's head
+/// (the thread marked as writing). Jumps to `busy` if the thread has no
+/// ring yet, to `unmark` if the ring may be full (the mark set). The
+/// thread was seen not writing ([`check_thread`]).
+fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, ev: u8, busy: u64, unmark: u64) {
+    w.put_load(slot, state, l.thread_ring as i32);
+    w.put_test_reg(slot);
+    w.put_je(busy);
+    w.put_store32_imm(state, l.thread_writing as i32, 1);
+    w.put_load(ev, slot, l.slot_head as i32);
+    // Below the slot's limit there is room; at it the runtime looks at the
+    // reader's position again, or counts the event lost.
+    w.put_cmp_reg_mem(ev, slot, l.slot_limit as i32);
+    w.put_jae(unmark);
     w.put_and32_imm(ev, l.ring_mask);
     w.put_shl64(ev, event_shift(l));
     w.put_lea_indexed(ev, slot, ev, l.slot_ring as i32);
 }
 
-/// The next event of the ring of the thread whose state is at `state`,
-/// for it to write: `slot` = its ring slot, rbx = the slot's head, rax =
-/// the event there (the thread marked as writing). Jumps to `busy` if the
-/// thread has no ring yet or is writing already, to `unmark` if the ring
-/// may be full (the mark set).
-fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, busy: u64, unmark: u64) {
-    w.put_load(slot, state, l.thread_ring as i32);
-    w.put_test_reg(slot);
-    w.put_je(busy);
-    writing(w, l, state, busy);
-    w.put_load(RBX, slot, l.slot_head as i32);
-    full_check(w, l, slot, RBX, RAX, unmark);
-    event_at(w, l, RAX, slot, RBX);
+/// Publishes the event [`reserve_event`] gave (its head moves on: one
+/// writer, so a plain increment; the reader sees the old or the new value,
+/// and x86-64 makes the event's stores visible before it), then clears the
+/// thread's writing mark.
+fn publish(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8) {
+    w.put_inc_mem(slot, l.slot_head as i32, false);
+    w.put_store32_imm(state, l.thread_writing as i32, 0);
 }
 
 /// `into` (rax or rdx) = the time stamp counter; the other is clobbered.
@@ -195,32 +221,18 @@ fn timestamp(w: &mut Writer, into: u8) {
     w.put_or_reg(into, other);
 }
 
-/// Jumps to `busy` if the thread whose state is at `state` is writing into
-/// its ring already (a signal interrupted the write: the runtime counts
-/// this event lost), else marks it as writing. The mark is cleared once
-/// the event is published; every path to `busy` is taken before it is set.
-fn writing(w: &mut Writer, l: &RuntimeLayout, state: u8, busy: u64) {
-    w.put_cmp32_mem_imm(state, l.thread_writing as i32, 0);
-    w.put_jne(busy);
-    w.put_store32_imm(state, l.thread_writing as i32, 1);
+/// The registers the fast entry of a probe pushes after the detour's own
+/// three (rax, now the flags, last): rdx and rax for the timestamp, and rcx
+/// for the event when the probe also times the call.
+fn event_saved(l: &RuntimeLayout, word: u32) -> &'static [u8] {
+    if word & l.record_entry != 0 && word & l.hijack_return != 0 { &[RCX, RDX, RAX] } else { &[RDX, RAX] }
 }
 
-/// Jumps to `full` if the ring of the slot at `slot`, whose head is in
-/// `head`, may be full (`tmp` is clobbered): the runtime then looks again
-/// at the reader's position, or counts the event lost.
-fn full_check(w: &mut Writer, l: &RuntimeLayout, slot: u8, head: u8, tmp: u8, full: u64) {
-    w.put_mov_reg(tmp, head);
-    w.put_sub_reg_mem(tmp, slot, l.slot_cached_tail as i32);
-    w.put_cmp_reg_imm(tmp, l.ring_mask as i32);
-    w.put_ja(full);
-}
-
-/// Registers the fast entry pushes after the detour's own three (rax, now
-/// the flags, last).
-const EVENT_SAVED: [u8; 4] = [RBX, RCX, RDX, RAX];
 /// Where the probed function's return address is above the stack pointer
-/// once the fast entry has pushed: above the detour's three words and its four.
-const EVENT_SLOT: i32 = (3 + EVENT_SAVED.len() as i32) * 8;
+/// once the fast entry has pushed: above the detour's three words and its own.
+fn event_slot(saved: &[u8]) -> i32 {
+    (3 + saved.len() as i32) * 8
+}
 
 /// Where the fast entry's fallbacks are in its detour.
 #[derive(Debug, Clone, Copy)]
@@ -245,60 +257,56 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     let record = word & l.record_entry != 0;
     let hijack = word & l.hijack_return != 0;
     let probe = word & l.probe_mask;
+    let saved = event_saved(l, word);
     w.put_load(R10, R10, cache::THREAD);
-    w.put_cmp32_mem_imm(R10, l.thread_depth as i32, 0);
-    w.put_jne(x.call);
-    for r in EVENT_SAVED {
+    check_thread(w, l, R10, 0, x.call);
+    for &r in saved {
         w.put_push(r);
     }
     if record && !hijack {
         entry_event_only(w, l, probe, x);
         return;
     }
+    let v = |k: u32| (l.event_v + 8 * k) as i32;
     if record {
-        // r11: the thread's ring slot; rbx its head; rcx the event there.
-        reserve_event(w, l, R10, R11, x.full, x.unmark);
-        for (k, r) in [RDI, RSI, RDX, RCX, R8, R9].into_iter().enumerate() {
-            w.put_store(r, RAX, (l.event_v + 8 * k as u32) as i32);
+        // r11: the thread's ring slot; rcx the event at its head.
+        reserve_event(w, l, R10, R11, RCX, x.full, x.unmark);
+        for (k, r) in [(0, RDI), (1, RSI), (2, RDX), (4, R8), (5, R9)] {
+            w.put_store(r, RCX, v(k));
         }
-        w.put_mov_reg(RCX, RAX);
+        w.put_load(RAX, RSP, 16); // the function's rcx, pushed
+        w.put_store(RAX, RCX, v(3));
         w.put_load(RDX, R10, l.thread_tid_at as i32);
         w.put_load32(RDX, RDX, 0);
         w.put_store32(RDX, RCX, l.event_tid as i32);
         w.put_store32_imm(RCX, l.event_probe as i32, probe | l.entry_kind);
     }
-    if hijack {
-        // Shadow frame 0. Its slot is written before the depth that
-        // publishes it and again after: a signal handler whose probes run
-        // on this thread before the depth is 1 takes frame 0 itself and
-        // leaves it as it found the depth, and one after sees a frame that
-        // is this call's.
-        w.put_lea(RDX, RSP, EVENT_SLOT);
-        w.put_store(RDX, R10, frame0(l, l.frame_slot));
-        w.put_store32_imm(R10, l.thread_depth as i32, 1);
-        w.put_store(RDX, R10, frame0(l, l.frame_slot));
-        w.put_load(RDX, RDX, 0);
-        w.put_store(RDX, R10, frame0(l, l.frame_ret));
-        w.put_store32_imm(R10, frame0(l, l.frame_probe), probe);
-        w.put_mov_reg_rip(RDX, x.lit_tramp);
-        w.put_store(RDX, R10, frame0(l, l.frame_tramp));
-        w.put_load(RDX, R10, l.thread_overhead as i32);
-        w.put_store(RDX, R10, frame0(l, l.frame_overhead));
-    }
+    let slot = event_slot(saved);
+    // Shadow frame 0. Its slot is written before the depth that publishes
+    // it and again after: a signal handler whose probes run on this thread
+    // before the depth is 1 takes frame 0 itself and leaves it as it found
+    // the depth, and one after sees a frame that is this call's.
+    w.put_lea(RDX, RSP, slot);
+    w.put_store(RDX, R10, frame0(l, l.frame_slot));
+    w.put_store32_imm(R10, l.thread_depth as i32, 1);
+    w.put_store(RDX, R10, frame0(l, l.frame_slot));
+    w.put_load(RDX, RDX, 0);
+    w.put_store(RDX, R10, frame0(l, l.frame_ret));
+    w.put_store32_imm(R10, frame0(l, l.frame_probe), probe);
+    w.put_mov_reg_rip(RDX, x.lit_tramp);
+    w.put_store(RDX, R10, frame0(l, l.frame_tramp));
+    w.put_load(RDX, R10, l.thread_overhead as i32);
+    w.put_store(RDX, R10, frame0(l, l.frame_overhead));
     // One timestamp, after tp's work, for the event and the timed call.
     timestamp(w, RAX);
     if record {
         w.put_store(RAX, RCX, l.event_tsc as i32);
-        w.put_inc(RBX);
-        w.put_store(RBX, R11, l.slot_head as i32); // published
-        w.put_store32_imm(R10, l.thread_writing as i32, 0);
+        publish(w, l, R10, R11);
     }
-    if hijack {
-        w.put_store(RAX, R10, frame0(l, l.frame_tsc));
-        w.put_mov_reg_rip(RDX, x.lit_tramp);
-        w.put_store(RDX, RSP, EVENT_SLOT);
-    }
-    for r in EVENT_SAVED.iter().rev() {
+    w.put_store(RAX, R10, frame0(l, l.frame_tsc));
+    w.put_mov_reg_rip(RDX, x.lit_tramp);
+    w.put_store(RDX, RSP, slot);
+    for r in saved.iter().rev() {
         w.put_pop(*r);
     }
 }
@@ -306,38 +314,37 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
 /// [`event`] for a probe that records the entry and does not time the
 /// call: its timestamp is taken first, so that its latency overlaps the
 /// rest (nothing waits for it but the event's word). rdx holds it; the
-/// function's rdx is read back from where [`event`] pushed it.
+/// function's rdx is read back from where [`event`] pushed it, and rax
+/// (the flags, pushed) holds the event.
 fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExits) {
     timestamp(w, RDX);
-    reserve_event(w, l, R10, R11, x.full, x.unmark);
+    reserve_event(w, l, R10, R11, RAX, x.full, x.unmark);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
     for (k, r) in [(0, RDI), (1, RSI), (3, RCX), (4, R8), (5, R9)] {
         w.put_store(r, RAX, v(k));
     }
-    w.put_load(RCX, RSP, 8);
-    w.put_store(RCX, RAX, v(2));
     w.put_store(RDX, RAX, l.event_tsc as i32);
+    w.put_load(RDX, RSP, 8); // the function's rdx, pushed
+    w.put_store(RDX, RAX, v(2));
     w.put_load(RDX, R10, l.thread_tid_at as i32);
     w.put_load32(RDX, RDX, 0);
     w.put_store32(RDX, RAX, l.event_tid as i32);
     w.put_store32_imm(RAX, l.event_probe as i32, probe | l.entry_kind);
-    w.put_inc(RBX);
-    w.put_store(RBX, R11, l.slot_head as i32); // published
-    w.put_store32_imm(R10, l.thread_writing as i32, 0);
-    for r in EVENT_SAVED.iter().rev() {
-        w.put_pop(*r);
-    }
+    publish(w, l, R10, R11);
+    w.put_pop(RAX);
+    w.put_pop(RDX);
 }
 
 /// The fast entry's fallbacks once it has pushed: at `x.unmark` (a full
-/// ring) it clears the writing mark, at `x.full` pops, then goes on to the
-/// call of `tp_entry`, which the detour emits next. Returns the addresses
-/// of `unmark` and `full`.
-pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout) -> (u64, u64) {
+/// ring) it clears the writing mark, at `x.full` pops what the fast entry
+/// of the probe with entry word `word` pushed, then goes on to the call of
+/// `tp_entry`, which the detour emits next. Returns the addresses of
+/// `unmark` and `full`.
+pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout, word: u32) -> (u64, u64) {
     let unmark = w.pc();
     w.put_store32_imm(R10, l.thread_writing as i32, 0);
     let full = w.pc();
-    for r in EVENT_SAVED.iter().rev() {
+    for r in event_saved(l, word).iter().rev() {
         w.put_pop(*r);
     }
     (unmark, full)
@@ -346,9 +353,9 @@ pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout) -> (u64, u64) {
 /// Where, above the fast exit's stack pointer after its pushes, the saved
 /// rdx and rax are, and the word where the return address goes (the slot
 /// the function's `ret` popped it from).
-const EXIT_RDX: i32 = 32;
-const EXIT_RAX: i32 = 48;
-const EXIT_SLOT: i32 = 56;
+const EXIT_RDX: i32 = 24;
+const EXIT_RAX: i32 = 40;
+const EXIT_SLOT: i32 = 48;
 
 /// The fast exit (the trampoline), falling back to the full trampoline at
 /// `m.tramp_full`. Records the marks it defines in `out`.
@@ -356,21 +363,21 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_lea(RSP, RSP, -8);
     w.put_push(RAX);
     w.put_push_flags_via_rax();
-    for r in [RDX, R10, R11, RBX, RCX] {
+    for r in [RDX, R10, R11, RCX] {
         w.put_push(r);
     }
     // The call's end, first.
     timestamp(w, RAX);
     w.put_mov_reg(RCX, RAX);
-    cache_entry(w, RBX, RAX, m.lit_cache, m.exit_way1);
+    cache_entry(w, R10, RAX, m.lit_cache, m.exit_way1);
     out.exit_found = w.pc();
-    w.put_load(R11, RBX, cache::THREAD);
-    w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
-    w.put_jne(m.exit_slow);
+    w.put_load(R11, R10, cache::THREAD);
+    check_thread(w, l, R11, 1, m.exit_slow);
     w.put_lea(RAX, RSP, EXIT_SLOT);
     w.put_cmp_reg_mem(RAX, R11, frame0(l, l.frame_slot));
     w.put_jne(m.exit_slow);
-    reserve_event(w, l, R11, R10, m.exit_slow, m.exit_unmark);
+    // r10: the thread's ring slot; rax the event at its head.
+    reserve_event(w, l, R11, R10, RAX, m.exit_slow, m.exit_unmark);
     // The frame is read whole before the depth lets it go: a signal
     // handler whose probes run on this thread from then on take frame 0.
     w.put_load32(RDX, R11, frame0(l, l.frame_probe));
@@ -395,16 +402,14 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_load(RDX, R11, frame0(l, l.frame_ret));
     w.put_store(RDX, RSP, EXIT_SLOT);
     w.put_store32_imm(R11, l.thread_depth as i32, 0);
-    w.put_inc(RBX);
-    w.put_store(RBX, R10, l.slot_head as i32); // published
-    w.put_store32_imm(R11, l.thread_writing as i32, 0);
+    publish(w, l, R11, R10);
     restore_exit(w);
     // Back by an indirect jump through the slot, not `ret` (see runtime.rs).
     w.put_lea(RSP, RSP, 8);
     w.put_jmp_mem(RSP, -8);
 
     out.exit_way1 = w.pc();
-    paired_entry(w, RBX, RAX, m.exit_slow);
+    paired_entry(w, R10, RAX, m.exit_slow);
     w.put_jmp(m.exit_found);
     out.exit_unmark = w.pc();
     w.put_store32_imm(R11, l.thread_writing as i32, 0);
@@ -416,7 +421,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
 
 /// Pops what the fast exit pushed but the word for the return address.
 fn restore_exit(w: &mut Writer) {
-    for r in [RCX, RBX, R11, R10, RDX] {
+    for r in [RCX, R11, R10, RDX] {
         w.put_pop(r);
     }
     w.put_pop_flags_via_rax();
@@ -433,7 +438,7 @@ pub(super) fn example_layout() -> RuntimeLayout {
         thread_ring: 8,
         thread_depth: 24,
         thread_tid_at: 32,
-        thread_writing: 76,
+        thread_writing: 28,
         thread_overhead: 16,
         thread_shadow: 64,
         frame_slot: 0,
@@ -443,7 +448,7 @@ pub(super) fn example_layout() -> RuntimeLayout {
         frame_tramp: 32,
         frame_overhead: 40,
         slot_head: 64,
-        slot_cached_tail: 16,
+        slot_limit: 16,
         slot_ring: 192,
         event_probe: 0,
         event_tid: 4,

@@ -326,10 +326,11 @@ mod tests {
             disassemble(&b.bytes[(a.trampoline - AT) as usize..(full_trampoline(&b) - AT) as usize], a.trampoline);
         assert_eq!(exit[..4], ["lea rsp, [rsp - 8]", "push rax", "lahf", "seto al"]);
         assert_eq!(exit.iter().filter(|i| *i == "rdtsc").count(), 1);
-        assert!(exit.contains(&"mov r11, qword ptr [rbx + 0x10]".to_string()), "{exit:#?}");
-        assert!(exit.contains(&"xor rbx, 0x20".to_string()), "the paired entry: {exit:#?}");
-        assert!(exit.contains(&"cmp dword ptr [r11 + 0x18], 1".to_string()), "{exit:#?}");
-        assert!(exit.contains(&"lea rax, [rsp + 0x38]".to_string()), "the slot below the stack pointer: {exit:#?}");
+        assert!(exit.contains(&"mov r11, qword ptr [r10 + 0x10]".to_string()), "{exit:#?}");
+        assert!(exit.contains(&"xor r10, 0x20".to_string()), "the paired entry: {exit:#?}");
+        assert!(exit.contains(&"cmp dword ptr [r11 + 0x18], 1".to_string()), "depth 1: {exit:#?}");
+        assert!(exit.contains(&"lea rax, [rsp + 0x30]".to_string()), "the slot below the stack pointer: {exit:#?}");
+        assert!(exit.contains(&"inc qword ptr [r10 + 0x40]".to_string()), "the head, published: {exit:#?}");
         assert!(exit.contains(&"or edx, 0x2000000".to_string()), "an exit event: {exit:#?}");
         let back = exit.iter().position(|i| i == "jmp qword ptr [rsp - 8]").expect("back through the slot");
         assert_eq!(exit[back - 1], "lea rsp, [rsp + 8]");

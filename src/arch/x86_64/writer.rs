@@ -330,6 +330,12 @@ impl Writer {
         self.buf.extend_from_slice(&imm.to_le_bytes());
     }
 
+    /// `cmp qword [base + disp], imm32` (sign-extended).
+    pub fn put_cmp_mem_imm(&mut self, base: u8, disp: i32, imm: i32) {
+        self.put_mem_op(true, &[0x81], 7, base, disp);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
     /// `test dword [base + disp], imm32`.
     pub fn put_test32_mem_imm(&mut self, base: u8, disp: i32, imm: u32) {
         self.put_mem_op(false, &[0xf7], 0, base, disp);
@@ -428,6 +434,12 @@ impl Writer {
     /// `ja target` (rel32): taken when the last comparison found it above.
     pub fn put_ja(&mut self, target: u64) {
         self.put_jcc(0x87, target);
+    }
+
+    /// `jae target` (rel32): taken when the last comparison found it above
+    /// or equal (unsigned).
+    pub fn put_jae(&mut self, target: u64) {
+        self.put_jcc(0x83, target);
     }
 
     /// `rdtsc`: the time-stamp counter in edx:eax.
@@ -632,6 +644,7 @@ mod tests {
         assert_eq!(asm(|w| w.put_store_rax(0x58)), ["mov qword ptr [rsp + 0x58], rax"]);
         assert_eq!(asm(|w| w.put_push_flags_via_rax()), ["lahf", "seto al", "push rax"]);
         assert_eq!(asm(|w| w.put_jb(AT + 0x40)), [format!("jb {:#x}", AT + 0x40)]);
+        assert_eq!(asm(|w| w.put_jae(AT + 0x40)), [format!("jae {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018)), ["sub qword ptr [r11 + 0x200018], 1"]);
         assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
         assert_eq!(asm(|w| w.put_pop_flags_via_rax()), ["pop rax", "add al, 0x7f", "sahf"]);
@@ -688,6 +701,8 @@ mod tests {
         assert_eq!(asm(|w| w.put_store_imm(0, 0x30, 0)), ["mov qword ptr [rax + 0x30], 0"]);
         assert_eq!(asm(|w| w.put_store32_imm(11, 0x1c, 1)), ["mov dword ptr [r11 + 0x1c], 1"]);
         assert_eq!(asm(|w| w.put_cmp32_mem_imm(11, 0x1c, 0)), ["cmp dword ptr [r11 + 0x1c], 0"]);
+        assert_eq!(asm(|w| w.put_cmp_mem_imm(10, 0x20, 1)), ["cmp qword ptr [r10 + 0x20], 1"]);
+        assert_eq!(asm(|w| w.put_inc_mem(11, 0x40, false)), ["inc qword ptr [r11 + 0x40]"]);
         assert_eq!(asm(|w| w.put_test32_mem_imm(4, 0x28, 1 << 24)), ["test dword ptr [rsp + 0x28], 0x1000000"]);
         assert_eq!(asm(|w| w.put_cmp_reg_mem(0, 11, 0x40)), ["cmp rax, qword ptr [r11 + 0x40]"]);
         assert_eq!(asm(|w| w.put_sub_reg_mem(0, 10, 0x10)), ["sub rax, qword ptr [r10 + 0x10]"]);

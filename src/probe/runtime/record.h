@@ -321,13 +321,10 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 	}
 	uint64_t mask = c->ring_mask;
 	uint64_t head = s->head;
-	if (records > mask + 1 || head + records - s->cached_tail > mask + 1) {
-		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
-		if (records > mask + 1 || head + records - s->cached_tail > mask + 1) {
-			lose(c, t, 1);
-			end_write(t);
-			return;
-		}
+	if (records > mask + 1 || !room(c, s, head, records)) {
+		lose(c, t, 1);
+		end_write(t);
+		return;
 	}
 	struct tp_event *e = s->ring + (head & mask);
 	e->probe = probe | (TP_ENTRY << TP_KIND_SHIFT);

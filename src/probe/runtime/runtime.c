@@ -375,6 +375,18 @@ HOT void end_write(struct tp_thread *t)
 	t->writing = 0;
 }
 
+/* True if the ring of slot `s` has room for `n` events from `head` on. The
+ * thread looks at the reader's position only when its last look says there
+ * is none (the slot's `limit`); a slot's next owner inherits a limit that
+ * is never above the truth, as the reader only moves on. */
+HOT int room(const struct tp_ctx *c, struct tp_slot *s, uint64_t head, uint64_t n)
+{
+	if (head + n <= s->limit)
+		return 1;
+	s->limit = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE) + c->ring_mask + 1;
+	return head + n <= s->limit;
+}
+
 /* Appends one event to the thread's ring, or counts it lost if it has no
  * ring or the ring is full. */
 HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
@@ -389,13 +401,10 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 		return;
 	}
 	uint64_t head = s->head;
-	if (head - s->cached_tail > c->ring_mask) {
-		s->cached_tail = __atomic_load_n(&s->tail, __ATOMIC_ACQUIRE);
-		if (head - s->cached_tail > c->ring_mask) {
-			lose(c, t, 1);
-			end_write(t);
-			return;
-		}
+	if (UNLIKELY(!room(c, s, head, 1))) {
+		lose(c, t, 1);
+		end_write(t);
+		return;
 	}
 	struct tp_event *e = s->ring + (head & c->ring_mask);
 	e->probe = probe;
