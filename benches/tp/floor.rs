@@ -4,7 +4,9 @@
 //! tp's detour counts in the thread's row, with a per-thread `lock inc` as
 //! it did before, with one shared `lock inc`), and one `rdtsc`; and what
 //! an event costs at best: an `rdtsc` and a 64-byte event written to a
-//! ring, a return taken over (returning through a stub), and both with a
+//! ring, the same with the ring found as tp's detours find a thread's
+//! (four dependent loads, which an `rdtsc` keeps from overlapping the next
+//! call), a return taken over (returning through a stub), and both with a
 //! second `rdtsc` (an exit with its latency). On a shared, noisy machine
 //! tp's rows are read against these.
 
@@ -30,6 +32,9 @@ pub struct Floor {
     pub rdtsc: f64,
     /// Extra ns per call (1 thread) for one rdtsc and a 64-byte event.
     pub event: f64,
+    /// The same, with the ring found through the thread's cache entry,
+    /// state and slot, as tp's detours find it.
+    pub found: f64,
     /// Extra ns per call for a return taken over.
     pub hijack: f64,
     /// Extra ns per call for a return taken over, two rdtsc and an event.
@@ -53,7 +58,7 @@ pub fn measure(env: &Env) -> Result<Floor> {
     f.rdtsc = kv_f64(&l.text, "rdtsc").context("no rdtsc")?;
     let l = p.wait_prefix("floor event=", Duration::from_secs(60))?;
     let get = |k: &str| kv_f64(&l.text, k).with_context(|| format!("no {k} in `{}`", l.text));
-    (f.event, f.hijack, f.timed) = (get("event")?, get("hijack")?, get("timed")?);
+    (f.event, f.found, f.hijack, f.timed) = (get("event")?, get("found")?, get("hijack")?, get("timed")?);
     p.wait_exit(Duration::from_secs(10));
     Ok(f)
 }

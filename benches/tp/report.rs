@@ -292,6 +292,12 @@ impl Results {
         );
         let _ = writeln!(
             o,
+            "| the same, its ring found as tp finds a thread's (the word at fs:0 hashed, then the cache entry, \
+             the thread state, the ring slot, its head: four dependent loads) | {} | |",
+            s(&|f| f.found)
+        );
+        let _ = writeln!(
+            o,
             "| extra for a return taken over: the function returns to a stub that jumps back | {} | |",
             s(&|f| f.hijack)
         );
