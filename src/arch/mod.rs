@@ -334,10 +334,12 @@ impl SitePlan {
 /// word at the thread pointer is `w` is number
 /// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, or the one after it paired
 /// with it (number xor 1), of `SIZE` bytes: `!w` at `CHECK`, the thread's
-/// counter row at `ROW`, its state at `THREAD`. The cache is `SIZE * 2`
-/// aligned. An entry is written once: its check goes from 0 (empty) to
-/// `BUSY` (being written) to `!w`, after the row and the state, and never
-/// changes again in the process.
+/// counter row at `ROW`, its state at `THREAD`, the ring slot the fast
+/// paths write its events into at `RING` (0: none). The cache is `SIZE * 2`
+/// aligned. An entry's check goes from 0 (empty) to `BUSY` (being written)
+/// to `!w`, after the row, the state and the ring, and then neither it nor
+/// the row nor the state changes again in the process; the ring is the
+/// thread's own to change.
 pub mod cache {
     /// log2 of the entries.
     pub const BITS: u32 = 7;
@@ -351,6 +353,8 @@ pub mod cache {
     pub const ROW: i32 = 8;
     /// See [`CHECK`].
     pub const THREAD: i32 = 16;
+    /// See [`CHECK`].
+    pub const RING: i32 = 24;
     /// The check of an entry being written (no word's complement).
     pub const BUSY: u64 = 1;
 }
@@ -426,18 +430,17 @@ pub struct RuntimeLayout {
     pub cache: u64,
     /// Events per ring, minus one.
     pub ring_mask: u32,
-    /// In a thread state: the address of its ring slot, frames in use, where
-    /// its TID is, ticks spent in tp, the first shadow frame.
-    pub thread_ring: u32,
-    /// See [`RuntimeLayout::thread_ring`].
+    /// In a thread state: frames in use, ticks spent in tp, the first
+    /// shadow frame. (Its ring slot the fast paths read in its cache entry,
+    /// and its TID in its TCB.)
     pub thread_depth: u32,
-    /// See [`RuntimeLayout::thread_ring`].
-    pub thread_tid_at: u32,
     /// Offset in a thread state of the word that says it is writing into its ring.
     pub thread_writing: u32,
-    /// See [`RuntimeLayout::thread_ring`].
+    /// Offset in the context of the TID's offset in a TCB (0: unknown).
+    pub ctx_tid_offset: u32,
+    /// See [`RuntimeLayout::thread_depth`].
     pub thread_overhead: u32,
-    /// See [`RuntimeLayout::thread_ring`].
+    /// See [`RuntimeLayout::thread_depth`].
     pub thread_shadow: u32,
     /// In a shadow frame: the return-address slot, the original return
     /// address, the entry time, the probe, the trampoline, the thread's

@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 10;
+pub const VERSION: u32 = 11;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -362,16 +362,22 @@ shared_struct! {
         /// The word's complement (`!word`); 0 while the entry is empty and
         /// [`CACHE_BUSY`] while a thread writes it, which no word matches.
         /// A thread takes an empty entry (compare-and-swap to `CACHE_BUSY`),
-        /// writes `row` and `thread`, then this, and the entry never changes
-        /// again in this process: a detour that finds `!word` here may read
-        /// the rest afterwards (x86-64 keeps stores in order).
+        /// writes `row`, `thread` and `ring`, then this; the check, row and
+        /// state never change again in this process: a detour that finds
+        /// `!word` here may read the rest afterwards (x86-64 keeps stores
+        /// in order).
         pub check: u64,
         /// Address of the thread's own counter row.
         pub row: u64,
         /// Address of the thread's state.
         pub thread: u64,
-        /// Padding to 32 bytes.
-        pub pad: u64,
+        /// Address of the ring slot the fast paths write the thread's
+        /// events into: its own, once it has one and its TID is in its TCB
+        /// at the offset tp found (they read it there); else 0, and its
+        /// events go through the runtime. Only the thread writes it (the
+        /// runtime, on its calls), so it may change; here the fast paths
+        /// find the ring without going through the state first.
+        pub ring: u64,
     }
 }
 

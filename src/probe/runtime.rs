@@ -31,10 +31,9 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         ctx: h.target_addr + Header::ctx_off(),
         cache: cache_of(h),
         ring_mask: h.ctx.ring_mask,
-        thread_ring: u(offset_of!(ThreadState, ring)),
         thread_depth: u(offset_of!(ThreadState, depth)),
-        thread_tid_at: u(offset_of!(ThreadState, tid_at)),
         thread_writing: u(offset_of!(ThreadState, writing)),
+        ctx_tid_offset: u(offset_of!(EventCtx, tid_offset)),
         thread_overhead: u(offset_of!(ThreadState, overhead)),
         thread_shadow: u(size_of::<ThreadState>()),
         frame_slot: u(offset_of!(Frame, slot)),
@@ -73,6 +72,7 @@ const _: () = {
     assert!(offset_of!(CacheEntry, check) == cache::CHECK as usize);
     assert!(offset_of!(CacheEntry, row) == cache::ROW as usize);
     assert!(offset_of!(CacheEntry, thread) == cache::THREAD as usize);
+    assert!(offset_of!(CacheEntry, ring) == cache::RING as usize);
 };
 const _: () = assert!(size_of::<Frame>() == 64 && size_of::<Event>().is_power_of_two());
 const _: () = assert!(offset_of!(EventCtx, ring_mask) < 4096);

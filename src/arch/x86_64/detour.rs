@@ -338,8 +338,13 @@ fn emit_head(
         w.put_jb(l.sample);
     } else if let Some(layout) = fast {
         // The fast entry, with S (r10) the thread's cache entry.
-        let exits =
-            fast::EventExits { full: l.back.full, unmark: l.back.unmark, call: l.back.call, lit_tramp: l.tramp };
+        let exits = fast::EventExits {
+            full: l.back.full,
+            unmark: l.back.unmark,
+            call: l.back.call,
+            lit_tramp: l.tramp,
+            lit_ctx: l.ctx,
+        };
         fast::event(w, &layout, spec.entry_word, &exits);
     } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, spec, l, rt, saves);
@@ -717,12 +722,21 @@ mod tests {
         let d = build(&plan, AT, &s).unwrap();
         let asm = disassemble(&d.bytes, AT);
         let has = |i: &str| asm.iter().any(|a| a == i);
-        // Counted as a counting detour counts, then the thread's state.
+        // Counted as a counting detour counts, then the thread's ring slot
+        // and state, both from its cache entry.
         check(&asm[8..18], &count("r10", "r10d", "r11", "r11d"));
+        assert_eq!(asm[18..20], ["mov r11, qword ptr [r10 + 0x18]", "mov r10, qword ptr [r10 + 0x10]"]);
         // Its depth and its writing mark.
-        assert_eq!(asm[18..20], ["mov r10, qword ptr [r10 + 0x10]", "cmp dword ptr [r10 + 0x18], 0"]);
-        assert_eq!(asm[21], "cmp dword ptr [r10 + 0x1c], 0");
-        assert_eq!(asm[23..26], ["push rcx", "push rdx", "push rax"]);
+        assert_eq!(asm[20], "cmp dword ptr [r10 + 0x18], 0");
+        assert_eq!(asm[22], "cmp dword ptr [r10 + 0x1c], 0");
+        assert_eq!(asm[24..27], ["push rcx", "push rdx", "push rax"]);
+        // The TID from the thread's TCB, at the offset the context holds.
+        let tid = asm.iter().position(|i| i == "movsxd rdx, dword ptr [rdx + 0x44]").expect("the TID's offset");
+        assert!(asm[tid - 1].starts_with("mov rdx, qword ptr [rip + "), "the context: {asm:#?}");
+        assert_eq!(
+            asm[tid + 1..tid + 4],
+            ["add rdx, qword ptr fs:[0]", "mov edx, dword ptr [rdx]", "mov dword ptr [rcx + 4], edx"]
+        );
         // The event, straight from the argument registers (rcx from where it
         // was pushed), with its probe and kind.
         for (k, r) in [(0, "rdi"), (1, "rsi"), (2, "rdx"), (4, "r8"), (5, "r9")] {

@@ -11,7 +11,12 @@
 //! (see [`crate::arch::cache`]), which the runtime fills for a thread whose
 //! word at fs:0 is its key and that counts in a row of its own, in this
 //! process (a fork wipes it, so a state found there has been taken in this
-//! process).
+//! process), and its ring slot in the same entry, which the runtime puts
+//! there for a thread whose TID is in its TCB at the offset tp found: they
+//! read the TID there, from the word at fs:0. An `rdtsc` lets no call
+//! overlap the next, so what a hit costs beyond it follows its longest
+//! chain of loads each waiting for the one before (docs/benchmarks.md):
+//! the ring and the TID are found without going through the state.
 //!
 //! **Entry**, in the detour of each event probe of a C function, which
 //! knows what its probe records: after the detour's prefix (rax, r11 and
@@ -29,13 +34,15 @@
 //! call here):
 //!
 //! ```text
+//!         r11 = [r10 + RING]                ; the ring slot (to record)
 //!         r10 = [r10 + THREAD]              ; the thread's state
 //!         depth == 0, writing == 0, else call
 //!         push rcx, rdx, rax     ; (rcx only if it records and times the call)
-//! record: r11 = [r10 + ring] ; test r11, r11 ; je full
+//! record: test r11, r11 ; je full
 //!         writing = 1 ; rcx = [r11 + head]
 //!         cmp rcx, [r11 + limit] ; jae unmark       ; the ring may be full
-//!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, TID, probe | ENTRY
+//!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, probe | ENTRY,
+//!               TID = [fs:0 + the context's TID offset]
 //! frame:  shadow[0].slot = the return address's ; depth = 1
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
 //!         rdtsc                              ; the entry's time
@@ -66,7 +73,8 @@
 //!         push rdx, r10, r11, rcx
 //!         rdtsc ; rcx = the time
 //!         <r10 = the thread's cache entry (or the paired one), else slow>
-//!         r11 = [r10 + THREAD] ; depth == 1, writing == 0, else slow
+//!         r11 = [r10 + THREAD] ; r10 = [r10 + RING]
+//!         depth == 1, writing == 0, else slow
 //!         shadow[0].slot == rsp + 48, ring with room, else slow
 //!         the event ; [rsp + 48] = shadow[0].ret   ; the frame read whole,
 //!         depth = 0 ; inc qword [r10 + head] ; writing = 0   ; then let go
@@ -185,12 +193,12 @@ fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: u8, depth: u32, slow: 
 }
 
 /// The next event of the ring of the thread whose state is at `state`, for
-/// it to write: `slot` = its ring slot, `ev` = the event at the slot's head
-/// (the thread marked as writing). Jumps to `busy` if the thread has no
-/// ring yet, to `unmark` if the ring may be full (the mark set). The
-/// thread was seen not writing ([`check_thread`]).
+/// it to write: `slot` holds its ring slot (from its cache entry, which
+/// the fast paths read it from without going through the state first),
+/// `ev` = the event at the slot's head (the thread marked as writing).
+/// Jumps to `busy` if the entry has no ring, to `unmark` if the ring may be
+/// full (the mark set). The thread was seen not writing ([`check_thread`]).
 fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, ev: u8, busy: u64, unmark: u64) {
-    w.put_load(slot, state, l.thread_ring as i32);
     w.put_test_reg(slot);
     w.put_je(busy);
     w.put_store32_imm(state, l.thread_writing as i32, 1);
@@ -211,6 +219,18 @@ fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, ev: u8,
 fn publish(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8) {
     w.put_inc_mem(slot, l.slot_head as i32, false);
     w.put_store32_imm(state, l.thread_writing as i32, 0);
+}
+
+/// `into` (32 bits) = the calling thread's TID, from its TCB: the word at
+/// fs:0 (the thread's key, for a thread the fast paths take) plus the
+/// offset tp found, which the context holds. The runtime gives a ring in
+/// the cache entry ([`reserve_event`]) only to a thread whose TID is there.
+/// None of these loads waits for the thread's state.
+fn thread_tid(w: &mut Writer, l: &RuntimeLayout, lit_ctx: u64, into: u8) {
+    w.put_mov_reg_rip(into, lit_ctx);
+    w.put_movsxd(into, into, l.ctx_tid_offset as i32);
+    w.put_add_reg_fs0(into);
+    w.put_load32(into, into, 0);
 }
 
 /// `into` (rax or rdx) = the time stamp counter; the other is clobbered.
@@ -245,6 +265,8 @@ pub(super) struct EventExits {
     pub call: u64,
     /// The literal holding the trampoline's address.
     pub lit_tramp: u64,
+    /// The literal holding the context's address.
+    pub lit_ctx: u64,
 }
 
 /// The fast entry of an event probe of a C function, which its detour
@@ -258,6 +280,9 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     let hijack = word & l.hijack_return != 0;
     let probe = word & l.probe_mask;
     let saved = event_saved(l, word);
+    if record {
+        w.put_load(R11, R10, cache::RING);
+    }
     w.put_load(R10, R10, cache::THREAD);
     check_thread(w, l, R10, 0, x.call);
     for &r in saved {
@@ -276,8 +301,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         }
         w.put_load(RAX, RSP, 16); // the function's rcx, pushed
         w.put_store(RAX, RCX, v(3));
-        w.put_load(RDX, R10, l.thread_tid_at as i32);
-        w.put_load32(RDX, RDX, 0);
+        thread_tid(w, l, x.lit_ctx, RDX);
         w.put_store32(RDX, RCX, l.event_tid as i32);
         w.put_store32_imm(RCX, l.event_probe as i32, probe | l.entry_kind);
     }
@@ -326,8 +350,7 @@ fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExit
     w.put_store(RDX, RAX, l.event_tsc as i32);
     w.put_load(RDX, RSP, 8); // the function's rdx, pushed
     w.put_store(RDX, RAX, v(2));
-    w.put_load(RDX, R10, l.thread_tid_at as i32);
-    w.put_load32(RDX, RDX, 0);
+    thread_tid(w, l, x.lit_ctx, RDX);
     w.put_store32(RDX, RAX, l.event_tid as i32);
     w.put_store32_imm(RAX, l.event_probe as i32, probe | l.entry_kind);
     publish(w, l, R10, R11);
@@ -372,6 +395,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     cache_entry(w, R10, RAX, m.lit_cache, m.exit_way1);
     out.exit_found = w.pc();
     w.put_load(R11, R10, cache::THREAD);
+    w.put_load(R10, R10, cache::RING);
     check_thread(w, l, R11, 1, m.exit_slow);
     w.put_lea(RAX, RSP, EXIT_SLOT);
     w.put_cmp_reg_mem(RAX, R11, frame0(l, l.frame_slot));
@@ -383,8 +407,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_load32(RDX, R11, frame0(l, l.frame_probe));
     w.put_or32_imm(RDX, l.exit_kind);
     w.put_store32(RDX, RAX, l.event_probe as i32);
-    w.put_load(RDX, R11, l.thread_tid_at as i32);
-    w.put_load32(RDX, RDX, 0);
+    thread_tid(w, l, m.lit_ctx, RDX);
     w.put_store32(RDX, RAX, l.event_tid as i32);
     w.put_store(RCX, RAX, l.event_tsc as i32);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
@@ -435,10 +458,9 @@ pub(super) fn example_layout() -> RuntimeLayout {
         ctx: 0x7f00_0000_1040,
         cache: 0x7f10_0000_0020,
         ring_mask: 2047,
-        thread_ring: 8,
         thread_depth: 24,
-        thread_tid_at: 32,
         thread_writing: 28,
+        ctx_tid_offset: 0x44,
         thread_overhead: 16,
         thread_shadow: 64,
         frame_slot: 0,

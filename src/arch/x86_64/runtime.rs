@@ -328,6 +328,8 @@ mod tests {
         assert_eq!(exit.iter().filter(|i| *i == "rdtsc").count(), 1);
         assert!(exit.contains(&"mov r11, qword ptr [r10 + 0x10]".to_string()), "{exit:#?}");
         assert!(exit.contains(&"xor r10, 0x20".to_string()), "the paired entry: {exit:#?}");
+        assert!(exit.contains(&"mov r10, qword ptr [r10 + 0x18]".to_string()), "the ring, from the entry: {exit:#?}");
+        assert!(exit.contains(&"add rdx, qword ptr fs:[0]".to_string()), "the TID, from the TCB: {exit:#?}");
         assert!(exit.contains(&"cmp dword ptr [r11 + 0x18], 1".to_string()), "depth 1: {exit:#?}");
         assert!(exit.contains(&"lea rax, [rsp + 0x30]".to_string()), "the slot below the stack pointer: {exit:#?}");
         assert!(exit.contains(&"inc qword ptr [r10 + 0x40]".to_string()), "the head, published: {exit:#?}");

@@ -121,6 +121,11 @@ impl Writer {
         self.put_fs0_op(0x33, reg);
     }
 
+    /// `add reg, qword fs:[0]`.
+    pub fn put_add_reg_fs0(&mut self, reg: u8) {
+        self.put_fs0_op(0x03, reg);
+    }
+
     /// `cmp reg, qword fs:[0]`.
     pub fn put_cmp_reg_fs0(&mut self, reg: u8) {
         self.put_fs0_op(0x3b, reg);
@@ -340,6 +345,11 @@ impl Writer {
     pub fn put_test32_mem_imm(&mut self, base: u8, disp: i32, imm: u32) {
         self.put_mem_op(false, &[0xf7], 0, base, disp);
         self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `movsxd reg, dword [base + disp]`.
+    pub fn put_movsxd(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(true, &[0x63], reg, base, disp);
     }
 
     /// `cmp reg, qword [base + disp]`.
@@ -702,6 +712,8 @@ mod tests {
         assert_eq!(asm(|w| w.put_store32_imm(11, 0x1c, 1)), ["mov dword ptr [r11 + 0x1c], 1"]);
         assert_eq!(asm(|w| w.put_cmp32_mem_imm(11, 0x1c, 0)), ["cmp dword ptr [r11 + 0x1c], 0"]);
         assert_eq!(asm(|w| w.put_cmp_mem_imm(10, 0x20, 1)), ["cmp qword ptr [r10 + 0x20], 1"]);
+        assert_eq!(asm(|w| w.put_movsxd(2, 2, 0x44)), ["movsxd rdx, dword ptr [rdx + 0x44]"]);
+        assert_eq!(asm(|w| w.put_add_reg_fs0(2)), ["add rdx, qword ptr fs:[0]"]);
         assert_eq!(asm(|w| w.put_inc_mem(11, 0x40, false)), ["inc qword ptr [r11 + 0x40]"]);
         assert_eq!(asm(|w| w.put_test32_mem_imm(4, 0x28, 1 << 24)), ["test dword ptr [rsp + 0x28], 0x1000000"]);
         assert_eq!(asm(|w| w.put_cmp_reg_mem(0, 11, 0x40)), ["cmp rax, qword ptr [r11 + 0x40]"]);

@@ -262,28 +262,46 @@ HOT uint64_t detour_word(const struct tp_thread *t)
 }
 
 
+/* The ring slot the fast paths may write thread `t`'s events into: its
+ * own, once it has one and its TID is in its TCB at the offset tp found
+ * (they read it there, from the word at the thread pointer, which for a
+ * thread in the cache is its key); else 0, and its events go through the
+ * runtime. */
+HOT uint64_t fast_ring(const struct tp_ctx *c, const struct tp_thread *t)
+{
+	return c->tid_offset && t->tid_at == t->key + (int64_t)c->tid_offset ? t->ring : 0;
+}
+
 /* Lets the detours find thread `t`, which counts in row `t->row` of its
  * own, without calling the runtime: in the entry of its word or the one
  * paired with it, whichever is free (if neither, the thread goes on
  * through the runtime). An entry is taken with one compare-and-swap and
- * written once: its row and state, then its check, which a detour reads
- * before them; it never changes again in this process. */
+ * written once: its row, state and ring, then its check, which a detour
+ * reads before them; the check, row and state never change again in this
+ * process. The ring follows the thread's (fast_ring), on each of its
+ * calls of the runtime: a thread's first event takes its ring after this,
+ * so its next call of the runtime puts the ring in the entry. */
 HOT void remember(const struct tp_ctx *c, const struct tp_thread *t)
 {
 	uint64_t word = detour_word(t);
 	if (!word || t->row == 0 || t->row >= TP_ROWS)
 		return;
+	uint64_t ring = fast_ring(c, t);
 	for (uint32_t way = 0; way < 2; way++) {
 		struct tp_cache_entry *e = cache_at(c, word, way);
 		uint64_t check = __atomic_load_n(&e->check, __ATOMIC_ACQUIRE);
-		if (check == ~word)
+		if (check == ~word) {
+			if (__atomic_load_n(&e->ring, __ATOMIC_RELAXED) != ring)
+				__atomic_store_n(&e->ring, ring, __ATOMIC_RELAXED);
 			return;
+		}
 		uint64_t empty = 0;
 		if (check != 0 ||
 		    !__atomic_compare_exchange_n(&e->check, &empty, TP_CACHE_BUSY, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 			continue;
 		__atomic_store_n(&e->row, c->counters + ((uint64_t)t->row << c->stride_shift), __ATOMIC_RELAXED);
 		__atomic_store_n(&e->thread, (uint64_t)t, __ATOMIC_RELAXED);
+		__atomic_store_n(&e->ring, ring, __ATOMIC_RELAXED);
 		__atomic_store_n(&e->check, ~word, __ATOMIC_RELEASE);
 		return;
 	}
