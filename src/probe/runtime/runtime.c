@@ -210,10 +210,13 @@ HOT int abandoned(struct tp_slot *s, uint64_t key)
 	return drained(s) && (int64_t)tp_syscall4(TP_SYS_KILL, key >> 32, 0, 0, 0) == -3 /* ESRCH */ && drained(s);
 }
 
+HOT void remember(const struct tp_ctx *c, const struct tp_thread *t);
+
 /* The thread's ring slot in the data region, claimed on its first event in
  * this process (the thread keeps its address, so the search, over every
  * slot, is made once): a free slot, else one its owner abandoned; 0 if
- * every slot is in use. */
+ * every slot is in use. A slot claimed goes into the thread's cache entry
+ * at once, for the fast paths (remember). */
 HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 {
 	if (__builtin_expect(t->ring != 0, 1))
@@ -231,6 +234,7 @@ HOT struct tp_slot *ring_slot(struct tp_ctx *c, struct tp_thread *t)
 				continue;
 			__atomic_fetch_or(&c->claimed[k >> 6], 1ull << (k & 63), __ATOMIC_RELEASE);
 			t->ring = (uint64_t)s;
+			remember(c, t);
 			return s;
 		}
 	}
@@ -278,9 +282,8 @@ HOT uint64_t fast_ring(const struct tp_ctx *c, const struct tp_thread *t)
  * through the runtime). An entry is taken with one compare-and-swap and
  * written once: its row, state and ring, then its check, which a detour
  * reads before them; the check, row and state never change again in this
- * process. The ring follows the thread's (fast_ring), on each of its
- * calls of the runtime: a thread's first event takes its ring after this,
- * so its next call of the runtime puts the ring in the entry. */
+ * process. The ring follows the thread's (fast_ring): set when the thread
+ * claims one, and checked on each of its calls of the runtime. */
 HOT void remember(const struct tp_ctx *c, const struct tp_thread *t)
 {
 	uint64_t word = detour_word(t);
