@@ -15,10 +15,11 @@
  *   event   plus one rdtsc and a 64-byte event written to a ring of
  *           2^16 (as tp's entry event: six argument words, the
  *           timestamp, thread and probe), its head advanced;
- *   found   event, with its ring found as tp's detours find a thread's:
- *           the word at fs:0 hashed into a cache of entries, then the
- *           entry's thread state, the state's ring slot and the slot's
- *           head, four loads each waiting for the one before. Without an
+ *   found   event, with its ring found as tp's detours found a thread's
+ *           until issue 17's third round (they now read the ring slot in
+ *           the cache entry): the word at fs:0 hashed into a cache of
+ *           entries, then the entry's thread state, the state's ring slot
+ *           and the slot's head, four loads each waiting for the one before. Without an
  *           rdtsc such a chain overlaps the next call's and costs nothing
  *           measurable; an rdtsc lets no call overlap the next, so it is
  *           paid in full;

@@ -4,9 +4,9 @@
 //! tp's detour counts in the thread's row, with a per-thread `lock inc` as
 //! it did before, with one shared `lock inc`), and one `rdtsc`; and what
 //! an event costs at best: an `rdtsc` and a 64-byte event written to a
-//! ring, the same with the ring found as tp's detours find a thread's
-//! (four dependent loads, which an `rdtsc` keeps from overlapping the next
-//! call), a return taken over (returning through a stub), and both with a
+//! ring, the same with the ring found through four dependent loads (as
+//! tp's detours found a thread's until issue 17's third round; an `rdtsc`
+//! keeps such a chain from overlapping the next call), a return taken over (returning through a stub), and both with a
 //! second `rdtsc` (an exit with its latency). On a shared, noisy machine
 //! tp's rows are read against these.
 
@@ -32,8 +32,8 @@ pub struct Floor {
     pub rdtsc: f64,
     /// Extra ns per call (1 thread) for one rdtsc and a 64-byte event.
     pub event: f64,
-    /// The same, with the ring found through the thread's cache entry,
-    /// state and slot, as tp's detours find it.
+    /// The same, with the ring found through a cache entry, a thread
+    /// state and a ring slot.
     pub found: f64,
     /// Extra ns per call for a return taken over.
     pub hijack: f64,

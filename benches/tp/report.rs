@@ -292,8 +292,9 @@ impl Results {
         );
         let _ = writeln!(
             o,
-            "| the same, its ring found as tp finds a thread's (the word at fs:0 hashed, then the cache entry, \
-             the thread state, the ring slot, its head: four dependent loads) | {} | |",
+            "| the same, its ring found through four dependent loads after the word at fs:0 is hashed (a cache \
+             entry, a thread state, a ring slot, its head: how tp found a thread's ring until issue 17's third \
+             round) | {} | |",
             s(&|f| f.found)
         );
         let _ = writeln!(
