@@ -173,6 +173,21 @@ fn events_of_four_threads_carry_their_own_tids() {
     assert_events_match_log(&lines, &events);
 }
 
+/// Threads that end and are followed by new ones: glibc gives the new
+/// threads the stacks, and so the TCBs (the thread pointers), of the ones
+/// that ended, so a new thread finds the cache entry and the ring slot an
+/// earlier one took. Its events still carry its own TID, read in its TCB.
+#[test]
+fn threads_that_take_over_ended_threads_tcbs_carry_their_own_tids() {
+    let args = ["--args", "--ret", "-f", "add", "-f", "mix", "-f", "greet"];
+    let rounds = [("call 40 4", "done call"), ("call 40 4", "done call"), ("call 40 4", "done call")];
+    let (lines, events, summary) = record("events", &args, &rounds);
+    let (lines, events) = without_spaces_in_names(&lines, events);
+    assert_eq!(target_log(&lines).len(), 12, "twelve threads logged, four at a time");
+    assert_events_match_log(&lines, &events);
+    assert_eq!(summary["lost_events"], 0);
+}
+
 #[test]
 fn recursion_gives_one_entry_and_one_exit_per_call() {
     recursion_in("events");
