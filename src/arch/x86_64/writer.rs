@@ -335,12 +335,6 @@ impl Writer {
         self.buf.extend_from_slice(&imm.to_le_bytes());
     }
 
-    /// `cmp qword [base + disp], imm32` (sign-extended).
-    pub fn put_cmp_mem_imm(&mut self, base: u8, disp: i32, imm: i32) {
-        self.put_mem_op(true, &[0x81], 7, base, disp);
-        self.buf.extend_from_slice(&imm.to_le_bytes());
-    }
-
     /// `test dword [base + disp], imm32`.
     pub fn put_test32_mem_imm(&mut self, base: u8, disp: i32, imm: u32) {
         self.put_mem_op(false, &[0xf7], 0, base, disp);
@@ -711,7 +705,6 @@ mod tests {
         assert_eq!(asm(|w| w.put_store_imm(0, 0x30, 0)), ["mov qword ptr [rax + 0x30], 0"]);
         assert_eq!(asm(|w| w.put_store32_imm(11, 0x1c, 1)), ["mov dword ptr [r11 + 0x1c], 1"]);
         assert_eq!(asm(|w| w.put_cmp32_mem_imm(11, 0x1c, 0)), ["cmp dword ptr [r11 + 0x1c], 0"]);
-        assert_eq!(asm(|w| w.put_cmp_mem_imm(10, 0x20, 1)), ["cmp qword ptr [r10 + 0x20], 1"]);
         assert_eq!(asm(|w| w.put_movsxd(2, 2, 0x44)), ["movsxd rdx, dword ptr [rdx + 0x44]"]);
         assert_eq!(asm(|w| w.put_add_reg_fs0(2)), ["add rdx, qword ptr fs:[0]"]);
         assert_eq!(asm(|w| w.put_inc_mem(11, 0x40, false)), ["inc qword ptr [r11 + 0x40]"]);
