@@ -19,10 +19,10 @@
  *           until issue 17's third round (they now read the ring slot in
  *           the cache entry): the word at fs:0 hashed into a cache of
  *           entries, then the entry's thread state, the state's ring slot
- *           and the slot's head, four loads each waiting for the one before. Without an
- *           rdtsc such a chain overlaps the next call's and costs nothing
- *           measurable; an rdtsc lets no call overlap the next, so it is
- *           paid in full;
+ *           and the slot's head, four loads each waiting for the one
+ *           before. Without an rdtsc such a chain overlaps the next call's
+ *           and costs nothing measurable; an rdtsc lets no call overlap
+ *           the next, so it is paid in full;
  *   hijack  plus its return address taken over: it returns to a stub that
  *           jumps back to its caller (what a return probe does at least,
  *           which the CPU's return prediction cannot follow);
@@ -97,15 +97,22 @@ static uint64_t ring_sum(void)
 	return sum;
 }
 
-static inline void record(unsigned x, uint64_t tsc)
+/* Writes one event into `events` (a ring of RING) at `*at`, and publishes it. */
+static inline void record_in(struct event *events, uint64_t *at, unsigned x, uint64_t tsc)
 {
-	struct event *e = &ring[head & (RING - 1)];
+	uint64_t h = *at;
+	struct event *e = &events[h & (RING - 1)];
 	for (int i = 0; i < 6; i++)
 		e->v[i] = x + (uint64_t)i;
 	e->tid = 1;
 	e->probe = 1;
 	e->tsc = tsc;
-	__atomic_store_n(&head, head + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(at, h + 1, __ATOMIC_RELEASE);
+}
+
+static inline void record(unsigned x, uint64_t tsc)
+{
+	record_in(ring, &head, x, tsc);
 }
 
 TP_PROBED unsigned f_event(unsigned x)
@@ -137,14 +144,7 @@ TP_PROBED unsigned f_found(unsigned x)
 	__asm__ volatile("mov %%fs:0, %0" : "=r"(word));
 	struct found_entry *c = &found_cache[(uint32_t)word * 0x9E3779B1u >> 26];
 	struct found_slot *s = c->state->slot;
-	uint64_t h = s->head;
-	struct event *e = &s->ring[h & (RING - 1)];
-	for (int i = 0; i < 6; i++)
-		e->v[i] = x + (uint64_t)i;
-	e->tid = 1;
-	e->probe = 1;
-	e->tsc = tsc;
-	__atomic_store_n(&s->head, h + 1, __ATOMIC_RELEASE);
+	record_in(s->ring, &s->head, x, tsc);
 	return x * 0x9E3779B1u ^ (x >> 7);
 }
 

@@ -6,8 +6,9 @@
 //! an event costs at best: an `rdtsc` and a 64-byte event written to a
 //! ring, the same with the ring found through four dependent loads (as
 //! tp's detours found a thread's until issue 17's third round; an `rdtsc`
-//! keeps such a chain from overlapping the next call), a return taken over (returning through a stub), and both with a
-//! second `rdtsc` (an exit with its latency). On a shared, noisy machine
+//! keeps such a chain from overlapping the next call), a return taken over
+//! (returning through a stub), and both with a second `rdtsc` (an exit with
+//! its latency). On a shared, noisy machine
 //! tp's rows are read against these.
 
 use std::time::Duration;
