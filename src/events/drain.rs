@@ -183,18 +183,11 @@ fn slots_in_use(h: &Header) -> impl Iterator<Item = u64> + '_ {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::arch::Arch;
-    use crate::probe::layout::Header;
-    use std::fs::File;
 
     /// A region in a memfd of this process, with slot 0 claimed by `key`.
     fn region_with_slot(key: u64) -> (Region, u64) {
-        let g = layout::geometry(1, layout::DEFAULT_RING_LEN);
-        let fd = nix::sys::memfd::memfd_create(c"tp-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
-        let file = File::from(fd);
-        file.set_len(g.total_size).unwrap();
-        let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
-        let mut h = Header::new(&g, crate::arch::Host::ELF_MACHINE as u32, 0x7000_0000, 0x7f00_0000_0000);
+        let r = crate::probe::region::in_own_memfd();
+        let mut h = r.header();
         h.ctx.claimed[0] = 1;
         r.set_header(&h).unwrap();
         let off = h.slot_off(0);

@@ -556,6 +556,21 @@ impl Drop for Region {
     }
 }
 
+/// A region for one probe in a memfd of this process, as if mapped in a
+/// target at 0x7000_0000, its header written: for tests of what reads and
+/// writes a region.
+#[cfg(test)]
+pub(crate) fn in_own_memfd() -> Region {
+    let g = layout::geometry(1, layout::DEFAULT_RING_LEN);
+    let fd = nix::sys::memfd::memfd_create(c"tp-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
+    let file = File::from(fd);
+    file.set_len(g.total_size).unwrap();
+    let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
+    let elf_machine = <crate::arch::Host as crate::arch::Arch>::ELF_MACHINE as u32;
+    r.set_header(&Header::new(&g, elf_machine, 0x7000_0000, 0x7f00_0000_0000)).unwrap();
+    r
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -573,18 +588,8 @@ mod tests {
 
     #[test]
     fn a_region_in_our_own_memfd_counts_and_flags() {
+        let r = in_own_memfd();
         let g = layout::geometry(1, layout::DEFAULT_RING_LEN);
-        let fd = nix::sys::memfd::memfd_create(c"tp-test", nix::sys::memfd::MFdFlags::MFD_CLOEXEC).unwrap();
-        let file = File::from(fd);
-        file.set_len(g.total_size).unwrap();
-        let r = Region::from_file(file, 0x7000_0000, g.total_size).unwrap();
-        r.set_header(&Header::new(
-            &g,
-            <crate::arch::Host as crate::arch::Arch>::ELF_MACHINE as u32,
-            0x7000_0000,
-            0x7f00_0000_0000,
-        ))
-        .unwrap();
         assert_eq!(validate::header(&r.header(), r.len()), Ok(()));
         assert_eq!(r.hits(5), 0);
         // Two rows hold counts for probe 5: the sum is the hit count.
