@@ -409,9 +409,16 @@ static void *job_main(void *arg)
 	return NULL;
 }
 
+/* The main thread's TID, kept in a thread-local variable as programs that
+ * log it do: tp, attaching while this thread is the only one, then finds
+ * the TID in two places near its TCB, and the runtime tells them apart in
+ * the first thread the target starts. */
+static __thread volatile pid_t main_tid;
+
 int main(void)
 {
 	char line[256];
+	main_tid = tid();
 #ifdef TP_BTI
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	guard_with_bti();

@@ -978,8 +978,8 @@ pub trait Arch {
 
     /// Where the TCB keeps each thread's TID, as an offset from the thread
     /// pointer the runtime uses, found by reading the TCBs of stopped
-    /// threads (`threads`: TID and registers); None if it cannot be told.
-    fn tid_offset(threads: &[(i32, Self::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32>;
+    /// threads (`threads`: TID and registers).
+    fn tid_offset(threads: &[(i32, Self::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset;
 
     /// How the runtime should tell the threads of a process apart, given
     /// the process's `AT_HWCAP2` and its stopped threads (`threads`: TID
@@ -1130,18 +1130,32 @@ pub struct BlockedIn {
     pub pc: u64,
 }
 
-/// The offset from the thread pointer of the one place, within 4 KiB either
-/// side of it, where every thread in `threads` (TID, thread pointer) holds
-/// its own TID as a 32-bit word: how the runtime tells threads apart by the
-/// thread's own memory. None when no single offset fits (another runtime,
-/// or a lone thread whose TID appears twice) or the memory cannot be read.
-/// The architectures check first that the pointers are what their runtime
+/// Where the threads of a process keep their TIDs, as an offset from the
+/// thread pointer the runtime reads ([`Arch::tid_offset`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TidOffset {
+    /// The one place where every stopped thread holds its own TID.
+    At(i32),
+    /// One of these places (two or more): a lone thread held its TID at
+    /// each. The runtime tells them apart in the first other thread that
+    /// finds its own TID at only one of them.
+    OneOf(Vec<i32>),
+    /// No place (another runtime) or unreadable memory.
+    Unknown,
+}
+
+/// Where, within 4 KiB either side of the thread pointer, every thread in
+/// `threads` (TID, thread pointer) holds its own TID as a 32-bit word:
+/// how the runtime tells threads apart by the thread's own memory. The
+/// architectures check first that the pointers are what their runtime
 /// reads.
-pub(crate) fn tid_offset_near(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+pub(crate) fn tid_offset_near(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
     const SPAN: i64 = 4096;
     let mut candidates: Option<Vec<i64>> = None;
     for &(tid, tp) in threads {
-        let bytes = read(tp.checked_sub(SPAN as u64)?, 2 * SPAN as usize)?;
+        let Some(bytes) = tp.checked_sub(SPAN as u64).and_then(|from| read(from, 2 * SPAN as usize)) else {
+            return TidOffset::Unknown;
+        };
         let here: Vec<i64> = (0..bytes.len().saturating_sub(3))
             .step_by(4)
             .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
@@ -1153,9 +1167,12 @@ pub(crate) fn tid_offset_near(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) 
             Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),
         });
     }
-    match candidates?.as_slice() {
-        [one] => i32::try_from(*one).ok(),
-        _ => None,
+    let mut offsets: Vec<i32> =
+        candidates.unwrap_or_default().into_iter().filter_map(|o| i32::try_from(o).ok()).collect();
+    match offsets.len() {
+        0 => TidOffset::Unknown,
+        1 => TidOffset::At(offsets.remove(0)),
+        _ => TidOffset::OneOf(offsets),
     }
 }
 

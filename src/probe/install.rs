@@ -32,7 +32,9 @@ use super::region::Region;
 use super::region::create::create_region;
 use super::{Request, arena, runtime, runtime_calls, semaphore, shadow, threads};
 use crate::addr::RegionOffset;
-use crate::arch::{Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey};
+use crate::arch::{
+    Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey, TidOffset,
+};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
@@ -259,7 +261,9 @@ fn patch_all(
 /// thread's TCB shows it: [`crate::arch::ThreadKey`]; counting threads
 /// take their counter rows by it) and, for `events`, where each thread's
 /// TCB keeps its TID, if the stopped threads show it, so events carry the
-/// TID without a syscall. Both are learnt once per region.
+/// TID without a syscall: a lone thread may show its TID in more than one
+/// place, which the runtime tells apart in the process's next thread. Both
+/// are learnt once per region (the TID's place at each attach until then).
 fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region, events: bool) -> Result<()> {
     let mut h = region.header();
     if h.ctx.key_how != layout::key_how::UNKNOWN && (h.ctx.tid_offset != 0 || !events) {
@@ -286,11 +290,16 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region, events: bool)
             }
         };
     }
-    if events
-        && h.ctx.tid_offset == 0
-        && let Some(off) = Host::tid_offset(&threads, &read)
-    {
-        h.ctx.tid_offset = off;
+    if events && h.ctx.tid_offset == 0 {
+        match Host::tid_offset(&threads, &read) {
+            TidOffset::At(off) => h.ctx.tid_offset = off,
+            TidOffset::OneOf(places) if places.len() <= layout::TID_CANDIDATES => {
+                h.ctx.tid_candidates = [0; layout::TID_CANDIDATES];
+                h.ctx.tid_candidates[..places.len()].copy_from_slice(&places);
+                h.ctx.may_check_memory = may_check_memory(stopped) as u32;
+            }
+            TidOffset::OneOf(_) | TidOffset::Unknown => {}
+        }
     }
     region.set_header(&h)
 }
@@ -307,14 +316,21 @@ fn learn_stacks(stopped: &Stopped, region: &Region, maps: &[Mapping]) -> Result<
         h.ctx.main_stack_lo = stack.start;
         h.ctx.main_stack_hi = stack.end;
     }
+    h.ctx.may_check_memory = may_check_memory(stopped) as u32;
+    region.set_header(&h)
+}
+
+/// Whether the runtime may ask the kernel whether memory is readable
+/// (madvise with MADV_POPULATE_READ, Linux 5.14): the seccomp filters of
+/// every thread (all stopped) must let it through.
+fn may_check_memory(stopped: &Stopped) -> bool {
     let data = crate::process::bpf::SeccompData {
         nr: Host::SYSCALLS.madvise as i32,
         arch: Host::SYSCALLS.audit_arch,
         instruction_pointer: 0,
         args: [0x7f00_0000_0000, 4096, crate::arch::syscalls::MADV_POPULATE_READ, 0, 0, 0],
     };
-    h.ctx.may_check_stack = runtime_calls::permits_everywhere(stopped, &data) as u32;
-    region.set_header(&h)
+    runtime_calls::permits_everywhere(stopped, &data)
 }
 
 /// Tells the runtime whether a counting thread may take a counter row of

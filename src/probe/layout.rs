@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 11;
+pub const VERSION: u32 = 12;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -298,10 +298,12 @@ shared_struct! {
         pub main_stack_lo: u64,
         /// ... and its end. A stack walk reads only inside a thread's stack.
         pub main_stack_hi: u64,
-        /// 1 if the runtime may ask the kernel whether another thread's stack
-        /// is readable (madvise MADV_POPULATE_READ: the process's seccomp
-        /// filters allow it); else only the main thread's stack is walked.
-        pub may_check_stack: u32,
+        /// 1 if the runtime may ask the kernel whether memory is readable
+        /// (madvise MADV_POPULATE_READ: the process's seccomp filters allow
+        /// it): another thread's stack, before a walk (else only the main
+        /// thread's stack is walked), and the places [`EventCtx::tid_candidates`]
+        /// names.
+        pub may_check_memory: u32,
         /// log2 of the byte stride between counter rows.
         pub stride_shift: u32,
         /// Address in the target of counter row 0.
@@ -313,6 +315,12 @@ shared_struct! {
         pub may_take_rows: u32,
         /// Padding.
         pub pad3: u32,
+        /// Where the TCB may keep the TID when [`EventCtx::tid_offset`] is
+        /// 0 (0 where there is none): the places near its thread pointer
+        /// where the lone thread tp saw at attach held its TID. The first
+        /// other thread to take a state tells them apart: the one place
+        /// where it finds its own TID becomes `tid_offset`.
+        pub tid_candidates: [i32; TID_CANDIDATES],
         /// Who counts in each counter row (x86-64): 0 if nobody yet, else
         /// the PID (high 32 bits) and TID of the thread that took it, which
         /// alone adds to it, without a lock. Row 0 is never taken: threads
@@ -321,6 +329,9 @@ shared_struct! {
         pub row_owner: [u64; 1 << SLOT_BITS],
     }
 }
+
+/// Places [`EventCtx::tid_candidates`] holds.
+pub const TID_CANDIDATES: usize = 4;
 
 /// Words of [`EventCtx::claimed`].
 pub const CLAIMED_WORDS: usize = (1 << EVENT_SLOT_BITS) / 64;
@@ -848,6 +859,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
     ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
+    ("TP_TID_CANDIDATES", TID_CANDIDATES as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
     ("TP_EVENT_SLOT_BITS", EVENT_SLOT_BITS as u64),
     ("TP_SHADOW_LEN", SHADOW_LEN as u64),
@@ -878,7 +890,7 @@ pub fn c_structs() -> Vec<CStruct> {
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 176 + 8 * (1 << SLOT_BITS));
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 192 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
 const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 256);
@@ -1306,11 +1318,12 @@ impl Header {
                 agg_off: agg_off_in_slot(g.ring_len),
                 main_stack_lo: 0,
                 main_stack_hi: 0,
-                may_check_stack: 0,
+                may_check_memory: 0,
                 stride_shift: g.stride_shift,
                 counters: target_addr + g.counters_off,
                 may_take_rows: 0,
                 pad3: 0,
+                tid_candidates: [0; TID_CANDIDATES],
                 row_owner: [0; 1 << SLOT_BITS],
             },
             arenas: [Arena::default(); MAX_ARENAS],

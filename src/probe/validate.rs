@@ -213,6 +213,7 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
         h.arenas[i] = if i < h.arena_count as usize && arena(a, fixed).is_ok() { *a } else { Arena::default() };
     }
     h.ctx.tid_offset = live.ctx.tid_offset;
+    h.ctx.tid_candidates = live.ctx.tid_candidates;
     h.ctx.lost_no_slot = live.ctx.lost_no_slot;
     h.ctx.claimed = live.ctx.claimed;
     h.ctx.returns_lost = live.ctx.returns_lost;
@@ -224,7 +225,7 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     // theirs: tp writes them at attach; the runtime only reads them.
     let (lo, hi) = (live.ctx.main_stack_lo, live.ctx.main_stack_hi);
     (h.ctx.main_stack_lo, h.ctx.main_stack_hi) = if lo <= hi && hi <= USER_END { (lo, hi) } else { (0, 0) };
-    h.ctx.may_check_stack = live.ctx.may_check_stack.min(1);
+    h.ctx.may_check_memory = live.ctx.may_check_memory.min(1);
     h.ctx.may_take_rows = live.ctx.may_take_rows.min(1);
     h
 }
@@ -359,9 +360,9 @@ mod tests {
         live.generation = 7;
         live.ctx.main_stack_lo = 0x7ffc_0000_0000;
         live.ctx.main_stack_hi = 0x7ffb_0000_0000;
-        live.ctx.may_check_stack = 9;
+        live.ctx.may_check_memory = 9;
         let h = sanitize(&live, &fixed);
-        assert_eq!((h.ctx.main_stack_lo, h.ctx.main_stack_hi, h.ctx.may_check_stack), (0, 0, 1));
+        assert_eq!((h.ctx.main_stack_lo, h.ctx.main_stack_hi, h.ctx.may_check_memory), (0, 0, 1));
         assert_eq!((h.capacity, h.count, h.stride_shift), (fixed.capacity, fixed.capacity, fixed.stride_shift));
         assert_eq!((h.ctx.slot_bits, h.ctx.ring_mask, h.generation), (fixed.ctx.slot_bits, fixed.ctx.ring_mask, 7));
         assert_eq!(h.arena_count as usize, layout::MAX_ARENAS);

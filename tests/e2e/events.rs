@@ -177,11 +177,9 @@ fn events_of_four_threads_carry_their_own_tids() {
 /// threads the stacks, and so the TCBs (the thread pointers), of the ones
 /// that ended, so a new thread finds the cache entry and the ring slot an
 /// earlier one took. Its events still carry its own TID, read in its TCB.
-/// x86-64 only: in the arm64 test VM tp finds no TID offset for this
-/// target (attached with one thread, whose TID appears twice near its
-/// TCB), and a thread on an ended thread's TCB then records that thread's
-/// TID (docs/reliability.md, "Not covered").
-#[cfg(target_arch = "x86_64")]
+/// The target, attached with one thread, keeps that thread's TID in a
+/// thread-local variable as well: the first thread it starts tells the
+/// runtime which of the two places is the TCB's.
 #[test]
 fn threads_that_take_over_ended_threads_tcbs_carry_their_own_tids() {
     let args = ["--args", "--ret", "-f", "add", "-f", "mix", "-f", "greet"];

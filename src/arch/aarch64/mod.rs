@@ -25,7 +25,7 @@ use nix::unistd::Pid;
 
 use crate::arch::{
     Abi, Arch, BlockedIn, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RuntimeBlobs, RuntimeBlock,
-    RuntimeLayout, SitePlan, Syscalls, ThreadKey,
+    RuntimeLayout, SitePlan, Syscalls, ThreadKey, TidOffset,
 };
 
 /// The AArch64 architecture.
@@ -125,7 +125,7 @@ impl Arch for AArch64 {
         runtime::build(at, layout.ctx, blobs)
     }
 
-    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let pointers: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.tpidr)).collect();
         runtime::tid_offset(&pointers, read)
     }

@@ -35,7 +35,7 @@
 
 use super::detour::{FRAME, restore, save};
 use super::writer::{LR, SP, Writer};
-use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock};
+use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
 
 /// Assembles the runtime block at `at`: the runtime's functions, then two
 /// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
@@ -119,12 +119,12 @@ pub fn frame_home(ra_at: u64, entry_sp: u64, tramp: u64, read: &dyn Fn(u64, usiz
 /// threads (`threads`: TID and thread pointer). glibc and musl keep their
 /// thread descriptor, with the TID, at a fixed distance below the TCB that
 /// TPIDR_EL0 points at (TLS variant I); the offset is the one place near
-/// it where every thread's memory holds that thread's TID. None when no
-/// single offset fits (another runtime, or a lone thread whose TID appears
-/// twice).
-pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+/// it where every thread's memory holds that thread's TID (or the places,
+/// for a lone thread whose TID appears more than once); unknown for
+/// another runtime.
+pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
     if threads.iter().any(|&(_, tp)| tp == 0 || !tp.is_multiple_of(8)) {
-        return None;
+        return TidOffset::Unknown;
     }
     crate::arch::tid_offset_near(threads, read)
 }
@@ -202,8 +202,12 @@ mod tests {
             }
             None
         };
-        assert_eq!(tid_offset(&[(501, a), (502, b)], &read), Some(-0x6f0));
-        assert_eq!(tid_offset(&[(501, a)], &read), None, "a lone thread with its TID twice");
-        assert_eq!(tid_offset(&[(501, 0)], &read), None, "no thread pointer");
+        assert_eq!(tid_offset(&[(501, a), (502, b)], &read), TidOffset::At(-0x6f0));
+        // A lone thread with its TID twice: the places, lowest first, for
+        // the runtime to tell apart.
+        assert_eq!(tid_offset(&[(501, a)], &read), TidOffset::OneOf(vec![100 - 4096, -0x6f0]));
+        assert_eq!(tid_offset(&[(502, b)], &read), TidOffset::At(-0x6f0));
+        assert_eq!(tid_offset(&[(501, 0)], &read), TidOffset::Unknown, "no thread pointer");
+        assert_eq!(tid_offset(&[(503, b)], &read), TidOffset::Unknown, "no place holds the TID");
     }
 }

@@ -25,7 +25,7 @@ use nix::unistd::Pid;
 
 use crate::arch::{
     Arch, BlockedIn, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan,
-    StoredPointer, Syscalls, ThreadKey,
+    StoredPointer, Syscalls, ThreadKey, TidOffset,
 };
 
 /// The x86-64 architecture.
@@ -123,7 +123,7 @@ impl Arch for X86_64 {
 
     const COUNTING_CALLS_RUNTIME: bool = true;
 
-    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+    fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();
         runtime::tid_offset(&tps, read)
     }

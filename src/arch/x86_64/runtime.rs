@@ -65,7 +65,7 @@
 
 use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
 use super::writer::Writer;
-use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey};
+use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;
@@ -200,16 +200,14 @@ fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
 /// The offset of the TID from the thread pointer (`fs:0`), found in the
 /// TCBs of stopped threads. glibc and musl keep the TCB's own address at
 /// fs:0 and the TID in their `struct pthread`; the offset is the one place
-/// where every thread's TCB holds that thread's TID. None when no single
-/// offset fits (another runtime, or a lone thread whose TID appears twice).
-pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> Option<i32> {
+/// where every thread's TCB holds that thread's TID (or the places, for a
+/// lone thread whose TID appears more than once); unknown for another
+/// runtime.
+pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
     for &(_, fs_base) in threads {
-        if fs_base == 0 {
-            return None;
-        }
-        let tcb = read(fs_base, 8)?;
-        if u64::from_le_bytes(tcb[..8].try_into().ok()?) != fs_base {
-            return None; // fs:0 is not the thread pointer the runtime would read
+        let own = fs_base != 0 && read(fs_base, 8).is_some_and(|tcb| tcb.get(..8) == Some(&fs_base.to_le_bytes()[..]));
+        if !own {
+            return TidOffset::Unknown; // fs:0 is not the thread pointer the runtime would read
         }
     }
     crate::arch::tid_offset_near(threads, read)

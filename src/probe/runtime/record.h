@@ -252,7 +252,7 @@ HOT int stack_bounds(const struct tp_ctx *c, struct tp_thread *t, uint64_t sp, u
 		return 1;
 	}
 	uint64_t top = t->key;
-	if (!c->may_check_stack || (top & 7) || top <= sp || top - sp > TP_MAX_THREAD_STACK)
+	if (!c->may_check_memory || (top & 7) || top <= sp || top - sp > TP_MAX_THREAD_STACK)
 		return 0;
 	/* A thread whose check failed does not ask again for the same stack. */
 	if (t->stack_tid == tid && t->stack_hi == 1 && t->stack_lo == top)

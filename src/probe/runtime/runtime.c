@@ -113,6 +113,51 @@ HOT uint64_t thread_key(const struct tp_ctx *c)
 	return k;
 }
 
+/* Where thread `key`, whose TID is `tid`, keeps it: in its TCB, where the
+ * TCB's TID follows a thread that reuses another's TCB; else in its state,
+ * where the TID taken by adopt() does not. Only a key that is a TCB's
+ * address has a TID to read (runtime.h, tp_key_is_tcb), and it is read
+ * there only if it is this thread's now: Go's m.tls and other runtimes'
+ * blocks have none. */
+HOT uint64_t tid_place(const struct tp_ctx *c, uint64_t key, uint32_t tid)
+{
+	int64_t off = __atomic_load_n(&c->tid_offset, __ATOMIC_RELAXED);
+	if (!(key & 1) && off && tp_key_is_tcb(key) && *(const volatile uint32_t *)(key + off) == tid)
+		return key + off;
+	return 0;
+}
+
+/* tp saw a lone thread at attach, whose TID was in more than one place
+ * near its thread pointer (c->tid_candidates); this thread, not the main
+ * one, tells them apart: the one place where it finds its own TID is
+ * where every thread keeps it. Each place is read only once the kernel
+ * said its page is readable (madvise MADV_POPULATE_READ, which tp checked
+ * the seccomp filters let through: may_check_memory): a place beyond this
+ * thread's TCB block may be unmapped. Once per process at most, on a
+ * thread's first event. */
+HOT void learn_tid_offset(struct tp_ctx *c, uint64_t key, uint32_t tid)
+{
+	if ((key & 1) || !c->may_check_memory || !tp_key_is_tcb(key))
+		return;
+	int32_t found = 0;
+	for (uint32_t i = 0; i < TP_TID_CANDIDATES; i++) {
+		int32_t off = c->tid_candidates[i];
+		uint64_t at = key + (int64_t)off;
+		if (off == 0 || (at & 3))
+			continue;
+		if (tp_syscall4(TP_SYS_MADVISE, at & ~4095ull, 4096, TP_MADV_POPULATE_READ, 0) != 0)
+			continue;
+		if (*(const volatile uint32_t *)at != tid)
+			continue;
+		if (found)
+			return; /* more than one place here too */
+		found = off;
+	}
+	int32_t none = 0;
+	if (found)
+		__atomic_compare_exchange_n(&c->tid_offset, &none, found, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 /* A state this thread found with another process's PID: a fork copied it.
  * In the child, the thread that forked has the child's PID as its TID and
  * keeps its frames (they are live on its copy of the stack); any other
@@ -126,14 +171,11 @@ HOT void adopt(const struct tp_ctx *c, struct tp_thread *t, uint32_t pid)
 		t->depth = 0;
 		t->overhead = 0;
 	}
-	/* The TCB's TID follows a thread that reuses another's TCB; the TID
-	 * taken here does not. Only a key that is a TCB's address has a TID to
-	 * read (runtime.h, tp_key_is_tcb), and it is read there only if it is
-	 * this thread's now: Go's m.tls and other runtimes' blocks have none. */
-	int tcb = !(t->key & 1) && c->tid_offset && tp_key_is_tcb(t->key) &&
-		  *(const volatile uint32_t *)(t->key + (int64_t)c->tid_offset) == tid;
+	if (UNLIKELY(__atomic_load_n(&c->tid_offset, __ATOMIC_RELAXED) == 0) && tid != pid)
+		learn_tid_offset((struct tp_ctx *)c, t->key, tid);
 	t->tid = tid;
-	t->tid_at = tcb ? t->key + (int64_t)c->tid_offset : (uint64_t)&t->tid;
+	uint64_t at = tid_place(c, t->key, tid);
+	t->tid_at = at ? at : (uint64_t)&t->tid;
 	t->ring = 0;
 	t->row = 0;
 	/* A fork copies a state another thread was writing into its ring
@@ -174,6 +216,14 @@ HOT struct tp_thread *thread_state(const struct tp_ctx *c, int claim)
 			uint32_t pid = process_id(c);
 			if (t->pid != pid)
 				adopt(c, t, pid);
+		}
+		/* A thread adopted before the runtime learnt where the TCB keeps
+		 * the TID (learn_tid_offset): the main thread, which cannot tell
+		 * the places apart, reads it there from now on. */
+		if (UNLIKELY(t->tid_at == (uint64_t)&t->tid) && __atomic_load_n(&c->tid_offset, __ATOMIC_RELAXED)) {
+			uint64_t at = tid_place(c, t->key, t->tid);
+			if (at)
+				t->tid_at = at;
 		}
 		return t;
 	}
