@@ -255,15 +255,20 @@ fn build_runtime(manifest: &Path, arch: &str) {
     println!("cargo:rerun-if-changed=src/arch/syscalls.rs");
     write_layout_header(&out.join("layout.h"));
     write_syscalls_header(&out.join("syscalls.h"), arch);
-    compile_runtime(manifest, arch, &out, "runtime.o", &[], RUNTIME_FUNCTIONS);
+    let plain = compile_runtime(manifest, arch, &out, "runtime.o", &[], RUNTIME_FUNCTIONS);
     // The arch's runtime.h makes the frame register a global register
     // variable under this macro: that build never uses it otherwise.
-    compile_runtime(manifest, arch, &out, "runtime_ext.o", &["-DTP_RESERVE_FRAME_POINTER"], RUNTIME_EXT_FUNCTIONS);
+    let ext =
+        compile_runtime(manifest, arch, &out, "runtime_ext.o", &["-DTP_RESERVE_FRAME_POINTER"], RUNTIME_EXT_FUNCTIONS);
+    // The most stack any of them uses: the calls of the runtime clear what
+    // it leaves below the stack pointer (src/arch/x86_64/runtime.rs).
+    println!("cargo:rustc-env=TP_RUNTIME_STACK={}", plain.max(ext));
 }
 
 /// One build of the runtime into `object`, with `extra` flags, and the
-/// blobs of `functions` extracted from it.
-fn compile_runtime(manifest: &Path, arch: &str, out: &Path, object: &str, extra: &[&str], functions: &[&str]) {
+/// blobs of `functions` extracted from it. Returns the most stack one of
+/// them uses (GCC's -fstack-usage: each is a leaf of fixed frame).
+fn compile_runtime(manifest: &Path, arch: &str, out: &Path, object: &str, extra: &[&str], functions: &[&str]) -> u64 {
     let src = manifest.join("src/probe/runtime/runtime.c");
     let cc = compiler(Lang::C);
     let tools = binutils_prefix(&cc);
@@ -271,7 +276,7 @@ fn compile_runtime(manifest: &Path, arch: &str, out: &Path, object: &str, extra:
     let mut cmd = Command::new(&cc);
     cmd.args(["-O2", "-std=gnu11", "-Wall", "-Werror", "-fPIC", "-fno-plt", "-ffreestanding", "-fno-builtin"]);
     cmd.args(["-fno-stack-protector", "-fno-asynchronous-unwind-tables", "-fno-unwind-tables", "-fno-jump-tables"]);
-    cmd.args(["-fomit-frame-pointer", "-mgeneral-regs-only", "-ffunction-sections", "-c"]);
+    cmd.args(["-fomit-frame-pointer", "-mgeneral-regs-only", "-ffunction-sections", "-fstack-usage", "-c"]);
     cmd.args(extra);
     cmd.arg(match arch {
         "x86_64" => "-fcf-protection=none",
@@ -303,6 +308,27 @@ fn compile_runtime(manifest: &Path, arch: &str, out: &Path, object: &str, extra:
             .expect("run objcopy");
         assert!(status.success() && std::fs::metadata(&blob).map(|m| m.len() > 0).unwrap_or(false), "extract {f}");
     }
+    stack_usage(&object.with_extension("su"), functions)
+}
+
+/// The most stack one of `functions` uses, from the compiler's
+/// -fstack-usage report `su` ("file:line:column:function<TAB>bytes<TAB>
+/// static"); each must be there, and of a fixed size.
+fn stack_usage(su: &Path, functions: &[&str]) -> u64 {
+    let text = std::fs::read_to_string(su).unwrap_or_else(|e| panic!("read {}: {e}", su.display()));
+    functions
+        .iter()
+        .map(|f| {
+            let line = text
+                .lines()
+                .find(|l| l.split('\t').next().is_some_and(|head| head.ends_with(&format!(":{f}"))))
+                .unwrap_or_else(|| panic!("{f} is not in {}:\n{text}", su.display()));
+            let fields: Vec<&str> = line.split('\t').collect();
+            assert!(fields.len() == 3 && fields[2] == "static", "{f}'s stack is not of a fixed size: {line}");
+            fields[1].parse::<u64>().unwrap_or_else(|e| panic!("{line}: {e}"))
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// Writes `layout.h`: the structs and constants of src/probe/layout.rs

@@ -392,6 +392,9 @@ fn emit_tail(
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.k);
+        // The return address into this detour, which the count stub left
+        // below its argument (the stub clears below that itself).
+        w.put_store_imm(fast::RSP, -16, 0);
         w.put_jmp(if fast.is_some() { l.back.call } else { l.counted });
     }
     let mut unmark = way1;
@@ -496,6 +499,9 @@ fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
         w.put_push(r);
     }
     call(w);
+    // What the call left below the stack pointer: the runtime's spills and
+    // the return address into this detour (see runtime.rs).
+    w.put_clear_below_rsp(super::runtime::CLEARED_BELOW);
     for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
         w.put_pop(r);
     }
@@ -637,7 +643,9 @@ mod tests {
         expected.extend(["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"].map(String::from));
         expected.extend(["push rbp", "mov rbp, rsp", "push rbx", &format!("jmp {:#x}", SITE + 5)].map(String::from));
         expected.extend(paired("r11", "r10"));
-        expected.extend(["push 3", &format!("call {:#x}", runtime().count), "pop r10", "jmp "].map(String::from));
+        let call = format!("call {:#x}", runtime().count);
+        // The return address into the detour, cleared once the stub is back.
+        expected.extend(["push 3", &call, "pop r10", "mov qword ptr [rsp - 0x10], 0", "jmp "].map(String::from));
         check(&asm, &expected);
         // The disabled probe and the count both end at the restore; the
         // runtime's count comes back after the increment.
@@ -645,7 +653,7 @@ mod tests {
         assert_eq!(target(&asm[7]), restore);
         assert_eq!(target(&asm[15]), d.map_pc(5).unwrap() + 5, "jne to the paired entry");
         assert_eq!(target(&asm[29]), address_of(&d, 33), "then to the call of tp_count");
-        assert_eq!((target(&asm[32]), target(&asm[36])), (restore, restore), "back to what follows the count");
+        assert_eq!((target(&asm[32]), target(&asm[37])), (restore, restore), "back to what follows the count");
         assert_eq!((literal(&d, 0), literal(&d, 1), literal(&d, 2)), (spec().flag_addr, spec().counters, spec().cache));
         // Threads in the window map to their relocated instruction; the end to the jmp back.
         let relocated = d.map_pc(0).unwrap();
@@ -810,9 +818,10 @@ mod tests {
         assert!(asm[28].starts_with("mov r8, qword ptr [rip + "));
         assert_eq!(asm[29], format!("call {:#x}", runtime().entry));
         assert_eq!(asm[30], "add rsp, 0x30");
+        assert_eq!(asm[31..35], super::super::runtime::tests::clear_below());
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[31..39], restores);
-        assert_eq!(asm[39..44], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
+        assert_eq!(asm[35..43], restores);
+        assert_eq!(asm[43..48], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
         assert_eq!(target(&asm[7]), d.map_pc(0).unwrap() - 8);
         assert_eq!((literal(&d, 3), literal(&d, 4)), (runtime().ctx, runtime().trampoline));
@@ -839,8 +848,11 @@ mod tests {
         // The paired entry, then tp_count, leave the row in r11 and come
         // back to the countdown.
         check(&asm[29..35], &paired("r10", "r11"));
-        assert_eq!(asm[35..38], ["push 3", &format!("call {:#x}", runtime().count), "pop r11"]);
-        assert_eq!((target(&asm[34]), target(&asm[38])), (address_of(&d, 18), address_of(&d, 18)));
+        assert_eq!(
+            asm[35..39],
+            ["push 3", &format!("call {:#x}", runtime().count), "pop r11", "mov qword ptr [rsp - 0x10], 0"]
+        );
+        assert_eq!((target(&asm[34]), target(&asm[39])), (address_of(&d, 18), address_of(&d, 18)));
         // The sample block follows.
         let block = disassemble(&d.bytes[(sample - AT) as usize..], sample);
         assert_eq!(block[0], "push r10");
@@ -849,7 +861,8 @@ mod tests {
         assert_eq!(block[10..12], ["mov rdx, rsp", "lea rcx, [rsp + 0x58]"]);
         assert_eq!(block[13], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
         assert_eq!(block[14], format!("call {:#x}", runtime().entry));
-        assert_eq!(target(&block[23]), d.map_pc(0).unwrap() - 8, "back to the restore");
+        assert_eq!(block[15..19], super::super::runtime::tests::clear_below());
+        assert_eq!(target(&block[27]), d.map_pc(0).unwrap() - 8, "back to the restore");
     }
 
     #[test]

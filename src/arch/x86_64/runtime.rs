@@ -64,6 +64,38 @@
 //! the call.
 
 use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
+
+/// The most stack a function of the C runtime uses (GCC's -fstack-usage,
+/// read by build.rs): its return address, saved registers and frame.
+const RUNTIME_STACK: u32 = decimal(env!("TP_RUNTIME_STACK"));
+
+/// What a call of the C runtime may leave written below the stack pointer
+/// once it returns, which each call clears: the runtime's frames and
+/// their red zone (128 bytes), and below the caller's own pushes for the
+/// call (operands, Go's arguments: 48 bytes; the alignment: 24). Left
+/// there, a return address into tp's code or the trampoline's address
+/// that the runtime spilled would lie in the stack the program uses next,
+/// in words its frames do not write (padding, a buffer), where tp's
+/// check at detach that nothing refers to its code finds them
+/// ([`crate::probe::remove`]), keeping tp's memory mapped for good: as in
+/// nginx workers idle in `epoll_wait`. About 40 stores, on the slow paths
+/// only.
+pub(super) const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + 48 + 24).next_multiple_of(16);
+// A return address and a pushed register at least: build.rs read a real report.
+const _: () = assert!(RUNTIME_STACK >= 16);
+
+/// The decimal number `s`, at compile time.
+const fn decimal(s: &str) -> u32 {
+    let b = s.as_bytes();
+    let mut v = 0u32;
+    let mut i = 0;
+    while i < b.len() {
+        assert!(b[i].is_ascii_digit());
+        v = v * 10 + (b[i] - b'0') as u32;
+        i += 1;
+    }
+    v
+}
 use super::writer::Writer;
 use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
@@ -163,6 +195,7 @@ fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
     // tp_exit always answers: a frame lost for good ends the process in
     // the runtime (runtime.c, end_process), never here.
     w.put_store_rax(FRAME - 8);
+    w.put_clear_below_rsp(CLEARED_BELOW);
     w.put_pop_flags_via_rax();
     for r in SAVED.iter().rev() {
         w.put_pop(*r);
@@ -187,6 +220,7 @@ fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
     w.put_load_esi_rbx(COUNT_ARG);
     w.put_call(tp_count);
     w.put_store_rax_rbx(COUNT_ARG);
+    w.put_clear_below_rsp(CLEARED_BELOW);
     w.put_mov_rsp_rbx();
     w.put_pop(RBX);
     for r in COUNT_SAVED.iter().rev() {
@@ -214,7 +248,7 @@ pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Ve
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::arch::x86_64::decode::disassemble;
 
@@ -251,11 +285,13 @@ mod tests {
         assert_eq!(asm[16], format!("call {:#x}", AT + 16));
         assert_eq!(asm[17], "mov qword ptr [rsp + 0x58], rax");
         assert!(!asm.iter().any(|i| i == "ud2"), "no path of the trampoline traps");
-        assert_eq!(asm[18..21], ["pop rax", "add al, 0x7f", "sahf"]);
+        // What tp_exit left below the stack pointer, cleared (see CLEARED_BELOW).
+        assert_eq!(asm[18..22], clear_below());
+        assert_eq!(asm[22..25], ["pop rax", "add al, 0x7f", "sahf"]);
         let pops = ["pop rax", "pop rdx", "pop rcx", "pop rsi", "pop rdi", "pop r8", "pop r9", "pop r10", "pop r11"];
-        assert_eq!(asm[21..30], pops);
-        assert_eq!(asm[30..32], ["lea rsp, [rsp + 0x10]", "jmp qword ptr [rsp - 8]"]);
-        assert!(asm[32..].iter().all(|i| i == "int3"), "padding");
+        assert_eq!(asm[25..34], pops);
+        assert_eq!(asm[34..36], ["lea rsp, [rsp + 0x10]", "jmp qword ptr [rsp - 8]"]);
+        assert!(asm[36..].iter().all(|i| i == "int3"), "padding");
         // The literals end the block: the context first.
         let lits = &b.bytes[b.bytes.len() - 16..];
         assert_eq!(u64::from_le_bytes(lits[..8].try_into().unwrap()), 0x7f00_0000_1040);
@@ -309,10 +345,24 @@ mod tests {
         assert_eq!(asm[17], format!("call {:#x}", AT + 48), "tp_count, after the other three functions");
         let stub_end = asm.iter().position(|i| i == "ret").unwrap();
         assert!(asm[stub_end + 1..].iter().all(|i| i == "int3"), "padding up to the literals");
-        assert_eq!(asm[18..21], ["mov qword ptr [rbx + 0x60], rax", "mov rsp, rbx", "pop rbx"]);
+        assert_eq!(asm[18], "mov qword ptr [rbx + 0x60], rax");
+        assert_eq!(asm[19..23], clear_below());
+        assert_eq!(asm[23..25], ["mov rsp, rbx", "pop rbx"]);
         let pops = ["pop r11", "pop r10", "pop r9", "pop r8", "pop rdi", "pop rsi", "pop rdx", "pop rcx"];
-        assert_eq!(asm[21..29], pops);
-        assert_eq!(asm[29..34], ["pop rax", "add al, 0x7f", "sahf", "pop rax", "ret"]);
+        assert_eq!(asm[25..33], pops);
+        assert_eq!(asm[33..38], ["pop rax", "add al, 0x7f", "sahf", "pop rax", "ret"]);
+    }
+
+    /// How a call of the runtime clears what it left below the stack
+    /// pointer: the runtime's largest frame, its red zone, and what a
+    /// caller pushes for the call.
+    pub(crate) fn clear_below() -> [String; 4] {
+        [
+            format!("lea rdi, [rsp - {CLEARED_BELOW:#x}]"),
+            format!("mov ecx, {:#x}", CLEARED_BELOW / 8),
+            "xor eax, eax".into(),
+            "rep stosq qword ptr [rdi], rax".into(),
+        ]
     }
 
     /// The fast exit, as the module doc of `fast` shows it.

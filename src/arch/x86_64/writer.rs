@@ -560,6 +560,18 @@ impl Writer {
         self.buf.push(0x5c);
     }
 
+    /// `lea rdi, [rsp - bytes]; mov ecx, bytes / 8; xor eax, eax; rep
+    /// stosq`: zeroes the `bytes` below the stack pointer (a multiple of 8).
+    /// rdi, rcx, rax and the flags are clobbered; the direction flag is
+    /// clear, as the ABI keeps it at calls and returns.
+    pub fn put_clear_below_rsp(&mut self, bytes: u32) {
+        assert!(bytes.is_multiple_of(8) && bytes > 0);
+        self.put_lea_rsp(7, -(bytes as i32)); // rdi
+        self.buf.push(0xb9);
+        self.buf.extend_from_slice(&(bytes / 8).to_le_bytes());
+        self.buf.extend_from_slice(&[0x31, 0xc0, 0xf3, 0x48, 0xab]);
+    }
+
     /// `xor r8d, r8d`.
     pub fn put_zero_r8(&mut self) {
         self.buf.extend_from_slice(&[0x45, 0x31, 0xc0]);
@@ -644,6 +656,11 @@ mod tests {
         assert_eq!(asm(|w| w.put_lea_rsp(2, 8)), ["lea rdx, [rsp + 8]"]);
         assert_eq!(asm(|w| w.put_lea_rsp(1, 72)), ["lea rcx, [rsp + 0x48]"]);
         assert_eq!(asm(|w| w.put_zero_r8()), ["xor r8d, r8d"]);
+        assert_eq!(
+            asm(|w| w.put_clear_below_rsp(336)),
+            ["lea rdi, [rsp - 0x150]", "mov ecx, 0x2a", "xor eax, eax", "rep stosq qword ptr [rdi], rax"]
+        );
+        assert_eq!(asm(|w| w.put_store_imm(4, -16, 0)), ["mov qword ptr [rsp - 0x10], 0"]);
         assert_eq!(asm(|w| w.put_call(AT + 0x100)), [format!("call {:#x}", AT + 0x100)]);
         assert_eq!(asm(|w| w.put_store_rax(0x58)), ["mov qword ptr [rsp + 0x58], rax"]);
         assert_eq!(asm(|w| w.put_push_flags_via_rax()), ["lahf", "seto al", "push rax"]);
