@@ -1144,24 +1144,36 @@ pub enum TidOffset {
     Unknown,
 }
 
-/// Where, within 4 KiB either side of the thread pointer, every thread in
-/// `threads` (TID, thread pointer) holds its own TID as a 32-bit word:
-/// how the runtime tells threads apart by the thread's own memory. The
-/// architectures check first that the pointers are what their runtime
-/// reads.
+/// Where, within 4 KiB either side of the thread pointer (the pages that
+/// can be read), every thread in `threads` (TID, thread pointer) holds its
+/// own TID as a 32-bit word: how the runtime tells threads apart by the
+/// thread's own memory. The architectures check first that the pointers
+/// are what their runtime reads.
 pub(crate) fn tid_offset_near(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
     const SPAN: i64 = 4096;
     let mut candidates: Option<Vec<i64>> = None;
     for &(tid, tp) in threads {
-        let Some(bytes) = tp.checked_sub(SPAN as u64).and_then(|from| read(from, 2 * SPAN as usize)) else {
+        let Some(from) = tp.checked_sub(SPAN as u64).filter(|f| f.checked_add(2 * SPAN as u64).is_some()) else {
             return TidOffset::Unknown;
         };
-        let here: Vec<i64> = (0..bytes.len().saturating_sub(3))
-            .step_by(4)
-            .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
-            .map(|i| i as i64 - SPAN)
-            .filter(|&off| off != 0)
-            .collect();
+        // Page by page: the span may reach past the mapping the thread
+        // pointer lies in (a static program's TLS at the start of its heap).
+        let mut here: Vec<i64> = Vec::new();
+        let mut at = from;
+        while at < from + 2 * SPAN as u64 {
+            let end = ((at | 4095) + 1).min(from + 2 * SPAN as u64);
+            if let Some(bytes) = read(at, (end - at) as usize) {
+                let base = (at - from) as i64 - SPAN;
+                here.extend(
+                    (0..bytes.len().saturating_sub(3))
+                        .step_by(4)
+                        .filter(|&i| u32::from_le_bytes(bytes[i..i + 4].try_into().unwrap()) == tid as u32)
+                        .map(|i| base + i as i64)
+                        .filter(|&off| off != 0),
+                );
+            }
+            at = end;
+        }
         candidates = Some(match candidates {
             None => here,
             Some(prev) => prev.into_iter().filter(|o| here.contains(o)).collect(),

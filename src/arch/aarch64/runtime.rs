@@ -209,5 +209,15 @@ mod tests {
         assert_eq!(tid_offset(&[(502, b)], &read), TidOffset::At(-0x6f0));
         assert_eq!(tid_offset(&[(501, 0)], &read), TidOffset::Unknown, "no thread pointer");
         assert_eq!(tid_offset(&[(503, b)], &read), TidOffset::Unknown, "no place holds the TID");
+        // The span reaches below the mapping the thread pointer lies in (a
+        // static program's TLS at the start of its heap): the rest counts.
+        let c = 0xffff_a000_0000u64; // page-aligned: the page below is unmapped
+        let mut mc = vec![0u8; 4096];
+        mc[0x100..0x104].copy_from_slice(&504u32.to_le_bytes());
+        let read_c = |addr: u64, len: usize| -> Option<Vec<u8>> {
+            let o = addr.checked_sub(c)? as usize;
+            mc.get(o..o + len).map(<[u8]>::to_vec)
+        };
+        assert_eq!(tid_offset(&[(504, c)], &read_c), TidOffset::At(0x100));
     }
 }
