@@ -818,10 +818,10 @@ mod tests {
         assert!(asm[28].starts_with("mov r8, qword ptr [rip + "));
         assert_eq!(asm[29], format!("call {:#x}", runtime().entry));
         assert_eq!(asm[30], "add rsp, 0x30");
-        assert_eq!(asm[31..35], super::super::runtime::tests::clear_below());
+        super::super::runtime::tests::assert_clears_below(&asm[31..39]);
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[35..43], restores);
-        assert_eq!(asm[43..48], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
+        assert_eq!(asm[39..47], restores);
+        assert_eq!(asm[47..52], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
         assert_eq!(target(&asm[7]), d.map_pc(0).unwrap() - 8);
         assert_eq!((literal(&d, 3), literal(&d, 4)), (runtime().ctx, runtime().trampoline));
@@ -861,8 +861,8 @@ mod tests {
         assert_eq!(block[10..12], ["mov rdx, rsp", "lea rcx, [rsp + 0x58]"]);
         assert_eq!(block[13], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
         assert_eq!(block[14], format!("call {:#x}", runtime().entry));
-        assert_eq!(block[15..19], super::super::runtime::tests::clear_below());
-        assert_eq!(target(&block[27]), d.map_pc(0).unwrap() - 8, "back to the restore");
+        super::super::runtime::tests::assert_clears_below(&block[15..23]);
+        assert_eq!(target(&block[31]), d.map_pc(0).unwrap() - 8, "back to the restore");
     }
 
     #[test]
