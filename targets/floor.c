@@ -16,13 +16,20 @@
  *           2^16 (as tp's entry event: six argument words, the
  *           timestamp, thread and probe), its head advanced;
  *   found   event, with its ring found as tp's detours found a thread's
- *           until issue 17's third round (they now read the ring slot in
- *           the cache entry): the word at fs:0 hashed into a cache of
- *           entries, then the entry's thread state, the state's ring slot
- *           and the slot's head, four loads each waiting for the one
- *           before. Without an rdtsc such a chain overlaps the next call's
- *           and costs nothing measurable; an rdtsc lets no call overlap
- *           the next, so it is paid in full;
+ *           until issue 17's third round: the word at fs:0 hashed into a
+ *           cache of entries, then the entry's thread state, the state's
+ *           ring slot and the slot's head, four loads each waiting for the
+ *           one before. Without an rdtsc such a chain overlaps the next
+ *           call's and costs nothing measurable; an rdtsc lets no call
+ *           overlap the next, so it is paid in full;
+ *   now     event, with its ring found as tp's detours find it now: the
+ *           word at fs:0 hashed, then the cache entry's ring slot and the
+ *           slot's head, three loads;
+ *   owned   event, with its head, room and ring in a block of the
+ *           thread's own at a fixed offset from its thread pointer (an
+ *           initial-exec thread-local variable), one load: what tp's
+ *           detours would pay if tp owned such a block in every thread
+ *           of the target (a segment register of its own);
  *   hijack  plus its return address taken over: it returns to a stub that
  *           jumps back to its caller (what a return probe does at least,
  *           which the CPU's return prediction cannot follow);
@@ -32,8 +39,8 @@
  *   floor N   prints "floor threads=T plain=NS own=NS slot=NS shared=NS"
  *             for T = 1 and 2 (ns per call per thread, the median of 5
  *             runs of N calls per thread), then "floor rdtsc=NS", then
- *             "floor event=NS found=NS hijack=NS timed=NS" (extra ns per
- *             call).
+ *             "floor event=NS found=NS now=NS owned=NS hijack=NS timed=NS"
+ *             (extra ns per call).
  */
 #include "common.h"
 
@@ -148,6 +155,44 @@ TP_PROBED unsigned f_found(unsigned x)
 	return x * 0x9E3779B1u ^ (x >> 7);
 }
 
+/* f_now's way to its ring: the cache entry holds the ring slot. */
+struct now_slot {
+	uint64_t head, limit;
+	struct event *ring;
+};
+struct now_entry {
+	uint64_t check;
+	struct now_slot *slot;
+};
+static struct now_slot now_slot = {0, ~0ull, ring};
+static struct now_entry now_cache[64];
+
+TP_PROBED unsigned f_now(unsigned x)
+{
+	uint64_t tsc = __rdtsc(), word;
+	__asm__ volatile("mov %%fs:0, %0" : "=r"(word));
+	struct now_entry *c = &now_cache[(uint32_t)word * 0x9E3779B1u >> 26];
+	if (c->check != ~word)
+		return 0;
+	struct now_slot *s = c->slot;
+	if (s->head >= s->limit)
+		return 0;
+	record_in(s->ring, &s->head, x, tsc);
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
+/* f_owned's block, the thread's own, at a fixed offset from fs. */
+static __thread struct now_slot owned __attribute__((tls_model("initial-exec")));
+
+TP_PROBED unsigned f_owned(unsigned x)
+{
+	uint64_t tsc = __rdtsc();
+	if (owned.head >= owned.limit)
+		return 0;
+	record_in(owned.ring, &owned.head, x, tsc);
+	return x * 0x9E3779B1u ^ (x >> 7);
+}
+
 /* f_hijack and f_timed: f_plain whose return goes through back_stub, which
  * jumps to the caller through `back` (one caller at a time: 1 thread).
  * f_timed takes a timestamp at entry and records an event with a second
@@ -257,9 +302,14 @@ int main(int argc, char **argv)
 	double plain = median5(f_plain, 1);
 	for (int i = 0; i < 64; i++)
 		found_cache[i].state = &found_state;
+	uint64_t word;
+	__asm__ volatile("mov %%fs:0, %0" : "=r"(word));
+	now_cache[(uint32_t)word * 0x9E3779B1u >> 26] = (struct now_entry){~word, &now_slot};
+	owned = now_slot;
 	double event = median5(f_event, 1) - plain, found = median5(f_found, 1) - plain;
+	double in_now = median5(f_now, 1) - plain, in_owned = median5(f_owned, 1) - plain;
 	double hijack = median5(f_hijack, 1) - plain, timed = median5(f_timed, 1) - plain;
-	printf("floor event=%.3f found=%.3f hijack=%.3f timed=%.3f ring=%llu\n", event, found, hijack, timed,
-	       (unsigned long long)(ring_sum() & 1));
+	printf("floor event=%.3f found=%.3f now=%.3f owned=%.3f hijack=%.3f timed=%.3f ring=%llu\n", event, found,
+	       in_now, in_owned, hijack, timed, (unsigned long long)(ring_sum() & 1));
 	return 0;
 }

@@ -6,7 +6,10 @@
 //! an event costs at best: an `rdtsc` and a 64-byte event written to a
 //! ring, the same with the ring found through four dependent loads (as
 //! tp's detours found a thread's until issue 17's third round; an `rdtsc`
-//! keeps such a chain from overlapping the next call), a return taken over
+//! keeps such a chain from overlapping the next call), through three (as
+//! they find it now), through one (a block of the thread's own at a fixed
+//! offset from its thread pointer, as a segment register tp owned in each
+//! thread would give), a return taken over
 //! (returning through a stub), and both with a second `rdtsc` (an exit with
 //! its latency). On a shared, noisy machine
 //! tp's rows are read against these.
@@ -36,6 +39,11 @@ pub struct Floor {
     /// The same, with the ring found through a cache entry, a thread
     /// state and a ring slot.
     pub found: f64,
+    /// The same, with the ring found through a cache entry's ring slot.
+    pub now: f64,
+    /// The same, with the ring in a block at a fixed offset from the
+    /// thread pointer.
+    pub owned: f64,
     /// Extra ns per call for a return taken over.
     pub hijack: f64,
     /// Extra ns per call for a return taken over, two rdtsc and an event.
@@ -59,7 +67,8 @@ pub fn measure(env: &Env) -> Result<Floor> {
     f.rdtsc = kv_f64(&l.text, "rdtsc").context("no rdtsc")?;
     let l = p.wait_prefix("floor event=", Duration::from_secs(60))?;
     let get = |k: &str| kv_f64(&l.text, k).with_context(|| format!("no {k} in `{}`", l.text));
-    (f.event, f.found, f.hijack, f.timed) = (get("event")?, get("found")?, get("hijack")?, get("timed")?);
+    (f.event, f.found, f.now, f.owned) = (get("event")?, get("found")?, get("now")?, get("owned")?);
+    (f.hijack, f.timed) = (get("hijack")?, get("timed")?);
     p.wait_exit(Duration::from_secs(10));
     Ok(f)
 }

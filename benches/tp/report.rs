@@ -299,6 +299,19 @@ impl Results {
         );
         let _ = writeln!(
             o,
+            "| the same, through three: the word at fs:0 hashed, then the cache entry's ring slot and the slot's \
+             head (how tp finds it now) | {} | |",
+            s(&|f| f.now)
+        );
+        let _ = writeln!(
+            o,
+            "| the same, through one: the head and the ring in a block of the thread's own at a fixed offset from \
+             its thread pointer (what tp would pay if it owned such a block, through a segment register, in every \
+             thread of the target) | {} | |",
+            s(&|f| f.owned)
+        );
+        let _ = writeln!(
+            o,
             "| extra for a return taken over: the function returns to a stub that jumps back | {} | |",
             s(&|f| f.hijack)
         );
