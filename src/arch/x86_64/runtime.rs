@@ -64,6 +64,8 @@
 //! the call.
 
 use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
+use super::writer::Writer;
+use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// The most stack a function of the C runtime uses (GCC's -fstack-usage,
 /// read by build.rs): its return address, saved registers and frame.
@@ -96,8 +98,6 @@ const fn decimal(s: &str) -> u32 {
     }
     v
 }
-use super::writer::Writer;
-use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;

@@ -133,8 +133,9 @@ HOT uint64_t tid_place(const struct tp_ctx *c, uint64_t key, uint32_t tid)
  * where every thread keeps it. Each place is read only once the kernel
  * said its page is readable (madvise MADV_POPULATE_READ, which tp checked
  * the seccomp filters let through: may_check_memory): a place beyond this
- * thread's TCB block may be unmapped. Once per process at most, on a
- * thread's first event. */
+ * thread's TCB block may be unmapped. On a thread's first event in the
+ * process, while the place is not known: once, unless a thread finds its
+ * TID in more than one of them too. */
 HOT void learn_tid_offset(struct tp_ctx *c, uint64_t key, uint32_t tid)
 {
 	if ((key & 1) || !c->may_check_memory || !tp_key_is_tcb(key))
