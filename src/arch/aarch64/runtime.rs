@@ -35,7 +35,16 @@
 
 use super::detour::{FRAME, restore, save};
 use super::writer::{LR, SP, Writer};
-use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
+use crate::arch::{FrameHome, RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
+
+/// What a call of the C runtime may leave written below the stack pointer
+/// once it returns (no red zone here: its frames), which each call clears:
+/// the link register it saved (an address in tp's code) or the
+/// trampoline's address spilled there would lie in the stack the program
+/// uses next, in words its frames do not write, where tp's check at
+/// detach that nothing refers to its code finds them
+/// ([`crate::probe::remove`]), keeping tp's memory mapped for good.
+pub(super) const CLEARED_BELOW: u32 = RUNTIME_STACK.next_multiple_of(16);
 
 /// Assembles the runtime block at `at`: the runtime's functions, then two
 /// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
@@ -74,6 +83,7 @@ fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
     // the runtime (runtime.c, end_process), never here. restore() loads
     // x30 from the word the detours keep it in.
     w.put_str_offset(0, SP, FRAME - 8);
+    w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(LR);
     w.finish()
@@ -130,7 +140,7 @@ pub fn tid_offset(threads: &[(i32, u64)], read: &dyn Fn(u64, usize) -> Option<Ve
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::arch::aarch64::decode::disassemble;
 
@@ -167,7 +177,9 @@ mod tests {
         assert_eq!(asm[9..11], ["mrs x17, nzcv", "stp x17, x18, [sp, #0x80]"]);
         assert!(asm[11].starts_with("ldr x0, #"));
         assert_eq!(asm[12..15], ["mov x1, sp".to_string(), "add x2, sp, #0xa0".into(), format!("bl #{:#x}", AT + 16)]);
-        assert_eq!(asm[15..17], ["str x0, [sp, #0x98]", "ldp x0, x1, [sp]"]);
+        assert_eq!(asm[15], "str x0, [sp, #0x98]");
+        assert_clears_below_sp(&asm[16..21]);
+        assert_eq!(asm[21], "ldp x0, x1, [sp]");
         let tail = [
             "ldp x17, x18, [sp, #0x80]",
             "msr nzcv, x17",
@@ -176,9 +188,24 @@ mod tests {
             "add sp, sp, #0xa0",
             "ret",
         ];
-        assert_eq!(asm[24..30], tail);
-        let lit = &b.bytes[b.bytes.len() - 8..];
-        assert_eq!(u64::from_le_bytes(lit.try_into().unwrap()), 0x7f00_0000_1040);
+        assert_eq!(asm[29..35], tail);
+        // The context, from the trampoline's literal pool.
+        let lit = u64::from_str_radix(asm[11].strip_prefix("ldr x0, #0x").unwrap(), 16).unwrap();
+        let at = (lit - AT) as usize;
+        assert_eq!(u64::from_le_bytes(b.bytes[at..at + 8].try_into().unwrap()), 0x7f00_0000_1040);
+    }
+
+    /// How a call of the runtime clears what it left below the stack
+    /// pointer (see CLEARED_BELOW).
+    pub(crate) fn assert_clears_below_sp(asm: &[String]) {
+        let head = [
+            format!("sub x0, sp, #{CLEARED_BELOW:#x}"),
+            format!("mov x1, #{}", CLEARED_BELOW / 16),
+            "stp xzr, xzr, [x0], #0x10".into(),
+            "subs x1, x1, #1".into(),
+        ];
+        assert_eq!(asm[..4], head);
+        assert!(asm[4].starts_with("b.ne #"), "{asm:?}");
     }
 
     #[test]

@@ -249,6 +249,19 @@ impl Writer {
         self.put(0xd100_0000 | (imm << 10) | (rn << 5) | rd);
     }
 
+    /// Zeroes the `bytes` below the stack pointer (a multiple of 16 below
+    /// 4 KiB), two words a turn: `sub x0, sp, #bytes; movz x1, #bytes/16;
+    /// 1: stp xzr, xzr, [x0], #16; subs x1, x1, #1; b.ne 1b`. x0, x1 and
+    /// NZCV are clobbered.
+    pub fn put_clear_below_sp(&mut self, bytes: u32) {
+        assert!(bytes.is_multiple_of(16) && bytes > 0 && bytes < 4096);
+        self.put_sub_imm(0, SP, bytes);
+        self.put_movz(1, (bytes / 16) as u16);
+        self.put(0xa881_7c1f); // stp xzr, xzr, [x0], #16
+        self.put(0xf100_0421); // subs x1, x1, #1
+        self.put(0x54ff_ffc1); // b.ne (two words back)
+    }
+
     /// `stp xt, xt2, [xn, #offset]` (a multiple of 8 in [-512, 504]).
     pub fn put_stp(&mut self, rt: Reg, rt2: Reg, rn: Reg, offset: i32) {
         self.put(0xa900_0000 | pair_offset(offset) | (rt2 << 10) | (rn << 5) | rt);

@@ -65,11 +65,7 @@
 
 use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
 use super::writer::Writer;
-use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
-
-/// The most stack a function of the C runtime uses (GCC's -fstack-usage,
-/// read by build.rs): its return address, saved registers and frame.
-const RUNTIME_STACK: u32 = decimal(env!("TP_RUNTIME_STACK"));
+use crate::arch::{RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// What a call of the C runtime may leave written below the stack pointer
 /// once it returns, which each call clears: the runtime's frames and
@@ -83,21 +79,6 @@ const RUNTIME_STACK: u32 = decimal(env!("TP_RUNTIME_STACK"));
 /// nginx workers idle in `epoll_wait`. 42 stores, on the slow paths only
 /// (9-10 ns a call here: docs/benchmarks.md).
 pub(super) const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + 48 + 24).next_multiple_of(16);
-// A return address and a pushed register at least: build.rs read a real report.
-const _: () = assert!(RUNTIME_STACK >= 16);
-
-/// The decimal number `s`, at compile time.
-const fn decimal(s: &str) -> u32 {
-    let b = s.as_bytes();
-    let mut v = 0u32;
-    let mut i = 0;
-    while i < b.len() {
-        assert!(b[i].is_ascii_digit());
-        v = v * 10 + (b[i] - b'0') as u32;
-        i += 1;
-    }
-    v
-}
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;
