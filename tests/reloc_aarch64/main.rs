@@ -320,7 +320,10 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                 tramp.resize((runtime_at - TRAMP) as usize, 0);
                 tramp.extend(clobbering_runtime(runtime_at));
                 tramp.resize((counters + countdowns + 64 * 8) as usize, 0);
-                let (ok, out) = differential_below_sp(&orig, &tramp, &["x16", "x17"], 160);
+                // The detour's save area, and below it what each call of the
+                // runtime clears (dead stack: no red zone on AArch64).
+                let below = 160 + tp::arch::aarch64::runtime::CLEARED_BELOW;
+                let (ok, out) = differential_below_sp(&orig, &tramp, &["x16", "x17"], below);
                 let name = format!("{pad_name}, {kind}, {atomics:?}");
                 eprintln!("{name:<40} {}", out.lines().last().unwrap_or(""));
                 if !ok {

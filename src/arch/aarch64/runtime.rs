@@ -44,7 +44,7 @@ use crate::arch::{FrameHome, RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeB
 /// uses next, in words its frames do not write, where tp's check at
 /// detach that nothing refers to its code finds them
 /// ([`crate::probe::remove`]), keeping tp's memory mapped for good.
-pub(super) const CLEARED_BELOW: u32 = RUNTIME_STACK.next_multiple_of(16);
+pub const CLEARED_BELOW: u32 = RUNTIME_STACK.next_multiple_of(16);
 
 /// Assembles the runtime block at `at`: the runtime's functions, then two
 /// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
