@@ -261,7 +261,7 @@ fn build_runtime(manifest: &Path, arch: &str) {
     let ext =
         compile_runtime(manifest, arch, &out, "runtime_ext.o", &["-DTP_RESERVE_FRAME_POINTER"], RUNTIME_EXT_FUNCTIONS);
     // The most stack any of them uses: the calls of the runtime clear what
-    // it leaves below the stack pointer (src/arch/x86_64/runtime.rs).
+    // it leaves below the stack pointer (arch::RUNTIME_STACK).
     println!("cargo:rustc-env=TP_RUNTIME_STACK={}", plain.max(ext));
 }
 

@@ -1134,22 +1134,12 @@ pub struct BlockedIn {
 /// registers and frame (GCC's -fstack-usage, read by build.rs for the
 /// architecture built): what a call of the runtime may leave written
 /// below the stack pointer, besides x86-64's red zone.
-pub(crate) const RUNTIME_STACK: u32 = decimal(env!("TP_RUNTIME_STACK"));
+pub(crate) const RUNTIME_STACK: u32 = match u32::from_str_radix(env!("TP_RUNTIME_STACK"), 10) {
+    Ok(bytes) => bytes,
+    Err(_) => panic!("TP_RUNTIME_STACK (from build.rs) is not a number"),
+};
 // A return address and a pushed register at least: build.rs read a real report.
 const _: () = assert!(RUNTIME_STACK >= 16);
-
-/// The decimal number `s`, at compile time.
-const fn decimal(s: &str) -> u32 {
-    let b = s.as_bytes();
-    let mut v = 0u32;
-    let mut i = 0;
-    while i < b.len() {
-        assert!(b[i].is_ascii_digit());
-        v = v * 10 + (b[i] - b'0') as u32;
-        i += 1;
-    }
-    v
-}
 
 /// Where the threads of a process keep their TIDs, as an offset from the
 /// thread pointer the runtime reads ([`Arch::tid_offset`]).
