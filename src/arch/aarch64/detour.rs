@@ -351,7 +351,7 @@ fn put_call(w: &mut Writer, target: u64) -> Result<(), Refusal> {
     }
     w.put_bl(target);
     // What the call left below the stack pointer (see runtime.rs); the
-    // restore that follows each call reloads x0, x1 and NZCV.
+    // restore that follows each call reloads x0 and x1.
     w.put_clear_below_sp(super::runtime::CLEARED_BELOW);
     Ok(())
 }
@@ -612,13 +612,13 @@ mod tests {
         assert_eq!(asm[27..29], ["mov x2, sp", "add x3, sp, #0x98"]);
         assert!(asm[29].starts_with("ldr x4, #"));
         assert_eq!(asm[30], format!("bl #{:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below_sp(&asm[31..36]);
-        assert_eq!(asm[36..49], restores());
-        assert_eq!(asm[49..51], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
-        assert_eq!(asm[2], format!("cbz w16, #{:#x}", AT + 49 * 4), "a disabled probe runs the displaced code");
+        super::super::runtime::tests::assert_clears_below_sp(&asm[31..37]);
+        assert_eq!(asm[37..50], restores());
+        assert_eq!(asm[50..52], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
+        assert_eq!(asm[2], format!("cbz w16, #{:#x}", AT + 50 * 4), "a disabled probe runs the displaced code");
         let lits = literals(&d.bytes, 7);
         assert_eq!(lits[3..], [16, runtime().ctx, (3 | RECORD_ENTRY | HIJACK_RETURN) as u64, runtime().trampoline]);
-        assert_eq!(d.map_pc(0), Some(AT + 49 * 4));
+        assert_eq!(d.map_pc(0), Some(AT + 50 * 4));
     }
 
     #[test]
@@ -638,10 +638,10 @@ mod tests {
             assert_eq!(asm[12], auth);
             assert_eq!(asm[13..24], saves());
             assert_eq!(asm[24], "stp xzr, x30, [sp, #0x90]", "no CFI: the runtime is told nothing");
-            super::super::runtime::tests::assert_clears_below_sp(&asm[31..36]);
-            assert_eq!(asm[36..49], restores());
-            assert_eq!(asm[49], sign);
-            assert_eq!(asm[50], "stp x29, x30, [sp, #-0x10]!");
+            super::super::runtime::tests::assert_clears_below_sp(&asm[31..37]);
+            assert_eq!(asm[37..50], restores());
+            assert_eq!(asm[50], sign);
+            assert_eq!(asm[51], "stp x29, x30, [sp, #-0x10]!");
             // An entry probe alone leaves the return address as it is.
             let s = DetourSpec { records: Records { args: true, ..Records::COUNT }, ..s };
             let asm = disassemble(&build(&plan, AT, &s, Atomics::Lse).unwrap().bytes, AT);
@@ -674,8 +674,8 @@ mod tests {
         assert_eq!(block[..11], saves());
         assert_eq!(block[12], "mov x5, x16", "the countdown, for the runtime to reset");
         assert_eq!(block[18], format!("bl #{:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below_sp(&block[19..24]);
-        assert_eq!(block[37], format!("b #{relocated:#x}"));
+        super::super::runtime::tests::assert_clears_below_sp(&block[19..25]);
+        assert_eq!(block[38], format!("b #{relocated:#x}"));
         assert_eq!(literals(&d.bytes, 7)[3], 0x20_0000);
     }
 
@@ -687,8 +687,8 @@ mod tests {
         assert_eq!(asm[23], "stp xzr, x30, [sp, #0x90]");
         assert!(asm[24].starts_with("ldr x0, #"));
         assert_eq!(asm[25..27], ["add x1, sp, #0xa0".to_string(), format!("bl #{:#x}", runtime().unwind)]);
-        super::super::runtime::tests::assert_clears_below_sp(&asm[27..32]);
-        assert_eq!(asm[32..45], restores());
+        super::super::runtime::tests::assert_clears_below_sp(&asm[27..33]);
+        assert_eq!(asm[33..46], restores());
     }
 
     #[test]

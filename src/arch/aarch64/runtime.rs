@@ -178,8 +178,8 @@ pub(super) mod tests {
         assert!(asm[11].starts_with("ldr x0, #"));
         assert_eq!(asm[12..15], ["mov x1, sp".to_string(), "add x2, sp, #0xa0".into(), format!("bl #{:#x}", AT + 16)]);
         assert_eq!(asm[15], "str x0, [sp, #0x98]");
-        assert_clears_below_sp(&asm[16..21]);
-        assert_eq!(asm[21], "ldp x0, x1, [sp]");
+        assert_clears_below_sp(&asm[16..22]);
+        assert_eq!(asm[22], "ldp x0, x1, [sp]");
         let tail = [
             "ldp x17, x18, [sp, #0x80]",
             "msr nzcv, x17",
@@ -188,7 +188,7 @@ pub(super) mod tests {
             "add sp, sp, #0xa0",
             "ret",
         ];
-        assert_eq!(asm[29..35], tail);
+        assert_eq!(asm[30..36], tail);
         // The context, from the trampoline's literal pool.
         let lit = u64::from_str_radix(asm[11].strip_prefix("ldr x0, #0x").unwrap(), 16).unwrap();
         let at = (lit - AT) as usize;
@@ -205,11 +205,12 @@ pub(super) mod tests {
                 n @ 0..=9 => format!("mov x1, #{n}"),
                 n => format!("mov x1, #{n:#x}"),
             },
-            "stp xzr, xzr, [x0], #0x10".into(),
-            "subs x1, x1, #1".into(),
+            "stp xzr, xzr, [x0]".into(),
+            "add x0, x0, #0x10".into(),
+            "sub x1, x1, #1".into(),
         ];
-        assert_eq!(asm[..4], head);
-        assert!(asm[4].starts_with("b.ne #"), "{asm:?}");
+        assert_eq!(asm[..5], head);
+        assert!(asm[5].starts_with("cbnz w1, #"), "{asm:?}");
     }
 
     #[test]

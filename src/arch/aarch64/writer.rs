@@ -251,15 +251,17 @@ impl Writer {
 
     /// Zeroes the `bytes` below the stack pointer (a multiple of 16 below
     /// 4 KiB), two words a turn: `sub x0, sp, #bytes; movz x1, #bytes/16;
-    /// 1: stp xzr, xzr, [x0], #16; subs x1, x1, #1; b.ne 1b`. x0, x1 and
-    /// NZCV are clobbered.
+    /// 1: stp xzr, xzr, [x0]; add x0, x0, #16; sub x1, x1, #1; cbnz w1, 1b`.
+    /// x0 and x1 are clobbered; NZCV is not.
     pub fn put_clear_below_sp(&mut self, bytes: u32) {
         assert!(bytes.is_multiple_of(16) && bytes > 0 && bytes < 4096);
         self.put_sub_imm(0, SP, bytes);
         self.put_movz(1, (bytes / 16) as u16);
-        self.put(0xa881_7c1f); // stp xzr, xzr, [x0], #16
-        self.put(0xf100_0421); // subs x1, x1, #1
-        self.put(0x54ff_ffc1); // b.ne (two words back)
+        let turn = self.pc();
+        self.put_stp(XZR, XZR, 0, 0);
+        self.put_add_imm(0, 0, 16);
+        self.put_sub_imm(1, 1, 1);
+        self.put_cbnz_w(1, turn);
     }
 
     /// `stp xt, xt2, [xn, #offset]` (a multiple of 8 in [-512, 504]).
@@ -422,6 +424,19 @@ mod tests {
         for (got, want) in rows {
             assert_eq!(got, [want]);
         }
+    }
+
+    #[test]
+    fn clearing_below_sp_loops_back_to_its_store() {
+        let want = [
+            "sub x0, sp, #0xb0",
+            "mov x1, #0xb",
+            "stp xzr, xzr, [x0]",
+            "add x0, x0, #0x10",
+            "sub x1, x1, #1",
+            "cbnz w1, #0x7f0000001008",
+        ];
+        assert_eq!(asm(|w| w.put_clear_below_sp(176)), want);
     }
 
     #[test]
