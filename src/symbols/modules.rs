@@ -127,7 +127,8 @@ impl ProcessModules {
         // The executable first.
         slots.sort_by_key(|s| s.read_path != Path::new(&format!("/proc/{pid}/exe")));
         if slots.is_empty() {
-            bail!("process {pid} has no executable mappings");
+            refuse_32_bit(pid)?;
+            bail!("process {pid} has no executable mappings (if it is in the middle of an exec, try again)");
         }
         if slots[0].read_path == Path::new(&format!("/proc/{pid}/exe")) {
             let file = file_name(&slots[0].path);
@@ -570,6 +571,20 @@ fn file_name(path: &Path) -> String {
 /// `redis-server *:6379` there) when its `comm` (the name the kernel took
 /// from the path exec'd, cut to 15 bytes) agrees. The process wrote both,
 /// so they are only names to match and show, and only when they agree.
+/// Refuses a process whose executable is a 32-bit ELF file, as reading the
+/// file itself would: a process caught in its exec has the file as its
+/// executable before it has mapped it.
+fn refuse_32_bit(pid: i32) -> Result<()> {
+    let exe = format!("/proc/{pid}/exe");
+    let mut ident = [0u8; 5];
+    let read = std::fs::File::open(&exe).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut ident));
+    if read.is_ok() && ident[..4] == *b"\x7fELF" && ident[4] == goblin::elf::header::ELFCLASS32 {
+        let path = std::fs::read_link(&exe).unwrap_or_else(|_| PathBuf::from(exe));
+        bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", path.display());
+    }
+    Ok(())
+}
+
 fn started_as(pid: i32) -> Option<String> {
     let comm = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
     let comm = String::from_utf8(comm).ok()?.trim_end_matches('\n').to_string();

@@ -96,19 +96,41 @@ fn a_32_bit_process_and_file_are_refused() {
     let exe = scratch("counter-32");
     build_32_bit(&exe);
     // (The counter waits for commands on its stdin, which the child's handle keeps open.)
-    let mut child =
-        Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap_or_else(|e| {
+    let child =
+        KillOnDrop::child(Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap_or_else(|e| {
             panic!("run the 32-bit program {} (a kernel without 32-bit support?): {e}", exe.display())
-        });
-    let exe_link = format!("/proc/{}/exe", child.id());
+        }));
+    let child_id = child.id();
+    let exe_link = format!("/proc/{child_id}/exe");
     wait_until("the 32-bit program runs", || std::fs::read_link(&exe_link).is_ok_and(|l| l == exe));
-    let pid = child.id().to_string();
-    let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "is a 32-bit binary");
+    let line = expect_error(&["attach", "-p", &child_id.to_string(), "-f", "foo"], "is a 32-bit binary");
     assert!(line.contains("tp traces 64-bit processes only"), "{line}");
-    assert!(!has_region(child.id() as i32));
+    assert!(!has_region(child_id));
     expect_error(&["list-probes", exe.to_str().unwrap()], "is a 32-bit binary");
-    child.kill().unwrap();
-    child.wait().unwrap();
+    drop(child);
+    std::fs::remove_file(&exe).unwrap();
+}
+
+/// A 32-bit process whose file is mapped nowhere, as in the middle of its
+/// exec (the executable is set before the kernel maps it): still named
+/// 32-bit, not "no executable mappings".
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_32_bit_process_caught_before_its_file_is_mapped_is_named() {
+    need("multilib");
+    let exe = scratch("unmapped32");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("targets/unmapped32.c");
+    run(Command::new("cc").args(["-m32", "-static", "-O2"]).arg(&src).arg("-o").arg(&exe));
+    let mut child = KillOnDrop::child(Command::new(&exe).stdout(Stdio::piped()).spawn().unwrap());
+    let mut out = Lines::new(child.get_mut().stdout.take().unwrap());
+    out.wait_for("ready");
+    let id = child.id();
+    let maps = std::fs::read_to_string(format!("/proc/{id}/maps")).unwrap();
+    assert!(!maps.contains(exe.to_str().unwrap()), "the program should have unmapped its file: {maps}");
+    let line = expect_error(&["attach", "-p", &id.to_string(), "-f", "foo"], "is a 32-bit binary");
+    assert!(line.contains("tp traces 64-bit processes only"), "{line}");
+    assert!(!has_region(id));
+    drop(child);
     std::fs::remove_file(&exe).unwrap();
 }
 

@@ -277,7 +277,7 @@ pub fn count_exactly_in(target: &str, funcs: &[&str], calls: u64, threads: u32) 
     assert!(stderr.contains("code restored"), "{stderr}");
     assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
     assert_code_is_original(&t, funcs);
-    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach");
+    assert!(!has_region(t.pid), "tp's memory should be unmapped after a clean detach: {stderr}");
     t
 }
 
@@ -325,7 +325,6 @@ pub fn wait_paused(tp: &Child) {
 
 /// A process killed with SIGKILL when this guard drops, so a failing test
 /// leaves none running or stopped; a child of the test is reaped too.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // used by x86-64-only tests
 pub struct KillOnDrop {
     pid: i32,
     child: Option<Child>,
@@ -333,7 +332,6 @@ pub struct KillOnDrop {
 
 impl KillOnDrop {
     /// Guards a process the test started.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn child(child: Child) -> KillOnDrop {
         KillOnDrop { pid: child.id() as i32, child: Some(child) }
     }
@@ -345,7 +343,6 @@ impl KillOnDrop {
     }
 
     /// The guarded process.
-    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub fn id(&self) -> i32 {
         self.pid
     }
