@@ -407,6 +407,7 @@ mod tests {
     use super::*;
     use crate::arch::Records;
     use crate::arch::aarch64::decode::disassemble;
+    use crate::arch::aarch64::runtime::tests::CLEARING;
     use crate::arch::aarch64::window;
 
     const SITE: u64 = 0x41_2344;
@@ -612,13 +613,15 @@ mod tests {
         assert_eq!(asm[27..29], ["mov x2, sp", "add x3, sp, #0x98"]);
         assert!(asm[29].starts_with("ldr x4, #"));
         assert_eq!(asm[30], format!("bl #{:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below_sp(&asm[31..37]);
-        assert_eq!(asm[37..50], restores());
-        assert_eq!(asm[50..52], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
-        assert_eq!(asm[2], format!("cbz w16, #{:#x}", AT + 50 * 4), "a disabled probe runs the displaced code");
+        let c = CLEARING;
+        super::super::runtime::tests::assert_clears_below_sp(&asm[31..31 + c]);
+        assert_eq!(asm[31 + c..44 + c], restores());
+        assert_eq!(asm[44 + c..46 + c], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
+        let relocated = AT + (44 + c as u64) * 4;
+        assert_eq!(asm[2], format!("cbz w16, #{relocated:#x}"), "a disabled probe runs the displaced code");
         let lits = literals(&d.bytes, 7);
         assert_eq!(lits[3..], [16, runtime().ctx, (3 | RECORD_ENTRY | HIJACK_RETURN) as u64, runtime().trampoline]);
-        assert_eq!(d.map_pc(0), Some(AT + 50 * 4));
+        assert_eq!(d.map_pc(0), Some(relocated));
     }
 
     #[test]
@@ -638,10 +641,11 @@ mod tests {
             assert_eq!(asm[12], auth);
             assert_eq!(asm[13..24], saves());
             assert_eq!(asm[24], "stp xzr, x30, [sp, #0x90]", "no CFI: the runtime is told nothing");
-            super::super::runtime::tests::assert_clears_below_sp(&asm[31..37]);
-            assert_eq!(asm[37..50], restores());
-            assert_eq!(asm[50], sign);
-            assert_eq!(asm[51], "stp x29, x30, [sp, #-0x10]!");
+            let c = CLEARING;
+            super::super::runtime::tests::assert_clears_below_sp(&asm[31..31 + c]);
+            assert_eq!(asm[31 + c..44 + c], restores());
+            assert_eq!(asm[44 + c], sign);
+            assert_eq!(asm[45 + c], "stp x29, x30, [sp, #-0x10]!");
             // An entry probe alone leaves the return address as it is.
             let s = DetourSpec { records: Records { args: true, ..Records::COUNT }, ..s };
             let asm = disassemble(&build(&plan, AT, &s, Atomics::Lse).unwrap().bytes, AT);
@@ -674,8 +678,8 @@ mod tests {
         assert_eq!(block[..11], saves());
         assert_eq!(block[12], "mov x5, x16", "the countdown, for the runtime to reset");
         assert_eq!(block[18], format!("bl #{:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below_sp(&block[19..25]);
-        assert_eq!(block[38], format!("b #{relocated:#x}"));
+        super::super::runtime::tests::assert_clears_below_sp(&block[19..19 + CLEARING]);
+        assert_eq!(block[32 + CLEARING], format!("b #{relocated:#x}"));
         assert_eq!(literals(&d.bytes, 7)[3], 0x20_0000);
     }
 
@@ -687,8 +691,8 @@ mod tests {
         assert_eq!(asm[23], "stp xzr, x30, [sp, #0x90]");
         assert!(asm[24].starts_with("ldr x0, #"));
         assert_eq!(asm[25..27], ["add x1, sp, #0xa0".to_string(), format!("bl #{:#x}", runtime().unwind)]);
-        super::super::runtime::tests::assert_clears_below_sp(&asm[27..33]);
-        assert_eq!(asm[33..46], restores());
+        super::super::runtime::tests::assert_clears_below_sp(&asm[27..27 + CLEARING]);
+        assert_eq!(asm[27 + CLEARING..40 + CLEARING], restores());
     }
 
     #[test]

@@ -45,6 +45,7 @@ use crate::arch::{FrameHome, RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeB
 /// detach that nothing refers to its code finds them
 /// ([`crate::probe::remove`]), keeping tp's memory mapped for good.
 pub const CLEARED_BELOW: u32 = RUNTIME_STACK.next_multiple_of(16);
+const _: () = assert!(CLEARED_BELOW <= 512, "one pair store per 16 bytes reaches 512 bytes below SP");
 
 /// Assembles the runtime block at `at`: the runtime's functions, then two
 /// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
@@ -178,8 +179,9 @@ pub(super) mod tests {
         assert!(asm[11].starts_with("ldr x0, #"));
         assert_eq!(asm[12..15], ["mov x1, sp".to_string(), "add x2, sp, #0xa0".into(), format!("bl #{:#x}", AT + 16)]);
         assert_eq!(asm[15], "str x0, [sp, #0x98]");
-        assert_clears_below_sp(&asm[16..22]);
-        assert_eq!(asm[22], "ldp x0, x1, [sp]");
+        assert_clears_below_sp(&asm[16..16 + CLEARING]);
+        let c = CLEARING;
+        assert_eq!(asm[16 + c], "ldp x0, x1, [sp]");
         let tail = [
             "ldp x17, x18, [sp, #0x80]",
             "msr nzcv, x17",
@@ -188,29 +190,22 @@ pub(super) mod tests {
             "add sp, sp, #0xa0",
             "ret",
         ];
-        assert_eq!(asm[30..36], tail);
+        assert_eq!(asm[24 + c..30 + c], tail);
         // The context, from the trampoline's literal pool.
         let lit = u64::from_str_radix(asm[11].strip_prefix("ldr x0, #0x").unwrap(), 16).unwrap();
         let at = (lit - AT) as usize;
         assert_eq!(u64::from_le_bytes(b.bytes[at..at + 8].try_into().unwrap()), 0x7f00_0000_1040);
     }
 
-    /// How a call of the runtime clears what it left below the stack
-    /// pointer (see CLEARED_BELOW).
+    /// How many instructions clear what a call of the runtime left below
+    /// the stack pointer (see CLEARED_BELOW).
+    pub(crate) const CLEARING: usize = (CLEARED_BELOW / 16) as usize;
+
+    /// The clearing after a call of the runtime: `asm` is its [`CLEARING`]
+    /// instructions.
     pub(crate) fn assert_clears_below_sp(asm: &[String]) {
-        let head = [
-            format!("sub x0, sp, #{CLEARED_BELOW:#x}"),
-            // (the disassembler writes immediates above 9 in hex)
-            match CLEARED_BELOW / 16 {
-                n @ 0..=9 => format!("mov x1, #{n}"),
-                n => format!("mov x1, #{n:#x}"),
-            },
-            "stp xzr, xzr, [x0]".into(),
-            "add x0, x0, #0x10".into(),
-            "sub x1, x1, #1".into(),
-        ];
-        assert_eq!(asm[..5], head);
-        assert!(asm[5].starts_with("cbnz w1, #"), "{asm:?}");
+        let want: Vec<String> = (1..=CLEARING).map(|k| format!("stp xzr, xzr, [sp, #-{:#x}]", 16 * k)).collect();
+        assert_eq!(asm, want);
     }
 
     #[test]
