@@ -103,6 +103,133 @@ fn step(pid: Pid) -> Result<u64> {
     Ok(pc_of(&ptrace::getregs(pid)?))
 }
 
+/// Executes the instruction at `pc`, or the whole of an exclusive sequence
+/// that starts there ([`exclusive_exits`]); returns the new PC and how
+/// many instructions ran (more than one only for a sequence, which runs
+/// straight from `pc`).
+fn advance(pid: Pid, mem: &std::fs::File, pc: u64) -> Result<(u64, usize)> {
+    if cfg!(target_arch = "aarch64") {
+        let mut bytes = [0u8; 4 * 18];
+        let got = mem.read_at(&mut bytes, pc).unwrap_or(0);
+        let words: Vec<u32> = bytes[..got].chunks_exact(4).map(|w| u32::from_le_bytes(w.try_into().unwrap())).collect();
+        if let Some(exits) = exclusive_exits(&words, pc) {
+            return run_to_exit(pid, mem, &exits);
+        }
+    }
+    Ok((step(pid)?, 1))
+}
+
+/// The ways out of an AArch64 exclusive sequence starting at `pc` (`code`:
+/// the words from there), each with how many instructions one pass that
+/// leaves there executes and the branch that leaves (None: the fall
+/// through, last); None unless `code` starts with a load-exclusive
+/// followed within 16 instructions by a store-exclusive. Single-stepping
+/// such a sequence may retry it for ever (the step's exception can clear
+/// the exclusive monitor), so it runs at full speed to its first way out,
+/// as debuggers do, and counts as one pass: the branch after the
+/// store-exclusive that retries falls through, or a conditional branch
+/// inside leaves (a compare-and-swap whose compare failed).
+fn exclusive_exits(code: &[u32], pc: u64) -> Option<Vec<Exit>> {
+    let exclusive = |w: u32| (w >> 24) & 0x3f == 0x08 && (w >> 23) & 1 == 0;
+    let load = |w: u32| (w >> 22) & 1 == 1;
+    if !code.first().is_some_and(|&w| exclusive(w) && load(w)) {
+        return None;
+    }
+    let store = code.iter().take(16).position(|&w| exclusive(w) && !load(w))?;
+    let last = if code.get(store + 1).is_some_and(|&w| branch_target(w, 0).is_some()) { store + 1 } else { store };
+    let at = |i: usize| pc + 4 * i as u64;
+    let mut exits: Vec<Exit> = (0..=last)
+        .filter_map(|i| Some((branch_target(code[i], at(i))?, i + 1, Some(code[i]))))
+        .filter(|&(t, _, _)| t < pc || t > at(last))
+        .collect();
+    exits.push((at(last + 1), last + 1, None));
+    Some(exits)
+}
+
+/// A way out of an exclusive sequence: its address, how many instructions
+/// a pass that leaves there runs, and the branch that leaves (None: the
+/// fall through).
+type Exit = (u64, usize, Option<u32>);
+
+/// True if the AArch64 conditional branch `w` is taken with the registers
+/// `r` (those it tests are not written after it in a sequence).
+#[cfg(target_arch = "aarch64")]
+fn taken(w: u32, r: &libc::user_regs_struct) -> bool {
+    let reg = |n: u32| if n == 31 { 0 } else { r.regs[n as usize] };
+    if w & 0x7e00_0000 == 0x3400_0000 {
+        // cbz / cbnz, on 32 or 64 bits
+        let v = if w >> 31 == 1 { reg(w & 31) } else { reg(w & 31) & 0xffff_ffff };
+        return (v != 0) == ((w >> 24) & 1 == 1);
+    }
+    if w & 0x7e00_0000 == 0x3600_0000 {
+        // tbz / tbnz
+        let bit = ((w >> 31) << 5) | ((w >> 19) & 31);
+        return ((reg(w & 31) >> bit) & 1 == 1) == ((w >> 24) & 1 == 1);
+    }
+    let flag = |k: u32| (r.pstate >> k) & 1 == 1;
+    let (n, z, c, v) = (flag(31), flag(30), flag(29), flag(28));
+    let cond = w & 15;
+    let base = match cond >> 1 {
+        0 => z,
+        1 => c,
+        2 => n,
+        3 => v,
+        4 => c && !z,
+        5 => n == v,
+        6 => n == v && !z,
+        _ => true,
+    };
+    if cond & 1 == 1 && cond != 15 { !base } else { base }
+}
+#[cfg(not(target_arch = "aarch64"))]
+fn taken(_w: u32, _r: &libc::user_regs_struct) -> bool {
+    false
+}
+
+/// The target of an AArch64 conditional branch (`b.cond`, `cbz`/`cbnz`,
+/// `tbz`/`tbnz`) at `pc`.
+fn branch_target(w: u32, pc: u64) -> Option<u64> {
+    let signed = |v: u32, bits: u32| ((v << (32 - bits)) as i32 >> (32 - bits)) as i64 * 4;
+    let off = if w & 0xff00_0010 == 0x5400_0000 || w & 0x7e00_0000 == 0x3400_0000 {
+        signed((w >> 5) & 0x7_ffff, 19)
+    } else if w & 0x7e00_0000 == 0x3600_0000 {
+        signed((w >> 5) & 0x3fff, 14)
+    } else {
+        return None;
+    };
+    Some(pc.wrapping_add_signed(off))
+}
+
+/// Runs the stopped thread until it reaches one of `exits` (a `brk` on
+/// each, put back after): the exit's address and its count.
+fn run_to_exit(pid: Pid, mem: &std::fs::File, exits: &[Exit]) -> Result<(u64, usize)> {
+    const BRK: [u8; 4] = 0xd420_0000u32.to_le_bytes();
+    let mut saved = Vec::new();
+    for &(at, _, _) in exits {
+        let mut word = [0u8; 4];
+        mem.read_exact_at(&mut word, at)?;
+        saved.push((at, word));
+        mem.write_all_at(&BRK, at)?;
+    }
+    let ran = (|| {
+        ptrace::cont(pid, None)?;
+        wait_stop(pid)
+    })();
+    for (at, word) in saved.iter().rev() {
+        mem.write_all_at(word, *at)?;
+    }
+    ran?;
+    let regs = ptrace::getregs(pid)?;
+    let pc = pc_of(&regs);
+    // Two ways out may meet at one address: the first branch there that
+    // is taken, else the fall through.
+    let (_, count, _) = exits
+        .iter()
+        .find(|&&(at, _, branch)| at == pc && branch.is_none_or(|w| taken(w, &regs)))
+        .with_context(|| format!("an exclusive sequence left at {pc:#x}"))?;
+    Ok((pc, *count))
+}
+
 // The program counter and stack pointer of a register set, where a call
 // that starts now returns to, and one instruction's text.
 #[cfg(target_arch = "x86_64")]
@@ -145,10 +272,11 @@ fn disassemble(bytes: &[u8], pc: u64) -> Option<String> {
 /// Steps to the next entry of `one_call` at `entry`, then through the call
 /// until it has returned.
 fn one_call(pid: Pid, entry: u64, binary: &Path, detours: &[(u64, u64)]) -> Result<Count> {
+    let mem = std::fs::OpenOptions::new().read(true).write(true).open(format!("/proc/{pid}/mem"))?;
     let mut regs = ptrace::getregs(pid)?;
     let mut n = 0;
     while pc_of(&regs) != entry {
-        step(pid)?;
+        advance(pid, &mem, pc_of(&regs))?;
         regs = ptrace::getregs(pid)?;
         n += 1;
         if n > 1_000_000 {
@@ -157,28 +285,30 @@ fn one_call(pid: Pid, entry: u64, binary: &Path, detours: &[(u64, u64)]) -> Resu
     }
     let own = own_code(pid.as_raw(), binary)?;
     let sp = sp_of(&regs);
-    let mem = std::fs::File::open(format!("/proc/{pid}/mem"))?;
     let back = return_address(&mem, &regs)?;
     let mut c = Count::default();
     let mut pc = pc_of(&regs);
     loop {
-        c.total += 1;
-        if own.iter().any(|&(lo, hi)| (lo..hi).contains(&pc)) {
-            c.own += 1;
-        } else {
-            let in_detour = detours.iter().any(|&(lo, hi)| (lo..hi).contains(&pc));
+        let (next, ran) = advance(pid, &mem, pc)?;
+        for at in (0..ran as u64).map(|k| pc + 4 * k) {
+            c.total += 1;
+            if own.iter().any(|&(lo, hi)| (lo..hi).contains(&at)) {
+                c.own += 1;
+                continue;
+            }
+            let in_detour = detours.iter().any(|&(lo, hi)| (lo..hi).contains(&at));
             if in_detour {
                 c.detour += 1;
             } else {
                 c.runtime += 1;
             }
             let mut bytes = [0u8; 16];
-            let got = mem.read_at(&mut bytes, pc).unwrap_or(0);
-            let insn = disassemble(&bytes[..got], pc);
+            let got = mem.read_at(&mut bytes, at).unwrap_or(0);
+            let insn = disassemble(&bytes[..got], at);
             let place = if in_detour { "detour " } else { "runtime" };
             c.listing.push(format!("{place}  {}", insn.unwrap_or_else(|| "?".into())));
         }
-        pc = step(pid)?;
+        pc = next;
         // Back in the caller, with the stack it called from (a return
         // through tp's trampoline passes its own address first).
         if pc == back && sp_of(&ptrace::getregs(pid)?) >= sp {
