@@ -264,7 +264,7 @@ impl ElfFile {
         let elf = goblin::elf::Elf::parse(data)
             .map_err(|e| anyhow::anyhow!("`{}` is not a valid ELF file: {e}", display.display()))?;
         if !elf.is_64 {
-            bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", display.display());
+            return Err(thirty_two_bit(display));
         }
         match elf.header.e_type {
             goblin::elf::header::ET_EXEC | goblin::elf::header::ET_DYN => {}
@@ -486,6 +486,12 @@ impl ElfFile {
         }
         out
     }
+}
+
+/// The refusal of the 32-bit ELF file `path` (the same whether tp read
+/// the file or only its class, as for a process caught in its exec).
+pub(super) fn thirty_two_bit(path: &Path) -> anyhow::Error {
+    anyhow::anyhow!("`{}` is a 32-bit binary; tp traces 64-bit processes only", path.display())
 }
 
 /// Function symbols of `.symtab`. Versioned names, as glibc's debug file

@@ -566,11 +566,6 @@ fn file_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// The name process `pid` was started by: the file name of its `argv[0]`
-/// (up to a space: a server that retitles itself, as redis does, writes
-/// `redis-server *:6379` there) when its `comm` (the name the kernel took
-/// from the path exec'd, cut to 15 bytes) agrees. The process wrote both,
-/// so they are only names to match and show, and only when they agree.
 /// Refuses a process whose executable is a 32-bit ELF file, as reading the
 /// file itself would: a process caught in its exec has the file as its
 /// executable before it has mapped it.
@@ -580,11 +575,16 @@ fn refuse_32_bit(pid: i32) -> Result<()> {
     let read = std::fs::File::open(&exe).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut ident));
     if read.is_ok() && ident[..4] == *b"\x7fELF" && ident[4] == goblin::elf::header::ELFCLASS32 {
         let path = std::fs::read_link(&exe).unwrap_or_else(|_| PathBuf::from(exe));
-        bail!("`{}` is a 32-bit binary; tp traces 64-bit processes only", path.display());
+        return Err(super::elf::thirty_two_bit(&path));
     }
     Ok(())
 }
 
+/// The name process `pid` was started by: the file name of its `argv[0]`
+/// (up to a space: a server that retitles itself, as redis does, writes
+/// `redis-server *:6379` there) when its `comm` (the name the kernel took
+/// from the path exec'd, cut to 15 bytes) agrees. The process wrote both,
+/// so they are only names to match and show, and only when they agree.
 fn started_as(pid: i32) -> Option<String> {
     let comm = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
     let comm = String::from_utf8(comm).ok()?.trim_end_matches('\n').to_string();
