@@ -25,6 +25,7 @@ use crate::env::Env;
 use crate::hit::{Records, open_region};
 use crate::peers::file_offset;
 use crate::proc::Proc;
+use tp::arch::aarch64::decode::{Class, classify};
 
 /// What one call executed.
 #[derive(Debug, Clone, Default)]
@@ -130,7 +131,7 @@ fn advance(pid: Pid, mem: &std::fs::File, pc: u64) -> Result<(u64, usize)> {
 /// store-exclusive that retries falls through, or a conditional branch
 /// inside leaves (a compare-and-swap whose compare failed).
 fn exclusive_exits(code: &[u32], pc: u64) -> Option<Vec<Exit>> {
-    let exclusive = |w: u32| (w >> 24) & 0x3f == 0x08 && (w >> 23) & 1 == 0;
+    let exclusive = |w: u32| classify(w, 0) == Class::Exclusive;
     let load = |w: u32| (w >> 22) & 1 == 1;
     if !code.first().is_some_and(|&w| exclusive(w) && load(w)) {
         return None;
@@ -189,15 +190,10 @@ fn taken(_w: u32, _r: &libc::user_regs_struct) -> bool {
 /// The target of an AArch64 conditional branch (`b.cond`, `cbz`/`cbnz`,
 /// `tbz`/`tbnz`) at `pc`.
 fn branch_target(w: u32, pc: u64) -> Option<u64> {
-    let signed = |v: u32, bits: u32| ((v << (32 - bits)) as i32 >> (32 - bits)) as i64 * 4;
-    let off = if w & 0xff00_0010 == 0x5400_0000 || w & 0x7e00_0000 == 0x3400_0000 {
-        signed((w >> 5) & 0x7_ffff, 19)
-    } else if w & 0x7e00_0000 == 0x3600_0000 {
-        signed((w >> 5) & 0x3fff, 14)
-    } else {
-        return None;
-    };
-    Some(pc.wrapping_add_signed(off))
+    match classify(w, pc) {
+        Class::CondBranch { target } => Some(target),
+        _ => None,
+    }
 }
 
 /// Runs the stopped thread until it reaches one of `exits` (a `brk` on
