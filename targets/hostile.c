@@ -27,6 +27,11 @@
  *                      at ADDR (hex), filled with 0x5a -> "anon mapped"
  *   anon check ADDR SIZE
  *                      -> "anon intact" if still all 0x5a, else "anon gone"
+ *   hold MASKED        a thread keeps the word MASKED ^ HOLD_MASK (hex) live
+ *                      on its stack and sleeps until "unhold" -> "holding";
+ *                      masked, the word is nowhere else in the process (not
+ *                      in what the main thread parsed) -> "holding"
+ *   unhold             -> "unheld"
  *   quit               -> exit status 0, or 1 if a checksum failed
  */
 #include "common.h"
@@ -35,6 +40,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 TP_PROBED uint64_t work(uint64_t x)
 {
@@ -164,6 +170,23 @@ static void *swap_main(void *arg)
 	return NULL;
 }
 
+static pthread_t holder;
+static atomic_int hold_stop;
+
+#define HOLD_MASK 0x5a5a5a5a5a5a5a5aull
+
+/* Keeps `arg` unmasked in a word of this thread's stack that it reads
+ * again and again, so the word is live, until told to stop. */
+static void *hold_main(void *arg)
+{
+	volatile uintptr_t word = (uintptr_t)arg ^ HOLD_MASK;
+	while (!atomic_load(&hold_stop)) {
+		usleep(1000);
+		(void)word;
+	}
+	return (void *)word;
+}
+
 int main(void)
 {
 	char line[256];
@@ -219,6 +242,14 @@ int main(void)
 				memset(at, 0x5a, size);
 				printf("anon mapped\n");
 			}
+		} else if (sscanf(line, "hold %llx", &n) == 1) {
+			atomic_store(&hold_stop, 0);
+			pthread_create(&holder, NULL, hold_main, (void *)(uintptr_t)n);
+			printf("holding\n");
+		} else if (!strcmp(line, "unhold")) {
+			atomic_store(&hold_stop, 1);
+			pthread_join(holder, NULL);
+			printf("unheld\n");
 		} else if (!strcmp(line, "quit")) {
 			return checksum_failed;
 		} else {

@@ -223,9 +223,10 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let memory = match kept {
         None => "tp's memory unmapped".to_string(),
         Some(Kept::LiveProbes) => "tp's memory kept (probes left)".to_string(),
-        Some(Kept::InUse { tid }) => {
-            format!("tp's memory kept: thread {tid} is running in it (run `tp detach -p {pid}` again to remove it)")
-        }
+        Some(ref used @ Kept::InUse { .. }) => format!(
+            "tp's memory kept: {} (run `tp detach -p {pid}` again to remove it)",
+            used.in_use().unwrap_or_default()
+        ),
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
     };
     crate::say!(

@@ -153,12 +153,12 @@ fn restore_own(pid: i32, mem: &Memory, region: &Region, select: &dyn Fn(u32, &En
         remove::finish(stopped, mem, region)
     })();
     match done {
-        Ok((Some(Kept::InUse { tid }), stop_time)) => {
+        Ok((Some(used @ Kept::InUse { .. }), stop_time)) => {
             // A thread was in tp's code at that instant: it leaves soon.
             let kept = match unmap_if_unused(pid, region) {
                 Outcome::Restored | Outcome::Gone => None,
                 Outcome::Kept(k) => Some(k),
-                Outcome::Failed(_) => Some(Kept::InUse { tid }),
+                Outcome::Failed(_) => Some(used),
             };
             Ok(Own::Restored { kept, stop_time })
         }

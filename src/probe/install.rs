@@ -186,7 +186,12 @@ fn forget_since(region: &Region, before: &Header) {
     for a in h.arenas.iter_mut().take(new).skip(old) {
         *a = Arena { addr: 0, size: 0, used: 0, runtime: 0 };
     }
-    h.arenas[..old].copy_from_slice(&before.arenas[..old]);
+    // An older arena keeps what it has used: a thread may already run a
+    // detour written there, and tp's check that its code is unused at the
+    // detach looks only at used bytes (`remove::check_unused`).
+    for (a, was) in h.arenas[..old].iter_mut().zip(&before.arenas[..old]) {
+        *a = Arena { used: a.used.max(was.used).min(was.size), ..*was };
+    }
     h.count = before.count;
     h.arena_count = old as u32;
     let _ = region.set_header(&h);

@@ -96,7 +96,7 @@ pub fn find(pid: i32, maps: &[Mapping], mem: &Memory) -> Orphans {
 pub fn keep_referenced(stopped: &Stopped, mem: &Memory, maps: &[Mapping], orphans: &mut Orphans) -> Result<()> {
     for t in stopped.threads() {
         let words = threads::pc_and_stack(mem, maps, &Host::get_regs(t.tid)?);
-        orphans.arenas.retain(|&(a, size)| !words.iter().any(|&w| w >= a && w < a + size));
+        orphans.arenas.retain(|&(a, size)| !words.iter().any(|&(_, w)| w >= a && w < a + size));
     }
     Ok(())
 }

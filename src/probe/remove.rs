@@ -13,7 +13,8 @@ use anyhow::{Context, Result};
 
 use super::layout::{self, Entry, State};
 use super::region::Region;
-use super::{semaphore, threads};
+use super::semaphore;
+use super::threads::{self, Place};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
 use crate::process::memory::Memory;
@@ -106,9 +107,31 @@ pub enum Kept {
     InUse {
         /// The thread.
         tid: i32,
+        /// Where it holds the address in tp's code.
+        place: Place,
+        /// The address.
+        word: u64,
     },
     /// Another tp has unmapped it already.
     Gone,
+}
+
+impl Kept {
+    /// For [`Kept::InUse`]: how the thread uses tp's code, as a clause
+    /// ("thread 12 is running in tp's code (at 0x…)").
+    pub fn in_use(&self) -> Option<String> {
+        let &Kept::InUse { tid, place, word } = self else { return None };
+        Some(match place {
+            Place::Pc => format!("thread {tid} is running in tp's code (at {word:#x})"),
+            Place::ReturnRegister => {
+                format!("thread {tid} may return into tp's code (its return register holds {word:#x})")
+            }
+            Place::Stack(at) => format!(
+                "thread {tid}'s stack holds an address in tp's code ({word:#x}, at {at:#x}): a call that returns \
+                 there, a signal frame that resumes there, or a number that only looks like one"
+            ),
+        })
+    }
 }
 
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
@@ -129,12 +152,15 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     }
     let h = region.header();
     let arenas = &h.arenas[..h.arena_count as usize];
-    let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.size);
+    // Code lies only in the bytes an arena has used (the header was
+    // validated: `used` is within the arena, the detours within `used`).
+    let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.used);
     let mut regs = Vec::new();
     for t in stopped.threads() {
         let r = Host::get_regs(t.tid)?;
-        if in_arena(Host::pc(&r)) {
-            return Ok(Some(Kept::InUse { tid: t.tid.as_raw() }));
+        let pc = Host::pc(&r);
+        if in_arena(pc) {
+            return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc }));
         }
         regs.push((t.tid, r));
     }
@@ -144,8 +170,8 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     for (tid, r) in &regs {
         // The whole used stack: a return address or a signal frame anywhere
         // in it may come back into a detour.
-        if threads::pc_and_stack(mem, &maps, r).into_iter().any(in_arena) {
-            return Ok(Some(Kept::InUse { tid: tid.as_raw() }));
+        if let Some((place, word)) = threads::pc_and_stack(mem, &maps, r).into_iter().find(|&(_, w)| in_arena(w)) {
+            return Ok(Some(Kept::InUse { tid: tid.as_raw(), place, word }));
         }
     }
     Ok(None)

@@ -130,13 +130,28 @@ pub fn thread_stack_words(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>:
     stack_words(mem, maps, sp, max)
 }
 
+/// Where a stopped thread may go next: a word it holds there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// Its PC: where it runs.
+    Pc,
+    /// Its return register: where the function it runs may return.
+    ReturnRegister,
+    /// The word of its used stack at this address: a return address, a
+    /// signal frame's saved PC, or anything else that looks like one.
+    Stack(u64),
+}
+
 /// A stopped thread's PC, its return register (where a call leaves the
-/// return address in one) and every word of its used stack: where it runs,
-/// and everything it may return or jump to later (return addresses, signal
-/// frames), as code addresses ([`Arch::code_address`]: signed ones too).
-pub fn pc_and_stack(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs) -> Vec<u64> {
-    let mut words = vec![Host::pc(regs)];
-    words.extend(Host::return_register(regs));
-    words.extend(thread_stack_words(mem, maps, regs, u64::MAX));
-    words.into_iter().map(Host::code_address).collect()
+/// return address in one) and every word of its used stack, each with its
+/// place: where it runs, and everything it may return or jump to later
+/// (return addresses, signal frames), as code addresses
+/// ([`Arch::code_address`]: signed ones too).
+pub fn pc_and_stack(mem: &Memory, maps: &[Mapping], regs: &<Host as Arch>::Regs) -> Vec<(Place, u64)> {
+    let mut words = vec![(Place::Pc, Host::pc(regs))];
+    words.extend(Host::return_register(regs).map(|w| (Place::ReturnRegister, w)));
+    let base = Host::sp(regs) & !7;
+    let stack = thread_stack_words(mem, maps, regs, u64::MAX);
+    words.extend(stack.into_iter().enumerate().map(|(i, w)| (Place::Stack(base + 8 * i as u64), w)));
+    words.into_iter().map(|(p, w)| (p, Host::code_address(w))).collect()
 }

@@ -146,7 +146,7 @@ impl Family {
 fn describe(k: &Kin) -> String {
     match (&k.outcome, k.end, k.execd) {
         (Some(Outcome::Restored), _, _) => "running; probes removed".into(),
-        (Some(Outcome::Kept(Kept::InUse { tid })), _, _) => {
+        (Some(Outcome::Kept(Kept::InUse { tid, .. })), _, _) => {
             format!("running; probes removed, tp's memory kept (thread {tid} still uses it)")
         }
         (Some(Outcome::Kept(_)), _, _) => "running; probes removed, tp's memory kept (other probes)".into(),

@@ -548,11 +548,9 @@ impl Group {
                     ),
                 }
             }
-            if let Some(Kept::InUse { tid }) = detached.kept {
+            if let Some(used) = detached.kept.as_ref().and_then(Kept::in_use) {
                 crate::say!(
-                    "tp: process {pid} still maps tp's memory: thread {tid} is running in tp's code or will return \
-                     into it (a call live through a return probe whose return address tp cannot put back); \
-                     `tp detach -p {pid}` removes it once unused"
+                    "tp: process {pid} still maps tp's memory: {used}; `tp detach -p {pid}` removes it once unused"
                 );
             }
             let summary = detached.summary;
@@ -672,9 +670,10 @@ pub fn say_relatives(pid: i32, relatives: &[Relative]) {
     for r in relatives {
         let child = r.pid;
         match &r.outcome {
-            Outcome::Kept(Kept::InUse { tid }) => crate::say!(
-                "tp: process {child} (forked by {pid}) still maps tp's memory: its code is restored, but thread \
-                 {tid} is running in tp's code or will return into it; `tp detach -p {child}` removes it once unused"
+            Outcome::Kept(used @ Kept::InUse { .. }) => crate::say!(
+                "tp: process {child} (forked by {pid}) still maps tp's memory: its code is restored, but {}; \
+                 `tp detach -p {child}` removes it once unused",
+                used.in_use().unwrap_or_default()
             ),
             Outcome::Kept(Kept::LiveProbes) => crate::say!(
                 "tp: process {child} (forked by {pid}) still maps tp's memory for other probes (`tp status -p {child}`); \

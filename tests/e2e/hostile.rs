@@ -377,3 +377,71 @@ fn a_descriptor_swap_never_gets_tp_to_write_another_file() {
     assert_code_is_original(&t, &["work"]);
     assert!(victim.untouched());
 }
+
+/// What `hostile`'s `hold` command takes: the word, masked.
+fn hold(word: u64) -> String {
+    format!("hold {:x}", word ^ 0x5a5a_5a5a_5a5a_5a5a)
+}
+
+/// The code arena of tp's in process `pid`: its one anonymous executable
+/// mapping, as (start, end).
+fn arena_of(pid: i32) -> (u64, u64) {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let arenas: Vec<(u64, u64)> = maps
+        .lines()
+        .filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x')) && l.split_whitespace().count() == 5)
+        .filter_map(|l| {
+            let (lo, hi) = l.split_whitespace().next()?.split_once('-')?;
+            Some((u64::from_str_radix(lo, 16).ok()?, u64::from_str_radix(hi, 16).ok()?))
+        })
+        .collect();
+    assert_eq!(arenas.len(), 1, "one code arena in {maps}");
+    arenas[0]
+}
+
+/// A word on a thread's stack that points into tp's code keeps tp's memory
+/// mapped at the detach (it may be a return address or a signal frame's
+/// PC), and tp says which thread, which word and where; one that points
+/// into the part of the arena tp never wrote code to does not. Once the
+/// word is gone, `tp detach` unmaps the memory.
+#[test]
+fn a_stack_word_into_tps_code_keeps_its_memory_and_is_named() {
+    let mut t = hostile();
+    let pid = t.pid.to_string();
+
+    let session = Session::start(&["-p", &pid, "-f", "work", "--json"]);
+    assert_eq!(t.call("work", 1000, 1), 1000);
+    let (_, end) = arena_of(t.pid);
+    assert_eq!(t.ask(&hold(end - 16), "holding"), "holding");
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success() && stderr.contains("code restored"), "{stderr}");
+    assert!(!has_region(t.pid), "no code was ever written at the end of the arena: {stderr}");
+    assert_eq!(t.ask("unhold", "unheld"), "unheld");
+
+    let session = Session::start(&["-p", &pid, "-f", "work", "--json"]);
+    assert_eq!(t.call("work", 1000, 1), 1000);
+    let (start, _) = arena_of(t.pid);
+    assert_eq!(t.ask(&hold(start), "holding"), "holding");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success() && stderr.contains("code restored"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["work"], 1000);
+    assert_code_is_original(&t, &["work"]);
+    assert!(has_region(t.pid), "the word into tp's code keeps its memory: {stderr}");
+    let said = format!("still maps tp's memory: thread {}'s stack holds an address in tp's code ({start:#x}, at 0x", {
+        let task = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+        let mut tids: Vec<i32> = task.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+        tids.sort();
+        assert_eq!(tids.len(), 2, "the main thread and the holder");
+        tids[1]
+    });
+    assert!(stderr.contains(&said), "{said} in {stderr}");
+
+    assert_eq!(t.ask("unhold", "unheld"), "unheld");
+    let out = tp(&["detach", "-p", &pid]);
+    expect_success(&["detach"], &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tp's memory unmapped"), "{stderr}");
+    assert!(!has_region(t.pid), "{stderr}");
+    assert_eq!(t.call("work", 10, 1), 10);
+    assert!(t.quit().success());
+}
