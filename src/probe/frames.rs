@@ -22,7 +22,7 @@ use crate::process::memory::Memory;
 
 /// The trampolines of the region's arenas: each runtime block has two, the
 /// plain one and the one that calls `tp_exit_ext`.
-fn trampolines(region: &Region) -> Vec<u64> {
+pub fn trampolines(region: &Region) -> Vec<u64> {
     let h = region.header();
     let l = super::runtime::layout_of(&h);
     h.arenas[..h.arena_count as usize]

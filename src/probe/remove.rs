@@ -111,6 +111,9 @@ pub enum Kept {
         place: Place,
         /// The address.
         word: u64,
+        /// True if it is a return trampoline's: a call live through a
+        /// return probe whose return address tp could not put back.
+        trampoline: bool,
     },
     /// Another tp has unmapped it already.
     Gone,
@@ -120,7 +123,18 @@ impl Kept {
     /// For [`Kept::InUse`]: how the thread uses tp's code, as a clause
     /// ("thread 12 is running in tp's code (at 0x…)").
     pub fn in_use(&self) -> Option<String> {
-        let &Kept::InUse { tid, place, word } = self else { return None };
+        let &Kept::InUse { tid, place, word, trampoline } = self else { return None };
+        if trampoline {
+            let held = match place {
+                Place::Pc => "runs it".to_string(),
+                Place::ReturnRegister => "holds it in its return register".to_string(),
+                Place::Stack(at) => format!("holds it at {at:#x}"),
+            };
+            return Some(format!(
+                "thread {tid} will return through tp's return trampoline ({word:#x}; it {held}): a call live \
+                 through a return probe whose return address tp cannot put back"
+            ));
+        }
         Some(match place {
             Place::Pc => format!("thread {tid} is running in tp's code (at {word:#x})"),
             Place::ReturnRegister => {
@@ -160,18 +174,21 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
         let r = Host::get_regs(t.tid)?;
         let pc = Host::pc(&r);
         if in_arena(pc) {
-            return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc }));
+            let trampoline = false;
+            return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc, trampoline }));
         }
         regs.push((t.tid, r));
     }
     // No thread runs tp's code and no probe is left: calls that would
     // return through the trampoline return to their callers instead.
     super::frames::give_back(mem, region)?;
+    let trampolines = super::frames::trampolines(region);
     for (tid, r) in &regs {
         // The whole used stack: a return address or a signal frame anywhere
         // in it may come back into a detour.
         if let Some((place, word)) = threads::pc_and_stack(mem, &maps, r).into_iter().find(|&(_, w)| in_arena(w)) {
-            return Ok(Some(Kept::InUse { tid: tid.as_raw(), place, word }));
+            let trampoline = trampolines.contains(&word);
+            return Ok(Some(Kept::InUse { tid: tid.as_raw(), place, word, trampoline }));
         }
     }
     Ok(None)
