@@ -62,8 +62,9 @@ fn calls_are_exact_and_samples_stay_within_each_epochs_budget() {
         t.ask("nap 30", "done nap");
         if k == 0 {
             // nap's rate becomes known at the end of the epoch its first
-            // call began in: give a busy machine (or a VM) the time for it.
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            // call began in (10 ms): give a busy machine, or an emulated
+            // VM whose tracer may wait long for the CPU, the time for it.
+            std::thread::sleep(std::time::Duration::from_millis(300));
         }
     }
     t.ask("quiet 10", "done quiet");
@@ -173,8 +174,9 @@ fn the_table_and_the_trace_file() {
         t.ask("nap 30", "done nap");
         if k == 0 {
             // nap's rate becomes known at the end of the epoch its first
-            // call began in: give a busy machine (or a VM) the time for it.
-            std::thread::sleep(std::time::Duration::from_millis(50));
+            // call began in (10 ms): give a busy machine, or an emulated
+            // VM whose tracer may wait long for the CPU, the time for it.
+            std::thread::sleep(std::time::Duration::from_millis(300));
         }
     }
     let (stdout, _, stderr) = stop(session);
