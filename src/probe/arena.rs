@@ -15,6 +15,14 @@ use crate::process::remote::RemoteCaller;
 /// Room left for the stack to grow down into, and the heap up into.
 const GROWTH_ROOM: u64 = 256 << 20;
 const PAGE: u64 = 4096;
+/// How far above a module's end an arena starts where the gap allows. The
+/// page-rounded end of a module is a number programs keep (the dynamic
+/// loader computes it for every segment it maps), and one left on a stack
+/// would point at the first byte of an arena placed right there, which
+/// keeps tp's memory at the detach (`remove::check_unused`); in a program
+/// mapped low (not position-independent), small integers a stack holds
+/// lie near there too.
+const PAST_THE_END: u64 = PAGE;
 /// The smallest code arena tp maps.
 pub const MIN_ARENA: u64 = 64 << 10;
 /// A typical detour's size, for sizing arenas: a counting detour, and one
@@ -45,7 +53,8 @@ pub fn candidates(maps: &[Mapping], span: Span, size: u64, reach: u64) -> Vec<u6
 }
 
 /// The best spot for the arena in one gap: as close to the module as the
-/// gap allows, but not where the stack or the heap will want to grow.
+/// gap allows, but not where the stack or the heap will want to grow, and
+/// a page past the module's end ([`PAST_THE_END`]).
 fn place_in(g: &Gap, span: Span, size: u64) -> Option<u64> {
     let lo = g.start.next_multiple_of(PAGE) + if g.above_heap { GROWTH_ROOM } else { 0 };
     let hi = (g.end & !(PAGE - 1)).checked_sub(if g.below_stack { GROWTH_ROOM } else { 0 })?;
@@ -53,7 +62,7 @@ fn place_in(g: &Gap, span: Span, size: u64) -> Option<u64> {
         return None;
     }
     // Below the module: the top of the gap; above it: the bottom.
-    Some(if hi <= span.lo { hi - size } else { lo.max(span.hi.min(hi - size)) })
+    Some(if hi <= span.lo { hi - size } else { lo.max((span.hi + PAST_THE_END).min(hi - size)) })
 }
 
 /// The size of a new arena for `probes` detours of `kind`.
@@ -187,6 +196,27 @@ mod tests {
         let c = candidates(&maps, span, 0x10000, (128 << 20) - 4);
         assert_eq!(c[0], 0x480000);
         assert_eq!(c[1], 0x400000 - 0x10000);
+    }
+
+    #[test]
+    fn an_arena_above_a_module_leaves_a_page_after_its_end() {
+        // A program that is not position-independent, its heap far above.
+        let maps = parse(
+            "400000-401000 r--p 00000000 fd:01 1 /t/nopie\n\
+             401000-402000 r-xp 00001000 fd:01 1 /t/nopie\n\
+             404000-405000 rw-p 00003000 fd:01 1 /t/nopie\n\
+             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        let span = Span { lo: 0x400000, hi: 0x405000 };
+        let c = candidates(&maps, span, 0x10000, REACH);
+        assert_eq!(c[0], 0x406000);
+        // A gap just large enough takes the arena right after the module.
+        let tight = parse(
+            "400000-405000 r-xp 00000000 fd:01 1 /t/nopie\n\
+             415000-416000 rw-p 00000000 00:00 0\n",
+        );
+        let c = candidates(&tight, span, 0x10000, REACH);
+        assert_eq!(c[0], 0x405000);
     }
 
     #[test]
