@@ -77,12 +77,18 @@ fn is_whole_patch(file: &[u8], now: &[u8]) -> bool {
 /// Kills tp at `fault` while two threads call foo and bar (unless `quiet`),
 /// then checks the target and cleans up.
 fn tracer_killed_at(fault: &str, quiet: bool) {
+    tracer_killed_in(fault, quiet, &[]);
+}
+
+/// [`tracer_killed_at`], with more options for the attach (`records`).
+fn tracer_killed_in(fault: &str, quiet: bool, records: &[&str]) {
     let mut t = Target::start("counter");
     let pid = t.pid.to_string();
     if !quiet {
         t.ask("spin 2 hot", "spinning");
     }
-    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    let mut args = vec!["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    args.extend(records);
     let out = tp_with_fault(fault, &args);
     assert_eq!(
         out.status.signal(),
@@ -142,6 +148,29 @@ fn tracer_killed_during_attach() {
         "after-patch:2",
     ] {
         tracer_killed_at(fault, false);
+    }
+}
+
+/// An attach that records events: besides the counters, the in-target
+/// runtime, the threads' rings and return frames; once the session
+/// observes, the threads go on through the runtime and the return
+/// trampoline with no tracer to drain their rings.
+#[test]
+fn tracer_killed_during_an_attach_that_records_events() {
+    for fault in [
+        "after-name-write",
+        "after-private",
+        "after-inject",
+        "after-detour-write",
+        "after-detour",
+        "after-entries",
+        "before-patch",
+        "after-patch",
+        "after-patch:2",
+        "observing",
+        "observing:3",
+    ] {
+        tracer_killed_in(fault, false, &["--args", "--ret", "-q"]);
     }
 }
 
