@@ -429,10 +429,10 @@ fn a_stack_word_into_tps_code_keeps_its_memory_and_is_named() {
     assert!(has_region(t.pid), "the word into tp's code keeps its memory: {stderr}");
     let said = format!("still maps tp's memory: thread {}'s stack holds an address in tp's code ({start:#x}, at 0x", {
         let task = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
-        let mut tids: Vec<i32> = task.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
-        tids.sort();
+        let tids: Vec<i32> = task.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
         assert_eq!(tids.len(), 2, "the main thread and the holder");
-        tids[1]
+        // Not the main thread (TIDs may wrap around: not the larger one).
+        tids.into_iter().find(|&tid| tid != t.pid).unwrap()
     });
     assert!(stderr.contains(&said), "{said} in {stderr}");
 
