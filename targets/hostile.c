@@ -28,9 +28,9 @@
  *   anon check ADDR SIZE
  *                      -> "anon intact" if still all 0x5a, else "anon gone"
  *   hold MASKED        a thread keeps the word MASKED ^ HOLD_MASK (hex) live
- *                      on its stack and sleeps until "unhold" -> "holding";
- *                      masked, the word is nowhere else in the process (not
- *                      in what the main thread parsed) -> "holding"
+ *                      on its stack and sleeps until "unhold"; masked, the
+ *                      word is nowhere else in the process (not in what the
+ *                      main thread parsed) -> "holding"
  *   unhold             -> "unheld"
  *   quit               -> exit status 0, or 1 if a checksum failed
  */

@@ -174,20 +174,19 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
         let r = Host::get_regs(t.tid)?;
         let pc = Host::pc(&r);
         if in_arena(pc) {
-            let trampoline = false;
-            return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc, trampoline }));
+            return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc, trampoline: false }));
         }
         regs.push((t.tid, r));
     }
     // No thread runs tp's code and no probe is left: calls that would
     // return through the trampoline return to their callers instead.
     super::frames::give_back(mem, region)?;
-    let trampolines = super::frames::trampolines(region);
     for (tid, r) in &regs {
         // The whole used stack: a return address or a signal frame anywhere
         // in it may come back into a detour.
         if let Some((place, word)) = threads::pc_and_stack(mem, &maps, r).into_iter().find(|&(_, w)| in_arena(w)) {
-            let trampoline = trampolines.contains(&word);
+            // Assembled again only on this rare path (give_back has its own).
+            let trampoline = super::frames::trampolines(region).contains(&word);
             return Ok(Some(Kept::InUse { tid: tid.as_raw(), place, word, trampoline }));
         }
     }
