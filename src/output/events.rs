@@ -42,13 +42,18 @@ pub enum Line<'a> {
         tid: u32,
         /// CLOCK_MONOTONIC ns.
         ts_ns: u64,
-        /// Return value (None: void).
+        /// Return value (None: void, or a tail call).
         ret: Option<&'a Value>,
+        /// The call ended by jumping to another function (a tail call),
+        /// whose own return goes to this call's caller: it has no return
+        /// value of its own.
+        tail_call: bool,
         /// Duration, ns.
         duration_ns: u64,
     },
-    /// An exception started unwinding while the call was active: its return,
-    /// if it had one (the call may have caught the exception), is not traced.
+    /// The call ended without a return tp saw: an exception or a longjmp
+    /// passed through it (with return addresses replaced: an exception
+    /// started unwinding while it was active, and it may have caught it).
     Unwound {
         /// The probe.
         info: &'a ProbeInfo,
@@ -83,8 +88,12 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32
         (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
             writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
         }
-        (Style::Text, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
-            let ret = ret.map_or(String::new(), |v| format!(" → {}", v.text()));
+        (Style::Text, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => {
+            let ret = match (ret, tail_call) {
+                (_, true) => " ↷ tail call".to_string(),
+                (Some(v), false) => format!(" → {}", v.text()),
+                (None, false) => String::new(),
+            };
             writeln!(
                 out,
                 "{:>12.6}{pid_col} {tid:>7} {}{ret}  {}",
@@ -95,7 +104,7 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32
         }
         (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
             out,
-            "{:>12.6}{pid_col} {tid:>7} {} ↯ exception: return not traced  {}",
+            "{:>12.6}{pid_col} {tid:>7} {} ↯ left without a return tp saw (an exception, a longjmp)  {}",
             secs(*ts_ns),
             text(&info.name),
             duration(*duration_ns)
@@ -113,9 +122,9 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32
                 super::json::args(args)
             )
         }
-        (Style::Json, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => writeln!(
+        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => writeln!(
             out,
-            "{{\"type\":\"exit\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"duration_ns\":{duration_ns}}}",
+            "{{\"type\":\"exit\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"tail_call\":{tail_call},\"duration_ns\":{duration_ns}}}",
             json::string(&info.name),
             json::string(&info.module),
             ret.map_or("null".to_string(), super::json::value)
@@ -158,8 +167,14 @@ mod tests {
         let args = [("n".to_string(), Value::Int(5)), ("name".to_string(), Value::Str(1, Some("x".into())))];
         let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args, stack: None };
         assert_eq!(text(Style::Text, &entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
-        let exit =
-            Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: Some(&Value::Int(42)), duration_ns: 1230 };
+        let exit = Line::Exit {
+            info: &i,
+            tid: 77,
+            ts_ns: 2_500_001_230,
+            ret: Some(&Value::Int(42)),
+            tail_call: false,
+            duration_ns: 1230,
+        };
         assert_eq!(text(Style::Text, &exit), "    1.500001      77 foo → 42  1.23µs\n");
         assert_eq!(text(Style::Quiet, &exit), "");
     }
@@ -167,7 +182,8 @@ mod tests {
     #[test]
     fn lines_of_several_processes_name_the_process() {
         let i = info();
-        let exit = Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, duration_ns: 1230 };
+        let exit =
+            Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, tail_call: false, duration_ns: 1230 };
         let mut v = Vec::new();
         write(&mut v, Style::Text, 1_000_000_000, Some(4242), &exit).unwrap();
         assert_eq!(String::from_utf8(v).unwrap(), "    1.500001    4242      77 foo  1.23µs\n");
@@ -186,11 +202,14 @@ mod tests {
             text(Style::Json, &entry),
             "{\"type\":\"entry\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":10,\"args\":{\"n\":5}}\n"
         );
-        let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, duration_ns: 10 };
+        let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: false, duration_ns: 10 };
         assert_eq!(
             text(Style::Json, &exit),
-            "{\"type\":\"exit\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":20,\"ret\":null,\"duration_ns\":10}\n"
+            "{\"type\":\"exit\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":20,\"ret\":null,\"tail_call\":false,\"duration_ns\":10}\n"
         );
+        let tail = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: true, duration_ns: 10 };
+        assert!(text(Style::Json, &tail).contains("\"ret\":null,\"tail_call\":true,"));
+        assert!(text(Style::Text, &tail).contains("foo ↷ tail call  10ns"), "{}", text(Style::Text, &tail));
     }
 
     #[test]

@@ -23,6 +23,7 @@ pub mod interrupt;
 pub mod observe;
 pub mod profile;
 pub mod resolve;
+pub mod returns;
 pub mod run;
 pub mod targets;
 pub mod tracer;
