@@ -234,7 +234,8 @@ pub fn plan_found(
                     continue;
                 }
                 let function = Function { name: label, ..function };
-                let (kind, exits, note) = returns::choose(m, &function, &plan, kind, forms);
+                let mut plan = plan;
+                let (kind, exits, note) = returns::choose(m, &function, &mut plan, kind, forms);
                 if let Some(note) = note {
                     return_notes.push((note, kind));
                 }

@@ -56,18 +56,20 @@ fn reads_return_addresses(module: &str) -> bool {
 /// What a timed probe of `f` of `m` (entry window `plan`, recording
 /// `records`) becomes: its kind, with [`kind::AT_EXITS`] where its calls
 /// are seen to end at the function's exits, and those exits' windows; and
-/// a note on what it could not do there, for the line tp prints.
+/// a note on what it could not do there, for the line tp prints. An exit
+/// right after the entry's window that has no window of its own may join
+/// the entry's, which `plan` then becomes ([`verdict::exits_widening`]).
 pub fn choose(
     m: &Module,
     f: &Function,
-    plan: &SitePlan,
+    plan: &mut SitePlan,
     records: u32,
     forms: Forms,
 ) -> (u32, Vec<SitePlan>, Option<Note>) {
     if records & (kind::RET | kind::SAMPLE) == 0 || plan.interior || forms == Forms::Stack {
         return (records, Vec::new(), None);
     }
-    let exits = match verdict::exits(m, f, plan, Isa::host()) {
+    let exits = match verdict::exits_widening(m, f, plan, Isa::host()) {
         Ok(exits) => exits,
         // An architecture without exit windows: the return address, as ever.
         Err(Refusal::Unsupported(_)) => return (records, Vec::new(), None),

@@ -15,8 +15,9 @@
 //!   falls through to them): dead code, or the alignment padding (`nop`s,
 //!   `int3`s) between the function's last instruction and the next one;
 //! - the straight-line instructions before it (an epilogue: `pop`, `add
-//!   rsp`, `leave`, moves), which run out of place first: no call or
-//!   syscall, no branch, nothing that cannot run elsewhere.
+//!   rsp`, `leave`, moves; a system call wrapper's `cmp; jae error`), which
+//!   run out of place first: no call or syscall, no unconditional jump,
+//!   nothing that cannot run elsewhere.
 //!
 //! The checks are an entry window's ([`super::window`]): no branch of the
 //! function, no jump from its other parts, no code address it takes and no
@@ -70,7 +71,7 @@ pub fn plan_exits(
         if let Ok(p) = &plan {
             used.push((p.site, p.site + p.len() as u64));
         }
-        out.push(ExitPlan { at: insn.addr, kind, plan });
+        out.push(ExitPlan { at: insn.addr, len: insn.len, kind, plan });
     }
     Ok(out)
 }
@@ -256,9 +257,12 @@ impl Part<'_> {
     }
 }
 
-/// True if `insn` may run before an exit, out of place, in its window.
+/// True if `insn` may run before an exit, out of place, in its window: a
+/// conditional branch too (its copy goes to the same target, which the
+/// window's checks keep out of its interior), as in a system call's
+/// wrapper, `cmp rax, -4095; jae error; ret`.
 fn runs_anywhere(insn: &Insn) -> bool {
-    matches!(insn.class, Class::Plain | Class::RipRelative)
+    matches!(insn.class, Class::Plain | Class::RipRelative | Class::CondBranch)
 }
 
 /// Why `insn` cannot join an exit's window before it, when that says more
@@ -369,6 +373,18 @@ mod tests {
         assert_eq!(exits[0].plan.as_ref().unwrap().exits[0].offset, 1);
         // The last: the ret and the padding.
         assert_eq!(window(&exits[1]), (F + 16, 5, "ret, int3, int3, int3, int3".into()));
+    }
+
+    #[test]
+    fn a_ret_between_a_branch_and_its_target_takes_the_branch() {
+        // A system call's wrapper: 0: mov eax, 0x3e; 5: syscall; 7: cmp rax, -4095; 13: jae 16; 15: ret;
+        // 16: neg eax; 18: ret
+        let code =
+            [0xb8, 0x3e, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3, 0xf7, 0xd8, 0xc3];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        assert_eq!(window(&exits[0]), (F + 7, 9, "cmp, jae, ret".into()));
+        assert_eq!(exits[0].plan.as_ref().unwrap().exits[0].offset, 8);
+        assert_eq!(window(&exits[1]).0, F + 18);
     }
 
     #[test]
