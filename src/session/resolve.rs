@@ -235,7 +235,14 @@ pub fn plan_found(
                 }
                 let function = Function { name: label, ..function };
                 let mut plan = plan;
-                let (kind, exits, note) = returns::choose(m, &function, &mut plan, kind, forms);
+                let (kind, exits, note) = match returns::choose(m, &function, &mut plan, kind, forms, shadow) {
+                    Ok(chosen) => chosen,
+                    Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
+                    Err(r) => {
+                        refused.push((function, r));
+                        continue;
+                    }
+                };
                 if let Some(note) = note {
                     return_notes.push((note, kind));
                 }

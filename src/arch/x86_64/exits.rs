@@ -96,10 +96,14 @@ impl<'a> Function<'a> {
     /// planned; `parts` as [`plan_exits`] takes it (the first part is the
     /// one the entry starts).
     pub(super) fn new(addr: u64, end: u64, parts: &'a [(u64, u64)], insns: &[Insn], image: &dyn Image) -> Self {
+        let entry = parts.first().map_or(addr, |p| p.0);
         let indirect = insns.iter().any(|i| matches!(i.class, Class::IndirectJump | Class::IndirectJumpRip));
-        let own_addresses = if indirect { taken::code_addresses(insns, addr, end, image) } else { Vec::new() };
+        let mut own_addresses = if indirect { taken::code_addresses(insns, addr, end, image) } else { Vec::new() };
+        // A jump to the entry is a call of its own: that address (a
+        // pointer to the function, stored or taken) does not make a switch.
+        own_addresses.retain(|&a| a != entry);
         let other = image.other_parts().to_vec();
-        Function { entry: parts.first().map_or(addr, |p| p.0), parts, this: (addr, end), own_addresses, other }
+        Function { entry, parts, this: (addr, end), own_addresses, other }
     }
 
     fn inside(&self, t: u64) -> bool {
