@@ -329,6 +329,15 @@ pub enum ExitKind {
     /// function: a tail call through a pointer (the GOT, a table of
     /// functions).
     IndirectJump,
+    /// A jump through a register that leaves the function unless its
+    /// target lies in `[lo, hi)`, the function's code (a switch), which the
+    /// detour tells when it runs.
+    MaybeJump {
+        /// The function's code.
+        lo: u64,
+        /// See [`ExitKind::MaybeJump::lo`].
+        hi: u64,
+    },
 }
 
 impl ExitKind {
