@@ -421,11 +421,19 @@ mod tests {
         let exits = exits_of(&code, &[0xcc; 4]);
         assert_eq!((exits[0].at, exits[0].kind), (F + 5, ExitKind::IndirectJump));
         assert_eq!(window(&exits[0]).0, F + 5);
-        // A function that forms an address of its own code (lea rdx, [rip - 7] = F: a switch
-        // table or a label) may jump inside itself: its indirect jumps are not exits.
-        let code = [0x48, 0x8d, 0x15, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xe2, 0xc3];
+        // A function that forms an address of its own code (lea rdx, [rip + 2] = F + 9: a
+        // switch table or a label) may jump inside itself: its indirect jumps are not exits.
+        let code = [0x48, 0x8d, 0x15, 0x02, 0x00, 0x00, 0x00, 0xff, 0xe2, 0xc3];
         let exits = exits_of(&code, &[0xcc; 4]);
         assert_eq!(exits.iter().map(|e| e.kind).collect::<Vec<_>>(), [ExitKind::Return]);
+    }
+
+    #[test]
+    fn a_jump_to_the_functions_own_entry_is_a_call_of_its_own() {
+        // lea rdx, [rip - 7] (F, the entry: a pointer to the function); jmp rdx
+        let code = [0x48, 0x8d, 0x15, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xe2];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        assert_eq!(exits.iter().map(|e| (e.at, e.kind)).collect::<Vec<_>>(), [(F + 7, ExitKind::IndirectJump)]);
     }
 
     #[test]
