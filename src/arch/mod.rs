@@ -134,11 +134,13 @@ pub enum Refusal {
     /// The Go runtime keeps an address inside the window as the return
     /// address at the bottom of goroutine stacks (`runtime.goexit`).
     GoStackReturn,
-    /// A return probe or sampling in Go code: the Go runtime walks
-    /// goroutine stacks and checks every return address on them.
+    /// A return probe or sampling in Go code whose exits tp cannot find or
+    /// patch (assembly, exits past what it decodes): the Go runtime walks
+    /// goroutine stacks and checks every return address on them, so the
+    /// return-address form is not for Go.
     GoReturns,
-    /// Events in a Go function without a stack check, which may run with
-    /// little stack left.
+    /// Events or return probes in a Go function without a stack check,
+    /// which may run with little stack left.
     GoNoStackCheck,
     /// Go code that Go may preempt asynchronously, where no window of one
     /// instruction fits after the stack check.
@@ -228,14 +230,14 @@ impl fmt::Display for Refusal {
             ),
             Refusal::GoReturns => write!(
                 f,
-                "it is Go code: Go's runtime walks goroutine stacks and checks every return address on them \
-                 (garbage collection, stack growth), so tp does not replace any (no --ret, no tp profile); \
-                 count its calls, or record its arguments with --args"
+                "it is Go code whose exits tp cannot all patch (Go assembly, or an exit without a window), and \
+                 Go's runtime checks every return address on goroutine stacks, so tp replaces none; count its \
+                 calls, or record its arguments with --args"
             ),
             Refusal::GoNoStackCheck => write!(
                 f,
                 "a Go function without a stack check may run with 128 bytes of stack left, too few for \
-                 recording its arguments; count its calls instead"
+                 recording its arguments or its returns; count its calls instead"
             ),
             Refusal::GoPreemptible => write!(
                 f,
@@ -338,12 +340,21 @@ pub enum ExitKind {
         /// See [`ExitKind::MaybeJump::lo`].
         hi: u64,
     },
+    /// A return that the end of the window leads to, straight and with the
+    /// return registers final (Go's `mov rbp, [rsp + d]` before `add rsp,
+    /// N; ret`, where the window may be one instruction only): recorded
+    /// after the window's last instruction, the return address `sp_above`
+    /// bytes above the stack pointer there. Its offset is the window's length.
+    Ahead {
+        /// See [`ExitKind::Ahead`].
+        sp_above: u32,
+    },
 }
 
 impl ExitKind {
     /// True for a tail call: the function leaves no return value of its own.
     pub fn is_tail_call(self) -> bool {
-        !matches!(self, ExitKind::Return)
+        !matches!(self, ExitKind::Return | ExitKind::Ahead { .. })
     }
 }
 
@@ -562,6 +573,8 @@ pub struct RuntimeLayout {
     pub tail_call: u32,
     /// See [`RuntimeLayout::time_call`].
     pub exit_ext: u32,
+    /// The flag of a word for Go code, whose calls are its goroutine's.
+    pub go_frames: u32,
     /// How far apart two stack addresses may be and still be taken for
     /// the same stack.
     pub stack_span: u64,
@@ -628,6 +641,10 @@ pub struct DetourSpec {
     /// the detour passes to the runtime's exit ([`RuntimeAddrs::exit`])
     /// before each exit of its window ([`SitePlan::exits`]).
     pub exit_words: Option<ExitWords>,
+    /// How far the stack pointer at the site lies below the function's
+    /// entry stack pointer (Go code's probe goes after the frame's set-up):
+    /// a call timed at its exits keys its frame that far above.
+    pub sp_below_entry: u32,
 }
 
 /// The words (probe index and flags) a detour passes to the runtime's exit
@@ -642,9 +659,15 @@ pub struct ExitWords {
 }
 
 impl ExitWords {
-    /// The word before exit `e`.
-    pub fn of(&self, e: ExitInsn) -> u32 {
-        if e.kind.is_tail_call() { self.tail } else { self.ret }
+    /// The word the detour passes at exit `e`: the probe's word, and in its
+    /// top half how far above the stack pointer there the call's return
+    /// address is ([`ExitKind::Ahead`]; 0 at the exit itself).
+    pub fn of(&self, e: ExitInsn) -> u64 {
+        match e.kind {
+            ExitKind::Ahead { sp_above } => (sp_above as u64) << 32 | self.ret as u64,
+            k if k.is_tail_call() => self.tail as u64,
+            _ => self.ret as u64,
+        }
     }
 }
 
@@ -854,7 +877,7 @@ pub type PlanToFn = fn(&[u8], u64, &[u64], &dyn Image, u64) -> Result<SitePlan, 
 
 /// [`Arch::plan_exits`] as a function pointer.
 pub type PlanExitsFn =
-    fn(&[u8], u64, &[(u64, u64)], &[u64], &[(u64, u64)], &dyn Image) -> Result<Vec<ExitPlan>, Refusal>;
+    fn(&[u8], u64, &[(u64, u64)], &[u64], &[(u64, u64)], bool, &dyn Image) -> Result<Vec<ExitPlan>, Refusal>;
 
 /// The module around a function, as a planner may read it (runtime
 /// addresses): to follow jump tables and find code addresses that data holds.
@@ -901,6 +924,8 @@ pub struct Isa {
     pub go_stack_check: fn(&[u8], u64) -> Option<usize>,
     /// [`Arch::go_one_instruction_site`].
     pub go_one_instruction_site: fn(&[u8], u64, usize) -> Option<usize>,
+    /// [`Arch::go_sp_below_entry`].
+    pub go_sp_below_entry: fn(&[u8], u64, u64) -> Option<u32>,
     /// [`Arch::plan_at`].
     pub plan_at: PlanAtFn,
     /// [`Arch::plan_exits`].
@@ -931,6 +956,7 @@ impl Isa {
             stored_pointer: A::stored_pointer,
             go_stack_check: A::go_stack_check,
             go_one_instruction_site: A::go_one_instruction_site,
+            go_sp_below_entry: A::go_sp_below_entry,
             plan_at: A::plan_at,
             plan_exits: A::plan_exits,
             plan_to: A::plan_to,
@@ -1044,6 +1070,16 @@ pub trait Arch {
         None
     }
 
+    /// How far below its entry stack pointer Go function `code` (at
+    /// `addr`) has moved the stack pointer when it reaches `site` (where
+    /// [`Arch::go_one_instruction_site`] puts its probe, after the stack
+    /// check): what a probe there adds to find the call's return address.
+    /// None if the instructions before `site` do not say.
+    fn go_sp_below_entry(code: &[u8], addr: u64, site: u64) -> Option<u32> {
+        let _ = (code, addr, site);
+        None
+    }
+
     /// [`Arch::plan`] with the module around the function, which lets a
     /// planner prove more windows safe (e.g. by reading jump tables).
     fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
@@ -1090,18 +1126,21 @@ pub trait Arch {
     /// `extra_targets` are the jumps into this part from the others;
     /// `taken` are the windows planned already in it (the entry's), which
     /// the exit windows must not overlap and whose own exits their detours
-    /// record. Err if the part does not decode to its end, so that its exits
-    /// cannot all be known; an exit without a window is an [`ExitPlan`]
-    /// whose plan says why.
+    /// record. With `single`, a window is one instruction that runs (code
+    /// Go preempts between any two), which may be one before the exit
+    /// ([`ExitKind::Ahead`]). Err if the part does not decode to its end, so
+    /// that its exits cannot all be known; an exit without a window is an
+    /// [`ExitPlan`] whose plan says why.
     fn plan_exits(
         code: &[u8],
         addr: u64,
         parts: &[(u64, u64)],
         extra_targets: &[u64],
         taken: &[(u64, u64)],
+        single: bool,
         image: &dyn Image,
     ) -> Result<Vec<ExitPlan>, Refusal> {
-        let _ = (code, addr, parts, extra_targets, taken, image);
+        let _ = (code, addr, parts, extra_targets, taken, single, image);
         Err(Refusal::Unsupported("tp does not patch the exits of functions on this architecture"))
     }
 

@@ -499,8 +499,17 @@ fn exit_words_of(req: &Request, index: u32, parent: Option<u32>) -> Option<ExitW
         None if req.kind & kind::AT_EXITS != 0 => index,
         None => return None,
     };
-    let ret = probe | (layout::entry_word(0, req.kind) & layout::entry_flags::EXIT_EXT);
+    let ret = probe | (layout::entry_word(0, req.kind) & layout::entry_flags::EXIT_EXT) | go_frames(req);
     Some(ExitWords { ret, tail: ret | layout::entry_flags::TAIL_CALL })
+}
+
+/// [`layout::entry_flags::GO_FRAMES`] for Go code: its calls timed at their
+/// function's exits are its goroutines'.
+fn go_frames(req: &Request) -> u32 {
+    match req.abi {
+        crate::arch::Abi::Go => layout::entry_flags::GO_FRAMES,
+        _ => 0,
+    }
 }
 
 /// The configuration written for probe `index` of `req`: the request's,
@@ -548,7 +557,8 @@ fn spec_for(
     DetourSpec {
         probe_index: index,
         records: records_of(kind),
-        entry_word: layout::entry_word(index, kind),
+        entry_word: layout::entry_word(index, kind)
+            | if kind & kind::AT_EXITS != 0 && kind & kind::EXIT == 0 { go_frames(req) } else { 0 },
         runtime,
         flag_addr: region.flag_addr(index).0,
         counters: region.addr_of(RegionOffset(h.counters_off)).0,
@@ -561,6 +571,7 @@ fn spec_for(
         operands: req.operands,
         layout: fast_entry_for(kind).then(|| runtime::layout_of(h)),
         exit_words: exit_words_of(req, index, parent),
+        sp_below_entry: req.sp_below_entry,
     }
 }
 

@@ -208,6 +208,11 @@ pub const PROC_PAGE: u64 = 8192;
 pub const PRIVATE_MAGIC_OFF: u64 = PROC_PAGE;
 /// Where the thread states begin in the private area.
 pub const THREADS_OFF: u64 = PROC_PAGE + 4096;
+/// Goroutines whose timed calls of Go code tp can keep at once
+/// ([`Goroutine`]), and the calls each can keep.
+pub const GO_SLOTS: u32 = 1024;
+/// See [`GO_SLOTS`].
+pub const GO_FRAMES: u32 = 127;
 /// What tp writes at [`PRIVATE_MAGIC_OFF`], so that a private area no
 /// region records (tp was killed in between) can be recognised.
 pub const PRIVATE_MAGIC: u64 = u64::from_le_bytes(*b"tp-priv\0");
@@ -506,6 +511,48 @@ shared_struct! {
 }
 
 shared_struct! {
+    /// The timed calls of Go code live on one goroutine (`struct
+    /// tp_goroutine`, its frames after it), in the private area after the
+    /// thread states: a goroutine moves between threads, and its stack
+    /// moves when it grows (copied whole, each frame at the same distance
+    /// from its top), so a call of Go code is its goroutine's, keyed by that
+    /// distance. Taken for a goroutine's first timed call, given back when
+    /// its last returns.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Goroutine as "tp_goroutine", then "struct tp_go_frame frames[]" {
+        /// The goroutine (its `g`); 0 if free.
+        pub g: u64,
+        /// Frames in use.
+        pub depth: u32,
+        /// Padding.
+        pub pad: u32,
+        /// Ticks tp spent in the probes of its timed calls' callees.
+        pub overhead: u64,
+        /// Padding.
+        pub pad2: u64,
+    }
+}
+
+shared_struct! {
+    /// One timed call of Go code (`struct tp_go_frame`).
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct GoFrame as "tp_go_frame" {
+        /// Bytes from the top of the goroutine's stack (`g.stack.hi`) down
+        /// to the call's slot (where its return address is; AArch64: the
+        /// word below the entry stack pointer).
+        pub off: u64,
+        /// Timestamp at entry.
+        pub tsc: u64,
+        /// The goroutine's `overhead` when the call began.
+        pub overhead: u64,
+        /// Probe index.
+        pub probe: u32,
+        /// Padding.
+        pub pad: u32,
+    }
+}
+
+shared_struct! {
     /// One event (`struct tp_event` in runtime.c).
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct Event as "tp_event" {
@@ -534,9 +581,9 @@ pub const KIND_SHIFT: u32 = 24;
 /// The probe index in [`Event::probe`] and in the words passed to
 /// `tp_entry` and the exit (whose top bits below the kind are
 /// [`entry_flags::RECORD_MORE`], [`entry_flags::TIME_CALL`] and
-/// [`entry_flags::TAIL_CALL`]: no index reaches them, [`MAX_CAPACITY`]
-/// being far smaller).
-pub const PROBE_MASK: u32 = (1 << (KIND_SHIFT - 3)) - 1;
+/// [`entry_flags::TAIL_CALL`], [`entry_flags::GO_FRAMES`]: no index
+/// reaches them, [`MAX_CAPACITY`] being far smaller).
+pub const PROBE_MASK: u32 = (1 << (KIND_SHIFT - 4)) - 1;
 
 /// Event kinds (the top byte of [`Event::probe`]).
 pub mod event_kind {
@@ -819,6 +866,9 @@ pub mod entry_flags {
     /// The flags of an exit's word that make it the runtime's work (a
     /// predicate on the return value, durations kept in the target).
     pub const EXIT_EXT: u32 = FILTER_EXIT | AGGREGATE;
+    /// Go code: the call's frame is its goroutine's ([`super::Goroutine`]),
+    /// which the detour passes (x86-64: r14; AArch64: x28).
+    pub const GO_FRAMES: u32 = 1 << (super::KIND_SHIFT - 4);
 }
 
 /// The constants runtime.c shares, by the names build.rs gives them in its
@@ -880,6 +930,10 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_TIME_CALL", entry_flags::TIME_CALL as u64),
     ("TP_TAIL_CALL", entry_flags::TAIL_CALL as u64),
     ("TP_EXIT_EXT", entry_flags::EXIT_EXT as u64),
+    ("TP_GO_FRAMES", entry_flags::GO_FRAMES as u64),
+    ("TP_GO_SLOTS", GO_SLOTS as u64),
+    ("TP_GO_FRAME_COUNT", GO_FRAMES as u64),
+    ("TP_GOROUTINES_OFF", goroutines_off()),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_TID_CANDIDATES", TID_CANDIDATES as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
@@ -905,6 +959,8 @@ pub fn c_structs() -> Vec<CStruct> {
         CacheEntry::c_struct(),
         Proc::c_struct(),
         ThreadState::c_struct(),
+        GoFrame::c_struct(),
+        Goroutine::c_struct(),
         ProbeConfig::c_struct(),
         AggHead::c_struct(),
         LatEntry::c_struct(),
@@ -936,13 +992,17 @@ const _: () = assert!(
         | entry_flags::BY
         | entry_flags::RECORD_MORE
         | entry_flags::TIME_CALL
-        | entry_flags::TAIL_CALL)
+        | entry_flags::TAIL_CALL
+        | entry_flags::GO_FRAMES)
         & PROBE_MASK
         == 0
 );
 const _: () = assert!(MAX_CAPACITY - 1 <= PROBE_MASK);
 const _: () = assert!(std::mem::size_of::<SlotHead>() == 192);
 const _: () = assert!(std::mem::size_of::<Frame>() == 64);
+const _: () = assert!(std::mem::size_of::<Goroutine>() == 32 && std::mem::size_of::<GoFrame>() == 32);
+// A goroutine's calls take one page.
+const _: () = assert!(goroutine_size() == 4096);
 const _: () = assert!(std::mem::size_of::<Event>() == 64);
 
 /// The region header.
@@ -1306,8 +1366,21 @@ pub struct PrivateGeometry {
 pub const fn private_geometry() -> PrivateGeometry {
     let thread_size =
         std::mem::size_of::<ThreadState>() as u64 + SHADOW_LEN as u64 * std::mem::size_of::<Frame>() as u64;
-    let size = (THREADS_OFF + (1u64 << EVENT_SLOT_BITS) * thread_size).next_multiple_of(PROC_PAGE);
+    let size = (goroutines_off() + GO_SLOTS as u64 * goroutine_size()).next_multiple_of(PROC_PAGE);
     PrivateGeometry { thread_size, size }
+}
+
+/// Where the goroutines' timed calls ([`Goroutine`]) begin in the private
+/// area: after the thread states.
+pub const fn goroutines_off() -> u64 {
+    let thread_size =
+        std::mem::size_of::<ThreadState>() as u64 + SHADOW_LEN as u64 * std::mem::size_of::<Frame>() as u64;
+    THREADS_OFF + (1u64 << EVENT_SLOT_BITS) * thread_size
+}
+
+/// Bytes per [`Goroutine`] with its frames.
+pub const fn goroutine_size() -> u64 {
+    std::mem::size_of::<Goroutine>() as u64 + GO_FRAMES as u64 * std::mem::size_of::<GoFrame>() as u64
 }
 
 impl Header {

@@ -69,4 +69,7 @@ pub struct Request {
     /// install from [`Request::exits`]): the position of its function's
     /// request among the sites installed together.
     pub parent: Option<usize>,
+    /// How far the stack pointer at the entry's site lies below the
+    /// function's entry stack pointer ([`crate::arch::DetourSpec::sp_below_entry`]).
+    pub sp_below_entry: u32,
 }

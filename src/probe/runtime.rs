@@ -59,6 +59,7 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         time_call: entry_flags::TIME_CALL,
         tail_call: entry_flags::TAIL_CALL,
         exit_ext: entry_flags::EXIT_EXT,
+        go_frames: entry_flags::GO_FRAMES,
         stack_span: layout::STACK_SPAN,
         entry_kind: (event_kind::ENTRY as u32) << layout::KIND_SHIFT,
         exit_kind: (event_kind::EXIT as u32) << layout::KIND_SHIFT,

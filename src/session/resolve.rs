@@ -115,19 +115,32 @@ pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
 }
 
 /// The calling convention of `f` of `m`, or why it cannot record `records`
-/// (bits of `probe::layout::kind`) as Go code: no return probe and no
-/// sampling (the Go runtime walks goroutine stacks and checks every return
-/// address on them), and no events where no stack check guarantees room.
+/// (bits of `probe::layout::kind`) as Go code: no events or return probes
+/// where no stack check guarantees room, and return probes and sampling
+/// only where its calls end at exits tp patches (see [`returns::choose`]):
+/// not in assembly, whose ABI wrappers keep Go's stack-based ABI.
 pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
     let Some(go) = go_code(m, f, Isa::host()) else { return Ok(Abi::C) };
-    if records & (kind::RET | kind::SAMPLE) != 0 {
+    let abi0 = f.symbol.ends_with(".abi0");
+    let times = records & (kind::RET | kind::SAMPLE) != 0;
+    if times && abi0 {
         return Err(Refusal::GoReturns);
     }
-    if records & kind::ARGS != 0 && go.stack_check == 0 {
+    if (times || records & kind::ARGS != 0) && go.stack_check == 0 {
         return Err(Refusal::GoNoStackCheck);
     }
-    // Assembly (and the ABI wrappers around it) keeps Go's stack-based ABI.
-    Ok(if f.symbol.ends_with(".abi0") { Abi::GoStack } else { Abi::Go })
+    Ok(if abi0 { Abi::GoStack } else { Abi::Go })
+}
+
+/// How far below its entry stack pointer the site of `plan` (at the entry
+/// of Go function `f` of `m`) is, for a probe timed at its exits; 0 for
+/// other code and probes.
+fn sp_below_entry(m: &Module, f: &Function, plan: &SitePlan, abi: Abi, kind: u32) -> Result<u32, Refusal> {
+    if abi != Abi::Go || kind & kind::AT_EXITS == 0 {
+        return Ok(0);
+    }
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
+    (Isa::host().go_sp_below_entry)(code, f.addr.0, plan.site).ok_or(Refusal::GoReturns)
 }
 
 /// `plan`, or why a thread's hardware shadow stack (`shadow`: the thread
@@ -235,7 +248,12 @@ pub fn plan_found(
                 }
                 let function = Function { name: label, ..function };
                 let mut plan = plan;
-                let (kind, exits, note) = match returns::choose(m, &function, &mut plan, kind, forms, shadow) {
+                let forms = if abi == Abi::Go { returns::Forms::Go } else { forms };
+                let chosen = returns::choose(m, &function, &mut plan, kind, forms, shadow).and_then(|c| {
+                    let below = sp_below_entry(m, &function, &plan, abi, c.0)?;
+                    Ok((c, below))
+                });
+                let ((kind, exits, note), sp_below_entry) = match chosen {
                     Ok(chosen) => chosen,
                     Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
                     Err(r) => {
@@ -264,6 +282,7 @@ pub fn plan_found(
                     config: Default::default(),
                     exits,
                     parent: None,
+                    sp_below_entry,
                 })
             }
             Err(r) if explicit => bail!("cannot probe `{label}`: {r}"),

@@ -9,7 +9,9 @@
 //! code, where that form is exact; in a process whose runtime reads return
 //! addresses (the JVM's, LuaJIT's error unwinding) it takes the exits that
 //! have windows, and a call that leaves by another is counted as unwound.
-//! `TP_RETURNS` (`exits`, `stack`) forces one form, for the tests.
+//! Go code takes its exits only: Go's runtime checks every return address
+//! on goroutine stacks. `TP_RETURNS` (`exits`, `stack`) forces one form for
+//! other code, for the tests.
 
 use crate::arch::{Isa, Refusal, ShadowStack, SitePlan};
 use crate::escape as text;
@@ -31,6 +33,9 @@ pub enum Forms {
     Exits,
     /// Always the return address.
     Stack,
+    /// Go code: at the exits that have windows, never the return address
+    /// (Go's runtime checks every return address on goroutine stacks).
+    Go,
 }
 
 impl Forms {
@@ -75,11 +80,13 @@ pub fn choose(
         return returns_only(records);
     }
     let forms = match (shadow, forms) {
+        (_, Forms::Go) => Forms::Go,
         (Some(_), _) => Forms::Exits,
         (None, Forms::Stack) => return returns_only(records),
         (None, forms) => forms,
     };
     let no_exits = || match shadow {
+        _ if forms == Forms::Go => Err(Refusal::GoReturns),
         Some((tid, stack)) => Err(Refusal::ShadowStack { tid, stack, why: REWRITTEN }),
         None => Ok(()),
     };

@@ -107,6 +107,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             config: Default::default(),
                             exits: Vec::new(),
                             parent: None,
+                            sp_below_entry: 0,
                         });
                         true
                     }

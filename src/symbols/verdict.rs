@@ -245,13 +245,25 @@ impl Planner {
         };
         let mut extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
         extra.extend(pads(body));
-        let mut exits = (isa.plan_exits)(code, body.0, &parts, &extra, &taken, &image)?;
+        // Where Go preempts between any two instructions, a window is one.
+        let go = self.go_code(f, code, isa);
+        let single = go.is_some_and(|g| g.preemptible);
+        let mut exits = (isa.plan_exits)(code, body.0, &parts, &extra, &taken, single, &image)?;
         let from_body = (isa.branch_targets)(code, body.0);
         for &(at, c) in &cold {
             let end = at + c.len() as u64;
             let mut into: Vec<u64> = from_body.iter().copied().filter(|&t| t > at && t < end).collect();
             into.extend(pads((at, end)));
-            exits.extend((isa.plan_exits)(c, at, &parts, &into, &[], &image)?);
+            exits.extend((isa.plan_exits)(c, at, &parts, &into, &[], single, &image)?);
+        }
+        if go.is_some() {
+            // Go jumps to its function's entry only after morestack grew
+            // the stack: the same call again, whose probe (after the stack
+            // check) has not run yet.
+            exits.retain(|e| {
+                let insn = usize::try_from(e.at - body.0).ok().and_then(|o| code.get(o..o + e.len as usize));
+                insn.is_none_or(|b| (isa.branch_targets)(b, e.at) != [f.addr.0])
+            });
         }
         for e in &mut exits {
             if let Ok(plan) = &mut e.plan {

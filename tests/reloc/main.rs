@@ -294,6 +294,7 @@ fn an_interior_detour_keeps_the_red_zone() {
         operands: None,
         layout: None,
         exit_words: None,
+        sp_below_entry: 0,
     };
     let with_stub = |d: &tp::arch::Detour| {
         let mut code = d.bytes.clone();
@@ -377,6 +378,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     operands: None,
                     layout: None,
                     exit_words: None,
+                    sp_below_entry: 0,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let mut code = d.bytes.clone();
@@ -439,6 +441,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         operands: None,
         layout: None,
         exit_words: None,
+        sp_below_entry: 0,
         return_saved_below: None,
     };
     let d = detour::build(&plan, at, &spec).unwrap();
@@ -506,7 +509,7 @@ fn exit_windows_behave_like_the_original() {
         for orig in ORIGINS {
             let image = Module { at: orig, bytes: [code, after].concat() };
             let end = orig + code.len() as u64;
-            let planned = exits::plan_exits(code, orig, &[(orig, end)], &[], &[], &image)
+            let planned = exits::plan_exits(code, orig, &[(orig, end)], &[], &[], false, &image)
                 .unwrap_or_else(|r| panic!("`{asm}`: {r}"));
             let plan = planned
                 .iter()
@@ -541,6 +544,7 @@ fn exit_windows_behave_like_the_original() {
                     operands: None,
                     layout: None,
                     exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21 }),
+                    sp_below_entry: 0,
                 };
                 let d = detour::build(plan, at, &spec).unwrap_or_else(|r| panic!("`{asm}` at {at:#x}: {r}"));
                 let mut bytes = d.bytes.clone();

@@ -112,7 +112,7 @@
 
 use super::writer::{Hint, LR, SP, Writer, X16, X17, XZR};
 use super::{long, relocate};
-use crate::arch::{Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, SitePlan};
+use crate::arch::{Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, SitePlan};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -303,7 +303,7 @@ const STUB_FRAME: u32 = 32;
 /// or a switch's jump inside it), the call is made only when xn lies
 /// outside the function's code, compared with NZCV kept in the fourth word
 /// and a scratch register that is not xn.
-fn exit_stub(w: &mut Writer, word: u32, e: ExitInsn, plan: &SitePlan, exit: u64) -> Result<(), Refusal> {
+fn exit_stub(w: &mut Writer, word: u64, e: ExitInsn, plan: &SitePlan, exit: u64) -> Result<(), Refusal> {
     w.put_sub_imm(SP, SP, STUB_FRAME);
     w.put_stp(X16, X17, SP, 0);
     w.put_str_offset(LR, SP, 16);
@@ -328,7 +328,7 @@ fn exit_stub(w: &mut Writer, word: u32, e: ExitInsn, plan: &SitePlan, exit: u64)
         w.put_b_lo(after);
     }
     debug_assert_eq!(w.pc(), call_at);
-    w.put_ldr_literal(X16, word as u64);
+    w.put_ldr_literal(X16, word);
     if !super::writer::reaches(w.pc(), exit, super::writer::B_REACH) {
         return Err(Refusal::Unsupported("the runtime block is out of `bl` reach of the detour"));
     }
@@ -434,9 +434,15 @@ fn emit_entry_call(
     w.put_ldr_literal(0, rt.ctx);
     w.put_ldr_literal(1, spec.entry_word as u64);
     w.put_add_imm(2, SP, 0);
+    if spec.sp_below_entry != 0 {
+        return Err(Refusal::Unsupported("a probe below the entry's stack pointer on AArch64"));
+    }
     w.put_add_imm(3, SP, SLOT_AT);
     if rewrites {
         w.put_ldr_literal(4, rt.trampoline);
+    } else if spec.records.ret && spec.abi == Abi::Go {
+        // A call of Go code timed at its exits is its goroutine's (x28).
+        w.put_mov(4, 28);
     } else {
         w.put_movz(4, 0);
     }
@@ -536,6 +542,7 @@ mod tests {
             operands: None,
             layout: None,
             exit_words: None,
+            sp_below_entry: 0,
         }
     }
 

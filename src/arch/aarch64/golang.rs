@@ -26,6 +26,14 @@ pub fn one_instruction_site(code: &[u8], _addr: u64, from: usize) -> Option<usiz
     (from + 4 <= code.len()).then_some(from)
 }
 
+/// How far below its entry stack pointer Go function `code` (at `addr`)
+/// has moved it at `site`: 0 at its first instruction or right after its
+/// stack check (which moves nothing); None anywhere else.
+pub fn sp_below_entry(code: &[u8], addr: u64, site: u64) -> Option<u32> {
+    let check = stack_check_len(code, addr).unwrap_or(0) as u64;
+    (site == addr || site == addr + check).then_some(0)
+}
+
 /// `ldr x16, [x28, #16]` and `ldr x16, [x28, #24]`.
 const LDR_GUARD: [u32; 2] = [0xf940_0b90, 0xf940_0f90];
 /// `cmp sp, x16`.

@@ -63,8 +63,10 @@ impl Arch for AArch64 {
         parts: &[(u64, u64)],
         _extra_targets: &[u64],
         taken: &[(u64, u64)],
+        _single: bool,
         image: &dyn crate::arch::Image,
     ) -> Result<Vec<crate::arch::ExitPlan>, Refusal> {
+        // Every AArch64 window is one instruction.
         exits::plan_exits(code, addr, parts, taken, image)
     }
 
@@ -99,6 +101,10 @@ impl Arch for AArch64 {
 
     fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
         golang::one_instruction_site(code, addr, from)
+    }
+
+    fn go_sp_below_entry(code: &[u8], addr: u64, site: u64) -> Option<u32> {
+        golang::sp_below_entry(code, addr, site)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {

@@ -109,6 +109,7 @@ fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
 ///         mov  x1, x16             ; the word
 ///         add  x2, sp, #184        ; the call's slot: the entry stack pointer less 8
 ///         ldp  x3, x4, [sp]        ; the results
+///         mov  x5, x28             ; Go code's goroutine
 ///         tbnz w1, #FLAG, 1f       ; for each flag of the runtime's work
 ///         bl   tp_exit_at
 ///         b    2f
@@ -126,6 +127,8 @@ fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u
     w.put_mov(1, X16);
     w.put_add_imm(2, SP, FRAME + 24);
     w.put_ldp(3, 4, SP, 0);
+    // Go code's goroutine, which C code leaves alone in x28.
+    w.put_mov(5, 28);
     let bits: Vec<u32> = (0..32).filter(|b| exit_ext & (1 << b) != 0).collect();
     let ext_at = w.pc() + 4 * (bits.len() as u64 + 2);
     let done = ext_at + 4;

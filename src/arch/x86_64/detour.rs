@@ -313,14 +313,19 @@ fn relocate_window(plan: &SitePlan, at: u64, spec: &DetourSpec, rt: &RuntimeAddr
 }
 
 /// What a detour puts before an exit of its window: `push word; call exit;
-/// lea rsp, [rsp + 8]; mov qword [rsp - 16], 0`. The runtime's exit
+/// lea rsp, [rsp + 8]; mov qword [rsp - 16], 0`, where a `mov dword [rsp +
+/// 4], high` after the push makes the pushed word `word` whole
+/// ([`ExitWords::of`]) when sign extension does not. The runtime's exit
 /// ([`super::fast::exit_at`]) keeps every register and flag; the return
 /// address into the detour that its call left below the stack pointer is
 /// cleared (see [`super::runtime::CLEARED_BELOW`]). The same length wherever
 /// it goes.
-fn exit_stub(pc: u64, word: u32, exit: u64) -> Vec<u8> {
+fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
     let mut w = Writer::new(pc);
-    w.put_push_imm32(word as i32);
+    w.put_push_imm32(word as u32 as i32);
+    if (word as u32 as i32 as i64) as u64 != word {
+        w.put_store32_imm(fast::RSP, 4, (word >> 32) as u32);
+    }
     w.put_call(exit);
     w.put_lea_rsp_rsp(8);
     w.put_store_imm(fast::RSP, -16, 0);
@@ -360,9 +365,13 @@ fn emit_head(
         w.put_load(k, s, cache::ROW);
         w.put_inc_mem(k, disp, false);
     } else {
-        // Go's threads keep 0 at fs:0: the shared row, atomically.
+        // Go's threads keep 0 at fs:0: the shared row, atomically; a
+        // sampling probe counts down there too (K: the row).
         w.put_mov_reg_rip(s, l.counters);
         w.put_inc_mem(s, disp, true);
+        if spec.records.sample {
+            w.put_mov_reg(k, s);
+        }
     }
     let counted = w.pc();
     if spec.records.unwind {
@@ -373,7 +382,7 @@ fn emit_head(
     } else if spec.records.sample {
         // Count down to the next sample in this thread's row (K = r11);
         // the call of the runtime is out of line.
-        w.put_sub_r11_disp_1(countdown_disp(spec));
+        w.put_sub_r11_disp_1(countdown_disp(spec), spec.abi != Abi::C);
         w.put_jb(l.sample);
     } else if let Some(layout) = fast {
         // The fast entry, with S (r10) the thread's cache entry.
@@ -502,14 +511,17 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
         w.put_mov_reg_rip(RDI, l.ctx);
         w.put_mov_esi_imm32(flags);
         w.put_mov_rdx_rsp();
-        w.put_lea_rsp(RCX, extra + 64 + SAVED);
-        if spec.records.ret {
+        w.put_lea_rsp(RCX, extra + 64 + SAVED + spec.sp_below_entry as i32);
+        if spec.records.ret && spec.exit_words.is_some() && spec.abi == Abi::Go {
+            // A call of Go code timed at its exits is its goroutine's.
+            w.put_mov_reg(R8, fast::R14);
+        } else if spec.records.ret {
             w.put_mov_reg_rip(R8, l.tramp);
         } else {
             w.put_zero_r8();
         }
         if spec.records.sample {
-            // r11 still holds this thread's counter row.
+            // r11 still holds this thread's counter row (Go: the shared one).
             w.put_lea_r9_r11_disp(countdown_disp(spec));
         }
         if saves.red_zone {
@@ -599,6 +611,7 @@ mod tests {
             operands: None,
             layout: Some(fast::example_layout()),
             exit_words: None,
+            sp_below_entry: 0,
         }
     }
 

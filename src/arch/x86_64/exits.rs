@@ -29,6 +29,7 @@
 use super::decode::{Class, Insn, decode};
 use super::{relocate, taken, window::PATCH_LEN};
 use crate::arch::{ExitInsn, ExitKind, ExitPlan, Image, Refusal, SitePlan, WindowInsn};
+use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
 
 /// Instructions before an exit that its window may take.
 const MAX_BEFORE: usize = 4;
@@ -44,6 +45,7 @@ pub fn plan_exits(
     parts: &[(u64, u64)],
     extra_targets: &[u64],
     taken_windows: &[(u64, u64)],
+    single: bool,
     image: &dyn Image,
 ) -> Result<Vec<ExitPlan>, Refusal> {
     let insns = decode(code, addr);
@@ -67,7 +69,10 @@ pub fn plan_exits(
             continue;
         }
         let part = Part { code, addr, end, insns: &insns, targets: &targets, padding, image };
-        let plan = part.window_at(k, kind, &used);
+        let plan = match part.window_at(k, kind, &used, single) {
+            Err(why) if single && kind == ExitKind::Return => part.window_ahead(k, &used).ok_or(why),
+            plan => plan,
+        };
         if let Ok(p) = &plan {
             used.push((p.site, p.site + p.len() as u64));
         }
@@ -196,12 +201,14 @@ impl Part<'_> {
         }
     }
 
-    /// The window of exit `k`, not overlapping `used`.
-    fn window_at(&self, k: usize, kind: ExitKind, used: &[(u64, u64)]) -> Result<SitePlan, Refusal> {
+    /// The window of exit `k`, not overlapping `used`; with `single`, of
+    /// the exit and the bytes after it that nothing reaches only.
+    fn window_at(&self, k: usize, kind: ExitKind, used: &[(u64, u64)], single: bool) -> Result<SitePlan, Refusal> {
         let exit = &self.insns[k];
         let after = self.unreachable_after(k, kind);
         let mut why = Refusal::TooShort { have: exit.len as u64 + after, need: PATCH_LEN as u64 };
-        for back in 0..=MAX_BEFORE.min(k) {
+        let before = if single { 0 } else { MAX_BEFORE.min(k) };
+        for back in 0..=before {
             let first = &self.insns[k - back];
             if back > 0 && !runs_anywhere(first) {
                 why = why_not_before(first).unwrap_or(why);
@@ -227,13 +234,46 @@ impl Part<'_> {
             if let Some(&t) = self.image.stored_targets(start + 1, hi).first() {
                 return Err(Refusal::EntersWindow { at: t, from: "a code pointer stored in data".into() });
             }
-            return self.plan(start, hi, exit, kind);
+            let exit = ExitInsn { offset: (exit.addr - start) as u32, kind };
+            return self.plan(start, hi, exit);
         }
         Err(why)
     }
 
-    /// The plan of the window `[start, hi)` that ends with `exit`.
-    fn plan(&self, start: u64, hi: u64, exit: &Insn, kind: ExitKind) -> Result<SitePlan, Refusal> {
+    /// A window of one instruction ahead of `ret` `k`, where the window
+    /// may be one instruction only: the last instruction of at least 5 bytes
+    /// before it, when nothing but `add rsp, N` and `pop rbp` (which leave
+    /// the return registers alone) lies between them and nothing enters
+    /// past its first byte. Go's epilogue: `mov rbp, [rsp + d]; add rsp, N;
+    /// ret`. The detour records the return after the instruction, N bytes
+    /// below its return address ([`ExitKind::Ahead`]).
+    fn window_ahead(&self, k: usize, used: &[(u64, u64)]) -> Option<SitePlan> {
+        let exit = &self.insns[k];
+        let mut sp_above = 0u32;
+        let mut j = k.checked_sub(1)?;
+        loop {
+            let i = &self.insns[j];
+            let bytes = &self.code[(i.addr - self.addr) as usize..][..i.len as usize];
+            match stack_adjustment(bytes) {
+                Some(n) => sp_above = sp_above.checked_add(n)?,
+                None if i.len as usize >= PATCH_LEN && matches!(i.class, Class::Plain | Class::RipRelative) => break,
+                None => return None,
+            }
+            j = j.checked_sub(1)?;
+        }
+        let w = &self.insns[j];
+        let overlaps = used.iter().any(|&(lo, hi)| lo < w.end() && w.addr < hi);
+        let entered = self.target_in(w.addr, exit.end()).is_some()
+            || !self.image.stored_targets(w.addr + 1, exit.end()).is_empty();
+        if overlaps || entered {
+            return None;
+        }
+        let exit = ExitInsn { offset: w.len, kind: ExitKind::Ahead { sp_above } };
+        self.plan(w.addr, w.end(), exit).ok()
+    }
+
+    /// The plan of the window `[start, hi)` with `exit`.
+    fn plan(&self, start: u64, hi: u64, exit: ExitInsn) -> Result<SitePlan, Refusal> {
         let mut window = self.code[(start - self.addr) as usize..(hi.min(self.end) - self.addr) as usize].to_vec();
         if hi > self.end {
             let pad = self.image.bytes(self.end, hi - self.end).ok_or(Refusal::PastEnd { at: self.end })?;
@@ -251,13 +291,26 @@ impl Part<'_> {
             insns,
             dead: 0,
             interior: false,
-            exits: vec![ExitInsn { offset: (exit.addr - start) as u32, kind }],
+            exits: vec![exit],
         };
         // Prove that the window relocates, at a distance any detour may
         // have, with room for what the detour records; the real detour
         // address is checked again when the detour is built.
         relocate::relocate_with(&plan, start.wrapping_add(1 << 30), Some(&mut |_, _| vec![0x90; 32]))?;
         Ok(plan)
+    }
+}
+
+/// How far the instruction `bytes` moves the stack pointer up while
+/// leaving every return register alone, if it is `add rsp, N` or `pop rbp`.
+fn stack_adjustment(bytes: &[u8]) -> Option<u32> {
+    let i = Decoder::new(64, bytes, DecoderOptions::NONE).decode();
+    let rsp = i.op0_kind() == OpKind::Register && i.op0_register() == Register::RSP;
+    match i.code() {
+        _ if i.is_invalid() || i.len() != bytes.len() => None,
+        Code::Pop_r64 if i.op0_register() == Register::RBP => Some(8),
+        Code::Add_rm64_imm8 | Code::Add_rm64_imm32 if rsp => u32::try_from(i.immediate(1) as i64).ok(),
+        _ => None,
     }
 }
 
@@ -312,7 +365,7 @@ mod tests {
 
     fn exits_of(code: &[u8], after: &[u8]) -> Vec<ExitPlan> {
         let m = Module { end: F + code.len() as u64, after: after.to_vec(), pointers: vec![] };
-        plan_exits(code, F, &[(F, F + code.len() as u64)], &[], &[(F, F + 5)], &m).unwrap()
+        plan_exits(code, F, &[(F, F + code.len() as u64)], &[], &[(F, F + 5)], false, &m).unwrap()
     }
 
     fn window(e: &ExitPlan) -> (u64, usize, String) {
@@ -391,6 +444,68 @@ mod tests {
         assert_eq!(window(&exits[1]).0, F + 18);
     }
 
+    /// main.fib as Go 1.19 builds it: cmp rsp, [r14+0x10]; jbe morestack;
+    /// sub rsp, 0x18; mov [rsp+0x10], rbp; lea rbp, [rsp+0x10]; ...; then two
+    /// epilogues `mov rbp, [rsp+0x10]; add rsp, 0x18; ret`, each followed by
+    /// code a branch reaches, and the morestack call with its jump back.
+    const GO_FIB: [u8; 127] = [
+        0x49, 0x3b, 0x66, 0x10, 0x76, 0x68, 0x48, 0x83, 0xec, 0x18, 0x48, 0x89, 0x6c, 0x24, 0x10, 0x48, 0x8d, 0x6c,
+        0x24, 0x10, 0xb9, 0x01, 0x00, 0x00, 0x00, 0x48, 0x8d, 0x15, 0x50, 0xd4, 0x0d, 0x00, 0xf0, 0x48, 0x0f, 0xc1,
+        0x0a, 0x48, 0x83, 0xf8, 0x02, 0x7d, 0x0a, 0x48, 0x8b, 0x6c, 0x24, 0x10, 0x48, 0x83, 0xc4, 0x18, 0xc3, 0x48,
+        0x89, 0x44, 0x24, 0x20, 0x48, 0x8d, 0x48, 0xff, 0x48, 0x89, 0xc8, 0xe8, 0xba, 0xff, 0xff, 0xff, 0x48, 0x89,
+        0x44, 0x24, 0x08, 0x48, 0x8b, 0x4c, 0x24, 0x20, 0x48, 0x83, 0xc1, 0xfe, 0x48, 0x89, 0xc8, 0xe8, 0xa4, 0xff,
+        0xff, 0xff, 0x48, 0x8b, 0x4c, 0x24, 0x08, 0x48, 0x01, 0xc8, 0x48, 0x8b, 0x6c, 0x24, 0x10, 0x48, 0x83, 0xc4,
+        0x18, 0xc3, 0x48, 0x89, 0x44, 0x24, 0x08, 0xe8, 0x08, 0x53, 0xfd, 0xff, 0x48, 0x8b, 0x44, 0x24, 0x08, 0xeb,
+        0x81,
+    ];
+
+    #[test]
+    fn a_go_epilogue_has_a_window_ahead_of_its_return() {
+        let m = Module { end: F + GO_FIB.len() as u64, after: vec![0xcc], pointers: vec![] };
+        let parts = [(F, F + GO_FIB.len() as u64)];
+        let exits = plan_exits(&GO_FIB, F, &parts, &[], &[(F + 10, F + 15)], true, &m).unwrap();
+        // Both rets, and the morestack path's jump back to the entry.
+        let at: Vec<u64> = exits.iter().map(|e| e.at).collect();
+        assert_eq!(at, [F + 0x34, F + 0x6d, F + 0x7d]);
+        for (e, mov) in exits.iter().zip([F + 0x2b, F + 0x64]) {
+            // One instruction, `mov rbp, [rsp+0x10]`: the return is
+            // recorded after it, 0x18 below the return address.
+            let p = e.plan.as_ref().unwrap();
+            assert_eq!((p.site, p.len(), p.summary()), (mov, 5, "mov".into()));
+            assert_eq!(p.exits, [ExitInsn { offset: 5, kind: ExitKind::Ahead { sp_above: 0x18 } }]);
+            // Relocated: the mov, the stub, the jump back to the `add`.
+            let stub = [0x90; 7];
+            let r = relocate::relocate_with(p, 0x7000_0000, Some(&mut |_, _| stub.to_vec())).unwrap();
+            let copy: Vec<String> = decode(&r.code, 0x7000_0000).iter().map(|i| i.mnemonic.clone()).collect();
+            assert_eq!(copy, ["mov", "nop", "nop", "nop", "nop", "nop", "nop", "nop", "jmp"]);
+            let back = decode(&r.code, 0x7000_0000).last().unwrap().target;
+            assert_eq!(back, Some(mov + 5));
+        }
+        // A two-byte jump has no window of one instruction.
+        assert!(exits[2].plan.is_err());
+        // Where windows may hold several instructions, the epilogue is one.
+        let exits = plan_exits(&GO_FIB, F, &parts, &[], &[(F + 10, F + 15)], false, &m).unwrap();
+        assert_eq!(window(&exits[0]), (F + 0x30, 5, "add, ret".into()));
+    }
+
+    #[test]
+    fn a_window_ahead_needs_a_straight_way_to_its_return() {
+        // mov rbp, [rsp+0x10]; add rsp, 0x18; ret, where a branch lands on the add.
+        let code = [0x48, 0x8b, 0x6c, 0x24, 0x10, 0x48, 0x83, 0xc4, 0x18, 0xc3, 0x31, 0xc0];
+        let m = Module { end: F + code.len() as u64, after: vec![], pointers: vec![] };
+        let exits = plan_exits(&code, F, &[(F, F + 12)], &[F + 5], &[], true, &m).unwrap();
+        assert!(exits[0].plan.is_err());
+        // ... or a `pop rbx` (a return register of Go's) between.
+        let code = [0x48, 0x8b, 0x6c, 0x24, 0x10, 0x5b, 0xc3, 0x31, 0xc0];
+        let exits = plan_exits(&code, F, &[(F, F + 9)], &[F + 7], &[], true, &m).unwrap();
+        assert!(exits[0].plan.is_err());
+        // With `pop rbp` it is one.
+        let code = [0x48, 0x8b, 0x6c, 0x24, 0x10, 0x5d, 0xc3, 0x31, 0xc0];
+        let exits = plan_exits(&code, F, &[(F, F + 9)], &[F + 7], &[], true, &m).unwrap();
+        let p = exits[0].plan.as_ref().unwrap();
+        assert_eq!(p.exits, [ExitInsn { offset: 5, kind: ExitKind::Ahead { sp_above: 8 } }]);
+    }
+
     #[test]
     fn tail_calls_are_exits_and_internal_jumps_are_not() {
         // 0: test edi, edi; 2: jne F+0x100 (out: a conditional tail call, 6 bytes); 8: jmp 2 (a
@@ -402,12 +517,12 @@ mod tests {
         code.extend([0xe9]);
         code.extend((-20i32).to_le_bytes());
         let m = Module { end: F + code.len() as u64, after: vec![0xcc; 4], pointers: vec![] };
-        let exits = plan_exits(&code, F, &[(F, F + 20)], &[], &[], &m).unwrap();
+        let exits = plan_exits(&code, F, &[(F, F + 20)], &[], &[], false, &m).unwrap();
         let kinds: Vec<(u64, ExitKind)> = exits.iter().map(|e| (e.at, e.kind)).collect();
         assert_eq!(kinds, [(F + 2, ExitKind::CondJump), (F + 10, ExitKind::Jump), (F + 15, ExitKind::Jump)]);
         assert_eq!(window(&exits[0]), (F + 2, 6, "jne".into()));
         // With the entry's window over the jne, its detour records that exit.
-        let planned = plan_exits(&code, F, &[(F, F + 20)], &[], &[(F, F + 8)], &m).unwrap();
+        let planned = plan_exits(&code, F, &[(F, F + 20)], &[], &[(F, F + 8)], false, &m).unwrap();
         assert_eq!(planned.iter().map(|e| e.at).collect::<Vec<_>>(), [F + 10, F + 15]);
         // Each direct jump is a window of its own.
         assert_eq!(window(&planned[0]), (F + 10, 5, "jmp".into()));
@@ -440,7 +555,7 @@ mod tests {
     fn stored_pointers_and_other_windows_refuse() {
         let code = &EPILOGUE[..12];
         let m = Module { end: F + 12, after: vec![0x90; 8], pointers: vec![F + 12] };
-        let exits = plan_exits(code, F, &[(F, F + 12)], &[], &[(F, F + 5)], &m).unwrap();
+        let exits = plan_exits(code, F, &[(F, F + 12)], &[], &[(F, F + 5)], false, &m).unwrap();
         assert!(matches!(exits[0].plan, Err(Refusal::EntersWindow { at, .. }) if at == F + 12), "{:?}", exits[0].plan);
         // Two rets close together: the second window cannot overlap the first.
         // 0..5: entry; 5: ret; 6: nop*4 (dead); 10: pop rbx; 11: ret
@@ -454,7 +569,7 @@ mod tests {
     fn code_that_does_not_decode_has_no_known_exits() {
         let m = Module { end: F + 3, after: vec![], pointers: vec![] };
         assert_eq!(
-            plan_exits(&[0x53, 0x06, 0xc3], F, &[(F, F + 3)], &[], &[], &m),
+            plan_exits(&[0x53, 0x06, 0xc3], F, &[(F, F + 3)], &[], &[], false, &m),
             Err(Refusal::Undecodable { at: F + 1 })
         );
     }

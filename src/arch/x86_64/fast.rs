@@ -98,6 +98,7 @@ pub(super) const R8: u8 = 8;
 pub(super) const R9: u8 = 9;
 pub(super) const R10: u8 = 10;
 pub(super) const R11: u8 = 11;
+pub(super) const R14: u8 = 14;
 
 /// Addresses in the runtime block the fast exit refers to, found by a
 /// first assembly (every instruction has a fixed length).
@@ -508,6 +509,9 @@ pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Ma
     for r in [RDX, R10, R11, RCX] {
         w.put_push(r);
     }
+    // Go code's calls are its goroutine's, not the thread's: the runtime's.
+    w.put_test32_mem_imm(RSP, AT_WORD, l.go_frames);
+    w.put_jne(m.at_slow);
     cache_entry(w, R10, RAX, m.lit_cache, m.at_way1);
     out.at_found = w.pc();
     w.put_load(R11, R10, cache::THREAD);
@@ -521,7 +525,7 @@ pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Ma
     w.put_lea(RDX, RSP, AT_SLOT);
     w.put_sub_reg(RAX, RDX);
     w.put_jne(m.at_other);
-    w.put_test32_mem_imm(RSP, AT_WORD, l.exit_ext);
+    w.put_test32_mem_imm(RSP, AT_WORD, l.exit_ext | l.go_frames);
     w.put_jne(m.at_slow);
     w.put_load32(RAX, RSP, AT_WORD);
     w.put_and32_imm(RAX, l.probe_mask);
@@ -589,10 +593,14 @@ pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Ma
     }
     let above = 8 * AT_SAVED.len() as i32;
     w.put_mov_reg_rip(RDI, m.lit_ctx);
-    w.put_load32(RSI, RSP, above + AT_WORD);
+    // The whole word: its top half is how far above the slot's stack
+    // pointer the return address is (an exit ahead of its return).
+    w.put_load(RSI, RSP, above + AT_WORD);
     w.put_lea(RDX, RSP, above + AT_SLOT);
     w.put_load(RCX, RSP, above + EXIT_RAX);
     w.put_load(R8, RSP, above + EXIT_RDX);
+    // Go code's goroutine, which C code leaves alone in r14.
+    w.put_mov_reg(R9, R14);
     w.put_test32_imm(RSI, l.exit_ext);
     w.put_jne(m.at_ext);
     // The stack pointer's alignment at an exit is the caller's: aligned here.
@@ -650,6 +658,7 @@ pub(super) fn example_layout() -> RuntimeLayout {
         time_call: 1 << 22,
         tail_call: 1 << 21,
         exit_ext: (1 << 29) | (1 << 30),
+        go_frames: 1 << 20,
         stack_span: 8 << 20,
         entry_kind: 1 << 24,
         exit_kind: 2 << 24,

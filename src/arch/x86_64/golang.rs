@@ -25,7 +25,7 @@
 //! instruction boundaries, its PC kept on its own stack, out of reach of
 //! any scan of threads, so a window there must have no interior.
 
-use iced_x86::{Code, Decoder, DecoderOptions, Instruction, OpKind, Register};
+use iced_x86::{Code, Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 
 /// The bytes of the check at the start of `code` (at `addr`), if there is one.
 pub fn stack_check_len(code: &[u8], addr: u64) -> Option<usize> {
@@ -124,6 +124,33 @@ pub fn one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize
         at += i.len();
     }
     None
+}
+
+/// How far below its entry stack pointer the stack pointer of the function
+/// `code` (at `addr`) is when it reaches `site`, going straight through:
+/// the stack check does not move it, the frame's setup does (`sub rsp, N`,
+/// `add rsp, -N`, `push`); None if anything else writes rsp, or `site` is no
+/// instruction's start.
+pub fn sp_below_entry(code: &[u8], addr: u64, site: u64) -> Option<u32> {
+    let mut d = Decoder::with_ip(64, code, addr, DecoderOptions::NONE);
+    let mut below: i64 = 0;
+    while d.ip() < site {
+        let i = d.decode();
+        if i.is_invalid() {
+            return None;
+        }
+        // The check compares rsp (`cmp rsp, [g + 16]`) and writes nothing.
+        let compares = i.mnemonic() == Mnemonic::Cmp;
+        let rsp = !compares && i.op0_kind() == OpKind::Register && i.op0_register() == Register::RSP;
+        below += match i.code() {
+            Code::Sub_rm64_imm8 | Code::Sub_rm64_imm32 if rsp => i.immediate(1) as i64,
+            Code::Add_rm64_imm8 | Code::Add_rm64_imm32 if rsp => -(i.immediate(1) as i64),
+            Code::Push_r64 => 8,
+            _ if rsp || i.code() == Code::Pop_r64 => return None,
+            _ => 0,
+        };
+    }
+    (d.ip() == site).then_some(u32::try_from(below).ok()?)
 }
 
 /// `mov reg, fs:[-8]`: Go's g in thread-local storage.

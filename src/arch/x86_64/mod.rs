@@ -79,9 +79,10 @@ impl Arch for X86_64 {
         parts: &[(u64, u64)],
         extra_targets: &[u64],
         taken: &[(u64, u64)],
+        single: bool,
         image: &dyn Image,
     ) -> Result<Vec<crate::arch::ExitPlan>, Refusal> {
-        exits::plan_exits(code, addr, parts, extra_targets, taken, image)
+        exits::plan_exits(code, addr, parts, extra_targets, taken, single, image)
     }
 
     fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {
@@ -117,6 +118,10 @@ impl Arch for X86_64 {
 
     fn go_one_instruction_site(code: &[u8], addr: u64, from: usize) -> Option<usize> {
         golang::one_instruction_site(code, addr, from)
+    }
+
+    fn go_sp_below_entry(code: &[u8], addr: u64, site: u64) -> Option<u32> {
+        golang::sp_below_entry(code, addr, site)
     }
 
     fn build_detour(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {

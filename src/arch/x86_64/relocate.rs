@@ -45,8 +45,9 @@ pub type ExitStub<'a> = &'a mut dyn FnMut(u64, ExitInsn) -> Vec<u8>;
 /// before each of its exits: before a `ret` or a jump out of the function
 /// (which then leaves from the copy), and on the taken side of a
 /// conditional one, which becomes the opposite condition around them: `jncc
-/// next; <stub>; jmp target; next:`. A thread at an exit goes to what
-/// records it. Without `stub`, exits are relocated as any instruction.
+/// next; <stub>; jmp target; next:`; after the window's instructions for a
+/// return it leads to ([`ExitKind::Ahead`]). A thread at an exit goes to
+/// what records it. Without `stub`, exits are relocated as any instruction.
 pub fn relocate_with(plan: &SitePlan, at: u64, mut stub: Option<ExitStub>) -> Result<Relocated, Refusal> {
     let classes = decode::decode(&plan.window, plan.site);
     let decoded: Vec<Instruction> =
@@ -106,6 +107,17 @@ pub fn relocate_with(plan: &SitePlan, at: u64, mut stub: Option<ExitStub>) -> Re
         }
     }
     if !ends_in_transfer {
+        let end = plan.len() as u32;
+        // A return the window's end leads to (ExitKind::Ahead): recorded
+        // after the window's instructions, before the jump back.
+        if let Some(stub) = stub.as_mut()
+            && let Some(exit) = plan.exits.iter().find(|e| e.offset == end)
+        {
+            seg.encode_into(&mut out, at, plan)?;
+            out.offsets.push((end, out.code.len() as u32));
+            let bytes = stub(at + out.code.len() as u64, *exit);
+            out.code.extend(bytes);
+        }
         let back = plan.site + plan.len() as u64;
         seg.block.push(Instruction::with_branch(Code::Jmp_rel32_64, back).expect("jmp rel32"));
         seg.origin.push(Some(plan.len() as u32));
@@ -221,6 +233,7 @@ fn emit_exit(
         }
         // (x86-64's planner tells a switch's jumps from tail calls itself.)
         ExitKind::MaybeJump { .. } => return Err(unrelocatable(c, "an indirect jump checked when it runs")),
+        ExitKind::Ahead { .. } => return Err(unrelocatable(c, "a return ahead is recorded at the window's end")),
         ExitKind::IndirectJump => {
             let bytes = stub(pc(out), exit);
             out.code.extend(bytes);

@@ -89,8 +89,12 @@ impl Writer {
         self.buf.extend_from_slice(&d);
     }
 
-    /// `sub qword [r11 + disp], 1` (sets CF when the value was 0).
-    pub fn put_sub_r11_disp_1(&mut self, disp: i32) {
+    /// `sub qword [r11 + disp], 1`, `lock`ed if `locked` (sets CF when the
+    /// value was 0).
+    pub fn put_sub_r11_disp_1(&mut self, disp: i32, locked: bool) {
+        if locked {
+            self.buf.push(0xf0);
+        }
         self.buf.extend_from_slice(&[0x49, 0x83, 0xab]);
         self.buf.extend_from_slice(&disp.to_le_bytes());
         self.buf.push(1);
@@ -705,7 +709,8 @@ mod tests {
         assert_eq!(asm(|w| w.put_push_flags_via_rax()), ["lahf", "seto al", "push rax"]);
         assert_eq!(asm(|w| w.put_jb(AT + 0x40)), [format!("jb {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jae(AT + 0x40)), [format!("jae {:#x}", AT + 0x40)]);
-        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018)), ["sub qword ptr [r11 + 0x200018], 1"]);
+        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018, false)), ["sub qword ptr [r11 + 0x200018], 1"]);
+        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018, true)), ["lock sub qword ptr [r11 + 0x200018], 1"]);
         assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
         assert_eq!(asm(|w| w.put_pop_flags_via_rax()), ["pop rax", "add al, 0x7f", "sahf"]);
         assert_eq!(asm(|w| w.put_ret()), ["ret"]);

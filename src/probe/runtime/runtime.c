@@ -577,6 +577,7 @@ HOT uint32_t settle(struct tp_ctx *c, struct tp_thread *t, uint64_t here, int at
 }
 
 #include "record.h" /* predicates, stacks and aggregates: the `_ext` functions' blocks */
+#include "goroutines.h" /* timed calls of Go code, kept per goroutine */
 
 /* A call timed at its function's exits begins at stack slot `slot`: the
  * frames it shows dead go (settle), and its own is pushed, keyed by the
@@ -611,9 +612,19 @@ HOT void push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 /* An entry of a probe timed at its exits that times nothing (a sample not
  * taken, a call its predicate rejects) still settles the frames it shows
  * dead, so that an exit never pairs with a frame a longjmp left in its
- * slot. */
-HOT void settle_at_entry(struct tp_ctx *c, uint64_t slot)
+ * slot: the thread's, or for Go code (`flags` TP_GO_FRAMES) goroutine
+ * `g`'s. */
+HOT void settle_at_entry(struct tp_ctx *c, uint64_t slot, uint32_t flags, uint64_t g);
+
+HOT void settle_at_entry(struct tp_ctx *c, uint64_t slot, uint32_t flags, uint64_t g)
 {
+	if (flags & TP_GO_FRAMES) {
+		uint64_t off = go_offset(g, slot);
+		struct tp_goroutine *e = off ? goroutine(c, g, 0) : 0;
+		if (e && e->depth)
+			go_settle(c, thread_state(c, 0), e, off, 1, tp_timestamp());
+		return;
+	}
 	struct tp_thread *t = thread_state(c, 0);
 	if (t && t->depth)
 		settle(c, t, slot, 1, tp_timestamp());
@@ -623,7 +634,9 @@ HOT void settle_at_entry(struct tp_ctx *c, uint64_t slot)
  * or eight where TP_RECORD_MORE says so); `slot` is the stack address of
  * the return address (see runtime.h for where a call leaves it in a
  * register); `tramp` the return trampoline to put there when the probe
- * records returns. A sampling probe calls here when its countdown in the
+ * records returns by replacing the return address (for Go code timed at
+ * its exits, TP_GO_FRAMES, the goroutine: goroutines.h). A sampling probe
+ * calls here when its countdown in the
  * thread's row ran out, and passes it as `countdown`. `ext` (a constant)
  * adds what tp_entry_ext does beyond tp_entry: predicates, counts by
  * value, stacks. */
@@ -655,7 +668,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		int first = period == 0 && *(const uint64_t *)((uint64_t)countdown - c->countdowns_from_counters) == 1;
 		if (first || __atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0) {
 			if (probe_flags & TP_TIME_CALL)
-				settle_at_entry(c, (uint64_t)slot);
+				settle_at_entry(c, (uint64_t)slot, probe_flags, tramp);
 			return;
 		}
 	}
@@ -664,7 +677,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 	if (ext && (probe_flags & TP_FILTER) &&
 	    !predicate(config_of(c, probe_flags & TP_PROBE_MASK)->entry, regs, 0)) {
 		if (probe_flags & TP_TIME_CALL)
-			settle_at_entry(c, (uint64_t)slot);
+			settle_at_entry(c, (uint64_t)slot, probe_flags, tramp);
 		return;
 	}
 	struct tp_thread *t = thread_state(c, 1);
@@ -753,7 +766,10 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		return;
 	}
 	if (probe_flags & TP_TIME_CALL) {
-		push_timed(c, t, probe, (uint64_t)slot, tsc);
+		if (probe_flags & TP_GO_FRAMES)
+			go_push(c, t, tramp, (uint64_t)slot, probe, tsc);
+		else
+			push_timed(c, t, probe, (uint64_t)slot, tsc);
 		return;
 	}
 	account(t, t->depth, tsc);
@@ -885,11 +901,17 @@ uint64_t tp_exit_ext(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
  * frame; `v0` and `v1` the return registers. The call was timed if the
  * frame on top of the shadow stack, past the frames this shows dead, is
  * that slot's and probe's; else (it began before the probes went in, or
- * its sample was not taken) nothing is recorded. `ext` (a constant) adds
+ * its sample was not taken) nothing is recorded. Go code's calls
+ * (TP_GO_FRAMES) are goroutine `g`'s (goroutines.h). `ext` (a constant) adds
  * what tp_exit_at_ext does: the predicate on the return value, durations
  * kept in the target. */
-HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1, const int ext)
+HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1, uint64_t g,
+		 const int ext)
 {
+	if (word & TP_GO_FRAMES) {
+		go_exit(c, word, slot, v0, v1, g, ext);
+		return;
+	}
 	struct tp_thread *t = thread_state(c, 0);
 	if (!t || !t->depth)
 		return;
@@ -914,16 +936,19 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 	account(t, d - 1, tsc);
 }
 
-void tp_exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1)
+/* The detour passes the probe's word whole: its top half is how far above
+ * `slot` the return address is, where the detour records a return ahead of
+ * it (Go's epilogue `mov rbp, [rsp + d]; add rsp, N; ret`). */
+void tp_exit_at(struct tp_ctx *c, uint64_t word, uint64_t slot, uint64_t v0, uint64_t v1, uint64_t g)
 {
-	exit_at(c, word, slot, v0, v1, 0);
+	exit_at(c, (uint32_t)word, slot + (word >> 32), v0, v1, g, 0);
 }
 
 /* tp_exit_at for a probe with a predicate on its return value or durations
  * kept in the target (the exit's detour passes TP_EXIT_EXT flags). */
-void tp_exit_at_ext(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1)
+void tp_exit_at_ext(struct tp_ctx *c, uint64_t word, uint64_t slot, uint64_t v0, uint64_t v1, uint64_t g)
 {
-	exit_at(c, word, slot, v0, v1, 1);
+	exit_at(c, (uint32_t)word, slot + (word >> 32), v0, v1, g, 1);
 }
 
 /* An exception starts unwinding (_Unwind_RaiseException and friends): put

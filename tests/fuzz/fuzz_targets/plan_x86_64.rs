@@ -53,7 +53,7 @@ fuzz_target!(|data: &[u8]| {
     let words = ExitWords { ret: 3, tail: 3 | 1 << 21 };
     let taken = [(plan.site, plan.site + plan.len() as u64)];
     let end = function + code.len() as u64;
-    if let Ok(exits) = X86_64::plan_exits(code, function, &[(function, end)], &[], &taken, &Bare) {
+    if let Ok(exits) = X86_64::plan_exits(code, function, &[(function, end)], &[], &taken, false, &Bare) {
         for p in exits.iter().filter_map(|e| e.plan.as_ref().ok()) {
             let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, ctx: 0 };
             let spec = DetourSpec {
@@ -72,6 +72,7 @@ fuzz_target!(|data: &[u8]| {
                 operands: None,
                 layout: None,
                 exit_words: Some(words),
+                sp_below_entry: 0,
             };
             if let Ok(d) = X86_64::build_detour(p, detour.wrapping_add(0x1000), &spec) {
                 assert!(!d.bytes.is_empty() && d.map_pc(p.exits[0].offset).is_some());
@@ -127,6 +128,7 @@ fuzz_target!(|data: &[u8]| {
         layout: (at >> 40 & 1 == 1).then_some(RuntimeLayout { ring_mask: 0x7ff, event_size: 64, thread_shadow: 128, ..RuntimeLayout::default() }),
         // Bit 39: a probe that times its calls at the function's exits.
         exit_words: (at >> 39 & 1 == 1).then_some(words),
+        sp_below_entry: 0,
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());
