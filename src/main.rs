@@ -31,12 +31,13 @@ fn main() -> ExitCode {
     match result {
         Ok(Ok(code)) => code,
         Ok(Err(err)) => {
-            // A closed pipe (`tp list-probes … | head`) is not an error.
+            // A closed pipe (`tp list-probes … | head`): what a shell reports
+            // for a process killed by SIGPIPE, in silence.
             let broken_pipe = err.chain().any(|e| {
                 e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
             });
             if broken_pipe {
-                return ExitCode::SUCCESS;
+                return ExitCode::from(tp::streams::EXIT_PIPE);
             }
             // One line: the error and its causes joined by ": " (anyhow's `{:#}`).
             tp::say!("tp: {}", escape::text(&format!("{err:#}")));

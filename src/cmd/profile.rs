@@ -11,7 +11,7 @@ use crate::output::events::duration;
 use crate::output::{self, thousands};
 use crate::session::family::Family;
 use crate::session::profile::{self, Profiler};
-use crate::session::{Attached, Options, interrupt, observe};
+use crate::session::{Attached, End, Options, interrupt, observe};
 
 impl From<&ProfileArgs> for Options {
     fn from(args: &ProfileArgs) -> Options {
@@ -45,7 +45,10 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         if attached.refused > 0 { format!("; {} more cannot be probed", attached.refused) } else { String::new() }
     );
     let started = Instant::now();
-    observe(&attached, opts.duration, &mut profiler, Some(&mut family))?;
+    let end = observe(&attached, opts.duration, &mut profiler, Some(&mut family))?;
+    if end == End::OutputClosed {
+        crate::session::observe::say_output_closed();
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let d = guard.detach()?;
     match (d.target_gone, d.execd) {

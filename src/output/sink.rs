@@ -19,9 +19,9 @@ impl Sink {
         Sink(Rc::new(RefCell::new(Box::new(w))))
     }
 
-    /// Standard output.
+    /// Standard output (its failures noted: [`crate::streams`]).
     pub fn stdout() -> Sink {
-        Sink::of(io::stdout())
+        Sink::of(crate::streams::stdout())
     }
 
     /// Standard error.

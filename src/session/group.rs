@@ -222,10 +222,16 @@ impl Group {
             if interrupt::interrupted() {
                 break End::Interrupted;
             }
+            if crate::streams::closed() {
+                break End::OutputClosed;
+            }
             if duration.is_some_and(|d| started.elapsed() >= d) {
                 break End::Duration;
             }
             if Instant::now() >= next_check {
+                if crate::streams::check() {
+                    break End::OutputClosed;
+                }
                 self.check()?;
                 if self.members.iter().all(|m| m.left.is_some()) {
                     let removed = self.members.iter().all(|m| m.left == Some(Left::Removed));
@@ -234,7 +240,7 @@ impl Group {
                 next_check = Instant::now() + self.how.check_every;
             }
             std::thread::sleep(TICK.min(self.how.check_every));
-            self.drain();
+            self.drain()?;
             if Instant::now() >= next_draw {
                 self.draw();
                 self.publish_now();
@@ -247,8 +253,10 @@ impl Group {
         Ok(end)
     }
 
-    /// Drains every live program's events.
-    fn drain(&mut self) {
+    /// Drains every live program's events. A failure ends the session: the
+    /// one line, and every probe restored ([`Group`]'s `Drop`); a closed
+    /// stdout or stderr ends it as Ctrl-C does ([`End::OutputClosed`]).
+    fn drain(&mut self) -> Result<()> {
         let live = self.live.as_ref().map(|(l, _)| l);
         for m in &mut self.members {
             let Some(p) = m.current() else { continue };
@@ -257,10 +265,13 @@ impl Group {
                 Some(l) => l.suspend(|| t.poll(&p.attached)),
                 None => t.poll(&p.attached),
             };
-            if let Err(e) = polled {
-                crate::say!("tp: reading the events of process {}: {}", m.pid, text(&format!("{e:#}")));
+            if let Err(e) = polled
+                && !crate::streams::closed()
+            {
+                return Err(e.context(format!("reading the events of process {}", m.pid)));
             }
         }
+        Ok(())
     }
 
     /// The live display: rebuilt when the probes changed, redrawn otherwise.
@@ -506,6 +517,9 @@ impl Group {
     /// member, in the order they joined. `why` is how observing ended.
     pub fn detach(&mut self, why: End) -> Result<Vec<ProcessReport>> {
         self.done = true;
+        if why == End::OutputClosed {
+            super::observe::say_output_closed();
+        }
         let several = self.how.several;
         let mut first_error = None;
         for i in 0..self.members.len() {
@@ -556,7 +570,13 @@ impl Group {
             let summary = detached.summary;
             p.report = Some(match p.tracer.take() {
                 Some(mut t) => {
-                    t.poll(&p.attached)?;
+                    // The last events; a failure (its output closed) must not
+                    // keep the other members from being restored.
+                    if let Err(e) = t.poll(&p.attached)
+                        && !crate::streams::closed()
+                    {
+                        first_error.get_or_insert(e);
+                    }
                     p.events = t.events_per_process().clone();
                     t.end(&p.attached, summary)
                 }

@@ -449,7 +449,8 @@ impl Tracer {
                 1u32 << crate::probe::layout::EVENT_SLOT_BITS
             ));
         }
-        if lost > 0 {
+        // Nobody reads the events once tp's output is closed.
+        if lost > 0 && !crate::streams::closed() {
             crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
