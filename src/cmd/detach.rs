@@ -230,11 +230,13 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
     };
     crate::say!(
-        "tp: detached from {pid}: {} probes removed, {memory} (target stopped {} µs)",
+        "tp: detached from {pid}: {} probe{} removed, {memory} (target stopped {} µs)",
         removed.len(),
+        if removed.len() == 1 { "" } else { "s" },
         stop_time.as_micros()
     );
-    if kept == Some(Kept::LiveProbes) && !sharer_pids.is_empty() {
+    let live_elsewhere = region.entries().iter().any(|(_, e)| e.state().maybe_patched());
+    if live_elsewhere && !sharer_pids.is_empty() {
         let list: Vec<String> = sharer_pids.iter().map(|p| p.to_string()).collect();
         crate::say!(
             "tp: process {pid} shares its probes with {} (forked while they were in); `tp detach -p PID` removes them there",

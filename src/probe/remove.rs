@@ -149,14 +149,18 @@ impl Kept {
 }
 
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
-/// is live and no thread's PC or stack refers to a code arena. Calls live
+/// is live in this process and no thread's PC or stack refers to a code arena. Calls live
 /// through a return probe are given their return addresses back first
 /// ([`super::frames::give_back`]), once no probe is left and no thread runs
 /// tp's code. Once that holds it stays true (nothing can create a new
 /// reference), so the unmap itself ([`unmap`]) needs only the worker thread
 /// stopped.
 pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
-    if region.entries().iter().any(|(_, e)| e.state().maybe_patched()) {
+    // Live here: a site of this process that holds the patch (or cannot be
+    // read). An entry stays live while another process of the family holds
+    // its patch; this one's copy of tp's memory can go all the same.
+    let patched_here = |e: &Entry| mem.read_vec(e.site, e.window_len as usize).map_or(true, |b| b == e.patch());
+    if region.entries().iter().any(|(_, e)| e.state().maybe_patched() && patched_here(e)) {
         return Ok(Some(Kept::LiveProbes));
     }
     let maps = process::read_maps(stopped.pid())?;
