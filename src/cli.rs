@@ -97,9 +97,9 @@ pub struct ProbeArgs {
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process;
-    /// default 2048, with --stack 65536: a stack takes several events).
-    #[arg(long, value_name = "N")]
+    /// Events each thread's ring holds (a power of two from 4 to 1048576; set when tp first
+    /// attaches to the process; default 2048, with --stack 65536: a stack takes several events).
+    #[arg(long, value_name = "N", value_parser = ring_size)]
     pub ring_size: Option<u32>,
     /// Print the summary (and events) as JSON.
     #[arg(long)]
@@ -329,6 +329,21 @@ fn seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The most events a ring holds (`probe::layout::MAX_RING_LEN`).
+pub const MAX_RING_SIZE: u32 = 1 << 20;
+
+/// A ring size: a power of two from 4 to [`MAX_RING_SIZE`].
+fn ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("`{s}` is not a number of events"))?;
+    if n.is_power_of_two() && (4..=MAX_RING_SIZE).contains(&n) {
+        return Ok(n);
+    }
+    let below = if n >= 4 { 1u32 << (31 - n.leading_zeros()).min(20) } else { 4 };
+    let above = n.checked_next_power_of_two().unwrap_or(MAX_RING_SIZE).clamp(4, MAX_RING_SIZE);
+    let nearest = if below == above { below.to_string() } else { format!("{below} or {above}") };
+    Err(format!("{n} is not a power of two from 4 to {MAX_RING_SIZE}; try {nearest}"))
+}
+
 /// Parses `0x1234` (or `1234`) as a hexadecimal address.
 fn parse_addr(s: &str) -> Result<u64, String> {
     let digits = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")).unwrap_or(s);
@@ -433,6 +448,18 @@ mod tests {
         assert!(parse("tp attach -p 1 -f foo --stack=lbr").is_err());
         assert!(parse("tp attach -p 1 -f foo --folded").is_err(), "--folded needs --stack");
         assert!(parse("tp attach -p 1 -f foo --stack --stack-depth 500").is_err());
+    }
+
+    #[test]
+    fn ring_size_is_a_power_of_two_in_range() {
+        assert_eq!(ring_size("64"), Ok(64));
+        assert_eq!(ring_size("1048576"), Ok(1 << 20));
+        assert_eq!(ring_size("1000"), Err("1000 is not a power of two from 4 to 1048576; try 512 or 1024".into()));
+        assert_eq!(ring_size("0"), Err("0 is not a power of two from 4 to 1048576; try 4".into()));
+        assert_eq!(ring_size("2"), Err("2 is not a power of two from 4 to 1048576; try 4".into()));
+        assert_eq!(ring_size("4194304"), Err("4194304 is not a power of two from 4 to 1048576; try 1048576".into()));
+        assert!(ring_size("many").is_err());
+        assert!(parse("tp attach -p 1 -f foo --ring-size 1000").is_err());
     }
 
     #[test]

@@ -38,11 +38,14 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
             process::check_readable(pid)?;
             vec![pid]
         }
-        None => processes_with_probes(),
+        None => {
+            let scan = crate::session::installed::scan();
+            if scan.pids.is_empty() {
+                crate::say!("tp: {}", scan.nothing_found());
+            }
+            scan.pids
+        }
     };
-    if pids.is_empty() {
-        crate::say!("tp: no process holds tp probes");
-    }
     let scope = Scope { named: args.pid.is_some(), force: args.force };
     let mut failed = false;
     for pid in pids {
@@ -70,20 +73,6 @@ struct Scope {
     named: bool,
     /// Remove the probes of running sessions too.
     force: bool,
-}
-
-/// Every process whose memory map shows a target's data region (not a tp
-/// tracer's view of one). Nothing is mapped or validated here: a region
-/// that is not tp's is reported when its process's turn comes.
-fn processes_with_probes() -> Vec<i32> {
-    let mut pids: Vec<i32> = process::other_pids()
-        .into_iter()
-        .filter(|&pid| {
-            process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| region::is_target_view(pid, r)))
-        })
-        .collect();
-    pids.sort();
-    pids
 }
 
 /// The running tp sessions that own entries of `region`, each with the

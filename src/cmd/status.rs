@@ -23,15 +23,19 @@ use crate::session::installed;
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let which = which(&args.targets);
+    let mut scan = None;
     let (pids, several) = if which.is_empty() {
-        (installed::processes_with_probes(), true)
+        let found = installed::scan();
+        let pids = found.pids.clone();
+        scan = Some(found);
+        (pids, true)
     } else {
         let selected = which.select()?;
         let several = selected.pids.len() > 1 || selected.by_name.is_some();
         (selected.pids, several)
     };
     if pids.is_empty() && !args.openmetrics && !args.prometheus {
-        crate::say!("tp: no process holds tp probes");
+        crate::say!("tp: {}", scan.unwrap_or_default().nothing_found());
         return Ok(ExitCode::SUCCESS);
     }
     // Named processes must all answer; in a scan of every process, one

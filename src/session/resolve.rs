@@ -245,7 +245,10 @@ pub fn plan_found(
                     config: Default::default(),
                 })
             }
-            Err(r) if explicit => bail!("cannot probe `{label}`: {r}"),
+            Err(r) if explicit => {
+                let at = site.as_ref().map_or(function.addr, |s| s.addr);
+                bail!("cannot probe `{label}`: {}", super::explain::refusal(m, &function, at, site.is_some(), &r))
+            }
             Err(r) => refused.push((Function { name: label, ..function }, r)),
         }
     }
