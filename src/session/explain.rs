@@ -110,3 +110,59 @@ fn nearest_sites(m: &Module, f: &Function, at: RuntimeAddr) -> Vec<u64> {
     }
     found
 }
+
+/// The functions a thread's stack begins with (C runtimes, thread
+/// libraries, Go): a frame-pointer walk that reaches one is whole. glibc
+/// keeps no frame pointers, so a walk ends in `__libc_start_call_main` or
+/// `start_thread` at best.
+const THREAD_ROOTS: &[&str] = &[
+    "_start",
+    "_start_c",
+    "__libc_start_main",
+    "__libc_start_main_impl",
+    "__libc_start_call_main",
+    "start_thread",
+    "thread_start",
+    "clone",
+    "clone3",
+    "__clone",
+    "__clone3",
+    "__clone_internal",
+    "runtime.goexit",
+    "runtime.mstart",
+    "runtime.main",
+];
+
+/// For frame-pointer stacks (`--stack`): when most calls' walks end before
+/// a thread's first function, not at the depth asked for, the line that
+/// says so and offers `--stack=dwarf`, which unwinds code built without
+/// frame pointers.
+pub fn stack_hint(p: &crate::output::stacks::ProbeStacks) -> Option<String> {
+    let total: u64 = p.stacks.iter().map(|s| s.1).sum();
+    let outermost = |frames: &[crate::events::stacks::Frame]| frames.last().and_then(|f| f.function.clone());
+    let mut ended: Vec<(String, u64)> = Vec::new();
+    for (frames, n) in &p.stacks {
+        let name = outermost(frames).unwrap_or_else(|| "an unnamed address".into());
+        if THREAD_ROOTS.contains(&name.as_str()) {
+            continue;
+        }
+        match ended.iter_mut().find(|(f, _)| *f == name) {
+            Some((_, m)) => *m += n,
+            None => ended.push((name, *n)),
+        }
+    }
+    let early: u64 = ended.iter().map(|e| e.1).sum();
+    if total == 0 || early * 2 < total || p.truncated * 2 >= total {
+        return None;
+    }
+    ended.sort_by_key(|e| std::cmp::Reverse(e.1));
+    let at: Vec<String> = ended.iter().take(3).map(|(f, _)| format!("`{}`", crate::escape::text(f))).collect();
+    Some(format!(
+        "tp: {} of the {} stacks of `{}` end before a thread's first function (at {}): code without frame \
+         pointers ends the walk; --stack=dwarf unwinds it from a copy of the stack",
+        crate::output::thousands(early),
+        crate::output::thousands(total),
+        crate::escape::text(&p.function),
+        at.join(", ")
+    ))
+}

@@ -455,6 +455,9 @@ impl Tracer {
         }
         let latency = self.latency(attached);
         let stacks = self.stack_report(attached);
+        if matches!(attached.selection().stack, Some(StackMode::FramePointers { .. })) {
+            stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
+        }
         let by = self.by_report(attached);
         ProcessReport { summary, latency, events: true, lost, children: Vec::new(), stacks, by }
     }

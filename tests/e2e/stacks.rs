@@ -86,6 +86,21 @@ fn unwinding_a_copy_gives_the_known_call_paths_without_frame_pointers() {
     known_paths("stacks-nofp", "--stack=dwarf");
 }
 
+/// Frame pointers on code built without them end the walks early: tp says
+/// so and offers --stack=dwarf; where the walks reach a thread's first
+/// function it says nothing.
+#[test]
+fn walks_that_end_early_suggest_unwinding_a_copy() {
+    let cmds = [("paths 30", "done paths")];
+    let (_, _, stderr) = session("stacks-nofp", &["-f", "leaf", "--stack", "-q"], &cmds);
+    let hint = stderr.lines().find(|l| l.contains("--stack=dwarf")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(hint.starts_with("tp: 90 of the 90 stacks of `leaf` end before a thread's first function (at `"), "{hint}");
+    for (target, how) in [("stacks", "--stack"), ("stacks-nofp", "--stack=dwarf")] {
+        let (_, _, stderr) = session(target, &["-f", "leaf", how, "-q"], &cmds);
+        assert!(!stderr.contains("--stack=dwarf unwinds"), "{target} {how}: {stderr}");
+    }
+}
+
 /// Stacks 10 and 30 calls deep, walked whole, and cut where asked.
 #[test]
 fn deep_stacks_have_every_frame_up_to_the_depth_asked() {
