@@ -84,7 +84,7 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "stack",
           value_parser = clap::value_parser!(u32).range(64..=16384))]
     pub stack_size: u32,
-    /// Print the stacks as folded lines (for flamegraph.pl and speedscope) instead of counted stacks.
+    /// Write the stacks as folded lines (flamegraph.pl, speedscope) as the results: `--format folded`.
     #[arg(long, requires = "stack")]
     pub folded: bool,
     /// Record only calls whose integer arguments (by name or arg0..arg5)
@@ -97,11 +97,22 @@ pub struct ProbeArgs {
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
+    /// The form of the results: text, json (JSON Lines, then one summary
+    /// document), chrome (a Chrome trace for the Perfetto UI), folded or svg
+    /// (the stacks, with --stack); default: what -o FILE's name says, else text.
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "chrome", "folded", "svg"])]
+    pub format: Option<String>,
+    /// Show the probes without hits too (the text summary leaves them out).
+    #[arg(long)]
+    pub all: bool,
+    /// Show only the N busiest probes.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
     /// Events each thread's ring holds (a power of two from 4 to 1048576; set when tp first
     /// attaches to the process; default 2048, with --stack 65536: a stack takes several events).
     #[arg(long, value_name = "N", value_parser = ring_size)]
     pub ring_size: Option<u32>,
-    /// Print the summary (and events) as JSON.
+    /// Print the events and the summary as JSON: `--format json`.
     #[arg(long)]
     pub json: bool,
     /// After a traced process calls exec, probe the same functions in its new program.
@@ -134,8 +145,9 @@ pub struct AttachArgs {
     /// What to record and how to print it.
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto
-    /// UI), or, for a FILE ending in .svg, the stacks as a flame graph.
+    /// Write the results to FILE instead of stdout, in the format --format
+    /// (or --json, --folded) names, else the one FILE's name says: .txt,
+    /// .json, .trace.json (Chrome trace), .folded, .svg (flame graph).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Detach after this many seconds (default: until Ctrl-C or the targets exit).
@@ -153,12 +165,11 @@ pub struct RunArgs {
     /// What to record and how to print it.
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// Write tp's output (events and summary) to FILE instead of stderr.
+    /// Write the results to FILE instead of stderr (the program keeps
+    /// stdout), in the format --format (or --json, --folded) names, else the
+    /// one FILE's name says: .txt, .json, .trace.json, .folded, .svg.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
-    #[arg(long, value_name = "FILE")]
-    pub chrome: Option<PathBuf>,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
@@ -179,9 +190,21 @@ pub struct StatusArgs {
     /// Print the Prometheus text format 0.0.4 (what node_exporter's textfile collector reads).
     #[arg(long)]
     pub prometheus: bool,
-    /// Write to FILE instead of stdout, atomically (a temporary file renamed over it).
+    /// The form of the results: text, json, openmetrics or prometheus
+    /// (default: what -o FILE's name says, else text).
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "openmetrics", "prometheus"])]
+    pub format: Option<String>,
+    /// Write to FILE instead of stdout, atomically (a temporary file renamed
+    /// over it), in the format the flags name, else the one FILE's name
+    /// says: .txt, .json, .om, .prom.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Show the probes without hits too (the text summary leaves them out).
+    #[arg(long)]
+    pub all: bool,
+    /// Show only the N busiest probes.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
 }
 
 /// `tp serve`.
@@ -287,12 +310,24 @@ pub struct ProfileArgs {
     /// Stop after this many seconds (default: Ctrl-C or the target's exit).
     #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
-    /// Also write the sampled calls to FILE as a Chrome trace (opens in the Perfetto UI).
+    /// Write the results to FILE instead of stdout, in the format the flags
+    /// name, else the one FILE's name says: .txt, .json, .trace.json (the
+    /// sampled calls as a Chrome trace).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Print the table as one JSON object.
+    /// Print the results as one JSON document: `--format json`.
     #[arg(long)]
     pub json: bool,
+    /// The form of the results: text, json or chrome (default: what -o
+    /// FILE's name says, else text).
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "chrome"])]
+    pub format: Option<String>,
+    /// Show the functions that were not called too (the text leaves them out).
+    #[arg(long)]
+    pub all: bool,
+    /// Show only the N functions with the most time (default in text: 40).
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
 }
 
 /// Parses `10ms`, `500us`, `2s`.

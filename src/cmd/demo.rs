@@ -12,7 +12,8 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cli::DemoArgs;
-use crate::output::{print_summary, thousands};
+use crate::output::report::{self, ProcessReport, View};
+use crate::output::thousands;
 use crate::probe::layout::kind;
 use crate::process;
 use crate::session::observe::LiveView;
@@ -102,7 +103,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         crate::say!("tp demo: interrupted");
     }
     crate::say!("tp demo: detached, code restored (target stopped {} µs)", d.stop_time.as_micros());
-    print_summary(&d.summary, false)?;
+    let mut out = crate::streams::stdout();
+    report::write_text(&mut out, &[ProcessReport::counts(d.summary.clone())], View { all: true, top: None })?;
 
     // The facts.
     let own_foo = field(&stopped, "foo").context("target's foo count")?;

@@ -309,6 +309,7 @@ impl Attached {
                     // A probe inside a function is at its site.
                     address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
                     hits,
+                    unfiltered: None,
                     enabled: self.region.enabled(p.index),
                 })
                 .collect(),

@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::attached::Attached;
 use super::family::Family;
@@ -66,6 +66,8 @@ pub struct Behaviour {
     pub live: bool,
     /// Print one line per process as it attaches and ends.
     pub announce: bool,
+    /// The command, as the JSON summary names it (`attach`, `run`).
+    pub command: &'static str,
 }
 
 /// One program a member ran, with its probes.
@@ -132,15 +134,7 @@ impl Member {
                             stacks: Vec::new(),
                             by: Vec::new(),
                         },
-                        None => ProcessReport {
-                            summary,
-                            latency: Vec::new(),
-                            events: false,
-                            lost: 0,
-                            children: Vec::new(),
-                            stacks: Vec::new(),
-                            by: Vec::new(),
-                        },
+                        None => ProcessReport::counts(summary),
                     }
                 }
             })
@@ -161,6 +155,8 @@ pub struct Group {
     done: bool,
     /// The processes the members fork, and how each process ends.
     family: Family,
+    /// How long the session observed, once it did.
+    observed: Option<Duration>,
 }
 
 impl Group {
@@ -168,7 +164,17 @@ impl Group {
     /// and writes events and the summary to `output`.
     pub fn new(opts: Options, output: TraceOutput, how: Behaviour) -> Group {
         let family = Family::start();
-        Group { opts, output, how, members: Vec::new(), live: None, published: None, done: false, family }
+        Group {
+            opts,
+            output,
+            how,
+            members: Vec::new(),
+            live: None,
+            published: None,
+            done: false,
+            family,
+            observed: None,
+        }
     }
 
     /// Renews `published` with the session's metrics while it observes.
@@ -250,6 +256,7 @@ impl Group {
         if let Some((live, _)) = self.live.take() {
             live.finish();
         }
+        self.observed = Some(started.elapsed());
         Ok(end)
     }
 
@@ -400,15 +407,7 @@ impl Group {
                 p.events = t.events_per_process().clone();
                 t.end(&p.attached, summary)
             }
-            None => ProcessReport {
-                summary,
-                latency: Vec::new(),
-                events: false,
-                lost: 0,
-                children: Vec::new(),
-                stacks: Vec::new(),
-                by: Vec::new(),
-            },
+            None => ProcessReport::counts(summary),
         });
     }
 
@@ -580,15 +579,7 @@ impl Group {
                     p.events = t.events_per_process().clone();
                     t.end(&p.attached, summary)
                 }
-                None => ProcessReport {
-                    summary,
-                    latency: Vec::new(),
-                    events: false,
-                    lost: 0,
-                    children: Vec::new(),
-                    stacks: Vec::new(),
-                    by: Vec::new(),
-                },
+                None => ProcessReport::counts(summary),
             });
         }
         if let Some(e) = first_error {
@@ -614,44 +605,11 @@ impl Group {
         Ok(reports)
     }
 
-    /// Writes the end-of-session summary of `reports` to the session's output.
+    /// Writes the end of the session's results (the summary of `reports`,
+    /// in the session's format) to its output.
     pub fn write_reports(&mut self, reports: &[ProcessReport]) -> Result<()> {
-        let mut out = self.output.sink.clone();
-        let stacks: Vec<crate::output::stacks::ProbeStacks> =
-            reports.iter().flat_map(|r| r.stacks.iter().cloned()).collect();
-        if let Some(path) = &self.opts.flame_file {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
-            );
-            crate::output::stacks::flame_svg(&mut f, &stacks, "tp")
-                .and_then(|()| std::io::Write::flush(&mut f))
-                .with_context(|| format!("writing `{}`", path.display()))?;
-        }
-        if self.opts.folded {
-            // Folded lines take the place of the counted stacks (the JSON keeps them).
-            let without: Vec<ProcessReport> = reports
-                .iter()
-                .map(|r| ProcessReport {
-                    stacks: if self.opts.json { r.stacks.clone() } else { Vec::new() },
-                    ..r.clone()
-                })
-                .collect();
-            report::write(&mut out, &without, self.how.several, self.opts.json)?;
-            for line in crate::output::stacks::folded(&stacks) {
-                std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes())?;
-            }
-            std::io::Write::flush(&mut out)?;
-            if let Some(c) = self.output.chrome.take() {
-                super::tracer::close_chrome(c)?;
-            }
-            return Ok(());
-        }
-        report::write(&mut out, reports, self.how.several, self.opts.json)?;
-        std::io::Write::flush(&mut out)?;
-        if let Some(c) = self.output.chrome.take() {
-            super::tracer::close_chrome(c)?;
-        }
-        Ok(())
+        let seconds = self.observed.map(|d| d.as_secs_f64());
+        super::results::write(&mut self.output, &self.opts, self.how.command, seconds, reports)
     }
 }
 

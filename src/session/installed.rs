@@ -19,7 +19,9 @@ pub struct Scan {
     /// process's turn comes.
     pub pids: Vec<i32>,
     /// Processes whose memory map this user may not read (another user's,
-    /// without the privilege): tp cannot see whether they hold probes.
+    /// without the privilege): tp cannot see whether they hold probes. Not
+    /// counted for root, who can trace all it may read (a process a
+    /// security module hides from root is no process tp could attach to).
     pub hidden: usize,
 }
 
@@ -41,6 +43,8 @@ impl Scan {
 /// Looks through every process for tp's data region.
 pub fn scan() -> Scan {
     let mut out = Scan::default();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
     for pid in process::other_pids() {
         match process::read_maps(pid) {
             Ok(m) => {
@@ -48,7 +52,7 @@ pub fn scan() -> Scan {
                     out.pids.push(pid);
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => out.hidden += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !root => out.hidden += 1,
             // Gone since the listing.
             Err(_) => {}
         }
@@ -88,6 +92,7 @@ pub fn summary(pid: i32) -> Result<Summary> {
             module: e.module(),
             address: e.function,
             hits,
+            unfiltered: None,
             enabled: region.enabled(i),
         })
         .collect();

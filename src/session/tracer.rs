@@ -6,7 +6,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -35,9 +34,9 @@ use crate::symbols::symbolize::Symbolizer;
 /// A Chrome trace that the tracers of several processes write into.
 pub type SharedChrome = Rc<RefCell<ChromeTrace>>;
 
-/// Creates the Chrome trace file `path`.
-pub fn open_chrome(path: &Path, pid: i32) -> Result<SharedChrome> {
-    let c = ChromeTrace::create(path, pid).with_context(|| format!("cannot create `{}`", path.display()))?;
+/// Starts a Chrome trace on `sink` (the session's results).
+pub fn chrome_on(sink: Sink, pid: i32) -> Result<SharedChrome> {
+    let c = ChromeTrace::new(Box::new(sink), pid).context("writing the trace")?;
     Ok(Rc::new(RefCell::new(c)))
 }
 
@@ -246,7 +245,7 @@ impl Tracer {
         let Some(&i) = self.index.get(&ev.probe) else { return Ok(()) };
         let read = |p: u64| attached.read_string(p, MAX_STRING);
         let ts_ns = self.clock.ns(ev.tsc);
-        let pid = self.output.show_pid.get().then_some(if ev.pid != 0 { ev.pid as i32 } else { self.pid });
+        let pid = (if ev.pid != 0 { ev.pid as i32 } else { self.pid }, self.output.show_pid.get());
         let stack = if ev.kind == Kind::Entry && attached.probe_kind(i) & kind::STACK != 0 {
             self.stack_of(attached, i, ev)
         } else {

@@ -81,12 +81,19 @@ fn patch_is_a_jump_and_endbr64_stays() {
 fn duration_ends_the_session_and_prints_a_table() {
     let mut t = Target::start("counter");
     let pid = t.pid.to_string();
-    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "0.5"];
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "0.5", "--all"];
     let out = tp(&args);
     let stdout = expect_success(&args, &out);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines[0].starts_with("FUNCTION") && lines[0].contains("HITS"), "{stdout}");
     assert!(lines[1].starts_with("foo "), "{stdout}");
+    // Without --all, a probe without hits is left out, and stderr says so.
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    let out = tp(&args);
+    let stdout = expect_success(&args, &out);
+    assert_eq!(stdout.lines().count(), 1, "the header alone: {stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tp: 2 probes without hits not shown (--all shows them)"), "{stderr}");
     assert_code_is_original(&t, &["foo"]);
     assert_eq!(t.call("foo", 10, 1), 10);
     assert!(t.quit().success());

@@ -67,7 +67,7 @@ fn returns_and_copied_calls_are_refused_where_a_thread_has_a_shadow_stack() {
     assert!(stderr.contains("tp: 6 of the matched functions cannot be probed and are skipped"), "{stderr}");
     let hits = hits_from_json(&stdout);
     assert_eq!(hits.into_iter().collect::<Vec<_>>(), [("pr_push".to_string(), own)]);
-    let entries = stdout.lines().filter(|l| l.starts_with("{\"type\":\"entry\",\"func\":\"pr_push\"")).count();
+    let entries = json_events(&stdout).iter().filter(|e| e["type"] == "entry" && e["func"] == "pr_push").count();
     assert_eq!(entries as u64, own, "every call's entry event");
     // list-probes says why.
     let out = tp_believing(&["list-probes", "-p", &pid, "--json"]);

@@ -105,8 +105,7 @@ fn inside_a_function_ret_is_refused_and_args_are_not_recorded() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "tp failed: {stderr}");
     assert!(stderr.contains(&format!("`{line_c}` inside functions: counted, without arguments")), "{stderr}");
-    let events: Vec<Value> =
-        stdout.lines().filter(|l| l.starts_with("{\"type\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> = json_events(&stdout);
     assert_eq!(events.len() as u64, n, "one entry event per call of work, none for the line");
     assert!(events.iter().all(|e| e["func"] == "work"));
     let args: Vec<u64> = events.iter().map(|e| e["args"]["i"].as_u64().unwrap()).collect();
