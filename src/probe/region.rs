@@ -316,6 +316,16 @@ impl Region {
         self.write(h.config_off(i), layout::bytes_of(c))
     }
 
+    /// `--if`: the calls of probe `i` that passed its predicates
+    /// ([`layout::ProbeConfig::matched`]).
+    pub fn matched(&self, i: u32) -> u64 {
+        let h = self.header();
+        if i >= h.capacity {
+            return 0;
+        }
+        self.load_u64(h.config_off(i) + std::mem::offset_of!(layout::ProbeConfig, matched) as u64)
+    }
+
     /// Sets only the state of entry `i`.
     pub fn set_state(&self, i: u32, s: State) -> Result<()> {
         let mut e = self.entry(i);

@@ -295,7 +295,8 @@ impl Attached {
     }
 
     /// The counts now, read from tp's own mapping of the data region (so
-    /// they stay readable after the process exited or exec'd).
+    /// they stay readable after the process exited or exec'd): with
+    /// `--if`, the calls that passed, and every call beside them.
     pub fn summary(&self) -> Summary {
         let hits = self.hits();
         Summary {
@@ -303,17 +304,26 @@ impl Attached {
             probes: self
                 .user_probes()
                 .zip(hits)
-                .map(|(p, hits)| ProbeStat {
-                    func: p.request.function.name.clone(),
-                    module: p.request.function.module.clone(),
-                    // A probe inside a function is at its site.
-                    address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
-                    hits,
-                    unfiltered: None,
-                    enabled: self.region.enabled(p.index),
+                .map(|(p, hits)| {
+                    let (hits, unfiltered) = filtered(&self.region, p.index, p.request.kind, hits);
+                    ProbeStat {
+                        func: p.request.function.name.clone(),
+                        module: p.request.function.module.clone(),
+                        // A probe inside a function is at its site.
+                        address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
+                        hits,
+                        unfiltered,
+                        enabled: self.region.enabled(p.index),
+                    }
                 })
                 .collect(),
         }
+    }
+
+    /// The calls counted so far, in request order: with `--if`, those that passed.
+    pub fn counted(&self) -> Vec<u64> {
+        let hits = self.hits();
+        self.user_probes().zip(hits).map(|(p, hits)| filtered(&self.region, p.index, p.request.kind, hits).0).collect()
     }
 
     /// Removes this session's probes, from its process and from every
@@ -491,6 +501,16 @@ fn exited_or(pid: i32, err: anyhow::Error) -> anyhow::Error {
         return process::ProcessError::Exited(pid).into();
     }
     err
+}
+
+/// The calls of probe `index` (of kind `k`) that passed its predicates and
+/// every call (`hits`, from the detour's counter), when it has a predicate
+/// (`--if`); else `hits` alone.
+pub fn filtered(region: &Region, index: u32, k: u32, hits: u64) -> (u64, Option<u64>) {
+    match k & (kind::FILTER | kind::FILTER_EXIT) {
+        0 => (hits, None),
+        _ => (region.matched(index), Some(hits)),
+    }
 }
 
 /// True if `owner` is a tp process that is still running (not this one).

@@ -292,20 +292,22 @@ impl Group {
         for m in &mut self.members {
             let pid = m.pid;
             let Some(p) = m.current() else { continue };
-            for (n, h) in p.attached.names().into_iter().zip(p.attached.hits()) {
+            for (n, h) in p.attached.names().into_iter().zip(p.attached.counted()) {
                 names.push(if several { format!("{pid} {n}") } else { n });
                 hits.push(h);
             }
         }
-        if self.live.as_ref().is_none_or(|(_, shown)| *shown != names) {
-            if let Some((old, _)) = self.live.take() {
-                old.finish();
+        let title = match (&self.members[..], several) {
+            ([m], false) => format!("tracing process {}", m.pid),
+            (ms, _) => format!("tracing {} processes", ms.iter().filter(|m| m.left.is_none()).count()),
+        };
+        match &mut self.live {
+            Some((live, shown)) if *shown != names => {
+                live.set_names(title, &names);
+                *shown = names;
             }
-            let title = match (&self.members[..], several) {
-                ([m], false) => format!("tracing process {}; Ctrl-C to detach", m.pid),
-                (ms, _) => format!("tracing {} processes; Ctrl-C to detach", ms.len()),
-            };
-            self.live = Some((Live::titled(title, &names), names));
+            Some(_) => {}
+            None => self.live = Some((Live::titled(title, &names), names)),
         }
         if let Some((live, _)) = &mut self.live {
             live.update(&hits);

@@ -87,13 +87,16 @@ pub fn summary(pid: i32) -> Result<Summary> {
     let probes = live
         .into_iter()
         .zip(hits)
-        .map(|((i, e), hits)| ProbeStat {
-            func: e.name(),
-            module: e.module(),
-            address: e.function,
-            hits,
-            unfiltered: None,
-            enabled: region.enabled(i),
+        .map(|((i, e), hits)| {
+            let (hits, unfiltered) = crate::session::attached::filtered(&region, i, e.kind, hits);
+            ProbeStat {
+                func: e.name(),
+                module: e.module(),
+                address: e.function,
+                hits,
+                unfiltered,
+                enabled: region.enabled(i),
+            }
         })
         .collect();
     Ok(Summary { pid, probes })

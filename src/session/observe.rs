@@ -143,7 +143,7 @@ impl Watcher for LiveView<'_> {
             return Err(e.context("reading events"));
         }
         if Instant::now() >= self.next_draw {
-            live.update(&attached.hits());
+            live.update(&attached.counted());
             self.next_draw = Instant::now() + DRAW_EVERY;
         }
         Ok(())

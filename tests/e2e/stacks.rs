@@ -223,8 +223,11 @@ fn predicates_select_exactly_the_calls_that_satisfy_them() {
         stdout.lines().filter(|l| l.contains("\"type\":\"entry\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(entries.len(), 60);
     assert!(entries.iter().all(|e| e["args"]["n"].as_i64().unwrap() < 3), "{entries:?}");
+    // The hits are the calls that passed, every call beside them.
     let s = summary(&stdout);
-    assert_eq!((s["probes"][0]["hits"].as_u64(), s["lost_events"].as_u64()), (Some(200), Some(0)), "{s}");
+    let p = &s["probes"][0];
+    assert_eq!((p["hits"].as_u64(), p["hits_unfiltered"].as_u64()), (Some(60), Some(200)), "{s}");
+    assert_eq!(s["lost_events"].as_u64(), Some(0), "{s}");
     // On the return value: leaf returns 2n + 1, above 10 for n >= 5; and
     // both at once: n != 7 at entry, ret > 10 at exit.
     for (expr, exits) in [("ret > 10", 100), ("n != 7 && ret > 10", 80), ("arg0 == 4 || arg0 == 9", 40)] {
@@ -232,7 +235,18 @@ fn predicates_select_exactly_the_calls_that_satisfy_them() {
             session("stacks", &["-f", "leaf", "--ret", "--if", expr, "--json"], &[("values 200", "done values")]);
         let n = stdout.lines().filter(|l| l.contains("\"type\":\"exit\"")).count();
         assert_eq!(n, exits, "{expr}: {stdout}");
+        let p = &summary(&stdout)["probes"][0];
+        let counts = (p["hits"].as_u64(), p["hits_unfiltered"].as_u64(), p["timed"].as_u64());
+        assert_eq!(counts, (Some(exits as u64), Some(200), Some(exits as u64)), "{expr}: {p}");
     }
+    // Kept in the target (--ret -q), and as the text shows it: HITS, then UNFILTERED.
+    let (_, stdout, _) =
+        session("stacks", &["-f", "leaf", "--ret", "-q", "--if", "ret > 10"], &[("values 200", "done values")]);
+    let head = stdout.lines().find(|l| l.starts_with("FUNCTION")).unwrap_or_else(|| panic!("{stdout}"));
+    let row = stdout.lines().find(|l| l.starts_with("leaf ")).unwrap_or_else(|| panic!("{stdout}"));
+    let cols: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(cols[..4], ["FUNCTION", "HITS", "UNFILTERED", "TIMED"], "{stdout}");
+    assert_eq!(row.split_whitespace().take(4).collect::<Vec<_>>(), ["leaf", "100", "200", "100"], "{stdout}");
 }
 
 #[test]

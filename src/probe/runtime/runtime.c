@@ -565,8 +565,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 			return;
 	}
 	/* A call its predicate rejects costs nothing more. */
-	if (ext && (probe_flags & TP_FILTER) &&
-	    !predicate(config_of(c, probe_flags & TP_PROBE_MASK)->entry, regs, 0))
+	if (ext && (probe_flags & TP_FILTER) && !passes_entry(c, probe_flags, regs))
 		return;
 	struct tp_thread *t = thread_state(c, 1);
 	if (UNLIKELY(!t)) {
