@@ -39,6 +39,13 @@ pub struct Removed {
 /// are the other processes mapping the same region ([`super::region::sharers`]):
 /// a probe whose patch is still in one of them keeps its entry live, so
 /// that process can still be detached (and its detours stay mapped).
+///
+/// A probe can go over another at the same site (a session over a kept
+/// probe: its entry's original bytes are the kept probe's patch), so
+/// entries are taken newest first: the session's puts the kept patch back,
+/// then the kept one puts the file's bytes back. A probe another one has
+/// gone over is taken out of that chain instead: the one over it will put
+/// back what it would have.
 pub fn remove(
     mem: &Memory,
     region: &Region,
@@ -47,11 +54,28 @@ pub fn remove(
 ) -> Result<Vec<Removed>> {
     let mut out = Vec::new();
     let mut maps: Option<Vec<process::Mapping>> = None;
-    for (i, e) in region.entries() {
+    let mut entries = region.entries();
+    entries.reverse();
+    for k in 0..entries.len() {
+        let (i, e) = entries[k];
         if !e.state().maybe_patched() || !select(i, &e) {
             continue;
         }
         let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
+        // Gone over by a newer probe at its site, which holds its patch as
+        // its original bytes: that one puts back this one's instead.
+        let over = entries[..k].iter().find(|(j, n)| {
+            *j > i && n.site == e.site && n.state().maybe_patched() && n.original() == e.patch() && now != e.patch()
+        });
+        if let Some(&(j, mut n)) = over {
+            n.original[..e.original().len()].copy_from_slice(e.original());
+            region.set_entry(j, &n)?;
+            let patched_elsewhere =
+                sharers.iter().any(|m| m.read_vec(e.site, e.window_len as usize).is_ok_and(|b| b == e.patch()));
+            region.set_state(i, if patched_elsewhere { e.state() } else { State::Inactive })?;
+            out.push(Removed { index: i, entry: e, hits: 0, restored: true });
+            continue;
+        }
         let restored = if now == e.patch() {
             region.set_state(i, State::Removing)?;
             crate::fault::point("before-restore");
@@ -91,6 +115,7 @@ pub fn remove(
         region.set_state(i, if patched_elsewhere { e.state() } else { State::Inactive })?;
         out.push(Removed { index: i, entry: e, hits: 0, restored });
     }
+    out.reverse();
     let indexes: Vec<u32> = out.iter().map(|r| r.index).collect();
     for (r, hits) in out.iter_mut().zip(region.hits_of(&indexes)) {
         r.hits = hits;

@@ -558,7 +558,11 @@ impl Group {
                         crate::say!("tp: the probes were removed by another tp; final counts:")
                     }
                     (false, _, _) => crate::say!(
-                        "tp: detached from {pid}, code restored (target stopped {} µs)",
+                        "tp: detached from {pid}, code restored{} (target stopped {} µs)",
+                        match p.attached.went_over() {
+                            0 => String::new(),
+                            n => format!("; {n} kept probe{} count on", plural(n)),
+                        },
                         detached.stop_time.as_micros()
                     ),
                 }
@@ -672,6 +676,10 @@ pub fn say_relatives(pid: i32, relatives: &[Relative]) {
 pub fn announce(attached: &Attached, opts: &Options) {
     let n = attached.names().len();
     let pid = attached.pid;
+    if n == 0 {
+        // `--keep` of functions kept already: said by each.
+        return;
+    }
     if attached.refused > 0 {
         crate::say!(
             "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {pid}` says why)",

@@ -21,6 +21,7 @@ pub mod group;
 pub mod guard;
 pub mod installed;
 pub mod interrupt;
+pub mod kept;
 pub mod observe;
 pub mod profile;
 pub mod resolve;
