@@ -130,3 +130,34 @@ fn hot_threads_survive_repeated_attach_and_detach() {
     assert_code_is_original(&t, &["foo", "bar"]);
     assert!(t.quit().success());
 }
+
+/// `tp demo` from a copy of the binary elsewhere (as installed): its target
+/// is built in, written to a directory of its own and removed after.
+#[test]
+fn demo_runs_from_an_installed_binary() {
+    let _shared = shared();
+    let dir = std::env::temp_dir().join(format!("tp-installed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tp_copy = dir.join("tp");
+    std::fs::copy(tp_path(), &tp_copy).unwrap();
+    let before = demo_dirs();
+    let out = run(std::process::Command::new(&tp_copy).args(["demo", "-d", "0.5"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("tp demo: ✓").count(), 5, "{stderr}");
+    assert!(!stderr.contains("✗"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with("foo ")), "{out:?}");
+    assert_eq!(demo_dirs(), before, "the demo's program is removed after it");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The directories `tp demo` made under the temporary directory.
+fn demo_dirs() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("tp-demo-"))
+        .collect();
+    names.sort();
+    names
+}
