@@ -117,7 +117,12 @@ pub fn closed() -> bool {
 /// whose reader is gone (poll reports an error or a hang-up on it), and
 /// notes it as a broken pipe. Returns [`closed`].
 pub fn check() -> bool {
-    for stream in [Stream::Stdout, Stream::Stderr] {
+    check_only(&[Stream::Stdout, Stream::Stderr])
+}
+
+/// [`check`] of `streams` alone (`tp run`'s stdout is its program's).
+pub fn check_only(streams: &[Stream]) -> bool {
+    for &stream in streams {
         let mut fd = libc::pollfd { fd: stream.fd(), events: 0, revents: 0 };
         // SAFETY: one valid pollfd, no wait.
         let n = unsafe { libc::poll(&mut fd, 1, 0) };

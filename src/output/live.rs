@@ -132,8 +132,9 @@ fn lines(title: &str, secs: f64, names: &[String], hits: &[u64], rates: &[f64], 
     let mut order: Vec<usize> = (0..names.len().min(hits.len())).filter(|&i| hits[i] > 0).collect();
     order.sort_by(|&a, &b| rates[b].total_cmp(&rates[a]).then(hits[b].cmp(&hits[a])).then(a.cmp(&b)));
     let shown = order.len().min(MAX_LINES).min(room.saturating_sub(2).max(1));
+    // What changes first: a narrow terminal cuts the end.
     let mut out = vec![format!(
-        "{title} · {} · {} of {} probe{} hit · Ctrl-C to detach",
+        "{} · {} of {} probe{} hit · {title} · Ctrl-C to detach",
         elapsed(secs),
         thousands(hit as u64),
         thousands(names.len() as u64),
@@ -199,7 +200,7 @@ mod tests {
     fn the_busiest_come_first_and_the_idle_stay_out() {
         let names: Vec<String> = ["cold", "warm", "hot", "idle"].iter().map(|s| s.to_string()).collect();
         let lines = lines("tracing process 7", 12.34, &names, &[5, 100, 3_000_000, 0], &[0.0, 50.0, 1e6, 0.0], 24);
-        assert_eq!(lines[0], "tracing process 7 · 12.3 s · 3 of 4 probes hit · Ctrl-C to detach");
+        assert_eq!(lines[0], "12.3 s · 3 of 4 probes hit · tracing process 7 · Ctrl-C to detach");
         assert!(lines[1].ends_with("  hot") && lines[1].contains("3,000,000") && lines[1].contains("1.00M/s"));
         assert!(lines[2].ends_with("  warm") && lines[3].ends_with("  cold"), "{lines:?}");
         assert_eq!(lines.len(), 4, "no line for a probe without hits: {lines:?}");

@@ -235,7 +235,12 @@ impl Group {
                 break End::Duration;
             }
             if Instant::now() >= next_check {
-                if crate::streams::check() {
+                // `tp run`'s stdout is its program's: tp's own is stderr.
+                let closed = match self.how.command {
+                    "run" => crate::streams::check_only(&[crate::streams::Stream::Stderr]),
+                    _ => crate::streams::check(),
+                };
+                if closed {
                     break End::OutputClosed;
                 }
                 self.check()?;
@@ -518,8 +523,15 @@ impl Group {
     /// member, in the order they joined. `why` is how observing ended.
     pub fn detach(&mut self, why: End) -> Result<Vec<ProcessReport>> {
         self.done = true;
-        if why == End::OutputClosed {
-            super::observe::say_output_closed();
+        match (why, self.how.command) {
+            // `tp run`'s stdout is its program's: the line goes to stderr or nowhere.
+            (End::OutputClosed, "run") => {
+                if let Some(f) = crate::streams::failure() {
+                    crate::say!("tp: {}; removing every probe", f.describe());
+                }
+            }
+            (End::OutputClosed, _) => super::observe::say_output_closed(),
+            _ => {}
         }
         let several = self.how.several;
         let mut first_error = None;

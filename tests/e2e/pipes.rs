@@ -78,7 +78,7 @@ fn reader_goes_away(processes: usize, mode: &[&str], duration: Option<&str>) {
     }
     let mut out = BufReader::new(child.stdout.take().unwrap());
     // Events come at once; a session that only counts prints at its end.
-    let prints_early = mode.contains(&"--args") || mode.contains(&"--json");
+    let prints_early = mode.contains(&"--args") || mode.contains(&"--json") || mode.contains(&"json");
     if prints_early || duration.is_some() {
         let mut first = String::new();
         out.read_line(&mut first).unwrap();
@@ -127,7 +127,7 @@ fn output_fails(processes: usize, mode: &[&str], duration: Option<&str>) {
     }
     let started = Instant::now();
     // Without -d, a session that only counts writes nothing until Ctrl-C.
-    let writes_early = mode.contains(&"--args") || mode.contains(&"--json");
+    let writes_early = mode.contains(&"--args") || mode.contains(&"--json") || mode.contains(&"json");
     if !writes_early && duration.is_none() {
         // SAFETY: plain kill(2).
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
@@ -212,4 +212,26 @@ fn a_listing_into_head_ends_with_141_in_silence() {
     let stderr = err.rest();
     assert!(matches!(status.code(), Some(0 | 141)), "{status:?} {stderr:?}");
     assert!(stderr.is_empty(), "{stderr:?}");
+}
+
+/// `tp run` whose stderr fails removes its probes, lets the program run
+/// on, and exits with the program's status.
+#[test]
+fn a_full_stderr_leaves_tp_run_with_its_programs_status() {
+    let _shared = shared();
+    let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+    let launched = target_path("launched");
+    let mut child = tp_command()
+        .args(["run", "-f", "foo", "--args", "--"])
+        .arg(&launched)
+        .args(["calls", "5000", "exit", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(full)
+        .spawn()
+        .expect("run tp");
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    let status = wait_timeout(&mut child);
+    assert_eq!(status.code(), Some(3), "the program's status");
+    assert_eq!(out.rest(), ["foo calls=5000 checksum=ok"], "the program ran on, and tp wrote nothing on its stdout");
 }
