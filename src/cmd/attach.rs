@@ -30,7 +30,14 @@ const STACK_RING_LEN: u32 = 1 << 16;
 /// `output` is `-o FILE`. Refused before anything is touched: formats that
 /// disagree, a file name that says none, a format the session cannot
 /// produce (a flame graph without stacks, a trace without calls).
-pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs, output: Option<&Path>) -> Result<Options> {
+pub fn options(
+    command: &str,
+    pid: i32,
+    funcs: &[String],
+    addrs: &[u64],
+    probe: &ProbeArgs,
+    output: Option<&Path>,
+) -> Result<Options> {
     let mut k = kind::COUNT;
     if probe.args {
         k |= kind::ARGS;
@@ -54,6 +61,7 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs, out
         k |= kind::ARGS;
     }
     let format = format::choose(
+        command,
         &[(probe.json, Format::Json), (probe.folded, Format::Folded)],
         probe.format.as_deref(),
         output,
@@ -116,7 +124,7 @@ pub fn attach_options(args: &AttachArgs) -> Result<Options> {
     Ok(settle(Options {
         keep: args.keep,
         duration: args.duration.map(Duration::from_secs_f64),
-        ..options(pid, &args.funcs, &args.addrs, &args.probe, args.output.as_deref())?
+        ..options("attach", pid, &args.funcs, &args.addrs, &args.probe, args.output.as_deref())?
     }))
 }
 
@@ -128,6 +136,8 @@ pub fn which(t: &Targets) -> Which {
 /// Runs `tp attach`.
 pub fn run(args: AttachArgs) -> Result<ExitCode> {
     interrupt::install();
+    // The command line first: a format that cannot be, before any process is looked at.
+    let opts = attach_options(&args)?;
     let which = which(&args.targets);
     if which.is_empty() {
         bail!("name the processes to attach to with -p PID (repeat, or a comma list) or --name NAME");
@@ -146,7 +156,6 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         crate::process::check_attachable(pid)?;
     }
     let several = selected.pids.len() > 1 || args.targets.name.is_some();
-    let opts = attach_options(&args)?;
     let published = match &args.probe.listen {
         Some(addr) if !opts.keep => Some(serve::start_session_server(addr, args.probe.listen_any)?),
         _ => None,

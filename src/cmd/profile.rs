@@ -20,12 +20,13 @@ use crate::session::{Attached, End, Options, interrupt, observe};
 /// The session options of `tp profile`; its format refused before anything is touched.
 fn profile_options(args: &ProfileArgs) -> Result<Options> {
     let format = format::choose(
+        "profile",
         &[(args.json, Format::Json)],
         args.format.as_deref(),
         args.output.as_deref(),
         &[Format::Text, Format::Json, Format::Chrome],
     )
-    .map_err(|e| anyhow::anyhow!("tp profile: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Options {
         duration: args.duration.map(Duration::from_secs_f64),
         format,

@@ -25,7 +25,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// Runs `tp run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let opts = super::attach::settle(options(0, &args.funcs, &[], &args.probe, args.output.as_deref())?);
+    let opts = super::attach::settle(options("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?);
     if opts.format != Format::Text && opts.output.is_none() {
         // stdout is the program's, stderr carries tp's notes.
         bail!(

@@ -24,12 +24,13 @@ use crate::session::installed;
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let format = format::choose(
+        "status",
         &[(args.json, Format::Json), (args.openmetrics, Format::OpenMetrics), (args.prometheus, Format::Prometheus)],
         args.format.as_deref(),
         args.output.as_deref(),
         &[Format::Text, Format::Json, Format::OpenMetrics, Format::Prometheus],
     )
-    .map_err(|e| anyhow::anyhow!("tp status: {e}"))?;
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let view = View { all: args.all, top: args.top };
     let which = which(&args.targets);
     let mut scan = None;

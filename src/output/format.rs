@@ -82,11 +82,12 @@ pub fn names(formats: &[Format]) -> String {
     }
 }
 
-/// The format of a command's results: `asked` by its flags (each set flag
-/// with the format it means; `--format NAME` among them), else the one
-/// `file`'s name says, else text; refused when flags disagree, when a file
-/// says none, or when it is not among `allowed`.
+/// The format of the results of `tp COMMAND`: `asked` by its flags (each
+/// set flag with the format it means; `--format NAME` among them), else
+/// the one `file`'s name says, else text; refused when flags disagree,
+/// when a file says none, or when it is not among `allowed`.
 pub fn choose(
+    command: &str,
     asked: &[(bool, Format)],
     format: Option<&str>,
     file: Option<&Path>,
@@ -117,7 +118,7 @@ pub fn choose(
         }
     };
     if !allowed.contains(&chosen) {
-        return Err(format!("this command writes {}, not {}", names(allowed), chosen.name()));
+        return Err(format!("`tp {command}` writes {}, not {}", names(allowed), chosen.name()));
     }
     Ok(chosen)
 }
@@ -149,22 +150,24 @@ mod tests {
     #[test]
     fn flags_then_the_file_then_text() {
         let file = Some(Path::new("out.txt"));
-        assert_eq!(choose(&[(true, Format::Json)], None, file, ATTACH), Ok(Format::Json));
-        assert_eq!(choose(&[(false, Format::Json)], None, file, ATTACH), Ok(Format::Text));
-        assert_eq!(choose(&[], None, None, ATTACH), Ok(Format::Text));
-        assert_eq!(choose(&[], Some("chrome"), None, ATTACH), Ok(Format::Chrome));
-        assert_eq!(choose(&[(true, Format::Json)], Some("json"), None, ATTACH), Ok(Format::Json));
-        let two = choose(&[(true, Format::Json), (true, Format::Folded)], None, None, ATTACH).unwrap_err();
+        let choose =
+            |a: &[(bool, Format)], f: Option<&str>, file: Option<&Path>| super::choose("attach", a, f, file, ATTACH);
+        assert_eq!(choose(&[(true, Format::Json)], None, file), Ok(Format::Json));
+        assert_eq!(choose(&[(false, Format::Json)], None, file), Ok(Format::Text));
+        assert_eq!(choose(&[], None, None), Ok(Format::Text));
+        assert_eq!(choose(&[], Some("chrome"), None), Ok(Format::Chrome));
+        assert_eq!(choose(&[(true, Format::Json)], Some("json"), None), Ok(Format::Json));
+        let two = choose(&[(true, Format::Json), (true, Format::Folded)], None, None).unwrap_err();
         assert_eq!(two, "the flags ask for two formats (json or folded); choose one");
-        let unknown = choose(&[], None, Some(Path::new("out.dat")), ATTACH).unwrap_err();
+        let unknown = choose(&[], None, Some(Path::new("out.dat"))).unwrap_err();
         assert!(
             unknown.starts_with("cannot tell the format of `out.dat` from its name; add --format text|json|"),
             "{unknown}"
         );
         assert!(unknown.contains("chrome (.trace.json, .perfetto.json)"), "{unknown}");
-        let bad = choose(&[], Some("yaml"), None, ATTACH).unwrap_err();
+        let bad = choose(&[], Some("yaml"), None).unwrap_err();
         assert_eq!(bad, "--format `yaml` is not a format tp writes; it writes text, json, chrome, folded or svg");
-        let wrong = choose(&[], None, Some(Path::new("m.prom")), ATTACH).unwrap_err();
-        assert_eq!(wrong, "this command writes text, json, chrome, folded or svg, not prometheus");
+        let wrong = choose(&[], None, Some(Path::new("m.prom"))).unwrap_err();
+        assert_eq!(wrong, "`tp attach` writes text, json, chrome, folded or svg, not prometheus");
     }
 }

@@ -107,3 +107,46 @@ fn status_and_detach_say_what_they_cannot_see() {
     expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
     assert_code_is_original(&t, &["foo"]);
 }
+
+/// `-o FILE` is the results in one format, said by a flag or the file's
+/// name; a file whose name says none, two formats, and a format the
+/// session cannot produce are refused in one line before anything is
+/// touched, and no file is left.
+#[test]
+fn an_output_format_that_cannot_be_is_refused_before_the_attach() {
+    let t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let dir = std::env::temp_dir().join(format!("tp-formats-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = |name: &str| dir.join(name).to_str().unwrap().to_string();
+    for (extra, needle) in [
+        (vec!["-o".to_string(), file("out.dat")], "cannot tell the format of"),
+        (vec!["-o".to_string(), file("out")], "add --format text|json|chrome|folded|svg"),
+        (vec!["-o".to_string(), file("flame.svg")], "a flame graph shows stacks: add --stack"),
+        (vec!["--format".to_string(), "folded".to_string(), "--args".to_string()], "folded output shows stacks"),
+        (vec!["-o".to_string(), file("t.trace.json")], "a Chrome trace shows calls: add --args or --ret"),
+        (vec!["--json".to_string(), "--folded".to_string(), "--stack".to_string()], "two formats (json or folded)"),
+        (
+            vec!["-o".to_string(), file("m.prom")],
+            "`tp attach` writes text, json, chrome, folded or svg, not prometheus",
+        ),
+    ] {
+        let mut args = vec!["attach", "-p", pid.as_str(), "-f", "foo"];
+        args.extend(extra.iter().map(String::as_str));
+        expect_error(&args, needle);
+    }
+    expect_error(
+        &["profile", "-p", &pid, "-f", "foo", "-o", &file("p.svg")],
+        "`tp profile` writes text, json or chrome",
+    );
+    expect_error(&["status", "-o", &file("s.dat")], "cannot tell the format of");
+    let launched = target_path("launched");
+    expect_error(
+        &["run", "-f", "foo", "--json", "--", launched.to_str().unwrap()],
+        "`tp run` writes json results to a file",
+    );
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no file was made");
+    assert!(!has_region(t.pid));
+    assert_code_is_original(&t, &["foo"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
