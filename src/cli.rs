@@ -133,7 +133,9 @@ pub struct AttachArgs {
     pub targets: Targets,
     /// Function to probe: `foo`, `libc:malloc`, a glob such as `'sqlite3_*'` or
     /// `'libz:*'`, an instruction inside one (`foo+0x1a`), or static probes
-    /// (`usdt:provider:name`, globs allowed) (repeat for several).
+    /// (`usdt:provider:name`, globs allowed) (repeat for several). A name or
+    /// glob without a module is looked up in the program first, and in its
+    /// libraries only if the program has none (`'libc:ma*'` names libc's).
     #[arg(short, long = "func", value_name = "NAME", required_unless_present_any = ["addrs", "lines"])]
     pub funcs: Vec<String>,
     /// Address of a function's first instruction, or of one inside it, in hex (repeat for several).

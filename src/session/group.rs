@@ -381,7 +381,8 @@ impl Group {
                 self.end_program(i);
                 let how = self.family.end_of(pid);
                 self.members[i].left = Some(Left::Exited(how));
-                if several || matches!(how, Ended::Signal { .. }) {
+                // One process: the end of the session says it, with the counts.
+                if several {
                     crate::say!("tp: process {pid} {}", how.sentence());
                 }
             }
