@@ -241,8 +241,8 @@ fn main() {
 /// of the plain build, and the `_ext` ones of the build with the frame
 /// pointer reserved (they walk the probed function's frame records, so no
 /// code of the runtime may use that register).
-const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind", "tp_count"];
-const RUNTIME_EXT_FUNCTIONS: &[&str] = &["tp_entry_ext", "tp_exit_ext"];
+const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at"];
+const RUNTIME_EXT_FUNCTIONS: &[&str] = &["tp_entry_ext", "tp_exit_ext", "tp_exit_at_ext"];
 
 /// Compiles src/probe/runtime/runtime.c for the target architecture into
 /// position-independent blobs in OUT_DIR (`tp_entry.bin`, ...), and refuses

@@ -183,6 +183,14 @@ helper_add1:
 	.endm
 	PAIR ret
 
+/* Shorter than the jump: the window takes the alignment padding after it,
+ * which nothing reaches. */
+	.macro body_short
+	lea eax, [rdi + 2]
+	ret
+	.endm
+	PAIR short
+
 /* A call as the window's last instruction: the callee returns to the
  * original code. */
 	.macro body_call
@@ -275,11 +283,17 @@ helper_add1:
 
 /* ---- refusals ---- */
 
-/* Too short for a 5-byte jump. */
+/* Too short for a 5-byte jump, and another function right after it: no
+ * padding to take. */
 FUNC r_too_short
 	xor eax, eax
 	ret
 ENDF r_too_short
+	.globl r_after_short
+	.type r_after_short, @function
+r_after_short:
+	ret
+	.size r_after_short, . - r_after_short
 
 /* Traps and interrupts cannot run out of place. */
 FUNC r_int3

@@ -296,6 +296,58 @@ pub struct SitePlan {
     /// zone) nor of scratch registers, and there is no return address to
     /// replace.
     pub interior: bool,
+    /// The ways out of the function among the window's instructions that
+    /// run (up to the first that leaves the window for good): a detour
+    /// that observes a call's end where it happens records it before each.
+    /// An exit site's window ([`Arch::plan_exits`]) ends with its one; an
+    /// entry's window holds one only in a function shorter than it.
+    pub exits: Vec<ExitInsn>,
+}
+
+/// An instruction by which a call of a function ends (its return, or a jump
+/// out of the function), in a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitInsn {
+    /// Its offset from the window's site.
+    pub offset: u32,
+    /// How it leaves.
+    pub kind: ExitKind,
+}
+
+/// How a call of a function ends at an exit instruction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitKind {
+    /// A return to the caller (x86-64 `ret`; AArch64 `ret`, `retaa`, `retab`).
+    Return,
+    /// A direct jump out of the function: a tail call, whose callee returns
+    /// to the caller.
+    Jump,
+    /// A conditional direct jump out of the function: a tail call when it
+    /// is taken (clang writes `jne f`), and nothing when it is not.
+    CondJump,
+    /// A jump through a register or memory that cannot land inside the
+    /// function: a tail call through a pointer (the GOT, a table of
+    /// functions).
+    IndirectJump,
+}
+
+impl ExitKind {
+    /// True for a tail call: the function leaves no return value of its own.
+    pub fn is_tail_call(self) -> bool {
+        !matches!(self, ExitKind::Return)
+    }
+}
+
+/// The window at one exit of a function ([`Arch::plan_exits`]), or why it
+/// has none.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExitPlan {
+    /// The exit instruction's address.
+    pub at: u64,
+    /// How it leaves.
+    pub kind: ExitKind,
+    /// The window that ends with it.
+    pub plan: Result<SitePlan, Refusal>,
 }
 
 impl SitePlan {
@@ -372,6 +424,10 @@ pub struct RuntimeAddrs {
     /// The return trampoline that calls `tp_exit_ext` (predicates on the
     /// return value, durations kept in the target).
     pub trampoline_ext: u64,
+    /// What the detour at an exit of a function calls before the exit runs
+    /// (the call's end: `tp_exit_at`, `tp_exit_at_ext`), given the word of
+    /// [`DetourSpec::exit_word`].
+    pub exit: u64,
     /// `tp_unwind`.
     pub unwind: u64,
     /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
@@ -416,6 +472,10 @@ pub struct RuntimeBlobs {
     pub entry_ext: &'static [u8],
     /// `tp_exit_ext`.
     pub exit_ext: &'static [u8],
+    /// `tp_exit_at`.
+    pub exit_at: &'static [u8],
+    /// `tp_exit_at_ext`.
+    pub exit_at_ext: &'static [u8],
 }
 
 /// What the hand-written parts of a runtime block (an architecture's fast
@@ -456,6 +516,8 @@ pub struct RuntimeLayout {
     pub frame_tramp: u32,
     /// See [`RuntimeLayout::frame_slot`].
     pub frame_overhead: u32,
+    /// A shadow frame's size, a power of two.
+    pub frame_size: u32,
     /// In a ring slot: the next event to write, the `head` at which the
     /// ring is full as the writer last saw the reader's position, the first
     /// event.
@@ -481,6 +543,17 @@ pub struct RuntimeLayout {
     pub record_entry: u32,
     /// See [`RuntimeLayout::record_entry`].
     pub hijack_return: u32,
+    /// The flags of an entry's word: time the call to its end, seen at the
+    /// function's exits; and of an exit's: a tail call, the runtime's work
+    /// (predicates, durations kept in the target).
+    pub time_call: u32,
+    /// See [`RuntimeLayout::time_call`].
+    pub tail_call: u32,
+    /// See [`RuntimeLayout::time_call`].
+    pub exit_ext: u32,
+    /// How far apart two stack addresses may be and still be taken for
+    /// the same stack.
+    pub stack_span: u64,
     /// An entry event's and an exit event's kind, in an event's probe.
     pub entry_kind: u32,
     /// See [`RuntimeLayout::entry_kind`].
@@ -540,6 +613,28 @@ pub struct DetourSpec {
     /// event probe); None where the probe calls `tp_entry_ext` or returns
     /// through its trampoline, which keep more than the plain ones.
     pub layout: Option<RuntimeLayout>,
+    /// For a probe that sees its calls end at the function's exits: what
+    /// the detour passes to the runtime's exit ([`RuntimeAddrs::exit`])
+    /// before each exit of its window ([`SitePlan::exits`]).
+    pub exit_words: Option<ExitWords>,
+}
+
+/// The words (probe index and flags) a detour passes to the runtime's exit
+/// ([`RuntimeAddrs::exit`]), set by `probe`, which owns the runtime's
+/// interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitWords {
+    /// Before a return.
+    pub ret: u32,
+    /// Before a jump out of the function (a tail call: no return value).
+    pub tail: u32,
+}
+
+impl ExitWords {
+    /// The word before exit `e`.
+    pub fn of(&self, e: ExitInsn) -> u32 {
+        if e.kind.is_tail_call() { self.tail } else { self.ret }
+    }
 }
 
 /// What a detour does beyond counting the hit.
@@ -554,15 +649,18 @@ pub struct Records {
     pub sample: bool,
     /// tp's own probe where a thread starts unwinding: call `tp_unwind`.
     pub unwind: bool,
+    /// The detour of an exit of a function: no count, nothing at an entry;
+    /// the call's end is recorded before the exit runs.
+    pub exit: bool,
 }
 
 impl Records {
     /// Counting only.
-    pub const COUNT: Records = Records { args: false, ret: false, sample: false, unwind: false };
+    pub const COUNT: Records = Records { args: false, ret: false, sample: false, unwind: false, exit: false };
 
     /// True if the detour calls the in-target runtime.
     pub fn calls_runtime(&self) -> bool {
-        self.args || self.ret || self.unwind
+        self.args || self.ret || self.unwind || self.exit
     }
 }
 
@@ -740,6 +838,10 @@ pub type PlanInFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<SitePlan, Refus
 /// [`Arch::plan_at`] as a function pointer.
 pub type PlanAtFn = fn(&[u8], u64, u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
 
+/// [`Arch::plan_exits`] as a function pointer.
+pub type PlanExitsFn =
+    fn(&[u8], u64, &[(u64, u64)], &[u64], &[(u64, u64)], &dyn Image) -> Result<Vec<ExitPlan>, Refusal>;
+
 /// The module around a function, as a planner may read it (runtime
 /// addresses): to follow jump tables and find code addresses that data holds.
 pub trait Image {
@@ -755,6 +857,12 @@ pub trait Image {
     /// computed-goto tables, function pointers): relocation targets, or for
     /// position-dependent files every data word that is a code address.
     fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64>;
+    /// The other parts (`[lo, hi)`) of the function being planned: code
+    /// the compiler split off it (`.cold`), which a jump there does not
+    /// leave.
+    fn other_parts(&self) -> &[(u64, u64)] {
+        &[]
+    }
 }
 
 /// The architecture-specific functions that work on bytes alone, for any
@@ -781,6 +889,8 @@ pub struct Isa {
     pub go_one_instruction_site: fn(&[u8], u64, usize) -> Option<usize>,
     /// [`Arch::plan_at`].
     pub plan_at: PlanAtFn,
+    /// [`Arch::plan_exits`].
+    pub plan_exits: PlanExitsFn,
     /// [`Arch::sdt_argument`].
     pub sdt_argument: fn(&str) -> Result<ArgSpec, String>,
     /// [`Arch::PATCH_LEN`].
@@ -806,6 +916,7 @@ impl Isa {
             go_stack_check: A::go_stack_check,
             go_one_instruction_site: A::go_one_instruction_site,
             plan_at: A::plan_at,
+            plan_exits: A::plan_exits,
             sdt_argument: A::sdt_argument,
             patch_len: A::PATCH_LEN,
         }
@@ -936,6 +1047,30 @@ pub trait Arch {
     ) -> Result<SitePlan, Refusal> {
         let _ = (code, function, site, extra_targets, image);
         Err(Refusal::Interior("tp does not probe inside functions on this architecture"))
+    }
+
+    /// The ways out of a function, each with a window of its own ending
+    /// with it, for return probes that see a call end where it ends (the
+    /// return address stays untouched): `code` at `addr` is one part of the
+    /// function (its body, or a split-off `.cold` part); `parts` is every
+    /// part's range `[lo, hi)`, the entry's first (a jump between parts
+    /// stays inside; a jump to the entry is a call of its own);
+    /// `extra_targets` are the jumps into this part from the others;
+    /// `taken` are the windows planned already in it (the entry's), which
+    /// the exit windows must not overlap and whose own exits their detours
+    /// record. Err if the part does not decode to its end, so that its exits
+    /// cannot all be known; an exit without a window is an [`ExitPlan`]
+    /// whose plan says why.
+    fn plan_exits(
+        code: &[u8],
+        addr: u64,
+        parts: &[(u64, u64)],
+        extra_targets: &[u64],
+        taken: &[(u64, u64)],
+        image: &dyn Image,
+    ) -> Result<Vec<ExitPlan>, Refusal> {
+        let _ = (code, addr, parts, extra_targets, taken, image);
+        Err(Refusal::Unsupported("tp does not patch the exits of functions on this architecture"))
     }
 
     /// Parses one argument of a static probe's note (`-4@%eax`, `8@x0`).

@@ -84,7 +84,7 @@ fn live_sessions(region: &Region) -> BTreeMap<u32, Vec<String>> {
         let live = *running.entry(e.owner).or_insert_with(|| session_is_running(e.owner));
         if e.state() != crate::probe::layout::State::Free && live {
             let names = sessions.entry(e.owner).or_default();
-            if e.state().maybe_patched() && e.kind & crate::probe::layout::kind::UNWIND == 0 {
+            if e.state().maybe_patched() && e.kind & crate::probe::layout::kind::OWN == 0 {
                 names.push(format!("`{}`", e.name()));
             }
         }

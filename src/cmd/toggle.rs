@@ -26,7 +26,7 @@ pub fn run(args: ToggleArgs, on: bool) -> Result<ExitCode> {
     let region = Region::open(args.pid, mapping)?;
     let mut switched = 0;
     for (i, e) in region.entries() {
-        if !e.state().maybe_patched() || e.kind & kind::UNWIND != 0 {
+        if !e.state().maybe_patched() || e.kind & kind::OWN != 0 {
             continue;
         }
         let name = e.name();

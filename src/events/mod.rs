@@ -41,7 +41,8 @@ pub struct RawEvent {
     /// Entry: argument registers (the last two only where the entry had
     /// an event of [`event_kind::ARGS_MORE`] before it, else 0). Exit:
     /// return value, entry counter value, second return register, counter
-    /// ticks tp spent inside the call.
+    /// ticks tp spent inside the call, and nonzero for a tail call (the
+    /// call left by a jump to another function: no return value).
     pub v: [u64; 8],
     /// The words of the stack recorded with it (`--stack`): where they
     /// start in the drain's word buffer and how many there are.
@@ -62,6 +63,12 @@ impl RawEvent {
         let mut v = [0; 8];
         v[..6].copy_from_slice(&e.v);
         Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v, stack: (0, 0) })
+    }
+
+    /// True for an exit by a jump to another function (a tail call), which
+    /// leaves no return value of its own.
+    pub fn tail_call(&self) -> bool {
+        self.kind == Kind::Exit && self.v[4] != 0
     }
 
     /// For exits and unwinds, the counter value at the call's entry.

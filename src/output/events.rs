@@ -42,13 +42,18 @@ pub enum Line<'a> {
         tid: u32,
         /// CLOCK_MONOTONIC ns.
         ts_ns: u64,
-        /// Return value (None: void).
+        /// Return value (None: void, or a tail call).
         ret: Option<&'a Value>,
+        /// The call ended by jumping to another function (a tail call),
+        /// whose own return goes to this call's caller: it has no return
+        /// value of its own.
+        tail_call: bool,
         /// Duration, ns.
         duration_ns: u64,
     },
-    /// An exception started unwinding while the call was active: its return,
-    /// if it had one (the call may have caught the exception), is not traced.
+    /// The call ended without a return tp saw: an exception or a longjmp
+    /// passed through it (with return addresses replaced: an exception
+    /// started unwinding while it was active, and it may have caught it).
     Unwound {
         /// The probe.
         info: &'a ProbeInfo,
@@ -99,8 +104,12 @@ pub fn write(
         (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
             writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
         }
-        (Style::Text, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
-            let ret = ret.map_or(String::new(), |v| format!(" → {}", v.text()));
+        (Style::Text, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => {
+            let ret = match (ret, tail_call) {
+                (_, true) => " ↷ tail call".to_string(),
+                (Some(v), false) => format!(" → {}", v.text()),
+                (None, false) => String::new(),
+            };
             writeln!(
                 out,
                 "{:>12.6}{pid_col} {tid:>7} {}{ret}  {}",
@@ -111,7 +120,7 @@ pub fn write(
         }
         (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
             out,
-            "{:>12.6}{pid_col} {tid:>7} {} ↯ exception: return not traced  {}",
+            "{:>12.6}{pid_col} {tid:>7} {} ↯ left without a return tp saw (an exception, a longjmp)  {}",
             secs(*ts_ns),
             text(&info.name),
             duration(*duration_ns)
@@ -124,10 +133,10 @@ pub fn write(
             };
             writeln!(out, "{}", o.finish())
         }
-        (Style::Json, Line::Exit { info, tid, ts_ns, ret, duration_ns }) => {
+        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => {
             let ret = ret.map_or("null".to_string(), json::value);
-            let o = common("exit", info, *tid, *ts_ns).raw("ret", &ret).num("duration_ns", duration_ns);
-            writeln!(out, "{}", o.finish())
+            let o = common("exit", info, *tid, *ts_ns).raw("ret", &ret).num("tail_call", tail_call);
+            writeln!(out, "{}", o.num("duration_ns", duration_ns).finish())
         }
         (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => {
             writeln!(out, "{}", common("unwound", info, *tid, *ts_ns).num("duration_ns", duration_ns).finish())
@@ -164,8 +173,14 @@ mod tests {
         let args = [("n".to_string(), Value::Int(5)), ("name".to_string(), Value::Str(1, Some("x".into())))];
         let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args, stack: None };
         assert_eq!(text(Style::Text, &entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
-        let exit =
-            Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: Some(&Value::Int(42)), duration_ns: 1230 };
+        let exit = Line::Exit {
+            info: &i,
+            tid: 77,
+            ts_ns: 2_500_001_230,
+            ret: Some(&Value::Int(42)),
+            tail_call: false,
+            duration_ns: 1230,
+        };
         assert_eq!(text(Style::Text, &exit), "    1.500001      77 foo → 42  1.23µs\n");
         assert_eq!(text(Style::Quiet, &exit), "");
     }
@@ -173,7 +188,8 @@ mod tests {
     #[test]
     fn lines_of_several_processes_name_the_process() {
         let i = info();
-        let exit = Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, duration_ns: 1230 };
+        let exit =
+            Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, tail_call: false, duration_ns: 1230 };
         let mut v = Vec::new();
         write(&mut v, Style::Text, 1_000_000_000, (4242, true), &exit).unwrap();
         assert_eq!(String::from_utf8(v).unwrap(), "    1.500001    4242      77 foo  1.23µs\n");
@@ -192,11 +208,14 @@ mod tests {
             text(Style::Json, &entry),
             "{\"type\":\"entry\",\"pid\":42,\"tid\":7,\"ts_ns\":10,\"func\":\"foo\",\"module\":\"m\",\"args\":{\"n\":5},\"stack\":null}\n"
         );
-        let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, duration_ns: 10 };
+        let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: false, duration_ns: 10 };
         assert_eq!(
             text(Style::Json, &exit),
-            "{\"type\":\"exit\",\"pid\":42,\"tid\":7,\"ts_ns\":20,\"func\":\"foo\",\"module\":\"m\",\"ret\":null,\"duration_ns\":10}\n"
+            "{\"type\":\"exit\",\"pid\":42,\"tid\":7,\"ts_ns\":20,\"func\":\"foo\",\"module\":\"m\",\"ret\":null,\"tail_call\":false,\"duration_ns\":10}\n"
         );
+        let tail = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: true, duration_ns: 10 };
+        assert!(text(Style::Json, &tail).contains("\"ret\":null,\"tail_call\":true,"));
+        assert!(text(Style::Text, &tail).contains("foo ↷ tail call  10ns"), "{}", text(Style::Text, &tail));
     }
 
     #[test]

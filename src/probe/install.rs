@@ -33,7 +33,7 @@ use super::region::create::create_region;
 use super::{Request, arena, runtime, runtime_calls, semaphore, shadow, threads};
 use crate::addr::RegionOffset;
 use crate::arch::{
-    Arch, Detour, DetourSpec, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey, TidOffset,
+    Arch, Detour, DetourSpec, ExitWords, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey, TidOffset,
 };
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
@@ -50,6 +50,8 @@ pub struct Installed {
     pub request: Request,
     /// Where its detour is.
     pub detour: u64,
+    /// The entries of the sites at its function's exits ([`Request::exits`]).
+    pub exits: Vec<u32>,
 }
 
 /// What an install did.
@@ -82,11 +84,22 @@ impl Prepared {
     /// and made the probes live (built after the threads run again).
     pub fn done(self, moved_threads: usize) -> (Region, Report) {
         let Prepared { region, requests, placed, created_region, .. } = self;
-        let installed = requests
-            .into_iter()
-            .zip(&placed)
-            .map(|(request, p)| Installed { index: p.index, request, detour: p.at })
-            .collect();
+        let mut installed: Vec<Installed> = Vec::new();
+        // Where each site's probe went among `installed`.
+        let mut probe_of: Vec<usize> = Vec::with_capacity(placed.len());
+        for (request, p) in requests.into_iter().zip(&placed) {
+            match request.parent {
+                Some(parent) => {
+                    let k = probe_of[parent];
+                    installed[k].exits.push(p.index);
+                    probe_of.push(k);
+                }
+                None => {
+                    probe_of.push(installed.len());
+                    installed.push(Installed { index: p.index, request, detour: p.at, exits: Vec::new() });
+                }
+            }
+        }
         (region, Report { installed, moved_threads, created_region })
     }
 }
@@ -118,7 +131,7 @@ pub fn prepare(
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
-    let requests = &arena::choose_forms(&maps, region.as_ref(), requests)?;
+    let requests = &sites_of(&arena::choose_forms(&maps, region.as_ref(), requests)?);
     let under = match (&region, opts.take_over) {
         (Some(r), true) => bytes_under(r, requests)?,
         (Some(r), false) => {
@@ -171,6 +184,32 @@ pub fn prepare(
             Err(undo_mappings(&mut caller, e))
         }
     }
+}
+
+/// The sites to patch for `requests`: each request's own, then, for a probe
+/// that sees its calls end at the function's exits, one per exit of
+/// [`Request::exits`] (kind [`kind::EXIT`], with what its exit records of
+/// the probe's kind, and `parent` the function's site).
+fn sites_of(requests: &[Request]) -> Vec<Request> {
+    let mut sites = Vec::with_capacity(requests.len());
+    for req in requests {
+        let parent = sites.len();
+        sites.push(Request { exits: Vec::new(), ..req.clone() });
+        for plan in &req.exits {
+            sites.push(Request {
+                plan: plan.clone(),
+                long: Err(Refusal::Interior("an exit's window has no long form")),
+                kind: kind::EXIT | (req.kind & (kind::FILTER_EXIT | kind::AGGREGATE)),
+                operands: None,
+                semaphore: None,
+                config: Default::default(),
+                exits: Vec::new(),
+                parent: Some(parent),
+                ..req.clone()
+            });
+        }
+    }
+    sites
 }
 
 /// Unmaps what `caller` mapped in a transaction that failed with `err`;
@@ -477,13 +516,32 @@ fn kinds_of(requests: &[Request]) -> u32 {
 
 /// What a detour of `k` (bits of [`kind`]) does beyond counting.
 pub fn records_of(k: u32) -> Records {
+    if k & kind::EXIT != 0 {
+        return Records { exit: true, ..Records::COUNT };
+    }
     Records {
         // The runtime is called at entry for a stack or a count by value too.
         args: k & (kind::ARGS | kind::STACK | kind::BY) != 0,
         ret: k & kind::RET != 0,
         sample: k & kind::SAMPLE != 0,
         unwind: k & kind::UNWIND != 0,
+        exit: false,
     }
+}
+
+/// The words the detour of site `req` (entry `index`) passes to the
+/// runtime's exit before the exits of its window: its probe (its own, or
+/// its function's for an exit's site, whose entry is `parent`) and the
+/// flags that make the exit the runtime's work. None for a probe that does
+/// not see its calls end at the function's exits.
+fn exit_words_of(req: &Request, index: u32, parent: Option<u32>) -> Option<ExitWords> {
+    let probe = match parent {
+        Some(p) => p,
+        None if req.kind & kind::AT_EXITS != 0 => index,
+        None => return None,
+    };
+    let ret = probe | (layout::entry_word(0, req.kind) & layout::entry_flags::EXIT_EXT);
+    Some(ExitWords { ret, tail: ret | layout::entry_flags::TAIL_CALL })
 }
 
 /// The configuration written for probe `index` of `req`: the request's,
@@ -516,8 +574,16 @@ pub fn fast_entry_for(k: u32) -> bool {
     k & (kind::FILTER | kind::STACK | kind::BY | kind::FILTER_EXIT | kind::AGGREGATE) == 0
 }
 
-/// Where probe `index`'s detour finds its flag, counters and runtime.
-fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Option<RuntimeAddrs>) -> DetourSpec {
+/// Where probe `index`'s detour finds its flag, counters and runtime;
+/// `parent` is the entry of its function's probe, for an exit's site.
+fn spec_for(
+    region: &Region,
+    h: &Header,
+    index: u32,
+    req: &Request,
+    runtime: Option<RuntimeAddrs>,
+    parent: Option<u32>,
+) -> DetourSpec {
     let kind = req.kind;
     let runtime = runtime.map(|rt| runtime_for(kind, rt));
     DetourSpec {
@@ -535,6 +601,7 @@ fn spec_for(region: &Region, h: &Header, index: u32, req: &Request, runtime: Opt
         return_saved_below: req.return_saved_below,
         operands: req.operands,
         layout: fast_entry_for(kind).then(|| runtime::layout_of(h)),
+        exit_words: exit_words_of(req, index, parent),
     }
 }
 
@@ -567,11 +634,12 @@ fn write_detours(
 
     // Detours: reuse an identical one left by an earlier session, or append a new one.
     let progress = Progress::new(requests.len() as u64, "writing detours");
-    let mut placed = Vec::new();
+    let mut placed: Vec<Placed> = Vec::new();
     for (k, req) in requests.iter().enumerate() {
         progress.inc();
         caller.serve()?;
-        if let Some(p) = reuse(region, mem, req, &h, inactive.get_mut(&req.plan.site))? {
+        let parent = req.parent.map(|p| placed[p].index);
+        if let Some(p) = reuse(region, mem, req, &h, inactive.get_mut(&req.plan.site), parent)? {
             placed.push(p);
             continue;
         }
@@ -580,7 +648,7 @@ fn write_detours(
             bail!("tp's data region in process {pid} is full ({} probes); run `tp detach -p {pid}` first", h.capacity);
         }
         let index = h.count;
-        let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, requests.len() - k)?;
+        let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, parent, requests.len() - k)?;
         mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
         crate::fault::point("after-detour-write");
         h.count += 1;
@@ -592,6 +660,7 @@ fn write_detours(
 
     // Entries, recorded before any site changes.
     region.zero_hits_of(&placed.iter().map(|p| p.index).collect::<Vec<_>>())?;
+    let parents: Vec<u32> = placed.iter().map(|p| p.index).collect();
     for (req, p) in requests.iter().zip(&mut placed) {
         caller.serve()?;
         let mut e = Entry::free();
@@ -612,6 +681,7 @@ fn write_detours(
         e.set_name(&req.function.name);
         e.set_module(&req.function.module);
         e.semaphore = req.semaphore.unwrap_or(0);
+        e.parent = req.parent.map_or(0, |k| parents[k]);
         region.set_budget(p.index, opts.sample_budget)?;
         region.set_config(p.index, &config_for(req, p.index))?;
         region.set_enabled(p.index, true)?;
@@ -631,6 +701,7 @@ fn reuse(
     req: &Request,
     h: &Header,
     candidates: Option<&mut Vec<(u32, Entry)>>,
+    parent: Option<u32>,
 ) -> Result<Option<Placed>> {
     let Some(candidates) = candidates else { return Ok(None) };
     for k in 0..candidates.len() {
@@ -646,7 +717,7 @@ fn reuse(
                 _ => continue,
             }
         };
-        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req, runtime)) else {
+        let Ok(detour) = Host::build_detour(&req.plan, e.detour, &spec_for(region, h, i, req, runtime, parent)) else {
             continue;
         };
         if detour.bytes.len() == e.detour_len as usize && mem.read_vec(e.detour, detour.bytes.len())? == detour.bytes {
@@ -679,6 +750,7 @@ fn place_detour(
     h: &mut Header,
     req: &Request,
     index: u32,
+    parent: Option<u32>,
     remaining: usize,
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
@@ -734,7 +806,7 @@ fn place_detour(
             (_, r) => (r, a.addr + a.used),
         };
         let runtime = needs_runtime.then(|| runtime_addrs(region, runtime_at));
-        let spec = spec_for(region, h, index, req, runtime);
+        let spec = spec_for(region, h, index, req, runtime, parent);
         let detour = Host::build_detour(&req.plan, at, &spec).map_err(refused)?;
         if at + detour.bytes.len() as u64 > a.addr + a.size {
             slot += 1;
@@ -788,7 +860,16 @@ mod tests {
 
     #[test]
     fn only_plain_probes_call_the_fast_entry() {
-        let rt = RuntimeAddrs { entry: 1, trampoline: 2, entry_ext: 3, trampoline_ext: 4, unwind: 5, count: 6, ctx: 8 };
+        let rt = RuntimeAddrs {
+            entry: 1,
+            trampoline: 2,
+            entry_ext: 3,
+            trampoline_ext: 4,
+            exit: 7,
+            unwind: 5,
+            count: 6,
+            ctx: 8,
+        };
         assert_eq!(runtime_for(kind::ARGS | kind::RET, rt), rt);
         assert_eq!(runtime_for(kind::COUNT, rt), rt);
         assert!(fast_entry_for(kind::ARGS | kind::RET));

@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 13;
+pub const VERSION: u32 = 14;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -531,10 +531,12 @@ pub const ENTRY_REGS: usize = 6;
 /// where the flags ([`entry_flags`]) sit in the word passed to `tp_entry`:
 /// above the probe index.
 pub const KIND_SHIFT: u32 = 24;
-/// The probe index in [`Event::probe`] and in the word passed to `tp_entry`
-/// (whose top bit below the kind is [`entry_flags::RECORD_MORE`]: no
-/// index reaches it, [`MAX_CAPACITY`] being far smaller).
-pub const PROBE_MASK: u32 = (1 << (KIND_SHIFT - 1)) - 1;
+/// The probe index in [`Event::probe`] and in the words passed to
+/// `tp_entry` and the exit (whose top bits below the kind are
+/// [`entry_flags::RECORD_MORE`], [`entry_flags::TIME_CALL`] and
+/// [`entry_flags::TAIL_CALL`]: no index reaches them, [`MAX_CAPACITY`]
+/// being far smaller).
+pub const PROBE_MASK: u32 = (1 << (KIND_SHIFT - 3)) - 1;
 
 /// Event kinds (the top byte of [`Event::probe`]).
 pub mod event_kind {
@@ -556,6 +558,12 @@ pub mod event_kind {
 
 /// Words of a stack one [`Event`] of kind [`event_kind::STACK`] carries.
 pub const STACK_WORDS_PER_EVENT: u32 = 7;
+/// How far apart two stack addresses may be and still be taken for the
+/// same stack: a shadow frame deeper than a call that returns, or at or
+/// below one that begins, on the same stack, is dead; one farther away may
+/// live on another stack (a coroutine's, a signal stack).
+pub const STACK_SPAN: u64 = 8 << 20;
+
 /// The most return addresses a frame-pointer walk records.
 pub const MAX_STACK_DEPTH: u32 = 127;
 /// The most bytes of the stack's top an event copies for tp to unwind.
@@ -805,6 +813,16 @@ pub mod entry_flags {
     /// and the function may have more than six. Below the other flags,
     /// in the probe index's top bit, which no index uses.
     pub const RECORD_MORE: u32 = 1 << (super::KIND_SHIFT - 1);
+    /// Time the call to its end, which the detours at the function's exits
+    /// see ([`super::kind::AT_EXITS`]): a shadow frame keyed by where the
+    /// return address is, which stays untouched.
+    pub const TIME_CALL: u32 = 1 << (super::KIND_SHIFT - 2);
+    /// In the word an exit's detour passes: the exit is a tail call (a
+    /// jump out of the function), which leaves no return value.
+    pub const TAIL_CALL: u32 = 1 << (super::KIND_SHIFT - 3);
+    /// The flags of an exit's word that make it the runtime's work (a
+    /// predicate on the return value, durations kept in the target).
+    pub const EXIT_EXT: u32 = FILTER_EXIT | AGGREGATE;
 }
 
 /// The constants runtime.c shares, by the names build.rs gives them in its
@@ -861,7 +879,11 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGG_PROBES", AGG_PROBES as u64),
     ("TP_AGG_BY_BITS", AGG_BY_BITS as u64),
     ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
+    ("TP_STACK_SPAN", STACK_SPAN),
     ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),
+    ("TP_TIME_CALL", entry_flags::TIME_CALL as u64),
+    ("TP_TAIL_CALL", entry_flags::TAIL_CALL as u64),
+    ("TP_EXIT_EXT", entry_flags::EXIT_EXT as u64),
     ("TP_CLAIMED_WORDS", CLAIMED_WORDS as u64),
     ("TP_TID_CANDIDATES", TID_CANDIDATES as u64),
     ("TP_THREADS_OFF", THREADS_OFF),
@@ -916,7 +938,9 @@ const _: () = assert!(
         | entry_flags::FILTER_EXIT
         | entry_flags::AGGREGATE
         | entry_flags::BY
-        | entry_flags::RECORD_MORE)
+        | entry_flags::RECORD_MORE
+        | entry_flags::TIME_CALL
+        | entry_flags::TAIL_CALL)
         & PROBE_MASK
         == 0
 );
@@ -1036,8 +1060,18 @@ pub mod kind {
     /// registers than six, as AArch64 passes (eight), and its entries
     /// record them too.
     pub const ARGS_MORE: u32 = 512;
+    /// With [`RET`] or [`SAMPLE`]: the call's end is seen by detours at
+    /// the function's exits (its returns and the jumps out of it), each an
+    /// entry of kind [`EXIT`]; the return address is never replaced.
+    pub const AT_EXITS: u32 = 1024;
+    /// The detour at one exit of the function of probe [`super::Entry::parent`]:
+    /// it records that probe's calls ending there. No count of its own.
+    pub const EXIT: u32 = 2048;
     /// Whatever makes a probe call the runtime at a function's entry.
     pub const CALLS_AT_ENTRY: u32 = ARGS | RET | STACK | BY;
+    /// Entries that are tp's own, not probes the user asked for: the
+    /// unwinder probes and the exits' sites.
+    pub const OWN: u32 = UNWIND | EXIT;
 }
 
 /// The word a detour passes to the runtime's `tp_entry` for probe `index`
@@ -1047,7 +1081,9 @@ pub fn entry_word(index: u32, k: u32) -> u32 {
     if k & kind::ARGS != 0 {
         word |= entry_flags::RECORD_ENTRY;
     }
-    if k & kind::RET != 0 {
+    if k & (kind::RET | kind::SAMPLE) != 0 && k & kind::AT_EXITS != 0 {
+        word |= entry_flags::TIME_CALL;
+    } else if k & kind::RET != 0 {
         word |= entry_flags::HIJACK_RETURN;
     }
     if k & kind::SAMPLE != 0 {
@@ -1097,7 +1133,9 @@ pub struct Entry {
     /// The function's name, NUL-terminated.
     pub name: [u8; 96],
     /// The module's file name, NUL-terminated.
-    pub module: [u8; 60],
+    pub module: [u8; 56],
+    /// For an exit site ([`kind::EXIT`]): the probe whose calls end there.
+    pub parent: u32,
     /// A static probe's semaphore (a u16 in the target), 0 for none. Each
     /// process where the site holds the patch holds one increment of it:
     /// made before the patch, taken back after the restore.
@@ -1125,7 +1163,8 @@ impl Entry {
             original: [0; 24],
             patch: [0; 24],
             name: [0; 96],
-            module: [0; 60],
+            module: [0; 56],
+            parent: 0,
             semaphore: 0,
         }
     }

@@ -61,4 +61,12 @@ pub struct Request {
     /// What it records beyond its kind: predicates, the argument counted
     /// by, the stack (written to the region before the probe goes live).
     pub config: layout::ProbeConfig,
+    /// For a probe that sees its calls end at the function's exits
+    /// ([`layout::kind::AT_EXITS`]): the window at each exit the entry's
+    /// window does not hold ([`crate::arch::Arch::plan_exits`]).
+    pub exits: Vec<SitePlan>,
+    /// For an exit's site (of kind [`layout::kind::EXIT`], made by the
+    /// install from [`Request::exits`]): the position of its function's
+    /// request among the sites installed together.
+    pub parent: Option<usize>,
 }

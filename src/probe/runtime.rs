@@ -20,6 +20,8 @@ pub fn blobs() -> RuntimeBlobs {
         count: include_bytes!(concat!(env!("OUT_DIR"), "/tp_count.bin")),
         entry_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_entry_ext.bin")),
         exit_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_ext.bin")),
+        exit_at: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at.bin")),
+        exit_at_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at_ext.bin")),
     }
 }
 
@@ -42,6 +44,7 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         frame_probe: u(offset_of!(Frame, probe)),
         frame_tramp: u(offset_of!(Frame, tramp)),
         frame_overhead: u(offset_of!(Frame, overhead)),
+        frame_size: u(size_of::<Frame>()),
         slot_head: u(offset_of!(SlotHead, head)),
         slot_limit: u(offset_of!(SlotHead, limit)),
         slot_ring: u(size_of::<SlotHead>()),
@@ -53,6 +56,10 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         probe_mask: layout::PROBE_MASK,
         record_entry: entry_flags::RECORD_ENTRY,
         hijack_return: entry_flags::HIJACK_RETURN,
+        time_call: entry_flags::TIME_CALL,
+        tail_call: entry_flags::TAIL_CALL,
+        exit_ext: entry_flags::EXIT_EXT,
+        stack_span: layout::STACK_SPAN,
         entry_kind: (event_kind::ENTRY as u32) << layout::KIND_SHIFT,
         exit_kind: (event_kind::EXIT as u32) << layout::KIND_SHIFT,
     }

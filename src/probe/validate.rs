@@ -38,7 +38,9 @@ const KINDS: u32 = kind::COUNT
     | kind::FILTER_EXIT
     | kind::AGGREGATE
     | kind::BY
-    | kind::ARGS_MORE;
+    | kind::ARGS_MORE
+    | kind::AT_EXITS
+    | kind::EXIT;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is
@@ -187,6 +189,11 @@ pub fn entry(e: &Entry, h: &Header) -> Result<(), String> {
             && !arenas.iter().any(|a| overlaps(e.semaphore, 2, a.addr, a.size)));
     if !semaphore_ok {
         return Err(format!("semaphore {:#x}", e.semaphore));
+    }
+    // An exit's site names its function's probe, which tp wrote before it.
+    let parent_ok = if e.kind & kind::EXIT != 0 { e.parent < h.count.min(h.capacity) } else { e.parent == 0 };
+    if !parent_ok {
+        return Err(format!("parent {}", e.parent));
     }
     string(&e.name).map_err(|why| format!("function name {why}"))?;
     string(&e.module).map_err(|why| format!("module name {why}"))?;

@@ -393,12 +393,12 @@ impl Attached {
     /// each is stopped for it), and, where nothing else uses them, unmaps
     /// tp's memory. tp's own unwinder probes go with the last return probe.
     pub fn detach(&self) -> Result<Detached> {
-        let mine: Vec<u32> = self.probes.iter().map(|p| p.index).collect();
+        let mine: Vec<u32> = self.probes.iter().flat_map(|p| std::iter::once(p.index).chain(p.exits.clone())).collect();
         let owner = self.owner;
-        // The unwinder probes serve every return probe: they stay while
-        // another session's (or kept ones) remain.
+        // The unwinder probes serve every return probe that replaces return
+        // addresses: they stay while another session's (or kept ones) remain.
         let keep_unwinders = self.region.entries().iter().any(|(i, e)| {
-            e.state().maybe_patched() && e.kind & kind::RET != 0 && !(mine.contains(i) && e.owner == owner)
+            e.state().maybe_patched() && replaces_returns(e.kind) && !(mine.contains(i) && e.owner == owner)
         });
         let select = |i: u32, e: &crate::probe::layout::Entry| {
             if e.kind & kind::UNWIND != 0 {
@@ -435,10 +435,9 @@ fn batch(
     what: &Selection,
     existing: Option<&Region>,
 ) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
-    let k = what.kind;
     let notes = resolved.notes;
     let mut requests = resolved.requests;
-    if k & kind::RET != 0 {
+    if requests.iter().any(|r| replaces_returns(r.kind)) {
         requests.extend(unwind::unwinder_requests(modules, existing)?);
     }
     let predicate = what
@@ -584,6 +583,13 @@ pub fn filtered(region: &Region, index: u32, k: u32, hits: u64) -> (u64, Option<
         0 => (hits, None),
         _ => (region.matched(index), Some(hits)),
     }
+}
+
+/// True for a probe of kind `k` that sees its calls end by replacing their
+/// return addresses (not at the function's exits): the unwinder probes
+/// serve it.
+fn replaces_returns(k: u32) -> bool {
+    k & (kind::RET | kind::SAMPLE) != 0 && k & kind::AT_EXITS == 0
 }
 
 /// True if `owner` is a tp process that is still running (not this one).

@@ -81,7 +81,7 @@ pub fn summary(pid: i32) -> Result<Summary> {
     let live: Vec<_> = region
         .entries()
         .into_iter()
-        .filter(|(_, e)| e.state().maybe_patched() && e.kind & crate::probe::layout::kind::UNWIND == 0)
+        .filter(|(_, e)| e.state().maybe_patched() && e.kind & crate::probe::layout::kind::OWN == 0)
         .collect();
     let hits = region.hits_of(&live.iter().map(|(i, _)| *i).collect::<Vec<_>>());
     let probes = live

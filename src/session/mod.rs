@@ -26,6 +26,7 @@ pub mod observe;
 pub mod profile;
 pub mod resolve;
 pub mod results;
+pub mod returns;
 pub mod run;
 pub mod targets;
 pub mod tracer;

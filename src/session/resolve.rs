@@ -12,6 +12,8 @@ use crate::progress::Progress;
 use crate::symbols::verdict::{go_code, verdict, verdict_at};
 use crate::symbols::{Found, Function, Module, ProcessModules, Site, Usdt};
 
+use super::returns;
+
 /// The outcome of resolving and planning.
 #[derive(Debug)]
 pub struct Resolved {
@@ -177,9 +179,11 @@ pub fn plan_found(
 ) -> Result<Resolved> {
     let balanced = |plan: SitePlan| balanced(plan, shadow);
     let progress = Progress::new(found.len() as u64, "planning probes");
+    let forms = returns::Forms::of(modules);
     let mut requests = Vec::new();
     let mut refused = Vec::new();
     let mut counted_only = Vec::new();
+    let mut return_notes = Vec::new();
     for Found { module, function, explicit, site } in found {
         progress.inc();
         let m = modules.get(module)?;
@@ -230,8 +234,15 @@ pub fn plan_found(
                     continue;
                 }
                 let function = Function { name: label, ..function };
-                let return_saved_below =
-                    if kind & (kind::RET | kind::SAMPLE) != 0 { m.return_saved_below(&function) } else { None };
+                let (kind, exits, note) = returns::choose(m, &function, &plan, kind, forms);
+                if let Some(note) = note {
+                    return_notes.push((note, kind));
+                }
+                let return_saved_below = if kind & (kind::RET | kind::SAMPLE) != 0 && kind & kind::AT_EXITS == 0 {
+                    m.return_saved_below(&function)
+                } else {
+                    None
+                };
                 requests.push(Request {
                     long,
                     function,
@@ -243,6 +254,8 @@ pub fn plan_found(
                     operands,
                     semaphore,
                     config: Default::default(),
+                    exits,
+                    parent: None,
                 })
             }
             Err(r) if explicit => {
@@ -252,7 +265,7 @@ pub fn plan_found(
             Err(r) => refused.push((Function { name: label, ..function }, r)),
         }
     }
-    let mut notes = Vec::new();
+    let mut notes = returns::lines(&return_notes);
     if !counted_only.is_empty() {
         let names: Vec<String> = counted_only.iter().take(4).map(|n| format!("`{}`", crate::escape::text(n))).collect();
         let more = if counted_only.len() > 4 { format!(" and {} more", counted_only.len() - 4) } else { String::new() };

@@ -288,7 +288,8 @@ impl Tracer {
                 let span_ns = self.clock.duration_ns(ev.entry_tsc(), ev.tsc);
                 let start_ns = self.clock.ns(ev.entry_tsc());
                 let unwound = ev.kind == Kind::Unwound;
-                let ret = if unwound { None } else { format::ret(info, ev.v[0], &read) };
+                let tail_call = !unwound && ev.tail_call();
+                let ret = if unwound || tail_call { None } else { format::ret(info, ev.v[0], &read) };
                 if unwound {
                     lines::write(
                         out,
@@ -299,7 +300,7 @@ impl Tracer {
                     )?;
                 } else {
                     self.latency[i].add(duration_ns);
-                    let line = Line::Exit { info, tid: ev.tid, ts_ns, ret: ret.as_ref(), duration_ns };
+                    let line = Line::Exit { info, tid: ev.tid, ts_ns, ret: ret.as_ref(), tail_call, duration_ns };
                     lines::write(out, self.style, self.origin_ns, pid, &line)?;
                 }
                 if let Some(c) = &mut chrome {
@@ -309,6 +310,7 @@ impl Tracer {
                     let extra = match (&ret, unwound) {
                         (_, true) => "\"unwound\":true".to_string(),
                         (Some(v), false) => format!("\"ret\":{}", json::value(v)),
+                        (None, false) if tail_call => "\"tail_call\":true".to_string(),
                         (None, false) => String::new(),
                     };
                     let sep = if extra.is_empty() { "" } else { sep };

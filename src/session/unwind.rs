@@ -105,6 +105,8 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             operands: None,
                             semaphore: None,
                             config: Default::default(),
+                            exits: Vec::new(),
+                            parent: None,
                         });
                         true
                     }

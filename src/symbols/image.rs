@@ -19,7 +19,7 @@ pub struct CodeFacts {
 }
 
 /// `elf` loaded at `bias`, with its [`CodeFacts`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct ElfImage<'a> {
     /// The file.
     pub elf: &'a ElfFile,
@@ -27,6 +27,9 @@ pub struct ElfImage<'a> {
     pub bias: Bias,
     /// What was read of it.
     pub facts: &'a CodeFacts,
+    /// The other parts of the function being planned (`[lo, hi)`, runtime
+    /// addresses): its `.cold` parts.
+    pub parts: Vec<(u64, u64)>,
 }
 
 impl CodeFacts {
@@ -118,6 +121,10 @@ impl Image for ElfImage<'_> {
         self.facts.absolute_code
     }
 
+    fn other_parts(&self) -> &[(u64, u64)] {
+        &self.parts
+    }
+
     fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
         let file = |a: u64| self.bias.file(RuntimeAddr(a)).0;
         let (lo, hi) = (file(lo), file(hi));
@@ -140,7 +147,7 @@ mod tests {
         let elf = ElfFile::open(&p, &p).unwrap();
         let isa = Isa::for_machine(elf.machine);
         let facts = CodeFacts::of(&elf, isa);
-        let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts };
+        let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts, parts: Vec::new() };
         if !isa.unwrap().plans_with_image {
             // The host's planner reads no module: nothing of it is read.
             assert!(image.absolute_code() && image.stored_targets(0, u64::MAX).is_empty());

@@ -63,6 +63,16 @@ pub struct Function {
 /// of the direct branches in the split-off parts `name.cold*` of a function.
 pub fn cold_targets(elf: &ElfFile, bias: Bias, name: &str, addr: RuntimeAddr, size: u64, isa: Isa) -> Vec<u64> {
     let RuntimeAddr(addr) = addr;
+    cold_parts(elf, bias, name)
+        .into_iter()
+        .flat_map(|(at, code)| (isa.branch_targets)(code, at))
+        .filter(|&t| t >= addr && t < addr + size)
+        .collect()
+}
+
+/// The split-off parts `name.cold*` of a function: each one's runtime
+/// address (`bias` applied) and code.
+pub fn cold_parts<'a>(elf: &'a ElfFile, bias: Bias, name: &str) -> Vec<(u64, &'a [u8])> {
     let is_cold_part = |sym: &str| {
         sym.strip_prefix(name)
             .and_then(|rest| rest.strip_prefix(".cold"))
@@ -73,8 +83,6 @@ pub fn cold_targets(elf: &ElfFile, bias: Bias, name: &str, addr: RuntimeAddr, si
         .map(|&i| &elf.functions[i])
         .filter(|s| is_cold_part(&s.name))
         .filter_map(|s| Some((bias.runtime(s.addr).0, elf.bytes_at(s.addr, s.size)?)))
-        .flat_map(|(at, code)| (isa.branch_targets)(code, at))
-        .filter(|&t| t >= addr && t < addr + size)
         .collect()
 }
 

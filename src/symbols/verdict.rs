@@ -14,9 +14,9 @@
 use super::entries::Entries;
 use super::golang::{self, GoModule};
 use super::image::{CodeFacts, ElfImage};
-use super::{Function, Module, cold_targets};
+use super::{Function, Module, cold_parts, cold_targets};
 use crate::addr::{Bias, RuntimeAddr};
-use crate::arch::{Isa, Refusal, SitePlan};
+use crate::arch::{ExitPlan, Isa, Refusal, SitePlan};
 
 /// The verdict on function `f` of `m` for instruction set `isa`: its plan,
 /// or why it cannot be probed. `attach` and `list-probes` both ask this.
@@ -46,6 +46,21 @@ pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     m.planner().plan_at(m, f, code, at, isa)
+}
+
+/// The windows at the exits of function `f` of `m`, whose entry's window
+/// is `entry` ([`crate::arch::Arch::plan_exits`], over its body and its
+/// split-off parts, each window checked as an entry's is): for a return
+/// probe that sees a call end where it ends. Err if its exits cannot all be
+/// known (code that does not decode).
+pub fn exits(m: &Module, f: &Function, entry: &SitePlan, isa: Isa) -> Result<Vec<ExitPlan>, Refusal> {
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
+    m.planner().plan_exits(m, f, code, entry, isa)
+}
+
+/// The `.cold` parts of `f` of `m`, `[lo, hi)` at run time.
+fn cold_ranges(m: &Module, f: &Function) -> Vec<(u64, u64)> {
+    cold_parts(&m.elf, f.bias, &f.symbol).iter().map(|&(at, c)| (at, at + c.len() as u64)).collect()
 }
 
 /// If `f` of `m` is Go code, what its plan was built on.
@@ -121,7 +136,7 @@ impl Planner {
             Some(g) => (isa.go_one_instruction_site)(code, f.addr.0, g.stack_check).ok_or(Refusal::GoPreemptible)?,
         };
         let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts };
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
         let mut plan = (isa.plan_in)(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
         if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
             return Err(Refusal::GoPreemptible);
@@ -155,7 +170,7 @@ impl Planner {
             ));
         }
         let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts };
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
         let mut plan = (isa.plan_at)(code, f.addr.0, at.0, &extra, &image)?;
         if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
             return Err(Refusal::GoPreemptible);
@@ -163,6 +178,50 @@ impl Planner {
         plan.function = f.addr.0;
         self.entries.check(&m.elf, &plan, f.bias)?;
         Ok(plan)
+    }
+
+    /// The windows at the exits of `f` of `m`, whose bytes are `code` and
+    /// whose entry's window is `entry`: see [`exits`].
+    pub fn plan_exits(
+        &self,
+        m: &Module,
+        f: &Function,
+        code: &[u8],
+        entry: &SitePlan,
+        isa: Isa,
+    ) -> Result<Vec<ExitPlan>, Refusal> {
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
+        let body = (f.addr.0, f.addr.0 + code.len() as u64);
+        let cold = cold_parts(&m.elf, f.bias, &f.symbol);
+        let mut parts = vec![body];
+        parts.extend(cold.iter().map(|&(at, c)| (at, at + c.len() as u64)));
+        let taken = [(entry.site, entry.site + entry.len() as u64)];
+        // Landing pads are where the unwinder enters: a window may not
+        // take one past its first byte, as padding or otherwise.
+        let pads = |(lo, hi): (u64, u64)| -> Vec<u64> {
+            let file = |a: u64| f.bias.file(RuntimeAddr(a)).0;
+            let pads = self.entries.landing_pads().strictly_inside(file(lo).saturating_sub(1), file(hi));
+            pads.map(|p| f.bias.runtime(crate::addr::FileAddr(p)).0).collect()
+        };
+        let mut extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
+        extra.extend(pads(body));
+        let mut exits = (isa.plan_exits)(code, body.0, &parts, &extra, &taken, &image)?;
+        let from_body = (isa.branch_targets)(code, body.0);
+        for &(at, c) in &cold {
+            let end = at + c.len() as u64;
+            let mut into: Vec<u64> = from_body.iter().copied().filter(|&t| t > at && t < end).collect();
+            into.extend(pads((at, end)));
+            exits.extend((isa.plan_exits)(c, at, &parts, &into, &[], &image)?);
+        }
+        for e in &mut exits {
+            if let Ok(plan) = &mut e.plan {
+                plan.function = f.addr.0;
+                if let Err(why) = self.entries.check(&m.elf, plan, f.bias) {
+                    e.plan = Err(why);
+                }
+            }
+        }
+        Ok(exits)
     }
 
     /// Checks that nothing from elsewhere in `m` (the module this was made

@@ -146,8 +146,9 @@ fn attach_records_the_same_events_from_the_cache() {
             Some(h) => vec![("XDG_CACHE_HOME", h.to_str().unwrap())],
             None => vec![("TP_CACHE", "off")],
         };
-        let session =
-            Session::spawn("attach", &["-p", &pid, "-f", "bar", "--args", "--ret"], &env, Some("tp: attached"));
+        // libc's analysis too: a function there.
+        let args = ["-p", &pid, "-f", "bar", "-f", "libc:getpid", "--args", "--ret"];
+        let session = Session::spawn("attach", &args, &env, Some("tp: attached"));
         assert_eq!(t.call("bar", 3, 1), 3);
         if let Some(home) = cache {
             // The analyses are saved while tp is attached, not at its exit
@@ -194,8 +195,9 @@ fn an_attach_ended_at_once_leaves_only_whole_entries() {
     for _ in 0..2 {
         let mut t = Target::start_path(&counter);
         let pid = t.pid.to_string();
-        let session =
-            Session::spawn("attach", &["-p", &pid, "-f", "bar", "--args", "--ret"], &env, Some("tp: attached"));
+        // libc's analysis too: a function there.
+        let args = ["-p", &pid, "-f", "bar", "-f", "libc:getpid", "--args", "--ret"];
+        let session = Session::spawn("attach", &args, &env, Some("tp: attached"));
         assert_eq!(t.call("bar", 3, 1), 3);
         let (status, stdout, stderr) = session.interrupt();
         assert!(status.success(), "{stderr}");

@@ -19,6 +19,17 @@ fn parse(stdout: &str) -> (Vec<Value>, Value) {
 /// Runs `cmds` against `target` while tp records with `args`; returns the
 /// target's answers (all lines) and tp's (events, summary).
 fn record(target: &str, args: &[&str], cmds: &[(&str, &str)]) -> (Vec<String>, Vec<Value>, Value) {
+    record_with(target, args, cmds, &[])
+}
+
+/// [`record`], tp run with `env` (`TP_RETURNS=stack`: return probes that
+/// replace return addresses, as tp does where an exit has no window).
+pub fn record_with(
+    target: &str,
+    args: &[&str],
+    cmds: &[(&str, &str)],
+    env: &[(&str, &str)],
+) -> (Vec<String>, Vec<Value>, Value) {
     let mut t = Target::start(target);
     let pid = t.pid.to_string();
     // JSON on stdout, unless the results go to a file (in its own format).
@@ -27,7 +38,7 @@ fn record(target: &str, args: &[&str], cmds: &[(&str, &str)]) -> (Vec<String>, V
         full.push("--json");
     }
     full.extend_from_slice(args);
-    let session = Session::start(&full);
+    let session = Session::spawn("attach", &full, env, Some("tp: attached"));
     let mut answers = Vec::new();
     for (cmd, done) in cmds {
         let before = t.out.seen.len();
@@ -242,17 +253,28 @@ fn a_tail_call_returns_through_both_exits() {
     tail_calls_in("events");
 }
 
-/// [`a_tail_call_returns_through_both_exits`] in `target`.
+/// [`a_tail_call_returns_through_both_exits`] in `target`: at the
+/// functions' exits, tail_outer's call ends at its jump to tail_inner (a
+/// tail call, no return value), tail_inner's at its return; through the
+/// return addresses, both calls return the value tail_inner returns.
 pub fn tail_calls_in(target: &str) {
     let args = ["--ret", "-f", "tail_*", "--ring-size", "8192"];
-    let (lines, events, summary) = record(target, &args, &[("tail 1000", "done tail")]);
-    assert_eq!(field(lines.last().unwrap(), "sum"), 3 * 1000 * 1001 / 2);
-    for func in ["tail_outer", "tail_inner"] {
-        let exits: Vec<&Value> = events.iter().filter(|e| e["type"] == "exit" && e["func"] == func).collect();
-        assert_eq!(exits.len(), 1000, "{func}");
-        assert_eq!(exits.last().unwrap()["ret"], 3 * 1000, "{func} returns tail_inner(999 + 1)");
+    for env in [&[][..], &[("TP_RETURNS", "stack")][..]] {
+        let (lines, events, summary) = record_with(target, &args, &[("tail 1000", "done tail")], env);
+        assert_eq!(field(lines.last().unwrap(), "sum"), 3 * 1000 * 1001 / 2);
+        for func in ["tail_outer", "tail_inner"] {
+            let exits: Vec<&Value> = events.iter().filter(|e| e["type"] == "exit" && e["func"] == func).collect();
+            assert_eq!(exits.len(), 1000, "{func} {env:?}");
+            let last = exits.last().unwrap();
+            if func == "tail_outer" && env.is_empty() {
+                assert_eq!((&last["ret"], &last["tail_call"]), (&Value::Null, &Value::Bool(true)), "{last}");
+            } else {
+                assert_eq!(last["ret"], 3 * 1000, "{func} returns tail_inner(999 + 1) {env:?}");
+                assert_eq!(last["tail_call"], false);
+            }
+        }
+        assert_eq!(summary["lost_events"], 0);
     }
-    assert_eq!(summary["lost_events"], 0);
 }
 
 #[test]
@@ -311,24 +333,43 @@ fn cpp_exceptions_pass_through_return_probes() {
     exceptions_in("exceptions");
 }
 
-/// [`cpp_exceptions_pass_through_return_probes`] in `target`, a build of targets/exceptions.cpp.
+/// [`cpp_exceptions_pass_through_return_probes`] in `target`, a build of
+/// targets/exceptions.cpp. At the functions' exits, the calls an exception
+/// passed through are unwound and catcher, which caught it, returns; with
+/// return addresses replaced, each call active when the exception started
+/// is unwound, catcher's too (tp puts every return address back then).
 pub fn exceptions_in(target: &str) {
     let args = ["--args", "--ret", "-f", "thrower", "-f", "middle", "-f", "catcher"];
-    let (lines, events, summary) = record(target, &args, &[("throw 50", "done throw"), ("plain 20", "done plain")]);
-    assert!(lines.iter().any(|l| l == "done throw 50 caught=50 checksum=ok"), "{lines:?}");
-    assert!(lines.iter().any(|l| l == "done plain 20 checksum=ok"), "{lines:?}");
-    for f in ["thrower", "middle", "catcher"] {
-        let count = |kind: &str| events.iter().filter(|e| e["func"] == f && e["type"] == kind).count();
-        assert_eq!((count("entry"), count("unwound"), count("exit")), (70, 50, 20), "{f}");
+    let cmds = [("throw 50", "done throw"), ("plain 20", "done plain")];
+    for env in [&[][..], &[("TP_RETURNS", "stack")][..]] {
+        let (lines, events, summary) = record_with(target, &args, &cmds, env);
+        assert!(lines.iter().any(|l| l == "done throw 50 caught=50 checksum=ok"), "{lines:?}");
+        assert!(lines.iter().any(|l| l == "done plain 20 checksum=ok"), "{lines:?}");
+        for f in ["thrower", "middle", "catcher"] {
+            let count = |kind: &str| events.iter().filter(|e| e["func"] == f && e["type"] == kind).count();
+            let caught = f == "catcher" && env.is_empty();
+            let want = if caught { (70, 0, 70) } else { (70, 50, 20) };
+            assert_eq!((count("entry"), count("unwound"), count("exit")), want, "{f} {env:?}");
+        }
+        // Plain calls return normally: middle(-i) = i - 3i.
+        let middles: Vec<i64> = events
+            .iter()
+            .filter(|e| e["func"] == "middle" && e["type"] == "exit")
+            .map(|e| e["ret"].as_i64().unwrap())
+            .collect();
+        assert_eq!(middles, (1..=20).map(|i| -2 * i).collect::<Vec<i64>>());
+        if env.is_empty() {
+            // catcher(i) returns what it caught: 1000 + i, then middle's -2i.
+            let catchers: Vec<i64> = events
+                .iter()
+                .filter(|e| e["func"] == "catcher" && e["type"] == "exit")
+                .map(|e| e["ret"].as_i64().unwrap())
+                .collect();
+            let want: Vec<i64> = (0..50).map(|i| 1000 + i).chain((1..=20).map(|i| -2 * i)).collect();
+            assert_eq!(catchers, want);
+        }
+        assert!(summary["probes"].as_array().unwrap().iter().all(|p| p["hits"] == 70));
     }
-    // Plain calls return normally: middle(-i) = i - 3i.
-    let middles: Vec<i64> = events
-        .iter()
-        .filter(|e| e["func"] == "middle" && e["type"] == "exit")
-        .map(|e| e["ret"].as_i64().unwrap())
-        .collect();
-    assert_eq!(middles, (1..=20).map(|i| -2 * i).collect::<Vec<i64>>());
-    assert!(summary["probes"].as_array().unwrap().iter().all(|p| p["hits"] == 70));
 }
 
 #[test]
@@ -461,7 +502,9 @@ fn a_return_session_leaves_no_code_arena_behind() {
         tp::process::read_maps(pid).unwrap().iter().filter(|m| m.exec && !m.write && m.path.is_empty()).count()
     };
     let before = arenas(t.pid);
-    let session = Session::start(&["-p", &pid, "-f", "add", "--ret", "-q"]);
+    // Returns through return addresses bring the unwinder probes.
+    let env = [("TP_RETURNS", "stack")];
+    let session = Session::spawn("attach", &["-p", &pid, "-f", "add", "--ret", "-q"], &env, Some("tp: attached"));
     let during = arenas(t.pid);
     assert!(during >= before + RETURN_ARENAS, "arenas near the executable and libc: {before} -> {during}");
     let status = expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"]));

@@ -31,6 +31,8 @@ const REWRITES: &[&str] = &[
     // comparison): the copy must compute the original's.
     "self",
     "self_cmp",
+    // Shorter than the jump: the window takes the padding after it.
+    "short",
     // Compiled C: a switch (jump table) and a computed goto (stored label
     // addresses), with windows of two instructions.
     "switch",

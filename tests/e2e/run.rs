@@ -140,17 +140,17 @@ fn run_refuses_a_program_it_cannot_start_in_one_line() {
 
 #[test]
 fn run_kills_a_program_it_cannot_probe_before_it_runs() {
-    // The loader's r_brk hook is one byte long on x86-64, and named
-    // exactly, a function tp cannot probe is an error. The program must not
-    // run one instruction of its own: it prints nothing.
+    // libc's strlen is an IFUNC symbol (its address is the resolver's),
+    // and named exactly, a function tp cannot probe is an error. The
+    // program must not run one instruction of its own: it prints nothing.
     let launched = target_path("launched");
     let (status, stdout, stderr) =
-        tp_run(&["-f", "foo", "-f", "ld-linux*:_dl_debug_state", "--", launched.to_str().unwrap(), "calls", "5"], b"");
+        tp_run(&["-f", "foo", "-f", "libc:strlen", "--", launched.to_str().unwrap(), "calls", "5"], b"");
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert_eq!(stdout, "", "the program never ran");
     let lines: Vec<&str> = stderr.lines().collect();
     assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(lines[0].starts_with("tp: cannot probe `_dl_debug_state`"), "{stderr}");
+    assert!(lines[0].starts_with("tp: cannot probe `strlen`"), "{stderr}");
 }
 
 #[test]

@@ -279,6 +279,7 @@ fn an_interior_detour_keeps_the_red_zone() {
             unwind: 0,
             entry_ext: 0,
             trampoline_ext: 0,
+            exit: 0,
             count: stub,
             ctx: 0,
         }),
@@ -292,6 +293,7 @@ fn an_interior_detour_keeps_the_red_zone() {
         return_saved_below: None,
         operands: None,
         layout: None,
+        exit_words: None,
     };
     let with_stub = |d: &tp::arch::Detour| {
         let mut code = d.bytes.clone();
@@ -360,6 +362,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                         unwind: 0,
                         entry_ext: 0,
                         trampoline_ext: 0,
+                        exit: 0,
                         count: stub,
                         ctx: 0,
                     }),
@@ -373,6 +376,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     return_saved_below: None,
                     operands: None,
                     layout: None,
+                    exit_words: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let mut code = d.bytes.clone();
@@ -421,6 +425,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
             unwind: 0,
             entry_ext: 0,
             trampoline_ext: 0,
+            exit: 0,
             count: at + 0x800,
             ctx: 0,
         }),
@@ -433,6 +438,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         abi: tp::arch::Abi::C,
         operands: None,
         layout: None,
+        exit_words: None,
         return_saved_below: None,
     };
     let d = detour::build(&plan, at, &spec).unwrap();

@@ -276,6 +276,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     window: STP.to_le_bytes().to_vec(),
                     insns: vec![WindowInsn { offset: 0, len: 4, mnemonic: "stp".into() }],
                     interior: false,
+                    exits: Vec::new(),
                     dead: 0,
                 };
                 // TRAMP: the two first instructions and a branch to the

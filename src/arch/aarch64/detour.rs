@@ -429,6 +429,7 @@ mod tests {
             return_saved_below: None,
             operands: None,
             layout: None,
+            exit_words: None,
         }
     }
 
@@ -439,6 +440,7 @@ mod tests {
             unwind: AT - 0x400,
             entry_ext: AT - 0x600,
             trampoline_ext: AT - 0x80,
+            exit: 0,
             count: 0,
             ctx: 0xffff_8000_0100,
         }

@@ -92,6 +92,7 @@ pub fn plan_long(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<Si
             .collect(),
         dead: 0,
         interior: false,
+        exits: Vec::new(),
     };
     scratch(&plan)?;
     relocate::relocate_alone(&plan, site.wrapping_add(1 << 30), exit(&plan)?)?;

@@ -188,6 +188,7 @@ mod tests {
             insns: vec![WindowInsn { offset: 0, len: 4, mnemonic }],
             dead: 0,
             interior: false,
+            exits: Vec::new(),
         }
     }
 

@@ -67,7 +67,7 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let code = trampoline_code(at + bytes.len() as u64, exit_ext, ctx);
     let trampoline_ext = place(&mut bytes, &code);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, count: 0, ctx };
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, exit: 0, count: 0, ctx };
     RuntimeBlock { bytes, addrs }
 }
 
@@ -156,6 +156,8 @@ pub(super) mod tests {
             count: &[0; 4],
             entry_ext: &[0; 4],
             exit_ext: &[0; 8],
+            exit_at: &[0; 4],
+            exit_at_ext: &[0; 4],
         };
         let b = build(AT, 0x7f00_0000_1040, &blobs);
         let a = b.addrs;

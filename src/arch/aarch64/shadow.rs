@@ -116,6 +116,7 @@ mod tests {
                 insns: Vec::new(),
                 dead: 0,
                 interior: false,
+                exits: Vec::new(),
             }
         };
         // stp x29, x30, [sp, #-16]!

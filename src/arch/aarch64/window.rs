@@ -95,6 +95,7 @@ fn plan_from(code: &[u8], function: u64, start: u64) -> Result<SitePlan, Refusal
         insns: vec![WindowInsn { offset: 0, len: PATCH_LEN as u32, mnemonic: insn.mnemonic }],
         dead: 0,
         interior: false,
+        exits: Vec::new(),
     };
     // Prove the window relocates to where an arena may be (right below the
     // module); the real detour address is checked when the detour is built.

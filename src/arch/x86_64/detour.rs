@@ -123,7 +123,7 @@
 use super::fast;
 use super::live;
 use super::operands::{self, Frame};
-use super::relocate;
+use super::relocate::{self, Relocated};
 use super::writer::Writer;
 use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan, cache};
 
@@ -233,6 +233,9 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let Some(rt) = spec.runtime else {
         return Err(Refusal::Unsupported("a probe needs the runtime block"));
     };
+    if spec.records.exit {
+        return build_exit(plan, at, spec, &rt);
+    }
     let saves = saves_for(plan, spec);
     let fast = fast_event(plan, spec);
     // Every part has a fixed length for a given probe: measure with dummy
@@ -254,7 +257,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let mut w = Writer::new(at);
     let (counted, restore, found) = emit_head(&mut w, spec, fast, rt, saves, &dummy);
     let relocated_at = w.pc();
-    let reloc = relocate::relocate(plan, relocated_at)?;
+    let reloc = relocate_window(plan, relocated_at, spec, &rt)?;
     let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
     let (way1, slow, sample, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
     let literals = w.pc().next_multiple_of(8);
@@ -286,6 +289,42 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     w.put_u64(rt.trampoline);
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
     Ok(Detour { bytes: w.into_bytes(), pc_map })
+}
+
+/// The detour of an exit's site: the window relocated, the call's end
+/// recorded before its exit (see [`exit_stub`]), nothing else. No count: the
+/// function's entry counts its calls.
+fn build_exit(plan: &SitePlan, at: u64, spec: &DetourSpec, rt: &RuntimeAddrs) -> Result<Detour, Refusal> {
+    if spec.exit_words.is_none() || plan.exits.is_empty() {
+        return Err(Refusal::Unsupported("an exit's detour needs its exit and its probe"));
+    }
+    let reloc = relocate_window(plan, at, spec, rt)?;
+    let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, at + code as u64)).collect();
+    Ok(Detour { bytes: reloc.code, pc_map })
+}
+
+/// The window of `plan` relocated to `at`, with the call's end recorded
+/// before each of its exits when the probe sees its calls end there.
+fn relocate_window(plan: &SitePlan, at: u64, spec: &DetourSpec, rt: &RuntimeAddrs) -> Result<Relocated, Refusal> {
+    match spec.exit_words {
+        Some(words) => relocate::relocate_with(plan, at, Some(&mut |pc, e| exit_stub(pc, words.of(e), rt.exit))),
+        None => relocate::relocate(plan, at),
+    }
+}
+
+/// What a detour puts before an exit of its window: `push word; call exit;
+/// lea rsp, [rsp + 8]; mov qword [rsp - 16], 0`. The runtime's exit
+/// ([`super::fast::exit_at`]) keeps every register and flag; the return
+/// address into the detour that its call left below the stack pointer is
+/// cleared (see [`super::runtime::CLEARED_BELOW`]). The same length wherever
+/// it goes.
+fn exit_stub(pc: u64, word: u32, exit: u64) -> Vec<u8> {
+    let mut w = Writer::new(pc);
+    w.put_push_imm32(word as i32);
+    w.put_call(exit);
+    w.put_lea_rsp_rsp(8);
+    w.put_store_imm(fast::RSP, -16, 0);
+    w.into_bytes()
 }
 
 /// The prefix, the count, the runtime call and the restore; returns the
@@ -541,7 +580,7 @@ mod tests {
     const RECORD_ENTRY: u32 = 1 << 24;
     const HIJACK_RETURN: u32 = 1 << 25;
     const SAMPLE: u32 = 1 << 26;
-    const ARGS_RET: Records = Records { args: true, ret: true, sample: false, unwind: false };
+    const ARGS_RET: Records = Records { args: true, ret: true, sample: false, unwind: false, exit: false };
 
     fn spec() -> DetourSpec {
         DetourSpec {
@@ -559,6 +598,7 @@ mod tests {
             return_saved_below: None,
             operands: None,
             layout: Some(fast::example_layout()),
+            exit_words: None,
         }
     }
 
@@ -569,6 +609,7 @@ mod tests {
             unwind: AT + 0x600,
             entry_ext: AT + 0x200,
             trampoline_ext: AT + 0x880,
+            exit: AT + 0x900,
             count: AT + 0x700,
             ctx: 0x7f00_0000_0100,
         }

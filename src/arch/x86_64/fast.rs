@@ -83,6 +83,7 @@
 //! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
 //! ```
 
+use super::runtime::CLEARED_BELOW;
 use super::writer::Writer;
 use crate::arch::{RuntimeLayout, cache};
 
@@ -118,6 +119,24 @@ pub(super) struct Marks {
     pub exit_found: u64,
     /// See [`Marks::exit_slow`].
     pub exit_unmark: u64,
+    /// Labels inside the exit routine ([`exit_at`]).
+    pub at_found: u64,
+    /// See [`Marks::at_found`].
+    pub at_done: u64,
+    /// See [`Marks::at_found`].
+    pub at_other: u64,
+    /// See [`Marks::at_found`].
+    pub at_deep: u64,
+    /// See [`Marks::at_found`].
+    pub at_way1: u64,
+    /// See [`Marks::at_found`].
+    pub at_unmark: u64,
+    /// See [`Marks::at_found`].
+    pub at_slow: u64,
+    /// See [`Marks::at_found`].
+    pub at_ext: u64,
+    /// See [`Marks::at_found`].
+    pub at_called: u64,
 }
 
 impl Marks {
@@ -132,6 +151,15 @@ impl Marks {
             exit_way1: at,
             exit_found: at,
             exit_unmark: at,
+            at_found: at,
+            at_done: at,
+            at_other: at,
+            at_deep: at,
+            at_way1: at,
+            at_unmark: at,
+            at_slow: at,
+            at_ext: at,
+            at_called: at,
         }
     }
 }
@@ -245,7 +273,13 @@ fn timestamp(w: &mut Writer, into: u8) {
 /// three (rax, now the flags, last): rdx and rax for the timestamp, and rcx
 /// for the event when the probe also times the call.
 fn event_saved(l: &RuntimeLayout, word: u32) -> &'static [u8] {
-    if word & l.record_entry != 0 && word & l.hijack_return != 0 { &[RCX, RDX, RAX] } else { &[RDX, RAX] }
+    if word & l.record_entry != 0 && timed(l, word) { &[RCX, RDX, RAX] } else { &[RDX, RAX] }
+}
+
+/// True if the probe whose entry word is `word` times its calls: by
+/// replacing the return address, or to the end its exits' detours see.
+fn timed(l: &RuntimeLayout, word: u32) -> bool {
+    word & (l.hijack_return | l.time_call) != 0
 }
 
 /// Where the probed function's return address is above the stack pointer
@@ -278,6 +312,7 @@ pub(super) struct EventExits {
 pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits) {
     let record = word & l.record_entry != 0;
     let hijack = word & l.hijack_return != 0;
+    let timed = timed(l, word);
     let probe = word & l.probe_mask;
     let saved = event_saved(l, word);
     if record {
@@ -288,7 +323,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     for &r in saved {
         w.put_push(r);
     }
-    if record && !hijack {
+    if record && !timed {
         entry_event_only(w, l, probe, x);
         return;
     }
@@ -317,8 +352,14 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     w.put_load(RDX, RDX, 0);
     w.put_store(RDX, R10, frame0(l, l.frame_ret));
     w.put_store32_imm(R10, frame0(l, l.frame_probe), probe);
-    w.put_mov_reg_rip(RDX, x.lit_tramp);
-    w.put_store(RDX, R10, frame0(l, l.frame_tramp));
+    // The trampoline it puts in the return address's place; none for a
+    // call timed to the end its function's exits see.
+    if hijack {
+        w.put_mov_reg_rip(RDX, x.lit_tramp);
+        w.put_store(RDX, R10, frame0(l, l.frame_tramp));
+    } else {
+        w.put_store_imm(R10, frame0(l, l.frame_tramp), 0);
+    }
     w.put_load(RDX, R10, l.thread_overhead as i32);
     w.put_store(RDX, R10, frame0(l, l.frame_overhead));
     // One timestamp, after tp's work, for the event and the timed call.
@@ -328,8 +369,10 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         publish(w, l, R10, R11);
     }
     w.put_store(RAX, R10, frame0(l, l.frame_tsc));
-    w.put_mov_reg_rip(RDX, x.lit_tramp);
-    w.put_store(RDX, RSP, slot);
+    if hijack {
+        w.put_mov_reg_rip(RDX, x.lit_tramp);
+        w.put_store(RDX, RSP, slot);
+    }
     for r in saved.iter().rev() {
         w.put_pop(*r);
     }
@@ -442,6 +485,129 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_jmp(m.tramp_full);
 }
 
+/// Where, above the exit routine's stack pointer after its pushes (those
+/// of the fast exit but the word for the return address), the word its
+/// detour pushed is, and the slot of the call that ends: where its return
+/// address is, which its frame is keyed by.
+const AT_WORD: i32 = 56;
+const AT_SLOT: i32 = 64;
+/// Registers the exit routine's slow path saves besides the fast path's:
+/// with those, every one a C function may clobber.
+const AT_SAVED: [u8; 4] = [RSI, RDI, R8, R9];
+
+/// The exit routine, which the detour at an exit of a function calls
+/// before the exit runs (`push word; call exit`), with every register and
+/// flag kept. See the module doc's **Exit at an exit**: the fast path
+/// records the end of the thread's only timed call, and returns at once
+/// where the call was not timed (no timed call on the thread, or an outer
+/// one of the same stack on top); else it calls `plain` (`tp_exit_at`) or,
+/// for a word with the runtime's flags, `ext` (`tp_exit_at_ext`).
+pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks, plain: u64, ext: u64) {
+    w.put_push(RAX);
+    w.put_push_flags_via_rax();
+    for r in [RDX, R10, R11, RCX] {
+        w.put_push(r);
+    }
+    cache_entry(w, R10, RAX, m.lit_cache, m.at_way1);
+    out.at_found = w.pc();
+    w.put_load(R11, R10, cache::THREAD);
+    w.put_load32(RCX, R11, l.thread_depth as i32);
+    w.put_test_reg(RCX);
+    w.put_je(m.at_done);
+    w.put_cmp32_imm(RCX, 1);
+    w.put_jne(m.at_deep);
+    // One timed call live, in frame 0: this call's, an outer one's, or neither?
+    w.put_load(RAX, R11, frame0(l, l.frame_slot));
+    w.put_lea(RDX, RSP, AT_SLOT);
+    w.put_sub_reg(RAX, RDX);
+    w.put_jne(m.at_other);
+    w.put_test32_mem_imm(RSP, AT_WORD, l.exit_ext);
+    w.put_jne(m.at_slow);
+    w.put_load32(RAX, RSP, AT_WORD);
+    w.put_and32_imm(RAX, l.probe_mask);
+    w.put_cmp32_reg_mem(RAX, R11, frame0(l, l.frame_probe));
+    w.put_jne(m.at_slow);
+    w.put_cmp32_mem_imm(R11, l.thread_writing as i32, 0);
+    w.put_jne(m.at_slow);
+    // This call's: its end, then the event from the frame read whole.
+    w.put_load(R10, R10, cache::RING);
+    timestamp(w, RAX);
+    w.put_mov_reg(RCX, RAX);
+    reserve_event(w, l, R11, R10, RAX, m.at_slow, m.at_unmark);
+    w.put_load32(RDX, R11, frame0(l, l.frame_probe));
+    w.put_or32_imm(RDX, l.exit_kind);
+    w.put_store32(RDX, RAX, l.event_probe as i32);
+    thread_tid(w, l, m.lit_ctx, RDX);
+    w.put_store32(RDX, RAX, l.event_tid as i32);
+    w.put_store(RCX, RAX, l.event_tsc as i32);
+    let v = |k: u32| (l.event_v + 8 * k) as i32;
+    w.put_load(RDX, RSP, EXIT_RAX);
+    w.put_store(RDX, RAX, v(0));
+    w.put_load(RDX, R11, frame0(l, l.frame_tsc));
+    w.put_store(RDX, RAX, v(1));
+    w.put_load(RDX, RSP, EXIT_RDX);
+    w.put_store(RDX, RAX, v(2));
+    w.put_load(RDX, R11, l.thread_overhead as i32);
+    w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
+    w.put_store(RDX, RAX, v(3));
+    w.put_load32(RDX, RSP, AT_WORD);
+    w.put_and32_imm(RDX, l.tail_call);
+    w.put_store(RDX, RAX, v(4));
+    w.put_store_imm(RAX, v(5), 0);
+    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    publish(w, l, R11, R10);
+    out.at_done = w.pc();
+    restore_exit(w);
+    w.put_ret();
+
+    // rax: frame 0's slot less this call's, not 0. Above it within a stack's
+    // span: an outer call of this stack, and this one was not timed.
+    out.at_other = w.pc();
+    w.put_cmp_reg_imm(RAX, l.stack_span as i32);
+    w.put_jb(m.at_done);
+    w.put_jmp(m.at_slow);
+    // More than one timed call live (rcx): the same test on the top frame;
+    // this call's own (nested) goes to the runtime, which keeps tp's time.
+    out.at_deep = w.pc();
+    w.put_lea32(RAX, RCX, -1);
+    w.put_shl64(RAX, l.frame_size.trailing_zeros() as u8);
+    w.put_add_reg(RAX, R11);
+    w.put_load(RAX, RAX, frame0(l, l.frame_slot));
+    w.put_lea(RDX, RSP, AT_SLOT);
+    w.put_sub_reg(RAX, RDX);
+    w.put_je(m.at_slow);
+    w.put_jmp(m.at_other);
+
+    out.at_way1 = w.pc();
+    paired_entry(w, R10, RAX, m.at_slow);
+    w.put_jmp(m.at_found);
+    out.at_unmark = w.pc();
+    w.put_store32_imm(R11, l.thread_writing as i32, 0);
+    out.at_slow = w.pc();
+    for r in AT_SAVED {
+        w.put_push(r);
+    }
+    let above = 8 * AT_SAVED.len() as i32;
+    w.put_mov_reg_rip(RDI, m.lit_ctx);
+    w.put_load32(RSI, RSP, above + AT_WORD);
+    w.put_lea(RDX, RSP, above + AT_SLOT);
+    w.put_load(RCX, RSP, above + EXIT_RAX);
+    w.put_load(R8, RSP, above + EXIT_RDX);
+    w.put_test32_imm(RSI, l.exit_ext);
+    w.put_jne(m.at_ext);
+    // The stack pointer's alignment at an exit is the caller's: aligned here.
+    w.put_align_stack_and_call(plain);
+    w.put_jmp(m.at_called);
+    out.at_ext = w.pc();
+    w.put_align_stack_and_call(ext);
+    out.at_called = w.pc();
+    w.put_clear_below_rsp(CLEARED_BELOW);
+    for r in AT_SAVED.iter().rev() {
+        w.put_pop(*r);
+    }
+    w.put_jmp(m.at_done);
+}
+
 /// Pops what the fast exit pushed but the word for the return address.
 fn restore_exit(w: &mut Writer) {
     for r in [RCX, R11, R10, RDX] {
@@ -469,6 +635,7 @@ pub(super) fn example_layout() -> RuntimeLayout {
         frame_probe: 24,
         frame_tramp: 32,
         frame_overhead: 40,
+        frame_size: 64,
         slot_head: 64,
         slot_limit: 16,
         slot_ring: 192,
@@ -480,6 +647,10 @@ pub(super) fn example_layout() -> RuntimeLayout {
         probe_mask: (1 << 24) - 1,
         record_entry: 1 << 24,
         hijack_return: 1 << 25,
+        time_call: 1 << 22,
+        tail_call: 1 << 21,
+        exit_ext: (1 << 29) | (1 << 30),
+        stack_span: 8 << 20,
         entry_kind: 1 << 24,
         exit_kind: 2 << 24,
     }

@@ -6,6 +6,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod exits;
 pub mod fast;
 pub mod golang;
 pub mod live;
@@ -60,6 +61,17 @@ impl Arch for X86_64 {
         image: &dyn Image,
     ) -> Result<SitePlan, Refusal> {
         window::plan_at(code, function, site, extra_targets, image)
+    }
+
+    fn plan_exits(
+        code: &[u8],
+        addr: u64,
+        parts: &[(u64, u64)],
+        extra_targets: &[u64],
+        taken: &[(u64, u64)],
+        image: &dyn Image,
+    ) -> Result<Vec<crate::arch::ExitPlan>, Refusal> {
+        exits::plan_exits(code, addr, parts, extra_targets, taken, image)
     }
 
     fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {

@@ -19,7 +19,7 @@ use iced_x86::{
 };
 
 use super::decode::{self, Class};
-use crate::arch::{Refusal, SitePlan};
+use crate::arch::{ExitInsn, ExitKind, Refusal, SitePlan};
 
 /// The relocated instructions of one window.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,41 +33,68 @@ pub struct Relocated {
 
 /// Relocates the window of `plan` to run at `at`.
 pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
+    relocate_with(plan, at, None)
+}
+
+/// What a detour that records a call's end puts before an exit instruction
+/// of its window ([`SitePlan::exits`]): the bytes, given the address they
+/// go at and the exit. Their length must not depend on the address.
+pub type ExitStub<'a> = &'a mut dyn FnMut(u64, ExitInsn) -> Vec<u8>;
+
+/// Relocates the window of `plan` to run at `at`, with `stub`'s bytes
+/// before each of its exits: before a `ret` or a jump out of the function
+/// (which then leaves from the copy), and on the taken side of a
+/// conditional one, which becomes the opposite condition around them: `jncc
+/// next; <stub>; jmp target; next:`. A thread at an exit goes to what
+/// records it. Without `stub`, exits are relocated as any instruction.
+pub fn relocate_with(plan: &SitePlan, at: u64, mut stub: Option<ExitStub>) -> Result<Relocated, Refusal> {
     let classes = decode::decode(&plan.window, plan.site);
     let decoded: Vec<Instruction> =
         Decoder::with_ip(64, &plan.window, plan.site, DecoderOptions::NONE).into_iter().collect();
-    let mut block: Vec<Instruction> = Vec::new();
-    let mut origin: Vec<Option<u32>> = Vec::new(); // window offset of each block instruction
+    let mut out = Relocated { code: Vec::new(), offsets: Vec::new() };
+    let mut seg = Segment::default();
     let mut ends_in_transfer = false;
-    // Window offsets of nops left out, with the block index of what follows each.
-    let mut skipped: Vec<(u32, usize)> = Vec::new();
-    let window_end = plan.site + plan.len() as u64;
     for (k, (c, ins)) in classes.iter().zip(&decoded).enumerate() {
         let offset = (c.addr - plan.site) as u32;
         if ins.is_invalid() || ins.len() as u32 != c.len {
             return Err(unrelocatable(c, "the two decoders disagree on this instruction"));
         }
         let last = k + 1 == classes.len() || c.end() >= plan.site + plan.len() as u64;
+        if let Some(stub) = stub.as_mut()
+            && let Some(exit) = plan.exits.iter().find(|e| e.offset == offset)
+        {
+            seg.encode_into(&mut out, at, plan)?;
+            out.offsets.push((offset, out.code.len() as u32));
+            emit_exit(&mut out, at, plan, c, ins, *exit, &mut **stub)?;
+            if exit.kind != ExitKind::CondJump {
+                ends_in_transfer = true;
+                break;
+            }
+            if last {
+                break;
+            }
+            continue;
+        }
         match c.class {
             Class::Call if last => {
-                push_return_address(&mut block, &mut origin, Some(offset), plan.site + plan.len() as u64);
+                push_return_address(&mut seg.block, &mut seg.origin, Some(offset), plan.site + plan.len() as u64);
                 let jump = Instruction::with_branch(Code::Jmp_rel32_64, ins.near_branch_target())
                     .map_err(|e| unrelocatable(c, &e.to_string()))?;
-                block.push(jump);
-                origin.push(None);
+                seg.block.push(jump);
+                seg.origin.push(None);
                 ends_in_transfer = true;
                 break;
             }
             Class::IndirectCall if last => {
-                indirect_call(&mut block, &mut origin, offset, plan.site + plan.len() as u64, ins)
+                indirect_call(&mut seg.block, &mut seg.origin, offset, plan.site + plan.len() as u64, ins)
                     .map_err(|why| unrelocatable(c, why))?;
                 ends_in_transfer = true;
                 break;
             }
-            Class::Plain if c.mnemonic == "nop" => skipped.push((offset, block.len())),
+            Class::Plain if c.mnemonic == "nop" => seg.skipped.push((offset, seg.block.len())),
             _ => {
-                block.push(*ins);
-                origin.push(Some(offset));
+                seg.block.push(*ins);
+                seg.origin.push(Some(offset));
             }
         }
         if matches!(c.class, Class::Ret | Class::Jump | Class::IndirectJump | Class::IndirectJumpRip) {
@@ -80,39 +107,142 @@ pub fn relocate(plan: &SitePlan, at: u64) -> Result<Relocated, Refusal> {
     }
     if !ends_in_transfer {
         let back = plan.site + plan.len() as u64;
-        block.push(Instruction::with_branch(Code::Jmp_rel32_64, back).expect("jmp rel32"));
-        origin.push(Some(plan.len() as u32));
+        seg.block.push(Instruction::with_branch(Code::Jmp_rel32_64, back).expect("jmp rel32"));
+        seg.origin.push(Some(plan.len() as u32));
     }
-    // Data operands that the encoder would point at the copy, by block index.
-    let data_in_window: Vec<(usize, u64)> = block
-        .iter()
-        .enumerate()
-        .filter(|(_, ins)| ins.is_ip_rel_memory_operand())
-        .map(|(k, ins)| (k, ins.ip_rel_memory_address()))
-        .filter(|&(_, t)| (plan.site..window_end).contains(&t))
-        .collect();
-    let encoded = BlockEncoder::encode(
-        64,
-        InstructionBlock::new(&block, at),
-        BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
-    )
-    .map_err(|e| {
-        let msg = e.to_string();
-        if msg.contains("too far") {
-            Refusal::OutOfReach { at: plan.site }
-        } else {
-            Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why: msg }
+    seg.encode_into(&mut out, at, plan)?;
+    out.offsets.sort_unstable();
+    Ok(out)
+}
+
+/// Instructions relocated together between exits.
+#[derive(Default)]
+struct Segment {
+    block: Vec<Instruction>,
+    /// The window offset of each block instruction, if a thread there
+    /// stands for one.
+    origin: Vec<Option<u32>>,
+    /// Window offsets of nops left out, with the block index of what follows each.
+    skipped: Vec<(u32, usize)>,
+}
+
+impl Segment {
+    /// Encodes the block at the end of `out` (whose code starts at `at`)
+    /// and empties it.
+    fn encode_into(&mut self, out: &mut Relocated, at: u64, plan: &SitePlan) -> Result<(), Refusal> {
+        let Segment { block, origin, skipped } = std::mem::take(self);
+        let base = out.code.len() as u32;
+        if block.is_empty() {
+            out.offsets.extend(skipped.iter().map(|&(o, _)| (o, base)));
+            return Ok(());
         }
-    })?;
-    let mut code = encoded.code_buffer;
-    keep_data_addresses(&mut code, at, &encoded.new_instruction_offsets, &data_in_window)
-        .map_err(|why| Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why })?;
-    let new = &encoded.new_instruction_offsets;
-    let mut offsets: Vec<(u32, u32)> =
-        origin.iter().zip(new).filter_map(|(o, &n)| Some(((*o)?, n)).filter(|_| n != u32::MAX)).collect();
-    offsets.extend(skipped.iter().filter_map(|&(o, k)| Some((o, *new.get(k).filter(|&&n| n != u32::MAX)?))));
-    offsets.sort_unstable();
-    Ok(Relocated { code, offsets })
+        let here = at + base as u64;
+        let window_end = plan.site + plan.len() as u64;
+        // Data operands that the encoder would point at the copy, by block index.
+        let data_in_window: Vec<(usize, u64)> = block
+            .iter()
+            .enumerate()
+            .filter(|(_, ins)| ins.is_ip_rel_memory_operand())
+            .map(|(k, ins)| (k, ins.ip_rel_memory_address()))
+            .filter(|&(_, t)| (plan.site..window_end).contains(&t))
+            .collect();
+        let encoded = BlockEncoder::encode(
+            64,
+            InstructionBlock::new(&block, here),
+            BlockEncoderOptions::RETURN_NEW_INSTRUCTION_OFFSETS,
+        )
+        .map_err(|e| {
+            let msg = e.to_string();
+            if msg.contains("too far") {
+                Refusal::OutOfReach { at: plan.site }
+            } else {
+                Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why: msg }
+            }
+        })?;
+        let mut code = encoded.code_buffer;
+        keep_data_addresses(&mut code, here, &encoded.new_instruction_offsets, &data_in_window)
+            .map_err(|why| Refusal::Unrelocatable { mnemonic: plan.summary(), at: plan.site, why })?;
+        let new = &encoded.new_instruction_offsets;
+        let len = code.len() as u32;
+        let at_index = |k: usize| match new.get(k) {
+            Some(&n) if n != u32::MAX => Some(base + n),
+            None if k == block.len() => Some(base + len),
+            _ => None,
+        };
+        out.offsets.extend(origin.iter().enumerate().filter_map(|(k, o)| Some(((*o)?, at_index(k)?))));
+        out.offsets.extend(skipped.iter().filter_map(|&(o, k)| Some((o, at_index(k)?))));
+        out.code.extend(code);
+        Ok(())
+    }
+}
+
+/// Appends exit `exit` (instruction `c`, `ins`) with `stub`'s bytes before it.
+fn emit_exit(
+    out: &mut Relocated,
+    at: u64,
+    plan: &SitePlan,
+    c: &decode::Insn,
+    ins: &Instruction,
+    exit: ExitInsn,
+    stub: &mut dyn FnMut(u64, ExitInsn) -> Vec<u8>,
+) -> Result<(), Refusal> {
+    let pc = |out: &Relocated| at + out.code.len() as u64;
+    let rel32 = |from_end: u64, to: u64| {
+        i32::try_from(to.wrapping_sub(from_end) as i64).map_err(|_| Refusal::OutOfReach { at: c.addr })
+    };
+    match exit.kind {
+        ExitKind::Return => {
+            let bytes = stub(pc(out), exit);
+            out.code.extend(bytes);
+            let off = (c.addr - plan.site) as usize;
+            out.code.extend_from_slice(&plan.window[off..off + c.len as usize]);
+        }
+        ExitKind::Jump => {
+            let bytes = stub(pc(out), exit);
+            out.code.extend(bytes);
+            let target = c.target.ok_or_else(|| unrelocatable(c, "a jump without a target"))?;
+            let rel = rel32(pc(out) + 5, target)?;
+            out.code.push(0xe9);
+            out.code.extend(rel.to_le_bytes());
+        }
+        ExitKind::CondJump => {
+            let target = c.target.ok_or_else(|| unrelocatable(c, "a jump without a target"))?;
+            let cc = condition(&plan.window[(c.addr - plan.site) as usize..][..c.len as usize])
+                .ok_or_else(|| unrelocatable(c, "not a conditional jump tp knows"))?;
+            let jncc = pc(out);
+            let bytes = stub(jncc + 6, exit);
+            let next = jncc + 6 + bytes.len() as u64 + 5;
+            out.code.extend([0x0f, 0x80 | (cc ^ 1)]);
+            out.code.extend(rel32(jncc + 6, next)?.to_le_bytes());
+            out.code.extend(bytes);
+            let rel = rel32(pc(out) + 5, target)?;
+            out.code.push(0xe9);
+            out.code.extend(rel.to_le_bytes());
+        }
+        ExitKind::IndirectJump => {
+            let bytes = stub(pc(out), exit);
+            out.code.extend(bytes);
+            let here = pc(out);
+            let encoded = BlockEncoder::encode(64, InstructionBlock::new(&[*ins], here), BlockEncoderOptions::NONE)
+                .map_err(|e| match e.to_string() {
+                    m if m.contains("too far") => Refusal::OutOfReach { at: c.addr },
+                    m => unrelocatable(c, &m),
+                })?;
+            out.code.extend(encoded.code_buffer);
+        }
+    }
+    Ok(())
+}
+
+/// The condition (the low nibble of its opcode) of the `jcc` whose bytes are `insn`.
+fn condition(insn: &[u8]) -> Option<u8> {
+    let op =
+        insn.iter().position(|b| !matches!(b, 0x2e | 0x3e | 0xf2 | 0xf3 | 0x66 | 0x67 | 0x26 | 0x36 | 0x64 | 0x65))?;
+    match insn[op..] {
+        [b, _] if (0x70..0x80).contains(&b) => Some(b & 0xf),
+        [0x0f, b, ..] if (0x80..0x90).contains(&b) => Some(b & 0xf),
+        _ => None,
+    }
 }
 
 /// Rewrites the displacement of each block instruction `k` of `data` (a
@@ -226,6 +356,7 @@ mod tests {
             insns,
             dead: 0,
             interior: false,
+            exits: Vec::new(),
         }
     }
 

@@ -152,13 +152,18 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_align(16);
     let count = w.pc();
     put_count_stub(&mut w, tp_count, m.lit_ctx);
+    w.put_align(16);
+    let exit_at = put_blob(&mut w, blobs.exit_at);
+    let exit_at_ext = put_blob(&mut w, blobs.exit_at_ext);
+    let exit = w.pc();
+    fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
     w.put_align(8);
     out.lit_ctx = w.pc();
     out.lit_cache = out.lit_ctx + 8;
     for v in fast::literals(l) {
         w.put_u64(v);
     }
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, count, ctx: l.ctx };
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, exit, count, ctx: l.ctx };
     (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
 }
 
@@ -308,6 +313,8 @@ pub(super) mod tests {
         count: &[0xc3; 2],
         entry_ext: &[0xc3; 4],
         exit_ext: &[0xc3; 6],
+        exit_at: &[0xc3; 7],
+        exit_at_ext: &[0xc3; 8],
     };
 
     #[test]
@@ -315,7 +322,8 @@ pub(super) mod tests {
         let b = build(AT, &layout(), &BLOBS);
         let a = b.addrs;
         let off = (a.count - AT) as usize;
-        let asm = disassemble(&b.bytes[off..b.bytes.len() - 16], a.count);
+        // Up to tp_exit_at and tp_exit_at_ext (16 bytes each here), which the exit routine follows.
+        let asm = disassemble(&b.bytes[off..(a.exit - AT) as usize - 32], a.count);
         assert_eq!(asm[..4], ["push rax", "lahf", "seto al", "push rax"]);
         let pushes = ["push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9", "push r10", "push r11"];
         assert_eq!(asm[4..12], pushes);
@@ -328,7 +336,7 @@ pub(super) mod tests {
         assert_eq!(asm[16], "mov esi, dword ptr [rbx + 0x60]");
         assert_eq!(asm[17], format!("call {:#x}", AT + 48), "tp_count, after the other three functions");
         let stub_end = asm.iter().position(|i| i == "ret").unwrap();
-        assert!(asm[stub_end + 1..].iter().all(|i| i == "int3"), "padding up to the literals");
+        assert!(asm[stub_end + 1..].iter().all(|i| i == "int3"), "padding up to the next blob");
         assert_eq!(asm[18], "mov qword ptr [rbx + 0x60], rax");
         assert_clears_below(&asm[19..27]);
         assert_eq!(asm[27..29], ["mov rsp, rbx", "pop rbx"]);

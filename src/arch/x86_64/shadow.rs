@@ -94,6 +94,7 @@ mod tests {
                 insns: insns.collect(),
                 dead: 0,
                 interior: false,
+                exits: Vec::new(),
             }
         };
         // push rbp; mov rbp, rsp; push rbx

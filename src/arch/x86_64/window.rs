@@ -17,7 +17,7 @@
 //! data, absolute immediates in position-dependent code).
 
 use super::decode::{Class, Insn, decode};
-use super::{live, relocate, taken};
+use super::{exits, live, relocate, taken};
 use crate::arch::{Image, Refusal, SitePlan, WindowInsn};
 
 /// Bytes of `jmp rel32`.
@@ -69,9 +69,23 @@ fn plan_with(
     let entry_pad = insns.first().filter(|i| i.class == Class::LandingPad).map(Insn::end);
     let interior = at.is_some_and(|a| a != function && Some(a) != entry_pad);
     let have = func_end - site;
-    if have < PATCH_LEN as u64 {
-        return Err(Refusal::TooShort { have, need: PATCH_LEN as u64 });
-    }
+    // A function shorter than the patch may take the padding after it, if
+    // it never runs on past its end (see `padding_for`).
+    let too_short = Refusal::TooShort { have, need: PATCH_LEN as u64 };
+    let padding = match have < PATCH_LEN as u64 {
+        true => padding_for(&insns, func_end, PATCH_LEN as u64 - have, image).ok_or(too_short)?,
+        false => Vec::new(),
+    };
+    let padded: Vec<u8>;
+    let (code, insns) = match padding.is_empty() {
+        true => (code, insns),
+        false => {
+            padded = [code, &padding[..]].concat();
+            let mut all = insns;
+            all.extend(decode(&padding, func_end));
+            (&padded[..], all)
+        }
+    };
 
     let mut window: Vec<&Insn> = Vec::new();
     let mut len = 0u64;
@@ -97,7 +111,7 @@ fn plan_with(
     }
 
     // The whole function must decode, or the scan below could miss a branch.
-    let decoded_end = insns.last().map_or(function, Insn::end);
+    let decoded_end = insns.iter().take_while(|i| i.addr < func_end).last().map_or(function, Insn::end);
     if decoded_end < func_end {
         return Err(Refusal::Undecodable { at: decoded_end });
     }
@@ -131,6 +145,12 @@ fn plan_with(
         }
     }
 
+    let parts = [(function, func_end)];
+    let body: Vec<Insn> = insns.iter().take_while(|i| i.addr < func_end).cloned().collect();
+    let exits = match image {
+        Some(image) => exits::exits_in(&exits::Function::new(function, func_end, &parts, &body, image), &window, site),
+        None => Vec::new(),
+    };
     let start = (site - function) as usize;
     let plan = SitePlan {
         function,
@@ -143,11 +163,35 @@ fn plan_with(
             .collect(),
         dead: live::dead_at(&code[start..], site).bits(),
         interior,
+        exits,
     };
     // Prove the window relocates, at a distance any detour may have; the real
     // detour address is checked again when the detour is built.
     relocate::relocate(&plan, site.wrapping_add(1 << 30))?;
     Ok(plan)
+}
+
+/// The padding after a function that ends at `end` (decoded as `insns`),
+/// which a window may take: none (None) unless the function's last
+/// instruction leaves it for good, so that nothing runs on into the padding
+/// (a branch or symbol landing there is refused by the window's checks).
+fn padding_for(insns: &[Insn], end: u64, need: u64, image: Option<&dyn Image>) -> Option<Vec<u8>> {
+    let image = image?;
+    let last = insns.iter().take_while(|i| i.addr < end).last()?;
+    let transfer = matches!(last.class, Class::Ret | Class::Jump | Class::IndirectJump | Class::IndirectJumpRip);
+    if last.end() != end || !transfer {
+        return None;
+    }
+    let padding = image.bytes(end, exits::padding_after(end, image))?;
+    // Whole instructions of it, as many as cover what the window needs.
+    let mut len = 0;
+    for i in decode(padding, end) {
+        if len >= need {
+            break;
+        }
+        len += i.len as u64;
+    }
+    (len >= need).then(|| padding[..len as usize].to_vec())
 }
 
 /// The index of the instruction that starts at `at`, or why there is none:
@@ -439,5 +483,65 @@ mod tests {
         let code = [0x55, 0x48, 0x89, 0xe5, 0x53, 0x48, 0x8d, 0x05, 0xf5, 0xff, 0xff, 0xff, 0xc3];
         let r = refusal(&code);
         assert!(matches!(r, Refusal::EntersWindow { at, .. } if at == F + 1), "{r:?}");
+    }
+
+    /// A module with `after` at `end`, the function's end.
+    struct Padded {
+        end: u64,
+        after: Vec<u8>,
+    }
+
+    impl Image for Padded {
+        fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+            let off = addr.checked_sub(self.end)? as usize;
+            self.after.get(off..off + len as usize)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            (F..F + 0x1000).contains(&addr)
+        }
+        fn absolute_code(&self) -> bool {
+            false
+        }
+        fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
+            Vec::new()
+        }
+    }
+
+    #[test]
+    fn a_function_shorter_than_the_patch_takes_the_padding_after_it() {
+        use crate::arch::{ExitInsn, ExitKind};
+        // xor eax, eax; ret, then a 4-byte nop and int3s: the window is the
+        // function and the nop, and the ret is an exit of the window.
+        let code = [0x31, 0xc0, 0xc3];
+        let m = Padded { end: F + 3, after: vec![0x0f, 0x1f, 0x40, 0x00, 0xcc, 0xcc] };
+        let p = plan_in(&code, F, &[], &m).unwrap();
+        assert_eq!((p.site, p.len(), p.summary().as_str()), (F, 7, "xor, ret, nop"));
+        assert_eq!(p.exits, [ExitInsn { offset: 2, kind: ExitKind::Return }]);
+        // int3 padding, taken one instruction at a time.
+        let m = Padded { end: F + 3, after: vec![0xcc; 12] };
+        assert_eq!(plan_in(&code, F, &[], &m).unwrap().len(), 5);
+        // Not past a function that may run on (its last instruction is no
+        // ret or jmp), nor over bytes that are not padding.
+        let m = Padded { end: F + 3, after: vec![0x55, 0x90, 0x90] };
+        assert_eq!(plan_in(&code, F, &[], &m).unwrap_err(), Refusal::TooShort { have: 3, need: 5 });
+        let m = Padded { end: F + 3, after: vec![0x90; 8] };
+        let r = plan_in(&[0x31, 0xc0, 0x90], F, &[], &m).unwrap_err();
+        assert_eq!(r, Refusal::TooShort { have: 3, need: 5 });
+        // A branch into the window still refuses it: here one to the ret.
+        let m = Padded { end: F + 3, after: vec![0x90; 8] };
+        assert!(matches!(plan_in(&code, F, &[F + 2], &m).unwrap_err(), Refusal::EntersWindow { .. }));
+    }
+
+    #[test]
+    fn exits_among_the_windows_instructions_are_named() {
+        use crate::arch::{ExitInsn, ExitKind};
+        // test edi, edi; jne F + 0x100 (a conditional tail call, out of the function); ret
+        let code = [0x85, 0xff, 0x0f, 0x85, 0xfa, 0x00, 0x00, 0x00, 0xc3];
+        let p = plan_in(&code, F, &[], &bare()).unwrap();
+        assert_eq!(p.summary(), "test, jne");
+        assert_eq!(p.exits, [ExitInsn { offset: 2, kind: ExitKind::CondJump }]);
+        // A jne inside the function is no exit.
+        let code = [0x85, 0xff, 0x0f, 0x85, 0x01, 0x00, 0x00, 0x00, 0xc3, 0xc3];
+        assert!(plan_in(&code, F, &[], &bare()).unwrap().exits.is_empty());
     }
 }

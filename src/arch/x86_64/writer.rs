@@ -351,6 +351,30 @@ impl Writer {
         self.put_mem_op(true, &[0x3b], reg, base, disp);
     }
 
+    /// `cmp reg32, dword [base + disp]`.
+    pub fn put_cmp32_reg_mem(&mut self, reg: u8, base: u8, disp: i32) {
+        self.put_mem_op(false, &[0x3b], reg, base, disp);
+    }
+
+    /// `add dst, src`.
+    pub fn put_add_reg(&mut self, dst: u8, src: u8) {
+        self.rex(true, src, dst);
+        self.buf.extend_from_slice(&[0x01, 0xc0 | ((src & 7) << 3) | (dst & 7)]);
+    }
+
+    /// `test reg32, imm32`.
+    pub fn put_test32_imm(&mut self, reg: u8, imm: u32) {
+        self.rex(false, 0, reg);
+        self.buf.extend_from_slice(&[0xf7, 0xc0 | (reg & 7)]);
+        self.buf.extend_from_slice(&imm.to_le_bytes());
+    }
+
+    /// `sub dst, src`.
+    pub fn put_sub_reg(&mut self, dst: u8, src: u8) {
+        self.rex(true, src, dst);
+        self.buf.extend_from_slice(&[0x29, 0xc0 | ((src & 7) << 3) | (dst & 7)]);
+    }
+
     /// `sub reg, qword [base + disp]`.
     pub fn put_sub_reg_mem(&mut self, reg: u8, base: u8, disp: i32) {
         self.put_mem_op(true, &[0x2b], reg, base, disp);

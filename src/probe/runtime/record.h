@@ -228,16 +228,18 @@ HOT int aggregate(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_
 	return 0;
 }
 
-/* At an exit of tp_exit_ext: 1 if the exit event is to be sent. Its
+/* At an exit of tp_exit_ext or tp_exit_at_ext: 1 if the exit event is to be sent. Its
  * predicate on the return value may reject it; a probe that keeps its
  * durations in the target adds this one there. */
 HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tsc,
-		    uint64_t entry_tsc, uint64_t nested)
+		    uint64_t entry_tsc, uint64_t nested, uint64_t tail)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t flags = __atomic_load_n(&cfg->flags, __ATOMIC_RELAXED);
+	/* A tail call leaves no return value of its own: a predicate on it
+	 * does not select the call. */
 	if (flags & TP_FILTER_EXIT) {
-		if (!predicate(cfg->exit, 0, ret))
+		if (tail || !predicate(cfg->exit, 0, ret))
 			return 0;
 		count_match(c, probe);
 	}

@@ -50,9 +50,6 @@ enum { TP_FRAME_DEAD, TP_FRAME_GIVEN_BACK, TP_FRAME_KEPT };
 
 #include "runtime.h" /* the architecture's primitives, from src/arch/<arch>/ */
 
-/* Frames deeper on the same stack than one that returns are dead; frames
- * farther away than this may live on another stack (a coroutine). */
-#define TP_STACK_SPAN (8u << 20)
 /* The sampling period of a function whose rate tp does not know yet. */
 #define TP_FIRST_PERIOD 8
 /* Slots probed before an event is dropped (and counted) for want of one. */
@@ -522,10 +519,105 @@ HOT uint64_t next_gap(uint32_t period, uint64_t tsc)
  * frames on another stack nearby included). */
 HOT int still_hijacked(const struct tp_frame *f)
 {
-	return tp_frame_live(f);
+	return f->tramp && tp_frame_live(f);
+}
+
+/* Frame `f` is dropped, found dead at `tsc`: a call timed at its exits
+ * that left by none tp saw is sent as unwound. (One whose return address
+ * tp replaced was sent so when unwinding started, or left by longjmp.) */
+HOT void gone(struct tp_ctx *c, struct tp_thread *t, const struct tp_frame *f, uint64_t tsc)
+{
+	if (!f->tramp)
+		emit(c, t, f->probe | (TP_UNWOUND << TP_KIND_SHIFT), tsc, 0, f->tsc, 0, 0, 0, 0);
+}
+
+/* True if stack address `a` lies below `b` on the same stack: frames farther
+ * apart than TP_STACK_SPAN may live on different stacks (a coroutine's, a
+ * signal stack). */
+HOT int deeper_on_stack(uint64_t a, uint64_t b)
+{
+	return a < b && b - a < TP_STACK_SPAN;
+}
+
+/* The thread runs at stack slot `here` (where a call's return address is):
+ * the frames on top of its shadow stack that are deeper on this stack, or
+ * at `here` itself when `at_here`, ended without an exit tp saw (longjmp,
+ * an exception, an exit tp could not patch), and are dropped, each sent as
+ * unwound. A frame whose return address tp replaced stays while its slot
+ * holds the trampoline (a tail call's callee enters at its slot, and it
+ * returns through both); frames of other stacks stay. Returns the depth. */
+HOT uint32_t settle(struct tp_ctx *c, struct tp_thread *t, uint64_t here, int at_here, uint64_t tsc)
+{
+	uint32_t d = t->depth;
+	if (d > TP_SHADOW_LEN)
+		d = TP_SHADOW_LEN;
+	uint32_t top = d;
+	/* The frames above the first that is an outer call of this stack. */
+	while (top > 0) {
+		const struct tp_frame *f = &t->shadow[top - 1];
+		if (deeper_on_stack(here, f->slot))
+			break;
+		top--;
+	}
+#define DEAD(f) ((deeper_on_stack((f)->slot, here) || (at_here && (f)->slot == here)) && !still_hijacked(f))
+	/* Sent innermost first, as unwinding passes them; then let go. */
+	for (uint32_t i = d; i > top; i--)
+		if (DEAD(&t->shadow[i - 1]))
+			gone(c, t, &t->shadow[i - 1], tsc);
+	uint32_t keep = top;
+	for (uint32_t i = top; i < d; i++) {
+		struct tp_frame *f = &t->shadow[i];
+		if (!DEAD(f))
+			t->shadow[keep++] = *f;
+	}
+#undef DEAD
+	if (keep != t->depth)
+		__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
+	return keep;
 }
 
 #include "record.h" /* predicates, stacks and aggregates: the `_ext` functions' blocks */
+
+/* A call timed at its function's exits begins at stack slot `slot`: the
+ * frames it shows dead go (settle), and its own is pushed, keyed by the
+ * slot and the probe, which its exit finds by the same slot (x86-64: where
+ * its return address is; AArch64: the word below the entry stack pointer).
+ * Nothing is written to the stack. The frame is published as an entry's
+ * hijacked one is (see entry()). */
+HOT void push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t slot, uint64_t tsc)
+{
+	uint32_t d = settle(c, t, slot, 1, tsc);
+	if (d >= TP_SHADOW_LEN) {
+		lose(c, t, 1); /* too deep: this call's exit goes unrecorded */
+		account(t, d, tsc);
+		return;
+	}
+	struct tp_frame *f = &t->shadow[d];
+	f->slot = slot;
+	__atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	f->slot = slot;
+	f->ret = *(const uint64_t *)slot;
+	f->probe = probe;
+	f->tramp = 0;
+	f->ra_at = 0;
+	uint64_t now = tp_timestamp();
+	if (d)
+		t->overhead += now - tsc;
+	f->tsc = now;
+	f->overhead = t->overhead;
+}
+
+/* An entry of a probe timed at its exits that times nothing (a sample not
+ * taken, a call its predicate rejects) still settles the frames it shows
+ * dead, so that an exit never pairs with a frame a longjmp left in its
+ * slot. */
+HOT void settle_at_entry(struct tp_ctx *c, uint64_t slot)
+{
+	struct tp_thread *t = thread_state(c, 0);
+	if (t && t->depth)
+		settle(c, t, slot, 1, tp_timestamp());
+}
 
 /* Function entry. `regs` holds the integer argument registers in order (six,
  * or eight where TP_RECORD_MORE says so); `slot` is the stack address of
@@ -561,15 +653,22 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		uint32_t period = ((const uint32_t *)c->periods)[probe];
 		*countdown = next_gap(period ? period : TP_FIRST_PERIOD, tsc);
 		int first = period == 0 && *(const uint64_t *)((uint64_t)countdown - c->countdowns_from_counters) == 1;
-		if (first || __atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0)
+		if (first || __atomic_sub_fetch((int32_t *)c->budgets + probe, 1, __ATOMIC_RELAXED) < 0) {
+			if (probe_flags & TP_TIME_CALL)
+				settle_at_entry(c, (uint64_t)slot);
 			return;
+		}
 	}
-	/* A call its predicate rejects costs nothing more. */
-	if (ext && (probe_flags & TP_FILTER) && !passes_entry(c, probe_flags, regs))
+	/* A call its predicate rejects costs nothing more (but that a call
+	 * timed at its exits settles the frames it shows dead). */
+	if (ext && (probe_flags & TP_FILTER) && !passes_entry(c, probe_flags, regs)) {
+		if (probe_flags & TP_TIME_CALL)
+			settle_at_entry(c, (uint64_t)slot);
 		return;
+	}
 	struct tp_thread *t = thread_state(c, 1);
 	if (UNLIKELY(!t)) {
-		lose(c, 0, !!(probe_flags & TP_RECORD_ENTRY) + !!(probe_flags & TP_HIJACK_RETURN));
+		lose(c, 0, !!(probe_flags & TP_RECORD_ENTRY) + !!(probe_flags & (TP_HIJACK_RETURN | TP_TIME_CALL)));
 		return;
 	}
 	remember(c, t);
@@ -600,10 +699,13 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 			if (t->shadow[k - 1].slot != here || current == t->shadow[k - 1].tramp)
 				continue;
 			uint32_t keep = k - 1;
+			gone(c, t, &t->shadow[k - 1], tsc);
 			for (uint32_t i = k; i < d; i++) {
 				struct tp_frame *g = &t->shadow[i];
-				if (g->slot <= here && here - g->slot < TP_STACK_SPAN && !still_hijacked(g))
+				if (g->slot <= here && here - g->slot < TP_STACK_SPAN && !still_hijacked(g)) {
+					gone(c, t, g, tsc);
 					continue;
+				}
 				t->shadow[keep++] = *g;
 			}
 			d = keep;
@@ -615,6 +717,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 			struct tp_frame *f = &t->shadow[d - 1];
 			if (f->slot > here || here - f->slot >= TP_STACK_SPAN || still_hijacked(f))
 				break;
+			gone(c, t, f, tsc);
 			d--;
 		}
 		if (d >= TP_SHADOW_LEN) {
@@ -646,6 +749,10 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		f->overhead = t->overhead;
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		*slot = tramp;
+		return;
+	}
+	if (probe_flags & TP_TIME_CALL) {
+		push_timed(c, t, probe, (uint64_t)slot, tsc);
 		return;
 	}
 	account(t, t->depth, tsc);
@@ -681,7 +788,7 @@ HOT uint64_t frame_elsewhere(const struct tp_ctx *c, const struct tp_thread *min
 			d = TP_SHADOW_LEN;
 		while (d > 0) {
 			const struct tp_frame *f = &t->shadow[--d];
-			if (f->slot == want)
+			if (f->slot == want && f->tramp)
 				return f->ret;
 		}
 	}
@@ -735,12 +842,14 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 			uint32_t keep = d - 1;
 			for (uint32_t i = d; i < t->depth; i++) {
 				struct tp_frame *g = &t->shadow[i];
-				if (g->slot < want && want - g->slot < TP_STACK_SPAN && !still_hijacked(g))
+				if (g->slot < want && want - g->slot < TP_STACK_SPAN && !still_hijacked(g)) {
+					gone(c, t, g, tsc);
 					continue;
+				}
 				t->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
-			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested))
+			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0))
 				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
 			account(t, keep, tsc);
 			return ret;
@@ -768,6 +877,54 @@ uint64_t tp_exit_ext(struct tp_ctx *c, const uint64_t *regs, uint64_t sp)
 	return exit_call(c, regs, sp, 1);
 }
 
+/* A call's end, seen by the detour at an exit of its function (a return,
+ * or a jump out of it: `word` has TP_TAIL_CALL), before that exit runs:
+ * `slot` is where the call's return address is (x86-64: the stack pointer
+ * at a `ret`; AArch64: the word below it), as the call's entry keyed its
+ * frame; `v0` and `v1` the return registers. The call was timed if the
+ * frame on top of the shadow stack, past the frames this shows dead, is
+ * that slot's and probe's; else (it began before the probes went in, or
+ * its sample was not taken) nothing is recorded. `ext` (a constant) adds
+ * what tp_exit_at_ext does: the predicate on the return value, durations
+ * kept in the target. */
+HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1, const int ext)
+{
+	struct tp_thread *t = thread_state(c, 0);
+	if (!t || !t->depth)
+		return;
+	uint64_t tsc = tp_timestamp();
+	remember(c, t);
+	uint32_t probe = word & TP_PROBE_MASK;
+	uint32_t d = settle(c, t, slot, 0, tsc);
+	struct tp_frame *f = d ? &t->shadow[d - 1] : 0;
+	if (!f || f->slot != slot || f->probe != probe || f->tramp) {
+		/* Not this call's: frames in its slot are dead too (another
+		 * function's, whose exit tp did not see). */
+		account(t, settle(c, t, slot, 1, tsc), tsc);
+		return;
+	}
+	/* The frame is read whole before the depth lets it go. */
+	uint64_t entry_tsc = f->tsc, nested = t->overhead - f->overhead;
+	__atomic_store_n(&t->depth, d - 1, __ATOMIC_RELEASE);
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	uint64_t tail = !!(word & TP_TAIL_CALL);
+	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail))
+		emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, 0);
+	account(t, d - 1, tsc);
+}
+
+void tp_exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1)
+{
+	exit_at(c, word, slot, v0, v1, 0);
+}
+
+/* tp_exit_at for a probe with a predicate on its return value or durations
+ * kept in the target (the exit's detour passes TP_EXIT_EXT flags). */
+void tp_exit_at_ext(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, uint64_t v1)
+{
+	exit_at(c, word, slot, v0, v1, 1);
+}
+
 /* An exception starts unwinding (_Unwind_RaiseException and friends): put
  * every return address this thread's probes replaced back in place, so the
  * unwinder finds the real callers. `sp` is the stack pointer at the
@@ -790,7 +947,9 @@ void tp_unwind(struct tp_ctx *c, uint64_t sp)
 	 * kept, and returns through the trampoline as before. */
 	for (uint32_t d = depth; d > 0; d--) {
 		struct tp_frame *f = &t->shadow[d - 1];
-		int r = tp_frame_give_back(f, &sp);
+		/* A frame timed at its exits has nothing to give back: it stays,
+		 * and goes as unwound once the thread runs above it (settle). */
+		int r = f->tramp ? tp_frame_give_back(f, &sp) : TP_FRAME_KEPT;
 		if (r == TP_FRAME_GIVEN_BACK)
 			emit(c, t, f->probe | (TP_UNWOUND << TP_KIND_SHIFT), tsc, 0, f->tsc, 0, 0, 0, 0);
 		else if (r == TP_FRAME_KEPT)

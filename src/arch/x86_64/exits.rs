@@ -1,0 +1,433 @@
+//! The ways out of an x86-64 function, and a patch window at each: what a
+//! return probe patches to see a call end where it ends, without touching
+//! the return address (which the program, its runtime and every stack
+//! walker may read).
+//!
+//! A call ends at a `ret`, or at a jump out of the function: a tail call
+//! (`jmp f`, the `jne f` clang writes, `jmp [rip + got]`, or a jump through
+//! a register or table in a function that forms no address of its own code,
+//! so cannot be a switch). A jump to the function's own entry is a call of
+//! its own too (the entry probe counts it). A `ret` is one byte and a `jmp
+//! rel32` five, so each exit's window is the exit with as much as it needs
+//! of:
+//!
+//! - the bytes after it that nothing reaches (an unconditional exit never
+//!   falls through to them): dead code, or the alignment padding (`nop`s,
+//!   `int3`s) between the function's last instruction and the next one;
+//! - the straight-line instructions before it (an epilogue: `pop`, `add
+//!   rsp`, `leave`, moves), which run out of place first: no call or
+//!   syscall, no branch, nothing that cannot run elsewhere.
+//!
+//! The checks are an entry window's ([`super::window`]): no branch of the
+//! function, no jump from its other parts, no code address it takes and no
+//! code pointer stored in data may enter a window past its first byte. The
+//! module-wide ones (other symbols, other functions' branches, landing pads)
+//! are the caller's. Windows never overlap one another or the entry's, and
+//! an exit inside the entry's window is recorded by the entry's detour.
+
+use super::decode::{Class, Insn, decode};
+use super::{relocate, taken, window::PATCH_LEN};
+use crate::arch::{ExitInsn, ExitKind, ExitPlan, Image, Refusal, SitePlan, WindowInsn};
+
+/// Instructions before an exit that its window may take.
+const MAX_BEFORE: usize = 4;
+
+/// Bytes of padding after a part's last instruction that are looked at.
+const MAX_PADDING: u64 = 15;
+
+/// Plans a window at every exit of the part `code` at `addr` of a
+/// function: see [`crate::arch::Arch::plan_exits`].
+pub fn plan_exits(
+    code: &[u8],
+    addr: u64,
+    parts: &[(u64, u64)],
+    extra_targets: &[u64],
+    taken_windows: &[(u64, u64)],
+    image: &dyn Image,
+) -> Result<Vec<ExitPlan>, Refusal> {
+    let insns = decode(code, addr);
+    let end = addr + code.len() as u64;
+    let decoded_end = insns.last().map_or(addr, Insn::end);
+    if decoded_end < end {
+        return Err(Refusal::Undecodable { at: decoded_end });
+    }
+    let function = Function::new(addr, end, parts, &insns, image);
+    let mut targets: Vec<u64> = insns.iter().flat_map(|i| [i.target, i.rip_target]).flatten().collect();
+    targets.extend(extra_targets);
+    targets.extend(&function.own_addresses);
+    targets.sort_unstable();
+    targets.dedup();
+    let padding = padding_after(end, image);
+    let mut used: Vec<(u64, u64)> = taken_windows.to_vec();
+    let mut out = Vec::new();
+    for (k, insn) in insns.iter().enumerate() {
+        let Some(kind) = function.exit_kind(insn) else { continue };
+        if taken_windows.iter().any(|&(lo, hi)| lo <= insn.addr && insn.addr < hi) {
+            continue;
+        }
+        let part = Part { code, addr, end, insns: &insns, targets: &targets, padding, image };
+        let plan = part.window_at(k, kind, &used);
+        if let Ok(p) = &plan {
+            used.push((p.site, p.site + p.len() as u64));
+        }
+        out.push(ExitPlan { at: insn.addr, kind, plan });
+    }
+    Ok(out)
+}
+
+/// What tells the exits of a function from its other branches.
+pub(super) struct Function<'a> {
+    /// The function's entry (a jump there is a call of its own).
+    entry: u64,
+    /// Every part's range, `[lo, hi)`.
+    parts: &'a [(u64, u64)],
+    /// The range of the part being planned, if it is not among `parts`.
+    this: (u64, u64),
+    /// Code addresses of the function that the part can form (where its
+    /// indirect jumps may land inside it).
+    own_addresses: Vec<u64>,
+    /// The function's other parts as the module shows them ([`Image::other_parts`]).
+    other: Vec<(u64, u64)>,
+}
+
+impl<'a> Function<'a> {
+    /// The function whose part `[addr, end)`, decoded as `insns`, is
+    /// planned; `parts` as [`plan_exits`] takes it (the first part is the
+    /// one the entry starts).
+    pub(super) fn new(addr: u64, end: u64, parts: &'a [(u64, u64)], insns: &[Insn], image: &dyn Image) -> Self {
+        let indirect = insns.iter().any(|i| matches!(i.class, Class::IndirectJump | Class::IndirectJumpRip));
+        let own_addresses = if indirect { taken::code_addresses(insns, addr, end, image) } else { Vec::new() };
+        let other = image.other_parts().to_vec();
+        Function { entry: parts.first().map_or(addr, |p| p.0), parts, this: (addr, end), own_addresses, other }
+    }
+
+    fn inside(&self, t: u64) -> bool {
+        let within = |&(lo, hi): &(u64, u64)| lo <= t && t < hi;
+        within(&self.this) || self.parts.iter().any(within) || self.other.iter().any(within)
+    }
+
+    /// How `insn` leaves the function, if it is an exit.
+    pub(super) fn exit_kind(&self, insn: &Insn) -> Option<ExitKind> {
+        let out = |t: u64| t == self.entry || !self.inside(t);
+        match insn.class {
+            Class::Ret => Some(ExitKind::Return),
+            Class::Jump => insn.target.filter(|&t| out(t)).map(|_| ExitKind::Jump),
+            // Only a `jcc` can be a tail call (not `loop`, `jrcxz`, `xbegin`).
+            Class::CondBranch if insn.mnemonic.starts_with('j') && !insn.mnemonic.ends_with("cxz") => {
+                insn.target.filter(|&t| out(t)).map(|_| ExitKind::CondJump)
+            }
+            Class::IndirectJump | Class::IndirectJumpRip if self.own_addresses.is_empty() => {
+                Some(ExitKind::IndirectJump)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The exits among the instructions of an entry window that run, `insns`
+/// (up to the first that leaves for good), as window offsets from `site`.
+pub(super) fn exits_in(function: &Function, insns: &[&Insn], site: u64) -> Vec<ExitInsn> {
+    let mut exits = Vec::new();
+    for insn in insns {
+        if let Some(kind) = function.exit_kind(insn) {
+            exits.push(ExitInsn { offset: (insn.addr - site) as u32, kind });
+        }
+        if matches!(insn.class, Class::Ret | Class::Jump | Class::IndirectJump | Class::IndirectJumpRip) {
+            break;
+        }
+    }
+    exits
+}
+
+/// The bytes of padding at `end` (after a part's last instruction): `nop`s
+/// and `int3`s in an executable segment, before anything else. Whether
+/// they may join a window is the caller's to decide (nothing may reach them).
+pub(super) fn padding_after(end: u64, image: &dyn Image) -> u64 {
+    if !image.is_code(end) {
+        return 0;
+    }
+    let Some(bytes) = (1..=MAX_PADDING).rev().find_map(|n| image.bytes(end, n)) else { return 0 };
+    let mut len = 0;
+    for i in decode(bytes, end) {
+        if i.mnemonic != "nop" && i.mnemonic != "int3" {
+            break;
+        }
+        len += i.len as u64;
+    }
+    len
+}
+
+/// The part of a function being planned.
+struct Part<'a> {
+    code: &'a [u8],
+    addr: u64,
+    end: u64,
+    insns: &'a [Insn],
+    /// Every address that may enter a window (sorted).
+    targets: &'a [u64],
+    /// Bytes of padding after `end`.
+    padding: u64,
+    image: &'a dyn Image,
+}
+
+impl Part<'_> {
+    /// The first target in `(lo, hi)`.
+    fn target_in(&self, lo: u64, hi: u64) -> Option<u64> {
+        let first = self.targets.partition_point(|&t| t <= lo);
+        self.targets.get(first).copied().filter(|&t| t < hi)
+    }
+
+    /// Bytes after instruction `k` that nothing reaches, if it never falls
+    /// through: up to the first target, or past the part's end into its padding.
+    fn unreachable_after(&self, k: usize, kind: ExitKind) -> u64 {
+        if kind == ExitKind::CondJump {
+            return 0;
+        }
+        let from = self.insns[k].end();
+        let first = self.targets.partition_point(|&t| t < from);
+        match self.targets.get(first).copied().filter(|&t| t < self.end) {
+            Some(t) => t - from,
+            None => self.end - from + self.padding,
+        }
+    }
+
+    /// The window of exit `k`, not overlapping `used`.
+    fn window_at(&self, k: usize, kind: ExitKind, used: &[(u64, u64)]) -> Result<SitePlan, Refusal> {
+        let exit = &self.insns[k];
+        let after = self.unreachable_after(k, kind);
+        let mut why = Refusal::TooShort { have: exit.len as u64 + after, need: PATCH_LEN as u64 };
+        for back in 0..=MAX_BEFORE.min(k) {
+            let first = &self.insns[k - back];
+            if back > 0 && !runs_anywhere(first) {
+                why = why_not_before(first).unwrap_or(why);
+                break;
+            }
+            let start = first.addr;
+            if let Some(t) = self.target_in(start, exit.end()) {
+                let from = self.insns.iter().find(|i| i.target == Some(t)).map(|i| i.addr);
+                why = match from {
+                    Some(from) => Refusal::BranchIntoWindow { from },
+                    None => Refusal::EntersWindow { at: t, from: "a code address the function forms".into() },
+                };
+                break;
+            }
+            let short = (start + PATCH_LEN as u64).saturating_sub(exit.end());
+            if short > after {
+                continue;
+            }
+            let hi = exit.end() + short;
+            if let Some(&(lo, _)) = used.iter().find(|&&(lo, uhi)| lo < hi && start < uhi) {
+                return Err(Refusal::EntersWindow { at: lo, from: "another probe's window".into() });
+            }
+            if let Some(&t) = self.image.stored_targets(start + 1, hi).first() {
+                return Err(Refusal::EntersWindow { at: t, from: "a code pointer stored in data".into() });
+            }
+            return self.plan(start, hi, exit, kind);
+        }
+        Err(why)
+    }
+
+    /// The plan of the window `[start, hi)` that ends with `exit`.
+    fn plan(&self, start: u64, hi: u64, exit: &Insn, kind: ExitKind) -> Result<SitePlan, Refusal> {
+        let mut window = self.code[(start - self.addr) as usize..(hi.min(self.end) - self.addr) as usize].to_vec();
+        if hi > self.end {
+            let pad = self.image.bytes(self.end, hi - self.end).ok_or(Refusal::PastEnd { at: self.end })?;
+            window.extend_from_slice(pad);
+        }
+        let insns = decode(&window, start)
+            .into_iter()
+            .map(|i| WindowInsn { offset: (i.addr - start) as u32, len: i.len, mnemonic: i.mnemonic })
+            .collect();
+        let plan = SitePlan {
+            function: self.addr,
+            site: start,
+            prefix: Vec::new(),
+            window,
+            insns,
+            dead: 0,
+            interior: false,
+            exits: vec![ExitInsn { offset: (exit.addr - start) as u32, kind }],
+        };
+        // Prove that the window relocates, at a distance any detour may
+        // have, with room for what the detour records; the real detour
+        // address is checked again when the detour is built.
+        relocate::relocate_with(&plan, start.wrapping_add(1 << 30), Some(&mut |_, _| vec![0x90; 32]))?;
+        Ok(plan)
+    }
+}
+
+/// True if `insn` may run before an exit, out of place, in its window.
+fn runs_anywhere(insn: &Insn) -> bool {
+    matches!(insn.class, Class::Plain | Class::RipRelative)
+}
+
+/// Why `insn` cannot join an exit's window before it, when that says more
+/// than "too short".
+fn why_not_before(insn: &Insn) -> Option<Refusal> {
+    match insn.class {
+        Class::Call | Class::IndirectCall | Class::Syscall => {
+            Some(Refusal::CallInWindow { mnemonic: insn.mnemonic.clone(), at: insn.addr })
+        }
+        Class::Unsafe => Some(Refusal::Unsafe { mnemonic: insn.mnemonic.clone(), at: insn.addr }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const F: u64 = 0x401000;
+
+    /// A module with `after` at the function's end, `pointers` stored in data.
+    struct Module {
+        end: u64,
+        after: Vec<u8>,
+        pointers: Vec<u64>,
+    }
+
+    impl Image for Module {
+        fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+            let off = addr.checked_sub(self.end)? as usize;
+            self.after.get(off..off + len as usize)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            (F..F + 0x1000).contains(&addr)
+        }
+        fn absolute_code(&self) -> bool {
+            false
+        }
+        fn stored_targets(&self, lo: u64, hi: u64) -> Vec<u64> {
+            self.pointers.iter().copied().filter(|&t| lo <= t && t < hi).collect()
+        }
+    }
+
+    fn exits_of(code: &[u8], after: &[u8]) -> Vec<ExitPlan> {
+        let m = Module { end: F + code.len() as u64, after: after.to_vec(), pointers: vec![] };
+        plan_exits(code, F, &[(F, F + code.len() as u64)], &[], &[(F, F + 5)], &m).unwrap()
+    }
+
+    fn window(e: &ExitPlan) -> (u64, usize, String) {
+        let p = e.plan.as_ref().unwrap();
+        (p.site, p.len(), p.summary())
+    }
+
+    // push rbx; mov ebx, edi; call +0; mov eax, ebx; pop rbx; ret
+    const EPILOGUE: [u8; 13] = [0x53, 0x89, 0xfb, 0xe8, 0, 0, 0, 0, 0x89, 0xd8, 0x5b, 0xc3, 0x90];
+
+    #[test]
+    fn a_ret_takes_the_padding_after_it() {
+        // The last ret, with 15 bytes of nop padding after the function.
+        let code = &EPILOGUE[..12];
+        let padding = [0x66, 0x2e, 0x0f, 0x1f, 0x84, 0, 0, 0, 0, 0, 0x0f, 0x1f, 0x40, 0x00, 0x90];
+        let exits = exits_of(code, &padding);
+        assert_eq!(exits.len(), 1);
+        assert_eq!((exits[0].at, exits[0].kind), (F + 11, ExitKind::Return));
+        let (site, len, summary) = window(&exits[0]);
+        assert_eq!((site, len, summary.as_str()), (F + 11, 5, "ret"));
+        assert_eq!(exits[0].plan.as_ref().unwrap().exits, [ExitInsn { offset: 0, kind: ExitKind::Return }]);
+        // int3 padding (Go, some linkers) too.
+        let exits = exits_of(code, &[0xcc; 8]);
+        assert_eq!(window(&exits[0]), (F + 11, 5, "ret, int3, int3, int3, int3".into()));
+    }
+
+    #[test]
+    fn without_padding_a_ret_takes_its_epilogue() {
+        // No padding after: mov eax, ebx; pop rbx; ret (4 bytes) is one short,
+        // and the window cannot take the call before.
+        let code = &EPILOGUE[..12];
+        let exits = exits_of(code, &[0x55]);
+        assert!(matches!(exits[0].plan, Err(Refusal::CallInWindow { .. })), "{:?}", exits[0].plan);
+        // With one byte of padding the epilogue does.
+        let exits = exits_of(code, &[0x90, 0x55]);
+        assert_eq!(window(&exits[0]), (F + 8, 5, "mov, pop, ret, nop".into()));
+        assert_eq!(exits[0].plan.as_ref().unwrap().exits[0].offset, 3);
+    }
+
+    #[test]
+    fn a_ret_that_is_a_branch_target_starts_its_window() {
+        // 0: test edi, edi; 2: je 10; 4: mov eax, 1; 9: pop rbx; 10: ret
+        let code = [0x85, 0xff, 0x74, 0x06, 0xb8, 1, 0, 0, 0, 0x5b, 0xc3];
+        let exits = exits_of(&code, &[0x90; 4]);
+        assert_eq!(window(&exits[0]), (F + 10, 5, "ret, nop, nop, nop, nop".into()));
+        // Without padding, the window cannot start before the ret (a branch lands there).
+        let exits = exits_of(&code, &[]);
+        assert_eq!(exits[0].plan, Err(Refusal::BranchIntoWindow { from: F + 2 }));
+    }
+
+    #[test]
+    fn a_ret_followed_by_reachable_code_takes_what_comes_before() {
+        // 0: test edi, edi; 2: jne 14; 4: add rsp, 8; 8: pop rbx; 9: pop rbp; 10: ret;
+        // 11: nop; 12: nop; 13: nop; 14: xor eax, eax; 16: ret
+        let code =
+            [0x85, 0xff, 0x75, 0x0a, 0x48, 0x83, 0xc4, 0x08, 0x5b, 0x5d, 0xc3, 0x90, 0x90, 0x90, 0x31, 0xc0, 0xc3];
+        let exits = exits_of(&code, &[0xcc; 6]);
+        assert_eq!(exits.len(), 2);
+        // The first ret: the three nops after it are dead (the jne lands past
+        // them), one short of a window: pop rbp joins it.
+        assert_eq!(window(&exits[0]), (F + 9, 5, "pop, ret, nop, nop, nop".into()));
+        assert_eq!(exits[0].plan.as_ref().unwrap().exits[0].offset, 1);
+        // The last: the ret and the padding.
+        assert_eq!(window(&exits[1]), (F + 16, 5, "ret, int3, int3, int3, int3".into()));
+    }
+
+    #[test]
+    fn tail_calls_are_exits_and_internal_jumps_are_not() {
+        // 0: test edi, edi; 2: jne F+0x100 (out: a conditional tail call, 6 bytes); 8: jmp 2 (a
+        // loop, 2 bytes); 10: jmp F+0x200 (out, 5 bytes); 15: jmp F (the entry: a call of its own)
+        let mut code = vec![0x85, 0xff, 0x0f, 0x85];
+        code.extend(((0x100i64 - 8) as i32).to_le_bytes());
+        code.extend([0xeb, 0xf8, 0xe9]);
+        code.extend(((0x200i64 - 15) as i32).to_le_bytes());
+        code.extend([0xe9]);
+        code.extend((-20i32).to_le_bytes());
+        let m = Module { end: F + code.len() as u64, after: vec![0xcc; 4], pointers: vec![] };
+        let exits = plan_exits(&code, F, &[(F, F + 20)], &[], &[], &m).unwrap();
+        let kinds: Vec<(u64, ExitKind)> = exits.iter().map(|e| (e.at, e.kind)).collect();
+        assert_eq!(kinds, [(F + 2, ExitKind::CondJump), (F + 10, ExitKind::Jump), (F + 15, ExitKind::Jump)]);
+        assert_eq!(window(&exits[0]), (F + 2, 6, "jne".into()));
+        // With the entry's window over the jne, its detour records that exit.
+        let planned = plan_exits(&code, F, &[(F, F + 20)], &[], &[(F, F + 8)], &m).unwrap();
+        assert_eq!(planned.iter().map(|e| e.at).collect::<Vec<_>>(), [F + 10, F + 15]);
+        // Each direct jump is a window of its own.
+        assert_eq!(window(&planned[0]), (F + 10, 5, "jmp".into()));
+        assert_eq!(window(&planned[1]), (F + 15, 5, "jmp".into()));
+    }
+
+    #[test]
+    fn indirect_jumps_are_exits_only_where_the_function_has_no_switch() {
+        // 0: push rbx; 1: mov rax, [rdi]; 4: pop rbx; 5: jmp rax (a tail call through a pointer)
+        let code = [0x53, 0x48, 0x8b, 0x07, 0x5b, 0xff, 0xe0];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        assert_eq!((exits[0].at, exits[0].kind), (F + 5, ExitKind::IndirectJump));
+        assert_eq!(window(&exits[0]).0, F + 5);
+        // A function that forms an address of its own code (lea rdx, [rip - 7] = F: a switch
+        // table or a label) may jump inside itself: its indirect jumps are not exits.
+        let code = [0x48, 0x8d, 0x15, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xe2, 0xc3];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        assert_eq!(exits.iter().map(|e| e.kind).collect::<Vec<_>>(), [ExitKind::Return]);
+    }
+
+    #[test]
+    fn stored_pointers_and_other_windows_refuse() {
+        let code = &EPILOGUE[..12];
+        let m = Module { end: F + 12, after: vec![0x90; 8], pointers: vec![F + 12] };
+        let exits = plan_exits(code, F, &[(F, F + 12)], &[], &[(F, F + 5)], &m).unwrap();
+        assert!(matches!(exits[0].plan, Err(Refusal::EntersWindow { at, .. }) if at == F + 12), "{:?}", exits[0].plan);
+        // Two rets close together: the second window cannot overlap the first.
+        // 0..5: entry; 5: ret; 6: nop*4 (dead); 10: pop rbx; 11: ret
+        let code = [0x53, 0x48, 0x89, 0xfb, 0x90, 0xc3, 0x90, 0x90, 0x90, 0x90, 0x5b, 0xc3];
+        let exits = exits_of(&code, &[]);
+        assert_eq!(window(&exits[0]), (F + 5, 5, "ret, nop, nop, nop, nop".into()));
+        assert!(exits[1].plan.is_err(), "{:?}", exits[1].plan);
+    }
+
+    #[test]
+    fn code_that_does_not_decode_has_no_known_exits() {
+        let m = Module { end: F + 3, after: vec![], pointers: vec![] };
+        assert_eq!(
+            plan_exits(&[0x53, 0x06, 0xc3], F, &[(F, F + 3)], &[], &[], &m),
+            Err(Refusal::Undecodable { at: F + 1 })
+        );
+    }
+}
