@@ -468,9 +468,10 @@ fn check_code(mem: &Memory, requests: &[Request], under: &HashMap<u64, Vec<u8>>)
 /// be gone over.
 fn bytes_under(region: &Region, requests: &[Request]) -> Result<HashMap<u64, Vec<u8>>> {
     // The last installed at a site is the one whose patch it holds.
+    let sites: std::collections::HashSet<u64> = requests.iter().map(|r| r.plan.site).collect();
     let mut under: HashMap<u64, (u32, Entry)> = HashMap::new();
     for (i, e) in region.entries() {
-        if e.state().maybe_patched() && requests.iter().any(|r| r.plan.site == e.site) {
+        if e.state().maybe_patched() && sites.contains(&e.site) {
             let top = under.entry(e.site).or_insert((i, e));
             if i > top.0 {
                 *top = (i, e);

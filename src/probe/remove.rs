@@ -63,10 +63,15 @@ pub fn remove(
         }
         let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
         // Gone over by a newer probe at its site, which holds its patch as
-        // its original bytes: that one puts back this one's instead.
-        let over = entries[..k].iter().find(|(j, n)| {
-            *j > i && n.site == e.site && n.state().maybe_patched() && n.original() == e.patch() && now != e.patch()
-        });
+        // its original bytes: that one puts back this one's instead. (Only
+        // where the site does not hold this probe's patch: a search, rare.)
+        let over = (now != e.patch())
+            .then(|| {
+                entries[..k]
+                    .iter()
+                    .find(|(j, n)| *j > i && n.site == e.site && n.state().maybe_patched() && n.original() == e.patch())
+            })
+            .flatten();
         if let Some(&(j, mut n)) = over {
             n.original[..e.original().len()].copy_from_slice(e.original());
             region.set_entry(j, &n)?;

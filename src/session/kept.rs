@@ -9,12 +9,14 @@
 //! kept already leaves it as it is. Only the probes of a session that is
 //! still running are refused: two sessions would own one site.
 
+use std::collections::HashMap;
+
 use anyhow::{Result, bail};
 
 use super::attached::session_is_running;
 use crate::escape::text;
 use crate::probe::Request;
-use crate::probe::layout::kind;
+use crate::probe::layout::{Entry, kind};
 use crate::probe::region::Region;
 
 /// What a session may do at the sites it asks for.
@@ -34,11 +36,15 @@ pub struct Vetted {
 /// site a running session has probed.
 pub fn vet(pid: i32, region: Option<&Region>, requests: Vec<Request>, keep: bool) -> Result<Vetted> {
     let Some(region) = region else { return Ok(Vetted { requests, ..Vetted::default() }) };
-    let entries: Vec<_> = region.entries().into_iter().filter(|(_, e)| e.state().maybe_patched()).collect();
+    // The probes in, by site (a probe-all asks for thousands).
+    let mut at: HashMap<u64, Vec<(u32, Entry)>> = HashMap::new();
+    for (i, e) in region.entries().into_iter().filter(|(_, e)| e.state().maybe_patched()) {
+        at.entry(e.site).or_default().push((i, e));
+    }
     let mut out = Vetted::default();
     for req in requests {
         // tp's own unwinder probes are planned with the region in view.
-        let here: Vec<_> = entries.iter().filter(|(_, e)| e.site == req.plan.site).collect();
+        let here: Vec<&(u32, Entry)> = at.get(&req.plan.site).map(|v| v.iter().collect()).unwrap_or_default();
         if here.is_empty() || req.kind & kind::UNWIND != 0 {
             out.requests.push(req);
             continue;
