@@ -14,7 +14,7 @@ typedef uint64_t (*fn_t)(uint64_t);
 #define PAIR(n) uint64_t pr_##n(uint64_t), pr_##n##_ref(uint64_t);
 #define FUNCS(X) X(movabs) X(push) X(endbr) X(rip_load) X(rip_store) X(rip_imm) X(rip_lea) X(rip_sse) \
 	X(fs) X(nopw) X(jcc8) X(jcc32) X(jmp8) X(tail) X(jmp_rip) X(ret) X(call) X(call_next) X(call_mem) \
-	X(loop) X(jrcxz) X(syscall) X(self) X(self_cmp) X(short)
+	X(loop) X(jrcxz) X(syscall) X(self) X(self_cmp) X(short) X(shared_ret)
 FUNCS(PAIR)
 
 /* pr_self's callback: called with the function's own address, as the

@@ -183,6 +183,21 @@ helper_add1:
 	.endm
 	PAIR ret
 
+/* A return that is a branch target with reachable code right after it: no
+ * window of its own (a return probe sees this function's calls end through
+ * the return address). */
+	.macro body_shared_ret
+	test rdi, rdi
+	jne 2f
+	xor eax, eax
+1:	ret
+2:	lea rax, [rdi + 1]
+	cmp rax, 5
+	jb 1b
+	ret
+	.endm
+	PAIR shared_ret
+
 /* Shorter than the jump: the window takes the alignment padding after it,
  * which nothing reaches. */
 	.macro body_short

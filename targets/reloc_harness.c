@@ -3,7 +3,7 @@
  * ../shared/aarch64/reloc_harness.c).
  *
  *   reloc_harness [-n TRIALS] [-c REG,REG..] [-d DATA_ADDR] [-z BYTES] [-o BYTES]
- *                 [-f FLAGS] [-k CACHE_ADDR,ROW_ADDR[,WAY]] [-v]
+ *                 [-u BYTES] [-f FLAGS] [-k CACHE_ADDR,ROW_ADDR[,WAY]] [-v]
  *                 ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX
  *
  * Maps ORIG_HEX at ORIG_ADDR and RELOC_HEX (the relocated instructions, which
@@ -22,7 +22,10 @@
  * -z leaves out the BYTES below the initial stack pointer: a detour may
  * save registers there (at a function's entry that stack is dead). -o moves
  * them that many bytes further down: a detour inside a function saves its
- * registers below the 128-byte red zone, which must come out unchanged. -f
+ * registers below the 128-byte red zone, which must come out unchanged. -u
+ * leaves out the BYTES below the final stack pointer: the detour of a
+ * function's exit records the call's end before its `ret`, in the stack
+ * the call leaves, which is dead once it returns. -f
  * compares only the flags of the mask FLAGS (those the window leaves
  * undefined may differ). -k writes, before each run, the harness thread's
  * entry of the thread cache at CACHE_ADDR (in the data region), with its
@@ -215,12 +218,14 @@ static void run(uint64_t pc, state_t *out, uint8_t *data_copy)
 int main(int argc, char **argv)
 {
 	int trials = 64, verbose = 0;
-	uint64_t below_sp = 0, skip_from = 0;
+	uint64_t below_sp = 0, skip_from = 0, below_end = 0;
 	int skip[NREG + 3] = {0};
 	int opt;
-	while ((opt = getopt(argc, argv, "n:c:d:z:o:f:k:v")) != -1) {
+	while ((opt = getopt(argc, argv, "n:c:d:z:o:u:f:k:v")) != -1) {
 		if (opt == 'n')
 			trials = atoi(optarg);
+		else if (opt == 'u')
+			below_end = strtoull(optarg, 0, 0);
 		else if (opt == 'z')
 			below_sp = strtoull(optarg, 0, 0);
 		else if (opt == 'o')
@@ -245,7 +250,7 @@ int main(int argc, char **argv)
 						skip[i] = 1;
 		} else {
 			fprintf(stderr,
-				"usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-o bytes] [-f flags] [-k addr] [-v] "
+				"usage: %s [-n N] [-c regs] [-d addr] [-z bytes] [-o bytes] [-u bytes] [-f flags] [-k addr] [-v] "
 				"ORIG_ADDR ORIG_HEX RELOC_ADDR RELOC_HEX\n",
 				argv[0]);
 			return 2;
@@ -302,6 +307,11 @@ int main(int argc, char **argv)
 		uint64_t sp_off = in_st.sp - data_addr;
 		memset(d1 + sp_off - skip_from - below_sp, 0, below_sp);
 		memset(d2 + sp_off - skip_from - below_sp, 0, below_sp);
+		/* Below the original's final stack pointer, when it lies in the region. */
+		if (below_end && a.sp >= data_addr + below_end && a.sp <= data_addr + DATA_SIZE) {
+			memset(d1 + (a.sp - data_addr) - below_end, 0, below_end);
+			memset(d2 + (a.sp - data_addr) - below_end, 0, below_end);
+		}
 		int diff = 0;
 		char why[768] = "";
 		size_t wl = 0;

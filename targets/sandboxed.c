@@ -21,6 +21,10 @@
  *                    kills the process on gettid; the main thread has none
  *   errno-runtime    kill fails with EPERM, and so does arch_prctl where
  *                    there is one: errors tp's runtime goes on from
+ *   errno-exit-group exit_group fails with EPERM (glibc's _exit goes on to
+ *                    exit each thread): tp's runtime could not end a process
+ *                    whose return address it lost (return probes that
+ *                    replace return addresses)
  *   allow            everything tp needs runs: close is logged (LOG),
  *                    reboot kills, the rest is allowed; a second filter
  *                    answers ERRNO for kexec_load
@@ -227,6 +231,8 @@ int main(int argc, char **argv)
 		start_filtered_thread();
 	else if (strcmp(mode, "errno-runtime") == 0)
 		deny_runtime_errors();
+	else if (strcmp(mode, "errno-exit-group") == 0)
+		deny(SYS_exit_group, SECCOMP_RET_ERRNO | EPERM);
 	else if (strcmp(mode, "allow") == 0)
 		allow_what_tp_needs();
 	else if (strcmp(mode, "strict") != 0 && strcmp(mode, "none") != 0) {

@@ -329,6 +329,15 @@ pub enum ExitKind {
     /// function: a tail call through a pointer (the GOT, a table of
     /// functions).
     IndirectJump,
+    /// A jump through a register that leaves the function unless its
+    /// target lies in `[lo, hi)`, the function's code (a switch), which the
+    /// detour tells when it runs.
+    MaybeJump {
+        /// The function's code.
+        lo: u64,
+        /// See [`ExitKind::MaybeJump::lo`].
+        hi: u64,
+    },
 }
 
 impl ExitKind {
@@ -344,6 +353,8 @@ impl ExitKind {
 pub struct ExitPlan {
     /// The exit instruction's address.
     pub at: u64,
+    /// Its length in bytes.
+    pub len: u32,
     /// How it leaves.
     pub kind: ExitKind,
     /// The window that ends with it.
@@ -838,6 +849,9 @@ pub type PlanInFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<SitePlan, Refus
 /// [`Arch::plan_at`] as a function pointer.
 pub type PlanAtFn = fn(&[u8], u64, u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
 
+/// [`Arch::plan_to`] as a function pointer.
+pub type PlanToFn = fn(&[u8], u64, &[u64], &dyn Image, u64) -> Result<SitePlan, Refusal>;
+
 /// [`Arch::plan_exits`] as a function pointer.
 pub type PlanExitsFn =
     fn(&[u8], u64, &[(u64, u64)], &[u64], &[(u64, u64)], &dyn Image) -> Result<Vec<ExitPlan>, Refusal>;
@@ -891,6 +905,8 @@ pub struct Isa {
     pub plan_at: PlanAtFn,
     /// [`Arch::plan_exits`].
     pub plan_exits: PlanExitsFn,
+    /// [`Arch::plan_to`].
+    pub plan_to: PlanToFn,
     /// [`Arch::sdt_argument`].
     pub sdt_argument: fn(&str) -> Result<ArgSpec, String>,
     /// [`Arch::PATCH_LEN`].
@@ -917,6 +933,7 @@ impl Isa {
             go_one_instruction_site: A::go_one_instruction_site,
             plan_at: A::plan_at,
             plan_exits: A::plan_exits,
+            plan_to: A::plan_to,
             sdt_argument: A::sdt_argument,
             patch_len: A::PATCH_LEN,
         }
@@ -1032,6 +1049,21 @@ pub trait Arch {
     fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<SitePlan, Refusal> {
         let _ = image;
         Self::plan(code, function, extra_targets)
+    }
+
+    /// [`Arch::plan_in`] with a window that reaches `end` at least (more
+    /// instructions than the patch needs): an entry window that takes in an
+    /// exit right after it, which has no window of its own (a function of
+    /// three instructions and no padding).
+    fn plan_to(
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+        end: u64,
+    ) -> Result<SitePlan, Refusal> {
+        let _ = end;
+        Self::plan_in(code, function, extra_targets, image)
     }
 
     /// Plans a probe at `site`, an address inside the function `code` at

@@ -24,7 +24,7 @@ use crate::progress::Progress;
 use crate::session::resolve;
 use crate::symbols::lines::{self, Query};
 use crate::symbols::site;
-use crate::symbols::verdict::{go_code, verdict, verdict_at};
+use crate::symbols::verdict::{exits_widening, go_code, verdict, verdict_at};
 use crate::symbols::{Function, Module, ProcessModules};
 
 /// The rows of some modules, with each module's index and name.
@@ -45,6 +45,46 @@ struct Row {
     signature: Option<String>,
     /// Where the probe goes when that is not the function's entry.
     note: Option<&'static str>,
+    /// For a probeable function, its exits ([`Exits`]); None where the
+    /// architecture has no exit windows.
+    exits: Option<Result<Exits, Refusal>>,
+}
+
+/// The exits of a function and how many have a window: a return probe sees
+/// a call end at them when all do (see `session::returns`).
+struct Exits {
+    total: usize,
+    patchable: usize,
+    /// The first exit without a window, and why.
+    first_refused: Option<String>,
+}
+
+impl Exits {
+    /// The exits of `f` of `m`, whose entry's window is `plan` (widened
+    /// as a return probe's would be).
+    fn of(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -> Option<Result<Exits, Refusal>> {
+        let exits = match exits_widening(m, f, plan, isa) {
+            Err(Refusal::Unsupported(_)) => return None,
+            Err(why) => return Some(Err(why)),
+            Ok(exits) => exits,
+        };
+        let in_entry = plan.exits.len();
+        let first_refused = exits.iter().find_map(|e| {
+            let why = e.plan.as_ref().err()?;
+            Some(format!("+{:#x}: {why}", e.at.wrapping_sub(f.addr.0)))
+        });
+        let patchable = in_entry + exits.iter().filter(|e| e.plan.is_ok()).count();
+        Some(Ok(Exits { total: in_entry + exits.len(), patchable, first_refused }))
+    }
+
+    /// `3/3`, `2/3`, `?` (not all known), `-`.
+    fn text(e: &Option<Result<Exits, Refusal>>) -> String {
+        match e {
+            None => "-".into(),
+            Some(Err(_)) => "?".into(),
+            Some(Ok(e)) => format!("{}/{}", e.patchable, e.total),
+        }
+    }
 }
 
 /// What a row of a `--lines` or `--usdt` listing says.
@@ -152,6 +192,10 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool, shadow: Option<(i32, ShadowStack
             let after_check = verdict.is_ok() && go_code(m, &f, isa).is_some_and(|g| g.stack_check > 0);
             let nop = verdict.as_ref().is_ok_and(|p| p.is_nop_site());
             let note = if nop { Some(NOP_NOTE) } else { after_check.then_some("after Go's stack check") };
+            // Counted as a return probe would take them, which may widen
+            // the entry's window to take in an exit (the verdict stays a
+            // counting probe's).
+            let exits = verdict.as_ref().ok().and_then(|p| Exits::of(m, &f, &mut p.clone(), isa));
             let mut source = f.source.label().to_string();
             if f.bias != m.bias {
                 source += "+copy";
@@ -162,7 +206,7 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool, shadow: Option<(i32, ShadowStack
                 _ => f.name,
             };
             let addr = Some(f.addr.0);
-            Row { module: m.name.clone(), name, source, addr, size: f.size, verdict, signature, note }
+            Row { module: m.name.clone(), name, source, addr, size: f.size, verdict, signature, note, exits }
         })
         .collect();
     if let Some(d) = dwarf {
@@ -175,6 +219,7 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool, shadow: Option<(i32, ShadowStack
             verdict: Err(Refusal::InlinedEverywhere),
             signature: None,
             note: None,
+            exits: None,
         }));
     }
     rows
@@ -206,14 +251,15 @@ fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<
     if with_module {
         write!(out, "{:<mw$}  ", "MODULE")?;
     }
-    writeln!(out, "{:<18}  {:>7}  {:<w$}  {:<sw$}  VERDICT", "ADDRESS", "SIZE", "FUNCTION", "SOURCE")?;
+    writeln!(out, "{:<18}  {:>7}  {:<w$}  {:<sw$}  {:>5}  VERDICT", "ADDRESS", "SIZE", "FUNCTION", "SOURCE", "EXITS")?;
     for r in rows {
         if with_module {
             write!(out, "{:<mw$}  ", fit(&r.module, mw))?;
         }
         let (name, source) = (fit(&r.name, w), if r.source.is_empty() { "-" } else { &r.source });
         let verdict = verdict_text(&r.verdict, r.note);
-        writeln!(out, "{:<18}  {:>7}  {name:<w$}  {source:<sw$}  {verdict}", address_text(r.addr), r.size)?;
+        let exits = Exits::text(&r.exits);
+        writeln!(out, "{:<18}  {:>7}  {name:<w$}  {source:<sw$}  {exits:>5}  {verdict}", address_text(r.addr), r.size)?;
         if let Some(sig) = &r.signature {
             writeln!(out, "{:20}{}", "", text(sig))?;
         }
@@ -228,6 +274,25 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
             Ok(p) if r.note.is_some() => Some(json::address(p.site)),
             _ => None,
         };
+        // Where a return probe goes: every key, whatever is known.
+        let exits = r.exits.as_ref().map(|x| {
+            let o = Obj::new();
+            match x {
+                Err(why) => o
+                    .num("known", false)
+                    .num("total", "null")
+                    .num("patchable", "null")
+                    .num("refused", "null")
+                    .str("why", &why.to_string()),
+                Ok(e) => o
+                    .num("known", true)
+                    .num("total", e.total)
+                    .num("patchable", e.patchable)
+                    .opt_str("refused", e.first_refused.as_deref())
+                    .num("why", "null"),
+            }
+            .finish()
+        });
         let o = Obj::new()
             .str("type", "function")
             .str("module", &r.module)
@@ -239,6 +304,7 @@ fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
             .opt_str("reason", reason.as_deref())
             .opt_str("site", site.as_deref())
             .opt_str("note", r.note)
+            .raw("exits", exits.as_deref().unwrap_or("null"))
             .opt_str("signature", r.signature.as_deref());
         writeln!(out, "{}", o.finish())?;
     }
@@ -310,6 +376,13 @@ fn summarize(out: &mut dyn Write, title: &str, rows: &[&Row]) -> Result<()> {
     let nops = with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count();
     if nops > 0 {
         writeln!(out, "nop sites: {nops} (nops where the patch goes: nothing to relocate)")?;
+    }
+    let with_exits: Vec<&&&Row> = with_code.iter().filter(|r| r.exits.is_some()).collect();
+    if !with_exits.is_empty() {
+        let all = with_exits.iter().filter(|r| matches!(&r.exits, Some(Ok(e)) if e.patchable == e.total)).count();
+        let of = with_exits.len();
+        let pct = 100.0 * all as f64 / of as f64;
+        writeln!(out, "returns:   {all} of {of} probeable functions have every exit patchable ({pct:.1}%)")?;
     }
     writeln!(out, "refused:   {}", with_code.iter().filter(|r| r.verdict.is_err()).count())?;
     let mut top: Vec<(&str, usize)> = reasons.into_iter().collect();

@@ -510,9 +510,14 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
     Ok(())
 }
 
-/// The kinds of `requests`, or-ed.
+/// The kinds of `requests`, or-ed; [`kind::AT_EXITS`] only if every return
+/// probe among them sees its calls end at the function's exits.
 fn kinds_of(requests: &[Request]) -> u32 {
-    requests.iter().fold(kind::COUNT, |k, r| k | r.kind)
+    let k = requests.iter().fold(kind::COUNT, |k, r| k | r.kind);
+    match requests.iter().any(|r| shadow::times_returns(r.kind)) {
+        true => k & !kind::AT_EXITS,
+        false => k,
+    }
 }
 
 /// What a detour of `k` (bits of [`kind`]) does beyond counting.

@@ -109,7 +109,9 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
         // A failure reads as "no thread pointer": the thread's key is its TID.
         calls.push(RuntimeCall::new(t.name, t.nr, [t.arg0, SOME_STACK_ADDRESS, 0, 0, 0, 0], ERRORS));
     }
-    if kinds & kind::RET != 0 {
+    // Only a return probe that replaces return addresses may end the
+    // process (a frame lost for good: runtime.c, end_process).
+    if kinds & kind::RET != 0 && kinds & kind::AT_EXITS == 0 {
         let end = Takes { the_end: true, ..ERRORS };
         calls.extend([
             RuntimeCall::new(
@@ -356,6 +358,14 @@ mod tests {
         names.sort();
         names.dedup();
         names
+    }
+
+    #[test]
+    fn only_returns_through_replaced_addresses_may_end_the_process() {
+        let names = |kinds| calls(kinds, 1, 1).into_iter().map(|c| c.what.to_string()).collect::<Vec<_>>();
+        assert!(names(kind::RET).iter().any(|w| w == "exit_group"));
+        assert!(!names(kind::RET | kind::AT_EXITS).iter().any(|w| w.starts_with("tgkill") || *w == "exit_group"));
+        assert!(!names(kind::SAMPLE | kind::RET | kind::AT_EXITS).iter().any(|w| w == "exit_group"));
     }
 
     #[test]

@@ -47,9 +47,11 @@ impl Need<'_> {
     }
 }
 
-/// True if probes recording `kinds` (bits of [`kind`]) replace return addresses.
+/// True if probes recording `kinds` (bits of [`kind`]) replace return
+/// addresses: return probes and sampling ones that do not see their calls
+/// end at the function's exits.
 pub fn times_returns(kinds: u32) -> bool {
-    kinds & (kind::RET | kind::SAMPLE) != 0
+    kinds & (kind::RET | kind::SAMPLE) != 0 && kinds & kind::AT_EXITS == 0
 }
 
 /// Why probes cannot go in a process.
@@ -139,18 +141,14 @@ pub fn verdict(pid: i32, threads: &[(Pid, Shadow)], needs: &[Need], all_known: b
     })
 }
 
-/// Refuses probes recording `kinds` in process `pid` if they replace
-/// return addresses and a thread runs with a shadow stack, as far as its
-/// status file tells (and, for the threads this tp holds in `held`, their
-/// register sets); returns that thread, if there is one, for the planning
-/// of each function ([`Refusal::ShadowStack`]).
-pub fn check_kinds(pid: i32, held: &[Pid], kinds: u32) -> Result<Option<(i32, ShadowStack)>> {
-    let threads = crate::process::shadow_stacks(pid, held);
-    let needs = [Need { name: "", returns: times_returns(kinds), unbalances: None }];
-    if let Some(refused) = verdict(pid, &threads, &needs, false) {
-        return Err(refused.into());
-    }
-    Ok(first(&threads))
+/// The thread of process `pid` that runs with a shadow stack, as far as
+/// its status file tells (and, for the threads this tp holds in `held`,
+/// their register sets), if there is one, for the planning of each function
+/// ([`Refusal::ShadowStack`]): return probes see their calls end at the
+/// function's exits there, and a function whose exits cannot all be found
+/// is refused, as one whose detour copies a call.
+pub fn thread_with(pid: i32, held: &[Pid]) -> Option<(i32, ShadowStack)> {
+    first(&crate::process::shadow_stacks(pid, held))
 }
 
 /// Checks `requests` against the shadow stacks of every thread `stopped`

@@ -91,7 +91,7 @@ impl Attached {
             process::check_attachable(pid)?;
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let modules = ProcessModules::new(pid, &maps)?;
-            let shadow = shadow::check_kinds(pid, &[], what.kind)?;
+            let shadow = shadow::thread_with(pid, &[]);
             if what.kind & kind::RET != 0 {
                 // The unwinder's modules are read while the user's functions are planned.
                 modules.prefetch(&unwind::places(&modules));
@@ -124,7 +124,7 @@ impl Attached {
             }
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let held: Vec<_> = stopped.iter().map(Stopped::worker).collect();
-            let shadow = shadow::check_kinds(pid, &held, opts.selection.kind)?;
+            let shadow = shadow::thread_with(pid, &held);
             let resolved = resolve::plan_found(modules, found, opts.selection.kind, shadow)?;
             Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
         };
@@ -238,7 +238,7 @@ impl Attached {
         let pid = self.pid;
         let run = || {
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
-            let shadow = shadow::check_kinds(pid, &[], self.kind)?;
+            let shadow = shadow::thread_with(pid, &[]);
             let resolved = resolve::plan_found(modules, found, self.kind, shadow)?;
             let refused = resolved.refused.len();
             let Some(mapping) = region::find(&maps).filter(|m| m.inode == self.region.inode()) else {

@@ -234,7 +234,15 @@ pub fn plan_found(
                     continue;
                 }
                 let function = Function { name: label, ..function };
-                let (kind, exits, note) = returns::choose(m, &function, &plan, kind, forms);
+                let mut plan = plan;
+                let (kind, exits, note) = match returns::choose(m, &function, &mut plan, kind, forms, shadow) {
+                    Ok(chosen) => chosen,
+                    Err(r) if explicit => bail!("cannot probe `{}`: {r}", function.name),
+                    Err(r) => {
+                        refused.push((function, r));
+                        continue;
+                    }
+                };
                 if let Some(note) = note {
                     return_notes.push((note, kind));
                 }

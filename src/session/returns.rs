@@ -11,7 +11,7 @@
 //! have windows, and a call that leaves by another is counted as unwound.
 //! `TP_RETURNS` (`exits`, `stack`) forces one form, for the tests.
 
-use crate::arch::{Isa, Refusal, SitePlan};
+use crate::arch::{Isa, Refusal, ShadowStack, SitePlan};
 use crate::escape as text;
 use crate::probe::layout::kind;
 use crate::symbols::verdict;
@@ -56,27 +56,47 @@ fn reads_return_addresses(module: &str) -> bool {
 /// What a timed probe of `f` of `m` (entry window `plan`, recording
 /// `records`) becomes: its kind, with [`kind::AT_EXITS`] where its calls
 /// are seen to end at the function's exits, and those exits' windows; and
-/// a note on what it could not do there, for the line tp prints.
+/// a note on what it could not do there, for the line tp prints. An exit
+/// right after the entry's window that has no window of its own may join
+/// the entry's, which `plan` then becomes ([`verdict::exits_widening`]).
+/// Where a thread runs with a hardware shadow stack (`shadow`), which
+/// rejects a rewritten return address, only exits will do: the function is
+/// refused if they cannot all be found.
 pub fn choose(
     m: &Module,
     f: &Function,
-    plan: &SitePlan,
+    plan: &mut SitePlan,
     records: u32,
     forms: Forms,
-) -> (u32, Vec<SitePlan>, Option<Note>) {
-    if records & (kind::RET | kind::SAMPLE) == 0 || plan.interior || forms == Forms::Stack {
-        return (records, Vec::new(), None);
+    shadow: Option<(i32, ShadowStack)>,
+) -> Result<Chosen, Refusal> {
+    let returns_only = |records| Ok((records, Vec::new(), None));
+    if records & (kind::RET | kind::SAMPLE) == 0 || plan.interior {
+        return returns_only(records);
     }
-    let exits = match verdict::exits(m, f, plan, Isa::host()) {
+    let forms = match (shadow, forms) {
+        (Some(_), _) => Forms::Exits,
+        (None, Forms::Stack) => return returns_only(records),
+        (None, forms) => forms,
+    };
+    let no_exits = || match shadow {
+        Some((tid, stack)) => Err(Refusal::ShadowStack { tid, stack, why: REWRITTEN }),
+        None => Ok(()),
+    };
+    let exits = match verdict::exits_widening(m, f, plan, Isa::host()) {
         Ok(exits) => exits,
         // An architecture without exit windows: the return address, as ever.
-        Err(Refusal::Unsupported(_)) => return (records, Vec::new(), None),
+        Err(Refusal::Unsupported(_)) => {
+            no_exits()?;
+            return returns_only(records);
+        }
         Err(why) => {
+            no_exits()?;
             let note = Note { function: f.name.clone(), why: format!("its exits cannot all be found: {why}") };
-            return match forms {
+            return Ok(match forms {
                 Forms::Auto { partial: false } => (records, Vec::new(), Some(note)),
                 _ => (records | kind::AT_EXITS, Vec::new(), Some(note)),
-            };
+            });
         }
     };
     let missing = exits.iter().find_map(|e| {
@@ -85,12 +105,19 @@ pub fn choose(
         Some(Note { function: f.name.clone(), why: format!("the exit at {}+{off:#x}: {why}", f.name) })
     });
     let windows: Vec<SitePlan> = exits.into_iter().filter_map(|e| e.plan.ok()).collect();
-    match (missing, forms) {
+    Ok(match (missing, forms) {
         (None, _) => (records | kind::AT_EXITS, windows, None),
         (Some(note), Forms::Auto { partial: false }) => (records, Vec::new(), Some(note)),
         (Some(note), _) => (records | kind::AT_EXITS, windows, Some(note)),
-    }
+    })
 }
+
+/// What [`choose`] decides: the probe's kind, its exits' windows, and a
+/// note on what it could not do.
+pub type Chosen = (u32, Vec<SitePlan>, Option<Note>);
+
+/// Why a shadow stack refuses a return probe that cannot use exits.
+const REWRITTEN: &str = "its exits cannot all be found, and the shadow stack rejects a rewritten return address";
 
 /// Why a function's calls are not all seen to end at its exits.
 #[derive(Debug, Clone)]

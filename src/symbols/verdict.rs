@@ -48,6 +48,14 @@ pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result
     m.planner().plan_at(m, f, code, at, isa)
 }
 
+/// [`verdict`] with the entry's window reaching `end` at least
+/// ([`crate::arch::Arch::plan_to`]). Not for Go code, whose windows follow
+/// rules of their own.
+pub fn verdict_to(m: &Module, f: &Function, isa: Isa, end: u64) -> Result<SitePlan, Refusal> {
+    let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
+    m.planner().plan_to(m, f, code, isa, end)
+}
+
 /// The windows at the exits of function `f` of `m`, whose entry's window
 /// is `entry` ([`crate::arch::Arch::plan_exits`], over its body and its
 /// split-off parts, each window checked as an entry's is): for a return
@@ -61,6 +69,26 @@ pub fn exits(m: &Module, f: &Function, entry: &SitePlan, isa: Isa) -> Result<Vec
 /// The `.cold` parts of `f` of `m`, `[lo, hi)` at run time.
 fn cold_ranges(m: &Module, f: &Function) -> Vec<(u64, u64)> {
     cold_parts(&m.elf, f.bias, &f.symbol).iter().map(|&(at, c)| (at, at + c.len() as u64)).collect()
+}
+
+/// [`exits`] of `f` of `m` for a return probe whose entry's window is
+/// `plan`; where an exit has no window of its own, the entry's window made
+/// to reach as far as every such exit ([`verdict_to`]: a function of a few
+/// instructions, without padding after it), if that leaves every exit a
+/// window: then `plan` becomes that window.
+pub fn exits_widening(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -> Result<Vec<ExitPlan>, Refusal> {
+    let found = exits(m, f, plan, isa)?;
+    let Some(end) = found.iter().filter(|e| e.plan.is_err()).map(|e| e.at + e.len as u64).max() else {
+        return Ok(found);
+    };
+    let Ok(wide) = verdict_to(m, f, isa, end) else { return Ok(found) };
+    match exits(m, f, &wide, isa) {
+        Ok(again) if again.iter().all(|e| e.plan.is_ok()) => {
+            *plan = wide;
+            Ok(again)
+        }
+        _ => Ok(found),
+    }
 }
 
 /// If `f` of `m` is Go code, what its plan was built on.
@@ -176,6 +204,18 @@ impl Planner {
             return Err(Refusal::GoPreemptible);
         }
         plan.function = f.addr.0;
+        self.entries.check(&m.elf, &plan, f.bias)?;
+        Ok(plan)
+    }
+
+    /// [`Planner::plan`] with a window reaching `end` at least: see [`verdict_to`].
+    pub fn plan_to(&self, m: &Module, f: &Function, code: &[u8], isa: Isa, end: u64) -> Result<SitePlan, Refusal> {
+        if self.go_code(f, code, isa).is_some() {
+            return Err(Refusal::Unsupported("a longer window in Go code"));
+        }
+        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
+        let plan = (isa.plan_to)(code, f.addr.0, &extra, &image, end)?;
         self.entries.check(&m.elf, &plan, f.bias)?;
         Ok(plan)
     }

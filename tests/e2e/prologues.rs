@@ -33,6 +33,8 @@ const REWRITES: &[&str] = &[
     "self_cmp",
     // Shorter than the jump: the window takes the padding after it.
     "short",
+    // A return that is a branch target, reachable code right after it.
+    "shared_ret",
     // Compiled C: a switch (jump table) and a computed goto (stored label
     // addresses), with windows of two instructions.
     "switch",
@@ -98,6 +100,48 @@ fn every_rewrite_counts_exactly_and_computes_the_same() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "tp failed: {stderr}");
     assert_eq!(hits_from_json(&stdout), own, "tp's counts vs the target's own");
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_code_is_original(&t, &refs);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success(), "a checksum failed after detach");
+}
+
+#[test]
+fn every_rewrite_times_every_call_at_its_exits() {
+    // Each function's calls end at its exits, each with a window of its own
+    // (its padding, its epilogue, a tail call) or in the entry's (a short
+    // function); pr_shared_ret's first return, a branch target with code
+    // right after it, has none: its calls are timed through the return
+    // address. Every call is timed, and every result is the reference's.
+    let mut t = Target::start("prologues");
+    let pid = t.pid.to_string();
+    let names: Vec<String> = REWRITES.iter().map(|n| format!("pr_{n}")).collect();
+    let mut args = vec!["-p", pid.as_str(), "--json", "--ret", "-q"];
+    for n in &names {
+        args.extend(["-f", n.as_str()]);
+    }
+    let session = Session::start(&args);
+    let mut own = std::collections::BTreeMap::new();
+    for (i, n) in REWRITES.iter().enumerate() {
+        let calls = if *n == "syscall" { 500 } else { 2_000 + i as u64 };
+        let mut hits = t.call(n, calls, 1);
+        if *n == "self" {
+            hits += calls.div_ceil(2);
+        }
+        own.insert(format!("pr_{n}"), hits);
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert!(
+        stderr.contains("tp: 1 function time their calls through the return address")
+            && stderr.contains("`pr_shared_ret`"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    for p in summary["probes"].as_array().unwrap() {
+        let func = p["func"].as_str().unwrap();
+        assert_eq!((p["hits"].as_u64(), p["calls_timed"].as_u64()), (Some(own[func]), Some(own[func])), "{p}");
+    }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     assert_code_is_original(&t, &refs);
     assert!(!has_region(t.pid));

@@ -79,7 +79,13 @@ impl Checker {
                     self.summary(&v, what);
                     docs.push(v);
                 }
-                "function" | "line" | "usdt" => self.shape(&ty, &v, what),
+                "function" => {
+                    self.shape(&ty, &v, what);
+                    if v["exits"].is_object() {
+                        self.shape("exits", &v["exits"], what);
+                    }
+                }
+                "line" | "usdt" => self.shape(&ty, &v, what),
                 "module_summary" => {
                     self.shape(&ty, &v, what);
                     self.each("refusal", &v["refused"], what);

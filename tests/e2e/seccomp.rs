@@ -225,6 +225,35 @@ fn a_runtime_call_killed_in_another_thread_only_is_refused() {
     alive_and_well(t);
 }
 
+/// Return probes that see calls end at the functions' exits make no call
+/// that ends a process: where the filters fail exit_group, which the
+/// runtime would need to end a process whose replaced return address it
+/// lost, they time every call, and only the return-address form is refused.
+#[test]
+fn returns_at_exits_need_no_call_that_ends_the_process() {
+    let mut t = Target::start_with("sandboxed", |c| {
+        c.arg("errno-exit-group");
+    });
+    let pid = t.pid.to_string();
+    let before = maps_of(t.pid);
+    let out = run(tp_command().env("TP_RETURNS", "stack").args(["attach", "-p", &pid, "-f", "work", "--ret"]));
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let needle = format!("cannot record in process {pid}: the seccomp filter of thread {pid} answers exit_group");
+    let line = expect_one_line(&stderr, &needle);
+    assert!(line.contains("with ERRNO(1)"), "{line}");
+    assert_eq!(maps_of(t.pid), before);
+    let args = ["-p", pid.as_str(), "-f", "work", "--ret", "-q", "--json"];
+    let session = Session::start(&args);
+    assert_eq!(t.call("work", 1000, 1), 1000);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["probes"][0]["calls_timed"].as_u64(), Some(1000), "{summary}");
+    assert_code_is_original(&t, &["work"]);
+    alive_and_well(t);
+}
+
 /// The filters of `sandboxed errno-runtime`: one for kill, one for
 /// arch_prctl where there is such a call.
 #[cfg(target_arch = "x86_64")]

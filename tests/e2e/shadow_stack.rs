@@ -1,8 +1,11 @@
 //! Hardware shadow stacks: a thread that runs with one (x86-64 CET) would
-//! fault at a return probe's rewritten return address and at the return of
-//! a call a detour copies as a push and a jump. tp reads every thread's
-//! state (its status file) and refuses those in one line, naming the thread;
-//! counting and entry events on other functions work.
+//! fault at a rewritten return address and at the return of a call a
+//! detour copies as a push and a jump. tp reads every thread's state (its
+//! status file): return probes see calls end at the functions' exits there
+//! (those that leave by an exit without a window are counted as unwound,
+//! never timed through the return address), and a probe whose detour
+//! copies a call is refused in one line, naming the thread; counting and
+//! entry events on other functions work.
 //!
 //! The machines the tests run on have no kernel with user shadow stacks
 //! (CONFIG_X86_USER_SHADOW_STACK), so no target can run with one here:
@@ -33,20 +36,10 @@ fn refused(args: &[&str], line: &str) {
 }
 
 #[test]
-fn returns_and_copied_calls_are_refused_where_a_thread_has_a_shadow_stack() {
+fn copied_calls_are_refused_and_returns_seen_at_exits_where_a_thread_has_a_shadow_stack() {
     let mut t = Target::start("prologues");
     let pid = t.pid.to_string();
-    let returns = format!(
-        "cannot time returns in process {pid}: thread {pid} runs with a hardware shadow stack (x86 CET), which \
-         rejects a rewritten return address (--ret, tp profile); probes without --ret work"
-    );
-    for args in [
-        &["attach", "-p", &pid, "-f", "pr_push", "--ret"][..],
-        &["attach", "-p", &pid, "-f", "pr_push", "--args", "--ret"],
-        &["profile", "-p", &pid, "-f", "pr_push", "-d", "1"],
-    ] {
-        refused(args, &returns);
-    }
+
     // pr_call's window ends in a call, which its detour makes as a push of
     // the return address and a jump; so do pr_call_mem's and pr_call_next's.
     let call = "runs with a hardware shadow stack (x86 CET), and the probe's copy of the call in its patch window \
@@ -55,6 +48,24 @@ fn returns_and_copied_calls_are_refused_where_a_thread_has_a_shadow_stack() {
     refused(&["attach", "-p", &pid, "-f", "pr_call"], &format!("cannot probe `pr_call`: thread {pid} {call}"));
     assert!(!has_region(t.pid), "nothing may be injected when a probe is refused");
     assert_code_is_original(&t, &["pr_push", "pr_call"]);
+
+    // Returns seen at the function's exits leave the return address alone:
+    // every call of pr_push is timed. pr_shared_ret's first return has no
+    // window: the calls that leave by it (x = 1..3) are counted as unwound,
+    // not timed through a rewritten return address, which the shadow stack
+    // would reject.
+    let args = ["-p", &pid, "--json", "--ret", "-q", "-f", "pr_push", "-f", "pr_shared_ret"];
+    let session = Session::spawn("attach", &args, &[BELIEVE], Some("tp: attached"));
+    let own = (t.call("push", 3_000, 1), t.call("shared_ret", 2_000, 1));
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("tp: 1 function count the calls that leave by an exit without a window as unwound"),
+        "{stderr}"
+    );
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let timed = |k: usize| summary["probes"][k]["calls_timed"].as_u64();
+    assert_eq!((timed(0), timed(1)), (Some(own.0), Some(own.1 - 3)), "{summary}");
 
     // Counting and entry events work; a glob skips the functions refused
     // (pr_call, pr_call_mem, pr_call_next and each one's twin pr_*_ref).

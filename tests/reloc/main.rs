@@ -450,3 +450,110 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         assert!(text.contains(&format!("data@{:#x}", counters + 256 + 5 * 8)), "way {way}: {text}");
     }
 }
+
+/// A function's bytes and what follows them, as a planner reads a module.
+struct Module {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+impl tp::arch::Image for Module {
+    fn bytes(&self, addr: u64, len: u64) -> Option<&[u8]> {
+        let off = addr.checked_sub(self.at)? as usize;
+        self.bytes.get(off..off + len as usize)
+    }
+    fn is_code(&self, addr: u64) -> bool {
+        addr >= self.at && addr < self.at + self.bytes.len() as u64
+    }
+    fn absolute_code(&self) -> bool {
+        false
+    }
+    fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
+/// Exit windows: a function whose last exit's window starts at its first
+/// byte, and the bytes after it (padding, or the next function's).
+const EXITS: &[(&str, &[u8], &[u8])] = &[
+    ("add rsp, 8; pop rbx; pop rbp; ret", &[0x48, 0x83, 0xc4, 0x08, 0x5b, 0x5d, 0xc3], &[0x55]),
+    ("mov eax, ebx; pop rbx; ret", &[0x89, 0xd8, 0x5b, 0xc3], &[0x90, 0x55]),
+    ("leave; ret", &[0xc9, 0xc3], &[0xcc, 0xcc, 0xcc, 0x55]),
+    ("ret 8", &[0xc2, 0x08, 0x00], &[0xcc, 0xcc, 0x55]),
+    // A system call's wrapper: the ret between the jae and its target.
+    (
+        "cmp rax, -0xfff; jae 0x10400009; ret; neg eax; ret",
+        &[0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3, 0xf7, 0xd8, 0xc3],
+        &[0x55],
+    ),
+    // Tail calls: direct, through a pointer (the GOT), conditional.
+    ("jmp 0x10401005", &[0xe9, 0x00, 0x10, 0x00, 0x00], &[0x55]),
+    ("jmp qword ptr [rip - 0xffffe]", &[0xff, 0x25, 0x02, 0x00, 0xf0, 0xff], &[0x55]),
+    ("jne 0x10401006; ret", &[0x0f, 0x85, 0x00, 0x10, 0x00, 0x00, 0xc3], &[0xcc, 0xcc, 0xcc, 0xcc]),
+];
+
+/// The detour of each exit's window, the call's end recorded before the
+/// exit (by a runtime that only returns, here), behaves as the original:
+/// every register, the flags, where control goes and memory, but the words
+/// the record leaves below the final stack pointer, in the stack the call
+/// left.
+#[test]
+fn exit_windows_behave_like_the_original() {
+    use tp::arch::{ExitWords, x86_64::exits};
+    let mut failures = Vec::new();
+    for &(asm, code, after) in EXITS {
+        assert_eq!(disassemble(code, ORIGINS[0]).join("; "), asm, "{code:02x?}");
+        for orig in ORIGINS {
+            let image = Module { at: orig, bytes: [code, after].concat() };
+            let end = orig + code.len() as u64;
+            let planned = exits::plan_exits(code, orig, &[(orig, end)], &[], &[], &image)
+                .unwrap_or_else(|r| panic!("`{asm}`: {r}"));
+            let plan = planned
+                .iter()
+                .filter_map(|e| e.plan.as_ref().ok())
+                .find(|p| p.site == orig)
+                .unwrap_or_else(|| panic!("`{asm}`: no window at its start: {planned:?}"));
+            for d in DISTANCES {
+                let at = orig.wrapping_add_signed(d);
+                let exit = at + 0x800;
+                let spec = DetourSpec {
+                    probe_index: 7,
+                    records: Records { exit: true, ..Records::COUNT },
+                    entry_word: 0,
+                    runtime: Some(tp::arch::RuntimeAddrs {
+                        entry: 0,
+                        trampoline: 0,
+                        unwind: 0,
+                        entry_ext: 0,
+                        trampoline_ext: 0,
+                        exit,
+                        count: 0,
+                        ctx: 0,
+                    }),
+                    flag_addr: 0,
+                    countdowns_from_counters: 0,
+                    counters: 0,
+                    cache: 0,
+                    slot_bits: 6,
+                    stride_shift: 8,
+                    abi: tp::arch::Abi::C,
+                    return_saved_below: None,
+                    operands: None,
+                    layout: None,
+                    exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21 }),
+                };
+                let d = detour::build(plan, at, &spec).unwrap_or_else(|r| panic!("`{asm}` at {at:#x}: {r}"));
+                let mut bytes = d.bytes.clone();
+                bytes.resize((exit - at) as usize, 0xcc);
+                bytes.push(0xc3);
+                let extra = ["-u".to_string(), "32".to_string()];
+                let (ok, text) = run_harness_with(orig, &plan.window, at, &bytes, 0, &extra);
+                if !ok {
+                    let got = disassemble(&d.bytes, at).join("; ");
+                    failures.push(format!("`{asm}` at {orig:#x} -> {at:#x} (`{got}`):\n{text}"));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{} runs differ:\n{}", failures.len(), failures.join("\n"));
+}

@@ -256,9 +256,9 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
     const STP: u32 = 0xa9bf_7bfd;
     let pads: [(&str, u32); 3] = [("nop", 0xd503_201f), ("paciasp", 0xd503_233f), ("pacibsp", 0xd503_237f)];
     let kinds = [
-        ("entry and return", Records { args: true, ret: true, sample: false, unwind: false }),
-        ("sampled", Records { args: false, ret: true, sample: true, unwind: false }),
-        ("unwinder", Records { args: false, ret: false, sample: false, unwind: true }),
+        ("entry and return", Records { args: true, ret: true, sample: false, unwind: false, exit: false }),
+        ("sampled", Records { args: false, ret: true, sample: true, unwind: false, exit: false }),
+        ("unwinder", Records { args: false, ret: false, sample: false, unwind: true, exit: false }),
     ];
     let mut failed = Vec::new();
     for (pad_name, pad) in pads {
@@ -289,6 +289,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     unwind: runtime_at,
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
+                    exit: 0,
                     count: 0,
                     ctx: 0x5555,
                 };
@@ -308,6 +309,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     return_saved_below: Some(16),
                     operands: None,
                     layout: None,
+                    exit_words: None,
                 };
                 let detour = build(&plan, detour_at, &spec, atomics).unwrap();
                 let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);

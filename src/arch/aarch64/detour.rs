@@ -112,7 +112,7 @@
 
 use super::writer::{Hint, LR, SP, Writer, X16, X17, XZR};
 use super::{long, relocate};
-use crate::arch::{Detour, DetourSpec, Refusal, RuntimeAddrs, SitePlan};
+use crate::arch::{Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, SitePlan};
 
 /// Multiplier of the thread-pointer hash: 2^64 divided by the golden ratio.
 const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -198,6 +198,9 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
         (true, Some(rt)) => Some(rt),
         (false, _) => None,
     };
+    if let (true, Some(rt), Some(words)) = (spec.records.exit, runtime, spec.exit_words) {
+        return build_exit(plan, at, rt, words);
+    }
     // Inside a function x16 and x17 may be live: the detour keeps them below
     // the stack pointer (nothing else may be there: Linux's signal frames go
     // there at any instruction) and takes them back before the relocated code.
@@ -219,7 +222,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
     let restore_at = w.pc();
     let relocated = restore_at + saves;
     let mut r = Writer::new(relocated);
-    relocate::relocate(plan, &mut r, exit)?;
+    relocate_window(plan, &mut r, exit, spec, runtime)?;
     let parts = Parts { relocated: restore_at, sample: r.pc() };
 
     let mut w = Writer::new(at);
@@ -232,13 +235,113 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
         w.put_pop_ip_registers();
     }
     debug_assert_eq!(w.pc(), relocated);
-    let pc_map = relocate::relocate(plan, &mut w, exit)?;
+    let pc_map = relocate_window(plan, &mut w, exit, spec, runtime)?;
     if let (Some(rt), true) = (runtime, spec.records.sample) {
         debug_assert_eq!(w.pc(), parts.sample);
         emit_entry_call(&mut w, plan, spec, rt, true)?;
         w.put_b(relocated);
     }
     Ok(Detour { bytes: w.finish(), pc_map })
+}
+
+/// The detour of an exit's site: the call's end recorded (see
+/// [`exit_stub`]), then the exit instruction, relocated. No count: the
+/// function's entry counts its calls.
+fn build_exit(plan: &SitePlan, at: u64, rt: RuntimeAddrs, words: ExitWords) -> Result<Detour, Refusal> {
+    if plan.exits.is_empty() {
+        return Err(Refusal::Unsupported("an exit's detour needs its exit"));
+    }
+    let mut w = Writer::new(at);
+    let pc_map = relocate::relocate_with(
+        plan,
+        &mut w,
+        relocate::Exit::Branch,
+        Some(&mut |w, e| exit_stub(w, words.of(e), e, plan, rt.exit)),
+    )?;
+    Ok(Detour { bytes: w.finish(), pc_map })
+}
+
+/// The window of `plan` relocated into `w`, with the call's end recorded
+/// before each of its exits when the probe sees its calls end there.
+fn relocate_window(
+    plan: &SitePlan,
+    w: &mut Writer,
+    exit: relocate::Exit,
+    spec: &DetourSpec,
+    runtime: Option<RuntimeAddrs>,
+) -> Result<Vec<(u32, u64)>, Refusal> {
+    match (spec.exit_words, runtime) {
+        (Some(words), Some(rt)) => {
+            relocate::relocate_with(plan, w, exit, Some(&mut |w, e| exit_stub(w, words.of(e), e, plan, rt.exit)))
+        }
+        _ => relocate::relocate(plan, w, exit),
+    }
+}
+
+/// Bytes the exit stub keeps below the stack pointer: x16, x17, x30 and
+/// NZCV (the stack pointer is the function's entry one there, and what
+/// lies below it is dead: AAPCS64 has no red zone).
+const STUB_FRAME: u32 = 32;
+
+/// What a detour puts before an exit of its window: x16, x17 and x30 kept
+/// below the stack pointer, the word in x16 and a call of the runtime's
+/// exit routine ([`super::runtime`]), which keeps every other register and
+/// NZCV, then all of it back:
+///
+/// ```text
+///         sub  sp, sp, #32
+///         stp  x16, x17, [sp]
+///         str  x30, [sp, #16]
+///         ldr  x16, =word
+///         bl   exit
+///         ldr  x30, [sp, #16]
+///         ldp  x16, x17, [sp]
+///         add  sp, sp, #32
+/// ```
+///
+/// Before a `br xn` out of the function (a tail call through a register,
+/// or a switch's jump inside it), the call is made only when xn lies
+/// outside the function's code, compared with NZCV kept in the fourth word
+/// and a scratch register that is not xn.
+fn exit_stub(w: &mut Writer, word: u32, e: ExitInsn, plan: &SitePlan, exit: u64) -> Result<(), Refusal> {
+    w.put_sub_imm(SP, SP, STUB_FRAME);
+    w.put_stp(X16, X17, SP, 0);
+    w.put_str_offset(LR, SP, 16);
+    let check = match e.kind {
+        ExitKind::MaybeJump { lo, hi } => {
+            let insn = u32::from_le_bytes(plan.window[e.offset as usize..][..4].try_into().expect("a word"));
+            let rn = super::exits::branch_register(insn);
+            Some((lo, hi, rn, if rn == X16 { X17 } else { X16 }))
+        }
+        _ => None,
+    };
+    let call_at = w.pc() + 4 * if check.is_some() { 8 } else { 0 };
+    let after = call_at + 8;
+    if let Some((lo, hi, rn, scratch)) = check {
+        w.put_mrs_nzcv(scratch);
+        w.put_str_offset(scratch, SP, 24);
+        w.put_ldr_literal(scratch, lo);
+        w.put_cmp(rn, scratch);
+        w.put_b_lo(call_at);
+        w.put_ldr_literal(scratch, hi);
+        w.put_cmp(rn, scratch);
+        w.put_b_lo(after);
+    }
+    debug_assert_eq!(w.pc(), call_at);
+    w.put_ldr_literal(X16, word as u64);
+    if !super::writer::reaches(w.pc(), exit, super::writer::B_REACH) {
+        return Err(Refusal::Unsupported("the runtime block is out of `bl` reach of the detour"));
+    }
+    w.put_bl(exit);
+    debug_assert_eq!(w.pc(), after);
+    if let Some((.., scratch)) = check {
+        w.put_ldr_offset(scratch, SP, 24);
+        w.put_msr_nzcv(scratch);
+    }
+    w.put_ldr_offset(LR, SP, 16);
+    w.put_ldp(X16, X17, SP, 0);
+    w.put_add_imm(SP, SP, STUB_FRAME);
+    Ok(())
 }
 
 /// The counting prefix, and what an event probe does after it.
@@ -308,14 +411,17 @@ fn emit_entry_call(
     rt: RuntimeAddrs,
     sample: bool,
 ) -> Result<(), Refusal> {
-    let signed = if spec.records.ret { signed_with(plan) } else { None };
+    // A probe that sees its calls end at the function's exits leaves the
+    // link register as it is: nothing to authenticate or sign again.
+    let rewrites = spec.records.ret && spec.exit_words.is_none();
+    let signed = if rewrites { signed_with(plan) } else { None };
     match signed {
         Some(SignedWith::KeyA) => w.put_hint(Hint::Autiasp),
         Some(SignedWith::KeyB) => w.put_hint(Hint::Autibsp),
         None => {}
     }
     save(w);
-    match spec.return_saved_below.filter(|_| spec.records.ret) {
+    match spec.return_saved_below.filter(|_| rewrites) {
         Some(below) => {
             w.put_ldr_literal(X17, below as u64);
             w.put_stp(X17, LR, SP, SAVED_BELOW_AT);
@@ -329,7 +435,7 @@ fn emit_entry_call(
     w.put_ldr_literal(1, spec.entry_word as u64);
     w.put_add_imm(2, SP, 0);
     w.put_add_imm(3, SP, SLOT_AT);
-    if spec.records.ret {
+    if rewrites {
         w.put_ldr_literal(4, rt.trampoline);
     } else {
         w.put_movz(4, 0);
@@ -440,7 +546,7 @@ mod tests {
             unwind: AT - 0x400,
             entry_ext: AT - 0x600,
             trampoline_ext: AT - 0x80,
-            exit: 0,
+            exit: AT - 0x40,
             count: 0,
             ctx: 0xffff_8000_0100,
         }
@@ -721,5 +827,94 @@ mod tests {
                 (0..8).map(|i| slot_of(0xffff_8a3f_f8c0 + i * stride, 6)).collect();
             assert!(slots.len() >= 6, "stride {stride:#x}: {slots:?}");
         }
+    }
+
+    #[test]
+    fn an_exits_detour_records_the_end_then_leaves_as_the_function_did() {
+        use crate::arch::ExitWords;
+        let exit_spec =
+            || DetourSpec { records: Records { exit: true, ..Records::COUNT }, runtime: Some(runtime()), ..spec() };
+        let words = ExitWords { ret: 3, tail: 3 | 1 << 21 };
+        let at = |k: usize| AT + 4 * k as u64;
+        let stub = |word: u32| {
+            vec![
+                "sub sp, sp, #0x20".to_string(),
+                "stp x16, x17, [sp]".into(),
+                "str x30, [sp, #0x10]".into(),
+                format!("ldr x16, #{:#x}", 0), // the literal's address, checked below
+                format!("bl #{:#x}", AT - 0x40),
+                "ldr x30, [sp, #0x10]".into(),
+                "ldp x16, x17, [sp]".into(),
+                "add sp, sp, #0x20".into(),
+                format!("{word}"),
+            ]
+        };
+        let ret_plan = |word: u32, kind| {
+            let mnemonic = crate::arch::aarch64::decode::decode(&word.to_le_bytes(), SITE)[0].mnemonic.clone();
+            SitePlan {
+                function: SITE - 0x40,
+                site: SITE,
+                prefix: Vec::new(),
+                window: word.to_le_bytes().to_vec(),
+                insns: vec![crate::arch::WindowInsn { offset: 0, len: 4, mnemonic }],
+                dead: 0,
+                interior: false,
+                exits: vec![ExitInsn { offset: 0, kind }],
+            }
+        };
+        // ret: the stub, then the ret itself; the literal holds the word.
+        let spec = DetourSpec { exit_words: Some(words), ..exit_spec() };
+        let d = build(&ret_plan(0xd65f03c0, ExitKind::Return), AT, &spec, Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        let want = stub(0);
+        for k in [0, 1, 2, 4, 5, 6, 7] {
+            assert_eq!(asm[k], want[k], "{asm:#?}");
+        }
+        assert!(asm[3].starts_with("ldr x16, #"), "{asm:#?}");
+        assert_eq!(asm[8], "ret");
+        assert_eq!(literals(&d.bytes, 1), [3]);
+        assert_eq!(d.map_pc(0), Some(at(0)), "a thread at the ret goes to the stub");
+        // retaa authenticates with the stack pointer, which the stub gives back.
+        let d = build(&ret_plan(0xd65f0bff, ExitKind::Return), AT, &spec, Atomics::Lse).unwrap();
+        assert_eq!(disassemble(&d.bytes, AT)[8], "retaa");
+        // A tail call: the word says so, and the jump goes to its target.
+        let b = 0x1400_0000 | 0x100;
+        let d = build(&ret_plan(b, ExitKind::Jump), AT, &spec, Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[8], format!("b #{:#x}", SITE + 0x400));
+        assert_eq!(literals(&d.bytes, 1), [3 | 1 << 21]);
+        // br x16: the call only when x16 lies outside the function, compared
+        // with x17 and NZCV kept.
+        let br = 0xd61f0200;
+        let kind = ExitKind::MaybeJump { lo: SITE - 0x40, hi: SITE + 4 };
+        let d = build(&ret_plan(br, kind), AT, &spec, Atomics::Lse).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        assert_eq!(asm[3..5], ["mrs x17, nzcv", "str x17, [sp, #0x18]"]);
+        assert!(asm[5].starts_with("ldr x17, #") && asm[8].starts_with("ldr x17, #"), "{asm:#?}");
+        assert_eq!((asm[6].as_str(), asm[9].as_str()), ("cmp x16, x17", "cmp x16, x17"));
+        assert_eq!(asm[7], format!("b.lo #{:#x}", at(11)));
+        assert_eq!(asm[10], format!("b.lo #{:#x}", at(13)));
+        assert_eq!(asm[13..15], ["ldr x17, [sp, #0x18]", "msr nzcv, x17"]);
+        assert_eq!(asm[18], "br x16");
+        assert_eq!(literals(&d.bytes, 3), [SITE - 0x40, SITE + 4, 3 | 1 << 21]);
+    }
+
+    #[test]
+    fn a_probe_timed_at_exits_leaves_the_link_register_alone() {
+        use crate::arch::ExitWords;
+        // paciasp; stp: a return probe would authenticate x30 and sign the
+        // trampoline; at exits the detour neither authenticates nor signs.
+        let code: Vec<u8> = [PACIASP, 0xa9bf7bfd, 0xd65f03c0].iter().flat_map(|w| w.to_le_bytes()).collect();
+        let plan = window::plan(&code, SITE - 4, &[]).unwrap();
+        let spec = DetourSpec {
+            records: Records { ret: true, ..Records::COUNT },
+            runtime: Some(runtime()),
+            entry_word: 3 | (1 << 22),
+            exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21 }),
+            ..spec()
+        };
+        let asm = disassemble(&build(&plan, AT, &spec, Atomics::Lse).unwrap().bytes, AT);
+        assert!(!asm.iter().any(|l| l == "autiasp" || l == "paciasp"), "{asm:#?}");
+        assert!(asm.iter().any(|l| l == "mov x4, #0"), "no trampoline: {asm:#?}");
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod decode;
 pub mod detour;
+pub mod exits;
 pub mod golang;
 pub mod long;
 pub mod regs;
@@ -54,6 +55,17 @@ impl Arch for AArch64 {
         _image: &dyn crate::arch::Image,
     ) -> Result<SitePlan, Refusal> {
         window::plan_at(code, function, site, extra_targets)
+    }
+
+    fn plan_exits(
+        code: &[u8],
+        addr: u64,
+        parts: &[(u64, u64)],
+        _extra_targets: &[u64],
+        taken: &[(u64, u64)],
+        image: &dyn crate::arch::Image,
+    ) -> Result<Vec<crate::arch::ExitPlan>, Refusal> {
+        exits::plan_exits(code, addr, parts, taken, image)
     }
 
     fn sdt_argument(arg: &str) -> Result<crate::arch::ArgSpec, String> {
@@ -122,7 +134,7 @@ impl Arch for AArch64 {
     }
 
     fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
-        runtime::build(at, layout.ctx, blobs)
+        runtime::build(at, layout.ctx, layout.exit_ext, blobs)
     }
 
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {

@@ -30,7 +30,7 @@
 
 use super::decode::{Class, classify};
 use super::writer::{B_REACH, LR, LoadKind, Reg, Writer, X16, X17, XZR, reaches};
-use crate::arch::{Refusal, SitePlan};
+use crate::arch::{ExitInsn, ExitKind, Refusal, SitePlan};
 
 /// How relocated code continues in the function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +68,23 @@ impl Exit {
 /// Returns, for each window offset whose instruction was relocated, the
 /// address of its copy.
 pub fn relocate(plan: &SitePlan, w: &mut Writer, exit: Exit) -> Result<Vec<(u32, u64)>, Refusal> {
+    relocate_with(plan, w, exit, None)
+}
+
+/// What a detour that records a call's end puts before an exit of its
+/// window ([`SitePlan::exits`]), given the writer and the exit.
+pub type ExitStub<'a> = &'a mut dyn FnMut(&mut Writer, ExitInsn) -> Result<(), Refusal>;
+
+/// [`relocate`], with `stub`'s code before each exit of the window: before a
+/// return, or a jump out of the function, which then leaves from the copy;
+/// on the taken side of a conditional branch out (`b.cond 1f ; exit pc+4 ;
+/// 1: <stub> ; exit T`). A thread at an exit goes to what records it.
+pub fn relocate_with(
+    plan: &SitePlan,
+    w: &mut Writer,
+    exit: Exit,
+    mut stub: Option<ExitStub>,
+) -> Result<Vec<(u32, u64)>, Refusal> {
     let mut map = Vec::new();
     let end = plan.site + plan.len() as u64;
     for (k, chunk) in plan.window.chunks_exact(4).enumerate() {
@@ -75,12 +92,58 @@ pub fn relocate(plan: &SitePlan, w: &mut Writer, exit: Exit) -> Result<Vec<(u32,
         map.push((4 * k as u32, w.pc()));
         let word = u32::from_le_bytes(chunk.try_into().unwrap());
         let last = pc + 4 == end;
+        let at_exit = plan.exits.iter().find(|e| e.offset == 4 * k as u32);
+        if let (Some(stub), Some(&e)) = (stub.as_mut(), at_exit) {
+            if !relocate_exit(word, pc, last, w, exit, plan, e, &mut **stub)? {
+                return Ok(map);
+            }
+            continue;
+        }
         if !relocate_one(word, pc, last, w, exit, plan)? {
             return Ok(map);
         }
     }
     exit.put(w, end, plan.site)?;
     Ok(map)
+}
+
+/// Appends exit `e` (the instruction `word`, which ran at `pc`), with
+/// `stub` before it; returns true if control falls through to what follows.
+#[allow(clippy::too_many_arguments)]
+fn relocate_exit(
+    word: u32,
+    pc: u64,
+    last: bool,
+    w: &mut Writer,
+    exit: Exit,
+    plan: &SitePlan,
+    e: ExitInsn,
+    stub: &mut dyn FnMut(&mut Writer, ExitInsn) -> Result<(), Refusal>,
+) -> Result<bool, Refusal> {
+    match (e.kind, classify(word, pc)) {
+        (ExitKind::Return | ExitKind::MaybeJump { .. } | ExitKind::IndirectJump, Class::IndirectJump) => {
+            stub(w, e)?;
+            w.put(word);
+            Ok(false)
+        }
+        (ExitKind::Jump, Class::Branch { target }) => {
+            stub(w, e)?;
+            exit.put(w, target, plan.site)?;
+            Ok(false)
+        }
+        (ExitKind::CondJump, Class::CondBranch { target }) if last => {
+            w.put_cond_branch(word, w.pc() + 4 * (1 + exit.len()));
+            exit.put(w, pc + 4, plan.site)?;
+            stub(w, e)?;
+            exit.put(w, target, plan.site)?;
+            Ok(false)
+        }
+        _ => Err(Refusal::Unrelocatable {
+            mnemonic: plan.summary(),
+            at: pc,
+            why: "an exit tp records only as the last instruction of its window".into(),
+        }),
+    }
 }
 
 /// Appends the copy of `word`, which ran at `pc`; returns true if control

@@ -34,7 +34,7 @@
 //! plays no part here.
 
 use super::detour::{FRAME, restore, save};
-use super::writer::{LR, SP, Writer};
+use super::writer::{LR, SP, Writer, X16};
 use crate::arch::{FrameHome, RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
 
 /// What a call of the C runtime may leave written below the stack pointer
@@ -48,8 +48,10 @@ pub const CLEARED_BELOW: u32 = RUNTIME_STACK.next_multiple_of(16);
 const _: () = assert!(CLEARED_BELOW <= 512, "one pair store per 16 bytes reaches 512 bytes below SP");
 
 /// Assembles the runtime block at `at`: the runtime's functions, then two
-/// trampolines, one calling `tp_exit` and one `tp_exit_ext`.
-pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
+/// trampolines, one calling `tp_exit` and one `tp_exit_ext`, then the exit
+/// routine the detours at functions' exits call, which calls `tp_exit_at`,
+/// or `tp_exit_at_ext` for a word with a flag of `exit_ext`.
+pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut bytes = Vec::new();
     let place = |bytes: &mut Vec<u8>, blob: &[u8]| {
         let addr = at + bytes.len() as u64;
@@ -61,13 +63,18 @@ pub fn build(at: u64, ctx: u64, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let exit = place(&mut bytes, blobs.exit);
     let unwind = place(&mut bytes, blobs.unwind);
     let entry_ext = place(&mut bytes, blobs.entry_ext);
+    let exit_ext_flags = exit_ext;
     let exit_ext = place(&mut bytes, blobs.exit_ext);
     let code = trampoline_code(at + bytes.len() as u64, exit, ctx);
     let trampoline = place(&mut bytes, &code);
     let code = trampoline_code(at + bytes.len() as u64, exit_ext, ctx);
     let trampoline_ext = place(&mut bytes, &code);
+    let exit_at = place(&mut bytes, blobs.exit_at);
+    let exit_at_ext = place(&mut bytes, blobs.exit_at_ext);
+    let code = exit_routine(at + bytes.len() as u64, ctx, exit_ext_flags, exit_at, exit_at_ext);
+    let exit = place(&mut bytes, &code);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, exit: 0, count: 0, ctx };
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, exit, count: 0, ctx };
     RuntimeBlock { bytes, addrs }
 }
 
@@ -84,6 +91,51 @@ fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
     // the runtime (runtime.c, end_process), never here. restore() loads
     // x30 from the word the detours keep it in.
     w.put_str_offset(0, SP, FRAME - 8);
+    w.put_clear_below_sp(CLEARED_BELOW);
+    restore(&mut w);
+    w.put_ret(LR);
+    w.finish()
+}
+
+/// The exit routine at `at`, which the detour at an exit of a function
+/// calls (`bl`) with the word in x16 and x16, x17, x30 kept in the 32
+/// bytes above the stack pointer, which was the function's entry one:
+///
+/// ```text
+///         sub  sp, sp, #160        ; x0-x15, NZCV, x18, x30, as a trampoline
+///         stp  x0, x1, [sp] ... stp x17 (nzcv), x18, [sp, #128]
+///         str  x30, [sp, #152]
+///         ldr  x0, lit_ctx
+///         mov  x1, x16             ; the word
+///         add  x2, sp, #184        ; the call's slot: the entry stack pointer less 8
+///         ldp  x3, x4, [sp]        ; the results
+///         tbnz w1, #FLAG, 1f       ; for each flag of the runtime's work
+///         bl   tp_exit_at
+///         b    2f
+///     1:  bl   tp_exit_at_ext
+///     2:  <clear below sp> ; <restore> ; ret
+/// ```
+///
+/// Every register and NZCV reach the exit as the function left them (the
+/// stub restores x16, x17 and x30).
+fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u8> {
+    let mut w = Writer::new(at);
+    save(&mut w);
+    w.put_str_offset(LR, SP, FRAME - 8);
+    w.put_ldr_literal(0, ctx);
+    w.put_mov(1, X16);
+    w.put_add_imm(2, SP, FRAME + 24);
+    w.put_ldp(3, 4, SP, 0);
+    let bits: Vec<u32> = (0..32).filter(|b| exit_ext & (1 << b) != 0).collect();
+    let ext_at = w.pc() + 4 * (bits.len() as u64 + 2);
+    let done = ext_at + 4;
+    for &b in &bits {
+        w.put_tbnz(1, b, ext_at);
+    }
+    w.put_bl(plain);
+    w.put_b(done);
+    w.put_bl(ext);
+    debug_assert_eq!(w.pc(), done);
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(LR);
@@ -159,7 +211,7 @@ pub(super) mod tests {
             exit_at: &[0; 4],
             exit_at_ext: &[0; 4],
         };
-        let b = build(AT, 0x7f00_0000_1040, &blobs);
+        let b = build(AT, 0x7f00_0000_1040, (1 << 29) | (1 << 30), &blobs);
         let a = b.addrs;
         assert_eq!((a.entry - AT, a.unwind - AT, a.entry_ext - AT, a.trampoline - AT), (0, 48, 64, 96));
         // The second trampoline is the first's, calling tp_exit_ext.

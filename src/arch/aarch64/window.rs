@@ -13,7 +13,7 @@
 
 use super::decode::{Class, decode};
 use super::relocate;
-use crate::arch::{Refusal, SitePlan, WindowInsn};
+use crate::arch::{ExitInsn, Refusal, SitePlan, WindowInsn};
 
 /// Bytes of `b imm26`, and of every A64 instruction.
 pub const PATCH_LEN: usize = 4;
@@ -87,6 +87,13 @@ fn plan_from(code: &[u8], function: u64, start: u64) -> Result<SitePlan, Refusal
         _ => {}
     }
     let offset = (site - function) as usize;
+    // A function whose first instruction leaves it (a `ret`, a tail call):
+    // its entry's window holds that exit.
+    let inside = |t: u64| (function..end).contains(&t);
+    let exits = match super::exits::exit_kind(&insn, function, (function, end), &inside) {
+        Ok(Some(kind)) => vec![ExitInsn { offset: 0, kind }],
+        _ => Vec::new(),
+    };
     let plan = SitePlan {
         function,
         site,
@@ -95,7 +102,7 @@ fn plan_from(code: &[u8], function: u64, start: u64) -> Result<SitePlan, Refusal
         insns: vec![WindowInsn { offset: 0, len: PATCH_LEN as u32, mnemonic: insn.mnemonic }],
         dead: 0,
         interior: false,
-        exits: Vec::new(),
+        exits,
     };
     // Prove the window relocates to where an arena may be (right below the
     // module); the real detour address is checked when the detour is built.

@@ -309,6 +309,24 @@ impl Writer {
         self.put(0xa8c0_0000 | (2 << 15) | (X17 << 10) | (31 << 5) | X16);
     }
 
+    /// `cmp xn, xm` (`subs xzr, xn, xm`).
+    pub fn put_cmp(&mut self, rn: Reg, rm: Reg) {
+        self.put(0xeb00_001f | (rm << 16) | (rn << 5));
+    }
+
+    /// `b.lo target` (unsigned lower, carry clear).
+    pub fn put_b_lo(&mut self, target: u64) {
+        let imm = self.offset(target, IMM19_REACH, "b.lo");
+        self.put(0x5400_0003 | ((imm as u32 & 0x7_ffff) << 5));
+    }
+
+    /// `tbnz wt, #bit, target`.
+    pub fn put_tbnz(&mut self, rt: Reg, bit: u32, target: u64) {
+        assert!(bit < 32);
+        let imm = self.offset(target, IMM14_REACH, "tbnz");
+        self.put(0x3700_0000 | (bit << 19) | ((imm as u32 & 0x3fff) << 5) | rt);
+    }
+
     /// `br xn`.
     pub fn put_br(&mut self, rn: Reg) {
         self.put(0xd61f_0000 | (rn << 5));

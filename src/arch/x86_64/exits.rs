@@ -15,8 +15,9 @@
 //!   falls through to them): dead code, or the alignment padding (`nop`s,
 //!   `int3`s) between the function's last instruction and the next one;
 //! - the straight-line instructions before it (an epilogue: `pop`, `add
-//!   rsp`, `leave`, moves), which run out of place first: no call or
-//!   syscall, no branch, nothing that cannot run elsewhere.
+//!   rsp`, `leave`, moves; a system call wrapper's `cmp; jae error`), which
+//!   run out of place first: no call or syscall, no unconditional jump,
+//!   nothing that cannot run elsewhere.
 //!
 //! The checks are an entry window's ([`super::window`]): no branch of the
 //! function, no jump from its other parts, no code address it takes and no
@@ -70,7 +71,7 @@ pub fn plan_exits(
         if let Ok(p) = &plan {
             used.push((p.site, p.site + p.len() as u64));
         }
-        out.push(ExitPlan { at: insn.addr, kind, plan });
+        out.push(ExitPlan { at: insn.addr, len: insn.len, kind, plan });
     }
     Ok(out)
 }
@@ -95,10 +96,14 @@ impl<'a> Function<'a> {
     /// planned; `parts` as [`plan_exits`] takes it (the first part is the
     /// one the entry starts).
     pub(super) fn new(addr: u64, end: u64, parts: &'a [(u64, u64)], insns: &[Insn], image: &dyn Image) -> Self {
+        let entry = parts.first().map_or(addr, |p| p.0);
         let indirect = insns.iter().any(|i| matches!(i.class, Class::IndirectJump | Class::IndirectJumpRip));
-        let own_addresses = if indirect { taken::code_addresses(insns, addr, end, image) } else { Vec::new() };
+        let mut own_addresses = if indirect { taken::code_addresses(insns, addr, end, image) } else { Vec::new() };
+        // A jump to the entry is a call of its own: that address (a
+        // pointer to the function, stored or taken) does not make a switch.
+        own_addresses.retain(|&a| a != entry);
         let other = image.other_parts().to_vec();
-        Function { entry: parts.first().map_or(addr, |p| p.0), parts, this: (addr, end), own_addresses, other }
+        Function { entry, parts, this: (addr, end), own_addresses, other }
     }
 
     fn inside(&self, t: u64) -> bool {
@@ -256,9 +261,12 @@ impl Part<'_> {
     }
 }
 
-/// True if `insn` may run before an exit, out of place, in its window.
+/// True if `insn` may run before an exit, out of place, in its window: a
+/// conditional branch too (its copy goes to the same target, which the
+/// window's checks keep out of its interior), as in a system call's
+/// wrapper, `cmp rax, -4095; jae error; ret`.
 fn runs_anywhere(insn: &Insn) -> bool {
-    matches!(insn.class, Class::Plain | Class::RipRelative)
+    matches!(insn.class, Class::Plain | Class::RipRelative | Class::CondBranch)
 }
 
 /// Why `insn` cannot join an exit's window before it, when that says more
@@ -372,6 +380,18 @@ mod tests {
     }
 
     #[test]
+    fn a_ret_between_a_branch_and_its_target_takes_the_branch() {
+        // A system call's wrapper: 0: mov eax, 0x3e; 5: syscall; 7: cmp rax, -4095; 13: jae 16; 15: ret;
+        // 16: neg eax; 18: ret
+        let code =
+            [0xb8, 0x3e, 0, 0, 0, 0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0x73, 0x01, 0xc3, 0xf7, 0xd8, 0xc3];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        assert_eq!(window(&exits[0]), (F + 7, 9, "cmp, jae, ret".into()));
+        assert_eq!(exits[0].plan.as_ref().unwrap().exits[0].offset, 8);
+        assert_eq!(window(&exits[1]).0, F + 18);
+    }
+
+    #[test]
     fn tail_calls_are_exits_and_internal_jumps_are_not() {
         // 0: test edi, edi; 2: jne F+0x100 (out: a conditional tail call, 6 bytes); 8: jmp 2 (a
         // loop, 2 bytes); 10: jmp F+0x200 (out, 5 bytes); 15: jmp F (the entry: a call of its own)
@@ -401,11 +421,19 @@ mod tests {
         let exits = exits_of(&code, &[0xcc; 4]);
         assert_eq!((exits[0].at, exits[0].kind), (F + 5, ExitKind::IndirectJump));
         assert_eq!(window(&exits[0]).0, F + 5);
-        // A function that forms an address of its own code (lea rdx, [rip - 7] = F: a switch
-        // table or a label) may jump inside itself: its indirect jumps are not exits.
-        let code = [0x48, 0x8d, 0x15, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xe2, 0xc3];
+        // A function that forms an address of its own code (lea rdx, [rip + 2] = F + 9: a
+        // switch table or a label) may jump inside itself: its indirect jumps are not exits.
+        let code = [0x48, 0x8d, 0x15, 0x02, 0x00, 0x00, 0x00, 0xff, 0xe2, 0xc3];
         let exits = exits_of(&code, &[0xcc; 4]);
         assert_eq!(exits.iter().map(|e| e.kind).collect::<Vec<_>>(), [ExitKind::Return]);
+    }
+
+    #[test]
+    fn a_jump_to_the_functions_own_entry_is_a_call_of_its_own() {
+        // lea rdx, [rip - 7] (F, the entry: a pointer to the function); jmp rdx
+        let code = [0x48, 0x8d, 0x15, 0xf9, 0xff, 0xff, 0xff, 0xff, 0xe2];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        assert_eq!(exits.iter().map(|e| (e.at, e.kind)).collect::<Vec<_>>(), [(F + 7, ExitKind::IndirectJump)]);
     }
 
     #[test]

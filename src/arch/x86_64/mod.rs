@@ -63,6 +63,16 @@ impl Arch for X86_64 {
         window::plan_at(code, function, site, extra_targets, image)
     }
 
+    fn plan_to(
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+        end: u64,
+    ) -> Result<SitePlan, Refusal> {
+        window::plan_to(code, function, extra_targets, image, end)
+    }
+
     fn plan_exits(
         code: &[u8],
         addr: u64,

@@ -219,6 +219,8 @@ fn emit_exit(
             out.code.push(0xe9);
             out.code.extend(rel.to_le_bytes());
         }
+        // (x86-64's planner tells a switch's jumps from tail calls itself.)
+        ExitKind::MaybeJump { .. } => return Err(unrelocatable(c, "an indirect jump checked when it runs")),
         ExitKind::IndirectJump => {
             let bytes = stub(pc(out), exit);
             out.code.extend(bytes);

@@ -34,6 +34,18 @@ pub fn plan_in(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Im
     plan_with(code, function, None, extra_targets, Some(image))
 }
 
+/// Plans the probe with the module at hand, its window reaching `end` at
+/// least (see [`crate::arch::Arch::plan_to`]).
+pub fn plan_to(
+    code: &[u8],
+    function: u64,
+    extra_targets: &[u64],
+    image: &dyn Image,
+    end: u64,
+) -> Result<SitePlan, Refusal> {
+    plan_reaching(code, function, None, extra_targets, Some(image), end)
+}
+
 /// Plans a probe at `at` inside the function, with the module at hand: the
 /// same window and checks as at the entry, from the instruction that starts
 /// at `at` (after it, if it is an `endbr64`, which stays in place).
@@ -53,6 +65,18 @@ fn plan_with(
     at: Option<u64>,
     extra_targets: &[u64],
     image: Option<&dyn Image>,
+) -> Result<SitePlan, Refusal> {
+    plan_reaching(code, function, at, extra_targets, image, 0)
+}
+
+/// [`plan_with`], the window reaching `end` at least.
+fn plan_reaching(
+    code: &[u8],
+    function: u64,
+    at: Option<u64>,
+    extra_targets: &[u64],
+    image: Option<&dyn Image>,
+    end: u64,
 ) -> Result<SitePlan, Refusal> {
     let insns = decode(code, function);
     let func_end = function + code.len() as u64;
@@ -90,7 +114,8 @@ fn plan_with(
     let mut window: Vec<&Insn> = Vec::new();
     let mut len = 0u64;
     let mut live = true;
-    while len < PATCH_LEN as u64 {
+    let need = (PATCH_LEN as u64).max(end.saturating_sub(site));
+    while len < need {
         let Some(insn) = insns.get(next) else { return Err(cut_or_unknown(code, function, site + len)) };
         next += 1;
         if live {
@@ -99,7 +124,7 @@ fn plan_with(
                 Class::LandingPad => {
                     return Err(Refusal::EntersWindow { at: insn.addr, from: "an indirect branch (`endbr64`)".into() });
                 }
-                Class::Call | Class::IndirectCall | Class::Syscall if len + (insn.len as u64) < PATCH_LEN as u64 => {
+                Class::Call | Class::IndirectCall | Class::Syscall if len + (insn.len as u64) < need => {
                     return Err(Refusal::CallInWindow { mnemonic: insn.mnemonic.clone(), at: insn.addr });
                 }
                 Class::Ret | Class::Jump | Class::IndirectJump | Class::IndirectJumpRip => live = false,

@@ -25,7 +25,7 @@ fuzz_target!(|data: &[u8]| {
     // A probe inside each function, as `foo+N` and `--line` plan it.
     let Some(isa) = Isa::for_machine(elf.machine) else { return };
     let facts = CodeFacts::of(&elf, Some(isa));
-    let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts };
+    let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts, parts: Vec::new() };
     for f in elf.unique_functions().into_iter().filter(|f| f.size > 1).take(200) {
         let Some(code) = elf.bytes_at(f.addr, f.size) else { continue };
         let at = Bias::ZERO.runtime(f.addr);

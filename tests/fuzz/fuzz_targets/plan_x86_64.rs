@@ -1,14 +1,15 @@
 //! The x86-64 planner, detour builder and patch on arbitrary code bytes:
 //! decoding, the window, the whole-function branch scan, relocation by
 //! iced's BlockEncoder, for counting, event and sampling probes; at the
-//! entry and inside the function (a static probe's operands loaded there).
+//! entry and inside the function (a static probe's operands loaded there);
+//! the windows at the function's exits and their detours.
 //! Any panic is a bug: a function tp cannot handle must be refused with a
 //! reason.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tp::arch::x86_64::X86_64;
-use tp::arch::{Arch, DetourSpec, Image, Operand, OperandLoc, Operands, RuntimeAddrs, RuntimeLayout};
+use tp::arch::{Arch, DetourSpec, ExitWords, Image, Operand, OperandLoc, Operands, Records, RuntimeAddrs, RuntimeLayout};
 use tp::probe::install::records_of;
 use tp::probe::layout::{entry_word, kind};
 
@@ -48,6 +49,35 @@ fuzz_target!(|data: &[u8]| {
         X86_64::plan_at(code, function, site, &[], &Bare)
     };
     let Ok(plan) = plan else { return };
+    // Every exit's window, and its detour, for a probe that times its calls there.
+    let words = ExitWords { ret: 3, tail: 3 | 1 << 21 };
+    let taken = [(plan.site, plan.site + plan.len() as u64)];
+    let end = function + code.len() as u64;
+    if let Ok(exits) = X86_64::plan_exits(code, function, &[(function, end)], &[], &taken, &Bare) {
+        for p in exits.iter().filter_map(|e| e.plan.as_ref().ok()) {
+            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, ctx: 0 };
+            let spec = DetourSpec {
+                probe_index: 4,
+                records: Records { exit: true, ..Records::COUNT },
+                entry_word: 0,
+                runtime: Some(rt),
+                flag_addr: 0,
+                counters: 0,
+                cache: 0,
+                countdowns_from_counters: 0,
+                slot_bits: 6,
+                stride_shift: 15,
+                abi: tp::arch::Abi::C,
+                return_saved_below: None,
+                operands: None,
+                layout: None,
+                exit_words: Some(words),
+            };
+            if let Ok(d) = X86_64::build_detour(p, detour.wrapping_add(0x1000), &spec) {
+                assert!(!d.bytes.is_empty() && d.map_pc(p.exits[0].offset).is_some());
+            }
+        }
+    }
     // Operands of every kind, from the code's bytes.
     let ops: Vec<Operand> = code
         .chunks(3)
@@ -77,6 +107,7 @@ fuzz_target!(|data: &[u8]| {
         count: detour.wrapping_add(0x700),
         entry_ext: detour.wrapping_add(0x200),
         trampoline_ext: detour.wrapping_add(0x880),
+        exit: detour.wrapping_add(0x900),
         ctx: 0x7000_0100,
     });
     let spec = DetourSpec {
@@ -94,6 +125,8 @@ fuzz_target!(|data: &[u8]| {
         return_saved_below: None,
         operands: (what & kind::ARGS != 0 && plan.interior).then(|| Operands::new(&ops)),
         layout: (at >> 40 & 1 == 1).then_some(RuntimeLayout { ring_mask: 0x7ff, event_size: 64, thread_shadow: 128, ..RuntimeLayout::default() }),
+        // Bit 39: a probe that times its calls at the function's exits.
+        exit_words: (at >> 39 & 1 == 1).then_some(words),
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());
