@@ -137,10 +137,10 @@ fn every_rewrite_times_every_call_at_its_exits() {
             && stderr.contains("`pr_shared_ret`"),
         "{stderr}"
     );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let summary = one_process(&stdout);
     for p in summary["probes"].as_array().unwrap() {
         let func = p["func"].as_str().unwrap();
-        assert_eq!((p["hits"].as_u64(), p["calls_timed"].as_u64()), (Some(own[func]), Some(own[func])), "{p}");
+        assert_eq!((p["hits"].as_u64(), p["timed"].as_u64()), (Some(own[func]), Some(own[func])), "{p}");
     }
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     assert_code_is_original(&t, &refs);
