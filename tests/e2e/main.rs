@@ -51,6 +51,10 @@ mod probe_all;
 // Coverage of list-probes on Debian's libc, python3, libstdc++, libsqlite3, libcrypto and perl.
 #[cfg(target_arch = "x86_64")]
 mod coverage;
+// Runtimes that read return addresses (the JVM, LuaJIT) under return
+// probes and tp profile over all of their code.
+#[cfg(target_arch = "x86_64")]
+mod runtimes;
 // Exception landing pads of a C++ target and of libstdc++.
 #[cfg(target_arch = "x86_64")]
 mod landing_pads;

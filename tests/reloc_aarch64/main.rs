@@ -350,3 +350,88 @@ fn differential_below_sp(orig: &[u8], tramp: &[u8], scratch: &[&str], below: u32
     assert!(text.contains("trials matched"), "the harness did not run: {text}");
     (out.status.success(), text)
 }
+
+/// The detour at each kind of exit runs as the exit alone: the call's end
+/// recorded by the runtime block's real exit routine, whose call of
+/// tp_exit_at (here: code that clobbers every register a C function may)
+/// it makes with everything kept; then the exit itself. Every register,
+/// NZCV and where control goes agree, but x16 and x17 (dead at a
+/// function's exit); a `br` whose target lies inside the function (a
+/// switch) makes no call at all.
+#[test]
+fn exit_detours_leave_as_the_function_did() {
+    use tp::arch::aarch64::detour::{Atomics, build};
+    use tp::arch::aarch64::runtime;
+    use tp::arch::{Abi, DetourSpec, ExitInsn, ExitKind, ExitWords, Records, RuntimeBlobs, SitePlan, WindowInsn};
+    let b_out = 0x1400_0000 | (0x4000 / 4); // b ORIG + 0x4000
+    let beq_out = 0x5400_0000 | ((0x400 / 4) << 5); // b.eq ORIG + 0x400
+    let cases: [(&str, u32, ExitKind); 5] = [
+        ("ret", 0xd65f_03c0, ExitKind::Return),
+        ("ret x1", 0xd65f_0020, ExitKind::Return),
+        ("b #0x50004100", b_out, ExitKind::Jump),
+        ("b.eq #0x50000500", beq_out, ExitKind::CondJump),
+        // Its target inside the function's bounds (ORIG - 0x100 ..) or not.
+        ("br x1", 0xd61f_0020, ExitKind::MaybeJump { lo: ORIG - 0x100, hi: ORIG + 0x100 }),
+    ];
+    let mut failed = Vec::new();
+    for (asm, word, kind) in cases {
+        assert_eq!(disassemble(&word.to_le_bytes(), ORIG), [asm]);
+        let plan = SitePlan {
+            function: ORIG - 0x100,
+            site: ORIG,
+            prefix: Vec::new(),
+            window: word.to_le_bytes().to_vec(),
+            insns: vec![WindowInsn { offset: 0, len: 4, mnemonic: asm.into() }],
+            dead: 0,
+            interior: false,
+            exits: vec![ExitInsn { offset: 0, kind }],
+        };
+        let (detour_at, runtime_at) = (TRAMP + 0x40, TRAMP + 0x800);
+        let clobber: &'static [u8] = clobbering_runtime(0).leak();
+        let blobs = RuntimeBlobs {
+            entry: &[0; 4],
+            exit: &[0; 4],
+            unwind: &[0; 4],
+            count: &[0; 4],
+            entry_ext: &[0; 4],
+            exit_ext: &[0; 4],
+            exit_at: clobber,
+            exit_at_ext: clobber,
+        };
+        let block = runtime::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
+        let spec = DetourSpec {
+            probe_index: 0,
+            records: Records { exit: true, ..Records::COUNT },
+            entry_word: 0,
+            runtime: Some(block.addrs),
+            flag_addr: 0,
+            counters: 0,
+            cache: 0,
+            countdowns_from_counters: 0,
+            slot_bits: 6,
+            stride_shift: 3,
+            abi: Abi::C,
+            return_saved_below: None,
+            operands: None,
+            layout: None,
+            exit_words: Some(ExitWords { ret: 7, tail: 7 | 1 << 21 }),
+        };
+        let detour = build(&plan, detour_at, &spec, Atomics::Lse).unwrap();
+        let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
+        w.put_b(detour_at);
+        let mut tramp = w.finish();
+        tramp.resize((detour_at - TRAMP) as usize, 0);
+        tramp.extend(&detour.bytes);
+        assert!(tramp.len() <= (runtime_at - TRAMP) as usize, "detour too long: {}", tramp.len());
+        tramp.resize((runtime_at - TRAMP) as usize, 0);
+        tramp.extend(&block.bytes);
+        // The stub's 32 bytes, the routine's frame and what the call clears.
+        let below = 32 + 160 + runtime::CLEARED_BELOW;
+        let (ok, out) = differential_below_sp(&word.to_le_bytes(), &tramp, &["x16", "x17"], below);
+        eprintln!("{asm:<20} {}", out.lines().last().unwrap_or(""));
+        if !ok {
+            failed.push(format!("{asm}:\n{out}\n{:#?}", disassemble(&detour.bytes, detour_at)));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
