@@ -84,7 +84,7 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "stack",
           value_parser = clap::value_parser!(u32).range(64..=16384))]
     pub stack_size: u32,
-    /// Print the stacks as folded lines (for flamegraph.pl and speedscope) instead of counted stacks.
+    /// Write the stacks as folded lines (flamegraph.pl, speedscope) as the results: `--format folded`.
     #[arg(long, requires = "stack")]
     pub folded: bool,
     /// Record only calls whose integer arguments (by name or arg0..arg5)
@@ -97,11 +97,22 @@ pub struct ProbeArgs {
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
-    /// Events each thread's ring holds (a power of two; set when tp first attaches to the process;
-    /// default 2048, with --stack 65536: a stack takes several events).
+    /// The form of the results: text, json (JSON Lines, then one summary
+    /// document), chrome (a Chrome trace for the Perfetto UI), folded or svg
+    /// (the stacks, with --stack); default: what -o FILE's name says, else text.
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "chrome", "folded", "svg"])]
+    pub format: Option<String>,
+    /// Show the probes without hits too (the text summary leaves them out).
+    #[arg(long)]
+    pub all: bool,
+    /// Show only the N busiest probes.
     #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// Events each thread's ring holds (a power of two from 4 to 1048576; set when tp first
+    /// attaches to the process; default 2048, with --stack 65536: a stack takes several events).
+    #[arg(long, value_name = "N", value_parser = ring_size)]
     pub ring_size: Option<u32>,
-    /// Print the summary (and events) as JSON.
+    /// Print the events and the summary as JSON: `--format json`.
     #[arg(long)]
     pub json: bool,
     /// After a traced process calls exec, probe the same functions in its new program.
@@ -122,7 +133,9 @@ pub struct AttachArgs {
     pub targets: Targets,
     /// Function to probe: `foo`, `libc:malloc`, a glob such as `'sqlite3_*'` or
     /// `'libz:*'`, an instruction inside one (`foo+0x1a`), or static probes
-    /// (`usdt:provider:name`, globs allowed) (repeat for several).
+    /// (`usdt:provider:name`, globs allowed) (repeat for several). A name or
+    /// glob without a module is looked up in the program first, and in its
+    /// libraries only if the program has none (`'libc:ma*'` names libc's).
     #[arg(short, long = "func", value_name = "NAME", required_unless_present_any = ["addrs", "lines"])]
     pub funcs: Vec<String>,
     /// Address of a function's first instruction, or of one inside it, in hex (repeat for several).
@@ -134,8 +147,9 @@ pub struct AttachArgs {
     /// What to record and how to print it.
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto
-    /// UI), or, for a FILE ending in .svg, the stacks as a flame graph.
+    /// Write the results to FILE instead of stdout, in the format --format
+    /// (or --json, --folded) names, else the one FILE's name says: .txt,
+    /// .json, .trace.json (Chrome trace), .folded, .svg (flame graph).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Detach after this many seconds (default: until Ctrl-C or the targets exit).
@@ -153,12 +167,11 @@ pub struct RunArgs {
     /// What to record and how to print it.
     #[command(flatten)]
     pub probe: ProbeArgs,
-    /// Write tp's output (events and summary) to FILE instead of stderr.
+    /// Write the results to FILE instead of stderr (the program keeps
+    /// stdout), in the format --format (or --json, --folded) names, else the
+    /// one FILE's name says: .txt, .json, .trace.json, .folded, .svg.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Also write the events to FILE as a Chrome trace (opens in the Perfetto UI).
-    #[arg(long, value_name = "FILE")]
-    pub chrome: Option<PathBuf>,
     /// The program and its arguments (after `--`).
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
@@ -179,9 +192,21 @@ pub struct StatusArgs {
     /// Print the Prometheus text format 0.0.4 (what node_exporter's textfile collector reads).
     #[arg(long)]
     pub prometheus: bool,
-    /// Write to FILE instead of stdout, atomically (a temporary file renamed over it).
+    /// The form of the results: text, json, openmetrics or prometheus
+    /// (default: what -o FILE's name says, else text).
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "openmetrics", "prometheus"])]
+    pub format: Option<String>,
+    /// Write to FILE instead of stdout, atomically (a temporary file renamed
+    /// over it), in the format the flags name, else the one FILE's name
+    /// says: .txt, .json, .om, .prom.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Show the probes without hits too (the text summary leaves them out).
+    #[arg(long)]
+    pub all: bool,
+    /// Show only the N busiest probes.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
 }
 
 /// `tp serve`.
@@ -287,12 +312,24 @@ pub struct ProfileArgs {
     /// Stop after this many seconds (default: Ctrl-C or the target's exit).
     #[arg(short, long, value_name = "SECS", value_parser = seconds)]
     pub duration: Option<f64>,
-    /// Also write the sampled calls to FILE as a Chrome trace (opens in the Perfetto UI).
+    /// Write the results to FILE instead of stdout, in the format the flags
+    /// name, else the one FILE's name says: .txt, .json, .trace.json (the
+    /// sampled calls as a Chrome trace).
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Print the table as one JSON object.
+    /// Print the results as one JSON document: `--format json`.
     #[arg(long)]
     pub json: bool,
+    /// The form of the results: text, json or chrome (default: what -o
+    /// FILE's name says, else text).
+    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "chrome"])]
+    pub format: Option<String>,
+    /// Show the functions that were not called too (the text leaves them out).
+    #[arg(long)]
+    pub all: bool,
+    /// Show only the N functions with the most time (default in text: 40).
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
 }
 
 /// Parses `10ms`, `500us`, `2s`.
@@ -327,6 +364,21 @@ fn seconds(s: &str) -> Result<f64, String> {
         Ok(_) => Ok(v),
         Err(_) => Err(format!("`{s}` is not a number of seconds from 0 to about 10^19")),
     }
+}
+
+/// The most events a ring holds (`probe::layout::MAX_RING_LEN`).
+pub const MAX_RING_SIZE: u32 = 1 << 20;
+
+/// A ring size: a power of two from 4 to [`MAX_RING_SIZE`].
+fn ring_size(s: &str) -> Result<u32, String> {
+    let n: u32 = s.parse().map_err(|_| format!("`{s}` is not a number of events"))?;
+    if n.is_power_of_two() && (4..=MAX_RING_SIZE).contains(&n) {
+        return Ok(n);
+    }
+    let below = if n >= 4 { 1u32 << (31 - n.leading_zeros()).min(20) } else { 4 };
+    let above = n.checked_next_power_of_two().unwrap_or(MAX_RING_SIZE).clamp(4, MAX_RING_SIZE);
+    let nearest = if below == above { below.to_string() } else { format!("{below} or {above}") };
+    Err(format!("{n} is not a power of two from 4 to {MAX_RING_SIZE}; try {nearest}"))
 }
 
 /// Parses `0x1234` (or `1234`) as a hexadecimal address.
@@ -433,6 +485,18 @@ mod tests {
         assert!(parse("tp attach -p 1 -f foo --stack=lbr").is_err());
         assert!(parse("tp attach -p 1 -f foo --folded").is_err(), "--folded needs --stack");
         assert!(parse("tp attach -p 1 -f foo --stack --stack-depth 500").is_err());
+    }
+
+    #[test]
+    fn ring_size_is_a_power_of_two_in_range() {
+        assert_eq!(ring_size("64"), Ok(64));
+        assert_eq!(ring_size("1048576"), Ok(1 << 20));
+        assert_eq!(ring_size("1000"), Err("1000 is not a power of two from 4 to 1048576; try 512 or 1024".into()));
+        assert_eq!(ring_size("0"), Err("0 is not a power of two from 4 to 1048576; try 4".into()));
+        assert_eq!(ring_size("2"), Err("2 is not a power of two from 4 to 1048576; try 4".into()));
+        assert_eq!(ring_size("4194304"), Err("4194304 is not a power of two from 4 to 1048576; try 1048576".into()));
+        assert!(ring_size("many").is_err());
+        assert!(parse("tp attach -p 1 -f foo --ring-size 1000").is_err());
     }
 
     #[test]

@@ -20,10 +20,11 @@
 //! - [`process`]: ptrace stops, /proc, remote memory and remote syscalls.
 //! - [`arch`]: everything that knows an instruction set or an ABI, behind [`arch::Arch`].
 //! - [`debuginfod`]: debug files by build-id from debuginfod servers, and their cache.
-//! - [`addr`], [`cli`], [`escape`], [`fault`], [`http`], [`progress`]: runtime
-//!   and file addresses and the bias between them, the command line (clap),
-//!   text a target chose made safe for a terminal, fault injection for tests,
-//!   the bounded HTTP/1.1 server side of `/metrics`, progress bars.
+//! - [`addr`], [`cli`], [`escape`], [`fault`], [`http`], [`progress`], [`streams`]:
+//!   runtime and file addresses and the bias between them, the command line
+//!   (clap), text a target chose made safe for a terminal, fault injection
+//!   for tests, the bounded HTTP/1.1 server side of `/metrics`, progress
+//!   bars, whether tp's stdout or stderr failed.
 
 #![deny(missing_docs)]
 
@@ -35,7 +36,8 @@ macro_rules! say {
     ($($arg:tt)*) => {{
         let mut line = format!($($arg)*);
         line.push('\n');
-        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        let written = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
+        $crate::streams::note($crate::streams::Stream::Stderr, &written);
     }};
 }
 
@@ -54,4 +56,5 @@ pub mod probe;
 pub mod process;
 pub mod progress;
 pub mod session;
+pub mod streams;
 pub mod symbols;

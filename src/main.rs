@@ -31,12 +31,13 @@ fn main() -> ExitCode {
     match result {
         Ok(Ok(code)) => code,
         Ok(Err(err)) => {
-            // A closed pipe (`tp list-probes … | head`) is not an error.
+            // A closed pipe (`tp list-probes … | head`): what a shell reports
+            // for a process killed by SIGPIPE, in silence.
             let broken_pipe = err.chain().any(|e| {
                 e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
             });
             if broken_pipe {
-                return ExitCode::SUCCESS;
+                return ExitCode::from(tp::streams::EXIT_PIPE);
             }
             // One line: the error and its causes joined by ": " (anyhow's `{:#}`).
             tp::say!("tp: {}", escape::text(&format!("{err:#}")));
@@ -62,18 +63,86 @@ fn parse_error(e: clap::Error) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// The first line of clap's message, without `error: `, escaped, and
-/// followed by where to look (the help of the subcommand given, if any).
+/// clap's message as one line: without `error: `, the usage block and the
+/// pointer to `--help`, its indented lines (the missing arguments, the
+/// allowed values, a tip) joined to the first, escaped, and followed by
+/// where to look (the help of the subcommand given, if any).
 fn one_line(rendered: &str) -> String {
-    let first = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or("cannot parse the command line");
-    let msg = first.trim().strip_prefix("error:").unwrap_or(first).trim();
-    let tip =
-        rendered.lines().find_map(|l| l.trim().strip_prefix("tip: ")).map(|t| format!("; {t}")).unwrap_or_default();
     // The subcommand on the command line, if any, is the help to read.
     let names: Vec<String> = tp::cli::Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
     let command = std::env::args_os()
         .skip(1)
         .find_map(|a| names.iter().find(|n| a.to_str() == Some(n.as_str())).map(|n| format!("tp {n}")))
         .unwrap_or_else(|| "tp".into());
-    format!("{}{}; see `{} --help`", escape::text(msg), escape::text(&tip), escape::text(&command))
+    joined(rendered, &command)
+}
+
+/// [`one_line`] for the help of `command`.
+fn joined(rendered: &str, command: &str) -> String {
+    let mut msg = String::new();
+    let mut items: Vec<String> = Vec::new();
+    let mut notes: Vec<String> = Vec::new();
+    for line in rendered.lines() {
+        let l = line.trim();
+        if l.starts_with("Usage:") || l.starts_with("For more information") {
+            break;
+        }
+        if l.is_empty() {
+            continue;
+        }
+        if msg.is_empty() {
+            msg = l.strip_prefix("error:").unwrap_or(l).trim().to_string();
+        } else if let Some(tip) = l.strip_prefix("tip: ") {
+            notes.push(tip.to_string());
+        } else if let Some(values) = l.strip_prefix('[').and_then(|v| v.strip_suffix(']')) {
+            notes.push(values.to_string());
+        } else {
+            items.push(l.to_string());
+        }
+    }
+    if msg.is_empty() {
+        msg = "cannot parse the command line".into();
+    }
+    if !items.is_empty() {
+        let sep = if msg.ends_with(':') { " " } else { ": " };
+        msg = format!("{msg}{sep}{}", items.join(", "));
+    }
+    let msg = msg.trim_end_matches(':').to_string();
+    let notes: String = notes.iter().map(|n| format!("; {n}")).collect();
+    format!("{}{}; see `{}`", escape::text(&msg), escape::text(&notes), escape::text(&format!("{command} --help")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_line(args: &[&str]) -> String {
+        let err = tp::cli::Cli::try_parse_from(args).unwrap_err();
+        let command = args.get(1).map_or("tp".to_string(), |c| format!("tp {c}"));
+        joined(&err.render().to_string(), &command)
+    }
+
+    #[test]
+    fn clap_errors_keep_their_content_on_one_line() {
+        assert_eq!(
+            parse_line(&["tp", "attach", "-p", "402"]),
+            "the following required arguments were not provided: --func <NAME>; see `tp attach --help`"
+        );
+        let run = parse_line(&["tp", "run"]);
+        assert!(
+            run.starts_with("the following required arguments were not provided: --func <NAME>, <PROGRAM>"),
+            "{run}"
+        );
+        assert_eq!(
+            parse_line(&["tp", "attach", "-p", "1", "-f", "x", "--stack=lbr"]),
+            "invalid value 'lbr' for '--stack [<HOW>]'; possible values: fp, dwarf; see `tp attach --help`"
+        );
+        let shell = parse_line(&["tp", "completions", "tcsh"]);
+        assert!(shell.contains("possible values: bash, elvish, fish, powershell, zsh"), "{shell}");
+        for args in [&["tp", "serve"][..], &["tp", "disable"], &["tp", "list-probes"], &["tp", "detach", "-p"]] {
+            let line = parse_line(args);
+            assert!(!line.contains(":;") && !line.contains('\n'), "{line}");
+            assert!(!line.contains("provided; "), "{line}");
+        }
+    }
 }

@@ -43,8 +43,9 @@ class Counter:
     def stop(self):
         status = subprocess.run([TP, "status", "-p", str(self.pid), "--json"], capture_output=True, text=True)
         subprocess.run([TP, "detach", "-p", str(self.pid)], capture_output=True)
-        probes = json.loads(status.stdout)["probes"] if status.returncode == 0 else []
-        table = json.dumps({"functions": [{"calls": p["hits"]} for p in probes]})
+        processes = json.loads(status.stdout)["processes"] if status.returncode == 0 else []
+        probes = processes[0]["probes"] if processes else []
+        table = json.dumps({"processes": [{"probes": [{"hits": p["hits"]} for p in probes]}]})
         return {"functions": self.functions, "cpu": 0.0, "toggles": 0, "samples": 0, "table": table, "counts": True}
 
 
@@ -87,6 +88,12 @@ class Profiler:
             "samples": int(rate.group(2).replace(",", "")),
             "table": out,
         }
+
+
+def rows_of(table):
+    """The function rows of tp's JSON summary document (docs/output.md)."""
+    processes = json.loads(table)["processes"]
+    return processes[0]["probes"] if processes else []
 
 
 def python_job(profile_args, rounds):
@@ -188,13 +195,13 @@ def main():
     for name, _, _, _, reports, _ in rows:
         if reports[-1].get("counts"):
             continue
-        top = json.loads(reports[-1]["table"])["functions"][:8]
+        top = rows_of(reports[-1]["table"])[:8]
         print(f"\n{name}: the top functions of the last profiled run\n")
         print("| function | samples | calls | mean | p50 | p99 | time |")
         print("|---|---|---|---|---|---|---|")
         for f in top:
             ns = lambda v: "-" if v is None else f"{v / 1000:.2f} µs"
-            print(f"| {f['func']} | {f['samples']:,} | {f['calls']:,} | {ns(f['mean_ns'])} | {ns(f['p50_ns'])} "
+            print(f"| {f['func']} | {f['timed']:,} | {f['hits']:,} | {ns(f['avg_ns'])} | {ns(f['p50_ns'])} "
                   f"| {ns(f['p99_ns'])} | {100 * f['time_share']:.1f} % |")
     print()
     print("| program | functions | plain: CPU s (median, min-max) | profiled | slowdown | probed calls | extra per call | tp CPU | toggles/s | samples/s | output identical |")
@@ -205,7 +212,7 @@ def main():
         # Calls of probed functions in one job (exact: the counters), and
         # what the slowdown comes to per call.
         table = reports[-1]["table"]
-        calls = sum(f["calls"] for f in json.loads(table)["functions"]) if table else None
+        calls = sum(f["hits"] for f in rows_of(table)) if table else None
         per_call = f"{(p - b) / calls * 1e9:+.2f} ns" if calls else "-"
         print(
             f"| {what} | {reports[0]['functions']} | {span(base)} | {span(prof)} | {100 * (p / b - 1):+.1f} % "

@@ -98,7 +98,7 @@ pub fn cycle(env: &Env, probes: usize, glob: &str) -> Result<Cycle> {
 fn check_counts(session: &Proc, probes: usize) -> Result<()> {
     let json = session.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).context("no summary")?;
     let v: serde_json::Value = serde_json::from_str(&json.text).context("tp's JSON summary")?;
-    let list = v["probes"].as_array().context("no probes in the summary")?;
+    let list = v["processes"][0]["probes"].as_array().context("no probes in the summary")?;
     let zero = list.iter().filter(|p| p["hits"].as_u64().unwrap_or(0) == 0).count();
     if list.len() != probes || zero > 0 {
         bail!("{} probes in the summary, {zero} of them without hits (expected {probes}, all hit)", list.len());

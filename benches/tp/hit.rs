@@ -325,13 +325,13 @@ impl Tracer for Tp {
         let json = p.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).map(|l| l.text.clone());
         let Some(json) = json else { bail!("tp printed no summary:\n{}", p.text()) };
         let v: serde_json::Value = serde_json::from_str(&json).context("tp's JSON summary")?;
-        let hits = v["probes"]
+        let hits = v["processes"][0]["probes"]
             .as_array()
             .and_then(|ps| ps.iter().find(|p| p["func"] == probed(self.function)))
             .and_then(|p| p["hits"].as_u64());
         Ok(Outcome {
             hits,
-            lost: v["lost_events"].as_u64(),
+            lost: v["processes"][0]["lost_events"].as_u64(),
             tp_stop_us: number_before(&attached, "target stopped", " µs"),
         })
     }

@@ -125,7 +125,7 @@ fn attach(
     }
     let json = tp.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).context("no summary")?;
     let v: serde_json::Value = serde_json::from_str(&json.text).context("tp's JSON summary")?;
-    let list = v["probes"].as_array().context("no probes in the summary")?;
+    let list = v["processes"][0]["probes"].as_array().context("no probes in the summary")?;
     if list.len() != probes {
         bail!("{} probes in the summary, {probes} attached", list.len());
     }

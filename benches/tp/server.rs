@@ -239,11 +239,11 @@ fn once(env: &Env, redis: &Redis, watcher: Watcher, requests: u64, rate: &f64) -
             }
             let json = tp.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).context("no summary")?;
             let v: serde_json::Value = serde_json::from_str(&json.text).context("tp's JSON summary")?;
-            let functions = v["functions"].as_array().context("no functions in the summary")?;
+            let functions = v["processes"][0]["probes"].as_array().context("no functions in the summary")?;
             let calls = functions
                 .iter()
                 .find(|f| f["func"] == "call")
-                .and_then(|f| f["calls"].as_u64())
+                .and_then(|f| f["hits"].as_u64())
                 .context("no `call` in tp's profile")?;
             // The window holds the first INFO (counted only in the second
             // INFO's answer), the benchmark's commands and the second INFO.

@@ -5,6 +5,7 @@
 //! there are several). With `--keep`, install and exit instead; with
 //! `--listen`, serve the session's metrics over HTTP meanwhile.
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -14,18 +15,29 @@ use super::serve;
 use crate::addr::RuntimeAddr;
 use crate::cli::{AttachArgs, ProbeArgs, Targets};
 use crate::output::events::Style;
+use crate::output::format::{self, Format};
+use crate::output::report::View;
 use crate::output::sink::Sink;
 use crate::probe::layout::{DEFAULT_RING_LEN, kind};
 use crate::session::group::{Behaviour, Group};
 use crate::session::targets::Which;
-use crate::session::tracer::{TraceOutput, open_chrome};
-use crate::session::{Options, Selection, StackMode, interrupt};
+use crate::session::{Options, Selection, StackMode, interrupt, results};
 
 /// Events per ring when stacks are recorded and `--ring-size` is not given.
 const STACK_RING_LEN: u32 = 1 << 16;
 
-/// The selection and output options `tp attach` and `tp run` share.
-pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> Options {
+/// The selection and output options `tp attach` and `tp run` share;
+/// `output` is `-o FILE`. Refused before anything is touched: formats that
+/// disagree, a file name that says none, a format the session cannot
+/// produce (a flame graph without stacks, a trace without calls).
+pub fn options(
+    command: &str,
+    pid: i32,
+    funcs: &[String],
+    addrs: &[u64],
+    probe: &ProbeArgs,
+    output: Option<&Path>,
+) -> Result<Options> {
     let mut k = kind::COUNT;
     if probe.args {
         k |= kind::ARGS;
@@ -48,6 +60,24 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
         // A predicate alone selects the calls to show.
         k |= kind::ARGS;
     }
+    let format = format::choose(
+        command,
+        &[(probe.json, Format::Json), (probe.folded, Format::Folded)],
+        probe.format.as_deref(),
+        output,
+        &[Format::Text, Format::Json, Format::Chrome, Format::Folded, Format::Svg],
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    match format {
+        Format::Svg | Format::Folded if stack.is_none() => bail!(
+            "a {} shows stacks: add --stack (or --stack=dwarf for code built without frame pointers)",
+            if format == Format::Svg { "flame graph" } else { "folded output" }
+        ),
+        Format::Chrome if k & (kind::ARGS | kind::RET) == 0 => {
+            bail!("a Chrome trace shows calls: add --args or --ret (or --stack) to record them")
+        }
+        _ => {}
+    }
     // A source line is a pattern of its own (`line:FILE:N`): it follows
     // libraries loaded later as the others do.
     let lines = probe.lines.iter().map(|l| format!("line:{l}"));
@@ -60,29 +90,25 @@ pub fn options(pid: i32, funcs: &[String], addrs: &[u64], probe: &ProbeArgs) -> 
         stack,
         ..Selection::new(funcs.iter().cloned().chain(lines).collect(), k)
     };
-    let style = if probe.quiet {
-        Style::Quiet
-    } else if probe.json {
-        Style::Json
-    } else {
-        Style::Text
+    let style = match format {
+        _ if probe.quiet => Style::Quiet,
+        Format::Text => Style::Text,
+        Format::Json => Style::Json,
+        _ => Style::Quiet,
     };
-    Options { style, json: probe.json, folded: probe.folded, ..Options::new(pid, selection) }
+    let view = View { all: probe.all, top: probe.top };
+    Ok(Options { style, format, view, output: output.map(Path::to_path_buf), ..Options::new(pid, selection) })
 }
 
-/// Settles what the options ask for once every flag is known: a trace file
-/// ending in `.svg` is the stacks' flame graph; return probes whose events
-/// nobody reads (only the summary, no trace file, no arguments or stacks)
-/// keep their durations in the target's histograms instead of sending an
-/// event per call (`TP_AGGREGATE=0` sends the events still, for the
-/// benchmark's rows that measure them).
+/// Settles what the options ask for once every flag is known: return
+/// probes whose events nobody reads (only the summary, no trace, no
+/// arguments or stacks) keep their durations in the target's histograms
+/// instead of sending an event per call (`TP_AGGREGATE=0` sends the events
+/// still, for the benchmark's rows that measure them).
 pub fn settle(mut opts: Options) -> Options {
-    if opts.trace_file.as_ref().is_some_and(|p| p.extension().is_some_and(|e| e == "svg")) {
-        opts.flame_file = opts.trace_file.take();
-    }
     let k = opts.selection.kind;
     if opts.style == Style::Quiet
-        && opts.trace_file.is_none()
+        && opts.format != Format::Chrome
         && k & kind::RET != 0
         && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0
         && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")
@@ -92,16 +118,14 @@ pub fn settle(mut opts: Options) -> Options {
     opts
 }
 
-impl From<&AttachArgs> for Options {
-    fn from(args: &AttachArgs) -> Options {
-        let pid = args.targets.pids.first().copied().unwrap_or(0);
-        settle(Options {
-            keep: args.keep,
-            duration: args.duration.map(Duration::from_secs_f64),
-            trace_file: args.output.clone(),
-            ..options(pid, &args.funcs, &args.addrs, &args.probe)
-        })
-    }
+/// The session options of `tp attach`.
+pub fn attach_options(args: &AttachArgs) -> Result<Options> {
+    let pid = args.targets.pids.first().copied().unwrap_or(0);
+    Ok(settle(Options {
+        keep: args.keep,
+        duration: args.duration.map(Duration::from_secs_f64),
+        ..options("attach", pid, &args.funcs, &args.addrs, &args.probe, args.output.as_deref())?
+    }))
 }
 
 /// The processes named on the command line.
@@ -112,6 +136,8 @@ pub fn which(t: &Targets) -> Which {
 /// Runs `tp attach`.
 pub fn run(args: AttachArgs) -> Result<ExitCode> {
     interrupt::install();
+    // The command line first: a format that cannot be, before any process is looked at.
+    let opts = attach_options(&args)?;
     let which = which(&args.targets);
     if which.is_empty() {
         bail!("name the processes to attach to with -p PID (repeat, or a comma list) or --name NAME");
@@ -130,19 +156,18 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
         crate::process::check_attachable(pid)?;
     }
     let several = selected.pids.len() > 1 || args.targets.name.is_some();
-    let opts = Options::from(&args);
     let published = match &args.probe.listen {
         Some(addr) if !opts.keep => Some(serve::start_session_server(addr, args.probe.listen_any)?),
         _ => None,
     };
-    let chrome = opts.trace_file.as_deref().map(|p| open_chrome(p, opts.pid)).transpose()?;
-    let output = TraceOutput::new(Sink::stdout(), chrome, several);
+    let output = results::open(&opts, Sink::stdout(), several)?;
     let how = Behaviour {
         several,
         follow_exec: args.probe.follow_exec,
         check_every: Duration::from_millis(100),
         live: true,
         announce: true,
+        command: "attach",
     };
     let duration = opts.duration;
     let keep = opts.keep;

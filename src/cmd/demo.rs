@@ -2,7 +2,9 @@
 //! lets two of its threads call `foo` and `bar`, attaches, shows live hits,
 //! detaches, then checks the facts: tp's counts equal the target's own,
 //! the target's checksum holds, its code is byte-identical to the file
-//! again, and it exits 0.
+//! again, and it exits 0. The target is built into tp (an installed tp has
+//! no build directory): it is written to a directory of its own under the
+//! temporary directory, mode 0700, and removed when the demo ends.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -12,16 +14,56 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use crate::cli::DemoArgs;
-use crate::output::{print_summary, thousands};
+use crate::output::report::{self, ProcessReport, View};
+use crate::output::thousands;
 use crate::probe::layout::kind;
 use crate::process;
 use crate::session::observe::LiveView;
 use crate::session::{Attached, End, Options, Selection, interrupt, observe};
 use crate::symbols::ProcessModules;
 
-/// Where the build put the bundled targets.
-pub fn targets_dir() -> PathBuf {
-    PathBuf::from(env!("TP_TARGETS_DIR"))
+/// The demo's target program, as the build made it.
+const COUNTER: &[u8] = include_bytes!(concat!(env!("TP_TARGETS_DIR"), "/counter"));
+
+/// A directory of the demo's own, removed with what it holds when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    /// A new directory under the temporary directory, only the user's
+    /// (created here: one that exists already is someone else's).
+    fn new() -> Result<Scratch> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        let dir = base.join(format!("tp-demo-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create a directory for the demo's program in `{}`", base.display()))?;
+        Ok(Scratch(dir))
+    }
+
+    /// Writes the bundled `counter` there, executable by the user alone.
+    fn counter(&self) -> Result<PathBuf> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.0.join("counter");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o700)
+            .open(&path)
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
+        f.write_all(COUNTER)
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot write `{}`", path.display()))?;
+        Ok(path)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A target process driven through its stdin and stdout.
@@ -33,10 +75,9 @@ struct Target {
 
 impl Target {
     fn start(path: &PathBuf) -> Result<Target> {
-        let mut child =
-            Command::new(path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().with_context(|| {
-                format!("cannot start the demo target `{}` (run from the source tree)", path.display())
-            })?;
+        let mut child = Command::new(path).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().with_context(|| {
+            format!("cannot start the demo target `{}` (a directory mounted noexec?)", path.display())
+        })?;
         let stdin = child.stdin.take().expect("piped");
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         let mut t = Target { child, stdin, stdout };
@@ -80,7 +121,8 @@ fn options(args: &DemoArgs, pid: i32) -> Options {
 /// Runs `tp demo`.
 pub fn run(args: DemoArgs) -> Result<ExitCode> {
     interrupt::install();
-    let path = targets_dir().join("counter");
+    let scratch = Scratch::new()?;
+    let path = scratch.counter()?;
     let mut target = Target::start(&path)?;
     let pid = target.child.id() as i32;
     crate::say!("tp demo: started {} as process {pid}", path.display());
@@ -102,7 +144,8 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         crate::say!("tp demo: interrupted");
     }
     crate::say!("tp demo: detached, code restored (target stopped {} µs)", d.stop_time.as_micros());
-    print_summary(&d.summary, false)?;
+    let mut out = crate::streams::stdout();
+    report::write_text(&mut out, &[ProcessReport::counts(d.summary.clone())], View { all: true, top: None })?;
 
     // The facts.
     let own_foo = field(&stopped, "foo").context("target's foo count")?;

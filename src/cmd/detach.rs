@@ -38,11 +38,14 @@ pub fn run(args: DetachArgs) -> Result<ExitCode> {
             process::check_readable(pid)?;
             vec![pid]
         }
-        None => processes_with_probes(),
+        None => {
+            let scan = crate::session::installed::scan();
+            if scan.pids.is_empty() {
+                crate::say!("tp: {}", scan.nothing_found());
+            }
+            scan.pids
+        }
     };
-    if pids.is_empty() {
-        crate::say!("tp: no process holds tp probes");
-    }
     let scope = Scope { named: args.pid.is_some(), force: args.force };
     let mut failed = false;
     for pid in pids {
@@ -70,20 +73,6 @@ struct Scope {
     named: bool,
     /// Remove the probes of running sessions too.
     force: bool,
-}
-
-/// Every process whose memory map shows a target's data region (not a tp
-/// tracer's view of one). Nothing is mapped or validated here: a region
-/// that is not tp's is reported when its process's turn comes.
-fn processes_with_probes() -> Vec<i32> {
-    let mut pids: Vec<i32> = process::other_pids()
-        .into_iter()
-        .filter(|&pid| {
-            process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| region::is_target_view(pid, r)))
-        })
-        .collect();
-    pids.sort();
-    pids
 }
 
 /// The running tp sessions that own entries of `region`, each with the
@@ -230,11 +219,13 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
     };
     crate::say!(
-        "tp: detached from {pid}: {} probes removed, {memory} (target stopped {} µs)",
+        "tp: detached from {pid}: {} probe{} removed, {memory} (target stopped {} µs)",
         removed.len(),
+        if removed.len() == 1 { "" } else { "s" },
         stop_time.as_micros()
     );
-    if kept == Some(Kept::LiveProbes) && !sharer_pids.is_empty() {
+    let live_elsewhere = region.entries().iter().any(|(_, e)| e.state().maybe_patched());
+    if live_elsewhere && !sharer_pids.is_empty() {
         let list: Vec<String> = sharer_pids.iter().map(|p| p.to_string()).collect();
         crate::say!(
             "tp: process {pid} shares its probes with {} (forked while they were in); `tp detach -p PID` removes them there",

@@ -17,7 +17,7 @@ use anyhow::{Result, bail};
 use crate::arch::{Isa, Refusal, ShadowStack, SitePlan, machine_name};
 use crate::cli::ListProbesArgs;
 use crate::escape::text;
-use crate::output::json;
+use crate::output::json::{self, Obj};
 use crate::output::table::{MODULE_MAX, NAME_MAX, fit, width};
 use crate::process;
 use crate::progress::Progress;
@@ -117,9 +117,9 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
         (None, Some(pid)) => process_rows(pid, args.verbose)?,
         _ => bail!("give either a binary or --pid, not both"),
     };
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::streams::stdout();
     if args.summary {
-        print_summary(&mut out, &modules)?;
+        print_summary(&mut out, &modules, args.json)?;
         return Ok(ExitCode::SUCCESS);
     }
     let rows: Vec<Row> = modules.into_iter().flat_map(|(_, _, rows)| rows).collect();
@@ -269,53 +269,91 @@ fn print_table(out: &mut impl Write, rows: &[Row], with_module: bool) -> Result<
 
 fn print_json(out: &mut impl Write, rows: &[Row]) -> Result<()> {
     for r in rows {
-        let (ok, reason) = match &r.verdict {
-            Ok(_) => (true, "null".to_string()),
-            Err(why) => (false, json::string(&why.to_string())),
-        };
-        let addr = r.addr.map_or("null".to_string(), |a| format!("\"{a:#x}\""));
-        let sig = r.signature.as_deref().map_or(String::new(), |s| format!(",\"signature\":{}", json::string(s)));
-        let source = if r.source.is_empty() { "null".to_string() } else { json::string(&r.source) };
+        let reason = r.verdict.as_ref().err().map(|why| why.to_string());
         let site = match &r.verdict {
-            Ok(p) if r.note.is_some() => format!(",\"site\":\"{:#x}\"", p.site),
-            _ => String::new(),
+            Ok(p) if r.note.is_some() => Some(json::address(p.site)),
+            _ => None,
         };
-        let note = r.note.map_or(String::new(), |n| format!(",\"note\":{}", json::string(n)));
-        let exits = match &r.exits {
-            None => ",\"exits\":null".to_string(),
-            Some(Err(why)) => format!(",\"exits\":{{\"known\":false,\"why\":{}}}", json::string(&why.to_string())),
-            Some(Ok(e)) => format!(
-                ",\"exits\":{{\"known\":true,\"total\":{},\"patchable\":{},\"refused\":{}}}",
-                e.total,
-                e.patchable,
-                e.first_refused.as_deref().map_or("null".into(), json::string)
-            ),
-        };
-        writeln!(
-            out,
-            "{{\"module\":{},\"func\":{},\"address\":{addr},\"size\":{},\"source\":{source},\"probeable\":{ok},\"reason\":{reason}{site}{note}{exits}{sig}}}",
-            json::string(&r.module),
-            json::string(&r.name),
-            r.size
-        )?;
+        // Where a return probe goes: every key, whatever is known.
+        let exits = r.exits.as_ref().map(|x| {
+            let o = Obj::new();
+            match x {
+                Err(why) => o
+                    .num("known", false)
+                    .num("total", "null")
+                    .num("patchable", "null")
+                    .num("refused", "null")
+                    .str("why", &why.to_string()),
+                Ok(e) => o
+                    .num("known", true)
+                    .num("total", e.total)
+                    .num("patchable", e.patchable)
+                    .opt_str("refused", e.first_refused.as_deref())
+                    .num("why", "null"),
+            }
+            .finish()
+        });
+        let o = Obj::new()
+            .str("type", "function")
+            .str("module", &r.module)
+            .str("func", &r.name)
+            .opt_str("address", r.addr.map(json::address).as_deref())
+            .num("size", r.size)
+            .opt_str("source", Some(r.source.as_str()).filter(|s| !s.is_empty()))
+            .num("probeable", r.verdict.is_ok())
+            .opt_str("reason", reason.as_deref())
+            .opt_str("site", site.as_deref())
+            .opt_str("note", r.note)
+            .raw("exits", exits.as_deref().unwrap_or("null"))
+            .opt_str("signature", r.signature.as_deref());
+        writeln!(out, "{}", o.finish())?;
     }
     Ok(())
 }
 
 /// A summary of every module listed (one without functions too), then of
 /// all of them together.
-fn print_summary(out: &mut impl Write, modules: &ModuleRows) -> Result<()> {
+fn print_summary(out: &mut impl Write, modules: &ModuleRows, as_json: bool) -> Result<()> {
+    let each = |out: &mut dyn Write, title: &str, rows: &[&Row]| match as_json {
+        true => summary_json(out, title, rows),
+        false => summarize(out, title, rows),
+    };
     for (_, name, rows) in modules {
-        summarize(out, name, &rows.iter().collect::<Vec<_>>())?;
+        each(out, name, &rows.iter().collect::<Vec<_>>())?;
     }
     if modules.len() > 1 {
         let all: Vec<&Row> = modules.iter().flat_map(|(_, _, rows)| rows).collect();
-        summarize(out, "all modules", &all)?;
+        each(out, "all modules", &all)?;
     }
     Ok(())
 }
 
-fn summarize(out: &mut impl Write, title: &str, rows: &[&Row]) -> Result<()> {
+/// A module's summary as one JSON line (`"type":"module_summary"`).
+fn summary_json(out: &mut dyn Write, title: &str, rows: &[&Row]) -> Result<()> {
+    let with_code: Vec<&&Row> = rows.iter().filter(|r| r.addr.is_some()).collect();
+    let big = with_code.iter().filter(|r| r.size >= 5).count();
+    let ok = with_code.iter().filter(|r| r.size >= 5 && r.verdict.is_ok()).count();
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in &with_code {
+        if let Err(why) = &r.verdict {
+            *reasons.entry(why.kind()).or_default() += 1;
+        }
+    }
+    let refused = reasons.iter().map(|(why, n)| Obj::new().str("reason", why).num("functions", n).finish());
+    let o = Obj::new()
+        .str("type", "module_summary")
+        .str("module", title)
+        .num("functions", with_code.len())
+        .num("at_least_5_bytes", big)
+        .num("probeable", ok)
+        .num("nop_sites", with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count())
+        .num("inlined", rows.len() - with_code.len())
+        .list("refused", refused);
+    writeln!(out, "{}", o.finish())?;
+    Ok(())
+}
+
+fn summarize(out: &mut dyn Write, title: &str, rows: &[&Row]) -> Result<()> {
     let with_code: Vec<&&Row> = rows.iter().filter(|r| r.addr.is_some()).collect();
     let big: Vec<&&&Row> = with_code.iter().filter(|r| r.size >= 5).collect();
     let ok = big.iter().filter(|r| r.verdict.is_ok()).count();
@@ -396,10 +434,10 @@ fn run_sites(args: &ListProbesArgs) -> Result<ExitCode> {
     if !args.lines.is_empty() && rows.is_empty() {
         bail!("no function named {} has lines with code", args.lines.join(", "));
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::streams::stdout();
     if args.json {
         for r in &rows {
-            print_site_json(&mut out, r)?;
+            print_site_json(&mut out, r, args.usdt)?;
         }
     } else {
         print_site_table(&mut out, &rows, args.usdt)?;
@@ -490,22 +528,20 @@ fn print_site_table(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> Resul
     Ok(())
 }
 
-fn print_site_json(out: &mut impl Write, r: &SiteRow) -> Result<()> {
-    let (ok, reason) = match &r.verdict {
-        Ok(_) => (true, "null".to_string()),
-        Err(why) => (false, json::string(&why.to_string())),
-    };
+fn print_site_json(out: &mut impl Write, r: &SiteRow, usdt: bool) -> Result<()> {
+    let reason = r.verdict.as_ref().err().map(|why| why.to_string());
     let nop = r.verdict.as_ref().is_ok_and(|p| p.is_nop_site());
-    let sem = r.semaphore.map_or("null".to_string(), |s| format!("\"{s:#x}\""));
-    let args: Vec<String> = r.args.iter().map(|a| json::string(a)).collect();
-    writeln!(
-        out,
-        "{{\"module\":{},\"site\":{},\"where\":{},\"address\":\"{:#x}\",\"probeable\":{ok},\"reason\":{reason},\"nop\":{nop},\"semaphore\":{sem},\"args\":[{}]}}",
-        json::string(&r.module),
-        json::string(&r.what),
-        json::string(&r.place),
-        r.addr,
-        args.join(",")
-    )?;
+    let o = Obj::new()
+        .str("type", if usdt { "usdt" } else { "line" })
+        .str("module", &r.module)
+        .str("site", &r.what)
+        .str("where", &r.place)
+        .str("address", &json::address(r.addr))
+        .num("probeable", r.verdict.is_ok())
+        .opt_str("reason", reason.as_deref())
+        .num("nop", nop)
+        .opt_str("semaphore", r.semaphore.map(json::address).as_deref())
+        .list("args", r.args.iter().map(|a| json::string(a)));
+    writeln!(out, "{}", o.finish())?;
     Ok(())
 }

@@ -24,11 +24,38 @@ use crate::cli::{Cli, Command};
 pub fn run(cli: Cli) -> Result<ExitCode> {
     use crate::symbols::saving::{WAIT_AFTER_LISTING, WAIT_AT_EXIT, finish};
     let listing = matches!(cli.command, Command::ListProbes(_));
+    // `tp run` exits with its program's status, whatever became of tp's output.
+    let program_status = matches!(cli.command, Command::Run(_));
     let result = command(cli);
     // What this run learnt of its binaries: saved while a session ran, and
     // waited for only briefly now; a listing computed it all already.
     finish(if listing { WAIT_AFTER_LISTING } else { WAIT_AT_EXIT });
-    result
+    match crate::streams::failure() {
+        Some(f) if !program_status => {
+            // An error of its own (not the failed write) is still the one line.
+            if let Err(e) = &result
+                && !e
+                    .chain()
+                    .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.raw_os_error() == Some(f.errno)))
+            {
+                crate::streams::last_word(&format!("tp: {}", crate::escape::text(&format!("{e:#}"))));
+            }
+            end_with(f);
+            Ok(ExitCode::from(f.code()))
+        }
+        _ => result,
+    }
+}
+
+/// After stdout or stderr failed: the one line that says so, on the
+/// stream that still works, unless the session said it already or a
+/// reader of stdout simply went away (`tp list-probes … | head`), which
+/// Unix tools let pass in silence.
+fn end_with(f: crate::streams::Failure) {
+    if crate::streams::said() || (f.broken_pipe() && f.stream == crate::streams::Stream::Stdout) {
+        return;
+    }
+    crate::streams::last_word(&format!("tp: {}", f.describe()));
 }
 
 fn command(cli: Cli) -> Result<ExitCode> {

@@ -4,38 +4,58 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use crate::cli::ProfileArgs;
+use crate::output::chrome::ChromeTrace;
 use crate::output::events::duration;
+use crate::output::format::{self, Format};
+use crate::output::report::View;
+use crate::output::sink::Sink;
 use crate::output::{self, thousands};
 use crate::session::family::Family;
 use crate::session::profile::{self, Profiler};
-use crate::session::{Attached, Options, interrupt, observe};
+use crate::session::{Attached, End, Options, interrupt, observe};
 
-impl From<&ProfileArgs> for Options {
-    fn from(args: &ProfileArgs) -> Options {
-        Options {
-            duration: args.duration.map(Duration::from_secs_f64),
-            trace_file: args.output.clone(),
-            json: args.json,
-            samples_per_epoch: args.sample,
-            epoch: args.epoch,
-            ..Options::new(args.pid, profile::selection(args.funcs.clone(), args.sample))
-        }
-    }
+/// The session options of `tp profile`; its format refused before anything is touched.
+fn profile_options(args: &ProfileArgs) -> Result<Options> {
+    let format = format::choose(
+        "profile",
+        &[(args.json, Format::Json)],
+        args.format.as_deref(),
+        args.output.as_deref(),
+        &[Format::Text, Format::Json, Format::Chrome],
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Options {
+        duration: args.duration.map(Duration::from_secs_f64),
+        format,
+        view: View { all: args.all, top: args.top },
+        output: args.output.clone(),
+        samples_per_epoch: args.sample,
+        epoch: args.epoch,
+        ..Options::new(args.pid, profile::selection(args.funcs.clone(), args.sample))
+    })
 }
 
 /// Runs `tp profile`.
 pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     interrupt::install();
-    let opts = Options::from(&args);
+    let opts = profile_options(&args)?;
+    let mut out = match &opts.output {
+        Some(path) => Sink::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
+        None => Sink::stdout(),
+    };
     // Listening before the probes go in: no fork of that moment is missed.
     let mut family = Family::start();
     family.add_root(args.pid);
     let attached = Attached::attach(&opts)?;
     let guard = crate::session::guard::Restore::new(&attached);
-    let mut profiler = Profiler::new(&attached, &opts)?;
+    let chrome = match opts.format {
+        Format::Chrome => Some(ChromeTrace::new(Box::new(out.clone()), args.pid).context("writing the trace")?),
+        _ => None,
+    };
+    let mut profiler = Profiler::new(&attached, &opts, chrome)?;
     crate::say!(
         "tp: profiling {} functions of {} ({} timed calls each per {} epoch; Ctrl-C to stop){}",
         profiler.functions(),
@@ -45,7 +65,10 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         if attached.refused > 0 { format!("; {} more cannot be probed", attached.refused) } else { String::new() }
     );
     let started = Instant::now();
-    observe(&attached, opts.duration, &mut profiler, Some(&mut family))?;
+    let end = observe(&attached, opts.duration, &mut profiler, Some(&mut family))?;
+    if end == End::OutputClosed {
+        crate::session::observe::say_output_closed();
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let d = guard.detach()?;
     match (d.target_gone, d.execd) {
@@ -65,6 +88,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         thousands((samples as f64 / elapsed) as u64),
     );
     let report = output::profile::Report { pid: args.pid, elapsed, toggles, samples, rows };
-    output::profile::print(&report, args.json, &mut std::io::stdout().lock())?;
+    if opts.format != Format::Chrome {
+        output::profile::write(&report, opts.format, opts.view, &mut out)?;
+    }
+    std::io::Write::flush(&mut out)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -62,15 +62,7 @@ fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
     let mut series = Vec::new();
     for pid in pids {
         match installed::summary(pid) {
-            Ok(s) => series.extend(series_of(&crate::output::report::ProcessReport {
-                summary: s,
-                latency: Vec::new(),
-                events: false,
-                lost: 0,
-                children: Vec::new(),
-                stacks: Vec::new(),
-                by: Vec::new(),
-            })),
+            Ok(s) => series.extend(series_of(&crate::output::report::ProcessReport::counts(s))),
             Err(e) if !warned.contains(&pid) => {
                 warned.push(pid);
                 crate::say!("tp: process {pid} left out of the metrics: {}", text(&format!("{e:#}")));

@@ -1,8 +1,8 @@
 //! `tp status`: the probes installed in processes and their counts, read
-//! from each target's data region without stopping it: a table, JSON,
-//! OpenMetrics (`--openmetrics`), or the Prometheus text format
-//! (`--prometheus`: what node_exporter's textfile collector and `promtool
-//! check metrics` read). `-o FILE` replaces FILE atomically
+//! from each target's data region without stopping it: a table, tp's JSON
+//! document (an empty one when no process holds probes), OpenMetrics
+//! (`--openmetrics`), or the Prometheus text format (`--prometheus`: what
+//! node_exporter's textfile collector and `promtool check metrics` read). `-o FILE` replaces FILE atomically
 //! (a temporary file in the same directory, renamed over it), so a
 //! collector never reads half a file.
 
@@ -14,25 +14,36 @@ use anyhow::{Context, Result};
 
 use super::attach::which;
 use crate::cli::StatusArgs;
-use crate::output::openmetrics::{Format, render};
-use crate::output::report::{self, ProcessReport};
+use crate::output::format::{self, Format};
+use crate::output::openmetrics::{self as metrics, render};
+use crate::output::report::{self, ProcessReport, View};
 use crate::process;
 use crate::session::group::series_of;
 use crate::session::installed;
 
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
+    let format = format::choose(
+        "status",
+        &[(args.json, Format::Json), (args.openmetrics, Format::OpenMetrics), (args.prometheus, Format::Prometheus)],
+        args.format.as_deref(),
+        args.output.as_deref(),
+        &[Format::Text, Format::Json, Format::OpenMetrics, Format::Prometheus],
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let view = View { all: args.all, top: args.top };
     let which = which(&args.targets);
-    let (pids, several) = if which.is_empty() {
-        (installed::processes_with_probes(), true)
+    let mut scan = None;
+    let pids = if which.is_empty() {
+        let found = installed::scan();
+        let pids = found.pids.clone();
+        scan = Some(found);
+        pids
     } else {
-        let selected = which.select()?;
-        let several = selected.pids.len() > 1 || selected.by_name.is_some();
-        (selected.pids, several)
+        which.select()?.pids
     };
-    if pids.is_empty() && !args.openmetrics && !args.prometheus {
-        crate::say!("tp: no process holds tp probes");
-        return Ok(ExitCode::SUCCESS);
+    if pids.is_empty() {
+        crate::say!("tp: {}", scan.unwrap_or_default().nothing_found());
     }
     // Named processes must all answer; in a scan of every process, one
     // that cannot be read (it exited, its region fails validation) is said
@@ -41,15 +52,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let mut failed = false;
     for pid in pids {
         match installed::summary(pid) {
-            Ok(summary) => reports.push(ProcessReport {
-                summary,
-                latency: Vec::new(),
-                events: false,
-                lost: 0,
-                children: Vec::new(),
-                stacks: Vec::new(),
-                by: Vec::new(),
-            }),
+            Ok(summary) => reports.push(ProcessReport::counts(summary)),
             // Gone since the scan: nothing to say.
             Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
             Err(e) if which.is_empty() => {
@@ -60,18 +63,20 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
         }
     }
     let mut text = Vec::new();
-    if args.openmetrics || args.prometheus {
-        let series: Vec<_> = reports.iter().flat_map(series_of).collect();
-        let format = if args.openmetrics { Format::OpenMetrics } else { Format::Text };
-        text.extend_from_slice(render(&series, format).as_bytes());
-    } else {
-        // One process named with -p: the format it always had.
-        report::write(&mut text, &reports, several, args.json)?;
+    match format {
+        Format::OpenMetrics | Format::Prometheus => {
+            let series: Vec<_> = reports.iter().flat_map(series_of).collect();
+            let f = if format == Format::OpenMetrics { metrics::Format::OpenMetrics } else { metrics::Format::Text };
+            text.extend_from_slice(render(&series, f).as_bytes());
+        }
+        // Every process's probes, an empty document when there are none.
+        Format::Json => writeln!(text, "{}", report::document("status", None, &reports, view))?,
+        _ => report::say_hidden(report::write_text(&mut text, &reports, view)?),
     }
     match &args.output {
         Some(path) => write_atomically(path, &text)?,
         None => {
-            let mut out = std::io::stdout().lock();
+            let mut out = crate::streams::stdout();
             out.write_all(&text)?;
             out.flush()?;
         }

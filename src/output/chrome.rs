@@ -3,15 +3,13 @@
 //! (`"ph":"X"`) slices per thread, entries without one instant events.
 //! Timestamps are microseconds.
 
-use std::fs::File;
-use std::io::{self, BufWriter, Write};
-use std::path::Path;
+use std::io::{self, Write};
 
 use super::json;
 
 /// A trace file being written; [`ChromeTrace::finish`] closes the JSON.
 pub struct ChromeTrace {
-    out: BufWriter<File>,
+    out: Box<dyn Write>,
     pid: i32,
     first: bool,
 }
@@ -23,9 +21,8 @@ impl ChromeTrace {
         self.pid = pid;
     }
 
-    /// Creates `path` for the trace of process `pid`.
-    pub fn create(path: &Path, pid: i32) -> io::Result<ChromeTrace> {
-        let mut out = BufWriter::new(File::create(path)?);
+    /// Starts the trace of process `pid` on `out` (a file, stdout).
+    pub fn new(mut out: Box<dyn Write>, pid: i32) -> io::Result<ChromeTrace> {
         write!(out, "{{\"displayTimeUnit\":\"ns\",\"traceEvents\":[")?;
         Ok(ChromeTrace { out, pid, first: true })
     }

@@ -76,13 +76,29 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
-/// Writes `line` in `style`; `origin_ns` is the session's start (live lines
-/// show seconds since it). With `pid` (a session of several processes),
-/// text lines have a PID column before the TID and JSON lines a `pid` field.
-pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32>, line: &Line) -> io::Result<()> {
+/// Writes `line` of process `pid` in `style`; `origin_ns` is the session's
+/// start (live lines show seconds since it). Text lines have a PID column
+/// before the TID when `show_pid` (a session of several processes, or one
+/// whose children recorded); JSON lines always name the process.
+pub fn write(
+    out: &mut impl Write,
+    style: Style,
+    origin_ns: u64,
+    (pid, show_pid): (i32, bool),
+    line: &Line,
+) -> io::Result<()> {
     let secs = |ts: u64| ts.saturating_sub(origin_ns) as f64 / 1e9;
-    let pid_col = pid.map_or(String::new(), |p| format!(" {p:>7}"));
-    let pid_field = pid.map_or(String::new(), |p| format!("\"pid\":{p},"));
+    let pid_col = if show_pid { format!(" {pid:>7}") } else { String::new() };
+    // The keys every event has, in order: type, pid, tid, ts_ns, func, module.
+    let common = |kind: &str, info: &ProbeInfo, tid: u32, ts_ns: u64| {
+        json::Obj::new()
+            .str("type", kind)
+            .num("pid", pid)
+            .num("tid", tid)
+            .num("ts_ns", ts_ns)
+            .str("func", &info.name)
+            .str("module", &info.module)
+    };
     match (style, line) {
         (Style::Quiet, _) => Ok(()),
         (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
@@ -110,31 +126,21 @@ pub fn write(out: &mut impl Write, style: Style, origin_ns: u64, pid: Option<i32
             duration(*duration_ns)
         ),
         (Style::Json, Line::Entry { info, tid, ts_ns, args, stack }) => {
-            let stack = stack.map_or(String::new(), |frames| {
-                let names: Vec<String> = frames.iter().map(|f| json::string(f)).collect();
-                format!(",\"stack\":[{}]", names.join(","))
-            });
-            writeln!(
-                out,
-                "{{\"type\":\"entry\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"args\":{}{stack}}}",
-                json::string(&info.name),
-                json::string(&info.module),
-                super::json::args(args)
-            )
+            let o = common("entry", info, *tid, *ts_ns).raw("args", &json::args(args));
+            let o = match stack {
+                Some(frames) => o.list("stack", frames.iter().map(|f| json::string(f))),
+                None => o.num("stack", "null"),
+            };
+            writeln!(out, "{}", o.finish())
         }
-        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => writeln!(
-            out,
-            "{{\"type\":\"exit\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"ret\":{},\"tail_call\":{tail_call},\"duration_ns\":{duration_ns}}}",
-            json::string(&info.name),
-            json::string(&info.module),
-            ret.map_or("null".to_string(), super::json::value)
-        ),
-        (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
-            out,
-            "{{\"type\":\"unwound\",\"func\":{},\"module\":{},{pid_field}\"tid\":{tid},\"ts_ns\":{ts_ns},\"duration_ns\":{duration_ns}}}",
-            json::string(&info.name),
-            json::string(&info.module)
-        ),
+        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => {
+            let ret = ret.map_or("null".to_string(), json::value);
+            let o = common("exit", info, *tid, *ts_ns).raw("ret", &ret).num("tail_call", tail_call);
+            writeln!(out, "{}", o.num("duration_ns", duration_ns).finish())
+        }
+        (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => {
+            writeln!(out, "{}", common("unwound", info, *tid, *ts_ns).num("duration_ns", duration_ns).finish())
+        }
     }
 }
 
@@ -157,7 +163,7 @@ mod tests {
 
     fn text(style: Style, line: &Line) -> String {
         let mut v = Vec::new();
-        write(&mut v, style, 1_000_000_000, None, line).unwrap();
+        write(&mut v, style, 1_000_000_000, (42, false), line).unwrap();
         String::from_utf8(v).unwrap()
     }
 
@@ -185,11 +191,11 @@ mod tests {
         let exit =
             Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, tail_call: false, duration_ns: 1230 };
         let mut v = Vec::new();
-        write(&mut v, Style::Text, 1_000_000_000, Some(4242), &exit).unwrap();
+        write(&mut v, Style::Text, 1_000_000_000, (4242, true), &exit).unwrap();
         assert_eq!(String::from_utf8(v).unwrap(), "    1.500001    4242      77 foo  1.23µs\n");
         let mut v = Vec::new();
-        write(&mut v, Style::Json, 0, Some(4242), &exit).unwrap();
-        assert!(String::from_utf8(v).unwrap().contains("\"module\":\"m\",\"pid\":4242,\"tid\":77"));
+        write(&mut v, Style::Json, 0, (4242, false), &exit).unwrap();
+        assert!(String::from_utf8(v).unwrap().starts_with("{\"type\":\"exit\",\"pid\":4242,\"tid\":77,"));
         assert_eq!(header(true), "     TIME(s)     PID     TID CALL");
     }
 
@@ -200,12 +206,12 @@ mod tests {
         let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args, stack: None };
         assert_eq!(
             text(Style::Json, &entry),
-            "{\"type\":\"entry\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":10,\"args\":{\"n\":5}}\n"
+            "{\"type\":\"entry\",\"pid\":42,\"tid\":7,\"ts_ns\":10,\"func\":\"foo\",\"module\":\"m\",\"args\":{\"n\":5},\"stack\":null}\n"
         );
         let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: false, duration_ns: 10 };
         assert_eq!(
             text(Style::Json, &exit),
-            "{\"type\":\"exit\",\"func\":\"foo\",\"module\":\"m\",\"tid\":7,\"ts_ns\":20,\"ret\":null,\"tail_call\":false,\"duration_ns\":10}\n"
+            "{\"type\":\"exit\",\"pid\":42,\"tid\":7,\"ts_ns\":20,\"func\":\"foo\",\"module\":\"m\",\"ret\":null,\"tail_call\":false,\"duration_ns\":10}\n"
         );
         let tail = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: true, duration_ns: 10 };
         assert!(text(Style::Json, &tail).contains("\"ret\":null,\"tail_call\":true,"));

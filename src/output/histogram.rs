@@ -33,33 +33,48 @@ pub fn histogram(out: &mut impl Write, name: &str, l: &Latency) -> io::Result<()
     writeln!(out)
 }
 
-/// One row per function: calls, timed calls, total, mean, p50, p99.
-pub fn table(out: &mut impl Write, rows: &[(String, u64, &Latency)]) -> io::Result<()> {
+/// One row per function: hits (with `--if`, beside every call), timed
+/// calls, total, mean, p50, p99; `-` where a row was not timed.
+pub fn table(out: &mut impl Write, rows: &[(String, u64, Option<u64>, Option<&Latency>)]) -> io::Result<()> {
     let w = super::table::width(rows.iter().map(|r| r.0.as_str()), 8, super::table::NAME_MAX);
+    let filtered = rows.iter().any(|r| r.2.is_some());
+    let unfiltered = |u: Option<u64>, hits: u64| match filtered {
+        true => format!("  {:>13}", thousands(u.unwrap_or(hits))),
+        false => String::new(),
+    };
     writeln!(
         out,
-        "{:<w$}  {:>13}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
-        "FUNCTION", "CALLS", "TIMED", "TOTAL", "AVG", "P50", "P99"
+        "{:<w$}  {:>13}{}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
+        "FUNCTION",
+        "HITS",
+        if filtered { format!("  {:>13}", "UNFILTERED") } else { String::new() },
+        "TIMED",
+        "TOTAL",
+        "AVG",
+        "P50",
+        "P99"
     )?;
-    for (name, calls, l) in rows {
+    for (name, hits, u, l) in rows {
         let name = super::table::fit(name, w);
-        if l.count == 0 {
+        let Some(l) = l.filter(|l| l.count > 0) else {
+            let timed = if l.is_some() { "0" } else { "-" };
             writeln!(
                 out,
-                "{name:<w$}  {:>13}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
-                thousands(*calls),
-                0,
+                "{name:<w$}  {:>13}{}  {timed:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
+                thousands(*hits),
+                unfiltered(*u, *hits),
                 "-",
                 "-",
                 "-",
                 "-"
             )?;
             continue;
-        }
+        };
         writeln!(
             out,
-            "{name:<w$}  {:>13}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
-            thousands(*calls),
+            "{name:<w$}  {:>13}{}  {:>9}  {:>10}  {:>10}  {:>10}  {:>10}",
+            thousands(*hits),
+            unfiltered(*u, *hits),
             thousands(l.count),
             duration(l.total_ns),
             duration(l.avg_ns()),

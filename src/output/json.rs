@@ -1,9 +1,8 @@
-//! JSON output, written by hand: tp emits a few fixed shapes, so a string
-//! escaper and a formatter per shape are all it needs.
+//! JSON output, written by hand: tp emits a few fixed shapes (docs/output.md),
+//! so a string escaper and an object writer are all it needs.
 
 use std::fmt::Write;
 
-use super::Summary;
 use crate::events::format::Value;
 
 /// `s` as a JSON string literal.
@@ -50,66 +49,92 @@ pub fn args(args: &[(String, Value)]) -> String {
     format!("{{{}}}", inner.join(","))
 }
 
-/// `{"pid":…,"probes":[{"func":"foo","module":"m","address":"0x…","hits":N,"enabled":true},…]}`.
-pub fn summary(s: &Summary) -> String {
-    let probes: Vec<String> = s
-        .probes
-        .iter()
-        .map(|p| {
-            format!(
-                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{},\"enabled\":{}}}",
-                string(&p.func),
-                string(&p.module),
-                p.address,
-                p.hits,
-                p.enabled
-            )
-        })
-        .collect();
-    format!("{{\"pid\":{},\"probes\":[{}]}}", s.pid, probes.join(","))
+/// A JSON object written key by key, in the order of the calls: tp's
+/// documents have a fixed shape (docs/output.md), so every key is written
+/// every time, `null` where there is no value.
+#[derive(Debug, Clone)]
+pub struct Obj(String);
+
+impl Default for Obj {
+    fn default() -> Obj {
+        Obj::new()
+    }
 }
 
-/// The summary with latency: each probe gains `calls_timed`, `total_ns`,
-/// `avg_ns`, `p50_ns`, `p99_ns` and `histogram` (`[[low_ns, high_ns, count], …]`)
-/// when it was timed, and the object gains `lost_events`.
-pub fn summary_with_latency(s: &Summary, latency: &[Option<&crate::events::stats::Latency>], lost: u64) -> String {
-    let probes: Vec<String> = s
-        .probes
-        .iter()
-        .zip(latency)
-        .map(|(p, l)| {
-            let mut o = format!(
-                "{{\"func\":{},\"module\":{},\"address\":\"{:#x}\",\"hits\":{}",
-                string(&p.func),
-                string(&p.module),
-                p.address,
-                p.hits
-            );
-            if let Some(l) = l {
-                let hist: Vec<String> = l.log2_buckets().iter().map(|(lo, hi, n)| format!("[{lo},{hi},{n}]")).collect();
-                let _ = write!(
-                    o,
-                    ",\"calls_timed\":{},\"total_ns\":{},\"avg_ns\":{},\"p50_ns\":{},\"p99_ns\":{},\"histogram\":[{}]",
-                    l.count,
-                    l.total_ns,
-                    l.avg_ns(),
-                    l.quantile_ns(0.5),
-                    l.quantile_ns(0.99),
-                    hist.join(",")
-                );
-            }
-            o.push('}');
-            o
-        })
-        .collect();
-    format!("{{\"pid\":{},\"probes\":[{}],\"lost_events\":{lost}}}", s.pid, probes.join(","))
+impl Obj {
+    /// `{`.
+    pub fn new() -> Obj {
+        Obj(String::from("{"))
+    }
+
+    fn key(mut self, k: &str) -> Obj {
+        if self.0.len() > 1 {
+            self.0.push(',');
+        }
+        self.0.push_str(&string(k));
+        self.0.push(':');
+        self
+    }
+
+    /// A string value.
+    pub fn str(self, k: &str, v: &str) -> Obj {
+        let mut o = self.key(k);
+        o.0.push_str(&string(v));
+        o
+    }
+
+    /// A number (or any value whose text is JSON already: `true`, `null`).
+    pub fn num(self, k: &str, v: impl std::fmt::Display) -> Obj {
+        let mut o = self.key(k);
+        let _ = write!(o.0, "{v}");
+        o
+    }
+
+    /// A number, or `null`.
+    pub fn opt(self, k: &str, v: Option<impl std::fmt::Display>) -> Obj {
+        match v {
+            Some(v) => self.num(k, v),
+            None => self.num(k, "null"),
+        }
+    }
+
+    /// A string, or `null`.
+    pub fn opt_str(self, k: &str, v: Option<&str>) -> Obj {
+        match v {
+            Some(v) => self.str(k, v),
+            None => self.num(k, "null"),
+        }
+    }
+
+    /// A value already written as JSON (an object, an array).
+    pub fn raw(self, k: &str, json: &str) -> Obj {
+        let mut o = self.key(k);
+        o.0.push_str(json);
+        o
+    }
+
+    /// An array of values already written as JSON.
+    pub fn list(self, k: &str, items: impl IntoIterator<Item = String>) -> Obj {
+        let items: Vec<String> = items.into_iter().collect();
+        self.raw(k, &format!("[{}]", items.join(",")))
+    }
+
+    /// `}`: the object's text.
+    pub fn finish(mut self) -> String {
+        self.0.push('}');
+        self.0
+    }
+}
+
+/// An address as tp's JSON writes it: a hexadecimal string.
+pub fn address(a: u64) -> String {
+    format!("{a:#x}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::events::format::Value;
-    use crate::output::ProbeStat;
 
     #[test]
     fn values_and_arguments() {
@@ -131,14 +156,14 @@ mod tests {
     }
 
     #[test]
-    fn summary_shape() {
-        let s = Summary {
-            pid: 7,
-            probes: vec![ProbeStat { func: "foo".into(), module: "m".into(), address: 0x1630, hits: 3, enabled: true }],
-        };
-        assert_eq!(
-            summary(&s),
-            r#"{"pid":7,"probes":[{"func":"foo","module":"m","address":"0x1630","hits":3,"enabled":true}]}"#
-        );
+    fn objects_keep_their_keys_in_order() {
+        let o = Obj::new()
+            .str("type", "x\"y")
+            .num("n", 3)
+            .opt("none", None::<u64>)
+            .opt_str("s", Some("a"))
+            .list("l", ["1".to_string(), "2".to_string()]);
+        assert_eq!(o.finish(), r#"{"type":"x\"y","n":3,"none":null,"s":"a","l":[1,2]}"#);
+        assert_eq!(Obj::new().finish(), "{}");
     }
 }

@@ -1,8 +1,11 @@
 //! Presentation: what tp prints, and nothing about how the numbers were
-//! obtained. Data goes to stdout; status lines go to stderr.
+//! obtained. Results go to stdout (or `-o FILE`), in the format chosen
+//! once per command ([`format`]); notes go to stderr. docs/output.md
+//! documents every shape.
 
 pub mod chrome;
 pub mod events;
+pub mod format;
 pub mod histogram;
 pub mod json;
 pub mod live;
@@ -13,8 +16,6 @@ pub mod sink;
 pub mod stacks;
 pub mod table;
 
-use std::io::Write;
-
 /// One probe's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProbeStat {
@@ -24,8 +25,10 @@ pub struct ProbeStat {
     pub module: String,
     /// The function's address in the target.
     pub address: u64,
-    /// Calls counted.
+    /// Calls counted: with `--if`, those that passed it.
     pub hits: u64,
+    /// With `--if`: every call that reached the probe.
+    pub unfiltered: Option<u64>,
     /// False while the probe is switched off (`tp disable`).
     pub enabled: bool,
 }
@@ -37,21 +40,6 @@ pub struct Summary {
     pub pid: i32,
     /// Its probes.
     pub probes: Vec<ProbeStat>,
-}
-
-/// Prints the summary on stdout, as a table or one JSON object.
-pub fn print_summary(s: &Summary, json: bool) -> std::io::Result<()> {
-    write_summary(&mut std::io::stdout().lock(), s, json)
-}
-
-/// Writes the summary to `out`, as a table or one JSON object.
-pub fn write_summary(out: &mut impl Write, s: &Summary, json: bool) -> std::io::Result<()> {
-    if json {
-        writeln!(out, "{}", json::summary(s))?;
-    } else {
-        table::summary(s, out)?;
-    }
-    Ok(())
 }
 
 /// `1234567` as `1,234,567`.

@@ -1,13 +1,16 @@
 //! The results of `tp profile`: a table of the functions that ran, by their
-//! share of time, or one JSON object with all of them.
+//! share of time, or tp's JSON summary document with all of them.
 
 use std::io::{self, Write};
 
 use super::events::duration;
-use super::{json, thousands};
+use super::format::Format;
+use super::json::Obj;
+use super::report::{self, View};
+use super::{ProbeStat, thousands};
 use crate::events::stats::Latency;
 
-/// Rows of the text table.
+/// Rows of the text table unless `--top` or `--all` says otherwise.
 const TOP: usize = 40;
 
 /// One function's results.
@@ -17,6 +20,8 @@ pub struct Row {
     pub func: String,
     /// Module file name.
     pub module: String,
+    /// Its address in the target.
+    pub address: u64,
     /// The sampled calls' latencies.
     pub latency: Latency,
     /// Calls counted (all of them).
@@ -38,55 +43,43 @@ pub struct Report {
     pub rows: Vec<Row>,
 }
 
-/// Prints `r` on `out`: the top functions by time as a table, or all that ran as JSON.
-pub fn print(r: &Report, json: bool, out: &mut impl Write) -> io::Result<()> {
+impl Report {
+    /// A function's inclusive time (callees count in their callers): its
+    /// calls times the mean of those sampled, in ns.
+    fn time(p: &Row) -> f64 {
+        p.calls as f64 * p.latency.avg_ns() as f64
+    }
+
+    /// Its share of the profile's wall-clock time: above 1 only with
+    /// several threads.
+    fn share(&self, p: &Row) -> f64 {
+        Self::time(p) / (self.elapsed * 1e9).max(1.0)
+    }
+
+    /// The rows by time, then calls (as integers, for [`View::pick`]).
+    fn key(p: &Row) -> (u64, u64) {
+        (Self::time(p) as u64, p.calls)
+    }
+}
+
+/// Writes `r` to `out` as text (the top functions by time) or as tp's JSON
+/// document (every function); notes on what the text left out go to stderr.
+pub fn write(r: &Report, format: Format, view: View, out: &mut impl Write) -> io::Result<()> {
+    if format == Format::Json {
+        return writeln!(out, "{}", document(r, view));
+    }
     let profiles = &r.rows;
-    let elapsed = r.elapsed;
-    let time = |p: &Row| p.calls as f64 * p.latency.avg_ns() as f64;
-    // Inclusive time (callees count in their callers) as a share of the
-    // profile's wall-clock time: above 100 % only with several threads.
-    let total = (elapsed * 1e9).max(1.0);
     // Every function that ran; one whose calls all left by longjmp or an
     // exception has calls but no samples.
-    let mut order: Vec<usize> =
-        (0..profiles.len()).filter(|&k| profiles[k].calls + profiles[k].latency.count > 0).collect();
-    order.sort_by(|&a, &b| time(&profiles[b]).total_cmp(&time(&profiles[a])));
-    if json {
-        let rows: Vec<String> = order
-            .iter()
-            .map(|&k| {
-                let p = &profiles[k];
-                let ns = |v: u64| if p.latency.count > 0 { v.to_string() } else { "null".into() };
-                format!(
-                    "{{\"func\":{},\"module\":{},\"samples\":{},\"calls\":{},\"mean_ns\":{},\"p50_ns\":{},\"p99_ns\":{},\"time_share\":{:.4}}}",
-                    json::string(&p.func),
-                    json::string(&p.module),
-                    p.latency.count,
-                    p.calls,
-                    ns(p.latency.avg_ns()),
-                    ns(p.latency.quantile_ns(0.5)),
-                    ns(p.latency.quantile_ns(0.99)),
-                    time(p) / total
-                )
-            })
-            .collect();
-        writeln!(
-            out,
-            "{{\"pid\":{},\"seconds\":{elapsed:.3},\"toggles_per_s\":{},\"samples_per_s\":{},\"functions\":[{}]}}",
-            r.pid,
-            (r.toggles as f64 / elapsed) as u64,
-            (r.samples as f64 / elapsed) as u64,
-            rows.join(",")
-        )?;
-        return Ok(());
-    }
-    let w = super::table::width(order.iter().take(TOP).map(|&k| profiles[k].func.as_str()), 8, 48);
+    let view = View { top: view.top.or((!view.all).then_some(TOP)), ..view };
+    let (order, quiet) = view.pick(profiles, Report::key, |p| p.calls + p.latency.count > 0);
+    let w = super::table::width(order.iter().map(|&k| profiles[k].func.as_str()), 8, 48);
     writeln!(
         out,
         "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>6}",
-        "FUNCTION", "SAMPLES", "CALLS", "MEAN", "P50", "P99", "TIME%"
+        "FUNCTION", "TIMED", "HITS", "AVG", "P50", "P99", "TIME%"
     )?;
-    for &k in order.iter().take(TOP) {
+    for &k in &order {
         let p = &profiles[k];
         let ns = |v: u64| if p.latency.count > 0 { duration(v) } else { "-".into() };
         writeln!(
@@ -98,15 +91,53 @@ pub fn print(r: &Report, json: bool, out: &mut impl Write) -> io::Result<()> {
             ns(p.latency.avg_ns()),
             ns(p.latency.quantile_ns(0.5)),
             ns(p.latency.quantile_ns(0.99)),
-            100.0 * time(p) / total
+            100.0 * r.share(p)
         )?;
     }
-    let quiet = profiles.len() - order.len();
-    if order.len() > TOP {
-        writeln!(out, "({} more functions ran: --json lists them all)", order.len() - TOP)?;
+    let ran = profiles.len() - quiet;
+    if ran > order.len() {
+        crate::say!(
+            "tp: {} more functions ran (--top N or --all shows them, --json lists them all)",
+            ran - order.len()
+        );
     }
-    if quiet > 0 {
-        writeln!(out, "({quiet} functions were not called)")?;
+    if quiet > 0 && !view.all {
+        crate::say!("tp: {quiet} functions were not called (--all shows them)");
     }
     Ok(())
+}
+
+/// The profile as tp's JSON document (docs/output.md): a summary whose
+/// rows' `timed` calls are the sampled ones, each with its `time_share`,
+/// and the process's `toggles_per_s` and `samples_per_s`.
+pub fn document(r: &Report, view: View) -> String {
+    let stat = |p: &Row| ProbeStat {
+        func: p.func.clone(),
+        module: p.module.clone(),
+        address: p.address,
+        hits: p.calls,
+        unfiltered: None,
+        enabled: true,
+    };
+    let order = view.pick_all(&r.rows, Report::key);
+    let rows = order.iter().map(|&k| {
+        let p = &r.rows[k];
+        report::row_json(&stat(p), Some(&p.latency)).num("time_share", format!("{:.4}", r.share(p))).finish()
+    });
+    let process = Obj::new()
+        .num("pid", r.pid)
+        .list("probes", rows)
+        .num("lost_events", 0)
+        .list("children", [])
+        .list("stacks", [])
+        .list("by", [])
+        .num("toggles_per_s", (r.toggles as f64 / r.elapsed) as u64)
+        .num("samples_per_s", (r.samples as f64 / r.elapsed) as u64)
+        .finish();
+    let total = order.iter().map(|&k| {
+        let p = &r.rows[k];
+        let o = Obj::new().str("func", &p.func).str("module", &p.module).num("processes", 1);
+        report::counts_json(o, p.calls, None, Some(&p.latency)).finish()
+    });
+    report::document_with("profile", Some(r.elapsed), [process], total)
 }

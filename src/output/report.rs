@@ -1,15 +1,26 @@
-//! The summary a session prints when it ends. One process: as tp always
-//! printed it (the counts table, or the latency table and histograms when
-//! returns were timed; one JSON object with `--json`). Several processes:
-//! the same section for each process under its PID, then their total per
-//! function; with `--json`, `{"processes":[…],"total":[…]}`.
+//! The results a session prints when it ends, and what `tp status` and
+//! `tp profile` print: one model for one process and for many.
+//!
+//! As text, a session of one process prints its table (the counts, or the
+//! latency table and histograms when returns were timed); several print a
+//! section per process and their total per function. Rows are sorted by
+//! hits (latency tables by total time), rows without hits are left out
+//! unless [`View::all`], and [`View::top`] keeps the first N. As JSON, every
+//! command writes one document of the same shape whatever the number of
+//! processes ([`document`]; docs/output.md): `{"type":"summary",
+//! "schema":1,"command":…,"processes":[…],"total":[…]}`, every key present
+//! in every row.
 
 use std::io::{self, Write};
 
+use super::json::{self, Obj};
 use super::stacks::ProbeStacks;
-use super::{Summary, histogram, json, table, thousands};
+use super::{ProbeStat, Summary, histogram, table, thousands};
 use crate::escape::text;
 use crate::events::stats::Latency;
+
+/// The version of the JSON documents' shape (docs/output.md).
+pub const SCHEMA: u32 = 1;
 
 /// What one process's probes counted and timed.
 #[derive(Debug, Clone)]
@@ -19,7 +30,7 @@ pub struct ProcessReport {
     /// Latency per row, when the session recorded events (`None` for a row
     /// whose returns were not recorded); empty when it only counted.
     pub latency: Vec<Option<Latency>>,
-    /// True if the session recorded events (the JSON then has `lost_events`).
+    /// True if the session recorded events.
     pub events: bool,
     /// Events lost because a ring was full.
     pub lost: u64,
@@ -30,6 +41,76 @@ pub struct ProcessReport {
     pub stacks: Vec<ProbeStacks>,
     /// The calls counted per argument value (`--by`).
     pub by: Vec<ProbeValues>,
+}
+
+impl ProcessReport {
+    /// The report of counts alone (no events were recorded).
+    pub fn counts(summary: Summary) -> ProcessReport {
+        ProcessReport {
+            summary,
+            latency: Vec::new(),
+            events: false,
+            lost: 0,
+            children: Vec::new(),
+            stacks: Vec::new(),
+            by: Vec::new(),
+        }
+    }
+
+    /// The latency of row `i`, if its returns were timed.
+    fn latency_of(&self, i: usize) -> Option<&Latency> {
+        self.latency.get(i).and_then(Option::as_ref)
+    }
+}
+
+/// How the text summary shows its rows; JSON lists every row ([`View::top`] applies).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct View {
+    /// Show the rows without hits too (`--all`).
+    pub all: bool,
+    /// Only the first N rows (`--top N`).
+    pub top: Option<usize>,
+}
+
+impl View {
+    /// The rows of `rows` to show, in order: by `key` descending (hits, or
+    /// time), the first met first among equals, without those `shown`
+    /// leaves out unless [`View::all`], cut at [`View::top`]; and how many
+    /// were left out for having no hits.
+    pub fn pick<T>(
+        &self,
+        rows: &[T],
+        key: impl Fn(&T) -> (u64, u64),
+        shown: impl Fn(&T) -> bool,
+    ) -> (Vec<usize>, usize) {
+        let mut order: Vec<usize> = (0..rows.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(key(&rows[i])));
+        let before = order.len();
+        if !self.all {
+            order.retain(|&i| shown(&rows[i]));
+        }
+        let hidden = before - order.len();
+        if let Some(n) = self.top {
+            order.truncate(n);
+        }
+        (order, hidden)
+    }
+
+    /// The rows of a JSON list: every one, by `key` descending, cut at [`View::top`].
+    pub fn pick_all<T>(&self, rows: &[T], key: impl Fn(&T) -> (u64, u64)) -> Vec<usize> {
+        View { all: true, top: self.top }.pick(rows, key, |_| true).0
+    }
+}
+
+/// The line on stderr that says how many rows without hits the text left out.
+pub fn say_hidden(hidden: usize) {
+    if hidden > 0 {
+        crate::say!(
+            "tp: {} probe{} without hits not shown (--all shows them)",
+            thousands(hidden as u64),
+            if hidden == 1 { "" } else { "s" }
+        );
+    }
 }
 
 /// One function's calls counted by an argument's value (`--by`), in the target.
@@ -61,22 +142,9 @@ fn by_text(out: &mut impl Write, all: &[ProbeValues]) -> io::Result<()> {
     Ok(())
 }
 
-fn by_json(all: &[ProbeValues]) -> String {
-    let each: Vec<String> = all
-        .iter()
-        .map(|p| {
-            let values: Vec<String> =
-                p.values.iter().map(|(v, n)| format!("{{\"value\":{v},\"calls\":{n}}}")).collect();
-            format!(
-                "{{\"function\":{},\"arg\":{},\"overflow\":{},\"values\":[{}]}}",
-                json::string(&p.function),
-                json::string(&p.arg),
-                p.overflow,
-                values.join(",")
-            )
-        })
-        .collect();
-    format!("[{}]", each.join(","))
+fn by_json(p: &ProbeValues) -> String {
+    let values = p.values.iter().map(|(v, n)| Obj::new().num("value", v).num("hits", n).finish());
+    Obj::new().str("func", &p.function).str("arg", &p.arg).num("overflow", p.overflow).list("values", values).finish()
 }
 
 /// A process forked by a probed one while the probes were in.
@@ -127,40 +195,43 @@ fn children_text(out: &mut impl Write, children: &[Child]) -> io::Result<()> {
     Ok(())
 }
 
-fn children_json(children: &[Child]) -> String {
-    let each: Vec<String> = children
-        .iter()
-        .map(|c| format!("{{\"pid\":{},\"events\":{},\"end\":{}}}", c.pid, c.events, json::string(&c.end)))
-        .collect();
-    format!("\"children\":[{}]", each.join(","))
+fn child_json(c: &Child) -> String {
+    Obj::new().num("pid", c.pid).num("events", c.events).str("end", &c.end).finish()
 }
 
-/// Writes the end-of-session summary of `reports` to `out`.
-pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_json: bool) -> io::Result<()> {
-    if !several {
-        return match reports.first() {
-            Some(r) => one(out, r, as_json),
-            None => Ok(()),
-        };
+/// Writes the text summary of `reports` to `out` (a section per process
+/// when there are several, and their total); returns how many rows
+/// without hits it left out.
+pub fn write_text(out: &mut impl Write, reports: &[ProcessReport], view: View) -> io::Result<usize> {
+    match reports {
+        [] => Ok(0),
+        [one] => one_text(out, one, view),
+        several => {
+            let mut hidden = 0;
+            for r in several {
+                writeln!(out, "process {}:", r.summary.pid)?;
+                hidden += one_text(out, r, view)?;
+                writeln!(out)?;
+            }
+            writeln!(out, "total of {} processes:", several.len())?;
+            Ok(hidden + totals_text(out, &totals(several), view)?)
+        }
     }
-    let totals = totals(reports);
-    if as_json {
-        let processes: Vec<String> = reports.iter().map(one_json).collect();
-        let total: Vec<String> = totals.iter().map(total_json).collect();
-        return writeln!(out, "{{\"processes\":[{}],\"total\":[{}]}}", processes.join(","), total.join(","));
-    }
-    for r in reports {
-        writeln!(out, "process {}:", r.summary.pid)?;
-        one(out, r, false)?;
-        writeln!(out)?;
-    }
-    writeln!(out, "total of {} processes:", reports.len())?;
-    let name_w = table::width(totals.iter().map(|t| t.func.as_str()), 8, table::NAME_MAX);
-    let mod_w = table::width(totals.iter().map(|t| t.module.as_str()), 6, table::MODULE_MAX);
-    let timed = totals.iter().any(|t| t.latency.is_some());
+}
+
+fn totals_text(out: &mut impl Write, totals: &[Total], view: View) -> io::Result<usize> {
+    let (order, hidden) = view.pick(totals, |t| (t.hits, t.latency.as_ref().map_or(0, |l| l.total_ns)), |t| t.hits > 0);
+    let rows: Vec<&Total> = order.iter().map(|&i| &totals[i]).collect();
+    let name_w = table::width(rows.iter().map(|t| t.func.as_str()), 8, table::NAME_MAX);
+    let mod_w = table::width(rows.iter().map(|t| t.module.as_str()), 6, table::MODULE_MAX);
+    let timed = rows.iter().any(|t| t.latency.is_some());
+    let filtered = rows.iter().any(|t| t.unfiltered.is_some());
     write!(out, "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}", "FUNCTION", "MODULE", "PROCESSES", "HITS")?;
+    if filtered {
+        write!(out, "  {:>15}", "UNFILTERED")?;
+    }
     writeln!(out, "{}", if timed { format!("  {:>9}  {:>10}  {:>10}", "TIMED", "P50", "P99") } else { String::new() })?;
-    for t in &totals {
+    for t in rows {
         write!(
             out,
             "{:<name_w$}  {:<mod_w$}  {:>9}  {:>15}",
@@ -169,6 +240,9 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
             t.processes,
             thousands(t.hits)
         )?;
+        if filtered {
+            write!(out, "  {:>15}", thousands(t.unfiltered.unwrap_or(t.hits)))?;
+        }
         match &t.latency {
             Some(l) if l.count > 0 => writeln!(
                 out,
@@ -181,67 +255,142 @@ pub fn write(out: &mut impl Write, reports: &[ProcessReport], several: bool, as_
             None => writeln!(out)?,
         }
     }
-    Ok(())
+    Ok(hidden)
 }
 
-/// One process's section, in the format of a session of one process (and
-/// the children it forked, if it did).
-fn one(out: &mut impl Write, r: &ProcessReport, as_json: bool) -> io::Result<()> {
-    if as_json {
-        return writeln!(out, "{}", one_json(r));
-    }
-    one_table(out, r)?;
+/// One process's section (and the children it forked, if it did).
+fn one_text(out: &mut impl Write, r: &ProcessReport, view: View) -> io::Result<usize> {
+    let hidden = one_table(out, r, view)?;
     children_text(out, &r.children)?;
     by_text(out, &r.by)?;
-    super::stacks::write_text(out, &r.stacks)
+    super::stacks::write_text(out, &r.stacks)?;
+    Ok(hidden)
 }
 
-fn one_table(out: &mut impl Write, r: &ProcessReport) -> io::Result<()> {
-    let rows: Vec<(String, u64, &Latency)> = r
-        .summary
-        .probes
-        .iter()
-        .zip(&r.latency)
-        .filter_map(|(p, l)| Some((p.func.clone(), p.hits, l.as_ref()?)))
-        .collect();
-    if rows.is_empty() {
-        return table::summary(&r.summary, out);
+fn one_table(out: &mut impl Write, r: &ProcessReport, view: View) -> io::Result<usize> {
+    let probes = &r.summary.probes;
+    let timed = (0..probes.len()).any(|i| r.latency_of(i).is_some());
+    if !timed {
+        let (order, hidden) = view.pick(probes, |p| (p.hits, 0), |p| p.hits > 0);
+        let shown = Summary { pid: r.summary.pid, probes: order.iter().map(|&i| probes[i].clone()).collect() };
+        table::summary(&shown, out)?;
+        return Ok(hidden);
     }
+    // Timed rows by their total time; the others after them.
+    let rows: Vec<(usize, &ProbeStat)> = probes.iter().enumerate().collect();
+    let (order, hidden) = view.pick(
+        &rows,
+        |&(i, p)| (r.latency_of(i).map_or(0, |l| l.total_ns), p.hits),
+        |&(i, p)| p.hits > 0 || r.latency_of(i).is_some_and(|l| l.count > 0),
+    );
+    let shown: Vec<(String, u64, Option<u64>, Option<&Latency>)> = order
+        .iter()
+        .map(|&k| {
+            let (i, p) = rows[k];
+            (p.func.clone(), p.hits, p.unfiltered, r.latency_of(i))
+        })
+        .collect();
     writeln!(out)?;
-    histogram::table(out, &rows)?;
+    histogram::table(out, &shown)?;
     writeln!(out)?;
-    for (name, _, l) in &rows {
-        if l.count > 0 {
+    for (name, _, _, l) in &shown {
+        if let Some(l) = l.filter(|l| l.count > 0) {
             histogram::histogram(out, name, l)?;
         }
     }
-    Ok(())
+    Ok(hidden)
 }
 
-fn one_json(r: &ProcessReport) -> String {
-    let mut o = if r.events {
-        let timed: Vec<Option<&Latency>> = r.latency.iter().map(Option::as_ref).collect();
-        json::summary_with_latency(&r.summary, &timed, r.lost)
-    } else {
-        json::summary(&r.summary)
-    };
-    let mut extra = Vec::new();
-    if !r.children.is_empty() {
-        extra.push(children_json(&r.children));
+/// One row of a JSON document: the same keys for every probe, `null` where
+/// a value does not apply (a row whose returns were not timed).
+pub fn row_json(p: &ProbeStat, l: Option<&Latency>) -> Obj {
+    let o = Obj::new()
+        .str("func", &p.func)
+        .str("module", &p.module)
+        .str("address", &json::address(p.address))
+        .num("enabled", p.enabled);
+    counts_json(o, p.hits, p.unfiltered, l)
+}
+
+/// The keys every row has from `hits` on.
+pub fn counts_json(o: Obj, hits: u64, unfiltered: Option<u64>, l: Option<&Latency>) -> Obj {
+    let o = o.num("hits", hits).num("hits_unfiltered", unfiltered.unwrap_or(hits));
+    match l {
+        Some(l) => {
+            let ns = |v: u64| (l.count > 0).then_some(v);
+            let hist = l.log2_buckets().iter().map(|(lo, hi, n)| format!("[{lo},{hi},{n}]")).collect::<Vec<_>>();
+            o.num("timed", l.count)
+                .opt("total_ns", ns(l.total_ns))
+                .opt("avg_ns", ns(l.avg_ns()))
+                .opt("p50_ns", ns(l.quantile_ns(0.5)))
+                .opt("p99_ns", ns(l.quantile_ns(0.99)))
+                .list("histogram", hist)
+        }
+        None => o
+            .num("timed", "null")
+            .num("total_ns", "null")
+            .num("avg_ns", "null")
+            .num("p50_ns", "null")
+            .num("p99_ns", "null")
+            .num("histogram", "null"),
     }
-    if !r.by.is_empty() {
-        extra.push(format!("\"by\":{}", by_json(&r.by)));
-    }
-    if !r.stacks.is_empty() {
-        extra.push(format!("\"stacks\":{}", super::stacks::to_json(&r.stacks)));
-    }
-    if !extra.is_empty() && o.ends_with('}') {
-        o.pop();
-        o.push(',');
-        o.push_str(&extra.join(","));
-        o.push('}');
-    }
-    o
+}
+
+/// One process of a JSON document; `extra` adds keys of its command's own
+/// after the common ones (`tp profile`'s rates).
+pub fn process_json(
+    r: &ProcessReport,
+    view: View,
+    rows: impl Fn(usize, Obj) -> Obj,
+    extra: impl Fn(Obj) -> Obj,
+) -> String {
+    let probes = &r.summary.probes;
+    let order = view.pick_all(probes, |p| (p.hits, 0));
+    let rows = order.iter().map(|&i| rows(i, row_json(&probes[i], r.latency_of(i))).finish());
+    let o = Obj::new()
+        .num("pid", r.summary.pid)
+        .list("probes", rows)
+        .num("lost_events", r.lost)
+        .list("children", r.children.iter().map(child_json))
+        .list("stacks", r.stacks.iter().map(super::stacks::probe_json))
+        .list("by", r.by.iter().map(by_json));
+    extra(o).finish()
+}
+
+fn total_json(t: &Total) -> String {
+    let o = Obj::new().str("func", &t.func).str("module", &t.module).num("processes", t.processes);
+    counts_json(o, t.hits, t.unfiltered, t.latency.as_ref()).finish()
+}
+
+/// The JSON document of a command's results: `command` (`attach`, `run`,
+/// `status`), the seconds it observed, one entry per process (every
+/// process, in the order given) and the total per function over them.
+pub fn document(command: &str, seconds: Option<f64>, reports: &[ProcessReport], view: View) -> String {
+    let totals = totals(reports);
+    let order = view.pick_all(&totals, |t| (t.hits, t.latency.as_ref().map_or(0, |l| l.total_ns)));
+    document_with(
+        command,
+        seconds,
+        reports.iter().map(|r| process_json(r, view, |_, o| o, |o| o)),
+        order.iter().map(|&i| total_json(&totals[i])),
+    )
+}
+
+/// A summary document from processes and totals already written.
+pub fn document_with(
+    command: &str,
+    seconds: Option<f64>,
+    processes: impl IntoIterator<Item = String>,
+    total: impl IntoIterator<Item = String>,
+) -> String {
+    Obj::new()
+        .str("type", "summary")
+        .num("schema", SCHEMA)
+        .str("command", command)
+        .opt("seconds", seconds.map(|s| format!("{s:.3}")))
+        .list("processes", processes)
+        .list("total", total)
+        .finish()
 }
 
 /// One process's report from the reports of the programs it ran in turn
@@ -283,6 +432,10 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
                     taken[i] = true;
                     let q = &mut out.summary.probes[i];
                     q.hits += p.hits;
+                    q.unfiltered = match (q.unfiltered, p.unfiltered) {
+                        (None, None) => None,
+                        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(p.hits)),
+                    };
                     q.address = p.address;
                     q.enabled = p.enabled;
                     match (&mut out.latency[i], l) {
@@ -310,12 +463,13 @@ pub struct Total {
     pub module: String,
     /// How many processes had it probed.
     pub processes: usize,
-    /// Calls counted in all of them.
+    /// Calls counted in all of them (those that passed `--if`).
     pub hits: u64,
+    /// With `--if`: every call in all of them.
+    pub unfiltered: Option<u64>,
     /// Their latency, merged, if any of them timed it.
     pub latency: Option<Latency>,
 }
-
 /// Totals per (module, function), in the order functions first appear.
 /// The k-th function of a name in a module (static functions) adds to the
 /// k-th total of that name.
@@ -334,12 +488,15 @@ pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
             *before += 1;
             let at = *keys.entry((&p.func, &p.module, k)).or_insert_with(|| {
                 let (func, module) = (p.func.clone(), p.module.clone());
-                out.push(Total { func, module, processes: 0, hits: 0, latency: None });
+                out.push(Total { func, module, processes: 0, hits: 0, unfiltered: None, latency: None });
                 out.len() - 1
             });
             let t = &mut out[at];
             t.processes += 1;
             t.hits += p.hits;
+            if let Some(u) = p.unfiltered {
+                t.unfiltered = Some(t.unfiltered.unwrap_or(0) + u);
+            }
             if let Some(l) = l {
                 t.latency.get_or_insert_with(Latency::default).merge(l);
             }
@@ -348,31 +505,9 @@ pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
     out
 }
 
-fn total_json(t: &Total) -> String {
-    let mut o = format!(
-        "{{\"func\":{},\"module\":{},\"processes\":{},\"hits\":{}",
-        json::string(&t.func),
-        json::string(&t.module),
-        t.processes,
-        t.hits
-    );
-    if let Some(l) = &t.latency {
-        o.push_str(&format!(
-            ",\"calls_timed\":{},\"total_ns\":{},\"p50_ns\":{},\"p99_ns\":{}",
-            l.count,
-            l.total_ns,
-            l.quantile_ns(0.5),
-            l.quantile_ns(0.99)
-        ));
-    }
-    o.push('}');
-    o
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::ProbeStat;
 
     fn report(pid: i32, rows: &[(&str, u64)]) -> ProcessReport {
         let probes = rows
@@ -382,26 +517,23 @@ mod tests {
                 module: "m".into(),
                 address: 0x10,
                 hits: *hits,
+                unfiltered: None,
                 enabled: true,
             })
             .collect();
-        ProcessReport {
-            summary: Summary { pid, probes },
-            latency: Vec::new(),
-            events: false,
-            lost: 0,
-            children: Vec::new(),
-            stacks: Vec::new(),
-            by: Vec::new(),
-        }
+        ProcessReport::counts(Summary { pid, probes })
+    }
+
+    fn text(reports: &[ProcessReport], view: View) -> (String, usize) {
+        let mut out = Vec::new();
+        let hidden = write_text(&mut out, reports, view).unwrap();
+        (String::from_utf8(out).unwrap(), hidden)
     }
 
     #[test]
     fn several_processes_have_a_section_each_and_a_total() {
         let reports = [report(10, &[("foo", 3), ("bar", 1)]), report(11, &[("foo", 4)])];
-        let mut out = Vec::new();
-        write(&mut out, &reports, true, false).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let (text, _) = text(&reports, View::default());
         assert!(text.starts_with("process 10:\nFUNCTION"), "{text}");
         assert!(text.contains("\nprocess 11:\n"), "{text}");
         let total = text.split("total of 2 processes:\n").nth(1).unwrap();
@@ -412,14 +544,40 @@ mod tests {
     }
 
     #[test]
-    fn several_processes_in_json() {
-        let mut out = Vec::new();
-        write(&mut out, &[report(10, &[("foo", 3)]), report(11, &[("foo", 4)])], true, true).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        assert!(text.starts_with("{\"processes\":[{\"pid\":10,"), "{text}");
-        assert!(
-            text.trim_end().ends_with("\"total\":[{\"func\":\"foo\",\"module\":\"m\",\"processes\":2,\"hits\":7}]}")
-        );
+    fn rows_come_by_hits_without_the_zeros_unless_asked() {
+        let r = report(10, &[("idle", 0), ("warm", 5), ("hot", 900), ("cold", 0), ("also", 5)]);
+        let (t, hidden) = text(std::slice::from_ref(&r), View::default());
+        let names: Vec<&str> = t.lines().skip(1).map(|l| l.split_whitespace().next().unwrap()).collect();
+        assert_eq!((names, hidden), (vec!["hot", "warm", "also"], 2));
+        let (t, hidden) = text(std::slice::from_ref(&r), View { all: true, top: None });
+        assert_eq!((t.lines().count(), hidden), (6, 0));
+        let (t, _) = text(std::slice::from_ref(&r), View { all: false, top: Some(1) });
+        assert_eq!(t.lines().nth(1).unwrap().split_whitespace().next(), Some("hot"));
+        assert_eq!(t.lines().count(), 2);
+    }
+
+    #[test]
+    fn one_and_several_processes_have_one_json_shape() {
+        let keys = |doc: &str| -> Vec<String> {
+            let v: serde_json::Value = serde_json::from_str(doc).unwrap();
+            let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+            k.extend(v["processes"][0].as_object().unwrap().keys().cloned());
+            k.extend(v["processes"][0]["probes"][0].as_object().unwrap().keys().cloned());
+            k.extend(v["total"][0].as_object().unwrap().keys().cloned());
+            k
+        };
+        let one = document("attach", Some(1.0), &[report(10, &[("foo", 3)])], View::default());
+        let two =
+            document("attach", Some(1.0), &[report(10, &[("foo", 3)]), report(11, &[("foo", 4)])], View::default());
+        assert_eq!(keys(&one), keys(&two));
+        let v: serde_json::Value = serde_json::from_str(&two).unwrap();
+        assert_eq!((v["type"].as_str(), v["schema"].as_u64()), (Some("summary"), Some(1)));
+        assert_eq!(v["total"][0]["hits"], 7);
+        assert_eq!(v["processes"][1]["lost_events"], 0);
+        // Nothing at all is still a document.
+        let empty: serde_json::Value = serde_json::from_str(&document("status", None, &[], View::default())).unwrap();
+        assert_eq!(empty["processes"].as_array().unwrap().len(), 0);
+        assert!(empty["seconds"].is_null());
     }
 
     #[test]
@@ -446,28 +604,24 @@ mod tests {
             child(13, "exited with status 0"),
             child(14, "running; probes removed"),
         ];
-        let mut out = Vec::new();
-        write(&mut out, std::slice::from_ref(&r), false, false).unwrap();
-        let text = String::from_utf8(out).unwrap();
+        let (text, _) = text(std::slice::from_ref(&r), View::default());
         let tail = text.split("\nchildren forked while the probes were in: 4 (").nth(1).unwrap();
         assert!(tail.starts_with("2 exited with status 0, 1 killed by SIGSEGV, 1 running)\n"), "{text}");
         assert!(tail.contains("\n       12  killed by SIGSEGV (core dumped), 2 events\n"), "{text}");
         assert!(tail.contains("\n       14  running; probes removed, 2 events\n"), "{text}");
         assert!(!tail.contains("  11  "), "{text}");
-        let mut out = Vec::new();
-        write(&mut out, std::slice::from_ref(&r), false, true).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
-        assert_eq!(v["children"].as_array().unwrap().len(), 4);
-        assert_eq!(v["children"][1]["end"], "killed by SIGSEGV (core dumped)");
+        let doc = document("attach", None, std::slice::from_ref(&r), View::default());
+        let v: serde_json::Value = serde_json::from_str(&doc).unwrap();
+        assert_eq!(v["processes"][0]["children"].as_array().unwrap().len(), 4);
+        assert_eq!(v["processes"][0]["children"][1]["end"], "killed by SIGSEGV (core dumped)");
     }
 
     #[test]
-    fn one_process_prints_as_before() {
+    fn one_process_prints_its_table() {
         let r = report(10, &[("foo", 3)]);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        write(&mut a, std::slice::from_ref(&r), false, false).unwrap();
+        let (a, _) = text(std::slice::from_ref(&r), View::default());
+        let mut b = Vec::new();
         table::summary(&r.summary, &mut b).unwrap();
-        assert_eq!(a, b);
+        assert_eq!(a.as_bytes(), b);
     }
 }

@@ -19,9 +19,9 @@ impl Sink {
         Sink(Rc::new(RefCell::new(Box::new(w))))
     }
 
-    /// Standard output.
+    /// Standard output (its failures noted: [`crate::streams`]).
     pub fn stdout() -> Sink {
-        Sink::of(io::stdout())
+        Sink::of(crate::streams::stdout())
     }
 
     /// Standard error.
@@ -29,9 +29,40 @@ impl Sink {
         Sink::of(io::stderr())
     }
 
-    /// A new file at `path` (truncated if it exists).
+    /// A new file at `path` (truncated if it exists); a failed write says
+    /// which file.
     pub fn create(path: &Path) -> io::Result<Sink> {
-        Ok(Sink::of(BufWriter::new(File::create(path)?)))
+        let file = BufWriter::new(File::create(path)?);
+        Ok(Sink::of(Named { file, path: path.display().to_string() }))
+    }
+}
+
+/// A file whose errors name it.
+struct Named {
+    file: BufWriter<File>,
+    path: String,
+}
+
+impl Named {
+    fn named<T>(&self, r: io::Result<T>) -> io::Result<T> {
+        r.map_err(|e| io::Error::new(e.kind(), format!("writing `{}`: {e}", self.path)))
+    }
+}
+
+impl Write for Named {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let r = self.file.write(buf);
+        self.named(r)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        let r = self.file.write_all(buf);
+        self.named(r)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let r = self.file.flush();
+        self.named(r)
     }
 }
 

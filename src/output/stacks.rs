@@ -91,31 +91,21 @@ pub fn flame_svg(out: &mut impl Write, all: &[ProbeStacks], title: &str) -> io::
     inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out).map_err(io::Error::other)
 }
 
-/// The JSON of `all`: `[{"function":…,"module":…,"stacks":[{"count":n,"frames":[…]}]}]`.
-pub fn to_json(all: &[ProbeStacks]) -> String {
-    let each: Vec<String> = all
-        .iter()
-        .map(|p| {
-            let stacks: Vec<String> = p
-                .stacks
-                .iter()
-                .map(|(frames, n)| {
-                    let frames: Vec<String> = frames.iter().flat_map(Frame::lines).map(|l| json::string(&l)).collect();
-                    format!("{{\"count\":{n},\"frames\":[{}]}}", frames.join(","))
-                })
-                .collect();
-            format!(
-                "{{\"function\":{},\"module\":{},\"truncated\":{},\"no_bounds\":{},\"unreadable\":{},\"stacks\":[{}]}}",
-                json::string(&p.function),
-                json::string(&p.module),
-                p.truncated,
-                p.no_bounds,
-                p.unreadable,
-                stacks.join(",")
-            )
-        })
-        .collect();
-    format!("[{}]", each.join(","))
+/// One function's stacks as JSON: `{"func":…,"module":…,"truncated":n,
+/// "no_bounds":n,"unreadable":n,"stacks":[{"hits":n,"frames":[…]}]}`.
+pub fn probe_json(p: &ProbeStacks) -> String {
+    let stacks = p.stacks.iter().map(|(frames, n)| {
+        let frames = frames.iter().flat_map(Frame::lines).map(|l| json::string(&l));
+        json::Obj::new().num("hits", n).list("frames", frames).finish()
+    });
+    json::Obj::new()
+        .str("func", &p.function)
+        .str("module", &p.module)
+        .num("truncated", p.truncated)
+        .num("no_bounds", p.no_bounds)
+        .num("unreadable", p.unreadable)
+        .list("stacks", stacks)
+        .finish()
 }
 
 #[cfg(test)]
@@ -168,6 +158,6 @@ mod tests {
         let mut empty = Vec::new();
         flame_svg(&mut empty, &[], "tp").unwrap();
         assert!(String::from_utf8(empty).unwrap().contains("no stacks recorded"));
-        assert!(to_json(&sample()).contains("\"count\":5,\"frames\":[\"leaf+0x0 (prog)\",\"a+0x13 (prog)\""));
+        assert!(probe_json(&sample()[0]).contains("\"hits\":5,\"frames\":[\"leaf+0x0 (prog)\",\"a+0x13 (prog)\""));
     }
 }

@@ -35,15 +35,23 @@ pub fn width<'a>(cells: impl Iterator<Item = &'a str>, min: usize, max: usize) -
     cells.map(|c| text(c).chars().count().min(max)).max().unwrap_or(0).max(min)
 }
 
-/// The summary as an aligned table; a switched-off probe is marked `off`.
+/// The summary as an aligned table, its rows in the order given; a
+/// switched-off probe is marked `off`. With `--if`, every call that
+/// reached a probe (`UNFILTERED`) is beside the calls that passed (`HITS`).
 pub fn summary(s: &Summary, out: &mut impl Write) -> io::Result<()> {
     let name_w = width(s.probes.iter().map(|p| p.func.as_str()), 8, NAME_MAX);
     let mod_w = width(s.probes.iter().map(|p| p.module.as_str()), 6, MODULE_MAX);
-    writeln!(out, "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}", "FUNCTION", "MODULE", "ADDRESS", "HITS")?;
+    let filtered = s.probes.iter().any(|p| p.unfiltered.is_some());
+    let extra = if filtered { format!("  {:>15}", "UNFILTERED") } else { String::new() };
+    writeln!(out, "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}{extra}", "FUNCTION", "MODULE", "ADDRESS", "HITS")?;
     for p in &s.probes {
+        let extra = match filtered {
+            true => format!("  {:>15}", thousands(p.unfiltered.unwrap_or(p.hits))),
+            false => String::new(),
+        };
         writeln!(
             out,
-            "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}{}",
+            "{:<name_w$}  {:<mod_w$}  {:<18}  {:>15}{extra}{}",
             fit(&p.func, name_w),
             fit(&p.module, mod_w),
             format!("{:#x}", p.address),
@@ -64,12 +72,20 @@ mod tests {
         let s = Summary {
             pid: 1,
             probes: vec![
-                ProbeStat { func: "foo".into(), module: "counter".into(), address: 0x1630, hits: 1234, enabled: true },
+                ProbeStat {
+                    func: "foo".into(),
+                    module: "counter".into(),
+                    address: 0x1630,
+                    hits: 1234,
+                    unfiltered: None,
+                    enabled: true,
+                },
                 ProbeStat {
                     func: "a_longer_name".into(),
                     module: "counter".into(),
                     address: 0x1670,
                     hits: 5,
+                    unfiltered: None,
                     enabled: false,
                 },
             ],
@@ -93,7 +109,14 @@ mod tests {
         // Escaped first: what is shortened is the escaped text, safe to print.
         assert_eq!(fit("a\x1bb", 60), "a\\x1bb");
         let probes: Vec<ProbeStat> = (0..3)
-            .map(|i| ProbeStat { func: long.repeat(i + 1), module: "m".into(), address: 0, hits: 1, enabled: true })
+            .map(|i| ProbeStat {
+                func: long.repeat(i + 1),
+                module: "m".into(),
+                address: 0,
+                hits: 1,
+                unfiltered: None,
+                enabled: true,
+            })
             .collect();
         let mut out = Vec::new();
         summary(&Summary { pid: 1, probes }, &mut out).unwrap();

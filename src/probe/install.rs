@@ -74,6 +74,9 @@ pub struct Prepared {
     created_region: bool,
     /// The addresses strictly inside the windows, made before the stop.
     windows: threads::Windows,
+    /// The bytes each site holds now where they are not the original's
+    /// ([`Options::take_over`]: another probe's patch).
+    under: HashMap<u64, Vec<u8>>,
 }
 
 impl Prepared {
@@ -110,6 +113,10 @@ pub struct Options {
     pub ring_len: u32,
     /// Samples each probe may record before it disables itself (sampling probes).
     pub sample_budget: i32,
+    /// The caller found the requested sites that hold probes already to be
+    /// kept ones (or those of sessions that died): each new probe goes over
+    /// the one there, and records its patch as the bytes to put back.
+    pub take_over: bool,
 }
 
 /// Writes detours for `requests`, the worker of `stopped` (seized) making
@@ -125,10 +132,15 @@ pub fn prepare(
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
     let requests = &sites_of(&arena::choose_forms(&maps, region.as_ref(), requests)?);
-    if let Some(r) = &region {
-        check_not_probed(pid, r, requests)?;
-    }
-    check_code(mem, requests)?;
+    let under = match (&region, opts.take_over) {
+        (Some(r), true) => bytes_under(r, requests)?,
+        (Some(r), false) => {
+            check_not_probed(pid, r, requests)?;
+            HashMap::new()
+        }
+        (None, _) => HashMap::new(),
+    };
+    check_code(mem, requests, &under)?;
     // Before anything is injected: the runtime's own syscalls must pass
     // every thread's seccomp filters.
     runtime_calls::check_before_install(stopped, kinds_of(requests))?;
@@ -157,11 +169,11 @@ pub fn prepare(
         false => maps,
     };
     let before = region.header();
-    match write_detours(mem, &mut caller, &maps, &region, requests, &opts) {
+    match write_detours(mem, &mut caller, &maps, &region, requests, &opts, &under) {
         Ok(placed) => {
             caller.keep_mapped();
             let windows = threads::Windows::of(requests);
-            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region, windows })
+            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region, windows, under })
         }
         Err(e) => {
             // Nothing runs the new detours yet: forget them in the region
@@ -239,8 +251,8 @@ fn forget_since(region: &Region, before: &Header) {
 /// Makes prepared probes live; every thread must be stopped. Returns how
 /// many threads were moved out of a window ([`Prepared::done`] tells the rest).
 pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: &Prepared) -> Result<usize> {
-    let Prepared { region, requests, placed, created_region, windows } = prepared;
-    match patch_all(stopped, mem, region, requests, placed, windows) {
+    let Prepared { region, requests, placed, created_region, windows, under } = prepared;
+    match patch_all(stopped, mem, region, requests, placed, windows, under) {
         Ok(moved) => Ok(moved),
         Err(e) if *created_region => {
             // The sites are original again (PatchGuard): the memory this
@@ -263,8 +275,9 @@ fn patch_all(
     requests: &[Request],
     placed: &[Placed],
     windows: &threads::Windows,
+    under: &HashMap<u64, Vec<u8>>,
 ) -> Result<usize> {
-    check_code(mem, requests)?;
+    check_code(mem, requests, under)?;
     // Again with every thread stopped: threads started, or filters added,
     // since the first check.
     runtime_calls::check_stopped(stopped, kinds_of(requests))?;
@@ -405,10 +418,10 @@ fn forced_thread_key(hwcap2: u64) -> Option<ThreadKey> {
 /// How many bytes of code [`check_code`] reads at once.
 const CHECK_SPAN: u64 = 64 << 10;
 
-/// Refuses functions whose code in memory is not what the file holds (the
-/// first of them in request order). Sites near one another are read with
-/// one read.
-fn check_code(mem: &Memory, requests: &[Request]) -> Result<()> {
+/// Refuses functions whose code in memory is not what the file holds, or
+/// at a site taken over, the patch of the probe there (`under`): the first
+/// of them in request order. Sites near one another are read with one read.
+fn check_code(mem: &Memory, requests: &[Request], under: &HashMap<u64, Vec<u8>>) -> Result<()> {
     let mut order: Vec<usize> = (0..requests.len()).collect();
     order.sort_by_key(|&i| requests[i].plan.site);
     let mut wrong: Option<usize> = None;
@@ -431,9 +444,10 @@ fn check_code(mem: &Memory, requests: &[Request]) -> Result<()> {
         for &i in &order[k..end] {
             let plan = &requests[i].plan;
             let at = (plan.site - lo) as usize;
+            let want = under.get(&plan.site).unwrap_or(&plan.window);
             let same = match &span {
-                Some(bytes) => bytes[at..at + plan.len()] == plan.window[..],
-                None => mem.read_vec(plan.site, plan.len())? == plan.window,
+                Some(bytes) => bytes[at..at + plan.len()] == want[..],
+                None => mem.read_vec(plan.site, plan.len())? == *want,
             };
             if !same && wrong.is_none_or(|w| i < w) {
                 wrong = Some(i);
@@ -446,6 +460,39 @@ fn check_code(mem: &Memory, requests: &[Request]) -> Result<()> {
         bail!("cannot probe `{}`: {}", req.function.name, Refusal::CodeMismatch { at: req.plan.site });
     }
     Ok(())
+}
+
+/// For [`Options::take_over`]: the patch of the probe each requested site
+/// holds now (the last installed there), which the new probe records as
+/// the bytes to put back; a probe whose window is not the new one's cannot
+/// be gone over.
+fn bytes_under(region: &Region, requests: &[Request]) -> Result<HashMap<u64, Vec<u8>>> {
+    // The last installed at a site is the one whose patch it holds.
+    let sites: std::collections::HashSet<u64> = requests.iter().map(|r| r.plan.site).collect();
+    let mut under: HashMap<u64, (u32, Entry)> = HashMap::new();
+    for (i, e) in region.entries() {
+        if e.state().maybe_patched() && sites.contains(&e.site) {
+            let top = under.entry(e.site).or_insert((i, e));
+            if i > top.0 {
+                *top = (i, e);
+            }
+        }
+    }
+    let mut out = HashMap::new();
+    for (site, (_, e)) in under {
+        let req = requests.iter().find(|r| r.plan.site == site).expect("a requested site");
+        if e.window_len as usize != req.plan.len() {
+            bail!(
+                "cannot probe `{}` over the probe there (its window is {} bytes, this one's {}); remove that one \
+                 first with `tp detach -p PID`",
+                req.function.name,
+                e.window_len,
+                req.plan.len()
+            );
+        }
+        out.insert(site, e.patch().to_vec());
+    }
+    Ok(out)
 }
 
 fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<()> {
@@ -592,6 +639,7 @@ fn write_detours(
     region: &Region,
     requests: &[Request],
     opts: &Options,
+    under: &HashMap<u64, Vec<u8>>,
 ) -> Result<Vec<Placed>> {
     let mut h = region.header();
     let mut inactive: HashMap<u64, Vec<(u32, Entry)>> = HashMap::new();
@@ -641,7 +689,9 @@ fn write_detours(
         e.detour_len = p.detour.bytes.len() as u32;
         e.window_len = req.plan.len() as u32;
         e.kind = req.kind;
-        e.original[..req.plan.len()].copy_from_slice(&req.plan.window);
+        // What goes back at the removal: the file's bytes, or the patch of
+        // the probe this one goes over (which then counts again).
+        e.original[..req.plan.len()].copy_from_slice(under.get(&req.plan.site).unwrap_or(&req.plan.window));
         let patch = Host::patch_bytes(&req.plan, p.at).map_err(|r| anyhow::anyhow!("`{}`: {r}", req.function.name))?;
         e.patch[..patch.len()].copy_from_slice(&patch);
         p.patch = patch;

@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 13;
+pub const VERSION: u32 = 15;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -722,6 +722,10 @@ shared_struct! {
         /// The probe's [`entry_flags`], for `tp_exit_ext` (an exit knows
         /// its probe, not its flags).
         pub flags: u32,
+        /// `--if`: the calls that passed the probe's predicates, counted by
+        /// the runtime where the last of them passes (the hit counter, in
+        /// the detour, counts every call before any predicate runs).
+        pub matched: u64,
     }
 }
 
@@ -971,7 +975,7 @@ pub fn c_structs() -> Vec<CStruct> {
 const _: () = assert!(std::mem::size_of::<EventCtx>() == 192 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
-const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 256);
+const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 264);
 const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
 const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
 const _: () = assert!(std::mem::size_of::<AggHead>() == 64);
@@ -1540,7 +1544,7 @@ mod tests {
         assert_eq!(g.slot_size % 4096, 0);
         assert!(g.slot_size >= 192 + 2048 * 64 + AGG_SIZE);
         assert_eq!(g.configs_off % 4096, 0);
-        assert!(g.counters_off >= g.configs_off + 4096 * 256);
+        assert!(g.counters_off >= g.configs_off + 4096 * 264);
         let p = private_geometry();
         assert_eq!(p.thread_size, 128 + 128 * 64);
         assert_eq!(p.size % 4096, 0);

@@ -316,6 +316,29 @@ impl Region {
         self.write(h.config_off(i), layout::bytes_of(c))
     }
 
+    /// Adds `n` calls to probe `i`'s count, in the shared counter row (as
+    /// the target's threads add to it: atomically): the calls a session
+    /// counted for a kept probe it went over.
+    pub fn add_hits(&self, i: u32, n: u64) {
+        let off = self.fixed().counter_off(0, i);
+        for _ in 0..64 {
+            let now = self.load_u64(off);
+            if self.compare_exchange_u64(off, now, now.wrapping_add(n)) {
+                return;
+            }
+        }
+    }
+
+    /// `--if`: the calls of probe `i` that passed its predicates
+    /// ([`layout::ProbeConfig::matched`]).
+    pub fn matched(&self, i: u32) -> u64 {
+        let h = self.header();
+        if i >= h.capacity {
+            return 0;
+        }
+        self.load_u64(h.config_off(i) + std::mem::offset_of!(layout::ProbeConfig, matched) as u64)
+    }
+
     /// Sets only the state of entry `i`.
     pub fn set_state(&self, i: u32, s: State) -> Result<()> {
         let mut e = self.entry(i);

@@ -39,6 +39,13 @@ pub struct Removed {
 /// are the other processes mapping the same region ([`super::region::sharers`]):
 /// a probe whose patch is still in one of them keeps its entry live, so
 /// that process can still be detached (and its detours stay mapped).
+///
+/// A probe can go over another at the same site (a session over a kept
+/// probe: its entry's original bytes are the kept probe's patch), so
+/// entries are taken newest first: the session's puts the kept patch back,
+/// then the kept one puts the file's bytes back. A probe another one has
+/// gone over is taken out of that chain instead: the one over it will put
+/// back what it would have.
 pub fn remove(
     mem: &Memory,
     region: &Region,
@@ -47,11 +54,33 @@ pub fn remove(
 ) -> Result<Vec<Removed>> {
     let mut out = Vec::new();
     let mut maps: Option<Vec<process::Mapping>> = None;
-    for (i, e) in region.entries() {
+    let mut entries = region.entries();
+    entries.reverse();
+    for k in 0..entries.len() {
+        let (i, e) = entries[k];
         if !e.state().maybe_patched() || !select(i, &e) {
             continue;
         }
         let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
+        // Gone over by a newer probe at its site, which holds its patch as
+        // its original bytes: that one puts back this one's instead. (Only
+        // where the site does not hold this probe's patch: a search, rare.)
+        let over = (now != e.patch())
+            .then(|| {
+                entries[..k]
+                    .iter()
+                    .find(|(j, n)| *j > i && n.site == e.site && n.state().maybe_patched() && n.original() == e.patch())
+            })
+            .flatten();
+        if let Some(&(j, mut n)) = over {
+            n.original[..e.original().len()].copy_from_slice(e.original());
+            region.set_entry(j, &n)?;
+            let patched_elsewhere =
+                sharers.iter().any(|m| m.read_vec(e.site, e.window_len as usize).is_ok_and(|b| b == e.patch()));
+            region.set_state(i, if patched_elsewhere { e.state() } else { State::Inactive })?;
+            out.push(Removed { index: i, entry: e, hits: 0, restored: true });
+            continue;
+        }
         let restored = if now == e.patch() {
             region.set_state(i, State::Removing)?;
             crate::fault::point("before-restore");
@@ -91,6 +120,7 @@ pub fn remove(
         region.set_state(i, if patched_elsewhere { e.state() } else { State::Inactive })?;
         out.push(Removed { index: i, entry: e, hits: 0, restored });
     }
+    out.reverse();
     let indexes: Vec<u32> = out.iter().map(|r| r.index).collect();
     for (r, hits) in out.iter_mut().zip(region.hits_of(&indexes)) {
         r.hits = hits;
@@ -149,14 +179,18 @@ impl Kept {
 }
 
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
-/// is live and no thread's PC or stack refers to a code arena. Calls live
+/// is live in this process and no thread's PC or stack refers to a code arena. Calls live
 /// through a return probe are given their return addresses back first
 /// ([`super::frames::give_back`]), once no probe is left and no thread runs
 /// tp's code. Once that holds it stays true (nothing can create a new
 /// reference), so the unmap itself ([`unmap`]) needs only the worker thread
 /// stopped.
 pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
-    if region.entries().iter().any(|(_, e)| e.state().maybe_patched()) {
+    // Live here: a site of this process that holds the patch (or cannot be
+    // read). An entry stays live while another process of the family holds
+    // its patch; this one's copy of tp's memory can go all the same.
+    let patched_here = |e: &Entry| mem.read_vec(e.site, e.window_len as usize).map_or(true, |b| b == e.patch());
+    if region.entries().iter().any(|(_, e)| e.state().maybe_patched() && patched_here(e)) {
         return Ok(Some(Kept::LiveProbes));
     }
     let maps = process::read_maps(stopped.pid())?;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Options, Selection, StackMode, resolve, unwind};
+use super::{Options, Selection, StackMode, kept, resolve, unwind};
 use crate::escape as text;
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
@@ -58,6 +58,9 @@ pub struct Attached {
     pub refused: usize,
     /// Events lost before this session's probes went live ([`Drainer::lost_parts`]).
     pub lost_at_start: (u64, u64),
+    /// Each probe of this session that went over a kept one, with the kept
+    /// one's entry ([`super::kept`]).
+    over: Vec<(u32, u32)>,
 }
 
 /// How a detach went.
@@ -154,11 +157,24 @@ impl Attached {
             );
         }
         let refused = resolved.refused.len();
-        let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
+        let vetted = kept::vet(pid, existing.as_ref(), resolved.requests, owner == 0)?;
+        for note in &vetted.notes {
+            crate::say!("{note}");
+        }
         let mem = Memory::open(pid)?;
-        let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget };
+        if vetted.requests.is_empty()
+            && let Some(region) = existing
+        {
+            // `--keep` of functions kept already: nothing to do.
+            return Ok(Attached::nothing_new(pid, mem, region, what, owner, started, refused));
+        }
+        let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
+        let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
+        let take_over = !vetted.over.is_empty();
+        let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget, take_over };
         let discard = what.kind != kind::COUNT;
         let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
+        let over = over_pairs(&done.report.installed, &vetted.over);
         // The probes are live: what tp learnt of the binaries is saved meanwhile.
         crate::symbols::saving::start();
         Ok(Attached {
@@ -178,7 +194,39 @@ impl Attached {
             moved_threads: done.report.moved_threads,
             refused,
             lost_at_start: done.lost_at_start,
+            over,
         })
+    }
+
+    /// An attach that installs nothing (`--keep` of functions kept already).
+    fn nothing_new(
+        pid: i32,
+        mem: Memory,
+        region: Region,
+        what: &Selection,
+        owner: u32,
+        started: Instant,
+        refused: usize,
+    ) -> Attached {
+        Attached {
+            pid,
+            mem,
+            region,
+            probes: Vec::new(),
+            owner,
+            kind: what.kind,
+            selection: what.clone(),
+            install_opts: install::Options { owner, ring_len: what.ring_len, sample_budget: 0, take_over: false },
+            clock: Clock::start(),
+            infos: Vec::new(),
+            attach_time: started.elapsed(),
+            stop_time: Duration::ZERO,
+            worker_time: Duration::ZERO,
+            moved_threads: 0,
+            refused,
+            lost_at_start: (0, 0),
+            over: Vec::new(),
+        }
     }
 
     /// Installs probes on more functions of this session's process, `found`
@@ -197,12 +245,20 @@ impl Attached {
                 bail!("tp's data region is no longer mapped in process {pid}");
             };
             let existing = Region::open(pid, mapping)?;
+            let vetted = kept::vet(pid, Some(&existing), resolved.requests, self.owner == 0)?;
+            for note in &vetted.notes {
+                crate::say!("{note}");
+            }
+            let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
-            let done = install(pid, &self.mem, None, Some(existing), &requests, self.install_opts, false)?;
+            let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
+            let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false)?;
             crate::symbols::saving::start();
-            Ok((done, infos, refused))
+            let over = over_pairs(&done.report.installed, &vetted.over);
+            Ok((done, infos, refused, over))
         };
-        let (done, infos, refused) = run().map_err(|e| exited_or(pid, e))?;
+        let (done, infos, refused, over) = run().map_err(|e| exited_or(pid, e))?;
+        self.over.extend(over);
         let added = done.report.installed.iter().filter(|p| p.request.kind & kind::UNWIND == 0).count();
         // Infos follow the probes: tp's own unwinder probes may now sit
         // between the user's, so keep both in install order.
@@ -211,6 +267,12 @@ impl Attached {
         self.infos.extend(infos);
         self.stop_time += done.stop_time;
         Ok((added, refused))
+    }
+
+    /// How many of this session's probes went over kept ones, which count
+    /// on when it ends ([`super::kept`]).
+    pub fn went_over(&self) -> usize {
+        self.over.len()
     }
 
     /// The probes the user asked for (not tp's own unwinder probes).
@@ -295,7 +357,8 @@ impl Attached {
     }
 
     /// The counts now, read from tp's own mapping of the data region (so
-    /// they stay readable after the process exited or exec'd).
+    /// they stay readable after the process exited or exec'd): with
+    /// `--if`, the calls that passed, and every call beside them.
     pub fn summary(&self) -> Summary {
         let hits = self.hits();
         Summary {
@@ -303,16 +366,26 @@ impl Attached {
             probes: self
                 .user_probes()
                 .zip(hits)
-                .map(|(p, hits)| ProbeStat {
-                    func: p.request.function.name.clone(),
-                    module: p.request.function.module.clone(),
-                    // A probe inside a function is at its site.
-                    address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
-                    hits,
-                    enabled: self.region.enabled(p.index),
+                .map(|(p, hits)| {
+                    let (hits, unfiltered) = filtered(&self.region, p.index, p.request.kind, hits);
+                    ProbeStat {
+                        func: p.request.function.name.clone(),
+                        module: p.request.function.module.clone(),
+                        // A probe inside a function is at its site.
+                        address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
+                        hits,
+                        unfiltered,
+                        enabled: self.region.enabled(p.index),
+                    }
                 })
                 .collect(),
         }
+    }
+
+    /// The calls counted so far, in request order: with `--if`, those that passed.
+    pub fn counted(&self) -> Vec<u64> {
+        let hits = self.hits();
+        self.user_probes().zip(hits).map(|(p, hits)| filtered(&self.region, p.index, p.request.kind, hits).0).collect()
     }
 
     /// Removes this session's probes, from its process and from every
@@ -335,6 +408,8 @@ impl Attached {
         };
         let (own, family) = family::restore_family(self.pid, &self.mem, &self.region, &select)?;
         let summary = self.summary();
+        // The kept probes this session went over count on with its calls.
+        kept::give_back_counts(&self.region, &self.over, |i| self.region.hits_of(&[i])[0]);
         Ok(match own {
             Own::Restored { kept, stop_time } => {
                 Detached { summary, stop_time, target_gone: false, execd: false, kept, family }
@@ -489,6 +564,25 @@ fn exited_or(pid: i32, err: anyhow::Error) -> anyhow::Error {
         return process::ProcessError::Exited(pid).into();
     }
     err
+}
+
+/// The pairs (this install's entry, the kept entry it went over) of the
+/// probes `installed` at the sites of `over`.
+fn over_pairs(installed: &[Installed], over: &[(u64, u32)]) -> Vec<(u32, u32)> {
+    installed
+        .iter()
+        .filter_map(|p| over.iter().find(|(site, _)| *site == p.request.plan.site).map(|&(_, kept)| (p.index, kept)))
+        .collect()
+}
+
+/// The calls of probe `index` (of kind `k`) that passed its predicates and
+/// every call (`hits`, from the detour's counter), when it has a predicate
+/// (`--if`); else `hits` alone.
+pub fn filtered(region: &Region, index: u32, k: u32, hits: u64) -> (u64, Option<u64>) {
+    match k & (kind::FILTER | kind::FILTER_EXIT) {
+        0 => (hits, None),
+        _ => (region.matched(index), Some(hits)),
+    }
 }
 
 /// True for a probe of kind `k` that sees its calls end by replacing their

@@ -24,7 +24,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use super::attached::Attached;
 use super::family::Family;
@@ -66,6 +66,8 @@ pub struct Behaviour {
     pub live: bool,
     /// Print one line per process as it attaches and ends.
     pub announce: bool,
+    /// The command, as the JSON summary names it (`attach`, `run`).
+    pub command: &'static str,
 }
 
 /// One program a member ran, with its probes.
@@ -132,15 +134,7 @@ impl Member {
                             stacks: Vec::new(),
                             by: Vec::new(),
                         },
-                        None => ProcessReport {
-                            summary,
-                            latency: Vec::new(),
-                            events: false,
-                            lost: 0,
-                            children: Vec::new(),
-                            stacks: Vec::new(),
-                            by: Vec::new(),
-                        },
+                        None => ProcessReport::counts(summary),
                     }
                 }
             })
@@ -161,6 +155,8 @@ pub struct Group {
     done: bool,
     /// The processes the members fork, and how each process ends.
     family: Family,
+    /// How long the session observed, once it did.
+    observed: Option<Duration>,
 }
 
 impl Group {
@@ -168,7 +164,17 @@ impl Group {
     /// and writes events and the summary to `output`.
     pub fn new(opts: Options, output: TraceOutput, how: Behaviour) -> Group {
         let family = Family::start();
-        Group { opts, output, how, members: Vec::new(), live: None, published: None, done: false, family }
+        Group {
+            opts,
+            output,
+            how,
+            members: Vec::new(),
+            live: None,
+            published: None,
+            done: false,
+            family,
+            observed: None,
+        }
     }
 
     /// Renews `published` with the session's metrics while it observes.
@@ -222,10 +228,21 @@ impl Group {
             if interrupt::interrupted() {
                 break End::Interrupted;
             }
+            if crate::streams::closed() {
+                break End::OutputClosed;
+            }
             if duration.is_some_and(|d| started.elapsed() >= d) {
                 break End::Duration;
             }
             if Instant::now() >= next_check {
+                // `tp run`'s stdout is its program's: tp's own is stderr.
+                let closed = match self.how.command {
+                    "run" => crate::streams::check_only(&[crate::streams::Stream::Stderr]),
+                    _ => crate::streams::check(),
+                };
+                if closed {
+                    break End::OutputClosed;
+                }
                 self.check()?;
                 if self.members.iter().all(|m| m.left.is_some()) {
                     let removed = self.members.iter().all(|m| m.left == Some(Left::Removed));
@@ -234,7 +251,7 @@ impl Group {
                 next_check = Instant::now() + self.how.check_every;
             }
             std::thread::sleep(TICK.min(self.how.check_every));
-            self.drain();
+            self.drain()?;
             if Instant::now() >= next_draw {
                 self.draw();
                 self.publish_now();
@@ -244,11 +261,14 @@ impl Group {
         if let Some((live, _)) = self.live.take() {
             live.finish();
         }
+        self.observed = Some(started.elapsed());
         Ok(end)
     }
 
-    /// Drains every live program's events.
-    fn drain(&mut self) {
+    /// Drains every live program's events. A failure ends the session: the
+    /// one line, and every probe restored ([`Group`]'s `Drop`); a closed
+    /// stdout or stderr ends it as Ctrl-C does ([`End::OutputClosed`]).
+    fn drain(&mut self) -> Result<()> {
         let live = self.live.as_ref().map(|(l, _)| l);
         for m in &mut self.members {
             let Some(p) = m.current() else { continue };
@@ -257,10 +277,13 @@ impl Group {
                 Some(l) => l.suspend(|| t.poll(&p.attached)),
                 None => t.poll(&p.attached),
             };
-            if let Err(e) = polled {
-                crate::say!("tp: reading the events of process {}: {}", m.pid, text(&format!("{e:#}")));
+            if let Err(e) = polled
+                && !crate::streams::closed()
+            {
+                return Err(e.context(format!("reading the events of process {}", m.pid)));
             }
         }
+        Ok(())
     }
 
     /// The live display: rebuilt when the probes changed, redrawn otherwise.
@@ -274,20 +297,22 @@ impl Group {
         for m in &mut self.members {
             let pid = m.pid;
             let Some(p) = m.current() else { continue };
-            for (n, h) in p.attached.names().into_iter().zip(p.attached.hits()) {
+            for (n, h) in p.attached.names().into_iter().zip(p.attached.counted()) {
                 names.push(if several { format!("{pid} {n}") } else { n });
                 hits.push(h);
             }
         }
-        if self.live.as_ref().is_none_or(|(_, shown)| *shown != names) {
-            if let Some((old, _)) = self.live.take() {
-                old.finish();
+        let title = match (&self.members[..], several) {
+            ([m], false) => format!("tracing process {}", m.pid),
+            (ms, _) => format!("tracing {} processes", ms.iter().filter(|m| m.left.is_none()).count()),
+        };
+        match &mut self.live {
+            Some((live, shown)) if *shown != names => {
+                live.set_names(title, &names);
+                *shown = names;
             }
-            let title = match (&self.members[..], several) {
-                ([m], false) => format!("tracing process {}; Ctrl-C to detach", m.pid),
-                (ms, _) => format!("tracing {} processes; Ctrl-C to detach", ms.len()),
-            };
-            self.live = Some((Live::titled(title, &names), names));
+            Some(_) => {}
+            None => self.live = Some((Live::titled(title, &names), names)),
         }
         if let Some((live, _)) = &mut self.live {
             live.update(&hits);
@@ -356,7 +381,8 @@ impl Group {
                 self.end_program(i);
                 let how = self.family.end_of(pid);
                 self.members[i].left = Some(Left::Exited(how));
-                if several || matches!(how, Ended::Signal { .. }) {
+                // One process: the end of the session says it, with the counts.
+                if several {
                     crate::say!("tp: process {pid} {}", how.sentence());
                 }
             }
@@ -389,15 +415,7 @@ impl Group {
                 p.events = t.events_per_process().clone();
                 t.end(&p.attached, summary)
             }
-            None => ProcessReport {
-                summary,
-                latency: Vec::new(),
-                events: false,
-                lost: 0,
-                children: Vec::new(),
-                stacks: Vec::new(),
-                by: Vec::new(),
-            },
+            None => ProcessReport::counts(summary),
         });
     }
 
@@ -506,6 +524,16 @@ impl Group {
     /// member, in the order they joined. `why` is how observing ended.
     pub fn detach(&mut self, why: End) -> Result<Vec<ProcessReport>> {
         self.done = true;
+        match (why, self.how.command) {
+            // `tp run`'s stdout is its program's: the line goes to stderr or nowhere.
+            (End::OutputClosed, "run") => {
+                if let Some(f) = crate::streams::failure() {
+                    crate::say!("tp: {}; removing every probe", f.describe());
+                }
+            }
+            (End::OutputClosed, _) => super::observe::say_output_closed(),
+            _ => {}
+        }
         let several = self.how.several;
         let mut first_error = None;
         for i in 0..self.members.len() {
@@ -543,7 +571,11 @@ impl Group {
                         crate::say!("tp: the probes were removed by another tp; final counts:")
                     }
                     (false, _, _) => crate::say!(
-                        "tp: detached from {pid}, code restored (target stopped {} µs)",
+                        "tp: detached from {pid}, code restored{} (target stopped {} µs)",
+                        match p.attached.went_over() {
+                            0 => String::new(),
+                            n => format!("; {n} kept probe{} count on", plural(n)),
+                        },
                         detached.stop_time.as_micros()
                     ),
                 }
@@ -556,19 +588,17 @@ impl Group {
             let summary = detached.summary;
             p.report = Some(match p.tracer.take() {
                 Some(mut t) => {
-                    t.poll(&p.attached)?;
+                    // The last events; a failure (its output closed) must not
+                    // keep the other members from being restored.
+                    if let Err(e) = t.poll(&p.attached)
+                        && !crate::streams::closed()
+                    {
+                        first_error.get_or_insert(e);
+                    }
                     p.events = t.events_per_process().clone();
                     t.end(&p.attached, summary)
                 }
-                None => ProcessReport {
-                    summary,
-                    latency: Vec::new(),
-                    events: false,
-                    lost: 0,
-                    children: Vec::new(),
-                    stacks: Vec::new(),
-                    by: Vec::new(),
-                },
+                None => ProcessReport::counts(summary),
             });
         }
         if let Some(e) = first_error {
@@ -594,44 +624,11 @@ impl Group {
         Ok(reports)
     }
 
-    /// Writes the end-of-session summary of `reports` to the session's output.
+    /// Writes the end of the session's results (the summary of `reports`,
+    /// in the session's format) to its output.
     pub fn write_reports(&mut self, reports: &[ProcessReport]) -> Result<()> {
-        let mut out = self.output.sink.clone();
-        let stacks: Vec<crate::output::stacks::ProbeStacks> =
-            reports.iter().flat_map(|r| r.stacks.iter().cloned()).collect();
-        if let Some(path) = &self.opts.flame_file {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
-            );
-            crate::output::stacks::flame_svg(&mut f, &stacks, "tp")
-                .and_then(|()| std::io::Write::flush(&mut f))
-                .with_context(|| format!("writing `{}`", path.display()))?;
-        }
-        if self.opts.folded {
-            // Folded lines take the place of the counted stacks (the JSON keeps them).
-            let without: Vec<ProcessReport> = reports
-                .iter()
-                .map(|r| ProcessReport {
-                    stacks: if self.opts.json { r.stacks.clone() } else { Vec::new() },
-                    ..r.clone()
-                })
-                .collect();
-            report::write(&mut out, &without, self.how.several, self.opts.json)?;
-            for line in crate::output::stacks::folded(&stacks) {
-                std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes())?;
-            }
-            std::io::Write::flush(&mut out)?;
-            if let Some(c) = self.output.chrome.take() {
-                super::tracer::close_chrome(c)?;
-            }
-            return Ok(());
-        }
-        report::write(&mut out, reports, self.how.several, self.opts.json)?;
-        std::io::Write::flush(&mut out)?;
-        if let Some(c) = self.output.chrome.take() {
-            super::tracer::close_chrome(c)?;
-        }
-        Ok(())
+        let seconds = self.observed.map(|d| d.as_secs_f64());
+        super::results::write(&mut self.output, &self.opts, self.how.command, seconds, reports)
     }
 }
 
@@ -692,6 +689,10 @@ pub fn say_relatives(pid: i32, relatives: &[Relative]) {
 pub fn announce(attached: &Attached, opts: &Options) {
     let n = attached.names().len();
     let pid = attached.pid;
+    if n == 0 {
+        // `--keep` of functions kept already: said by each.
+        return;
+    }
     if attached.refused > 0 {
         crate::say!(
             "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {pid}` says why)",

@@ -10,17 +10,60 @@ use crate::output::{ProbeStat, Summary};
 use crate::probe::region::{self, Region};
 use crate::process;
 
-/// Every process whose memory map shows a target's data region (not a tp
-/// tracer's view of one), in PID order.
+/// The processes a look through `/proc` found holding tp's probes.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Every process whose memory map shows a target's data region (not a
+    /// tp tracer's view of one), in PID order. Nothing is mapped or
+    /// validated here: a region that is not tp's is reported when its
+    /// process's turn comes.
+    pub pids: Vec<i32>,
+    /// Processes whose memory map this user may not read (another user's,
+    /// without the privilege): tp cannot see whether they hold probes. Not
+    /// counted for root, who can trace all it may read (a process a
+    /// security module hides from root is no process tp could attach to).
+    pub hidden: usize,
+}
+
+impl Scan {
+    /// The line for a scan that found nothing: no process holds probes, or
+    /// none that tp can see, and how to see the others.
+    pub fn nothing_found(&self) -> String {
+        match self.hidden {
+            0 => "no process holds tp probes".to_string(),
+            n => format!(
+                "no process that tp can see holds tp probes; it cannot see into {n} process{} of other users \
+                 (run tp as root, or with CAP_SYS_PTRACE, to see them)",
+                if n == 1 { "" } else { "es" }
+            ),
+        }
+    }
+}
+
+/// Looks through every process for tp's data region.
+pub fn scan() -> Scan {
+    let mut out = Scan::default();
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    for pid in process::other_pids() {
+        match process::read_maps(pid) {
+            Ok(m) => {
+                if region::find(&m).is_some_and(|r| region::is_target_view(pid, r)) {
+                    out.pids.push(pid);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied && !root => out.hidden += 1,
+            // Gone since the listing.
+            Err(_) => {}
+        }
+    }
+    out.pids.sort();
+    out
+}
+
+/// Every process whose memory map shows a target's data region, in PID order ([`scan`]).
 pub fn processes_with_probes() -> Vec<i32> {
-    let mut pids: Vec<i32> = process::other_pids()
-        .into_iter()
-        .filter(|&pid| {
-            process::read_maps(pid).is_ok_and(|m| region::find(&m).is_some_and(|r| region::is_target_view(pid, r)))
-        })
-        .collect();
-    pids.sort();
-    pids
+    scan().pids
 }
 
 /// The probes installed in `pid` and their counts; a process without
@@ -44,12 +87,16 @@ pub fn summary(pid: i32) -> Result<Summary> {
     let probes = live
         .into_iter()
         .zip(hits)
-        .map(|((i, e), hits)| ProbeStat {
-            func: e.name(),
-            module: e.module(),
-            address: e.function,
-            hits,
-            enabled: region.enabled(i),
+        .map(|((i, e), hits)| {
+            let (hits, unfiltered) = crate::session::attached::filtered(&region, i, e.kind, hits);
+            ProbeStat {
+                func: e.name(),
+                module: e.module(),
+                address: e.function,
+                hits,
+                unfiltered,
+                enabled: region.enabled(i),
+            }
         })
         .collect();
     Ok(Summary { pid, probes })

@@ -14,15 +14,18 @@
 //! they fork and how each ends).
 
 pub mod attached;
+pub mod explain;
 pub mod family;
 pub mod follow;
 pub mod group;
 pub mod guard;
 pub mod installed;
 pub mod interrupt;
+pub mod kept;
 pub mod observe;
 pub mod profile;
 pub mod resolve;
+pub mod results;
 pub mod returns;
 pub mod run;
 pub mod targets;
@@ -37,6 +40,8 @@ pub use observe::{End, observe};
 
 use crate::addr::RuntimeAddr;
 use crate::output::events::Style;
+use crate::output::format::Format;
+use crate::output::report::View;
 
 /// What a session is asked to do, built once from the command line.
 #[derive(Debug, Clone)]
@@ -52,19 +57,16 @@ pub struct Options {
     pub duration: Option<Duration>,
     /// How events are printed.
     pub style: Style,
-    /// Also write the events to this file as a Chrome trace.
-    pub trace_file: Option<PathBuf>,
-    /// Print the summary as one JSON object.
-    pub json: bool,
+    /// The form of the results (`--format`, `-o FILE`'s name).
+    pub format: Format,
+    /// How the text summary shows its rows (`--all`, `--top`).
+    pub view: View,
+    /// Write the results to this file instead of stdout (`-o`).
+    pub output: Option<PathBuf>,
     /// Sampling (`tp profile`): timed calls per function per epoch, on average.
     pub samples_per_epoch: u32,
     /// Sampling: how often tp adapts the periods and renews the budgets.
     pub epoch: Duration,
-    /// Print the recorded stacks as folded lines (`--folded`), not as
-    /// counted stacks.
-    pub folded: bool,
-    /// Write the recorded stacks as a flame graph SVG to this file.
-    pub flame_file: Option<PathBuf>,
 }
 
 impl Options {
@@ -76,12 +78,11 @@ impl Options {
             keep: false,
             duration: None,
             style: Style::Text,
-            trace_file: None,
-            json: false,
+            format: Format::Text,
+            view: View::default(),
+            output: None,
             samples_per_epoch: 0,
             epoch: Duration::ZERO,
-            folded: false,
-            flame_file: None,
         }
     }
 

@@ -31,6 +31,17 @@ pub enum End {
     TargetExited,
     /// Someone removed the probes.
     Removed,
+    /// tp's stdout or stderr is closed or cannot be written
+    /// ([`crate::streams`]): nobody reads what the session says.
+    OutputClosed,
+}
+
+/// Says, on the stream that still works, that the session ends because
+/// tp's stdout or stderr is closed ([`End::OutputClosed`]).
+pub fn say_output_closed() {
+    if let Some(f) = crate::streams::failure() {
+        crate::streams::last_word(&format!("tp: {}; removing every probe", f.describe()));
+    }
 }
 
 /// What a session does while it observes.
@@ -65,10 +76,14 @@ pub fn observe(
         if interrupt::interrupted() {
             break End::Interrupted;
         }
+        if crate::streams::closed() {
+            break End::OutputClosed;
+        }
         if duration.is_some_and(|d| started.elapsed() >= d) {
             break End::Duration;
         }
         if Instant::now() >= next_check {
+            crate::streams::check();
             if let Some(f) = family.as_deref_mut() {
                 f.poll();
                 for (child, root, how) in f.take_news() {
@@ -123,11 +138,12 @@ impl Watcher for LiveView<'_> {
         let Some(live) = &mut self.live else { return Ok(()) };
         if let Some(t) = self.tracer.as_deref_mut()
             && let Err(e) = live.suspend(|| t.poll(attached))
+            && !crate::streams::closed()
         {
-            crate::say!("tp: reading events: {e:#}");
+            return Err(e.context("reading events"));
         }
         if Instant::now() >= self.next_draw {
-            live.update(&attached.hits());
+            live.update(&attached.counted());
             self.next_draw = Instant::now() + DRAW_EVERY;
         }
         Ok(())

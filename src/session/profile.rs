@@ -67,19 +67,14 @@ pub struct Profiler {
 }
 
 impl Profiler {
-    /// Starts profiling the probes of `attached`; calls are counted from here on.
-    pub fn new(attached: &Attached, opts: &Options) -> Result<Profiler> {
+    /// Starts profiling the probes of `attached`; calls are counted from
+    /// here on, and the sampled calls go to `chrome` if given.
+    pub fn new(attached: &Attached, opts: &Options, chrome: Option<ChromeTrace>) -> Result<Profiler> {
         let idx = attached.indexes();
         // Calls are counted from here on (before tp says it is profiling).
         let at_start = attached.region.hits_of(&idx);
         let sampler = Sampler::new(&attached.region, idx.clone(), opts.samples_per_epoch);
         let position: HashMap<u32, usize> = idx.iter().enumerate().map(|(k, &i)| (i, k)).collect();
-        let chrome = match &opts.trace_file {
-            Some(p) => {
-                Some(ChromeTrace::create(p, opts.pid).with_context(|| format!("cannot create `{}`", p.display()))?)
-            }
-            None => None,
-        };
         Ok(Profiler {
             latency: vec![Latency::default(); idx.len()],
             names: attached.names(),
@@ -112,7 +107,7 @@ impl Profiler {
     /// counts of `detached`) and sampled latency, in probe order.
     pub fn finish(self, attached: &Attached, detached: &Detached) -> Result<Vec<Row>> {
         if let Some(c) = self.chrome {
-            c.finish().context("writing the trace file")?;
+            c.finish().context("writing the trace")?;
         }
         let modules = attached.modules_of_probes();
         Ok(self
@@ -122,6 +117,7 @@ impl Profiler {
             .map(|(k, latency)| Row {
                 func: self.names[k].clone(),
                 module: modules[k].clone(),
+                address: detached.summary.probes.get(k).map_or(0, |s| s.address),
                 calls: detached.summary.probes.get(k).map_or(0, |s| s.hits).saturating_sub(self.at_start[k]),
                 latency,
             })

@@ -193,7 +193,9 @@ pub fn plan_found(
     let balanced = |plan: SitePlan| balanced(plan, shadow);
     let progress = Progress::new(found.len() as u64, "planning probes");
     let forms = returns::Forms::of(modules);
-    let mut requests = Vec::new();
+    let mut requests: Vec<Request> = Vec::new();
+    // Where each site's request is: a probe-all plans tens of thousands.
+    let mut at_site: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
     let mut refused = Vec::new();
     let mut counted_only = Vec::new();
     let mut return_notes = Vec::new();
@@ -238,7 +240,7 @@ pub fn plan_found(
                 let semaphore = usdt.and_then(|u| u.semaphore).map(|a| a.0);
                 // Two names for one site (`foo` and `foo+4` after its
                 // `endbr64`, a line that starts at an entry): one probe.
-                if let Some(first) = requests.iter().find(|r: &&Request| r.plan.site == plan.site) {
+                if let Some(first) = at_site.get(&plan.site).map(|&k| &requests[k]) {
                     crate::say!(
                         "tp: `{}` is where `{}` is probed already",
                         crate::escape::text(&label),
@@ -283,9 +285,13 @@ pub fn plan_found(
                     exits,
                     parent: None,
                     sp_below_entry,
-                })
+                });
+                at_site.insert(requests[requests.len() - 1].plan.site, requests.len() - 1);
             }
-            Err(r) if explicit => bail!("cannot probe `{label}`: {r}"),
+            Err(r) if explicit => {
+                let at = site.as_ref().map_or(function.addr, |s| s.addr);
+                bail!("cannot probe `{label}`: {}", super::explain::refusal(m, &function, at, site.is_some(), &r))
+            }
             Err(r) => refused.push((Function { name: label, ..function }, r)),
         }
     }

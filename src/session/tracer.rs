@@ -6,7 +6,6 @@
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::Path;
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -35,9 +34,9 @@ use crate::symbols::symbolize::Symbolizer;
 /// A Chrome trace that the tracers of several processes write into.
 pub type SharedChrome = Rc<RefCell<ChromeTrace>>;
 
-/// Creates the Chrome trace file `path`.
-pub fn open_chrome(path: &Path, pid: i32) -> Result<SharedChrome> {
-    let c = ChromeTrace::create(path, pid).with_context(|| format!("cannot create `{}`", path.display()))?;
+/// Starts a Chrome trace on `sink` (the session's results).
+pub fn chrome_on(sink: Sink, pid: i32) -> Result<SharedChrome> {
+    let c = ChromeTrace::new(Box::new(sink), pid).context("writing the trace")?;
     Ok(Rc::new(RefCell::new(c)))
 }
 
@@ -246,7 +245,7 @@ impl Tracer {
         let Some(&i) = self.index.get(&ev.probe) else { return Ok(()) };
         let read = |p: u64| attached.read_string(p, MAX_STRING);
         let ts_ns = self.clock.ns(ev.tsc);
-        let pid = self.output.show_pid.get().then_some(if ev.pid != 0 { ev.pid as i32 } else { self.pid });
+        let pid = (if ev.pid != 0 { ev.pid as i32 } else { self.pid }, self.output.show_pid.get());
         let stack = if ev.kind == Kind::Entry && attached.probe_kind(i) & kind::STACK != 0 {
             self.stack_of(attached, i, ev)
         } else {
@@ -451,11 +450,15 @@ impl Tracer {
                 1u32 << crate::probe::layout::EVENT_SLOT_BITS
             ));
         }
-        if lost > 0 {
+        // Nobody reads the events once tp's output is closed.
+        if lost > 0 && !crate::streams::closed() {
             crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
         let stacks = self.stack_report(attached);
+        if matches!(attached.selection().stack, Some(StackMode::FramePointers { .. })) {
+            stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
+        }
         let by = self.by_report(attached);
         ProcessReport { summary, latency, events: true, lost, children: Vec::new(), stacks, by }
     }

@@ -350,7 +350,10 @@ impl ProcessModules {
     ) -> Result<Vec<Found>> {
         let what = text.strip_prefix("line:").unwrap_or(text);
         let mut out = Vec::new();
-        if site::is_file(place) {
+        // The lines that do start code, where the one asked for starts none.
+        let mut known: Vec<u32> = Vec::new();
+        let is_file = site::is_file(place);
+        if is_file {
             for i in self.modules_for(module)? {
                 let m = match self.get(i) {
                     Ok(m) => m,
@@ -366,6 +369,9 @@ impl ProcessModules {
                 if !out.is_empty() && i == 0 {
                     break;
                 }
+                if out.is_empty() {
+                    known.extend(site::line_numbers(m, Some(place), None)?);
+                }
             }
         } else {
             let p = Pattern { module: module.map(str::to_string), function: place.to_string() };
@@ -374,12 +380,30 @@ impl ProcessModules {
                 for (function, site) in site::lines_in_function(m, &f.function, line)? {
                     out.push(Found { module: f.module, function, explicit: false, site: Some(site) });
                 }
+                if out.is_empty() {
+                    known.extend(site::line_numbers(m, None, Some(&f.function))?);
+                }
             }
         }
         if out.is_empty() {
+            let pid = self.pid;
+            if is_file && known.is_empty() {
+                return Err(NotFound(format!(
+                    "no source file `{place}` in the line tables of process {pid}'s modules (`tp list-probes -p \
+                     {pid} --lines FUNCTION` shows a function's file and lines)"
+                ))
+                .into());
+            }
+            known.sort_unstable();
+            known.dedup();
+            let near: Vec<String> = site::nearest(&known, line).iter().map(|l| format!("`{place}:{l}`")).collect();
+            let near = match near.len() {
+                0 => String::new(),
+                _ => format!("; the nearest lines that do: {}", near.join(", ")),
+            };
             return Err(NotFound(format!(
-                "line `{what}` starts no code in process {} (a comment, a declaration, or code the compiler                  removed; `tp list-probes --lines FUNCTION` shows the lines that have some)",
-                self.pid
+                "line `{what}` starts no code in process {pid} (a comment, a declaration, or code the compiler \
+                 removed){near}"
             ))
             .into());
         }

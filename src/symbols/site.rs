@@ -222,6 +222,29 @@ pub fn lines_in_function(m: &Module, f: &Function, line: u32) -> anyhow::Result<
     Ok(label_lines(&format!("{}:{line}", f.name), out))
 }
 
+/// The lines that start code in file `file` of `m`, or in function `f`
+/// (one of them is given), sorted: what a line that starts none is near.
+pub fn line_numbers(m: &Module, file: Option<&str>, f: Option<&Function>) -> anyhow::Result<Vec<u32>> {
+    let Some(dwarf) = m.dwarf_file() else { return Ok(Vec::new()) };
+    let range = f.map(|f| {
+        let FileAddr(lo) = f.bias.file(f.addr);
+        (lo, lo + f.size)
+    });
+    let mut lines: Vec<u32> =
+        lines::starts(dwarf, Query { file, line: None, range })?.into_iter().map(|s| s.line).collect();
+    lines.sort_unstable();
+    lines.dedup();
+    Ok(lines)
+}
+
+/// The lines of `lines` (sorted) closest to `line` below and above it.
+pub fn nearest(lines: &[u32], line: u32) -> Vec<u32> {
+    let at = lines.partition_point(|&l| l < line);
+    let below = at.checked_sub(1).map(|i| lines[i]);
+    let above = lines.get(at).copied();
+    below.into_iter().chain(above).collect()
+}
+
 /// Sites named `what` (` at foo+0x1a` added when there are several).
 fn label_lines(what: &str, places: Vec<(Function, RuntimeAddr)>) -> Vec<(Function, Site)> {
     let several = places.len() > 1;
@@ -245,6 +268,14 @@ fn no_line_table(m: &Module) -> anyhow::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_nearest_lines_are_below_and_above() {
+        assert_eq!(nearest(&[10, 12, 20], 15), [12, 20]);
+        assert_eq!(nearest(&[10, 12, 20], 5), [10]);
+        assert_eq!(nearest(&[10, 12, 20], 25), [20]);
+        assert_eq!(nearest(&[], 25), Vec::<u32>::new());
+    }
 
     #[test]
     fn offsets_end_function_names() {

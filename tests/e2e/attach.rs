@@ -81,12 +81,19 @@ fn patch_is_a_jump_and_endbr64_stays() {
 fn duration_ends_the_session_and_prints_a_table() {
     let mut t = Target::start("counter");
     let pid = t.pid.to_string();
-    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "0.5"];
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "--duration", "0.5", "--all"];
     let out = tp(&args);
     let stdout = expect_success(&args, &out);
     let lines: Vec<&str> = stdout.lines().collect();
     assert!(lines[0].starts_with("FUNCTION") && lines[0].contains("HITS"), "{stdout}");
     assert!(lines[1].starts_with("foo "), "{stdout}");
+    // Without --all, a probe without hits is left out, and stderr says so.
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    let out = tp(&args);
+    let stdout = expect_success(&args, &out);
+    assert_eq!(stdout.lines().count(), 1, "the header alone: {stdout}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("tp: 2 probes without hits not shown (--all shows them)"), "{stderr}");
     assert_code_is_original(&t, &["foo"]);
     assert_eq!(t.call("foo", 10, 1), 10);
     assert!(t.quit().success());
@@ -122,4 +129,136 @@ fn hot_threads_survive_repeated_attach_and_detach() {
     assert!(stopped.ends_with("checksum=ok"), "{stopped}");
     assert_code_is_original(&t, &["foo", "bar"]);
     assert!(t.quit().success());
+}
+
+/// `tp demo` from a copy of the binary elsewhere (as installed): its target
+/// is built in, written to a directory of its own and removed after.
+#[test]
+fn demo_runs_from_an_installed_binary() {
+    let _shared = shared();
+    let dir = std::env::temp_dir().join(format!("tp-installed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let tp_copy = dir.join("tp");
+    std::fs::copy(tp_path(), &tp_copy).unwrap();
+    let before = demo_dirs();
+    let out = run(std::process::Command::new(&tp_copy).args(["demo", "-d", "0.5"]));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(stderr.matches("tp demo: ✓").count(), 5, "{stderr}");
+    assert!(!stderr.contains("✗"), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).lines().any(|l| l.starts_with("foo ")), "{out:?}");
+    assert_eq!(demo_dirs(), before, "the demo's program is removed after it");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The directories `tp demo` made under the temporary directory.
+fn demo_dirs() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("tp-demo-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// The live view on a terminal: the title with the time elapsed and how
+/// many probes were hit, the busiest probes (none without hits), every
+/// line within the terminal's width, and again within it once the
+/// terminal is made narrower. (x86-64: the arm64 test VM mounts no devpts,
+/// so it has no pseudo-terminal to give tp.)
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_live_view_fits_the_terminal_and_follows_a_resize() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut t = Target::start("counter");
+    t.ask("spin 2", "spinning");
+    let (mut master, mut slave) = (0, 0);
+    let size = |cols: u16| libc::winsize { ws_row: 24, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: openpty writes two descriptors; the window size is read, not kept.
+    let rc = unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), &size(60)) };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both descriptors are ours alone from here on.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let mut tp = KillOnDrop::child(
+        tp_command()
+            .args(["attach", "-p", &t.pid.to_string(), "-f", "foo", "-f", "bar", "-f", "baz"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(slave)
+            .spawn()
+            .unwrap(),
+    );
+    let output = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let output = output.clone();
+        let mut file = std::fs::File::from(master.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = file.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                output.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    let text = || String::from_utf8_lossy(&output.lock().unwrap()).into_owned();
+    wait_until("the live view draws", || text().matches("probes hit").count() >= 3);
+    let wide = text().len();
+    // SAFETY: TIOCSWINSZ reads one winsize.
+    assert_eq!(unsafe { libc::ioctl(std::os::fd::AsRawFd::as_raw_fd(&master), libc::TIOCSWINSZ, &size(30)) }, 0);
+    wait_until("the live view draws again", || text()[wide..].matches("probes hit").count() >= 3);
+    // SAFETY: plain kill(2).
+    unsafe { libc::kill(tp.id(), libc::SIGINT) };
+    assert!(wait_timeout(tp.get_mut()).success());
+    drop(master);
+    let _ = reader.join();
+    let all = text();
+    // The drawn lines, without escape sequences, before and after the resize.
+    let lines = |s: &str| -> Vec<String> {
+        let plain = strip_escapes(s);
+        plain
+            .split(['\n', '\r'])
+            .filter(|l| !l.trim().is_empty() && !l.starts_with("tp: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let (before, after) = all.split_at(wide);
+    for (drawn, cols) in [(lines(before), 60), (lines(after), 30)] {
+        assert!(drawn.iter().any(|l| l.contains(" s · 2 of 3 probes hit")), "{drawn:?}");
+        for l in &drawn {
+            assert!(l.chars().count() < cols, "wider than {cols} columns: {l:?}");
+        }
+    }
+    let wide_lines = lines(before);
+    assert!(wide_lines.iter().any(|l| l.contains("probes hit · tracing process")), "{wide_lines:?}");
+    assert!(wide_lines.iter().any(|l| l.trim_end().ends_with(" foo")), "{wide_lines:?}");
+    assert!(wide_lines.iter().all(|l| !l.contains("baz")), "a probe without hits is not drawn: {wide_lines:?}");
+    let stopped = t.ask("stop", "stopped");
+    assert!(stopped.ends_with("checksum=ok"), "{stopped}");
+    assert_code_is_original(&t, &["foo", "bar", "baz"]);
+}
+
+/// `s` without terminal escape sequences (`ESC [ … letter`).
+#[cfg(target_arch = "x86_64")]
+fn strip_escapes(s: &str) -> String {
+    let mut out = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }

@@ -331,9 +331,7 @@ fn list_probes_reads_only_regular_binaries() {
 }
 
 #[test]
-fn an_error_after_the_attach_restores_the_probes() {
-    // The trace file is created once the probes are live; when it cannot
-    // be, the probes come out again before tp reports it.
+fn an_output_file_that_cannot_be_created_is_refused_before_the_attach() {
     let t = Target::start("counter");
     let pid = t.pid.to_string();
     let bad = "/nonexistent/dir/trace.json";
@@ -341,15 +339,35 @@ fn an_error_after_the_attach_restores_the_probes() {
         vec!["attach", "-p", pid.as_str(), "-f", "foo", "--args", "-o", bad],
         vec!["profile", "-p", pid.as_str(), "-f", "foo", "-d", "5", "-o", bad],
     ] {
+        expect_error(&args, "cannot create `/nonexistent/dir/trace.json`");
+        assert_code_is_original(&t, &["foo"]);
+        assert!(!has_region(t.pid), "nothing was injected: {args:?}");
+    }
+}
+
+#[test]
+fn an_error_after_the_attach_restores_the_probes() {
+    // The results go to a file that takes no bytes: the first write of
+    // the session's events fails once the probes are live, and the probes
+    // come out again before tp reports it.
+    let mut t = Target::start("counter");
+    t.ask("spin 2", "spinning");
+    let pid = t.pid.to_string();
+    for args in [
+        vec!["attach", "-p", pid.as_str(), "-f", "foo", "--args", "--format", "json", "-o", "/dev/full"],
+        vec!["profile", "-p", pid.as_str(), "-f", "foo", "--format", "chrome", "-o", "/dev/full"],
+    ] {
         let out = tp(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "tp {args:?}: {stderr}");
-        // The error, after the attach's status line if it came first, and nothing else.
+        // The error, after the status lines of the attach, and nothing else.
         let lines: Vec<&str> = stderr.lines().collect();
         let (error, status) = lines.split_last().unwrap_or_else(|| panic!("tp {args:?} printed nothing"));
-        assert!(error.starts_with("tp: cannot create `/nonexistent/dir/trace.json`"), "{stderr}");
-        assert!(status.len() <= 1 && status.iter().all(|l| l.starts_with("tp: attached")), "{stderr}");
+        assert!(error.contains("writing `/dev/full`: No space left on device"), "{stderr}");
+        assert!(status.iter().all(|l| l.starts_with("tp: attached") || l.starts_with("tp: profiling")), "{stderr}");
         assert_code_is_original(&t, &["foo"]);
         assert!(!has_region(t.pid), "tp's memory is gone too: {args:?}");
     }
+    let stopped = t.ask("stop", "stopped");
+    assert!(stopped.ends_with("checksum=ok"), "{stopped}");
 }

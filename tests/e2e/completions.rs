@@ -35,6 +35,46 @@ fn bash_loads_the_completion_script_and_completes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `-p` completes the running processes' IDs (continuing a comma list),
+/// `--name` their names: not file names.
+#[test]
+fn bash_completes_process_ids_and_names() {
+    let t = Target::start("counter");
+    let script = expect_success(&["completions", "bash"], &tp(&["completions", "bash"]));
+    let dir = std::env::temp_dir().join(format!("tp-completions-pid-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("tp.bash");
+    std::fs::write(&file, &script).unwrap();
+    let pid = t.pid.to_string();
+    let (head, first) = (&pid[..pid.len() - 1], &pid[..1]);
+    let probe = format!(
+        "source {} || exit 3\n\
+         COMP_WORDS=(tp attach -p {head}); COMP_CWORD=3; COMP_LINE='tp attach -p {head}'; COMP_POINT=99; _tp tp {head} -p\n\
+         echo \"pids: ${{COMPREPLY[*]}}\"\n\
+         COMP_WORDS=(tp status --pid 1,{first}); COMP_CWORD=3; COMP_LINE='x'; COMP_POINT=99; _tp tp 1,{first} --pid\n\
+         echo \"list: ${{COMPREPLY[*]}}\"\n\
+         COMP_WORDS=(tp attach --name count); COMP_CWORD=3; COMP_LINE='x'; COMP_POINT=99; _tp tp count --name\n\
+         echo \"names: ${{COMPREPLY[*]}}\"\n",
+        file.display()
+    );
+    let out = run(Command::new("bash").args(["--norc", "-c", &probe]));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "bash: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let words = |key: &str| -> Vec<String> {
+        let line = stdout.lines().find_map(|l| l.strip_prefix(key)).unwrap_or_else(|| panic!("{stdout}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    let pids = words("pids: ");
+    assert!(pids.contains(&pid) && pids.iter().all(|p| p.starts_with(head) && p.parse::<u32>().is_ok()), "{pids:?}");
+    let list = words("list: ");
+    assert!(
+        list.contains(&format!("1,{pid}")) && list.iter().all(|p| p.starts_with(&format!("1,{first}"))),
+        "{list:?}"
+    );
+    assert!(words("names: ").contains(&"counter".to_string()), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn zsh_and_fish_scripts_name_every_subcommand() {
     for shell in ["zsh", "fish"] {
@@ -64,7 +104,12 @@ fn man_renders_the_pages() {
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     let text = render(&dir.join("tp.1"));
-    for want in ["NAME", "SYNOPSIS", "SUBCOMMANDS", "tp-run(1)", "tp-serve(1)"] {
+    for want in
+        ["NAME", "SYNOPSIS", "SUBCOMMANDS", "tp-run(1)", "tp-serve(1)", "EXAMPLES", "ENVIRONMENT", "EXIT STATUS"]
+    {
+        assert!(text.contains(want), "no {want} in:\n{text}");
+    }
+    for want in ["FILES", "TP_CACHE", "DEBUGINFOD_URLS", "TP_DEBUG_DIRS", "141", "tp attach -p 1234 -f foo -f bar"] {
         assert!(text.contains(want), "no {want} in:\n{text}");
     }
     // Every page, written by --dir; the run page lists its options.
@@ -72,6 +117,7 @@ fn man_renders_the_pages() {
     expect_success(&["man", "--dir"], &out);
     let run_page = render(&dir.join("all/tp-run.1"));
     assert!(run_page.contains("--follow-exec") && run_page.contains("PROGRAM"), "{run_page}");
+    assert!(run_page.contains("EXAMPLES") && run_page.contains("tp run -f foo -o calls.json -- ./prog"), "{run_page}");
     assert!(dir.join("all/tp-attach.1").exists() && dir.join("all/tp.1").exists());
     expect_error(&["man", "nosuch"], "tp has no subcommand `nosuch`");
     let _ = std::fs::remove_dir_all(&dir);

@@ -70,7 +70,22 @@ fn json_gives_every_function_of_a_real_library_a_verdict() {
     for line in out.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
         let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
-        assert_eq!(keys, ["address", "exits", "func", "module", "probeable", "reason", "size", "source"], "{line}");
+        let every = [
+            "address",
+            "exits",
+            "func",
+            "module",
+            "note",
+            "probeable",
+            "reason",
+            "signature",
+            "site",
+            "size",
+            "source",
+            "type",
+        ];
+        assert_eq!(keys, every, "{line}");
+        assert_eq!(v["type"], "function", "{line}");
         // A probeable function's exits: how many, how many a return probe can patch.
         if v["probeable"] == true {
             let e = &v["exits"];

@@ -9,19 +9,11 @@ use serde_json::Value;
 
 use crate::util::*;
 
-/// The JSON Lines a session printed: (events, summary).
+/// The JSON Lines a session printed: (events, the summary of its one
+/// process, or null when the results went to a file).
 fn parse(stdout: &str) -> (Vec<Value>, Value) {
-    let mut events = Vec::new();
-    let mut summary = Value::Null;
-    for line in stdout.lines().filter(|l| l.starts_with('{')) {
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
-        if v.get("type").is_some() {
-            events.push(v);
-        } else {
-            summary = v;
-        }
-    }
-    (events, summary)
+    let summary = if stdout.is_empty() { Value::Null } else { one_process(stdout) };
+    (json_events(stdout), summary)
 }
 
 /// Runs `cmds` against `target` while tp records with `args`; returns the
@@ -40,7 +32,11 @@ pub fn record_with(
 ) -> (Vec<String>, Vec<Value>, Value) {
     let mut t = Target::start(target);
     let pid = t.pid.to_string();
-    let mut full = vec!["-p", pid.as_str(), "--json"];
+    // JSON on stdout, unless the results go to a file (in its own format).
+    let mut full = vec!["-p", pid.as_str()];
+    if !args.contains(&"-o") {
+        full.push("--json");
+    }
     full.extend_from_slice(args);
     let session = Session::spawn("attach", &full, env, Some("tp: attached"));
     let mut answers = Vec::new();
@@ -139,7 +135,7 @@ pub fn arguments_and_returns_match_the_log_of(target: &str) {
     let (lines, events) = without_spaces_in_names(&lines, events);
     assert_events_match_log(&lines, &events);
     let probes = summary["probes"].as_array().unwrap();
-    assert!(probes.iter().all(|p| p["hits"] == 150 && p["calls_timed"] == 150), "{summary}");
+    assert!(probes.iter().all(|p| p["hits"] == 150 && p["timed"] == 150), "{summary}");
     assert_eq!(summary["lost_events"], 0);
 }
 
@@ -305,7 +301,7 @@ fn a_sleep_lasts_at_least_as_long_as_asked() {
     assert!(ns >= 50_000_000, "nap(50) took {ns} ns by tp's clock");
     assert!(ns < 10_000_000_000, "nap(50) took {ns} ns by tp's clock");
     assert_eq!(exit["ret"], 50);
-    assert_eq!(summary["probes"][0]["calls_timed"], 1);
+    assert_eq!(summary["probes"][0]["timed"], 1);
     assert!(summary["probes"][0]["p50_ns"].as_u64().unwrap() >= 50_000_000 * 15 / 16);
 }
 
@@ -427,7 +423,8 @@ fn a_tiny_ring_reports_exactly_the_lost_events() {
 
 #[test]
 fn the_chrome_trace_opens_in_perfetto() {
-    let path = std::env::temp_dir().join(format!("tp-trace-{}.json", std::process::id()));
+    // A Chrome trace, as the file's name says.
+    let path = std::env::temp_dir().join(format!("tp-trace-{}.trace.json", std::process::id()));
     let out = path.to_str().unwrap().to_string();
     let args = ["--args", "--ret", "-f", "add", "-f", "fib", "-o", out.as_str()];
     let (lines, _, _) = record("events", &args, &[("call 20", "done call"), ("fib 8", "done fib")]);

@@ -30,12 +30,15 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
     assert_ne!(read_mem(child_pid, foo, original.len()), original, "the child inherited the patched foo");
     assert!(has_region(child_pid));
 
-    // Detaching the child restores its code and leaves the parent's probe live.
+    // Detaching the child restores its code, unmaps tp's memory there at
+    // once (it has no probe left), and leaves the parent's probe live.
     let out = tp(&["detach", "-p", &child]);
     expect_success(&["detach", "-p", &child], &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains(&format!("shares its probes with {parent}")), "{stderr}");
+    assert!(stderr.contains(&format!("detached from {child}: 1 probe removed, tp's memory unmapped")), "{stderr}");
     assert_eq!(read_mem(child_pid, foo, original.len()), original, "the child's foo is restored");
+    assert!(!has_region(child_pid), "the child has no probe left: tp's memory is gone from it");
     assert_ne!(read_mem(t.pid, foo, original.len()), original, "the parent's foo is still patched");
     let before = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &parent, "--json"])))["foo"];
     let calls = t.call("foo", 1000, 1);
@@ -43,12 +46,10 @@ fn a_forked_child_and_its_parent_are_detached_one_after_the_other() {
     let after = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &parent, "--json"])))["foo"];
     assert_eq!(after - before, calls, "the parent's calls, and only them, are counted");
 
-    // Then the parent: everything restored, and the child's leftover
-    // mapping goes with a second detach of the child.
+    // Then the parent: everything restored, nothing left anywhere.
     expect_success(&["detach", "-p", &parent], &tp(&["detach", "-p", &parent]));
     assert_code_is_original(&t, &["foo"]);
     assert!(!has_region(t.pid));
-    expect_success(&["detach", "-p", &child], &tp(&["detach", "-p", &child]));
     assert!(!has_region(child_pid));
     assert_eq!(read_mem(child_pid, foo, original.len()), original);
 

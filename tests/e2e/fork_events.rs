@@ -10,35 +10,22 @@ use std::os::unix::process::ExitStatusExt;
 
 use crate::util::*;
 
-/// The event lines of a `--json` session: (type, func, pid), with `member`
-/// for the lines without a pid: lines gain one from the first event of a
-/// child on, and never lose it again.
+/// The event lines of a `--json` session: (type, func, pid); every line
+/// names its process, the member's (`member`) and its children's alike.
 fn event_lines(stdout: &str, member: i64) -> Vec<(String, String, i64)> {
-    let mut seen_pid = false;
-    stdout
-        .lines()
-        .filter(|l| l.starts_with("{\"type\":"))
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
-            let pid = match v["pid"].as_i64() {
-                Some(p) => {
-                    seen_pid = true;
-                    p
-                }
-                None => {
-                    assert!(!seen_pid, "a line without the pid after lines with it: {l}");
-                    member
-                }
-            };
+    json_events(stdout)
+        .into_iter()
+        .map(|v| {
+            let pid = v["pid"].as_i64().unwrap_or_else(|| panic!("an event without its pid: {v}"));
+            assert!(pid > 0, "{member}: {v}");
             (v["type"].as_str().unwrap().to_string(), v["func"].as_str().unwrap().to_string(), pid)
         })
         .collect()
 }
 
-/// The summary line of a `--json` session.
+/// The summary of the one process of a `--json` session.
 fn summary(stdout: &str) -> serde_json::Value {
-    let line = stdout.lines().rev().find(|l| l.starts_with("{\"pid\":")).unwrap_or_else(|| panic!("{stdout}"));
-    serde_json::from_str(line).unwrap()
+    one_process(stdout)
 }
 
 fn hits(v: &serde_json::Value, func: &str) -> u64 {

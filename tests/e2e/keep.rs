@@ -73,19 +73,118 @@ fn detach_without_pid_cleans_every_process() {
     assert!(a.quit().success() && b.quit().success());
 }
 
+/// Probes are added next to kept ones, and a `--keep` of a function kept
+/// already leaves it counting.
 #[test]
-fn a_second_attach_refuses_a_function_already_probed() {
-    let t = Target::start("counter");
+fn kept_probes_take_more_beside_them() {
+    let mut t = Target::start("counter");
     let pid = t.pid.to_string();
     expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "--keep"]));
-    let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], "already probed");
-    assert!(line.contains(&format!("tp detach -p {pid}")), "{line}");
-    // Another function can be added next to it.
-    expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "bar", "--keep"]));
+    let foo = t.call("foo", 300, 1);
+    // foo again, and bar: foo stays as it is, bar is added.
+    let out = tp(&["attach", "-p", &pid, "-f", "foo", "-f", "bar", "--keep"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("tp: `foo` is kept in process {pid} already; its count goes on")), "{stderr}");
+    assert!(stderr.contains("tp: attached 1 probe"), "{stderr}");
+    // foo alone again: nothing to do, and no stop.
+    let out =
+        run(tp_command().args(["attach", "-p", &pid, "-f", "foo", "--keep"]).env("TP_FAULT", "pause:after-seize"));
+    assert!(out.status.success(), "{out:?}");
+    let bar = t.call("bar", 40, 1);
     let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
-    assert_eq!(counts.keys().collect::<Vec<_>>(), ["bar", "foo"]);
+    assert_eq!((counts["foo"], counts["bar"], counts.len()), (foo, bar, 2), "{counts:?}");
     expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
     assert_code_is_original(&t, &["foo", "bar"]);
+    assert!(!has_region(t.pid));
+}
+
+/// A session records the events of a kept probe's function while the
+/// kept count goes on: the session sees its calls, and after it the kept
+/// probe has counted every call, before, during and after.
+#[test]
+fn a_session_records_events_of_a_kept_probe_whose_count_goes_on() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "--keep"]));
+    let before = t.call("foo", 1000, 2);
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--args", "--json"]);
+    let during = t.call("foo", 250, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("tp: detached from {pid}, code restored; 1 kept probe count on")), "{stderr}");
+    let entries = json_events(&stdout).iter().filter(|e| e["type"] == "entry" && e["func"] == "foo").count();
+    assert_eq!((entries as u64, hits_from_json(&stdout)["foo"]), (during, during), "the session's own calls");
+    // The kept probe is in again and has every call.
+    let (now, file) = entry_bytes(&t, "foo");
+    assert_ne!(now[..5], file[..5], "the kept probe is back");
+    let after = t.call("foo", 7, 1);
+    let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
+    assert_eq!(counts["foo"], before + during + after, "{counts:?}");
+    // A session with a count only, over it, counts too.
+    let out = tp(&["attach", "-p", &pid, "-f", "foo", "-d", "0.3", "--json"]);
+    assert_eq!(hits_from_json(&expect_success(&["attach"], &out))["foo"], 0);
+    expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
+
+/// Only a running session's probe is refused to another session, in one
+/// line that says how to go on; a session that died leaves probes the next
+/// one goes over, and `tp detach` restores everything after either.
+#[test]
+fn only_a_running_sessions_probe_is_refused() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "foo"]);
+    let owner = session.child.id();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "foo"], &format!("probed by tp session {owner}"));
+    assert!(line.contains(&format!("`tp detach -p {pid} --force`")) && line.contains("still running"), "{line}");
+    session.kill();
+    // Its probe is owned by no running tp now: a session goes over it.
+    let calls = t.call("foo", 100, 1);
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--json"]);
+    let more = t.call("foo", 30, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["foo"], more);
+    let counts = hits_from_json(&expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"])));
+    assert_eq!(counts["foo"], calls + more, "the dead session's probe counted on: {counts:?}");
+    expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid));
+}
+
+/// While a session records over a kept probe: a plain `tp detach -p`
+/// removes the kept probe and spares the session's, whose end then
+/// restores the file's code; a session killed meanwhile leaves both, which
+/// `tp detach -p` removes.
+#[test]
+fn detaching_under_a_session_over_a_kept_probe_leaves_nothing() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "--keep"]));
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--args", "-q"]);
+    let out = tp(&["detach", "-p", &pid]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("restored `foo`"), "{stderr}");
+    assert!(!stderr.contains("changed by something else"), "{stderr}");
+    assert_eq!(t.call("foo", 20, 1), 20);
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid), "{stderr}");
+
+    expect_success(&["attach"], &tp(&["attach", "-p", &pid, "-f", "foo", "--keep"]));
+    let session = Session::start(&["-p", &pid, "-f", "foo", "--args", "-q"]);
+    session.kill();
+    assert_eq!(t.call("foo", 20, 1), 20);
+    let out = tp(&["detach", "-p", &pid]);
+    assert!(out.status.success(), "{out:?}");
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
 }
 
 #[test]

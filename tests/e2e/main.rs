@@ -113,6 +113,10 @@ mod seccomp;
 mod shadow_stack;
 // Sessions over several processes (-p A,B, --name), and --follow-exec.
 mod multi;
+// tp in a pipeline: a reader that goes away, an output that fails.
+mod pipes;
+// The output schema of docs/output.md, over every subcommand's JSON.
+mod schema;
 // OpenMetrics: tp status --openmetrics, tp serve, a session's --listen,
 // checked by promtool and scraped by a real Prometheus.
 #[cfg(target_arch = "x86_64")]

@@ -240,10 +240,9 @@ fn prometheus_scrapes_tp_and_stores_its_exact_counts() {
     assert_eq!(hits_from_json(&status)["foo"], kept_calls);
     let (st, stdout, stderr) = session.interrupt();
     assert!(st.success(), "{stderr}");
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap();
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let v = one_process(&stdout);
     assert_eq!(v["probes"][0]["hits"].as_u64(), Some(timed_calls));
-    assert_eq!(v["probes"][0]["calls_timed"].as_u64(), Some(timed_calls));
+    assert_eq!(v["probes"][0]["timed"].as_u64(), Some(timed_calls));
     drop((prometheus, serve));
     expect_success(&["detach"], &tp(&["detach", "-p", &kept_pid]));
     let _ = std::fs::remove_dir_all(&dir);
@@ -271,7 +270,7 @@ fn status_without_a_pid_covers_every_process_with_probes() {
     }
     let (fa, fb) = (a.call("foo", 40, 1), b.call("foo", 2, 1));
     let json = expect_success(&["status", "--json"], &tp(&["status", "--json"]));
-    let v: serde_json::Value = serde_json::from_str(json.lines().last().unwrap()).unwrap();
+    let v = summary_doc(&json);
     let hits_of = |pid: i32| {
         v["processes"].as_array().unwrap().iter().find(|p| p["pid"] == pid).unwrap()["probes"][0]["hits"].as_u64()
     };

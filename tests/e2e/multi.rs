@@ -12,8 +12,7 @@ use crate::util::*;
 type PerProcess = BTreeMap<i64, BTreeMap<String, u64>>;
 
 fn several_from_json(stdout: &str) -> (PerProcess, BTreeMap<String, u64>) {
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {stdout:?}"));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let v = summary_doc(stdout);
     let funcs = |probes: &serde_json::Value| -> BTreeMap<String, u64> {
         probes
             .as_array()
@@ -157,8 +156,7 @@ fn follow_exec_probes_the_new_program() {
     let calls = t.call("foo", 45, 1);
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap();
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let v = one_process(&stdout);
     let rows: Vec<(String, String, u64)> = v["probes"]
         .as_array()
         .unwrap()

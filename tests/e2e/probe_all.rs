@@ -88,8 +88,7 @@ fn probed(cmd: &[String], input: &[u8], patterns: &[&str], modules: &[&str]) -> 
     let (tp_status, tp_out, tp_err) = session.wait();
     assert!(status.success(), "{cmd:?} under {} probes ended with {status:?}; tp said:\n{tp_err}", patterns.join(" "));
     assert!(tp_status.success(), "tp failed: {tp_err}");
-    let line = tp_out.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON: {tp_out}"));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let v = one_process(&tp_out);
     let probes = v["probes"].as_array().unwrap();
     let hits = probes
         .iter()

@@ -24,18 +24,18 @@ fn stop(session: Session) -> (String, u64, String) {
     (stdout, epochs, stderr)
 }
 
-/// The rows of a `--json` profile, by function.
+/// The rows of a `--json` profile, by function (every function profiled).
 fn rows(stdout: &str) -> std::collections::BTreeMap<String, Value> {
-    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON: {stdout}"));
-    let v: Value = serde_json::from_str(line).unwrap();
-    assert!(v["toggles_per_s"].as_u64().is_some() && v["samples_per_s"].as_u64().is_some(), "{v}");
-    v["functions"].as_array().unwrap().iter().map(|f| (f["func"].as_str().unwrap().to_string(), f.clone())).collect()
+    let v = summary_doc(stdout);
+    assert_eq!(v["command"], "profile", "{v}");
+    let p = one_process(stdout);
+    assert!(p["toggles_per_s"].as_u64().is_some() && p["samples_per_s"].as_u64().is_some(), "{v}");
+    p["probes"].as_array().unwrap().iter().map(|f| (f["func"].as_str().unwrap().to_string(), f.clone())).collect()
 }
 
 /// The wall-clock seconds a `--json` profile covered.
 fn seconds(stdout: &str) -> f64 {
-    let line = stdout.lines().find(|l| l.starts_with('{')).unwrap();
-    serde_json::from_str::<Value>(line).unwrap()["seconds"].as_f64().unwrap()
+    summary_doc(stdout)["seconds"].as_f64().unwrap()
 }
 
 fn num(row: &Value, key: &str) -> u64 {
@@ -72,28 +72,28 @@ fn calls_are_exact_and_samples_stay_within_each_epochs_budget() {
     assert!(t.quit().success(), "the target must exit 0");
 
     let rows = rows(&stdout);
-    let calls = |f: &str| num(&rows[f], "calls");
+    let calls = |f: &str| num(&rows[f], "hits");
     assert_eq!(calls("add"), 100_010);
     assert_eq!(calls("fib"), field(&fib, "calls"));
     assert_eq!((calls("tail_outer"), calls("tail_inner")), (5000, 5000));
     assert_eq!(calls("jumper"), 51);
     assert_eq!(calls("nap"), 3);
-    for (func, row) in &rows {
-        let samples = num(row, "samples");
+    for (func, row) in rows.iter().filter(|(_, r)| num(r, "hits") > 0) {
+        let samples = num(row, "timed");
         // At most twice --sample per epoch, and one budget more at install.
         assert!(samples <= 6 * (epochs + 1), "{func}: {samples} samples in {epochs} epochs");
-        assert!(samples <= num(row, "calls"), "{row}");
+        assert!(samples <= num(row, "hits"), "{row}");
         assert!(func == "jumper" || samples >= 1, "{row}");
     }
     // Frames longjmp skipped never return: they are reaped, not timed.
-    assert_eq!(num(&rows["jumper"], "samples"), 0, "{}", rows["jumper"]);
-    assert!(rows["jumper"]["mean_ns"].is_null());
+    assert_eq!(num(&rows["jumper"], "timed"), 0, "{}", rows["jumper"]);
+    assert!(rows["jumper"]["avg_ns"].is_null());
     // The first call of a function whose rate tp does not know yet is never
     // timed (see events/sampling.rs); once its rate is known (one call per
     // epoch), every call is.
     let nap = &rows["nap"];
-    assert_eq!(num(nap, "samples"), 2);
-    let mean = num(nap, "mean_ns");
+    assert_eq!(num(nap, "timed"), 2);
+    let mean = num(nap, "avg_ns");
     assert!((30_000_000..300_000_000).contains(&mean), "nap(30) took {mean} ns on average");
     // Shares are of the profile's wall-clock time: nap ran 90 ms of it.
     let seconds = seconds(&stdout);
@@ -110,8 +110,8 @@ fn threads_racing_for_the_last_sample_never_overspend_it() {
     let (stdout, epochs, _) = stop(session);
     assert!(t.quit().success());
     let rows = rows(&stdout);
-    assert_eq!((num(&rows["foo"], "calls"), num(&rows["bar"], "calls")), (foo, bar));
-    let samples = num(&rows["foo"], "samples");
+    assert_eq!((num(&rows["foo"], "hits"), num(&rows["bar"], "hits")), (foo, bar));
+    let samples = num(&rows["foo"], "timed");
     assert!(samples >= 5 && samples <= 10 * (epochs + 1), "{samples} samples in {epochs} epochs");
 }
 
@@ -124,16 +124,13 @@ fn samples_are_spread_over_calls_not_taken_after_pauses() {
     // The share of long calls among the samples tells it apart from the
     // mean, which a few calls preempted on a busy machine (or a VM) skew.
     let mut t = Target::start("events");
-    let trace = std::env::temp_dir().join(format!("tp-pulse-{}.json", t.pid));
-    let session = start(t.pid, &["-f", "pulse", "--json", "-o", trace.to_str().unwrap()]);
+    // The sampled calls, as the results: a Chrome trace (by the file's name).
+    let trace = std::env::temp_dir().join(format!("tp-pulse-{}.trace.json", t.pid));
+    let session = start(t.pid, &["-f", "pulse", "-o", trace.to_str().unwrap()]);
     t.ask("burst 400", "done burst");
     let (stdout, _, _) = stop(session);
     assert!(t.quit().success());
-    let rows = rows(&stdout);
-    let pulse = &rows["pulse"];
-    assert_eq!(num(pulse, "calls"), 40_000);
-    let (samples, mean) = (num(pulse, "samples"), num(pulse, "mean_ns"));
-    assert!(samples >= 100, "{pulse}");
+    assert_eq!(stdout, "", "-o takes the results");
     let text = std::fs::read_to_string(&trace).unwrap();
     let _ = std::fs::remove_file(&trace);
     let v: Value = serde_json::from_str(&text).unwrap();
@@ -144,12 +141,14 @@ fn samples_are_spread_over_calls_not_taken_after_pauses() {
         .filter(|e| e["name"] == "pulse" && e["ph"] == "X")
         .map(|e| e["dur"].as_f64().unwrap())
         .collect();
-    assert_eq!(durations.len() as u64, samples);
+    let samples = durations.len();
+    assert!(samples >= 100, "{samples} samples");
+    let mean = durations.iter().sum::<f64>() / samples as f64;
     let long = durations.iter().filter(|&&us| us >= 150.0).count();
     assert!(
-        long * 20 <= durations.len(),
-        "{long} of {samples} samples (mean {mean} ns) are the long call, one in 100 calls: biased towards the calls \
-         after a pause"
+        long * 20 <= samples,
+        "{long} of {samples} samples (mean {mean:.2} µs) are the long call, one in 100 calls: biased towards the \
+         calls after a pause"
     );
 }
 
@@ -161,14 +160,14 @@ const EVERY_FUNCTION: &[&str] = &["-f", "*"];
 #[cfg(target_arch = "aarch64")]
 const EVERY_FUNCTION: &[&str] = &["-f", "add", "-f", "mix", "-f", "greet", "-f", "nap", "-f", "fib", "-f", "job_main"];
 
-#[test]
-fn the_table_and_the_trace_file() {
+/// Runs the `events` target's calls and three naps under `tp profile ARGS`;
+/// returns tp's (stdout, stderr).
+fn naps_profiled(args: &[&str]) -> (String, String) {
     let mut t = Target::start("events");
-    let trace = std::env::temp_dir().join(format!("tp-profile-{}.json", t.pid));
-    let path = trace.to_str().unwrap();
-    let mut args = EVERY_FUNCTION.to_vec();
-    args.extend(["--sample", "2", "-o", path]);
-    let session = start(t.pid, &args);
+    let mut full = EVERY_FUNCTION.to_vec();
+    full.extend(["--sample", "2"]);
+    full.extend_from_slice(args);
+    let session = start(t.pid, &full);
     t.ask("call 20 2", "done call");
     for k in 0..3 {
         t.ask("nap 30", "done nap");
@@ -182,14 +181,25 @@ fn the_table_and_the_trace_file() {
     let (stdout, _, stderr) = stop(session);
     assert!(t.quit().success());
     assert!(stderr.contains("functions of"), "{stderr}");
+    (stdout, stderr)
+}
+
+#[test]
+fn the_table_and_the_trace_file() {
+    let (stdout, _) = naps_profiled(&[]);
     let mut lines = stdout.lines();
     let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(head, ["FUNCTION", "SAMPLES", "CALLS", "MEAN", "P50", "P99", "TIME%"]);
+    assert_eq!(head, ["FUNCTION", "TIMED", "HITS", "AVG", "P50", "P99", "TIME%"]);
     let nap = lines.find(|l| l.starts_with("nap ")).unwrap_or_else(|| panic!("{stdout}"));
     let cols: Vec<&str> = nap.split_whitespace().collect();
     assert_eq!(cols[1..3], ["2", "3"], "{nap}");
     assert!(stdout.lines().any(|l| l.starts_with("greet ")), "{stdout}");
+    // Only functions that ran are rows.
+    assert!(stdout.lines().skip(1).all(|l| l.split_whitespace().nth(2) != Some("0")), "{stdout}");
 
+    let trace = std::env::temp_dir().join(format!("tp-profile-{}.trace.json", std::process::id()));
+    let (stdout, _) = naps_profiled(&["-o", trace.to_str().unwrap()]);
+    assert_eq!(stdout, "", "-o takes the results");
     let text = std::fs::read_to_string(&trace).unwrap();
     let _ = std::fs::remove_file(&trace);
     let v: Value = serde_json::from_str(&text).unwrap();

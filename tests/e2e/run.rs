@@ -104,12 +104,19 @@ fn run_reports_a_death_by_signal_as_a_shell_does() {
 fn run_leaves_stdin_to_the_program() {
     let launched = target_path("launched");
     let input = "one\ntwo\nthree\n";
-    let (status, stdout, stderr) =
-        tp_run(&["-f", "foo", "--json", "--", launched.to_str().unwrap(), "echo"], input.as_bytes());
+    let dir = Scratch::new("stdin");
+    let summary = dir.path("summary.json");
+    let (status, stdout, stderr) = tp_run(
+        &["-f", "foo", "-o", summary.to_str().unwrap(), "--", launched.to_str().unwrap(), "echo"],
+        input.as_bytes(),
+    );
     assert!(status.success(), "{stderr}");
     assert_eq!(stdout, input, "the program read tp's stdin and wrote tp's stdout");
     assert!(stderr.contains("foo calls=3 checksum=ok"), "{stderr}");
-    assert_eq!(hits_from_json(&stderr)["foo"], 3, "the summary (JSON, on stderr) counts the program's 3 calls");
+    assert_eq!(hits_in(&summary)["foo"], 3, "the summary (JSON, by the file's name) counts the program's 3 calls");
+    // JSON never goes to stdout (the program's) nor stderr (tp's lines).
+    let line = expect_error(&["run", "-f", "foo", "--json", "--", launched.to_str().unwrap()], "add -o FILE");
+    assert!(line.starts_with("tp: `tp run` writes json results to a file"), "{line}");
 }
 
 #[test]
@@ -151,9 +158,11 @@ fn run_probes_a_library_the_program_loads_later() {
     // libuser dlopens libgamma.so on command; the probe on its lib_work
     // goes in when tp sees the new library, before the test lets it call.
     let _shared = shared();
+    let dir = Scratch::new("later");
+    let summary = dir.path("summary.json");
     let mut child = KillOnDrop::child(
         tp_command()
-            .args(["run", "-f", "libalpha:lib_work", "-f", "libgamma:lib_work", "--json", "--"])
+            .args(["run", "-f", "libalpha:lib_work", "-f", "libgamma:lib_work", "-o", summary.to_str().unwrap(), "--"])
             .arg(target_path("libuser"))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -185,8 +194,8 @@ fn run_probes_a_library_the_program_loads_later() {
     let status = wait_timeout(child);
     let stderr = err.rest().join("\n");
     assert!(status.success(), "{stderr}");
-    let summary = stderr.lines().rev().find(|l| l.starts_with('{')).unwrap();
-    let v: serde_json::Value = serde_json::from_str(summary).unwrap();
+    let summary = std::fs::read_to_string(&summary).unwrap();
+    let v = one_process(&summary);
     let hits = |module: &str| {
         v["probes"].as_array().unwrap().iter().find(|p| p["module"].as_str().unwrap().starts_with(module)).unwrap()
             ["hits"]
@@ -281,13 +290,17 @@ fn run_traces_python_exactly() {
 #[test]
 fn run_records_returns_from_the_first_call() {
     let launched = target_path("launched");
+    let dir = Scratch::new("ret");
+    let file = dir.path("summary.json");
+    let path = file.to_str().unwrap();
     let (status, stdout, stderr) =
-        tp_run(&["-f", "foo", "--ret", "-q", "--json", "--", launched.to_str().unwrap(), "calls", "2000"], b"");
+        tp_run(&["-f", "foo", "--ret", "-q", "-o", path, "--", launched.to_str().unwrap(), "calls", "2000"], b"");
     assert!(status.success(), "{stderr}");
     assert_eq!(stdout, "foo calls=2000 checksum=ok\n");
-    let summary = stderr.lines().rev().find(|l| l.starts_with('{')).unwrap();
-    let v: serde_json::Value = serde_json::from_str(summary).unwrap();
+    let summary = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(summary_doc(&summary)["command"], "run");
+    let v = one_process(&summary);
     let foo = &v["probes"][0];
-    assert_eq!((foo["hits"].as_u64(), foo["calls_timed"].as_u64()), (Some(2000), Some(2000)), "{summary}");
+    assert_eq!((foo["hits"].as_u64(), foo["timed"].as_u64()), (Some(2000), Some(2000)), "{summary}");
     assert_eq!(v["lost_events"].as_u64(), Some(0));
 }

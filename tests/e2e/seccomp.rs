@@ -248,8 +248,8 @@ fn returns_at_exits_need_no_call_that_ends_the_process() {
     assert_eq!(t.call("work", 1000, 1), 1000);
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    assert_eq!(summary["probes"][0]["calls_timed"].as_u64(), Some(1000), "{summary}");
+    let summary = one_process(&stdout);
+    assert_eq!(summary["probes"][0]["timed"].as_u64(), Some(1000), "{summary}");
     assert_code_is_original(&t, &["work"]);
     alive_and_well(t);
 }
@@ -282,8 +282,7 @@ fn errors_the_runtime_goes_on_from_are_no_refusal() {
         assert_eq!(t.call("work", 1000, 1), 1000);
         let (status, stdout, stderr) = session.interrupt();
         assert!(status.success(), "{env:?}: {stderr}");
-        let events: Vec<serde_json::Value> =
-            stdout.lines().filter(|l| l.starts_with("{\"type\":")).map(|l| serde_json::from_str(l).unwrap()).collect();
+        let events: Vec<serde_json::Value> = json_events(&stdout);
         let of = |ty: &str| events.iter().filter(|e| e["type"] == ty && e["tid"] == t.pid).count();
         assert_eq!((of("entry"), of("exit"), events.len()), (1000, 1000, 2000), "{env:?}");
         assert_code_is_original(&t, &["work"]);

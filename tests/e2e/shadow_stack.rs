@@ -63,9 +63,10 @@ fn copied_calls_are_refused_and_returns_seen_at_exits_where_a_thread_has_a_shado
         stderr.contains("tp: 1 function count the calls that leave by an exit without a window as unwound"),
         "{stderr}"
     );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let timed = |k: usize| summary["probes"][k]["calls_timed"].as_u64();
-    assert_eq!((timed(0), timed(1)), (Some(own.0), Some(own.1 - 3)), "{summary}");
+    let summary = one_process(&stdout);
+    let timed =
+        |f: &str| summary["probes"].as_array().unwrap().iter().find(|p| p["func"] == f).unwrap()["timed"].as_u64();
+    assert_eq!((timed("pr_push"), timed("pr_shared_ret")), (Some(own.0), Some(own.1 - 3)), "{summary}");
 
     // Counting and entry events work; a glob skips the functions refused
     // (pr_call, pr_call_mem, pr_call_next and each one's twin pr_*_ref).
@@ -78,7 +79,7 @@ fn copied_calls_are_refused_and_returns_seen_at_exits_where_a_thread_has_a_shado
     assert!(stderr.contains("tp: 6 of the matched functions cannot be probed and are skipped"), "{stderr}");
     let hits = hits_from_json(&stdout);
     assert_eq!(hits.into_iter().collect::<Vec<_>>(), [("pr_push".to_string(), own)]);
-    let entries = stdout.lines().filter(|l| l.starts_with("{\"type\":\"entry\",\"func\":\"pr_push\"")).count();
+    let entries = json_events(&stdout).iter().filter(|e| e["type"] == "entry" && e["func"] == "pr_push").count();
     assert_eq!(entries as u64, own, "every call's entry event");
     // list-probes says why.
     let out = tp_believing(&["list-probes", "-p", &pid, "--json"]);

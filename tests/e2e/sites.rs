@@ -70,11 +70,18 @@ fn an_offset_between_instructions_is_refused_in_one_line() {
     let (name, off) = site.split_once('+').unwrap();
     let inside = format!("{name}+{:#x}", u64::from_str_radix(off.trim_start_matches("0x"), 16).unwrap() + 1);
     let err = expect_error(&["attach", "-p", &pid, "-f", &inside], "is not where an instruction starts");
-    assert!(err.contains(&format!("cannot probe `{inside}`")) && err.contains("instructions start at 0x"), "{err}");
+    // In the user's terms: the offsets around it that can be probed, no runtime address.
+    assert!(err.contains(&format!("cannot probe `{inside}`: `{inside}` is not where")), "{err}");
+    assert!(err.contains(&format!("the nearest places that can be probed: `{site}` and `{name}+0x")), "{err}");
+    let runtime_address = |w: &str| w.starts_with("0x") && w.len() > 10;
+    assert!(!err.split(|c: char| !c.is_ascii_alphanumeric()).any(runtime_address), "{err}");
     let err = expect_error(&["attach", "-p", &pid, "-f", "work+0x10000"], "past the end of `work`");
     assert_eq!(err.lines().count(), 1, "{err}");
+    // A line that starts no code: the nearest that do; a file that is not there: said so.
     let err = expect_error(&["attach", "-p", &pid, "--line", "lines.c:1"], "starts no code");
-    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("the nearest lines that do: `lines.c:"), "{err}");
+    let err = expect_error(&["attach", "-p", &pid, "--line", "nosuch.c:20"], "no source file `nosuch.c`");
+    assert!(err.contains("tp list-probes -p"), "{err}");
     assert_code_is_original(&t, &["work"]);
     assert!(!has_region(t.pid));
 }
@@ -98,8 +105,7 @@ fn inside_a_function_ret_is_refused_and_args_are_not_recorded() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "tp failed: {stderr}");
     assert!(stderr.contains(&format!("`{line_c}` inside functions: counted, without arguments")), "{stderr}");
-    let events: Vec<Value> =
-        stdout.lines().filter(|l| l.starts_with("{\"type\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> = json_events(&stdout);
     assert_eq!(events.len() as u64, n, "one entry event per call of work, none for the line");
     assert!(events.iter().all(|e| e["func"] == "work"));
     let args: Vec<u64> = events.iter().map(|e| e["args"]["i"].as_u64().unwrap()).collect();

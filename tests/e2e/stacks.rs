@@ -23,15 +23,14 @@ fn session(target: &str, args: &[&str], cmds: &[(&str, &str)]) -> (Vec<String>, 
     (answers, stdout, stderr)
 }
 
-/// The JSON summary among tp's stdout lines.
+/// The JSON summary of the one process among tp's stdout lines.
 fn summary(stdout: &str) -> Value {
-    let line = stdout.lines().rfind(|l| l.starts_with("{\"pid\"")).unwrap_or_else(|| panic!("no summary: {stdout}"));
-    serde_json::from_str(line).unwrap()
+    one_process(stdout)
 }
 
 /// The function names of a stack's frames (`name+0x.. (module)`), and its count.
 fn stacks_of(s: &Value, function: &str) -> Vec<(Vec<String>, u64)> {
-    let p = s["stacks"].as_array().unwrap().iter().find(|p| p["function"] == function).expect("the function's stacks");
+    let p = s["stacks"].as_array().unwrap().iter().find(|p| p["func"] == function).expect("the function's stacks");
     p["stacks"]
         .as_array()
         .unwrap()
@@ -43,7 +42,7 @@ fn stacks_of(s: &Value, function: &str) -> Vec<(Vec<String>, u64)> {
                 .iter()
                 .map(|f| f.as_str().unwrap().split(['+', ' ']).next().unwrap().to_string())
                 .collect();
-            (names, st["count"].as_u64().unwrap())
+            (names, st["hits"].as_u64().unwrap())
         })
         .collect()
 }
@@ -86,6 +85,21 @@ fn unwinding_a_copy_gives_the_known_call_paths_without_frame_pointers() {
     known_paths("stacks-nofp", "--stack=dwarf");
 }
 
+/// Frame pointers on code built without them end the walks early: tp says
+/// so and offers --stack=dwarf; where the walks reach a thread's first
+/// function it says nothing.
+#[test]
+fn walks_that_end_early_suggest_unwinding_a_copy() {
+    let cmds = [("paths 30", "done paths")];
+    let (_, _, stderr) = session("stacks-nofp", &["-f", "leaf", "--stack", "-q"], &cmds);
+    let hint = stderr.lines().find(|l| l.contains("--stack=dwarf")).unwrap_or_else(|| panic!("{stderr}"));
+    assert!(hint.starts_with("tp: 90 of the 90 stacks of `leaf` end before a thread's first function (at `"), "{hint}");
+    for (target, how) in [("stacks", "--stack"), ("stacks-nofp", "--stack=dwarf")] {
+        let (_, _, stderr) = session(target, &["-f", "leaf", how, "-q"], &cmds);
+        assert!(!stderr.contains("--stack=dwarf unwinds"), "{target} {how}: {stderr}");
+    }
+}
+
 /// Stacks 10 and 30 calls deep, walked whole, and cut where asked.
 #[test]
 fn deep_stacks_have_every_frame_up_to_the_depth_asked() {
@@ -120,13 +134,21 @@ fn folded_lines_and_the_flame_graph_show_the_paths() {
     let svg = dir.join("flame.svg");
     let (_, stdout, _) = session(
         "stacks",
-        &["-f", "leaf", "--stack", "-q", "--folded", "--ring-size", "65536", "-o", svg.to_str().unwrap()],
+        &["-f", "leaf", "--stack", "--folded", "--ring-size", "65536"],
         &[("paths 100", "done paths")],
     );
-    let folded: Vec<&str> = stdout.lines().filter(|l| l.contains(";leaf ")).collect();
+    // Folded lines are the whole output: flamegraph.pl reads nothing else.
+    let folded: Vec<&str> = stdout.lines().collect();
     assert_eq!(folded.len(), 3, "{stdout}");
+    assert!(folded.iter().all(|l| l.contains(";leaf ")), "{stdout}");
     assert_eq!(folded.iter().filter(|l| l.ends_with("main;run_paths;path_a;a_mid;leaf 100")).count(), 1, "{stdout}");
     assert_eq!(folded.iter().filter(|l| l.ends_with("main;run_paths;path_b;leaf 100")).count(), 2, "{stdout}");
+    let (_, stdout, _) = session(
+        "stacks",
+        &["-f", "leaf", "--stack", "--ring-size", "65536", "-o", svg.to_str().unwrap()],
+        &[("paths 100", "done paths")],
+    );
+    assert_eq!(stdout, "", "-o takes the results");
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.starts_with("<?xml") && svg.contains("<svg"), "not an SVG");
     for name in ["a_mid", "path_a", "path_b", "run_paths", "main"] {
@@ -140,16 +162,15 @@ fn stacks_are_in_the_chrome_trace() {
     let dir = std::env::temp_dir().join(format!("tp-chrome-stack-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let trace = dir.join("t.json");
-    let (_, stdout, _) = session(
-        "stacks",
-        &["-f", "leaf", "--stack", "--json", "--ring-size", "65536", "-o", trace.to_str().unwrap()],
-        &[("paths 10", "done paths")],
-    );
-    // The JSON Lines carry each call's stack too.
-    let lines: Vec<Value> =
-        stdout.lines().filter(|l| l.contains("\"type\":\"entry\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    // The JSON Lines carry each call's stack.
+    let (_, stdout, _) =
+        session("stacks", &["-f", "leaf", "--stack", "--json", "--ring-size", "65536"], &[("paths 10", "done paths")]);
+    let lines: Vec<Value> = json_events(&stdout).into_iter().filter(|e| e["type"] == "entry").collect();
     assert_eq!(lines.len(), 30);
     assert!(lines.iter().all(|e| e["stack"][0].as_str().unwrap().starts_with("leaf+0x0 ")), "{lines:?}");
+    // So does the Chrome trace, named by --format (the file's name says JSON).
+    let args = ["-f", "leaf", "--stack", "--format", "chrome", "--ring-size", "65536", "-o", trace.to_str().unwrap()];
+    session("stacks", &args, &[("paths 10", "done paths")]);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
     let events: Vec<&Value> =
         v["traceEvents"].as_array().unwrap().iter().filter(|e| e["name"] == "leaf" && e["ph"] == "i").collect();
@@ -202,8 +223,11 @@ fn predicates_select_exactly_the_calls_that_satisfy_them() {
         stdout.lines().filter(|l| l.contains("\"type\":\"entry\"")).map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(entries.len(), 60);
     assert!(entries.iter().all(|e| e["args"]["n"].as_i64().unwrap() < 3), "{entries:?}");
+    // The hits are the calls that passed, every call beside them.
     let s = summary(&stdout);
-    assert_eq!((s["probes"][0]["hits"].as_u64(), s["lost_events"].as_u64()), (Some(200), Some(0)), "{s}");
+    let p = &s["probes"][0];
+    assert_eq!((p["hits"].as_u64(), p["hits_unfiltered"].as_u64()), (Some(60), Some(200)), "{s}");
+    assert_eq!(s["lost_events"].as_u64(), Some(0), "{s}");
     // On the return value: leaf returns 2n + 1, above 10 for n >= 5; and
     // both at once: n != 7 at entry, ret > 10 at exit.
     for (expr, exits) in [("ret > 10", 100), ("n != 7 && ret > 10", 80), ("arg0 == 4 || arg0 == 9", 40)] {
@@ -211,7 +235,18 @@ fn predicates_select_exactly_the_calls_that_satisfy_them() {
             session("stacks", &["-f", "leaf", "--ret", "--if", expr, "--json"], &[("values 200", "done values")]);
         let n = stdout.lines().filter(|l| l.contains("\"type\":\"exit\"")).count();
         assert_eq!(n, exits, "{expr}: {stdout}");
+        let p = &summary(&stdout)["probes"][0];
+        let counts = (p["hits"].as_u64(), p["hits_unfiltered"].as_u64(), p["timed"].as_u64());
+        assert_eq!(counts, (Some(exits as u64), Some(200), Some(exits as u64)), "{expr}: {p}");
     }
+    // Kept in the target (--ret -q), and as the text shows it: HITS, then UNFILTERED.
+    let (_, stdout, _) =
+        session("stacks", &["-f", "leaf", "--ret", "-q", "--if", "ret > 10"], &[("values 200", "done values")]);
+    let head = stdout.lines().find(|l| l.starts_with("FUNCTION")).unwrap_or_else(|| panic!("{stdout}"));
+    let row = stdout.lines().find(|l| l.starts_with("leaf ")).unwrap_or_else(|| panic!("{stdout}"));
+    let cols: Vec<&str> = head.split_whitespace().collect();
+    assert_eq!(cols[..4], ["FUNCTION", "HITS", "UNFILTERED", "TIMED"], "{stdout}");
+    assert_eq!(row.split_whitespace().take(4).collect::<Vec<_>>(), ["leaf", "100", "200", "100"], "{stdout}");
 }
 
 #[test]
@@ -239,15 +274,12 @@ fn counts_by_argument_value_are_the_targets() {
     let (_, stdout, _) = session("stacks", &["-f", "leaf", "--by", "n", "--json"], &[("values 1000", "done values")]);
     let s = summary(&stdout);
     let by = &s["by"][0];
-    assert_eq!(
-        (by["function"].as_str(), by["arg"].as_str(), by["overflow"].as_u64()),
-        (Some("leaf"), Some("n"), Some(0))
-    );
+    assert_eq!((by["func"].as_str(), by["arg"].as_str(), by["overflow"].as_u64()), (Some("leaf"), Some("n"), Some(0)));
     let values: Vec<(i64, u64)> = by["values"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| (v["value"].as_i64().unwrap(), v["calls"].as_u64().unwrap()))
+        .map(|v| (v["value"].as_i64().unwrap(), v["hits"].as_u64().unwrap()))
         .collect();
     assert_eq!(values, (0..10).map(|v| (v, 100)).collect::<Vec<_>>());
 }
@@ -274,7 +306,7 @@ fn durations_kept_in_the_target_lose_nothing_and_match_the_targets_histogram() {
     let s = summary(&stdout);
     let p = &s["probes"][0];
     assert_eq!(
-        (p["hits"].as_u64(), p["calls_timed"].as_u64(), s["lost_events"].as_u64()),
+        (p["hits"].as_u64(), p["timed"].as_u64(), s["lost_events"].as_u64()),
         (Some(10000), Some(10000), Some(0))
     );
 
@@ -291,7 +323,7 @@ fn durations_kept_in_the_target_lose_nothing_and_match_the_targets_histogram() {
         .collect();
     assert_eq!(own.len(), 55, "{answers:?}");
     let p = &summary(&stdout)["probes"][0];
-    assert_eq!(p["calls_timed"].as_u64(), Some(55));
+    assert_eq!(p["timed"].as_u64(), Some(55));
     let tps: Vec<(u64, u64)> =
         p["histogram"].as_array().unwrap().iter().map(|b| (b[0].as_u64().unwrap(), b[2].as_u64().unwrap())).collect();
     assert_eq!(tps.iter().map(|&(_, n)| n).sum::<u64>(), 55, "{tps:?}");
@@ -343,7 +375,7 @@ fn inlined_functions_are_frames_of_their_own() {
     for (target, how) in [("stacks", "--stack"), ("stacks-nofp", "--stack=dwarf")] {
         let (_, stdout, _) = session(
             target,
-            &["-f", "leaf", how, "-q", "--json", "--folded", "--ring-size", "65536"],
+            &["-f", "leaf", how, "-q", "--json", "--ring-size", "65536"],
             &[("inlined 50", "done inlined")],
         );
         let stacks = stacks_of(&summary(&stdout), "leaf");
@@ -354,6 +386,11 @@ fn inlined_functions_are_frames_of_their_own() {
         );
         let line = stacks.iter().find(|(n, _)| n.len() > 1).map(|(n, _)| n.clone()).unwrap();
         assert_eq!(line[1], "inner_helper");
+        let (_, stdout, _) = session(
+            target,
+            &["-f", "leaf", how, "--folded", "--ring-size", "65536"],
+            &[("inlined 50", "done inlined")],
+        );
         assert!(stdout.lines().any(|l| l.ends_with("main;run_inlined;inner_helper;leaf 50")), "{target}: {stdout}");
     }
 }

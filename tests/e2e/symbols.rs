@@ -23,8 +23,7 @@ struct Probe {
 
 /// The probes of the last JSON summary in `stdout`.
 fn probes(stdout: &str) -> Vec<Probe> {
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {stdout:?}"));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let v = one_process(stdout);
     v["probes"]
         .as_array()
         .unwrap()

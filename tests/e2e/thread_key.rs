@@ -37,16 +37,14 @@ fn foreign_thread_records_every_event(env: &[(&str, &str)]) {
     let tid = field(&line, "tid");
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
-    let events: Vec<serde_json::Value> =
-        stdout.lines().filter(|l| l.starts_with("{\"type\":")).map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<serde_json::Value> = json_events(&stdout);
     let of = |ty: &str| events.iter().filter(|e| e["type"] == ty && e["tid"].as_u64() == Some(tid)).count();
     assert_eq!((of("entry"), of("exit")), (1000, 1000), "every call's entry and exit, on the thread's own TID");
     assert_eq!(events.len(), 2000, "no event on another TID");
-    let summary = stdout.lines().rev().find(|l| l.starts_with("{\"pid\":")).unwrap();
-    let v: serde_json::Value = serde_json::from_str(summary).unwrap();
+    let v = one_process(&stdout);
     assert_eq!(v["lost_events"], 0);
     assert_eq!(v["probes"][0]["hits"], 1000);
-    assert_eq!(v["probes"][0]["calls_timed"], 1000);
+    assert_eq!(v["probes"][0]["timed"], 1000);
     assert!(t.quit().success());
 }
 

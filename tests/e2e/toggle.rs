@@ -60,8 +60,7 @@ impl Watcher {
 
 fn status_of(pid: &str) -> (std::collections::BTreeMap<String, u64>, serde_json::Value) {
     let out = expect_success(&["status"], &tp(&["status", "-p", pid, "--json"]));
-    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
-    (hits_from_json(&out), v)
+    (hits_from_json(&out), one_process(&out))
 }
 
 fn enabled(v: &serde_json::Value, func: &str) -> bool {

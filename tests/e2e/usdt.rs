@@ -13,7 +13,7 @@ use crate::util::*;
 /// The events in tp's JSON Lines output.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn events(stdout: &str) -> Vec<Value> {
-    stdout.lines().filter(|l| l.starts_with("{\"type\"")).map(|l| serde_json::from_str(l).unwrap()).collect()
+    json_events(stdout)
 }
 
 /// The semaphore's value as the `sdt` target reads it.

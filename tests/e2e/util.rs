@@ -509,11 +509,39 @@ impl Drop for Session {
     }
 }
 
-/// Parses tp's JSON summary into (func -> hits).
+/// tp's JSON summary document in `stdout`: the last line of type `summary`
+/// (docs/output.md).
+pub fn summary_doc(stdout: &str) -> serde_json::Value {
+    let line = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("{\"type\":\"summary\""))
+        .unwrap_or_else(|| panic!("no summary document in {stdout:?}"));
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+/// The one process of the summary document in `stdout`: its `probes`,
+/// `lost_events`, `children`, `stacks` and `by`.
+pub fn one_process(stdout: &str) -> serde_json::Value {
+    let v = summary_doc(stdout);
+    let processes = v["processes"].as_array().unwrap_or_else(|| panic!("no processes in {v}"));
+    assert_eq!(processes.len(), 1, "one process in {v}");
+    processes[0].clone()
+}
+
+/// The event lines (`entry`, `exit`, `unwound`) of tp's JSON output.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .filter(|l| l.starts_with('{') && !l.starts_with("{\"type\":\"summary\""))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// Parses tp's JSON summary of one process into (func -> hits).
 pub fn hits_from_json(stdout: &str) -> std::collections::BTreeMap<String, u64> {
-    let line = stdout.lines().rev().find(|l| l.starts_with('{')).unwrap_or_else(|| panic!("no JSON in {stdout:?}"));
-    let v: serde_json::Value = serde_json::from_str(line).unwrap();
-    v["probes"]
+    one_process(stdout)["probes"]
         .as_array()
         .unwrap()
         .iter()

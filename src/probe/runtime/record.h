@@ -125,6 +125,26 @@ HOT int predicate(const uint64_t *prog, const uint64_t *args, uint64_t ret)
 	return 1;
 }
 
+/* --if: one more call of `probe` passed its predicates (the detour counted
+ * it before any ran). */
+HOT void count_match(const struct tp_ctx *c, uint32_t probe)
+{
+	__atomic_fetch_add(&((struct tp_probe_config *)config_of(c, probe))->matched, 1, __ATOMIC_RELAXED);
+}
+
+/* At an entry of tp_entry_ext with a predicate: 1 if the call passes it,
+ * counted as matched unless a predicate on the return value is still to
+ * come (record_exit counts it then). */
+HOT int passes_entry(const struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs)
+{
+	uint32_t probe = probe_flags & TP_PROBE_MASK;
+	if (!predicate(config_of(c, probe)->entry, regs, 0))
+		return 0;
+	if (!(probe_flags & TP_FILTER_EXIT))
+		count_match(c, probe);
+	return 1;
+}
+
 /* The thread's aggregates, after its ring: 0 if it has no ring. */
 HOT struct tp_agg *aggregates(struct tp_ctx *c, struct tp_thread *t)
 {
@@ -218,8 +238,11 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 	uint32_t flags = __atomic_load_n(&cfg->flags, __ATOMIC_RELAXED);
 	/* A tail call leaves no return value of its own: a predicate on it
 	 * does not select the call. */
-	if ((flags & TP_FILTER_EXIT) && (tail || !predicate(cfg->exit, 0, ret)))
-		return 0;
+	if (flags & TP_FILTER_EXIT) {
+		if (tail || !predicate(cfg->exit, 0, ret))
+			return 0;
+		count_match(c, probe);
+	}
 	if (flags & TP_AGGREGATE) {
 		/* As tp times an exit event: from the entry moved later by tp's
 		 * own ticks in the call's callees, never past the exit. */

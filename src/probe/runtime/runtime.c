@@ -674,8 +674,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 	}
 	/* A call its predicate rejects costs nothing more (but that a call
 	 * timed at its exits settles the frames it shows dead). */
-	if (ext && (probe_flags & TP_FILTER) &&
-	    !predicate(config_of(c, probe_flags & TP_PROBE_MASK)->entry, regs, 0)) {
+	if (ext && (probe_flags & TP_FILTER) && !passes_entry(c, probe_flags, regs)) {
 		if (probe_flags & TP_TIME_CALL)
 			settle_at_entry(c, (uint64_t)slot, probe_flags, tramp);
 		return;
