@@ -43,6 +43,11 @@ pub const USER_END: u64 = 0x7fff_ffff_f000;
 #[cfg(target_arch = "aarch64")]
 pub const USER_END: u64 = 1 << 48;
 
+/// The most bytes a patch window takes: what a site's entry in the region
+/// keeps of the original code (`probe::layout::WINDOW_BYTES`, which
+/// `probe::install` holds equal).
+pub const MAX_WINDOW: usize = 24;
+
 /// Why a function cannot be probed. The text is what `list-probes` and
 /// `attach` show after "refused: ".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +58,12 @@ pub enum Refusal {
         have: u64,
         /// Bytes the branch needs.
         need: u64,
+    },
+    /// The window would be longer than the bytes tp keeps of a site
+    /// ([`MAX_WINDOW`]) to put back.
+    TooLong {
+        /// Its length.
+        len: usize,
     },
     /// The decoder does not know the bytes at this address.
     Undecodable {
@@ -173,6 +184,7 @@ impl Refusal {
     pub fn kind(&self) -> &'static str {
         match self {
             Refusal::TooShort { .. } => "too short",
+            Refusal::TooLong { .. } => "window too long",
             Refusal::Undecodable { .. } => "undecodable instruction",
             Refusal::Unsafe { .. } => "instruction cannot run out of place",
             Refusal::CallInWindow { .. } => "call or syscall inside the window",
@@ -202,6 +214,9 @@ impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Refusal::TooShort { have, need } => write!(f, "too short ({have} bytes, a probe needs {need})"),
+            Refusal::TooLong { len } => {
+                write!(f, "its window would take {len} bytes, more than the {MAX_WINDOW} tp keeps to put back")
+            }
             Refusal::Undecodable { at } => write!(f, "undecodable instruction at {at:#x}"),
             Refusal::Unsafe { mnemonic, at } => write!(f, "`{mnemonic}` at {at:#x} cannot run out of place"),
             Refusal::CallInWindow { mnemonic, at } => {

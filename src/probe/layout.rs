@@ -208,6 +208,9 @@ pub const PROC_PAGE: u64 = 8192;
 pub const PRIVATE_MAGIC_OFF: u64 = PROC_PAGE;
 /// Where the thread states begin in the private area.
 pub const THREADS_OFF: u64 = PROC_PAGE + 4096;
+/// The bytes of a site's window its entry keeps ([`Entry::original`]): no
+/// planner makes a longer window (`arch::MAX_WINDOW`).
+pub const WINDOW_BYTES: usize = 24;
 /// Goroutines whose timed calls of Go code tp can keep at once
 /// ([`Goroutine`]), and the calls each can keep.
 pub const GO_SLOTS: u32 = 1024;
@@ -1187,7 +1190,7 @@ pub struct Entry {
     /// What it records: bits of [`kind`].
     pub kind: u32,
     /// The original bytes of the window.
-    pub original: [u8; 24],
+    pub original: [u8; WINDOW_BYTES],
     /// The bytes written over the window.
     pub patch: [u8; 24],
     /// The function's name, NUL-terminated.
@@ -1220,7 +1223,7 @@ impl Entry {
             detour_len: 0,
             window_len: 0,
             kind: 0,
-            original: [0; 24],
+            original: [0; WINDOW_BYTES],
             patch: [0; 24],
             name: [0; 96],
             module: [0; 56],

@@ -111,7 +111,7 @@ pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     let plan = Host::plan_long(code, f.addr.0, &m.extra_targets(f))?;
     m.planner().check_entries(m, &plan, f.bias)?;
-    Ok(plan)
+    crate::symbols::verdict::fits(plan)
 }
 
 /// The calling convention of `f` of `m`, or why it cannot record `records`

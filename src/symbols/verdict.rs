@@ -91,6 +91,14 @@ pub fn exits_widening(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -
     }
 }
 
+/// `plan`, or why its window is longer than a site's entry keeps.
+pub fn fits(plan: SitePlan) -> Result<SitePlan, Refusal> {
+    match plan.len() {
+        len if len > crate::arch::MAX_WINDOW => Err(Refusal::TooLong { len }),
+        _ => Ok(plan),
+    }
+}
+
 /// If `f` of `m` is Go code, what its plan was built on.
 pub fn go_code(m: &Module, f: &Function, isa: Isa) -> Option<GoCode> {
     let code = m.code_of(f).ok()?;
@@ -171,7 +179,7 @@ impl Planner {
         }
         plan.function = f.addr.0;
         self.entries.check(&m.elf, &plan, f.bias)?;
-        Ok(plan)
+        fits(plan)
     }
 
     /// The plan for a probe at `at` inside `f` of `m`, whose bytes are
@@ -205,7 +213,7 @@ impl Planner {
         }
         plan.function = f.addr.0;
         self.entries.check(&m.elf, &plan, f.bias)?;
-        Ok(plan)
+        fits(plan)
     }
 
     /// [`Planner::plan`] with a window reaching `end` at least: see [`verdict_to`].
@@ -217,7 +225,7 @@ impl Planner {
         let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
         let plan = (isa.plan_to)(code, f.addr.0, &extra, &image, end)?;
         self.entries.check(&m.elf, &plan, f.bias)?;
-        Ok(plan)
+        fits(plan)
     }
 
     /// The windows at the exits of `f` of `m`, whose bytes are `code` and
@@ -268,7 +276,7 @@ impl Planner {
         for e in &mut exits {
             if let Ok(plan) = &mut e.plan {
                 plan.function = f.addr.0;
-                if let Err(why) = self.entries.check(&m.elf, plan, f.bias) {
+                if let Err(why) = self.entries.check(&m.elf, plan, f.bias).and_then(|_| fits(plan.clone())) {
                     e.plan = Err(why);
                 }
             }

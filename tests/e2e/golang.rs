@@ -1,8 +1,9 @@
 //! A Go program (targets/goroutines.go, built here with Debian's Go 1.19,
 //! standard library only, offline) with goroutines, deep recursion that
 //! grows goroutine stacks, and garbage collection. Return probes and tp
-//! profile are refused before anything is injected (Go's runtime walks
-//! goroutine stacks and checks every return address); entries count calls
+//! profile see calls end at the functions' exits (Go's runtime walks
+//! goroutine stacks and checks every return address, which stay as they
+//! are), paired per goroutine through stack growth; entries count calls
 //! exactly, also through stack growth (the probe sits after Go's stack
 //! check); probing every function leaves runtime.goexit alone and the
 //! program runs on through goroutine exits and collections; arguments
@@ -75,18 +76,110 @@ fn code_maps_of(pid: i32) -> Vec<String> {
     maps.lines().filter(|l| l.split_whitespace().nth(1).is_some_and(|p| p.contains('x'))).map(String::from).collect()
 }
 
+/// The return values fib(n) gives over the calls of fib(n) itself, as a
+/// count per value.
+fn fib_returns(n: u64, into: &mut std::collections::BTreeMap<u64, u64>) -> u64 {
+    let r = if n < 2 { n } else { fib_returns(n - 1, into) + fib_returns(n - 2, into) };
+    *into.entry(r).or_default() += 1;
+    r
+}
+
+/// `--ret` on Go code: one exit per call, seen at the function's exits
+/// (nothing on the goroutine's stack changes), its result from Go's
+/// register ABI, a duration on each.
 #[test]
-fn return_probes_and_profiles_of_go_code_are_refused_before_anything_is_injected() {
+fn return_values_of_a_recursive_go_function_are_exact() {
+    let mut t = start();
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--json", "--ret", "-f", "main.fib", "--ring-size", "65536"]);
+    assert_eq!(ask_field(&mut t, "fib 18", "done fib", "result"), 2584);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let events = json_events(&stdout);
+    let exits: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "exit").collect();
+    let mut want = std::collections::BTreeMap::new();
+    fib_returns(18, &mut want);
+    let mut got = std::collections::BTreeMap::new();
+    for e in &exits {
+        *got.entry(e["ret"].as_u64().unwrap_or_else(|| panic!("no return value in {e}"))).or_default() += 1u64;
+        assert!(e["duration_ns"].as_u64().is_some_and(|d| d > 0), "no duration in {e}");
+        assert_eq!(e["tail_call"], false, "{e}");
+    }
+    assert_eq!(got, want, "the return values of fib(18)'s 8361 calls");
+    assert_eq!(exits.last().unwrap()["ret"], 2584, "the last return is fib(18)'s");
+    let p = &one_process(&stdout)["probes"][0];
+    assert_eq!((p["hits"].as_u64(), p["timed"].as_u64()), (Some(8361), Some(8361)), "{p}");
+    assert_eq!(one_process(&stdout)["lost_events"], 0);
+    assert_code_is_original(&t, &["main.fib"]);
+    assert!(!has_region(t.pid));
+    assert_eq!(ask_field(&mut t, "fib 15", "done fib", "result"), 610);
+    assert!(t.quit().success());
+}
+
+/// A goroutine's stack that grows (copied whole to a larger one) between a
+/// call's entry and its exit: each call still pairs with its own exit,
+/// kept by the goroutine and the distance from its stack's top.
+#[test]
+fn calls_of_go_code_are_timed_through_stack_growth() {
+    let mut t = start();
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--json", "--ret", "-f", "main.deep", "--ring-size", "4096"]);
+    // deep(100) on a new goroutine: 101 frames of 240 bytes outgrow its
+    // first stack (8 KiB) twice; deep(n) returns n.
+    assert_eq!(ask_field(&mut t, "deep 100", "done deep", "result"), 100);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let events = json_events(&stdout);
+    let rets: Vec<u64> = events.iter().filter(|e| e["type"] == "exit").filter_map(|e| e["ret"].as_u64()).collect();
+    assert_eq!(rets, (0..=100).collect::<Vec<u64>>(), "each call's exit, innermost first");
+    assert!(!events.iter().any(|e| e["type"] == "unwound"), "{stdout}");
+    let p = &one_process(&stdout)["probes"][0];
+    assert_eq!((p["hits"].as_u64(), p["timed"].as_u64()), (Some(101), Some(101)), "{p}");
+    assert!(t.quit().success());
+}
+
+/// `tp profile` on Go code: the sampled calls with their latency, while
+/// goroutines come and go; the program's own answers are unchanged.
+#[test]
+fn tp_profile_times_go_code() {
+    let mut t = start();
+    let pid = t.pid.to_string();
+    let session = Session::spawn("profile", &["-p", &pid, "-f", "main.*", "--json"], &[], Some("tp: profiling"));
+    let mut sums = Vec::new();
+    for _ in 0..3 {
+        assert_eq!(ask_field(&mut t, "fib 20", "done fib", "result"), 6765);
+        assert_eq!(ask_field(&mut t, "deep 300", "done deep", "result"), 300);
+        sums.push(ask_field(&mut t, "spawn 200", "done spawn", "sum"));
+        assert_eq!(ask_field(&mut t, "args 100", "done args", "calls"), 200);
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(sums.iter().all(|&s| s == sums[0]), "{sums:?}");
+    let probes = one_process(&stdout)["probes"].as_array().unwrap().clone();
+    let row = |f: &str| probes.iter().find(|p| p["func"] == f).unwrap_or_else(|| panic!("no {f} in {stdout}")).clone();
+    for f in ["main.fib", "main.deep", "main.args3", "main.spawn.func1"] {
+        let r = row(f);
+        assert!(r["timed"].as_u64().is_some_and(|n| n > 0), "{f}: {r}");
+        assert!(r["p50_ns"].as_u64().is_some_and(|n| n > 0), "{f}: {r}");
+    }
+    assert_eq!(row("main.args3")["hits"], 300);
+    assert_code_is_original(&t, &["main.fib", "main.deep", "main.args3"]);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
+
+/// What Go code cannot time is refused in one line before anything is
+/// injected: a leaf without a stack check (it may run with 128 bytes of
+/// stack left) and assembly (Go's stack-based ABI).
+#[test]
+fn go_returns_without_room_or_in_assembly_are_refused_before_anything_is_injected() {
     let mut t = start();
     let pid = t.pid.to_string();
     let before = code_maps_of(t.pid);
-    let why = "it is Go code: Go's runtime walks goroutine stacks and checks every return address on them";
-    let line = expect_error(&["attach", "-p", &pid, "-f", "main.fib", "--ret"], why);
-    assert!(line.starts_with("tp: cannot probe `main.fib`: "), "{line}");
-    expect_error(&["attach", "-p", &pid, "-f", "main.deep", "--args", "--ret"], why);
-    let line = expect_error(&["profile", "-p", &pid, "-f", "main.*", "-d", "1"], why);
-    assert!(line.starts_with("tp: nothing to probe: the "), "{line}");
-    expect_error(&["profile", "-p", &pid, "-f", "main.fib", "-d", "1"], why);
+    let line = expect_error(&["attach", "-p", &pid, "-f", "main.leaf", "--ret"], "without a stack check");
+    assert!(line.starts_with("tp: cannot probe `main.leaf`: "), "{line}");
+    expect_error(&["profile", "-p", &pid, "-f", "main.leaf", "-d", "1"], "without a stack check");
+    expect_error(&["attach", "-p", &pid, "-f", "internal/bytealg.IndexByte.abi0", "--ret"], "Go assembly");
     assert_eq!(code_maps_of(t.pid), before, "nothing may be injected");
     assert!(!has_region(t.pid));
     assert_eq!(ask_field(&mut t, "fib 15", "done fib", "result"), 610);
