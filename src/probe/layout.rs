@@ -874,7 +874,7 @@ pub mod entry_flags {
     /// predicate on the return value, durations kept in the target).
     pub const EXIT_EXT: u32 = FILTER_EXIT | AGGREGATE;
     /// Go code: the call's frame is its goroutine's ([`super::Goroutine`]),
-    /// which the detour passes (x86-64: r14; AArch64: x28).
+    /// which the detour passes from the register Go keeps it in.
     pub const GO_FRAMES: u32 = 1 << (super::KIND_SHIFT - 4);
 }
 

@@ -3,8 +3,8 @@
  * A goroutine moves between threads (its M), and its stack moves when it
  * grows: Go copies it whole, each frame at the same distance from its top.
  * So a call of Go code timed at its function's exits is its goroutine's,
- * keyed by the goroutine (`g`, which Go code keeps in r14 on x86-64 and in
- * x28 on arm64, and the detour passes) and by its slot's distance from the
+ * keyed by the goroutine (`g`, which Go code keeps in a register of its
+ * ABI and the detour passes) and by its slot's distance from the
  * top of the goroutine's stack (g.stack.hi, g's second word). A goroutine
  * takes an entry (struct tp_goroutine, in the private area after the thread
  * states) for its first timed call and gives it back when the last

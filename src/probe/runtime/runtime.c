@@ -937,7 +937,7 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 
 /* The detour passes the probe's word whole: its top half is how far above
  * `slot` the return address is, where the detour records a return ahead of
- * it (Go's epilogue `mov rbp, [rsp + d]; add rsp, N; ret`). */
+ * it (Go's epilogue: restore the frame pointer, pop the frame, return). */
 void tp_exit_at(struct tp_ctx *c, uint64_t word, uint64_t slot, uint64_t v0, uint64_t v1, uint64_t g)
 {
 	exit_at(c, (uint32_t)word, slot + (word >> 32), v0, v1, g, 0);
