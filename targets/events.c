@@ -10,6 +10,8 @@
  *   fib K          -> "done fib K calls=C ret=R" (C: calls of fib made)
  *   nap MS         one call of nap(MS), which sleeps MS milliseconds -> "done nap MS"
  *   jump D         recurse D levels in jumper(), then longjmp out -> "done jump D"
+ *   deep D         recurse D levels in descend(), which returns the sum of
+ *                  1..D -> "done deep D ret=R"
  *   quiet N        N calls of add without logging -> "done quiet N"
  *   tail N         N calls of tail_outer, which tail-calls tail_inner
  *                  -> "done tail N sum=S"
@@ -143,6 +145,13 @@ TP_EVENT TP_RECURSIVE int jumper(int depth)
 	return jumper(depth - 1) + 1;
 }
 #pragma GCC diagnostic pop
+
+TP_EVENT TP_RECURSIVE long descend(int depth)
+{
+	if (depth == 0)
+		return 0;
+	return descend(depth - 1) + depth;
+}
 
 TP_EVENT long tail_inner(long x)
 {
@@ -452,6 +461,8 @@ int main(void)
 			if (setjmp(escape) == 0)
 				jumper(k);
 			printf("done jump %d\n", k);
+		} else if (sscanf(line, "deep %d", &k) == 1) {
+			printf("done deep %d ret=%ld\n", k, descend(k));
 		} else if (sscanf(line, "tail %lu", &n) == 1) {
 			long sum = 0;
 			for (unsigned long i = 0; i < n; i++)

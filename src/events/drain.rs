@@ -150,25 +150,51 @@ impl Drainer {
         Ok(())
     }
 
-    /// Events dropped so far: rings that were full, shadow stacks that were
-    /// full, and events with no free thread slot. A freed slot's next owner
-    /// adds to its count, so nothing counted is ever forgotten.
+    /// Events dropped so far: rings that were full, timed calls nested
+    /// deeper than their frames hold, and events with no free thread slot.
+    /// A freed slot's next owner adds to its count, so nothing counted is
+    /// ever forgotten.
     pub fn lost(region: &Region) -> u64 {
-        let (in_rings, no_ring) = Drainer::lost_parts(region);
-        in_rings.saturating_add(no_ring)
+        Drainer::lost_parts(region).total()
     }
 
-    /// [`Drainer::lost`] in two parts: events a thread dropped (its ring or
-    /// its shadow stack was full), and events of threads that found no
-    /// ring free (more threads recording at once, children included, than
-    /// the region has rings).
-    pub fn lost_parts(region: &Region) -> (u64, u64) {
+    /// [`Drainer::lost`] by cause.
+    pub fn lost_parts(region: &Region) -> Lost {
         let h: Header = region.header();
-        let mut in_rings = 0u64;
+        let mut ring_full = 0u64;
         for off in slots_in_use(&h) {
-            in_rings = in_rings.saturating_add(region.get::<SlotHead>(off).lost);
+            ring_full = ring_full.saturating_add(region.get::<SlotHead>(off).lost);
         }
-        (in_rings, h.ctx.lost_no_slot)
+        Lost { ring_full, no_ring: h.ctx.lost_no_slot, too_deep: h.ctx.lost_too_deep }
+    }
+}
+
+/// Events lost, by cause ([`Drainer::lost_parts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Lost {
+    /// A thread's ring was full.
+    pub ring_full: u64,
+    /// Threads found no ring free: more threads recording at once,
+    /// children included, than the region has rings.
+    pub no_ring: u64,
+    /// Exits of timed calls nested deeper than their thread's (or
+    /// goroutine's) frames hold.
+    pub too_deep: u64,
+}
+
+impl Lost {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.ring_full.saturating_add(self.no_ring).saturating_add(self.too_deep)
+    }
+
+    /// What was lost since `start`.
+    pub fn since(&self, start: &Lost) -> Lost {
+        Lost {
+            ring_full: self.ring_full.saturating_sub(start.ring_full),
+            no_ring: self.no_ring.saturating_sub(start.no_ring),
+            too_deep: self.too_deep.saturating_sub(start.too_deep),
+        }
     }
 }
 

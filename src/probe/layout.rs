@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 15;
+pub const VERSION: u32 = 16;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -297,6 +297,10 @@ shared_struct! {
         /// Calls whose return address a return probe could not find: never
         /// expected; the process that had one was ended (SIGABRT).
         pub returns_lost: u64,
+        /// Timed calls whose exits went unrecorded because their thread (or
+        /// goroutine) had more timed calls live than its frames hold
+        /// ([`SHADOW_LEN`]), or no goroutine entry was free.
+        pub lost_too_deep: u64,
         /// Address in the target of the per-probe configurations ([`ProbeConfig`]).
         pub configs: u64,
         /// Bytes from a thread slot to its aggregates ([`AggHead`]).
@@ -353,7 +357,7 @@ shared_struct! {
         /// the thread that claimed it. tp frees the slot of a process that
         /// ended once its ring is drained.
         pub key: u64,
-        /// Events dropped: the ring was full, the thread's shadow stack was full.
+        /// Events dropped: the ring was full.
         pub lost: u64,
         /// The `head` at which the ring is full as the thread last saw
         /// `tail` (that `tail` plus the ring's length): below it there is
@@ -975,7 +979,7 @@ pub fn c_structs() -> Vec<CStruct> {
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 192 + 8 * (1 << SLOT_BITS));
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 200 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
 const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 264);
@@ -1433,6 +1437,7 @@ impl Header {
                 key_how: key_how::UNKNOWN,
                 pad: 0,
                 returns_lost: 0,
+                lost_too_deep: 0,
                 configs: target_addr + g.configs_off,
                 agg_off: agg_off_in_slot(g.ring_len),
                 main_stack_lo: 0,

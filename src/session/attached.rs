@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use super::{Options, Selection, StackMode, kept, resolve, unwind};
 use crate::escape as text;
 use crate::events::clock::Clock;
-use crate::events::drain::Drainer;
+use crate::events::drain::{Drainer, Lost};
 use crate::events::format::ProbeInfo;
 use crate::events::predicate;
 use crate::output::{ProbeStat, Summary};
@@ -57,7 +57,7 @@ pub struct Attached {
     /// Functions matched by a glob but refused.
     pub refused: usize,
     /// Events lost before this session's probes went live ([`Drainer::lost_parts`]).
-    pub lost_at_start: (u64, u64),
+    pub lost_at_start: Lost,
     /// Each probe of this session that went over a kept one, with the kept
     /// one's entry ([`super::kept`]).
     over: Vec<(u32, u32)>,
@@ -224,7 +224,7 @@ impl Attached {
             worker_time: Duration::ZERO,
             moved_threads: 0,
             refused,
-            lost_at_start: (0, 0),
+            lost_at_start: Lost::default(),
             over: Vec::new(),
         }
     }
@@ -519,7 +519,7 @@ struct Done {
     report: Report,
     stop_time: Duration,
     worker_time: Duration,
-    lost_at_start: (u64, u64),
+    lost_at_start: Lost,
 }
 
 /// Seizes the worker (unless `stopped` holds it already), prepares, stops

@@ -14,7 +14,7 @@ use super::Options;
 use super::StackMode;
 use super::attached::Attached;
 use crate::events::clock::Clock;
-use crate::events::drain::Drainer;
+use crate::events::drain::{Drainer, Lost};
 use crate::events::format::{self, MAX_STRING, ProbeInfo};
 use crate::events::predicate;
 use crate::events::stacks::{self, Frame, Recorded, StackCounts};
@@ -114,7 +114,7 @@ pub struct Tracer {
     pending: HashMap<u32, Vec<(u32, String)>>,
     latency: Vec<Latency>,
     origin_ns: u64,
-    lost_at_start: (u64, u64),
+    lost_at_start: Lost,
     /// Events read per process: the session's and those it forked.
     per_process: std::collections::BTreeMap<u32, u64>,
     next_free: std::time::Instant,
@@ -434,20 +434,28 @@ impl Tracer {
     /// Ends consuming: says how many events were lost, and returns this
     /// process's report (its counts in `summary`, with latency).
     pub fn end(mut self, attached: &Attached, summary: Summary) -> ProcessReport {
-        let (in_rings, no_ring) = Drainer::lost_parts(&attached.region);
-        let in_rings = in_rings.saturating_sub(self.lost_at_start.0);
-        let no_ring = no_ring.saturating_sub(self.lost_at_start.1);
-        let lost = in_rings + no_ring;
+        let parts = Drainer::lost_parts(&attached.region).since(&self.lost_at_start);
+        let lost = parts.total();
         let mut why = Vec::new();
-        if in_rings > 0 {
-            why.push(format!("{}: a thread's ring was full; raise --ring-size", thousands(in_rings)));
+        if parts.ring_full > 0 {
+            why.push(format!("{}: a thread's ring was full; raise --ring-size", thousands(parts.ring_full)));
         }
-        if no_ring > 0 {
+        if parts.no_ring > 0 {
             why.push(format!(
                 "{}: no ring was free, more threads recorded at once (forked children's included) than tp has \
                  rings ({})",
-                thousands(no_ring),
+                thousands(parts.no_ring),
                 1u32 << crate::probe::layout::EVENT_SLOT_BITS
+            ));
+        }
+        if parts.too_deep > 0 {
+            why.push(format!(
+                "{}: exits of calls nested deeper in timed calls than tp follows ({} per thread, {} per \
+                 goroutine) or of goroutines past the {} tp follows",
+                thousands(parts.too_deep),
+                crate::probe::layout::SHADOW_LEN,
+                crate::probe::layout::GO_FRAMES,
+                crate::probe::layout::GO_SLOTS
             ));
         }
         // Nobody reads the events once tp's output is closed.

@@ -374,19 +374,23 @@ pub fn exceptions_in(target: &str) {
 
 #[test]
 fn a_call_still_running_when_the_session_ends_returns_to_its_caller() {
-    assert!(!call_live_at_the_end("events"), "the return address was given back: tp's memory went");
+    for env in [&[][..], &[("TP_RETURNS", "stack")][..]] {
+        assert!(!call_live_at_the_end("events", env), "tp's memory went ({env:?})");
+    }
 }
 
 /// A call of `nap` through a return probe is still sleeping when the
-/// session ends: tp gives its return address back, the call returns to its
-/// caller untimed, and tp's memory goes; or, where tp cannot write it back
+/// session ends: timed at its exits, it returns to its caller untimed and
+/// tp's memory goes; timed by its return address (`TP_RETURNS=stack` in
+/// `env`), tp gives the address back, with the same result, or, where tp
+/// cannot write it back
 /// (AArch64, signed with the process's key), the call returns through the
 /// trampoline, which stays with the rest of tp's memory until `tp detach`
 /// finds it unused. Returns whether the memory stayed.
-pub fn call_live_at_the_end(target: &str) -> bool {
+pub fn call_live_at_the_end(target: &str, env: &[(&str, &str)]) -> bool {
     let mut t = Target::start(target);
     let pid = t.pid.to_string();
-    let session = Session::start(&["-p", &pid, "--ret", "-f", "nap", "-q"]);
+    let session = Session::start_with_env(&["-p", &pid, "--ret", "-f", "nap", "-q"], env);
     t.send(b"nap 3000\n");
     wait_until("nap sleeps", || {
         tp::process::blocked_in(t.pid, t.pid).is_some_and(|b| b.nr == libc::SYS_clock_nanosleep as u64)
@@ -404,6 +408,31 @@ pub fn call_live_at_the_end(target: &str) -> bool {
     assert_eq!(t.ask("fib 10", "done fib"), "done fib 10 calls=177 ret=55", "the program goes on");
     assert!(t.quit().success());
     kept
+}
+
+#[test]
+fn exits_of_calls_nested_deeper_than_tp_follows_are_counted_lost_as_such() {
+    // 201 nested calls: tp follows the outermost 128 (layout::SHADOW_LEN)
+    // to their exits; the 73 inside them are counted, their entries
+    // recorded, their exits lost, and tp says why. Either form of return
+    // probe.
+    for env in [&[][..], &[("TP_RETURNS", "stack")][..]] {
+        let mut t = Target::start("events");
+        let pid = t.pid.to_string();
+        let session = Session::start_with_env(&["-p", &pid, "--json", "--args", "--ret", "-f", "descend"], env);
+        assert_eq!(t.ask("deep 200", "done deep"), "done deep 200 ret=20100");
+        assert_eq!(t.ask("deep 100", "done deep"), "done deep 100 ret=5050", "the thread is followed again");
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{stderr}");
+        assert!(t.quit().success());
+        let (events, summary) = parse(&stdout);
+        let kind = |k: &str| events.iter().filter(|e| e["type"] == k).count() as u64;
+        assert_eq!(summary["probes"][0]["hits"], 302);
+        assert_eq!((kind("entry"), kind("exit"), kind("unwound")), (302, 128 + 101, 0), "{env:?}");
+        assert_eq!(summary["lost_events"], 73);
+        let why = "tp: lost 73 events (73: exits of calls nested deeper in timed calls than tp follows";
+        assert!(stderr.contains(why), "{env:?}: {stderr}");
+    }
 }
 
 #[test]

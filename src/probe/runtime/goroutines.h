@@ -88,14 +88,14 @@ HOT void go_push(struct tp_ctx *c, struct tp_thread *t, uint64_t g, uint64_t slo
 	uint64_t off = go_offset(g, slot);
 	struct tp_goroutine *e = off ? goroutine(c, g, 1) : 0;
 	if (!e) {
-		lose(c, t, 1); /* no goroutine entry: this call's exit goes unrecorded */
+		lose_too_deep(c); /* no goroutine entry: this call's exit goes unrecorded */
 		return;
 	}
 	if (!tsc)
 		tsc = tp_timestamp();
 	uint32_t d = go_settle(c, t, e, off, 1, tsc);
 	if (d >= TP_GO_FRAME_COUNT) {
-		lose(c, t, 1);
+		lose_too_deep(c);
 		return;
 	}
 	struct tp_go_frame *f = &e->frames[d];

@@ -323,9 +323,9 @@ HOT uint64_t *stack_word(struct tp_slot *s, uint64_t mask, uint64_t head, uint32
  * them), or a copy of the stack's top (stack_copy bytes) for tp to unwind
  * with the function's unwind tables. A ring without room for the longest
  * such event drops it (counted). `slot` is the stack pointer at the
- * function's entry, where its return address is. */
+ * function's entry, where its return address is; `more` as emit_entry's. */
 HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, const uint64_t *regs,
-			 uint64_t *slot)
+			 uint64_t *slot, int more)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t depth = __atomic_load_n(&cfg->stack_depth, __ATOMIC_RELAXED);
@@ -336,21 +336,17 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		copy = TP_MAX_STACK_COPY / 8;
 	uint32_t most = copy ? 4 + copy : 1 + (depth ? depth : 1);
 	uint32_t records = 1 + (most + TP_STACK_WORDS_PER_EVENT - 1) / TP_STACK_WORDS_PER_EVENT;
-	if (!begin_write(c, t))
-		return;
-	struct tp_slot *s = ring_slot(c, t);
-	if (UNLIKELY(!s)) {
-		lose(c, t, 1);
-		end_write(t);
-		return;
-	}
 	uint64_t mask = c->ring_mask;
-	uint64_t head = s->head;
-	if (records > mask + 1 || !room(c, s, head, records)) {
+	if (records + !!more > mask + 1) {
 		lose(c, t, 1);
-		end_write(t);
 		return;
 	}
+	struct tp_slot *s = begin_events(c, t, records + !!more);
+	if (!s)
+		return;
+	uint64_t head = s->head;
+	if (more)
+		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
 	struct tp_event *e = s->ring + (head & mask);
 	e->probe = probe | (TP_ENTRY << TP_KIND_SHIFT);
 	e->tid = thread_id(t);

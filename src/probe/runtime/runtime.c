@@ -242,6 +242,13 @@ HOT void lose(struct tp_ctx *c, struct tp_thread *t, uint64_t n)
 	__atomic_fetch_add(&c->lost_no_slot, n, __ATOMIC_RELAXED);
 }
 
+/* Counts the exit of a timed call that is not recorded because its thread
+ * (or goroutine) has no frame free for it. */
+HOT void lose_too_deep(struct tp_ctx *c)
+{
+	__atomic_fetch_add(&c->lost_too_deep, 1, __ATOMIC_RELAXED);
+}
+
 /* True if the ring slot `s` (whose key was `key`) is free to take over:
  * the process that owned it is gone (kill(pid, 0): ESRCH), and every event
  * it wrote was read. tp frees such slots too, at its own pace; a server
@@ -456,26 +463,11 @@ HOT int room(const struct tp_ctx *c, struct tp_slot *s, uint64_t head, uint64_t 
 	return head + n <= s->limit;
 }
 
-/* Appends one event to the thread's ring, or counts it lost if it has no
- * ring or the ring is full. */
-HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
-	      uint64_t v2, uint64_t v3, uint64_t v4, uint64_t v5)
+/* Writes event `k` of slot `s`'s ring (not yet published). */
+HOT void put_event(const struct tp_ctx *c, const struct tp_thread *t, struct tp_slot *s, uint64_t k, uint32_t probe,
+		   uint64_t tsc, uint64_t v0, uint64_t v1, uint64_t v2, uint64_t v3, uint64_t v4, uint64_t v5)
 {
-	if (!begin_write(c, t))
-		return;
-	struct tp_slot *s = ring_slot(c, t);
-	if (UNLIKELY(!s)) {
-		lose(c, t, 1);
-		end_write(t);
-		return;
-	}
-	uint64_t head = s->head;
-	if (UNLIKELY(!room(c, s, head, 1))) {
-		lose(c, t, 1);
-		end_write(t);
-		return;
-	}
-	struct tp_event *e = s->ring + (head & c->ring_mask);
+	struct tp_event *e = s->ring + (k & c->ring_mask);
 	e->probe = probe;
 	e->tid = thread_id(t);
 	e->tsc = tsc;
@@ -485,6 +477,54 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 	e->v[3] = v3;
 	e->v[4] = v4;
 	e->v[5] = v5;
+}
+
+/* Begins writing `n` events into the thread's ring: the slot, with room
+ * for them from its head, the thread marked as writing; or 0, with one
+ * event counted lost (the `n` records are one event's) and no mark. */
+HOT struct tp_slot *begin_events(struct tp_ctx *c, struct tp_thread *t, uint64_t n)
+{
+	if (!begin_write(c, t))
+		return 0;
+	struct tp_slot *s = ring_slot(c, t);
+	if (UNLIKELY(!s || !room(c, s, s->head, n))) {
+		lose(c, t, 1);
+		end_write(t);
+		return 0;
+	}
+	return s;
+}
+
+/* Appends one event to the thread's ring, or counts it lost if it has no
+ * ring or the ring is full. */
+HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, uint64_t v0, uint64_t v1,
+	      uint64_t v2, uint64_t v3, uint64_t v4, uint64_t v5)
+{
+	struct tp_slot *s = begin_events(c, t, 1);
+	if (!s)
+		return;
+	uint64_t head = s->head;
+	put_event(c, t, s, head, probe, tsc, v0, v1, v2, v3, v4, v5);
+	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
+	end_write(t);
+}
+
+/* Appends an entry event with its argument registers `regs`; where the ABI
+ * passes more than an event holds (`more`: AArch64's eight), the rest go
+ * first, in a record with the entry's timestamp that tp joins to it. Both
+ * records go in or neither, counted as the one event lost (a signal
+ * handler's events cannot come between them). */
+HOT void emit_entry(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, const uint64_t *regs,
+		    int more)
+{
+	struct tp_slot *s = begin_events(c, t, more ? 2 : 1);
+	if (!s)
+		return;
+	uint64_t head = s->head;
+	if (more)
+		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
+	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
+		  regs[5]);
 	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
 	end_write(t);
 }
@@ -589,7 +629,7 @@ HOT void push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 {
 	uint32_t d = settle(c, t, slot, 1, tsc);
 	if (d >= TP_SHADOW_LEN) {
-		lose(c, t, 1); /* too deep: this call's exit goes unrecorded */
+		lose_too_deep(c); /* this call's exit goes unrecorded */
 		account(t, d, tsc);
 		return;
 	}
@@ -690,15 +730,11 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (ext && (probe_flags & TP_BY))
 		count_by(c, t, probe, regs);
-	/* Where the ABI passes more integer arguments in registers than an
-	 * event holds (AArch64: eight), the rest go first, in an event of their
-	 * own with the entry's timestamp; tp joins the two. */
-	if (UNLIKELY(probe_flags & TP_RECORD_MORE) && (probe_flags & TP_RECORD_ENTRY))
-		emit(c, t, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
+	int more = UNLIKELY(probe_flags & TP_RECORD_MORE) && (probe_flags & TP_RECORD_ENTRY);
 	if (ext && (probe_flags & TP_STACK))
-		emit_with_stack(c, t, probe, tsc, regs, slot);
+		emit_with_stack(c, t, probe, tsc, regs, slot, more);
 	else if (probe_flags & TP_RECORD_ENTRY)
-		emit(c, t, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4], regs[5]);
+		emit_entry(c, t, probe, tsc, regs, more);
 	if (probe_flags & TP_HIJACK_RETURN) {
 		uint32_t d = t->depth;
 		uint64_t here = (uint64_t)slot;
@@ -735,7 +771,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		}
 		if (d >= TP_SHADOW_LEN) {
 			t->depth = d;
-			lose(c, t, 1); /* too deep: this call's exit goes unrecorded */
+			lose_too_deep(c); /* this call's exit goes unrecorded */
 			account(t, d, tsc);
 			return;
 		}
