@@ -377,7 +377,7 @@ fn summarize(out: &mut dyn Write, title: &str, rows: &[&Row]) -> Result<()> {
     if nops > 0 {
         writeln!(out, "nop sites: {nops} (nops where the patch goes: nothing to relocate)")?;
     }
-    let with_exits: Vec<&&&Row> = with_code.iter().filter(|r| r.exits.is_some()).collect();
+    let with_exits: Vec<&&&&Row> = big.iter().filter(|r| r.verdict.is_ok() && r.exits.is_some()).collect();
     if !with_exits.is_empty() {
         let all = with_exits.iter().filter(|r| matches!(&r.exits, Some(Ok(e)) if e.patchable == e.total)).count();
         let of = with_exits.len();
