@@ -753,9 +753,33 @@ fn needs_runtime(req: &Request) -> bool {
     req.kind != kind::COUNT || Host::COUNTING_CALLS_RUNTIME
 }
 
-/// Where the runtime block at `at` keeps its parts.
+/// Where the runtime block at `at` keeps its parts. Assembling the block
+/// to learn them costs as much as a hundred detours, and every detour of
+/// an arena asks: the last few answers are kept.
 fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
-    Host::build_runtime(at, &runtime::layout_of(&region.header()), &runtime::blobs()).addrs
+    type Known = Vec<((u64, RuntimeLayout), RuntimeAddrs)>;
+    static KNOWN: std::sync::Mutex<Known> = std::sync::Mutex::new(Vec::new());
+    let layout = runtime::layout_of(&region.header());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, addrs)) = known.iter().find(|(k, _)| *k == (at, layout)) {
+        return *addrs;
+    }
+    let addrs = Host::build_runtime(at, &layout, &runtime::blobs()).addrs;
+    if known.len() >= 16 {
+        known.remove(0);
+    }
+    known.push(((at, layout), addrs));
+    addrs
+}
+
+/// Bytes an arena's runtime block takes, rounded to 16 (detours start
+/// 16-aligned): the same for every block this tp writes.
+fn runtime_block_len() -> u64 {
+    static LEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LEN.get_or_init(|| {
+        (Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16)
+            .next_multiple_of(16)
+    })
 }
 
 /// Builds the detour of probe `index` in an arena within reach (allocating
@@ -777,8 +801,7 @@ fn place_detour(
     let needs_runtime = needs_runtime(req);
     // A multiple of 16, as every arena's size and use then are (detours
     // start 16-aligned).
-    let runtime_len = (Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16)
-        .next_multiple_of(16);
+    let runtime_len = runtime_block_len();
     let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, arena::reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the
     // first where it really fits (its size depends on where it goes).

@@ -192,7 +192,7 @@ pub const CACHE_BUSY: u64 = 1;
 pub const MIN_CAPACITY: u32 = 4096;
 /// The largest: tp probes at most this many functions in one process, and
 /// reads no more entries than this from a region.
-pub const MAX_CAPACITY: u32 = 1 << 16;
+pub const MAX_CAPACITY: u32 = 1 << 18;
 /// The longest event ring (`--ring-size` is rounded into 4..=this).
 pub const MAX_RING_LEN: u32 = 1 << 20;
 /// log2 of the number of thread slots for events.

@@ -393,7 +393,9 @@ impl Attached {
     /// each is stopped for it), and, where nothing else uses them, unmaps
     /// tp's memory. tp's own unwinder probes go with the last return probe.
     pub fn detach(&self) -> Result<Detached> {
-        let mine: Vec<u32> = self.probes.iter().flat_map(|p| std::iter::once(p.index).chain(p.exits.clone())).collect();
+        // A set: the select below runs for every entry with the target stopped.
+        let mine: std::collections::HashSet<u32> =
+            self.probes.iter().flat_map(|p| std::iter::once(p.index).chain(p.exits.clone())).collect();
         let owner = self.owner;
         // The unwinder probes serve every return probe that replaces return
         // addresses: they stay while another session's (or kept ones) remain.

@@ -13,9 +13,11 @@ use std::process::{Command, Stdio};
 
 use crate::util::*;
 
-/// `tp ARGS` must succeed (a session with a duration).
+/// `tp ARGS` must succeed (a session with a duration). Planning and
+/// installing some 100,000 probes (every function of libjvm.so and its
+/// exits) takes the unoptimized build of the tests more than a minute.
 fn session_succeeds(args: &[&str]) -> String {
-    let out = tp(args);
+    let out = run_within(tp_command().args(args), std::time::Duration::from_secs(400));
     expect_success(args, &out);
     String::from_utf8_lossy(&out.stderr).into_owned()
 }

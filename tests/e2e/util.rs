@@ -377,7 +377,12 @@ impl Drop for KillOnDrop {
 
 /// Waits for a child, killing it after [`TIMEOUT`].
 pub fn wait_timeout(child: &mut Child) -> ExitStatus {
-    let deadline = Instant::now() + TIMEOUT;
+    wait_within(child, TIMEOUT)
+}
+
+/// Waits for a child, killing it after `limit`.
+pub fn wait_within(child: &mut Child, limit: Duration) -> ExitStatus {
+    let deadline = Instant::now() + limit;
     loop {
         if let Some(st) = child.try_wait().unwrap() {
             return st;
@@ -398,6 +403,11 @@ pub fn tp(args: &[&str]) -> Output {
 /// Runs `cmd` with no input to completion (within [`TIMEOUT`]); its
 /// output's lines joined by newlines.
 pub fn run(cmd: &mut Command) -> Output {
+    run_within(cmd, TIMEOUT)
+}
+
+/// [`run`], allowed `limit`.
+pub fn run_within(cmd: &mut Command, limit: Duration) -> Output {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -406,7 +416,7 @@ pub fn run(cmd: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
     let mut out = Lines::new(child.stdout.take().unwrap());
     let mut err = Lines::new(child.stderr.take().unwrap());
-    let status = wait_timeout(&mut child);
+    let status = wait_within(&mut child, limit);
     Output { status, stdout: out.rest().join("\n").into_bytes(), stderr: err.rest().join("\n").into_bytes() }
 }
 
