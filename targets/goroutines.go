@@ -12,6 +12,11 @@
 //	           then a collection -> "done spawn goroutines=N leaf=C sum=S"
 //	args N     args3(i, 2i, -i) and mixed("go", i, i odd, uint8(i)) for
 //	           i = 1..N -> "done args calls=C sum=S"
+//	add9 D     on a new goroutine, a recursion D deep that at every depth
+//	           calls add9(11, 22, ..., 99), a leaf without a stack check,
+//	           through tight, which takes most of what Go lets a chain of
+//	           functions without stack checks take: so some calls have
+//	           little stack left -> "done add9 calls=C sum=S"
 //	busy T     T goroutines call leaf and allocate until "idle" -> "busy T"
 //	idle       -> "idle leaf=C"
 //	counts     -> "counts fib=C deep=C leaf=C args=C mixed=C"
@@ -29,7 +34,7 @@ import (
 	"sync/atomic"
 )
 
-var fibCalls, deepCalls, leafCalls, argsCalls, mixedCalls int64
+var fibCalls, deepCalls, leafCalls, argsCalls, mixedCalls, add9Calls int64
 
 //go:noinline
 func fib(n int) int {
@@ -58,6 +63,37 @@ func deep(n int) int {
 func leaf(x uint64) uint64 {
 	atomic.AddInt64(&leafCalls, 1)
 	return x*0x9e3779b97f4a7c15 ^ x>>29
+}
+
+// add9 is a leaf with nine arguments in registers and no stack check (the
+// compiler leaves it out of small leaves).
+//
+//go:noinline
+func add9(a, b, c, d, e, f, g, h, i int) int {
+	atomic.AddInt64(&add9Calls, 1)
+	return a + b + c + d + e + f + g + h + i
+}
+
+// tight keeps 512 bytes below its caller's checked stack pointer, without
+// a stack check of its own, before it calls add9.
+//
+//go:nosplit
+//go:noinline
+func tight(x int) int {
+	var pad [64]int
+	pad[x&63] = x
+	return add9(11, 22, 33, 44, 55, 66, 77, 88, 99) + pad[(x+1)&63]
+}
+
+// descend calls tight at every depth on the way down (its own stack check
+// grows the stack as it needs).
+//
+//go:noinline
+func descend(d int) int {
+	if d == 0 {
+		return tight(d)
+	}
+	return tight(d) + descend(d-1)
 }
 
 // count is a call, so that args3 and mixed are not leaves: the compiler
@@ -128,6 +164,12 @@ func main() {
 			go func() { done <- deep(n) }()
 			r := <-done
 			fmt.Printf("done deep calls=%d result=%d\n", atomic.LoadInt64(&deepCalls)-before, r)
+		case "add9":
+			before := atomic.LoadInt64(&add9Calls)
+			done := make(chan int)
+			go func() { done <- descend(n) }()
+			r := <-done
+			fmt.Printf("done add9 calls=%d sum=%d\n", atomic.LoadInt64(&add9Calls)-before, r)
 		case "spawn":
 			sum, leaves := spawn(n)
 			fmt.Printf("done spawn goroutines=%d leaf=%d sum=%d\n", n, leaves, sum)

@@ -28,6 +28,11 @@ pub enum Records {
     Ret,
     /// Both.
     ArgsRet,
+    /// [`Records::Ret`] by replacing the return address (`TP_RETURNS=stack`):
+    /// the form tp takes where a function's exits cannot all be patched.
+    RetStack,
+    /// [`Records::ArgsRet`] by replacing the return address.
+    ArgsRetStack,
     /// An installed probe whose enable flag is off.
     Disabled,
     /// Entries with arguments behind a predicate that never holds (`--if`).
@@ -48,6 +53,8 @@ impl Records {
             Records::Args => "entry + args".into(),
             Records::Ret => "exit + latency".into(),
             Records::ArgsRet => "entry + args, exit + latency".into(),
+            Records::RetStack => "exit + latency, return address replaced".into(),
+            Records::ArgsRetStack => "entry + args, exit + latency, return address replaced".into(),
             Records::Disabled => "disabled (flag off)".into(),
             Records::FalsePredicate => "entry + args, predicate false".into(),
             Records::Aggregated => "exit + latency, histogram in the target".into(),
@@ -69,11 +76,14 @@ impl Records {
     pub fn tp_args(self) -> (Vec<String>, Vec<(&'static str, &'static str)>) {
         let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
         let events = vec![("TP_AGGREGATE", "0")];
+        let stack = vec![("TP_AGGREGATE", "0"), ("TP_RETURNS", "stack")];
         match self {
             Records::Count | Records::Disabled => (Vec::new(), Vec::new()),
             Records::Args => (s(&["--args"]), Vec::new()),
             Records::Ret => (s(&["--ret"]), events),
             Records::ArgsRet => (s(&["--args", "--ret"]), events),
+            Records::RetStack => (s(&["--ret"]), stack),
+            Records::ArgsRetStack => (s(&["--args", "--ret"]), stack),
             // work(x) is called with x from 0 up: never negative.
             Records::FalsePredicate => (s(&["--args", "--if", "x < 0"]), Vec::new()),
             Records::Aggregated => (s(&["--ret"]), Vec::new()),

@@ -205,7 +205,7 @@ impl Results {
         let timed = self.floor_of(|f| f.timed);
         row("entry event with arguments and timestamp", 15.0, "ns", self.tp_extra(Records::Args, 1), event);
         row("entry event, 2 threads", 15.0, "ns", self.tp_extra(Records::Args, 2), event);
-        row("exit with latency (`--ret`)", 30.0, "ns", self.tp_extra(Records::Ret, 1), timed);
+        row("exit with latency (`--ret`)", 25.0, "ns", self.tp_extra(Records::Ret, 1), timed);
         row("entry + exit with latency (`--args --ret`)", 30.0, "ns", self.tp_extra(Records::ArgsRet, 1), timed);
         let a1 = self.attach_row(1);
         let a10k = self.attach_row(10_000);

@@ -252,7 +252,8 @@ impl fmt::Display for Refusal {
             Refusal::GoNoStackCheck => write!(
                 f,
                 "a Go function without a stack check may run with 128 bytes of stack left, too few for \
-                 recording its arguments or its returns; count its calls instead"
+                 timing its calls; count them, or record its arguments with --args (x86-64: tp records those \
+                 where the goroutine's stack has room)"
             ),
             Refusal::GoPreemptible => write!(
                 f,
@@ -660,6 +661,13 @@ pub struct DetourSpec {
     /// entry stack pointer (Go code's probe goes after the frame's set-up):
     /// a call timed at its exits keys its frame that far above.
     pub sp_below_entry: u32,
+    /// For an event probe of Go code without a stack check, which may run
+    /// with 128 bytes of its goroutine's stack left: where the count of
+    /// entries skipped for want of room is. The detour calls the runtime
+    /// only when the goroutine's stack has room for the call below the
+    /// stack pointer (its bounds at `g`), else it adds one there
+    /// ([`Arch::CHECKS_GO_ROOM`]).
+    pub go_room_lost: Option<u64>,
 }
 
 /// The words (probe index and flags) a detour passes to the runtime's exit
@@ -1267,6 +1275,11 @@ pub trait Arch {
     /// How far the long form of the patch reaches, where there is one
     /// (see [`Arch::plan_long`]); 0 where there is none.
     const LONG_REACH: u64 = 0;
+
+    /// True where an event detour of Go code without a stack check checks
+    /// its goroutine's room before calling the runtime
+    /// ([`DetourSpec::go_room_lost`]); elsewhere such probes are refused.
+    const CHECKS_GO_ROOM: bool = false;
 
     /// Plans the long form of the probe, used at a function's entry when no
     /// code arena can be placed within [`Arch::BRANCH_REACH`] of its module:

@@ -165,7 +165,7 @@ impl Drainer {
         for off in slots_in_use(&h) {
             ring_full = ring_full.saturating_add(region.get::<SlotHead>(off).lost);
         }
-        Lost { ring_full, no_ring: h.ctx.lost_no_slot, too_deep: h.ctx.lost_too_deep }
+        Lost { ring_full, no_ring: h.ctx.lost_no_slot, too_deep: h.ctx.lost_too_deep, no_room: h.ctx.lost_no_room }
     }
 }
 
@@ -180,12 +180,15 @@ pub struct Lost {
     /// Exits of timed calls nested deeper than their thread's (or
     /// goroutine's) frames hold.
     pub too_deep: u64,
+    /// Entries of Go functions without a stack check whose goroutine had
+    /// too little stack left for the runtime's call.
+    pub no_room: u64,
 }
 
 impl Lost {
     /// All of them.
     pub fn total(&self) -> u64 {
-        self.ring_full.saturating_add(self.no_ring).saturating_add(self.too_deep)
+        self.ring_full.saturating_add(self.no_ring).saturating_add(self.too_deep).saturating_add(self.no_room)
     }
 
     /// What was lost since `start`.
@@ -194,6 +197,7 @@ impl Lost {
             ring_full: self.ring_full.saturating_sub(start.ring_full),
             no_ring: self.no_ring.saturating_sub(start.no_ring),
             too_deep: self.too_deep.saturating_sub(start.too_deep),
+            no_room: self.no_room.saturating_sub(start.no_room),
         }
     }
 }

@@ -30,7 +30,7 @@ const _: () = assert!(crate::arch::MAX_WINDOW == layout::WINDOW_BYTES);
 
 use anyhow::{Context, Result, bail};
 
-use super::layout::{self, Arena, Entry, Header, State, kind};
+use super::layout::{self, Arena, Entry, EventCtx, Header, State, kind};
 use super::region::Region;
 use super::region::create::create_region;
 use super::{Request, arena, runtime, runtime_calls, semaphore, shadow, threads};
@@ -622,6 +622,9 @@ fn spec_for(
         layout: fast_entry_for(kind).then(|| runtime::layout_of(h)),
         exit_words: exit_words_of(req, index, parent),
         sp_below_entry: req.sp_below_entry,
+        go_room_lost: (req.go_room && kind & kind::EXIT == 0).then(|| {
+            region.addr_of(RegionOffset(Header::ctx_off() + std::mem::offset_of!(EventCtx, lost_no_room) as u64)).0
+        }),
     }
 }
 

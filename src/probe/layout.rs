@@ -301,6 +301,10 @@ shared_struct! {
         /// goroutine) had more timed calls live than its frames hold
         /// ([`SHADOW_LEN`]), or no goroutine entry was free.
         pub lost_too_deep: u64,
+        /// Entries of Go functions without a stack check not recorded
+        /// because their goroutine's stack had less room below the stack
+        /// pointer than the runtime's call takes (the detour counts them).
+        pub lost_no_room: u64,
         /// Address in the target of the per-probe configurations ([`ProbeConfig`]).
         pub configs: u64,
         /// Bytes from a thread slot to its aggregates ([`AggHead`]).
@@ -979,7 +983,7 @@ pub fn c_structs() -> Vec<CStruct> {
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 200 + 8 * (1 << SLOT_BITS));
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 208 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
 const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 264);
@@ -1438,6 +1442,7 @@ impl Header {
                 pad: 0,
                 returns_lost: 0,
                 lost_too_deep: 0,
+                lost_no_room: 0,
                 configs: target_addr + g.configs_off,
                 agg_off: agg_off_in_slot(g.ring_len),
                 main_stack_lo: 0,

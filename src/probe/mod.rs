@@ -72,4 +72,7 @@ pub struct Request {
     /// How far the stack pointer at the entry's site lies below the
     /// function's entry stack pointer ([`crate::arch::DetourSpec::sp_below_entry`]).
     pub sp_below_entry: u32,
+    /// Go code without a stack check recording its entries: the detour
+    /// checks its goroutine's room first ([`crate::arch::DetourSpec::go_room_lost`]).
+    pub go_room: bool,
 }

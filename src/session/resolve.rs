@@ -126,10 +126,19 @@ pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
     if times && abi0 {
         return Err(Refusal::GoReturns);
     }
-    if (times || records & kind::ARGS != 0) && go.stack_check == 0 {
+    // Without a stack check a call may have 128 bytes of stack left: its
+    // returns are refused, its entries recorded where the detour checks
+    // the goroutine's room first.
+    if go.stack_check == 0 && (times || (records & kind::ARGS != 0 && !Host::CHECKS_GO_ROOM)) {
         return Err(Refusal::GoNoStackCheck);
     }
     Ok(if abi0 { Abi::GoStack } else { Abi::Go })
+}
+
+/// True for an event probe of Go code without a stack check, whose detour
+/// checks its goroutine's room before calling the runtime ([`abi_for`]).
+fn needs_room(m: &Module, f: &Function, abi: Abi, kind: u32) -> bool {
+    abi != Abi::C && kind & kind::ARGS != 0 && go_code(m, f, Isa::host()).is_some_and(|go| go.stack_check == 0)
 }
 
 /// How far below its entry stack pointer the site of `plan` (at the entry
@@ -249,6 +258,7 @@ pub fn plan_found(
                     continue;
                 }
                 let function = Function { name: label, ..function };
+                let go_room = !plan.interior && needs_room(m, &function, abi, kind);
                 let mut plan = plan;
                 let forms = if abi == Abi::Go { returns::Forms::Go } else { forms };
                 let chosen = returns::choose(m, &function, &mut plan, kind, forms, shadow).and_then(|c| {
@@ -285,6 +295,7 @@ pub fn plan_found(
                     exits,
                     parent: None,
                     sp_below_entry,
+                    go_room,
                 });
                 at_site.insert(requests[requests.len() - 1].plan.site, requests.len() - 1);
             }

@@ -458,6 +458,13 @@ impl Tracer {
                 crate::probe::layout::GO_SLOTS
             ));
         }
+        if parts.no_room > 0 {
+            why.push(format!(
+                "{}: entries of Go functions without a stack check whose goroutine had too little stack left \
+                 for tp's call",
+                thousands(parts.no_room)
+            ));
+        }
         // Nobody reads the events once tp's output is closed.
         if lost > 0 && !crate::streams::closed() {
             crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));

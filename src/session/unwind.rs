@@ -108,6 +108,7 @@ pub(super) fn unwinder_requests(modules: &ProcessModules, region: Option<&Region
                             exits: Vec::new(),
                             parent: None,
                             sp_below_entry: 0,
+                            go_room: false,
                         });
                         true
                     }

@@ -295,6 +295,7 @@ fn an_interior_detour_keeps_the_red_zone() {
         layout: None,
         exit_words: None,
         sp_below_entry: 0,
+        go_room_lost: None,
     };
     let with_stub = |d: &tp::arch::Detour| {
         let mut code = d.bytes.clone();
@@ -379,6 +380,7 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                     layout: None,
                     exit_words: None,
                     sp_below_entry: 0,
+                    go_room_lost: None,
                 };
                 let d = detour::build(&plan, at, &spec).unwrap_or_else(|r| panic!("`{}`: {r}", c.asm));
                 let mut code = d.bytes.clone();
@@ -442,6 +444,7 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
         layout: None,
         exit_words: None,
         sp_below_entry: 0,
+        go_room_lost: None,
         return_saved_below: None,
     };
     let d = detour::build(&plan, at, &spec).unwrap();
@@ -545,6 +548,7 @@ fn exit_windows_behave_like_the_original() {
                     layout: None,
                     exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21 }),
                     sp_below_entry: 0,
+                    go_room_lost: None,
                 };
                 let d = detour::build(plan, at, &spec).unwrap_or_else(|r| panic!("`{asm}` at {at:#x}: {r}"));
                 let mut bytes = d.bytes.clone();

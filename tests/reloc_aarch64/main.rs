@@ -311,6 +311,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     layout: None,
                     exit_words: None,
                     sp_below_entry: 0,
+                    go_room_lost: None,
                 };
                 let detour = build(&plan, detour_at, &spec, atomics).unwrap();
                 let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
@@ -417,6 +418,7 @@ fn exit_detours_leave_as_the_function_did() {
             layout: None,
             exit_words: Some(ExitWords { ret: 7, tail: 7 | 1 << 21 }),
             sp_below_entry: 0,
+            go_room_lost: None,
         };
         let detour = build(&plan, detour_at, &spec, Atomics::Lse).unwrap();
         let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);

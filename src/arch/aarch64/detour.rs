@@ -543,6 +543,7 @@ mod tests {
             layout: None,
             exit_words: None,
             sp_below_entry: 0,
+            go_room_lost: None,
         }
     }
 

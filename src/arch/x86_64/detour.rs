@@ -212,6 +212,10 @@ struct Labels {
     cache: u64,
     ctx: u64,
     tramp: u64,
+    /// The count of entries skipped for want of room ([`DetourSpec::go_room_lost`]).
+    lost_room: u64,
+    /// Where such an entry is counted, out of line.
+    no_room: u64,
     /// After the count (a slow count comes back here).
     counted: u64,
     /// The restore of what the prefix saved.
@@ -246,6 +250,8 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         cache: at,
         ctx: at,
         tramp: at,
+        lost_room: at,
+        no_room: at,
         counted: at,
         restore: at,
         way1: at,
@@ -259,7 +265,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     let relocated_at = w.pc();
     let reloc = relocate_window(plan, relocated_at, spec, &rt)?;
     let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
-    let (way1, slow, sample, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
+    let (way1, slow, sample, no_room, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
     let literals = w.pc().next_multiple_of(8);
     let l = Labels {
         flag: literals,
@@ -267,6 +273,8 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
         cache: literals + 16,
         ctx: literals + 24,
         tramp: literals + 32,
+        lost_room: literals + 40,
+        no_room,
         counted,
         restore,
         way1,
@@ -287,6 +295,9 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     w.put_u64(spec.cache);
     w.put_u64(rt.ctx);
     w.put_u64(rt.trampoline);
+    if let Some(lost) = spec.go_room_lost {
+        w.put_u64(lost);
+    }
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
     Ok(Detour { bytes: w.into_bytes(), pc_map })
 }
@@ -395,6 +406,14 @@ fn emit_head(
         };
         fast::event(w, &layout, spec.entry_word, &exits);
     } else if spec.records.args || spec.records.ret {
+        if spec.go_room_lost.is_some() {
+            // Go code without a stack check: the call only where the
+            // goroutine's stack (its lowest address at g, r14) has room.
+            w.put_mov_reg(s, fast::RSP);
+            w.put_sub_reg_mem(s, fast::R14, 0);
+            w.put_cmp_reg_imm(s, GO_ROOM as i32);
+            w.put_jb(l.no_room);
+        }
         emit_entry_call(w, spec, l, rt, saves);
     }
     let restore = w.pc();
@@ -410,11 +429,18 @@ fn emit_head(
     (counted, restore, found)
 }
 
+/// Bytes of the goroutine's stack below the stack pointer that an event
+/// detour of Go code without a stack check needs before it calls the
+/// runtime: the eight registers it saves, and what the call may write below
+/// them (the arguments' copy, the runtime's frames and red zone).
+const GO_ROOM: u32 = 64 + super::runtime::CLEARED_BELOW + 64;
+
 /// What follows the relocated code (which never falls through into it):
 /// the count in the entry paired with the thread's, else the call of
-/// tp_count; a fast event probe's fallbacks, to `tp_entry`; and a sampling
-/// probe's call of the runtime, which returns to the restore. Returns the
-/// addresses of `way1`, `slow`, `sample` and the fallbacks.
+/// tp_count; a fast event probe's fallbacks, to `tp_entry`; a sampling
+/// probe's call of the runtime, which returns to the restore; and the count
+/// of an entry of Go code skipped for want of room. Returns the addresses
+/// of `way1`, `slow`, `sample`, `no_room` and the fallbacks.
 fn emit_tail(
     w: &mut Writer,
     spec: &DetourSpec,
@@ -422,7 +448,7 @@ fn emit_tail(
     rt: RuntimeAddrs,
     saves: Saves,
     l: &Labels,
-) -> (u64, u64, u64, Fallbacks) {
+) -> (u64, u64, u64, u64, Fallbacks) {
     let way1 = w.pc();
     let mut slow = way1;
     let (mut full, mut call) = (way1, way1);
@@ -457,7 +483,13 @@ fn emit_tail(
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    (way1, slow, sample, Fallbacks { unmark, full, call })
+    let no_room = w.pc();
+    if spec.go_room_lost.is_some() {
+        w.put_mov_reg_rip(saves.s, l.lost_room);
+        w.put_inc_mem(saves.s, 0, true);
+        w.put_jmp(l.restore);
+    }
+    (way1, slow, sample, no_room, Fallbacks { unmark, full, call })
 }
 
 /// Where a fast event probe's fallbacks are.
@@ -612,6 +644,7 @@ mod tests {
             layout: Some(fast::example_layout()),
             exit_words: None,
             sp_below_entry: 0,
+            go_room_lost: None,
         }
     }
 
@@ -774,6 +807,28 @@ mod tests {
             &["mov r11, qword ptr [rip + ", "lock inc qword ptr [r11 + 0x18]", "add al, 0x7f"].map(String::from),
         );
         assert!(!asm.iter().any(|i| i.contains("fs:")), "{asm:#?}");
+    }
+
+    #[test]
+    fn go_code_without_a_stack_check_calls_the_runtime_only_with_room() {
+        let plan = window::plan(&PROLOGUE, SITE, &[]).unwrap();
+        let args = Records { args: true, ..Records::COUNT };
+        let s = DetourSpec { abi: Abi::Go, records: args, entry_word: 3 | RECORD_ENTRY, ..spec() };
+        let lost = 0x7000_1234_5678;
+        let d = build(&plan, AT, &DetourSpec { go_room_lost: Some(lost), ..s }).unwrap();
+        let asm = disassemble(&d.bytes, AT);
+        let at = |i: &str| asm.iter().position(|a| a.starts_with(i)).unwrap_or_else(|| panic!("no {i}: {asm:#?}"));
+        // After the count, with r10 free: the stack pointer above g.stack.lo.
+        let room = format!("cmp r10, {GO_ROOM:#x}");
+        assert!(at("lock inc qword ptr [r10 + 0x18]") + 1 == at("mov r10, rsp"), "{asm:#?}");
+        assert!(at("mov r10, rsp") + 1 == at("sub r10, qword ptr [r14]"), "{asm:#?}");
+        assert!(at("sub r10, qword ptr [r14]") + 1 == at(&room), "{asm:#?}");
+        assert!(at(&room) + 1 == at("jb ") && at("jb ") < at("call "), "{asm:#?}");
+        assert!(asm.iter().any(|i| i == "lock inc qword ptr [r10]"), "{asm:#?}");
+        assert!(d.bytes.windows(8).any(|w| w == lost.to_le_bytes()), "the count's address is a literal");
+        // Without a check, none of it.
+        let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
+        assert!(!asm.iter().any(|i| i.contains("[r14]")), "{asm:#?}");
     }
 
     #[test]

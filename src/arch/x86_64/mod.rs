@@ -120,6 +120,8 @@ impl Arch for X86_64 {
         golang::one_instruction_site(code, addr, from)
     }
 
+    const CHECKS_GO_ROOM: bool = true;
+
     fn go_sp_below_entry(code: &[u8], addr: u64, site: u64) -> Option<u32> {
         golang::sp_below_entry(code, addr, site)
     }

@@ -73,6 +73,7 @@ fuzz_target!(|data: &[u8]| {
                 layout: None,
                 exit_words: Some(words),
                 sp_below_entry: 0,
+                go_room_lost: None,
             };
             if let Ok(d) = X86_64::build_detour(p, detour.wrapping_add(0x1000), &spec) {
                 assert!(!d.bytes.is_empty() && d.map_pc(p.exits[0].offset).is_some());
@@ -129,6 +130,7 @@ fuzz_target!(|data: &[u8]| {
         // Bit 39: a probe that times its calls at the function's exits.
         exit_words: (at >> 39 & 1 == 1).then_some(words),
         sp_below_entry: 0,
+        go_room_lost: None,
     };
     if let Ok(d) = X86_64::build_detour(&plan, detour, &spec) {
         assert!(!d.bytes.is_empty());
