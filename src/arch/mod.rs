@@ -48,6 +48,12 @@ pub const USER_END: u64 = 1 << 48;
 /// `probe::install` holds equal).
 pub const MAX_WINDOW: usize = 24;
 
+/// The most integer argument registers an entry records: six in its event
+/// and three in the record before it (`probe::layout::ENTRY_REGS` and
+/// `MORE_REGS`, which `probe::layout` holds equal). Go's internal ABI
+/// passes nine on x86-64 and sixteen on arm64: its first nine are shown.
+pub const MAX_RECORDED_ARGS: usize = 9;
+
 /// Why a function cannot be probed. The text is what `list-probes` and
 /// `attach` show after "refused: ".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1062,7 +1068,7 @@ pub trait Arch {
     fn arg_registers(abi: Abi, params: &[ParamClass]) -> Vec<Option<usize>> {
         match abi {
             Abi::C => c_arg_registers(params, Self::ARG_REGS, false),
-            Abi::Go => go_arg_registers(params, Self::go_int_args(), Self::ARG_REGS),
+            Abi::Go => go_arg_registers(params, Self::go_int_args(), MAX_RECORDED_ARGS),
             Abi::GoStack => vec![None; params.len()],
         }
     }

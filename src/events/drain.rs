@@ -33,7 +33,7 @@ pub struct Drainer {
     /// read last, waiting for the entry that follows it (which its thread
     /// may not have published yet): the slot's key, the probe, the
     /// timestamp, the two registers.
-    more: HashMap<u64, (u64, u32, u64, [u64; 2])>,
+    more: HashMap<u64, (u64, u32, u64, [u64; layout::MORE_REGS])>,
 }
 
 impl Drainer {
@@ -86,7 +86,7 @@ impl Drainer {
                 }
                 let probe = e.probe & layout::PROBE_MASK;
                 if kind == event_kind::ARGS_MORE {
-                    self.more.insert(off, (key, probe, e.tsc, [e.v[0], e.v[1]]));
+                    self.more.insert(off, (key, probe, e.tsc, [e.v[0], e.v[1], e.v[2]]));
                     continue;
                 }
                 owner = None;

@@ -128,7 +128,11 @@ pub fn registers_needed(info: &ProbeInfo) -> usize {
 
 /// The named arguments of an entry event, from its argument registers
 /// ([`Arch::ARG_REGS`] of them recorded).
-pub fn args(info: &ProbeInfo, regs: &[u64; 8], read_str: &dyn Fn(u64) -> Option<String>) -> Vec<(String, Value)> {
+pub fn args(
+    info: &ProbeInfo,
+    regs: &[u64; super::ARG_WORDS],
+    read_str: &dyn Fn(u64) -> Option<String>,
+) -> Vec<(String, Value)> {
     if let Some(ops) = &info.operands {
         return static_args(ops, regs);
     }
@@ -236,7 +240,7 @@ mod tests {
             ],
             Some(Type::Signed(8)),
         );
-        let regs = [0xffff_ffff_ffff_fffb, 1, b'x' as u64, 0x1000, 0x2000, 0x1_ffff, 0, 0];
+        let regs = [0xffff_ffff_ffff_fffb, 1, b'x' as u64, 0x1000, 0x2000, 0x1_ffff, 0, 0, 0];
         let read = |p: u64| (p == 0x1000).then(|| "hello".to_string());
         let a = args(&i, &regs, &read);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
@@ -255,7 +259,7 @@ mod tests {
             ],
             None,
         );
-        let a = args(&i, &[7, 8, 9, 0, 0, 0, 0, 0], &no_strings);
+        let a = args(&i, &[7, 8, 9, 0, 0, 0, 0, 0, 0], &no_strings);
         let vals: Vec<&Value> = a.iter().map(|(_, v)| v).collect();
         // `big` is in memory (System V) or passed by reference, taking the
         // first register (AAPCS64): `a` is in the next one.
@@ -267,7 +271,7 @@ mod tests {
     #[test]
     fn go_functions_take_go_registers_word_by_word() {
         // func(s string, n int, f float64, b []byte, k int8, p *T): the
-        // recorded registers are Go's first six integer ones.
+        // recorded registers are Go's first nine integer ones.
         let mut s = param("s", Type::Other, 16);
         s.type_name = "struct string".into();
         let mut b = param("b", Type::Other, 24);
@@ -284,19 +288,18 @@ mod tests {
             None,
             Abi::Go,
         );
-        // s: words 0, 1; n: 2; b: 3, 4, 5; k: 6 and p: 7, recorded only
-        // where eight registers are (arm64; amd64 records six).
-        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3, 7, 0x3000], &no_strings);
+        // s: words 0, 1; n: 2; b: 3, 4, 5; k: 6 and p: 7.
+        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3, 7, 0x3000, 0], &no_strings);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
-        let (k, p) = if Host::ARG_REGS > 6 { ("k=7", "p=0x3000") } else { ("k=?", "p=?") };
-        assert_eq!(text, ["s=?", "n=42", "f=?", "b=?", k, p]);
+        assert_eq!(text, ["s=?", "n=42", "f=?", "b=?", "k=7", "p=0x3000"]);
         // A struct of unknown makeup ends what can be told.
         let i = info_abi(
             vec![param("a", Type::Signed(8), 8), param("st", Type::Other, 16), param("c", Type::Signed(8), 8)],
             None,
             Abi::Go,
         );
-        let vals: Vec<Value> = args(&i, &[1, 2, 3, 4, 5, 6, 7, 8], &no_strings).into_iter().map(|(_, v)| v).collect();
+        let vals: Vec<Value> =
+            args(&i, &[1, 2, 3, 4, 5, 6, 7, 8, 0], &no_strings).into_iter().map(|(_, v)| v).collect();
         assert_eq!(vals, [Value::Int(1), Value::Unknown, Value::Unknown]);
     }
 
@@ -313,14 +316,14 @@ mod tests {
         ];
         let i =
             ProbeInfo { name: "usdt:p:n".into(), module: "m".into(), dwarf: None, operands: Some(Operands::new(&ops)) };
-        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0, 0, 0], &no_strings);
+        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0, 0, 0, 0], &no_strings);
         assert_eq!(call_text("usdt:p:n", &a), "usdt:p:n(arg0=-5, arg1=0x7f001234, arg2=5, arg3=-1, arg4=?)");
     }
 
     #[test]
     fn without_dwarf_registers_are_hex() {
         let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None };
-        let a = args(&i, &[1, 2, 3, 4, 5, 255, 7, 8], &no_strings);
+        let a = args(&i, &[1, 2, 3, 4, 5, 255, 7, 8, 0], &no_strings);
         let all = ["arg0=0x1", "arg1=0x2", "arg2=0x3", "arg3=0x4", "arg4=0x5", "arg5=0xff", "arg6=0x7", "arg7=0x8"];
         assert_eq!(call_text("g", &a), format!("g({})", all[..Host::ARG_REGS].join(", ")));
         assert_eq!(registers_needed(&i), Host::ARG_REGS);

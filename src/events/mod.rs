@@ -38,16 +38,21 @@ pub struct RawEvent {
     pub tid: u32,
     /// Counter value when it happened.
     pub tsc: u64,
-    /// Entry: argument registers (the last two only where the entry had
-    /// an event of [`event_kind::ARGS_MORE`] before it, else 0). Exit:
+    /// Entry: argument registers (those after the sixth only where the
+    /// entry had an event of [`event_kind::ARGS_MORE`] before it, else 0:
+    /// AArch64's seventh and eighth, Go's seventh to ninth on x86-64). Exit:
     /// return value, entry counter value, second return register, counter
     /// ticks tp spent inside the call, and nonzero for a tail call (the
     /// call left by a jump to another function: no return value).
-    pub v: [u64; 8],
+    pub v: [u64; ARG_WORDS],
     /// The words of the stack recorded with it (`--stack`): where they
     /// start in the drain's word buffer and how many there are.
     pub stack: (u32, u32),
 }
+
+/// Registers an entry can carry: the six of its event, and the three of
+/// the record before it ([`event_kind::ARGS_MORE`]).
+pub const ARG_WORDS: usize = layout::ENTRY_REGS + layout::MORE_REGS;
 
 impl RawEvent {
     /// Decodes an event recorded by process `pid`; None for a kind this tp
@@ -60,7 +65,7 @@ impl RawEvent {
             event_kind::UNWOUND => Kind::Unwound,
             _ => return None,
         };
-        let mut v = [0; 8];
+        let mut v = [0; ARG_WORDS];
         v[..6].copy_from_slice(&e.v);
         Some(RawEvent { kind, probe: e.probe & layout::PROBE_MASK, pid, tid: e.tid, tsc: e.tsc, v, stack: (0, 0) })
     }
@@ -96,9 +101,9 @@ mod tests {
         let e = layout::Event { probe: (2 << 24) | 7, tid: 42, tsc: 100, v: [5, 90, 0, 0, 0, 0] };
         let r = RawEvent::decode(&e, 12).unwrap();
         assert_eq!((r.kind, r.probe, r.pid, r.tid, r.entry_tsc()), (Kind::Exit, 7, 12, 42, 90));
-        let nested = RawEvent { v: [5, 90, 0, 4, 0, 0, 0, 0], ..r };
+        let nested = RawEvent { v: [5, 90, 0, 4, 0, 0, 0, 0, 0], ..r };
         assert_eq!(nested.timed_from(), 94, "tp's own ticks inside the call do not count");
-        assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0, 0, 0], ..r }.timed_from(), 100, "never after the exit");
+        assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0, 0, 0, 0], ..r }.timed_from(), 100, "never after the exit");
         assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }, 12).is_none());
         assert!(RawEvent::decode(&layout::Event { probe: 4 << 24, ..e }, 12).is_none(), "joined by the drain");
     }

@@ -584,6 +584,9 @@ shared_struct! {
 /// more in registers records the rest in an event before it
 /// ([`event_kind::ARGS_MORE`]).
 pub const ENTRY_REGS: usize = 6;
+/// Registers an [`event_kind::ARGS_MORE`] record carries: the seventh to
+/// ninth argument registers (AArch64 has eight, Go's ABI on x86-64 nine).
+pub const MORE_REGS: usize = 3;
 
 /// Where an event's kind ([`event_kind`]) sits in [`Event::probe`], and
 /// where the flags ([`entry_flags`]) sit in the word passed to `tp_entry`:

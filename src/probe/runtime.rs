@@ -25,6 +25,9 @@ pub fn blobs() -> RuntimeBlobs {
     }
 }
 
+/// What an entry records of its argument registers is what the arch says it shows.
+const _: () = assert!(layout::ENTRY_REGS + layout::MORE_REGS == crate::arch::MAX_RECORDED_ARGS);
+
 /// What a runtime block's hand-written paths read and write, for the
 /// region whose header is `h` (mapped in the target at `h.target_addr`).
 pub fn layout_of(h: &Header) -> RuntimeLayout {

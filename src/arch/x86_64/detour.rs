@@ -509,13 +509,14 @@ fn fast_event(plan: &SitePlan, spec: &DetourSpec) -> Option<RuntimeLayout> {
     spec.layout.filter(|_| event && plain && spec.abi == Abi::C)
 }
 
-/// Bytes the Go ABI's copy of the argument registers takes on the stack.
-const GO_ARGS: i32 = 48;
+/// Bytes the Go ABI's copy of its nine argument registers takes on the
+/// stack (ten words: the stack stays 16-aligned).
+pub(super) const GO_ARGS: i32 = 80;
 
 /// The call of `tp_entry` of an event probe. Its registers argument points
 /// at the six integer argument registers the function's ABI passes first:
 /// rdi, rsi, rdx, rcx, r8, r9 where `call_runtime` saved them (C), or a copy
-/// of rax, rbx, rcx, rdi, rsi, r8 pushed below them (Go's internal ABI),
+/// of rax, rbx, rcx, rdi, rsi, r8, r9, r10, r11 below them (Go's internal ABI),
 /// or the operands of a static probe pushed below them.
 fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAddrs, saves: Saves) {
     let flags = spec.entry_word;
@@ -528,13 +529,22 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             let frame = Frame { rax: 64 + 16, r11: 64 + 8, r10: 64, rsp: 64 + SAVED + red_zone };
             operands::push(w, ops, frame)
         } else if spec.abi == Abi::Go {
-            // Pushed last to first. The original rax is the prefix's, above
-            // the five pushed so far, the eight saved registers, r10 and r11;
-            // rbx, which C code preserves, is still the function's.
-            for r in [R8, RSI, RDI, RCX, RBX] {
-                w.put_push(r);
+            // The nine registers in the ABI's order, first lowest: rax, r10
+            // and r11 as the prefix saved them, above the eight registers
+            // call_runtime saved (rax free now: its copy of the flags is
+            // there too); rbx, which C code preserves, is still the
+            // function's. A tenth word keeps the stack 16-aligned.
+            w.put_sub_rsp(GO_ARGS as i8);
+            let prefix = |r: i32| GO_ARGS + 64 + r;
+            w.put_load(RAX, fast::RSP, prefix(16));
+            w.put_store(RAX, fast::RSP, 0);
+            for (k, r) in [RBX, RCX, RDI, RSI, R8, R9].into_iter().enumerate() {
+                w.put_store(r, fast::RSP, 8 * (k as i32 + 1));
             }
-            w.put_push_rsp_disp((40 + 64 + SAVED - 8) as i8);
+            w.put_load(RAX, fast::RSP, prefix(0));
+            w.put_store(RAX, fast::RSP, 56);
+            w.put_load(RAX, fast::RSP, prefix(8));
+            w.put_store(RAX, fast::RSP, 64);
             GO_ARGS
         } else {
             0
@@ -915,22 +925,38 @@ mod tests {
         assert_eq!(asm[9], "lock inc qword ptr [r10 + 0x18]", "events still count, in the shared row");
         let saves = ["push r10", "push rax", "push r9", "push r8", "push rcx", "push rdx", "push rsi", "push rdi"];
         assert_eq!(asm[10..18], saves);
-        // Go's argument registers, copied below them: rax (pushed by the prefix), rbx, rcx, rdi, rsi, r8.
-        assert_eq!(asm[18..23], ["push r8", "push rsi", "push rdi", "push rcx", "push rbx"]);
-        assert_eq!(asm[23], "push qword ptr [rsp + 0x78]");
-        assert!(asm[24].starts_with("mov rdi, qword ptr [rip + "));
+        // Go's nine argument registers, copied below them in the ABI's order:
+        // rax (as the prefix saved it), rbx, rcx, rdi, rsi, r8, r9, then r10
+        // and r11 as the prefix saved them.
+        let copy = [
+            "sub rsp, 0x50",
+            "mov rax, qword ptr [rsp + 0xa0]",
+            "mov qword ptr [rsp], rax",
+            "mov qword ptr [rsp + 8], rbx",
+            "mov qword ptr [rsp + 0x10], rcx",
+            "mov qword ptr [rsp + 0x18], rdi",
+            "mov qword ptr [rsp + 0x20], rsi",
+            "mov qword ptr [rsp + 0x28], r8",
+            "mov qword ptr [rsp + 0x30], r9",
+            "mov rax, qword ptr [rsp + 0x90]",
+            "mov qword ptr [rsp + 0x38], rax",
+            "mov rax, qword ptr [rsp + 0x98]",
+            "mov qword ptr [rsp + 0x40], rax",
+        ];
+        assert_eq!(asm[18..31], copy);
+        assert!(asm[31].starts_with("mov rdi, qword ptr [rip + "));
         let flags = 3 | RECORD_ENTRY | HIJACK_RETURN;
-        assert_eq!(asm[25], format!("mov esi, {flags:#x}"));
+        assert_eq!(asm[32], format!("mov esi, {flags:#x}"));
         // The return address sits above the copy, the eight saved registers
         // and the prefix's r10, r11 and rax.
-        assert_eq!(asm[26..28], ["mov rdx, rsp", "lea rcx, [rsp + 0x88]"]);
-        assert!(asm[28].starts_with("mov r8, qword ptr [rip + "));
-        assert_eq!(asm[29], format!("call {:#x}", runtime().entry));
-        assert_eq!(asm[30], "add rsp, 0x30");
-        super::super::runtime::tests::assert_clears_below(&asm[31..39]);
+        assert_eq!(asm[33..35], ["mov rdx, rsp", "lea rcx, [rsp + 0xa8]"]);
+        assert!(asm[35].starts_with("mov r8, qword ptr [rip + "));
+        assert_eq!(asm[36], format!("call {:#x}", runtime().entry));
+        assert_eq!(asm[37], "add rsp, 0x50");
+        super::super::runtime::tests::assert_clears_below(&asm[38..46]);
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
-        assert_eq!(asm[39..47], restores);
-        assert_eq!(asm[47..52], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
+        assert_eq!(asm[46..54], restores);
+        assert_eq!(asm[54..59], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
         // The je of a disabled probe skips the count and the call, straight to the restore.
         assert_eq!(target(&asm[7]), d.map_pc(0).unwrap() - 8);
         assert_eq!((literal(&d, 3), literal(&d, 4)), (runtime().ctx, runtime().trampoline));
@@ -984,8 +1010,8 @@ mod tests {
             ..spec()
         };
         let asm = disassemble(&build(&plan, AT, &s).unwrap().bytes, AT);
-        assert_eq!(asm[25], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
-        assert_eq!(asm[28], "xor r8d, r8d");
+        assert_eq!(asm[32], format!("mov esi, {:#x}", 3 | RECORD_ENTRY));
+        assert_eq!(asm[35], "xor r8d, r8d");
     }
 
     #[test]

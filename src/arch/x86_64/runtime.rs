@@ -70,7 +70,7 @@ use crate::arch::{RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, Runti
 /// What a call of the C runtime may leave written below the stack pointer
 /// once it returns, which each call clears: the runtime's frames and
 /// their red zone (128 bytes), and below the caller's own pushes for the
-/// call (operands, Go's arguments: 48 bytes; the alignment: 24). Left
+/// call (operands, Go's arguments: 80 bytes; the alignment: 24). Left
 /// there, a return address into tp's code or the trampoline's address
 /// that the runtime spilled would lie in the stack the program uses next,
 /// in words its frames do not write (padding, a buffer), where tp's
@@ -78,7 +78,7 @@ use crate::arch::{RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, Runti
 /// ([`crate::probe::remove`]), keeping tp's memory mapped for good: as in
 /// nginx workers idle in `epoll_wait`. 42 stores, on the slow paths only
 /// (9-10 ns a call here: docs/benchmarks.md).
-pub(super) const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + 48 + 24).next_multiple_of(16);
+pub(super) const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + super::detour::GO_ARGS as u32 + 24).next_multiple_of(16);
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;

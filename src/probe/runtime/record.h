@@ -346,7 +346,8 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		return;
 	uint64_t head = s->head;
 	if (more)
-		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
+		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
+			  0);
 	struct tp_event *e = s->ring + (head & mask);
 	e->probe = probe | (TP_ENTRY << TP_KIND_SHIFT);
 	e->tid = thread_id(t);

@@ -510,7 +510,8 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 }
 
 /* Appends an entry event with its argument registers `regs`; where the ABI
- * passes more than an event holds (`more`: AArch64's eight), the rest go
+ * passes more than an event holds (`more`: AArch64's eight, Go's nine on
+ * x86-64; `regs` then holds nine words, the last AArch64's x8), the rest go
  * first, in a record with the entry's timestamp that tp joins to it. Both
  * records go in or neither, counted as the one event lost (a signal
  * handler's events cannot come between them). */
@@ -522,7 +523,8 @@ HOT void emit_entry(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 		return;
 	uint64_t head = s->head;
 	if (more)
-		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], 0, 0, 0, 0);
+		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
+			  0);
 	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
 		  regs[5]);
 	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
@@ -671,7 +673,7 @@ HOT void settle_at_entry(struct tp_ctx *c, uint64_t slot, uint32_t flags, uint64
 }
 
 /* Function entry. `regs` holds the integer argument registers in order (six,
- * or eight where TP_RECORD_MORE says so); `slot` is the stack address of
+ * or nine where TP_RECORD_MORE says so); `slot` is the stack address of
  * the return address (see runtime.h for where a call leaves it in a
  * register); `tramp` the return trampoline to put there when the probe
  * records returns by replacing the return address (for Go code timed at
