@@ -752,7 +752,7 @@ fn reuse(
 }
 
 /// True if the detour of `req` calls the arena's runtime block.
-fn needs_runtime(req: &Request) -> bool {
+pub(super) fn needs_runtime(req: &Request) -> bool {
     req.kind != kind::COUNT || Host::COUNTING_CALLS_RUNTIME
 }
 
@@ -777,7 +777,7 @@ fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
 
 /// Bytes an arena's runtime block takes, rounded to 16 (detours start
 /// 16-aligned): the same for every block this tp writes.
-fn runtime_block_len() -> u64 {
+pub(super) fn runtime_block_len() -> u64 {
     static LEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     *LEN.get_or_init(|| {
         (Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16)
@@ -818,7 +818,9 @@ fn place_detour(
             if h.arena_count as usize == layout::MAX_ARENAS {
                 bail!("tp's data region has no room for another code arena; run `tp detach` first");
             }
-            let size = arena::arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 };
+            // Whole pages: an arena's last bytes are its mapping's last.
+            let size = (arena::arena_size(remaining, req.kind) + if needs_runtime { runtime_len } else { 0 })
+                .next_multiple_of(4096);
             // `maps` was read before this transaction mapped its arenas:
             // without them every new arena would try the places they took.
             let mut now = maps.to_vec();

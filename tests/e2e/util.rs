@@ -114,12 +114,29 @@ const LOCK_FILE: &str = "/tmp/tp-e2e-tests.lock";
 /// A hold on the test lock, shared or exclusive; released when dropped.
 pub struct Held {
     _file: std::fs::File,
-    _here: Either,
+    here: Either,
 }
 
 enum Either {
     Read(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    /// A shared hold taken by a thread that holds one already: the RwLock
+    /// is not read again, since a read behind a waiting writer would wait
+    /// for the writer, which waits for this thread's first hold.
+    Nested,
     Write(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
+thread_local! {
+    /// Shared holds of this thread, nested ones included.
+    static READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !matches!(self.here, Either::Write(_)) {
+            READS.with(|r| r.set(r.get().saturating_sub(1)));
+        }
+    }
 }
 
 fn lock_file() -> std::fs::File {
@@ -135,10 +152,14 @@ fn lock_file() -> std::fs::File {
 /// Held shared by a test whose processes get probes without a [`Target`]
 /// (`tp run`'s programs), so that [`system_wide`] tests do not see them.
 pub fn shared() -> Held {
-    let here = Either::Read(SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner()));
+    let here = match READS.with(|r| r.get()) {
+        0 => Either::Read(SYSTEM_WIDE.read().unwrap_or_else(|e| e.into_inner())),
+        _ => Either::Nested,
+    };
+    READS.with(|r| r.set(r.get() + 1));
     let file = lock_file();
     file.lock_shared().unwrap_or_else(|e| panic!("lock {LOCK_FILE}: {e}"));
-    Held { _file: file, _here: here }
+    Held { _file: file, here }
 }
 
 /// Excludes all other targets, of this and any other test run, while held.
@@ -146,7 +167,7 @@ pub fn system_wide() -> Held {
     let here = Either::Write(SYSTEM_WIDE.write().unwrap_or_else(|e| e.into_inner()));
     let file = lock_file();
     file.lock().unwrap_or_else(|e| panic!("lock {LOCK_FILE}: {e}"));
-    Held { _file: file, _here: here }
+    Held { _file: file, here }
 }
 
 /// A running target program. Killed on drop.

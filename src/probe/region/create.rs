@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use super::Region;
 use crate::arch::{Arch, Host};
 use crate::probe::layout::{self, Header, MEMFD_NAME};
-use crate::probe::{Request, acquire, arena, orphan};
+use crate::probe::{Request, acquire, arena, install, orphan};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
@@ -46,7 +46,11 @@ pub fn create_region(
     // What the worker's seccomp filters answer to the calls after the
     // arena's, before the arena is mapped (their arguments as far as they
     // are known now; each call is checked again when it is made).
-    let size = arena::arena_size(requests.len(), kind);
+    // The first arena holds the runtime block too, where a probe needs one:
+    // a second arena beside it would split what `tp detach` finds of a
+    // killed tp's memory by the name at the first one's end.
+    let runtime = if requests.iter().any(install::needs_runtime) { install::runtime_block_len() } else { 0 };
+    let size = (arena::arena_size(requests.len(), kind) + runtime).next_multiple_of(4096);
     let near = arena::candidates(maps, first.span, size, arena::reach_of(first)).first().copied().unwrap_or(0);
     caller.check(sc.memfd_create, [near + size - orphan::NAME_FROM_END, flags, 0, 0, 0, 0])?;
     caller.check(sc.mmap, [0, g.total_size, prot, libc::MAP_SHARED as u64, 0, 0])?;
