@@ -87,7 +87,10 @@ fn unwinding_a_copy_gives_the_known_call_paths_without_frame_pointers() {
 
 /// Frame pointers on code built without them end the walks early: tp says
 /// so and offers --stack=dwarf; where the walks reach a thread's first
-/// function it says nothing.
+/// function it says nothing. (x86-64 only: in the AArch64 stage's VM the
+/// hint was not given for `stacks-nofp`, whose walks there did not end
+/// early on most stacks.)
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn walks_that_end_early_suggest_unwinding_a_copy() {
     let cmds = [("paths 30", "done paths")];
