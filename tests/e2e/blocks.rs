@@ -192,3 +192,38 @@ fn list_probes_says_which_blocks_are_counted_and_no_window_spans_another() {
     let err = expect_error(&["list-probes", path.to_str().unwrap(), "--blocks", "nosuch"], "nosuch");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+#[test]
+fn run_counts_the_blocks_from_the_first_instruction() {
+    use std::io::Write;
+    use std::process::Stdio;
+    let _shared = shared();
+    let (n, threads) = (460u64, 2u64);
+    let file = std::env::temp_dir().join(format!("tp-blocks-run-{}.json", std::process::id()));
+    let path = target_path("blocks");
+    let mut child = tp_command()
+        .args(["run", "--blocks", "-f", "shape", "-o", file.to_str().unwrap(), "--"])
+        .arg(&path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tp");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(format!("run {n} {threads}\nquit\n").as_bytes()).unwrap();
+    drop(stdin);
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    let mut err = Lines::new(child.stderr.take().unwrap());
+    let status = wait_timeout(&mut child);
+    let (stdout, stderr) = (out.rest().join("\n"), err.rest().join("\n"));
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains(&format!("done run {n} {threads} ")) && stdout.contains("bad=0"), "{stdout}");
+    let json = std::fs::read_to_string(&file).unwrap();
+    let _ = std::fs::remove_file(&file);
+    let blocks = shape_blocks(&json);
+    let (calls, iters, xors, neg) = model(n, threads);
+    assert_eq!(blocks["blocks"][0]["count"].as_u64(), Some(calls), "{blocks}");
+    let lines = line_counts(&blocks);
+    assert_eq!(lines[&(line_of("TP_PROBED int shape") + 2)], calls + iters, "{lines:?}");
+    assert_eq!((lines[&line_of("LINE_XOR")], lines[&line_of("LINE_NEG")]), (xors, neg), "{lines:?}");
+}

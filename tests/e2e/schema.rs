@@ -114,6 +114,9 @@ impl Checker {
             for b in p["by"].as_array().unwrap() {
                 self.each("value", &b["values"], what);
             }
+            if profile {
+                continue;
+            }
             self.each("blocks", &p["blocks"], what);
             for b in p["blocks"].as_array().unwrap() {
                 self.each("counted block", &b["blocks"], what);
