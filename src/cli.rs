@@ -548,6 +548,20 @@ mod tests {
     }
 
     #[test]
+    fn blocks_parse_and_count_only() {
+        let Command::Attach(a) = parse("tp attach -p 1 -f shape --blocks").unwrap().command else { panic!() };
+        assert!(a.probe.blocks && a.funcs == ["shape"]);
+        let Command::Run(r) = parse("tp run -f shape --blocks -- /bin/true").unwrap().command else { panic!() };
+        assert!(r.probe.blocks);
+        for with in ["--ret", "--args", "--stack", "--by x", "--if x>1"] {
+            assert!(parse(&format!("tp attach -p 1 -f shape --blocks {with}")).is_err(), "{with}");
+        }
+        let Command::ListProbes(l) = parse("tp list-probes /bin/true --blocks main").unwrap().command else { panic!() };
+        assert_eq!(l.blocks, ["main"]);
+        assert!(parse("tp list-probes /bin/true --blocks main --lines main").is_err());
+    }
+
+    #[test]
     fn toggles_and_profile_parse() {
         let Command::Disable(t) = parse("tp disable -p 5 -f foo -f 'ba*'").unwrap().command else { panic!() };
         assert_eq!((t.pid, t.funcs.len(), t.all), (5, 2, false));

@@ -8,12 +8,17 @@
 //! block it does not count.
 
 use std::collections::BTreeMap;
-use std::path::Path;
-use std::process::Command;
 
 use serde_json::Value;
 
 use crate::util::*;
+
+/// True where a probe is longer than some blocks (x86-64's 5-byte jump;
+/// AArch64's is one instruction).
+#[cfg(target_arch = "x86_64")]
+const SHORT_BLOCKS: bool = true;
+#[cfg(not(target_arch = "x86_64"))]
+const SHORT_BLOCKS: bool = false;
 
 /// The line of targets/blocks.c holding `marker`.
 fn line_of(marker: &str) -> u32 {
@@ -107,6 +112,8 @@ fn blocks_and_lines_are_counted_exactly_and_the_code_restored() {
 #[test]
 #[cfg(target_arch = "x86_64")] // a compiler and gcov on the host
 fn line_counts_equal_gcovs_for_the_same_source_and_input() {
+    use std::path::Path;
+    use std::process::Command;
     need("cc");
     need("gcov");
     let (n, threads) = (2_300u64, 4u64);
@@ -182,7 +189,10 @@ fn list_probes_says_which_blocks_are_counted_and_no_window_spans_another() {
         }
     }
     // A block too short for a probe, before a block that is jumped to, says so.
-    assert!(rows.iter().any(|r| r["reason"].as_str().is_some_and(|w| w.contains("shorter than a probe"))), "{text}");
+    if SHORT_BLOCKS {
+        let short = |r: &Value| r["reason"].as_str().is_some_and(|w| w.contains("shorter than a probe"));
+        assert!(rows.iter().any(short), "{text}");
+    }
     // The table names the same.
     let out = tp(&["list-probes", path.to_str().unwrap(), "--blocks", "shape"]);
     let table = expect_success(&["list-probes", "--blocks", "shape"], &out);
