@@ -173,8 +173,21 @@ pub fn solve(map: &BlockMap, counted: &[Option<u64>]) -> Solved {
         }
     }
     let mut count: Vec<Option<u64>> = (0..n).map(|k| counted.get(k).copied().flatten()).collect();
-    let ins: Vec<Vec<usize>> = (0..n).map(|k| (0..edges.len()).filter(|&e| edges[e].1 == Some(k)).collect()).collect();
-    let outs: Vec<Vec<usize>> = (0..n).map(|k| (0..edges.len()).filter(|&e| edges[e].0 == Some(k)).collect()).collect();
+    let (mut ins, mut outs): (Vec<Vec<usize>>, Vec<Vec<usize>>) = (vec![Vec::new(); n], vec![Vec::new(); n]);
+    for (e, &(from, to, _)) in edges.iter().enumerate() {
+        if let Some(f) = from {
+            outs[f].push(e);
+        }
+        if let Some(t) = to {
+            ins[t].push(e);
+        }
+    }
+    // A block nothing enters (the padding after a jump) never runs.
+    for k in 0..n {
+        if ins[k].is_empty() && count[k].is_none() {
+            count[k] = Some(0);
+        }
+    }
     loop {
         let mut changed = false;
         for k in 0..n {

@@ -237,3 +237,51 @@ fn run_counts_the_blocks_from_the_first_instruction() {
     assert_eq!(lines[&(line_of("TP_PROBED int shape") + 2)], calls + iters, "{lines:?}");
     assert_eq!((lines[&line_of("LINE_XOR")], lines[&line_of("LINE_NEG")]), (xors, neg), "{lines:?}");
 }
+
+/// How often each case of `dispatch`'s switch runs in `mix N T` (cases 0
+/// to 7, then the default).
+fn dispatch_model(n: u64, threads: u64) -> [u64; 9] {
+    let mut cases = [0u64; 9];
+    for call in 0..n {
+        let m = call % 13;
+        for i in 0..m {
+            cases[((i * 7 + m) % 9) as usize] += threads;
+        }
+    }
+    cases
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")] // AArch64: tp does not read switch tables, the blocks are refused
+fn a_switch_through_a_jump_table_counts_each_case_exactly() {
+    let (n, threads) = (2_600u64, 3u64);
+    let mut t = Target::start("blocks");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--blocks", "-f", "dispatch", "--json"]);
+    let done = t.ask(&format!("mix {n} {threads}"), "done mix");
+    assert_eq!(field(&done, "bad"), 0, "the probes changed what dispatch() computes: {done}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    assert_code_is_original(&t, &["dispatch"]);
+    let p = one_process(&stdout);
+    let blocks = p["blocks"].as_array().unwrap().iter().find(|b| b["func"] == "dispatch").unwrap().clone();
+    let all = blocks["blocks"].as_array().unwrap();
+    assert_eq!(all[0]["count"].as_u64(), Some(n * threads), "{blocks}");
+    // Each case's code is a block of its own line, entered through the table only.
+    let want = dispatch_model(n, threads);
+    let src = include_str!("../../targets/blocks.c");
+    for (k, expect) in want.iter().enumerate() {
+        let text = if k < 8 { format!("case {k}:") } else { "default:".to_string() };
+        let line = src.lines().position(|l| l.trim_start().starts_with(&text)).unwrap() as u32 + 1;
+        let name = format!("blocks.c:{line}");
+        let block = all
+            .iter()
+            .find(|b| b["lines"].as_array().unwrap().first().is_some_and(|l| *l == name.as_str()))
+            .unwrap_or_else(|| panic!("no block starts {name} ({text}): {blocks}"));
+        assert_eq!(block["count"].as_u64(), Some(*expect), "{text} {block}");
+    }
+    // Every block's count is known: the padding after a jump runs never.
+    assert!(all.iter().all(|b| b["count"].is_u64()), "{blocks}");
+    assert_eq!(t.ask(&format!("mix {n} {threads}"), "done mix"), done);
+    assert!(t.quit().success());
+}
