@@ -458,8 +458,7 @@ fn run_blocks(args: &ListProbesArgs) -> Result<ExitCode> {
                 continue;
             }
             for f in m.named(name)?.functions {
-                let map = crate::symbols::blocks::map(m, &f, isa)
-                    .map_err(|why| anyhow::anyhow!("cannot count the blocks of `{}`: {why}", text(&f.name)))?;
+                let map = crate::symbols::blocks::map(m, &f, isa).map_err(|why| (f.clone(), why.to_string()));
                 maps.push((m.name.clone(), map));
             }
         }
@@ -490,6 +489,30 @@ fn run_blocks(args: &ListProbesArgs) -> Result<ExitCode> {
     }
     let mut out = crate::streams::stdout();
     for (module, map) in &maps {
+        let map = match map {
+            Ok(map) => map,
+            // The function as a whole: its blocks cannot be known.
+            Err((f, why)) if args.json => {
+                let o = Obj::new()
+                    .str("type", "block")
+                    .str("module", module)
+                    .str("func", &f.name)
+                    .str("block", &f.name)
+                    .str("address", &json::address(f.addr.0))
+                    .num("size", f.size)
+                    .num("insns", 0)
+                    .list("lines", std::iter::empty())
+                    .num("probeable", false)
+                    .num("window", "null")
+                    .str("reason", why);
+                writeln!(out, "{}", o.finish())?;
+                continue;
+            }
+            Err((f, why)) => {
+                writeln!(out, "{:<18}  {}  refused: {}", format!("{:#x}", f.addr.0), text(&f.name), text(why))?;
+                continue;
+            }
+        };
         let f = &map.function;
         let labels: Vec<String> = map.blocks.iter().map(|b| b.label(f)).collect();
         let lines: Vec<String> = map

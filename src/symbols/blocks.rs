@@ -74,6 +74,9 @@ impl MapBlock {
 /// blocks cannot be known (code that does not decode, a jump tp cannot
 /// follow).
 pub fn map(m: &Module, f: &Function, isa: Isa) -> Result<BlockMap, Refusal> {
+    if f.ifunc {
+        return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
+    }
     if f.size == 0 {
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
