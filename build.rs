@@ -208,6 +208,8 @@ const TARGETS: &[Target] = &[
     Target { name: "sdt", sources: &["sdt.c"], ..c("", &["-fPIE", "-pie"]) },
     // Probes inside functions, by line and offset (-O0: every line a statement), and nop sites.
     Target { name: "lines", sources: &["lines.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
+    // Basic blocks counted by --blocks, beside gcov's counts of the same source (-O0: a line a statement).
+    Target { name: "blocks", sources: &["blocks.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
     Target { name: "hostile", sources: &["hostile.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
 ];

@@ -65,6 +65,12 @@ pub struct ProbeArgs {
     /// function) or `function:123`, from DWARF line tables (repeat for several).
     #[arg(long = "line", value_name = "FILE:LINE")]
     pub lines: Vec<String>,
+    /// Count every basic block of the functions -f names, and their source
+    /// lines: a count-only probe at the start of each block where one fits
+    /// (`tp list-probes --blocks FUNCTION` shows which); the others' counts
+    /// follow from the flow where it tells them.
+    #[arg(long, conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "lines"])]
+    pub blocks: bool,
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
     #[arg(long)]
     pub args: bool,
@@ -269,6 +275,10 @@ pub struct ListProbesArgs {
     /// List where each source line of these functions starts, and whether each place can be probed.
     #[arg(long, value_name = "FUNCTION", conflicts_with_all = ["summary", "usdt"])]
     pub lines: Vec<String>,
+    /// List the basic blocks of these functions, their source lines, and
+    /// whether `--blocks` can count each (and why not).
+    #[arg(long = "blocks", value_name = "FUNCTION", conflicts_with_all = ["summary", "usdt", "lines"])]
+    pub blocks: Vec<String>,
     /// List the static probes (USDT, SystemTap SDT notes) instead: their sites, arguments and semaphores.
     #[arg(long, conflicts_with = "summary")]
     pub usdt: bool,
@@ -535,6 +545,20 @@ mod tests {
         assert!(parse("tp list-probes /bin/true --lines main --usdt").is_err());
         let Command::ListProbes(l) = parse("tp list-probes /bin/true --usdt").unwrap().command else { panic!() };
         assert!(l.usdt);
+    }
+
+    #[test]
+    fn blocks_parse_and_count_only() {
+        let Command::Attach(a) = parse("tp attach -p 1 -f shape --blocks").unwrap().command else { panic!() };
+        assert!(a.probe.blocks && a.funcs == ["shape"]);
+        let Command::Run(r) = parse("tp run -f shape --blocks -- /bin/true").unwrap().command else { panic!() };
+        assert!(r.probe.blocks);
+        for with in ["--ret", "--args", "--stack", "--by x", "--if x>1"] {
+            assert!(parse(&format!("tp attach -p 1 -f shape --blocks {with}")).is_err(), "{with}");
+        }
+        let Command::ListProbes(l) = parse("tp list-probes /bin/true --blocks main").unwrap().command else { panic!() };
+        assert_eq!(l.blocks, ["main"]);
+        assert!(parse("tp list-probes /bin/true --blocks main --lines main").is_err());
     }
 
     #[test]

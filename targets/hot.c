@@ -15,6 +15,9 @@
  *             `x * 2654435761; r ^= r >> 13; return r + 7`);
  *   work_rip  `mov rax, [rip + scale]` first: a RIP-relative load, which
  *             the detour relocates and which may fault, so nothing is dead.
+ *   work_blocks a loop of `trips` (4) iterations, read from a volatile
+ *             global so that the compiler keeps the loop: every call runs
+ *             the same basic blocks, for the cost per block of --blocks;
  *   work_deep work() itself, called through two more functions that return
  *             after each call (deep2 -> deep1 -> work), as calls are in
  *             real programs: a tracer that takes over work()'s return
@@ -23,7 +26,8 @@
  *
  * Modes (every loop and wait is bounded):
  *   hot wait T BURSTS CALLS PAUSE_US [TIMEOUT_S [DEPTH [FUNC]]]
- *       T worker threads; each calls FUNC (work, work_mov or work_rip; work
+ *       T worker threads; each calls FUNC (work, work_mov, work_rip,
+ *       work_blocks or work_deep; work
  *       by default) from DEPTH nested calls of nest() (default 0), so that
  *       a stack walk has that many frames. A phase is BURSTS bursts: all T
  *       threads start together, each times CALLS calls of FUNC, then the
@@ -104,6 +108,28 @@ static inline uint64_t work_rip_ref(uint64_t x)
 	return 0x9E3779B97F4A7C15ull * x + (x >> 7);
 }
 
+/* The iterations of work_blocks's loop (never written). */
+volatile int trips = 4;
+
+/* A loop the compiler cannot unroll: its blocks run the same number of
+ * times in every call. */
+TP_PROBED uint64_t work_blocks(uint64_t x)
+{
+	uint64_t r = x;
+	int n = trips;
+	for (int i = 0; i < n; i++)
+		r = r * 31 + (uint64_t)i;
+	return r;
+}
+
+static inline uint64_t work_blocks_ref(uint64_t x)
+{
+	uint64_t r = x;
+	for (int i = 0; i < 4; i++)
+		r = r * 31 + (uint64_t)i;
+	return r;
+}
+
 /* work_deep's callers: each returns after its call (no sibling calls). */
 TP_PROBED __attribute__((optimize("no-optimize-sibling-calls"))) uint64_t deep1(int x)
 {
@@ -127,9 +153,9 @@ TP_PROBED void bench_done(void)
 }
 
 /* The function a run calls (hot wait/step FUNC). */
-enum func { WORK, WORK_MOV, WORK_RIP, WORK_DEEP };
+enum func { WORK, WORK_MOV, WORK_RIP, WORK_DEEP, WORK_BLOCKS };
 static enum func func = WORK;
-static const char *const func_names[] = {"work", "work_mov", "work_rip", "work_deep"};
+static const char *const func_names[] = {"work", "work_mov", "work_rip", "work_deep", "work_blocks"};
 
 /* One call of the function, the unit the instruction counter steps
  * through (a direct call for each, as in the timed loops). */
@@ -142,6 +168,8 @@ TP_PROBED uint64_t one_call(int x)
 		return work_rip((uint64_t)x) + 1;
 	case WORK_DEEP:
 		return deep2(x) + 1;
+	case WORK_BLOCKS:
+		return work_blocks((uint64_t)x) + 1;
 	default:
 		return (uint64_t)(unsigned)work(x) + 1;
 	}
@@ -156,6 +184,8 @@ static uint64_t one_call_ref(int x)
 		return work_rip_ref((uint64_t)x) + 1;
 	case WORK_DEEP:
 		return deep2_ref(x) + 1;
+	case WORK_BLOCKS:
+		return work_blocks_ref((uint64_t)x) + 1;
 	default:
 		return (uint64_t)work_ref(x) + 1;
 	}
@@ -164,12 +194,12 @@ static uint64_t one_call_ref(int x)
 /* FUNC by name; 0 if unknown. */
 static int set_func(const char *name)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < 5; i++)
 		if (!strcmp(name, func_names[i])) {
 			func = (enum func)i;
 			return 1;
 		}
-	fprintf(stderr, "hot: no function %s (work, work_mov, work_rip, work_deep)\n", name);
+	fprintf(stderr, "hot: no function %s (work, work_mov, work_rip, work_deep, work_blocks)\n", name);
 	return 0;
 }
 
@@ -195,7 +225,10 @@ static void sleep_us(long us)
 
 static uint64_t entry_bytes(void)
 {
-	const void *f = func == WORK_MOV ? (const void *)&work_mov : func == WORK_RIP ? (const void *)&work_rip : (const void *)&work;
+	const void *f = func == WORK_MOV      ? (const void *)&work_mov
+			: func == WORK_RIP    ? (const void *)&work_rip
+			: func == WORK_BLOCKS ? (const void *)&work_blocks
+					      : (const void *)&work;
 	const volatile unsigned char *p = (const volatile unsigned char *)(uintptr_t)f;
 	uint64_t v = 0;
 	for (int i = 0; i < 8; i++)
@@ -250,6 +283,10 @@ TP_PROBED uint64_t burst(int base)
 		for (long i = 0; i < ncalls; i++)
 			acc += deep2(base + (int)i);
 		break;
+	case WORK_BLOCKS:
+		for (long i = 0; i < ncalls; i++)
+			acc += work_blocks((uint64_t)(base + (int)i));
+		break;
 	default:
 		for (long i = 0; i < ncalls; i++)
 			acc += (unsigned)work(base + (int)i);
@@ -264,6 +301,7 @@ static uint64_t calls_ref(int base)
 		acc += func == WORK_MOV	   ? work_mov_ref((uint64_t)(base + (int)i))
 		       : func == WORK_RIP  ? work_rip_ref((uint64_t)(base + (int)i))
 		       : func == WORK_DEEP ? deep2_ref(base + (int)i)
+		       : func == WORK_BLOCKS ? work_blocks_ref((uint64_t)(base + (int)i))
 					   : work_ref(base + (int)i);
 	return acc;
 }

@@ -43,6 +43,8 @@ pub enum Records {
     StackFp(u32),
     /// Each entry with a copy of this many bytes of its stack, unwound by the tracer.
     StackCopy(u32),
+    /// Counts every basic block of the function (`--blocks`).
+    Blocks,
 }
 
 impl Records {
@@ -60,6 +62,7 @@ impl Records {
             Records::Aggregated => "exit + latency, histogram in the target".into(),
             Records::StackFp(d) => format!("stack, frame pointers, {d} frames"),
             Records::StackCopy(b) => format!("stack, {b}-byte copy unwound (DWARF)"),
+            Records::Blocks => "count, every basic block (--blocks)".into(),
         }
     }
 
@@ -89,6 +92,7 @@ impl Records {
             Records::Aggregated => (s(&["--ret"]), Vec::new()),
             Records::StackFp(d) => (s(&["--stack", "--stack-depth", &d.to_string()]), Vec::new()),
             Records::StackCopy(b) => (s(&["--stack=dwarf", "--stack-size", &b.to_string()]), Vec::new()),
+            Records::Blocks => (s(&["--blocks"]), Vec::new()),
         }
     }
 }
@@ -297,7 +301,7 @@ impl Tracer for Tp {
 
     fn sizes(&self) -> Sizes {
         match self.records {
-            Records::Count | Records::Disabled | Records::FalsePredicate | Records::Aggregated => {
+            Records::Count | Records::Disabled | Records::FalsePredicate | Records::Aggregated | Records::Blocks => {
                 Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 }
             }
             // A stack takes several of the ring's events.
@@ -335,10 +339,19 @@ impl Tracer for Tp {
         let json = p.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).map(|l| l.text.clone());
         let Some(json) = json else { bail!("tp printed no summary:\n{}", p.text()) };
         let v: serde_json::Value = serde_json::from_str(&json).context("tp's JSON summary")?;
-        let hits = v["processes"][0]["probes"]
-            .as_array()
-            .and_then(|ps| ps.iter().find(|p| p["func"] == probed(self.function)))
-            .and_then(|p| p["hits"].as_u64());
+        // With --blocks, the calls are the entry block's count.
+        let row = match self.records {
+            Records::Blocks => format!("{}+0x0", self.function),
+            _ => probed(self.function).to_string(),
+        };
+        let rows = v["processes"][0]["probes"].as_array();
+        let hits = rows.and_then(|ps| ps.iter().find(|p| p["func"] == row.as_str())).and_then(|p| p["hits"].as_u64());
+        if self.records == Records::Blocks
+            && let (Some(ps), Some(calls)) = (rows, hits.filter(|&h| h > 0))
+        {
+            let all: u64 = ps.iter().filter_map(|p| p["hits"].as_u64()).sum();
+            eprintln!("tp --blocks on {}: {} probes hit per call", self.function, all as f64 / calls as f64);
+        }
         Ok(Outcome {
             hits,
             lost: v["processes"][0]["lost_events"].as_u64(),

@@ -363,6 +363,8 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
     }
     // Returns taken over where the callers return too, as in real programs.
     v.push((Box::new(Tp::on(Records::Ret, "work_deep")), 1));
+    // Every block of a loop counted: the cost per block.
+    v.push((Box::new(Tp::on(Records::Blocks, "work_blocks")), 1));
     if !o.peers {
         return v;
     }

@@ -11,6 +11,7 @@
 //! the build where it does. This module imports nothing else of tp's.
 
 pub mod aarch64;
+pub mod blocks;
 pub mod operand;
 mod regset;
 pub mod shadow;
@@ -422,6 +423,30 @@ impl SitePlan {
     pub fn interior_boundaries(&self) -> impl Iterator<Item = u64> + '_ {
         self.insns.iter().skip(1).map(move |i| self.site + i.offset as u64)
     }
+}
+
+/// A basic block of a function's code ([`Arch::blocks`]): straight-line
+/// instructions entered only at their first and left only after their last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Block {
+    /// Its first instruction's address (a leader: the entry, a branch
+    /// target, the instruction after a branch).
+    pub start: u64,
+    /// One past its last byte.
+    pub end: u64,
+    /// Its instructions.
+    pub insns: u32,
+    /// The blocks of the function it may go on to (their starts): its
+    /// branch's target inside the function, the block after it.
+    pub succs: Vec<u64>,
+    /// True if it may leave the function: a return, a jump out (a tail
+    /// call, a split-off `.cold` part), a jump through a register or
+    /// memory, whose targets inside the function are all leaders.
+    pub leaves: bool,
+    /// True if it may be entered from outside the function's direct
+    /// branches: the entry, a jump from a split-off part, a code address
+    /// the function forms or data holds (a switch's table).
+    pub entered: bool,
 }
 
 /// How a detour finds a thread's entry in its process's thread cache (the
@@ -908,6 +933,9 @@ pub type PlanToFn = fn(&[u8], u64, &[u64], &dyn Image, u64) -> Result<SitePlan, 
 pub type PlanExitsFn =
     fn(&[u8], u64, &[(u64, u64)], &[u64], &[(u64, u64)], bool, &dyn Image) -> Result<Vec<ExitPlan>, Refusal>;
 
+/// [`Arch::blocks`].
+pub type BlocksFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<Vec<Block>, Refusal>;
+
 /// The module around a function, as a planner may read it (runtime
 /// addresses): to follow jump tables and find code addresses that data holds.
 pub trait Image {
@@ -963,6 +991,8 @@ pub struct Isa {
     pub plan_to: PlanToFn,
     /// [`Arch::sdt_argument`].
     pub sdt_argument: fn(&str) -> Result<ArgSpec, String>,
+    /// [`Arch::blocks`].
+    pub blocks: BlocksFn,
     /// [`Arch::PATCH_LEN`].
     pub patch_len: usize,
 }
@@ -990,6 +1020,7 @@ impl Isa {
             plan_exits: A::plan_exits,
             plan_to: A::plan_to,
             sdt_argument: A::sdt_argument,
+            blocks: A::blocks,
             patch_len: A::PATCH_LEN,
         }
     }
@@ -1171,6 +1202,18 @@ pub trait Arch {
     ) -> Result<Vec<ExitPlan>, Refusal> {
         let _ = (code, addr, parts, extra_targets, taken, single, image);
         Err(Refusal::Unsupported("tp does not patch the exits of functions on this architecture"))
+    }
+
+    /// The basic blocks of the function `code` at `function`, in address
+    /// order, covering it: the leaders are its entry, the targets of its
+    /// branches inside it, the instructions after its branches, the
+    /// addresses in `extra_targets` (jumps from its split-off parts) and
+    /// the code addresses inside it that it forms or data holds (which a
+    /// jump through a register may reach). Calls do not end a block. Err
+    /// if it does not decode to its end, or jumps where tp cannot tell.
+    fn blocks(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Image) -> Result<Vec<Block>, Refusal> {
+        let _ = (code, function, extra_targets, image);
+        Err(Refusal::Unsupported("tp does not find basic blocks on this architecture"))
     }
 
     /// Parses one argument of a static probe's note (`-4@%eax`, `8@x0`).

@@ -81,6 +81,11 @@ pub fn options(
     // A source line is a pattern of its own (`line:FILE:N`): it follows
     // libraries loaded later as the others do.
     let lines = probe.lines.iter().map(|l| format!("line:{l}"));
+    // So are a function's blocks (`blocks:NAME`).
+    let funcs: Vec<String> = match probe.blocks {
+        true => funcs.iter().map(|f| format!("blocks:{f}")).collect(),
+        false => funcs.to_vec(),
+    };
     let selection = Selection {
         addrs: addrs.iter().copied().map(RuntimeAddr).collect(),
         // A stack takes several of the ring's events (a 4 KiB copy 75).

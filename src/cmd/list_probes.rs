@@ -103,6 +103,9 @@ struct SiteRow {
 
 /// Runs `tp list-probes`.
 pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
+    if !args.blocks.is_empty() {
+        return run_blocks(&args);
+    }
     if !args.lines.is_empty() || args.usdt {
         return run_sites(&args);
     }
@@ -441,6 +444,125 @@ fn run_sites(args: &ListProbesArgs) -> Result<ExitCode> {
         }
     } else {
         print_site_table(&mut out, &rows, args.usdt)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tp list-probes --blocks FUNCTION…`: the basic blocks of each function,
+/// with their lines and whether `--blocks` counts each (and why not).
+fn run_blocks(args: &ListProbesArgs) -> Result<ExitCode> {
+    let mut maps = Vec::new();
+    let mut each = |m: &Module, isa: Isa| -> Result<()> {
+        for name in &args.blocks {
+            if args.pid.is_some() && !m.has_function(name) {
+                continue;
+            }
+            for f in m.named(name)?.functions {
+                let map = crate::symbols::blocks::map(m, &f, isa).map_err(|why| (f.clone(), why.to_string()));
+                maps.push((m.name.clone(), map));
+            }
+        }
+        Ok(())
+    };
+    match (&args.binary, args.pid) {
+        (Some(path), None) => {
+            let m = Module::from_file(path)?;
+            let Some(isa) = Isa::for_machine(m.elf.machine) else {
+                bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(m.elf.machine));
+            };
+            each(&m, isa)?;
+        }
+        (None, Some(pid)) => {
+            process::status(pid)?;
+            process::check_readable(pid)?;
+            let modules = ProcessModules::new(pid, &process::read_maps(pid)?)?;
+            for i in 0..modules.len() {
+                if let Ok(m) = modules.get(i) {
+                    each(m, Isa::host())?;
+                }
+            }
+        }
+        _ => bail!("give either a binary or --pid, not both"),
+    }
+    if maps.is_empty() {
+        bail!("no function named {} was found", args.blocks.join(", "));
+    }
+    let mut out = crate::streams::stdout();
+    for (module, map) in &maps {
+        let map = match map {
+            Ok(map) => map,
+            // The function as a whole: its blocks cannot be known.
+            Err((f, why)) if args.json => {
+                let o = Obj::new()
+                    .str("type", "block")
+                    .str("module", module)
+                    .str("func", &f.name)
+                    .str("block", &f.name)
+                    .str("address", &json::address(f.addr.0))
+                    .num("size", f.size)
+                    .num("insns", 0)
+                    .list("lines", std::iter::empty())
+                    .num("probeable", false)
+                    .num("window", "null")
+                    .str("reason", why);
+                writeln!(out, "{}", o.finish())?;
+                continue;
+            }
+            Err((f, why)) => {
+                writeln!(out, "{:<18}  {}  refused: {}", format!("{:#x}", f.addr.0), text(&f.name), text(why))?;
+                continue;
+            }
+        };
+        let f = &map.function;
+        let labels: Vec<String> = map.blocks.iter().map(|b| b.label(f)).collect();
+        let lines: Vec<String> = map
+            .blocks
+            .iter()
+            .map(|b| {
+                let l: Vec<String> = b
+                    .lines
+                    .iter()
+                    .map(|(file, line)| format!("{}:{line}", file.rsplit('/').next().unwrap_or(file)))
+                    .collect();
+                l.join(", ")
+            })
+            .collect();
+        if args.json {
+            for ((b, label), l) in map.blocks.iter().zip(&labels).zip(&lines) {
+                let o = Obj::new()
+                    .str("type", "block")
+                    .str("module", module)
+                    .str("func", &f.name)
+                    .str("block", label)
+                    .str("address", &json::address(b.start.0))
+                    .num("size", b.end.0 - b.start.0)
+                    .num("insns", b.insns)
+                    .list("lines", l.split(", ").filter(|s| !s.is_empty()).map(json::string))
+                    .num("probeable", b.probe.is_ok())
+                    .opt("window", b.plan.as_ref().map(|p| p.site - b.start.0 + p.len() as u64))
+                    .opt_str("reason", b.probe.as_ref().err().map(String::as_str));
+                writeln!(out, "{}", o.finish())?;
+            }
+            continue;
+        }
+        let bw = width(labels.iter().map(String::as_str), 5, NAME_MAX);
+        let lw = width(lines.iter().map(String::as_str), 5, NAME_MAX);
+        writeln!(out, "{:<18}  {:<bw$}  {:>5}  {:<lw$}  VERDICT", "ADDRESS", "BLOCK", "INSNS", "LINES")?;
+        for ((b, label), l) in map.blocks.iter().zip(&labels).zip(&lines) {
+            let verdict = match (&b.probe, &b.plan) {
+                (Ok(_), Some(p)) => format!("counted ({} bytes: {})", p.len(), p.summary()),
+                (Ok(_), None) => "counted".to_string(),
+                (Err(why), _) => format!("not counted: {why}"),
+            };
+            let (label, l) = (fit(&text(label), bw), fit(&text(l), lw));
+            writeln!(
+                out,
+                "{:<18}  {label:<bw$}  {:>5}  {l:<lw$}  {}",
+                format!("{:#x}", b.start.0),
+                b.insns,
+                text(&verdict)
+            )?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -13,6 +13,7 @@
 
 use std::io::{self, Write};
 
+use super::blocks::FunctionBlocks;
 use super::json::{self, Obj};
 use super::stacks::ProbeStacks;
 use super::{ProbeStat, Summary, histogram, table, thousands};
@@ -41,6 +42,8 @@ pub struct ProcessReport {
     pub stacks: Vec<ProbeStacks>,
     /// The calls counted per argument value (`--by`).
     pub by: Vec<ProbeValues>,
+    /// The basic blocks and lines counted per function (`--blocks`).
+    pub blocks: Vec<FunctionBlocks>,
 }
 
 impl ProcessReport {
@@ -54,6 +57,7 @@ impl ProcessReport {
             children: Vec::new(),
             stacks: Vec::new(),
             by: Vec::new(),
+            blocks: Vec::new(),
         }
     }
 
@@ -263,6 +267,7 @@ fn one_text(out: &mut impl Write, r: &ProcessReport, view: View) -> io::Result<u
     let hidden = one_table(out, r, view)?;
     children_text(out, &r.children)?;
     by_text(out, &r.by)?;
+    super::blocks::write_text(out, &r.blocks)?;
     super::stacks::write_text(out, &r.stacks)?;
     Ok(hidden)
 }
@@ -353,7 +358,8 @@ pub fn process_json(
         .num("lost_events", r.lost)
         .list("children", r.children.iter().map(child_json))
         .list("stacks", r.stacks.iter().map(super::stacks::probe_json))
-        .list("by", r.by.iter().map(by_json));
+        .list("by", r.by.iter().map(by_json))
+        .list("blocks", r.blocks.iter().map(super::blocks::to_json));
     extra(o).finish()
 }
 
@@ -410,6 +416,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         children: Vec::new(),
         stacks: Vec::new(),
         by: Vec::new(),
+        blocks: Vec::new(),
     };
     for r in reports {
         out.events |= r.events;
@@ -417,6 +424,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         out.children.extend(r.children);
         out.stacks.extend(r.stacks);
         out.by.extend(r.by);
+        out.blocks.extend(r.blocks);
         // A row joins one of an earlier program's; two functions of one name
         // in one program (static functions) stay two rows.
         let earlier = out.summary.probes.len();

@@ -26,6 +26,7 @@ use crate::process::stop::Stopped;
 use crate::process::{self};
 use crate::symbols::Found;
 use crate::symbols::ProcessModules;
+use crate::symbols::blocks::BlockMap;
 
 /// A live attach session: probes installed, the target running.
 pub struct Attached {
@@ -61,6 +62,8 @@ pub struct Attached {
     /// Each probe of this session that went over a kept one, with the kept
     /// one's entry ([`super::kept`]).
     over: Vec<(u32, u32)>,
+    /// The functions whose blocks are counted (`--blocks`).
+    blocks: Vec<BlockMap>,
 }
 
 /// How a detach went.
@@ -168,6 +171,7 @@ impl Attached {
             // `--keep` of functions kept already: nothing to do.
             return Ok(Attached::nothing_new(pid, mem, region, what, owner, started, refused));
         }
+        let blocks = resolved.blocks.clone();
         let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
         let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
         let take_over = !vetted.over.is_empty();
@@ -195,6 +199,7 @@ impl Attached {
             refused,
             lost_at_start: done.lost_at_start,
             over,
+            blocks,
         })
     }
 
@@ -226,6 +231,7 @@ impl Attached {
             refused,
             lost_at_start: Lost::default(),
             over: Vec::new(),
+            blocks: Vec::new(),
         }
     }
 
@@ -249,16 +255,18 @@ impl Attached {
             for note in &vetted.notes {
                 crate::say!("{note}");
             }
+            let blocks = resolved.blocks.clone();
             let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
             let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false)?;
             crate::symbols::saving::start();
             let over = over_pairs(&done.report.installed, &vetted.over);
-            Ok((done, infos, refused, over))
+            Ok((done, infos, refused, over, blocks))
         };
-        let (done, infos, refused, over) = run().map_err(|e| exited_or(pid, e))?;
+        let (done, infos, refused, over, blocks) = run().map_err(|e| exited_or(pid, e))?;
         self.over.extend(over);
+        self.blocks.extend(blocks);
         let added = done.report.installed.iter().filter(|p| p.request.kind & kind::UNWIND == 0).count();
         // Infos follow the probes: tp's own unwinder probes may now sit
         // between the user's, so keep both in install order.
@@ -267,6 +275,12 @@ impl Attached {
         self.infos.extend(infos);
         self.stop_time += done.stop_time;
         Ok((added, refused))
+    }
+
+    /// The blocks and lines of the functions whose blocks this session
+    /// counts (`--blocks`), with the counts of `summary` (this process's).
+    pub fn blocks(&self, summary: &Summary) -> Vec<crate::output::blocks::FunctionBlocks> {
+        super::blocks::report(&self.blocks, summary)
     }
 
     /// How many of this session's probes went over kept ones, which count

@@ -124,7 +124,8 @@ impl Member {
                 Some(r) => r.clone(),
                 None => {
                     let summary = p.attached.summary();
-                    match &p.tracer {
+                    let blocks = p.attached.blocks(&summary);
+                    let mut r = match &p.tracer {
                         Some(t) => ProcessReport {
                             latency: t.latency(&p.attached),
                             summary,
@@ -133,9 +134,12 @@ impl Member {
                             children: Vec::new(),
                             stacks: Vec::new(),
                             by: Vec::new(),
+                            blocks: Vec::new(),
                         },
                         None => ProcessReport::counts(summary),
-                    }
+                    };
+                    r.blocks = blocks;
+                    r
                 }
             })
             .collect();
@@ -409,14 +413,17 @@ impl Group {
         let Some(p) = self.members[i].current() else { return };
         p.live = false;
         let summary = p.attached.summary();
-        p.report = Some(match p.tracer.take() {
+        let blocks = p.attached.blocks(&summary);
+        let mut report = match p.tracer.take() {
             Some(mut t) => {
                 let _ = t.poll(&p.attached);
                 p.events = t.events_per_process().clone();
                 t.end(&p.attached, summary)
             }
             None => ProcessReport::counts(summary),
-        });
+        };
+        report.blocks = blocks;
+        p.report = Some(report);
     }
 
     /// After an exec: the same patterns, resolved leniently in the new
@@ -586,7 +593,8 @@ impl Group {
                 );
             }
             let summary = detached.summary;
-            p.report = Some(match p.tracer.take() {
+            let blocks = p.attached.blocks(&summary);
+            let mut report = match p.tracer.take() {
                 Some(mut t) => {
                     // The last events; a failure (its output closed) must not
                     // keep the other members from being restored.
@@ -599,7 +607,9 @@ impl Group {
                     t.end(&p.attached, summary)
                 }
                 None => ProcessReport::counts(summary),
-            });
+            };
+            report.blocks = blocks;
+            p.report = Some(report);
         }
         if let Some(e) = first_error {
             return Err(e);

@@ -14,6 +14,7 @@
 //! they fork and how each ends).
 
 pub mod attached;
+pub mod blocks;
 pub mod explain;
 pub mod family;
 pub mod follow;

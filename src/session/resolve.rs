@@ -9,6 +9,7 @@ use crate::arch::{ArgLoc, Operand, OperandLoc, Operands, SitePlan};
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::progress::Progress;
+use crate::symbols::blocks::BlockMap;
 use crate::symbols::verdict::{go_code, verdict, verdict_at};
 use crate::symbols::{Found, Function, Module, ProcessModules, Site, Usdt};
 
@@ -23,6 +24,8 @@ pub struct Resolved {
     pub refused: Vec<(Function, Refusal)>,
     /// Lines to say once the probes are set up (what some of them do not record).
     pub notes: Vec<String>,
+    /// The functions whose blocks are counted (`--blocks`), with their blocks.
+    pub blocks: Vec<BlockMap>,
 }
 
 /// Plans the probe of function `f` of module `m`.
@@ -208,6 +211,16 @@ pub fn plan_found(
     let mut refused = Vec::new();
     let mut counted_only = Vec::new();
     let mut return_notes = Vec::new();
+    // The functions whose blocks are counted, each once.
+    let mut blocks: Vec<BlockMap> = Vec::new();
+    for f in found.iter().filter(|f| f.site.as_ref().is_some_and(|s| s.block)) {
+        let m = modules.get(f.module)?;
+        if !blocks.iter().any(|b| b.function.addr == f.function.addr && b.function.module == f.function.module)
+            && let Ok(map) = crate::symbols::blocks::map(m, &f.function, Isa::host())
+        {
+            blocks.push(map);
+        }
+    }
     for Found { module, function, explicit, site } in found {
         progress.inc();
         let m = modules.get(module)?;
@@ -327,5 +340,5 @@ pub fn plan_found(
             None => bail!("nothing to probe"),
         }
     }
-    Ok(Resolved { requests, refused, notes })
+    Ok(Resolved { requests, refused, notes, blocks })
 }

@@ -104,6 +104,56 @@ pub fn starts_in(dwarf: &gimli::Dwarf<R>, query: Query) -> Result<Vec<LineStart>
     Ok(out)
 }
 
+/// One row of a line table: the line that the code from `addr` on is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LineRow {
+    /// The address (a file address).
+    pub addr: FileAddr,
+    /// The source file, as the table names it.
+    pub file: Rc<str>,
+    /// The line.
+    pub line: u32,
+}
+
+/// The rows of `elf`'s line tables for the code in `[lo, hi)` (file
+/// addresses) that name a line, sorted by address: which line each
+/// instruction is.
+pub fn rows(elf: &ElfFile, lo: u64, hi: u64) -> Result<Vec<LineRow>> {
+    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>> {
+        Ok(elf.section_data(id.name())?.unwrap_or(Cow::Borrowed(&[][..])))
+    })?;
+    let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
+    let mut out = Vec::new();
+    let mut units = dwarf.units();
+    while let Some(header) = units.next()? {
+        let unit = dwarf.unit(header)?;
+        let Some(program) = unit.line_program.clone() else { continue };
+        let mut names: HashMap<u64, Option<Rc<str>>> = HashMap::new();
+        let mut rows = program.rows();
+        while let Some((header, row)) = rows.next_row()? {
+            let line = row.line().map_or(0, |l| l.get());
+            let addr = row.address();
+            if row.end_sequence() || addr < lo || addr >= hi || line == 0 || line > u32::MAX as u64 {
+                continue;
+            }
+            let index = row.file_index();
+            let file = names.entry(index).or_insert_with(|| file_name(&dwarf, &unit, header, index)).clone();
+            let Some(file) = file else { continue };
+            out.push(LineRow { addr: FileAddr(addr), file, line: line as u32 });
+        }
+    }
+    // Rows at one address: the last says what the code there is.
+    out.sort_by_key(|r| r.addr);
+    let mut kept: Vec<LineRow> = Vec::with_capacity(out.len());
+    for r in out {
+        match kept.last_mut() {
+            Some(last) if last.addr == r.addr => *last = r,
+            _ => kept.push(r),
+        }
+    }
+    Ok(kept)
+}
+
 /// The path of file `index` of a line program: its directory joined with
 /// its name, unless the name is absolute.
 fn file_name(

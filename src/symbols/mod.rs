@@ -4,6 +4,7 @@
 //! tables ([`lines`]) and static probes ([`sdt`]); and the names users
 //! write ([`pattern`], and sites inside functions: [`site`]).
 
+pub mod blocks;
 pub mod contents;
 pub mod debuginfo;
 pub mod demangle;

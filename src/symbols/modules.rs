@@ -96,6 +96,14 @@ impl Found {
     }
 }
 
+/// The probes that count the blocks of `f` (found in `m`): one at the start
+/// of each block that can have one ([`super::blocks::map`]).
+fn block_sites(m: &Module, f: &Found) -> std::result::Result<Vec<Found>, crate::arch::Refusal> {
+    let map = super::blocks::map(m, &f.function, crate::arch::Isa::host())?;
+    let sites = map.blocks.into_iter().filter_map(|b| b.probe.ok());
+    Ok(sites.map(|s| Found { site: Some(s), ..f.clone() }).collect())
+}
+
 impl ProcessModules {
     /// The modules of `pid` according to `maps`: files with an executable mapping.
     pub fn new(pid: i32, maps: &[Mapping]) -> Result<ProcessModules> {
@@ -278,6 +286,21 @@ impl ProcessModules {
             SitePattern::Usdt { module, provider, name } => {
                 self.resolve_usdt(text, module.as_deref(), provider, name, notes)
             }
+            SitePattern::Blocks { module, function } => {
+                let p = Pattern { module: module.clone(), function: function.clone() };
+                let mut out = Vec::new();
+                for f in self.resolve_functions(function, &p, notes)? {
+                    let m = self.get(f.module)?;
+                    match block_sites(m, &f) {
+                        Ok(sites) => out.extend(sites),
+                        Err(why) if f.explicit => {
+                            bail!("cannot count the blocks of `{}`: {why}", f.function.name)
+                        }
+                        Err(why) => notes.push(format!("the blocks of `{}` are not counted: {why}", f.function.name)),
+                    }
+                }
+                Ok(out)
+            }
         }
     }
 
@@ -317,6 +340,11 @@ impl ProcessModules {
             SitePattern::Usdt { provider, name, .. } => {
                 for (f, s) in site::usdt_in(m, provider, name).into_iter().flatten() {
                     out.push(found(f, Some(s)));
+                }
+            }
+            SitePattern::Blocks { function, .. } => {
+                for f in m.named(function).map(|n| n.functions).unwrap_or_default() {
+                    out.extend(block_sites(m, &Found::entry(i, f, false)).unwrap_or_default());
                 }
             }
         }
@@ -580,7 +608,8 @@ impl ProcessModules {
             };
             bail!("address {addr:#x} in `{}` is not inside a known function{why}", m.name);
         };
-        let site = (f.addr != addr).then(|| Site { addr, label: site::offset_label(&f, addr), usdt: None });
+        let site =
+            (f.addr != addr).then(|| Site { addr, label: site::offset_label(&f, addr), usdt: None, block: false });
         Ok(Found { module: i, function: f, explicit: true, site })
     }
 }

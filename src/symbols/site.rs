@@ -29,6 +29,9 @@ pub struct Site {
     pub label: String,
     /// What a static probe's note says, if the site is one.
     pub usdt: Option<Usdt>,
+    /// True for the start of a basic block that `--blocks` counts
+    /// ([`super::blocks`]).
+    pub block: bool,
 }
 
 /// A static probe's site, as its note describes it.
@@ -66,6 +69,14 @@ pub enum SitePattern {
         /// The line.
         line: u32,
     },
+    /// `blocks:[module:]function`: the start of each basic block of the
+    /// functions it names that a probe can count ([`super::blocks`]).
+    Blocks {
+        /// The module part.
+        module: Option<String>,
+        /// The function's name (or a glob).
+        function: String,
+    },
     /// `usdt:[[module:]provider:]name`.
     Usdt {
         /// The module part (a glob).
@@ -99,6 +110,13 @@ impl SitePattern {
                 )),
             });
         }
+        if let Some(rest) = text.strip_prefix("blocks:") {
+            let p = Pattern::parse(rest);
+            if p.function.is_empty() || split_offset(&p.function).is_some() {
+                return Some(Err(format!("`{rest}`: --blocks counts the blocks of functions: name one (e.g. foo)")));
+            }
+            return Some(Ok(SitePattern::Blocks { module: p.module, function: p.function }));
+        }
         if let Some(rest) = text.strip_prefix("line:") {
             let bad = || format!("`{rest}`: write a line as FILE:LINE or FUNCTION:LINE (e.g. counter.c:42)");
             let Some((place, line)) = rest.rsplit_once(':') else { return Some(Err(bad())) };
@@ -122,6 +140,7 @@ impl SitePattern {
         match self {
             SitePattern::Offset { module, .. }
             | SitePattern::Line { module, .. }
+            | SitePattern::Blocks { module, .. }
             | SitePattern::Usdt { module, .. } => module.as_deref(),
         }
     }
@@ -161,7 +180,7 @@ pub fn at_offset(f: &Function, offset: u64) -> Result<Site, String> {
         return Err(format!("`{}+{offset:#x}` is past the end of `{}` ({} bytes)", f.name, f.name, f.size));
     }
     let addr = RuntimeAddr(f.addr.0 + offset);
-    Ok(Site { addr, label: offset_label(f, addr), usdt: None })
+    Ok(Site { addr, label: offset_label(f, addr), usdt: None, block: false })
 }
 
 /// The static probes of `m` whose provider and name match the globs, each
@@ -193,7 +212,7 @@ pub fn usdt_in(m: &Module, provider: &str, name: &str) -> Vec<Result<(Function, 
                 .collect();
             let semaphore = n.semaphore.map(|s| m.bias.runtime(s));
             let usdt = Usdt { provider: n.provider.clone(), name: n.name.clone(), args, semaphore };
-            Ok((f, Site { addr, label, usdt: Some(usdt) }))
+            Ok((f, Site { addr, label, usdt: Some(usdt), block: false }))
         })
         .collect()
 }
@@ -252,7 +271,7 @@ fn label_lines(what: &str, places: Vec<(Function, RuntimeAddr)>) -> Vec<(Functio
         .into_iter()
         .map(|(f, addr)| {
             let label = if several { format!("{what} at {}", offset_label(&f, addr)) } else { what.to_string() };
-            (f, Site { addr, label, usdt: None })
+            (f, Site { addr, label, usdt: None, block: false })
         })
         .collect()
 }
@@ -319,6 +338,11 @@ mod tests {
             Some(Ok(SitePattern::Usdt { module: Some("sdt".into()), provider: "tpsdt".into(), name: "*".into() }))
         );
         assert!(p("usdt:").unwrap().is_err() && p("usdt:a:b:c:d").unwrap().is_err());
+        assert_eq!(
+            p("blocks:app:shape"),
+            Some(Ok(SitePattern::Blocks { module: Some("app".into()), function: "shape".into() }))
+        );
+        assert!(p("blocks:shape+4").unwrap().is_err() && p("blocks:").unwrap().is_err());
         assert!(is_file("counter.c") && is_file("src/x") && !is_file("bar"));
     }
 }

@@ -16,7 +16,7 @@ use super::golang::{self, GoModule};
 use super::image::{CodeFacts, ElfImage};
 use super::{Function, Module, cold_parts, cold_targets};
 use crate::addr::{Bias, RuntimeAddr};
-use crate::arch::{ExitPlan, Isa, Refusal, SitePlan};
+use crate::arch::{Block, ExitPlan, Isa, Refusal, SitePlan};
 
 /// The verdict on function `f` of `m` for instruction set `isa`: its plan,
 /// or why it cannot be probed. `attach` and `list-probes` both ask this.
@@ -294,6 +294,15 @@ impl Planner {
     /// The module's Go code, if it has any.
     pub fn go(&self) -> Option<&GoModule> {
         self.go.as_ref()
+    }
+
+    /// The basic blocks of `f` of `m`, whose bytes are `code`
+    /// ([`crate::arch::Arch::blocks`]): with the jumps into it from its
+    /// split-off parts and the module's stored code pointers.
+    pub fn blocks(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<Vec<Block>, Refusal> {
+        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
+        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
+        (isa.blocks)(code, f.addr.0, &extra, &image)
     }
 
     /// If `f` (whose bytes are `code`) is Go code, what planning found.

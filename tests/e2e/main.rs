@@ -37,6 +37,8 @@ mod list_probes;
 mod cache;
 // Probes inside functions: by line, by offset, at nop sites.
 mod sites;
+// Basic blocks and lines counted by --blocks, against gcov's counts.
+mod blocks;
 // Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
 mod usdt;
 // Debug files by build-id from Debian's debuginfod, their cache, bad servers.

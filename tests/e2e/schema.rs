@@ -86,7 +86,7 @@ impl Checker {
                         self.shape("exits", &v["exits"], what);
                     }
                 }
-                "line" | "usdt" => self.shape(&ty, &v, what),
+                "line" | "usdt" | "block" => self.shape(&ty, &v, what),
                 "module_summary" => {
                     self.shape(&ty, &v, what);
                     self.each("refusal", &v["refused"], what);
@@ -114,6 +114,14 @@ impl Checker {
             self.each("by", &p["by"], what);
             for b in p["by"].as_array().unwrap() {
                 self.each("value", &b["values"], what);
+            }
+            if profile {
+                continue;
+            }
+            self.each("blocks", &p["blocks"], what);
+            for b in p["blocks"].as_array().unwrap() {
+                self.each("counted block", &b["blocks"], what);
+                self.each("counted line", &b["lines"], what);
             }
         }
         self.each("total", &v["total"], what);
@@ -146,6 +154,17 @@ fn every_subcommands_json_has_the_documented_shape() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     check.stdout(&stdout, "attach --if --by");
+    drop(t);
+
+    // attach --blocks: a function's blocks and lines.
+    let mut t = Target::start("blocks");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--blocks", "-f", "shape", "--json"]);
+    t.ask("run 100 2", "done run");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let docs = check.stdout(&stdout, "attach --blocks");
+    assert!(!docs[0]["processes"][0]["blocks"][0]["blocks"].as_array().unwrap().is_empty(), "{stdout}");
     drop(t);
 
     // attach, three processes, stacks: the same shapes, pid on every event.
@@ -219,6 +238,11 @@ fn every_subcommands_json_has_the_documented_shape() {
     check.stdout(&ok(&["list-probes", prologues.to_str().unwrap(), "--json", "--summary"]).0, "list-probes --summary");
     let lines = target_path("lines");
     check.stdout(&ok(&["list-probes", lines.to_str().unwrap(), "--json", "--lines", "work"]).0, "list-probes --lines");
+    let blocks = target_path("blocks");
+    check.stdout(
+        &ok(&["list-probes", blocks.to_str().unwrap(), "--json", "--blocks", "shape"]).0,
+        "list-probes --blocks",
+    );
     let sdt = target_path("sdt");
     check.stdout(&ok(&["list-probes", sdt.to_str().unwrap(), "--json", "--usdt"]).0, "list-probes --usdt");
     let _ = std::fs::remove_dir_all(&dir);

@@ -4,6 +4,7 @@
 //! at calls §3.2.1), the Intel SDM vol. 2 for encodings, and Linux
 //! arch/x86/include/asm/user_64.h for the register layout.
 
+pub mod blocks;
 pub mod decode;
 pub mod detour;
 pub mod exits;
@@ -98,6 +99,15 @@ impl Arch for X86_64 {
             R_X86_64_64 | R_X86_64_GLOB_DAT | R_X86_64_JUMP_SLOT => Some(StoredPointer::Symbol),
             _ => None,
         }
+    }
+
+    fn blocks(
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn crate::arch::Image,
+    ) -> Result<Vec<crate::arch::Block>, Refusal> {
+        blocks::blocks(code, function, extra_targets, image)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
