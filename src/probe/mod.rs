@@ -18,6 +18,7 @@ pub mod layout;
 pub mod orphan;
 pub mod region;
 pub mod remove;
+pub mod rendezvous;
 pub mod runtime;
 pub mod runtime_calls;
 pub mod semaphore;

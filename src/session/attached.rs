@@ -61,6 +61,10 @@ pub struct Attached {
     /// Each probe of this session that went over a kept one, with the kept
     /// one's entry ([`super::kept`]).
     over: Vec<(u32, u32)>,
+    /// The entries of probes whose library the process unloaded: their
+    /// counts stay, and add up with the same function's probe in the
+    /// library loaded again.
+    unloaded: Vec<u32>,
 }
 
 /// How a detach went.
@@ -113,6 +117,18 @@ impl Attached {
         found: Vec<Found>,
         stopped: Option<Stopped>,
     ) -> Result<Attached> {
+        Self::attach_found_with(opts, modules, found, Vec::new(), stopped)
+    }
+
+    /// [`Attached::attach_found`], with tp's own probes `own` (the
+    /// rendezvous with the dynamic linker) installed beside them.
+    pub fn attach_found_with(
+        opts: &Options,
+        modules: &ProcessModules,
+        found: Vec<Found>,
+        own: Vec<Request>,
+        stopped: Option<Stopped>,
+    ) -> Result<Attached> {
         let (pid, owner) = (opts.pid, opts.owner());
         // A held program is killed on any error (`Stopped::adopt`): its
         // death is then tp's doing, not the reason.
@@ -125,7 +141,12 @@ impl Attached {
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let held: Vec<_> = stopped.iter().map(Stopped::worker).collect();
             let shadow = shadow::thread_with(pid, &held);
-            let resolved = resolve::plan_found(modules, found, opts.selection.kind, shadow)?;
+            let mut resolved = match found.is_empty() && !own.is_empty() {
+                // Only tp's own probes, until a library defines what the patterns name.
+                true => resolve::Resolved { requests: Vec::new(), refused: Vec::new(), notes: Vec::new() },
+                false => resolve::plan_found(modules, found, opts.selection.kind, shadow)?,
+            };
+            resolved.requests.extend(own);
             Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
         };
         run().map_err(|e| if adopted { e } else { exited_or(pid, e) })
@@ -195,6 +216,7 @@ impl Attached {
             refused,
             lost_at_start: done.lost_at_start,
             over,
+            unloaded: Vec::new(),
         })
     }
 
@@ -226,6 +248,7 @@ impl Attached {
             refused,
             lost_at_start: Lost::default(),
             over: Vec::new(),
+            unloaded: Vec::new(),
         }
     }
 
@@ -259,7 +282,7 @@ impl Attached {
         };
         let (done, infos, refused, over) = run().map_err(|e| exited_or(pid, e))?;
         self.over.extend(over);
-        let added = done.report.installed.iter().filter(|p| p.request.kind & kind::UNWIND == 0).count();
+        let added = done.report.installed.iter().filter(|p| p.request.kind & kind::OWN_ENTRY == 0).count();
         // Infos follow the probes: tp's own unwinder probes may now sit
         // between the user's, so keep both in install order.
         self.region = done.region;
@@ -267,6 +290,35 @@ impl Attached {
         self.infos.extend(infos);
         self.stop_time += done.stop_time;
         Ok((added, refused))
+    }
+
+    /// True if tp's probe at the dynamic linker's rendezvous is among this
+    /// session's ([`super::rendezvous`]).
+    pub fn has_rendezvous(&self) -> bool {
+        self.probes.iter().any(|p| p.request.kind & kind::RENDEZVOUS != 0)
+    }
+
+    /// Lets go of the probes whose code the process no longer maps (it
+    /// unloaded their library: `maps` is its memory map now): their entries
+    /// are freed, since nothing is left to restore at their sites (a library
+    /// loaded there later holds its file's bytes), and their counts stay.
+    /// Returns how many of the user's probes went.
+    pub fn drop_unloaded(&mut self, maps: &[Mapping]) -> Result<usize> {
+        let mapped = |addr: u64| maps.iter().any(|m| m.exec && m.start <= addr && addr < m.end);
+        let mut gone = 0;
+        for p in &self.probes {
+            if self.unloaded.contains(&p.index) || mapped(p.request.plan.site) {
+                continue;
+            }
+            for &i in std::iter::once(&p.index).chain(&p.exits) {
+                let mut e = self.region.entry(i);
+                e.state = State::Free as u32;
+                self.region.set_entry(i, &e)?;
+            }
+            self.unloaded.push(p.index);
+            gone += usize::from(p.request.kind & kind::OWN_ENTRY == 0);
+        }
+        Ok(gone)
     }
 
     /// How many of this session's probes went over kept ones, which count
@@ -277,7 +329,7 @@ impl Attached {
 
     /// The probes the user asked for (not tp's own unwinder probes).
     fn user_probes(&self) -> impl Iterator<Item = &Installed> {
-        self.probes.iter().filter(|p| p.request.kind & kind::UNWIND == 0)
+        self.probes.iter().filter(|p| p.request.kind & kind::OWN_ENTRY == 0)
     }
 
     /// What the probes record (bits of `probe::layout::kind`).
@@ -288,7 +340,7 @@ impl Attached {
     /// The position in [`Attached::infos`] of each of the user's probes, in
     /// summary order.
     pub fn user_positions(&self) -> Vec<usize> {
-        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::UNWIND == 0).map(|(i, _)| i).collect()
+        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::OWN_ENTRY == 0).map(|(i, _)| i).collect()
     }
 
     /// The probed functions' names, in request order.
@@ -345,7 +397,9 @@ impl Attached {
     /// True while all of this session's probes are still installed (another
     /// `tp detach` may have removed them).
     pub fn still_installed(&self) -> bool {
-        self.user_probes().all(|p| self.region.state(p.index) == State::Active)
+        self.user_probes()
+            .filter(|p| !self.unloaded.contains(&p.index))
+            .all(|p| self.region.state(p.index) == State::Active)
     }
 
     /// Reads a NUL-terminated string from the target (for `char *` arguments).
@@ -361,7 +415,7 @@ impl Attached {
     /// `--if`, the calls that passed, and every call beside them.
     pub fn summary(&self) -> Summary {
         let hits = self.hits();
-        Summary {
+        let mut summary = Summary {
             pid: self.pid,
             probes: self
                 .user_probes()
@@ -379,6 +433,32 @@ impl Attached {
                     }
                 })
                 .collect(),
+        };
+        self.merge_reloaded(&mut summary);
+        summary
+    }
+
+    /// Adds the row of a probe whose library was unloaded to the row of
+    /// the same function in the library loaded again later, if there is one.
+    fn merge_reloaded(&self, summary: &mut Summary) {
+        let unloaded: Vec<bool> = self.user_probes().map(|p| self.unloaded.contains(&p.index)).collect();
+        for i in (0..summary.probes.len()).rev() {
+            if !unloaded[i] {
+                continue;
+            }
+            let (func, module) = (&summary.probes[i].func, &summary.probes[i].module);
+            let Some(j) = (i + 1..summary.probes.len())
+                .find(|&j| &summary.probes[j].func == func && &summary.probes[j].module == module)
+            else {
+                continue;
+            };
+            let row = summary.probes.remove(i);
+            let later = &mut summary.probes[j - 1];
+            later.unfiltered = match (later.unfiltered, row.unfiltered) {
+                (None, None) => None,
+                (a, b) => Some(a.unwrap_or(later.hits) + b.unwrap_or(row.hits)),
+            };
+            later.hits += row.hits;
         }
     }
 
@@ -393,6 +473,10 @@ impl Attached {
     /// each is stopped for it), and, where nothing else uses them, unmaps
     /// tp's memory. tp's own unwinder probes go with the last return probe.
     pub fn detach(&self) -> Result<Detached> {
+        // A thread waiting at the rendezvous goes on before the probes go.
+        if self.has_rendezvous() {
+            let _ = crate::probe::rendezvous::disarm(&self.region);
+        }
         let mine: Vec<u32> = self.probes.iter().flat_map(|p| std::iter::once(p.index).chain(p.exits.clone())).collect();
         let owner = self.owner;
         // The unwinder probes serve every return probe that replaces return
@@ -450,7 +534,7 @@ fn batch(
         // Inside a function, and at a static probe, DWARF's parameters are
         // not where the entry has them (a static probe records its own).
         let wants_dwarf = (r.kind & (kind::ARGS | kind::RET) != 0
-            || (r.kind & kind::UNWIND == 0 && (what.predicate.is_some() || what.by.is_some())))
+            || (r.kind & kind::OWN_ENTRY == 0 && (what.predicate.is_some() || what.by.is_some())))
             && !r.plan.interior
             && r.operands.is_none();
         let dwarf = wants_dwarf
@@ -469,7 +553,7 @@ fn batch(
                 text::text(&r.function.name)
             );
         }
-        if r.kind & kind::UNWIND == 0 {
+        if r.kind & kind::OWN_ENTRY == 0 {
             configure(r, &info, what, predicate.as_ref())?;
         }
         // Entries record the registers after the sixth only where the ABI
@@ -539,6 +623,10 @@ fn install(
         None => Stopped::seize_worker(pid)?,
     };
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
+    // Threads wait at the rendezvous from its first call on.
+    if requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0) {
+        crate::probe::rendezvous::arm(&prepared.region, pid)?;
+    }
     stopped.stop_all()?;
     let moved_threads = install::commit(&mut stopped, mem, &prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an

@@ -24,6 +24,7 @@ pub mod interrupt;
 pub mod kept;
 pub mod observe;
 pub mod profile;
+pub mod rendezvous;
 pub mod resolve;
 pub mod results;
 pub mod returns;

@@ -1,0 +1,84 @@
+//! tp's own probe at the dynamic linker's rendezvous, which probes a
+//! library before its first call.
+//!
+//! The dynamic linker calls `_dl_debug_state` (the address debuggers find
+//! in `_r_debug.r_brk`) after it maps a library and its dependencies, and
+//! before it relocates them and runs their initializers; and before and
+//! after it unmaps one. While a session waits for libraries, tp probes that
+//! function (glibc's and musl's loaders both define it): its detour calls
+//! the runtime's `tp_rendezvous`, where the thread wakes tp and waits,
+//! bounded ([`crate::probe::rendezvous`]), until tp has read the new
+//! modules, installed what the waiting patterns match there, and released
+//! it. If tp dies or stalls, the thread goes on after the bound, and later
+//! rendezvous do not wait until tp arms it again.
+//!
+//! A program without a dynamic loader (static) has no rendezvous: there
+//! tp finds libraries by polling, as everywhere the rendezvous is missing.
+
+use std::time::Duration;
+
+use crate::arch::Abi;
+use crate::probe::Request;
+use crate::probe::layout::kind;
+use crate::process;
+use crate::symbols::ProcessModules;
+
+use super::follow::Follow;
+use super::resolve;
+
+/// The loader's function the rendezvous calls.
+const DEBUG_STATE: &str = "_dl_debug_state";
+
+/// `AT_BASE`: where the kernel mapped the program's interpreter.
+const AT_BASE: u64 = 7;
+
+/// tp's own probes for a session over process `pid` (whose modules are
+/// `modules`) whose patterns `follow` may wait for libraries: the
+/// rendezvous, if some do and the process has one; else nothing, and a
+/// line that says libraries are looked for every `check_every`.
+pub fn own_probes(pid: i32, modules: &ProcessModules, follow: &Follow, check_every: Duration) -> Vec<Request> {
+    if !follow.watching() {
+        return Vec::new();
+    }
+    match request(pid, modules) {
+        Ok(r) => vec![r],
+        Err(why) => {
+            crate::say!(
+                "tp: process {pid}: no rendezvous with the dynamic linker: {why}; tp looks for libraries it loads \
+                 every {} ms, and their first calls may not be counted",
+                check_every.as_millis()
+            );
+            Vec::new()
+        }
+    }
+}
+
+/// tp's probe at the rendezvous of process `pid` (whose modules are
+/// `modules`), or why there is none, as the end of a sentence.
+pub fn request(pid: i32, modules: &ProcessModules) -> Result<Request, String> {
+    let base = process::auxv(pid, AT_BASE).filter(|&b| b != 0).ok_or("it has no dynamic loader (a static program)")?;
+    let i = modules.index_containing(base).ok_or("its dynamic loader is not among its modules")?;
+    let name = modules.name(i);
+    let m = modules.get(i).map_err(|e| format!("cannot read its dynamic loader {name}: {e:#}"))?;
+    let f = m
+        .matching_symbols(DEBUG_STATE)
+        .into_iter()
+        .next()
+        .ok_or_else(|| format!("its dynamic loader {name} has no `{DEBUG_STATE}`"))?;
+    let plan = resolve::plan(m, &f).map_err(|r| format!("cannot probe `{DEBUG_STATE}` in {name}: {r}"))?;
+    Ok(Request {
+        span: m.span_of(&f),
+        long: resolve::plan_long(m, &f),
+        function: f,
+        plan,
+        kind: kind::RENDEZVOUS,
+        abi: Abi::C,
+        return_saved_below: None,
+        operands: None,
+        semaphore: None,
+        config: Default::default(),
+        exits: Vec::new(),
+        parent: None,
+        sp_below_entry: 0,
+    })
+}

@@ -1,0 +1,91 @@
+//! Libraries a program loads after it started are probed at the dynamic
+//! linker's rendezvous, before their initializers and their first call:
+//! every call counted, through a thousand loads and unloads, in a JVM's
+//! launcher, and a program whose tp is killed while it waits there goes
+//! on by itself.
+
+use std::process::Stdio;
+
+use crate::util::*;
+
+/// Runs `tp run ARGS` to its end, with the summary as JSON in a file
+/// named after `name`; (status, stdout, stderr, hits by function).
+fn run_json(
+    name: &str,
+    args: &[&str],
+) -> (std::process::ExitStatus, String, String, std::collections::BTreeMap<String, u64>) {
+    let _shared = shared();
+    let summary = std::env::temp_dir().join(format!("tp-rendezvous-{name}-{}.json", std::process::id()));
+    let mut child = tp_command()
+        .args(["run", "--json", "-o", summary.to_str().unwrap()])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tp");
+    let mut out = Lines::new(child.stdout.take().unwrap());
+    let mut err = Lines::new(child.stderr.take().unwrap());
+    let status = wait_timeout(&mut child);
+    let join = |l: Vec<String>| l.iter().map(|s| format!("{s}\n")).collect::<String>();
+    let (stdout, stderr) = (join(out.rest()), join(err.rest()));
+    let json = std::fs::read_to_string(&summary).unwrap_or_default();
+    let _ = std::fs::remove_file(&summary);
+    let hits = if json.is_empty() { Default::default() } else { hits_from_json(&json) };
+    (status, stdout, stderr, hits)
+}
+
+#[test]
+fn every_call_into_a_library_loaded_and_unloaded_a_thousand_times_is_counted() {
+    let dlcycle = target_path("dlcycle");
+    let (status, stdout, stderr, hits) =
+        run_json("cycle", &["-f", "libloaded.so:loaded_work", "--", dlcycle.to_str().unwrap(), "1000"]);
+    assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
+    // Its initializer's call and the one right after dlopen, every time.
+    assert!(stdout.contains("calls=2000 checksum=ok"), "{stdout}\n{stderr}");
+    assert_eq!(hits.get("loaded_work"), Some(&2000), "{stderr}");
+    let probed = stderr
+        .lines()
+        .filter(|l| l.contains("loaded libloaded.so: probed 1 more function at the dynamic linker's rendezvous"))
+        .count();
+    assert_eq!(probed, 1000, "{stderr}");
+}
+
+#[test]
+fn the_jvm_launchers_one_call_of_jni_create_java_vm_is_counted() {
+    need("java");
+    let (status, stdout, stderr, hits) =
+        run_json("jvm", &["-f", "libjvm.so:JNI_CreateJavaVM", "--", "java", "-version"]);
+    assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
+    assert!(stderr.contains("openjdk version"), "{stderr}");
+    assert_eq!(hits.get("JNI_CreateJavaVM"), Some(&1), "{stderr}");
+    assert!(stderr.contains("loaded libjvm.so: probed 1 more function at the dynamic linker's rendezvous"), "{stderr}");
+}
+
+#[test]
+fn a_program_whose_tp_is_killed_while_it_waits_at_the_rendezvous_goes_on() {
+    let _shared = shared();
+    let dlcycle = target_path("dlcycle");
+    let mut tp = tp_command()
+        .args(["run", "-f", "libloaded.so:loaded_work", "--"])
+        .arg(&dlcycle)
+        .arg("3")
+        .env("TP_FAULT", "pause:at-rendezvous")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tp");
+    // The program keeps tp's stdout: it ends when the program does.
+    let mut out = Lines::new(tp.stdout.take().unwrap());
+    let mut err = Lines::new(tp.stderr.take().unwrap());
+    wait_paused(&tp);
+    let started = err.wait_for("tp: started");
+    let pid: i32 = started.split("as process ").nth(1).and_then(|s| s.split(';').next()).unwrap().parse().unwrap();
+    let _target = KillOnDrop::pid(pid);
+    tp.kill().unwrap();
+    tp.wait().unwrap();
+    let done = out.wait_for("calls=");
+    assert_eq!(done, "calls=6 checksum=ok");
+    wait_until("the program exits", || !tp::process::is_alive(pid));
+}
