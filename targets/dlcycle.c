@@ -1,14 +1,25 @@
-/* dlcycle N: loads libloaded.so (next to the executable) with dlopen, calls
+/* dlcycle N [wait]: loads libloaded.so (next to the executable) with dlopen, calls
  * its `loaded_work` at once, and unloads it with dlclose, N times; its
  * initializer calls `loaded_work` on every load too. Prints
- * "calls=C checksum=ok" with C the calls the library counted itself, and
- * exits 0 (2 if a load fails). */
+ * "calls=C checksum=ok ns_per_cycle=T" with C the calls the library
+ * counted itself and T the mean time of one load, call and unload, and
+ * exits 0 (2 if a load fails); with `wait`, only once a line comes on
+ * stdin after that. */
 #include <dlfcn.h>
 #include <libgen.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+static uint64_t now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 typedef uint64_t (*work_fn)(uint64_t);
 typedef uint64_t (*calls_fn)(void);
@@ -22,6 +33,7 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "%s/libloaded.so", dirname(exe));
 	uint64_t total = 0;
 	int ok = 1;
+	uint64_t started = now_ns();
 	for (unsigned long i = 0; i < n; i++) {
 		void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 		if (!h) {
@@ -38,6 +50,14 @@ int main(int argc, char **argv)
 		total += calls();
 		dlclose(h);
 	}
-	printf("calls=%llu checksum=%s\n", (unsigned long long)total, ok ? "ok" : "BAD");
+	uint64_t per = n ? (now_ns() - started) / n : 0;
+	printf("calls=%llu checksum=%s ns_per_cycle=%llu\n", (unsigned long long)total, ok ? "ok" : "BAD",
+	       (unsigned long long)per);
+	if (argc > 2 && strcmp(argv[2], "wait") == 0) {
+		char line[16];
+		fflush(stdout);
+		if (!fgets(line, sizeof line, stdin))
+			return 0;
+	}
 	return 0;
 }

@@ -2,6 +2,7 @@
 //! stopped for the commit only), and later remove them and, when nothing
 //! uses it any more, unmap tp's memory from the target.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -61,10 +62,11 @@ pub struct Attached {
     /// Each probe of this session that went over a kept one, with the kept
     /// one's entry ([`super::kept`]).
     over: Vec<(u32, u32)>,
-    /// The entries of probes whose library the process unloaded: their
-    /// counts stay, and add up with the same function's probe in the
-    /// library loaded again.
-    unloaded: Vec<u32>,
+    /// The probes (by position) whose library the process unloaded, with
+    /// their counts then (the calls, those that passed their predicates):
+    /// those stay, and add up with the same function's probe in the
+    /// library loaded again, which may take over the entry and its detour.
+    unloaded: HashMap<usize, (u64, u64)>,
 }
 
 /// How a detach went.
@@ -216,7 +218,7 @@ impl Attached {
             refused,
             lost_at_start: done.lost_at_start,
             over,
-            unloaded: Vec::new(),
+            unloaded: HashMap::new(),
         })
     }
 
@@ -248,7 +250,7 @@ impl Attached {
             refused,
             lost_at_start: Lost::default(),
             over: Vec::new(),
-            unloaded: Vec::new(),
+            unloaded: HashMap::new(),
         }
     }
 
@@ -299,26 +301,48 @@ impl Attached {
     }
 
     /// Lets go of the probes whose code the process no longer maps (it
-    /// unloaded their library: `maps` is its memory map now): their entries
-    /// are freed, since nothing is left to restore at their sites (a library
-    /// loaded there later holds its file's bytes), and their counts stay.
-    /// Returns how many of the user's probes went.
+    /// unloaded their library: `maps` is its memory map now): their counts
+    /// are kept, and their entries become Inactive, since nothing is left
+    /// to restore at their sites (a library loaded there later holds its
+    /// file's bytes). The same library loaded at the same address takes
+    /// them again with their detours (`install`'s reuse), so loading and
+    /// unloading it over and over does not grow tp's memory. Returns how
+    /// many of the user's probes went.
     pub fn drop_unloaded(&mut self, maps: &[Mapping]) -> Result<usize> {
         let mapped = |addr: u64| maps.iter().any(|m| m.exec && m.start <= addr && addr < m.end);
         let mut gone = 0;
-        for p in &self.probes {
-            if self.unloaded.contains(&p.index) || mapped(p.request.plan.site) {
+        for (pos, p) in self.probes.iter().enumerate() {
+            if self.unloaded.contains_key(&pos) || mapped(p.request.plan.site) {
                 continue;
             }
+            let hits = self.region.hits_of(&[p.index])[0];
+            let (passed, _) = filtered(&self.region, p.index, p.request.kind, hits);
             for &i in std::iter::once(&p.index).chain(&p.exits) {
-                let mut e = self.region.entry(i);
-                e.state = State::Free as u32;
-                self.region.set_entry(i, &e)?;
+                if self.region.state(i).maybe_patched() {
+                    self.region.set_state(i, State::Inactive)?;
+                }
             }
-            self.unloaded.push(p.index);
+            self.unloaded.insert(pos, (hits, passed));
             gone += usize::from(p.request.kind & kind::OWN_ENTRY == 0);
         }
         Ok(gone)
+    }
+
+    /// The user's probes with their positions among all probes.
+    fn user_probes_at(&self) -> impl Iterator<Item = (usize, &Installed)> {
+        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::OWN_ENTRY == 0)
+    }
+
+    /// Probe `pos`'s calls, and those that passed its predicates: as kept
+    /// when its library was unloaded, else from the region.
+    fn calls_of(&self, pos: usize, p: &Installed, hits: u64) -> (u64, Option<u64>) {
+        match self.unloaded.get(&pos) {
+            Some(&(all, passed)) => match p.request.kind & (kind::FILTER | kind::FILTER_EXIT) {
+                0 => (all, None),
+                _ => (passed, Some(all)),
+            },
+            None => filtered(&self.region, p.index, p.request.kind, hits),
+        }
     }
 
     /// How many of this session's probes went over kept ones, which count
@@ -348,10 +372,12 @@ impl Attached {
         self.user_probes().map(|p| p.request.function.name.clone()).collect()
     }
 
-    /// Current hit counts, in request order.
+    /// Current hit counts, in request order (of a library unloaded, as
+    /// they were then).
     pub fn hits(&self) -> Vec<u64> {
         let idx: Vec<u32> = self.user_probes().map(|p| p.index).collect();
-        self.region.hits_of(&idx)
+        let live = self.region.hits_of(&idx);
+        self.user_probes_at().zip(live).map(|((pos, _), h)| self.unloaded.get(&pos).map_or(h, |u| u.0)).collect()
     }
 
     /// The module of each of the user's probes, in request order.
@@ -397,9 +423,9 @@ impl Attached {
     /// True while all of this session's probes are still installed (another
     /// `tp detach` may have removed them).
     pub fn still_installed(&self) -> bool {
-        self.user_probes()
-            .filter(|p| !self.unloaded.contains(&p.index))
-            .all(|p| self.region.state(p.index) == State::Active)
+        self.user_probes_at()
+            .filter(|(pos, _)| !self.unloaded.contains_key(pos))
+            .all(|(_, p)| self.region.state(p.index) == State::Active)
     }
 
     /// Reads a NUL-terminated string from the target (for `char *` arguments).
@@ -418,10 +444,10 @@ impl Attached {
         let mut summary = Summary {
             pid: self.pid,
             probes: self
-                .user_probes()
+                .user_probes_at()
                 .zip(hits)
-                .map(|(p, hits)| {
-                    let (hits, unfiltered) = filtered(&self.region, p.index, p.request.kind, hits);
+                .map(|((pos, p), hits)| {
+                    let (hits, unfiltered) = self.calls_of(pos, p, hits);
                     ProbeStat {
                         func: p.request.function.name.clone(),
                         module: p.request.function.module.clone(),
@@ -441,7 +467,7 @@ impl Attached {
     /// Adds the row of a probe whose library was unloaded to the row of
     /// the same function in the library loaded again later, if there is one.
     fn merge_reloaded(&self, summary: &mut Summary) {
-        let unloaded: Vec<bool> = self.user_probes().map(|p| self.unloaded.contains(&p.index)).collect();
+        let unloaded: Vec<bool> = self.user_probes_at().map(|(pos, _)| self.unloaded.contains_key(&pos)).collect();
         for i in (0..summary.probes.len()).rev() {
             if !unloaded[i] {
                 continue;
@@ -465,7 +491,7 @@ impl Attached {
     /// The calls counted so far, in request order: with `--if`, those that passed.
     pub fn counted(&self) -> Vec<u64> {
         let hits = self.hits();
-        self.user_probes().zip(hits).map(|(p, hits)| filtered(&self.region, p.index, p.request.kind, hits).0).collect()
+        self.user_probes_at().zip(hits).map(|((pos, p), hits)| self.calls_of(pos, p, hits).0).collect()
     }
 
     /// Removes this session's probes, from its process and from every

@@ -4,6 +4,7 @@
 //! launcher, and a program whose tp is killed while it waits there goes
 //! on by itself.
 
+use std::io::Write;
 use std::process::Stdio;
 
 use crate::util::*;
@@ -42,7 +43,7 @@ fn every_call_into_a_library_loaded_and_unloaded_a_thousand_times_is_counted() {
         run_json("cycle", &["-f", "libloaded.so:loaded_work", "--", dlcycle.to_str().unwrap(), "1000"]);
     assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
     // Its initializer's call and the one right after dlopen, every time.
-    assert!(stdout.contains("calls=2000 checksum=ok"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("calls=2000 checksum=ok "), "{stdout}\n{stderr}");
     assert_eq!(hits.get("loaded_work"), Some(&2000), "{stderr}");
     let probed = stderr
         .lines()
@@ -86,6 +87,54 @@ fn a_program_whose_tp_is_killed_while_it_waits_at_the_rendezvous_goes_on() {
     tp.kill().unwrap();
     tp.wait().unwrap();
     let done = out.wait_for("calls=");
-    assert_eq!(done, "calls=6 checksum=ok");
+    assert!(done.starts_with("calls=6 checksum=ok "), "{done}");
     wait_until("the program exits", || !tp::process::is_alive(pid));
+}
+
+/// Runs `dlcycle N wait` under `tp run`; once the program has loaded,
+/// called and unloaded the library N times, reads tp's memory in it: the
+/// region's entries, its code arenas and the bytes used in them. Checks
+/// the counts (the program's and tp's) on the way.
+fn memory_after(cycles: u32) -> (u32, u32, u64) {
+    let dlcycle = target_path("dlcycle");
+    let mut tp = KillOnDrop::child(
+        tp_command()
+            .args(["run", "-f", "libloaded.so:loaded_work", "--"])
+            .arg(&dlcycle)
+            .args([&cycles.to_string(), "wait"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run tp"),
+    );
+    let mut out = Lines::new(tp.get_mut().stdout.take().unwrap());
+    let mut err = Lines::new(tp.get_mut().stderr.take().unwrap());
+    let started = err.wait_for("tp: started");
+    let pid: i32 = started.split("as process ").nth(1).and_then(|s| s.split(';').next()).unwrap().parse().unwrap();
+    let done = out.wait_for("calls=");
+    assert!(done.starts_with(&format!("calls={} checksum=ok ", 2 * cycles)), "{done}");
+    let maps = tp::process::read_maps(pid).unwrap();
+    let mapping = tp::probe::region::find(&maps).expect("the program maps tp's region");
+    let region = tp::probe::region::Region::open(pid, mapping).unwrap();
+    let h = region.header();
+    let used: u64 = h.arenas[..h.arena_count as usize].iter().map(|a| a.used).sum();
+    tp.get_mut().stdin.take().unwrap().write_all(b"end\n").unwrap();
+    let status = wait_timeout(tp.get_mut());
+    assert!(status.success(), "{status:?}");
+    let summary = err.rest().join("\n");
+    let row = summary.lines().find(|l| l.starts_with("loaded_work")).unwrap_or_default();
+    assert!(row.ends_with(&format!(" {}", 2 * cycles)), "{summary}");
+    (h.count, h.arena_count, used)
+}
+
+#[test]
+fn loading_and_unloading_a_probed_library_again_and_again_does_not_grow_tps_memory() {
+    let _shared = shared();
+    let few = memory_after(3);
+    let many = memory_after(300);
+    // tp's probe at the rendezvous, and one for loaded_work that every load
+    // took again with its detour.
+    assert_eq!(few.0, 2, "entries after 3 loads");
+    assert_eq!(many, few, "entries, arenas and bytes used in them after 300 loads, and after 3");
 }
