@@ -63,10 +63,12 @@ pub struct Attached {
     /// one's entry ([`super::kept`]).
     over: Vec<(u32, u32)>,
     /// The probes (by position) whose library the process unloaded, with
-    /// their counts then (the calls, those that passed their predicates):
-    /// those stay, and add up with the same function's probe in the
-    /// library loaded again, which may take over the entry and its detour.
+    /// their counts then (the calls, those that passed their predicates).
     unloaded: HashMap<usize, (u64, u64)>,
+    /// The counts of probes (by position) from the loads of their library
+    /// before the current one: a library loaded again at the same address
+    /// takes the same entry (counting from 0 again) and the same position.
+    earlier: HashMap<usize, (u64, u64)>,
 }
 
 /// How a detach went.
@@ -219,6 +221,7 @@ impl Attached {
             lost_at_start: done.lost_at_start,
             over,
             unloaded: HashMap::new(),
+            earlier: HashMap::new(),
         })
     }
 
@@ -251,6 +254,7 @@ impl Attached {
             lost_at_start: Lost::default(),
             over: Vec::new(),
             unloaded: HashMap::new(),
+            earlier: HashMap::new(),
         }
     }
 
@@ -288,8 +292,25 @@ impl Attached {
         // Infos follow the probes: tp's own unwinder probes may now sit
         // between the user's, so keep both in install order.
         self.region = done.region;
-        self.probes.extend(done.report.installed);
-        self.infos.extend(infos);
+        for (p, info) in done.report.installed.into_iter().zip(infos) {
+            // The same function of a library loaded again, in the entry it had.
+            let again = self.probes.iter().position(|q| {
+                q.index == p.index
+                    && q.request.function.name == p.request.function.name
+                    && q.request.function.module == p.request.function.module
+            });
+            match again.filter(|pos| self.unloaded.contains_key(pos)) {
+                Some(pos) => {
+                    let counts = self.unloaded.remove(&pos).unwrap_or_default();
+                    self.earlier.insert(pos, counts);
+                    self.probes[pos] = p;
+                }
+                None => {
+                    self.probes.push(p);
+                    self.infos.push(info);
+                }
+            }
+        }
         self.stop_time += done.stop_time;
         Ok((added, refused))
     }
@@ -315,8 +336,10 @@ impl Attached {
             if self.unloaded.contains_key(&pos) || mapped(p.request.plan.site) {
                 continue;
             }
+            let (before, passed_before) = self.earlier.remove(&pos).unwrap_or_default();
             let hits = self.region.hits_of(&[p.index])[0];
             let (passed, _) = filtered(&self.region, p.index, p.request.kind, hits);
+            let (hits, passed) = (hits + before, passed + passed_before);
             for &i in std::iter::once(&p.index).chain(&p.exits) {
                 if self.region.state(i).maybe_patched() {
                     self.region.set_state(i, State::Inactive)?;
@@ -336,12 +359,17 @@ impl Attached {
     /// Probe `pos`'s calls, and those that passed its predicates: as kept
     /// when its library was unloaded, else from the region.
     fn calls_of(&self, pos: usize, p: &Installed, hits: u64) -> (u64, Option<u64>) {
-        match self.unloaded.get(&pos) {
-            Some(&(all, passed)) => match p.request.kind & (kind::FILTER | kind::FILTER_EXIT) {
-                0 => (all, None),
-                _ => (passed, Some(all)),
-            },
-            None => filtered(&self.region, p.index, p.request.kind, hits),
+        let (all, passed) = match self.unloaded.get(&pos) {
+            Some(&counts) => counts,
+            None => {
+                let (before, passed_before) = self.earlier.get(&pos).copied().unwrap_or_default();
+                let (passed, _) = filtered(&self.region, p.index, p.request.kind, hits);
+                (hits + before, passed + passed_before)
+            }
+        };
+        match p.request.kind & (kind::FILTER | kind::FILTER_EXIT) {
+            0 => (all, None),
+            _ => (passed, Some(all)),
         }
     }
 
@@ -377,7 +405,13 @@ impl Attached {
     pub fn hits(&self) -> Vec<u64> {
         let idx: Vec<u32> = self.user_probes().map(|p| p.index).collect();
         let live = self.region.hits_of(&idx);
-        self.user_probes_at().zip(live).map(|((pos, _), h)| self.unloaded.get(&pos).map_or(h, |u| u.0)).collect()
+        self.user_probes_at()
+            .zip(live)
+            .map(|((pos, p), h)| {
+                let (passed, all) = self.calls_of(pos, p, h);
+                all.unwrap_or(passed)
+            })
+            .collect()
     }
 
     /// The module of each of the user's probes, in request order.
@@ -441,7 +475,7 @@ impl Attached {
     /// `--if`, the calls that passed, and every call beside them.
     pub fn summary(&self) -> Summary {
         let hits = self.hits();
-        let mut summary = Summary {
+        Summary {
             pid: self.pid,
             probes: self
                 .user_probes_at()
@@ -459,32 +493,6 @@ impl Attached {
                     }
                 })
                 .collect(),
-        };
-        self.merge_reloaded(&mut summary);
-        summary
-    }
-
-    /// Adds the row of a probe whose library was unloaded to the row of
-    /// the same function in the library loaded again later, if there is one.
-    fn merge_reloaded(&self, summary: &mut Summary) {
-        let unloaded: Vec<bool> = self.user_probes_at().map(|(pos, _)| self.unloaded.contains_key(&pos)).collect();
-        for i in (0..summary.probes.len()).rev() {
-            if !unloaded[i] {
-                continue;
-            }
-            let (func, module) = (&summary.probes[i].func, &summary.probes[i].module);
-            let Some(j) = (i + 1..summary.probes.len())
-                .find(|&j| &summary.probes[j].func == func && &summary.probes[j].module == module)
-            else {
-                continue;
-            };
-            let row = summary.probes.remove(i);
-            let later = &mut summary.probes[j - 1];
-            later.unfiltered = match (later.unfiltered, row.unfiltered) {
-                (None, None) => None,
-                (a, b) => Some(a.unwrap_or(later.hits) + b.unwrap_or(row.hits)),
-            };
-            later.hits += row.hits;
         }
     }
 
