@@ -405,8 +405,10 @@ shared_struct! {
         /// tp's PID as the target's PID namespace numbers it; 0 where tp has
         /// none there (the thread then waits out its slices).
         pub tracer: u32,
-        /// Padding.
-        pub pad: [u32; 2],
+        /// Address in the target of the loader's `_r_debug.r_state` (an
+        /// int), or 0: where known, a thread waits only when it reads
+        /// `RT_CONSISTENT` (0) there, after a map or an unmap, not before.
+        pub state: u64,
     }
 }
 

@@ -43,6 +43,12 @@ fn tracer_in(pid: i32) -> u32 {
     }
 }
 
+/// Where the loader keeps `r_state` (see [`layout::Rendezvous::state`]):
+/// 0 makes every call of the rendezvous wait.
+pub fn set_state_word(region: &Region, addr: u64) -> Result<()> {
+    region.store_u64(off(offset_of!(Rendezvous, state)), addr)
+}
+
 /// Stops threads from waiting at the rendezvous, and releases those that do.
 pub fn disarm(region: &Region) -> Result<()> {
     region.store_u32(off(offset_of!(Rendezvous, armed)), 0)?;

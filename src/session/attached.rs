@@ -318,7 +318,12 @@ impl Attached {
     /// True if tp's probe at the dynamic linker's rendezvous is among this
     /// session's ([`super::rendezvous`]).
     pub fn has_rendezvous(&self) -> bool {
-        self.probes.iter().any(|p| p.request.kind & kind::RENDEZVOUS != 0)
+        self.rendezvous_function().is_some()
+    }
+
+    /// The address of the function tp's rendezvous probe is on, if it is in.
+    pub fn rendezvous_function(&self) -> Option<u64> {
+        self.probes.iter().find(|p| p.request.kind & kind::RENDEZVOUS != 0).map(|p| p.request.function.addr.0)
     }
 
     /// Lets go of the probes whose code the process no longer maps (it

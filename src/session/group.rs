@@ -504,6 +504,9 @@ impl Group {
                 true => None,
                 false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, None)?),
             };
+            if let Some(a) = &attached {
+                super::rendezvous::watch_state(&modules, a);
+            }
             Ok((attached, follow, start.waiting))
         };
         match started() {

@@ -23,6 +23,7 @@ use crate::probe::layout::kind;
 use crate::process;
 use crate::symbols::ProcessModules;
 
+use super::attached::Attached;
 use super::follow::Follow;
 use super::resolve;
 
@@ -51,6 +52,29 @@ pub fn own_probes(pid: i32, modules: &ProcessModules, follow: &Follow, check_eve
             Vec::new()
         }
     }
+}
+
+/// Tells the runtime where `attached`'s process (whose modules are
+/// `modules`) keeps the loader's state, if its rendezvous is probed and tp
+/// finds it: the calls before a map or an unmap then pass without waiting.
+pub fn watch_state(modules: &ProcessModules, attached: &Attached) {
+    let Some(brk) = attached.rendezvous_function() else { return };
+    let word = state_word(attached.pid, modules, brk).unwrap_or(0);
+    let _ = crate::probe::rendezvous::set_state_word(&attached.region, word);
+}
+
+/// The address of `_r_debug.r_state` in process `pid`'s dynamic loader, if
+/// its `_r_debug` is where the loader's symbols say and its `r_brk` names
+/// `brk`, the function tp probes (`struct r_debug`: `r_version`, `r_map`,
+/// `r_brk`, `r_state`, each a word apart).
+pub fn state_word(pid: i32, modules: &ProcessModules, brk: u64) -> Option<u64> {
+    let i = modules.index_containing(brk)?;
+    let m = modules.get(i).ok()?;
+    let f = m.matching_symbols(DEBUG_STATE).into_iter().next()?;
+    let r_debug = f.bias.runtime(m.data_symbol("_r_debug")?).0;
+    let mem = crate::process::memory::Memory::open(pid).ok()?;
+    let word = std::mem::size_of::<u64>() as u64;
+    (mem.read_u64(r_debug + 2 * word).ok()? == brk).then_some(r_debug + 3 * word)
 }
 
 /// tp's probe at the rendezvous of process `pid` (whose modules are

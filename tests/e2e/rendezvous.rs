@@ -94,7 +94,9 @@ fn a_program_whose_tp_is_killed_while_it_waits_at_the_rendezvous_goes_on() {
 /// Runs `dlcycle N wait` under `tp run`; once the program has loaded,
 /// called and unloaded the library N times, reads tp's memory in it: the
 /// region's entries, its code arenas and the bytes used in them. Checks
-/// the counts (the program's and tp's) on the way.
+/// the counts (the program's and tp's) on the way, and that the loading
+/// thread waited twice per cycle: after the map and after the unmap, not
+/// before them (the loader's state says which).
 fn memory_after(cycles: u32) -> (u32, u32, u64) {
     let dlcycle = target_path("dlcycle");
     let mut tp = KillOnDrop::child(
@@ -119,6 +121,7 @@ fn memory_after(cycles: u32) -> (u32, u32, u64) {
     let region = tp::probe::region::Region::open(pid, mapping).unwrap();
     let h = region.header();
     let used: u64 = h.arenas[..h.arena_count as usize].iter().map(|a| a.used).sum();
+    assert_eq!(tp::probe::rendezvous::arrived(&region), 2 * cycles, "arrivals at the rendezvous");
     tp.get_mut().stdin.take().unwrap().write_all(b"end\n").unwrap();
     let status = wait_timeout(tp.get_mut());
     assert!(status.success(), "{status:?}");

@@ -1040,6 +1040,11 @@ void tp_rendezvous(struct tp_ctx *c)
 	struct tp_rendezvous *r = (struct tp_rendezvous *)((uint64_t)c - TP_CTX_OFF + TP_RENDEZVOUS_OFF);
 	if (!__atomic_load_n(&r->armed, __ATOMIC_ACQUIRE))
 		return;
+	/* Before a map or an unmap (RT_ADD, RT_DELETE) there is nothing new
+	 * for tp to see: only the call after one (RT_CONSISTENT) waits. */
+	uint64_t state = __atomic_load_n(&r->state, __ATOMIC_RELAXED);
+	if (state && *(volatile int32_t *)state != 0)
+		return;
 	uint32_t me = __atomic_add_fetch(&r->arrived, 1, __ATOMIC_ACQ_REL);
 	tp_syscall4(TP_SYS_FUTEX, (uint64_t)&r->arrived, TP_FUTEX_WAKE, 1, 0);
 	uint32_t slices = __atomic_load_n(&r->slices, __ATOMIC_RELAXED);
