@@ -20,7 +20,8 @@ use std::time::Duration;
 use crate::arch::Abi;
 use crate::probe::Request;
 use crate::probe::layout::kind;
-use crate::process;
+use crate::probe::runtime_calls;
+use crate::process::{self, seccomp};
 use crate::symbols::ProcessModules;
 
 use super::attached::Attached;
@@ -41,7 +42,7 @@ pub fn own_probes(pid: i32, modules: &ProcessModules, follow: &Follow, check_eve
     if !follow.watching() {
         return Vec::new();
     }
-    match request(pid, modules) {
+    match filters_allow(pid).and_then(|()| request(pid, modules)) {
         Ok(r) => vec![r],
         Err(why) => {
             crate::say!(
@@ -75,6 +76,24 @@ pub fn state_word(pid: i32, modules: &ProcessModules, brk: u64) -> Option<u64> {
     let mem = crate::process::memory::Memory::open(pid).ok()?;
     let word = std::mem::size_of::<u64>() as u64;
     (mem.read_u64(r_debug + 2 * word).ok()? == brk).then_some(r_debug + 3 * word)
+}
+
+/// Whether every thread of process `pid` lets the runtime make its calls
+/// at the rendezvous (futex, `kill(tp, 0)`): a thread without a seccomp
+/// filter does; one with filters only if tp can read them (a stopped
+/// thread: `tp run`'s held main thread) and they do.
+fn filters_allow(pid: i32) -> Result<(), String> {
+    let refused = "a seccomp filter may refuse the calls tp's runtime makes there";
+    for tid in process::threads(pid).map_err(|e| format!("cannot list its threads: {e}"))? {
+        if seccomp::mode_of(pid, tid) == Some(0) {
+            continue;
+        }
+        let filters = seccomp::Filters::read(pid, tid).map_err(|_| refused)?;
+        if runtime_calls::refusal(&filters, kind::RENDEZVOUS, pid, tid.as_raw()).is_some() {
+            return Err(refused.into());
+        }
+    }
+    Ok(())
 }
 
 /// tp's probe at the rendezvous of process `pid` (whose modules are
