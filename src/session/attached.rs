@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Options, Selection, StackMode, kept, resolve, unwind};
+use super::{Options, Selection, StackMode, kept, rendezvous, resolve, unwind};
 use crate::escape as text;
 use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
@@ -198,7 +198,13 @@ impl Attached {
         let take_over = !vetted.over.is_empty();
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget, take_over };
         let discard = what.kind != kind::COUNT;
-        let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
+        // Where the loader keeps its state, for tp's rendezvous probe: read
+        // before the probe goes live, so that no call of it misses it.
+        let loader_state = requests
+            .iter()
+            .find(|r| r.kind & kind::RENDEZVOUS != 0)
+            .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
+        let done = install(pid, &mem, stopped, existing, &requests, opts, discard, loader_state)?;
         let over = over_pairs(&done.report.installed, &vetted.over);
         // The probes are live: what tp learnt of the binaries is saved meanwhile.
         crate::symbols::saving::start();
@@ -281,7 +287,7 @@ impl Attached {
             let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
-            let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false)?;
+            let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false, None)?;
             crate::symbols::saving::start();
             let over = over_pairs(&done.report.installed, &vetted.over);
             Ok((done, infos, refused, over))
@@ -322,7 +328,7 @@ impl Attached {
     }
 
     /// The address of the function tp's rendezvous probe is on, if it is in.
-    pub fn rendezvous_function(&self) -> Option<u64> {
+    fn rendezvous_function(&self) -> Option<u64> {
         self.probes.iter().find(|p| p.request.kind & kind::RENDEZVOUS != 0).map(|p| p.request.function.addr.0)
     }
 
@@ -648,6 +654,9 @@ struct Done {
 /// Seizes the worker (unless `stopped` holds it already), prepares, stops
 /// the world, commits and lets go. With `discard`, events an earlier session
 /// left unread in the rings are dropped while the threads are stopped.
+/// Arms the rendezvous if tp's probe on it is among `requests`, with the
+/// address of the loader's state if tp found it (`loader_state`).
+#[allow(clippy::too_many_arguments)]
 fn install(
     pid: i32,
     mem: &Memory,
@@ -656,6 +665,7 @@ fn install(
     requests: &[Request],
     opts: install::Options,
     discard: bool,
+    loader_state: Option<u64>,
 ) -> Result<Done> {
     let mut stopped = match stopped {
         Some(s) => s,
@@ -664,6 +674,7 @@ fn install(
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
     // Threads wait at the rendezvous from its first call on.
     if requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0) {
+        crate::probe::rendezvous::set_state_word(&prepared.region, loader_state.unwrap_or(0))?;
         crate::probe::rendezvous::arm(&prepared.region, pid)?;
     }
     stopped.stop_all()?;

@@ -145,13 +145,12 @@ impl Follow {
         self.watches.iter().filter(|w| w.looks == Looks::UntilFound).map(|w| w.text.clone()).collect()
     }
 
-    /// Reads the process's modules and looks for the waiting patterns in
-    /// the ones not searched yet; `None` when there is no new module. A
-    /// module the process no longer maps (unloaded) is searched again if it
-    /// comes back.
-    pub fn new_functions(&mut self) -> Result<Option<Loaded>> {
-        let maps = process::read_maps(self.pid)?;
-        let modules = ProcessModules::new(self.pid, &maps)?;
+    /// Lists the process's modules from `maps` (its memory map now) and
+    /// looks for the waiting patterns in the ones not searched yet; `None`
+    /// when there is no new module. A module the process no longer maps
+    /// (unloaded) is searched again if it comes back.
+    pub fn new_functions(&mut self, maps: &[process::Mapping]) -> Result<Option<Loaded>> {
+        let modules = ProcessModules::new(self.pid, maps)?;
         let now: Vec<(PathBuf, u64)> = (0..modules.len()).filter_map(|i| modules.identity(i)).collect();
         self.searched.retain(|id| now.contains(id));
         let new: Vec<usize> = (0..modules.len())

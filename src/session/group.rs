@@ -504,9 +504,6 @@ impl Group {
                 true => None,
                 false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, None)?),
             };
-            if let Some(a) = &attached {
-                super::rendezvous::watch_state(&modules, a);
-            }
             Ok((attached, follow, start.waiting))
         };
         match started() {
@@ -547,14 +544,15 @@ impl Group {
         if !follow.watching() || !(changed || rendezvous.is_some()) {
             return;
         }
-        if let Ok(maps) = process::read_maps(pid)
+        let maps = process::read_maps(pid);
+        if let Ok(maps) = &maps
             && let Some(p) = self.members[i].current()
-            && let Err(e) = p.attached.drop_unloaded(&maps)
+            && let Err(e) = p.attached.drop_unloaded(maps)
         {
             crate::say!("tp: process {pid}: cannot let go of the probes of an unloaded library: {e:#}");
         }
         let Some(follow) = self.members[i].follow.as_mut() else { return };
-        let looked = match follow.new_functions() {
+        let looked = match maps.map_err(anyhow::Error::from).and_then(|maps| follow.new_functions(&maps)) {
             Ok(Some(x)) => x,
             Ok(None) => return,
             // A process on its way out drops its mappings first: not worth a word.

@@ -24,7 +24,6 @@ use crate::probe::runtime_calls;
 use crate::process::{self, seccomp};
 use crate::symbols::ProcessModules;
 
-use super::attached::Attached;
 use super::follow::Follow;
 use super::resolve;
 
@@ -53,15 +52,6 @@ pub fn own_probes(pid: i32, modules: &ProcessModules, follow: &Follow, check_eve
             Vec::new()
         }
     }
-}
-
-/// Tells the runtime where `attached`'s process (whose modules are
-/// `modules`) keeps the loader's state, if its rendezvous is probed and tp
-/// finds it: the calls before a map or an unmap then pass without waiting.
-pub fn watch_state(modules: &ProcessModules, attached: &Attached) {
-    let Some(brk) = attached.rendezvous_function() else { return };
-    let word = state_word(attached.pid, modules, brk).unwrap_or(0);
-    let _ = crate::probe::rendezvous::set_state_word(&attached.region, word);
 }
 
 /// The address of `_r_debug.r_state` in process `pid`'s dynamic loader, if

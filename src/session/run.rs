@@ -96,9 +96,6 @@ pub fn run(
     } else {
         Some(Attached::attach_found_with(&opts, &modules, start.found, own, Some(held))?)
     };
-    if let Some(a) = &attached {
-        rendezvous::watch_state(&modules, a);
-    }
     let n = attached.as_ref().map_or(0, |a| a.names().len());
     crate::say!(
         "tp: started {} as process {pid}; {n} probe{} in before its first instruction ({:.1} ms, stopped {} µs)",

@@ -141,3 +141,25 @@ fn loading_and_unloading_a_probed_library_again_and_again_does_not_grow_tps_memo
     assert_eq!(few.0, 2, "entries after 3 loads");
     assert_eq!(many, few, "entries, arenas and bytes used in them after 300 loads, and after 3");
 }
+
+#[test]
+fn a_python_extensions_init_function_calling_a_probed_library_is_counted() {
+    need("python3");
+    need("sqlite3");
+    // `import sqlite3` loads the _sqlite3 extension and libsqlite3 with it;
+    // the extension's init checks the library's version, once.
+    let (status, stdout, stderr, hits) = run_json(
+        "python",
+        &[
+            "-f",
+            "libsqlite3.so.0:sqlite3_libversion_number",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import sqlite3; print(sqlite3.sqlite_version)",
+        ],
+    );
+    assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
+    assert_eq!(hits.get("sqlite3_libversion_number"), Some(&1), "{stderr}");
+    assert!(stderr.contains("probed 1 more function at the dynamic linker's rendezvous"), "{stderr}");
+}
