@@ -67,6 +67,23 @@ fn the_jvm_launchers_one_call_of_jni_create_java_vm_is_counted() {
 }
 
 #[test]
+fn every_thread_yield_of_a_java_program_is_counted() {
+    need("java");
+    let dir = std::env::temp_dir().join(format!("tp-yield-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets/java/Yield.java");
+    let javac = std::process::Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
+    assert!(javac.success(), "javac {}", src.display());
+    let cp = dir.to_str().unwrap();
+    let (status, stdout, stderr, hits) =
+        run_json("yield", &["-f", "libjvm.so:JVM_Yield", "--", "java", "-cp", cp, "Yield", "600"]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
+    assert!(stdout.contains("yields=600"), "{stdout}");
+    assert_eq!(hits.get("JVM_Yield"), Some(&600), "{stderr}");
+}
+
+#[test]
 fn a_program_whose_tp_is_killed_while_it_waits_at_the_rendezvous_goes_on() {
     let _shared = shared();
     let dlcycle = target_path("dlcycle");
