@@ -183,3 +183,38 @@ fn a_python_extensions_init_function_calling_a_probed_library_is_counted() {
     assert_eq!(hits.get("sqlite3_libversion_number"), Some(&1), "{stderr}");
     assert!(stderr.contains("probed 1 more function at the dynamic linker's rendezvous"), "{stderr}");
 }
+
+/// The first bytes of the dynamic loader's `_dl_debug_state` in process
+/// `pid` now, and in its file.
+fn debug_state_bytes(pid: i32) -> (Vec<u8>, Vec<u8>) {
+    const AT_BASE: u64 = 7;
+    let maps = tp::process::read_maps(pid).unwrap();
+    let modules = tp::symbols::ProcessModules::new(pid, &maps).unwrap();
+    let base = tp::process::auxv(pid, AT_BASE).expect("a dynamic loader");
+    let loader = modules.get(modules.index_containing(base).unwrap()).unwrap();
+    let f = loader.matching_symbols("_dl_debug_state").into_iter().next().expect("_dl_debug_state");
+    let at = f.addr.0;
+    let m = maps.iter().find(|m| m.start <= at && at < m.end).unwrap();
+    let file = std::fs::read(&m.path).unwrap();
+    let off = (at - m.start + m.offset) as usize;
+    (read_mem(pid, at, 5), file[off..off + 5].to_vec())
+}
+
+/// A session that follows an exec probes the new program's rendezvous
+/// while a pattern waits for a library there, and its end restores it.
+#[test]
+fn the_end_of_a_session_restores_the_loaders_rendezvous() {
+    let mut t = Target::start("launched");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "foo", "-f", "only_here", "--follow-exec"]);
+    t.send(format!("exec {}\n", target_path("counter").display()).as_bytes());
+    t.out.wait_for("ready pid=");
+    session.err.wait_for(&format!("tp: process {pid}: not in the new program"));
+    let (now, file) = debug_state_bytes(t.pid);
+    assert_eq!(now[0], 0xe9, "a jump to tp's detour at the rendezvous: {now:02x?} (file {file:02x?})");
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let (now, file) = debug_state_bytes(t.pid);
+    assert_eq!(now, file, "the loader's code is its file's again");
+    assert_code_is_original(&t, &["foo"]);
+}
