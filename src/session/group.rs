@@ -499,7 +499,7 @@ impl Group {
             let maps = process::read_maps(pid)?;
             let modules = ProcessModules::new(pid, &maps)?;
             let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
-            let own = super::rendezvous::own_probes(pid, &modules, &follow, self.how.check_every);
+            let own = super::rendezvous::own_probes(pid, &modules, &follow, &start.found, self.how.check_every);
             let attached = match start.found.is_empty() && own.is_empty() {
                 true => None,
                 false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, None)?),

@@ -22,7 +22,7 @@ use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::probe::runtime_calls;
 use crate::process::{self, seccomp};
-use crate::symbols::ProcessModules;
+use crate::symbols::{Found, ProcessModules};
 
 use super::follow::Follow;
 use super::resolve;
@@ -34,14 +34,25 @@ const DEBUG_STATE: &str = "_dl_debug_state";
 const AT_BASE: u64 = 7;
 
 /// tp's own probes for a session over process `pid` (whose modules are
-/// `modules`) whose patterns `follow` may wait for libraries: the
-/// rendezvous, if some do and the process has one; else nothing, and a
-/// line that says libraries are looked for every `check_every`.
-pub fn own_probes(pid: i32, modules: &ProcessModules, follow: &Follow, check_every: Duration) -> Vec<Request> {
+/// `modules`) whose patterns `follow` may wait for libraries, beside the
+/// user's probes on `found`: the rendezvous, if some pattern waits and the
+/// process has one; else nothing, and a line that says libraries are
+/// looked for every `check_every`.
+pub fn own_probes(
+    pid: i32,
+    modules: &ProcessModules,
+    follow: &Follow,
+    found: &[Found],
+    check_every: Duration,
+) -> Vec<Request> {
     if !follow.watching() {
         return Vec::new();
     }
-    match filters_allow(pid).and_then(|()| request(pid, modules)) {
+    let not_the_users = |r: Request| match found.iter().any(|f| f.function.addr == r.function.addr) {
+        true => Err(format!("`{DEBUG_STATE}` is among the functions to probe")),
+        false => Ok(r),
+    };
+    match filters_allow(pid).and_then(|()| request(pid, modules)).and_then(not_the_users) {
         Ok(r) => vec![r],
         Err(why) => {
             crate::say!(

@@ -89,7 +89,7 @@ pub fn run(
     let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
     // While patterns wait for libraries, tp probes the dynamic linker's
     // rendezvous: a library is probed before its first call.
-    let own = rendezvous::own_probes(pid, &modules, &follow, how.check_every);
+    let own = rendezvous::own_probes(pid, &modules, &follow, &start.found, how.check_every);
     let attached = if start.found.is_empty() && own.is_empty() {
         held.resume();
         None
