@@ -41,6 +41,36 @@ pub struct ProcessReport {
     pub stacks: Vec<ProbeStacks>,
     /// The calls counted per argument value (`--by`).
     pub by: Vec<ProbeValues>,
+    /// The libraries it loaded while the session ran whose functions tp
+    /// probed, one entry per look that probed some.
+    pub libraries: Vec<Loaded>,
+}
+
+/// Libraries a process loaded that tp probed (`tp run`, `--follow-exec`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The file names of the modules that were new at that look.
+    pub modules: Vec<String>,
+    /// The probes added in them.
+    pub probes: usize,
+    /// The functions matched there that cannot be probed.
+    pub skipped: usize,
+    /// Where tp saw them: `rendezvous` (the dynamic linker's, before their
+    /// initializers and first call) or `poll` (after they were mapped).
+    pub at: &'static str,
+    /// At the rendezvous, how long the loading thread waited for tp; when
+    /// polling, how long tp took to probe them once it saw them.
+    pub took: std::time::Duration,
+}
+
+fn loaded_json(l: &Loaded) -> String {
+    Obj::new()
+        .list("modules", l.modules.iter().map(|m| super::json::string(m)))
+        .num("probes", l.probes)
+        .num("skipped", l.skipped)
+        .str("at", l.at)
+        .num("took_us", l.took.as_micros())
+        .finish()
 }
 
 impl ProcessReport {
@@ -54,6 +84,7 @@ impl ProcessReport {
             children: Vec::new(),
             stacks: Vec::new(),
             by: Vec::new(),
+            libraries: Vec::new(),
         }
     }
 
@@ -353,7 +384,8 @@ pub fn process_json(
         .num("lost_events", r.lost)
         .list("children", r.children.iter().map(child_json))
         .list("stacks", r.stacks.iter().map(super::stacks::probe_json))
-        .list("by", r.by.iter().map(by_json));
+        .list("by", r.by.iter().map(by_json))
+        .list("libraries", r.libraries.iter().map(loaded_json));
     extra(o).finish()
 }
 
@@ -410,11 +442,13 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         children: Vec::new(),
         stacks: Vec::new(),
         by: Vec::new(),
+        libraries: Vec::new(),
     };
     for r in reports {
         out.events |= r.events;
         out.lost += r.lost;
         out.children.extend(r.children);
+        out.libraries.extend(r.libraries);
         out.stacks.extend(r.stacks);
         out.by.extend(r.by);
         // A row joins one of an earlier program's; two functions of one name

@@ -107,6 +107,8 @@ pub struct Member {
     /// Threads that went on from the rendezvous without tp's answer, as
     /// last seen.
     gave_up: u32,
+    /// The libraries it loaded that tp probed.
+    libraries: Vec<report::Loaded>,
 }
 
 impl Member {
@@ -143,13 +145,16 @@ impl Member {
                             children: Vec::new(),
                             stacks: Vec::new(),
                             by: Vec::new(),
+                            libraries: Vec::new(),
                         },
                         None => ProcessReport::counts(summary),
                     }
                 }
             })
             .collect();
-        report::merge_programs(self.pid, reports)
+        let mut report = report::merge_programs(self.pid, reports);
+        report.libraries = self.libraries.clone();
+        report
     }
 }
 
@@ -213,7 +218,7 @@ impl Group {
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
         self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
-        self.members.push(Member { pid, programs, follow, left: None, gave_up: 0 });
+        self.members.push(Member { pid, programs, follow, left: None, gave_up: 0, libraries: Vec::new() });
     }
 
     fn program(&self, attached: Attached) -> Program {
@@ -569,22 +574,33 @@ impl Group {
         let started = Instant::now();
         match self.install_more(i, &modules, found) {
             Ok((added, refused)) => {
+                let (at, took) = match rendezvous {
+                    Some(arrived) => ("rendezvous", arrived.elapsed()),
+                    None => ("poll", started.elapsed()),
+                };
+                self.members[i].libraries.push(report::Loaded {
+                    modules: names.clone(),
+                    probes: added,
+                    skipped: refused,
+                    at,
+                    took,
+                });
                 let skipped =
                     if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
                 match rendezvous {
-                    Some(arrived) => crate::say!(
+                    Some(_) => crate::say!(
                         "tp: process {pid} loaded {}: probed {added} more function{} at the dynamic linker's \
                          rendezvous, before its initializers and its first call (the loading thread waited {:.1} ms)\
                          {skipped}",
                         text(&names.join(", ")),
                         plural(added),
-                        arrived.elapsed().as_secs_f64() * 1e3
+                        took.as_secs_f64() * 1e3
                     ),
                     None => crate::say!(
                         "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
                         text(&names.join(", ")),
                         plural(added),
-                        started.elapsed().as_secs_f64() * 1e3
+                        took.as_secs_f64() * 1e3
                     ),
                 }
             }

@@ -10,11 +10,11 @@ use std::process::Stdio;
 use crate::util::*;
 
 /// Runs `tp run ARGS` to its end, with the summary as JSON in a file
-/// named after `name`; (status, stdout, stderr, hits by function).
+/// named after `name`; (status, stdout, stderr, hits by function, the JSON).
 fn run_json(
     name: &str,
     args: &[&str],
-) -> (std::process::ExitStatus, String, String, std::collections::BTreeMap<String, u64>) {
+) -> (std::process::ExitStatus, String, String, std::collections::BTreeMap<String, u64>, String) {
     let _shared = shared();
     let summary = std::env::temp_dir().join(format!("tp-rendezvous-{name}-{}.json", std::process::id()));
     let mut child = tp_command()
@@ -33,13 +33,13 @@ fn run_json(
     let json = std::fs::read_to_string(&summary).unwrap_or_default();
     let _ = std::fs::remove_file(&summary);
     let hits = if json.is_empty() { Default::default() } else { hits_from_json(&json) };
-    (status, stdout, stderr, hits)
+    (status, stdout, stderr, hits, json)
 }
 
 #[test]
 fn every_call_into_a_library_loaded_and_unloaded_a_thousand_times_is_counted() {
     let dlcycle = target_path("dlcycle");
-    let (status, stdout, stderr, hits) =
+    let (status, stdout, stderr, hits, json) =
         run_json("cycle", &["-f", "libloaded.so:loaded_work", "--", dlcycle.to_str().unwrap(), "1000"]);
     assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
     // Its initializer's call and the one right after dlopen, every time.
@@ -50,12 +50,21 @@ fn every_call_into_a_library_loaded_and_unloaded_a_thousand_times_is_counted() {
         .filter(|l| l.contains("loaded libloaded.so: probed 1 more function at the dynamic linker's rendezvous"))
         .count();
     assert_eq!(probed, 1000, "{stderr}");
+    // The same in the JSON summary: each load, probed at the rendezvous.
+    let libraries = one_process(&json)["libraries"].as_array().unwrap().clone();
+    assert_eq!(libraries.len(), 1000, "{json}");
+    for l in &libraries {
+        assert_eq!(
+            (&l["modules"][0], &l["probes"], &l["at"]),
+            (&"libloaded.so".into(), &1.into(), &"rendezvous".into())
+        );
+    }
 }
 
 #[test]
 fn the_jvm_launchers_one_call_of_jni_create_java_vm_is_counted() {
     need("java");
-    let (status, stdout, stderr, hits) =
+    let (status, stdout, stderr, hits, _) =
         run_json("jvm", &["-f", "libjvm.so:JNI_CreateJavaVM", "--", "java", "-version"]);
     assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
     assert!(stderr.contains("openjdk version"), "{stderr}");
@@ -75,7 +84,7 @@ fn every_thread_yield_of_a_java_program_is_counted() {
     let javac = std::process::Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
     assert!(javac.success(), "javac {}", src.display());
     let cp = dir.to_str().unwrap();
-    let (status, stdout, stderr, hits) =
+    let (status, stdout, stderr, hits, _) =
         run_json("yield", &["-f", "libjvm.so:JVM_Yield", "--", "java", "-cp", cp, "Yield", "600"]);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(status.success(), "{status:?}\n{stdout}\n{stderr}");
@@ -168,7 +177,7 @@ fn a_python_extensions_init_function_calling_a_probed_library_is_counted() {
     need("sqlite3");
     // `import sqlite3` loads the _sqlite3 extension and libsqlite3 with it;
     // the extension's init checks the library's version, once.
-    let (status, stdout, stderr, hits) = run_json(
+    let (status, stdout, stderr, hits, _) = run_json(
         "python",
         &[
             "-f",
