@@ -58,9 +58,28 @@ pub struct Loaded {
     /// Where tp saw them: `rendezvous` (the dynamic linker's, before their
     /// initializers and first call) or `poll` (after they were mapped).
     pub at: &'static str,
+    /// How many times the same happened (a library loaded and unloaded
+    /// over and over is one entry).
+    pub loads: u64,
     /// At the rendezvous, how long the loading thread waited for tp; when
-    /// polling, how long tp took to probe them once it saw them.
+    /// polling, how long tp took to probe them once it saw them: the
+    /// longest of the `loads`.
     pub took: std::time::Duration,
+}
+
+impl Loaded {
+    /// Adds `l` to `list`: to its last entry if that is the same load.
+    pub fn add_to(list: &mut Vec<Loaded>, l: Loaded) {
+        match list.last_mut() {
+            Some(last)
+                if (&last.modules, last.probes, last.skipped, last.at) == (&l.modules, l.probes, l.skipped, l.at) =>
+            {
+                last.loads += l.loads;
+                last.took = last.took.max(l.took);
+            }
+            _ => list.push(l),
+        }
+    }
 }
 
 fn loaded_json(l: &Loaded) -> String {
@@ -69,6 +88,7 @@ fn loaded_json(l: &Loaded) -> String {
         .num("probes", l.probes)
         .num("skipped", l.skipped)
         .str("at", l.at)
+        .num("loads", l.loads)
         .num("took_us", l.took.as_micros())
         .finish()
 }
@@ -542,6 +562,25 @@ pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_load_over_and_over_is_one_entry_with_its_longest_wait() {
+        let load = |m: &str, ms: u64| Loaded {
+            modules: vec![m.to_string()],
+            probes: 1,
+            skipped: 0,
+            at: "rendezvous",
+            loads: 1,
+            took: std::time::Duration::from_millis(ms),
+        };
+        let mut list = Vec::new();
+        for (m, ms) in [("liba.so", 3), ("liba.so", 7), ("liba.so", 2), ("libb.so", 1), ("liba.so", 1)] {
+            Loaded::add_to(&mut list, load(m, ms));
+        }
+        let seen: Vec<(&str, u64, u128)> =
+            list.iter().map(|l| (l.modules[0].as_str(), l.loads, l.took.as_millis())).collect();
+        assert_eq!(seen, [("liba.so", 3, 7), ("libb.so", 1, 1), ("liba.so", 1, 1)]);
+    }
 
     fn report(pid: i32, rows: &[(&str, u64)]) -> ProcessReport {
         let probes = rows

@@ -578,13 +578,9 @@ impl Group {
                     Some(arrived) => ("rendezvous", arrived.elapsed()),
                     None => ("poll", started.elapsed()),
                 };
-                self.members[i].libraries.push(report::Loaded {
-                    modules: names.clone(),
-                    probes: added,
-                    skipped: refused,
-                    at,
-                    took,
-                });
+                let loaded =
+                    report::Loaded { modules: names.clone(), probes: added, skipped: refused, at, loads: 1, took };
+                report::Loaded::add_to(&mut self.members[i].libraries, loaded);
                 let skipped =
                     if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
                 match rendezvous {
