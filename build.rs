@@ -134,6 +134,20 @@ const TARGETS: &[Target] = &[
         ..c("", &[])
     },
     Target {
+        name: "libloaded.so",
+        sources: &["libloaded.c"],
+        flags: &["-shared", "-fPIC"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
+        name: "dlcycle",
+        sources: &["dlcycle.c"],
+        flags: &["-fPIE", "-pie", "-ldl"],
+        host_only: true,
+        ..c("", &[])
+    },
+    Target {
         name: "libuser",
         sources: &["libuser.c"],
         flags: &["-fPIE", "-pie", "-L{out}", "-lalpha", "-lbeta", "-ldl", "-Wl,-rpath,$ORIGIN"],
@@ -243,7 +257,7 @@ fn main() {
 /// of the plain build, and the `_ext` ones of the build with the frame
 /// pointer reserved (they walk the probed function's frame records, so no
 /// code of the runtime may use that register).
-const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at"];
+const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at", "tp_rendezvous"];
 const RUNTIME_EXT_FUNCTIONS: &[&str] = &["tp_entry_ext", "tp_exit_ext", "tp_exit_at_ext"];
 
 /// Compiles src/probe/runtime/runtime.c for the target architecture into

@@ -24,7 +24,9 @@
 //! - `before-restore`: an entry marked Removing, its site still patched;
 //! - `during-detach`: a site restored, its entry not yet marked Inactive;
 //! - `after-unmap-region`: the data region unmapped, the arenas not yet;
-//! - `observing`: a session's probes are live, once per tick of its display.
+//! - `observing`: a session's probes are live, once per tick of its display;
+//! - `at-rendezvous`: a thread of the target waits at the dynamic linker's
+//!   rendezvous for tp, which has not looked at the new library yet.
 //!
 //! Each step may carry a count: `after-patch:3` fires the third time the
 //! step is reached, e.g. at the third site.

@@ -8,7 +8,7 @@
 //!   --reps N     runs of every measurement (default 5)
 //!   --smoke      one short run of everything, to check that it works (CI)
 //!   --only LIST  sections to run, comma-separated:
-//!                hit,steps,attach,real,profile,toggle
+//!                hit,steps,attach,real,profile,toggle,dlopen
 //!   --no-peers   tp only
 //!   --match LIST only the rows of tp (hit cost, instruction counts) and of
 //!                its peers whose name contains one of LIST (comma-separated)
@@ -20,6 +20,7 @@
 //! Needs root (ptrace, tracefs). Results also go to target/bench/.
 
 mod attach;
+mod dlopen;
 mod env;
 mod floor;
 mod hit;
@@ -51,7 +52,7 @@ struct Options {
     matching: Option<String>,
 }
 
-const SECTIONS: [&str; 6] = ["steps", "attach", "real", "profile", "toggle", "hit"];
+const SECTIONS: [&str; 7] = ["steps", "attach", "real", "profile", "toggle", "dlopen", "hit"];
 
 fn options() -> Result<Options> {
     let mut o = Options {
@@ -150,6 +151,9 @@ fn run() -> Result<bool> {
     }
     if on("toggle") {
         ok &= toggle_section(&env, &mut r);
+    }
+    if on("dlopen") {
+        ok &= dlopen_section(&env, &mut r);
     }
     if on("hit") {
         ok &= hit_section(&env, &o, &mut r);
@@ -308,6 +312,24 @@ fn profile_section(env: &Env, r: &mut Results) -> bool {
     let ok =
         rows.iter().zip(server::Watcher::ALL).all(|(row, w)| w == server::Watcher::Perf || row.failures.is_empty());
     r.server = rows;
+    ok
+}
+
+fn dlopen_section(env: &Env, r: &mut Results) -> bool {
+    let cycles = if env.smoke { 20 } else { 500 };
+    let mut ok = true;
+    for _ in 0..env.reps {
+        match dlopen::measure(env, cycles) {
+            Ok(us) => {
+                eprintln!("dlopen: µs per load, call and unload: {us:.1?}");
+                r.dlopen.push(us);
+            }
+            Err(e) => {
+                eprintln!("dlopen: {e:#}");
+                ok = false;
+            }
+        }
+    }
     ok
 }
 

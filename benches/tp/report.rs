@@ -97,6 +97,9 @@ pub struct Results {
     pub toggle: Vec<f64>,
     /// ms per `tp disable`/`tp enable` command, over the runs.
     pub toggle_command: Vec<f64>,
+    /// µs per load, call and unload of a library, for each way of
+    /// [`crate::dlopen::HOW`], per run.
+    pub dlopen: Vec<Vec<f64>>,
     /// The floor, once per repetition of the hit-cost runs.
     pub floor: Vec<Floor>,
     /// Sections or peers skipped, and why.
@@ -161,6 +164,7 @@ impl Results {
         crate::real::markdown(&self.real, o);
         crate::server::markdown(&self.server, o);
         self.toggle(o);
+        self.dlopen(o);
         out
     }
 
@@ -464,6 +468,30 @@ impl Results {
                 let _ = writeln!(o, "- {} probes, failed cycle: {}", r.probes, first_line(f));
             }
         }
+    }
+
+    fn dlopen(&self, o: &mut String) {
+        if self.dlopen.is_empty() {
+            return;
+        }
+        let _ = writeln!(
+            o,
+            "### Loading a library while a session waits for one
+"
+        );
+        let _ = writeln!(o, "| `dlcycle 500` (dlopen, a call, dlclose) | µs per cycle | extra µs per cycle |");
+        let _ = writeln!(o, "|---|---|---|");
+        let of = |i: usize| Spread::of(&self.dlopen.iter().filter_map(|run| run.get(i).copied()).collect::<Vec<_>>());
+        let alone = of(0).map(|s| s.median);
+        for (i, (what, _)) in crate::dlopen::HOW.iter().enumerate() {
+            let extra = match (i, of(i), alone) {
+                (0, _, _) => String::new(),
+                (_, Some(s), Some(a)) => num(s.median - a),
+                _ => "–".to_string(),
+            };
+            let _ = writeln!(o, "| {what} | {} | {extra} |", show(of(i)));
+        }
+        o.push('\n');
     }
 
     fn toggle(&self, o: &mut String) {

@@ -499,6 +499,8 @@ pub struct RuntimeAddrs {
     pub exit: u64,
     /// `tp_unwind`.
     pub unwind: u64,
+    /// `tp_rendezvous`: tp's own probe at the dynamic linker's rendezvous.
+    pub rendezvous: u64,
     /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
     /// every register and flag).
     pub count: u64,
@@ -545,6 +547,8 @@ pub struct RuntimeBlobs {
     pub exit_at: &'static [u8],
     /// `tp_exit_at_ext`.
     pub exit_at_ext: &'static [u8],
+    /// `tp_rendezvous`.
+    pub rendezvous: &'static [u8],
 }
 
 /// What the hand-written parts of a runtime block (an architecture's fast
@@ -740,15 +744,19 @@ pub struct Records {
     /// The detour of an exit of a function: no count, nothing at an entry;
     /// the call's end is recorded before the exit runs.
     pub exit: bool,
+    /// tp's own probe at the dynamic linker's rendezvous: call
+    /// `tp_rendezvous`, as an unwinder probe calls `tp_unwind`.
+    pub rendezvous: bool,
 }
 
 impl Records {
     /// Counting only.
-    pub const COUNT: Records = Records { args: false, ret: false, sample: false, unwind: false, exit: false };
+    pub const COUNT: Records =
+        Records { args: false, ret: false, sample: false, unwind: false, exit: false, rendezvous: false };
 
     /// True if the detour calls the in-target runtime.
     pub fn calls_runtime(&self) -> bool {
-        self.args || self.ret || self.unwind || self.exit
+        self.args || self.ret || self.unwind || self.exit || self.rendezvous
     }
 }
 

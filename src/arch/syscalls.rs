@@ -38,6 +38,9 @@ pub struct Syscalls {
     pub rt_sigprocmask: u64,
     /// exit_group (the same).
     pub exit_group: u64,
+    /// futex (the runtime: a thread at the dynamic linker's rendezvous
+    /// wakes tp and waits for it, bounded).
+    pub futex: u64,
     /// The call that reads the thread register, where the runtime may make
     /// one (a thread whose TCB does not show it, where the CPU gives no
     /// instruction to read it).
@@ -59,6 +62,12 @@ pub struct ThreadPointerCall {
 /// fails on memory that cannot be read: how a thread checks its stack.
 pub const MADV_POPULATE_READ: u64 = 22;
 
+/// futex's operations, shared between processes (no FUTEX_PRIVATE_FLAG):
+/// the rendezvous's words lie in memory tp maps too.
+pub const FUTEX_WAIT: u64 = 0;
+/// See [`FUTEX_WAIT`].
+pub const FUTEX_WAKE: u64 = 1;
+
 /// x86-64.
 pub const X86_64: Syscalls = Syscalls {
     // AUDIT_ARCH_X86_64
@@ -76,6 +85,7 @@ pub const X86_64: Syscalls = Syscalls {
     rt_sigaction: 13,
     rt_sigprocmask: 14,
     exit_group: 231,
+    futex: 202,
     // arch_prctl(ARCH_GET_FS, &v)
     thread_pointer: Some(ThreadPointerCall { name: "arch_prctl", nr: 158, arg0: 0x1003 }),
 };
@@ -97,6 +107,7 @@ pub const AARCH64: Syscalls = Syscalls {
     rt_sigaction: 134,
     rt_sigprocmask: 135,
     exit_group: 94,
+    futex: 98,
     // TPIDR_EL0 is readable by an instruction on every thread.
     thread_pointer: None,
 };
@@ -118,6 +129,7 @@ impl Syscalls {
             ("rt_sigaction", self.rt_sigaction),
             ("rt_sigprocmask", self.rt_sigprocmask),
             ("exit_group", self.exit_group),
+            ("futex", self.futex),
         ];
         all.extend(self.thread_pointer.map(|t| (t.name, t.nr)));
         all
@@ -138,6 +150,8 @@ impl Syscalls {
             defines.push((format!("TP_SYS_{}_ARG0", t.name.to_uppercase()), t.arg0));
         }
         defines.push(("TP_MADV_POPULATE_READ".into(), MADV_POPULATE_READ));
+        defines.push(("TP_FUTEX_WAIT".into(), FUTEX_WAIT));
+        defines.push(("TP_FUTEX_WAKE".into(), FUTEX_WAKE));
         defines
     }
 }

@@ -44,6 +44,56 @@ pub struct ProcessReport {
     pub by: Vec<ProbeValues>,
     /// The basic blocks and lines counted per function (`--blocks`).
     pub blocks: Vec<FunctionBlocks>,
+    /// The libraries it loaded while the session ran whose functions tp
+    /// probed, one entry per look that probed some.
+    pub libraries: Vec<Loaded>,
+}
+
+/// Libraries a process loaded that tp probed (`tp run`, `--follow-exec`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The file names of the modules that were new at that look.
+    pub modules: Vec<String>,
+    /// The probes added in them.
+    pub probes: usize,
+    /// The functions matched there that cannot be probed.
+    pub skipped: usize,
+    /// Where tp saw them: `rendezvous` (the dynamic linker's, before their
+    /// initializers and first call) or `poll` (after they were mapped).
+    pub at: &'static str,
+    /// How many times the same happened (a library loaded and unloaded
+    /// over and over is one entry).
+    pub loads: u64,
+    /// At the rendezvous, how long the loading thread waited for tp; when
+    /// polling, how long tp took to probe them once it saw them: the
+    /// longest of the `loads`.
+    pub took: std::time::Duration,
+}
+
+impl Loaded {
+    /// Adds `l` to `list`: to its last entry if that is the same load.
+    pub fn add_to(list: &mut Vec<Loaded>, l: Loaded) {
+        match list.last_mut() {
+            Some(last)
+                if (&last.modules, last.probes, last.skipped, last.at) == (&l.modules, l.probes, l.skipped, l.at) =>
+            {
+                last.loads += l.loads;
+                last.took = last.took.max(l.took);
+            }
+            _ => list.push(l),
+        }
+    }
+}
+
+fn loaded_json(l: &Loaded) -> String {
+    Obj::new()
+        .list("modules", l.modules.iter().map(|m| super::json::string(m)))
+        .num("probes", l.probes)
+        .num("skipped", l.skipped)
+        .str("at", l.at)
+        .num("loads", l.loads)
+        .num("took_us", l.took.as_micros())
+        .finish()
 }
 
 impl ProcessReport {
@@ -58,6 +108,7 @@ impl ProcessReport {
             stacks: Vec::new(),
             by: Vec::new(),
             blocks: Vec::new(),
+            libraries: Vec::new(),
         }
     }
 
@@ -359,7 +410,8 @@ pub fn process_json(
         .list("children", r.children.iter().map(child_json))
         .list("stacks", r.stacks.iter().map(super::stacks::probe_json))
         .list("by", r.by.iter().map(by_json))
-        .list("blocks", r.blocks.iter().map(super::blocks::to_json));
+        .list("blocks", r.blocks.iter().map(super::blocks::to_json))
+        .list("libraries", r.libraries.iter().map(loaded_json));
     extra(o).finish()
 }
 
@@ -417,11 +469,13 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         stacks: Vec::new(),
         by: Vec::new(),
         blocks: Vec::new(),
+        libraries: Vec::new(),
     };
     for r in reports {
         out.events |= r.events;
         out.lost += r.lost;
         out.children.extend(r.children);
+        out.libraries.extend(r.libraries);
         out.stacks.extend(r.stacks);
         out.by.extend(r.by);
         out.blocks.extend(r.blocks);
@@ -516,6 +570,25 @@ pub fn totals(reports: &[ProcessReport]) -> Vec<Total> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_same_load_over_and_over_is_one_entry_with_its_longest_wait() {
+        let load = |m: &str, ms: u64| Loaded {
+            modules: vec![m.to_string()],
+            probes: 1,
+            skipped: 0,
+            at: "rendezvous",
+            loads: 1,
+            took: std::time::Duration::from_millis(ms),
+        };
+        let mut list = Vec::new();
+        for (m, ms) in [("liba.so", 3), ("liba.so", 7), ("liba.so", 2), ("libb.so", 1), ("liba.so", 1)] {
+            Loaded::add_to(&mut list, load(m, ms));
+        }
+        let seen: Vec<(&str, u64, u128)> =
+            list.iter().map(|l| (l.modules[0].as_str(), l.loads, l.took.as_millis())).collect();
+        assert_eq!(seen, [("liba.so", 3, 7), ("libb.so", 1, 1), ("liba.so", 1, 1)]);
+    }
 
     fn report(pid: i32, rows: &[(&str, u64)]) -> ProcessReport {
         let probes = rows

@@ -535,6 +535,7 @@ pub fn records_of(k: u32) -> Records {
         sample: k & kind::SAMPLE != 0,
         unwind: k & kind::UNWIND != 0,
         exit: false,
+        rendezvous: k & kind::RENDEZVOUS != 0,
     }
 }
 
@@ -915,6 +916,7 @@ mod tests {
             trampoline_ext: 4,
             exit: 7,
             unwind: 5,
+            rendezvous: 9,
             count: 6,
             ctx: 8,
         };

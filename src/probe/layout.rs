@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 16;
+pub const VERSION: u32 = 17;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -379,6 +379,49 @@ shared_struct! {
         pub pad2: [u64; 7],
     }
 }
+
+shared_struct! {
+    /// The rendezvous with the dynamic linker (`struct tp_rendezvous`, at
+    /// [`RENDEZVOUS_OFF`] in the region, apart from the header, which tp
+    /// rewrites whole): the words a thread at tp's probe on
+    /// `_dl_debug_state` and tp hand it over with. The loader calls that
+    /// function after it maps a library and before it runs the library's
+    /// initializers, and around an unmap. While `armed`, the thread counts
+    /// itself in `arrived`, wakes tp (a futex on `arrived`) and waits on
+    /// `handled` (a futex, in slices of [`RENDEZVOUS_SLICE_MS`], at most
+    /// `slices` of them) until tp has probed what the loader mapped. After
+    /// each slice it checks that tp still runs (`kill(tracer, 0)`); a thread
+    /// whose tp is gone, or does not answer in time, goes on, clears `armed`
+    /// (later rendezvous do not wait until tp arms it again) and counts in
+    /// `gave_up`.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct Rendezvous as "tp_rendezvous" {
+        /// 1 while a session waits for libraries; else the probe only counts.
+        pub armed: u32,
+        /// Arrivals at the rendezvous while armed, wrapping.
+        pub arrived: u32,
+        /// The last arrival tp has answered.
+        pub handled: u32,
+        /// How many slices a thread waits for tp at most.
+        pub slices: u32,
+        /// Threads that went on without tp's answer.
+        pub gave_up: u32,
+        /// tp's PID as the target's PID namespace numbers it; 0 where tp has
+        /// none there (the thread then waits out its slices).
+        pub tracer: u32,
+        /// Address in the target of the loader's `_r_debug.r_state` (an
+        /// int), or 0: where known, a thread waits only when it reads
+        /// `RT_CONSISTENT` (0) there, after a map or an unmap, not before.
+        pub state: u64,
+    }
+}
+
+/// Where the [`Rendezvous`] lies in the region: the end of the header's page.
+pub const RENDEZVOUS_OFF: u64 = 4096 - 64;
+/// One slice of a thread's wait at the rendezvous, in milliseconds.
+pub const RENDEZVOUS_SLICE_MS: u32 = 10;
+/// The most slices a thread waits at the rendezvous (the runtime's own bound).
+pub const RENDEZVOUS_MAX_SLICES: u32 = 6000;
 
 shared_struct! {
     /// One entry of the thread cache (`struct tp_cache_entry`): where the
@@ -892,6 +935,10 @@ pub mod entry_flags {
 /// The constants runtime.c shares, by the names build.rs gives them in its
 /// header.
 pub const C_CONSTANTS: &[(&str, u64)] = &[
+    ("TP_CTX_OFF", std::mem::offset_of!(Header, ctx) as u64),
+    ("TP_RENDEZVOUS_OFF", RENDEZVOUS_OFF),
+    ("TP_RENDEZVOUS_SLICE_NS", RENDEZVOUS_SLICE_MS as u64 * 1_000_000),
+    ("TP_RENDEZVOUS_MAX_SLICES", RENDEZVOUS_MAX_SLICES as u64),
     ("TP_ENTRY", event_kind::ENTRY as u64),
     ("TP_EXIT", event_kind::EXIT as u64),
     ("TP_UNWOUND", event_kind::UNWOUND as u64),
@@ -971,6 +1018,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
 pub fn c_structs() -> Vec<CStruct> {
     vec![
         EventCtx::c_struct(),
+        Rendezvous::c_struct(),
         Frame::c_struct(),
         Event::c_struct(),
         SlotHead::c_struct(),
@@ -1141,11 +1189,17 @@ pub mod kind {
     /// The detour at one exit of the function of probe [`super::Entry::parent`]:
     /// it records that probe's calls ending there. No count of its own.
     pub const EXIT: u32 = 2048;
+    /// tp's own probe at the dynamic linker's rendezvous (`_dl_debug_state`):
+    /// the thread that loads or unloads a library waits there, bounded,
+    /// while tp probes it ([`super::Rendezvous`], runtime.c's tp_rendezvous).
+    pub const RENDEZVOUS: u32 = 4096;
     /// Whatever makes a probe call the runtime at a function's entry.
     pub const CALLS_AT_ENTRY: u32 = ARGS | RET | STACK | BY;
     /// Entries that are tp's own, not probes the user asked for: the
-    /// unwinder probes and the exits' sites.
-    pub const OWN: u32 = UNWIND | EXIT;
+    /// unwinder probes, the rendezvous and the exits' sites.
+    pub const OWN: u32 = UNWIND | EXIT | RENDEZVOUS;
+    /// tp's own probes at a function's entry: the unwinder probes and the rendezvous.
+    pub const OWN_ENTRY: u32 = UNWIND | RENDEZVOUS;
 }
 
 /// The word a detour passes to the runtime's `tp_entry` for probe `index`
@@ -1217,7 +1271,8 @@ pub struct Entry {
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_SIZE as usize);
-const _: () = assert!(std::mem::size_of::<Header>() <= 4096);
+const _: () = assert!(std::mem::size_of::<Header>() <= RENDEZVOUS_OFF as usize);
+const _: () = assert!(RENDEZVOUS_OFF as usize + std::mem::size_of::<Rendezvous>() <= 4096);
 
 /// Bytes per entry.
 pub const ENTRY_SIZE: u64 = 256;

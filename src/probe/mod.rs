@@ -5,8 +5,9 @@
 //! static probes' semaphores ([`semaphore`]), the processes forked
 //! while probes were in, which hold them too ([`family`]), and whether a
 //! target's seccomp filters let the runtime's syscalls run
-//! ([`runtime_calls`]), and what a thread's hardware shadow stack forbids
-//! ([`shadow`]).
+//! ([`runtime_calls`]), what a thread's hardware shadow stack forbids
+//! ([`shadow`]), and the rendezvous with the dynamic linker, where a thread
+//! waits for tp ([`rendezvous`]).
 
 pub mod acquire;
 pub mod arena;
@@ -18,6 +19,7 @@ pub mod layout;
 pub mod orphan;
 pub mod region;
 pub mod remove;
+pub mod rendezvous;
 pub mod runtime;
 pub mod runtime_calls;
 pub mod semaphore;

@@ -523,9 +523,61 @@ impl Region {
         }
     }
 
+    /// Loads a 4-aligned u32 that the target changes with atomic
+    /// instructions (acquire); 0 at an offset that is not one.
+    pub fn load_u32(&self, off: u64) -> u32 {
+        if !(off.is_multiple_of(4) && self.inside(off, 4)) {
+            return 0;
+        }
+        match &self.backing {
+            Backing::Mapped { ptr, .. } => {
+                // SAFETY: 4-aligned, in bounds, shared with the target.
+                let a = unsafe { std::sync::atomic::AtomicU32::from_ptr(ptr.add(off as usize) as *mut u32) };
+                a.load(Ordering::Acquire)
+            }
+            Backing::Remote { .. } => {
+                let mut b = [0; 4];
+                self.read(off, &mut b);
+                u32::from_le_bytes(b)
+            }
+        }
+    }
+
+    /// Waits at most `timeout` while the 4-aligned u32 at `off` holds
+    /// `value` and nobody wakes it (a futex shared with the target, which
+    /// maps the same memory); where tp reaches the region through the
+    /// target's memory, sleeps `timeout`. Returns early on any wake.
+    pub fn wait_u32(&self, off: u64, value: u32, timeout: std::time::Duration) {
+        match &self.backing {
+            Backing::Mapped { ptr, .. } if off.is_multiple_of(4) && self.inside(off, 4) => {
+                let ts = libc::timespec { tv_sec: timeout.as_secs() as _, tv_nsec: timeout.subsec_nanos() as _ };
+                // SAFETY: a futex wait on a 4-aligned word of a live
+                // mapping, with a timeout on this stack; the kernel only reads both.
+                unsafe {
+                    libc::syscall(libc::SYS_futex, ptr.add(off as usize), libc::FUTEX_WAIT, value, &ts);
+                }
+            }
+            _ => std::thread::sleep(timeout),
+        }
+    }
+
+    /// Wakes every thread (of any process mapping the region) waiting on
+    /// the 4-aligned u32 at `off`.
+    pub fn wake_u32(&self, off: u64) {
+        if let Backing::Mapped { ptr, .. } = &self.backing
+            && off.is_multiple_of(4)
+            && self.inside(off, 4)
+        {
+            // SAFETY: a futex wake on a 4-aligned word of a live mapping.
+            unsafe {
+                libc::syscall(libc::SYS_futex, ptr.add(off as usize), libc::FUTEX_WAKE, i32::MAX);
+            }
+        }
+    }
+
     /// Stores a 4-aligned u32 that the target reads or changes with atomic
     /// instructions (relaxed: each value stands alone).
-    fn store_u32(&self, off: u64, v: u32) -> Result<()> {
+    pub fn store_u32(&self, off: u64, v: u32) -> Result<()> {
         if !(off.is_multiple_of(4) && self.inside(off, 4)) {
             bail!("bad u32 offset {off:#x} in tp's data region");
         }

@@ -22,6 +22,7 @@ pub fn blobs() -> RuntimeBlobs {
         exit_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_ext.bin")),
         exit_at: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at.bin")),
         exit_at_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at_ext.bin")),
+        rendezvous: include_bytes!(concat!(env!("OUT_DIR"), "/tp_rendezvous.bin")),
     }
 }
 

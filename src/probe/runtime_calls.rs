@@ -91,8 +91,24 @@ impl RuntimeCall {
 pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
     let sc = Host::SYSCALLS;
     let (pid, tid) = (pid as u64, tid as u64);
+    // tp's rendezvous probe wakes tp and waits for it (tp_rendezvous),
+    // checking that tp still runs: a failure only ends the wait sooner, but
+    // ESRCH, which would say tp is gone.
+    let rendezvous = match kinds & kind::RENDEZVOUS {
+        0 => Vec::new(),
+        _ => vec![
+            RuntimeCall::new("futex", sc.futex, [0; 6], ERRORS),
+            RuntimeCall::new(
+                "kill(tp, 0)",
+                sc.kill,
+                [std::process::id() as u64, 0, 0, 0, 0, 0],
+                Takes { but: Some(libc::ESRCH as u16), ..ERRORS },
+            ),
+        ],
+    };
+    let kinds = kinds & !kind::RENDEZVOUS;
     if kinds == kind::COUNT {
-        return Vec::new();
+        return rendezvous;
     }
     let mut calls = vec![
         RuntimeCall::new("getpid", sc.getpid, [0; 6], NOTHING),
@@ -136,6 +152,7 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
             ),
         ]);
     }
+    calls.extend(rendezvous);
     calls
 }
 
@@ -372,8 +389,10 @@ mod tests {
     fn every_syscall_of_the_runtime_is_generated_and_checked() {
         use crate::arch::syscalls;
         let runtime = [include_str!("runtime/runtime.c"), include_str!("runtime/record.h")].concat();
-        let checked: Vec<String> =
-            calls(kind::ARGS | kind::RET, 1, 1).iter().map(|c| c.what.split('(').next().unwrap().to_string()).collect();
+        let checked: Vec<String> = calls(kind::ARGS | kind::RET | kind::RENDEZVOUS, 1, 1)
+            .iter()
+            .map(|c| c.what.split('(').next().unwrap().to_string())
+            .collect();
         let arches = [
             (syscalls::X86_64, include_str!("../arch/x86_64/runtime.h")),
             (syscalls::AARCH64, include_str!("../arch/aarch64/runtime.h")),

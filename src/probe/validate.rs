@@ -40,7 +40,8 @@ const KINDS: u32 = kind::COUNT
     | kind::BY
     | kind::ARGS_MORE
     | kind::AT_EXITS
-    | kind::EXIT;
+    | kind::EXIT
+    | kind::RENDEZVOUS;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is

@@ -2,11 +2,12 @@
 //! stopped for the commit only), and later remove them and, when nothing
 //! uses it any more, unmap tp's memory from the target.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-use super::{Options, Selection, StackMode, kept, resolve, unwind};
+use super::{Options, Selection, StackMode, kept, rendezvous, resolve, unwind};
 use crate::escape as text;
 use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
@@ -64,6 +65,13 @@ pub struct Attached {
     over: Vec<(u32, u32)>,
     /// The functions whose blocks are counted (`--blocks`).
     blocks: Vec<BlockMap>,
+    /// The probes (by position) whose library the process unloaded, with
+    /// their counts then (the calls, those that passed their predicates).
+    unloaded: HashMap<usize, (u64, u64)>,
+    /// The counts of probes (by position) from the loads of their library
+    /// before the current one: a library loaded again at the same address
+    /// takes the same entry (counting from 0 again) and the same position.
+    earlier: HashMap<usize, (u64, u64)>,
 }
 
 /// How a detach went.
@@ -116,6 +124,18 @@ impl Attached {
         found: Vec<Found>,
         stopped: Option<Stopped>,
     ) -> Result<Attached> {
+        Self::attach_found_with(opts, modules, found, Vec::new(), stopped)
+    }
+
+    /// [`Attached::attach_found`], with tp's own probes `own` (the
+    /// rendezvous with the dynamic linker) installed beside them.
+    pub fn attach_found_with(
+        opts: &Options,
+        modules: &ProcessModules,
+        found: Vec<Found>,
+        own: Vec<Request>,
+        stopped: Option<Stopped>,
+    ) -> Result<Attached> {
         let (pid, owner) = (opts.pid, opts.owner());
         // A held program is killed on any error (`Stopped::adopt`): its
         // death is then tp's doing, not the reason.
@@ -128,7 +148,17 @@ impl Attached {
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let held: Vec<_> = stopped.iter().map(Stopped::worker).collect();
             let shadow = shadow::thread_with(pid, &held);
-            let resolved = resolve::plan_found(modules, found, opts.selection.kind, shadow)?;
+            let mut resolved = match found.is_empty() && !own.is_empty() {
+                // Only tp's own probes, until a library defines what the patterns name.
+                true => resolve::Resolved {
+                    requests: Vec::new(),
+                    refused: Vec::new(),
+                    notes: Vec::new(),
+                    blocks: Vec::new(),
+                },
+                false => resolve::plan_found(modules, found, opts.selection.kind, shadow)?,
+            };
+            resolved.requests.extend(own);
             Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
         };
         run().map_err(|e| if adopted { e } else { exited_or(pid, e) })
@@ -177,7 +207,13 @@ impl Attached {
         let take_over = !vetted.over.is_empty();
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget, take_over };
         let discard = what.kind != kind::COUNT;
-        let done = install(pid, &mem, stopped, existing, &requests, opts, discard)?;
+        // Where the loader keeps its state, for tp's rendezvous probe: read
+        // before the probe goes live, so that no call of it misses it.
+        let loader_state = requests
+            .iter()
+            .find(|r| r.kind & kind::RENDEZVOUS != 0)
+            .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
+        let done = install(pid, &mem, stopped, existing, &requests, opts, discard, loader_state)?;
         let over = over_pairs(&done.report.installed, &vetted.over);
         // The probes are live: what tp learnt of the binaries is saved meanwhile.
         crate::symbols::saving::start();
@@ -200,6 +236,8 @@ impl Attached {
             lost_at_start: done.lost_at_start,
             over,
             blocks,
+            unloaded: HashMap::new(),
+            earlier: HashMap::new(),
         })
     }
 
@@ -232,6 +270,8 @@ impl Attached {
             lost_at_start: Lost::default(),
             over: Vec::new(),
             blocks: Vec::new(),
+            unloaded: HashMap::new(),
+            earlier: HashMap::new(),
         }
     }
 
@@ -259,7 +299,7 @@ impl Attached {
             let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
-            let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false)?;
+            let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false, None)?;
             crate::symbols::saving::start();
             let over = over_pairs(&done.report.installed, &vetted.over);
             Ok((done, infos, refused, over, blocks))
@@ -267,12 +307,29 @@ impl Attached {
         let (done, infos, refused, over, blocks) = run().map_err(|e| exited_or(pid, e))?;
         self.over.extend(over);
         self.blocks.extend(blocks);
-        let added = done.report.installed.iter().filter(|p| p.request.kind & kind::UNWIND == 0).count();
+        let added = done.report.installed.iter().filter(|p| p.request.kind & kind::OWN_ENTRY == 0).count();
         // Infos follow the probes: tp's own unwinder probes may now sit
         // between the user's, so keep both in install order.
         self.region = done.region;
-        self.probes.extend(done.report.installed);
-        self.infos.extend(infos);
+        for (p, info) in done.report.installed.into_iter().zip(infos) {
+            // The same function of a library loaded again, in the entry it had.
+            let again = self.probes.iter().position(|q| {
+                q.index == p.index
+                    && q.request.function.name == p.request.function.name
+                    && q.request.function.module == p.request.function.module
+            });
+            match again.filter(|pos| self.unloaded.contains_key(pos)) {
+                Some(pos) => {
+                    let counts = self.unloaded.remove(&pos).unwrap_or_default();
+                    self.earlier.insert(pos, counts);
+                    self.probes[pos] = p;
+                }
+                None => {
+                    self.probes.push(p);
+                    self.infos.push(info);
+                }
+            }
+        }
         self.stop_time += done.stop_time;
         Ok((added, refused))
     }
@@ -283,6 +340,69 @@ impl Attached {
         super::blocks::report(&self.blocks, summary)
     }
 
+    /// True if tp's probe at the dynamic linker's rendezvous is among this
+    /// session's ([`super::rendezvous`]).
+    pub fn has_rendezvous(&self) -> bool {
+        self.rendezvous_function().is_some()
+    }
+
+    /// The address of the function tp's rendezvous probe is on, if it is in.
+    fn rendezvous_function(&self) -> Option<u64> {
+        self.probes.iter().find(|p| p.request.kind & kind::RENDEZVOUS != 0).map(|p| p.request.function.addr.0)
+    }
+
+    /// Lets go of the probes whose code the process no longer maps (it
+    /// unloaded their library: `maps` is its memory map now): their counts
+    /// are kept, and their entries become Inactive, since nothing is left
+    /// to restore at their sites (a library loaded there later holds its
+    /// file's bytes). The same library loaded at the same address takes
+    /// them again with their detours (`install`'s reuse), so loading and
+    /// unloading it over and over does not grow tp's memory. Returns how
+    /// many of the user's probes went.
+    pub fn drop_unloaded(&mut self, maps: &[Mapping]) -> Result<usize> {
+        let mapped = |addr: u64| maps.iter().any(|m| m.exec && m.start <= addr && addr < m.end);
+        let mut gone = 0;
+        for (pos, p) in self.probes.iter().enumerate() {
+            if self.unloaded.contains_key(&pos) || mapped(p.request.plan.site) {
+                continue;
+            }
+            let (before, passed_before) = self.earlier.remove(&pos).unwrap_or_default();
+            let hits = self.region.hits_of(&[p.index])[0];
+            let (passed, _) = filtered(&self.region, p.index, p.request.kind, hits);
+            let (hits, passed) = (hits + before, passed + passed_before);
+            for &i in std::iter::once(&p.index).chain(&p.exits) {
+                if self.region.state(i).maybe_patched() {
+                    self.region.set_state(i, State::Inactive)?;
+                }
+            }
+            self.unloaded.insert(pos, (hits, passed));
+            gone += usize::from(p.request.kind & kind::OWN_ENTRY == 0);
+        }
+        Ok(gone)
+    }
+
+    /// The user's probes with their positions among all probes.
+    fn user_probes_at(&self) -> impl Iterator<Item = (usize, &Installed)> {
+        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::OWN_ENTRY == 0)
+    }
+
+    /// Probe `pos`'s calls, and those that passed its predicates: as kept
+    /// when its library was unloaded, else from the region.
+    fn calls_of(&self, pos: usize, p: &Installed, hits: u64) -> (u64, Option<u64>) {
+        let (all, passed) = match self.unloaded.get(&pos) {
+            Some(&counts) => counts,
+            None => {
+                let (before, passed_before) = self.earlier.get(&pos).copied().unwrap_or_default();
+                let (passed, _) = filtered(&self.region, p.index, p.request.kind, hits);
+                (hits + before, passed + passed_before)
+            }
+        };
+        match p.request.kind & (kind::FILTER | kind::FILTER_EXIT) {
+            0 => (all, None),
+            _ => (passed, Some(all)),
+        }
+    }
+
     /// How many of this session's probes went over kept ones, which count
     /// on when it ends ([`super::kept`]).
     pub fn went_over(&self) -> usize {
@@ -291,7 +411,7 @@ impl Attached {
 
     /// The probes the user asked for (not tp's own unwinder probes).
     fn user_probes(&self) -> impl Iterator<Item = &Installed> {
-        self.probes.iter().filter(|p| p.request.kind & kind::UNWIND == 0)
+        self.probes.iter().filter(|p| p.request.kind & kind::OWN_ENTRY == 0)
     }
 
     /// What the probes record (bits of `probe::layout::kind`).
@@ -302,7 +422,7 @@ impl Attached {
     /// The position in [`Attached::infos`] of each of the user's probes, in
     /// summary order.
     pub fn user_positions(&self) -> Vec<usize> {
-        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::UNWIND == 0).map(|(i, _)| i).collect()
+        self.probes.iter().enumerate().filter(|(_, p)| p.request.kind & kind::OWN_ENTRY == 0).map(|(i, _)| i).collect()
     }
 
     /// The probed functions' names, in request order.
@@ -310,10 +430,18 @@ impl Attached {
         self.user_probes().map(|p| p.request.function.name.clone()).collect()
     }
 
-    /// Current hit counts, in request order.
+    /// Current hit counts, in request order (of a library unloaded, as
+    /// they were then).
     pub fn hits(&self) -> Vec<u64> {
         let idx: Vec<u32> = self.user_probes().map(|p| p.index).collect();
-        self.region.hits_of(&idx)
+        let live = self.region.hits_of(&idx);
+        self.user_probes_at()
+            .zip(live)
+            .map(|((pos, p), h)| {
+                let (passed, all) = self.calls_of(pos, p, h);
+                all.unwrap_or(passed)
+            })
+            .collect()
     }
 
     /// The module of each of the user's probes, in request order.
@@ -359,7 +487,9 @@ impl Attached {
     /// True while all of this session's probes are still installed (another
     /// `tp detach` may have removed them).
     pub fn still_installed(&self) -> bool {
-        self.user_probes().all(|p| self.region.state(p.index) == State::Active)
+        self.user_probes_at()
+            .filter(|(pos, _)| !self.unloaded.contains_key(pos))
+            .all(|(_, p)| self.region.state(p.index) == State::Active)
     }
 
     /// Reads a NUL-terminated string from the target (for `char *` arguments).
@@ -378,10 +508,10 @@ impl Attached {
         Summary {
             pid: self.pid,
             probes: self
-                .user_probes()
+                .user_probes_at()
                 .zip(hits)
-                .map(|(p, hits)| {
-                    let (hits, unfiltered) = filtered(&self.region, p.index, p.request.kind, hits);
+                .map(|((pos, p), hits)| {
+                    let (hits, unfiltered) = self.calls_of(pos, p, hits);
                     ProbeStat {
                         func: p.request.function.name.clone(),
                         module: p.request.function.module.clone(),
@@ -399,7 +529,7 @@ impl Attached {
     /// The calls counted so far, in request order: with `--if`, those that passed.
     pub fn counted(&self) -> Vec<u64> {
         let hits = self.hits();
-        self.user_probes().zip(hits).map(|(p, hits)| filtered(&self.region, p.index, p.request.kind, hits).0).collect()
+        self.user_probes_at().zip(hits).map(|((pos, p), hits)| self.calls_of(pos, p, hits).0).collect()
     }
 
     /// Removes this session's probes, from its process and from every
@@ -407,6 +537,10 @@ impl Attached {
     /// each is stopped for it), and, where nothing else uses them, unmaps
     /// tp's memory. tp's own unwinder probes go with the last return probe.
     pub fn detach(&self) -> Result<Detached> {
+        // A thread waiting at the rendezvous goes on before the probes go.
+        if self.has_rendezvous() {
+            let _ = crate::probe::rendezvous::disarm(&self.region);
+        }
         // A set: the select below runs for every entry with the target stopped.
         let mine: std::collections::HashSet<u32> =
             self.probes.iter().flat_map(|p| std::iter::once(p.index).chain(p.exits.clone())).collect();
@@ -466,7 +600,7 @@ fn batch(
         // Inside a function, and at a static probe, DWARF's parameters are
         // not where the entry has them (a static probe records its own).
         let wants_dwarf = (r.kind & (kind::ARGS | kind::RET) != 0
-            || (r.kind & kind::UNWIND == 0 && (what.predicate.is_some() || what.by.is_some())))
+            || (r.kind & kind::OWN_ENTRY == 0 && (what.predicate.is_some() || what.by.is_some())))
             && !r.plan.interior
             && r.operands.is_none();
         let dwarf = wants_dwarf
@@ -485,7 +619,7 @@ fn batch(
                 text::text(&r.function.name)
             );
         }
-        if r.kind & kind::UNWIND == 0 {
+        if r.kind & kind::OWN_ENTRY == 0 {
             configure(r, &info, what, predicate.as_ref())?;
         }
         // Entries record the registers after the sixth only where the ABI
@@ -541,6 +675,9 @@ struct Done {
 /// Seizes the worker (unless `stopped` holds it already), prepares, stops
 /// the world, commits and lets go. With `discard`, events an earlier session
 /// left unread in the rings are dropped while the threads are stopped.
+/// Arms the rendezvous if tp's probe on it is among `requests`, with the
+/// address of the loader's state if tp found it (`loader_state`).
+#[allow(clippy::too_many_arguments)]
 fn install(
     pid: i32,
     mem: &Memory,
@@ -549,12 +686,18 @@ fn install(
     requests: &[Request],
     opts: install::Options,
     discard: bool,
+    loader_state: Option<u64>,
 ) -> Result<Done> {
     let mut stopped = match stopped {
         Some(s) => s,
         None => Stopped::seize_worker(pid)?,
     };
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
+    // Threads wait at the rendezvous from its first call on.
+    if requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0) {
+        crate::probe::rendezvous::set_state_word(&prepared.region, loader_state.unwrap_or(0))?;
+        crate::probe::rendezvous::arm(&prepared.region, pid)?;
+    }
     stopped.stop_all()?;
     let moved_threads = install::commit(&mut stopped, mem, &prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an

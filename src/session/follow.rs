@@ -2,16 +2,16 @@
 //! loads after the probes went in (dlopen), and the new program it runs
 //! after an exec.
 //!
-//! New libraries are found by polling, not by a hook in the dynamic loader.
+//! New libraries are found at the dynamic linker's rendezvous
+//! ([`super::rendezvous`]: a thread that maps a library waits there while
+//! tp probes it), and by polling where there is none or it gave up:
 //! [`Follow::code_changed`] reads the process's code sizes (`VmExe`,
 //! `VmLib` in `/proc/PID/status`: the kernel's counters, read without the
-//! target's memory-map lock) every tick of the session; only when they
-//! change does tp read `/proc/PID/maps` and look for the patterns in the
-//! modules it has not searched yet ([`Follow::new_functions`]), and the
-//! session installs those probes with the ordinary stop-the-world attach.
-//! The rendezvous debuggers use, a breakpoint on the loader's
-//! `_dl_debug_state`, needs a trap, and glibc's x86-64 `_dl_debug_state` is
-//! a one-byte `ret`, too short for a jump; docs/design.md says more.
+//! target's memory-map lock) every tick of the session; at the rendezvous,
+//! or when they change, tp reads `/proc/PID/maps` and looks for the
+//! patterns in the modules it has not searched yet
+//! ([`Follow::new_functions`]), and the session installs those probes with
+//! the ordinary stop-the-world attach.
 //!
 //! A pattern keeps looking in new modules while it can still match there:
 //! `module:function` patterns and globs that matched nothing in the
@@ -145,11 +145,14 @@ impl Follow {
         self.watches.iter().filter(|w| w.looks == Looks::UntilFound).map(|w| w.text.clone()).collect()
     }
 
-    /// Reads the process's modules and looks for the waiting patterns in
-    /// the ones not searched yet; `None` when there is no new module.
-    pub fn new_functions(&mut self) -> Result<Option<Loaded>> {
-        let maps = process::read_maps(self.pid)?;
-        let modules = ProcessModules::new(self.pid, &maps)?;
+    /// Lists the process's modules from `maps` (its memory map now) and
+    /// looks for the waiting patterns in the ones not searched yet; `None`
+    /// when there is no new module. A module the process no longer maps
+    /// (unloaded) is searched again if it comes back.
+    pub fn new_functions(&mut self, maps: &[process::Mapping]) -> Result<Option<Loaded>> {
+        let modules = ProcessModules::new(self.pid, maps)?;
+        let now: Vec<(PathBuf, u64)> = (0..modules.len()).filter_map(|i| modules.identity(i)).collect();
+        self.searched.retain(|id| now.contains(id));
         let new: Vec<usize> = (0..modules.len())
             .filter(|&i| modules.identity(i).is_some_and(|id| !self.searched.contains(&id)))
             .collect();

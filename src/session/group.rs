@@ -39,6 +39,7 @@ use crate::output::report::{self, ProcessReport};
 use crate::probe::family::{Outcome, Relative};
 use crate::probe::layout::kind;
 use crate::probe::remove::Kept;
+use crate::probe::rendezvous;
 use crate::process;
 use crate::process::family::Ended;
 use crate::symbols::{Found, ProcessModules};
@@ -103,6 +104,11 @@ pub struct Member {
     follow: Option<Follow>,
     /// Set once the process left the session.
     pub left: Option<Left>,
+    /// Threads that went on from the rendezvous without tp's answer, as
+    /// last seen.
+    gave_up: u32,
+    /// The libraries it loaded that tp probed.
+    libraries: Vec<report::Loaded>,
 }
 
 impl Member {
@@ -113,6 +119,12 @@ impl Member {
 
     fn current(&mut self) -> Option<&mut Program> {
         self.programs.last_mut().filter(|p| p.live)
+    }
+
+    /// The data region of the live program, if tp's probe at the dynamic
+    /// linker's rendezvous is in it.
+    fn rendezvous(&self) -> Option<&crate::probe::Region> {
+        self.programs.last().filter(|p| p.live && p.attached.has_rendezvous()).map(|p| &p.attached.region)
     }
 
     /// The report of every program so far, merged.
@@ -135,6 +147,7 @@ impl Member {
                             stacks: Vec::new(),
                             by: Vec::new(),
                             blocks: Vec::new(),
+                            libraries: Vec::new(),
                         },
                         None => ProcessReport::counts(summary),
                     };
@@ -143,7 +156,9 @@ impl Member {
                 }
             })
             .collect();
-        report::merge_programs(self.pid, reports)
+        let mut report = report::merge_programs(self.pid, reports);
+        report.libraries = self.libraries.clone();
+        report
     }
 }
 
@@ -207,7 +222,7 @@ impl Group {
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
         self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
-        self.members.push(Member { pid, programs, follow, left: None });
+        self.members.push(Member { pid, programs, follow, left: None, gave_up: 0, libraries: Vec::new() });
     }
 
     fn program(&self, attached: Attached) -> Program {
@@ -254,7 +269,7 @@ impl Group {
                 }
                 next_check = Instant::now() + self.how.check_every;
             }
-            std::thread::sleep(TICK.min(self.how.check_every));
+            self.pause(TICK.min(self.how.check_every));
             self.drain()?;
             if Instant::now() >= next_draw {
                 self.draw();
@@ -267,6 +282,63 @@ impl Group {
         }
         self.observed = Some(started.elapsed());
         Ok(end)
+    }
+
+    /// Waits `d`, or until a thread arrives at the rendezvous of a member
+    /// (the first whose rendezvous is armed), and answers every thread that
+    /// waits at one.
+    fn pause(&mut self, d: Duration) {
+        let armed = self
+            .members
+            .iter()
+            .filter(|m| m.left.is_none())
+            .find_map(|m| m.rendezvous().filter(|r| rendezvous::armed(r)));
+        match armed {
+            Some(region) => rendezvous::wait_for_arrival(region, d),
+            None => std::thread::sleep(d),
+        }
+        for i in 0..self.members.len() {
+            if self.members[i].left.is_none() {
+                self.serve_rendezvous(i);
+            }
+        }
+    }
+
+    /// Answers the thread waiting at member `i`'s rendezvous, if one does:
+    /// probes what the waiting patterns match in the libraries the loader
+    /// mapped, then releases it. Says when a thread went on without tp,
+    /// and arms the rendezvous again while patterns wait.
+    fn serve_rendezvous(&mut self, i: usize) {
+        let pid = self.members[i].pid;
+        let watching = self.members[i].follow.as_ref().is_some_and(Follow::watching);
+        let Some(region) = self.members[i].rendezvous() else { return };
+        let gave_up = rendezvous::gave_up(region);
+        if gave_up != self.members[i].gave_up {
+            crate::say!(
+                "tp: process {pid}: a thread at the dynamic linker's rendezvous went on after waiting {} s for tp; \
+                 libraries loaded meanwhile were probed when tp saw them",
+                rendezvous::WAIT.as_secs()
+            );
+            if watching {
+                let _ = rendezvous::arm(region, pid);
+            }
+        }
+        let waiting = rendezvous::waiting(region);
+        let upto = rendezvous::arrived(region);
+        self.members[i].gave_up = gave_up;
+        if !waiting {
+            return;
+        }
+        crate::fault::point("at-rendezvous");
+        self.load_new_libraries(i, Some(Instant::now()));
+        let watching = self.members[i].follow.as_ref().is_some_and(Follow::watching);
+        if let Some(region) = self.members[i].rendezvous() {
+            let _ = rendezvous::release(region, upto);
+            // No pattern waits any more: threads pass without waiting.
+            if !watching {
+                let _ = rendezvous::disarm(region);
+            }
+        }
     }
 
     /// Drains every live program's events. A failure ends the session: the
@@ -402,7 +474,11 @@ impl Group {
                     self.members[i].left = Some(Left::Execd(exe));
                 }
             }
-            Change::Same => self.load_new_libraries(i),
+            // While the rendezvous is armed, libraries are looked for there
+            // only: a look between two of the loader's mmaps could find a
+            // library half mapped, and patch code the next mmap replaces.
+            Change::Same if self.members[i].rendezvous().is_some_and(rendezvous::armed) => self.serve_rendezvous(i),
+            Change::Same => self.load_new_libraries(i, None),
         }
         Ok(())
     }
@@ -435,9 +511,10 @@ impl Group {
             let maps = process::read_maps(pid)?;
             let modules = ProcessModules::new(pid, &maps)?;
             let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
-            let attached = match start.found.is_empty() {
+            let own = super::rendezvous::own_probes(pid, &modules, &follow, &start.found, self.how.check_every);
+            let attached = match start.found.is_empty() && own.is_empty() {
                 true => None,
-                false => Some(Attached::attach_found(&opts, &modules, start.found, None)?),
+                false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, None)?),
             };
             Ok((attached, follow, start.waiting))
         };
@@ -469,14 +546,25 @@ impl Group {
     }
 
     /// Probes what the waiting patterns match in libraries the member
-    /// loaded since the last look, if its code mappings changed.
-    fn load_new_libraries(&mut self, i: usize) {
+    /// loaded since the last look, if its code mappings changed, or at once
+    /// at the rendezvous (`rendezvous`: when tp saw the thread arrive). Lets
+    /// go first of the probes in libraries it unloaded.
+    fn load_new_libraries(&mut self, i: usize, rendezvous: Option<Instant>) {
         let pid = self.members[i].pid;
         let Some(follow) = self.members[i].follow.as_mut() else { return };
-        if !follow.watching() || !follow.code_changed() {
+        let changed = follow.code_changed();
+        if !follow.watching() || !(changed || rendezvous.is_some()) {
             return;
         }
-        let looked = match follow.new_functions() {
+        let maps = process::read_maps(pid);
+        if let Ok(maps) = &maps
+            && let Some(p) = self.members[i].current()
+            && let Err(e) = p.attached.drop_unloaded(maps)
+        {
+            crate::say!("tp: process {pid}: cannot let go of the probes of an unloaded library: {e:#}");
+        }
+        let Some(follow) = self.members[i].follow.as_mut() else { return };
+        let looked = match maps.map_err(anyhow::Error::from).and_then(|maps| follow.new_functions(&maps)) {
             Ok(Some(x)) => x,
             Ok(None) => return,
             // A process on its way out drops its mappings first: not worth a word.
@@ -493,14 +581,31 @@ impl Group {
         let started = Instant::now();
         match self.install_more(i, &modules, found) {
             Ok((added, refused)) => {
+                let (at, took) = match rendezvous {
+                    Some(arrived) => ("rendezvous", arrived.elapsed()),
+                    None => ("poll", started.elapsed()),
+                };
+                let loaded =
+                    report::Loaded { modules: names.clone(), probes: added, skipped: refused, at, loads: 1, took };
+                report::Loaded::add_to(&mut self.members[i].libraries, loaded);
                 let skipped =
                     if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
-                crate::say!(
-                    "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
-                    text(&names.join(", ")),
-                    plural(added),
-                    started.elapsed().as_secs_f64() * 1e3
-                );
+                match rendezvous {
+                    Some(_) => crate::say!(
+                        "tp: process {pid} loaded {}: probed {added} more function{} at the dynamic linker's \
+                         rendezvous, before its initializers and its first call (the loading thread waited {:.1} ms)\
+                         {skipped}",
+                        text(&names.join(", ")),
+                        plural(added),
+                        took.as_secs_f64() * 1e3
+                    ),
+                    None => crate::say!(
+                        "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
+                        text(&names.join(", ")),
+                        plural(added),
+                        took.as_secs_f64() * 1e3
+                    ),
+                }
             }
             Err(_) if process::has_exited(pid, Duration::from_millis(100)) => {}
             Err(e) => crate::say!(

@@ -43,9 +43,9 @@ pub fn vet(pid: i32, region: Option<&Region>, requests: Vec<Request>, keep: bool
     }
     let mut out = Vetted::default();
     for req in requests {
-        // tp's own unwinder probes are planned with the region in view.
+        // tp's own probes are planned with the region in view.
         let here: Vec<&(u32, Entry)> = at.get(&req.plan.site).map(|v| v.iter().collect()).unwrap_or_default();
-        if here.is_empty() || req.kind & kind::UNWIND != 0 {
+        if here.is_empty() || req.kind & kind::OWN_ENTRY != 0 {
             out.requests.push(req);
             continue;
         }

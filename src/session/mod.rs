@@ -10,8 +10,9 @@
 //! ([`attached::Attached::detach`]). A session over several processes, or
 //! one that follows a program through dlopen and exec, is a
 //! [`group::Group`] of attached processes ([`targets`] selects them,
-//! [`follow`] watches their programs change, [`family`] the processes
-//! they fork and how each ends).
+//! [`follow`] watches their programs change, [`rendezvous`] probes the
+//! dynamic linker's rendezvous where a library is probed before its first
+//! call, [`family`] the processes they fork and how each ends).
 
 pub mod attached;
 pub mod blocks;
@@ -25,6 +26,7 @@ pub mod interrupt;
 pub mod kept;
 pub mod observe;
 pub mod profile;
+pub mod rendezvous;
 pub mod resolve;
 pub mod results;
 pub mod returns;

@@ -23,6 +23,7 @@ use super::attached::Attached;
 use super::follow::Follow;
 use super::group::{Behaviour, Group};
 use super::interrupt;
+use super::rendezvous;
 use super::tracer::TraceOutput;
 use crate::escape::text;
 use crate::output::report::ProcessReport;
@@ -86,11 +87,14 @@ pub fn run(
     let maps = process::read_maps(pid)?;
     let modules = ProcessModules::new(pid, &maps)?;
     let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
-    let attached = if start.found.is_empty() {
+    // While patterns wait for libraries, tp probes the dynamic linker's
+    // rendezvous: a library is probed before its first call.
+    let own = rendezvous::own_probes(pid, &modules, &follow, &start.found, how.check_every);
+    let attached = if start.found.is_empty() && own.is_empty() {
         held.resume();
         None
     } else {
-        Some(Attached::attach_found(&opts, &modules, start.found, Some(held))?)
+        Some(Attached::attach_found_with(&opts, &modules, start.found, own, Some(held))?)
     };
     let n = attached.as_ref().map_or(0, |a| a.names().len());
     crate::say!(

@@ -475,7 +475,17 @@ impl Tracer {
             stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
         }
         let by = self.by_report(attached);
-        ProcessReport { summary, latency, events: true, lost, children: Vec::new(), stacks, by, blocks: Vec::new() }
+        ProcessReport {
+            summary,
+            latency,
+            events: true,
+            lost,
+            children: Vec::new(),
+            stacks,
+            by,
+            blocks: Vec::new(),
+            libraries: Vec::new(),
+        }
     }
 }
 

@@ -104,6 +104,10 @@ mod hostile;
 // (x86-64: libuser and the Debian programs are host-only.)
 #[cfg(target_arch = "x86_64")]
 mod run;
+
+// Libraries loaded later, probed at the dynamic linker's rendezvous (targets built for the host only).
+#[cfg(target_arch = "x86_64")]
+mod rendezvous;
 // A Go program built with Debian's Go: goroutines, stack growth, GC.
 #[cfg(target_arch = "x86_64")]
 mod golang;

@@ -256,9 +256,12 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
     const STP: u32 = 0xa9bf_7bfd;
     let pads: [(&str, u32); 3] = [("nop", 0xd503_201f), ("paciasp", 0xd503_233f), ("pacibsp", 0xd503_237f)];
     let kinds = [
-        ("entry and return", Records { args: true, ret: true, sample: false, unwind: false, exit: false }),
-        ("sampled", Records { args: false, ret: true, sample: true, unwind: false, exit: false }),
-        ("unwinder", Records { args: false, ret: false, sample: false, unwind: true, exit: false }),
+        (
+            "entry and return",
+            Records { args: true, ret: true, sample: false, unwind: false, exit: false, rendezvous: false },
+        ),
+        ("sampled", Records { args: false, ret: true, sample: true, unwind: false, exit: false, rendezvous: false }),
+        ("unwinder", Records { args: false, ret: false, sample: false, unwind: true, exit: false, rendezvous: false }),
     ];
     let mut failed = Vec::new();
     for (pad_name, pad) in pads {
@@ -287,6 +290,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     entry: runtime_at,
                     trampoline: 0x1234_5670,
                     unwind: runtime_at,
+                    rendezvous: runtime_at,
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
                     exit: 0,

@@ -73,8 +73,9 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
     let exit_at_ext = place(&mut bytes, blobs.exit_at_ext);
     let code = exit_routine(at + bytes.len() as u64, ctx, exit_ext_flags, exit_at, exit_at_ext);
     let exit = place(&mut bytes, &code);
+    let rendezvous = place(&mut bytes, blobs.rendezvous);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, exit, count: 0, ctx };
+    let addrs = RuntimeAddrs { entry, trampoline, unwind, rendezvous, entry_ext, trampoline_ext, exit, count: 0, ctx };
     RuntimeBlock { bytes, addrs }
 }
 
@@ -213,6 +214,7 @@ pub(super) mod tests {
             exit_ext: &[0; 8],
             exit_at: &[0; 4],
             exit_at_ext: &[0; 4],
+            rendezvous: &[0; 4],
         };
         let b = build(AT, 0x7f00_0000_1040, (1 << 29) | (1 << 30), &blobs);
         let a = b.addrs;

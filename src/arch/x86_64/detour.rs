@@ -385,10 +385,11 @@ fn emit_head(
         }
     }
     let counted = w.pc();
-    if spec.records.unwind {
+    if spec.records.unwind || spec.records.rendezvous {
+        let to = if spec.records.unwind { rt.unwind } else { rt.rendezvous };
         call_runtime(w, |w| {
             w.put_mov_reg_rip(RDI, l.ctx);
-            w.put_call(rt.unwind);
+            w.put_call(to);
         });
     } else if spec.records.sample {
         // Count down to the next sample in this thread's row (K = r11);
@@ -505,7 +506,11 @@ struct Fallbacks {
 /// at rsp, the arguments in their registers) that calls the plain runtime.
 fn fast_event(plan: &SitePlan, spec: &DetourSpec) -> Option<RuntimeLayout> {
     let event = spec.records.args || spec.records.ret;
-    let plain = !spec.records.sample && !spec.records.unwind && spec.operands.is_none() && !plan.interior;
+    let plain = !spec.records.sample
+        && !spec.records.unwind
+        && !spec.records.rendezvous
+        && spec.operands.is_none()
+        && !plan.interior;
     spec.layout.filter(|_| event && plain && spec.abi == Abi::C)
 }
 
@@ -634,7 +639,7 @@ mod tests {
     const RECORD_ENTRY: u32 = 1 << 24;
     const HIJACK_RETURN: u32 = 1 << 25;
     const SAMPLE: u32 = 1 << 26;
-    const ARGS_RET: Records = Records { args: true, ret: true, sample: false, unwind: false, exit: false };
+    const ARGS_RET: Records = Records { args: true, ret: true, ..Records::COUNT };
 
     fn spec() -> DetourSpec {
         DetourSpec {
@@ -663,6 +668,7 @@ mod tests {
             entry: AT + 0x100,
             trampoline: AT + 0x800,
             unwind: AT + 0x600,
+            rendezvous: AT + 0x680,
             entry_ext: AT + 0x200,
             trampoline_ext: AT + 0x880,
             exit: AT + 0x900,

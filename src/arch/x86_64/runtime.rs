@@ -4,7 +4,8 @@
 //! TCB keeps the TID.
 //!
 //! ```text
-//! block:  tp_entry, tp_exit, tp_unwind, tp_count, tp_entry_ext, tp_exit_ext
+//! block:  tp_entry, tp_exit, tp_unwind, tp_count, tp_entry_ext, tp_exit_ext,
+//!         tp_rendezvous
 //!                                  ; (C, runtime.c)
 //! tramp:  the fast exit, which falls back to the full trampoline
 //! full:   lea  rsp, [rsp - 16]     ; a slot for the return address, a pad
@@ -140,6 +141,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let tp_count = put_blob(&mut w, blobs.count);
     let entry_ext = put_blob(&mut w, blobs.entry_ext);
     let exit_ext = put_blob(&mut w, blobs.exit_ext);
+    let rendezvous = put_blob(&mut w, blobs.rendezvous);
     let trampoline = w.pc();
     out.tramp = trampoline;
     fast::exit(&mut w, l, m, &mut out);
@@ -163,7 +165,8 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     for v in fast::literals(l) {
         w.put_u64(v);
     }
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, entry_ext, trampoline_ext, exit, count, ctx: l.ctx };
+    let addrs =
+        RuntimeAddrs { entry, trampoline, unwind, rendezvous, entry_ext, trampoline_ext, exit, count, ctx: l.ctx };
     (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
 }
 
@@ -258,7 +261,7 @@ pub(super) mod tests {
         let a = b.addrs;
         assert_eq!((a.entry, a.ctx), (AT, 0x7f00_0000_1040));
         assert_eq!(a.unwind - AT, 32);
-        assert_eq!((a.entry_ext - AT, a.trampoline - AT), (64, 96));
+        assert_eq!((a.entry_ext - AT, a.rendezvous - AT, a.trampoline - AT), (64, 96, 112));
         let full = full_trampoline(&b);
         let off = (full - AT) as usize;
         let asm = disassemble(&b.bytes[off..(a.trampoline_ext - AT) as usize], full);
@@ -315,6 +318,7 @@ pub(super) mod tests {
         exit_ext: &[0xc3; 6],
         exit_at: &[0xc3; 7],
         exit_at_ext: &[0xc3; 8],
+        rendezvous: &[0xc3; 9],
     };
 
     #[test]

@@ -511,7 +511,8 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 
 /* Appends an entry event with its argument registers `regs`; where the ABI
  * passes more than an event holds (`more`: AArch64's eight, Go's nine on
- * x86-64; `regs` then holds nine words, the last AArch64's x8), the rest go
+ * x86-64; `regs` then holds nine words, the last a saved register on
+ * AArch64), the rest go
  * first, in a record with the entry's timestamp that tp joins to it. Both
  * records go in or neither, counted as the one event lost (a signal
  * handler's events cannot come between them). */
@@ -1023,4 +1024,48 @@ void tp_unwind(struct tp_ctx *c, uint64_t sp)
 		if (keep[i / 64] & (1ull << (i % 64)))
 			t->shadow[n++] = t->shadow[i];
 	__atomic_store_n(&t->depth, n, __ATOMIC_RELEASE);
+}
+
+/* tp's own probe at the dynamic linker's rendezvous (`_dl_debug_state`),
+ * which the loader calls after it maps a library, before the library's
+ * initializers run, and around an unmap. While a session waits for
+ * libraries (armed), the thread counts itself as arrived, wakes tp (which
+ * waits on that word) and waits until tp says it has probed what the
+ * loader mapped. The wait is bounded: at most `slices` futex waits of
+ * TP_RENDEZVOUS_SLICE_NS each, whatever wakes them, and none once tp is
+ * gone (kill(tracer, 0): ESRCH); a thread tp does not answer in time (tp
+ * killed, or stopped) goes on, disarms the rendezvous
+ * so that later ones do not wait, and counts itself in gave_up. The words
+ * lie at TP_RENDEZVOUS_OFF in the region (tp rewrites the header whole,
+ * so they are not in it): shared futexes, since tp maps them too. */
+void tp_rendezvous(struct tp_ctx *c)
+{
+	struct tp_rendezvous *r = (struct tp_rendezvous *)((uint64_t)c - TP_CTX_OFF + TP_RENDEZVOUS_OFF);
+	if (!__atomic_load_n(&r->armed, __ATOMIC_ACQUIRE))
+		return;
+	/* Before a map or an unmap (RT_ADD, RT_DELETE) there is nothing new
+	 * for tp to see: only the call after one (RT_CONSISTENT) waits. */
+	uint64_t state = __atomic_load_n(&r->state, __ATOMIC_RELAXED);
+	if (state && *(volatile int32_t *)state != 0)
+		return;
+	uint32_t me = __atomic_add_fetch(&r->arrived, 1, __ATOMIC_ACQ_REL);
+	tp_syscall4(TP_SYS_FUTEX, (uint64_t)&r->arrived, TP_FUTEX_WAKE, 1, 0);
+	uint32_t slices = __atomic_load_n(&r->slices, __ATOMIC_RELAXED);
+	if (slices > TP_RENDEZVOUS_MAX_SLICES)
+		slices = TP_RENDEZVOUS_MAX_SLICES;
+	uint32_t tracer = __atomic_load_n(&r->tracer, __ATOMIC_RELAXED);
+	volatile int64_t slice[2] = {0, TP_RENDEZVOUS_SLICE_NS};
+	for (uint32_t i = 0; i < slices; i++) {
+		uint32_t handled = __atomic_load_n(&r->handled, __ATOMIC_ACQUIRE);
+		if ((int32_t)(handled - me) >= 0 || !__atomic_load_n(&r->armed, __ATOMIC_ACQUIRE))
+			return;
+		tp_syscall4(TP_SYS_FUTEX, (uint64_t)&r->handled, TP_FUTEX_WAIT, handled, (uint64_t)slice);
+		/* tp is gone (killed): no answer will come. */
+		if (tracer && (int64_t)tp_syscall4(TP_SYS_KILL, tracer, 0, 0, 0) == -3 /* ESRCH */)
+			break;
+	}
+	if ((int32_t)(__atomic_load_n(&r->handled, __ATOMIC_ACQUIRE) - me) >= 0)
+		return;
+	__atomic_store_n(&r->armed, 0, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&r->gave_up, 1, __ATOMIC_RELAXED);
 }

@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     let end = function + code.len() as u64;
     if let Ok(exits) = X86_64::plan_exits(code, function, &[(function, end)], &[], &taken, false, &Bare) {
         for p in exits.iter().filter_map(|e| e.plan.as_ref().ok()) {
-            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, ctx: 0 };
+            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, rendezvous: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, ctx: 0 };
             let spec = DetourSpec {
                 probe_index: 4,
                 records: Records { exit: true, ..Records::COUNT },
