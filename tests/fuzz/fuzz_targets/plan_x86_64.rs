@@ -110,6 +110,7 @@ fuzz_target!(|data: &[u8]| {
         entry_ext: detour.wrapping_add(0x200),
         trampoline_ext: detour.wrapping_add(0x880),
         exit: detour.wrapping_add(0x900),
+        rendezvous: detour.wrapping_add(0xa00),
         ctx: 0x7000_0100,
     });
     let spec = DetourSpec {
