@@ -240,6 +240,7 @@ fn run_counts_the_blocks_from_the_first_instruction() {
 
 /// How often each case of `dispatch`'s switch runs in `mix N T` (cases 0
 /// to 7, then the default).
+#[cfg(target_arch = "x86_64")]
 fn dispatch_model(n: u64, threads: u64) -> [u64; 9] {
     let mut cases = [0u64; 9];
     for call in 0..n {
