@@ -146,7 +146,12 @@ static void on_term(int sig)
 /* The forked child of "fork": foo 10 times a millisecond until SIGTERM. */
 static void child_main(void)
 {
+	/* SIGTERM was blocked across the fork: one sent at once waits for the handler. */
 	signal(SIGTERM, on_term);
+	sigset_t term;
+	sigemptyset(&term);
+	sigaddset(&term, SIGTERM);
+	sigprocmask(SIG_UNBLOCK, &term, NULL);
 	struct timespec ms = {0, 1000000};
 	uint64_t seed = 1ull << 40;
 	int ok = 1;
@@ -209,9 +214,14 @@ int main(void)
 			       (unsigned long long)atomic_load(&calls_bar), (unsigned long long)atomic_load(&calls_baz));
 		} else if (strcmp(line, "fork") == 0) {
 			fflush(stdout);
+			sigset_t term, old;
+			sigemptyset(&term);
+			sigaddset(&term, SIGTERM);
+			sigprocmask(SIG_BLOCK, &term, &old);
 			child = fork();
 			if (child == 0)
 				child_main();
+			sigprocmask(SIG_SETMASK, &old, NULL);
 			printf("forked pid=%d\n", (int)child);
 		} else if (strcmp(line, "reap") == 0) {
 			int st = 0;

@@ -17,7 +17,7 @@ use crate::util::*;
 const ENDS_WITHIN: Duration = Duration::from_secs(1);
 /// [`ENDS_WITHIN`] on a CPU emulated in a VM (`TP_TEST_CPU` names it:
 /// the AArch64 stage), tens of times slower than a real one.
-const ENDS_WITHIN_EMULATED: Duration = Duration::from_secs(10);
+const ENDS_WITHIN_EMULATED: Duration = Duration::from_secs(30);
 
 /// How long tp may take to end here.
 fn ends_within() -> Duration {
