@@ -249,3 +249,14 @@ fn the_landing_pads_and_signing_stay_in_place_under_return_probes() {
     assert_code_is_original(&t, &["fib", "greet", "add"]);
     assert!(t.quit().success());
 }
+
+/// Signal handlers that call a timed function while the interrupted code
+/// is in that function's entry, exit or event write. Known defect: here,
+/// and not on x86-64, about one call in a million interrupted this way
+/// has its exit neither recorded nor counted lost (nor sent as unwound);
+/// the count of calls stays exact. Up to 4 such exits of some 2,000,000
+/// events are let pass until the cause is found (docs/reliability.md).
+#[test]
+fn a_signal_handler_that_calls_a_timed_function_mid_entry_is_survived() {
+    crate::events::signal_handlers_in_timed_calls(4);
+}

@@ -546,12 +546,18 @@ fn a_return_session_leaves_no_code_arena_behind() {
     assert!(t.quit().success());
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn a_signal_handler_that_calls_a_timed_function_mid_entry_is_survived() {
-    // A timer signal every 20 us runs a handler that calls the probed
-    // function too, so entries, exits and event writes are interrupted by
-    // the handler's own: the target lives, every call is counted, and
-    // every event is recorded or counted lost, to the event.
+    signal_handlers_in_timed_calls(0);
+}
+
+/// A timer signal every 20 us runs a handler that calls the probed
+/// function too, so entries, exits and event writes are interrupted by the
+/// handler's own: the target lives, every call is counted, and every event
+/// is recorded or counted lost, but for at most `missing` events (see
+/// aarch64.rs, where calls' exits go unaccounted, about one in a million).
+pub fn signal_handlers_in_timed_calls(missing: u64) {
     for args in [&["--ret"][..], &["--args", "--ret"][..]] {
         let mut full = vec!["-f", "interrupted", "--ring-size", "65536"];
         full.extend_from_slice(args);
@@ -564,6 +570,13 @@ fn a_signal_handler_that_calls_a_timed_function_mid_entry_is_survived() {
         let kind = |k: &str| events.iter().filter(|e| e["type"] == k).count() as u64;
         let lost = summary["lost_events"].as_u64().unwrap();
         let per_call = args.len() as u64;
-        assert_eq!(kind("entry") + kind("exit") + lost, calls * per_call, "{args:?}: {summary}");
+        let accounted = kind("entry") + kind("exit") + lost;
+        assert_eq!(kind("unwound"), 0, "{args:?}: {summary}");
+        assert!(accounted <= calls * per_call, "{args:?}: {accounted} events of {calls} calls: {summary}");
+        assert!(
+            calls * per_call - accounted <= missing,
+            "{args:?}: {accounted} of {} events accounted for: {summary}",
+            calls * per_call
+        );
     }
 }
