@@ -549,7 +549,7 @@ fn a_return_session_leaves_no_code_arena_behind() {
 #[cfg(target_arch = "x86_64")]
 #[test]
 fn a_signal_handler_that_calls_a_timed_function_mid_entry_is_survived() {
-    signal_handlers_in_timed_calls(0);
+    signal_handlers_in_timed_calls(1_000_000, 0);
 }
 
 /// A timer signal every 20 us runs a handler that calls the probed
@@ -557,11 +557,13 @@ fn a_signal_handler_that_calls_a_timed_function_mid_entry_is_survived() {
 /// handler's own: the target lives, every call is counted, and every event
 /// is recorded or counted lost, but for at most `missing` events (see
 /// aarch64.rs, where calls' exits go unaccounted, about one in a million).
-pub fn signal_handlers_in_timed_calls(missing: u64) {
+/// The loop makes `loops` calls.
+pub fn signal_handlers_in_timed_calls(loops: u64, missing: u64) {
     for args in [&["--ret"][..], &["--args", "--ret"][..]] {
         let mut full = vec!["-f", "interrupted", "--ring-size", "65536"];
         full.extend_from_slice(args);
-        let (lines, events, summary) = record("events", &full, &[("signals 1000000", "done signals")]);
+        let cmd = format!("signals {loops}");
+        let (lines, events, summary) = record("events", &full, &[(cmd.as_str(), "done signals")]);
         let done = lines.last().unwrap();
         assert_eq!(field(done, "bad"), 0, "{done}");
         let (calls, handled) = (field(done, "calls"), field(done, "handled"));
