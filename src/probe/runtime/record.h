@@ -348,12 +348,8 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 	if (more)
 		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
 			  0);
-	struct tp_event *e = s->ring + (head & mask);
-	e->probe = probe | (TP_ENTRY << TP_KIND_SHIFT);
-	e->tid = thread_id(t);
-	e->tsc = tsc;
-	for (int i = 0; i < 6; i++)
-		e->v[i] = regs[i];
+	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
+		  regs[5]);
 
 	uint64_t sp = (uint64_t)slot, lo = 0, hi = 0;
 	int bounded = stack_bounds(c, t, sp, &lo, &hi) && lo <= sp && sp < hi;
