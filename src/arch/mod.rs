@@ -967,6 +967,26 @@ pub trait Image {
     }
 }
 
+/// A module the planner can read nothing more of, for the planners' tests.
+#[cfg(test)]
+pub(crate) struct NoImage;
+
+#[cfg(test)]
+impl Image for NoImage {
+    fn bytes(&self, _: u64, _: u64) -> Option<&[u8]> {
+        None
+    }
+    fn is_code(&self, _: u64) -> bool {
+        false
+    }
+    fn absolute_code(&self) -> bool {
+        false
+    }
+    fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
+        Vec::new()
+    }
+}
+
 /// The architecture-specific functions that work on bytes alone, for any
 /// binary tp can read (list-probes inspects files of other architectures).
 #[derive(Clone, Copy)]

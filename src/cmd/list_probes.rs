@@ -399,6 +399,41 @@ fn summarize(out: &mut dyn Write, title: &str, rows: &[&Row]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `each` on the binary `args` names (with its instruction set), or
+/// on every module of the process it names (the host's); a module of the
+/// process that cannot be read is skipped, and said so when `say_skipped`.
+fn each_module(
+    args: &ListProbesArgs,
+    say_skipped: bool,
+    each: &mut dyn FnMut(&Module, Isa) -> Result<()>,
+) -> Result<()> {
+    match (&args.binary, args.pid) {
+        (Some(path), None) => {
+            let m = Module::from_file(path)?;
+            let Some(isa) = Isa::for_machine(m.elf.machine) else {
+                bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(m.elf.machine));
+            };
+            each(&m, isa)
+        }
+        (None, Some(pid)) => {
+            process::status(pid)?;
+            process::check_readable(pid)?;
+            let modules = ProcessModules::new(pid, &process::read_maps(pid)?)?;
+            for i in 0..modules.len() {
+                match modules.get(i) {
+                    Ok(m) => each(m, Isa::host())?,
+                    Err(e) if say_skipped => {
+                        crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
+                    }
+                    Err(_) => {}
+                }
+            }
+            Ok(())
+        }
+        _ => bail!("give either a binary or --pid, not both"),
+    }
+}
+
 /// `tp list-probes --lines FUNCTION…` and `--usdt`: one row per site.
 fn run_sites(args: &ListProbesArgs) -> Result<ExitCode> {
     let mut rows = Vec::new();
@@ -413,27 +448,7 @@ fn run_sites(args: &ListProbesArgs) -> Result<ExitCode> {
         }
         Ok(())
     };
-    match (&args.binary, args.pid) {
-        (Some(path), None) => {
-            let m = Module::from_file(path)?;
-            let Some(isa) = Isa::for_machine(m.elf.machine) else {
-                bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(m.elf.machine));
-            };
-            each(&m, isa)?;
-        }
-        (None, Some(pid)) => {
-            process::status(pid)?;
-            process::check_readable(pid)?;
-            let modules = ProcessModules::new(pid, &process::read_maps(pid)?)?;
-            for i in 0..modules.len() {
-                match modules.get(i) {
-                    Ok(m) => each(m, Isa::host())?,
-                    Err(e) => crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}"))),
-                }
-            }
-        }
-        _ => bail!("give either a binary or --pid, not both"),
-    }
+    each_module(args, true, &mut each)?;
     if !args.lines.is_empty() && rows.is_empty() {
         bail!("no function named {} has lines with code", args.lines.join(", "));
     }
@@ -464,26 +479,7 @@ fn run_blocks(args: &ListProbesArgs) -> Result<ExitCode> {
         }
         Ok(())
     };
-    match (&args.binary, args.pid) {
-        (Some(path), None) => {
-            let m = Module::from_file(path)?;
-            let Some(isa) = Isa::for_machine(m.elf.machine) else {
-                bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(m.elf.machine));
-            };
-            each(&m, isa)?;
-        }
-        (None, Some(pid)) => {
-            process::status(pid)?;
-            process::check_readable(pid)?;
-            let modules = ProcessModules::new(pid, &process::read_maps(pid)?)?;
-            for i in 0..modules.len() {
-                if let Ok(m) = modules.get(i) {
-                    each(m, Isa::host())?;
-                }
-            }
-        }
-        _ => bail!("give either a binary or --pid, not both"),
-    }
+    each_module(args, false, &mut each)?;
     if maps.is_empty() {
         bail!("no function named {} was found", args.blocks.join(", "));
     }

@@ -38,22 +38,7 @@ pub fn blocks(code: &[u8], function: u64, extra_targets: &[u64], _image: &dyn Im
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct NoImage;
-    impl Image for NoImage {
-        fn bytes(&self, _: u64, _: u64) -> Option<&[u8]> {
-            None
-        }
-        fn is_code(&self, _: u64) -> bool {
-            false
-        }
-        fn absolute_code(&self) -> bool {
-            false
-        }
-        fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
-            Vec::new()
-        }
-    }
+    use crate::arch::NoImage;
 
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_le_bytes()).collect()

@@ -111,25 +111,9 @@ pub(super) fn branch_register(word: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::NoImage;
 
     const F: u64 = 0x40_1000;
-
-    struct NoModule;
-
-    impl Image for NoModule {
-        fn bytes(&self, _: u64, _: u64) -> Option<&[u8]> {
-            None
-        }
-        fn is_code(&self, _: u64) -> bool {
-            false
-        }
-        fn absolute_code(&self) -> bool {
-            false
-        }
-        fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
-            Vec::new()
-        }
-    }
 
     fn words(ws: &[u32]) -> Vec<u8> {
         ws.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -138,7 +122,7 @@ mod tests {
     fn exits_of(ws: &[u32]) -> Vec<(u64, ExitKind)> {
         let code = words(ws);
         let end = F + code.len() as u64;
-        let exits = plan_exits(&code, F, &[(F, end)], &[(F, F + 4)], &NoModule).unwrap();
+        let exits = plan_exits(&code, F, &[(F, end)], &[(F, F + 4)], &NoImage).unwrap();
         assert!(exits.iter().all(|e| e.plan.is_ok()), "{exits:?}");
         exits.iter().map(|e| (e.at, e.kind)).collect()
     }
@@ -175,15 +159,15 @@ mod tests {
     fn the_entrys_window_records_its_own() {
         // ret alone (glibc's _dl_debug_state): in the entry's window.
         let code = words(&[RET_X30]);
-        assert!(plan_exits(&code, F, &[(F, F + 4)], &[(F, F + 4)], &NoModule).unwrap().is_empty());
+        assert!(plan_exits(&code, F, &[(F, F + 4)], &[(F, F + 4)], &NoImage).unwrap().is_empty());
     }
 
     #[test]
     fn an_authenticated_branch_or_an_unknown_word_makes_them_unknown() {
         let braa = 0xd71f0800 | (1 << 5) | 2; // braa x1, x2
-        assert!(plan_exits(&words(&[STP, braa, RET_X30]), F, &[(F, F + 12)], &[], &NoModule).is_err());
+        assert!(plan_exits(&words(&[STP, braa, RET_X30]), F, &[(F, F + 12)], &[], &NoImage).is_err());
         assert!(matches!(
-            plan_exits(&words(&[STP, 0xffff_ffff, RET_X30]), F, &[(F, F + 12)], &[], &NoModule),
+            plan_exits(&words(&[STP, 0xffff_ffff, RET_X30]), F, &[(F, F + 12)], &[], &NoImage),
             Err(Refusal::Undecodable { at }) if at == F + 4
         ));
     }

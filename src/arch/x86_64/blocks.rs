@@ -34,22 +34,7 @@ pub fn blocks(code: &[u8], function: u64, extra_targets: &[u64], image: &dyn Ima
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct NoImage;
-    impl Image for NoImage {
-        fn bytes(&self, _: u64, _: u64) -> Option<&[u8]> {
-            None
-        }
-        fn is_code(&self, _: u64) -> bool {
-            false
-        }
-        fn absolute_code(&self) -> bool {
-            false
-        }
-        fn stored_targets(&self, _: u64, _: u64) -> Vec<u64> {
-            Vec::new()
-        }
-    }
+    use crate::arch::NoImage;
 
     #[test]
     fn a_loop_splits_into_its_blocks() {
