@@ -274,7 +274,14 @@ fn wait_raw(pid: i32, flags: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Waits for the child `pid` (no longer traced) to end, and reaps it.
 pub fn reap(pid: i32) -> Result<Exit> {
-    let raw = wait_raw(pid, 0).with_context(|| format!("waiting for process {pid}"))?;
+    let raw = match wait_raw(pid, 0) {
+        Ok(raw) => raw,
+        // A session waiting on the program's threads reaped it first.
+        Err(e) if e.raw_os_error() == Some(libc::ECHILD) => {
+            ptrace::reaped_status(pid).ok_or(e).with_context(|| format!("waiting for process {pid}"))?
+        }
+        Err(e) => return Err(e).with_context(|| format!("waiting for process {pid}")),
+    };
     if libc::WIFSIGNALED(raw) {
         return Ok(Exit::Signal(libc::WTERMSIG(raw)));
     }

@@ -99,6 +99,38 @@ pub fn seccomp_filter(tid: Pid, index: usize) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
+/// The final wait statuses of the processes [`wait`] and [`try_wait`]
+/// reaped: a child of tp's (`tp run`'s program) can end while a session
+/// waits on its threads, and its exit status is then collected there, not
+/// where tp waits for the program ([`reaped_status`] hands it on).
+static REAPED: std::sync::Mutex<Vec<(i32, i32)>> = std::sync::Mutex::new(Vec::new());
+
+/// How many final statuses [`REAPED`] keeps.
+const MAX_REAPED: usize = 256;
+
+/// Notes the raw status `status` that waitpid returned for `pid` if it is
+/// a final one (the thread or process is gone).
+fn note_end(pid: libc::pid_t, status: i32) {
+    if pid > 0 && (libc::WIFEXITED(status) || libc::WIFSIGNALED(status)) {
+        let mut reaped = REAPED.lock().unwrap_or_else(|e| e.into_inner());
+        reaped.retain(|&(p, _)| p != pid);
+        // Threads end here too; a program's own end comes after its
+        // threads', so the newest are the ones kept.
+        if reaped.len() >= MAX_REAPED {
+            reaped.remove(0);
+        }
+        reaped.push((pid, status));
+    }
+}
+
+/// The final raw wait status of `pid` if [`wait`] or [`try_wait`] reaped
+/// it (taken: asked once).
+pub fn reaped_status(pid: i32) -> Option<i32> {
+    let mut reaped = REAPED.lock().unwrap_or_else(|e| e.into_inner());
+    let at = reaped.iter().position(|&(p, _)| p == pid)?;
+    Some(reaped.swap_remove(at).1)
+}
+
 /// Waits for a state change of one traced thread (`__WALL`), retrying on EINTR.
 pub fn wait(tid: Pid) -> io::Result<Wait> {
     loop {
@@ -115,6 +147,7 @@ pub fn wait(tid: Pid) -> io::Result<Wait> {
             }
             return Err(err);
         }
+        note_end(rc, status);
         return Ok(decode(status));
     }
 }
@@ -134,6 +167,7 @@ pub fn try_wait(tid: Pid) -> io::Result<Option<Wait>> {
                 _ => return Err(err),
             }
         }
+        note_end(rc, status);
         return Ok((rc != 0).then(|| decode(status)));
     }
 }
