@@ -226,6 +226,8 @@ const TARGETS: &[Target] = &[
     Target { name: "blocks", sources: &["blocks.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
     Target { name: "hostile", sources: &["hostile.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
+    // A thread held in a signal handler inside a function's first bytes (tests/e2e/sites.rs).
+    Target { name: "interrupted", sources: &["interrupted.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
 ];
 
 fn main() {

@@ -64,6 +64,12 @@ pub struct Report {
     pub installed: Vec<Installed>,
     /// Threads moved out of a window into a detour.
     pub moved_threads: usize,
+    /// The functions left unpatched because a thread may still need their
+    /// first bytes as they are, one line each (name and why).
+    pub unpatched: Vec<String>,
+    /// Where those functions' probes would have been in `installed`
+    /// (counted among all the probes requested).
+    pub unpatched_at: Vec<usize>,
     /// True if this transaction created the data region.
     pub created_region: bool,
 }
@@ -83,14 +89,28 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// What the install did, once [`commit`] moved `moved_threads` threads
-    /// and made the probes live (built after the threads run again).
-    pub fn done(self, moved_threads: usize) -> (Region, Report) {
+    /// What the install did, once [`commit`] made the probes live (built
+    /// after the threads run again).
+    pub fn done(self, committed: Committed) -> (Region, Report) {
         let Prepared { region, requests, placed, created_region, .. } = self;
+        let Committed { moved_threads, unpatchable } = committed;
         let mut installed: Vec<Installed> = Vec::new();
         // Where each site's probe went among `installed`.
         let mut probe_of: Vec<usize> = Vec::with_capacity(placed.len());
-        for (request, p) in requests.into_iter().zip(&placed) {
+        let mut unpatched_at = Vec::new();
+        let mut probes = 0;
+        for (i, (request, p)) in requests.into_iter().zip(&placed).enumerate() {
+            if request.parent.is_none() {
+                probes += 1;
+            }
+            if unpatchable.requests.contains(&i) {
+                // (Its exits are skipped too: they follow it.)
+                if request.parent.is_none() {
+                    unpatched_at.push(probes - 1);
+                }
+                probe_of.push(usize::MAX);
+                continue;
+            }
             match request.parent {
                 Some(parent) => {
                     let k = probe_of[parent];
@@ -103,7 +123,7 @@ impl Prepared {
                 }
             }
         }
-        (region, Report { installed, moved_threads, created_region })
+        (region, Report { installed, moved_threads, unpatched: unpatchable.why, unpatched_at, created_region })
     }
 }
 
@@ -251,9 +271,18 @@ fn forget_since(region: &Region, before: &Header) {
     let _ = region.set_header(&h);
 }
 
-/// Makes prepared probes live; every thread must be stopped. Returns how
-/// many threads were moved out of a window ([`Prepared::done`] tells the rest).
-pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: &Prepared) -> Result<usize> {
+/// What [`commit`] did: for [`Prepared::done`].
+pub struct Committed {
+    /// Threads moved out of a window into a detour.
+    pub moved_threads: usize,
+    /// The functions left unpatched, and why.
+    pub unpatchable: threads::Unpatchable,
+}
+
+/// Makes prepared probes live; every thread must be stopped. A function
+/// whose first bytes a thread may still need as they are stays unpatched
+/// ([`threads::move_threads_out_of_windows`]); its entries are freed.
+pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: &Prepared) -> Result<Committed> {
     let Prepared { region, requests, placed, created_region, windows, under } = prepared;
     match patch_all(stopped, mem, region, requests, placed, windows, under) {
         Ok(moved) => Ok(moved),
@@ -269,8 +298,9 @@ pub fn commit(stopped: &mut Stopped, mem: &Memory, prepared: &Prepared) -> Resul
     }
 }
 
-/// Moves threads out of the windows and patches every site; on failure the
-/// sites patched so far are restored. Returns how many threads moved.
+/// Moves threads out of the windows and patches every site but those a
+/// thread may still need as they are; on failure the sites patched so far
+/// are restored.
 fn patch_all(
     stopped: &mut Stopped,
     mem: &Memory,
@@ -279,7 +309,7 @@ fn patch_all(
     placed: &[Placed],
     windows: &threads::Windows,
     under: &HashMap<u64, Vec<u8>>,
-) -> Result<usize> {
+) -> Result<Committed> {
     check_code(mem, requests, under)?;
     // Again with every thread stopped: threads started, or filters added,
     // since the first check.
@@ -294,10 +324,20 @@ fn patch_all(
         learn_stacks(stopped, region, &maps)?;
     }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();
-    let moved_threads = threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours, windows)?;
+    let (moved_threads, unpatchable) =
+        threads::move_threads_out_of_windows(stopped, mem, &maps, requests, &detours, windows)?;
+    if unpatchable.requests.iter().any(|&i| requests[i].kind & kind::RENDEZVOUS != 0) {
+        bail!("tp's own probe of the dynamic linker cannot go in now: {}; try again", unpatchable.why.join("; "));
+    }
+    for &i in &unpatchable.requests {
+        region.set_entry(placed[i].index, &Entry::free())?;
+    }
 
     let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
-    for (req, p) in requests.iter().zip(placed) {
+    for (i, (req, p)) in requests.iter().zip(placed).enumerate() {
+        if unpatchable.requests.contains(&i) {
+            continue;
+        }
         region.set_state(p.index, State::Installing)?;
         crate::fault::point("before-patch");
         if let Some(sem) = req.semaphore {
@@ -313,7 +353,7 @@ fn patch_all(
     }
     guard.patched.clear();
     guard.acquired.clear();
-    Ok(moved_threads)
+    Ok(Committed { moved_threads, unpatchable })
 }
 
 /// Tells the runtime how to tell the process's threads apart (their

@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use nix::unistd::Pid;
 
 use super::Request;
@@ -33,10 +33,36 @@ impl Windows {
     }
 }
 
+/// The functions whose windows a thread may still need as they are: their
+/// requests' positions, the function's own and its exits' (see
+/// [`Request::parent`]), with why, in words.
+#[derive(Debug, Default)]
+pub struct Unpatchable {
+    /// Positions in the requests that must not be patched this time.
+    pub requests: std::collections::BTreeSet<usize>,
+    /// One line per function: its name and why.
+    pub why: Vec<String>,
+}
+
+impl Unpatchable {
+    /// Marks the function of request `i` (all its sites) with `why`.
+    fn mark(&mut self, requests: &[Request], i: usize, why: String) {
+        let own = requests[i].parent.unwrap_or(i);
+        if !self.requests.insert(own) {
+            return;
+        }
+        self.requests.extend((own + 1..requests.len()).take_while(|&k| requests[k].parent == Some(own)));
+        self.why.push(why);
+    }
+}
+
 /// Moves every thread whose PC (or restart PC) lies inside a window to the
-/// same instruction in the detour, and refuses if a thread's stack holds an
-/// address inside a window (a signal frame would return there). `windows`
-/// is [`Windows::of`] the same `requests`.
+/// same instruction in the detour. A function whose window a thread must
+/// still see as it is, because the thread's stack holds an address inside
+/// it (a return address of a call made from the window, a signal frame) or
+/// it stops where its detour has no counterpart, is left unpatched this
+/// time: returned with why, its requests skipped by the moves. `windows`
+/// is [`Windows::of`] the same `requests`. Returns how many threads moved.
 pub fn move_threads_out_of_windows(
     stopped: &mut Stopped,
     mem: &Memory,
@@ -44,14 +70,23 @@ pub fn move_threads_out_of_windows(
     requests: &[Request],
     detours: &[&Detour],
     windows: &Windows,
-) -> Result<usize> {
+) -> Result<(usize, Unpatchable)> {
     let tids: Vec<Pid> = stopped.threads().map(|t| t.tid).collect();
     let interior = &windows.interior;
+    let mut unpatchable = Unpatchable::default();
+    let mut all_regs = Vec::with_capacity(tids.len());
+    for &tid in &tids {
+        let regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        scan_stack(tid, mem, maps, &regs, requests, interior, &mut unpatchable);
+        all_regs.push(regs);
+    }
     let mut moves = Vec::new();
-    for tid in tids {
-        let mut regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+    for (&tid, mut regs) in tids.iter().zip(all_regs) {
         let pc = Host::pc(&regs);
-        for (req, detour) in requests.iter().zip(detours) {
+        for (i, (req, detour)) in requests.iter().zip(detours).enumerate() {
+            if unpatchable.requests.contains(&i) {
+                continue;
+            }
             let site = req.plan.site;
             let inside = |a: u64| a > site && a < site + req.plan.len() as u64;
             let target = if inside(pc) {
@@ -63,25 +98,23 @@ pub fn move_threads_out_of_windows(
                 continue;
             };
             let Some(target) = target else {
-                bail!(
-                    "thread {tid} is stopped inside the patch window of `{}` at {pc:#x}; try again",
-                    req.function.name
-                );
+                let why = format!("thread {tid} is stopped inside its first bytes, at {pc:#x}");
+                unpatchable.mark(requests, i, format!("`{}`: {why}", req.function.name));
+                continue;
             };
             Host::set_pc(&mut regs, target);
             moves.push((tid, regs));
         }
-        scan_stack(tid, mem, maps, &regs, requests, interior)?;
     }
     for (tid, regs) in &moves {
         Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
     }
-    Ok(moves.len())
+    Ok((moves.len(), unpatchable))
 }
 
-/// Refuses if the stack above the thread's SP holds the address of an
-/// instruction strictly inside a window: a signal frame or anything else that
-/// would later jump there.
+/// Marks the function of every request whose window holds an address that
+/// the stack above the thread's SP holds, strictly inside the window: a
+/// return address or signal frame that would later jump there.
 fn scan_stack(
     tid: Pid,
     mem: &Memory,
@@ -89,20 +122,19 @@ fn scan_stack(
     regs: &<Host as Arch>::Regs,
     requests: &[Request],
     interior: &HashMap<u64, usize>,
-) -> Result<()> {
+    unpatchable: &mut Unpatchable,
+) {
     if interior.is_empty() {
-        return Ok(());
+        return;
     }
     for v in thread_stack_words(mem, maps, regs, STACK_SCAN_BYTES) {
-        if let Some(req) = interior.get(&v).and_then(|&i| requests.get(i)) {
-            bail!(
-                "thread {tid} has an address inside the patch window of `{}` on its stack \
-                 (interrupted by a signal there?); try again",
-                req.function.name
-            );
+        if let Some(&i) = interior.get(&v)
+            && let Some(req) = requests.get(i)
+        {
+            let why = format!("thread {tid} has the address {v:#x} inside its first bytes on its stack");
+            unpatchable.mark(requests, i, format!("`{}`: {why}", req.function.name));
         }
     }
-    Ok(())
 }
 
 /// The words of a thread's used stack, from its stack pointer `sp` (rounded

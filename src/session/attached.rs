@@ -214,6 +214,8 @@ impl Attached {
             .find(|r| r.kind & kind::RENDEZVOUS != 0)
             .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
         let done = install(pid, &mem, stopped, existing, &requests, opts, discard, loader_state)?;
+        let infos = without_unpatched(infos, &done.report);
+        let refused = refused + done.report.unpatched.len();
         let over = over_pairs(&done.report.installed, &vetted.over);
         // The probes are live: what tp learnt of the binaries is saved meanwhile.
         crate::symbols::saving::start();
@@ -300,6 +302,8 @@ impl Attached {
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
             let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false, None)?;
+            let infos = without_unpatched(infos, &done.report);
+            let refused = refused + done.report.unpatched.len();
             crate::symbols::saving::start();
             let over = over_pairs(&done.report.installed, &vetted.over);
             Ok((done, infos, refused, over, blocks))
@@ -699,7 +703,7 @@ fn install(
         crate::probe::rendezvous::arm(&prepared.region, pid)?;
     }
     stopped.stop_all()?;
-    let moved_threads = install::commit(&mut stopped, mem, &prepared)?;
+    let committed = install::commit(&mut stopped, mem, &prepared)?;
     // Still stopped: the baseline of lost events is exact, and events an
     // earlier session left unread are not this session's.
     let lost_at_start = Drainer::lost_parts(&prepared.region);
@@ -708,8 +712,21 @@ fn install(
         crate::events::aggregates::clear(&prepared.region)?;
     }
     let holds = stopped.resume();
-    let (region, report) = prepared.done(moved_threads);
+    let (region, report) = prepared.done(committed);
     Ok(Done { region, report, stop_time: holds.world, worker_time: holds.any, lost_at_start })
+}
+
+/// `infos` (one per probe requested) without those of the functions the
+/// install left unpatched, which it names on stderr, with why.
+fn without_unpatched<T>(infos: Vec<T>, report: &install::Report) -> Vec<T> {
+    const SHOWN: usize = 3;
+    for why in report.unpatched.iter().take(SHOWN) {
+        crate::say!("tp: not probed this time: {}; attach again to probe it", crate::escape::text(why));
+    }
+    if report.unpatched.len() > SHOWN {
+        crate::say!("tp: {} more functions not probed this time, for the same reason", report.unpatched.len() - SHOWN);
+    }
+    infos.into_iter().enumerate().filter(|(i, _)| !report.unpatched_at.contains(i)).map(|(_, info)| info).collect()
 }
 
 /// `err`, or "the process exited" if that is why tp failed: a target that

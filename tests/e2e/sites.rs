@@ -192,3 +192,43 @@ fn two_names_for_one_site_make_one_probe() {
     assert_code_is_original(&t, &["foo"]);
     assert!(t.quit().success());
 }
+
+/// A thread interrupted by a signal inside a function's first bytes
+/// resumes there when its handler returns: that function is left
+/// unpatched while the handler runs, with one line saying why, and every
+/// other probe goes in and counts exactly. Once the thread is out, the next
+/// attach probes the function.
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn a_function_a_thread_must_resume_inside_is_left_unpatched_and_the_rest_count() {
+    let mut t = Target::start("interrupted");
+    let pid = t.pid.to_string();
+    t.send(b"block\n");
+    t.out.wait_for("inside");
+    let session = Session::start(&["-p", &pid, "-f", "stops_inside", "-f", "foo", "--json"]);
+    t.send(b"go\n");
+    assert_eq!(t.out.wait_for("returned"), "returned 42 ok");
+    let line = t.ask("call 500", "done");
+    assert!(line.ends_with("checksum=ok"), "{line}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.lines().any(|l| l.starts_with("tp: not probed this time: `stops_inside`: thread ")
+            && l.contains("inside its first bytes on its stack")),
+        "{stderr}"
+    );
+    let hits = hits_from_json(&stdout);
+    assert_eq!(hits.get("foo"), Some(&500), "{stdout}");
+    assert_eq!(hits.get("stops_inside"), None, "{stdout}");
+    assert_code_is_original(&t, &["stops_inside", "foo"]);
+
+    // The thread is out of the handler now: the function is probed.
+    let session = Session::start(&["-p", &pid, "-f", "stops_inside", "--json"]);
+    let line = t.ask("call 300", "done");
+    assert!(line.ends_with("checksum=ok"), "{line}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout).get("stops_inside"), Some(&300), "{stdout}");
+    assert_code_is_original(&t, &["stops_inside"]);
+    assert!(t.quit().success());
+}
