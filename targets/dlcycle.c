@@ -1,10 +1,12 @@
-/* dlcycle N [wait]: loads libloaded.so (next to the executable) with dlopen, calls
+/* dlcycle N [wait|first]: loads libloaded.so (next to the executable) with dlopen, calls
  * its `loaded_work` at once, and unloads it with dlclose, N times; its
  * initializer calls `loaded_work` on every load too. Prints
  * "calls=C checksum=ok ns_per_cycle=T" with C the calls the library
  * counted itself and T the mean time of one load, call and unload, and
  * exits 0 (2 if a load fails); with `wait`, only once a line comes on
- * stdin after that. */
+ * stdin after that; with `first`, it prints "ready pid=P" and waits for a
+ * line on stdin before its first load (a tracer attaches meanwhile), and
+ * after the last as `wait` does. */
 #include <dlfcn.h>
 #include <libgen.h>
 #include <stdint.h>
@@ -31,6 +33,13 @@ int main(int argc, char **argv)
 	ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
 	exe[len > 0 ? len : 0] = 0;
 	snprintf(path, sizeof path, "%s/libloaded.so", dirname(exe));
+	if (argc > 2 && strcmp(argv[2], "first") == 0) {
+		char line[16];
+		printf("ready pid=%d\n", (int)getpid());
+		fflush(stdout);
+		if (!fgets(line, sizeof line, stdin))
+			return 0;
+	}
 	uint64_t total = 0;
 	int ok = 1;
 	uint64_t started = now_ns();
@@ -53,7 +62,7 @@ int main(int argc, char **argv)
 	uint64_t per = n ? (now_ns() - started) / n : 0;
 	printf("calls=%llu checksum=%s ns_per_cycle=%llu\n", (unsigned long long)total, ok ? "ok" : "BAD",
 	       (unsigned long long)per);
-	if (argc > 2 && strcmp(argv[2], "wait") == 0) {
+	if (argc > 2 && (strcmp(argv[2], "wait") == 0 || strcmp(argv[2], "first") == 0)) {
 		char line[16];
 		fflush(stdout);
 		if (!fgets(line, sizeof line, stdin))

@@ -80,6 +80,29 @@ pub struct Start {
     pub waiting: Vec<String>,
 }
 
+/// The module part of `text` (a pattern of functions, of an offset in
+/// one, of a line or a static probe), if it names one.
+fn module_part(text: &str) -> Option<String> {
+    match SitePattern::parse(text) {
+        Some(Ok(SitePattern::Offset { module, .. })) => module,
+        Some(Ok(site)) => site.module().map(str::to_string),
+        Some(Err(_)) => None,
+        None => Pattern::parse(text).module,
+    }
+}
+
+/// The patterns of `patterns` that name a module the process (whose
+/// modules are `modules`) has not loaded: `tp attach` waits for them.
+pub fn naming_unloaded_modules(modules: &ProcessModules, patterns: &[String]) -> Vec<String> {
+    patterns
+        .iter()
+        .filter(|text| {
+            module_part(text).is_some_and(|m| (0..modules.len()).all(|i| !module_matches(&m, &modules.name(i))))
+        })
+        .cloned()
+        .collect()
+}
+
 impl Follow {
     /// Resolves `patterns` in `modules` (process `pid`'s modules now),
     /// leniently: a pattern that names nothing yet waits for a module that

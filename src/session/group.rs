@@ -206,14 +206,56 @@ impl Group {
     }
 
     /// Attaches to `pid` with the ordinary attach (names resolved strictly:
-    /// an unknown name is an error), and makes it a member.
+    /// an unknown name is an error), and makes it a member. Patterns that
+    /// name a library the process has not loaded wait for it, as `tp run`'s
+    /// do (at the dynamic linker's rendezvous), unless tp is to leave the
+    /// probes in and exit (`--keep`).
     pub fn attach(&mut self, pid: i32) -> Result<()> {
         let opts = self.opts_for(pid);
+        if !opts.keep {
+            process::check_attachable(pid)?;
+            let maps = process::read_maps(pid)?;
+            let modules = ProcessModules::new(pid, &maps)?;
+            let later = follow::naming_unloaded_modules(&modules, &opts.selection.funcs);
+            if !later.is_empty() {
+                return self.attach_waiting(pid, opts, &modules, &later);
+            }
+        }
         let attached = Attached::attach(&opts)?;
         if self.how.announce {
             announce(&attached, &opts);
         }
         self.add(pid, Some(attached), None);
+        Ok(())
+    }
+
+    /// [`Group::attach`] of `pid` (whose modules are `modules`) where the
+    /// patterns `later` name libraries it has not loaded: the others are
+    /// resolved strictly, and those wait.
+    fn attach_waiting(&mut self, pid: i32, opts: Options, modules: &ProcessModules, later: &[String]) -> Result<()> {
+        let now: Vec<String> = opts.selection.funcs.iter().filter(|f| !later.contains(f)).cloned().collect();
+        if !now.is_empty() {
+            // A misspelt name is an error here as in any attach.
+            modules.resolve_noted(&now)?;
+        }
+        if !opts.selection.addrs.is_empty() {
+            anyhow::bail!("--addr probes cannot wait for a library: attach once it is loaded");
+        }
+        let (follow, start) = Follow::start(pid, modules, &opts.selection.funcs)?;
+        let own = super::rendezvous::own_probes(pid, modules, &follow, &start.found, self.how.check_every);
+        let attached = match start.found.is_empty() && own.is_empty() {
+            true => None,
+            false => Some(Attached::attach_found_with(&opts, modules, start.found, own, None)?),
+        };
+        match &attached {
+            Some(a) if self.how.announce && !a.names().is_empty() => announce(a, &opts),
+            _ if self.how.announce => crate::say!("tp: attached to {pid}: no probe yet"),
+            _ => {}
+        }
+        for w in &start.waiting {
+            crate::say!("tp: {}; tp probes it when the process loads it", text(w));
+        }
+        self.add(pid, attached, Some(follow));
         Ok(())
     }
 

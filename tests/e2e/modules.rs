@@ -66,7 +66,16 @@ fn globs_match_across_libraries() {
     assert!(!hits.contains_key("alpha_only"));
     let pid = t.pid.to_string();
     expect_error(&["attach", "-p", &pid, "-f", "nomatch_*"], "no function matches `nomatch_*`");
-    expect_error(&["attach", "-p", &pid, "-f", "libnope:*"], "no module `libnope`");
+    // A module the process has not loaded: tp waits for it, and says so.
+    let out = tp(&["attach", "-p", &pid, "-f", "libnope:*", "-d", "0.2"]);
+    expect_success(&["attach", "libnope:*"], &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no module `libnope`") && stderr.contains("tp probes it when the process loads it"),
+        "{stderr}"
+    );
+    // With --keep tp does not stay to wait: an error.
+    expect_error(&["attach", "-p", &pid, "-f", "libnope:*", "--keep"], "no module `libnope`");
 }
 
 #[test]
@@ -86,12 +95,20 @@ fn an_address_names_a_function() {
     assert!(line.contains("the nearest places that can be probed: `lib_work`"), "{line}");
 }
 
+/// A session whose pattern names a library not loaded yet probes it once
+/// the process loads it; a later attach finds it loaded.
 #[test]
-fn a_library_loaded_later_is_probed_by_attaching_again() {
+fn a_library_loaded_later_is_probed_when_it_loads() {
     let mut t = Target::start("libuser");
     let pid = t.pid.to_string();
-    expect_error(&["attach", "-p", &pid, "-f", "libgamma:lib_work"], "no module `libgamma`");
+    let session = Session::start(&["-p", &pid, "-f", "libgamma:lib_work", "--json"]);
     assert_eq!(t.ask("load gamma", "loaded"), "loaded gamma");
+    let line = t.ask("call gamma 700", "done");
+    assert!(line.ends_with("checksum=ok"), "{line}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("no module `libgamma`"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout).get("lib_work"), Some(&700), "{stdout}\n{stderr}");
     let hits = count(&mut t, &["-f", "libgamma:lib_work"], &[("gamma", 2500)]);
     assert_eq!(hits["lib_work"], 2500);
     assert!(t.quit().success());

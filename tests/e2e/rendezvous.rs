@@ -224,3 +224,29 @@ fn the_end_of_a_session_restores_the_loaders_rendezvous() {
     assert_eq!(now, file, "the loader's code is its file's again");
     assert_code_is_original(&t, &["foo"]);
 }
+
+/// `tp attach` with a pattern naming a library the process has not loaded
+/// waits for it at the rendezvous, as `tp run` does: every call from the
+/// first load on is counted, and a misspelt name beside it is still an
+/// error that touches nothing.
+#[test]
+fn attach_waits_for_a_library_the_process_loads_later() {
+    let mut t = Target::start_with("dlcycle", |c| {
+        c.args(["300", "first"]);
+    });
+    let pid = t.pid.to_string();
+    let line = expect_error(&["attach", "-p", &pid, "-f", "libloaded.so:loaded_work", "-f", "fooo_typo"], "fooo_typo");
+    assert!(!line.contains("libloaded"), "{line}");
+    assert!(!has_region(t.pid), "a refused attach leaves nothing");
+    let session = Session::start(&["-p", &pid, "-f", "libloaded.so:loaded_work", "--json"]);
+    t.send(b"\n");
+    let line = t.out.wait_for("calls=");
+    assert!(line.starts_with("calls=600 checksum=ok "), "{line}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(stderr.contains("tp probes it when the process loads it"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout).get("loaded_work"), Some(&600), "{stdout}\n{stderr}");
+    let (now, file) = debug_state_bytes(t.pid);
+    assert_eq!(now, file, "the rendezvous is restored");
+    assert!(t.quit().success());
+}
