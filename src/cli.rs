@@ -100,6 +100,11 @@ pub struct ProbeArgs {
     /// Count the calls per value of this integer argument (a name or arg0..arg5), in the target.
     #[arg(long, value_name = "ARG")]
     pub by: Option<String>,
+    /// Show the calls as each thread's call tree (implies --args --ret):
+    /// every call indented under its probed caller, with its duration; a
+    /// call with no probed callee on one line with its return value.
+    #[arg(long, conflicts_with_all = ["quiet", "blocks", "folded"])]
+    pub tree: bool,
     /// Print only the summary, not every event.
     #[arg(short, long)]
     pub quiet: bool,
@@ -148,7 +153,7 @@ pub struct AttachArgs {
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target.
-    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "output", "follow_exec", "listen", "stack", "predicate", "by"])]
+    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "tree", "output", "follow_exec", "listen", "stack", "predicate", "by"])]
     pub keep: bool,
     /// What to record and how to print it.
     #[command(flatten)]

@@ -45,6 +45,10 @@ pub fn options(
     if probe.ret {
         k |= kind::RET;
     }
+    if probe.tree {
+        // A tree shows every call's entry and exit.
+        k |= kind::ARGS | kind::RET;
+    }
     let stack = probe.stack.as_deref().map(|how| match how {
         "dwarf" => StackMode::Unwind { bytes: probe.stack_size, depth: probe.stack_depth },
         _ => StackMode::FramePointers { depth: probe.stack_depth },
@@ -102,7 +106,17 @@ pub fn options(
         _ => Style::Quiet,
     };
     let view = View { all: probe.all, top: probe.top };
-    Ok(Options { style, format, view, output: output.map(Path::to_path_buf), ..Options::new(pid, selection) })
+    if probe.tree && !matches!(format, Format::Text | Format::Json) {
+        bail!("--tree shows the calls as text or JSON lines, not as {}", format.name());
+    }
+    Ok(Options {
+        style,
+        format,
+        view,
+        output: output.map(Path::to_path_buf),
+        tree: probe.tree,
+        ..Options::new(pid, selection)
+    })
 }
 
 /// Settles what the options ask for once every flag is known: return

@@ -33,6 +33,8 @@ pub enum Line<'a> {
         args: &'a [(String, Value)],
         /// Its stack (`--stack`), one line per frame, the function first.
         stack: Option<&'a [String]>,
+        /// Its depth among the thread's probed calls (`--tree`).
+        depth: Option<usize>,
     },
     /// A call returned.
     Exit {
@@ -50,6 +52,8 @@ pub enum Line<'a> {
         tail_call: bool,
         /// Duration, ns.
         duration_ns: u64,
+        /// Its depth among the thread's probed calls (`--tree`).
+        depth: Option<usize>,
     },
     /// The call ended without a return tp saw: an exception or a longjmp
     /// passed through it (with return addresses replaced: an exception
@@ -63,6 +67,8 @@ pub enum Line<'a> {
         ts_ns: u64,
         /// Time from entry to the unwinding, ns.
         duration_ns: u64,
+        /// Its depth among the thread's probed calls (`--tree`).
+        depth: Option<usize>,
     },
 }
 
@@ -90,21 +96,26 @@ pub fn write(
     let secs = |ts: u64| ts.saturating_sub(origin_ns) as f64 / 1e9;
     let pid_col = if show_pid { format!(" {pid:>7}") } else { String::new() };
     // The keys every event has, in order: type, pid, tid, ts_ns, func, module.
-    let common = |kind: &str, info: &ProbeInfo, tid: u32, ts_ns: u64| {
-        json::Obj::new()
+    // (`depth` after them with `--tree`.)
+    let common = |kind: &str, info: &ProbeInfo, tid: u32, ts_ns: u64, depth: &Option<usize>| {
+        let o = json::Obj::new()
             .str("type", kind)
             .num("pid", pid)
             .num("tid", tid)
             .num("ts_ns", ts_ns)
             .str("func", &info.name)
-            .str("module", &info.module)
+            .str("module", &info.module);
+        match depth {
+            Some(d) => o.num("depth", d),
+            None => o,
+        }
     };
     match (style, line) {
         (Style::Quiet, _) => Ok(()),
         (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
             writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
         }
-        (Style::Text, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => {
+        (Style::Text, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, .. }) => {
             let ret = match (ret, tail_call) {
                 (_, true) => " ↷ tail call".to_string(),
                 (Some(v), false) => format!(" → {}", v.text()),
@@ -118,28 +129,28 @@ pub fn write(
                 duration(*duration_ns)
             )
         }
-        (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns }) => writeln!(
+        (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns, .. }) => writeln!(
             out,
             "{:>12.6}{pid_col} {tid:>7} {} ↯ left without a return tp saw (an exception, a longjmp)  {}",
             secs(*ts_ns),
             text(&info.name),
             duration(*duration_ns)
         ),
-        (Style::Json, Line::Entry { info, tid, ts_ns, args, stack }) => {
-            let o = common("entry", info, *tid, *ts_ns).raw("args", &json::args(args));
+        (Style::Json, Line::Entry { info, tid, ts_ns, args, stack, depth }) => {
+            let o = common("entry", info, *tid, *ts_ns, depth).raw("args", &json::args(args));
             let o = match stack {
                 Some(frames) => o.list("stack", frames.iter().map(|f| json::string(f))),
                 None => o.num("stack", "null"),
             };
             writeln!(out, "{}", o.finish())
         }
-        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns }) => {
+        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, depth }) => {
             let ret = ret.map_or("null".to_string(), json::value);
-            let o = common("exit", info, *tid, *ts_ns).raw("ret", &ret).num("tail_call", tail_call);
+            let o = common("exit", info, *tid, *ts_ns, depth).raw("ret", &ret).num("tail_call", tail_call);
             writeln!(out, "{}", o.num("duration_ns", duration_ns).finish())
         }
-        (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns }) => {
-            writeln!(out, "{}", common("unwound", info, *tid, *ts_ns).num("duration_ns", duration_ns).finish())
+        (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns, depth }) => {
+            writeln!(out, "{}", common("unwound", info, *tid, *ts_ns, depth).num("duration_ns", duration_ns).finish())
         }
     }
 }
@@ -171,7 +182,7 @@ mod tests {
     fn live_lines() {
         let i = info();
         let args = [("n".to_string(), Value::Int(5)), ("name".to_string(), Value::Str(1, Some("x".into())))];
-        let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args, stack: None };
+        let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args, stack: None, depth: None };
         assert_eq!(text(Style::Text, &entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
         let exit = Line::Exit {
             info: &i,
@@ -180,6 +191,7 @@ mod tests {
             ret: Some(&Value::Int(42)),
             tail_call: false,
             duration_ns: 1230,
+            depth: None,
         };
         assert_eq!(text(Style::Text, &exit), "    1.500001      77 foo → 42  1.23µs\n");
         assert_eq!(text(Style::Quiet, &exit), "");
@@ -188,8 +200,15 @@ mod tests {
     #[test]
     fn lines_of_several_processes_name_the_process() {
         let i = info();
-        let exit =
-            Line::Exit { info: &i, tid: 77, ts_ns: 2_500_001_230, ret: None, tail_call: false, duration_ns: 1230 };
+        let exit = Line::Exit {
+            info: &i,
+            tid: 77,
+            ts_ns: 2_500_001_230,
+            ret: None,
+            tail_call: false,
+            duration_ns: 1230,
+            depth: None,
+        };
         let mut v = Vec::new();
         write(&mut v, Style::Text, 1_000_000_000, (4242, true), &exit).unwrap();
         assert_eq!(String::from_utf8(v).unwrap(), "    1.500001    4242      77 foo  1.23µs\n");
@@ -203,17 +222,18 @@ mod tests {
     fn json_lines() {
         let i = info();
         let args = [("n".to_string(), Value::Int(5))];
-        let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args, stack: None };
+        let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args, stack: None, depth: None };
         assert_eq!(
             text(Style::Json, &entry),
             "{\"type\":\"entry\",\"pid\":42,\"tid\":7,\"ts_ns\":10,\"func\":\"foo\",\"module\":\"m\",\"args\":{\"n\":5},\"stack\":null}\n"
         );
-        let exit = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: false, duration_ns: 10 };
+        let exit =
+            Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: false, duration_ns: 10, depth: None };
         assert_eq!(
             text(Style::Json, &exit),
             "{\"type\":\"exit\",\"pid\":42,\"tid\":7,\"ts_ns\":20,\"func\":\"foo\",\"module\":\"m\",\"ret\":null,\"tail_call\":false,\"duration_ns\":10}\n"
         );
-        let tail = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: true, duration_ns: 10 };
+        let tail = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: true, duration_ns: 10, depth: None };
         assert!(text(Style::Json, &tail).contains("\"ret\":null,\"tail_call\":true,"));
         assert!(text(Style::Text, &tail).contains("foo ↷ tail call  10ns"), "{}", text(Style::Text, &tail));
     }

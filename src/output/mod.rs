@@ -16,6 +16,7 @@ pub mod report;
 pub mod sink;
 pub mod stacks;
 pub mod table;
+pub mod tree;
 
 /// One probe's numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]

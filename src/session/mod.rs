@@ -70,6 +70,8 @@ pub struct Options {
     pub samples_per_epoch: u32,
     /// Sampling: how often tp adapts the periods and renews the budgets.
     pub epoch: Duration,
+    /// Show events as each thread's call tree (`--tree`).
+    pub tree: bool,
 }
 
 impl Options {
@@ -86,6 +88,7 @@ impl Options {
             output: None,
             samples_per_epoch: 0,
             epoch: Duration::ZERO,
+            tree: false,
         }
     }
 

@@ -5,7 +5,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{self, Write};
 use std::rc::Rc;
 
 use anyhow::{Context, Result};
@@ -26,6 +26,7 @@ use crate::output::report::ProbeValues;
 use crate::output::report::ProcessReport;
 use crate::output::sink::Sink;
 use crate::output::stacks::ProbeStacks;
+use crate::output::tree::{self, Columns, Outcome, Tree};
 use crate::output::{Summary, json, thousands};
 use crate::probe::layout::kind;
 use crate::symbols::stackwalk::StackWalker;
@@ -128,6 +129,8 @@ pub struct Tracer {
     walker: Option<StackWalker>,
     /// Per probe position: calls whose stack was cut, read without bounds, not read.
     stack_notes: HashMap<usize, (u64, u64, u64)>,
+    /// Each thread's call tree (`--tree`).
+    tree: Option<Tree>,
 }
 
 impl Tracer {
@@ -164,6 +167,7 @@ impl Tracer {
             symbolizer: None,
             walker: None,
             stack_notes: HashMap::new(),
+            tree: opts.tree.then(Tree::default),
         }
     }
 
@@ -226,7 +230,9 @@ impl Tracer {
             self.output.header_done.set(false);
         }
         if !self.output.header_done.get() && self.style == Style::Text {
-            writeln!(out, "{}", lines::header(self.output.show_pid.get()))?;
+            let show_pid = self.output.show_pid.get();
+            let header = if self.tree.is_some() { tree::header(show_pid) } else { lines::header(show_pid) };
+            writeln!(out, "{header}")?;
             self.output.header_done.set(true);
         }
         for ev in &batch {
@@ -258,13 +264,23 @@ impl Tracer {
                 let args = format::args(info, &ev.v, &read);
                 let lines_of_stack: Option<Vec<String>> =
                     stack.as_ref().map(|frames| frames.iter().flat_map(Frame::lines).collect());
-                lines::write(
-                    out,
-                    self.style,
-                    self.origin_ns,
-                    pid,
-                    &Line::Entry { info, tid: ev.tid, ts_ns, args: &args, stack: lines_of_stack.as_deref() },
-                )?;
+                let depth = match &mut self.tree {
+                    Some(tree) => {
+                        let depth = tree.depth(pid.0, ev.tid);
+                        let cols = Columns { origin_ns: self.origin_ns, pid: pid.0, show_pid: pid.1 };
+                        match self.style {
+                            Style::Text => tree.entry(out, &cols, ev.tid, ts_ns, ev.probe, info, &args)?,
+                            _ => tree.entry(&mut io::sink(), &cols, ev.tid, ts_ns, ev.probe, info, &args)?,
+                        }
+                        Some(depth)
+                    }
+                    None => None,
+                };
+                if !(self.tree.is_some() && self.style == Style::Text) {
+                    let stack = lines_of_stack.as_deref();
+                    let line = Line::Entry { info, tid: ev.tid, ts_ns, args: &args, stack, depth };
+                    lines::write(out, self.style, self.origin_ns, pid, &line)?;
+                }
                 if let Some(c) = &mut chrome {
                     let mut args_json = json::args(&args);
                     if let Some(lines) = &lines_of_stack {
@@ -290,17 +306,34 @@ impl Tracer {
                 let unwound = ev.kind == Kind::Unwound;
                 let tail_call = !unwound && ev.tail_call();
                 let ret = if unwound || tail_call { None } else { format::ret(info, ev.v[0], &read) };
-                if unwound {
-                    lines::write(
-                        out,
-                        self.style,
-                        self.origin_ns,
-                        pid,
-                        &Line::Unwound { info, tid: ev.tid, ts_ns, duration_ns },
-                    )?;
-                } else {
+                if !unwound {
                     self.latency[i].add(duration_ns);
-                    let line = Line::Exit { info, tid: ev.tid, ts_ns, ret: ret.as_ref(), tail_call, duration_ns };
+                }
+                let depth = match &mut self.tree {
+                    Some(tree) => {
+                        let cols = Columns { origin_ns: self.origin_ns, pid: pid.0, show_pid: pid.1 };
+                        let outcome = match (unwound, tail_call) {
+                            (true, _) => Outcome::Unwound,
+                            (false, true) => Outcome::TailCall,
+                            (false, false) => Outcome::Returned(ret.as_ref()),
+                        };
+                        let (tid, probe) = (ev.tid, ev.probe);
+                        match self.style {
+                            Style::Text => tree.exit(out, &cols, tid, ts_ns, probe, info, outcome, duration_ns)?,
+                            _ => tree.exit(&mut io::sink(), &cols, tid, ts_ns, probe, info, outcome, duration_ns)?,
+                        }
+                        // The call's own depth, now that it is closed.
+                        Some(tree.depth(pid.0, ev.tid))
+                    }
+                    None => None,
+                };
+                if !(self.tree.is_some() && self.style == Style::Text) {
+                    let line = match unwound {
+                        true => Line::Unwound { info, tid: ev.tid, ts_ns, duration_ns, depth },
+                        false => {
+                            Line::Exit { info, tid: ev.tid, ts_ns, ret: ret.as_ref(), tail_call, duration_ns, depth }
+                        }
+                    };
                     lines::write(out, self.style, self.origin_ns, pid, &line)?;
                 }
                 if let Some(c) = &mut chrome {
@@ -434,6 +467,14 @@ impl Tracer {
     /// Ends consuming: says how many events were lost, and returns this
     /// process's report (its counts in `summary`, with latency).
     pub fn end(mut self, attached: &Attached, summary: Summary) -> ProcessReport {
+        if let Some(tree) = &mut self.tree
+            && self.style == Style::Text
+        {
+            // Calls still open when the session ends.
+            let cols = Columns { origin_ns: self.origin_ns, pid: self.pid, show_pid: self.output.show_pid.get() };
+            let mut out = self.output.sink.clone();
+            let _ = tree.flush(&mut out, &cols).and_then(|()| out.flush());
+        }
         let parts = Drainer::lost_parts(&attached.region).since(&self.lost_at_start);
         let lost = parts.total();
         let mut why = Vec::new();

@@ -582,3 +582,63 @@ pub fn signal_handlers_in_timed_calls(loops: u64, missing: u64) {
         );
     }
 }
+
+/// `--tree` shows each call indented under its probed caller: a recursion
+/// D deep is D + 1 lines in, a call with no probed callee one line with
+/// its return value, and every return closes its own call. In JSON every
+/// event has its depth.
+#[test]
+fn the_call_tree_nests_a_recursion_at_its_exact_depths() {
+    let mut t = Target::start("events");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--tree", "-f", "descend"]);
+    assert_eq!(t.ask("deep 4", "done deep"), "done deep 4 ret=10");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    // The calls, then the summary after an empty line.
+    let lines: Vec<&str> = stdout.lines().take_while(|l| !l.is_empty()).collect();
+    assert!(lines[0].ends_with("TID  DURATION  CALL"), "{stdout}");
+    // The call column: after the time, TID and duration columns.
+    let calls: Vec<String> = lines[1..].iter().map(|l| l.chars().skip(32).collect()).collect();
+    let want = [
+        "descend(depth=4) {",
+        "  descend(depth=3) {",
+        "    descend(depth=2) {",
+        "      descend(depth=1) {",
+        "        descend(depth=0) → 0",
+        "      } descend → 1",
+        "    } descend → 3",
+        "  } descend → 6",
+        "} descend → 10",
+    ];
+    assert_eq!(calls, want, "{stdout}");
+    // Closing lines and one-line calls have a duration; opening lines none.
+    for (line, call) in lines[1..].iter().zip(&calls) {
+        let duration: String = line.chars().skip(21).take(9).collect();
+        assert_eq!(duration.trim().is_empty(), call.ends_with('{'), "{line}");
+    }
+
+    // JSON: fib's depths follow its calls exactly.
+    let session = Session::start(&["-p", &pid, "--tree", "--json", "-f", "fib", "--ring-size", "8192"]);
+    let done = t.ask("fib 12", "done fib");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let events = json_events(&stdout);
+    assert_eq!(events.len() as u64, 2 * field(&done, "calls"), "{stderr}");
+    let mut open: Vec<i64> = Vec::new();
+    let mut deepest = 0;
+    for e in &events {
+        let depth = e["depth"].as_u64().unwrap_or_else(|| panic!("no depth in {e}"));
+        if e["type"] == "entry" {
+            assert_eq!(depth, open.len() as u64, "{e}");
+            open.push(e["args"]["n"].as_i64().unwrap());
+            deepest = deepest.max(depth);
+        } else {
+            let n = open.pop().expect("an exit without its entry");
+            assert_eq!(depth, open.len() as u64, "{e}");
+            assert_eq!(e["ret"].as_i64(), Some([0, 1, 1, 2, 3, 5, 8, 13, 21, 34, 55, 89, 144][n as usize]), "{e}");
+        }
+    }
+    assert_eq!(deepest, 11, "fib(12) reaches fib(1) 11 calls down");
+    assert!(t.quit().success());
+}

@@ -73,7 +73,9 @@ impl Checker {
             let ty = v["type"].as_str().unwrap_or_else(|| panic!("{what}: no type: {line}")).to_string();
             match ty.as_str() {
                 "entry" | "exit" | "unwound" => {
-                    self.shape(&ty, &v, what);
+                    // `--tree` adds each call's depth.
+                    let tree = format!("tree {ty}");
+                    self.shape(if v.get("depth").is_some() { &tree } else { &ty }, &v, what);
                     assert!(v["pid"].as_i64().is_some_and(|p| p > 0), "{what}: an event without its pid: {line}");
                 }
                 "summary" => {
@@ -157,6 +159,11 @@ fn every_subcommands_json_has_the_documented_shape() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     check.stdout(&stdout, "attach --if --by");
+    let session = Session::start(&["-p", &pid, "-f", "fib", "--tree", "--json"]);
+    t.ask("fib 5", "done fib");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    check.stdout(&stdout, "attach --tree");
     drop(t);
 
     // attach --blocks: a function's blocks and lines.
@@ -261,9 +268,9 @@ fn every_subcommands_json_has_the_documented_shape() {
     // Every documented list was met, but the event of an exception (and
     // where no target loads a library later, a library).
     #[cfg(target_arch = "x86_64")]
-    const UNSEEN: &[&str] = &["unwound"];
+    const UNSEEN: &[&str] = &["unwound", "tree unwound"];
     #[cfg(not(target_arch = "x86_64"))]
-    const UNSEEN: &[&str] = &["unwound", "library"];
+    const UNSEEN: &[&str] = &["unwound", "tree unwound", "library"];
     let unmet: Vec<&String> =
         check.keys.keys().filter(|k| !check.seen.contains_key(*k) && !UNSEEN.contains(&k.as_str())).collect();
     assert!(unmet.is_empty(), "no output had these: {unmet:?}");
