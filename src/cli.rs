@@ -142,6 +142,12 @@ pub struct AttachArgs {
     /// The processes to attach to.
     #[command(flatten)]
     pub targets: Targets,
+    /// Every process that runs this program file (or maps this shared
+    /// library), and each one that starts running it while tp runs: probed
+    /// as soon as tp hears of its exec (before `main` where tp is quick
+    /// enough), until Ctrl-C or -d.
+    #[arg(long, value_name = "PATH", conflicts_with = "keep")]
+    pub exe: Option<PathBuf>,
     /// Function to probe: `foo`, `libc:malloc`, a glob such as `'sqlite3_*'` or
     /// `'libz:*'`, an instruction inside one (`foo+0x1a`), or static probes
     /// (`usdt:provider:name`, globs allowed) (repeat for several). A name or

@@ -5,6 +5,8 @@
  *       calls foo N times, prints "foo calls=N checksum=ok|BAD" on stdout and
  *       "to stderr" on stderr, then exits with status S (default 0) or dies
  *       of signal SIG
+ *   launched after MS calls N ...
+ *       the same, after sleeping MS milliseconds first
  *   launched echo
  *       copies stdin to stdout line by line, calling foo once per line, and
  *       ends with "foo calls=N" on stderr
@@ -46,6 +48,11 @@ static int calls(uint64_t n)
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc >= 3 && strcmp(argv[1], "after") == 0) {
+		usleep((useconds_t)atoi(argv[2]) * 1000);
+		argc -= 2;
+		argv += 2;
+	}
 	if (argc >= 3 && strcmp(argv[1], "calls") == 0) {
 		uint64_t n = strtoull(argv[2], NULL, 10);
 		int ok = calls(n);

@@ -19,8 +19,9 @@ use crate::output::format::{self, Format};
 use crate::output::report::View;
 use crate::output::sink::Sink;
 use crate::probe::layout::{DEFAULT_RING_LEN, kind};
+use crate::session::exe::ExeFile;
 use crate::session::group::{Behaviour, Group};
-use crate::session::targets::Which;
+use crate::session::targets::{Selected, Which};
 use crate::session::{Options, Selection, StackMode, interrupt, results};
 
 /// Events per ring when stacks are recorded and `--ring-size` is not given.
@@ -158,10 +159,34 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     // The command line first: a format that cannot be, before any process is looked at.
     let opts = attach_options(&args)?;
     let which = which(&args.targets);
-    if which.is_empty() {
-        bail!("name the processes to attach to with -p PID (repeat, or a comma list) or --name NAME");
+    let exe = args.exe.as_deref().map(ExeFile::open).transpose()?;
+    if which.is_empty() && exe.is_none() {
+        bail!("name the processes to attach to with -p PID (repeat, or a comma list), --name NAME or --exe PATH");
     }
-    let selected = which.select()?;
+    let mut selected = match which.is_empty() {
+        true => Selected { pids: Vec::new(), by_name: None },
+        false => which.select()?,
+    };
+    let mut exe_line = None;
+    if let Some(exe) = &exe {
+        let running = exe.processes();
+        exe_line = Some(format!(
+            "tp: --exe {}: {} process{} run{} it now{}; tp probes each that starts (Ctrl-C to stop)",
+            crate::escape::text(&exe.path.display().to_string()),
+            running.len(),
+            if running.len() == 1 { "" } else { "es" },
+            if running.len() == 1 { "s" } else { "" },
+            match running.is_empty() {
+                true => String::new(),
+                false => format!(" ({})", running.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")),
+            }
+        ));
+        for p in running {
+            if !selected.pids.contains(&p) {
+                selected.pids.push(p);
+            }
+        }
+    }
     if let (Some(n), Some(name)) = (selected.by_name, &args.targets.name) {
         crate::say!(
             "tp: --name {} matched {n} process{}: {}",
@@ -174,7 +199,7 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     for &pid in &selected.pids {
         crate::process::check_attachable(pid)?;
     }
-    let several = selected.pids.len() > 1 || args.targets.name.is_some();
+    let several = selected.pids.len() > 1 || args.targets.name.is_some() || exe.is_some();
     let published = match &args.probe.listen {
         Some(addr) if !opts.keep => Some(serve::start_session_server(addr, args.probe.listen_any)?),
         _ => None,
@@ -193,6 +218,14 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     let mut group = Group::new(opts, output, how);
     if let Some(p) = published {
         group.publish(p);
+    }
+    if let Some(exe) = exe {
+        // Listening before the running ones are probed: none that starts
+        // meanwhile is missed.
+        group.follow_exe(exe)?;
+    }
+    if let Some(line) = exe_line {
+        crate::say!("{line}");
     }
     // One after another, each with its own stop; an error restores those
     // attached already (the group's guard) and is the one line.

@@ -209,6 +209,16 @@ impl Events {
         if n < 0 { Err(io::Error::last_os_error()) } else { Ok(n as usize) }
     }
 
+    /// Waits until the kernel has something to say, or `timeout`.
+    pub fn wait(&self, timeout: std::time::Duration) {
+        let mut fd = libc::pollfd { fd: self.sock.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: poll(2) on one pollfd we own, for at most `ms`.
+        unsafe {
+            libc::poll(&mut fd, 1, ms);
+        }
+    }
+
     /// Everything that happened since the last call, in order.
     pub fn poll(&mut self) -> Vec<Event> {
         let mut out = Vec::new();

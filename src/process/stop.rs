@@ -72,6 +72,9 @@ pub struct Stopped {
     /// Kill the process rather than let it run, unless [`Stopped::resume`]
     /// lets go: a program `tp run` holds at its entry never runs half set up.
     kill_on_drop: bool,
+    /// Keep the worker stopped until [`Stopped::resume`], instead of letting
+    /// it run between tp's steps ([`Stopped::let_worker_run`]).
+    keep_held: bool,
 }
 
 impl Stopped {
@@ -110,6 +113,7 @@ impl Stopped {
             held: Duration::ZERO,
             seen_running_at: None,
             kill_on_drop: false,
+            keep_held: false,
         }
     }
 
@@ -130,6 +134,17 @@ impl Stopped {
             }
         }
         bail!(ProcessError::Exited(pid))
+    }
+
+    /// Seizes and stops the main thread of `pid` (a process that has just
+    /// exec'd) and keeps it stopped until [`Stopped::resume`]: it does not
+    /// run between the steps of an attach, as a program `tp run` holds at
+    /// its entry does not; on an error it runs on, untouched.
+    pub fn hold_new(pid: i32) -> Result<Stopped> {
+        let mut stopped = Stopped::seize_worker(pid)?;
+        stopped.hold_worker()?;
+        stopped.keep_held = true;
+        Ok(stopped)
     }
 
     /// The threads of the process tp does not hold, alive, the main thread
@@ -210,7 +225,7 @@ impl Stopped {
     /// while tp held a thread are delivered now. A program held at its
     /// entry ([`Stopped::adopt`]) stays held.
     pub fn let_worker_run(&mut self) {
-        if self.kill_on_drop {
+        if self.kill_on_drop || self.keep_held {
             return;
         }
         let Some(worker) = self.worker.filter(|&w| self.is_stopped(w)).or_else(|| self.stopped_main_or_first()) else {

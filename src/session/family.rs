@@ -47,7 +47,13 @@ pub struct Family {
     news: Vec<(i32, i32, Ended)>,
     /// The kernel dropped events (tp read too slowly), said once.
     overrun_said: bool,
+    /// Processes that exec'd since [`Family::take_execs`], when asked to
+    /// keep them ([`Family::keep_execs`]).
+    execs: Option<Vec<i32>>,
 }
+
+/// The most exec'd processes [`Family`] keeps between two looks.
+const MAX_EXECS: usize = 4096;
 
 impl Family {
     /// Starts listening to the kernel (before the probes go in, so that no
@@ -58,6 +64,30 @@ impl Family {
             Err(e) => (None, Some(e.to_string())),
         };
         Family { events, unheard, ..Family::default() }
+    }
+
+    /// True if tp hears the kernel's process events.
+    pub fn hears(&self) -> bool {
+        self.events.is_some()
+    }
+
+    /// From now on, keeps every process that exec'd for [`Family::take_execs`].
+    pub fn keep_execs(&mut self) {
+        self.execs.get_or_insert_with(Vec::new);
+    }
+
+    /// The processes that exec'd since the last call, in order.
+    pub fn take_execs(&mut self) -> Vec<i32> {
+        self.execs.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Waits until the kernel says something, or `d` (sleeps `d` where tp
+    /// does not hear it).
+    pub fn wait(&self, d: std::time::Duration) {
+        match &self.events {
+            Some(e) => e.wait(d),
+            None => std::thread::sleep(d),
+        }
     }
 
     /// A process of the session.
@@ -82,6 +112,11 @@ impl Family {
                 Event::Exec { pid } => {
                     if let Some(k) = self.kin.get_mut(&pid) {
                         k.execd = true;
+                    }
+                    if let Some(execs) = &mut self.execs
+                        && execs.len() < MAX_EXECS
+                    {
+                        execs.push(pid);
                     }
                 }
                 Event::Exit { pid, how } => {

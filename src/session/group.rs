@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::attached::Attached;
+use super::exe::ExeFile;
 use super::family::Family;
 use super::follow::{self, Change, Follow};
 use super::observe::End;
@@ -42,10 +43,15 @@ use crate::probe::remove::Kept;
 use crate::probe::rendezvous;
 use crate::process;
 use crate::process::family::Ended;
+use crate::process::stop::Stopped;
 use crate::symbols::{Found, ProcessModules};
 
 /// How often the loop drains events.
 const TICK: Duration = Duration::from_millis(20);
+
+/// How long a wait at a rendezvous lasts at most while new processes of an
+/// `--exe` file may start: they are heard between two.
+const EXE_SLICE: Duration = Duration::from_millis(1);
 /// How often the live display and the published metrics are renewed.
 const DRAW_EVERY: Duration = Duration::from_millis(100);
 
@@ -176,6 +182,8 @@ pub struct Group {
     family: Family,
     /// How long the session observed, once it did.
     observed: Option<Duration>,
+    /// The file whose new processes join the session (`--exe`).
+    exe: Option<ExeFile>,
 }
 
 impl Group {
@@ -193,7 +201,82 @@ impl Group {
             done: false,
             family,
             observed: None,
+            exe: None,
         }
+    }
+
+    /// From now on, every process that starts running `exe` (or, for a
+    /// library, a program that needs it) joins the session as soon as tp
+    /// hears of its exec, and the session goes on while none runs. Needs
+    /// the kernel's process events.
+    pub fn follow_exe(&mut self, exe: ExeFile) -> Result<()> {
+        if !self.family.hears() {
+            anyhow::bail!(
+                "--exe needs the kernel's process events to see new processes: {} (tp runs as root, \
+                 with CAP_NET_ADMIN, in the initial network namespace)",
+                self.family.unheard.as_deref().unwrap_or("not heard")
+            );
+        }
+        self.family.keep_execs();
+        self.exe = Some(exe);
+        Ok(())
+    }
+
+    /// Makes members of the processes that exec'd the `--exe` file since
+    /// the last look: each is stopped first, at once, so that its probes
+    /// go in before it runs far (a dynamically linked program is still in
+    /// its dynamic linker); patterns for libraries it has not loaded yet
+    /// wait for them as `tp run`'s do.
+    fn join_new_processes(&mut self) {
+        let Some(exe) = &self.exe else { return };
+        self.family.poll();
+        let me = std::process::id() as i32;
+        // Each is stopped first, all of them, then probed one by one.
+        let mut held = Vec::new();
+        for pid in self.family.take_execs() {
+            // A member that exec'd it again is the session's already: the
+            // look at its exec ([`Group::check`]) says what follows.
+            if pid == me || !exe.in_new_process(pid) || self.members.iter().any(|m| m.pid == pid && m.left.is_none()) {
+                continue;
+            }
+            match Stopped::hold_new(pid) {
+                Ok(stopped) => held.push((pid, stopped, Instant::now())),
+                Err(e) => crate::say!("tp: process {pid} started but was not probed: {}", text(&format!("{e:#}"))),
+            }
+        }
+        let path = exe.path.display().to_string();
+        for (pid, stopped, heard) in held {
+            match self.join(pid, stopped) {
+                Ok(n) => crate::say!(
+                    "tp: process {pid} started {}: {n} probe{} in, {:.1} ms after it was stopped",
+                    text(&path),
+                    plural(n),
+                    heard.elapsed().as_secs_f64() * 1e3
+                ),
+                Err(e) => crate::say!("tp: process {pid} started but was not probed: {}", text(&format!("{e:#}"))),
+            }
+        }
+    }
+
+    /// Probes process `pid`, which `held` holds stopped, as the session's
+    /// patterns say (those for libraries not loaded yet wait), and makes
+    /// it a member. Returns how many probes went in now.
+    fn join(&mut self, pid: i32, held: Stopped) -> Result<usize> {
+        let opts = self.opts_for(pid);
+        let maps = process::read_maps(pid)?;
+        let modules = ProcessModules::new(pid, &maps)?;
+        let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
+        let own = super::rendezvous::own_probes(pid, &modules, &follow, &start.found, self.how.check_every);
+        let attached = match start.found.is_empty() && own.is_empty() {
+            true => {
+                held.resume();
+                None
+            }
+            false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, Some(held))?),
+        };
+        let n = attached.as_ref().map_or(0, |a| a.names().len());
+        self.add(pid, attached, Some(follow));
+        Ok(n)
     }
 
     /// Renews `published` with the session's metrics while it observes.
@@ -305,7 +388,7 @@ impl Group {
                     break End::OutputClosed;
                 }
                 self.check()?;
-                if self.members.iter().all(|m| m.left.is_some()) {
+                if self.exe.is_none() && self.members.iter().all(|m| m.left.is_some()) {
                     let removed = self.members.iter().all(|m| m.left == Some(Left::Removed));
                     break if removed { End::Removed } else { End::TargetExited };
                 }
@@ -335,10 +418,14 @@ impl Group {
             .iter()
             .filter(|m| m.left.is_none())
             .find_map(|m| m.rendezvous().filter(|r| rendezvous::armed(r)));
-        match armed {
-            Some(region) => rendezvous::wait_for_arrival(region, d),
-            None => std::thread::sleep(d),
+        match (armed, &self.exe) {
+            // New processes are heard within a slice of this.
+            (Some(region), Some(_)) => rendezvous::wait_for_arrival(region, d.min(EXE_SLICE)),
+            (Some(region), None) => rendezvous::wait_for_arrival(region, d),
+            (None, Some(_)) => self.family.wait(d),
+            (None, None) => std::thread::sleep(d),
         }
+        self.join_new_processes();
         for i in 0..self.members.len() {
             if self.members[i].left.is_none() {
                 self.serve_rendezvous(i);

@@ -16,6 +16,7 @@
 
 pub mod attached;
 pub mod blocks;
+pub mod exe;
 pub mod explain;
 pub mod family;
 pub mod follow;

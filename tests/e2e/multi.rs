@@ -188,3 +188,91 @@ fn exec_without_follow_ends_with_the_old_programs_counts() {
     assert_eq!(hits_from_json(&stdout)["foo"], 64);
     assert!(!has_region(t.pid), "the new program never had tp's memory");
 }
+
+/// `--exe PATH` probes the process that runs the file now and every one
+/// that starts running it during the session, each as soon as tp hears of
+/// its exec: one summary with every run's counts, and no process of
+/// another file. (Each run sleeps 100 ms before its calls, so that a
+/// loaded machine cannot make tp miss them: how soon tp stops a new
+/// process is what its line says.)
+#[test]
+fn exe_probes_every_process_that_starts_running_the_file() {
+    let dir = std::env::temp_dir().join(format!("tp-exe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("launched");
+    std::fs::copy(target_path("launched"), &exe).unwrap();
+    // One runs it already; the original file's processes are not its.
+    let mut running = Target::start_path(&exe);
+    let mut other = Target::start("launched");
+    let exe_arg = exe.to_str().unwrap();
+    let mut session = Session::spawn("attach", &["--exe", exe_arg, "-f", "foo", "--json"], &[], None);
+    let line = session.err.wait_for("tp: --exe");
+    assert!(line.contains(&format!(": 1 process runs it now ({})", running.pid)), "{line}");
+    session.err.wait_for("tp: attached");
+    assert_eq!(running.ask("call 123", "done"), "done foo calls=123 checksum=ok");
+    assert_eq!(other.ask("call 7", "done"), "done foo calls=7 checksum=ok");
+    const RUNS: usize = 20;
+    let mut pids = Vec::new();
+    for _ in 0..RUNS {
+        let out = run(std::process::Command::new(&exe).args(["after", "100", "calls", "1000"]));
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim_end(), "foo calls=1000 checksum=ok");
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    for l in stderr.lines().filter(|l| l.contains(" started ")) {
+        let pid: i64 = l.split_whitespace().nth(2).and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("{l}"));
+        assert!(l.contains(&format!("started {exe_arg}: 1 probe in,")), "{stderr}");
+        pids.push(pid);
+    }
+    assert_eq!(pids.len(), RUNS, "every run joined the session: {stderr}");
+    let (per, total) = several_from_json(&stdout);
+    for pid in &pids {
+        assert_eq!(per.get(pid).map(|f| f["foo"]), Some(1000), "process {pid}: {stdout}");
+    }
+    assert_eq!(per[&(running.pid as i64)]["foo"], 123);
+    assert!(!per.contains_key(&(other.pid as i64)), "{stdout}");
+    assert_eq!(total["foo"], 123 + 1000 * RUNS as u64);
+    assert_code_is_original(&running, &["foo"]);
+    assert!(!has_region(running.pid));
+    drop((running, other));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `--exe` of a shared library: every process that maps it now, and every
+/// program started later that needs it, whatever the program; a process
+/// of another copy of the library is not one of them.
+#[test]
+fn exe_of_a_library_probes_the_programs_that_need_it() {
+    let dir = std::env::temp_dir().join(format!("tp-exe-lib-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["libuser", "libalpha.so", "libbeta.so", "libgamma.so"] {
+        std::fs::copy(target_path(f), dir.join(f)).unwrap();
+    }
+    let lib = dir.join("libalpha.so");
+    let mut before = Target::start_path(&dir.join("libuser"));
+    let mut other = Target::start("libuser");
+    let mut session =
+        Session::spawn("attach", &["--exe", lib.to_str().unwrap(), "-f", "libalpha:lib_work", "--json"], &[], None);
+    let line = session.err.wait_for("tp: --exe");
+    assert!(line.contains(&format!(": 1 process runs it now ({})", before.pid)), "{line}");
+    session.err.wait_for("tp: attached");
+    let mut after = Target::start_path(&dir.join("libuser"));
+    let joined = session.err.wait_for(&format!("tp: process {} started", after.pid));
+    assert!(joined.contains(": 1 probe in,") || joined.contains(": 0 probes in,"), "{joined}");
+    for (t, n) in [(&mut before, 300), (&mut after, 500), (&mut other, 70)] {
+        assert_eq!(t.ask(&format!("call alpha {n}"), "done"), format!("done alpha calls={n} checksum=ok"));
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let (per, total) = several_from_json(&stdout);
+    assert_eq!(per[&(before.pid as i64)]["lib_work"], 300, "{stdout}");
+    assert_eq!(per[&(after.pid as i64)]["lib_work"], 500, "{stdout}\n{stderr}");
+    assert!(!per.contains_key(&(other.pid as i64)), "{stdout}");
+    assert_eq!(total["lib_work"], 800);
+    for t in [&before, &after] {
+        assert!(!has_region(t.pid));
+    }
+    drop((before, after, other));
+    let _ = std::fs::remove_dir_all(&dir);
+}
