@@ -495,7 +495,7 @@ pub struct RuntimeAddrs {
     pub trampoline_ext: u64,
     /// What the detour at an exit of a function calls before the exit runs
     /// (the call's end: `tp_exit_at`, `tp_exit_at_ext`), given the word of
-    /// [`DetourSpec::exit_word`].
+    /// [`DetourSpec::entry_word`].
     pub exit: u64,
     /// `tp_unwind`.
     pub unwind: u64,

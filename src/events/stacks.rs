@@ -2,7 +2,7 @@
 //! runtime wrote after an event, decoded ([`decode`]: untrusted bytes,
 //! bounded, never a panic), turned into return addresses (a frame-pointer
 //! walk's are already; a copy of the stack's top is unwound with the
-//! modules' unwind tables by [`crate::symbols::unwind`]), and counted per
+//! modules' unwind tables by [`crate::symbols::stackwalk`]), and counted per
 //! probe and distinct stack ([`StackCounts`]).
 
 use std::collections::HashMap;

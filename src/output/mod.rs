@@ -1,6 +1,6 @@
 //! Presentation: what tp prints, and nothing about how the numbers were
 //! obtained. Results go to stdout (or `-o FILE`), in the format chosen
-//! once per command ([`format`]); notes go to stderr. docs/output.md
+//! once per command ([`mod@format`]); notes go to stderr. docs/output.md
 //! documents every shape.
 
 pub mod blocks;

@@ -3,7 +3,7 @@
 //! runtime.c's, for tests and for what tp says about a program.
 //!
 //! A program is at most [`FILTER_WORDS`] words of [`filter_op`]s for a
-//! stack machine of at most [`FILTER_DEPTH`] values ([`layout`] documents
+//! stack machine of at most [`FILTER_DEPTH`] values ([`super::layout`] documents
 //! the encoding). [`validate`] accepts only programs that end, never pop an
 //! empty stack, never push past its depth, name only the argument
 //! registers and the return value, and leave exactly one value. The

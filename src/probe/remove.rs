@@ -36,7 +36,7 @@ pub struct Removed {
 }
 
 /// Restores every possibly-patched probe that `select` picks. `sharers`
-/// are the other processes mapping the same region ([`super::region::sharers`]):
+/// are the other processes mapping the same region (`probe::family` finds them):
 /// a probe whose patch is still in one of them keeps its entry live, so
 /// that process can still be detached (and its detours stay mapped).
 ///

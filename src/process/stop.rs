@@ -167,7 +167,7 @@ impl Stopped {
     /// Stops the worker if it is not stopped already and returns it: the
     /// thread [`Stopped::seize_worker`] seized, or, if that one has exited,
     /// another (the process may have been taken by another tracer in
-    /// between: [`Stopped::seize`] waits for another tp to let go). With
+    /// between: `Stopped::seize` waits for another tp to let go). With
     /// every thread stopped already, the main thread.
     pub fn hold_worker(&mut self) -> Result<Pid> {
         if let Some(w) = self.worker.filter(|&w| self.is_stopped(w)) {
@@ -263,7 +263,7 @@ impl Stopped {
     /// since it was last seen running); a stop of the whole process
     /// (SIGSTOP) leaves it held; a thread that has exited is forgotten.
     /// Call it often while the worker runs: it looks at most every
-    /// [`SERVE_EVERY`].
+    /// `SERVE_EVERY`.
     pub fn serve(&mut self) -> Result<()> {
         match self.seen_running_at {
             Some(at) if at.elapsed() < SERVE_EVERY => Ok(()),

@@ -79,7 +79,7 @@ const FREE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 /// Frees the ring slots of processes that ended, once drained: a server
 /// forks on and on, and each child takes rings of its own. At every call,
 /// those whose process is gone (one `kill(pid, 0)` each); at most every
-/// [`FREE_EVERY`] (`next`), also those of a zombie with no thread left
+/// `FREE_EVERY` (`next`), also those of a zombie with no thread left
 /// and of a process that exec'd. A slot is written only by its thread, so
 /// a process none of whose threads runs the program any more writes none.
 pub fn free_ended_rings(region: &crate::probe::region::Region, next: &mut std::time::Instant) {

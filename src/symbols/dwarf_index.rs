@@ -7,7 +7,7 @@
 //! inflate and walk all of libc's debugging information.
 //!
 //! What a unit says is read by the same code as the whole index
-//! ([`super::dwarf::unit_functions`]), and the first unit (in `.debug_info`
+//! (`dwarf::unit_functions`), and the first unit (in `.debug_info`
 //! order) that describes an address wins, as in the whole index; so the
 //! answer is the whole index's wherever each unit's address ranges hold the
 //! code it describes, which compilers guarantee.

@@ -17,7 +17,7 @@ use crate::process::remote::RemoteCaller;
 
 /// Creates the data region: a code arena first (its bytes hold the memfd's
 /// name, which memfd_create must read from the target's memory), the
-/// private area ([`create_private`]), then memfd_create in the target; tp
+/// private area (`create_private`), then memfd_create in the target; tp
 /// takes, sizes and seals the memfd
 /// ([`acquire::take_new`]), the target maps it MAP_SHARED, tp checks that
 /// mapping ([`acquire::check_mapped`]) and the target closes its descriptor.
