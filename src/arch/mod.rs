@@ -1397,6 +1397,9 @@ pub trait Arch {
     fn set_pc(regs: &mut Self::Regs, pc: u64);
     /// The stack pointer.
     fn sp(regs: &Self::Regs) -> u64;
+    /// The thread pointer (where its TLS is): 0 until the thread's C
+    /// library or dynamic linker sets it up.
+    fn thread_pointer(regs: &Self::Regs) -> u64;
     /// Where the thread resumes if the kernel restarts the syscall it was
     /// stopped in; `None` if it was not stopped in a restartable syscall.
     fn restart_pc(regs: &Self::Regs) -> Option<u64>;

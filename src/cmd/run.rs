@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 
-use super::attach::options;
-use super::serve;
+use super::metrics;
+use super::options::{options, settle};
 use crate::cli::RunArgs;
 use crate::escape::text;
 use crate::output::format::Format;
@@ -25,7 +25,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// Runs `tp run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let opts = super::attach::settle(options("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?);
+    let opts = settle(options("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?);
     if opts.format != Format::Text && opts.output.is_none() {
         // stdout is the program's, stderr carries tp's notes.
         bail!(
@@ -36,7 +36,7 @@ pub fn run(args: RunArgs) -> Result<ExitCode> {
     }
     let output = results::open(&opts, Sink::stderr(), false)?;
     let published = match &args.probe.listen {
-        Some(addr) => Some(serve::start_session_server(addr, args.probe.listen_any)?),
+        Some(addr) => Some(metrics::start_session_server(addr, args.probe.listen_any)?),
         None => None,
     };
     let how = Behaviour {

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use super::attach::which;
+use super::options::which;
 use crate::cli::StatusArgs;
 use crate::output::format::{self, Format};
 use crate::output::openmetrics::{self as metrics, render};

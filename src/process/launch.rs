@@ -182,6 +182,25 @@ fn hold_at_entry(pid: i32, err_r: libc::c_int) -> Result<Launch> {
         }
     }
     let entry = entry_point(pid)?;
+    Ok(match run_to(pid, entry)? {
+        None => Launch::AtEntry { pid, entry },
+        Some(exit) => Launch::Ended { pid, exit },
+    })
+}
+
+/// Lets the main thread of `pid`, which tp traces and holds stopped
+/// before its program's entry point (in the dynamic linker, its thread
+/// pointer not set yet), run to that entry point, and holds it there: no
+/// probe's code may run in a thread without its TLS. Returns how the
+/// process ended if it did first.
+pub fn run_to_entry(pid: i32) -> Result<Option<Exit>> {
+    run_to(pid, entry_point(pid)?)
+}
+
+/// Runs the stopped main thread of `pid` to `entry` (a breakpoint there,
+/// the original bytes back and the PC on it once it stops there).
+fn run_to(pid: i32, entry: u64) -> Result<Option<Exit>> {
+    let tid = Pid::from_raw(pid);
     let mem = Memory::open(pid)?;
     let bp = Host::breakpoint_insn();
     let original = mem.read_vec(entry, bp.len()).context("reading the program's entry point")?;
@@ -189,7 +208,7 @@ fn hold_at_entry(pid: i32, err_r: libc::c_int) -> Result<Launch> {
     ptrace::cont(tid, 0)?;
     loop {
         match wait_status(pid)? {
-            Status::Ended(exit) => return Ok(Launch::Ended { pid, exit }),
+            Status::Ended(exit) => return Ok(Some(exit)),
             Status::Signal(libc::SIGTRAP) if at_breakpoint(tid, entry) => break,
             Status::Event(_) => ptrace::cont(tid, 0)?,
             Status::Signal(sig) => ptrace::cont(tid, sig)?,
@@ -199,7 +218,7 @@ fn hold_at_entry(pid: i32, err_r: libc::c_int) -> Result<Launch> {
     let mut regs = Host::get_regs(tid)?;
     Host::set_pc(&mut regs, entry);
     Host::set_regs(tid, &regs)?;
-    Ok(Launch::AtEntry { pid, entry })
+    Ok(None)
 }
 
 fn at_breakpoint(tid: Pid, entry: u64) -> bool {

@@ -33,6 +33,7 @@ use super::follow::{self, Change, Follow};
 use super::observe::End;
 use super::tracer::{TraceOutput, Tracer};
 use super::{Options, interrupt};
+use crate::arch::{Arch, Host};
 use crate::escape::text;
 use crate::output::live::Live;
 use crate::output::openmetrics::Series;
@@ -45,6 +46,7 @@ use crate::process;
 use crate::process::family::Ended;
 use crate::process::stop::Stopped;
 use crate::symbols::{Found, ProcessModules};
+use anyhow::Context;
 
 /// How often the loop drains events.
 const TICK: Duration = Duration::from_millis(20);
@@ -262,6 +264,16 @@ impl Group {
     /// patterns say (those for libraries not loaded yet wait), and makes
     /// it a member. Returns how many probes went in now.
     fn join(&mut self, pid: i32, held: Stopped) -> Result<usize> {
+        // Caught in its dynamic linker before the thread has its TLS (where
+        // the runtime finds its thread's state): run on to the program's
+        // entry point first, as `tp run` holds its program there.
+        let regs = Host::get_regs(held.worker()).with_context(|| format!("reading the registers of process {pid}"))?;
+        if Host::thread_pointer(&regs) == 0
+            && let Some(exit) = crate::process::launch::run_to_entry(pid)?
+        {
+            drop(held);
+            anyhow::bail!("process {pid} {} before its entry point", exit.describe());
+        }
         let opts = self.opts_for(pid);
         let maps = process::read_maps(pid)?;
         let modules = ProcessModules::new(pid, &maps)?;

@@ -237,6 +237,10 @@ impl Arch for AArch64 {
         r.pt.sp
     }
 
+    fn thread_pointer(r: &regs::Regs) -> u64 {
+        r.tpidr
+    }
+
     fn restart_pc(r: &regs::Regs) -> Option<u64> {
         regs::restart_pc(r)
     }

@@ -227,6 +227,10 @@ impl Arch for X86_64 {
         r.rsp
     }
 
+    fn thread_pointer(r: &regs::Regs) -> u64 {
+        r.fs_base
+    }
+
     fn restart_pc(r: &regs::Regs) -> Option<u64> {
         regs::restart_pc(r)
     }
