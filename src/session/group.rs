@@ -260,13 +260,25 @@ impl Group {
         }
     }
 
-    /// Probes process `pid`, which `held` holds stopped, as the session's
-    /// patterns say (those for libraries not loaded yet wait), and makes
-    /// it a member. Returns how many probes went in now.
+    /// Probes process `pid`, which `held` holds stopped, and makes it a
+    /// member. Returns how many probes went in now.
     fn join(&mut self, pid: i32, held: Stopped) -> Result<usize> {
+        let (attached, follow, _) = self.probe_new_program(pid, held)?;
+        let n = attached.as_ref().map_or(0, |a| a.names().len());
+        self.add(pid, attached, Some(follow));
+        Ok(n)
+    }
+
+    /// Probes the program process `pid` has just started running (an exec),
+    /// which `held` holds stopped, as the session's patterns say: those for
+    /// libraries not loaded yet wait for them. Returns its probes (None if
+    /// nothing could go in yet), the patterns still waiting, and the lines
+    /// saying what they wait for.
+    fn probe_new_program(&self, pid: i32, held: Stopped) -> Result<(Option<Attached>, Follow, Vec<String>)> {
         // Caught in its dynamic linker before the thread has its TLS (where
-        // the runtime finds its thread's state): run on to the program's
-        // entry point first, as `tp run` holds its program there.
+        // the runtime finds its thread's state; the loader calls the
+        // rendezvous before it sets it up): run on to the program's entry
+        // point first, as `tp run` holds its program there.
         let regs = Host::get_regs(held.worker()).with_context(|| format!("reading the registers of process {pid}"))?;
         if Host::thread_pointer(&regs) == 0
             && let Some(exit) = crate::process::launch::run_to_entry(pid)?
@@ -286,9 +298,7 @@ impl Group {
             }
             false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, Some(held))?),
         };
-        let n = attached.as_ref().map_or(0, |a| a.names().len());
-        self.add(pid, attached, Some(follow));
-        Ok(n)
+        Ok((attached, follow, start.waiting))
     }
 
     /// Renews `published` with the session's metrics while it observes.
@@ -648,18 +658,10 @@ impl Group {
     fn follow_exec(&mut self, i: usize, exe: &str) -> Result<()> {
         let pid = self.members[i].pid;
         let opts = self.opts_for(pid);
-        let started = || -> Result<(Option<Attached>, Follow, Vec<String>)> {
-            let maps = process::read_maps(pid)?;
-            let modules = ProcessModules::new(pid, &maps)?;
-            let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
-            let own = super::rendezvous::own_probes(pid, &modules, &follow, &start.found, self.how.check_every);
-            let attached = match start.found.is_empty() && own.is_empty() {
-                true => None,
-                false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, None)?),
-            };
-            Ok((attached, follow, start.waiting))
-        };
-        match started() {
+        // Held from the start: a process still in its dynamic linker goes
+        // no further until its probes are in (and none before its TLS).
+        let started = Stopped::hold_new(pid).and_then(|held| self.probe_new_program(pid, held));
+        match started {
             Ok((attached, follow, waiting)) => {
                 let n = attached.as_ref().map_or(0, |a| a.names().len());
                 crate::say!("tp: process {pid} exec'd {}; probed {n} function{} in it", text(exe), plural(n));
