@@ -158,8 +158,9 @@ pub struct AttachArgs {
     /// Address of a function's first instruction, or of one inside it, in hex (repeat for several).
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     pub addrs: Vec<u64>,
-    /// Install the probes and exit; they keep counting in the target.
-    #[arg(long, conflicts_with_all = ["duration", "args", "ret", "tree", "output", "follow_exec", "listen", "stack", "predicate", "by"])]
+    /// Install the probes and exit; they keep counting in the target (with
+    /// --ret, timing each call too: `tp status` shows the latency).
+    #[arg(long, conflicts_with_all = ["duration", "args", "tree", "output", "follow_exec", "listen", "stack", "predicate", "by"])]
     pub keep: bool,
     /// What to record and how to print it.
     #[command(flatten)]
@@ -463,7 +464,7 @@ mod tests {
         for extra in [
             "--duration 3",
             "--args",
-            "--ret",
+            "--tree",
             "-o t.json",
             "--follow-exec",
             "--listen 127.0.0.1:1",

@@ -21,6 +21,7 @@ use anyhow::{Context, Result, bail};
 use crate::cli::DetachArgs;
 use crate::escape::text;
 use crate::output::thousands;
+use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::probe::remove::{self, Kept};
 use crate::probe::{family, orphan};
@@ -208,6 +209,10 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let stopped = Stopped::stop(pid)?;
     let removed = remove::remove(&mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
+    // tp's own sites (a function's exits, the unwinder's, the rendezvous)
+    // are said only where one could not be restored.
+    let removed: Vec<remove::Removed> =
+        removed.into_iter().filter(|r| r.entry.kind & kind::OWN == 0 || !r.restored).collect();
     report_removed(pid, &removed);
     let memory = match kept {
         None => "tp's memory unmapped".to_string(),

@@ -58,8 +58,8 @@ fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
     };
     let mut series = Vec::new();
     for pid in pids {
-        match installed::summary(pid) {
-            Ok(s) => series.extend(series_of(&crate::output::report::ProcessReport::counts(s))),
+        match installed::report(pid) {
+            Ok(r) => series.extend(series_of(&r)),
             Err(e) if !warned.contains(&pid) => {
                 warned.push(pid);
                 crate::say!("tp: process {pid} left out of the metrics: {}", text(&format!("{e:#}")));

@@ -16,7 +16,7 @@ use super::options::which;
 use crate::cli::StatusArgs;
 use crate::output::format::{self, Format};
 use crate::output::openmetrics::{self as metrics, render};
-use crate::output::report::{self, ProcessReport, View};
+use crate::output::report::{self, View};
 use crate::process;
 use crate::session::group::series_of;
 use crate::session::installed;
@@ -51,8 +51,8 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let mut reports = Vec::new();
     let mut failed = false;
     for pid in pids {
-        match installed::summary(pid) {
-            Ok(summary) => reports.push(ProcessReport::counts(summary)),
+        match installed::report(pid) {
+            Ok(report) => reports.push(report),
             // Gone since the scan: nothing to say.
             Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
             Err(e) if which.is_empty() => {

@@ -1,12 +1,19 @@
 //! The probes installed in a process, read from its data region without
 //! stopping it: what `tp status` prints and `tp serve` exposes. Kept probes
-//! (`--keep`) and those of a running session alike; counts only, since
-//! latency exists only in the session that drains the events. tp's own
-//! unwinder probes, which `--ret` needs, are not shown.
+//! (`--keep`) and those of a running session alike: counts, and the
+//! latency threads keep in the target (`--ret --keep`); latency sent as
+//! events exists only in the session that drains them. tp's own probes
+//! (the unwinder's, a function's exits, the rendezvous) are not shown.
+
+use std::collections::HashMap;
 
 use anyhow::{Result, bail};
 
+use crate::events::aggregates;
+use crate::events::clock::Clock;
+use crate::output::report::ProcessReport;
 use crate::output::{ProbeStat, Summary};
+use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::process;
 
@@ -69,6 +76,13 @@ pub fn processes_with_probes() -> Vec<i32> {
 /// The probes installed in `pid` and their counts; a process without
 /// tp's data region is an error that says how to install some.
 pub fn summary(pid: i32) -> Result<Summary> {
+    Ok(report(pid)?.summary)
+}
+
+/// [`summary`], with the latency of the probes whose threads keep their
+/// calls' durations in the target (`--ret --keep`, or a session's `--ret
+/// -q`): read from the region's histograms.
+pub fn report(pid: i32) -> Result<ProcessReport> {
     process::status(pid)?;
     process::check_readable(pid)?;
     let maps = process::read_maps(pid)?;
@@ -78,12 +92,18 @@ pub fn summary(pid: i32) -> Result<Summary> {
     let region = Region::open(pid, mapping)?;
     // tp's own probes on the unwinder's entry points (for --ret) are not
     // the user's: they come and go with the return probes.
-    let live: Vec<_> = region
-        .entries()
-        .into_iter()
-        .filter(|(_, e)| e.state().maybe_patched() && e.kind & crate::probe::layout::kind::OWN == 0)
-        .collect();
+    let live: Vec<_> =
+        region.entries().into_iter().filter(|(_, e)| e.state().maybe_patched() && e.kind & kind::OWN == 0).collect();
     let hits = region.hits_of(&live.iter().map(|(i, _)| *i).collect::<Vec<_>>());
+    let timed = live.iter().any(|(_, e)| e.kind & kind::AGGREGATE != 0);
+    let mut durations = match timed {
+        true => aggregates::latency(&region, &calibrated_clock()),
+        false => HashMap::new(),
+    };
+    let latency = live
+        .iter()
+        .map(|(i, e)| (e.kind & kind::AGGREGATE != 0).then(|| durations.remove(i).unwrap_or_default()))
+        .collect();
     let probes = live
         .into_iter()
         .zip(hits)
@@ -99,5 +119,14 @@ pub fn summary(pid: i32) -> Result<Summary> {
             }
         })
         .collect();
-    Ok(Summary { pid, probes })
+    Ok(ProcessReport { latency, ..ProcessReport::counts(Summary { pid, probes }) })
+}
+
+/// A clock that converts the target's timestamps: calibrated for a moment
+/// where the CPU does not say its counter's rate.
+fn calibrated_clock() -> Clock {
+    let mut clock = Clock::start();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    clock.refine();
+    clock
 }

@@ -238,3 +238,39 @@ fn detach_leaves_a_running_session_alone_unless_forced() {
     assert!(stderr.contains("the probes were removed by another tp"), "{stderr}");
     assert_eq!(hits_from_json(&stdout)["foo"], calls);
 }
+
+/// `--ret --keep`: the kept probe times every call at the function's exits
+/// with no tp running, the threads keeping the durations in the target;
+/// `tp status` shows them (text, JSON, OpenMetrics), and `tp detach` names
+/// only the user's probes.
+#[test]
+fn kept_return_probes_time_every_call_without_tp() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    let args = ["attach", "-p", pid.as_str(), "-f", "foo", "--ret", "--keep"];
+    expect_success(&args, &tp(&args));
+    let calls = t.call("foo", 30_000, 2);
+    let status = expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"]));
+    let probe = &one_process(&status)["probes"][0];
+    assert_eq!((probe["func"].as_str(), probe["hits"].as_u64()), (Some("foo"), Some(calls)), "{status}");
+    assert_eq!(probe["timed"].as_u64(), Some(calls), "every call timed: {status}");
+    let in_buckets: u64 = probe["histogram"].as_array().unwrap().iter().map(|b| b[2].as_u64().unwrap()).sum();
+    assert_eq!(in_buckets, calls, "{status}");
+    assert!(probe["avg_ns"].as_u64().is_some_and(|ns| ns > 0), "{status}");
+    let table = expect_success(&["status"], &tp(&["status", "-p", &pid]));
+    assert!(table.contains("TIMED") && table.contains("P99"), "{table}");
+    let metrics = expect_success(&["status"], &tp(&["status", "-p", &pid, "--openmetrics"]));
+    assert!(
+        metrics.contains(&format!(
+            "tp_latency_seconds_count{{pid=\"{pid}\",module=\"counter\",function=\"foo\"}} {calls}"
+        )),
+        "{metrics}"
+    );
+    let out = tp(&["detach", "-p", &pid]);
+    expect_success(&["detach"], &out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("1 probe removed"), "{stderr}");
+    assert_code_is_original(&t, &["foo"]);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
