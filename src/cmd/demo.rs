@@ -129,15 +129,16 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
 
     let opts = options(&args, pid);
     let funcs = opts.selection.funcs.clone();
-    let attached = Attached::attach(&opts)?;
-    let guard = crate::session::guard::Restore::new(&attached);
+    let mut attached = Attached::attach(&opts)?;
+    let mut guard = crate::session::guard::Restore::new(&mut attached);
     crate::say!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
-        attached.attach_time.as_secs_f64() * 1e3,
-        attached.stop_time.as_micros()
+        guard.get().attach_time.as_secs_f64() * 1e3,
+        guard.get().stop_time.as_micros()
     );
     target.ask("spin 2", "spinning")?;
-    let end = observe(&attached, opts.duration, &mut LiveView::new(&attached, None), None)?;
+    let mut view = LiveView::new(guard.get(), None);
+    let end = observe(guard.get_mut(), opts.duration, &mut view, None, None)?;
     let stopped = target.ask("stop", "stopped")?;
     let d = guard.detach()?;
     if end == End::Interrupted {

@@ -15,7 +15,7 @@ use crate::output::sink::Sink;
 use crate::output::{self, thousands};
 use crate::session::family::Family;
 use crate::session::profile::{self, Profiler};
-use crate::session::{Attached, End, Options, interrupt, observe};
+use crate::session::{End, Options, interrupt, observe};
 
 /// The session options of `tp profile`; its format refused before anything is touched.
 fn profile_options(args: &ProfileArgs) -> Result<Options> {
@@ -49,23 +49,26 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     // Listening before the probes go in: no fork of that moment is missed.
     let mut family = Family::start();
     family.add_root(args.pid);
-    let attached = Attached::attach(&opts)?;
-    let guard = crate::session::guard::Restore::new(&attached);
+    let (mut attached, mut follow) = profile::attach(&opts)?;
+    let mut guard = crate::session::guard::Restore::new(&mut attached);
     let chrome = match opts.format {
         Format::Chrome => Some(ChromeTrace::new(Box::new(out.clone()), args.pid).context("writing the trace")?),
         _ => None,
     };
-    let mut profiler = Profiler::new(&attached, &opts, chrome)?;
+    let mut profiler = Profiler::new(guard.get(), &opts, chrome)?;
     crate::say!(
         "tp: profiling {} functions of {} ({} timed calls each per {} epoch; Ctrl-C to stop){}",
         profiler.functions(),
         args.pid,
         args.sample,
         duration(args.epoch.as_nanos() as u64),
-        if attached.refused > 0 { format!("; {} more cannot be probed", attached.refused) } else { String::new() }
+        match guard.get().refused {
+            0 => String::new(),
+            n => format!("; {n} more cannot be probed"),
+        }
     );
     let started = Instant::now();
-    let end = observe(&attached, opts.duration, &mut profiler, Some(&mut family))?;
+    let end = observe(guard.get_mut(), opts.duration, &mut profiler, Some(&mut family), follow.as_mut())?;
     if end == End::OutputClosed {
         crate::session::observe::say_output_closed();
     }

@@ -57,6 +57,13 @@ impl Sampler {
         }
     }
 
+    /// Samples probes `idx` too, installed as those of [`Sampler::new`].
+    pub fn add(&mut self, region: &Region, idx: &[u32]) {
+        self.last_hits.extend(region.hits_of(idx));
+        self.periods.extend(idx.iter().map(|_| 0));
+        self.idx.extend_from_slice(idx);
+    }
+
     /// The budget of probes sampling `per_epoch` calls per epoch: twice as
     /// many, for functions whose calls become more frequent.
     pub fn budget_for(per_epoch: u32) -> i32 {

@@ -15,13 +15,23 @@ use crate::escape::text;
 
 /// Detaches `attached` when dropped, unless [`Restore::detach`] did.
 pub struct Restore<'a> {
-    attached: Option<&'a Attached>,
+    attached: Option<&'a mut Attached>,
 }
 
 impl<'a> Restore<'a> {
     /// Guards the probes of `attached` from here on.
-    pub fn new(attached: &'a Attached) -> Restore<'a> {
+    pub fn new(attached: &'a mut Attached) -> Restore<'a> {
         Restore { attached: Some(attached) }
+    }
+
+    /// The guarded session.
+    pub fn get(&self) -> &Attached {
+        self.attached.as_deref().expect("a guard holds its session until it detaches")
+    }
+
+    /// The guarded session, to probe more functions in.
+    pub fn get_mut(&mut self) -> &mut Attached {
+        self.attached.as_deref_mut().expect("a guard holds its session until it detaches")
     }
 
     /// The normal end: detaches now, and the guard has nothing left to do.

@@ -9,8 +9,9 @@ use anyhow::Result;
 
 use super::attached::Attached;
 use super::family::Family;
+use super::follow::{self, Follow};
+use super::interrupt;
 use super::tracer::Tracer;
-use super::{follow, interrupt};
 use crate::output::live::Live;
 
 /// How often the loop looks whether the target is alive and its probes installed.
@@ -53,6 +54,9 @@ pub trait Watcher {
     fn tick(&mut self, attached: &Attached) -> Result<()>;
     /// Called once when observing ends.
     fn finish(&mut self) {}
+    /// Called when the session probed more functions (a library loaded):
+    /// they follow the others in `attached`'s probes.
+    fn grown(&mut self, _attached: &Attached) {}
     /// Runs `say`, which writes a line to stderr, around the watcher's own
     /// drawing (a live display hides itself meanwhile).
     fn suspended(&mut self, say: &mut dyn FnMut()) {
@@ -62,12 +66,15 @@ pub trait Watcher {
 
 /// Lets `watcher` tick until a signal, the duration, the target's exit or
 /// exec, or the probes' removal. With `family`, says at once when a child
-/// the target forked is killed by a signal.
+/// the target forked is killed by a signal. With `follow`, probes what its
+/// patterns match in the libraries the target loads, as it sees them at
+/// each check (no rendezvous: a library's first calls may come before).
 pub fn observe(
-    attached: &Attached,
+    attached: &mut Attached,
     duration: Option<Duration>,
     watcher: &mut dyn Watcher,
     mut family: Option<&mut Family>,
+    mut follow: Option<&mut Follow>,
 ) -> Result<End> {
     let started = Instant::now();
     let mut next_check = started;
@@ -95,6 +102,12 @@ pub fn observe(
                     });
                 }
             }
+            if let Some(f) = follow.as_deref_mut()
+                && f.watching()
+                && f.code_changed()
+            {
+                grow(attached, f, watcher);
+            }
             if !attached.still_installed() {
                 break End::Removed;
             }
@@ -113,6 +126,37 @@ pub fn observe(
     };
     watcher.finish();
     Ok(end)
+}
+
+/// Lets go of the probes of libraries `attached`'s process unloaded, and
+/// probes what `follow`'s patterns match in those it loaded; says so.
+fn grow(attached: &mut Attached, follow: &mut Follow, watcher: &mut dyn Watcher) {
+    let pid = attached.pid;
+    let Ok(maps) = crate::process::read_maps(pid) else { return };
+    let _ = attached.drop_unloaded(&maps);
+    let Ok(Some(follow::Loaded { modules, found, names })) = follow.new_functions(&maps) else { return };
+    if found.is_empty() {
+        return;
+    }
+    let started = Instant::now();
+    let said = match attached.extend(&modules, found) {
+        Ok((added, refused)) => {
+            watcher.grown(attached);
+            let skipped = if refused > 0 { format!(" ({refused} cannot be probed)") } else { String::new() };
+            format!(
+                "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
+                crate::escape::text(&names.join(", ")),
+                if added == 1 { "" } else { "s" },
+                started.elapsed().as_secs_f64() * 1e3
+            )
+        }
+        Err(e) => format!(
+            "tp: process {pid} loaded {}; cannot probe it: {}",
+            crate::escape::text(&names.join(", ")),
+            crate::escape::text(&format!("{e:#}"))
+        ),
+    };
+    watcher.suspended(&mut || crate::say!("{said}"));
 }
 
 /// Live counts on stderr, and the events of a tracer if there is one.

@@ -20,8 +20,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
+use super::follow::{self, Follow};
 use super::observe::Watcher;
 use super::{Attached, Detached, Options, Selection};
 use crate::events::clock::Clock;
@@ -32,6 +33,8 @@ use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
 use crate::output::profile::Row;
 use crate::probe::layout::kind;
+use crate::process;
+use crate::symbols::ProcessModules;
 
 /// What `tp profile` probes: sampling return probes on `funcs`, with room
 /// in each thread's ring for every function's samples of an epoch.
@@ -43,6 +46,40 @@ pub fn selection(funcs: Vec<String>, samples_per_epoch: u32) -> Selection {
         sample_budget: budget,
         ..Selection::new(funcs, kind::RET | kind::SAMPLE)
     }
+}
+
+/// Attaches `tp profile`'s probes to `opts.pid`. Patterns that name a
+/// library the process has not loaded wait for it, the session probing
+/// them when it sees the library loaded (no rendezvous: its first calls
+/// may come before); the others resolve strictly, and one of them must
+/// match now.
+pub fn attach(opts: &Options) -> Result<(Attached, Option<Follow>)> {
+    let pid = opts.pid;
+    process::check_attachable(pid)?;
+    let maps = process::read_maps(pid)?;
+    let modules = ProcessModules::new(pid, &maps)?;
+    let funcs = &opts.selection.funcs;
+    let later = follow::naming_unloaded_modules(&modules, funcs);
+    if later.is_empty() {
+        return Ok((Attached::attach(opts)?, None));
+    }
+    let now: Vec<String> = funcs.iter().filter(|f| !later.contains(f)).cloned().collect();
+    if !now.is_empty() {
+        // A misspelt name is an error here as in any attach.
+        modules.resolve_noted(&now)?;
+    }
+    let (follow, start) = Follow::start(pid, &modules, funcs)?;
+    if start.found.is_empty() {
+        bail!(
+            "{}; tp profile needs a function to profile now (`tp attach` and `tp run` wait for a library)",
+            start.waiting.join("; ")
+        );
+    }
+    for w in &start.waiting {
+        crate::say!("tp: {}; tp profiles it once it sees the process load it", crate::escape::text(w));
+    }
+    let attached = Attached::attach_found(opts, &modules, start.found, None)?;
+    Ok((attached, Some(follow)))
 }
 
 /// Adapts the sampling at every epoch and sums the sampled latencies.
@@ -126,6 +163,20 @@ impl Profiler {
 }
 
 impl Watcher for Profiler {
+    fn grown(&mut self, attached: &Attached) {
+        let all = attached.indexes();
+        let names = attached.names();
+        let new: Vec<u32> = all.get(self.idx.len()..).unwrap_or_default().to_vec();
+        for (k, &i) in new.iter().enumerate() {
+            self.position.insert(i, self.idx.len() + k);
+        }
+        self.sampler.add(&attached.region, &new);
+        self.at_start.extend(new.iter().map(|_| 0));
+        self.latency.extend(new.iter().map(|_| Latency::default()));
+        self.names.extend(names.into_iter().skip(self.idx.len()));
+        self.idx.extend(new);
+    }
+
     fn pause(&self) -> Duration {
         if self.epochs == 0 { self.epoch.min(FIRST_EPOCH) } else { self.epoch }
     }
