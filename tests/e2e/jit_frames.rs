@@ -2,7 +2,8 @@
 //! the `jitted` target calls `leaf` from code it copied into anonymous
 //! executable memory, and the test writes the map for it (a stale entry
 //! and the one that replaces it, lines added while tp runs, a map that is
-//! a symbolic link, none at all); node with `--perf-basic-prof` names its
+//! a symbolic link, none at all, one in the /tmp of the target's own PID
+//! and mount namespaces); node with `--perf-basic-prof` names its
 //! JavaScript functions in the stacks of a native function they call.
 
 use std::io::Write;
@@ -138,6 +139,59 @@ fn jit_frames_without_a_perf_map_say_how_to_get_one() {
     assert_eq!(notes.len(), 1, "{stderr}");
     assert!(notes[0].contains("is a symbolic link"), "{stderr}");
     assert!(t.quit().success());
+}
+
+/// A process in PID and mount namespaces of its own, with a /tmp of its
+/// own: its map is `/tmp/perf-NSPID.map` there, NSPID as its namespace
+/// numbers it (the test writes it through `/proc/PID/root`), and names its
+/// JIT code; the same name in tp's own /tmp is not used.
+#[test]
+fn the_perf_map_is_the_processs_own_in_its_namespaces() {
+    need("setpriv");
+    let _shared = shared();
+    let jitted = target_path("jitted");
+    let script = format!("mount -t tmpfs tp-jit /tmp && exec {}", jitted.display());
+    let mut child = KillOnDrop::child(
+        Command::new("unshare")
+            .args(["--pid", "--fork", "--kill-child", "--mount", "--propagation", "private", "sh", "-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.get_mut().stdin.take().unwrap();
+    let mut out = Lines::new(child.get_mut().stdout.take().unwrap());
+    let ns_pid: i32 = out.wait_for("ready pid=").trim_start_matches("ready pid=").parse().unwrap();
+    // unshare's one child, the shell that exec'd the target.
+    let children = std::fs::read_to_string(format!("/proc/{}/task/{}/children", child.id(), child.id())).unwrap();
+    let pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    assert_ne!(pid, ns_pid);
+    let mut ask = |cmd: &str, answer: &str| {
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+        out.wait_for(answer)
+    };
+    let line = ask("where", "code");
+    let word = |key: &str| line.split_whitespace().find_map(|w| w.strip_prefix(key)).unwrap().to_string();
+    let at = u64::from_str_radix(word("at=").trim_start_matches("0x"), 16).unwrap();
+    let size: u64 = word("size=").parse().unwrap();
+    std::fs::write(format!("/proc/{pid}/root/tmp/perf-{ns_pid}.map"), format!("{at:x} {size:x} own_stub\n")).unwrap();
+    // Names in tp's /tmp under either number are not the process's.
+    let decoys = [PerfMap::of(pid), PerfMap::of(ns_pid)];
+    for d in &decoys {
+        d.append(&format!("{at:x} {size:x} decoy\n"));
+    }
+
+    let pid_s = pid.to_string();
+    let s = Session::start(&["-p", &pid_s, "-f", "leaf", "--stack", "--folded"]);
+    ask("calls 40", "done calls");
+    let (status, stdout, stderr) = s.interrupt();
+    assert!(status.success(), "{stderr}");
+    let (stack, n) = folded_leaf(&stdout);
+    assert!(stack.ends_with(";run_jitted;own_stub;leaf") && n == 40, "{stdout}\n{stderr}");
+    writeln!(stdin, "quit").unwrap();
+    drop(stdin);
+    assert!(wait_timeout(child.get_mut()).success(), "the target must exit 0");
 }
 
 /// node with `--perf-basic-prof` (and its interpreted functions on the
