@@ -3,8 +3,8 @@
 //! own PID namespace. The process writes the file and tp may run as root,
 //! so it is reached without following a symbolic link (`tmp` and the map
 //! itself opened with `O_NOFOLLOW`, the map first with `O_PATH`), read
-//! only if it is a regular file owned by the process's user or by root,
-//! and at most [`MAX_READ`] bytes of it in all. Reads are incremental,
+//! only if it is a regular file of one link (no hard link to another
+//! file) owned by the process's user or by root, and at most [`MAX_READ`] bytes of it in all. Reads are incremental,
 //! from where the last one stopped, at most once per [`REREAD_EVERY`]; a
 //! file replaced or rewritten (its inode changed, it shrank, or the bytes
 //! before where the last read stopped differ) is read again from its
@@ -175,6 +175,10 @@ fn open_map(pid: i32, shown: &str, owners: &[u32]) -> io::Result<File> {
     if !owners.contains(&meta.uid()) {
         return Err(refuse(format!("is owned by uid {}, not the process's user nor root", meta.uid())));
     }
+    // A hard link to a file of root's (where the kernel lets users make them) is not the process's map.
+    if meta.nlink() != 1 {
+        return Err(refuse(format!("has {} links", meta.nlink())));
+    }
     // The very inode checked, not the path again.
     crate::process::files::reopen(&path, false)
 }
@@ -245,6 +249,17 @@ mod tests {
         m.refresh(Instant::now());
         let _ = std::fs::remove_dir(&own.0);
         assert_eq!(*m.state(), State::Refused("is a directory, not a regular file".into()));
+    }
+
+    #[test]
+    fn a_hard_link_is_refused() {
+        let (mut m, own) = reader(&format!("tp-test-perf-hard-{}.map", std::process::id()));
+        let other = format!("{}.other", own.0.display());
+        std::fs::write(&other, "1000 10 f\n").unwrap();
+        std::fs::hard_link(&other, &own.0).unwrap();
+        m.refresh(Instant::now());
+        let _ = std::fs::remove_file(&other);
+        assert_eq!(*m.state(), State::Refused("has 2 links".into()));
     }
 
     #[test]
