@@ -63,7 +63,7 @@ stress cycles="1000":
     TP_STRESS_CYCLES={{cycles}} cargo test --release --test e2e stress -- --nocapture
 
 # Fuzz the list-probes path, the x86-64 planner, the data region's reader,
-# static probe notes, line tables and debuginfod answers for a bounded time each (needs nightly and cargo-fuzz, which
+# static probe notes, line tables, debuginfod answers and perf maps for a bounded time each (needs nightly and cargo-fuzz, which
 # tests/deps.sh installs). Crashes land in
 # tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
 # where the e2e tests replay them.
@@ -89,6 +89,8 @@ fuzz seconds="60":
     cargo +nightly fuzz run --fuzz-dir tests/fuzz sdt_notes tests/fuzz/corpus/sdt_notes -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz line_table tests/fuzz/corpus/line_table -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz http_response tests/fuzz/corpus/http_response -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    mkdir -p tests/fuzz/corpus/perf_map
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz perf_map tests/fuzz/corpus/perf_map -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]
