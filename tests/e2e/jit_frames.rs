@@ -4,7 +4,8 @@
 //! and the one that replaces it, lines added while tp runs, a map that is
 //! a symbolic link, none at all, one in the /tmp of the target's own PID
 //! and mount namespaces); node with `--perf-basic-prof` names its
-//! JavaScript functions in the stacks of a native function they call.
+//! JavaScript functions in the stacks of a native function they call, and
+//! a JVM its compiled methods after `jcmd PID Compiler.perfmap`.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -246,4 +247,49 @@ fn node_functions_are_named_in_the_stacks_of_what_they_call() {
         .collect();
     assert!(!named.is_empty(), "{stdout}\n{}", String::from_utf8_lossy(&got.stderr));
     assert!(!String::from_utf8_lossy(&got.stderr).contains("JIT code"), "{}", String::from_utf8_lossy(&got.stderr));
+}
+
+/// A JVM (with frame pointers kept in compiled code, as perf needs too)
+/// runs `yieldLoop`, compiled, calling `Thread.yield()`; after `jcmd PID
+/// Compiler.perfmap` the stacks of libjvm's `JVM_Yield` name the method
+/// and the native method's wrapper, from the map's `0x`-prefixed lines.
+#[test]
+fn jvm_methods_are_named_after_jcmd_writes_the_perf_map() {
+    need("java");
+    let _shared = shared();
+    let dir = std::env::temp_dir().join(format!("tp-jit-jvm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets/java/YieldLoop.java");
+    let javac = Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
+    assert!(javac.success(), "javac {}", src.display());
+    let mut java = KillOnDrop::child(
+        Command::new("java")
+            .args(["-Xmx128m", "-XX:+PreserveFramePointer", "-cp"])
+            .arg(&dir)
+            .arg("YieldLoop")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = Lines::new(java.get_mut().stdout.take().unwrap());
+    let pid = out.wait_for("ready ").trim_start_matches("ready ").to_string();
+    let _map = PerfMap(format!("/tmp/perf-{pid}.map").into());
+    let jcmd = run(Command::new("jcmd").args([pid.as_str(), "Compiler.perfmap"]));
+    assert!(jcmd.status.success(), "{}", String::from_utf8_lossy(&jcmd.stderr));
+
+    let args = ["attach", "-p", &pid, "-f", "JVM_Yield", "--stack", "--folded", "-d", "2"];
+    let got = run_within(tp_command().args(args), std::time::Duration::from_secs(300));
+    let stdout = expect_success(&args, &got);
+    let named = stdout.lines().any(|l| {
+        let frames: Vec<&str> = l.rsplit_once(' ').map_or(l, |(s, _)| s).split(';').collect();
+        frames.ends_with(&["void YieldLoop.yieldLoop(int)", "void java.lang.Thread.yield()", "JVM_Yield"])
+    });
+    assert!(named, "{stdout}\n{}", String::from_utf8_lossy(&got.stderr));
+
+    java.get_mut().stdin.take().unwrap().write_all(b"quit\n").unwrap();
+    out.wait_for("calls ");
+    let status = wait_timeout(java.get_mut());
+    assert!(status.success(), "java: {status:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
