@@ -95,6 +95,8 @@ const TARGETS: &[Target] = &[
     // Known call paths, with frame pointers and without (`--stack` fp and dwarf).
     Target { name: "stacks", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     Target { name: "stacks-nofp", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fomit-frame-pointer"]) },
+    // Calls from code in anonymous executable memory, named by a perf map (JIT frames).
+    Target { name: "jitted", sources: &["jitted.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     // The same with frame pointers (the benchmark's stack walks).
     Target { name: "hot-fp", sources: &["hot.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     Target { name: "hot-nop5", sources: &["hot.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie", "-DNOP5"]) },

@@ -64,8 +64,8 @@ stress cycles="1000":
 
 # Fuzz every target of tests/fuzz: the list-probes path, the x86-64 planner,
 # the data region's reader, seccomp filters, cache entries, static probe
-# notes, line tables, debuginfod answers, predicates and stack words, for a
-# bounded time each (needs nightly and cargo-fuzz, which
+# notes, line tables, debuginfod answers, predicates, stack words and perf
+# maps, for a bounded time each (needs nightly and cargo-fuzz, which
 # tests/deps.sh installs). Crashes land in
 # tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
 # where the e2e tests replay them.
@@ -91,9 +91,10 @@ fuzz seconds="60":
     cargo +nightly fuzz run --fuzz-dir tests/fuzz sdt_notes tests/fuzz/corpus/sdt_notes -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz line_table tests/fuzz/corpus/line_table -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz http_response tests/fuzz/corpus/http_response -- -max_total_time={{seconds}} -rss_limit_mb=4096
-    mkdir -p tests/fuzz/corpus/predicate tests/fuzz/corpus/stack_words
+    mkdir -p tests/fuzz/corpus/predicate tests/fuzz/corpus/stack_words tests/fuzz/corpus/perf_map
     cargo +nightly fuzz run --fuzz-dir tests/fuzz predicate tests/fuzz/corpus/predicate -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo +nightly fuzz run --fuzz-dir tests/fuzz stack_words tests/fuzz/corpus/stack_words -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +nightly fuzz run --fuzz-dir tests/fuzz perf_map tests/fuzz/corpus/perf_map -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]

@@ -58,10 +58,11 @@ pub fn write_text(out: &mut impl Write, all: &[ProbeStacks]) -> io::Result<()> {
     Ok(())
 }
 
-/// A name as a folded line shows it: no `;` (the separator) and no line
-/// breaks.
+/// A name as a folded line shows it: no `;` (the separator), and escaped
+/// for a terminal as everywhere else ([`text`]: no line breaks or escape
+/// sequences; a JIT's perf map or a symbol table can hold any).
 fn folded_name(name: &str) -> String {
-    name.replace([';', '\n', '\r'], "_")
+    text(name).replace(';', "_")
 }
 
 /// Folded lines, `outermost;...;function count`, one per distinct stack.
@@ -147,6 +148,11 @@ mod tests {
     #[test]
     fn folded_lines_start_at_the_root() {
         assert_eq!(folded(&sample()), ["main;b_c;leaf 2", "main;a;leaf 5"]);
+    }
+
+    #[test]
+    fn folded_names_are_escaped_for_a_terminal() {
+        assert_eq!(folded_name("JS:*f\x1b[2J;x\ny"), "JS:*f\\x1b[2J_x\\x0ay");
     }
 
     #[test]

@@ -97,6 +97,11 @@ pub struct Status {
     pub tracer_pid: i32,
     /// The process (thread group) the thread belongs to.
     pub tgid: i32,
+    /// The thread's number in its own PID namespace, the innermost
+    /// (`NSpid`'s last; 0 when the kernel does not say).
+    pub ns_pid: i32,
+    /// Its real and effective user IDs, as tp's namespace sees them.
+    pub uids: [u32; 2],
 }
 
 /// The syscall thread `tid` of `pid` is blocked in, from
@@ -170,6 +175,11 @@ pub fn parse_status(text: &str) -> Status {
             "State" => st.state = value.chars().next().unwrap_or('?'),
             "TracerPid" => st.tracer_pid = value.parse().unwrap_or(0),
             "Tgid" => st.tgid = value.parse().unwrap_or(0),
+            "NSpid" => st.ns_pid = value.split_whitespace().next_back().and_then(|v| v.parse().ok()).unwrap_or(0),
+            "Uid" => {
+                let mut ids = value.split_whitespace().map(|v| v.parse().unwrap_or(u32::MAX));
+                st.uids = [ids.next().unwrap_or(u32::MAX), ids.next().unwrap_or(u32::MAX)];
+            }
             _ => {}
         }
     }
@@ -307,7 +317,11 @@ mod tests {
     #[test]
     fn parses_status_fields() {
         let st = parse_status("Name:\tcounter\nUmask:\t0022\nState:\tS (sleeping)\nTgid:\t5\nTracerPid:\t42\n");
-        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42, tgid: 5 });
+        assert_eq!(st, Status { name: "counter".into(), state: 'S', tracer_pid: 42, tgid: 5, ..Default::default() });
+        let st = parse_status("Tgid:\t9\nNSpid:\t9\t3\t1\nUid:\t1000\t0\t0\t0\n");
+        assert_eq!((st.ns_pid, st.uids), (1, [1000, 0]));
+        let st = parse_status("Uid:\tx\nNSpid:\t\n");
+        assert_eq!((st.ns_pid, st.uids), (0, [u32::MAX, u32::MAX]));
     }
 
     #[test]

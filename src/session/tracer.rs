@@ -101,6 +101,13 @@ fn ended(region: &crate::probe::region::Region, pid: i32) -> bool {
     }
 }
 
+/// Says the note `sym` has about frames it could not name, if any.
+fn say_note(sym: &mut Symbolizer) {
+    if let Some(note) = sym.take_note() {
+        crate::say!("tp: {}", crate::escape::text(&note));
+    }
+}
+
 /// The consumer of one process's events.
 pub struct Tracer {
     pid: i32,
@@ -389,6 +396,7 @@ impl Tracer {
             inlined: Vec::new(),
         });
         frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
+        say_note(sym);
         if !self.stacks.add(i, addrs) {
             self.stack_notes.entry(i).or_default().2 += 1;
         }
@@ -425,6 +433,7 @@ impl Tracer {
                         (frames, n)
                     })
                     .collect();
+                say_note(sym);
                 let (truncated, no_bounds, unreadable) = self.stack_notes.get(&i).copied().unwrap_or_default();
                 ProbeStacks {
                     function: info.name.clone(),

@@ -2,7 +2,8 @@
 //! an ELF file ([`elf`]) with its load bias, demangled names ([`demangle`]),
 //! separate debug information ([`debuginfo`]), DWARF ([`dwarf`]), line
 //! tables ([`lines`]) and static probes ([`sdt`]); and the names users
-//! write ([`pattern`], and sites inside functions: [`site`]).
+//! write ([`pattern`], and sites inside functions: [`site`]); JIT code
+//! by the names its runtime writes to a perf map ([`perf_map`]).
 
 pub mod blocks;
 pub mod contents;
@@ -19,6 +20,8 @@ pub mod lines;
 pub mod module;
 pub mod modules;
 pub mod pattern;
+pub mod perf_map;
+pub mod perf_map_file;
 pub mod saved;
 pub mod saving;
 pub mod sdt;

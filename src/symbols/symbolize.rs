@@ -3,14 +3,22 @@
 //! inlined there (addr2line, on the module's debugging information or its
 //! separate debug file's). A process's modules are read once and again
 //! when an address lies in none of them (a library loaded since); each
-//! address is looked up once.
+//! address is looked up once. An address no module covers (JIT code, in
+//! anonymous executable memory) is named by the process's perf map
+//! ([`super::perf_map_file`]), read again as it grows, and looked up
+//! afresh each time (a later entry replaces an earlier one); a process
+//! with JIT code in its stacks and no perf map gets one note
+//! ([`Symbolizer::take_note`]) saying how to have one.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use super::ProcessModules;
 use super::elf::ElfFile;
+use super::perf_map_file::{PerfMapFile, State};
 use crate::addr::RuntimeAddr;
+use crate::process::Mapping;
 
 type Reader = gimli::EndianRcSlice<gimli::RunTimeEndian>;
 
@@ -77,6 +85,14 @@ pub struct Symbolizer {
     rereads: u32,
     /// Each module's DWARF for inlined functions, by path (None: it has none).
     inline: HashMap<PathBuf, Option<addr2line::Context<Reader>>>,
+    /// Names of JIT code, from the process's perf map.
+    jit: PerfMapFile,
+    /// Anonymous executable memory (JIT code), as of the last read of the maps.
+    anon_exec: Vec<(u64, u64)>,
+    /// The note about JIT code without names was made.
+    jit_noted: bool,
+    /// That note, until [`Symbolizer::take_note`] takes it.
+    note: Option<String>,
 }
 
 /// Reads of a process's memory map a symbolizer makes for addresses it
@@ -86,13 +102,25 @@ const MAX_REREADS: u32 = 16;
 impl Symbolizer {
     /// A symbolizer for process `pid`, with its modules as they are now.
     pub fn new(pid: i32) -> Symbolizer {
-        let mut s = Symbolizer { pid, modules: None, cache: HashMap::new(), rereads: 0, inline: HashMap::new() };
+        let mut s = Symbolizer {
+            pid,
+            modules: None,
+            cache: HashMap::new(),
+            rereads: 0,
+            inline: HashMap::new(),
+            jit: PerfMapFile::new(pid),
+            anon_exec: Vec::new(),
+            jit_noted: false,
+            note: None,
+        };
         s.read_modules();
         s
     }
 
     fn read_modules(&mut self) {
-        self.modules = crate::process::read_maps(self.pid).ok().and_then(|m| ProcessModules::new(self.pid, &m).ok());
+        let maps = crate::process::read_maps(self.pid).ok();
+        self.anon_exec = maps.iter().flatten().filter(|m| is_anon_exec(m)).map(|m| (m.start, m.end)).collect();
+        self.modules = maps.and_then(|m| ProcessModules::new(self.pid, &m).ok());
     }
 
     /// The frame at `addr`; `is_return` when it is a return address (looked
@@ -103,10 +131,19 @@ impl Symbolizer {
         }
         let look = if is_return { addr.saturating_sub(1) } else { addr };
         let mut found = self.modules.as_ref().and_then(|m| m.index_containing(look));
-        if found.is_none() && self.rereads < MAX_REREADS {
-            self.rereads += 1;
-            self.read_modules();
-            found = self.modules.as_ref().and_then(|m| m.index_containing(look));
+        if found.is_none() {
+            // JIT code the perf map names already: no need to read the modules again.
+            if let Some(named) = self.jit_named(addr, look) {
+                return named;
+            }
+            if self.rereads < MAX_REREADS {
+                self.rereads += 1;
+                self.read_modules();
+                found = self.modules.as_ref().and_then(|m| m.index_containing(look));
+            }
+        }
+        if found.is_none() {
+            return self.jit_frame(addr, look);
         }
         let frame = match (found, &self.modules) {
             (Some(i), Some(mods)) => match mods.get(i) {
@@ -142,6 +179,66 @@ impl Symbolizer {
         self.cache.insert(addr, frame.clone());
         frame
     }
+
+    /// The frame at `addr` (looked up at `look`) that no module covers: by
+    /// the perf map, read again if it does not name `look` yet; else the
+    /// address alone.
+    fn jit_frame(&mut self, addr: u64, look: u64) -> Frame {
+        if let Some(named) = self.jit_named(addr, look) {
+            return named;
+        }
+        self.jit.refresh(Instant::now());
+        if let Some(named) = self.jit_named(addr, look) {
+            return named;
+        }
+        self.note_unnamed_jit(look);
+        Frame { function: None, module: None, offset: 0, addr, inlined: Vec::new() }
+    }
+
+    /// The frame at `addr` if the perf map as read so far names `look`.
+    fn jit_named(&self, addr: u64, look: u64) -> Option<Frame> {
+        let (name, start) = self.jit.lookup(look)?;
+        let module = self.jit.shown().trim_start_matches("/tmp/").to_string();
+        Some(Frame {
+            function: Some(name.to_string()),
+            module: Some(module),
+            offset: addr - start,
+            addr,
+            inlined: Vec::new(),
+        })
+    }
+
+    /// Notes once, when `look` lies in anonymous executable memory and
+    /// the process has no perf map tp reads, how to have one.
+    fn note_unnamed_jit(&mut self, look: u64) {
+        if self.jit_noted || !self.anon_exec.iter().any(|&(lo, hi)| lo <= look && look < hi) {
+            return;
+        }
+        let (pid, shown) = (self.pid, self.jit.shown());
+        self.note = match self.jit.state() {
+            State::Missing => Some(format!(
+                "frames in JIT code of process {pid} show as addresses: it writes no perf map ({shown}); \
+                 start node with --perf-basic-prof, or run `jcmd {pid} Compiler.perfmap` for a JVM"
+            )),
+            State::Refused(why) => Some(format!(
+                "frames in JIT code of process {pid} show as addresses: its perf map {shown} is not read: {why}"
+            )),
+            State::Unread | State::Read => return,
+        };
+        self.jit_noted = true;
+    }
+
+    /// A note for the user, once, about frames it could not name (the
+    /// caller says it: one line after `tp: `, escaped).
+    pub fn take_note(&mut self) -> Option<String> {
+        self.note.take()
+    }
+}
+
+/// True for anonymous executable memory, where JIT compilers put code
+/// (unnamed, or named by the process: `[anon:NAME]`).
+fn is_anon_exec(m: &Mapping) -> bool {
+    m.exec && m.inode == 0 && (m.path.is_empty() || m.path.starts_with("[anon:"))
 }
 
 /// The DWARF of `elf` for looking up inlined functions; None without any.

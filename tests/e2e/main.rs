@@ -29,6 +29,8 @@ mod nginx;
 mod events;
 // Stacks, predicates, counts by value and durations kept in the target.
 mod stacks;
+// Frames in JIT code named by the process's perf map: a C target's copied code, node's functions.
+mod jit_frames;
 // list-probes on the bundled targets.
 mod list_probes;
 // The cache of module analyses: the same answers hit or miss, damaged,

@@ -513,6 +513,12 @@ impl Session {
         Session { child, err, out }
     }
 
+    /// Waits for a line on tp's stdout starting with `prefix` (every line
+    /// stays in what [`Session::interrupt`] returns).
+    pub fn wait_stdout(&mut self, prefix: &str) -> String {
+        self.out.wait_for(prefix)
+    }
+
     /// Sends SIGINT (as Ctrl-C does), waits for exit, returns (status, stdout, stderr).
     pub fn interrupt(mut self) -> (ExitStatus, String, String) {
         // SAFETY: plain kill(2).
