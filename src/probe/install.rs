@@ -628,9 +628,14 @@ pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
 
 /// True if a probe of kind `k` may record with the arch's hand-written
 /// fast entry (the plain `tp_entry`'s common case, whose frames return
-/// through the plain trampoline): none of the `_ext` parts.
+/// through the plain trampoline): none of the `_ext` parts of the entry,
+/// and none of the exit's where the return address is replaced. A call
+/// timed at its exits puts no trampoline anywhere (its exits' detours
+/// call the `_ext` exit themselves), so its exit's parts leave its entry
+/// as plain as any.
 pub fn fast_entry_for(k: u32) -> bool {
-    k & (kind::FILTER | kind::STACK | kind::BY | kind::FILTER_EXIT | kind::AGGREGATE) == 0
+    let exit_parts = if k & kind::AT_EXITS != 0 { 0 } else { kind::FILTER_EXIT | kind::AGGREGATE };
+    k & (kind::FILTER | kind::STACK | kind::BY | exit_parts) == 0
 }
 
 /// Where probe `index`'s detour finds its flag, counters and runtime;
@@ -972,6 +977,8 @@ mod tests {
             let r = runtime_for(kind::RET | k, rt);
             assert_eq!((r.entry, r.trampoline), (1, 4), "{k}");
             assert!(!fast_entry_for(kind::RET | k));
+            assert!(fast_entry_for(kind::RET | kind::AT_EXITS | k));
+            assert!(!fast_entry_for(kind::RET | kind::AT_EXITS | kind::FILTER | k));
         }
     }
 }
