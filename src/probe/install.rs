@@ -591,7 +591,8 @@ fn exit_words_of(req: &Request, index: u32, parent: Option<u32>) -> Option<ExitW
         None => return None,
     };
     let ret = probe | (layout::entry_word(0, req.kind) & layout::entry_flags::EXIT_EXT) | go_frames(req);
-    Some(ExitWords { ret, tail: ret | layout::entry_flags::TAIL_CALL })
+    let runtime = ret & !layout::PROBE_MASK != 0;
+    Some(ExitWords { ret, tail: ret | layout::entry_flags::TAIL_CALL, runtime })
 }
 
 /// [`layout::entry_flags::GO_FRAMES`] for Go code: its calls timed at their
@@ -960,6 +961,8 @@ mod tests {
             entry_ext: 3,
             trampoline_ext: 4,
             exit: 7,
+            exit_tail: 7,
+            exit_runtime: 7,
             unwind: 5,
             rendezvous: 9,
             count: 6,
