@@ -405,6 +405,7 @@ fn exit_detours_leave_as_the_function_did() {
             exit_ext: &[0; 4],
             exit_at: clobber,
             exit_at_ext: clobber,
+            rendezvous: &[0; 4],
         };
         let block = runtime::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
         let spec = DetourSpec {
