@@ -495,8 +495,16 @@ pub struct RuntimeAddrs {
     pub trampoline_ext: u64,
     /// What the detour at an exit of a function calls before the exit runs
     /// (the call's end: `tp_exit_at`, `tp_exit_at_ext`), given the word of
-    /// [`DetourSpec::entry_word`].
+    /// [`DetourSpec::exit_words`]: before a return.
     pub exit: u64,
+    /// [`RuntimeAddrs::exit`] before a tail call's jump out of the function.
+    /// The same address where the architecture has one exit routine.
+    pub exit_tail: u64,
+    /// [`RuntimeAddrs::exit`] for the words [`ExitWords::runtime`] marks,
+    /// and an exit ahead of its return: what calls the runtime's functions
+    /// at once. The same address where the architecture has one exit
+    /// routine.
+    pub exit_runtime: u64,
     /// `tp_unwind`.
     pub unwind: u64,
     /// `tp_rendezvous`: tp's own probe at the dynamic linker's rendezvous.
@@ -714,6 +722,10 @@ pub struct ExitWords {
     pub ret: u32,
     /// Before a jump out of the function (a tail call: no return value).
     pub tail: u32,
+    /// The words carry flags that only the runtime's functions handle (Go
+    /// code's goroutine frames, a predicate on the return value, durations
+    /// kept in the target): the detour calls [`RuntimeAddrs::exit_runtime`].
+    pub runtime: bool,
 }
 
 impl ExitWords {

@@ -591,7 +591,8 @@ fn exit_words_of(req: &Request, index: u32, parent: Option<u32>) -> Option<ExitW
         None => return None,
     };
     let ret = probe | (layout::entry_word(0, req.kind) & layout::entry_flags::EXIT_EXT) | go_frames(req);
-    Some(ExitWords { ret, tail: ret | layout::entry_flags::TAIL_CALL })
+    let runtime = ret & !layout::PROBE_MASK != 0;
+    Some(ExitWords { ret, tail: ret | layout::entry_flags::TAIL_CALL, runtime })
 }
 
 /// [`layout::entry_flags::GO_FRAMES`] for Go code: its calls timed at their
@@ -628,9 +629,14 @@ pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
 
 /// True if a probe of kind `k` may record with the arch's hand-written
 /// fast entry (the plain `tp_entry`'s common case, whose frames return
-/// through the plain trampoline): none of the `_ext` parts.
+/// through the plain trampoline): none of the `_ext` parts of the entry,
+/// and none of the exit's where the return address is replaced. A call
+/// timed at its exits puts no trampoline anywhere (its exits' detours
+/// call the `_ext` exit themselves), so its exit's parts leave its entry
+/// as plain as any.
 pub fn fast_entry_for(k: u32) -> bool {
-    k & (kind::FILTER | kind::STACK | kind::BY | kind::FILTER_EXIT | kind::AGGREGATE) == 0
+    let exit_parts = if k & kind::AT_EXITS != 0 { 0 } else { kind::FILTER_EXIT | kind::AGGREGATE };
+    k & (kind::FILTER | kind::STACK | kind::BY | exit_parts) == 0
 }
 
 /// Where probe `index`'s detour finds its flag, counters and runtime;
@@ -955,6 +961,8 @@ mod tests {
             entry_ext: 3,
             trampoline_ext: 4,
             exit: 7,
+            exit_tail: 7,
+            exit_runtime: 7,
             unwind: 5,
             rendezvous: 9,
             count: 6,
@@ -972,6 +980,8 @@ mod tests {
             let r = runtime_for(kind::RET | k, rt);
             assert_eq!((r.entry, r.trampoline), (1, 4), "{k}");
             assert!(!fast_entry_for(kind::RET | k));
+            assert!(fast_entry_for(kind::RET | kind::AT_EXITS | k));
+            assert!(!fast_entry_for(kind::RET | kind::AT_EXITS | kind::FILTER | k));
         }
     }
 }

@@ -281,6 +281,8 @@ fn an_interior_detour_keeps_the_red_zone() {
             entry_ext: 0,
             trampoline_ext: 0,
             exit: 0,
+            exit_tail: 0,
+            exit_runtime: 0,
             count: stub,
             ctx: 0,
         }),
@@ -367,6 +369,8 @@ fn the_whole_detour_preserves_every_register_and_flag() {
                         entry_ext: 0,
                         trampoline_ext: 0,
                         exit: 0,
+                        exit_tail: 0,
+                        exit_runtime: 0,
                         count: stub,
                         ctx: 0,
                     }),
@@ -433,6 +437,8 @@ fn the_detour_counts_in_the_row_its_thread_finds_in_the_cache() {
             entry_ext: 0,
             trampoline_ext: 0,
             exit: 0,
+            exit_tail: 0,
+            exit_runtime: 0,
             count: at + 0x800,
             ctx: 0,
         }),
@@ -537,6 +543,8 @@ fn exit_windows_behave_like_the_original() {
                         entry_ext: 0,
                         trampoline_ext: 0,
                         exit,
+                        exit_tail: exit,
+                        exit_runtime: exit,
                         count: 0,
                         ctx: 0,
                     }),
@@ -550,14 +558,15 @@ fn exit_windows_behave_like_the_original() {
                     return_saved_below: None,
                     operands: None,
                     layout: None,
-                    exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21 }),
+                    exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21, runtime: false }),
                     sp_below_entry: 0,
                     go_room_lost: None,
                 };
                 let d = detour::build(plan, at, &spec).unwrap_or_else(|r| panic!("`{asm}` at {at:#x}: {r}"));
                 let mut bytes = d.bytes.clone();
                 bytes.resize((exit - at) as usize, 0xcc);
-                bytes.push(0xc3);
+                // The exit routine returns with `ret 8`, the word dropped.
+                bytes.extend_from_slice(&[0xc2, 0x08, 0x00]);
                 let extra = ["-u".to_string(), "32".to_string()];
                 let (ok, text) = run_harness_with(orig, &plan.window, at, &bytes, 0, &extra);
                 if !ok {

@@ -294,6 +294,8 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
                     exit: 0,
+                    exit_tail: 0,
+                    exit_runtime: 0,
                     count: 0,
                     ctx: 0x5555,
                 };
@@ -403,6 +405,7 @@ fn exit_detours_leave_as_the_function_did() {
             exit_ext: &[0; 4],
             exit_at: clobber,
             exit_at_ext: clobber,
+            rendezvous: &[0; 4],
         };
         let block = runtime::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
         let spec = DetourSpec {
@@ -420,7 +423,7 @@ fn exit_detours_leave_as_the_function_did() {
             return_saved_below: None,
             operands: None,
             layout: None,
-            exit_words: Some(ExitWords { ret: 7, tail: 7 | 1 << 21 }),
+            exit_words: Some(ExitWords { ret: 7, tail: 7 | 1 << 21, runtime: false }),
             sp_below_entry: 0,
             go_room_lost: None,
         };

@@ -556,6 +556,8 @@ mod tests {
             entry_ext: AT - 0x600,
             trampoline_ext: AT - 0x80,
             exit: AT - 0x40,
+            exit_tail: AT - 0x40,
+            exit_runtime: AT - 0x40,
             count: 0,
             ctx: 0xffff_8000_0100,
         }
@@ -843,7 +845,7 @@ mod tests {
         use crate::arch::ExitWords;
         let exit_spec =
             || DetourSpec { records: Records { exit: true, ..Records::COUNT }, runtime: Some(runtime()), ..spec() };
-        let words = ExitWords { ret: 3, tail: 3 | 1 << 21 };
+        let words = ExitWords { ret: 3, tail: 3 | 1 << 21, runtime: false };
         let at = |k: usize| AT + 4 * k as u64;
         let stub = |word: u32| {
             vec![
@@ -919,7 +921,7 @@ mod tests {
             records: Records { ret: true, ..Records::COUNT },
             runtime: Some(runtime()),
             entry_word: 3 | (1 << 22),
-            exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21 }),
+            exit_words: Some(ExitWords { ret: 3, tail: 3 | 1 << 21, runtime: false }),
             ..spec()
         };
         let asm = disassemble(&build(&plan, AT, &spec, Atomics::Lse).unwrap().bytes, AT);

@@ -75,7 +75,20 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
     let exit = place(&mut bytes, &code);
     let rendezvous = place(&mut bytes, blobs.rendezvous);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
-    let addrs = RuntimeAddrs { entry, trampoline, unwind, rendezvous, entry_ext, trampoline_ext, exit, count: 0, ctx };
+    // One exit routine takes every word (the runtime's function decides).
+    let addrs = RuntimeAddrs {
+        entry,
+        trampoline,
+        unwind,
+        rendezvous,
+        entry_ext,
+        trampoline_ext,
+        exit,
+        exit_tail: exit,
+        exit_runtime: exit,
+        count: 0,
+        ctx,
+    };
     RuntimeBlock { bytes, addrs }
 }
 

@@ -125,7 +125,9 @@ use super::live;
 use super::operands::{self, Frame};
 use super::relocate::{self, Relocated};
 use super::writer::Writer;
-use crate::arch::{Abi, Detour, DetourSpec, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan, cache};
+use crate::arch::{
+    Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan, cache,
+};
 
 /// Register numbers as the writer takes them.
 const RAX: u8 = 0;
@@ -318,19 +320,37 @@ fn build_exit(plan: &SitePlan, at: u64, spec: &DetourSpec, rt: &RuntimeAddrs) ->
 /// before each of its exits when the probe sees its calls end there.
 fn relocate_window(plan: &SitePlan, at: u64, spec: &DetourSpec, rt: &RuntimeAddrs) -> Result<Relocated, Refusal> {
     match spec.exit_words {
-        Some(words) => relocate::relocate_with(plan, at, Some(&mut |pc, e| exit_stub(pc, words.of(e), rt.exit))),
+        Some(words) => relocate::relocate_with(
+            plan,
+            at,
+            Some(&mut |pc, e| exit_stub(pc, words.of(e), exit_routine(&words, e, rt))),
+        ),
         None => relocate::relocate(plan, at),
     }
 }
 
+/// Which of the runtime's ways into its exit routine ([`super::fast::exit_at`])
+/// the detour calls before exit `e`: the runtime's functions at once for a
+/// word with their flags or an exit ahead of its return (whose word's top
+/// half the fast paths do not read), else the fast path of a return or of
+/// a tail call.
+fn exit_routine(words: &ExitWords, e: ExitInsn, rt: &RuntimeAddrs) -> u64 {
+    match e.kind {
+        ExitKind::Ahead { .. } => rt.exit_runtime,
+        _ if words.runtime => rt.exit_runtime,
+        k if k.is_tail_call() => rt.exit_tail,
+        _ => rt.exit,
+    }
+}
+
 /// What a detour puts before an exit of its window: `push word; call exit;
-/// lea rsp, [rsp + 8]; mov qword [rsp - 16], 0`, where a `mov dword [rsp +
-/// 4], high` after the push makes the pushed word `word` whole
-/// ([`ExitWords::of`]) when sign extension does not. The runtime's exit
-/// ([`super::fast::exit_at`]) keeps every register and flag; the return
-/// address into the detour that its call left below the stack pointer is
-/// cleared (see [`super::runtime::CLEARED_BELOW`]). The same length wherever
-/// it goes.
+/// mov qword [rsp - 16], 0`, where a `mov dword [rsp + 4], high` after the
+/// push makes the pushed word `word` whole ([`ExitWords::of`]) when sign
+/// extension does not. The runtime's exit ([`super::fast::exit_at`]) keeps
+/// every register and flag and returns with `ret 8`, the word dropped; the
+/// return address into the detour that its call left below the stack
+/// pointer is cleared (see [`super::runtime::CLEARED_BELOW`]). The same
+/// length wherever it goes.
 fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
     let mut w = Writer::new(pc);
     w.put_push_imm32(word as u32 as i32);
@@ -338,7 +358,6 @@ fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
         w.put_store32_imm(fast::RSP, 4, (word >> 32) as u32);
     }
     w.put_call(exit);
-    w.put_lea_rsp_rsp(8);
     w.put_store_imm(fast::RSP, -16, 0);
     w.into_bytes()
 }
@@ -672,6 +691,8 @@ mod tests {
             entry_ext: AT + 0x200,
             trampoline_ext: AT + 0x880,
             exit: AT + 0x900,
+            exit_tail: AT + 0x900,
+            exit_runtime: AT + 0x900,
             count: AT + 0x700,
             ctx: 0x7f00_0000_0100,
         }

@@ -123,13 +123,19 @@ pub(super) struct Marks {
     /// Labels inside the exit routine ([`exit_at`]).
     pub at_found: u64,
     /// See [`Marks::at_found`].
+    pub at_way1: u64,
+    /// See [`Marks::at_found`].
+    pub at_found_tail: u64,
+    /// See [`Marks::at_found`].
+    pub at_way1_tail: u64,
+    /// See [`Marks::at_found`].
     pub at_done: u64,
     /// See [`Marks::at_found`].
+    pub at_not_one: u64,
+    /// See [`Marks::at_found`].
+    pub at_other0: u64,
+    /// See [`Marks::at_found`].
     pub at_other: u64,
-    /// See [`Marks::at_found`].
-    pub at_deep: u64,
-    /// See [`Marks::at_found`].
-    pub at_way1: u64,
     /// See [`Marks::at_found`].
     pub at_unmark: u64,
     /// See [`Marks::at_found`].
@@ -153,10 +159,13 @@ impl Marks {
             exit_found: at,
             exit_unmark: at,
             at_found: at,
-            at_done: at,
-            at_other: at,
-            at_deep: at,
             at_way1: at,
+            at_found_tail: at,
+            at_way1_tail: at,
+            at_done: at,
+            at_not_one: at,
+            at_other0: at,
+            at_other: at,
             at_unmark: at,
             at_slow: at,
             at_ext: at,
@@ -496,97 +505,55 @@ const AT_SLOT: i32 = 64;
 /// with those, every one a C function may clobber.
 const AT_SAVED: [u8; 4] = [RSI, RDI, R8, R9];
 
+/// Where the exit routine's three ways in are (see [`exit_at`]).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ExitRoutines {
+    /// Before a return: the word is the probe alone.
+    pub ret: u64,
+    /// Before a tail call's jump out: the probe and the tail call's flag.
+    pub tail: u64,
+    /// Straight to the runtime's functions: a word with their flags (Go
+    /// code's goroutine frames, a predicate on the return value, durations
+    /// kept in the target), or whose top half says the return address is
+    /// above the stack pointer.
+    pub runtime: u64,
+}
+
 /// The exit routine, which the detour at an exit of a function calls
 /// before the exit runs (`push word; call exit`), with every register and
-/// flag kept. See the module doc's **Exit at an exit**: the fast path
-/// records the end of the thread's only timed call, and returns at once
-/// where the call was not timed (no timed call on the thread, or an outer
-/// one of the same stack on top); else it calls `plain` (`tp_exit_at`) or,
-/// for a word with the runtime's flags, `ext` (`tp_exit_at_ext`).
-pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks, plain: u64, ext: u64) {
-    w.put_push(RAX);
-    w.put_push_flags_via_rax();
-    for r in [RDX, R10, R11, RCX] {
-        w.put_push(r);
-    }
-    // Go code's calls are its goroutine's, not the thread's: the runtime's.
-    w.put_test32_mem_imm(RSP, AT_WORD, l.go_frames);
-    w.put_jne(m.at_slow);
-    cache_entry(w, R10, RAX, m.lit_cache, m.at_way1);
-    out.at_found = w.pc();
-    w.put_load(R11, R10, cache::THREAD);
-    w.put_load32(RCX, R11, l.thread_depth as i32);
-    w.put_test_reg(RCX);
-    w.put_je(m.at_done);
-    w.put_cmp32_imm(RCX, 1);
-    w.put_jne(m.at_deep);
-    // One timed call live, in frame 0: this call's, an outer one's, or neither?
-    w.put_load(RAX, R11, frame0(l, l.frame_slot));
-    w.put_lea(RDX, RSP, AT_SLOT);
-    w.put_sub_reg(RAX, RDX);
-    w.put_jne(m.at_other);
-    w.put_test32_mem_imm(RSP, AT_WORD, l.exit_ext | l.go_frames);
-    w.put_jne(m.at_slow);
-    w.put_load32(RAX, RSP, AT_WORD);
-    w.put_and32_imm(RAX, l.probe_mask);
-    w.put_cmp32_reg_mem(RAX, R11, frame0(l, l.frame_probe));
-    w.put_jne(m.at_slow);
-    w.put_cmp32_mem_imm(R11, l.thread_writing as i32, 0);
-    w.put_jne(m.at_slow);
-    // This call's: its end, then the event from the frame read whole.
-    w.put_load(R10, R10, cache::RING);
-    timestamp(w, RAX);
-    w.put_mov_reg(RCX, RAX);
-    reserve_event(w, l, R11, R10, RAX, m.at_slow, m.at_unmark);
-    w.put_load32(RDX, R11, frame0(l, l.frame_probe));
-    w.put_or32_imm(RDX, l.exit_kind);
-    w.put_store32(RDX, RAX, l.event_probe as i32);
-    thread_tid(w, l, m.lit_ctx, RDX);
-    w.put_store32(RDX, RAX, l.event_tid as i32);
-    w.put_store(RCX, RAX, l.event_tsc as i32);
-    let v = |k: u32| (l.event_v + 8 * k) as i32;
-    w.put_load(RDX, RSP, EXIT_RAX);
-    w.put_store(RDX, RAX, v(0));
-    w.put_load(RDX, R11, frame0(l, l.frame_tsc));
-    w.put_store(RDX, RAX, v(1));
-    w.put_load(RDX, RSP, EXIT_RDX);
-    w.put_store(RDX, RAX, v(2));
-    w.put_load(RDX, R11, l.thread_overhead as i32);
-    w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
-    w.put_store(RDX, RAX, v(3));
-    w.put_load32(RDX, RSP, AT_WORD);
-    w.put_and32_imm(RDX, l.tail_call);
-    w.put_store(RDX, RAX, v(4));
-    w.put_store_imm(RAX, v(5), 0);
-    w.put_store32_imm(R11, l.thread_depth as i32, 0);
-    publish(w, l, R11, R10);
-    out.at_done = w.pc();
-    restore_exit(w);
-    w.put_ret();
-
-    // rax: frame 0's slot less this call's, not 0. Above it within a stack's
-    // span: an outer call of this stack, and this one was not timed.
-    out.at_other = w.pc();
-    w.put_cmp_reg_imm(RAX, l.stack_span as i32);
-    w.put_jb(m.at_done);
-    w.put_jmp(m.at_slow);
-    // More than one timed call live (rcx): the same test on the top frame;
-    // this call's own (nested) goes to the runtime, which keeps tp's time.
-    out.at_deep = w.pc();
-    w.put_lea32(RAX, RCX, -1);
-    w.put_shl64(RAX, l.frame_size.trailing_zeros() as u8);
-    w.put_add_reg(RAX, R11);
-    w.put_load(RAX, RAX, frame0(l, l.frame_slot));
-    w.put_lea(RDX, RSP, AT_SLOT);
-    w.put_sub_reg(RAX, RDX);
-    w.put_je(m.at_slow);
-    w.put_jmp(m.at_other);
-
-    out.at_way1 = w.pc();
-    paired_entry(w, R10, RAX, m.at_slow);
-    w.put_jmp(m.at_found);
-    out.at_unmark = w.pc();
-    w.put_store32_imm(R11, l.thread_writing as i32, 0);
+/// flag kept, and which returns with `ret 8` (the word dropped). The detour
+/// calls one of three ways in, by what its word says (known when it is
+/// built): the fast path of a return and that of a tail call record the
+/// end of the thread's only timed call, and return at once where the call
+/// was not timed (no timed call on the thread, or an outer one of the same
+/// stack on top); anything else, and the third way in, calls `plain`
+/// (`tp_exit_at`) or, for a word with the runtime's flags, `ext`
+/// (`tp_exit_at_ext`). Nothing is tested at run time that the word's way
+/// in says already.
+///
+/// ```text
+/// ret:    push rax ; lahf ; seto al ; push rax ; push rdx, r10, r11, rcx
+///         <r10 = the thread's cache entry (or the paired one), else slow>
+///         r11 = [r10 + THREAD]
+///         depth == 1, else not_one
+///         shadow[0].slot == rsp + 64, else other0      ; this call's slot
+///         shadow[0].probe == the word (tail: its probe bits), else slow
+///         writing == 0, else slow
+///         rdtsc ; the event from the frame read whole ; depth = 0 ; publish
+/// done:   pop rcx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
+///         ret 8
+/// ```
+pub(super) fn exit_at(
+    w: &mut Writer,
+    l: &RuntimeLayout,
+    m: &Marks,
+    out: &mut Marks,
+    plain: u64,
+    ext: u64,
+) -> ExitRoutines {
+    // The runtime's way in, then what every way ends in.
+    let runtime = w.pc();
+    save_exit(w);
     out.at_slow = w.pc();
     for r in AT_SAVED {
         w.put_push(r);
@@ -609,11 +576,122 @@ pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Ma
     out.at_ext = w.pc();
     w.put_align_stack_and_call(ext);
     out.at_called = w.pc();
-    w.put_clear_below_rsp(CLEARED_BELOW);
+    w.put_clear_below_rsp_unrolled(CLEARED_BELOW);
     for r in AT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
-    w.put_jmp(m.at_done);
+    out.at_done = w.pc();
+    restore_exit(w);
+    w.put_ret_pop(8);
+
+    // The depth is not 1 (in rcx once loaded): none, or more than one timed
+    // call live, where the same test is made on the top frame; this call's
+    // own (nested) goes to the runtime, which keeps tp's time.
+    out.at_not_one = w.pc();
+    w.put_load32(RCX, R11, l.thread_depth as i32);
+    w.put_test_reg(RCX);
+    w.put_je(m.at_done);
+    w.put_lea32(RAX, RCX, -1);
+    w.put_shl64(RAX, l.frame_size.trailing_zeros() as u8);
+    w.put_add_reg(RAX, R11);
+    w.put_load(RAX, RAX, frame0(l, l.frame_slot));
+    w.put_lea(RDX, RSP, AT_SLOT);
+    w.put_sub_reg(RAX, RDX);
+    w.put_je(m.at_slow);
+    w.put_jmp(m.at_other);
+    // One timed call live, in frame 0, not at this call's slot (rdx).
+    out.at_other0 = w.pc();
+    w.put_load(RAX, R11, frame0(l, l.frame_slot));
+    w.put_sub_reg(RAX, RDX);
+    // rax: the top frame's slot less this call's, not 0. Above it within a
+    // stack's span: an outer call of this stack, and this one was not timed.
+    out.at_other = w.pc();
+    w.put_cmp_reg_imm(RAX, l.stack_span as i32);
+    w.put_jb(m.at_done);
+    w.put_jmp(m.at_slow);
+    out.at_unmark = w.pc();
+    w.put_store32_imm(R11, l.thread_writing as i32, 0);
+    w.put_jmp(m.at_slow);
+
+    let ret = w.pc();
+    exit_at_fast(w, l, m, (m.at_way1, m.at_found), (&mut out.at_way1, &mut out.at_found), false);
+    let tail = w.pc();
+    exit_at_fast(w, l, m, (m.at_way1_tail, m.at_found_tail), (&mut out.at_way1_tail, &mut out.at_found_tail), true);
+    ExitRoutines { ret, tail, runtime }
+}
+
+/// The exit routine's fast path for a return's word (the probe alone) or,
+/// with `tail`, a tail call's (the probe and its flag): `marks` are its own
+/// labels (the paired cache entry, the entry found) from the first
+/// assembly, `out` where this one puts them.
+fn exit_at_fast(
+    w: &mut Writer,
+    l: &RuntimeLayout,
+    m: &Marks,
+    marks: (u64, u64),
+    out: (&mut u64, &mut u64),
+    tail: bool,
+) {
+    let (way1, found) = marks;
+    save_exit(w);
+    cache_entry(w, R10, RAX, m.lit_cache, way1);
+    *out.1 = w.pc();
+    w.put_load(R11, R10, cache::THREAD);
+    w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
+    w.put_jne(m.at_not_one);
+    // One timed call live, in frame 0: this call's, an outer one's, or neither?
+    w.put_lea(RDX, RSP, AT_SLOT);
+    w.put_cmp_reg_mem(RDX, R11, frame0(l, l.frame_slot));
+    w.put_jne(m.at_other0);
+    w.put_load32(RAX, RSP, AT_WORD);
+    if tail {
+        w.put_and32_imm(RAX, l.probe_mask);
+    }
+    w.put_cmp32_reg_mem(RAX, R11, frame0(l, l.frame_probe));
+    w.put_jne(m.at_slow);
+    w.put_cmp32_mem_imm(R11, l.thread_writing as i32, 0);
+    w.put_jne(m.at_slow);
+    // This call's: its end (rax), then the event (rcx) from the frame read whole.
+    w.put_load(R10, R10, cache::RING);
+    timestamp(w, RAX);
+    reserve_event(w, l, R11, R10, RCX, m.at_slow, m.at_unmark);
+    w.put_load32(RDX, R11, frame0(l, l.frame_probe));
+    w.put_or32_imm(RDX, l.exit_kind);
+    w.put_store32(RDX, RCX, l.event_probe as i32);
+    thread_tid(w, l, m.lit_ctx, RDX);
+    w.put_store32(RDX, RCX, l.event_tid as i32);
+    w.put_store(RAX, RCX, l.event_tsc as i32);
+    let v = |k: u32| (l.event_v + 8 * k) as i32;
+    w.put_load(RDX, RSP, EXIT_RAX);
+    w.put_store(RDX, RCX, v(0));
+    w.put_load(RDX, R11, frame0(l, l.frame_tsc));
+    w.put_store(RDX, RCX, v(1));
+    w.put_load(RDX, RSP, EXIT_RDX);
+    w.put_store(RDX, RCX, v(2));
+    w.put_load(RDX, R11, l.thread_overhead as i32);
+    w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
+    w.put_store(RDX, RCX, v(3));
+    // A tail call leaves no return value of its own: its flag says so.
+    w.put_store_imm(RCX, v(4), if tail { l.tail_call as i32 } else { 0 });
+    w.put_store_imm(RCX, v(5), 0);
+    w.put_store32_imm(R11, l.thread_depth as i32, 0);
+    publish(w, l, R11, R10);
+    restore_exit(w);
+    w.put_ret_pop(8);
+
+    *out.0 = w.pc();
+    paired_entry(w, R10, RAX, m.at_slow);
+    w.put_jmp(found);
+}
+
+/// Pushes what the exit routine keeps of the registers it uses: rax, the
+/// flags, rdx, r10, r11 and rcx.
+fn save_exit(w: &mut Writer) {
+    w.put_push(RAX);
+    w.put_push_flags_via_rax();
+    for r in [RDX, R10, R11, RCX] {
+        w.put_push(r);
+    }
 }
 
 /// Pops what the fast exit pushed but the word for the return address.

@@ -77,8 +77,11 @@ use crate::arch::{RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, Runti
 /// in words its frames do not write (padding, a buffer), where tp's
 /// check at detach that nothing refers to its code finds them
 /// ([`crate::probe::remove`]), keeping tp's memory mapped for good: as in
-/// nginx workers idle in `epoll_wait`. 42 stores, on the slow paths only
-/// (9-10 ns a call here: docs/benchmarks.md).
+/// nginx workers idle in `epoll_wait`. 48 stores, on the slow paths only
+/// (9-10 ns a call here: docs/benchmarks.md): two a turn of a loop where
+/// the code is each detour's, one after the other in the exit routine's
+/// path to the C runtime, written once in this block (49 instructions
+/// instead of 123).
 pub(super) const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + super::detour::GO_ARGS as u32 + 24).next_multiple_of(16);
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
@@ -157,16 +160,26 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_align(16);
     let exit_at = put_blob(&mut w, blobs.exit_at);
     let exit_at_ext = put_blob(&mut w, blobs.exit_at_ext);
-    let exit = w.pc();
-    fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
+    let exits = fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
     w.put_align(8);
     out.lit_ctx = w.pc();
     out.lit_cache = out.lit_ctx + 8;
     for v in fast::literals(l) {
         w.put_u64(v);
     }
-    let addrs =
-        RuntimeAddrs { entry, trampoline, unwind, rendezvous, entry_ext, trampoline_ext, exit, count, ctx: l.ctx };
+    let addrs = RuntimeAddrs {
+        entry,
+        trampoline,
+        unwind,
+        rendezvous,
+        entry_ext,
+        trampoline_ext,
+        exit: exits.ret,
+        exit_tail: exits.tail,
+        exit_runtime: exits.runtime,
+        count,
+        ctx: l.ctx,
+    };
     (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
 }
 
@@ -327,7 +340,7 @@ pub(super) mod tests {
         let a = b.addrs;
         let off = (a.count - AT) as usize;
         // Up to tp_exit_at and tp_exit_at_ext (16 bytes each here), which the exit routine follows.
-        let asm = disassemble(&b.bytes[off..(a.exit - AT) as usize - 32], a.count);
+        let asm = disassemble(&b.bytes[off..(a.exit_runtime - AT) as usize - 32], a.count);
         assert_eq!(asm[..4], ["push rax", "lahf", "seto al", "push rax"]);
         let pushes = ["push rcx", "push rdx", "push rsi", "push rdi", "push r8", "push r9", "push r10", "push r11"];
         assert_eq!(asm[4..12], pushes);

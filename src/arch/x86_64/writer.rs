@@ -606,6 +606,27 @@ impl Writer {
         self.buf.extend_from_slice(&[0x75, 0xf1]);
     }
 
+    /// Zeroes the `bytes` below the stack pointer (a multiple of 8) as
+    /// [`Writer::put_clear_below_rsp`] does, one store a word and no loop:
+    /// `xor eax, eax; mov [rsp - 8], rax; ...; mov [rsp - bytes], rax`.
+    /// rax and the flags are clobbered. Longer code (about 8 bytes a
+    /// word), for the runtime block's shared paths, where it is written
+    /// once.
+    pub fn put_clear_below_rsp_unrolled(&mut self, bytes: u32) {
+        assert!(bytes.is_multiple_of(8) && bytes > 0);
+        self.buf.extend_from_slice(&[0x31, 0xc0]);
+        for k in 1..=bytes / 8 {
+            let disp = -(8 * k as i32);
+            match i8::try_from(disp) {
+                Ok(d) => self.buf.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, d as u8]),
+                Err(_) => {
+                    self.buf.extend_from_slice(&[0x48, 0x89, 0x84, 0x24]);
+                    self.buf.extend_from_slice(&disp.to_le_bytes());
+                }
+            }
+        }
+    }
+
     /// `xor r8d, r8d`.
     pub fn put_zero_r8(&mut self) {
         self.buf.extend_from_slice(&[0x45, 0x31, 0xc0]);
@@ -632,6 +653,13 @@ impl Writer {
     /// `ret`.
     pub fn put_ret(&mut self) {
         self.buf.push(0xc3);
+    }
+
+    /// `ret imm16`: returns, then drops `bytes` more of the stack (the
+    /// words its caller pushed for it).
+    pub fn put_ret_pop(&mut self, bytes: u16) {
+        self.buf.push(0xc2);
+        self.buf.extend_from_slice(&bytes.to_le_bytes());
     }
 
     /// Raw bytes (relocated code produced elsewhere for this same address).
@@ -671,6 +699,12 @@ mod tests {
         assert_eq!(asm(|w| w.put_jne(AT + 0x40)), [format!("jne {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jmp(AT - 0x1000)), [format!("jmp {:#x}", AT - 0x1000)]);
         assert_eq!(asm(|w| w.put_push_imm32(7)), ["push 7"]);
+        assert_eq!(asm(|w| w.put_ret_pop(8)), ["ret 8"]);
+        let clear = asm(|w| w.put_clear_below_rsp_unrolled(0x90));
+        assert_eq!(clear.len(), 1 + 0x90 / 8);
+        assert_eq!(clear[..2], ["xor eax, eax", "mov qword ptr [rsp - 8], rax"]);
+        assert_eq!(clear[16], "mov qword ptr [rsp - 0x80], rax");
+        assert_eq!(clear[18], "mov qword ptr [rsp - 0x90], rax");
         assert_eq!(asm(|w| w.put_flags_to_rax()), ["lahf", "seto al"]);
         assert_eq!(asm(|w| w.put_mov_rbx_rsp()), ["mov rbx, rsp"]);
         assert_eq!(asm(|w| w.put_mov_rsp_rbx()), ["mov rsp, rbx"]);

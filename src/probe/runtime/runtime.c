@@ -956,7 +956,14 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 	uint64_t tsc = tp_timestamp();
 	remember(c, t);
 	uint32_t probe = word & TP_PROBE_MASK;
-	uint32_t d = settle(c, t, slot, 0, tsc);
+	/* The common case: the frame on top is at this slot, and the one below
+	 * it (if any) is an outer call of this stack. Then settle would look at
+	 * the top frame alone and keep it (its slot is `slot` itself, not
+	 * deeper): nothing to settle. */
+	uint32_t d = t->depth;
+	if (!(d <= TP_SHADOW_LEN && t->shadow[d - 1].slot == slot &&
+	      (d == 1 || deeper_on_stack(slot, t->shadow[d - 2].slot))))
+		d = settle(c, t, slot, 0, tsc);
 	struct tp_frame *f = d ? &t->shadow[d - 1] : 0;
 	if (!f || f->slot != slot || f->probe != probe || f->tramp) {
 		/* Not this call's: frames in its slot are dead too (another

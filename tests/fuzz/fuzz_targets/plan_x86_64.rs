@@ -50,12 +50,12 @@ fuzz_target!(|data: &[u8]| {
     };
     let Ok(plan) = plan else { return };
     // Every exit's window, and its detour, for a probe that times its calls there.
-    let words = ExitWords { ret: 3, tail: 3 | 1 << 21 };
+    let words = ExitWords { ret: 3, tail: 3 | 1 << 21, runtime: false };
     let taken = [(plan.site, plan.site + plan.len() as u64)];
     let end = function + code.len() as u64;
     if let Ok(exits) = X86_64::plan_exits(code, function, &[(function, end)], &[], &taken, false, &Bare) {
         for p in exits.iter().filter_map(|e| e.plan.as_ref().ok()) {
-            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, rendezvous: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, ctx: 0 };
+            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, rendezvous: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, exit_tail: detour, exit_runtime: detour, ctx: 0 };
             let spec = DetourSpec {
                 probe_index: 4,
                 records: Records { exit: true, ..Records::COUNT },
@@ -110,6 +110,8 @@ fuzz_target!(|data: &[u8]| {
         entry_ext: detour.wrapping_add(0x200),
         trampoline_ext: detour.wrapping_add(0x880),
         exit: detour.wrapping_add(0x900),
+        exit_tail: detour.wrapping_add(0x900),
+        exit_runtime: detour.wrapping_add(0x900),
         rendezvous: detour.wrapping_add(0xa00),
         ctx: 0x7000_0100,
     });
