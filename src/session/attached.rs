@@ -177,6 +177,10 @@ impl Attached {
     ) -> Result<Attached> {
         let clock = Clock::start();
         let existing = region::find(maps).map(|m| Region::open(pid, m)).transpose()?;
+        let existing = match existing {
+            Some(r) if stopped.is_none() && is_leftover(&r) => reclaim(pid, r)?,
+            other => other,
+        };
         if what.kind != kind::COUNT
             && let Some(r) = &existing
             && let Some((_, e)) = r.entries().into_iter().find(|(_, e)| {
@@ -714,6 +718,31 @@ fn install(
     let holds = stopped.resume();
     let (region, report) = prepared.done(committed);
     Ok(Done { region, report, stop_time: holds.world, worker_time: holds.any, lost_at_start })
+}
+
+/// True if `region` holds no probe anyone may still want: none of its
+/// entries may be patched, none is kept (a disabled kept probe is), and no
+/// running session owns one. What an ended session left when a thread was
+/// inside tp's code at its detach ("tp's memory kept").
+fn is_leftover(region: &Region) -> bool {
+    region
+        .entries()
+        .iter()
+        .all(|(_, e)| !e.state().maybe_patched() && e.owner != 0 && !super::session_is_running(e.owner))
+}
+
+/// Unmaps the `region` an ended session left in process `pid`, as `tp
+/// detach -p` would, if no thread is inside it now (a short stop of every
+/// thread): the session starts with a region of its own size, not the
+/// rest of the old one. Returns the region if it is still in use.
+fn reclaim(pid: i32, region: Region) -> Result<Option<Region>> {
+    let mem = Memory::open(pid)?;
+    let stopped = Stopped::stop(pid)?;
+    let (kept, _) = crate::probe::remove::finish(stopped, &mem, &region)?;
+    if kept.is_none() {
+        crate::say!("tp: process {pid}: unmapped the memory an ended session left there (a thread was in it then)");
+    }
+    Ok(kept.map(|_| region))
 }
 
 /// `infos` (one per probe requested) without those of the functions the

@@ -3,7 +3,9 @@
 //! offset in one or a source line. So each address of the refusal inside a
 //! function of the module becomes `function+0xoffset`, and a refused site
 //! inside a function comes with the nearest places before and after it that
-//! can be probed, found by planning them as the site itself was.
+//! can be probed, found by planning them as the site itself was; a function
+//! whose entry's window is refused, with the first place further in that
+//! can be (a longer way round: it counts each time a call reaches it).
 
 use crate::addr::RuntimeAddr;
 use crate::arch::{Isa, Refusal};
@@ -28,8 +30,30 @@ pub fn refusal(m: &Module, f: &Function, at: RuntimeAddr, site: bool, r: &Refusa
         if !near.is_empty() {
             text += &format!("; the nearest places that can be probed: {}", near.join(" and "));
         }
+    } else if about_the_window(r)
+        && let Some(&after) = nearest_sites(m, f, at).iter().find(|&&a| a > at.0)
+    {
+        // A window further in, where the first one cannot be.
+        text += &format!("; `{}` can be probed instead (it counts each time a call reaches it)", offset_name(f, after));
     }
     text
+}
+
+/// True if `r` is about the entry's window (its length, what it holds,
+/// what jumps into it): a window further into the function may not have it.
+fn about_the_window(r: &Refusal) -> bool {
+    matches!(
+        r,
+        Refusal::TooShort { .. }
+            | Refusal::Undecodable { .. }
+            | Refusal::Unsafe { .. }
+            | Refusal::CallInWindow { .. }
+            | Refusal::BranchIntoWindow { .. }
+            | Refusal::LandingPadInWindow { .. }
+            | Refusal::EntersWindow { .. }
+            | Refusal::PastEnd { .. }
+            | Refusal::Unrelocatable { .. }
+    )
 }
 
 /// `foo+0x1a`, or `foo` at its entry.

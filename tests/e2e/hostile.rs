@@ -436,11 +436,31 @@ fn a_stack_word_into_tps_code_keeps_its_memory_and_is_named() {
     });
     assert!(stderr.contains(&said), "{said} in {stderr}");
 
+    // The next session finds the memory still in use, and adds to it.
+    let session = Session::start(&["-p", &pid, "-f", "work", "--json"]);
+    assert_eq!(t.call("work", 300, 1), 300);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success() && !stderr.contains("unmapped the memory an ended session left"), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["work"], 300);
+    assert!(has_region(t.pid), "{stderr}");
+    // Once no thread is in it, the next session unmaps it first.
     assert_eq!(t.ask("unhold", "unheld"), "unheld");
+    let session = Session::start(&["-p", &pid, "-f", "work", "--json"]);
+    assert_eq!(t.call("work", 200, 1), 200);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("tp: process {pid}: unmapped the memory an ended session left there")),
+        "{stderr}"
+    );
+    assert_eq!(hits_from_json(&stdout)["work"], 200);
+    assert!(!has_region(t.pid), "{stderr}");
+
+    // `tp detach` finds nothing left.
     let out = tp(&["detach", "-p", &pid]);
     expect_success(&["detach"], &out);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("tp's memory unmapped"), "{stderr}");
+    assert!(stderr.contains("has no tp probes"), "{stderr}");
     assert!(!has_region(t.pid), "{stderr}");
     assert_eq!(t.call("work", 10, 1), 10);
     assert!(t.quit().success());

@@ -177,6 +177,12 @@ fn attach_refuses_each_unsafe_prologue_and_touches_nothing() {
         let line = expect_error(&["attach", "-p", &pid, "-f", name], why);
         assert!(line.contains(&format!("cannot probe `{name}`")), "{line}");
     }
+    // Where a window further in can be probed, the refusal names it.
+    let line = expect_error(&["attach", "-p", &pid, "-f", "r_branch_into"], "branch into window");
+    assert!(
+        line.ends_with("; `r_branch_into+0x1` can be probed instead (it counts each time a call reaches it)"),
+        "{line}"
+    );
     // A refusal among good functions refuses the whole attach, before anything is touched.
     expect_error(&["attach", "-p", &pid, "-f", "pr_push", "-f", "r_int3"], "`int3` at `r_int3`");
     assert!(!has_region(t.pid), "nothing may be injected when a probe is refused");
