@@ -147,6 +147,7 @@ fn jit_frames_without_a_perf_map_say_how_to_get_one() {
 /// numbers it (the test writes it through `/proc/PID/root`), and names its
 /// JIT code; the same name in tp's own /tmp is not used.
 #[test]
+#[cfg(target_arch = "x86_64")] // the arm64 VM has no setpriv or unshare
 fn the_perf_map_is_the_processs_own_in_its_namespaces() {
     need("setpriv");
     let _shared = shared();
@@ -200,6 +201,7 @@ fn the_perf_map_is_the_processs_own_in_its_namespaces() {
 /// `hashLoop`: the stacks of OpenSSL's `EVP_DigestUpdate` name it, from
 /// the map node writes as it compiles.
 #[test]
+#[cfg(target_arch = "x86_64")] // the arm64 VM has no node
 fn node_functions_are_named_in_the_stacks_of_what_they_call() {
     need("nodejs");
     let _shared = shared();
@@ -254,6 +256,7 @@ fn node_functions_are_named_in_the_stacks_of_what_they_call() {
 /// Compiler.perfmap` the stacks of libjvm's `JVM_Yield` name the method
 /// and the native method's wrapper, from the map's `0x`-prefixed lines.
 #[test]
+#[cfg(target_arch = "x86_64")] // the arm64 VM has no JVM
 fn jvm_methods_are_named_after_jcmd_writes_the_perf_map() {
     need("java");
     let _shared = shared();

@@ -243,6 +243,7 @@ fn exe_probes_every_process_that_starts_running_the_file() {
 /// program started later that needs it, whatever the program; a process
 /// of another copy of the library is not one of them.
 #[test]
+#[cfg(target_arch = "x86_64")] // libuser and its libraries are built for the host only
 fn exe_of_a_library_probes_the_programs_that_need_it() {
     let dir = std::env::temp_dir().join(format!("tp-exe-lib-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

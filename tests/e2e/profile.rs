@@ -228,6 +228,7 @@ fn profile_errors_name_the_fix() {
 /// then on are counted exactly and timed; a library that is not loaded at
 /// all is still a profile of nothing, refused in one line.
 #[test]
+#[cfg(target_arch = "x86_64")] // libuser and its libraries are built for the host only
 fn a_library_loaded_during_the_profile_is_profiled() {
     let mut t = Target::start("libuser");
     let session = start(t.pid, &["-f", "libalpha:alpha_only", "-f", "libgamma:lib_work", "--json"]);
