@@ -8,6 +8,7 @@
 //! a JVM its compiled methods after `jcmd PID Compiler.perfmap`.
 
 use std::io::Write;
+#[cfg(target_arch = "x86_64")]
 use std::process::{Command, Stdio};
 
 use crate::util::*;
