@@ -188,6 +188,17 @@ fn hold_at_entry(pid: i32, err_r: libc::c_int) -> Result<Launch> {
     })
 }
 
+/// `AT_BASE` in the auxiliary vector: where the kernel mapped the
+/// program's interpreter (0 for a static program).
+const AT_BASE: u64 = 7;
+
+/// True if the program process `pid` runs has a dynamic linker: it runs
+/// first, and sets up the main thread's TLS before the program's entry
+/// point (a static program's own start code does that after it).
+pub fn has_interpreter(pid: i32) -> bool {
+    super::auxv(pid, AT_BASE).is_some_and(|b| b != 0)
+}
+
 /// Lets the main thread of `pid`, which tp traces and holds stopped
 /// before its program's entry point (in the dynamic linker, its thread
 /// pointer not set yet), run to that entry point, and holds it there: no

@@ -278,9 +278,12 @@ impl Group {
         // Caught in its dynamic linker before the thread has its TLS (where
         // the runtime finds its thread's state; the loader calls the
         // rendezvous before it sets it up): run on to the program's entry
-        // point first, as `tp run` holds its program there.
+        // point first, as `tp run` holds its program there. (A static
+        // program, which has no rendezvous, is probed where it is, as
+        // `tp run` probes it at its entry.)
         let regs = Host::get_regs(held.worker()).with_context(|| format!("reading the registers of process {pid}"))?;
         if Host::thread_pointer(&regs) == 0
+            && crate::process::launch::has_interpreter(pid)
             && let Some(exit) = crate::process::launch::run_to_entry(pid)?
         {
             drop(held);
