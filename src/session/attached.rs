@@ -720,15 +720,17 @@ fn install(
     Ok(Done { region, report, stop_time: holds.world, worker_time: holds.any, lost_at_start })
 }
 
-/// True if `region` holds no probe anyone may still want: none of its
-/// entries may be patched, none is kept (a disabled kept probe is), and no
-/// running session owns one. What an ended session left when a thread was
-/// inside tp's code at its detach ("tp's memory kept").
+/// True if `region` holds no probe anyone may still want: it has entries
+/// (a region without any is one a running tp is setting up), none of them
+/// may be patched, none is kept (a disabled kept probe is), and no running
+/// session owns one. What an ended session left when a thread was inside
+/// tp's code at its detach ("tp's memory kept").
 fn is_leftover(region: &Region) -> bool {
-    region
-        .entries()
-        .iter()
-        .all(|(_, e)| !e.state().maybe_patched() && e.owner != 0 && !super::session_is_running(e.owner))
+    let entries = region.entries();
+    !entries.is_empty()
+        && entries
+            .iter()
+            .all(|(_, e)| !e.state().maybe_patched() && e.owner != 0 && !super::session_is_running(e.owner))
 }
 
 /// Unmaps the `region` an ended session left in process `pid`, as `tp

@@ -68,8 +68,11 @@ fn a_worker_blocked_in_a_syscall_runs_between_its_calls_and_the_patch() {
         let text = std::fs::read_to_string(format!("/proc/{}/task/{tid}/status", t.pid)).unwrap();
         tp::process::parse_status(&text)
     };
-    let main = status(t.pid);
-    assert_eq!((main.state, main.tracer_pid), ('S', tracer as i32), "the worker runs seized, blocked in read");
+    // (Back in its read once tp let it run: on an emulated CPU, a moment later.)
+    wait_until("the worker runs seized, blocked in read", || {
+        let main = status(t.pid);
+        (main.state, main.tracer_pid) == ('S', tracer as i32)
+    });
     for tid in tp::process::threads(t.pid).unwrap().into_iter().filter(|&tid| tid.as_raw() != t.pid) {
         assert_eq!(status(tid.as_raw()).tracer_pid, 0, "thread {tid} is not tp's while the worker runs");
     }
