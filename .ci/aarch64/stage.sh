@@ -55,6 +55,7 @@ host_files_tests=(
   symbols::saved::tests::libc_and_its_debug_file_read_back_as_computed
   symbols::saved::tests::the_key_names_the_file_and_the_places_its_debug_file
   symbols::entries::tests::scanning_for_one_window_finds_what_decoding_everything_finds
+  session::exe::tests::a_library_is_told_from_a_program_and_found_among_what_a_program_needs
 )
 skips=()
 for t in "${host_files_tests[@]}"; do skips+=(--skip "$t"); done
