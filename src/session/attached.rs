@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use super::follow::Follow;
 use super::{Options, Selection, StackMode, kept, rendezvous, resolve, unwind};
 use crate::escape as text;
 use crate::events::clock::Clock;
@@ -125,6 +126,37 @@ impl Attached {
         stopped: Option<Stopped>,
     ) -> Result<Attached> {
         Self::attach_found_with(opts, modules, found, Vec::new(), stopped)
+    }
+
+    /// Probes in process `opts.pid` (whose modules are `modules`) what the
+    /// patterns of `opts` match now, leniently: those that match nothing
+    /// yet wait for a library ([`Follow::start`]). Given `rendezvous_every`
+    /// (how often the session looks where it has none), tp's probe at the
+    /// dynamic linker's rendezvous goes in beside them while some wait.
+    /// `stopped` is the process if this tp holds it; it is let go when
+    /// nothing goes in. Returns the probes (None if none went in), the
+    /// patterns that follow the process's libraries, and the lines saying
+    /// what the waiting ones wait for.
+    pub fn attach_following(
+        opts: &Options,
+        modules: &ProcessModules,
+        stopped: Option<Stopped>,
+        rendezvous_every: Option<Duration>,
+    ) -> Result<(Option<Attached>, Follow, Vec<String>)> {
+        let pid = opts.pid;
+        let (follow, start) = Follow::start(pid, modules, &opts.selection.funcs)?;
+        let own = match rendezvous_every {
+            Some(every) => rendezvous::own_probes(pid, modules, &follow, &start.found, every),
+            None => Vec::new(),
+        };
+        let attached = match start.found.is_empty() && own.is_empty() {
+            true => {
+                stopped.map(Stopped::resume);
+                None
+            }
+            false => Some(Self::attach_found_with(opts, modules, start.found, own, stopped)?),
+        };
+        Ok((attached, follow, start.waiting))
     }
 
     /// [`Attached::attach_found`], with tp's own probes `own` (the

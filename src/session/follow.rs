@@ -103,6 +103,22 @@ pub fn naming_unloaded_modules(modules: &ProcessModules, patterns: &[String]) ->
         .collect()
 }
 
+/// The patterns of `patterns` that wait for a library the process (whose
+/// modules are `modules`) has not loaded ([`naming_unloaded_modules`]),
+/// once the others resolved strictly: a misspelt name is an error here as
+/// in any attach. Empty when none waits (nothing else was resolved then).
+pub fn waiting_for_libraries(modules: &ProcessModules, patterns: &[String]) -> Result<Vec<String>> {
+    let later = naming_unloaded_modules(modules, patterns);
+    if later.is_empty() {
+        return Ok(later);
+    }
+    let now: Vec<String> = patterns.iter().filter(|f| !later.contains(f)).cloned().collect();
+    if !now.is_empty() {
+        modules.resolve_noted(&now)?;
+    }
+    Ok(later)
+}
+
 impl Follow {
     /// Resolves `patterns` in `modules` (process `pid`'s modules now),
     /// leniently: a pattern that names nothing yet waits for a module that

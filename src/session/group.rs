@@ -289,19 +289,9 @@ impl Group {
             drop(held);
             anyhow::bail!("process {pid} {} before its entry point", exit.describe());
         }
-        let opts = self.opts_for(pid);
         let maps = process::read_maps(pid)?;
         let modules = ProcessModules::new(pid, &maps)?;
-        let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
-        let own = super::rendezvous::own_probes(pid, &modules, &follow, &start.found, self.how.check_every);
-        let attached = match start.found.is_empty() && own.is_empty() {
-            true => {
-                held.resume();
-                None
-            }
-            false => Some(Attached::attach_found_with(&opts, &modules, start.found, own, Some(held))?),
-        };
-        Ok((attached, follow, start.waiting))
+        Attached::attach_following(&self.opts_for(pid), &modules, Some(held), Some(self.how.check_every))
     }
 
     /// Renews `published` with the session's metrics while it observes.
@@ -324,9 +314,8 @@ impl Group {
             process::check_attachable(pid)?;
             let maps = process::read_maps(pid)?;
             let modules = ProcessModules::new(pid, &maps)?;
-            let later = follow::naming_unloaded_modules(&modules, &opts.selection.funcs);
-            if !later.is_empty() {
-                return self.attach_waiting(pid, opts, &modules, &later);
+            if !follow::waiting_for_libraries(&modules, &opts.selection.funcs)?.is_empty() {
+                return self.attach_waiting(pid, opts, &modules);
             }
         }
         let attached = Attached::attach(&opts)?;
@@ -340,27 +329,17 @@ impl Group {
     /// [`Group::attach`] of `pid` (whose modules are `modules`) where the
     /// patterns `later` name libraries it has not loaded: the others are
     /// resolved strictly, and those wait.
-    fn attach_waiting(&mut self, pid: i32, opts: Options, modules: &ProcessModules, later: &[String]) -> Result<()> {
-        let now: Vec<String> = opts.selection.funcs.iter().filter(|f| !later.contains(f)).cloned().collect();
-        if !now.is_empty() {
-            // A misspelt name is an error here as in any attach.
-            modules.resolve_noted(&now)?;
-        }
+    fn attach_waiting(&mut self, pid: i32, opts: Options, modules: &ProcessModules) -> Result<()> {
         if !opts.selection.addrs.is_empty() {
             anyhow::bail!("--addr probes cannot wait for a library: attach once it is loaded");
         }
-        let (follow, start) = Follow::start(pid, modules, &opts.selection.funcs)?;
-        let own = super::rendezvous::own_probes(pid, modules, &follow, &start.found, self.how.check_every);
-        let attached = match start.found.is_empty() && own.is_empty() {
-            true => None,
-            false => Some(Attached::attach_found_with(&opts, modules, start.found, own, None)?),
-        };
+        let (attached, follow, waiting) = Attached::attach_following(&opts, modules, None, Some(self.how.check_every))?;
         match &attached {
             Some(a) if self.how.announce && !a.names().is_empty() => announce(a, &opts),
             _ if self.how.announce => crate::say!("tp: attached to {pid}: no probe yet"),
             _ => {}
         }
-        for w in &start.waiting {
+        for w in &waiting {
             crate::say!("tp: {}; tp probes it when the process loads it", text(w));
         }
         self.add(pid, attached, Some(follow));

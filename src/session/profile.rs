@@ -58,27 +58,20 @@ pub fn attach(opts: &Options) -> Result<(Attached, Option<Follow>)> {
     process::check_attachable(pid)?;
     let maps = process::read_maps(pid)?;
     let modules = ProcessModules::new(pid, &maps)?;
-    let funcs = &opts.selection.funcs;
-    let later = follow::naming_unloaded_modules(&modules, funcs);
-    if later.is_empty() {
+    if follow::waiting_for_libraries(&modules, &opts.selection.funcs)?.is_empty() {
         return Ok((Attached::attach(opts)?, None));
     }
-    let now: Vec<String> = funcs.iter().filter(|f| !later.contains(f)).cloned().collect();
-    if !now.is_empty() {
-        // A misspelt name is an error here as in any attach.
-        modules.resolve_noted(&now)?;
-    }
-    let (follow, start) = Follow::start(pid, &modules, funcs)?;
-    if start.found.is_empty() {
+    // (No rendezvous probe: the profile's loop does not serve one.)
+    let (attached, follow, waiting) = Attached::attach_following(opts, &modules, None, None)?;
+    let Some(attached) = attached else {
         bail!(
             "{}; tp profile needs a function to profile now (`tp attach` and `tp run` wait for a library)",
-            start.waiting.join("; ")
+            waiting.join("; ")
         );
-    }
-    for w in &start.waiting {
+    };
+    for w in &waiting {
         crate::say!("tp: {}; tp profiles it once it sees the process load it", crate::escape::text(w));
     }
-    let attached = Attached::attach_found(opts, &modules, start.found, None)?;
     Ok((attached, Some(follow)))
 }
 

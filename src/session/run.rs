@@ -3,7 +3,7 @@
 //!
 //! [`crate::process::launch`] holds the new program at its entry point with
 //! every library the loader maps at startup in place. The patterns are
-//! resolved there, leniently ([`Follow::start`]: one that names nothing yet
+//! resolved there, leniently ([`super::follow::Follow::start`]: one that names nothing yet
 //! waits for a library loaded later), and the probes go in through the
 //! ordinary attach, with the held main thread as its worker
 //! ([`Stopped::adopt`]); then tp lets go: the program runs untraced, its
@@ -20,10 +20,8 @@ use anyhow::Result;
 
 use super::Options;
 use super::attached::Attached;
-use super::follow::Follow;
 use super::group::{Behaviour, Group};
 use super::interrupt;
-use super::rendezvous;
 use super::tracer::TraceOutput;
 use crate::escape::text;
 use crate::output::report::ProcessReport;
@@ -86,16 +84,9 @@ pub fn run(
     let opts = Options { pid, ..opts.clone() };
     let maps = process::read_maps(pid)?;
     let modules = ProcessModules::new(pid, &maps)?;
-    let (follow, start) = Follow::start(pid, &modules, &opts.selection.funcs)?;
     // While patterns wait for libraries, tp probes the dynamic linker's
     // rendezvous: a library is probed before its first call.
-    let own = rendezvous::own_probes(pid, &modules, &follow, &start.found, how.check_every);
-    let attached = if start.found.is_empty() && own.is_empty() {
-        held.resume();
-        None
-    } else {
-        Some(Attached::attach_found_with(&opts, &modules, start.found, own, Some(held))?)
-    };
+    let (attached, follow, waiting) = Attached::attach_following(&opts, &modules, Some(held), Some(how.check_every))?;
     let n = attached.as_ref().map_or(0, |a| a.names().len());
     crate::say!(
         "tp: started {} as process {pid}; {n} probe{} in before its first instruction ({:.1} ms, stopped {} µs)",
@@ -109,7 +100,7 @@ pub fn run(
     {
         crate::say!("tp: {} of the matched functions cannot be probed and are skipped", a.refused);
     }
-    for w in &start.waiting {
+    for w in &waiting {
         crate::say!("tp: {}; tp probes it if a library loaded later defines it", text(w));
     }
     how.several = false;
