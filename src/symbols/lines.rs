@@ -53,14 +53,18 @@ pub fn file_matches(path: &str, want: &str) -> bool {
     path == want || path.strip_suffix(want).is_some_and(|head| head.ends_with('/'))
 }
 
+/// `elf`'s DWARF sections, decompressed as needed (empty where it has none).
+fn sections_of(elf: &ElfFile) -> Result<gimli::DwarfSections<Cow<'_, [u8]>>> {
+    gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>> {
+        Ok(elf.section_data(id.name())?.unwrap_or(Cow::Borrowed(&[][..])))
+    })
+}
+
 /// Where lines start in the code `elf`'s line tables describe, those
 /// `query` asks for, sorted by address.
 pub fn starts(elf: &ElfFile, query: Query) -> Result<Vec<LineStart>> {
-    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>> {
-        Ok(elf.section_data(id.name())?.unwrap_or(Cow::Borrowed(&[][..])))
-    })?;
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
-    starts_in(&dwarf, query)
+    let sections = sections_of(elf)?;
+    starts_in(&sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little)), query)
 }
 
 /// [`starts`] over loaded DWARF sections.
@@ -119,9 +123,7 @@ pub struct LineRow {
 /// addresses) that name a line, sorted by address: which line each
 /// instruction is.
 pub fn rows(elf: &ElfFile, lo: u64, hi: u64) -> Result<Vec<LineRow>> {
-    let sections = gimli::DwarfSections::load(|id| -> Result<Cow<[u8]>> {
-        Ok(elf.section_data(id.name())?.unwrap_or(Cow::Borrowed(&[][..])))
-    })?;
+    let sections = sections_of(elf)?;
     let dwarf = sections.borrow(|s| EndianSlice::new(s, RunTimeEndian::Little));
     let mut out = Vec::new();
     let mut units = dwarf.units();
