@@ -259,25 +259,9 @@ fn node_functions_are_named_in_the_stacks_of_what_they_call() {
 #[test]
 #[cfg(target_arch = "x86_64")] // the arm64 VM has no JVM
 fn jvm_methods_are_named_after_jcmd_writes_the_perf_map() {
-    need("java");
     let _shared = shared();
-    let dir = std::env::temp_dir().join(format!("tp-jit-jvm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets/java/YieldLoop.java");
-    let javac = Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
-    assert!(javac.success(), "javac {}", src.display());
-    let mut java = KillOnDrop::child(
-        Command::new("java")
-            .args(["-Xmx128m", "-XX:+PreserveFramePointer", "-cp"])
-            .arg(&dir)
-            .arg("YieldLoop")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut out = Lines::new(java.get_mut().stdout.take().unwrap());
-    let pid = out.wait_for("ready ").trim_start_matches("ready ").to_string();
+    let dir = compile_java("YieldLoop");
+    let (mut java, mut out, pid) = start_java(&dir, "YieldLoop", &["-Xmx128m", "-XX:+PreserveFramePointer"]);
     let _map = PerfMap(format!("/tmp/perf-{pid}.map").into());
     let jcmd = run(Command::new("jcmd").args([pid.as_str(), "Compiler.perfmap"]));
     assert!(jcmd.status.success(), "{}", String::from_utf8_lossy(&jcmd.stderr));

@@ -74,12 +74,7 @@ fn the_jvm_launchers_one_call_of_jni_create_java_vm_is_counted() {
 
 #[test]
 fn every_thread_yield_of_a_java_program_is_counted() {
-    need("java");
-    let dir = std::env::temp_dir().join(format!("tp-yield-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets/java/Yield.java");
-    let javac = std::process::Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
-    assert!(javac.success(), "javac {}", src.display());
+    let dir = compile_java("Yield");
     let cp = dir.to_str().unwrap();
     let (status, stdout, stderr, hits, _) =
         run_json("yield", &["-f", "libjvm.so:JVM_Yield", "--", "java", "-cp", cp, "Yield", "600"]);

@@ -24,25 +24,9 @@ fn session_succeeds(args: &[&str]) -> String {
 
 #[test]
 fn the_jvm_lives_through_profiles_and_return_probes_of_all_of_libjvm() {
-    need("java");
     let _shared = shared();
-    let dir = std::env::temp_dir().join(format!("tp-jvm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("targets/java/Churn.java");
-    let javac = Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
-    assert!(javac.success(), "javac {}", src.display());
-    let mut java = KillOnDrop::child(
-        Command::new("java")
-            .args(["-Xmx256m", "-cp"])
-            .arg(&dir)
-            .arg("Churn")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut out = Lines::new(java.get_mut().stdout.take().unwrap());
-    let pid = out.wait_for("ready ").trim_start_matches("ready ").to_string();
+    let dir = compile_java("Churn");
+    let (mut java, mut out, pid) = start_java(&dir, "Churn", &["-Xmx256m"]);
     let profile = session_succeeds(&["profile", "-p", &pid, "-f", "libjvm.so:*", "-d", "8"]);
     let ret = session_succeeds(&["attach", "-p", &pid, "-f", "libjvm.so:*", "--ret", "-q", "-d", "6"]);
     // The JVM ran on through both and checked every round.

@@ -344,6 +344,41 @@ pub fn wait_paused(tp: &Child) {
     wait_until("tp pauses at its fault", || state_of(tp.id()) == Some('T'))
 }
 
+/// Compiles the Java program `targets/java/CLASS.java` into a directory of
+/// its own under the temporary directory, and returns that directory (the
+/// caller removes it).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn compile_java(class: &str) -> PathBuf {
+    need("java");
+    let dir = std::env::temp_dir().join(format!("tp-java-{class}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("targets/java/{class}.java"));
+    let javac = Command::new("javac").arg("-d").arg(&dir).arg(&src).status().unwrap();
+    assert!(javac.success(), "javac {}", src.display());
+    dir
+}
+
+/// Starts the Java program `class` compiled in `dir` ([`compile_java`])
+/// with the JVM options `options`, its stdin and stdout piped, and waits
+/// for its line `ready PID`: the JVM, its stdout's lines, and its PID.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub fn start_java(dir: &std::path::Path, class: &str, options: &[&str]) -> (KillOnDrop, Lines, String) {
+    let mut java = KillOnDrop::child(
+        Command::new("java")
+            .args(options)
+            .arg("-cp")
+            .arg(dir)
+            .arg(class)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut out = Lines::new(java.get_mut().stdout.take().unwrap());
+    let pid = out.wait_for("ready ").trim_start_matches("ready ").to_string();
+    (java, out, pid)
+}
+
 /// A process killed with SIGKILL when this guard drops, so a failing test
 /// leaves none running or stopped; a child of the test is reaped too.
 pub struct KillOnDrop {
