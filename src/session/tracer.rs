@@ -275,10 +275,10 @@ impl Tracer {
                     Some(tree) => {
                         let depth = tree.depth(pid.0, ev.tid);
                         let cols = Columns { origin_ns: self.origin_ns, pid: pid.0, show_pid: pid.1 };
-                        match self.style {
-                            Style::Text => tree.entry(out, &cols, ev.tid, ts_ns, ev.probe, info, &args)?,
-                            _ => tree.entry(&mut io::sink(), &cols, ev.tid, ts_ns, ev.probe, info, &args)?,
-                        }
+                        // (In JSON the tree only counts the depth.)
+                        let mut sink = io::sink();
+                        let mut w: &mut dyn Write = if self.style == Style::Text { &mut *out } else { &mut sink };
+                        tree.entry(&mut w, &cols, ev.tid, ts_ns, ev.probe, info, &args)?;
                         Some(depth)
                     }
                     None => None,
@@ -324,11 +324,9 @@ impl Tracer {
                             (false, true) => Outcome::TailCall,
                             (false, false) => Outcome::Returned(ret.as_ref()),
                         };
-                        let (tid, probe) = (ev.tid, ev.probe);
-                        match self.style {
-                            Style::Text => tree.exit(out, &cols, tid, ts_ns, probe, info, outcome, duration_ns)?,
-                            _ => tree.exit(&mut io::sink(), &cols, tid, ts_ns, probe, info, outcome, duration_ns)?,
-                        }
+                        let mut sink = io::sink();
+                        let mut w: &mut dyn Write = if self.style == Style::Text { &mut *out } else { &mut sink };
+                        tree.exit(&mut w, &cols, ev.tid, ts_ns, ev.probe, info, outcome, duration_ns)?;
                         // The call's own depth, now that it is closed.
                         Some(tree.depth(pid.0, ev.tid))
                     }
