@@ -124,8 +124,14 @@ pub fn observe(
             return Err(e);
         }
     };
+    // What the probes produced since the last tick (a call that returned
+    // just before the signal) is consumed too, while the probes are in.
+    let last = match end {
+        End::Interrupted | End::Duration => watcher.tick(attached),
+        _ => Ok(()),
+    };
     watcher.finish();
-    Ok(end)
+    last.map(|()| end)
 }
 
 /// Lets go of the probes of libraries `attached`'s process unloaded, and
