@@ -65,18 +65,22 @@ pub fn own_probes(
     }
 }
 
-/// The address of `_r_debug.r_state` in process `pid`'s dynamic loader, if
-/// its `_r_debug` is where the loader's symbols say and its `r_brk` names
-/// `brk`, the function tp probes (`struct r_debug`: `r_version`, `r_map`,
-/// `r_brk`, `r_state`, each a word apart).
+/// The address of `r_state` in process `pid`'s dynamic loader's `struct
+/// r_debug` (`r_version`, `r_map`, `r_brk`, `r_state`, each a word apart;
+/// musl's `struct debug` is laid out alike), if the loader's symbols say
+/// where it is and its `r_brk` names `brk`, the function tp probes: glibc
+/// names it `_r_debug`; musl keeps a pointer to it in `_dl_debug_addr`.
 pub fn state_word(pid: i32, modules: &ProcessModules, brk: u64) -> Option<u64> {
     let i = modules.index_containing(brk)?;
     let m = modules.get(i).ok()?;
     let f = m.matching_symbols(DEBUG_STATE).into_iter().next()?;
-    let r_debug = f.bias.runtime(m.data_symbol("_r_debug")?).0;
     let mem = crate::process::memory::Memory::open(pid).ok()?;
+    let r_debug = match m.data_symbol("_r_debug") {
+        Some(at) => f.bias.runtime(at).0,
+        None => mem.read_u64(f.bias.runtime(m.data_symbol("_dl_debug_addr")?).0).ok()?,
+    };
     let word = std::mem::size_of::<u64>() as u64;
-    (mem.read_u64(r_debug + 2 * word).ok()? == brk).then_some(r_debug + 3 * word)
+    (mem.read_u64(r_debug.checked_add(2 * word)?).ok()? == brk).then_some(r_debug + 3 * word)
 }
 
 /// Whether every thread of process `pid` lets the runtime make its calls

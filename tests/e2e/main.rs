@@ -110,6 +110,9 @@ mod run;
 // Libraries loaded later, probed at the dynamic linker's rendezvous (targets built for the host only).
 #[cfg(target_arch = "x86_64")]
 mod rendezvous;
+// Programs built with musl-gcc: musl's rendezvous, static and dynamic.
+#[cfg(target_arch = "x86_64")]
+mod musl;
 // A Go program built with Debian's Go: goroutines, stack growth, GC.
 #[cfg(target_arch = "x86_64")]
 mod golang;
