@@ -6,10 +6,16 @@
 //! ```text
 //! expr    := and ( "||" and )*
 //! and     := unary ( "&&" unary )*
-//! unary   := "!" unary | "(" expr ")" | operand ( cmp operand )?
+//! unary   := "!" unary | value ( cmp value )? | "(" expr ")"
 //! cmp     := "==" | "!=" | "<" | "<=" | ">" | ">="
-//! operand := NAME | argN | ret | INTEGER (decimal, 0x hex, a leading -)
+//! value   := xor ( "|" xor )*
+//! xor     := bits ( "^" bits )*
+//! bits    := operand ( "&" operand )*
+//! operand := NAME | argN | ret | INTEGER (decimal, 0x hex, a leading -) | "(" value ")"
 //! ```
+//!
+//! The bitwise operators bind tighter than the comparisons (as in Rust and
+//! Python, not C): `flags & 0x4 == 0x4` tests a bit.
 //!
 //! A name is a parameter from DWARF; `argN` is the Nth integer argument
 //! register (typed from DWARF when a parameter arrives there); `ret` the
@@ -71,7 +77,33 @@ pub enum Operand {
     Ret,
     /// A constant.
     Int(i128),
+    /// `a & b`, `a | b` or `a ^ b`.
+    Bits(Box<Operand>, BitOp, Box<Operand>),
 }
+
+/// A bitwise operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BitOp {
+    /// `&`
+    And,
+    /// `|`
+    Or,
+    /// `^`
+    Xor,
+}
+
+impl BitOp {
+    fn op(self) -> u64 {
+        match self {
+            BitOp::And => filter_op::BIT_AND,
+            BitOp::Or => filter_op::BIT_OR,
+            BitOp::Xor => filter_op::BIT_XOR,
+        }
+    }
+}
+
+/// The bitwise operators, loosest first.
+const BIT_LEVELS: [(&str, BitOp); 3] = [("|", BitOp::Or), ("^", BitOp::Xor), ("&", BitOp::And)];
 
 /// The longest expression tp parses.
 const MAX_LEN: usize = 1024;
@@ -109,7 +141,8 @@ impl Token {
     }
 }
 
-const OPS: [&str; 12] = ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "-"];
+/// Longer operators first: `&&` before `&`.
+const OPS: [&str; 15] = ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "-", "&", "|", "^"];
 
 fn lex(text: &str) -> Result<Vec<Token>, String> {
     let b = text.as_bytes();
@@ -188,15 +221,32 @@ impl Parser {
             self.at += 1;
             Expr::Not(Box::new(self.unary()?))
         } else if self.peek_op("(") {
-            self.at += 1;
-            let e = self.or()?;
-            if !self.peek_op(")") {
-                return Err("a `(` is not closed".into());
+            // `(flags & 3) == 1` is a value in parentheses, `(a == 1 || b)`
+            // an expression: the value is tried first.
+            let (at, nesting) = (self.at, self.nesting);
+            match self.comparison() {
+                Ok(e) => e,
+                Err(_) => {
+                    (self.at, self.nesting) = (at + 1, nesting);
+                    let e = self.or()?;
+                    if !self.peek_op(")") {
+                        return Err("a `(` is not closed".into());
+                    }
+                    self.at += 1;
+                    e
+                }
             }
-            self.at += 1;
-            e
         } else {
-            let a = self.operand()?;
+            self.comparison()?
+        };
+        self.nesting -= 1;
+        Ok(e)
+    }
+
+    /// `value ( cmp value )?`
+    fn comparison(&mut self) -> Result<Expr, String> {
+        {
+            let a = self.value()?;
             let cmp = match self.tokens.get(self.at) {
                 Some(Token::Op("==")) => Some(Cmp::Eq),
                 Some(Token::Op("!=")) => Some(Cmp::Ne),
@@ -206,22 +256,49 @@ impl Parser {
                 Some(Token::Op(">=")) => Some(Cmp::Ge),
                 _ => None,
             };
-            match cmp {
+            Ok(match cmp {
                 Some(c) => {
                     self.at += 1;
-                    Expr::Cmp(a, c, self.operand()?)
+                    Expr::Cmp(a, c, self.value()?)
                 }
                 None => Expr::Truth(a),
-            }
-        };
-        self.nesting -= 1;
-        Ok(e)
+            })
+        }
+    }
+
+    /// Operands joined by bitwise operators.
+    fn value(&mut self) -> Result<Operand, String> {
+        self.bits(0)
+    }
+
+    /// The operands joined by [`BIT_LEVELS`]`[level]` and those binding tighter.
+    fn bits(&mut self, level: usize) -> Result<Operand, String> {
+        let Some(&(text, op)) = BIT_LEVELS.get(level) else { return self.operand() };
+        let mut a = self.bits(level + 1)?;
+        while self.peek_op(text) {
+            self.at += 1;
+            a = Operand::Bits(Box::new(a), op, Box::new(self.bits(level + 1)?));
+        }
+        Ok(a)
     }
 
     fn operand(&mut self) -> Result<Operand, String> {
         let t = self.tokens.get(self.at).cloned();
         self.at += 1;
         match t {
+            Some(Token::Op("(")) => {
+                self.nesting += 1;
+                if self.nesting > MAX_NESTING {
+                    return Err(format!("nested more than {MAX_NESTING} deep"));
+                }
+                let v = self.value()?;
+                if !self.peek_op(")") {
+                    return Err("a `(` is not closed".into());
+                }
+                self.at += 1;
+                self.nesting -= 1;
+                Ok(v)
+            }
             Some(Token::Int(v)) => Ok(Operand::Int(v)),
             Some(Token::Op("-")) => match self.tokens.get(self.at) {
                 Some(Token::Int(v)) => {
@@ -337,9 +414,16 @@ fn conjuncts<'a>(e: &'a Expr, out: &mut Vec<&'a Expr>) {
 }
 
 fn names_ret(e: &Expr) -> bool {
+    fn has_ret(o: &Operand) -> bool {
+        match o {
+            Operand::Ret => true,
+            Operand::Bits(a, _, b) => has_ret(a) || has_ret(b),
+            _ => false,
+        }
+    }
     match e {
-        Expr::Cmp(a, _, b) => *a == Operand::Ret || *b == Operand::Ret,
-        Expr::Truth(a) => *a == Operand::Ret,
+        Expr::Cmp(a, _, b) => has_ret(a) || has_ret(b),
+        Expr::Truth(a) => has_ret(a),
         Expr::Not(e) => names_ret(e),
         Expr::And(a, b) | Expr::Or(a, b) => names_ret(a) || names_ret(b),
     }
@@ -379,6 +463,15 @@ fn operand_slot(
 ) -> Result<Option<Slot>, String> {
     match o {
         Operand::Int(_) => Ok(None),
+        // A 64-bit value, signed when both sides are.
+        Operand::Bits(a, _, b) => {
+            let (sa, sb) = (operand_slot(a, slots, info, at_exit)?, operand_slot(b, slots, info, at_exit)?);
+            if sa.is_none() && sb.is_none() {
+                return Ok(None);
+            }
+            let signed = sa.is_none_or(|s| s.signed) && sb.is_none_or(|s| s.signed);
+            Ok(Some(Slot { reg: FILTER_RET, ext: filter_ext::U64, signed }))
+        }
         Operand::Ret => match &info.dwarf {
             None => Ok(Some(Slot::raw(FILTER_RET))),
             Some(f) => match &f.return_type {
@@ -430,7 +523,7 @@ fn emit(
         }
         Expr::Truth(a) => {
             let s = operand_slot(a, slots, info, at_exit)?;
-            push(a, s, s, out)?;
+            push(a, s, slots, info, at_exit, out)?;
             out.extend([filter_op::IMM, 0, filter_op::NE]);
         }
         Expr::Cmp(a, cmp, b) => {
@@ -441,8 +534,8 @@ fn emit(
                 Cmp::Gt | Cmp::Ge => (b, a, (sb, sa)),
                 _ => (a, b, (sa, sb)),
             };
-            push(first, fs, ss, out)?;
-            push(second, ss, fs, out)?;
+            push(first, ss, slots, info, at_exit, out)?;
+            push(second, fs, slots, info, at_exit, out)?;
             out.push(match (cmp, signed) {
                 (Cmp::Eq, _) => filter_op::EQ,
                 (Cmp::Ne, _) => filter_op::NE,
@@ -456,10 +549,23 @@ fn emit(
     Ok(())
 }
 
-/// Pushes operand `o` (`slot`, if it is a value); a constant is checked
-/// against the type of the value it is compared with (`other`).
-fn push(o: &Operand, slot: Option<Slot>, other: Option<Slot>, out: &mut Vec<u64>) -> Result<(), String> {
-    match (o, slot) {
+/// Pushes operand `o`; a constant is checked against the type of the value
+/// it is compared with (`other`), but inside a bitwise operation (a mask).
+fn push(
+    o: &Operand,
+    other: Option<Slot>,
+    slots: &[(String, Result<Slot, &'static str>)],
+    info: &ProbeInfo,
+    at_exit: bool,
+    out: &mut Vec<u64>,
+) -> Result<(), String> {
+    if let Operand::Bits(a, op, b) = o {
+        push(a, None, slots, info, at_exit, out)?;
+        push(b, None, slots, info, at_exit, out)?;
+        out.push(op.op());
+        return Ok(());
+    }
+    match (o, operand_slot(o, slots, info, at_exit)?) {
         (Operand::Int(v), _) => {
             let v = *v;
             if let Some(s) = other {
@@ -569,6 +675,56 @@ mod tests {
         );
         assert_eq!(e, want);
         assert_eq!(parse("ret>=0x10").unwrap(), Expr::Cmp(Operand::Ret, Cmp::Ge, Operand::Int(16)));
+    }
+
+    #[test]
+    fn bitwise_operators_bind_tighter_than_comparisons() {
+        let n = |s: &str| Box::new(Operand::Name(s.into()));
+        let int = |v| Box::new(Operand::Int(v));
+        // & before ^ before |, all before ==.
+        let e = parse("a | b ^ c & 4 == 0x10").unwrap();
+        let want = Operand::Bits(
+            n("a"),
+            BitOp::Or,
+            Box::new(Operand::Bits(n("b"), BitOp::Xor, Box::new(Operand::Bits(n("c"), BitOp::And, int(4))))),
+        );
+        assert_eq!(e, Expr::Cmp(want, Cmp::Eq, Operand::Int(16)));
+        // A value in parentheses, and an expression in them.
+        let masked = Expr::Cmp(Operand::Bits(n("a"), BitOp::And, int(3)), Cmp::Eq, Operand::Int(1));
+        assert_eq!(parse("(a & 3) == 1").unwrap(), masked);
+        assert_eq!(parse("((a & 3) == 1)").unwrap(), masked);
+        let either = parse("(a == 1 || b & 2) && c").unwrap();
+        assert!(matches!(either, Expr::And(ref l, _) if matches!(**l, Expr::Or(..))), "{either:?}");
+        assert_eq!(
+            parse("!(a & 8)").unwrap(),
+            Expr::Not(Box::new(Expr::Truth(Operand::Bits(n("a"), BitOp::And, int(8)))))
+        );
+        assert_eq!(parse("a && b").unwrap(), Expr::And(Box::new(Expr::Truth(*n("a"))), Box::new(Expr::Truth(*n("b")))));
+        for (text, why) in [("a & ", "ends early"), ("(a & 1", "not closed"), ("a & & 1", "found `&`")] {
+            let e = parse(text).unwrap_err();
+            assert!(e.contains(why), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn bitwise_operators_run_on_typed_values() {
+        let i = info(&[("flags", Type::Unsigned(4)), ("n", Type::Signed(4))], Some(Type::Signed(4)));
+        // flags is an unsigned int: the register's high half does not count.
+        assert_eq!(run("flags & 0x4", &i, [0xffff_0000_0000_0004, 0, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("flags & 0x4", &i, [0xffff_0000_0000_0003, 0, 0, 0, 0, 0], 0), (false, true));
+        assert_eq!(run("flags & 0x6 == 0x2", &i, [0x3, 0, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("(flags | 1) ^ 0x10 == 0x11", &i, [0, 0, 0, 0, 0, 0], 0), (true, true));
+        // A mask wider than the value is a mask, not out of range.
+        assert_eq!(run("flags & 0xffff0000ffffffff == 5", &i, [5, 0, 0, 0, 0, 0], 0), (true, true));
+        // Signed when both sides are: n & -8 < 0 for a negative n.
+        assert_eq!(run("n & -8 < 0", &i, [0, (-9i64) as u64, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("n & -8 < 0", &i, [0, 9, 0, 0, 0, 0], 0), (false, true));
+        // A mask of the return value runs at exit.
+        assert_eq!(run("ret & 1", &i, [0; 6], 3), (true, true));
+        assert_eq!(run("ret & 1", &i, [0; 6], 2), (true, false));
+        let j = info(&[("n", Type::Signed(8))], Some(Type::Signed(8)));
+        let e = compile(&parse("n & ret").unwrap(), &j, true).unwrap_err();
+        assert!(e.contains("can name only `ret`"), "{e}");
     }
 
     #[test]

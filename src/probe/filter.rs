@@ -120,15 +120,18 @@ pub fn eval(program: &[u64], values: &[u64; 7]) -> bool {
                 let (a, b) = (stack[sp - 2], stack[sp - 1]);
                 sp -= 1;
                 stack[sp - 1] = match op {
-                    filter_op::EQ => a == b,
-                    filter_op::NE => a != b,
-                    filter_op::LT_S => (a as i64) < (b as i64),
-                    filter_op::LE_S => (a as i64) <= (b as i64),
-                    filter_op::LT_U => a < b,
-                    filter_op::LE_U => a <= b,
-                    filter_op::AND => a != 0 && b != 0,
-                    _ => a != 0 || b != 0,
-                } as u64;
+                    filter_op::EQ => (a == b) as u64,
+                    filter_op::NE => (a != b) as u64,
+                    filter_op::LT_S => ((a as i64) < (b as i64)) as u64,
+                    filter_op::LE_S => ((a as i64) <= (b as i64)) as u64,
+                    filter_op::LT_U => (a < b) as u64,
+                    filter_op::LE_U => (a <= b) as u64,
+                    filter_op::AND => (a != 0 && b != 0) as u64,
+                    filter_op::BIT_AND => a & b,
+                    filter_op::BIT_OR => a | b,
+                    filter_op::BIT_XOR => a ^ b,
+                    _ => (a != 0 || b != 0) as u64,
+                };
             }
             _ => return true,
         }
@@ -150,6 +153,18 @@ mod tests {
         v[1] = 0xdead_beef_ffff_fff0; // -16 as an int, with garbage above
         assert!(eval(&p, &v));
         v[1] = 7;
+        assert!(!eval(&p, &v));
+    }
+
+    #[test]
+    fn bitwise_operations_run_and_validate() {
+        // (arg0 & 0x6) ^ 0x1 | 0x8 == 0xb
+        let p = [arg_word(0, filter_ext::U64), IMM, 6, BIT_AND, IMM, 1, BIT_XOR, IMM, 8, BIT_OR, IMM, 0xb, EQ, END];
+        assert_eq!(validate(&p, 5), Ok(()));
+        let mut v = [0u64; 7];
+        v[0] = 0x2;
+        assert!(eval(&p, &v));
+        v[0] = 0x4;
         assert!(!eval(&p, &v));
     }
 

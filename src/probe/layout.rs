@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 17;
+pub const VERSION: u32 = 18;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -728,8 +728,14 @@ pub mod filter_op {
     pub const OR: u64 = 10;
     /// Pop a; push a == 0.
     pub const NOT: u64 = 11;
+    /// Pop b, a; push a & b (bitwise).
+    pub const BIT_AND: u64 = 12;
+    /// a | b (bitwise).
+    pub const BIT_OR: u64 = 13;
+    /// a ^ b (bitwise).
+    pub const BIT_XOR: u64 = 14;
     /// The largest operation.
-    pub const LAST: u64 = NOT;
+    pub const LAST: u64 = BIT_XOR;
 }
 
 /// How [`filter_op::ARG`] extends a register's low bytes to 64 bits (a C
@@ -974,6 +980,9 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_FOP_AND", filter_op::AND),
     ("TP_FOP_OR", filter_op::OR),
     ("TP_FOP_NOT", filter_op::NOT),
+    ("TP_FOP_BIT_AND", filter_op::BIT_AND),
+    ("TP_FOP_BIT_OR", filter_op::BIT_OR),
+    ("TP_FOP_BIT_XOR", filter_op::BIT_XOR),
     ("TP_FEXT_I8", filter_ext::I8),
     ("TP_FEXT_U8", filter_ext::U8),
     ("TP_FEXT_I16", filter_ext::I16),

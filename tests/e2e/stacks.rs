@@ -233,7 +233,11 @@ fn predicates_select_exactly_the_calls_that_satisfy_them() {
     assert_eq!(s["lost_events"].as_u64(), Some(0), "{s}");
     // On the return value: leaf returns 2n + 1, above 10 for n >= 5; and
     // both at once: n != 7 at entry, ret > 10 at exit.
-    for (expr, exits) in [("ret > 10", 100), ("n != 7 && ret > 10", 80), ("arg0 == 4 || arg0 == 9", 40)] {
+    // Bitwise: odd n; n of 6 and 7; 2n + 1 with bit 2 set (n of 2, 3, 6, 7);
+    // n | 8 == 8 (n of 0 and 8).
+    let bitwise = [("n & 1", 100), ("n & 6 == 6", 40), ("ret & 4", 80), ("(n | 8) ^ 1 == 9", 40)];
+    let plain = [("ret > 10", 100), ("n != 7 && ret > 10", 80), ("arg0 == 4 || arg0 == 9", 40)];
+    for (expr, exits) in plain.into_iter().chain(bitwise) {
         let (_, stdout, _) =
             session("stacks", &["-f", "leaf", "--ret", "--if", expr, "--json"], &[("values 200", "done values")]);
         let n = stdout.lines().filter(|l| l.contains("\"type\":\"exit\"")).count();

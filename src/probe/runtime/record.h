@@ -116,6 +116,15 @@ HOT int predicate(const uint64_t *prog, const uint64_t *args, uint64_t ret)
 		case TP_FOP_OR:
 			r = a != 0 || b != 0;
 			break;
+		case TP_FOP_BIT_AND:
+			r = a & b;
+			break;
+		case TP_FOP_BIT_OR:
+			r = a | b;
+			break;
+		case TP_FOP_BIT_XOR:
+			r = a ^ b;
+			break;
 		default:
 			return 1;
 		}
