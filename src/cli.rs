@@ -95,7 +95,8 @@ pub struct ProbeArgs {
     pub folded: bool,
     /// Record only calls whose integer arguments (by name or arg0..arg5)
     /// and return value (`ret`) satisfy EXPR: `==` `!=` `<` `<=` `>` `>=` `&&` `||` `!`,
-    /// and the bitwise `&` `|` `^`, which bind tighter than comparisons (`flags & 4 == 4`).
+    /// and the bitwise `&` `|` `^`, which bind tighter than comparisons (`flags & 4 == 4`);
+    /// C strings by == or != a literal: `path == "/"`, `str(arg0) == "GET"`, a prefix with `str(path, 5) == "/api/"`.
     #[arg(long = "if", value_name = "EXPR")]
     pub predicate: Option<String>,
     /// Count the calls per value of this integer argument (a name or arg0..arg5), in the target.

@@ -16,6 +16,8 @@
  *                    descriptor only once it exists
  *   kill-gettid      gettid kills the process: tp's remote calls pass, its
  *                    runtime's (events, return probes) would not
+ *   kill-process-vm-readv  process_vm_readv kills the process: tp's
+ *                    runtime makes it only for --if on strings
  *   thread-kill-gettid  only a second thread, started before the ready
  *                    line and blocked until quit, has a filter, which
  *                    kills the process on gettid; the main thread has none
@@ -227,6 +229,8 @@ int main(int argc, char **argv)
 		deny_mmap_fd();
 	else if (strcmp(mode, "kill-gettid") == 0)
 		deny(SYS_gettid, SECCOMP_RET_KILL_PROCESS);
+	else if (strcmp(mode, "kill-process-vm-readv") == 0)
+		deny(SYS_process_vm_readv, SECCOMP_RET_KILL_PROCESS);
 	else if (strcmp(mode, "thread-kill-gettid") == 0)
 		start_filtered_thread();
 	else if (strcmp(mode, "errno-runtime") == 0)

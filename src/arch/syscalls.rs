@@ -41,6 +41,10 @@ pub struct Syscalls {
     /// futex (the runtime: a thread at the dynamic linker's rendezvous
     /// wakes tp and waits for it, bounded).
     pub futex: u64,
+    /// process_vm_readv (the runtime: a predicate reading a string of the
+    /// process's own memory, which fails instead of faulting on a bad
+    /// pointer).
+    pub process_vm_readv: u64,
     /// The call that reads the thread register, where the runtime may make
     /// one (a thread whose TCB does not show it, where the CPU gives no
     /// instruction to read it).
@@ -86,6 +90,7 @@ pub const X86_64: Syscalls = Syscalls {
     rt_sigprocmask: 14,
     exit_group: 231,
     futex: 202,
+    process_vm_readv: 310,
     // arch_prctl(ARCH_GET_FS, &v)
     thread_pointer: Some(ThreadPointerCall { name: "arch_prctl", nr: 158, arg0: 0x1003 }),
 };
@@ -108,6 +113,7 @@ pub const AARCH64: Syscalls = Syscalls {
     rt_sigprocmask: 135,
     exit_group: 94,
     futex: 98,
+    process_vm_readv: 270,
     // TPIDR_EL0 is readable by an instruction on every thread.
     thread_pointer: None,
 };
@@ -130,6 +136,7 @@ impl Syscalls {
             ("rt_sigprocmask", self.rt_sigprocmask),
             ("exit_group", self.exit_group),
             ("futex", self.futex),
+            ("process_vm_readv", self.process_vm_readv),
         ];
         all.extend(self.thread_pointer.map(|t| (t.name, t.nr)));
         all

@@ -12,7 +12,16 @@
 //! xor     := bits ( "^" bits )*
 //! bits    := operand ( "&" operand )*
 //! operand := NAME | argN | ret | INTEGER (decimal, 0x hex, a leading -) | "(" value ")"
+//!          | "str(" value ( "," INTEGER )? ")"
 //! ```
+//!
+//! A C string is compared with a literal (`"..."`, with `\"`, `\\`, `\n`,
+//! `\t`, `\0` and `\xHH`) by `==` or `!=`: `str(arg0) == "GET"` reads the
+//! string at that address (a `char *` parameter may be named alone: `path
+//! == "/index.html"`), and `str(x, N)` at most its first N bytes, so that
+//! `str(path, 5) == "/api/"` tests a prefix (bpftrace's forms). The runtime
+//! reads the bytes with process_vm_readv, which fails instead of faulting:
+//! a bad pointer is a string equal to nothing.
 //!
 //! The bitwise operators bind tighter than the comparisons (as in Rust and
 //! Python, not C): `flags & 0x4 == 0x4` tests a bit.
@@ -29,7 +38,7 @@
 
 use crate::arch::{Arch, Host, ParamClass};
 use crate::probe::filter;
-use crate::probe::layout::{FILTER_RET, FILTER_WORDS, filter_ext, filter_op};
+use crate::probe::layout::{FILTER_RET, FILTER_STR_MAX, FILTER_WORDS, filter_ext, filter_op};
 use crate::symbols::dwarf::Type;
 
 use super::format::ProbeInfo;
@@ -47,6 +56,8 @@ pub enum Expr {
     And(Box<Expr>, Box<Expr>),
     /// `a || b`.
     Or(Box<Expr>, Box<Expr>),
+    /// The C string at `a` `==` (`true`) or `!=` (`false`) a literal.
+    Str(Operand, bool, Vec<u8>),
 }
 
 /// A comparison.
@@ -79,6 +90,8 @@ pub enum Operand {
     Int(i128),
     /// `a & b`, `a | b` or `a ^ b`.
     Bits(Box<Operand>, BitOp, Box<Operand>),
+    /// `str(a)` or `str(a, N)`: the C string at address `a`, of at most N bytes.
+    Text(Box<Operand>, Option<u64>),
 }
 
 /// A bitwise operator.
@@ -129,6 +142,7 @@ enum Token {
     Word(String),
     Int(i128),
     Op(&'static str),
+    Str(Vec<u8>),
 }
 
 impl Token {
@@ -137,12 +151,13 @@ impl Token {
             Token::Word(w) => w.clone(),
             Token::Int(i) => i.to_string(),
             Token::Op(o) => o.to_string(),
+            Token::Str(b) => format!("\"{}\"", crate::escape::text(&String::from_utf8_lossy(b))),
         }
     }
 }
 
 /// Longer operators first: `&&` before `&`.
-const OPS: [&str; 15] = ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "-", "&", "|", "^"];
+const OPS: [&str; 16] = ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "-", "&", "|", "^", ","];
 
 fn lex(text: &str) -> Result<Vec<Token>, String> {
     let b = text.as_bytes();
@@ -163,6 +178,10 @@ fn lex(text: &str) -> Result<Vec<Token>, String> {
                 None => s.parse::<u64>().map(|v| v as i128),
             };
             out.push(Token::Int(v.map_err(|_| format!("`{}` is not a 64-bit integer", &text[start..i]))?));
+        } else if c == b'"' {
+            let (lit, len) = string_literal(&b[i..])?;
+            out.push(Token::Str(lit));
+            i += len;
         } else if c.is_ascii_alphabetic() || c == b'_' {
             let start = i;
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
@@ -181,6 +200,45 @@ fn lex(text: &str) -> Result<Vec<Token>, String> {
         }
     }
     Ok(out)
+}
+
+/// The literal at the start of `b` (its opening quote first): its bytes,
+/// and how many bytes of `b` it took.
+fn string_literal(b: &[u8]) -> Result<(Vec<u8>, usize), String> {
+    let mut out = Vec::new();
+    let mut i = 1;
+    loop {
+        match b.get(i) {
+            None => return Err("a string is not closed (`\"`)".into()),
+            Some(b'"') => return Ok((out, i + 1)),
+            Some(b'\\') => {
+                let c = *b.get(i + 1).ok_or("a string ends in `\\`")?;
+                i += 2;
+                out.push(match c {
+                    b'n' => b'\n',
+                    b't' => b'\t',
+                    b'0' => 0,
+                    b'\\' | b'"' => c,
+                    b'x' => {
+                        let hex = b.get(i..i + 2).and_then(|h| std::str::from_utf8(h).ok());
+                        let v = hex.and_then(|h| u8::from_str_radix(h, 16).ok()).ok_or("`\\x` takes two hex digits")?;
+                        i += 2;
+                        v
+                    }
+                    c => {
+                        return Err(format!(
+                            "unknown escape `\\{}` in a string",
+                            crate::escape::text(&(c as char).to_string())
+                        ));
+                    }
+                });
+            }
+            Some(&c) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
 }
 
 struct Parser {
@@ -259,7 +317,14 @@ impl Parser {
             Ok(match cmp {
                 Some(c) => {
                     self.at += 1;
-                    Expr::Cmp(a, c, self.value()?)
+                    match (c, self.tokens.get(self.at).cloned()) {
+                        (Cmp::Eq | Cmp::Ne, Some(Token::Str(lit))) => {
+                            self.at += 1;
+                            Expr::Str(a, c == Cmp::Eq, lit)
+                        }
+                        (_, Some(Token::Str(_))) => return Err("a string is compared with == or != only".into()),
+                        _ => Expr::Cmp(a, c, self.value()?),
+                    }
                 }
                 None => Expr::Truth(a),
             })
@@ -307,6 +372,25 @@ impl Parser {
                 }
                 _ => Err("`-` must be followed by a number".into()),
             },
+            Some(Token::Word(w)) if w == "str" && self.peek_op("(") => {
+                self.at += 1;
+                let v = self.value()?;
+                let limit = match self.peek_op(",") {
+                    true => match self.tokens.get(self.at + 1) {
+                        Some(Token::Int(n)) if *n > 0 => {
+                            self.at += 2;
+                            Some(*n as u64)
+                        }
+                        _ => return Err("`str(x, N)` takes a number of bytes above 0".into()),
+                    },
+                    false => None,
+                };
+                if !self.peek_op(")") {
+                    return Err("`str(` is not closed".into());
+                }
+                self.at += 1;
+                Ok(Operand::Text(Box::new(v), limit))
+            }
             Some(Token::Word(w)) if w == "ret" || w == "retval" => Ok(Operand::Ret),
             Some(Token::Word(w)) => match w.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()) {
                 Some(n) if n < 6 && w.len() == 4 => Ok(Operand::Position(n)),
@@ -418,12 +502,13 @@ fn names_ret(e: &Expr) -> bool {
         match o {
             Operand::Ret => true,
             Operand::Bits(a, _, b) => has_ret(a) || has_ret(b),
+            Operand::Text(a, _) => has_ret(a),
             _ => false,
         }
     }
     match e {
         Expr::Cmp(a, _, b) => has_ret(a) || has_ret(b),
-        Expr::Truth(a) => has_ret(a),
+        Expr::Truth(a) | Expr::Str(a, _, _) => has_ret(a),
         Expr::Not(e) => names_ret(e),
         Expr::And(a, b) | Expr::Or(a, b) => names_ret(a) || names_ret(b),
     }
@@ -463,6 +548,7 @@ fn operand_slot(
 ) -> Result<Option<Slot>, String> {
     match o {
         Operand::Int(_) => Ok(None),
+        Operand::Text(..) => Err("`str(…)` is a string: compare it with a literal in quotes, by == or !=".into()),
         // A 64-bit value, signed when both sides are.
         Operand::Bits(a, _, b) => {
             let (sa, sb) = (operand_slot(a, slots, info, at_exit)?, operand_slot(b, slots, info, at_exit)?);
@@ -521,6 +607,33 @@ fn emit(
             emit(a, slots, info, at_exit, out)?;
             out.push(filter_op::NOT);
         }
+        Expr::Str(a, equal, lit) => {
+            let (pointer, limit) = match a {
+                Operand::Text(p, limit) => (&**p, *limit),
+                a if is_c_string(a, info) => (a, None),
+                _ => {
+                    return Err(format!(
+                        "`{}` is not a C string (`char *`): use str(…) to read one at that address",
+                        operand_text(a)
+                    ));
+                }
+            };
+            if lit.len() > FILTER_STR_MAX {
+                return Err(format!("strings are compared up to {FILTER_STR_MAX} bytes; this one has {}", lit.len()));
+            }
+            let prefix = match limit {
+                Some(n) if (lit.len() as u64) > n => {
+                    return Err(format!("str(…, {n}) has at most {n} bytes: it never equals {} bytes", lit.len()));
+                }
+                Some(n) => n == lit.len() as u64,
+                None => false,
+            };
+            push(pointer, None, slots, info, at_exit, out)?;
+            out.extend(filter::str_words(lit, prefix));
+            if !*equal {
+                out.push(filter_op::NOT);
+            }
+        }
         Expr::Truth(a) => {
             let s = operand_slot(a, slots, info, at_exit)?;
             push(a, s, slots, info, at_exit, out)?;
@@ -547,6 +660,31 @@ fn emit(
         }
     }
     Ok(())
+}
+
+/// True if `o` names a value DWARF types as a C string.
+fn is_c_string(o: &Operand, info: &ProbeInfo) -> bool {
+    let Some(f) = &info.dwarf else { return false };
+    match o {
+        Operand::Name(n) => f.params.iter().any(|p| &p.name == n && p.ty == Type::CString),
+        Operand::Ret => f.return_type.as_ref().is_some_and(|(_, t)| *t == Type::CString),
+        _ => false,
+    }
+}
+
+/// `o` as the user wrote it, about.
+fn operand_text(o: &Operand) -> String {
+    match o {
+        Operand::Name(n) => n.clone(),
+        Operand::Position(n) => format!("arg{n}"),
+        Operand::Ret => "ret".into(),
+        Operand::Int(v) => v.to_string(),
+        Operand::Bits(a, op, b) => {
+            let op = BIT_LEVELS.iter().find(|(_, o)| o == op).map_or("?", |(t, _)| t);
+            format!("{} {op} {}", operand_text(a), operand_text(b))
+        }
+        Operand::Text(a, _) => format!("str({})", operand_text(a)),
+    }
 }
 
 /// Pushes operand `o`; a constant is checked against the type of the value
@@ -659,7 +797,7 @@ mod tests {
         let mut v = [0u64; 7];
         v[..6].copy_from_slice(&args);
         v[6] = ret;
-        let pass = |p: &[u64]| p.is_empty() || filter::eval(p, &v);
+        let pass = |p: &[u64]| p.is_empty() || filter::eval(p, &v, &|_, _| 0);
         (pass(&c.entry), pass(&c.exit))
     }
 

@@ -10,11 +10,24 @@
 //! runtime checks every step again, since the target can write the region;
 //! a program that fails there selects the call.
 
-use super::layout::{FILTER_DEPTH, FILTER_RET, FILTER_WORDS, filter_ext, filter_op};
+use super::layout::{FILTER_DEPTH, FILTER_RET, FILTER_STR_MAX, FILTER_WORDS, filter_ext, filter_op};
 
 /// The register and extension of an [`filter_op::ARG`] word.
 fn arg_fields(word: u64) -> (u64, u64) {
     ((word >> 8) & 0xff, (word >> 16) & 0xff)
+}
+
+/// The words of [`filter_op::STR`] comparing a string with `lit` (at most
+/// [`FILTER_STR_MAX`] bytes), or with `prefix` testing that it starts with it.
+pub fn str_words(lit: &[u8], prefix: bool) -> Vec<u64> {
+    let flag = if prefix { filter_op::STR_PREFIX } else { 0 };
+    let mut out = vec![filter_op::STR | ((lit.len() as u64) << 8) | flag];
+    out.extend(lit.chunks(8).map(|c| {
+        let mut b = [0u8; 8];
+        b[..c.len()].copy_from_slice(c);
+        u64::from_le_bytes(b)
+    }));
+    out
 }
 
 /// An [`filter_op::ARG`] word: register `reg` (0-5, or [`FILTER_RET`]) extended by `ext`.
@@ -49,10 +62,22 @@ pub fn validate(program: &[u64], max_reg: u64) -> Result<(), String> {
                 (0, 1)
             }
             filter_op::NOT => (1, 1),
+            filter_op::STR => {
+                let len = (w >> 8) & 0xff;
+                let words = (len as usize).div_ceil(8);
+                if len as usize > FILTER_STR_MAX
+                    || w & !(0xffff | filter_op::STR_PREFIX) != 0
+                    || pc + words >= program.len().min(FILTER_WORDS)
+                {
+                    return Err(format!("word {pc}: bad string"));
+                }
+                pc += words;
+                (1, 1)
+            }
             op if op <= filter_op::LAST => (2, 1),
             op => return Err(format!("word {pc}: unknown operation {op}")),
         };
-        if op != filter_op::ARG && op != filter_op::IMM && w >> 8 != 0 {
+        if ![filter_op::ARG, filter_op::IMM, filter_op::STR].contains(&op) && w >> 8 != 0 {
             return Err(format!("word {pc}: stray bits"));
         }
         if depth < pops_pushes.0 {
@@ -80,10 +105,27 @@ fn extend(v: u64, ext: u64) -> u64 {
     }
 }
 
+/// True if the programs name a string ([`filter_op::STR`]), which the
+/// runtime reads with process_vm_readv. Programs [`validate`] accepted only.
+pub fn reads_memory(program: &[u64]) -> bool {
+    let mut pc = 0;
+    while let Some(&w) = program.get(pc) {
+        pc += match w & 0xff {
+            filter_op::END => return false,
+            filter_op::STR => return true,
+            filter_op::IMM => 2,
+            _ => 1,
+        };
+    }
+    false
+}
+
 /// Runs `program` on `values` (the six argument registers, then the return
 /// value) as runtime.c does: true when the call is recorded. Whatever goes
-/// wrong (the target rewrote the program) selects the call.
-pub fn eval(program: &[u64], values: &[u64; 7]) -> bool {
+/// wrong (the target rewrote the program) selects the call. `read` reads
+/// the process's memory at an address into a buffer and says how many
+/// bytes it read, as process_vm_readv does.
+pub fn eval(program: &[u64], values: &[u64; 7], read: &dyn Fn(u64, &mut [u8]) -> usize) -> bool {
     let mut stack = [0u64; FILTER_DEPTH];
     let mut sp = 0usize;
     let mut pc = 0usize;
@@ -112,6 +154,20 @@ pub fn eval(program: &[u64], values: &[u64; 7]) -> bool {
                     return true;
                 }
                 stack[sp - 1] = (stack[sp - 1] == 0) as u64;
+            }
+            filter_op::STR => {
+                let len = ((w >> 8) & 0xff) as usize;
+                let words = len.div_ceil(8);
+                if sp < 1 || len > FILTER_STR_MAX || pc + words > FILTER_WORDS {
+                    return true;
+                }
+                let Some(lit) = program.get(pc..pc + words) else { return true };
+                let lit: Vec<u8> = lit.iter().flat_map(|w| w.to_le_bytes()).take(len).collect();
+                pc += words;
+                let prefix = w & filter_op::STR_PREFIX != 0;
+                let mut buf = vec![0u8; if prefix { len } else { len + 1 }];
+                let got = read(stack[sp - 1], &mut buf);
+                stack[sp - 1] = (got == buf.len() && buf[..len] == lit[..] && (prefix || buf[len] == 0)) as u64;
             }
             op if op <= filter_op::LAST => {
                 if sp < 2 {
@@ -151,9 +207,9 @@ mod tests {
         assert_eq!(validate(&p, 5), Ok(()));
         let mut v = [0u64; 7];
         v[1] = 0xdead_beef_ffff_fff0; // -16 as an int, with garbage above
-        assert!(eval(&p, &v));
+        assert!(eval(&p, &v, &|_, _| 0));
         v[1] = 7;
-        assert!(!eval(&p, &v));
+        assert!(!eval(&p, &v, &|_, _| 0));
     }
 
     #[test]
@@ -163,9 +219,51 @@ mod tests {
         assert_eq!(validate(&p, 5), Ok(()));
         let mut v = [0u64; 7];
         v[0] = 0x2;
-        assert!(eval(&p, &v));
+        assert!(eval(&p, &v, &|_, _| 0));
         v[0] = 0x4;
-        assert!(!eval(&p, &v));
+        assert!(!eval(&p, &v, &|_, _| 0));
+    }
+
+    #[test]
+    fn strings_are_compared_whole_or_as_prefixes_where_they_read() {
+        let memory = b"GET /index.html\0POST\0";
+        let read = |addr: u64, buf: &mut [u8]| {
+            let from = (addr as usize).min(memory.len());
+            let n = buf.len().min(memory.len() - from);
+            buf[..n].copy_from_slice(&memory[from..from + n]);
+            n
+        };
+        let run = |lit: &[u8], prefix: bool, at: u64| {
+            let mut p = vec![arg_word(0, filter_ext::U64)];
+            p.extend(str_words(lit, prefix));
+            p.push(END);
+            assert_eq!(validate(&p, 5), Ok(()), "{p:?}");
+            assert!(reads_memory(&p));
+            let mut v = [0u64; 7];
+            v[0] = at;
+            eval(&p, &v, &read)
+        };
+        assert!(run(b"GET /index.html", false, 0));
+        assert!(!run(b"GET", false, 0));
+        assert!(run(b"GET", true, 0));
+        assert!(run(b"POST", false, 16));
+        assert!(!run(b"POSTS", false, 16));
+        // Past the end of what can be read: not equal.
+        assert!(!run(b"POST", false, 18));
+        assert!(run(b"", false, 20));
+        // The longest literal fits; one cut short by the program's end does not.
+        let long = [b'x'; FILTER_STR_MAX];
+        let mut p = vec![arg_word(0, 0)];
+        p.extend(str_words(&long, false));
+        p.push(END);
+        assert_eq!(validate(&p, 5), Ok(()));
+        p.truncate(5);
+        p.push(END);
+        assert_eq!(validate(&p, 5).unwrap_err(), "word 1: bad string");
+        assert!(eval(&p, &[0; 7], &read), "a program that goes wrong selects the call");
+        let too_long = [filter_op::STR | (65 << 8), END];
+        assert!(validate(&[&[arg_word(0, 0)][..], &too_long].concat(), 5).unwrap_err().contains("bad string"));
+        assert!(!reads_memory(&[arg_word(0, 0), IMM, STR, END]), "an immediate is not an operation");
     }
 
     #[test]
@@ -185,11 +283,11 @@ mod tests {
         for (p, why) in bad {
             let e = validate(p, 5).unwrap_err();
             assert!(e.contains(why), "{p:?}: {e}");
-            let _ = eval(p, &[0; 7]); // never panics
+            let _ = eval(p, &[0; 7], &|_, _| 0); // never panics
         }
         let deep: Vec<u64> = std::iter::repeat_n(arg_word(0, 0), 9).chain([END]).collect();
         assert!(validate(&deep, 5).unwrap_err().contains("more than 8"));
-        assert!(eval(&deep, &[0; 7]), "a program that goes wrong selects the call");
+        assert!(eval(&deep, &[0; 7], &|_, _| 0), "a program that goes wrong selects the call");
         assert_eq!(validate(&[arg_word(6, 0), END], FILTER_RET), Ok(()));
     }
 }

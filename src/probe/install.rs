@@ -556,7 +556,13 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
 /// The kinds of `requests`, or-ed; [`kind::AT_EXITS`] only if every return
 /// probe among them sees its calls end at the function's exits.
 fn kinds_of(requests: &[Request]) -> u32 {
-    let k = requests.iter().fold(kind::COUNT, |k, r| k | r.kind);
+    let mut k = requests.iter().fold(kind::COUNT, |k, r| k | r.kind);
+    if requests
+        .iter()
+        .any(|r| super::filter::reads_memory(&r.config.entry) || super::filter::reads_memory(&r.config.exit))
+    {
+        k |= runtime_calls::READS_STRINGS;
+    }
     match requests.iter().any(|r| shadow::times_returns(r.kind)) {
         true => k & !kind::AT_EXITS,
         false => k,

@@ -734,8 +734,17 @@ pub mod filter_op {
     pub const BIT_OR: u64 = 13;
     /// a ^ b (bitwise).
     pub const BIT_XOR: u64 = 14;
+    /// Pop a; push 1 if the C string at address a equals the literal
+    /// that follows (bits 8..16: its length, at most
+    /// [`super::FILTER_STR_MAX`]; the bytes in the next words, eight to a
+    /// word, low byte first), or with bit 16 set starts with it; else 0,
+    /// and 0 where the bytes cannot be read (the runtime reads them with
+    /// process_vm_readv, which fails instead of faulting).
+    pub const STR: u64 = 15;
+    /// [`STR`]'s flag: the string starts with the literal.
+    pub const STR_PREFIX: u64 = 1 << 16;
     /// The largest operation.
-    pub const LAST: u64 = BIT_XOR;
+    pub const LAST: u64 = STR;
 }
 
 /// How [`filter_op::ARG`] extends a register's low bytes to 64 bits (a C
@@ -765,6 +774,8 @@ pub const FILTER_WORDS: usize = 15;
 pub const FILTER_DEPTH: usize = 8;
 /// The value [`filter_op::ARG`] names for the return value.
 pub const FILTER_RET: u64 = 6;
+/// The longest literal [`filter_op::STR`] compares a string with.
+pub const FILTER_STR_MAX: usize = 64;
 
 shared_struct! {
     /// What one probe records beyond its kind (`struct tp_probe_config`):
@@ -983,6 +994,9 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_FOP_BIT_AND", filter_op::BIT_AND),
     ("TP_FOP_BIT_OR", filter_op::BIT_OR),
     ("TP_FOP_BIT_XOR", filter_op::BIT_XOR),
+    ("TP_FOP_STR", filter_op::STR),
+    ("TP_FOP_STR_PREFIX", filter_op::STR_PREFIX),
+    ("TP_FILTER_STR_MAX", FILTER_STR_MAX as u64),
     ("TP_FEXT_I8", filter_ext::I8),
     ("TP_FEXT_U8", filter_ext::U8),
     ("TP_FEXT_I16", filter_ext::I16),

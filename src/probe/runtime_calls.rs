@@ -37,6 +37,11 @@ const SIGABRT: u64 = 6;
 const SIG_UNBLOCK: u64 = 1;
 /// The size of the kernel's signal set, the runtime passes to the signal calls.
 const SIGSET_SIZE: u64 = 8;
+/// Not a kind of probe: or-ed into the kinds [`calls`] takes where some
+/// probe's predicate compares strings, which the runtime reads with
+/// process_vm_readv (a failure reads as a string equal to nothing).
+pub const READS_STRINGS: u32 = 1 << 31;
+
 /// A stand-in for the address of a variable on a thread's stack.
 const SOME_STACK_ADDRESS: u64 = 0x7ffd_0000_0000;
 
@@ -106,7 +111,16 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
             ),
         ],
     };
-    let kinds = kinds & !kind::RENDEZVOUS;
+    let reads = match kinds & READS_STRINGS {
+        0 => Vec::new(),
+        _ => vec![RuntimeCall::new(
+            "process_vm_readv",
+            sc.process_vm_readv,
+            [pid, SOME_STACK_ADDRESS, 1, SOME_STACK_ADDRESS, 1, 0],
+            ERRORS,
+        )],
+    };
+    let kinds = kinds & !(kind::RENDEZVOUS | READS_STRINGS);
     if kinds == kind::COUNT {
         return rendezvous;
     }
@@ -153,6 +167,7 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
         ]);
     }
     calls.extend(rendezvous);
+    calls.extend(reads);
     calls
 }
 
@@ -389,7 +404,7 @@ mod tests {
     fn every_syscall_of_the_runtime_is_generated_and_checked() {
         use crate::arch::syscalls;
         let runtime = [include_str!("runtime/runtime.c"), include_str!("runtime/record.h")].concat();
-        let checked: Vec<String> = calls(kind::ARGS | kind::RET | kind::RENDEZVOUS, 1, 1)
+        let checked: Vec<String> = calls(kind::ARGS | kind::RET | kind::RENDEZVOUS | READS_STRINGS, 1, 1)
             .iter()
             .map(|c| c.what.split('(').next().unwrap().to_string())
             .collect();

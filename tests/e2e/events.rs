@@ -642,3 +642,50 @@ fn the_call_tree_nests_a_recursion_at_its_exact_depths() {
     assert_eq!(deepest, 11, "fib(12) reaches fib(1) 11 calls down");
     assert!(t.quit().success());
 }
+
+/// `--if` on strings: `greet`'s `name` (a `char *`, compared by name), a
+/// prefix of `where` (a `void *`, read with str(…, N)), and a null pointer,
+/// which the runtime reads as a string equal to nothing: each selects
+/// exactly the calls the target's log shows with such a name.
+#[test]
+fn predicates_on_strings_select_the_calls_whose_string_matches() {
+    type Selects = fn(&str) -> bool;
+    let cases: [(&str, Selects); 4] = [
+        ("name == \"grace\"", |n| n == "grace"),
+        ("str(where, 5) == \"linus\"", |n| n.starts_with("linus")),
+        ("str(arg0) != \"x\" && name != \"\"", |n| n != "x" && !n.is_empty()),
+        ("str(arg1 & 0) == \"\"", |_| false),
+    ];
+    for (expr, selects) in cases {
+        let (lines, events, summary) =
+            record("events", &["--args", "-f", "greet", "--if", expr], &[("call 40 2", "done call")]);
+        let names: Vec<&str> = lines
+            .iter()
+            .filter_map(|l| l.split_once(" greet name="))
+            .filter_map(|(_, r)| r.rsplit_once(" ret="))
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names.len(), 80, "{lines:?}");
+        let want = names.iter().filter(|n| selects(n)).count();
+        let got: Vec<&str> =
+            events.iter().filter(|e| e["type"] == "entry").filter_map(|e| e["args"]["name"].as_str()).collect();
+        assert_eq!(got.len(), want, "{expr}: {got:?}");
+        assert!(got.iter().all(|n| selects(n)), "{expr}: {got:?}");
+        let p = &summary["probes"][0];
+        assert_eq!((p["hits"].as_u64(), p["hits_unfiltered"].as_u64()), (Some(want as u64), Some(80)), "{expr}: {p}");
+    }
+    let t = Target::start("events");
+    let pid = t.pid.to_string();
+    for (expr, why) in [
+        ("add:a == \"x\"", "`a` is not a C string"),
+        ("str(name) < \"b\"", "with == or != only"),
+        ("str(name, 2) == \"ada\"", "never equals 3 bytes"),
+        ("name == \"unclosed", "not closed"),
+        ("str(name) == 1", "compare it with a literal in quotes"),
+    ] {
+        let (func, expr) = expr.split_once(':').unwrap_or(("greet", expr));
+        let line = expect_error(&["attach", "-p", &pid, "-f", func, "--if", expr], why);
+        assert!(line.contains("--if"), "{line}");
+    }
+    assert!(!has_region(t.pid));
+}

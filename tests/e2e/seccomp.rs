@@ -196,6 +196,28 @@ fn a_filter_that_kills_on_a_runtime_call_refuses_recording_and_counting_works() 
     alive_and_well(t);
 }
 
+/// A predicate on strings makes the runtime read them with
+/// process_vm_readv: a filter that kills on it refuses that predicate in one
+/// line naming the call, and a predicate on integers records as before.
+#[test]
+fn a_filter_that_kills_on_reading_strings_refuses_string_predicates_only() {
+    let mut t = Target::start_with("sandboxed", |c| {
+        c.arg("kill-process-vm-readv");
+    });
+    let pid = t.pid.to_string();
+    let before = maps_of(t.pid);
+    let args = ["attach", "-p", &pid, "-f", "work", "--if", "str(x) == \"GET\""];
+    let line = refused(&args, "answers process_vm_readv, which tp's runtime calls in the target, with KILL_PROCESS");
+    assert!(line.contains("the process would be killed"), "{line}");
+    assert_eq!(maps_of(t.pid), before, "the target's memory changed");
+    let session = Session::start(&["-p", &pid, "--json", "-f", "work", "--if", "x > 5"]);
+    let own = t.call("work", 1000, 1);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!((own, json_events(&stdout).iter().filter(|e| e["type"] == "entry").count()), (1000, 995));
+    alive_and_well(t);
+}
+
 /// Filters belong to threads: one filtered thread among unfiltered ones
 /// (the main thread, which makes tp's remote calls, has none) is enough
 /// for a refusal naming that thread.

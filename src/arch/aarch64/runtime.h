@@ -18,6 +18,21 @@ static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, u
 	return x0;
 }
 
+/* A syscall of six arguments (process_vm_readv). */
+static inline __attribute__((always_inline)) uint64_t tp_syscall6(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
+								   uint64_t a3, uint64_t a4, uint64_t a5)
+{
+	register uint64_t x8 __asm__("x8") = nr;
+	register uint64_t x0 __asm__("x0") = a0;
+	register uint64_t x1 __asm__("x1") = a1;
+	register uint64_t x2 __asm__("x2") = a2;
+	register uint64_t x3 __asm__("x3") = a3;
+	register uint64_t x4 __asm__("x4") = a4;
+	register uint64_t x5 __asm__("x5") = a5;
+	__asm__ volatile("svc #0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+	return x0;
+}
+
 /* The thread's key: TPIDR_EL0, the thread pointer every runtime that has
  * threads sets (glibc's and musl's TCB); 0 for a thread that has none (a
  * pure Go program's), which then tells itself apart by its TID. `how` is

@@ -18,6 +18,21 @@ static inline __attribute__((always_inline)) uint64_t tp_syscall4(uint64_t nr, u
 	return ret;
 }
 
+/* A syscall of six arguments (process_vm_readv). */
+static inline __attribute__((always_inline)) uint64_t tp_syscall6(uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2,
+								   uint64_t a3, uint64_t a4, uint64_t a5)
+{
+	register uint64_t r10 __asm__("r10") = a3;
+	register uint64_t r8 __asm__("r8") = a4;
+	register uint64_t r9 __asm__("r9") = a5;
+	uint64_t ret;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "0"(nr), "D"(a0), "S"(a1), "d"(a2), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+
 /* The thread's key: its FS base, which tells threads apart on any runtime
  * (glibc's and musl's TCB, Go's m.tls, ...). `how` is the region's
  * key_how: the word at fs:0, where glibc and musl keep the TCB's own

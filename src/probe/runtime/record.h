@@ -10,7 +10,8 @@
  * configuration, the aggregate tables) may have been written by the
  * target: every index is bounded, every program step checked, and memory
  * outside the region is read only inside the thread's stack, whose bounds
- * the runtime knows without a fault (stack_bounds).
+ * the runtime knows without a fault (stack_bounds), or by process_vm_readv
+ * (a predicate's strings: string_is), which fails instead of faulting.
  *
  * The stack walk reads the frame register as the probed function left it
  * (tp_frame_pointer, from the arch's runtime.h), which only the build with
@@ -48,13 +49,33 @@ HOT uint64_t extend(uint64_t v, uint64_t how)
 	}
 }
 
+/* 1 if the C string at `addr` in this process equals the `len` bytes of
+ * `lit` (or, with `prefix`, starts with them). The bytes are read with
+ * process_vm_readv from the process's own memory, which fails where a
+ * load would fault: a bad pointer, or a string that runs into unmapped
+ * memory before it could match, is not equal (0). */
+HOT uint64_t string_is(const struct tp_ctx *c, uint64_t addr, const uint8_t *lit, uint64_t len, int prefix)
+{
+	uint8_t buf[TP_FILTER_STR_MAX + 1];
+	uint64_t want = prefix ? len : len + 1;
+	uint64_t local[2] = {(uint64_t)buf, want}, remote[2] = {addr, want};
+	int64_t got = (int64_t)tp_syscall6(TP_SYS_PROCESS_VM_READV, process_id(c), (uint64_t)local, 1,
+					   (uint64_t)remote, 1, 0);
+	if (got != (int64_t)want)
+		return 0;
+	for (uint64_t i = 0; i < len; i++)
+		if (buf[i] != lit[i])
+			return 0;
+	return prefix || buf[len] == 0;
+}
+
 /* Runs a predicate program (src/probe/filter.rs checks it before tp writes
  * it, and holds the same interpreter): 1 if the call is recorded. `args`
  * are the six argument registers (0 at an exit, where only the return
  * value `ret` is named). Each word is read once; whatever goes wrong (the
  * target rewrote the program) selects the call. At most TP_FILTER_WORDS
  * steps. */
-HOT int predicate(const uint64_t *prog, const uint64_t *args, uint64_t ret)
+HOT int predicate(const struct tp_ctx *c, const uint64_t *prog, const uint64_t *args, uint64_t ret)
 {
 	uint64_t st[TP_FILTER_DEPTH];
 	uint32_t sp = 0;
@@ -86,6 +107,18 @@ HOT int predicate(const uint64_t *prog, const uint64_t *args, uint64_t ret)
 			if (sp < 1)
 				return 1;
 			st[sp - 1] = st[sp - 1] == 0;
+			continue;
+		}
+		if (op == TP_FOP_STR) {
+			uint64_t len = (w >> 8) & 0xff;
+			uint64_t words = (len + 7) / 8;
+			if (sp < 1 || len > TP_FILTER_STR_MAX || pc + words > TP_FILTER_WORDS)
+				return 1;
+			uint64_t lit[TP_FILTER_STR_MAX / 8];
+			for (uint64_t i = 0; i < words; i++)
+				lit[i] = __atomic_load_n(&prog[pc + i], __ATOMIC_RELAXED);
+			pc += words;
+			st[sp - 1] = string_is(c, st[sp - 1], (const uint8_t *)lit, len, (w & TP_FOP_STR_PREFIX) != 0);
 			continue;
 		}
 		if (sp < 2)
@@ -147,7 +180,7 @@ HOT void count_match(const struct tp_ctx *c, uint32_t probe)
 HOT int passes_entry(const struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs)
 {
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
-	if (!predicate(config_of(c, probe)->entry, regs, 0))
+	if (!predicate(c, config_of(c, probe)->entry, regs, 0))
 		return 0;
 	if (!(probe_flags & TP_FILTER_EXIT))
 		count_match(c, probe);
@@ -248,7 +281,7 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 	/* A tail call leaves no return value of its own: a predicate on it
 	 * does not select the call. */
 	if (flags & TP_FILTER_EXIT) {
-		if (tail || !predicate(cfg->exit, 0, ret))
+		if (tail || !predicate(c, cfg->exit, 0, ret))
 			return 0;
 		count_match(c, probe);
 	}

@@ -44,7 +44,7 @@ fuzz_target!(|data: &[u8]| {
     // Arbitrary words as a program, as the target could leave them.
     let words: Vec<u64> = data.chunks(8).map(|c| c.iter().fold(0u64, |w, &b| (w << 8) | b as u64)).collect();
     let _ = filter::validate(&words, 6);
-    let _ = filter::eval(&words, &values);
+    let _ = filter::eval(&words, &values, &|_, buf: &mut [u8]| buf.len() / 2);
     let Ok(text) = std::str::from_utf8(data) else { return };
     let Ok(e) = predicate::parse(text) else { return };
     let info = info();
@@ -54,7 +54,7 @@ fuzz_target!(|data: &[u8]| {
                 for (p, max) in [(&c.entry, 5), (&c.exit, 6)] {
                     if !p.is_empty() {
                         assert_eq!(filter::validate(p, max), Ok(()), "{text}");
-                        let _ = filter::eval(p, &values);
+                        let _ = filter::eval(p, &values, &|_, buf: &mut [u8]| buf.len());
                     }
                 }
             }
