@@ -31,6 +31,9 @@
  *                  exit is interrupted by another's)
  *                  -> "done signals N calls=C handled=H bad=B" (C: calls
  *                     made in all, H: by the handler)
+ *   paint N        N calls of paint, whose first argument is an enum, its
+ *                  values RED, GREEN and BLUE in turn
+ *                  -> "log TID paint c=NAME n=N ret=R" per call, then "done paint N"
  *   quit
  *
  * AArch64 builds `events-pac` too (-DTP_BTI, -mbranch-protection=standard):
@@ -97,6 +100,13 @@ TP_EVENT TP_KEY_B int greet(const char *name, const void *where)
 {
 	(void)where;
 	return (int)strlen(name);
+}
+
+enum color { RED, GREEN = 5, BLUE = -2 };
+
+TP_EVENT int paint(enum color c, int n)
+{
+	return (int)c * n;
 }
 
 TP_EVENT long eight(int a, long b, unsigned c, short d, long e, unsigned long f, signed char g, long h)
@@ -506,6 +516,14 @@ int main(void)
 			unsigned long bad = signals(n);
 			printf("done signals %lu calls=%lu handled=%lu bad=%lu\n", n, n + (unsigned long)handled,
 			       (unsigned long)handled, bad);
+		} else if (sscanf(line, "paint %lu", &n) == 1) {
+			static const enum color colors[] = {RED, GREEN, BLUE};
+			static const char *color_names[] = {"RED", "GREEN", "BLUE"};
+			for (unsigned long i = 0; i < n; i++) {
+				int r = paint(colors[i % 3], (int)i);
+				printf("log %d paint c=%s n=%lu ret=%d\n", (int)tid(), color_names[i % 3], i, r);
+			}
+			printf("done paint %lu\n", n);
 		} else if (sscanf(line, "quiet %lu", &n) == 1) {
 			long sum = 0;
 			for (unsigned long i = 0; i < n; i++)

@@ -1,6 +1,7 @@
 //! Giving events names and typed values. With DWARF, parameters get their
 //! names and are shown by type (signed and unsigned integers, bool, char,
-//! pointers in hex, `char *` as a string read from the target); without it,
+//! enums by their enumerators' names, pointers in hex, `char *` as a string
+//! read from the target); without it,
 //! the argument registers are shown as `arg0`... in hex (as many as the ABI passes in registers).
 //!
 //! A static probe's event records its note's arguments instead, each
@@ -37,6 +38,8 @@ pub struct ProbeInfo {
 pub enum Value {
     /// A signed integer.
     Int(i64),
+    /// An enum's value, and its enumerator's name if it has one.
+    Enum(i64, Option<String>),
     /// An unsigned integer.
     Uint(u64),
     /// A bool.
@@ -61,6 +64,14 @@ impl Value {
                 let shift = 64 - bits;
                 Value::Int(((reg << shift) as i64) >> shift)
             }
+            Type::Enum(_, names) => {
+                let shift = 64 - bits;
+                let v = ((reg << shift) as i64) >> shift;
+                // Enumerators compare by the enum's bytes: DWARF may give an
+                // unsigned enum's values either way.
+                let name = names.iter().find(|(e, _)| truncate(*e as u64) == truncate(reg));
+                Value::Enum(v, name.map(|(_, n)| n.clone()))
+            }
             Type::Unsigned(_) => Value::Uint(truncate(reg)),
             Type::Bool => Value::Bool(reg & 0xff != 0),
             Type::Char => Value::Char(reg as u8),
@@ -73,7 +84,8 @@ impl Value {
     /// For live output lines.
     pub fn text(&self) -> String {
         match self {
-            Value::Int(v) => v.to_string(),
+            Value::Int(v) | Value::Enum(v, None) => v.to_string(),
+            Value::Enum(_, Some(name)) => text(name).into_owned(),
             Value::Uint(v) => v.to_string(),
             Value::Bool(v) => v.to_string(),
             Value::Char(c) if c.is_ascii_graphic() || *c == b' ' => format!("'{}'", *c as char),
@@ -179,7 +191,7 @@ pub fn ret(info: &ProbeInfo, value: u64, read_str: &dyn Fn(u64) -> Option<String
         Some(f) => {
             let (_, ty) = f.return_type.as_ref()?;
             let size = match ty {
-                Type::Signed(n) | Type::Unsigned(n) => Some(*n as u64),
+                Type::Signed(n) | Type::Unsigned(n) | Type::Enum(n, _) => Some(*n as u64),
                 _ => Some(8),
             };
             Some(Value::of(ty, size, value, read_str))

@@ -424,7 +424,7 @@ struct Slot {
 impl Slot {
     fn of(reg: u64, ty: &Type, size: Option<u64>) -> Result<Slot, &'static str> {
         let (bytes, signed) = match ty {
-            Type::Signed(n) => (*n as u64, true),
+            Type::Signed(n) | Type::Enum(n, _) => (*n as u64, true),
             Type::Unsigned(n) => (*n as u64, false),
             Type::Bool => (1, false),
             Type::Char => (1, true),
@@ -432,7 +432,11 @@ impl Slot {
             Type::Float => return Err("a floating-point value"),
             Type::Other => return Err("not an integer"),
         };
-        let bytes = if matches!(ty, Type::Signed(_) | Type::Unsigned(_)) { bytes } else { size.unwrap_or(bytes) };
+        let bytes = if matches!(ty, Type::Signed(_) | Type::Unsigned(_) | Type::Enum(..)) {
+            bytes
+        } else {
+            size.unwrap_or(bytes)
+        };
         let ext = match (bytes, signed) {
             (1, true) => filter_ext::I8,
             (1, false) => filter_ext::U8,
@@ -455,6 +459,7 @@ impl Slot {
 /// exits are recorded), or says in one line why it cannot.
 pub fn compile(e: &Expr, info: &ProbeInfo, records_ret: bool) -> Result<Compiled, String> {
     let slots = arg_slots(info);
+    let e = &with_enumerators(e, info);
     let mut terms = Vec::new();
     conjuncts(e, &mut terms);
     let (exit_terms, entry_terms): (Vec<&Expr>, Vec<&Expr>) = terms.into_iter().partition(|t| names_ret(t));
@@ -484,6 +489,49 @@ pub fn compile(e: &Expr, info: &ProbeInfo, records_ret: bool) -> Result<Compiled
         }
     }
     Ok(out)
+}
+
+/// `e` with each name that is not a parameter of `info`'s function but an
+/// enumerator of one of its enum types (a parameter's or the return
+/// value's, one value for the name) replaced by its value: `c == GREEN`.
+fn with_enumerators(e: &Expr, info: &ProbeInfo) -> Expr {
+    let Some(f) = &info.dwarf else { return e.clone() };
+    let types = f.params.iter().map(|p| &p.ty).chain(f.return_type.iter().map(|(_, t)| t));
+    let mut known: Vec<(&str, i64)> = Vec::new();
+    for ty in types {
+        if let Type::Enum(_, names) = ty {
+            known.extend(names.iter().map(|(v, n)| (n.as_str(), *v)));
+        }
+    }
+    let value_of = |name: &str| -> Option<i64> {
+        if f.params.iter().any(|p| p.name == name) {
+            return None;
+        }
+        let mut values = known.iter().filter(|(n, _)| *n == name).map(|(_, v)| *v);
+        let v = values.next()?;
+        values.all(|w| w == v).then_some(v)
+    };
+    fn operand(o: &Operand, value_of: &dyn Fn(&str) -> Option<i64>) -> Operand {
+        match o {
+            Operand::Name(n) => value_of(n).map_or_else(|| o.clone(), |v| Operand::Int(v as i128)),
+            Operand::Bits(a, op, b) => {
+                Operand::Bits(Box::new(operand(a, value_of)), *op, Box::new(operand(b, value_of)))
+            }
+            Operand::Text(a, n) => Operand::Text(Box::new(operand(a, value_of)), *n),
+            _ => o.clone(),
+        }
+    }
+    fn expr(e: &Expr, value_of: &dyn Fn(&str) -> Option<i64>) -> Expr {
+        match e {
+            Expr::Cmp(a, c, b) => Expr::Cmp(operand(a, value_of), *c, operand(b, value_of)),
+            Expr::Truth(a) => Expr::Truth(operand(a, value_of)),
+            Expr::Str(a, eq, lit) => Expr::Str(operand(a, value_of), *eq, lit.clone()),
+            Expr::Not(a) => Expr::Not(Box::new(expr(a, value_of))),
+            Expr::And(a, b) => Expr::And(Box::new(expr(a, value_of)), Box::new(expr(b, value_of))),
+            Expr::Or(a, b) => Expr::Or(Box::new(expr(a, value_of)), Box::new(expr(b, value_of))),
+        }
+    }
+    expr(e, &value_of)
 }
 
 /// The top-level `&&` terms of `e`.
@@ -863,6 +911,17 @@ mod tests {
         let j = info(&[("n", Type::Signed(8))], Some(Type::Signed(8)));
         let e = compile(&parse("n & ret").unwrap(), &j, true).unwrap_err();
         assert!(e.contains("can name only `ret`"), "{e}");
+    }
+
+    #[test]
+    fn enumerators_are_named_in_predicates() {
+        let color = Type::Enum(4, vec![(-2, "BLUE".into()), (0, "RED".into()), (5, "GREEN".into())]);
+        let i = info(&[("c", color), ("n", Type::Signed(4))], None);
+        assert_eq!(run("c == GREEN", &i, [5, 0, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("c == BLUE", &i, [0xffff_fffe, 0, 0, 0, 0, 0], 0), (true, true));
+        assert_eq!(run("c != RED && n > 1", &i, [0, 7, 0, 0, 0, 0], 0), (false, true));
+        let e = compile(&parse("c == PURPLE").unwrap(), &i, false).unwrap_err();
+        assert!(e.contains("no parameter `PURPLE`"), "{e}");
     }
 
     #[test]

@@ -31,7 +31,8 @@ pub fn string(s: &str) -> String {
 /// An argument or return value.
 pub fn value(v: &Value) -> String {
     match v {
-        Value::Int(v) => v.to_string(),
+        Value::Int(v) | Value::Enum(v, None) => v.to_string(),
+        Value::Enum(_, Some(name)) => string(name),
         Value::Uint(v) => v.to_string(),
         Value::Bool(v) => v.to_string(),
         Value::Char(c) => string(&(*c as char).to_string()),

@@ -20,8 +20,11 @@ pub(super) type R<'a> = EndianSlice<'a, RunTimeEndian>;
 /// How a value is shown.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Type {
-    /// A signed integer of this many bytes (also enums).
+    /// A signed integer of this many bytes.
     Signed(u8),
+    /// An enum of this many bytes, and its enumerators (value, name) sorted
+    /// by value: a value is shown by its name where one has it.
+    Enum(u8, Vec<(i64, String)>),
     /// An unsigned integer of this many bytes.
     Unsigned(u8),
     /// `bool` / `_Bool`.
@@ -473,6 +476,38 @@ fn size_of(unit: &gimli::Unit<R>, t: UnitOffset) -> Result<Option<u64>> {
     }
 }
 
+/// The most enumerators tp keeps of one enum.
+const MAX_ENUMERATORS: usize = 4096;
+/// The longest enumerator name tp keeps.
+const MAX_ENUMERATOR_NAME: usize = 256;
+
+/// The enumerators of the enum at `t`: (value, name), sorted by value; at
+/// most [`MAX_ENUMERATORS`], and none with a name longer than
+/// [`MAX_ENUMERATOR_NAME`] (the DWARF is the target's).
+fn enumerators(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Result<Vec<(i64, String)>> {
+    let mut tree = unit.entries_tree(Some(t))?;
+    let root = tree.root()?;
+    let mut children = root.children();
+    let mut out = Vec::new();
+    while let Some(child) = children.next()? {
+        let e = child.entry();
+        if e.tag() != gimli::DW_TAG_enumerator {
+            continue;
+        }
+        if out.len() >= MAX_ENUMERATORS {
+            break;
+        }
+        let Some(v) = e.attr_value(gimli::DW_AT_const_value) else { continue };
+        let Some(value) = v.sdata_value().or_else(|| v.udata_value().map(|u| u as i64)) else { continue };
+        let name = name_of(dwarf, unit, e)?;
+        if name.len() <= MAX_ENUMERATOR_NAME {
+            out.push((value, name));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
 /// The type's name as C would write it, and how to show its values.
 fn describe(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Result<(String, Type)> {
     let e = unit.entry(t)?;
@@ -530,7 +565,10 @@ fn describe(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Re
             };
             (name, ty)
         }
-        gimli::DW_TAG_enumeration_type => (format!("enum {}", name_of(dwarf, unit, &e)?), Type::Signed(size.max(4))),
+        gimli::DW_TAG_enumeration_type => {
+            let size = if size == 0 { 4 } else { size };
+            (format!("enum {}", name_of(dwarf, unit, &e)?), Type::Enum(size, enumerators(dwarf, unit, t)?))
+        }
         gimli::DW_TAG_structure_type => (format!("struct {}", name_of(dwarf, unit, &e)?), Type::Other),
         gimli::DW_TAG_union_type => (format!("union {}", name_of(dwarf, unit, &e)?), Type::Other),
         gimli::DW_TAG_class_type => (name_of(dwarf, unit, &e)?, Type::Other),

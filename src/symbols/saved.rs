@@ -49,7 +49,7 @@ use crate::arch::Isa;
 pub use super::stored_dwarf::StoredDwarf;
 
 /// The version of what is saved and how it is computed: part of every key.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// The kind of entry, in its file name.
 const KIND: &str = "module";

@@ -281,6 +281,13 @@ fn ty_code(w: &mut Writer, t: &Type) {
         Type::Pointer => w.u8(5),
         Type::Float => w.u8(6),
         Type::Other => w.u8(7),
+        Type::Enum(n, names) => {
+            w.u8(8).u8(*n).var(names.len() as u64);
+            for (v, name) in names {
+                w.u64(*v as u64).str(name);
+            }
+            w
+        }
     };
 }
 
@@ -294,6 +301,16 @@ fn ty_of(r: &mut Reader) -> Result<Type, Bad> {
         5 => Type::Pointer,
         6 => Type::Float,
         7 => Type::Other,
+        8 => {
+            let size = r.u8()?;
+            // A value and a string's length at least.
+            let n = r.count(9)?;
+            let mut names = Vec::with_capacity(n);
+            for _ in 0..n {
+                names.push((r.u64()? as i64, r.string()?));
+            }
+            Type::Enum(size, names)
+        }
         _ => return Err(Bad("an unknown type")),
     })
 }

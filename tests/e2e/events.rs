@@ -689,3 +689,45 @@ fn predicates_on_strings_select_the_calls_whose_string_matches() {
     }
     assert!(!has_region(t.pid));
 }
+
+/// An enum argument is shown by its enumerator's name (in JSON as a
+/// string), as the target's log names it, and a predicate names
+/// enumerators as constants.
+#[test]
+fn enums_are_shown_by_name_and_named_in_predicates() {
+    let (lines, events, _) = record("events", &["--args", "-f", "paint"], &[("paint 30", "done paint")]);
+    let logged: Vec<&str> =
+        lines.iter().filter_map(|l| l.split_once(" paint c=")).filter_map(|(_, r)| r.split(' ').next()).collect();
+    let shown: Vec<&str> =
+        events.iter().filter(|e| e["type"] == "entry").filter_map(|e| e["args"]["c"].as_str()).collect();
+    assert_eq!(logged.len(), 30, "{lines:?}");
+    assert_eq!(shown, logged, "{events:?}");
+    let (_, events, summary) = record(
+        "events",
+        &["--args", "-f", "paint", "--if", "c == BLUE || c == GREEN && n < 9"],
+        &[("paint 30", "done paint")],
+    );
+    let shown: Vec<(&str, i64)> = events
+        .iter()
+        .filter(|e| e["type"] == "entry")
+        .map(|e| (e["args"]["c"].as_str().unwrap_or("?"), e["args"]["n"].as_i64().unwrap_or(-1)))
+        .collect();
+    // BLUE for n = 2, 5, …, 29; GREEN for n = 1, 4, 7.
+    let want: Vec<(&str, i64)> = (0..30)
+        .filter_map(|n| match n % 3 {
+            2 => Some(("BLUE", n)),
+            1 if n < 9 => Some(("GREEN", n)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(shown, want, "{summary}");
+    // The text form: `paint(c=GREEN, n=1)`.
+    let mut t = Target::start("events");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "--args", "-f", "paint"]);
+    t.ask("paint 3", "done paint");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("paint(c=GREEN, n=1)"), "{stdout}");
+    assert!(t.quit().success());
+}
