@@ -13,6 +13,11 @@
 //! [`follow`] watches their programs change, [`rendezvous`] probes the
 //! dynamic linker's rendezvous where a library is probed before its first
 //! call, [`family`] the processes they fork and how each ends).
+//!
+//! Outside any session, [`installed`] reads the probes a process holds and
+//! switches them on and off (`tp status`, `tp enable`, `tp disable`),
+//! [`restore`] removes them (`tp detach`), and [`probeable`] decides what
+//! could be probed in a binary or a process (`tp list-probes`).
 
 pub mod attached;
 pub mod blocks;
@@ -26,9 +31,11 @@ pub mod installed;
 pub mod interrupt;
 pub mod kept;
 pub mod observe;
+pub mod probeable;
 pub mod profile;
 pub mod rendezvous;
 pub mod resolve;
+pub mod restore;
 pub mod results;
 pub mod returns;
 pub mod run;

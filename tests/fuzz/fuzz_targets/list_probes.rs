@@ -11,7 +11,8 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 use tp::addr::{Bias, RuntimeAddr};
 use tp::arch::Isa;
-use tp::cmd::list_probes::verdict_text;
+use tp::output::listing::verdict_text;
+use tp::session::probeable;
 use tp::symbols::{self, ElfFile};
 
 fuzz_target!(|data: &[u8]| {
@@ -32,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
                 (isa.plan)(code, at.0, &extra)
             }
         };
+        let verdict = probeable::verdict(&verdict);
         let _ = verdict_text(&verdict, None);
         let _ = verdict_text(&verdict, Some("after Go's stack check"));
     }
