@@ -46,7 +46,8 @@ pub mod unwind;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use attached::{Attached, Detached, session_is_running};
+pub use attached::{Attached, Detached};
+pub use kept::session_is_running;
 pub use observe::{End, observe};
 
 use crate::addr::RuntimeAddr;

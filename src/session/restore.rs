@@ -27,8 +27,8 @@ use crate::process;
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 
-use super::attached::session_is_running;
 use super::installed;
+use super::kept::session_is_running;
 
 /// Removes the probes of process `pid`, or of every process that holds
 /// some when `pid` is None; `force` removes those of running sessions too.

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
     let path = Path::new("fuzz.elf");
     let Ok(mut elf) = ElfFile::parse(data.to_vec(), path, path) else { return };
     if !elf.has_symtab {
-        elf.add_unwind_functions();
+        tp::symbols::eh::add_unwind_functions(&mut elf);
     }
     let Some(isa) = Isa::for_machine(elf.machine) else { return };
     // What list-probes' verdicts() does, row by row.
