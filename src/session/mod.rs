@@ -4,7 +4,8 @@
 //! from its command line (the engine never sees clap's types). It resolves
 //! and plans the probes ([`resolve`], [`unwind`]), installs them
 //! ([`attached::Attached::attach`]), watches the target in one loop
-//! ([`observe::observe`]) while a [`observe::Watcher`] consumes what the
+//! ([`observe::run`], for one process [`observe::observe`], for a group
+//! [`group::Group::observe`]) while a [`observe::Watcher`] consumes what the
 //! probes produce (the live display and the event [`tracer::Tracer`], or
 //! the sampling [`profile::Profiler`]), and removes them again
 //! ([`attached::Attached::detach`]). A session over several processes, or
