@@ -62,11 +62,14 @@ ci:
 stress cycles="1000":
     TP_STRESS_CYCLES={{cycles}} cargo test --release --test e2e stress -- --nocapture
 
+# The dated nightly of tests/fuzz/rust-toolchain.toml, which `just fuzz` builds with.
+fuzz_toolchain := `sed -nE 's/^channel *= *"([^"]+)".*/\1/p' tests/fuzz/rust-toolchain.toml`
+
 # Fuzz every target of tests/fuzz: the list-probes path, the x86-64 planner,
 # the data region's reader, seccomp filters, cache entries, static probe
 # notes, line tables, debuginfod answers, predicates, stack words and perf
-# maps, for a bounded time each (needs nightly and cargo-fuzz, which
-# tests/deps.sh installs). Crashes land in
+# maps, for a bounded time each (needs cargo-fuzz and the nightly that
+# tests/fuzz/rust-toolchain.toml pins, which tests/deps.sh installs). Crashes land in
 # tests/fuzz/artifacts/; copy each into tests/fuzz/regressions/<target>/,
 # where the e2e tests replay them.
 [group('test')]
@@ -76,25 +79,25 @@ fuzz seconds="60":
     cargo build
     find "$(ls -td target/debug/build/tp-*/out/targets | head -1)" -maxdepth 1 -type f -exec cp {} tests/fuzz/corpus/list_probes/ +
     cp tests/fuzz/regressions/list_probes/* tests/fuzz/corpus/list_probes/ 2>/dev/null || true
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz list_probes tests/fuzz/corpus/list_probes -- -max_total_time={{seconds}} -rss_limit_mb=4096
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz plan_x86_64 tests/fuzz/corpus/plan_x86_64 -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz list_probes tests/fuzz/corpus/list_probes -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz plan_x86_64 tests/fuzz/corpus/plan_x86_64 -- -max_total_time={{seconds}} -rss_limit_mb=4096
     cargo test --test e2e write_fuzz_seeds -- --ignored
     cp tests/fuzz/regressions/region/* tests/fuzz/corpus/region/ 2>/dev/null || true
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz region tests/fuzz/corpus/region -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz region tests/fuzz/corpus/region -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/seccomp_bpf
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz seccomp_bpf tests/fuzz/corpus/seccomp_bpf -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz seccomp_bpf tests/fuzz/corpus/seccomp_bpf -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/cache_entry
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz cache_entry tests/fuzz/corpus/cache_entry -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz cache_entry tests/fuzz/corpus/cache_entry -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/sdt_notes tests/fuzz/corpus/line_table tests/fuzz/corpus/http_response
     cp tests/fuzz/corpus/list_probes/sdt tests/fuzz/corpus/list_probes/lines tests/fuzz/corpus/line_table/
     cp tests/fuzz/corpus/list_probes/sdt tests/fuzz/corpus/sdt_notes/
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz sdt_notes tests/fuzz/corpus/sdt_notes -- -max_total_time={{seconds}} -rss_limit_mb=4096
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz line_table tests/fuzz/corpus/line_table -- -max_total_time={{seconds}} -rss_limit_mb=4096
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz http_response tests/fuzz/corpus/http_response -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz sdt_notes tests/fuzz/corpus/sdt_notes -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz line_table tests/fuzz/corpus/line_table -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz http_response tests/fuzz/corpus/http_response -- -max_total_time={{seconds}} -rss_limit_mb=4096
     mkdir -p tests/fuzz/corpus/predicate tests/fuzz/corpus/stack_words tests/fuzz/corpus/perf_map
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz predicate tests/fuzz/corpus/predicate -- -max_total_time={{seconds}} -rss_limit_mb=4096
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz stack_words tests/fuzz/corpus/stack_words -- -max_total_time={{seconds}} -rss_limit_mb=4096
-    cargo +nightly fuzz run --fuzz-dir tests/fuzz perf_map tests/fuzz/corpus/perf_map -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz predicate tests/fuzz/corpus/predicate -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz stack_words tests/fuzz/corpus/stack_words -- -max_total_time={{seconds}} -rss_limit_mb=4096
+    cargo +{{fuzz_toolchain}} fuzz run --fuzz-dir tests/fuzz perf_map tests/fuzz/corpus/perf_map -- -max_total_time={{seconds}} -rss_limit_mb=4096
 
 # The benchmark: tp beside uprobes, gdb and Frida, a few minutes, root (`just bench --doc` updates docs/benchmarks.md).
 [group('bench')]

@@ -3,7 +3,7 @@
 # repository, as listed in tests/deps.txt.
 #
 #   tests/deps.sh doctor             every entry: present or missing, and how to get it
-#   tests/deps.sh need NAME...       install what is missing (apt or pip, as root),
+#   tests/deps.sh need NAME...       install what is missing (apt, pip, cargo or rustup, as root),
 #                                    or say in one line what to install; exit 1
 #   tests/deps.sh need --group G     the same for every entry of group G
 #
@@ -18,8 +18,12 @@ table=$here/deps.txt
 # Entries as "name group check install used-by...", comments dropped.
 entries() { grep -v '^[[:space:]]*\(#\|$\)' "$table"; }
 
+# The channel a rust-toolchain.toml names (`nightly-2026-05-20`).
+channel() { sed -nE 's/^channel *= *"([^"]+)".*/\1/p' "$repo/$1"; }
+
 present() { # CHECK
   case $1 in
+    toolchain:*) rustup toolchain list 2>/dev/null | grep -q "^$(channel "${1#toolchain:}")-" ;;
     cmd:*) command -v "${1#cmd:}" >/dev/null 2>&1 ;;
     py:*) python3 -c "import ${1#py:}" >/dev/null 2>&1 ;;
     /*) [[ -e $1 ]] ;;
@@ -32,6 +36,7 @@ how() { # INSTALL -> the command a person would run
     apt:*) echo "apt-get install -y ${1#apt:}" | tr ',' ' ' ;;
     pip:*) echo "python3 -m pip install ${1#pip:}" | tr ',' ' ' ;;
     cargo:*) echo "cargo install ${1#cargo:}" ;;
+    rustup:*) echo "rustup toolchain install $(channel "${1#rustup:}") --profile minimal" ;;
     script:*) echo "${1#script:}" ;;
   esac
 }
@@ -49,6 +54,7 @@ install() { # NAME INSTALL
         { apt-get update -qq >>"$log" 2>&1 && apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >>"$log" 2>&1; } ;;
     pip:*) python3 -m pip install -q "${what#pip:}" >"$log" 2>&1 ;;
     cargo:*) cargo install -q "${what#cargo:}" >"$log" 2>&1 ;;
+    rustup:*) rustup toolchain install "$(channel "${what#rustup:}")" --profile minimal >"$log" 2>&1 ;;
     *) false ;;
   esac || { echo "deps: installing $name failed: $(tail -1 "$log")" >&2; rm -f "$log"; return 1; }
   rm -f "$log"

@@ -98,6 +98,15 @@ impl Writer {
         self.var(b.len() as u64).raw(b)
     }
 
+    /// Numbers in their own order, their count first, each a varint.
+    pub fn list(&mut self, values: &[u64]) -> &mut Self {
+        self.var(values.len() as u64);
+        for &v in values {
+            self.var(v);
+        }
+        self
+    }
+
     /// A string with its length first.
     pub fn str(&mut self, s: &str) -> &mut Self {
         self.blob(s.as_bytes())
@@ -212,6 +221,12 @@ impl<'a> Reader<'a> {
             return Err(Bad("a count larger than the bytes that follow"));
         }
         Ok(n)
+    }
+
+    /// Numbers written by [`Writer::list`].
+    pub fn list(&mut self) -> Result<Vec<u64>> {
+        let n = self.count(1)?;
+        (0..n).map(|_| self.var()).collect()
     }
 
     /// Bytes with their length first.

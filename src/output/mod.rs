@@ -9,6 +9,7 @@ pub mod events;
 pub mod format;
 pub mod histogram;
 pub mod json;
+pub mod listing;
 pub mod live;
 pub mod openmetrics;
 pub mod profile;

@@ -216,7 +216,7 @@ impl Attached {
         if what.kind != kind::COUNT
             && let Some(r) = &existing
             && let Some((_, e)) = r.entries().into_iter().find(|(_, e)| {
-                e.state().maybe_patched() && e.kind & (kind::ARGS | kind::RET) != 0 && session_is_running(e.owner)
+                e.state().maybe_patched() && e.kind & (kind::ARGS | kind::RET) != 0 && kept::session_is_running(e.owner)
             })
         {
             bail!(
@@ -829,13 +829,6 @@ pub fn filtered(region: &Region, index: u32, k: u32, hits: u64) -> (u64, Option<
 /// serve it.
 fn replaces_returns(k: u32) -> bool {
     k & (kind::RET | kind::SAMPLE) != 0 && k & kind::AT_EXITS == 0
-}
-
-/// True if `owner` is a tp process that is still running (not this one).
-pub fn session_is_running(owner: u32) -> bool {
-    owner != 0
-        && owner != std::process::id()
-        && process::status(owner as i32).is_ok_and(|st| st.name == "tp" && st.state != 'Z')
 }
 
 fn modules_index(modules: &ProcessModules, name: &str) -> Option<usize> {

@@ -26,13 +26,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use super::Options;
 use super::attached::Attached;
 use super::exe::ExeFile;
 use super::family::Family;
 use super::follow::{self, Change, Follow};
-use super::observe::End;
+use super::observe::{self, End};
 use super::tracer::{TraceOutput, Tracer};
-use super::{Options, interrupt};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
 use crate::output::live::Live;
@@ -369,43 +369,7 @@ impl Group {
     /// left (each exited, exec'd away or lost its probes).
     pub fn observe(&mut self, duration: Option<Duration>) -> Result<End> {
         let started = Instant::now();
-        let mut next_check = started;
-        let mut next_draw = started;
-        let end = loop {
-            crate::fault::point("observing");
-            if interrupt::interrupted() {
-                break End::Interrupted;
-            }
-            if crate::streams::closed() {
-                break End::OutputClosed;
-            }
-            if duration.is_some_and(|d| started.elapsed() >= d) {
-                break End::Duration;
-            }
-            if Instant::now() >= next_check {
-                // `tp run`'s stdout is its program's: tp's own is stderr.
-                let closed = match self.how.command {
-                    "run" => crate::streams::check_only(&[crate::streams::Stream::Stderr]),
-                    _ => crate::streams::check(),
-                };
-                if closed {
-                    break End::OutputClosed;
-                }
-                self.check()?;
-                if self.exe.is_none() && self.members.iter().all(|m| m.left.is_some()) {
-                    let removed = self.members.iter().all(|m| m.left == Some(Left::Removed));
-                    break if removed { End::Removed } else { End::TargetExited };
-                }
-                next_check = Instant::now() + self.how.check_every;
-            }
-            self.pause(TICK.min(self.how.check_every));
-            self.drain()?;
-            if Instant::now() >= next_draw {
-                self.draw();
-                self.publish_now();
-                next_draw = Instant::now() + DRAW_EVERY;
-            }
-        };
+        let end = observe::run(&mut Observing { group: self, next_draw: started }, duration)?;
         if let Some((live, _)) = self.live.take() {
             live.finish();
         }
@@ -971,4 +935,47 @@ pub fn series_of(r: &ProcessReport) -> Vec<Series> {
 
 fn plural(n: usize) -> &'static str {
     if n == 1 { "" } else { "s" }
+}
+
+/// A group as the observe loop ([`observe::run`]) drives it.
+struct Observing<'g> {
+    group: &'g mut Group,
+    /// When the live display and the published series are next redrawn.
+    next_draw: Instant,
+}
+
+impl observe::Observed for Observing<'_> {
+    fn check(&mut self) -> Result<Option<End>> {
+        let g = &mut *self.group;
+        // `tp run`'s stdout is its program's: tp's own is stderr.
+        let closed = match g.how.command {
+            "run" => crate::streams::check_only(&[crate::streams::Stream::Stderr]),
+            _ => crate::streams::check(),
+        };
+        if closed {
+            return Ok(Some(End::OutputClosed));
+        }
+        g.check()?;
+        if g.exe.is_none() && g.members.iter().all(|m| m.left.is_some()) {
+            let removed = g.members.iter().all(|m| m.left == Some(Left::Removed));
+            return Ok(Some(if removed { End::Removed } else { End::TargetExited }));
+        }
+        Ok(None)
+    }
+
+    fn check_every(&self) -> Duration {
+        self.group.how.check_every
+    }
+
+    fn step(&mut self) -> Result<()> {
+        let g = &mut *self.group;
+        g.pause(TICK.min(g.how.check_every));
+        g.drain()?;
+        if Instant::now() >= self.next_draw {
+            g.draw();
+            g.publish_now();
+            self.next_draw = Instant::now() + DRAW_EVERY;
+        }
+        Ok(())
+    }
 }

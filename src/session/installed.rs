@@ -4,11 +4,14 @@
 //! latency threads keep in the target (`--ret --keep`); latency sent as
 //! events exists only in the session that drains them. tp's own probes
 //! (the unwinder's, a function's exits, the rendezvous) are not shown.
+//! Switching kept probes on and off (`tp enable`, `tp disable`) is one
+//! store to each one's enable flag in the region: no ptrace, no stop.
 
 use std::collections::HashMap;
 
 use anyhow::{Result, bail};
 
+use crate::escape::text;
 use crate::events::aggregates;
 use crate::events::clock::Clock;
 use crate::output::report::ProcessReport;
@@ -16,6 +19,8 @@ use crate::output::{ProbeStat, Summary};
 use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::process;
+use crate::symbols::demangle::strip_arguments;
+use crate::symbols::pattern::glob;
 
 /// The processes a look through `/proc` found holding tp's probes.
 #[derive(Debug, Clone, Default)]
@@ -129,4 +134,38 @@ fn calibrated_clock() -> Clock {
     std::thread::sleep(std::time::Duration::from_millis(20));
     clock.refine();
     clock
+}
+
+/// Switches on (`on`) or off the probes of `pid` whose function matches
+/// one of the names or globs `funcs` (every probe with `all`) by writing
+/// their enable flags in its data region, and says each on stderr. Every
+/// detour tests its flag first, so a switch is one store: no ptrace, no
+/// stop, no code modification; a disabled probe costs a jump, a test and a
+/// jump back. Matching no probe is an error that says how to list them.
+pub fn switch(pid: i32, funcs: &[String], all: bool, on: bool) -> Result<()> {
+    process::status(pid)?;
+    process::check_readable(pid)?;
+    let maps = process::read_maps(pid)?;
+    let Some(mapping) = region::find(&maps) else {
+        bail!("process {pid} has no tp probes; install some with `tp attach -p {pid} -f NAME --keep`");
+    };
+    let region = Region::open(pid, mapping)?;
+    let mut switched = 0;
+    for (i, e) in region.entries() {
+        if !e.state().maybe_patched() || e.kind & kind::OWN != 0 {
+            continue;
+        }
+        let name = e.name();
+        let short = strip_arguments(&name);
+        let wanted = all || funcs.iter().any(|p| glob(p, &name) || glob(p, &short));
+        if wanted {
+            region.set_enabled(i, on)?;
+            switched += 1;
+            crate::say!("tp: {} `{}` in {pid}", if on { "enabled" } else { "disabled" }, text(&name));
+        }
+    }
+    if switched == 0 {
+        bail!("no probe of process {pid} matches; `tp status -p {pid}` lists them");
+    }
+    Ok(())
 }

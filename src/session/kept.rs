@@ -13,11 +13,18 @@ use std::collections::HashMap;
 
 use anyhow::{Result, bail};
 
-use super::attached::session_is_running;
 use crate::escape::text;
 use crate::probe::Request;
 use crate::probe::layout::{Entry, kind};
 use crate::probe::region::Region;
+use crate::process;
+
+/// True if `owner` is a tp process that is still running (not this one).
+pub fn session_is_running(owner: u32) -> bool {
+    owner != 0
+        && owner != std::process::id()
+        && process::status(owner as i32).is_ok_and(|st| st.name == "tp" && st.state != 'Z')
+}
 
 /// What a session may do at the sites it asks for.
 #[derive(Debug, Default)]

@@ -4,7 +4,8 @@
 //! from its command line (the engine never sees clap's types). It resolves
 //! and plans the probes ([`resolve`], [`unwind`]), installs them
 //! ([`attached::Attached::attach`]), watches the target in one loop
-//! ([`observe::observe`]) while a [`observe::Watcher`] consumes what the
+//! ([`observe::run`], for one process [`observe::observe`], for a group
+//! [`group::Group::observe`]) while a [`observe::Watcher`] consumes what the
 //! probes produce (the live display and the event [`tracer::Tracer`], or
 //! the sampling [`profile::Profiler`]), and removes them again
 //! ([`attached::Attached::detach`]). A session over several processes, or
@@ -13,6 +14,11 @@
 //! [`follow`] watches their programs change, [`rendezvous`] probes the
 //! dynamic linker's rendezvous where a library is probed before its first
 //! call, [`family`] the processes they fork and how each ends).
+//!
+//! Outside any session, [`installed`] reads the probes a process holds and
+//! switches them on and off (`tp status`, `tp enable`, `tp disable`),
+//! [`restore`] removes them (`tp detach`), and [`probeable`] decides what
+//! could be probed in a binary or a process (`tp list-probes`).
 
 pub mod attached;
 pub mod blocks;
@@ -26,9 +32,11 @@ pub mod installed;
 pub mod interrupt;
 pub mod kept;
 pub mod observe;
+pub mod probeable;
 pub mod profile;
 pub mod rendezvous;
 pub mod resolve;
+pub mod restore;
 pub mod results;
 pub mod returns;
 pub mod run;
@@ -39,7 +47,8 @@ pub mod unwind;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use attached::{Attached, Detached, session_is_running};
+pub use attached::{Attached, Detached};
+pub use kept::session_is_running;
 pub use observe::{End, observe};
 
 use crate::addr::RuntimeAddr;

@@ -1,7 +1,10 @@
-//! Watching a target while its probes are live: one loop, shared by every
-//! session, that ends on a signal, the duration, the target's exit or the
-//! probes' removal, and between those checks lets a [`Watcher`] consume what
-//! the probes produce.
+//! Watching a target while its probes are live: one loop ([`run`]), shared
+//! by every session, that ends on a signal, tp's output closed or the
+//! duration, and otherwise when what it observes says so at one of its
+//! periodic checks (the target's exit, the probes' removal), and between
+//! those checks lets it consume what the probes produce: one attached
+//! process and a [`Watcher`] ([`observe`]), or a group of them
+//! (`super::group::Group::observe`).
 
 use std::time::{Duration, Instant};
 
@@ -45,6 +48,45 @@ pub fn say_output_closed() {
     }
 }
 
+/// What the loop of [`run`] observes.
+pub trait Observed {
+    /// The checks made at the loop's start and then every
+    /// [`Observed::check_every`]: the end they find, if any. An error ends
+    /// the loop.
+    fn check(&mut self) -> Result<Option<End>>;
+    /// How long from one check to the next.
+    fn check_every(&self) -> Duration;
+    /// Waits a little, then consumes what the probes produced meanwhile.
+    /// An error ends the loop.
+    fn step(&mut self) -> Result<()>;
+}
+
+/// The observe loop: until a signal, tp's stdout or stderr closed, the
+/// `duration` or the end a check of `observed` finds, checks and steps it.
+pub fn run(observed: &mut dyn Observed, duration: Option<Duration>) -> Result<End> {
+    let started = Instant::now();
+    let mut next_check = started;
+    loop {
+        crate::fault::point("observing");
+        if interrupt::interrupted() {
+            return Ok(End::Interrupted);
+        }
+        if crate::streams::closed() {
+            return Ok(End::OutputClosed);
+        }
+        if duration.is_some_and(|d| started.elapsed() >= d) {
+            return Ok(End::Duration);
+        }
+        if Instant::now() >= next_check {
+            if let Some(end) = observed.check()? {
+                return Ok(end);
+            }
+            next_check = Instant::now() + observed.check_every();
+        }
+        observed.step()?;
+    }
+}
+
 /// What a session does while it observes.
 pub trait Watcher {
     /// How long to sleep before the next tick.
@@ -73,65 +115,65 @@ pub fn observe(
     attached: &mut Attached,
     duration: Option<Duration>,
     watcher: &mut dyn Watcher,
-    mut family: Option<&mut Family>,
-    mut follow: Option<&mut Follow>,
+    family: Option<&mut Family>,
+    follow: Option<&mut Follow>,
 ) -> Result<End> {
-    let started = Instant::now();
-    let mut next_check = started;
-    let end = loop {
-        crate::fault::point("observing");
-        if interrupt::interrupted() {
-            break End::Interrupted;
-        }
-        if crate::streams::closed() {
-            break End::OutputClosed;
-        }
-        if duration.is_some_and(|d| started.elapsed() >= d) {
-            break End::Duration;
-        }
-        if Instant::now() >= next_check {
-            crate::streams::check();
-            if let Some(f) = family.as_deref_mut() {
-                f.poll();
-                for (child, root, how) in f.take_news() {
-                    watcher.suspended(&mut || {
-                        crate::say!(
-                            "tp: process {child} (forked by {root} while the probes were in) {}",
-                            how.sentence()
-                        )
-                    });
-                }
-            }
-            if let Some(f) = follow.as_deref_mut()
-                && f.watching()
-                && f.code_changed()
-            {
-                grow(attached, f, watcher);
-            }
-            if !attached.still_installed() {
-                break End::Removed;
-            }
-            // An exec drops the probes with the old program; tp stops there
-            // (the detach finds nothing to restore) and keeps the counts.
-            if follow::change(attached.pid, &attached.region) != follow::Change::Same {
-                break End::TargetExited;
-            }
-            next_check = Instant::now() + CHECK_EVERY;
-        }
-        std::thread::sleep(watcher.pause());
-        if let Err(e) = watcher.tick(attached) {
-            watcher.finish();
-            return Err(e);
-        }
-    };
+    let end = run(&mut Single { attached: &mut *attached, watcher: &mut *watcher, family, follow }, duration);
     // What the probes produced since the last tick (a call that returned
     // just before the signal) is consumed too, while the probes are in.
     let last = match end {
-        End::Interrupted | End::Duration => watcher.tick(attached),
+        Ok(End::Interrupted | End::Duration) => watcher.tick(attached),
         _ => Ok(()),
     };
     watcher.finish();
+    let end = end?;
     last.map(|()| end)
+}
+
+/// One attached process observed, with what [`observe`] was given.
+struct Single<'a, 'w> {
+    attached: &'a mut Attached,
+    watcher: &'a mut (dyn Watcher + 'w),
+    family: Option<&'a mut Family>,
+    follow: Option<&'a mut Follow>,
+}
+
+impl Observed for Single<'_, '_> {
+    fn check(&mut self) -> Result<Option<End>> {
+        crate::streams::check();
+        if let Some(f) = self.family.as_deref_mut() {
+            f.poll();
+            for (child, root, how) in f.take_news() {
+                self.watcher.suspended(&mut || {
+                    crate::say!("tp: process {child} (forked by {root} while the probes were in) {}", how.sentence())
+                });
+            }
+        }
+        if let Some(f) = self.follow.as_deref_mut()
+            && f.watching()
+            && f.code_changed()
+        {
+            grow(self.attached, f, self.watcher);
+        }
+        if !self.attached.still_installed() {
+            return Ok(Some(End::Removed));
+        }
+        // An exec drops the probes with the old program; tp stops there
+        // (the detach finds nothing to restore) and keeps the counts.
+        if follow::change(self.attached.pid, &self.attached.region) != follow::Change::Same {
+            return Ok(Some(End::TargetExited));
+        }
+        Ok(None)
+    }
+
+    fn check_every(&self) -> Duration {
+        CHECK_EVERY
+    }
+
+    fn step(&mut self) -> Result<()> {
+        std::thread::sleep(self.watcher.pause());
+        self.watcher.tick(self.attached)
+    }
 }
 
 /// Lets go of the probes of libraries `attached`'s process unloaded, and

@@ -113,8 +113,8 @@ pub fn operands_of(m: &Module, u: &Usdt) -> (Operands, Vec<String>) {
 pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     let plan = Host::plan_long(code, f.addr.0, &m.extra_targets(f))?;
-    m.planner().check_entries(m, &plan, f.bias)?;
-    crate::symbols::verdict::fits(plan)
+    m.planner().check_entries(&m.elf, &plan, f.bias)?;
+    crate::symbols::planner::fits(plan)
 }
 
 /// The calling convention of `f` of `m`, or why it cannot record `records`

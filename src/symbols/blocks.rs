@@ -81,7 +81,7 @@ pub fn map(m: &Module, f: &Function, isa: Isa) -> Result<BlockMap, Refusal> {
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    let found = m.planner().blocks(m, f, code, isa)?;
+    let found = m.planner().blocks(&m.elf, f, code, isa)?;
     let index: BTreeMap<u64, usize> = found.iter().enumerate().map(|(k, b)| (b.start, k)).collect();
     let rows = m.dwarf_file().and_then(|d| {
         let lo = f.bias.file(f.addr).0;

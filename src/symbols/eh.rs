@@ -97,6 +97,15 @@ impl LandingPads {
     }
 }
 
+/// Adds a function `sub_<addr>` for every `.eh_frame` FDE of `elf` (a
+/// function's bounds, which the unwinder needs even in a stripped file)
+/// that no symbol covers: what a stripped file without a debug file still
+/// tells ([`ElfFile::add_unwind_ranges`]).
+pub fn add_unwind_functions(elf: &mut ElfFile) {
+    let ranges = fde_ranges(elf);
+    elf.add_unwind_ranges(&ranges);
+}
+
 /// The `[start, start + len)` of every FDE of `elf`'s `.eh_frame` (link-time
 /// addresses), in file order; FDEs that do not parse are skipped.
 pub fn fde_ranges(elf: &ElfFile) -> Vec<(u64, u64)> {

@@ -370,10 +370,12 @@ impl ElfFile {
         }
     }
 
-    /// Adds a function `sub_<addr>` for every `.eh_frame` FDE (a function's
-    /// bounds, which the unwinder needs even in a stripped file) that no
-    /// symbol covers: what a stripped file without a debug file still tells.
-    pub fn add_unwind_functions(&mut self) {
+    /// Adds a function `sub_<addr>` for every range `(start, len)` of
+    /// `ranges` (link-time addresses) that lies in executable code, outside
+    /// the PLT, and that no symbol covers: given the FDEs of `.eh_frame`
+    /// (`eh::add_unwind_functions`), what a stripped file without a debug
+    /// file still tells.
+    pub fn add_unwind_ranges(&mut self, ranges: &[(u64, u64)]) {
         let mut added = Vec::new();
         {
             let mut covered: Vec<(u64, u64)> =
@@ -389,7 +391,7 @@ impl ElfFile {
                 .filter(|s| s.name.starts_with(".plt"))
                 .map(|s| (s.addr, s.addr.saturating_add(s.size)))
                 .collect();
-            for (lo, len) in super::eh::fde_ranges(self) {
+            for &(lo, len) in ranges {
                 let in_code = self.segments.iter().any(|s| {
                     s.exec
                         && s.vaddr <= lo

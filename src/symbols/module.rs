@@ -16,8 +16,8 @@ use super::dwarf_index::LazyDwarf;
 use super::eh::ReturnSaves;
 use super::elf::{ElfFile, FuncSym, Opened, Version, split_version};
 use super::pattern::{Glob, glob};
+use super::planner::{Planner, PlannerParts};
 use super::saved::{self, Saved, SavedDwarf};
-use super::verdict::{Planner, PlannerParts};
 use super::{Function, cold_targets, debuginfo, suggestions};
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
 use crate::arch::{Arch, Host, Isa};
@@ -196,7 +196,7 @@ impl Module {
             elf.adopt_symbols(d);
         }
         if !elf.has_symtab {
-            elf.add_unwind_functions();
+            super::eh::add_unwind_functions(&mut elf);
         }
         let found = found.map(Arc::new);
         let _ = debug.set(found.clone());
@@ -295,7 +295,7 @@ impl Module {
     /// What planning a probe needs of this module beyond a function's bytes
     /// (entries, code facts), read on first use.
     pub fn planner(&self) -> &Planner {
-        self.planner.get_or_init(|| Planner::of(self))
+        self.planner.get_or_init(|| Planner::of(&self.elf, self.take_saved_planner(), self.branch_targets_cell()))
     }
 
     /// The module's DWARF index (from the file or its debug file), built on first use.

@@ -221,8 +221,8 @@ impl Saved {
             }
             Some((entries, all, returns)) => {
                 w.u8(1).bool(*all);
-                list(&mut w, entries);
-                list(&mut w, returns);
+                w.list(entries);
+                w.list(returns);
             }
         }
         match &self.dwarf {
@@ -293,7 +293,7 @@ impl Saved {
         let facts = (r.bool()?, read_sorted(&mut r)?);
         let go = match r.u8()? {
             0 => None,
-            1 => Some((r.bool()?, read_list(&mut r)?, read_list(&mut r)?)).map(|(all, e, s)| (e, all, s)),
+            1 => Some((r.bool()?, r.list()?, r.list()?)).map(|(all, e, s)| (e, all, s)),
             _ => return Err(Bad("an unknown Go table tag")),
         };
         let dwarf = match r.u8()? {
@@ -413,19 +413,6 @@ fn read_sorted(r: &mut Reader) -> Result<Vec<u64>, Bad> {
     Ok(out)
 }
 
-/// A list in its own order.
-pub(super) fn list(w: &mut Writer, values: &[u64]) {
-    w.var(values.len() as u64);
-    for &v in values {
-        w.var(v);
-    }
-}
-
-pub(super) fn read_list(r: &mut Reader) -> Result<Vec<u64>, Bad> {
-    let n = r.count(1)?;
-    (0..n).map(|_| r.var()).collect()
-}
-
 /// What identifies a module's analysis in the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Key {
@@ -509,7 +496,7 @@ mod tests {
             elf.adopt_symbols(d);
         }
         if !elf.has_symtab {
-            elf.add_unwind_functions();
+            super::super::eh::add_unwind_functions(&mut elf);
         }
         let places = places(&elf.headers(), path, Path::new("/"));
         Saved::compute(&elf, debug.as_ref(), places, &Known::default())

@@ -7,7 +7,6 @@
 use std::sync::OnceLock;
 
 use super::dwarf::{DwFunction, DwarfIndex, Param, Type};
-use super::saved::{list, read_list};
 use crate::addr::FileAddr;
 use crate::arch::Abi;
 use crate::cache::{Bad, Reader, Writer};
@@ -103,7 +102,7 @@ impl StoredDwarf {
             last = f.entry.0;
         }
         w.blob(records.bytes());
-        list(&mut w, &inlined);
+        w.list(&inlined);
         StoredDwarf::from_bytes(w.into_bytes())
     }
 
@@ -160,7 +159,7 @@ impl Layout {
             table.push((entry, base + off));
         }
         let inlined_at = bytes.len() - r.left();
-        for i in read_list(&mut r)? {
+        for i in r.list()? {
             if i >= strings.len() as u64 {
                 return Err(Bad("a string out of range"));
             }
@@ -211,7 +210,7 @@ impl StoredDwarf {
         let layout = self.layout()?;
         let functions = layout.table.iter().filter_map(|&(entry, off)| self.read(entry, off)).collect();
         let mut r = Reader::new(&self.bytes[layout.inlined_at..]);
-        let inlined_only = read_list(&mut r).unwrap_or_default().into_iter().map(|i| self.string(i)).collect();
+        let inlined_only = r.list().unwrap_or_default().into_iter().map(|i| self.string(i)).collect();
         Some(DwarfIndex { functions, inlined_only })
     }
 }

@@ -1,5 +1,6 @@
 //! The verdict on one function, exactly as `attach` and `list-probes` both
-//! decide it: the architecture's planner with the module at hand (its jump
+//! decide it, by the module's [`super::planner::Planner`]: the
+//! architecture's planner with the module at hand (its jump
 //! tables, stored code pointers, split-off parts), then the entries that
 //! only the whole file shows (exception landing pads, other symbols, direct
 //! branches from other functions).
@@ -11,12 +12,10 @@
 //! single instruction (after the frame's setup if need be), or none.
 //! `runtime.goexit` is never probed.
 
-use super::entries::Entries;
-use super::golang::{self, GoModule};
-use super::image::{CodeFacts, ElfImage};
-use super::{Function, Module, cold_parts, cold_targets};
-use crate::addr::{Bias, RuntimeAddr};
-use crate::arch::{Block, ExitPlan, Isa, Refusal, SitePlan};
+use super::planner::GoCode;
+use super::{Function, Module};
+use crate::addr::RuntimeAddr;
+use crate::arch::{ExitPlan, Isa, Refusal, SitePlan};
 
 /// The verdict on function `f` of `m` for instruction set `isa`: its plan,
 /// or why it cannot be probed. `attach` and `list-probes` both ask this.
@@ -28,7 +27,7 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    m.planner().plan(m, f, code, isa)
+    m.planner().plan(&m.elf, f, code, isa)
 }
 
 /// The verdict on a probe at `at` inside function `f` of `m` (its entry's
@@ -45,7 +44,7 @@ pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    m.planner().plan_at(m, f, code, at, isa)
+    m.planner().plan_at(&m.elf, f, code, at, isa)
 }
 
 /// [`verdict`] with the entry's window reaching `end` at least
@@ -53,7 +52,7 @@ pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result
 /// rules of their own.
 pub fn verdict_to(m: &Module, f: &Function, isa: Isa, end: u64) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    m.planner().plan_to(m, f, code, isa, end)
+    m.planner().plan_to(&m.elf, f, code, isa, end)
 }
 
 /// The windows at the exits of function `f` of `m`, whose entry's window
@@ -63,12 +62,7 @@ pub fn verdict_to(m: &Module, f: &Function, isa: Isa, end: u64) -> Result<SitePl
 /// known (code that does not decode).
 pub fn exits(m: &Module, f: &Function, entry: &SitePlan, isa: Isa) -> Result<Vec<ExitPlan>, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    m.planner().plan_exits(m, f, code, entry, isa)
-}
-
-/// The `.cold` parts of `f` of `m`, `[lo, hi)` at run time.
-fn cold_ranges(m: &Module, f: &Function) -> Vec<(u64, u64)> {
-    cold_parts(&m.elf, f.bias, &f.symbol).iter().map(|&(at, c)| (at, at + c.len() as u64)).collect()
+    m.planner().plan_exits(&m.elf, f, code, entry, isa)
 }
 
 /// [`exits`] of `f` of `m` for a return probe whose entry's window is
@@ -91,227 +85,8 @@ pub fn exits_widening(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -
     }
 }
 
-/// `plan`, or why its window is longer than a site's entry keeps.
-pub fn fits(plan: SitePlan) -> Result<SitePlan, Refusal> {
-    match plan.len() {
-        len if len > crate::arch::MAX_WINDOW => Err(Refusal::TooLong { len }),
-        _ => Ok(plan),
-    }
-}
-
 /// If `f` of `m` is Go code, what its plan was built on.
 pub fn go_code(m: &Module, f: &Function, isa: Isa) -> Option<GoCode> {
     let code = m.code_of(f).ok()?;
     m.planner().go_code(f, code, isa)
-}
-
-/// A Go function, as planning found it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GoCode {
-    /// Bytes of the stack-bound check at its entry (0 without one).
-    pub stack_check: usize,
-    /// True if Go may preempt it asynchronously, between any two
-    /// instructions after its stack check: its window must then be one
-    /// instruction.
-    pub preemptible: bool,
-}
-
-/// What [`Planner`] is made of, as saved: the landing pads, every branch
-/// target, the code facts (absolute code, the code addresses data holds)
-/// and the Go function table (entries, unreadable, stack returns).
-#[derive(Debug)]
-pub struct PlannerParts {
-    /// Landing pads.
-    pub pads: super::eh::LandingPads,
-    /// Every direct branch target, sorted.
-    pub branch_targets: Vec<u64>,
-    /// [`CodeFacts::parts`].
-    pub facts: (bool, Vec<u64>),
-    /// [`GoModule::parts`].
-    pub go: Option<(Vec<u64>, bool, Vec<u64>)>,
-}
-
-/// What planning needs of one module beyond a function's bytes, read once.
-#[derive(Debug)]
-pub struct Planner {
-    entries: Entries,
-    facts: CodeFacts,
-    go: Option<GoModule>,
-}
-
-impl Planner {
-    /// Reads the entries and code facts of `m`, or takes them from what
-    /// the cache held.
-    pub fn of(m: &Module) -> Planner {
-        let isa = Isa::for_machine(m.elf.machine);
-        if let Some(p) = m.take_saved_planner() {
-            return Planner {
-                entries: Entries::from_parts(&m.elf, isa, p.pads, p.branch_targets),
-                facts: CodeFacts::from_parts(p.facts.0, p.facts.1),
-                go: p.go.map(|(entries, all, returns)| GoModule::from_parts(entries, all, returns)),
-            };
-        }
-        Planner {
-            entries: Entries::sharing(&m.elf, isa, m.branch_targets_cell()),
-            facts: CodeFacts::of(&m.elf, isa),
-            go: GoModule::of(&m.elf),
-        }
-    }
-
-    /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
-    pub fn plan(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
-        if let Some(go) = &self.go
-            && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
-        {
-            return Err(Refusal::GoStackReturn);
-        }
-        let go = self.go_code(f, code, isa);
-        let skip = match go {
-            None => 0,
-            Some(g) if !g.preemptible => g.stack_check,
-            Some(g) => (isa.go_one_instruction_site)(code, f.addr.0, g.stack_check).ok_or(Refusal::GoPreemptible)?,
-        };
-        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
-        let mut plan = (isa.plan_in)(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
-        if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
-            return Err(Refusal::GoPreemptible);
-        }
-        plan.function = f.addr.0;
-        self.entries.check(&m.elf, &plan, f.bias)?;
-        fits(plan)
-    }
-
-    /// The plan for a probe at `at` inside `f` of `m`, whose bytes are
-    /// `code`: as [`Planner::plan`], from the instruction at `at`. In Go
-    /// code it must come after the stack check, and where Go preempts, the
-    /// window must be one instruction.
-    pub fn plan_at(
-        &self,
-        m: &Module,
-        f: &Function,
-        code: &[u8],
-        at: RuntimeAddr,
-        isa: Isa,
-    ) -> Result<SitePlan, Refusal> {
-        if let Some(go) = &self.go
-            && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
-        {
-            return Err(Refusal::GoStackReturn);
-        }
-        let go = self.go_code(f, code, isa);
-        if go.is_some_and(|g| at.0 < f.addr.0 + g.stack_check as u64) {
-            return Err(Refusal::Interior(
-                "it is inside Go's stack check, which a call whose stack must grow runs twice",
-            ));
-        }
-        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
-        let mut plan = (isa.plan_at)(code, f.addr.0, at.0, &extra, &image)?;
-        if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
-            return Err(Refusal::GoPreemptible);
-        }
-        plan.function = f.addr.0;
-        self.entries.check(&m.elf, &plan, f.bias)?;
-        fits(plan)
-    }
-
-    /// [`Planner::plan`] with a window reaching `end` at least: see [`verdict_to`].
-    pub fn plan_to(&self, m: &Module, f: &Function, code: &[u8], isa: Isa, end: u64) -> Result<SitePlan, Refusal> {
-        if self.go_code(f, code, isa).is_some() {
-            return Err(Refusal::Unsupported("a longer window in Go code"));
-        }
-        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
-        let plan = (isa.plan_to)(code, f.addr.0, &extra, &image, end)?;
-        self.entries.check(&m.elf, &plan, f.bias)?;
-        fits(plan)
-    }
-
-    /// The windows at the exits of `f` of `m`, whose bytes are `code` and
-    /// whose entry's window is `entry`: see [`exits`].
-    pub fn plan_exits(
-        &self,
-        m: &Module,
-        f: &Function,
-        code: &[u8],
-        entry: &SitePlan,
-        isa: Isa,
-    ) -> Result<Vec<ExitPlan>, Refusal> {
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
-        let body = (f.addr.0, f.addr.0 + code.len() as u64);
-        let cold = cold_parts(&m.elf, f.bias, &f.symbol);
-        let mut parts = vec![body];
-        parts.extend(cold.iter().map(|&(at, c)| (at, at + c.len() as u64)));
-        let taken = [(entry.site, entry.site + entry.len() as u64)];
-        // Landing pads are where the unwinder enters: a window may not
-        // take one past its first byte, as padding or otherwise.
-        let pads = |(lo, hi): (u64, u64)| -> Vec<u64> {
-            let file = |a: u64| f.bias.file(RuntimeAddr(a)).0;
-            let pads = self.entries.landing_pads().strictly_inside(file(lo).saturating_sub(1), file(hi));
-            pads.map(|p| f.bias.runtime(crate::addr::FileAddr(p)).0).collect()
-        };
-        let mut extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        extra.extend(pads(body));
-        // Where Go preempts between any two instructions, a window is one.
-        let go = self.go_code(f, code, isa);
-        let single = go.is_some_and(|g| g.preemptible);
-        let mut exits = (isa.plan_exits)(code, body.0, &parts, &extra, &taken, single, &image)?;
-        let from_body = (isa.branch_targets)(code, body.0);
-        for &(at, c) in &cold {
-            let end = at + c.len() as u64;
-            let mut into: Vec<u64> = from_body.iter().copied().filter(|&t| t > at && t < end).collect();
-            into.extend(pads((at, end)));
-            exits.extend((isa.plan_exits)(c, at, &parts, &into, &[], single, &image)?);
-        }
-        if go.is_some() {
-            // Go jumps to its function's entry only after morestack grew
-            // the stack: the same call again, whose probe (after the stack
-            // check) has not run yet.
-            exits.retain(|e| {
-                let insn = usize::try_from(e.at - body.0).ok().and_then(|o| code.get(o..o + e.len as usize));
-                insn.is_none_or(|b| (isa.branch_targets)(b, e.at) != [f.addr.0])
-            });
-        }
-        for e in &mut exits {
-            if let Ok(plan) = &mut e.plan {
-                plan.function = f.addr.0;
-                if let Err(why) = self.entries.check(&m.elf, plan, f.bias).and_then(|_| fits(plan.clone())) {
-                    e.plan = Err(why);
-                }
-            }
-        }
-        Ok(exits)
-    }
-
-    /// Checks that nothing from elsewhere in `m` (the module this was made
-    /// for) enters `plan`'s window but at its first byte (for plans made
-    /// outside [`Planner::plan`], such as the long form of a probe).
-    pub fn check_entries(&self, m: &Module, plan: &SitePlan, bias: Bias) -> Result<(), Refusal> {
-        self.entries.check(&m.elf, plan, bias)
-    }
-
-    /// The module's Go code, if it has any.
-    pub fn go(&self) -> Option<&GoModule> {
-        self.go.as_ref()
-    }
-
-    /// The basic blocks of `f` of `m`, whose bytes are `code`
-    /// ([`crate::arch::Arch::blocks`]): with the jumps into it from its
-    /// split-off parts and the module's stored code pointers.
-    pub fn blocks(&self, m: &Module, f: &Function, code: &[u8], isa: Isa) -> Result<Vec<Block>, Refusal> {
-        let extra = cold_targets(&m.elf, f.bias, &f.symbol, f.addr, f.size, isa);
-        let image = ElfImage { elf: &m.elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(m, f) };
-        (isa.blocks)(code, f.addr.0, &extra, &image)
-    }
-
-    /// If `f` (whose bytes are `code`) is Go code, what planning found.
-    pub fn go_code(&self, f: &Function, code: &[u8], isa: Isa) -> Option<GoCode> {
-        let go = self.go.as_ref()?;
-        if !go.is_go(f.bias.file(f.addr)) {
-            return None;
-        }
-        let stack_check = (isa.go_stack_check)(code, f.addr.0).unwrap_or(0);
-        Some(GoCode { stack_check, preemptible: stack_check > 0 && golang::preemptible(&f.symbol) })
-    }
 }

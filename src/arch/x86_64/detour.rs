@@ -349,7 +349,7 @@ fn exit_routine(words: &ExitWords, e: ExitInsn, rt: &RuntimeAddrs) -> u64 {
 /// extension does not. The runtime's exit ([`super::fast::exit_at`]) keeps
 /// every register and flag and returns with `ret 8`, the word dropped; the
 /// return address into the detour that its call left below the stack
-/// pointer is cleared (see [`super::runtime::CLEARED_BELOW`]). The same
+/// pointer is cleared (see [`super::CLEARED_BELOW`]). The same
 /// length wherever it goes.
 fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
     let mut w = Writer::new(pc);
@@ -453,7 +453,7 @@ fn emit_head(
 /// detour of Go code without a stack check needs before it calls the
 /// runtime: the eight registers it saves, and what the call may write below
 /// them (the arguments' copy, the runtime's frames and red zone).
-const GO_ROOM: u32 = 64 + super::runtime::CLEARED_BELOW + 64;
+const GO_ROOM: u32 = 64 + super::CLEARED_BELOW + 64;
 
 /// What follows the relocated code (which never falls through into it):
 /// the count in the entry paired with the thread's, else the call of
@@ -618,7 +618,7 @@ fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     call(w);
     // What the call left below the stack pointer: the runtime's spills and
     // the return address into this detour (see runtime.rs).
-    w.put_clear_below_rsp(super::runtime::CLEARED_BELOW);
+    w.put_clear_below_rsp(super::CLEARED_BELOW);
     for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
         w.put_pop(r);
     }

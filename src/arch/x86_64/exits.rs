@@ -27,7 +27,7 @@
 //! an exit inside the entry's window is recorded by the entry's detour.
 
 use super::decode::{Class, Insn, decode};
-use super::{relocate, taken, window::PATCH_LEN};
+use super::{PATCH_LEN, relocate, taken};
 use crate::arch::{ExitInsn, ExitKind, ExitPlan, Image, Refusal, SitePlan, WindowInsn};
 use iced_x86::{Code, Decoder, DecoderOptions, OpKind, Register};
 

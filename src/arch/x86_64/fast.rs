@@ -83,7 +83,7 @@
 //! slow:   <pop, as above> ; lea rsp, [rsp + 8] ; jmp the full trampoline
 //! ```
 
-use super::runtime::CLEARED_BELOW;
+use super::CLEARED_BELOW;
 use super::writer::Writer;
 use crate::arch::{RuntimeLayout, cache};
 

@@ -26,9 +26,28 @@ use std::io;
 use nix::unistd::Pid;
 
 use crate::arch::{
-    Arch, BlockedIn, Detour, DetourSpec, Image, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout, SitePlan,
-    StoredPointer, Syscalls, ThreadKey, TidOffset,
+    Arch, BlockedIn, Detour, DetourSpec, Image, RUNTIME_STACK, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout,
+    SitePlan, StoredPointer, Syscalls, ThreadKey, TidOffset,
 };
+
+/// Bytes of `jmp rel32`: the patch at a site.
+pub const PATCH_LEN: usize = 5;
+
+/// What a call of the C runtime may leave written below the stack pointer
+/// once it returns, which each call clears: the runtime's frames and
+/// their red zone (128 bytes), and below the caller's own pushes for the
+/// call (operands, Go's arguments: 80 bytes; the alignment: 24). Left
+/// there, a return address into tp's code or the trampoline's address
+/// that the runtime spilled would lie in the stack the program uses next,
+/// in words its frames do not write (padding, a buffer), where tp's
+/// check at detach that nothing refers to its code finds them
+/// ([`crate::probe::remove`]), keeping tp's memory mapped for good: as in
+/// nginx workers idle in `epoll_wait`. 48 stores, on the slow paths only
+/// (9-10 ns a call here: docs/benchmarks.md): two a turn of a loop where
+/// the code is each detour's, one after the other in the exit routine's
+/// path to the C runtime, written once in this block (49 instructions
+/// instead of 123).
+const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + detour::GO_ARGS as u32 + 24).next_multiple_of(16);
 
 /// The x86-64 architecture.
 #[derive(Debug, Clone, Copy)]
@@ -38,7 +57,7 @@ impl Arch for X86_64 {
     const NAME: &'static str = "x86_64";
     const ELF_MACHINE: u16 = 62; // EM_X86_64
     const BRANCH_REACH: u64 = (1 << 31) - 1;
-    const PATCH_LEN: usize = window::PATCH_LEN;
+    const PATCH_LEN: usize = PATCH_LEN;
     const INSN_ALIGN: usize = 1;
     const SYSCALLS: Syscalls = super::syscalls::X86_64;
 

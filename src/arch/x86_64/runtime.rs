@@ -64,25 +64,10 @@
 //! entry stack); 96 bytes of slot, pad, flags and registers keep it so for
 //! the call.
 
+use super::CLEARED_BELOW;
 use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
 use super::writer::Writer;
-use crate::arch::{RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
-
-/// What a call of the C runtime may leave written below the stack pointer
-/// once it returns, which each call clears: the runtime's frames and
-/// their red zone (128 bytes), and below the caller's own pushes for the
-/// call (operands, Go's arguments: 80 bytes; the alignment: 24). Left
-/// there, a return address into tp's code or the trampoline's address
-/// that the runtime spilled would lie in the stack the program uses next,
-/// in words its frames do not write (padding, a buffer), where tp's
-/// check at detach that nothing refers to its code finds them
-/// ([`crate::probe::remove`]), keeping tp's memory mapped for good: as in
-/// nginx workers idle in `epoll_wait`. 48 stores, on the slow paths only
-/// (9-10 ns a call here: docs/benchmarks.md): two a turn of a loop where
-/// the code is each detour's, one after the other in the exit routine's
-/// path to the C runtime, written once in this block (49 instructions
-/// instead of 123).
-pub(super) const CLEARED_BELOW: u32 = (RUNTIME_STACK + 128 + super::detour::GO_ARGS as u32 + 24).next_multiple_of(16);
+use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
 const HWCAP2_FSGSBASE: u64 = 1 << 1;

@@ -17,11 +17,8 @@
 //! data, absolute immediates in position-dependent code).
 
 use super::decode::{Class, Insn, decode};
-use super::{exits, live, relocate, taken};
+use super::{PATCH_LEN, exits, live, relocate, taken};
 use crate::arch::{Image, Refusal, SitePlan, WindowInsn};
-
-/// Bytes of `jmp rel32`.
-pub const PATCH_LEN: usize = 5;
 
 /// Plans the probe of the function `code` at `function` from its bytes alone;
 /// see the module doc.

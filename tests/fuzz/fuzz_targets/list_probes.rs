@@ -11,14 +11,15 @@ use std::path::Path;
 use libfuzzer_sys::fuzz_target;
 use tp::addr::{Bias, RuntimeAddr};
 use tp::arch::Isa;
-use tp::cmd::list_probes::verdict_text;
+use tp::output::listing::verdict_text;
+use tp::session::probeable;
 use tp::symbols::{self, ElfFile};
 
 fuzz_target!(|data: &[u8]| {
     let path = Path::new("fuzz.elf");
     let Ok(mut elf) = ElfFile::parse(data.to_vec(), path, path) else { return };
     if !elf.has_symtab {
-        elf.add_unwind_functions();
+        tp::symbols::eh::add_unwind_functions(&mut elf);
     }
     let Some(isa) = Isa::for_machine(elf.machine) else { return };
     // What list-probes' verdicts() does, row by row.
@@ -32,6 +33,7 @@ fuzz_target!(|data: &[u8]| {
                 (isa.plan)(code, at.0, &extra)
             }
         };
+        let verdict = probeable::verdict(&verdict);
         let _ = verdict_text(&verdict, None);
         let _ = verdict_text(&verdict, Some("after Go's stack check"));
     }
