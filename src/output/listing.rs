@@ -205,12 +205,15 @@ fn summary_json(out: &mut dyn Write, title: &str, rows: &[&FunctionRow]) -> io::
         }
     }
     let refused = reasons.iter().map(|(why, n)| Obj::new().str("reason", why).num("functions", n).finish());
+    let short: Vec<&&&FunctionRow> = with_code.iter().filter(|r| r.size < 5).collect();
     let o = Obj::new()
         .str("type", "module_summary")
         .str("module", title)
         .num("functions", with_code.len())
         .num("at_least_5_bytes", big)
         .num("probeable", ok)
+        .num("shorter_than_a_jump", short.len())
+        .num("shorter_probeable", short.iter().filter(|r| r.verdict.is_ok()).count())
         .num("nop_sites", with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count())
         .num("inlined", rows.len() - with_code.len())
         .list("refused", refused);
@@ -238,6 +241,15 @@ fn summarize(out: &mut dyn Write, title: &str, rows: &[&FunctionRow]) -> io::Res
         writeln!(out, "names:     {}", sources.join(", "))?;
     }
     writeln!(out, "probeable: {ok} of {} ({pct:.1}%)", big.len())?;
+    let short: Vec<&&&FunctionRow> = with_code.iter().filter(|r| r.size < 5).collect();
+    if !short.is_empty() {
+        let ok = short.iter().filter(|r| r.verdict.is_ok()).count();
+        writeln!(
+            out,
+            "shorter:   {ok} of {} functions under 5 bytes probeable (the window takes the padding after them)",
+            short.len()
+        )?;
+    }
     let nops = with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count();
     if nops > 0 {
         writeln!(out, "nop sites: {nops} (nops where the patch goes: nothing to relocate)")?;

@@ -103,3 +103,21 @@ fn json_gives_every_function_of_a_real_library_a_verdict() {
     }
     assert_eq!(with_code, functions, "one JSON object per function with code");
 }
+
+/// Functions shorter than a jump take the alignment padding after them
+/// (nothing reaches it): every one of libsqlite3's (getters such as
+/// `sqlite3VdbeDb`: a load and a return) and of libc's is probeable.
+#[test]
+fn functions_shorter_than_a_jump_are_probed_over_their_padding() {
+    for (path, dep) in
+        [("/usr/lib/x86_64-linux-gnu/libsqlite3.so.0", "sqlite3"), ("/usr/lib/x86_64-linux-gnu/libc.so.6", "libc-dbg")]
+    {
+        need(dep);
+        let args = ["list-probes", path, "--summary", "--json"];
+        let out = expect_success(&args, &tp(&args));
+        let v: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        let (short, ok) = (v["shorter_than_a_jump"].as_u64(), v["shorter_probeable"].as_u64());
+        assert!(short.is_some_and(|n| n >= 40), "{path}: {v}");
+        assert_eq!(ok, short, "{path}: {v}");
+    }
+}
