@@ -94,7 +94,7 @@ impl Prepared {
     pub fn done(self, committed: Committed) -> (Region, Report) {
         let Prepared { region, requests, placed, created_region, .. } = self;
         let Committed { moved_threads, unpatchable } = committed;
-        let mut installed: Vec<Installed> = Vec::new();
+        let mut installed: Vec<Installed> = Vec::with_capacity(placed.len());
         // Where each site's probe went among `installed`.
         let mut probe_of: Vec<usize> = Vec::with_capacity(placed.len());
         let mut unpatched_at = Vec::new();
