@@ -14,8 +14,10 @@
 //!
 //! Order matters for what a tracer killed at any step leaves behind:
 //! unused memory (region, arenas), then unused code (detours, recorded as
-//! Inactive entries), then threads moved into complete detours, then each
-//! site marked Installing, patched with one write, marked Active. The target
+//! Inactive entries), then threads moved into complete detours, then the
+//! sites of each page marked Installing, patched with one write of that
+//! page's span (a probe-all would otherwise make a write per probe while the
+//! process is stopped), marked Active. The target
 //! only ever holds complete detours and sites that are either original or
 //! fully patched, and the region records enough for `tp detach` to restore
 //! them. If a step fails, `PatchGuard` restores every site this commit
@@ -831,7 +833,13 @@ fn write_detours(
         e.semaphore = req.semaphore.unwrap_or(0);
         e.parent = req.parent.map_or(0, |k| parents[k]);
         region.set_budget(p.index, opts.sample_budget)?;
-        region.set_config(p.index, &config_for(req, p.index))?;
+        // Nothing reads a count-only probe's configuration (only the
+        // runtime's `_ext` paths and tp's `--if` counts do): left unwritten,
+        // its 264 bytes take no memory in the target.
+        let config = config_for(req, p.index);
+        if req.kind != kind::COUNT || layout::bytes_of(&config).iter().any(|&b| b != 0) {
+            region.set_config(p.index, &config)?;
+        }
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
         crate::fault::point("after-entry");
