@@ -2,7 +2,8 @@
 //! nothing can still run in it.
 //!
 //! Removal writes each site's original bytes back (the region recorded
-//! them), so it needs nothing from the session that installed the probe.
+//! them; the sites of a page with one write), so it needs nothing from the
+//! session that installed the probe.
 //! Detours stay mapped after removal: a thread may be inside one, or a signal
 //! frame may hold an address in one, and the detour still runs correctly,
 //! ending with a jump back to the (now original) code. [`unmap`] removes the
