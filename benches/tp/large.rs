@@ -44,6 +44,9 @@ pub struct Cycle {
     pub detach_stop_us: f64,
     /// Memory, read while attached.
     pub memory: Memory,
+    /// Bytes of the data region's memfd that hold pages (written by tp or
+    /// the target), wherever they are mapped: what the region costs in RAM.
+    pub region_allocated: u64,
 }
 
 /// The cycles of one size, first or cached.
@@ -176,6 +179,7 @@ pub fn cycle(env: &Env, bin: &Path, n: usize, cache: &Path) -> Result<Cycle> {
     };
     let (attach_tp_ms, attach_stop_us) = (num(" in ", " ms")?, num("target stopped", " µs")?);
     let memory = memory(pid, session.pid() as u32).context("reading tp's memory in the target")?;
+    let region_allocated = allocated(pid).context("reading the data region's pages")?;
     // Every function runs every 10 ms; and the analysis is saved for the cached attach.
     std::thread::sleep(Duration::from_millis(300));
     saved(session.pid())?;
@@ -193,7 +197,16 @@ pub fn cycle(env: &Env, bin: &Path, n: usize, cache: &Path) -> Result<Cycle> {
     if kv(&exit.text, "checksum") != Some("ok") {
         bail!("the target computed wrong results while probed: {}", exit.text);
     }
-    Ok(Cycle { attach_wall_ms, attach_tp_ms, attach_cpu_ms, attach_stop_us, detach_wall_ms, detach_stop_us, memory })
+    Ok(Cycle {
+        attach_wall_ms,
+        attach_tp_ms,
+        attach_cpu_ms,
+        attach_stop_us,
+        detach_wall_ms,
+        detach_stop_us,
+        memory,
+        region_allocated,
+    })
 }
 
 /// The CPU time of process `pid` so far, ms: user and system time of all
@@ -208,6 +221,35 @@ fn cpu_ms(pid: i32) -> Result<f64> {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Ok(ticks as f64 * 1e3 / hz)
+}
+
+/// The bytes of process `pid`'s data region (a memfd) that hold pages:
+/// its data extents (SEEK_DATA / SEEK_HOLE), through
+/// /proc/PID/map_files. The target's smaps counts only the pages the
+/// target itself touched; the pages tp wrote through its own mapping are
+/// the memfd's all the same.
+fn allocated(pid: i32) -> Result<u64> {
+    use std::os::fd::AsRawFd;
+    let maps = tp::process::read_maps(pid)?;
+    let m = tp::probe::region::find(&maps).context("no tp data region")?;
+    let file = std::fs::File::open(format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end))?;
+    let fd = file.as_raw_fd();
+    let len = file.metadata()?.len() as i64;
+    let mut total = 0u64;
+    let mut at = 0i64;
+    while at < len {
+        // SAFETY: lseek on a descriptor this function owns.
+        let data = unsafe { libc::lseek(fd, at, libc::SEEK_DATA) };
+        if data < 0 {
+            break; // ENXIO: no data past `at`
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        let end = if hole < 0 { len } else { hole };
+        total += (end - data) as u64;
+        at = end;
+    }
+    Ok(total)
 }
 
 /// Waits until tp `pid` has no thread saving analyses (`tp-cache`).
@@ -269,21 +311,24 @@ pub fn markdown(rows: &[Row], o: &mut String) {
     o.push('\n');
     let _ = writeln!(
         o,
-        "Memory per probe in the target (count-only probes; the data region's bytes from /proc/PID/smaps):\n"
+        "Memory per probe in the target (count-only probes): the data region mapped, its pages (the memfd's, \
+         however mapped: tp writes most of them), the part of those the target's own smaps counts (pages it \
+         touched), detour code and code arenas mapped.\n"
     );
     let _ = writeln!(
         o,
-        "| probes | data region mapped, B per probe | data region resident, B per probe | detour code, B per probe | code arenas mapped, B per probe |"
+        "| probes | data region mapped, B per probe | data region pages, B per probe | of which in the target's smaps | detour code, B per probe | code arenas mapped, B per probe |"
     );
-    let _ = writeln!(o, "|---|---|---|---|---|");
+    let _ = writeln!(o, "|---|---|---|---|---|---|");
     for r in rows.iter().filter(|r| !r.cached) {
         let Some(c) = r.cycles.last() else { continue };
         let (m, n) = (&c.memory, r.probes as f64);
         let _ = writeln!(
             o,
-            "| {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} |",
             int(r.probes as u64),
             num(m.region_bytes as f64 / n),
+            num(c.region_allocated as f64 / n),
             num(m.region_rss as f64 / n),
             num(m.detour_bytes as f64 / n),
             num(m.arena_mapped as f64 / n),
