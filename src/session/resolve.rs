@@ -212,8 +212,11 @@ fn plan_all(
         progress.inc();
         Ok(plan_one(modules.get(f.module)?, f, kind, shadow))
     };
+    if found.len() < PLAN_ALONE {
+        return found.iter().map(one).collect();
+    }
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
-    if found.len() < PLAN_ALONE || threads < 2 {
+    if threads < 2 {
         return found.iter().map(one).collect();
     }
     // Every module is read before the threads share them.
