@@ -95,7 +95,7 @@ pub fn cycle(env: &Env, probes: usize, glob: &str) -> Result<Cycle> {
 }
 
 /// Every probe counted calls (the target calls each function every ms).
-fn check_counts(session: &Proc, probes: usize) -> Result<()> {
+pub fn check_counts(session: &Proc, probes: usize) -> Result<()> {
     let json = session.seen.iter().rev().find(|l| !l.stderr && l.text.starts_with('{')).context("no summary")?;
     let v: serde_json::Value = serde_json::from_str(&json.text).context("tp's JSON summary")?;
     let list = v["processes"][0]["probes"].as_array().context("no probes in the summary")?;
@@ -107,7 +107,7 @@ fn check_counts(session: &Proc, probes: usize) -> Result<()> {
 }
 
 /// tp's code and data in process `pid`, for the probes owned by `owner`.
-fn memory(pid: i32, owner: u32) -> Result<Memory> {
+pub fn memory(pid: i32, owner: u32) -> Result<Memory> {
     let region = open_region(pid)?;
     let h = region.header();
     let detour_bytes =

@@ -8,7 +8,9 @@
 //!   --reps N     runs of every measurement (default 5)
 //!   --smoke      one short run of everything, to check that it works (CI)
 //!   --only LIST  sections to run, comma-separated:
-//!                hit,steps,attach,real,profile,toggle,dlopen
+//!                hit,steps,attach,large,real,profile,toggle,dlopen
+//!                (large: 100,000 and 250,000 probes on programs it
+//!                generates; not run unless named)
 //!   --no-peers   tp only
 //!   --match LIST only the rows of tp (hit cost, instruction counts) and of
 //!                its peers whose name contains one of LIST (comma-separated)
@@ -24,6 +26,7 @@ mod dlopen;
 mod env;
 mod floor;
 mod hit;
+mod large;
 mod peers;
 mod proc;
 mod real;
@@ -52,13 +55,14 @@ struct Options {
     matching: Option<String>,
 }
 
-const SECTIONS: [&str; 7] = ["steps", "attach", "real", "profile", "toggle", "dlopen", "hit"];
+const SECTIONS: [&str; 8] = ["steps", "attach", "large", "real", "profile", "toggle", "dlopen", "hit"];
 
 fn options() -> Result<Options> {
     let mut o = Options {
         reps: 5,
         smoke: false,
-        sections: SECTIONS.map(String::from).to_vec(),
+        // `large` builds programs of 250,000 functions: only when named.
+        sections: SECTIONS.iter().filter(|s| **s != "large").map(|s| s.to_string()).collect(),
         peers: true,
         doc: false,
         emulated: false,
@@ -142,6 +146,9 @@ fn run() -> Result<bool> {
     }
     if on("attach") {
         ok &= attach_section(&env, &mut r);
+    }
+    if on("large") {
+        ok &= large_section(&env, &mut r);
     }
     if on("real") {
         ok &= real_section(&env, &mut r);
@@ -289,6 +296,55 @@ fn attach_section(env: &Env, r: &mut Results) -> bool {
     }
     let ok = rows.iter().all(|row| row.failures.is_empty());
     r.attach = rows;
+    ok
+}
+
+fn large_section(env: &Env, r: &mut Results) -> bool {
+    let mut ok = true;
+    for n in large::SIZES {
+        let bin = match large::program(env, n) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("large: {e:#}");
+                r.notes.push(format!("attach at scale ({n} functions): {e:#}"));
+                ok = false;
+                continue;
+            }
+        };
+        let mut rows = [false, true].map(|cached| large::Row { probes: n, cached, ..Default::default() });
+        for rep in 0..env.reps {
+            let cache = match large::fresh_cache(env, n) {
+                Ok(c) => c,
+                Err(e) => {
+                    rows[0].failures.push(format!("{e:#}"));
+                    continue;
+                }
+            };
+            for row in rows.iter_mut() {
+                match large::cycle(env, &bin, n, &cache) {
+                    Ok(c) => {
+                        eprintln!(
+                            "large: {n} probes ({}), run {}: attach {:.0} ms (CPU {:.0} ms, stopped {:.0} µs), detach {:.0} ms (stopped {:.0} µs)",
+                            if row.cached { "cached" } else { "first" },
+                            rep + 1,
+                            c.attach_wall_ms,
+                            c.attach_cpu_ms,
+                            c.attach_stop_us,
+                            c.detach_wall_ms,
+                            c.detach_stop_us
+                        );
+                        row.cycles.push(c);
+                    }
+                    Err(e) => {
+                        eprintln!("large: {n} probes, run {}: {e:#}", rep + 1);
+                        row.failures.push(format!("{e:#}"));
+                        ok = false;
+                    }
+                }
+            }
+        }
+        r.large.extend(rows);
+    }
     ok
 }
 

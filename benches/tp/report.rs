@@ -89,6 +89,8 @@ pub struct Results {
     pub steps: Vec<StepRow>,
     /// Attach and detach rows.
     pub attach: Vec<AttachRow>,
+    /// Attach at scale, on generated programs, first and cached.
+    pub large: Vec<crate::large::Row>,
     /// Attach on real programs, first and cached.
     pub real: Vec<crate::real::Row>,
     /// Profiling a real server.
@@ -161,6 +163,7 @@ impl Results {
         self.floor(o);
         self.steps(o);
         self.attach(o);
+        crate::large::markdown(&self.large, o);
         crate::real::markdown(&self.real, o);
         crate::server::markdown(&self.server, o);
         self.toggle(o);

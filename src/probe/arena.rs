@@ -85,21 +85,26 @@ pub fn reach_of(req: &Request) -> u64 {
 /// branch reach, in the region's arenas or in the address space, to the
 /// long form of its probe ([`crate::arch::Arch::plan_long`]), or
 /// refuses it with the reason it has none.
-pub fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: &[Request]) -> Result<Vec<Request>> {
+pub fn choose_forms(maps: &[Mapping], region: Option<&Region>, requests: Vec<Request>) -> Result<Vec<Request>> {
     let h = region.map(Region::header);
     let arenas = h.as_ref().map_or(&[][..], |h| &h.arenas[..h.arena_count as usize]);
+    // Requests of one module share their span: each (span, reach) is looked
+    // up once (a probe-all has tens of thousands of requests, few modules).
+    let mut known: std::collections::HashMap<(u64, u64, u64), bool> = std::collections::HashMap::new();
+    let mut near = |span: Span, reach: u64| {
+        *known.entry((span.lo, span.hi, reach)).or_insert_with(|| {
+            arenas.iter().any(|a| reaches(span, a.addr, a.size, reach) && a.size - a.used >= DETOUR_BUDGET)
+                || !candidates(maps, span, MIN_ARENA, reach).is_empty()
+        })
+    };
     requests
-        .iter()
+        .into_iter()
         .map(|req| {
-            let near = |reach| {
-                arenas.iter().any(|a| reaches(req.span, a.addr, a.size, reach) && a.size - a.used >= DETOUR_BUDGET)
-                    || !candidates(maps, req.span, MIN_ARENA, reach).is_empty()
-            };
-            if Host::LONG_REACH == 0 || is_long(req) || near(Host::BRANCH_REACH) {
-                return Ok(req.clone());
+            if Host::LONG_REACH == 0 || is_long(&req) || near(req.span, Host::BRANCH_REACH) {
+                return Ok(req);
             }
             match &req.long {
-                Ok(long) if near(Host::LONG_REACH) => Ok(Request { plan: long.clone(), ..req.clone() }),
+                Ok(long) if near(req.span, Host::LONG_REACH) => Ok(Request { plan: long.clone(), ..req }),
                 Ok(_) => {
                     bail!("no free address range within reach of {:#x}-{:#x} for tp's code", req.span.lo, req.span.hi)
                 }

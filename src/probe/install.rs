@@ -14,8 +14,10 @@
 //!
 //! Order matters for what a tracer killed at any step leaves behind:
 //! unused memory (region, arenas), then unused code (detours, recorded as
-//! Inactive entries), then threads moved into complete detours, then each
-//! site marked Installing, patched with one write, marked Active. The target
+//! Inactive entries), then threads moved into complete detours, then the
+//! sites of each page marked Installing, patched with one write of that
+//! page's span (a probe-all would otherwise make a write per probe while the
+//! process is stopped), marked Active. The target
 //! only ever holds complete detours and sites that are either original or
 //! fully patched, and the region records enough for `tp detach` to restore
 //! them. If a step fails, `PatchGuard` restores every site this commit
@@ -94,7 +96,7 @@ impl Prepared {
     pub fn done(self, committed: Committed) -> (Region, Report) {
         let Prepared { region, requests, placed, created_region, .. } = self;
         let Committed { moved_threads, unpatchable } = committed;
-        let mut installed: Vec<Installed> = Vec::new();
+        let mut installed: Vec<Installed> = Vec::with_capacity(placed.len());
         // Where each site's probe went among `installed`.
         let mut probe_of: Vec<usize> = Vec::with_capacity(placed.len());
         let mut unpatched_at = Vec::new();
@@ -149,12 +151,13 @@ pub fn prepare(
     stopped: &mut Stopped,
     mem: &Memory,
     region: Option<Region>,
-    requests: &[Request],
+    requests: Vec<Request>,
     opts: Options,
 ) -> Result<Prepared> {
     let pid = stopped.pid();
     let maps = process::read_maps(pid).context("reading the target's memory map")?;
-    let requests = &sites_of(&arena::choose_forms(&maps, region.as_ref(), requests)?);
+    let sites = sites_of(arena::choose_forms(&maps, region.as_ref(), requests)?);
+    let requests = &sites[..];
     let under = match (&region, opts.take_over) {
         (Some(r), true) => bytes_under(r, requests)?,
         (Some(r), false) => {
@@ -196,7 +199,7 @@ pub fn prepare(
         Ok(placed) => {
             caller.keep_mapped();
             let windows = threads::Windows::of(requests);
-            Ok(Prepared { region, requests: requests.to_vec(), placed, created_region, windows, under })
+            Ok(Prepared { region, requests: sites, placed, created_region, windows, under })
         }
         Err(e) => {
             // Nothing runs the new detours yet: forget them in the region
@@ -213,12 +216,17 @@ pub fn prepare(
 /// that sees its calls end at the function's exits, one per exit of
 /// [`Request::exits`] (kind [`kind::EXIT`], with what its exit records of
 /// the probe's kind, and `parent` the function's site).
-fn sites_of(requests: &[Request]) -> Vec<Request> {
+fn sites_of(requests: Vec<Request>) -> Vec<Request> {
     let mut sites = Vec::with_capacity(requests.len());
-    for req in requests {
+    for mut req in requests {
         let parent = sites.len();
-        sites.push(Request { exits: Vec::new(), ..req.clone() });
-        for plan in &req.exits {
+        let exits = std::mem::take(&mut req.exits);
+        if exits.is_empty() {
+            sites.push(req);
+            continue;
+        }
+        sites.push(req.clone());
+        for plan in &exits {
             sites.push(Request {
                 plan: plan.clone(),
                 long: Err(Refusal::Interior("an exit's window has no long form")),
@@ -334,26 +342,93 @@ fn patch_all(
     }
 
     let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
-    for (i, (req, p)) in requests.iter().zip(placed).enumerate() {
-        if unpatchable.requests.contains(&i) {
-            continue;
+    let patchable: Vec<usize> = (0..requests.len()).filter(|i| !unpatchable.requests.contains(i)).collect();
+    for group in page_groups(requests, &patchable) {
+        for &i in group {
+            let (req, p) = (&requests[i], &placed[i]);
+            region.set_state(p.index, State::Installing)?;
+            crate::fault::point("before-patch");
+            if let Some(sem) = req.semaphore {
+                semaphore::acquire(mem, sem)
+                    .with_context(|| format!("incrementing the semaphore of `{}`", req.function.name))?;
+                guard.acquired.push(sem);
+                crate::fault::point("after-semaphore");
+            }
         }
-        region.set_state(p.index, State::Installing)?;
-        crate::fault::point("before-patch");
-        if let Some(sem) = req.semaphore {
-            semaphore::acquire(mem, sem)
-                .with_context(|| format!("incrementing the semaphore of `{}`", req.function.name))?;
-            guard.acquired.push(sem);
-            crate::fault::point("after-semaphore");
+        // Every site of the group is Installing: the guard puts back each
+        // one's original bytes if the write fails half-way.
+        guard.patched.extend(group.iter().map(|&i| placed[i].index));
+        patch_group(mem, requests, placed, group)?;
+        for &i in group {
+            region.set_state(placed[i].index, State::Active)?;
+            crate::fault::point("after-patch");
         }
-        mem.write(req.plan.site, &p.patch).with_context(|| format!("patching `{}`", req.function.name))?;
-        guard.patched.push(p.index);
-        region.set_state(p.index, State::Active)?;
-        crate::fault::point("after-patch");
+    }
+    // A site is patched a page at a time: a process that died meanwhile
+    // (killed: it cannot exit while stopped) shows no failed write.
+    if !process::is_alive(stopped.pid()) {
+        bail!(process::ProcessError::Exited(stopped.pid()));
     }
     guard.patched.clear();
     guard.acquired.clear();
     Ok(Committed { moved_threads, unpatchable })
+}
+
+/// `patchable` (positions in `requests`, in order) cut into runs whose
+/// windows all lie in one page, each run's sites in ascending order and
+/// apart: each run is patched with one write of its page's bytes
+/// ([`patch_group`]), so a probe-all does not make a system call per probe
+/// while the process is stopped. A site with a semaphore is a run of its own.
+fn page_groups<'a>(requests: &[Request], patchable: &'a [usize]) -> Vec<&'a [usize]> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    let page = |a: u64| a & !(PATCH_PAGE - 1);
+    for k in 1..=patchable.len() {
+        let cut = match patchable.get(k) {
+            None => true,
+            Some(&i) => {
+                let (first, prev, req) = (&requests[patchable[start]], &requests[patchable[k - 1]], &requests[i]);
+                let end = req.plan.site + req.plan.len() as u64;
+                req.semaphore.is_some()
+                    || first.semaphore.is_some()
+                    || page(req.plan.site) != page(first.plan.site)
+                    || page(end - 1) != page(first.plan.site)
+                    || req.plan.site < prev.plan.site + prev.plan.len() as u64
+            }
+        };
+        if cut {
+            groups.push(&patchable[start..k]);
+            start = k;
+        }
+    }
+    groups
+}
+
+/// Patches sites within one page at a time ([`page_groups`]).
+const PATCH_PAGE: u64 = 4096;
+
+/// Writes the patches of `group` (sites in ascending order, within one
+/// page) with one write: the bytes between the sites are read back first
+/// (every thread is stopped: nothing changes them meanwhile). One site is
+/// written alone.
+fn patch_group(mem: &Memory, requests: &[Request], placed: &[Placed], group: &[usize]) -> Result<()> {
+    let name = |i: usize| &requests[i].function.name;
+    if let [i] = group {
+        return mem
+            .write(requests[*i].plan.site, &placed[*i].patch)
+            .with_context(|| format!("patching `{}`", name(*i)));
+    }
+    let lo = requests[group[0]].plan.site;
+    let last = &requests[group[group.len() - 1]].plan;
+    let hi = last.site + last.len() as u64;
+    let mut bytes =
+        mem.read_vec(lo, (hi - lo) as usize).with_context(|| format!("reading the code of `{}`", name(group[0])))?;
+    for &i in group {
+        let at = (requests[i].plan.site - lo) as usize;
+        let patch = &placed[i].patch;
+        bytes[at..at + patch.len()].copy_from_slice(patch);
+    }
+    mem.write(lo, &bytes).with_context(|| format!("patching `{}` and {} more", name(group[0]), group.len() - 1))
 }
 
 /// Tells the runtime how to tell the process's threads apart (their
@@ -522,8 +597,9 @@ fn bytes_under(region: &Region, requests: &[Request]) -> Result<HashMap<u64, Vec
         }
     }
     let mut out = HashMap::new();
+    let at: HashMap<u64, &Request> = requests.iter().map(|r| (r.plan.site, r)).collect();
     for (site, (_, e)) in under {
-        let req = requests.iter().find(|r| r.plan.site == site).expect("a requested site");
+        let req = at[&site];
         if e.window_len as usize != req.plan.len() {
             bail!(
                 "cannot probe `{}` over the probe there (its window is {} bytes, this one's {}); remove that one \
@@ -539,9 +615,10 @@ fn bytes_under(region: &Region, requests: &[Request]) -> Result<HashMap<u64, Vec
 }
 
 fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<()> {
+    let at: HashMap<u64, &Request> = requests.iter().map(|r| (r.plan.site, r)).collect();
     for (_, e) in region.entries() {
         if e.state().maybe_patched()
-            && let Some(req) = requests.iter().find(|r| r.plan.site == e.site)
+            && let Some(req) = at.get(&e.site)
         {
             let who = match e.owner {
                 0 => "kept with --keep".to_string(),
@@ -711,6 +788,8 @@ fn write_detours(
     // Detours: reuse an identical one left by an earlier session, or append a new one.
     let progress = Progress::new(requests.len() as u64, "writing detours");
     let mut placed: Vec<Placed> = Vec::new();
+    // Detours follow one another in an arena: written a run at a time.
+    let mut run = Run::default();
     for (k, req) in requests.iter().enumerate() {
         progress.inc();
         caller.serve()?;
@@ -725,12 +804,13 @@ fn write_detours(
         }
         let index = h.count;
         let (at, detour) = place_detour(caller, mem, maps, region, &mut h, req, index, parent, requests.len() - k)?;
-        mem.write(at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
+        run.add(mem, at, &detour.bytes).with_context(|| format!("writing the detour of `{}`", req.function.name))?;
         crate::fault::point("after-detour-write");
         h.count += 1;
         region.set_header(&h)?;
         placed.push(Placed { index, detour, at, patch: Vec::new() });
     }
+    run.flush(mem).context("writing the detours")?;
     progress.finish();
     crate::fault::point("after-detour");
 
@@ -759,7 +839,13 @@ fn write_detours(
         e.semaphore = req.semaphore.unwrap_or(0);
         e.parent = req.parent.map_or(0, |k| parents[k]);
         region.set_budget(p.index, opts.sample_budget)?;
-        region.set_config(p.index, &config_for(req, p.index))?;
+        // Nothing reads a count-only probe's configuration (only the
+        // runtime's `_ext` paths and tp's `--if` counts do): left unwritten,
+        // its 264 bytes take no memory in the target.
+        let config = config_for(req, p.index);
+        if req.kind != kind::COUNT || layout::bytes_of(&config).iter().any(|&b| b != 0) {
+            region.set_config(p.index, &config)?;
+        }
         region.set_enabled(p.index, true)?;
         region.set_entry(p.index, &e)?;
         crate::fault::point("after-entry");
@@ -767,6 +853,47 @@ fn write_detours(
     crate::fault::point("after-entries");
 
     Ok(placed)
+}
+
+/// Detours placed one after another in an arena, written with one write
+/// per run (a write each would cost a system call per probe). A detour
+/// starts 16-aligned: the few bytes between two, never written (an arena
+/// is used upward from where it was used to, and is anonymous memory), are
+/// written as the zeros they hold. A run ends where the next detour does
+/// not follow, or at [`Run::MAX`] bytes.
+#[derive(Default)]
+struct Run {
+    at: u64,
+    bytes: Vec<u8>,
+}
+
+impl Run {
+    const MAX: usize = 1 << 20;
+    /// The most bytes between two detours of one run: less than the
+    /// alignment, so never a runtime block written between them.
+    const GAP: u64 = 15;
+
+    fn add(&mut self, mem: &Memory, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let end = self.at + self.bytes.len() as u64;
+        if !self.bytes.is_empty() && (at < end || at - end > Self::GAP || self.bytes.len() >= Self::MAX) {
+            self.flush(mem)?;
+        }
+        if self.bytes.is_empty() {
+            self.at = at;
+        }
+        let gap = (at - (self.at + self.bytes.len() as u64)) as usize;
+        self.bytes.resize(self.bytes.len() + gap, 0);
+        self.bytes.extend_from_slice(bytes);
+        Ok(())
+    }
+
+    fn flush(&mut self, mem: &Memory) -> std::io::Result<()> {
+        if !self.bytes.is_empty() {
+            mem.write(self.at, &self.bytes)?;
+            self.bytes.clear();
+        }
+        Ok(())
+    }
 }
 
 /// Takes an inactive entry for the same site (from `candidates`) whose

@@ -298,22 +298,35 @@ impl Region {
 
     /// Replaces entry `i` and bumps the generation.
     pub fn set_entry(&self, i: u32, e: &Entry) -> Result<()> {
-        let mut h = self.header();
-        if i >= h.capacity {
-            bail!("entry {i} is past the capacity of tp's data region ({})", h.capacity);
+        let (capacity, off) = self.geometry(|h| (h.capacity, h.entry_off(i)));
+        if i >= capacity {
+            bail!("entry {i} is past the capacity of tp's data region ({capacity})");
         }
-        self.write(h.entry_off(i), layout::bytes_of(e))?;
-        h.generation = h.generation.wrapping_add(1);
-        self.write(std::mem::offset_of!(Header, generation) as u64, &h.generation.to_le_bytes())
+        self.write(off, layout::bytes_of(e))?;
+        let at = std::mem::offset_of!(Header, generation) as u64;
+        let mut was = [0; 8];
+        self.read(at, &mut was);
+        let generation = u64::from_le_bytes(was).wrapping_add(1);
+        self.write(at, &generation.to_le_bytes())
+    }
+
+    /// `f` of the header's geometry (as validated; the header as it is
+    /// for a region being created), without copying the header: the
+    /// per-probe writes of a large attach ask it for every probe.
+    fn geometry<R>(&self, f: impl FnOnce(&Header) -> R) -> R {
+        match self.fixed.get() {
+            Some(h) => f(h),
+            None => f(&self.header()),
+        }
     }
 
     /// Writes probe `i`'s configuration ([`layout::ProbeConfig`]).
     pub fn set_config(&self, i: u32, c: &layout::ProbeConfig) -> Result<()> {
-        let h = self.header();
-        if i >= h.capacity {
-            bail!("entry {i} is past the capacity of tp's data region ({})", h.capacity);
+        let (capacity, off) = self.geometry(|h| (h.capacity, h.config_off(i)));
+        if i >= capacity {
+            bail!("entry {i} is past the capacity of tp's data region ({capacity})");
         }
-        self.write(h.config_off(i), layout::bytes_of(c))
+        self.write(off, layout::bytes_of(c))
     }
 
     /// Adds `n` calls to probe `i`'s count, in the shared counter row (as

@@ -2,7 +2,8 @@
 //! nothing can still run in it.
 //!
 //! Removal writes each site's original bytes back (the region recorded
-//! them), so it needs nothing from the session that installed the probe.
+//! them; the sites of a page with one write), so it needs nothing from the
+//! session that installed the probe.
 //! Detours stay mapped after removal: a thread may be inside one, or a signal
 //! frame may hold an address in one, and the detour still runs correctly,
 //! ending with a jump back to the (now original) code. [`unmap`] removes the
@@ -56,12 +57,22 @@ pub fn remove(
     let mut maps: Option<Vec<process::Mapping>> = None;
     let mut entries = region.entries();
     entries.reverse();
+    // The sites' code, read a span at a time and written back a page at a
+    // time once every selected site is Removing: a probe-all removes tens
+    // of thousands, and a read and a write each would cost two system
+    // calls per probe while the process is stopped.
+    let mut code = Code::around(
+        mem,
+        entries.iter().filter(|(i, e)| e.state().maybe_patched() && select(*i, e)).map(|(_, e)| (e.site, e.window_len)),
+    );
+    // The states the sites restored go to, once their bytes are written.
+    let mut finally: Vec<(u32, State)> = Vec::new();
     for k in 0..entries.len() {
         let (i, e) = entries[k];
         if !e.state().maybe_patched() || !select(i, &e) {
             continue;
         }
-        let now = mem.read_vec(e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
+        let now = code.read(mem, e.site, e.window_len as usize).with_context(|| format!("reading `{}`", e.name()))?;
         // Gone over by a newer probe at its site, which holds its patch as
         // its original bytes: that one puts back this one's instead. (Only
         // where the site does not hold this probe's patch: a search, rare.)
@@ -84,9 +95,13 @@ pub fn remove(
         let restored = if now == e.patch() {
             region.set_state(i, State::Removing)?;
             crate::fault::point("before-restore");
-            mem.write(e.site, e.original()).with_context(|| format!("restoring `{}`", e.name()))?;
+            code.write(e.site, e.original());
             crate::fault::point("during-detach");
             if e.semaphore != 0 {
+                // The site is restored before its semaphore is taken back:
+                // a detach cut short in between finds the patch and takes
+                // it back then, once.
+                code.flush(mem).with_context(|| format!("restoring `{}`", e.name()))?;
                 // This process held one increment: its site had the patch.
                 let maps = match &mut maps {
                     Some(m) => m,
@@ -117,8 +132,17 @@ pub fn remove(
         }
         let patched_elsewhere =
             sharers.iter().any(|m| m.read_vec(e.site, e.window_len as usize).is_ok_and(|b| b == e.patch()));
-        region.set_state(i, if patched_elsewhere { e.state() } else { State::Inactive })?;
+        let state = if patched_elsewhere { e.state() } else { State::Inactive };
+        match restored && now == e.patch() {
+            // Inactive once its original bytes are back.
+            true => finally.push((i, state)),
+            false => region.set_state(i, state)?,
+        }
         out.push(Removed { index: i, entry: e, hits: 0, restored });
+    }
+    code.flush(mem).context("restoring the probed functions")?;
+    for (i, state) in finally {
+        region.set_state(i, state)?;
     }
     out.reverse();
     let indexes: Vec<u32> = out.iter().map(|r| r.index).collect();
@@ -126,6 +150,112 @@ pub fn remove(
         r.hits = hits;
     }
     Ok(out)
+}
+
+/// The code around a set of sites, read a span at a time while the
+/// process is stopped: reads of a site come from it, and writes go into
+/// it until [`Code::flush`] writes each page's changed bytes with one
+/// write. Sites whose span cannot be read are read and written one by one.
+struct Code {
+    /// Spans read: start and bytes, by start.
+    spans: Vec<(u64, Vec<u8>)>,
+    /// Changed ranges not yet written: (address, length).
+    dirty: Vec<(u64, usize)>,
+    /// Writes outside every span, not yet made.
+    loose: Vec<(u64, Vec<u8>)>,
+}
+
+/// The most bytes [`Code::read`] reads at once.
+const CODE_SPAN: u64 = 64 << 10;
+/// [`Code::flush`] writes a page at a time at most.
+const CODE_PAGE: u64 = 4096;
+
+impl Code {
+    /// Reads the code around `sites` (address, length).
+    fn around(mem: &Memory, sites: impl Iterator<Item = (u64, u32)>) -> Code {
+        let mut sites: Vec<(u64, u64)> = sites.map(|(at, len)| (at, at + len as u64)).collect();
+        sites.sort_unstable();
+        let mut spans = Vec::new();
+        let mut k = 0;
+        while k < sites.len() {
+            let (lo, mut hi) = sites[k];
+            k += 1;
+            while k < sites.len() && sites[k].1.max(hi) - lo <= CODE_SPAN {
+                hi = hi.max(sites[k].1);
+                k += 1;
+            }
+            if let Ok(bytes) = mem.read_vec(lo, (hi - lo) as usize) {
+                spans.push((lo, bytes));
+            }
+        }
+        Code { spans, dirty: Vec::new(), loose: Vec::new() }
+    }
+
+    /// The span holding `len` bytes at `at`, and their offset in it.
+    fn find(&self, at: u64, len: usize) -> Option<(usize, usize)> {
+        let k = self.spans.partition_point(|(lo, _)| *lo <= at).checked_sub(1)?;
+        let (lo, bytes) = &self.spans[k];
+        let off = (at - lo) as usize;
+        (off + len <= bytes.len()).then_some((k, off))
+    }
+
+    /// `len` bytes at `at`, as the process holds them once the writes so
+    /// far are made.
+    fn read(&self, mem: &Memory, at: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        match self.find(at, len) {
+            Some((k, off)) => Ok(self.spans[k].1[off..off + len].to_vec()),
+            None => {
+                let mut now = mem.read_vec(at, len)?;
+                for (w, bytes) in &self.loose {
+                    if *w == at && bytes.len() == len {
+                        now.clone_from(bytes);
+                    }
+                }
+                Ok(now)
+            }
+        }
+    }
+
+    /// Writes `bytes` at `at` (at the next [`Code::flush`]).
+    fn write(&mut self, at: u64, bytes: &[u8]) {
+        match self.find(at, bytes.len()) {
+            Some((k, off)) => {
+                self.spans[k].1[off..off + bytes.len()].copy_from_slice(bytes);
+                self.dirty.push((at, bytes.len()));
+            }
+            None => self.loose.push((at, bytes.to_vec())),
+        }
+    }
+
+    /// Makes the writes: the changed bytes of each page with one write.
+    fn flush(&mut self, mem: &Memory) -> std::io::Result<()> {
+        for (at, bytes) in std::mem::take(&mut self.loose) {
+            mem.write(at, &bytes)?;
+        }
+        let mut dirty = std::mem::take(&mut self.dirty);
+        dirty.sort_unstable();
+        let page = |a: u64| a & !(CODE_PAGE - 1);
+        let mut k = 0;
+        while k < dirty.len() {
+            let lo = dirty[k].0;
+            let mut hi = lo + dirty[k].1 as u64;
+            k += 1;
+            // Ranges of one page, and of one span.
+            while let Some(&(at, len)) = dirty.get(k) {
+                let top = hi.max(at + len as u64);
+                if page(at) != page(lo) || page(top - 1) != page(lo) || self.find(lo, (top - lo) as usize).is_none() {
+                    break;
+                }
+                hi = top;
+                k += 1;
+            }
+            // (Each range was found in a span when it was written.)
+            if let Some((s, off)) = self.find(lo, (hi - lo) as usize) {
+                mem.write(lo, &self.spans[s].1[off..off + (hi - lo) as usize])?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why tp's memory stayed mapped after a detach.

@@ -249,7 +249,7 @@ impl Attached {
             .iter()
             .find(|r| r.kind & kind::RENDEZVOUS != 0)
             .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
-        let done = install(pid, &mem, stopped, existing, &requests, opts, discard, loader_state)?;
+        let done = install(pid, &mem, stopped, existing, requests, opts, discard, loader_state)?;
         let infos = without_unpatched(infos, &done.report);
         let refused = refused + done.report.unpatched.len();
         let over = over_pairs(&done.report.installed, &vetted.over);
@@ -337,7 +337,7 @@ impl Attached {
             let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
-            let done = install(pid, &self.mem, None, Some(existing), &requests, opts, false, None)?;
+            let done = install(pid, &self.mem, None, Some(existing), requests, opts, false, None)?;
             let infos = without_unpatched(infos, &done.report);
             let refused = refused + done.report.unpatched.len();
             crate::symbols::saving::start();
@@ -723,7 +723,7 @@ fn install(
     mem: &Memory,
     stopped: Option<Stopped>,
     existing: Option<Region>,
-    requests: &[Request],
+    requests: Vec<Request>,
     opts: install::Options,
     discard: bool,
     loader_state: Option<u64>,
@@ -732,9 +732,10 @@ fn install(
         Some(s) => s,
         None => Stopped::seize_worker(pid)?,
     };
+    let rendezvous = requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0);
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
     // Threads wait at the rendezvous from its first call on.
-    if requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0) {
+    if rendezvous {
         crate::probe::rendezvous::set_state_word(&prepared.region, loader_state.unwrap_or(0))?;
         crate::probe::rendezvous::arm(&prepared.region, pid)?;
     }

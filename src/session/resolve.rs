@@ -191,6 +191,79 @@ pub fn requests(
     plan_found(modules, found, kind, shadow)
 }
 
+/// A function's plan (its site, calling convention and what it records),
+/// the long form of its probe, and whether it is counted only.
+type Planned = (Result<(SitePlan, Abi, u32), Refusal>, Option<Result<SitePlan, Refusal>>, bool);
+
+/// Functions below this many are planned on one thread.
+const PLAN_ALONE: usize = 1000;
+
+/// [`plan_one`] for each of `found`, in order, on as many threads as the
+/// machine has cores (each decodes with its own disassembler). A module
+/// tp cannot read is the error of the first function in it.
+fn plan_all(
+    modules: &ProcessModules,
+    found: &[Found],
+    kind: u32,
+    shadow: Option<(i32, ShadowStack)>,
+    progress: &Progress,
+) -> Result<Vec<Planned>> {
+    let one = |f: &Found| -> Result<Planned> {
+        progress.inc();
+        Ok(plan_one(modules.get(f.module)?, f, kind, shadow))
+    };
+    if found.len() < PLAN_ALONE {
+        return found.iter().map(one).collect();
+    }
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(16);
+    if threads < 2 {
+        return found.iter().map(one).collect();
+    }
+    // Every module is read before the threads share them.
+    for f in found {
+        modules.get(f.module)?;
+    }
+    let chunk = found.len().div_ceil(threads);
+    let parts: Vec<Result<Vec<Planned>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            found.chunks(chunk).map(|part| scope.spawn(move || part.iter().map(one).collect())).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+    });
+    let mut all = Vec::with_capacity(found.len());
+    for part in parts {
+        all.extend(part?);
+    }
+    Ok(all)
+}
+
+/// The plan of `f` (in `m`), to record `kind`, with `shadow` as in
+/// [`requests`], and the long form of its probe if it has a plan.
+fn plan_one(m: &Module, f: &Found, kind: u32, shadow: Option<(i32, ShadowStack)>) -> Planned {
+    let balanced = |plan: SitePlan| balanced(plan, shadow);
+    let function = &f.function;
+    let mut counts_only = false;
+    let planned = match &f.site {
+        None => plan(m, function).and_then(balanced).and_then(|plan| Ok((plan, abi_for(m, function, kind)?, kind))),
+        Some(s) => plan_site(m, function, s).and_then(balanced).and_then(|plan| {
+            // A line or offset at the entry is the entry; a static probe is its note's.
+            if !plan.interior && s.usdt.is_none() {
+                return Ok((plan, abi_for(m, function, kind)?, kind));
+            }
+            let (k, counted) = interior_kind(kind, s.usdt.is_some())?;
+            counts_only = counted;
+            Ok((plan, Abi::C, k))
+        }),
+    };
+    // The long form goes at the entry, before Go's stack check, and has an
+    // interior: not for Go code, nor inside a function.
+    let long = planned.as_ref().ok().map(|(plan, abi, _)| match abi {
+        _ if plan.interior => Err(Refusal::Interior("the long form goes at a function's entry")),
+        Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
+        Abi::C => plan_long(m, function).and_then(balanced),
+    });
+    (planned, long, counts_only)
+}
+
 /// Plans each function of `found` (looked up in `modules`), to record
 /// `kind`, with `shadow` as in [`requests`]: [`requests`] once the names
 /// are resolved. Where a thread runs with a hardware shadow stack, a plan
@@ -202,7 +275,6 @@ pub fn plan_found(
     kind: u32,
     shadow: Option<(i32, ShadowStack)>,
 ) -> Result<Resolved> {
-    let balanced = |plan: SitePlan| balanced(plan, shadow);
     let progress = Progress::new(found.len() as u64, "planning probes");
     let forms = returns::Forms::of(modules);
     let mut requests: Vec<Request> = Vec::new();
@@ -221,35 +293,18 @@ pub fn plan_found(
             blocks.push(map);
         }
     }
-    for Found { module, function, explicit, site } in found {
-        progress.inc();
+    // Each function's plans, made on every core (the decoding is most of an
+    // attach's time when it probes tens of thousands of functions).
+    let plans = plan_all(modules, &found, kind, shadow, &progress)?;
+    for (Found { module, function, explicit, site }, (planned, long, counts_only)) in found.into_iter().zip(plans) {
         let m = modules.get(module)?;
-        let planned = match &site {
-            None => {
-                plan(m, &function).and_then(balanced).and_then(|plan| Ok((plan, abi_for(m, &function, kind)?, kind)))
-            }
-            Some(s) => plan_site(m, &function, s).and_then(balanced).and_then(|plan| {
-                // A line or offset at the entry is the entry; a static probe is its note's.
-                if !plan.interior && s.usdt.is_none() {
-                    return Ok((plan, abi_for(m, &function, kind)?, kind));
-                }
-                let (k, counts_only) = interior_kind(kind, s.usdt.is_some())?;
-                if counts_only {
-                    counted_only.push(s.label.clone());
-                }
-                Ok((plan, Abi::C, k))
-            }),
-        };
+        if counts_only && let Some(s) = &site {
+            counted_only.push(s.label.clone());
+        }
         let label = site.as_ref().map_or(function.name.clone(), |s| s.label.clone());
         match planned {
             Ok((plan, abi, kind)) => {
-                // The long form goes at the entry, before Go's stack check,
-                // and has an interior: not for Go code, nor inside a function.
-                let long = match abi {
-                    _ if plan.interior => Err(Refusal::Interior("the long form goes at a function's entry")),
-                    Abi::Go | Abi::GoStack => Err(Refusal::GoPreemptible),
-                    Abi::C => plan_long(m, &function).and_then(balanced),
-                };
+                let long = long.expect("a long form planned with every plan");
                 let span = m.span_of(&function);
                 let usdt = site.as_ref().and_then(|s| s.usdt.as_ref());
                 let operands = usdt.filter(|_| kind & crate::probe::layout::kind::ARGS != 0).map(|u| {

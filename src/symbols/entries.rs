@@ -12,7 +12,7 @@
 //! finds exactly the same branches without decoding code that cannot reach
 //! there: attaching to one function of a large library does not decode it.
 
-use std::cell::Cell;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use goblin::elf::section_header::SHF_EXECINSTR;
@@ -38,7 +38,7 @@ pub struct Entries {
     /// being saved, which then need not decode it again).
     branch_targets: Arc<OnceLock<Vec<u64>>>,
     /// Windows checked by scanning so far.
-    scans: Cell<usize>,
+    scans: AtomicUsize,
 }
 
 impl Entries {
@@ -55,7 +55,7 @@ impl Entries {
             isa,
             chunks: code_chunks(elf),
             branch_targets: targets,
-            scans: Cell::new(0),
+            scans: AtomicUsize::new(0),
         }
     }
 
@@ -67,7 +67,7 @@ impl Entries {
             isa,
             chunks: code_chunks(elf),
             branch_targets: Arc::new(OnceLock::from(branch_targets)),
-            scans: Cell::new(SCANS),
+            scans: AtomicUsize::new(SCANS),
         }
     }
 
@@ -91,10 +91,10 @@ impl Entries {
     /// The lowest target of a direct branch in `(lo, hi)`.
     fn branch_into(&self, elf: &ElfFile, lo: u64, hi: u64) -> Option<u64> {
         if self.branch_targets.get().is_none()
-            && self.scans.get() < SCANS
+            && self.scans.load(Ordering::Relaxed) < SCANS
             && let Some(isa) = self.isa
         {
-            self.scans.set(self.scans.get() + 1);
+            self.scans.fetch_add(1, Ordering::Relaxed);
             return self
                 .chunks
                 .iter()
@@ -196,7 +196,7 @@ mod tests {
         }
         let scanning = Entries::of(&elf, isa);
         for (lo, hi) in windows {
-            scanning.scans.set(0);
+            scanning.scans.store(0, Ordering::Relaxed);
             let first = all.partition_point(|&t| t <= lo);
             let want = all[first..].first().copied().filter(|&t| t < hi);
             assert_eq!(scanning.branch_into(&elf, lo, hi), want, "{} ({lo:#x}, {hi:#x})", path.display());

@@ -4,9 +4,8 @@
 //! use; and what a name means in it (every copy of a function so named, the
 //! default version of a versioned symbol).
 
-use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use anyhow::{Context, Result, bail};
 
@@ -94,13 +93,13 @@ pub struct Module {
     pub elf: Arc<ElfFile>,
     /// Its separate debug file, if one was found; looked for on first need
     /// when the file's analysis came from the cache.
-    debug: OnceCell<Option<Arc<ElfFile>>>,
+    debug: OnceLock<Option<Arc<ElfFile>>>,
     /// The directory the process's paths are relative to.
     root: PathBuf,
     /// What planning needs, as the cache held it, until the planner takes it.
-    saved_planner: RefCell<Option<PlannerParts>>,
+    saved_planner: Mutex<Option<PlannerParts>>,
     /// Each symbol's names besides its own (None: it has no others).
-    names: OnceCell<Vec<Option<Names>>>,
+    names: OnceLock<Vec<Option<Names>>>,
     /// Which symbols demangle, as the cache held it.
     cached_mangled: Option<Vec<bool>>,
     dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
@@ -108,11 +107,11 @@ pub struct Module {
     /// and the analysis being saved).
     branch_targets: Arc<OnceLock<Vec<u64>>>,
     /// DWARF read one unit at a time, until the whole index is built.
-    lazy_dwarf: RefCell<Option<LazyDwarf>>,
+    lazy_dwarf: Mutex<Option<LazyDwarf>>,
     /// The DWARF the cache held.
     cached_dwarf: Option<SavedDwarf>,
-    planner: OnceCell<Planner>,
-    return_saves: OnceCell<ReturnSaves>,
+    planner: OnceLock<Planner>,
+    return_saves: OnceLock<ReturnSaves>,
 }
 
 impl Module {
@@ -180,7 +179,7 @@ impl Module {
     /// file when it lacks its own (its analysis then queued to be saved).
     fn with(elf: ElfFile, cached: Cached, path: &Path, root: &Path, bias: Bias, span: Span) -> Module {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let debug = OnceCell::new();
+        let debug = OnceLock::new();
         let dwarf = Arc::new(OnceLock::new());
         if let Cached::Hit(s) = cached {
             let s = *s;
@@ -212,7 +211,7 @@ impl Module {
     #[allow(clippy::too_many_arguments)]
     fn assemble(
         elf: Arc<ElfFile>,
-        debug: OnceCell<Option<Arc<ElfFile>>>,
+        debug: OnceLock<Option<Arc<ElfFile>>>,
         dwarf: Arc<OnceLock<Option<DwarfIndex>>>,
         saved_planner: Option<PlannerParts>,
         path: &Path,
@@ -230,15 +229,15 @@ impl Module {
             elf,
             debug,
             root: root.to_path_buf(),
-            saved_planner: RefCell::new(saved_planner),
-            names: OnceCell::new(),
+            saved_planner: Mutex::new(saved_planner),
+            names: OnceLock::new(),
             cached_mangled: None,
             dwarf,
             branch_targets: Arc::default(),
-            lazy_dwarf: RefCell::new(None),
+            lazy_dwarf: Mutex::new(None),
             cached_dwarf: None,
-            planner: OnceCell::new(),
-            return_saves: OnceCell::new(),
+            planner: OnceLock::new(),
+            return_saves: OnceLock::new(),
         }
     }
 
@@ -259,7 +258,7 @@ impl Module {
 
     /// What the cache held for the planner, once.
     pub(super) fn take_saved_planner(&self) -> Option<PlannerParts> {
-        self.saved_planner.borrow_mut().take()
+        self.saved_planner.lock().unwrap_or_else(|e| e.into_inner()).take()
     }
 
     /// The names of each symbol of `elf.functions` besides the one it is
@@ -328,7 +327,7 @@ impl Module {
             None => {}
         }
         let src = self.dwarf_file()?;
-        let mut lazy = self.lazy_dwarf.borrow_mut();
+        let mut lazy = self.lazy_dwarf.lock().unwrap_or_else(|e| e.into_inner());
         if lazy.is_none() {
             *lazy = Some(LazyDwarf::new(src).ok()?);
         }

@@ -4,7 +4,6 @@
 //! answers to its file's name and to the name the process was started by
 //! (`redis-server`, a symlink to `redis-check-rdb`).
 
-use std::cell::OnceCell;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -28,9 +27,9 @@ struct Slot {
     /// The name the process was started by, for the executable when it
     /// differs from the file's name.
     alias: Option<String>,
-    module: OnceCell<Result<Module, String>>,
+    module: std::sync::OnceLock<Result<Module, String>>,
     /// Its file, being read on another thread ([`ProcessModules::prefetch`]).
-    ahead: std::cell::RefCell<Option<std::thread::JoinHandle<Result<Read>>>>,
+    ahead: std::sync::Mutex<Option<std::thread::JoinHandle<Result<Read>>>>,
 }
 
 /// The modules of process `pid`: the executable first, then the libraries
@@ -127,8 +126,8 @@ impl ProcessModules {
                 read_path,
                 mappings: vec![m.clone()],
                 alias: None,
-                module: OnceCell::new(),
-                ahead: std::cell::RefCell::new(None),
+                module: std::sync::OnceLock::new(),
+                ahead: std::sync::Mutex::new(None),
             });
         }
         slots.retain(|s| s.mappings.iter().any(|m| m.exec));
@@ -181,7 +180,7 @@ impl ProcessModules {
         let slot = &self.slots[i];
         let loaded = slot.module.get_or_init(|| {
             let maps: Vec<&Mapping> = slot.mappings.iter().collect();
-            let ahead = slot.ahead.borrow_mut().take().and_then(|h| h.join().ok());
+            let ahead = slot.ahead.lock().unwrap_or_else(|e| e.into_inner()).take().and_then(|h| h.join().ok());
             let read = match ahead {
                 Some(read) => read,
                 None => Module::read_file(&slot.read_path, &slot.path, &self.root),
@@ -203,14 +202,14 @@ impl ProcessModules {
     pub fn prefetch(&self, indices: &[usize]) {
         for &i in indices {
             let Some(slot) = self.slots.get(i) else { continue };
-            if slot.module.get().is_some() || slot.ahead.borrow().is_some() {
+            if slot.module.get().is_some() || slot.ahead.lock().unwrap_or_else(|e| e.into_inner()).is_some() {
                 continue;
             }
             let (read_path, path, root) = (slot.read_path.clone(), slot.path.clone(), self.root.clone());
             let spawned = std::thread::Builder::new()
                 .name("tp-read".into())
                 .spawn(move || Module::read_file(&read_path, &path, &root));
-            *slot.ahead.borrow_mut() = spawned.ok();
+            *slot.ahead.lock().unwrap_or_else(|e| e.into_inner()) = spawned.ok();
         }
     }
 

@@ -262,3 +262,62 @@ fn strip_escapes(s: &str) -> String {
     }
     out
 }
+
+/// Ctrl-C while a large attach is under way (`many`'s 10,000 functions,
+/// at moments from its planning to its patch): tp ends on its own, with
+/// every function's code as the file has it, its memory gone from the
+/// target, and the target alive and computing right.
+#[test]
+fn ctrl_c_during_a_large_attach_restores_every_function() {
+    let mut inside = 0;
+    for delay_ms in [10, 40, 80, 160] {
+        let mut t = Target::start("many");
+        let pid = t.pid.to_string();
+        let text = executable_code(t.pid);
+        let mut tp = KillOnDrop::child(
+            tp_command()
+                .args(["attach", "-p", &pid, "-f", "fn*", "-q"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        std::thread::sleep(std::time::Duration::from_millis(delay_ms));
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(tp.id(), libc::SIGINT) };
+        let status = wait_timeout(tp.get_mut());
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut tp.get_mut().stderr.take().unwrap(), &mut stderr).unwrap();
+        assert!(status.code().is_some() && !stderr.contains("panicked"), "{status:?}: {stderr}");
+        // The attach had not ended when the signal came: no `attached`
+        // line, or one whose time is past the delay.
+        let took = stderr.lines().find_map(|l| {
+            let ms = l.strip_prefix("tp: attached ")?.split(" in ").nth(1)?.split(" ms").next()?;
+            ms.parse::<f64>().ok()
+        });
+        if took.is_none_or(|ms| ms > delay_ms as f64) {
+            inside += 1;
+        }
+        assert_eq!(executable_code(t.pid), text, "after Ctrl-C at {delay_ms} ms: {stderr}");
+        wait_until("tp's memory to be gone from the target", || !has_region(t.pid));
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(t.pid, libc::SIGUSR1) };
+        let exit = t.out.wait_for("exit");
+        assert!(exit.ends_with("checksum=ok"), "{exit}");
+    }
+    assert!(inside > 0, "no Ctrl-C came while tp was attaching: attaching 10,000 probes took under 10 ms");
+}
+
+/// The executable code of process `pid`'s program (its executable mappings
+/// of its own file), as the process holds it now.
+fn executable_code(pid: i32) -> Vec<Vec<u8>> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let maps = tp::process::read_maps(pid).unwrap();
+    let code: Vec<Vec<u8>> = maps
+        .iter()
+        .filter(|m| m.exec && std::path::Path::new(&m.path) == exe)
+        .map(|m| read_mem(pid, m.start, (m.end - m.start) as usize))
+        .collect();
+    assert!(!code.is_empty(), "no executable mapping of {} in {pid}", exe.display());
+    code
+}
