@@ -56,6 +56,16 @@ const TICK: Duration = Duration::from_millis(20);
 const EXE_SLICE: Duration = Duration::from_millis(1);
 /// How often the live display and the published metrics are renewed.
 const DRAW_EVERY: Duration = Duration::from_millis(100);
+/// The loads in a row of the same library that each get their line.
+const SAID_LOADS: u64 = 3;
+
+/// True for 1, 10, 100, …
+fn power_of_ten(mut n: u64) -> bool {
+    while n >= 10 && n.is_multiple_of(10) {
+        n /= 10;
+    }
+    n == 1
+}
 
 /// The metrics a session publishes for `--listen`: its series, renewed by
 /// the observe loop and read by the HTTP server's thread, which renders
@@ -677,6 +687,22 @@ impl Group {
                 let loaded =
                     report::Loaded { modules: names.clone(), probes: added, skipped: refused, at, loads: 1, took };
                 report::Loaded::add_to(&mut self.members[i].libraries, loaded);
+                // The same library loaded over and over: its first loads, then
+                // at 10, 100, 1000, … loads in a row (the summary counts them all).
+                let loads = self.members[i].libraries.last().map_or(1, |l| l.loads);
+                if loads > SAID_LOADS {
+                    if power_of_ten(loads) {
+                        let when =
+                            if rendezvous.is_some() { "at the dynamic linker's rendezvous" } else { "when seen" };
+                        crate::say!(
+                            "tp: process {pid} loaded {} again: {loads} loads in a row, each probed ({added} function{}) \
+                             {when}; tp says so at 10, 100, 1000, … loads",
+                            text(&names.join(", ")),
+                            plural(added),
+                        );
+                    }
+                    return;
+                }
                 let skipped =
                     if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
                 match rendezvous {

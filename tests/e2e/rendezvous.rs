@@ -45,11 +45,23 @@ fn every_call_into_a_library_loaded_and_unloaded_a_thousand_times_is_counted() {
     // Its initializer's call and the one right after dlopen, every time.
     assert!(stdout.contains("calls=2000 checksum=ok "), "{stdout}\n{stderr}");
     assert_eq!(hits.get("loaded_work"), Some(&2000), "{stderr}");
+    // A line for each of the first three loads, then at 10, 100 and 1000
+    // loads in a row: the JSON summary counts them all.
     let probed = stderr
         .lines()
         .filter(|l| l.contains("loaded libloaded.so: probed 1 more function at the dynamic linker's rendezvous"))
         .count();
-    assert_eq!(probed, 1000, "{stderr}");
+    assert_eq!(probed, 3, "{stderr}");
+    let again: Vec<&str> = stderr.lines().filter(|l| l.contains("loaded libloaded.so again: ")).collect();
+    assert_eq!(again.len(), 3, "{stderr}");
+    for (line, n) in again.iter().zip([10, 100, 1000]) {
+        assert!(
+            line.contains(&format!(
+                ": {n} loads in a row, each probed (1 function) at the dynamic linker's rendezvous"
+            )),
+            "{line}"
+        );
+    }
     // The same in the JSON summary: 1000 loads, each probed at the rendezvous.
     let libraries = one_process(&json)["libraries"].as_array().unwrap().clone();
     assert_eq!(libraries.len(), 1, "{json}");
