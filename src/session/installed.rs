@@ -88,13 +88,7 @@ pub fn summary(pid: i32) -> Result<Summary> {
 /// calls' durations in the target (`--ret --keep`, or a session's `--ret
 /// -q`): read from the region's histograms.
 pub fn report(pid: i32) -> Result<ProcessReport> {
-    process::status(pid)?;
-    process::check_readable(pid)?;
-    let maps = process::read_maps(pid)?;
-    let Some(mapping) = region::find(&maps) else {
-        bail!("process {pid} has no tp probes; install some with `tp attach -p {pid} -f NAME --keep`");
-    };
-    let region = Region::open(pid, mapping)?;
+    let region = region_of(pid)?;
     // tp's own probes on the unwinder's entry points (for --ret) are not
     // the user's: they come and go with the return probes.
     let live: Vec<_> =
@@ -127,6 +121,18 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
     Ok(ProcessReport { latency, ..ProcessReport::counts(Summary { pid, probes }) })
 }
 
+/// The data region of process `pid`; a process without one is an error
+/// that says how to install probes.
+fn region_of(pid: i32) -> Result<Region> {
+    process::status(pid)?;
+    process::check_readable(pid)?;
+    let maps = process::read_maps(pid)?;
+    let Some(mapping) = region::find(&maps) else {
+        bail!("process {pid} has no tp probes; install some with `tp attach -p {pid} -f NAME --keep`");
+    };
+    Region::open(pid, mapping)
+}
+
 /// A clock that converts the target's timestamps: calibrated for a moment
 /// where the CPU does not say its counter's rate.
 fn calibrated_clock() -> Clock {
@@ -143,13 +149,7 @@ fn calibrated_clock() -> Clock {
 /// stop, no code modification; a disabled probe costs a jump, a test and a
 /// jump back. Matching no probe is an error that says how to list them.
 pub fn switch(pid: i32, funcs: &[String], all: bool, on: bool) -> Result<()> {
-    process::status(pid)?;
-    process::check_readable(pid)?;
-    let maps = process::read_maps(pid)?;
-    let Some(mapping) = region::find(&maps) else {
-        bail!("process {pid} has no tp probes; install some with `tp attach -p {pid} -f NAME --keep`");
-    };
-    let region = Region::open(pid, mapping)?;
+    let region = region_of(pid)?;
     let mut switched = 0;
     for (i, e) in region.entries() {
         if !e.state().maybe_patched() || e.kind & kind::OWN != 0 {
