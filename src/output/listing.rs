@@ -193,82 +193,107 @@ pub fn summaries(out: &mut impl Write, modules: &[(String, Vec<FunctionRow>)], a
     Ok(())
 }
 
-/// A module's summary as one JSON line (`"type":"module_summary"`).
-fn summary_json(out: &mut dyn Write, title: &str, rows: &[&FunctionRow]) -> io::Result<()> {
-    let with_code: Vec<&&FunctionRow> = rows.iter().filter(|r| r.addr.is_some()).collect();
-    let big = with_code.iter().filter(|r| r.size >= 5).count();
-    let ok = with_code.iter().filter(|r| r.size >= 5 && r.verdict.is_ok()).count();
-    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in &with_code {
-        if let Err(why) = &r.verdict {
-            *reasons.entry(why.kind).or_default() += 1;
+/// What a module's summary counts of its functions, for the text and the JSON.
+struct Counts<'a> {
+    /// The functions with code of their own.
+    with_code: Vec<&'a FunctionRow>,
+    /// Those of at least 5 bytes.
+    big: usize,
+    /// Those of them that are probeable.
+    ok: usize,
+    /// The functions under 5 bytes.
+    short: usize,
+    /// Those of them that are probeable (their window takes the padding after them).
+    short_ok: usize,
+    /// The functions whose site is a nop.
+    nops: usize,
+    /// The functions inlined everywhere (no code of their own).
+    inlined: usize,
+    /// The refused functions by reason.
+    reasons: BTreeMap<&'a str, usize>,
+}
+
+impl<'a> Counts<'a> {
+    fn of(rows: &[&'a FunctionRow]) -> Counts<'a> {
+        let with_code: Vec<&FunctionRow> = rows.iter().copied().filter(|r| r.addr.is_some()).collect();
+        let (big, short): (Vec<&FunctionRow>, Vec<&FunctionRow>) = with_code.iter().partition(|r| r.size >= 5);
+        let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &with_code {
+            if let Err(why) = &r.verdict {
+                *reasons.entry(why.kind).or_default() += 1;
+            }
+        }
+        Counts {
+            big: big.len(),
+            ok: big.iter().filter(|r| r.verdict.is_ok()).count(),
+            short: short.len(),
+            short_ok: short.iter().filter(|r| r.verdict.is_ok()).count(),
+            nops: with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count(),
+            inlined: rows.len() - with_code.len(),
+            with_code,
+            reasons,
         }
     }
-    let refused = reasons.iter().map(|(why, n)| Obj::new().str("reason", why).num("functions", n).finish());
-    let short: Vec<&&&FunctionRow> = with_code.iter().filter(|r| r.size < 5).collect();
+}
+
+/// A module's summary as one JSON line (`"type":"module_summary"`).
+fn summary_json(out: &mut dyn Write, title: &str, rows: &[&FunctionRow]) -> io::Result<()> {
+    let c = Counts::of(rows);
+    let refused = c.reasons.iter().map(|(why, n)| Obj::new().str("reason", why).num("functions", n).finish());
     let o = Obj::new()
         .str("type", "module_summary")
         .str("module", title)
-        .num("functions", with_code.len())
-        .num("at_least_5_bytes", big)
-        .num("probeable", ok)
-        .num("shorter_than_a_jump", short.len())
-        .num("shorter_probeable", short.iter().filter(|r| r.verdict.is_ok()).count())
-        .num("nop_sites", with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count())
-        .num("inlined", rows.len() - with_code.len())
+        .num("functions", c.with_code.len())
+        .num("at_least_5_bytes", c.big)
+        .num("probeable", c.ok)
+        .num("shorter_than_a_jump", c.short)
+        .num("shorter_probeable", c.short_ok)
+        .num("nop_sites", c.nops)
+        .num("inlined", c.inlined)
         .list("refused", refused);
     writeln!(out, "{}", o.finish())?;
     Ok(())
 }
 
 fn summarize(out: &mut dyn Write, title: &str, rows: &[&FunctionRow]) -> io::Result<()> {
-    let with_code: Vec<&&FunctionRow> = rows.iter().filter(|r| r.addr.is_some()).collect();
-    let big: Vec<&&&FunctionRow> = with_code.iter().filter(|r| r.size >= 5).collect();
-    let ok = big.iter().filter(|r| r.verdict.is_ok()).count();
-    let inlined = rows.len() - with_code.len();
-    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    let c = Counts::of(rows);
     let mut sources: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in &with_code {
-        if let Err(why) = &r.verdict {
-            *reasons.entry(why.kind).or_default() += 1;
-        }
+    for r in &c.with_code {
         *sources.entry(r.source.as_str()).or_default() += 1;
     }
-    let pct = if big.is_empty() { 0.0 } else { 100.0 * ok as f64 / big.len() as f64 };
-    writeln!(out, "{}: {} functions, {} of at least 5 bytes", text(title), with_code.len(), big.len())?;
+    let pct = if c.big == 0 { 0.0 } else { 100.0 * c.ok as f64 / c.big as f64 };
+    writeln!(out, "{}: {} functions, {} of at least 5 bytes", text(title), c.with_code.len(), c.big)?;
     let sources: Vec<String> = sources.iter().map(|(s, n)| format!("{n} {s}")).collect();
     if !sources.is_empty() {
         writeln!(out, "names:     {}", sources.join(", "))?;
     }
-    writeln!(out, "probeable: {ok} of {} ({pct:.1}%)", big.len())?;
-    let short: Vec<&&&FunctionRow> = with_code.iter().filter(|r| r.size < 5).collect();
-    if !short.is_empty() {
-        let ok = short.iter().filter(|r| r.verdict.is_ok()).count();
+    writeln!(out, "probeable: {} of {} ({pct:.1}%)", c.ok, c.big)?;
+    if c.short > 0 {
         writeln!(
             out,
-            "shorter:   {ok} of {} functions under 5 bytes probeable (the window takes the padding after them)",
-            short.len()
+            "shorter:   {} of {} functions under 5 bytes probeable (the window takes the padding after them)",
+            c.short_ok, c.short
         )?;
     }
-    let nops = with_code.iter().filter(|r| r.note == Some(NOP_NOTE)).count();
-    if nops > 0 {
-        writeln!(out, "nop sites: {nops} (nops where the patch goes: nothing to relocate)")?;
+    if c.nops > 0 {
+        writeln!(out, "nop sites: {} (nops where the patch goes: nothing to relocate)", c.nops)?;
     }
-    let with_exits: Vec<&&&&FunctionRow> = big.iter().filter(|r| r.verdict.is_ok() && r.exits.is_some()).collect();
+    let with_exits: Vec<&&FunctionRow> =
+        c.with_code.iter().filter(|r| r.size >= 5 && r.verdict.is_ok() && r.exits.is_some()).collect();
     if !with_exits.is_empty() {
         let all = with_exits.iter().filter(|r| matches!(&r.exits, Some(Ok(e)) if e.patchable == e.total)).count();
         let of = with_exits.len();
         let pct = 100.0 * all as f64 / of as f64;
         writeln!(out, "returns:   {all} of {of} probeable functions have every exit patchable ({pct:.1}%)")?;
     }
-    writeln!(out, "refused:   {}", with_code.iter().filter(|r| r.verdict.is_err()).count())?;
-    let mut top: Vec<(&str, usize)> = reasons.into_iter().collect();
+    writeln!(out, "refused:   {}", c.with_code.iter().filter(|r| r.verdict.is_err()).count())?;
+    let mut top: Vec<(&str, usize)> = c.reasons.into_iter().collect();
     top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
     for (why, n) in top.iter().take(8) {
         writeln!(out, "  {n:>7}  {why}")?;
     }
-    if inlined > 0 {
-        writeln!(out, "inlined everywhere (no code of their own): {inlined}")?;
+    if c.inlined > 0 {
+        writeln!(out, "inlined everywhere (no code of their own): {}", c.inlined)?;
     }
     Ok(())
 }
