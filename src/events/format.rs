@@ -59,18 +59,14 @@ impl Value {
     fn of(ty: &Type, size: Option<u64>, reg: u64, read_str: &dyn Fn(u64) -> Option<String>) -> Value {
         let bits = size.unwrap_or(8).clamp(1, 8) * 8;
         let truncate = |v: u64| if bits == 64 { v } else { v & ((1u64 << bits) - 1) };
+        let signed = ((reg << (64 - bits)) as i64) >> (64 - bits);
         match ty {
-            Type::Signed(_) => {
-                let shift = 64 - bits;
-                Value::Int(((reg << shift) as i64) >> shift)
-            }
+            Type::Signed(_) => Value::Int(signed),
             Type::Enum(_, names) => {
-                let shift = 64 - bits;
-                let v = ((reg << shift) as i64) >> shift;
                 // Enumerators compare by the enum's bytes: DWARF may give an
                 // unsigned enum's values either way.
                 let name = names.iter().find(|(e, _)| truncate(*e as u64) == truncate(reg));
-                Value::Enum(v, name.map(|(_, n)| n.clone()))
+                Value::Enum(signed, name.map(|(_, n)| n.clone()))
             }
             Type::Unsigned(_) => Value::Uint(truncate(reg)),
             Type::Bool => Value::Bool(reg & 0xff != 0),

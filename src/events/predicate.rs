@@ -303,32 +303,30 @@ impl Parser {
 
     /// `value ( cmp value )?`
     fn comparison(&mut self) -> Result<Expr, String> {
-        {
-            let a = self.value()?;
-            let cmp = match self.tokens.get(self.at) {
-                Some(Token::Op("==")) => Some(Cmp::Eq),
-                Some(Token::Op("!=")) => Some(Cmp::Ne),
-                Some(Token::Op("<")) => Some(Cmp::Lt),
-                Some(Token::Op("<=")) => Some(Cmp::Le),
-                Some(Token::Op(">")) => Some(Cmp::Gt),
-                Some(Token::Op(">=")) => Some(Cmp::Ge),
-                _ => None,
-            };
-            Ok(match cmp {
-                Some(c) => {
-                    self.at += 1;
-                    match (c, self.tokens.get(self.at).cloned()) {
-                        (Cmp::Eq | Cmp::Ne, Some(Token::Str(lit))) => {
-                            self.at += 1;
-                            Expr::Str(a, c == Cmp::Eq, lit)
-                        }
-                        (_, Some(Token::Str(_))) => return Err("a string is compared with == or != only".into()),
-                        _ => Expr::Cmp(a, c, self.value()?),
+        let a = self.value()?;
+        let cmp = match self.tokens.get(self.at) {
+            Some(Token::Op("==")) => Some(Cmp::Eq),
+            Some(Token::Op("!=")) => Some(Cmp::Ne),
+            Some(Token::Op("<")) => Some(Cmp::Lt),
+            Some(Token::Op("<=")) => Some(Cmp::Le),
+            Some(Token::Op(">")) => Some(Cmp::Gt),
+            Some(Token::Op(">=")) => Some(Cmp::Ge),
+            _ => None,
+        };
+        Ok(match cmp {
+            Some(c) => {
+                self.at += 1;
+                match (c, self.tokens.get(self.at).cloned()) {
+                    (Cmp::Eq | Cmp::Ne, Some(Token::Str(lit))) => {
+                        self.at += 1;
+                        Expr::Str(a, c == Cmp::Eq, lit)
                     }
+                    (_, Some(Token::Str(_))) => return Err("a string is compared with == or != only".into()),
+                    _ => Expr::Cmp(a, c, self.value()?),
                 }
-                None => Expr::Truth(a),
-            })
-        }
+            }
+            None => Expr::Truth(a),
+        })
     }
 
     /// Operands joined by bitwise operators.
