@@ -30,7 +30,7 @@
  *   hold MASKED        a thread keeps the word MASKED ^ HOLD_MASK (hex) live
  *                      on its stack and sleeps until "unhold"; masked, the
  *                      word is nowhere else in the process (not in what the
- *                      main thread parsed) -> "holding"
+ *                      main thread parsed) -> "holding", once it is there
  *   unhold             -> "unheld"
  *   quit               -> exit status 0, or 1 if a checksum failed
  */
@@ -172,6 +172,7 @@ static void *swap_main(void *arg)
 
 static pthread_t holder;
 static atomic_int hold_stop;
+static atomic_int hold_started;
 
 #define HOLD_MASK 0x5a5a5a5a5a5a5a5aull
 
@@ -180,6 +181,7 @@ static atomic_int hold_stop;
 static void *hold_main(void *arg)
 {
 	volatile uintptr_t word = (uintptr_t)arg ^ HOLD_MASK;
+	atomic_store(&hold_started, 1);
 	while (!atomic_load(&hold_stop)) {
 		usleep(1000);
 		(void)word;
@@ -244,7 +246,11 @@ int main(void)
 			}
 		} else if (sscanf(line, "hold %llx", &n) == 1) {
 			atomic_store(&hold_stop, 0);
+			atomic_store(&hold_started, 0);
 			pthread_create(&holder, NULL, hold_main, (void *)(uintptr_t)n);
+			/* "holding" once the word is on the holder's stack. */
+			while (!atomic_load(&hold_started))
+				usleep(100);
 			printf("holding\n");
 		} else if (!strcmp(line, "unhold")) {
 			atomic_store(&hold_stop, 1);
