@@ -226,6 +226,8 @@ const TARGETS: &[Target] = &[
     Target { name: "lines", sources: &["lines.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     // Basic blocks counted by --blocks, beside gcov's counts of the same source (-O0: a line a statement).
     Target { name: "blocks", sources: &["blocks.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
+    // Calls stepped instruction by instruction (-O0: a line a statement).
+    Target { name: "steps", sources: &["steps.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
     Target { name: "hostile", sources: &["hostile.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     // A thread held in a signal handler inside a function's first bytes (tests/e2e/sites.rs).
@@ -261,7 +263,8 @@ fn main() {
 /// of the plain build, and the `_ext` ones of the build with the frame
 /// pointer reserved (they walk the probed function's frame records, so no
 /// code of the runtime may use that register).
-const RUNTIME_FUNCTIONS: &[&str] = &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at", "tp_rendezvous"];
+const RUNTIME_FUNCTIONS: &[&str] =
+    &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at", "tp_rendezvous", "tp_step"];
 const RUNTIME_EXT_FUNCTIONS: &[&str] = &["tp_entry_ext", "tp_exit_ext", "tp_exit_at_ext"];
 
 /// Compiles src/probe/runtime/runtime.c for the target architecture into

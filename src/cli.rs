@@ -45,6 +45,9 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// Print tp's manual page (roff; `tp man | man -l -`), or write every page to a directory.
     Man(ManArgs),
+    /// Step one call for a tp session (tp starts it; it reads its job on stdin).
+    #[command(hide = true)]
+    StepWorker,
 }
 
 /// Which processes: `-p` (repeated, or a comma list) and `--name`.
@@ -71,6 +74,19 @@ pub struct ProbeArgs {
     /// follow from the flow where it tells them.
     #[arg(long, conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "lines"])]
     pub blocks: bool,
+    /// Step N calls (default 1) of the functions -f names, one at a time,
+    /// instruction by instruction to their return, with the functions they
+    /// call, in the thread that made each (the others run on): how many
+    /// instructions each executed, its source lines, its busiest
+    /// instructions. Each instruction costs microseconds (ptrace).
+    #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1",
+          value_parser = clap::value_parser!(u32).range(1..=1000),
+          conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "lines", "blocks", "tree"])]
+    pub steps: Option<u32>,
+    /// The most instructions a stepped call records; then it runs on free.
+    #[arg(long, value_name = "N", default_value_t = 1_000_000, requires = "steps",
+          value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
+    pub step_limit: u64,
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
     #[arg(long)]
     pub args: bool,

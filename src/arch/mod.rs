@@ -509,6 +509,8 @@ pub struct RuntimeAddrs {
     pub unwind: u64,
     /// `tp_rendezvous`: tp's own probe at the dynamic linker's rendezvous.
     pub rendezvous: u64,
+    /// `tp_step`: where a probe of a call tp steps hands the thread over.
+    pub step: u64,
     /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
     /// every register and flag).
     pub count: u64,
@@ -557,6 +559,8 @@ pub struct RuntimeBlobs {
     pub exit_at_ext: &'static [u8],
     /// `tp_rendezvous`.
     pub rendezvous: &'static [u8],
+    /// `tp_step`.
+    pub step: &'static [u8],
 }
 
 /// What the hand-written parts of a runtime block (an architecture's fast
@@ -759,16 +763,30 @@ pub struct Records {
     /// tp's own probe at the dynamic linker's rendezvous: call
     /// `tp_rendezvous`, as an unwinder probe calls `tp_unwind`.
     pub rendezvous: bool,
+    /// A probe of calls tp steps: count, then call `tp_step`, as the
+    /// rendezvous probe calls `tp_rendezvous`.
+    pub step: bool,
 }
 
 impl Records {
     /// Counting only.
     pub const COUNT: Records =
-        Records { args: false, ret: false, sample: false, unwind: false, exit: false, rendezvous: false };
+        Records { args: false, ret: false, sample: false, unwind: false, exit: false, rendezvous: false, step: false };
 
     /// True if the detour calls the in-target runtime.
     pub fn calls_runtime(&self) -> bool {
-        self.args || self.ret || self.unwind || self.exit || self.rendezvous
+        self.args || self.ret || self.unwind || self.exit || self.rendezvous || self.step
+    }
+
+    /// The runtime function a probe of tp's own calls after counting
+    /// (unwinder, rendezvous, step), if it is one.
+    pub fn own_call(&self, rt: &RuntimeAddrs) -> Option<u64> {
+        match (self.unwind, self.rendezvous, self.step) {
+            (true, _, _) => Some(rt.unwind),
+            (_, true, _) => Some(rt.rendezvous),
+            (_, _, true) => Some(rt.step),
+            _ => None,
+        }
     }
 }
 
@@ -1339,6 +1357,16 @@ pub trait Arch {
     fn return_register(regs: &Self::Regs) -> Option<u64> {
         let _ = regs;
         None
+    }
+
+    /// True once the call that was at its function's first instruction
+    /// with registers `entry` has ended at `now` (returned, or unwound past
+    /// its frame): the stack pointer above the entry's, or, where a call
+    /// leaves the return address in a register, back at that address with
+    /// the entry's stack pointer.
+    fn call_left(entry: &Self::Regs, now: &Self::Regs) -> bool {
+        let (sp0, sp) = (Self::sp(entry), Self::sp(now));
+        sp > sp0 || (sp == sp0 && Self::return_register(entry).is_some_and(|ra| Self::pc(now) == ra))
     }
 
     /// This architecture's hardware shadow stack.

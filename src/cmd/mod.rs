@@ -14,6 +14,7 @@ pub mod profile;
 pub mod run;
 pub mod serve;
 pub mod status;
+pub mod step_worker;
 pub mod toggle;
 
 use std::process::ExitCode;
@@ -74,5 +75,6 @@ fn command(cli: Cli) -> Result<ExitCode> {
         Command::Serve(args) => serve::run(args),
         Command::Completions(args) => completions::run(args),
         Command::Man(args) => man::run(args),
+        Command::StepWorker => step_worker::run().map(|()| ExitCode::SUCCESS),
     }
 }

@@ -13,6 +13,7 @@ use crate::output::events::Style;
 use crate::output::format::{self, Format};
 use crate::output::report::View;
 use crate::probe::layout::{DEFAULT_RING_LEN, kind};
+use crate::session::steps::StepOptions;
 use crate::session::targets::Which;
 use crate::session::{Options, Selection, StackMode};
 
@@ -37,6 +38,9 @@ pub fn options(
     }
     if probe.ret {
         k |= kind::RET;
+    }
+    if probe.steps.is_some() {
+        k |= kind::STEP;
     }
     if probe.tree {
         // A tree shows every call's entry and exit.
@@ -90,6 +94,7 @@ pub fn options(
         predicate: probe.predicate.clone(),
         by: probe.by.clone(),
         stack,
+        step_calls: probe.steps.unwrap_or(0),
         ..Selection::new(funcs.iter().cloned().chain(lines).collect(), k)
     };
     let style = match format {
@@ -108,6 +113,7 @@ pub fn options(
         view,
         output: output.map(Path::to_path_buf),
         tree: probe.tree,
+        steps: probe.steps.map(|calls| StepOptions { calls, limit: probe.step_limit }),
         ..Options::new(pid, selection)
     })
 }

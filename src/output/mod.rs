@@ -16,6 +16,7 @@ pub mod profile;
 pub mod report;
 pub mod sink;
 pub mod stacks;
+pub mod steps;
 pub mod table;
 pub mod tree;
 

@@ -16,6 +16,7 @@ use std::io::{self, Write};
 use super::blocks::FunctionBlocks;
 use super::json::{self, Obj};
 use super::stacks::ProbeStacks;
+use super::steps::SteppedCall;
 use super::{ProbeStat, Summary, histogram, table, thousands};
 use crate::escape::text;
 use crate::events::stats::Latency;
@@ -44,6 +45,8 @@ pub struct ProcessReport {
     pub by: Vec<ProbeValues>,
     /// The basic blocks and lines counted per function (`--blocks`).
     pub blocks: Vec<FunctionBlocks>,
+    /// The calls stepped instruction by instruction (`--steps`).
+    pub steps: Vec<SteppedCall>,
     /// The libraries it loaded while the session ran whose functions tp
     /// probed, one entry per look that probed some.
     pub libraries: Vec<Loaded>,
@@ -108,6 +111,7 @@ impl ProcessReport {
             stacks: Vec::new(),
             by: Vec::new(),
             blocks: Vec::new(),
+            steps: Vec::new(),
             libraries: Vec::new(),
         }
     }
@@ -319,6 +323,7 @@ fn one_text(out: &mut impl Write, r: &ProcessReport, view: View) -> io::Result<u
     children_text(out, &r.children)?;
     by_text(out, &r.by)?;
     super::blocks::write_text(out, &r.blocks)?;
+    super::steps::write_text(out, &r.steps)?;
     super::stacks::write_text(out, &r.stacks)?;
     Ok(hidden)
 }
@@ -411,6 +416,7 @@ pub fn process_json(
         .list("stacks", r.stacks.iter().map(super::stacks::probe_json))
         .list("by", r.by.iter().map(by_json))
         .list("blocks", r.blocks.iter().map(super::blocks::to_json))
+        .list("steps", r.steps.iter().map(super::steps::to_json))
         .list("libraries", r.libraries.iter().map(loaded_json));
     extra(o).finish()
 }
@@ -469,6 +475,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         stacks: Vec::new(),
         by: Vec::new(),
         blocks: Vec::new(),
+        steps: Vec::new(),
         libraries: Vec::new(),
     };
     for r in reports {
@@ -479,6 +486,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         out.stacks.extend(r.stacks);
         out.by.extend(r.by);
         out.blocks.extend(r.blocks);
+        out.steps.extend(r.steps);
         // A row joins one of an earlier program's; two functions of one name
         // in one program (static functions) stay two rows.
         let earlier = out.summary.probes.len();

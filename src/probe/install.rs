@@ -57,6 +57,10 @@ pub struct Installed {
     pub detour: u64,
     /// The entries of the sites at its function's exits ([`Request::exits`]).
     pub exits: Vec<u32>,
+    /// For a probe of calls tp steps ([`kind::STEP`]): where each
+    /// instruction of its window runs in the detour (`Detour::pc_map`), so
+    /// that a step there counts as the function's own instruction.
+    pub pc_map: Vec<(u32, u64)>,
 }
 
 /// What an install did.
@@ -121,7 +125,11 @@ impl Prepared {
                 }
                 None => {
                     probe_of.push(installed.len());
-                    installed.push(Installed { index: p.index, request, detour: p.at, exits: Vec::new() });
+                    let pc_map = match request.kind & kind::STEP {
+                        0 => Vec::new(),
+                        _ => p.detour.pc_map.clone(),
+                    };
+                    installed.push(Installed { index: p.index, request, detour: p.at, exits: Vec::new(), pc_map });
                 }
             }
         }
@@ -659,6 +667,7 @@ pub fn records_of(k: u32) -> Records {
         unwind: k & kind::UNWIND != 0,
         exit: false,
         rendezvous: k & kind::RENDEZVOUS != 0,
+        step: k & kind::STEP != 0,
     }
 }
 
@@ -1098,6 +1107,7 @@ mod tests {
             exit_runtime: 7,
             unwind: 5,
             rendezvous: 9,
+            step: 10,
             count: 6,
             ctx: 8,
         };

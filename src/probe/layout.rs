@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 18;
+pub const VERSION: u32 = 19;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -415,6 +415,42 @@ shared_struct! {
         pub state: u64,
     }
 }
+
+shared_struct! {
+    /// The hand-over of a call to be stepped (`struct tp_step`, at
+    /// [`STEP_OFF`] in the region, beside the [`Rendezvous`]): the words a
+    /// thread at a probe of kind [`kind::STEP`] and tp hand it over with.
+    /// While `armed` (calls tp still wants to step), the first thread to
+    /// claim `busy` writes its TID, counts itself in `arrived`, wakes tp
+    /// and waits on `handled` as at the rendezvous (bounded slices, `kill(tracer,
+    /// 0)` after each). tp takes the thread with ptrace while it waits,
+    /// answers in `handled` and steps it through the call; then it clears
+    /// `busy` for the next. A thread tp does not answer in time goes on,
+    /// clears `busy` and counts in `gave_up`; one whose tp is gone clears
+    /// `armed` too.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct StepHandoff as "tp_step" {
+        /// Calls tp still wants to step; 0: the probes only count.
+        pub armed: u32,
+        /// 1 while a thread holds the hand-over.
+        pub busy: u32,
+        /// The TID (as its PID namespace numbers it) of the thread that holds it.
+        pub tid: u32,
+        /// Arrivals, wrapping.
+        pub arrived: u32,
+        /// The last arrival tp has answered.
+        pub handled: u32,
+        /// How many slices a thread waits for tp at most.
+        pub slices: u32,
+        /// Threads that went on without tp's answer.
+        pub gave_up: u32,
+        /// tp's PID as the target's PID namespace numbers it, or 0.
+        pub tracer: u32,
+    }
+}
+
+/// Where the [`StepHandoff`] lies in the region: before the [`Rendezvous`].
+pub const STEP_OFF: u64 = RENDEZVOUS_OFF - 64;
 
 /// Where the [`Rendezvous`] lies in the region: the end of the header's page.
 pub const RENDEZVOUS_OFF: u64 = 4096 - 64;
@@ -954,6 +990,7 @@ pub mod entry_flags {
 pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_CTX_OFF", std::mem::offset_of!(Header, ctx) as u64),
     ("TP_RENDEZVOUS_OFF", RENDEZVOUS_OFF),
+    ("TP_STEP_OFF", STEP_OFF),
     ("TP_RENDEZVOUS_SLICE_NS", RENDEZVOUS_SLICE_MS as u64 * 1_000_000),
     ("TP_RENDEZVOUS_MAX_SLICES", RENDEZVOUS_MAX_SLICES as u64),
     ("TP_ENTRY", event_kind::ENTRY as u64),
@@ -1042,6 +1079,7 @@ pub fn c_structs() -> Vec<CStruct> {
     vec![
         EventCtx::c_struct(),
         Rendezvous::c_struct(),
+        StepHandoff::c_struct(),
         Frame::c_struct(),
         Event::c_struct(),
         SlotHead::c_struct(),
@@ -1216,6 +1254,10 @@ pub mod kind {
     /// the thread that loads or unloads a library waits there, bounded,
     /// while tp probes it ([`super::Rendezvous`], runtime.c's tp_rendezvous).
     pub const RENDEZVOUS: u32 = 4096;
+    /// Hands sampled calls to tp, which steps them instruction by
+    /// instruction (`--steps`): the detour counts, then calls the
+    /// runtime's `tp_step` ([`super::StepHandoff`]).
+    pub const STEP: u32 = 8192;
     /// Whatever makes a probe call the runtime at a function's entry.
     pub const CALLS_AT_ENTRY: u32 = ARGS | RET | STACK | BY;
     /// Entries that are tp's own, not probes the user asked for: the
@@ -1294,7 +1336,8 @@ pub struct Entry {
 }
 
 const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_SIZE as usize);
-const _: () = assert!(std::mem::size_of::<Header>() <= RENDEZVOUS_OFF as usize);
+const _: () = assert!(std::mem::size_of::<Header>() <= STEP_OFF as usize);
+const _: () = assert!(STEP_OFF as usize + std::mem::size_of::<StepHandoff>() <= RENDEZVOUS_OFF as usize);
 const _: () = assert!(RENDEZVOUS_OFF as usize + std::mem::size_of::<Rendezvous>() <= 4096);
 
 /// Bytes per entry.

@@ -24,6 +24,7 @@ pub mod runtime;
 pub mod runtime_calls;
 pub mod semaphore;
 pub mod shadow;
+pub mod step;
 pub mod threads;
 pub mod validate;
 

@@ -35,7 +35,7 @@ pub fn arm(region: &Region, pid: i32) -> Result<()> {
 
 /// This process's PID as process `pid`'s PID namespace numbers it: its own
 /// where both share the namespace, else 0 (unknown).
-fn tracer_in(pid: i32) -> u32 {
+pub(super) fn tracer_in(pid: i32) -> u32 {
     let ns = |p: &str| std::fs::metadata(format!("/proc/{p}/ns/pid")).ok().map(|m| (m.dev(), m.ino()));
     match (ns("self"), ns(&pid.to_string())) {
         (Some(a), Some(b)) if a == b => std::process::id(),

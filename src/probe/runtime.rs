@@ -23,6 +23,7 @@ pub fn blobs() -> RuntimeBlobs {
         exit_at: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at.bin")),
         exit_at_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at_ext.bin")),
         rendezvous: include_bytes!(concat!(env!("OUT_DIR"), "/tp_rendezvous.bin")),
+        step: include_bytes!(concat!(env!("OUT_DIR"), "/tp_step.bin")),
     }
 }
 

@@ -98,8 +98,9 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
     let (pid, tid) = (pid as u64, tid as u64);
     // tp's rendezvous probe wakes tp and waits for it (tp_rendezvous),
     // checking that tp still runs: a failure only ends the wait sooner, but
-    // ESRCH, which would say tp is gone.
-    let rendezvous = match kinds & kind::RENDEZVOUS {
+    // ESRCH, which would say tp is gone. A probe of calls tp steps does the
+    // same (tp_step), once it has told tp its TID.
+    let mut rendezvous = match kinds & (kind::RENDEZVOUS | kind::STEP) {
         0 => Vec::new(),
         _ => vec![
             RuntimeCall::new("futex", sc.futex, [0; 6], ERRORS),
@@ -120,7 +121,10 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
             ERRORS,
         )],
     };
-    let kinds = kinds & !(kind::RENDEZVOUS | READS_STRINGS);
+    if kinds & kind::STEP != 0 {
+        rendezvous.push(RuntimeCall::new("gettid", sc.gettid, [0; 6], NOTHING));
+    }
+    let kinds = kinds & !(kind::RENDEZVOUS | kind::STEP | READS_STRINGS);
     if kinds == kind::COUNT {
         return rendezvous;
     }

@@ -41,7 +41,8 @@ const KINDS: u32 = kind::COUNT
     | kind::ARGS_MORE
     | kind::AT_EXITS
     | kind::EXIT
-    | kind::RENDEZVOUS;
+    | kind::RENDEZVOUS
+    | kind::STEP;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is

@@ -11,6 +11,7 @@ pub mod memory;
 pub mod ptrace;
 pub mod remote;
 pub mod seccomp;
+pub mod step;
 pub mod stop;
 
 use std::fmt;

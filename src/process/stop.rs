@@ -666,7 +666,7 @@ fn resend(pid: i32, tid: Pid, signals: &[i32]) {
 /// runs first. Best effort: a thread that vanished needs nothing. Returns
 /// the registers before, where tp (not the kernel) restarts the wait: see
 /// [`StoppedThread::unrestarted`].
-fn restart_interrupted_wait(pid: i32, tid: Pid, blocked: Option<BlockedIn>) -> Option<<Host as Arch>::Regs> {
+pub(crate) fn restart_interrupted_wait(pid: i32, tid: Pid, blocked: Option<BlockedIn>) -> Option<<Host as Arch>::Regs> {
     let before = Host::get_regs(tid).ok()?;
     let mut regs = before;
     let handler_pending = blocked.is_some() && super::handler_pending(pid, tid.as_raw(), &[]);

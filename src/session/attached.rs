@@ -249,7 +249,8 @@ impl Attached {
             .iter()
             .find(|r| r.kind & kind::RENDEZVOUS != 0)
             .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
-        let done = install(pid, &mem, stopped, existing, requests, opts, discard, loader_state)?;
+        let waits = Waits { loader_state, step_calls: what.step_calls };
+        let done = install(pid, &mem, stopped, existing, requests, opts, discard, waits)?;
         let infos = without_unpatched(infos, &done.report);
         let refused = refused + done.report.unpatched.len();
         let over = over_pairs(&done.report.installed, &vetted.over);
@@ -337,7 +338,7 @@ impl Attached {
             let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
             let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
-            let done = install(pid, &self.mem, None, Some(existing), requests, opts, false, None)?;
+            let done = install(pid, &self.mem, None, Some(existing), requests, opts, false, Waits::default())?;
             let infos = without_unpatched(infos, &done.report);
             let refused = refused + done.report.unpatched.len();
             crate::symbols::saving::start();
@@ -457,6 +458,11 @@ impl Attached {
     /// What the probes record (bits of `probe::layout::kind`).
     pub fn records(&self) -> u32 {
         self.kind
+    }
+
+    /// The probes installed, tp's own among them.
+    pub fn installed(&self) -> &[Installed] {
+        &self.probes
     }
 
     /// The position in [`Attached::infos`] of each of the user's probes, in
@@ -718,6 +724,16 @@ struct Done {
 /// Arms the rendezvous if tp's probe on it is among `requests`, with the
 /// address of the loader's state if tp found it (`loader_state`).
 #[allow(clippy::too_many_arguments)]
+/// What tp's hand-overs wait for from the first call of the probes a
+/// first install puts in: the loader's state word for the rendezvous, the
+/// calls to step.
+#[derive(Debug, Clone, Copy, Default)]
+struct Waits {
+    loader_state: Option<u64>,
+    step_calls: u32,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn install(
     pid: i32,
     mem: &Memory,
@@ -726,7 +742,7 @@ fn install(
     requests: Vec<Request>,
     opts: install::Options,
     discard: bool,
-    loader_state: Option<u64>,
+    waits: Waits,
 ) -> Result<Done> {
     let mut stopped = match stopped {
         Some(s) => s,
@@ -734,10 +750,13 @@ fn install(
     };
     let rendezvous = requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0);
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
-    // Threads wait at the rendezvous from its first call on.
+    // Threads wait at the rendezvous, and calls to step, from the first call on.
     if rendezvous {
-        crate::probe::rendezvous::set_state_word(&prepared.region, loader_state.unwrap_or(0))?;
+        crate::probe::rendezvous::set_state_word(&prepared.region, waits.loader_state.unwrap_or(0))?;
         crate::probe::rendezvous::arm(&prepared.region, pid)?;
+    }
+    if waits.step_calls > 0 {
+        crate::probe::step::arm(&prepared.region, pid, waits.step_calls)?;
     }
     stopped.stop_all()?;
     let committed = install::commit(&mut stopped, mem, &prepared)?;

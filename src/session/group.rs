@@ -32,6 +32,7 @@ use super::exe::ExeFile;
 use super::family::Family;
 use super::follow::{self, Change, Follow};
 use super::observe::{self, End};
+use super::steps::Stepping;
 use super::tracer::{TraceOutput, Tracer};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
@@ -99,6 +100,8 @@ struct Program {
     report: Option<ProcessReport>,
     /// Events read per process (its own and its children's), once it ended.
     events: std::collections::BTreeMap<u32, u64>,
+    /// Its calls stepped instruction by instruction (`--steps`).
+    stepping: Option<Stepping>,
 }
 
 /// How a member left the session before its end.
@@ -165,6 +168,7 @@ impl Member {
                             stacks: Vec::new(),
                             by: Vec::new(),
                             blocks: Vec::new(),
+                            steps: Vec::new(),
                             libraries: Vec::new(),
                         },
                         None => ProcessReport::counts(summary),
@@ -365,9 +369,10 @@ impl Group {
     }
 
     fn program(&self, attached: Attached) -> Program {
-        let tracer = (attached.records() != kind::COUNT)
+        let tracer = (attached.records() & !kind::STEP != kind::COUNT)
             .then(|| Tracer::with_output(&attached, &self.opts, self.output.clone()));
-        Program { attached, tracer, live: true, report: None, events: Default::default() }
+        let stepping = self.opts.steps.map(|s| Stepping::start(&attached, s));
+        Program { attached, tracer, live: true, report: None, events: Default::default(), stepping }
     }
 
     /// The options of the session.
@@ -444,6 +449,17 @@ impl Group {
             // No pattern waits any more: threads pass without waiting.
             if !watching {
                 let _ = rendezvous::disarm(region);
+            }
+        }
+    }
+
+    /// Serves the calls stepped in every live program (`--steps`).
+    fn serve_steps(&mut self) {
+        for m in &mut self.members {
+            if let Some(p) = m.current()
+                && let Some(s) = &mut p.stepping
+            {
+                s.serve(&p.attached);
             }
         }
     }
@@ -595,6 +611,9 @@ impl Group {
     fn end_program(&mut self, i: usize) {
         let Some(p) = self.members[i].current() else { return };
         p.live = false;
+        if let Some(s) = &mut p.stepping {
+            s.stop(&p.attached);
+        }
         let summary = p.attached.summary();
         let blocks = p.attached.blocks(&summary);
         let mut report = match p.tracer.take() {
@@ -606,6 +625,7 @@ impl Group {
             None => ProcessReport::counts(summary),
         };
         report.blocks = blocks;
+        report.steps = p.stepping.take().map(|s| s.calls).unwrap_or_default();
         p.report = Some(report);
     }
 
@@ -777,6 +797,9 @@ impl Group {
                 continue;
             };
             p.live = false;
+            if let Some(s) = &mut p.stepping {
+                s.stop(&p.attached);
+            }
             let detached = match p.attached.detach() {
                 Ok(d) => d,
                 Err(e) => {
@@ -829,6 +852,7 @@ impl Group {
                 None => ProcessReport::counts(summary),
             };
             report.blocks = blocks;
+            report.steps = p.stepping.take().map(|s| s.calls).unwrap_or_default();
             p.report = Some(report);
         }
         if let Some(e) = first_error {
@@ -871,6 +895,9 @@ impl Drop for Group {
             let pid = m.pid;
             let Some(p) = m.current() else { continue };
             p.live = false;
+            if let Some(s) = &mut p.stepping {
+                s.stop(&p.attached);
+            }
             // Quiet when it works: the error (or the panic) is the one line.
             if let Err(e) = p.attached.detach() {
                 crate::say!(
@@ -997,6 +1024,7 @@ impl observe::Observed for Observing<'_> {
         let g = &mut *self.group;
         g.pause(TICK.min(g.how.check_every));
         g.drain()?;
+        g.serve_steps();
         if Instant::now() >= self.next_draw {
             g.draw();
             g.publish_now();

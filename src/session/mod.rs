@@ -40,6 +40,7 @@ pub mod restore;
 pub mod results;
 pub mod returns;
 pub mod run;
+pub mod steps;
 pub mod targets;
 pub mod tracer;
 pub mod unwind;
@@ -82,6 +83,8 @@ pub struct Options {
     pub epoch: Duration,
     /// Show events as each thread's call tree (`--tree`).
     pub tree: bool,
+    /// Step calls instruction by instruction (`--steps`).
+    pub steps: Option<steps::StepOptions>,
 }
 
 impl Options {
@@ -99,6 +102,7 @@ impl Options {
             samples_per_epoch: 0,
             epoch: Duration::ZERO,
             tree: false,
+            steps: None,
         }
     }
 
@@ -128,6 +132,8 @@ pub struct Selection {
     pub by: Option<String>,
     /// `--stack`: how each recorded call's stack is taken.
     pub stack: Option<StackMode>,
+    /// `--steps`: calls to step, from the probes' first call on.
+    pub step_calls: u32,
 }
 
 impl Selection {
@@ -142,6 +148,7 @@ impl Selection {
             predicate: None,
             by: None,
             stack: None,
+            step_calls: 0,
         }
     }
 }

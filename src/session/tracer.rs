@@ -532,6 +532,7 @@ impl Tracer {
             stacks,
             by,
             blocks: Vec::new(),
+            steps: Vec::new(),
             libraries: Vec::new(),
         }
     }

@@ -180,6 +180,20 @@ impl Symbolizer {
         frame
     }
 
+    /// The source line of the instruction at `addr`, as `file.c:12` (the
+    /// file's name without its directories), if its module's DWARF says.
+    pub fn line(&mut self, addr: u64) -> Option<String> {
+        let mods = self.modules.as_ref()?;
+        let m = mods.get(mods.index_containing(addr)?).ok()?;
+        let ctx = self.inline.entry(m.path.clone()).or_insert_with(|| {
+            let dwarf = m.debug().filter(|d| d.has_dwarf()).unwrap_or(&m.elf);
+            context(dwarf)
+        });
+        let loc = ctx.as_ref()?.find_location(m.bias.file(RuntimeAddr(addr)).0).ok()??;
+        let file = loc.file?.rsplit('/').next()?;
+        Some(format!("{file}:{}", loc.line?))
+    }
+
     /// The frame at `addr` (looked up at `look`) that no module covers: by
     /// the perf map, read again if it does not name `look` yet; else the
     /// address alone.

@@ -41,6 +41,8 @@ mod cache;
 mod sites;
 // Basic blocks and lines counted by --blocks, against gcov's counts.
 mod blocks;
+// Calls stepped instruction by instruction (--steps).
+mod steps;
 // Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
 mod usdt;
 // Debug files by build-id from Debian's debuginfod, their cache, bad servers.

@@ -258,10 +258,40 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
     let kinds = [
         (
             "entry and return",
-            Records { args: true, ret: true, sample: false, unwind: false, exit: false, rendezvous: false },
+            Records {
+                args: true,
+                ret: true,
+                sample: false,
+                unwind: false,
+                exit: false,
+                rendezvous: false,
+                step: false,
+            },
         ),
-        ("sampled", Records { args: false, ret: true, sample: true, unwind: false, exit: false, rendezvous: false }),
-        ("unwinder", Records { args: false, ret: false, sample: false, unwind: true, exit: false, rendezvous: false }),
+        (
+            "sampled",
+            Records {
+                args: false,
+                ret: true,
+                sample: true,
+                unwind: false,
+                exit: false,
+                rendezvous: false,
+                step: false,
+            },
+        ),
+        (
+            "unwinder",
+            Records {
+                args: false,
+                ret: false,
+                sample: false,
+                unwind: true,
+                exit: false,
+                rendezvous: false,
+                step: false,
+            },
+        ),
     ];
     let mut failed = Vec::new();
     for (pad_name, pad) in pads {
@@ -291,6 +321,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     trampoline: 0x1234_5670,
                     unwind: runtime_at,
                     rendezvous: runtime_at,
+                    step: runtime_at,
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
                     exit: 0,
@@ -406,6 +437,7 @@ fn exit_detours_leave_as_the_function_did() {
             exit_at: clobber,
             exit_at_ext: clobber,
             rendezvous: &[0; 4],
+            step: &[0; 4],
         };
         let block = runtime::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
         let spec = DetourSpec {

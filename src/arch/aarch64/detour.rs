@@ -380,12 +380,12 @@ fn emit_prefix(
         }
     }
     let Some(rt) = runtime else { return Ok(()) };
-    if spec.records.unwind || spec.records.rendezvous {
+    if let Some(to) = spec.records.own_call(&rt) {
         save(w);
         w.put_stp(XZR, LR, SP, SAVED_BELOW_AT);
         w.put_ldr_literal(0, rt.ctx);
         w.put_add_imm(1, SP, FRAME);
-        put_call(w, if spec.records.unwind { rt.unwind } else { rt.rendezvous })?;
+        put_call(w, to)?;
         restore(w);
     } else if spec.records.sample {
         // x16 holds this thread's counter of the probe: its countdown is as
@@ -553,6 +553,7 @@ mod tests {
             trampoline: AT - 0x100,
             unwind: AT - 0x400,
             rendezvous: AT - 0x480,
+            step: AT - 0x4c0,
             entry_ext: AT - 0x600,
             trampoline_ext: AT - 0x80,
             exit: AT - 0x40,

@@ -74,6 +74,7 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
     let code = exit_routine(at + bytes.len() as u64, ctx, exit_ext_flags, exit_at, exit_at_ext);
     let exit = place(&mut bytes, &code);
     let rendezvous = place(&mut bytes, blobs.rendezvous);
+    let step = place(&mut bytes, blobs.step);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
     // One exit routine takes every word (the runtime's function decides).
     let addrs = RuntimeAddrs {
@@ -81,6 +82,7 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
         trampoline,
         unwind,
         rendezvous,
+        step,
         entry_ext,
         trampoline_ext,
         exit,
@@ -228,6 +230,7 @@ pub(super) mod tests {
             exit_at: &[0; 4],
             exit_at_ext: &[0; 4],
             rendezvous: &[0; 4],
+            step: &[0; 4],
         };
         let b = build(AT, 0x7f00_0000_1040, (1 << 29) | (1 << 30), &blobs);
         let a = b.addrs;

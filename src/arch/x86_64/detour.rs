@@ -404,8 +404,7 @@ fn emit_head(
         }
     }
     let counted = w.pc();
-    if spec.records.unwind || spec.records.rendezvous {
-        let to = if spec.records.unwind { rt.unwind } else { rt.rendezvous };
+    if let Some(to) = spec.records.own_call(&rt) {
         call_runtime(w, |w| {
             w.put_mov_reg_rip(RDI, l.ctx);
             w.put_call(to);
@@ -528,6 +527,7 @@ fn fast_event(plan: &SitePlan, spec: &DetourSpec) -> Option<RuntimeLayout> {
     let plain = !spec.records.sample
         && !spec.records.unwind
         && !spec.records.rendezvous
+        && !spec.records.step
         && spec.operands.is_none()
         && !plan.interior;
     spec.layout.filter(|_| event && plain && spec.abi == Abi::C)
@@ -688,6 +688,7 @@ mod tests {
             trampoline: AT + 0x800,
             unwind: AT + 0x600,
             rendezvous: AT + 0x680,
+            step: AT + 0x6c0,
             entry_ext: AT + 0x200,
             trampoline_ext: AT + 0x880,
             exit: AT + 0x900,

@@ -6,6 +6,7 @@
 //! ```text
 //! block:  tp_entry, tp_exit, tp_unwind, tp_count, tp_entry_ext, tp_exit_ext,
 //!         tp_rendezvous
+//!                                  ; (C, runtime.c; tp_step after the exits)
 //!                                  ; (C, runtime.c)
 //! tramp:  the fast exit, which falls back to the full trampoline
 //! full:   lea  rsp, [rsp - 16]     ; a slot for the return address, a pad
@@ -146,6 +147,8 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let exit_at = put_blob(&mut w, blobs.exit_at);
     let exit_at_ext = put_blob(&mut w, blobs.exit_at_ext);
     let exits = fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
+    w.put_align(16);
+    let step = put_blob(&mut w, blobs.step);
     w.put_align(8);
     out.lit_ctx = w.pc();
     out.lit_cache = out.lit_ctx + 8;
@@ -157,6 +160,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
         trampoline,
         unwind,
         rendezvous,
+        step,
         entry_ext,
         trampoline_ext,
         exit: exits.ret,
@@ -317,6 +321,7 @@ pub(super) mod tests {
         exit_at: &[0xc3; 7],
         exit_at_ext: &[0xc3; 8],
         rendezvous: &[0xc3; 9],
+        step: &[0xc3; 10],
     };
 
     #[test]

@@ -1045,6 +1045,27 @@ void tp_unwind(struct tp_ctx *c, uint64_t sp)
  * so that later ones do not wait, and counts itself in gave_up. The words
  * lie at TP_RENDEZVOUS_OFF in the region (tp rewrites the header whole,
  * so they are not in it): shared futexes, since tp maps them too. */
+/* Waits for tp's answer to arrival `me`: at most `slices` futex waits
+ * on `handled` of TP_RENDEZVOUS_SLICE_NS each, none once `armed` is
+ * clear, none more once tp (`tracer`, if known) is gone. Returns 1 if tp
+ * answered, -1 if tp is gone, 0 if time ran out. */
+HOT int wait_for_tp(uint32_t *handled, uint32_t me, const uint32_t *armed, uint32_t slices, uint32_t tracer)
+{
+	if (slices > TP_RENDEZVOUS_MAX_SLICES)
+		slices = TP_RENDEZVOUS_MAX_SLICES;
+	volatile int64_t slice[2] = {0, TP_RENDEZVOUS_SLICE_NS};
+	for (uint32_t i = 0; i < slices; i++) {
+		uint32_t h = __atomic_load_n(handled, __ATOMIC_ACQUIRE);
+		if ((int32_t)(h - me) >= 0 || !__atomic_load_n(armed, __ATOMIC_ACQUIRE))
+			return 1;
+		tp_syscall4(TP_SYS_FUTEX, (uint64_t)handled, TP_FUTEX_WAIT, h, (uint64_t)slice);
+		/* tp is gone (killed): no answer will come. */
+		if (tracer && (int64_t)tp_syscall4(TP_SYS_KILL, tracer, 0, 0, 0) == -3 /* ESRCH */)
+			return -1;
+	}
+	return (int32_t)(__atomic_load_n(handled, __ATOMIC_ACQUIRE) - me) >= 0;
+}
+
 void tp_rendezvous(struct tp_ctx *c)
 {
 	struct tp_rendezvous *r = (struct tp_rendezvous *)((uint64_t)c - TP_CTX_OFF + TP_RENDEZVOUS_OFF);
@@ -1058,21 +1079,38 @@ void tp_rendezvous(struct tp_ctx *c)
 	uint32_t me = __atomic_add_fetch(&r->arrived, 1, __ATOMIC_ACQ_REL);
 	tp_syscall4(TP_SYS_FUTEX, (uint64_t)&r->arrived, TP_FUTEX_WAKE, 1, 0);
 	uint32_t slices = __atomic_load_n(&r->slices, __ATOMIC_RELAXED);
-	if (slices > TP_RENDEZVOUS_MAX_SLICES)
-		slices = TP_RENDEZVOUS_MAX_SLICES;
 	uint32_t tracer = __atomic_load_n(&r->tracer, __ATOMIC_RELAXED);
-	volatile int64_t slice[2] = {0, TP_RENDEZVOUS_SLICE_NS};
-	for (uint32_t i = 0; i < slices; i++) {
-		uint32_t handled = __atomic_load_n(&r->handled, __ATOMIC_ACQUIRE);
-		if ((int32_t)(handled - me) >= 0 || !__atomic_load_n(&r->armed, __ATOMIC_ACQUIRE))
-			return;
-		tp_syscall4(TP_SYS_FUTEX, (uint64_t)&r->handled, TP_FUTEX_WAIT, handled, (uint64_t)slice);
-		/* tp is gone (killed): no answer will come. */
-		if (tracer && (int64_t)tp_syscall4(TP_SYS_KILL, tracer, 0, 0, 0) == -3 /* ESRCH */)
-			break;
-	}
-	if ((int32_t)(__atomic_load_n(&r->handled, __ATOMIC_ACQUIRE) - me) >= 0)
+	if (wait_for_tp(&r->handled, me, &r->armed, slices, tracer) > 0)
 		return;
 	__atomic_store_n(&r->armed, 0, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&r->gave_up, 1, __ATOMIC_RELAXED);
+}
+
+/* A call of a probe that tp steps (`--steps`): while tp wants calls
+ * (armed), the first thread to claim the hand-over writes its TID, wakes
+ * tp and waits for it as at the rendezvous, bounded. tp takes the thread
+ * with ptrace while it waits, answers, and steps it from here through
+ * its call; it clears `busy` once the call is done. A thread tp does not
+ * answer goes on (and lets the next call try); once tp is gone, calls no
+ * longer wait. */
+void tp_step(struct tp_ctx *c)
+{
+	struct tp_step *s = (struct tp_step *)((uint64_t)c - TP_CTX_OFF + TP_STEP_OFF);
+	if (!__atomic_load_n(&s->armed, __ATOMIC_ACQUIRE))
+		return;
+	uint32_t idle = 0;
+	if (!__atomic_compare_exchange_n(&s->busy, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	__atomic_store_n(&s->tid, (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0), __ATOMIC_RELAXED);
+	uint32_t me = __atomic_add_fetch(&s->arrived, 1, __ATOMIC_ACQ_REL);
+	tp_syscall4(TP_SYS_FUTEX, (uint64_t)&s->arrived, TP_FUTEX_WAKE, 1, 0);
+	uint32_t slices = __atomic_load_n(&s->slices, __ATOMIC_RELAXED);
+	uint32_t tracer = __atomic_load_n(&s->tracer, __ATOMIC_RELAXED);
+	int answer = wait_for_tp(&s->handled, me, &s->armed, slices, tracer);
+	if (answer > 0)
+		return;
+	if (answer < 0)
+		__atomic_store_n(&s->armed, 0, __ATOMIC_RELEASE);
+	__atomic_add_fetch(&s->gave_up, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
 }

@@ -1,0 +1,275 @@
+//! `--steps`: calls stepped instruction by instruction, one at a time, in
+//! a session whose probes are of kind [`kind::STEP`].
+//!
+//! The session arms the hand-over in the target's region for the calls it
+//! wants ([`crate::probe::step`]); each tick it looks whether a thread
+//! waits there, and if one does, starts a step worker (`tp step-worker`, a
+//! process of its own: [`crate::process::step`]) on that thread and goes on
+//! draining and counting. When the worker has written the trace, the
+//! session frees the hand-over for the next call and keeps the call's
+//! report: its instructions by source line and by address, named while the
+//! process still runs. When the session ends, a worker still stepping is
+//! told to stop (it lets the thread go cleanly) before the probes go.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use super::attached::Attached;
+use crate::output::steps::{SteppedCall, fold_path};
+use crate::probe::layout::{self, StepHandoff, kind};
+use crate::probe::step;
+use crate::process::step::{Job, Trace};
+use crate::symbols::symbolize::Symbolizer;
+
+/// Source lines the folded path shows at most.
+const PATH_ITEMS: usize = 40;
+/// How long a worker told to stop may take to let its thread go.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
+/// What `--steps` asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepOptions {
+    /// Calls to step, one after the other.
+    pub calls: u32,
+    /// Instructions a stepped call records at most.
+    pub limit: u64,
+}
+
+/// The worker stepping a call, and what it will say.
+struct Worker {
+    child: Child,
+    answer: Receiver<(Vec<u8>, String)>,
+    tid: i32,
+}
+
+/// The stepped calls of one program.
+pub struct Stepping {
+    opts: StepOptions,
+    /// Calls still wanted.
+    left: u32,
+    worker: Option<Worker>,
+    /// The stepped calls so far.
+    pub calls: Vec<SteppedCall>,
+    failures: u32,
+    /// Names the instructions: made while the process runs, so that a
+    /// trace that ends with the process is named too.
+    sym: Symbolizer,
+}
+
+/// Failed hand-overs after which a session stops trying.
+const MAX_FAILURES: u32 = 3;
+
+impl Stepping {
+    /// Serves the calls of `attached`'s process whose hand-over the
+    /// attach armed for `opts.calls` calls.
+    pub fn start(attached: &Attached, opts: StepOptions) -> Stepping {
+        let sym = Symbolizer::new(attached.pid);
+        Stepping { opts, left: opts.calls, worker: None, calls: Vec::new(), failures: 0, sym }
+    }
+
+    /// One tick: collects a finished worker's trace, or starts a worker on
+    /// a thread that waits at the hand-over.
+    pub fn serve(&mut self, attached: &Attached) {
+        if let Some(w) = &mut self.worker {
+            let Ok((out, err)) = w.answer.try_recv() else { return };
+            let w = self.worker.take().expect("a worker");
+            self.finish(attached, w, out, err);
+            return;
+        }
+        if self.left == 0 {
+            return;
+        }
+        let Some((ns_tid, arrival)) = step::waiting(&attached.region) else { return };
+        let started = global_tid(attached.pid, ns_tid)
+            .context("the waiting thread is not among the process's")
+            .and_then(|tid| self.spawn(attached, tid, arrival));
+        if let Err(e) = started {
+            self.failed(attached, &format!("{e:#}"));
+        }
+    }
+
+    fn spawn(&mut self, attached: &Attached, tid: i32, arrival: u32) -> Result<()> {
+        let job = job_for(attached, tid, arrival, self.opts.limit);
+        let exe = std::env::current_exe().context("finding tp's own executable")?;
+        let mut child = Command::new(exe)
+            .arg("step-worker")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Away from the terminal's signals: Ctrl-C reaches tp, which
+            // tells the worker to let the thread go.
+            .process_group(0)
+            .spawn()
+            .context("starting tp's step worker")?;
+        let mut stdin = child.stdin.take().expect("piped");
+        let mut stdout = child.stdout.take().expect("piped");
+        let stderr = child.stderr.take().expect("piped");
+        let text = job.to_text(std::process::id() as i32);
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = stdin.write_all(text.as_bytes());
+            drop(stdin);
+            let mut out = Vec::new();
+            let mut err = String::new();
+            let _ = stdout.read_to_end(&mut out);
+            let _ = stderr.take(4096).read_to_string(&mut err);
+            let _ = tx.send((out, err));
+        });
+        crate::say!("tp: process {}: stepping a call in thread {tid}", attached.pid);
+        self.worker = Some(Worker { child, answer: rx, tid });
+        Ok(())
+    }
+
+    fn finish(&mut self, attached: &Attached, mut w: Worker, out: Vec<u8>, err: String) {
+        let _ = w.child.wait();
+        match Trace::read(&out, self.opts.limit) {
+            Some(trace) => {
+                self.left = self.left.saturating_sub(1);
+                let _ = step::done(&attached.region, self.left);
+                let call = report(&mut self.sym, w.tid, &trace, attached);
+                crate::say!(
+                    "tp: stepped a call of {} in thread {}: {} instructions",
+                    crate::escape::text(&call.func),
+                    w.tid,
+                    crate::output::thousands(call.instructions)
+                );
+                self.calls.push(call);
+            }
+            None => {
+                let why = err.lines().last().unwrap_or("it ended without a trace").trim_start_matches("tp: ");
+                self.failed(attached, why);
+            }
+        }
+    }
+
+    /// A hand-over that failed: the thread goes on; after a few, no more.
+    fn failed(&mut self, attached: &Attached, why: &str) {
+        self.failures += 1;
+        let _ = step::answer(&attached.region);
+        let left = if self.failures >= MAX_FAILURES { 0 } else { self.left };
+        if left == 0 {
+            self.left = 0;
+        }
+        let _ = step::done(&attached.region, left);
+        crate::say!(
+            "tp: process {}: a call could not be stepped: {}{}",
+            attached.pid,
+            crate::escape::text(why),
+            if left == 0 { "; no more calls are stepped" } else { "" }
+        );
+    }
+
+    /// Ends stepping before the probes go: a worker still stepping lets
+    /// its thread go (its trace is kept, cut short), and no call waits.
+    pub fn stop(&mut self, attached: &Attached) {
+        if let Some(mut w) = self.worker.take() {
+            // SAFETY: kill with a PID tp started and has not reaped.
+            unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };
+            match w.answer.recv_timeout(STOP_WAIT) {
+                Ok((out, err)) => self.finish(attached, w, out, err),
+                Err(_) => {
+                    let _ = w.child.kill();
+                    let _ = w.child.wait();
+                }
+            }
+        }
+        let _ = step::disarm(&attached.region);
+    }
+}
+
+/// The TID in tp's PID namespace of the thread of process `pid` that its
+/// own namespace numbers `ns_tid` (`NSpid` in its status: the first is
+/// tp's view where tp is in an ancestor namespace, the last its own).
+fn global_tid(pid: i32, ns_tid: u32) -> Option<i32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for t in tasks.flatten() {
+        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let ns: Vec<&str> =
+            status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").split_whitespace().collect();
+        if ns.last().and_then(|n| n.parse::<u32>().ok()) == Some(ns_tid) {
+            return Some(tid);
+        }
+    }
+    None
+}
+
+/// The worker's job for thread `tid` of `attached`'s process, which
+/// arrived at the hand-over as arrival `arrival`.
+fn job_for(attached: &Attached, tid: i32, arrival: u32, limit: u64) -> Job {
+    let handled = attached.region.target_addr() + layout::STEP_OFF + std::mem::offset_of!(StepHandoff, handled) as u64;
+    let mut entries = HashMap::new();
+    let mut map = HashMap::new();
+    for p in attached.installed().iter().filter(|p| p.request.kind & kind::STEP != 0) {
+        let plan = &p.request.plan;
+        let Some(&(_, first)) = p.pc_map.iter().find(|(off, _)| *off == 0) else { continue };
+        // A landing pad before the site ran before the detour: its
+        // instructions are four bytes each (`endbr64`, `bti c`, `paciasp`).
+        entries.insert(first, (plan.function..plan.site).step_by(4).collect());
+        for &(off, at) in p.pc_map.iter().filter(|(off, _)| (*off as usize) < plan.window.len()) {
+            map.insert(at, plan.site + off as u64);
+        }
+    }
+    let h = attached.region.header();
+    let code = h.arenas[..h.arena_count as usize].iter().map(|a| (a.addr, a.addr + a.size)).collect();
+    Job { pid: attached.pid, tid, limit, handled: (handled, arrival), entries, map, code }
+}
+
+/// The report of one stepped call: its instructions named by function and
+/// source line while the process still runs.
+fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) -> SteppedCall {
+    let first = trace.pcs.first().copied().unwrap_or(0);
+    let (func, module) = match attached.installed().iter().find(|p| p.request.function.addr.0 == first) {
+        Some(p) => (p.request.function.name.clone(), p.request.function.module.clone()),
+        None => {
+            let f = sym.frame(first, false);
+            (f.short(), f.module.unwrap_or_default())
+        }
+    };
+    let mut counts: HashMap<u64, u64> = HashMap::new();
+    for &pc in &trace.pcs {
+        *counts.entry(pc).or_insert(0) += 1;
+    }
+    let mut line_of: HashMap<u64, String> = HashMap::new();
+    for &pc in counts.keys() {
+        line_of.insert(pc, sym.line(pc).unwrap_or_default());
+    }
+    let mut lines: Vec<(String, u64)> = Vec::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut path: Vec<String> = Vec::new();
+    for pc in &trace.pcs {
+        let line = &line_of[pc];
+        if line.is_empty() {
+            continue;
+        }
+        let i = *index.entry(line.clone()).or_insert_with(|| {
+            lines.push((line.clone(), 0));
+            lines.len() - 1
+        });
+        lines[i].1 += 1;
+        if path.last() != Some(line) {
+            path.push(line.clone());
+        }
+    }
+    let mut hot: Vec<(u64, String, String, u64)> =
+        counts.iter().map(|(&pc, &n)| (pc, sym.frame(pc, false).text(), line_of[&pc].clone(), n)).collect();
+    hot.sort_by(|a, b| b.3.cmp(&a.3).then(a.0.cmp(&b.0)));
+    SteppedCall {
+        func,
+        module,
+        tid,
+        instructions: trace.pcs.len() as u64,
+        micros: trace.elapsed.as_micros() as u64,
+        end: trace.end.word().replace(':', " "),
+        in_tp: trace.in_tp,
+        path: fold_path(&path, PATH_ITEMS),
+        lines,
+        hot,
+    }
+}

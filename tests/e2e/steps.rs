@@ -1,0 +1,164 @@
+//! `--steps`: a call stepped instruction by instruction with ptrace, from
+//! its function's first instruction to its return, the functions it calls
+//! included (targets/steps.c). The instruction count of the hand-written
+//! loop is the one the program states; nested calls show with their lines;
+//! a call that blocks in a syscall, reaches the limit, or outlives tp (Ctrl-C,
+//! kill -9) runs on free and the program's results hold; the other threads
+//! run all along; the code is byte-identical after.
+
+use serde_json::Value;
+
+use crate::util::*;
+
+/// The steps objects of the one process in a JSON summary.
+fn steps_of(stdout: &str) -> Vec<Value> {
+    let p = one_process(stdout);
+    p["steps"].as_array().unwrap_or_else(|| panic!("no steps in {p}")).clone()
+}
+
+/// The line of targets/steps.c holding `marker`.
+fn line_of(marker: &str) -> String {
+    // Built in: the AArch64 tests run in a VM without the sources.
+    let src = include_str!("../../targets/steps.c");
+    let n = src.lines().position(|l| l.contains(marker)).unwrap_or_else(|| panic!("no {marker} in steps.c"));
+    format!("steps.c:{}", n + 1)
+}
+
+/// How often the trace `s` executed the instructions at `at` (`func+0x…`).
+fn executed(s: &Value, at: &str) -> u64 {
+    s["executed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["at"].as_str().unwrap().starts_with(at))
+        .map(|e| e["count"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_stepped_loop_executes_exactly_the_instructions_the_program_states() {
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "steploop", "--steps", "--json"]);
+    let done = t.ask("loop 1000", "done loop");
+    assert_eq!(field(&done, "ret"), 1000, "{done}");
+    session.err.wait_for("tp: stepped a call of steploop");
+    // The second call runs free: one call was asked for.
+    assert_eq!(field(&t.ask("loop 5", "done loop"), "ret"), 5);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let steps = steps_of(&stdout);
+    assert_eq!(steps.len(), 1, "{steps:?}");
+    let s = &steps[0];
+    assert_eq!(s["func"], "steploop");
+    assert_eq!(s["end"], "returned", "{s}");
+    assert_eq!(s["instructions"].as_u64(), Some(field(&done, "insns")), "{s}");
+    // The loop's two instructions, a thousand times each.
+    let loop_body: Vec<u64> =
+        s["executed"].as_array().unwrap().iter().map(|e| e["count"].as_u64().unwrap()).filter(|&n| n == 1000).collect();
+    assert_eq!(loop_body.len(), 2, "{s}");
+    assert_eq!(executed(s, "steploop+0x0 "), 1, "the first instruction, run as the detour's copy, counts once: {s}");
+    assert_eq!(hits_from_json(&stdout)["steploop"], 2);
+    assert_code_is_original(&t, &["steploop"]);
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
+
+#[test]
+fn calls_a_stepped_call_makes_are_stepped_with_their_lines() {
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "chain", "--steps", "--json"]);
+    let done = t.ask("chain 3", "done chain");
+    assert!(!done.contains("BAD"), "{done}");
+    session.err.wait_for("tp: stepped a call of chain");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let steps = steps_of(&stdout);
+    let s = &steps[0];
+    assert_eq!(s["end"], "returned", "{s}");
+    // leaf ran three times: each of its instructions three times.
+    assert_eq!(executed(s, "leaf+0x0 "), 3, "{s}");
+    assert_eq!(executed(s, "chain+0x0 "), 1, "{s}");
+    let lines: Vec<&str> = s["lines"].as_array().unwrap().iter().map(|l| l["line"].as_str().unwrap()).collect();
+    for marker in ["int x = i * 3;", "sum += leaf(i);", "return sum;"] {
+        assert!(lines.contains(&line_of(marker).as_str()), "{marker} ({}) in {lines:?}", line_of(marker));
+    }
+    let in_lines: u64 = s["lines"].as_array().unwrap().iter().map(|l| l["instructions"].as_u64().unwrap()).sum();
+    assert_eq!(in_lines, s["instructions"].as_u64().unwrap(), "every instruction of chain and leaf has a line: {s}");
+    assert!(s["path"].as_str().unwrap().contains(&line_of("int x = i * 3;")), "{s}");
+    assert_code_is_original(&t, &["chain"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn a_call_that_blocks_in_a_syscall_is_let_go_there() {
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "napper", "--steps", "--json"]);
+    let before = field(&t.ask("ticks", "done ticks"), "ticks");
+    t.ask("nap 400", "done nap");
+    session.err.wait_for("tp: stepped a call of napper");
+    let after = field(&t.ask("ticks", "done ticks"), "ticks");
+    assert!(after > before + 50, "the ticker ran on: {before} then {after}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let s = &steps_of(&stdout)[0];
+    assert!(s["end"].as_str().unwrap().starts_with("syscall "), "{s}");
+    assert!(executed(s, "napper+0x0 ") == 1, "{s}");
+    assert_code_is_original(&t, &["napper"]);
+    assert!(t.quit().success(), "the program survived its stepped syscall");
+}
+
+#[test]
+fn the_limit_lets_the_call_run_free_and_other_threads_run_all_along() {
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "steploop", "--steps", "--step-limit", "20000", "--json"]);
+    let before = field(&t.ask("ticks", "done ticks"), "ticks");
+    let done = t.ask("loop 1000000", "done loop");
+    assert_eq!(field(&done, "ret"), 1_000_000);
+    session.err.wait_for("tp: stepped a call of steploop");
+    let after = field(&t.ask("ticks", "done ticks"), "ticks");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let s = &steps_of(&stdout)[0];
+    assert_eq!((s["end"].as_str(), s["instructions"].as_u64()), (Some("limit"), Some(20_000)), "{s}");
+    // The ticker sleeps 1 ms a round: while the call was stepped it ran a
+    // round for every few ms, never stopped for long.
+    let stepped_ms = s["us"].as_u64().unwrap() / 1000;
+    assert!(
+        after - before >= stepped_ms / 10,
+        "{} rounds of the ticker in {stepped_ms} ms of stepping",
+        after - before
+    );
+    assert_code_is_original(&t, &["steploop"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn a_stepped_call_outlives_tp_interrupted_or_killed() {
+    for kill in [false, true] {
+        let mut t = Target::start("steps");
+        let pid = t.pid.to_string();
+        let mut session = Session::start(&["-p", &pid, "-f", "steploop", "--steps", "--json"]);
+        t.send(b"loop 2000000\n");
+        session.err.wait_for("tp: process");
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        if kill {
+            session.kill();
+            // The probes stay behind a killed tp: a detach takes them out.
+            let out = tp(&["detach", "-p", &pid]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        } else {
+            let (status, stdout, stderr) = session.interrupt();
+            assert!(status.success(), "{stderr}");
+            let s = &steps_of(&stdout)[0];
+            assert_eq!(s["end"], "stopped", "{s}");
+        }
+        let done = t.out.wait_for("done loop");
+        assert_eq!(field(&done, "ret"), 2_000_000, "killed tp: {kill}");
+        assert_code_is_original(&t, &["steploop"]);
+        assert!(t.quit().success(), "the program outlived tp (killed: {kill})");
+    }
+}
