@@ -208,11 +208,14 @@ impl Observed for Single<'_, '_> {
     /// rendezvous while it is armed, and answers it; ticks when it is time.
     fn step(&mut self) -> Result<()> {
         let left = self.next_tick.saturating_duration_since(Instant::now());
-        match self.attached.has_rendezvous().then_some(&self.attached.region).filter(|r| rendezvous::armed(r)) {
-            Some(region) if self.libraries.is_some() => rendezvous::wait_for_arrival(region, left),
-            _ => std::thread::sleep(left),
+        // (Looked for among the probes only while libraries are followed.)
+        let following = self.libraries.as_ref().is_some_and(|l| l.follow.is_some());
+        let has_rendezvous = following && self.attached.has_rendezvous();
+        match has_rendezvous.then_some(&self.attached.region).filter(|r| rendezvous::armed(r)) {
+            Some(region) => rendezvous::wait_for_arrival(region, left),
+            None => std::thread::sleep(left),
         }
-        if let Some(libs) = self.libraries.as_deref_mut() {
+        if has_rendezvous && let Some(libs) = self.libraries.as_deref_mut() {
             let pid = self.attached.pid;
             libs.serve(pid, &mut Grown { attached: &mut *self.attached, watcher: &mut *self.watcher });
         }
