@@ -49,7 +49,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     // Listening before the probes go in: no fork of that moment is missed.
     let mut family = Family::start();
     family.add_root(args.pid);
-    let (mut attached, mut follow) = profile::attach(&opts)?;
+    let (mut attached, mut libraries) = profile::attach(&opts)?;
     let mut guard = crate::session::guard::Restore::new(&mut attached);
     let chrome = match opts.format {
         Format::Chrome => Some(ChromeTrace::new(Box::new(out.clone()), args.pid).context("writing the trace")?),
@@ -68,7 +68,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         }
     );
     let started = Instant::now();
-    let end = observe(guard.get_mut(), opts.duration, &mut profiler, Some(&mut family), follow.as_mut())?;
+    let end = observe(guard.get_mut(), opts.duration, &mut profiler, Some(&mut family), Some(&mut libraries))?;
     if end == End::OutputClosed {
         crate::session::observe::say_output_closed();
     }
@@ -82,6 +82,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         _ => {}
     }
     family.restored(args.pid, &d.family);
+    libraries.say_never_found(args.pid);
     crate::session::group::say_relatives(args.pid, &d.family);
     let (epochs, samples, toggles) = (profiler.epochs, profiler.samples, profiler.toggles());
     let rows = profiler.finish(&attached, &d)?;
@@ -90,7 +91,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         thousands((toggles as f64 / elapsed) as u64),
         thousands((samples as f64 / elapsed) as u64),
     );
-    let report = output::profile::Report { pid: args.pid, elapsed, toggles, samples, rows };
+    let report =
+        output::profile::Report { pid: args.pid, elapsed, toggles, samples, rows, libraries: libraries.loaded };
     if opts.format != Format::Chrome {
         output::profile::write(&report, opts.format, opts.view, &mut out)?;
     }

@@ -64,6 +64,29 @@ impl Sampler {
         self.idx.extend_from_slice(idx);
     }
 
+    /// Gives each probe installed again since the last look the period tp
+    /// had learnt for it, and counts its calls from 0. A library loaded
+    /// again takes its entries again, and their install zeroes their
+    /// counters and periods: their calls would be sampled as those of a
+    /// function whose rate tp does not know, the first of each load never.
+    /// Called before the loading thread goes on, every call of the new load
+    /// is sampled as before, the first included.
+    pub fn reinstalled(&mut self, region: &Region) -> Result<()> {
+        for k in 0..self.idx.len() {
+            let (i, period) = (self.idx[k], self.periods[k]);
+            if period == 0 || region.period(i) != 0 {
+                continue;
+            }
+            region.set_period(i, period)?;
+            let rng = &mut self.rng;
+            let span = 2 * period as u64 - 1;
+            region.set_countdowns(i, || next(rng) % span)?;
+            self.last_hits[k] = region.hits_of(&[i])[0];
+            self.toggles += 1;
+        }
+        Ok(())
+    }
+
     /// The budget of probes sampling `per_epoch` calls per epoch: twice as
     /// many, for functions whose calls become more frequent.
     pub fn budget_for(per_epoch: u32) -> i32 {

@@ -41,6 +41,9 @@ pub struct Report {
     pub samples: u64,
     /// One per profiled function.
     pub rows: Vec<Row>,
+    /// The libraries the process loaded while profiled in which tp probed
+    /// functions.
+    pub libraries: Vec<report::Loaded>,
 }
 
 impl Report {
@@ -131,6 +134,7 @@ pub fn document(r: &Report, view: View) -> String {
         .list("children", [])
         .list("stacks", [])
         .list("by", [])
+        .list("libraries", r.libraries.iter().map(report::loaded_json))
         .num("toggles_per_s", (r.toggles as f64 / r.elapsed) as u64)
         .num("samples_per_s", (r.samples as f64 / r.elapsed) as u64)
         .finish();

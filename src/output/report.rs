@@ -88,7 +88,8 @@ impl Loaded {
     }
 }
 
-fn loaded_json(l: &Loaded) -> String {
+/// One entry of a process's `libraries` (docs/output.md).
+pub fn loaded_json(l: &Loaded) -> String {
     Obj::new()
         .list("modules", l.modules.iter().map(|m| super::json::string(m)))
         .num("probes", l.probes)

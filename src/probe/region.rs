@@ -391,6 +391,12 @@ impl Region {
         self.store_u32(self.fixed().periods_off + 4 * i as u64, period)
     }
 
+    /// Probe `i`'s sampling period ([`Region::set_period`]; 0 until tp
+    /// sets one, and again after an install of the probe).
+    pub fn period(&self, i: u32) -> u32 {
+        self.load_u32(self.fixed().periods_off + 4 * i as u64)
+    }
+
     /// Sets probe `i`'s sampling countdown in every counter row a thread
     /// uses to a value from `value` (the target's threads update them too;
     /// a lost update only moves one sample).

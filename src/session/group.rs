@@ -31,6 +31,7 @@ use super::attached::Attached;
 use super::exe::ExeFile;
 use super::family::Family;
 use super::follow::{self, Change, Follow};
+use super::libraries::{Libraries, Probes};
 use super::observe::{self, End};
 use super::steps::Stepping;
 use super::tracer::{TraceOutput, Tracer};
@@ -57,17 +58,6 @@ const TICK: Duration = Duration::from_millis(20);
 const EXE_SLICE: Duration = Duration::from_millis(1);
 /// How often the live display and the published metrics are renewed.
 const DRAW_EVERY: Duration = Duration::from_millis(100);
-/// The loads in a row of the same library that each get their line.
-const SAID_LOADS: u64 = 3;
-
-/// True for 1, 10, 100, …
-fn power_of_ten(mut n: u64) -> bool {
-    while n >= 10 && n.is_multiple_of(10) {
-        n /= 10;
-    }
-    n == 1
-}
-
 /// The metrics a session publishes for `--listen`: its series, renewed by
 /// the observe loop and read by the HTTP server's thread, which renders
 /// them in the format each scrape asks for.
@@ -120,16 +110,12 @@ pub struct Member {
     /// The process.
     pub pid: i32,
     programs: Vec<Program>,
-    /// Patterns that may still match in libraries loaded later (`tp run`,
-    /// and a program followed after exec).
-    follow: Option<Follow>,
+    /// The libraries it loads that patterns wait for (`tp run`, `tp
+    /// attach` of a library not loaded yet, a program followed after
+    /// exec), and those tp probed.
+    libs: Libraries,
     /// Set once the process left the session.
     pub left: Option<Left>,
-    /// Threads that went on from the rendezvous without tp's answer, as
-    /// last seen.
-    gave_up: u32,
-    /// The libraries it loaded that tp probed.
-    libraries: Vec<report::Loaded>,
 }
 
 impl Member {
@@ -145,7 +131,7 @@ impl Member {
     /// The data region of the live program, if tp's probe at the dynamic
     /// linker's rendezvous is in it.
     fn rendezvous(&self) -> Option<&crate::probe::Region> {
-        self.programs.last().filter(|p| p.live && p.attached.has_rendezvous()).map(|p| &p.attached.region)
+        rendezvous_of(&self.programs)
     }
 
     /// The report of every program so far, merged.
@@ -179,7 +165,7 @@ impl Member {
             })
             .collect();
         let mut report = report::merge_programs(self.pid, reports);
-        report.libraries = self.libraries.clone();
+        report.libraries = self.libs.loaded.clone();
         report
     }
 }
@@ -365,14 +351,11 @@ impl Group {
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
         self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
-        self.members.push(Member { pid, programs, follow, left: None, gave_up: 0, libraries: Vec::new() });
+        self.members.push(Member { pid, programs, libs: Libraries::new(follow), left: None });
     }
 
     fn program(&self, attached: Attached) -> Program {
-        let tracer = (attached.records() & !kind::STEP != kind::COUNT)
-            .then(|| Tracer::with_output(&attached, &self.opts, self.output.clone()));
-        let stepping = self.opts.steps.map(|s| Stepping::start(&attached, s));
-        Program { attached, tracer, live: true, report: None, events: Default::default(), stepping }
+        program(attached, &self.opts, &self.output)
     }
 
     /// The options of the session.
@@ -416,41 +399,19 @@ impl Group {
         }
     }
 
-    /// Answers the thread waiting at member `i`'s rendezvous, if one does:
-    /// probes what the waiting patterns match in the libraries the loader
-    /// mapped, then releases it. Says when a thread went on without tp,
-    /// and arms the rendezvous again while patterns wait.
+    /// Answers the thread waiting at member `i`'s rendezvous, if one does
+    /// ([`Libraries::serve`]).
     fn serve_rendezvous(&mut self, i: usize) {
-        let pid = self.members[i].pid;
-        let watching = self.members[i].follow.as_ref().is_some_and(Follow::watching);
-        let Some(region) = self.members[i].rendezvous() else { return };
-        let gave_up = rendezvous::gave_up(region);
-        if gave_up != self.members[i].gave_up {
-            crate::say!(
-                "tp: process {pid}: a thread at the dynamic linker's rendezvous went on after waiting {} s for tp; \
-                 libraries loaded meanwhile were probed when tp saw them",
-                rendezvous::WAIT.as_secs()
-            );
-            if watching {
-                let _ = rendezvous::arm(region, pid);
-            }
-        }
-        let waiting = rendezvous::waiting(region);
-        let upto = rendezvous::arrived(region);
-        self.members[i].gave_up = gave_up;
-        if !waiting {
-            return;
-        }
-        crate::fault::point("at-rendezvous");
-        self.load_new_libraries(i, Some(Instant::now()));
-        let watching = self.members[i].follow.as_ref().is_some_and(Follow::watching);
-        if let Some(region) = self.members[i].rendezvous() {
-            let _ = rendezvous::release(region, upto);
-            // No pattern waits any more: threads pass without waiting.
-            if !watching {
-                let _ = rendezvous::disarm(region);
-            }
-        }
+        let (pid, mut probes, libs) = self.member_libraries(i);
+        libs.serve(pid, &mut probes);
+    }
+
+    /// Member `i`'s pid, its probes as [`Libraries`] installs into them, and
+    /// its libraries.
+    fn member_libraries(&mut self, i: usize) -> (i32, MemberProbes<'_>, &mut Libraries) {
+        let m = &mut self.members[i];
+        let probes = MemberProbes { pid: m.pid, programs: &mut m.programs, opts: &self.opts, output: &self.output };
+        (m.pid, probes, &mut m.libs)
     }
 
     /// Serves the calls stepped in every live program (`--steps`).
@@ -597,11 +558,10 @@ impl Group {
                     self.members[i].left = Some(Left::Execd(exe));
                 }
             }
-            // While the rendezvous is armed, libraries are looked for there
-            // only: a look between two of the loader's mmaps could find a
-            // library half mapped, and patch code the next mmap replaces.
-            Change::Same if self.members[i].rendezvous().is_some_and(rendezvous::armed) => self.serve_rendezvous(i),
-            Change::Same => self.load_new_libraries(i, None),
+            Change::Same => {
+                let (pid, mut probes, libs) = self.member_libraries(i);
+                libs.check(pid, &mut probes);
+            }
         }
         Ok(())
     }
@@ -650,7 +610,7 @@ impl Group {
                 let program = attached.map(|a| self.program(a));
                 let m = &mut self.members[i];
                 m.programs.extend(program);
-                m.follow = Some(follow);
+                m.libs.restart(follow);
             }
             Err(e) if !process::is_alive(pid) => {
                 let _ = e;
@@ -662,109 +622,6 @@ impl Group {
             }
         }
         Ok(())
-    }
-
-    /// Probes what the waiting patterns match in libraries the member
-    /// loaded since the last look, if its code mappings changed, or at once
-    /// at the rendezvous (`rendezvous`: when tp saw the thread arrive). Lets
-    /// go first of the probes in libraries it unloaded.
-    fn load_new_libraries(&mut self, i: usize, rendezvous: Option<Instant>) {
-        let pid = self.members[i].pid;
-        let Some(follow) = self.members[i].follow.as_mut() else { return };
-        let changed = follow.code_changed();
-        if !follow.watching() || !(changed || rendezvous.is_some()) {
-            return;
-        }
-        let maps = process::read_maps(pid);
-        if let Ok(maps) = &maps
-            && let Some(p) = self.members[i].current()
-            && let Err(e) = p.attached.drop_unloaded(maps)
-        {
-            crate::say!("tp: process {pid}: cannot let go of the probes of an unloaded library: {e:#}");
-        }
-        let Some(follow) = self.members[i].follow.as_mut() else { return };
-        let looked = match maps.map_err(anyhow::Error::from).and_then(|maps| follow.new_functions(&maps)) {
-            Ok(Some(x)) => x,
-            Ok(None) => return,
-            // A process on its way out drops its mappings first: not worth a word.
-            Err(_) if process::has_exited(pid, Duration::from_millis(100)) => return,
-            Err(e) => {
-                crate::say!("tp: process {pid}: cannot read its new libraries: {}", text(&format!("{e:#}")));
-                return;
-            }
-        };
-        let follow::Loaded { modules, found, names } = looked;
-        if found.is_empty() {
-            return;
-        }
-        let started = Instant::now();
-        match self.install_more(i, &modules, found) {
-            Ok((added, refused)) => {
-                let (at, took) = match rendezvous {
-                    Some(arrived) => ("rendezvous", arrived.elapsed()),
-                    None => ("poll", started.elapsed()),
-                };
-                let loaded =
-                    report::Loaded { modules: names.clone(), probes: added, skipped: refused, at, loads: 1, took };
-                report::Loaded::add_to(&mut self.members[i].libraries, loaded);
-                // The same library loaded over and over: its first loads, then
-                // at 10, 100, 1000, … loads in a row (the summary counts them all).
-                let loads = self.members[i].libraries.last().map_or(1, |l| l.loads);
-                if loads > SAID_LOADS {
-                    if power_of_ten(loads) {
-                        let when =
-                            if rendezvous.is_some() { "at the dynamic linker's rendezvous" } else { "when seen" };
-                        crate::say!(
-                            "tp: process {pid} loaded {} again: {loads} loads in a row, each probed ({added} function{}) \
-                             {when}; tp says so at 10, 100, 1000, … loads",
-                            text(&names.join(", ")),
-                            plural(added),
-                        );
-                    }
-                    return;
-                }
-                let skipped =
-                    if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
-                match rendezvous {
-                    Some(_) => crate::say!(
-                        "tp: process {pid} loaded {}: probed {added} more function{} at the dynamic linker's \
-                         rendezvous, before its initializers and its first call (the loading thread waited {:.1} ms)\
-                         {skipped}",
-                        text(&names.join(", ")),
-                        plural(added),
-                        took.as_secs_f64() * 1e3
-                    ),
-                    None => crate::say!(
-                        "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
-                        text(&names.join(", ")),
-                        plural(added),
-                        took.as_secs_f64() * 1e3
-                    ),
-                }
-            }
-            Err(_) if process::has_exited(pid, Duration::from_millis(100)) => {}
-            Err(e) => crate::say!(
-                "tp: process {pid} loaded {}; cannot probe it: {}",
-                text(&names.join(", ")),
-                text(&format!("{e:#}"))
-            ),
-        }
-    }
-
-    fn install_more(&mut self, i: usize, modules: &ProcessModules, found: Vec<Found>) -> Result<(usize, usize)> {
-        let pid = self.members[i].pid;
-        if let Some(p) = self.members[i].current() {
-            let added = p.attached.extend(modules, found)?;
-            if let Some(t) = &mut p.tracer {
-                t.refresh(&p.attached);
-            }
-            return Ok(added);
-        }
-        let attached = Attached::attach_found(&self.opts_for(pid), modules, found, None)?;
-        let added = (attached.names().len(), attached.refused);
-        let program = self.program(attached);
-        self.members[i].programs.push(program);
-        Ok(added)
     }
 
     /// Restores every process still probed and returns one report per
@@ -859,11 +716,7 @@ impl Group {
             return Err(e);
         }
         for m in &self.members {
-            if let Some(f) = &m.follow {
-                for name in f.never_found() {
-                    crate::say!("tp: process {}: `{}` was never found", m.pid, text(&name));
-                }
-            }
+            m.libs.say_never_found(m.pid);
         }
         let mut reports: Vec<ProcessReport> = self.members.iter().map(Member::report_now).collect();
         for (m, r) in self.members.iter().zip(&mut reports) {
@@ -1031,5 +884,64 @@ impl observe::Observed for Observing<'_> {
             self.next_draw = Instant::now() + DRAW_EVERY;
         }
         Ok(())
+    }
+}
+
+/// A program of the session's with its probes `attached`, and the tracer
+/// that reads their events if they record any.
+fn program(attached: Attached, opts: &Options, output: &TraceOutput) -> Program {
+    let tracer =
+        (attached.records() & !kind::STEP != kind::COUNT).then(|| Tracer::with_output(&attached, opts, output.clone()));
+    let stepping = opts.steps.map(|s| Stepping::start(&attached, s));
+    Program { attached, tracer, live: true, report: None, events: Default::default(), stepping }
+}
+
+/// The data region of the live program of `programs` (the last), if tp's
+/// probe at the dynamic linker's rendezvous is in it.
+fn rendezvous_of(programs: &[Program]) -> Option<&crate::probe::Region> {
+    programs.last().filter(|p| p.live && p.attached.has_rendezvous()).map(|p| &p.attached.region)
+}
+
+/// A member's probes as [`Libraries`] sees them: those of its live
+/// program, or a program of its own for the first functions a library
+/// gives it.
+struct MemberProbes<'g> {
+    pid: i32,
+    programs: &'g mut Vec<Program>,
+    opts: &'g Options,
+    output: &'g TraceOutput,
+}
+
+impl MemberProbes<'_> {
+    fn current(&mut self) -> Option<&mut Program> {
+        self.programs.last_mut().filter(|p| p.live)
+    }
+}
+
+impl Probes for MemberProbes<'_> {
+    fn rendezvous(&self) -> Option<&crate::probe::Region> {
+        rendezvous_of(self.programs)
+    }
+
+    fn drop_unloaded(&mut self, maps: &[process::Mapping]) -> Result<()> {
+        match self.current() {
+            Some(p) => p.attached.drop_unloaded(maps).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    fn install(&mut self, modules: &ProcessModules, found: Vec<Found>) -> Result<(usize, usize)> {
+        if let Some(p) = self.current() {
+            let added = p.attached.extend(modules, found)?;
+            if let Some(t) = &mut p.tracer {
+                t.refresh(&p.attached);
+            }
+            return Ok(added);
+        }
+        let opts = Options { pid: self.pid, ..self.opts.clone() };
+        let attached = Attached::attach_found(&opts, modules, found, None)?;
+        let added = (attached.names().len(), attached.refused);
+        self.programs.push(program(attached, self.opts, self.output));
+        Ok(added)
     }
 }

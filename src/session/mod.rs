@@ -13,7 +13,9 @@
 //! [`group::Group`] of attached processes ([`targets`] selects them,
 //! [`follow`] watches their programs change, [`rendezvous`] probes the
 //! dynamic linker's rendezvous where a library is probed before its first
-//! call, [`family`] the processes they fork and how each ends).
+//! call, [`family`] the processes they fork and how each ends). The
+//! libraries a process loads are followed through one path
+//! ([`libraries`]), by a group's members and by `tp profile` alike.
 //!
 //! Outside any session, [`installed`] reads the probes a process holds and
 //! switches them on and off (`tp status`, `tp enable`, `tp disable`),
@@ -31,6 +33,7 @@ pub mod guard;
 pub mod installed;
 pub mod interrupt;
 pub mod kept;
+pub mod libraries;
 pub mod observe;
 pub mod probeable;
 pub mod profile;

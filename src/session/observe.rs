@@ -12,13 +12,18 @@ use anyhow::Result;
 
 use super::attached::Attached;
 use super::family::Family;
-use super::follow::{self, Follow};
+use super::follow;
 use super::interrupt;
+use super::libraries::{Libraries, Probes};
 use super::tracer::Tracer;
 use crate::output::live::Live;
+use crate::probe::region::Region;
+use crate::probe::rendezvous;
+use crate::process::Mapping;
+use crate::symbols::{Found, ProcessModules};
 
 /// How often the loop looks whether the target is alive and its probes installed.
-const CHECK_EVERY: Duration = Duration::from_millis(100);
+pub const CHECK_EVERY: Duration = Duration::from_millis(100);
 /// How often the live display drains events.
 const LIVE_TICK: Duration = Duration::from_millis(20);
 /// How often the live display redraws the counts.
@@ -97,7 +102,9 @@ pub trait Watcher {
     /// Called once when observing ends.
     fn finish(&mut self) {}
     /// Called when the session probed more functions (a library loaded):
-    /// they follow the others in `attached`'s probes.
+    /// they follow the others in `attached`'s probes; or installed some of
+    /// them again (the same library loaded again, where it was), before
+    /// the loading thread goes on.
     fn grown(&mut self, _attached: &Attached) {}
     /// Runs `say`, which writes a line to stderr, around the watcher's own
     /// drawing (a live display hides itself meanwhile).
@@ -108,17 +115,21 @@ pub trait Watcher {
 
 /// Lets `watcher` tick until a signal, the duration, the target's exit or
 /// exec, or the probes' removal. With `family`, says at once when a child
-/// the target forked is killed by a signal. With `follow`, probes what its
-/// patterns match in the libraries the target loads, as it sees them at
-/// each check (no rendezvous: a library's first calls may come before).
+/// the target forked is killed by a signal. With `libraries`, probes what
+/// its patterns match in the libraries the target loads, as a group's
+/// member does ([`Libraries`]): at the dynamic linker's rendezvous, where
+/// tp's probe is among `attached`'s (a thread that arrives there is
+/// answered between two ticks), else as tp sees them at each check.
 pub fn observe(
     attached: &mut Attached,
     duration: Option<Duration>,
     watcher: &mut dyn Watcher,
     family: Option<&mut Family>,
-    follow: Option<&mut Follow>,
+    libraries: Option<&mut Libraries>,
 ) -> Result<End> {
-    let end = run(&mut Single { attached: &mut *attached, watcher: &mut *watcher, family, follow }, duration);
+    let next_tick = Instant::now() + watcher.pause();
+    let mut single = Single { attached: &mut *attached, watcher: &mut *watcher, family, libraries, next_tick };
+    let end = run(&mut single, duration);
     // What the probes produced since the last tick (a call that returned
     // just before the signal) is consumed too, while the probes are in.
     let last = match end {
@@ -135,7 +146,32 @@ struct Single<'a, 'w> {
     attached: &'a mut Attached,
     watcher: &'a mut (dyn Watcher + 'w),
     family: Option<&'a mut Family>,
-    follow: Option<&'a mut Follow>,
+    libraries: Option<&'a mut Libraries>,
+    /// When the watcher ticks next.
+    next_tick: Instant,
+}
+
+/// The one attached process of [`observe`] as [`Libraries`] sees it: new
+/// probes go into its attach, and the watcher hears of them.
+struct Grown<'a, 'w> {
+    attached: &'a mut Attached,
+    watcher: &'a mut (dyn Watcher + 'w),
+}
+
+impl Probes for Grown<'_, '_> {
+    fn rendezvous(&self) -> Option<&Region> {
+        self.attached.has_rendezvous().then_some(&self.attached.region)
+    }
+
+    fn drop_unloaded(&mut self, maps: &[Mapping]) -> Result<()> {
+        self.attached.drop_unloaded(maps).map(|_| ())
+    }
+
+    fn install(&mut self, modules: &ProcessModules, found: Vec<Found>) -> Result<(usize, usize)> {
+        let added = self.attached.extend(modules, found)?;
+        self.watcher.grown(self.attached);
+        Ok(added)
+    }
 }
 
 impl Observed for Single<'_, '_> {
@@ -149,11 +185,9 @@ impl Observed for Single<'_, '_> {
                 });
             }
         }
-        if let Some(f) = self.follow.as_deref_mut()
-            && f.watching()
-            && f.code_changed()
-        {
-            grow(self.attached, f, self.watcher);
+        if let Some(libs) = self.libraries.as_deref_mut() {
+            let pid = self.attached.pid;
+            libs.check(pid, &mut Grown { attached: &mut *self.attached, watcher: &mut *self.watcher });
         }
         if !self.attached.still_installed() {
             return Ok(Some(End::Removed));
@@ -170,41 +204,29 @@ impl Observed for Single<'_, '_> {
         CHECK_EVERY
     }
 
+    /// Waits until the next tick, or until a thread arrives at the
+    /// rendezvous while it is armed, and answers it; ticks when it is time.
     fn step(&mut self) -> Result<()> {
-        std::thread::sleep(self.watcher.pause());
-        self.watcher.tick(self.attached)
-    }
-}
-
-/// Lets go of the probes of libraries `attached`'s process unloaded, and
-/// probes what `follow`'s patterns match in those it loaded; says so.
-fn grow(attached: &mut Attached, follow: &mut Follow, watcher: &mut dyn Watcher) {
-    let pid = attached.pid;
-    let Ok(maps) = crate::process::read_maps(pid) else { return };
-    let _ = attached.drop_unloaded(&maps);
-    let Ok(Some(follow::Loaded { modules, found, names })) = follow.new_functions(&maps) else { return };
-    if found.is_empty() {
-        return;
-    }
-    let started = Instant::now();
-    let said = match attached.extend(&modules, found) {
-        Ok((added, refused)) => {
-            watcher.grown(attached);
-            let skipped = if refused > 0 { format!(" ({refused} cannot be probed)") } else { String::new() };
-            format!(
-                "tp: process {pid} loaded {}: probed {added} more function{} in {:.1} ms{skipped}",
-                crate::escape::text(&names.join(", ")),
-                if added == 1 { "" } else { "s" },
-                started.elapsed().as_secs_f64() * 1e3
-            )
+        let left = self.next_tick.saturating_duration_since(Instant::now());
+        // (Looked for among the probes only while libraries are followed.)
+        let following = self.libraries.as_ref().is_some_and(|l| l.follow.is_some());
+        let has_rendezvous = following && self.attached.has_rendezvous();
+        match has_rendezvous.then_some(&self.attached.region).filter(|r| rendezvous::armed(r)) {
+            Some(region) => rendezvous::wait_for_arrival(region, left),
+            None => std::thread::sleep(left),
         }
-        Err(e) => format!(
-            "tp: process {pid} loaded {}; cannot probe it: {}",
-            crate::escape::text(&names.join(", ")),
-            crate::escape::text(&format!("{e:#}"))
-        ),
-    };
-    watcher.suspended(&mut || crate::say!("{said}"));
+        if has_rendezvous && let Some(libs) = self.libraries.as_deref_mut() {
+            let pid = self.attached.pid;
+            libs.serve(pid, &mut Grown { attached: &mut *self.attached, watcher: &mut *self.watcher });
+        }
+        if Instant::now() < self.next_tick {
+            return Ok(());
+        }
+        let at = Instant::now();
+        let ticked = self.watcher.tick(self.attached);
+        self.next_tick = at + self.watcher.pause();
+        ticked
+    }
 }
 
 /// Live counts on stderr, and the events of a tracer if there is one.

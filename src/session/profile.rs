@@ -22,7 +22,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-use super::follow::{self, Follow};
+use super::follow;
+use super::libraries::Libraries;
 use super::observe::Watcher;
 use super::{Attached, Detached, Options, Selection};
 use crate::events::clock::Clock;
@@ -49,30 +50,47 @@ pub fn selection(funcs: Vec<String>, samples_per_epoch: u32) -> Selection {
 }
 
 /// Attaches `tp profile`'s probes to `opts.pid`. Patterns that name a
-/// library the process has not loaded wait for it, the session probing
-/// them when it sees the library loaded (no rendezvous: its first calls
-/// may come before); the others resolve strictly, and one of them must
-/// match now.
-pub fn attach(opts: &Options) -> Result<(Attached, Option<Follow>)> {
+/// library the process has not loaded wait for it as `tp attach`'s do
+/// ([`super::group::Group::attach`]): tp's probe at the dynamic linker's
+/// rendezvous goes in beside the others, and the session
+/// ([`super::observe::observe`] with the [`Libraries`] returned) probes the
+/// library there, before its first call; the other patterns resolve
+/// strictly. Where the process has no rendezvous (a static program), tp
+/// looks for libraries at each check, and one pattern must match now.
+pub fn attach(opts: &Options) -> Result<(Attached, Libraries)> {
     let pid = opts.pid;
     process::check_attachable(pid)?;
     let maps = process::read_maps(pid)?;
     let modules = ProcessModules::new(pid, &maps)?;
-    if follow::waiting_for_libraries(&modules, &opts.selection.funcs)?.is_empty() {
-        return Ok((Attached::attach(opts)?, None));
+    let later = follow::waiting_for_libraries(&modules, &opts.selection.funcs)?;
+    if later.is_empty() {
+        return Ok((Attached::attach(opts)?, Libraries::new(None)));
     }
-    // (No rendezvous probe: the profile's loop does not serve one.)
-    let (attached, follow, waiting) = Attached::attach_following(opts, &modules, None, None)?;
+    if later.len() == opts.selection.funcs.len()
+        && let Some(why) = super::rendezvous::missing(pid, &modules)
+    {
+        let (names, them) = match later.len() {
+            1 => ("names a library", "it"),
+            _ => ("name libraries", "them"),
+        };
+        bail!(
+            "no function to profile now: {} {names} process {pid} has not loaded, and tp cannot wait for {them} at \
+             the dynamic linker's rendezvous: {why}; profile a function it has loaded, or once the library is loaded",
+            later.iter().map(|f| format!("`{}`", crate::escape::text(f))).collect::<Vec<_>>().join(", "),
+        );
+    }
+    let (attached, follow, waiting) =
+        Attached::attach_following(opts, &modules, None, Some(super::observe::CHECK_EVERY))?;
     let Some(attached) = attached else {
         bail!(
-            "{}; tp profile needs a function to profile now (`tp attach` and `tp run` wait for a library)",
+            "{}; without the dynamic linker's rendezvous tp profile needs a function to profile now",
             waiting.join("; ")
         );
     };
     for w in &waiting {
-        crate::say!("tp: {}; tp profiles it once it sees the process load it", crate::escape::text(w));
+        crate::say!("tp: {}; tp profiles it when the process loads it", crate::escape::text(w));
     }
-    Ok((attached, Some(follow)))
+    Ok((attached, Libraries::new(Some(follow))))
 }
 
 /// Adapts the sampling at every epoch and sums the sampled latencies.
@@ -164,6 +182,10 @@ impl Watcher for Profiler {
             self.position.insert(i, self.idx.len() + k);
         }
         self.sampler.add(&attached.region, &new);
+        // A library loaded again: its probes sample as before from its first call.
+        if let Err(e) = self.sampler.reinstalled(&attached.region) {
+            crate::say!("tp: process {}: cannot sample a library loaded again: {e:#}", attached.pid);
+        }
         self.at_start.extend(new.iter().map(|_| 0));
         self.latency.extend(new.iter().map(|_| Latency::default()));
         self.names.extend(names.into_iter().skip(self.idx.len()));

@@ -65,6 +65,12 @@ pub fn own_probes(
     }
 }
 
+/// Why process `pid` (whose modules are `modules`) has no rendezvous tp
+/// can probe, as the end of a sentence; None if it has one.
+pub fn missing(pid: i32, modules: &ProcessModules) -> Option<String> {
+    filters_allow(pid).and_then(|()| request(pid, modules)).err()
+}
+
 /// The address of `r_state` in process `pid`'s dynamic loader's `struct
 /// r_debug` (`r_version`, `r_map`, `r_brk`, `r_state`, each a word apart;
 /// musl's `struct debug` is laid out alike), if the loader's symbols say

@@ -121,3 +121,44 @@ fn a_static_musl_program_is_probed_from_its_first_instruction() {
     assert_eq!(hits_from_json(&json).get("foo"), Some(&3702), "{stderr}");
     assert!(stderr.contains("1 probe in before its first instruction"), "{stderr}");
 }
+
+/// `tp profile` of a musl program probes a library it loads at musl's
+/// rendezvous, as `tp run` and `tp attach` do (the same code): the one
+/// load probed before its initializer, every call counted.
+#[test]
+fn tp_profile_probes_a_library_a_musl_program_loads_at_its_rendezvous() {
+    let dir = built();
+    let _shared = shared();
+    let mut cmd = Command::new(dir.join("dlcycle"));
+    cmd.args(["300", "first"]);
+    let mut t = Target::spawn(cmd);
+    let pid = t.pid.to_string();
+    let session = Session::spawn(
+        "profile",
+        &["-p", &pid, "-f", "libloaded.so:loaded_work", "--json"],
+        &[],
+        Some("tp: profiling"),
+    );
+    t.send(b"\n");
+    let line = t.out.wait_for("calls=");
+    assert!(line.starts_with(&format!("calls={} checksum=ok ", (2..=301).sum::<u64>())), "{line}");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(t.quit().success());
+    assert_eq!(hits_from_json(&stdout).get("loaded_work"), Some(&301), "{stdout}\n{stderr}");
+    let at_rendezvous = "loaded libloaded.so: probed 1 more function at the dynamic linker's rendezvous";
+    assert_eq!(stderr.lines().filter(|l| l.contains(at_rendezvous)).count(), 1, "{stderr}");
+}
+
+/// A static program has no rendezvous: `tp profile` of nothing but a
+/// library it has not loaded is refused in one line that says why, and
+/// leaves nothing in it.
+#[test]
+fn tp_profile_of_a_library_a_static_program_lacks_is_refused() {
+    let t = Target::start_path(&built().join("counter-static"));
+    let pid = t.pid.to_string();
+    let line = expect_error(&["profile", "-p", &pid, "-f", "libnope.so:*"], "no function to profile now");
+    assert!(line.contains("`libnope.so:*` names a library") && line.contains("a static program"), "{line}");
+    assert!(!has_region(t.pid), "a refused profile leaves nothing");
+    assert!(t.quit().success());
+}

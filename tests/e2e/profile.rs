@@ -223,30 +223,38 @@ fn profile_errors_name_the_fix() {
     assert!(!has_region(t.pid));
 }
 
-/// A pattern naming a library the process has not loaded waits for it: the
-/// profile probes it when it sees the library loaded, and its calls from
-/// then on are counted exactly and timed; a library that is not loaded at
-/// all is still a profile of nothing, refused in one line.
+/// A pattern naming a library the process has not loaded waits for it, as
+/// in `tp attach` (one path for both, session/libraries.rs): the profile
+/// probes the library at the dynamic linker's rendezvous, before `dlopen`
+/// returns, and its calls from then on are counted exactly and timed; a
+/// library that is not loaded at all waits too, and is never found.
 #[test]
 #[cfg(target_arch = "x86_64")] // libuser and its libraries are built for the host only
 fn a_library_loaded_during_the_profile_is_profiled() {
     let mut t = Target::start("libuser");
-    let session = start(t.pid, &["-f", "libalpha:alpha_only", "-f", "libgamma:lib_work", "--json"]);
+    let mut session =
+        start(t.pid, &["-f", "libalpha:alpha_only", "-f", "libgamma:lib_work", "-f", "libnope:*", "--json"]);
     assert_eq!(t.ask("load gamma", "loaded"), "loaded gamma");
-    // The profile looks at the process's libraries every 100 ms.
-    let mut err = session;
-    let line = err.err.wait_for("tp: process");
-    assert!(line.contains("loaded libgamma.so: probed 1 more function"), "{line}");
+    // Probed before `dlopen` returned: the line is there already.
+    let line = session.err.wait_for("tp: process");
+    assert!(line.contains("loaded libgamma.so: probed 1 more function at the dynamic linker's rendezvous"), "{line}");
     let done = t.ask("call gamma 700", "done");
     assert!(done.ends_with("checksum=ok"), "{done}");
     t.ask("call only 30", "done");
-    let (stdout, _, stderr) = stop(err);
-    assert!(stderr.contains("no module `libgamma`"), "{stderr}");
+    let (stdout, _, stderr) = stop(session);
+    assert!(stderr.contains("no module `libgamma`") && stderr.contains("no module `libnope`"), "{stderr}");
+    assert!(stderr.contains("tp profiles it when the process loads it"), "{stderr}");
     let rows = rows(&stdout);
     assert_eq!(num(&rows["lib_work"], "hits"), 700, "{stdout}");
     assert_eq!(num(&rows["alpha_only"], "hits"), 30, "{stdout}");
     assert!(num(&rows["lib_work"], "timed") > 0, "{stdout}");
-    let pid = t.pid.to_string();
-    expect_error(&["profile", "-p", &pid, "-f", "libnope:*"], "tp profile needs a function to profile now");
+    let libraries = &one_process(&stdout)["libraries"];
+    assert_eq!(libraries.as_array().map(Vec::len), Some(1), "{stdout}");
+    let l = &libraries[0];
+    assert_eq!(
+        (&l["modules"][0], &l["probes"], &l["at"], &l["loads"]),
+        (&"libgamma.so".into(), &1.into(), &"rendezvous".into(), &1.into()),
+        "{stdout}"
+    );
     assert!(t.quit().success());
 }

@@ -109,9 +109,7 @@ impl Checker {
             assert!(p["lost_events"].as_u64().is_some(), "{what}: {p}");
             self.each(probe, &p["probes"], what);
             self.each("child", &p["children"], what);
-            if !profile {
-                self.each("library", &p["libraries"], what);
-            }
+            self.each("library", &p["libraries"], what);
             self.each("stacks", &p["stacks"], what);
             for s in p["stacks"].as_array().unwrap() {
                 self.each("stack", &s["stacks"], what);
