@@ -5,7 +5,8 @@
  * runs all along: the other threads run while one call is stepped.
  *
  * Commands:
- *   loop N    steploop(N) (N >= 1) -> "done loop N ret=R insns=E"
+ *   loop N    steploop(N) (N >= 1) -> "done loop N ret=R insns=E ns=T"
+ *             (E: the instructions the call executes; T: its time)
  *   nap MS    napper(MS): sleeps MS ms in a syscall -> "done nap MS"
  *   chain N   chain(N): calls leaf N times -> "done chain N sum=S"
  *   ticks     -> "done ticks ticks=T" (the ticker's rounds so far)
@@ -15,6 +16,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 int steploop(int n);
 
@@ -88,8 +90,12 @@ int main(void)
 	while (tp_read_command(line, sizeof line)) {
 		int n;
 		if (sscanf(line, "loop %d", &n) == 1 && n >= 1) {
+			struct timespec a, b;
+			clock_gettime(CLOCK_MONOTONIC, &a);
 			int r = steploop(n);
-			printf("done loop %d ret=%d insns=%llu\n", n, r, (unsigned long long)STEPLOOP_INSNS(n));
+			clock_gettime(CLOCK_MONOTONIC, &b);
+			long long ns = (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+			printf("done loop %d ret=%d insns=%llu ns=%lld\n", n, r, (unsigned long long)STEPLOOP_INSNS(n), ns);
 		} else if (sscanf(line, "nap %d", &n) == 1) {
 			napper(n);
 			printf("done nap %d\n", n);

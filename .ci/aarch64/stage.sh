@@ -64,7 +64,7 @@ VM_CPU=max,pauth-impdef=on TP_TEST_CPU=max TP_TEST_ATOMICS=lse $cargo test --rel
 step "e2e tests in the VM, -cpu cortex-a57"
 # The suites named are run (libtest's filters), except tests with "bti" in
 # their names.
-a57_suites=(attach:: aarch64:: events:: profile:: fork_events:: blocked:: stacks:: sites:: usdt::)
+a57_suites=(attach:: aarch64:: events:: profile:: fork_events:: blocked:: stacks:: sites:: usdt:: steps::)
 VM_CPU=cortex-a57 TP_TEST_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test --release "${target[@]}" --test e2e -- \
   --skip bti "${a57_suites[@]}"
 

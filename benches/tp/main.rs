@@ -8,7 +8,8 @@
 //!   --reps N     runs of every measurement (default 5)
 //!   --smoke      one short run of everything, to check that it works (CI)
 //!   --only LIST  sections to run, comma-separated:
-//!                hit,steps,attach,large,real,profile,toggle,dlopen
+//!                hit,steps,attach,large,real,profile,toggle,dlopen,
+//!                stepping (`--steps`: a call stepped with ptrace)
 //!                (large: 100,000 and 250,000 probes on programs it
 //!                generates; not run unless named)
 //!   --no-peers   tp only
@@ -33,6 +34,7 @@ mod real;
 mod report;
 mod server;
 mod stats;
+mod stepping;
 mod steps;
 mod toggle;
 
@@ -55,7 +57,7 @@ struct Options {
     matching: Option<String>,
 }
 
-const SECTIONS: [&str; 8] = ["steps", "attach", "large", "real", "profile", "toggle", "dlopen", "hit"];
+const SECTIONS: [&str; 9] = ["steps", "attach", "large", "real", "profile", "toggle", "dlopen", "stepping", "hit"];
 
 fn options() -> Result<Options> {
     let mut o = Options {
@@ -161,6 +163,9 @@ fn run() -> Result<bool> {
     }
     if on("dlopen") {
         ok &= dlopen_section(&env, &mut r);
+    }
+    if on("stepping") {
+        ok &= stepping_section(&env, &mut r);
     }
     if on("hit") {
         ok &= hit_section(&env, &o, &mut r);
@@ -382,6 +387,24 @@ fn dlopen_section(env: &Env, r: &mut Results) -> bool {
             }
             Err(e) => {
                 eprintln!("dlopen: {e:#}");
+                ok = false;
+            }
+        }
+    }
+    ok
+}
+
+fn stepping_section(env: &Env, r: &mut Results) -> bool {
+    let iterations = if env.smoke { 1_000 } else { 100_000 };
+    let mut ok = true;
+    for _ in 0..env.reps {
+        match stepping::measure(env, iterations) {
+            Ok(row) => {
+                eprintln!("stepping: {} instructions, {:.0} per second, {:.0} times slower", row.0, row.1, row.2);
+                r.stepping.push(row);
+            }
+            Err(e) => {
+                eprintln!("stepping: {e:#}");
                 ok = false;
             }
         }

@@ -102,6 +102,8 @@ pub struct Results {
     /// µs per load, call and unload of a library, for each way of
     /// [`crate::dlopen::HOW`], per run.
     pub dlopen: Vec<Vec<f64>>,
+    /// A call stepped with `--steps`, per run.
+    pub stepping: Vec<crate::stepping::Row>,
     /// The floor, once per repetition of the hit-cost runs.
     pub floor: Vec<Floor>,
     /// Sections or peers skipped, and why.
@@ -168,6 +170,7 @@ impl Results {
         crate::server::markdown(&self.server, o);
         self.toggle(o);
         self.dlopen(o);
+        self.stepping(o);
         out
     }
 
@@ -494,6 +497,21 @@ impl Results {
             };
             let _ = writeln!(o, "| {what} | {} | {extra} |", show(of(i)));
         }
+        o.push('\n');
+    }
+
+    fn stepping(&self, o: &mut String) {
+        let Some(&(insns, ..)) = self.stepping.first() else { return };
+        let _ = writeln!(o, "### A call stepped instruction by instruction (`--steps`)\n");
+        let _ = writeln!(
+            o,
+            "| `steploop`: {insns} instructions | instructions stepped per second | times slower than unprobed |"
+        );
+        let _ = writeln!(o, "|---|---|---|");
+        let rate = Spread::of(&self.stepping.iter().map(|r| r.1).collect::<Vec<_>>());
+        let slower = Spread::of(&self.stepping.iter().map(|r| r.2).collect::<Vec<_>>());
+        let _ =
+            writeln!(o, "| ptrace (PTRACE_SINGLESTEP, a wait, PTRACE_GETREGS) | {} | {} |", show(rate), show(slower));
         o.push('\n');
     }
 

@@ -126,6 +126,11 @@ impl Checker {
                 self.each("counted block", &b["blocks"], what);
                 self.each("counted line", &b["lines"], what);
             }
+            self.each("steps", &p["steps"], what);
+            for s in p["steps"].as_array().unwrap() {
+                self.each("step line", &s["lines"], what);
+                self.each("executed", &s["executed"], what);
+            }
         }
         self.each("total", &v["total"], what);
     }
@@ -173,6 +178,18 @@ fn every_subcommands_json_has_the_documented_shape() {
     assert!(status.success(), "{stderr}");
     let docs = check.stdout(&stdout, "attach --blocks");
     assert!(!docs[0]["processes"][0]["blocks"][0]["blocks"].as_array().unwrap().is_empty(), "{stdout}");
+    drop(t);
+
+    // attach --steps: a stepped call, its lines and instructions.
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "--steps", "-f", "chain", "--json"]);
+    t.ask("chain 2", "done chain");
+    session.err.wait_for("tp: stepped a call");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let docs = check.stdout(&stdout, "attach --steps");
+    assert!(!docs[0]["processes"][0]["steps"][0]["lines"].as_array().unwrap().is_empty(), "{stdout}");
     drop(t);
 
     // attach, three processes, stacks: the same shapes, pid on every event.
