@@ -106,8 +106,9 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 4096, requires = "stack",
           value_parser = clap::value_parser!(u32).range(64..=16384))]
     pub stack_size: u32,
-    /// Write the stacks as folded lines (flamegraph.pl, speedscope) as the results: `--format folded`.
-    #[arg(long, requires = "stack")]
+    /// Write the stacks (or, with --steps, the stepped calls' instructions by call path) as
+    /// folded lines (flamegraph.pl, speedscope) as the results: `--format folded`.
+    #[arg(long)]
     pub folded: bool,
     /// Record only calls whose integer arguments (by name or arg0..arg5)
     /// and return value (`ret`) satisfy EXPR: `==` `!=` `<` `<=` `>` `>=` `&&` `||` `!`,
@@ -523,7 +524,10 @@ mod tests {
         };
         assert_eq!((a.probe.stack.as_deref(), a.probe.stack_size, a.probe.folded), (Some("dwarf"), 8192, true));
         assert!(parse("tp attach -p 1 -f foo --stack=lbr").is_err());
-        assert!(parse("tp attach -p 1 -f foo --folded").is_err(), "--folded needs --stack");
+        assert!(
+            parse("tp attach -p 1 -f foo --folded").is_ok(),
+            "--folded is checked with the other options (--stack or --steps)"
+        );
         assert!(parse("tp attach -p 1 -f foo --stack --stack-depth 500").is_err());
     }
 

@@ -70,8 +70,9 @@ pub fn options(
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     match format {
-        Format::Svg | Format::Folded if stack.is_none() => bail!(
-            "a {} shows stacks: add --stack (or --stack=dwarf for code built without frame pointers)",
+        Format::Svg | Format::Folded if stack.is_none() && probe.steps.is_none() => bail!(
+            "a {} shows stacks: add --stack (or --stack=dwarf for code built without frame pointers), or the \
+             instructions of stepped calls: add --steps",
             if format == Format::Svg { "flame graph" } else { "folded output" }
         ),
         Format::Chrome if k & (kind::ARGS | kind::RET) == 0 => {

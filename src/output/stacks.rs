@@ -80,10 +80,15 @@ pub fn folded(all: &[ProbeStacks]) -> Vec<String> {
 
 /// Writes the flame graph of `all` as an SVG to `out`.
 pub fn flame_svg(out: &mut impl Write, all: &[ProbeStacks], title: &str) -> io::Result<()> {
-    let lines = folded(all);
+    flame_svg_of(out, &folded(all), title, "calls")
+}
+
+/// Writes the flame graph of the folded `lines`, each weighted in
+/// `count_name`, as an SVG to `out`.
+pub fn flame_svg_of(out: &mut impl Write, lines: &[String], title: &str, count_name: &str) -> io::Result<()> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
-    opts.count_name = "calls".into();
+    opts.count_name = count_name.into();
     if lines.is_empty() {
         // inferno refuses an empty graph; an empty one says so.
         opts.title = format!("{title}: no stacks recorded");

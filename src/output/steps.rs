@@ -5,7 +5,7 @@
 
 use std::io::{self, Write};
 
-use super::json::Obj;
+use super::json::{self, Obj};
 use super::thousands;
 use crate::escape::text;
 
@@ -38,6 +38,9 @@ pub struct SteppedCall {
     /// Each instruction executed: (address, `function+offset`, source line
     /// or "", times executed), the busiest first.
     pub hot: Vec<(u64, String, String, u64)>,
+    /// The instructions by call path, outermost first (`chain;leaf`), in
+    /// the order the call first reached each path.
+    pub by_path: Vec<(Vec<String>, u64)>,
 }
 
 /// Writes each stepped call.
@@ -83,6 +86,59 @@ pub fn write_text(out: &mut impl Write, calls: &[SteppedCall]) -> io::Result<()>
     Ok(())
 }
 
+/// Folded lines (flamegraph.pl, speedscope) of the stepped calls: each
+/// call path, outermost first, weighted by the instructions executed there.
+pub fn folded(calls: &[SteppedCall]) -> Vec<String> {
+    let mut lines = Vec::new();
+    for c in calls {
+        for (path, n) in &c.by_path {
+            let names: Vec<String> = path.iter().map(|n| text(n).replace(';', "_")).collect();
+            lines.push(format!("{} {n}", names.join(";")));
+        }
+    }
+    lines
+}
+
+/// Where an instruction of a stepped call is, for [`call_paths`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A function's first instruction.
+    Entry,
+    /// Further into a function.
+    Body,
+    /// In no function the symbols name (a PLT stub).
+    Stub,
+}
+
+/// Where each instruction of a stepped call ran, as a call path: `names`
+/// holds the function (or the stub's name) of each instruction, in order,
+/// and its [`Place`]. A function's first instruction is a call from the
+/// path so far (a recursion too); reaching a function already on the path
+/// returns to it; entering a stub calls it; any other change of function
+/// is a jump (the path's last function replaced).
+pub fn call_paths(names: impl IntoIterator<Item = (String, Place)>) -> Vec<(Vec<String>, u64)> {
+    let mut path: Vec<String> = Vec::new();
+    let mut out: Vec<(Vec<String>, u64)> = Vec::new();
+    let mut index: std::collections::HashMap<Vec<String>, usize> = std::collections::HashMap::new();
+    for (name, place) in names {
+        match place {
+            Place::Entry => path.push(name),
+            _ if path.last() == Some(&name) => {}
+            _ => match path.iter().rposition(|n| *n == name) {
+                Some(k) => path.truncate(k + 1),
+                None if place == Place::Stub || path.is_empty() => path.push(name),
+                None => *path.last_mut().expect("not empty") = name,
+            },
+        }
+        let i = *index.entry(path.clone()).or_insert_with(|| {
+            out.push((path.clone(), 0));
+            out.len() - 1
+        });
+        out[i].1 += 1;
+    }
+    out
+}
+
 /// The end of a trace as the text says it.
 fn end_text(end: &str) -> String {
     match end.split_once(' ') {
@@ -108,6 +164,12 @@ pub fn to_json(c: &SteppedCall) -> String {
         .num("steps_in_tp", c.in_tp)
         .str("path", &c.path)
         .list("lines", c.lines.iter().map(|(l, n)| Obj::new().str("line", l).num("instructions", *n).finish()))
+        .list(
+            "paths",
+            c.by_path.iter().map(|(p, n)| {
+                Obj::new().list("path", p.iter().map(|f| json::string(f))).num("instructions", *n).finish()
+            }),
+        )
         .list(
             "executed",
             c.hot.iter().map(|(a, at, line, n)| {
@@ -173,6 +235,31 @@ mod tests {
     }
 
     #[test]
+    fn call_paths_follow_calls_returns_and_jumps() {
+        use Place::*;
+        let steps = [
+            ("main", Entry),
+            ("main", Body),
+            ("f", Entry), // a call
+            ("plt", Stub),
+            ("plt", Stub),
+            ("g", Entry), // through a stub
+            ("g", Body),
+            ("main", Body), // back
+            ("f", Entry),
+            ("f", Entry), // recursion
+            ("f", Body),
+            ("h", Body), // a jump into h's body
+            ("main", Body),
+        ];
+        let paths = call_paths(steps.iter().map(|(n, e)| (n.to_string(), *e)));
+        let show: Vec<(String, u64)> = paths.iter().map(|(p, n)| (p.join(";"), *n)).collect();
+        let want =
+            [("main", 4), ("main;f", 2), ("main;f;plt", 2), ("main;f;plt;g", 2), ("main;f;f", 2), ("main;f;h", 1)];
+        assert_eq!(show, want.map(|(p, n)| (p.to_string(), n)));
+    }
+
+    #[test]
     fn json_names_every_part() {
         let c = SteppedCall {
             func: "steploop".into(),
@@ -185,14 +272,11 @@ mod tests {
             path: "a.c:1".into(),
             lines: vec![("a.c:1".into(), 5)],
             hot: vec![(0x1000, "steploop+0x0".into(), "a.c:1".into(), 5)],
+            by_path: vec![(vec!["steploop".into()], 5)],
         };
+        assert_eq!(folded(std::slice::from_ref(&c)), ["steploop 5"]);
         let j = to_json(&c);
-        for part in [
-            "\"instructions\":5",
-            "\"end\":\"returned\"",
-            "\"address\":\"0x1000\"",
-            &crate::output::json::string("a.c:1"),
-        ] {
+        for part in ["\"instructions\":5", "\"end\":\"returned\"", "\"address\":\"0x1000\"", &json::string("a.c:1")] {
             assert!(j.contains(part), "{part} in {j}");
         }
         let mut out = Vec::new();

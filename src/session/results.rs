@@ -37,6 +37,7 @@ pub fn write(
     let mut out = output.sink.clone();
     let stacks: Vec<crate::output::stacks::ProbeStacks> =
         reports.iter().flat_map(|r| r.stacks.iter().cloned()).collect();
+    let steps: Vec<crate::output::steps::SteppedCall> = reports.iter().flat_map(|r| r.steps.iter().cloned()).collect();
     match opts.format {
         Format::Text => {
             let hidden = report::write_text(&mut out, reports, opts.view)?;
@@ -47,9 +48,14 @@ pub fn write(
             std::io::Write::write_all(&mut out, format!("{doc}\n").as_bytes())?;
         }
         Format::Folded => {
-            for line in crate::output::stacks::folded(&stacks) {
+            for line in crate::output::stacks::folded(&stacks).into_iter().chain(crate::output::steps::folded(&steps)) {
                 std::io::Write::write_all(&mut out, format!("{line}\n").as_bytes())?;
             }
+        }
+        Format::Svg if !steps.is_empty() => {
+            let lines = crate::output::steps::folded(&steps);
+            crate::output::stacks::flame_svg_of(&mut out, &lines, "tp: stepped calls", "instructions")
+                .context("writing the flame graph")?
         }
         Format::Svg => crate::output::stacks::flame_svg(&mut out, &stacks, "tp").context("writing the flame graph")?,
         Format::Chrome | Format::OpenMetrics | Format::Prometheus => {}

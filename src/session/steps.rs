@@ -21,7 +21,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::attached::Attached;
-use crate::output::steps::{SteppedCall, fold_path};
+use crate::output::steps::{Place, SteppedCall, fold_path};
 use crate::probe::layout::{self, StepHandoff, kind};
 use crate::probe::step;
 use crate::process::step::{Job, Trace};
@@ -260,6 +260,18 @@ fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) ->
     let mut hot: Vec<(u64, String, String, u64)> =
         counts.iter().map(|(&pc, &n)| (pc, sym.frame(pc, false).text(), line_of[&pc].clone(), n)).collect();
     hot.sort_by(|a, b| b.3.cmp(&a.3).then(a.0.cmp(&b.0)));
+    let mut names: HashMap<u64, (String, Place)> = HashMap::new();
+    for &pc in counts.keys() {
+        let f = sym.frame(pc, false);
+        let named = match (&f.function, f.offset) {
+            (Some(name), 0) => (name.clone(), Place::Entry),
+            (Some(name), _) => (name.clone(), Place::Body),
+            // A stub is named by its module alone: its instructions are one.
+            (None, _) => (format!("[{}]", f.module.as_deref().unwrap_or("?")), Place::Stub),
+        };
+        names.insert(pc, named);
+    }
+    let by_path = crate::output::steps::call_paths(trace.pcs.iter().map(|pc| names[pc].clone()));
     SteppedCall {
         func,
         module,
@@ -271,5 +283,6 @@ fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) ->
         path: fold_path(&path, PATH_ITEMS),
         lines,
         hot,
+        by_path,
     }
 }

@@ -129,6 +129,7 @@ impl Checker {
             self.each("steps", &p["steps"], what);
             for s in p["steps"].as_array().unwrap() {
                 self.each("step line", &s["lines"], what);
+                self.each("step path", &s["paths"], what);
                 self.each("executed", &s["executed"], what);
             }
         }

@@ -162,3 +162,29 @@ fn a_stepped_call_outlives_tp_interrupted_or_killed() {
         assert!(t.quit().success(), "the program outlived tp (killed: {kill})");
     }
 }
+
+#[test]
+fn folded_output_weighs_each_call_path_by_its_instructions() {
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "chain", "--steps", "--folded"]);
+    t.ask("chain 4", "done chain");
+    let said = session.err.wait_for("tp: stepped a call of chain");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let instructions: u64 =
+        said.rsplit(": ").next().unwrap().trim_end_matches(" instructions").replace(',', "").parse().unwrap();
+    let lines: Vec<(&str, u64)> = stdout
+        .lines()
+        .map(|l| {
+            let (path, n) = l.rsplit_once(' ').unwrap_or_else(|| panic!("not a folded line: {l:?}"));
+            (path, n.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(lines.iter().map(|(_, n)| n).sum::<u64>(), instructions, "{stdout}");
+    assert_eq!(lines.iter().map(|(p, _)| *p).collect::<Vec<_>>(), ["chain", "chain;leaf"], "{stdout}");
+    // leaf's instructions, four calls' worth.
+    assert_eq!(lines[1].1 % 4, 0, "{stdout}");
+    assert_code_is_original(&t, &["chain"]);
+    assert!(t.quit().success());
+}
