@@ -396,8 +396,21 @@ impl Stepper<'_> {
             return Ok(true);
         }
         ptrace::cont(self.tid, 0)?;
+        // Bounded: a trap the kernel took back meanwhile never comes.
+        let until = Instant::now() + SYSCALL_WAIT;
         loop {
-            match ptrace::wait(self.tid)? {
+            let waited = match ptrace::try_wait(self.tid)? {
+                Some(w) => w,
+                None if Instant::now() < until => {
+                    std::thread::sleep(Duration::from_micros(200));
+                    continue;
+                }
+                None => {
+                    ptrace::interrupt(self.tid)?;
+                    return self.settle();
+                }
+            };
+            match waited {
                 Wait::Gone => return Ok(false),
                 // Dropped: the detach does not deliver it.
                 Wait::Signal(libc::SIGTRAP) => return Ok(true),
