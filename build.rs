@@ -85,6 +85,8 @@ const TARGETS: &[Target] = &[
         arch: Some("aarch64"),
         ..c("", &["-fPIE", "-pie", "-DTP_BTI", "-mbranch-protection=standard", "-fno-toplevel-reorder"])
     },
+    // A call tree whose shape and sleeps are known: self times (tests/e2e/profile.rs).
+    Target { name: "nested", sources: &["nested.c"], ..c("", &["-fPIE", "-pie"]) },
     // A program for `tp run` and --follow-exec: its own count of calls, its exit status or signal.
     Target { name: "launched", sources: &["launched.c"], ..c("", &["-fPIE", "-pie"]) },
     // Forks while return probes are live: parent and child return through the same frames.

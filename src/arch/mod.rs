@@ -601,6 +601,8 @@ pub struct RuntimeLayout {
     pub frame_tramp: u32,
     /// See [`RuntimeLayout::frame_slot`].
     pub frame_overhead: u32,
+    /// See [`RuntimeLayout::frame_slot`].
+    pub frame_children: u32,
     /// A shadow frame's size, a power of two.
     pub frame_size: u32,
     /// In a ring slot: the next event to write, the `head` at which the

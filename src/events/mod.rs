@@ -42,8 +42,9 @@ pub struct RawEvent {
     /// entry had an event of [`event_kind::ARGS_MORE`] before it, else 0:
     /// AArch64's seventh and eighth, Go's seventh to ninth on x86-64). Exit:
     /// return value, entry counter value, second return register, counter
-    /// ticks tp spent inside the call, and nonzero for a tail call (the
-    /// call left by a jump to another function: no return value).
+    /// ticks tp spent inside the call, nonzero for a tail call (the
+    /// call left by a jump to another function: no return value), and the
+    /// ticks of the timed calls it made ([`RawEvent::self_from`]).
     pub v: [u64; ARG_WORDS],
     /// The words of the stack recorded with it (`--stack`): where they
     /// start in the drain's word buffer and how many there are.
@@ -90,6 +91,20 @@ impl RawEvent {
             _ => self.v[1],
         }
     }
+
+    /// For exits, [`RawEvent::timed_from`] moved later by the durations of
+    /// the timed calls made while this call was the innermost timed call
+    /// live on its thread (its timed callees, or deeper calls whose
+    /// callers in between were not timed), never past the exit: from there
+    /// to [`RawEvent::tsc`] is the call's self time. Each of those calls'
+    /// own durations is in its own exit event, so the self times of a
+    /// thread's timed calls add up to the durations of its outermost ones.
+    pub fn self_from(&self) -> u64 {
+        match self.kind {
+            Kind::Exit => self.timed_from().saturating_add(self.v[5]).min(self.tsc),
+            _ => self.timed_from(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -104,6 +119,10 @@ mod tests {
         let nested = RawEvent { v: [5, 90, 0, 4, 0, 0, 0, 0, 0], ..r };
         assert_eq!(nested.timed_from(), 94, "tp's own ticks inside the call do not count");
         assert_eq!(RawEvent { v: [5, 90, 0, 40, 0, 0, 0, 0, 0], ..r }.timed_from(), 100, "never after the exit");
+        let parent = RawEvent { v: [5, 90, 0, 4, 0, 3, 0, 0, 0], ..r };
+        assert_eq!(parent.self_from(), 97, "after tp's ticks and the timed callees' durations");
+        assert_eq!(RawEvent { v: [5, 90, 0, 4, 0, 30, 0, 0, 0], ..r }.self_from(), 100, "never after the exit");
+        assert_eq!(RawEvent { v: [5, 90, 0, 0, 0, u64::MAX, 0, 0, 0], ..r }.self_from(), 100, "untrusted words");
         assert!(RawEvent::decode(&layout::Event { probe: 9 << 24, ..e }, 12).is_none());
         assert!(RawEvent::decode(&layout::Event { probe: 4 << 24, ..e }, 12).is_none(), "joined by the drain");
     }

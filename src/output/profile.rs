@@ -24,6 +24,9 @@ pub struct Row {
     pub address: u64,
     /// The sampled calls' latencies.
     pub latency: Latency,
+    /// The same calls' self times: without the time of the timed calls
+    /// made inside them ([`crate::session::profile`] says which).
+    pub own: Latency,
     /// Calls counted (all of them).
     pub calls: u64,
 }
@@ -53,10 +56,21 @@ impl Report {
         p.calls as f64 * p.latency.avg_ns() as f64
     }
 
+    /// Its self time: its calls times the mean self time of those
+    /// sampled, in ns.
+    fn own_time(p: &Row) -> f64 {
+        p.calls as f64 * p.own.avg_ns() as f64
+    }
+
     /// Its share of the profile's wall-clock time: above 1 only with
     /// several threads.
     fn share(&self, p: &Row) -> f64 {
         Self::time(p) / (self.elapsed * 1e9).max(1.0)
+    }
+
+    /// The share of its self time.
+    fn own_share(&self, p: &Row) -> f64 {
+        Self::own_time(p) / (self.elapsed * 1e9).max(1.0)
     }
 
     /// The rows by time, then calls (as integers, for [`View::pick`]).
@@ -79,22 +93,24 @@ pub fn write(r: &Report, format: Format, view: View, out: &mut impl Write) -> io
     let w = super::table::width(order.iter().map(|&k| profiles[k].func.as_str()), 8, 48);
     writeln!(
         out,
-        "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>6}",
-        "FUNCTION", "TIMED", "HITS", "AVG", "P50", "P99", "TIME%"
+        "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>10}  {:>6}  {:>6}",
+        "FUNCTION", "TIMED", "HITS", "AVG", "P50", "P99", "SELF", "TIME%", "SELF%"
     )?;
     for &k in &order {
         let p = &profiles[k];
         let ns = |v: u64| if p.latency.count > 0 { duration(v) } else { "-".into() };
         writeln!(
             out,
-            "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>5.1}%",
+            "{:<w$}  {:>9}  {:>14}  {:>10}  {:>10}  {:>10}  {:>10}  {:>5.1}%  {:>5.1}%",
             super::table::fit(&p.func, w),
             thousands(p.latency.count),
             thousands(p.calls),
             ns(p.latency.avg_ns()),
             ns(p.latency.quantile_ns(0.5)),
             ns(p.latency.quantile_ns(0.99)),
-            100.0 * r.share(p)
+            ns(p.own.avg_ns()),
+            100.0 * r.share(p),
+            100.0 * r.own_share(p)
         )?;
     }
     let ran = profiles.len() - quiet;
@@ -125,7 +141,10 @@ pub fn document(r: &Report, view: View) -> String {
     let order = view.pick_all(&r.rows, Report::key);
     let rows = order.iter().map(|&k| {
         let p = &r.rows[k];
-        report::row_json(&stat(p), Some(&p.latency)).num("time_share", format!("{:.4}", r.share(p))).finish()
+        own_json(report::row_json(&stat(p), Some(&p.latency)), p)
+            .num("time_share", format!("{:.4}", r.share(p)))
+            .num("self_share", format!("{:.4}", r.own_share(p)))
+            .finish()
     });
     let process = Obj::new()
         .num("pid", r.pid)
@@ -144,4 +163,11 @@ pub fn document(r: &Report, view: View) -> String {
         report::counts_json(o, p.calls, None, Some(&p.latency)).finish()
     });
     report::document_with("profile", Some(r.elapsed), [process], total)
+}
+
+/// A row's self times: the sum and mean over its timed calls (null
+/// without any).
+fn own_json(o: Obj, p: &Row) -> Obj {
+    let ns = |v: u64| (p.own.count > 0).then_some(v);
+    o.opt("self_total_ns", ns(p.own.total_ns)).opt("self_avg_ns", ns(p.own.avg_ns()))
 }

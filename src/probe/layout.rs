@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 19;
+pub const VERSION: u32 = 20;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -595,8 +595,11 @@ shared_struct! {
         /// (x86-64), or where it is not known (see the architecture's
         /// runtime.h).
         pub ra_at: u64,
-        /// Padding.
-        pub pad2: u64,
+        /// Ticks of the timed calls that ended while this frame was the
+        /// thread's innermost live one (each call's own duration, without
+        /// tp's work): the time of its call spent in timed calls it made,
+        /// sent with its exit ([`Event::v`]) so that tp knows its self time.
+        pub children: u64,
     }
 }
 
@@ -629,16 +632,18 @@ shared_struct! {
     pub struct GoFrame as "tp_go_frame" {
         /// Bytes from the top of the goroutine's stack (`g.stack.hi`) down
         /// to the call's slot (where its return address is; AArch64: the
-        /// word below the entry stack pointer).
-        pub off: u64,
+        /// word below the entry stack pointer): below 1 GB, Go's largest
+        /// stack.
+        pub off: u32,
+        /// Probe index.
+        pub probe: u32,
         /// Timestamp at entry.
         pub tsc: u64,
         /// The goroutine's `overhead` when the call began.
         pub overhead: u64,
-        /// Probe index.
-        pub probe: u32,
-        /// Padding.
-        pub pad: u32,
+        /// Ticks of the timed calls that ended while this frame was the
+        /// goroutine's innermost live one (as [`Frame::children`]).
+        pub children: u64,
     }
 }
 
@@ -654,7 +659,9 @@ shared_struct! {
         pub tsc: u64,
         /// Entry: the first six integer argument registers. Exit: return
         /// value, entry timestamp, second return register, ticks tp spent in
-        /// probes of the functions the call made.
+        /// probes of the functions the call made, nonzero for a tail call,
+        /// and the ticks of the timed calls made inside the call whose
+        /// innermost timed caller it was ([`Frame::children`]).
         pub v: [u64; ENTRY_REGS],
     }
 }

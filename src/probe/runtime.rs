@@ -49,6 +49,7 @@ pub fn layout_of(h: &Header) -> RuntimeLayout {
         frame_probe: u(offset_of!(Frame, probe)),
         frame_tramp: u(offset_of!(Frame, tramp)),
         frame_overhead: u(offset_of!(Frame, overhead)),
+        frame_children: u(offset_of!(Frame, children)),
         frame_size: u(size_of::<Frame>()),
         slot_head: u(offset_of!(SlotHead, head)),
         slot_limit: u(offset_of!(SlotHead, limit)),

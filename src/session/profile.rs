@@ -16,6 +16,22 @@
 //! of time is its calls times its mean latency over the wall-clock time of
 //! the profile: inclusive (a callee's time counts in its callers' too), and
 //! above 100 % only when several threads run it at once.
+//!
+//! Its self time is its calls times the mean self time of those sampled. A
+//! timed call's self time is its duration minus the durations of the timed
+//! calls made while it was the innermost timed call live on its thread:
+//! the runtime adds each timed call's duration to the frame below it on the
+//! thread's shadow stack, which holds timed calls only, and sends the sum
+//! with the call's exit ([`RawEvent::self_from`]). So a callee's time is
+//! taken from the one call that contains it, the self times of a thread's
+//! timed calls add up to the durations of its outermost ones, and a
+//! recursive function's inner calls are taken out of its outer call's self
+//! time (its inclusive time counts them in both). Under sampling a call's
+//! callees are timed at their own rate: the time of those not timed stays
+//! in the self time of the call (an upper bound on its true self time),
+//! and a timed call whose caller was not timed takes nothing from it. With
+//! a function's every call timed (fewer calls per epoch than `--sample`),
+//! its self time is exact.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -106,6 +122,8 @@ pub struct Profiler {
     drainer: Drainer,
     batch: Vec<RawEvent>,
     latency: Vec<Latency>,
+    /// Self times of the same calls.
+    own: Vec<Latency>,
     epoch: Duration,
     /// Calls timed so far.
     pub samples: u64,
@@ -125,6 +143,7 @@ impl Profiler {
         let position: HashMap<u32, usize> = idx.iter().enumerate().map(|(k, &i)| (i, k)).collect();
         Ok(Profiler {
             latency: vec![Latency::default(); idx.len()],
+            own: vec![Latency::default(); idx.len()],
             names: attached.names(),
             idx,
             position,
@@ -161,13 +180,15 @@ impl Profiler {
         Ok(self
             .latency
             .into_iter()
+            .zip(self.own)
             .enumerate()
-            .map(|(k, latency)| Row {
+            .map(|(k, (latency, own))| Row {
                 func: self.names[k].clone(),
                 module: modules[k].clone(),
                 address: detached.summary.probes.get(k).map_or(0, |s| s.address),
                 calls: detached.summary.probes.get(k).map_or(0, |s| s.hits).saturating_sub(self.at_start[k]),
                 latency,
+                own,
             })
             .collect())
     }
@@ -188,6 +209,7 @@ impl Watcher for Profiler {
         }
         self.at_start.extend(new.iter().map(|_| 0));
         self.latency.extend(new.iter().map(|_| Latency::default()));
+        self.own.extend(new.iter().map(|_| Latency::default()));
         self.names.extend(names.into_iter().skip(self.idx.len()));
         self.idx.extend(new);
     }
@@ -208,14 +230,137 @@ impl Watcher for Profiler {
             if ev.kind != Kind::Exit {
                 continue;
             }
-            self.latency[k].add(clock.duration_ns(ev.timed_from(), ev.tsc));
+            let (timed, own) = durations(ev, |from, to| clock.duration_ns(from, to));
+            self.latency[k].add(timed);
+            self.own[k].add(own);
             self.samples += 1;
             if let Some(c) = &mut self.chrome {
                 let span = clock.duration_ns(ev.entry_tsc(), ev.tsc);
-                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, "{}")?;
+                let args = format!("{{\"self_ns\":{own},\"timed_ns\":{timed}}}");
+                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args)?;
             }
         }
         self.epochs += 1;
         Ok(())
+    }
+}
+
+/// A timed call's duration and self time in ns, from its exit event
+/// (`ns` converts counter values to the nanoseconds between them).
+fn durations(ev: &RawEvent, ns: impl Fn(u64, u64) -> u64) -> (u64, u64) {
+    (ns(ev.timed_from(), ev.tsc), ns(ev.self_from(), ev.tsc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Kind;
+
+    /// A call on one thread: its probe, entry and exit counter values, and
+    /// whether its sample was taken.
+    type Call = (u32, u64, u64, bool);
+
+    /// The exits the runtime sends for `calls` (properly nested, in entry
+    /// order), with no time of tp's own: a timed call pushes a frame; at
+    /// its exit its duration goes to the frame below it, the innermost
+    /// timed call live, and the frame's sum goes with the exit.
+    fn exits(calls: &[Call]) -> Vec<RawEvent> {
+        // (tick, is exit, call): exits before entries at the same tick.
+        let mut points: Vec<(u64, bool, usize)> = Vec::new();
+        for (k, c) in calls.iter().enumerate().filter(|(_, c)| c.3) {
+            points.push((c.1, false, k));
+            points.push((c.2, true, k));
+        }
+        points.sort_by_key(|&(t, exit, k)| (t, !exit, if exit { usize::MAX - k } else { k }));
+        let (mut frames, mut out): (Vec<(usize, u64)>, Vec<RawEvent>) = (Vec::new(), Vec::new());
+        for (tsc, exit, k) in points {
+            if !exit {
+                frames.push((k, 0));
+                continue;
+            }
+            let (top, children) = frames.pop().unwrap();
+            assert_eq!(top, k, "calls must nest");
+            let (probe, entry, _, _) = calls[k];
+            if let Some(below) = frames.last_mut() {
+                below.1 += tsc - entry;
+            }
+            out.push(RawEvent {
+                kind: Kind::Exit,
+                probe,
+                pid: 1,
+                tid: 1,
+                tsc,
+                v: [0, entry, 0, 0, 0, children, 0, 0, 0],
+                stack: (0, 0),
+            });
+        }
+        out
+    }
+
+    /// Sums of (duration, self time) by probe, at 1 ns a tick.
+    fn sums(calls: &[Call]) -> HashMap<u32, (u64, u64)> {
+        let mut by: HashMap<u32, (u64, u64)> = HashMap::new();
+        for ev in exits(calls) {
+            let (timed, own) = durations(&ev, |from, to| to - from);
+            let s = by.entry(ev.probe).or_default();
+            *s = (s.0 + timed, s.1 + own);
+        }
+        by
+    }
+
+    #[test]
+    fn a_callee_is_taken_from_the_caller_that_contains_it_only() {
+        // outer (1) [0, 1000) calls inner (2) twice; inner [1100, 1300)
+        // runs after it, at the top level.
+        let calls = [(1, 0, 1000, true), (2, 100, 300, true), (2, 400, 700, true), (2, 1100, 1300, true)];
+        let by = sums(&calls);
+        assert_eq!(by[&1], (1000, 500), "outer: 1000 ns, less inner's 200 and 300");
+        assert_eq!(by[&2], (700, 700), "inner calls nothing probed");
+        // The self times add up to the outermost calls' durations.
+        assert_eq!(by[&1].1 + by[&2].1, 1000 + 200);
+    }
+
+    #[test]
+    fn a_recursive_function_counts_its_time_once_in_self_time() {
+        // f [0, 1000) ⊃ f [100, 900) ⊃ f [200, 300).
+        let calls = [(7, 0, 1000, true), (7, 100, 900, true), (7, 200, 300, true)];
+        let by = sums(&calls);
+        assert_eq!(by[&7].1, 1000, "self: 200 + 700 + 100, the outermost call's 1000");
+        assert_eq!(by[&7].0, 1000 + 800 + 100, "inclusive: each level counts again in those above it");
+    }
+
+    #[test]
+    fn under_sampling_a_callee_goes_to_the_innermost_timed_caller() {
+        // a [0, 1000) ⊃ b [100, 900), not timed, ⊃ c [200, 300): c's 100
+        // ns are taken from a, whose self time keeps b's other 700 (an
+        // upper bound on its true 200).
+        let calls = [(1, 0, 1000, true), (2, 100, 900, false), (3, 200, 300, true)];
+        let by = sums(&calls);
+        assert_eq!(by[&1], (1000, 900));
+        assert_eq!(by[&3], (100, 100));
+        assert!(!by.contains_key(&2));
+        // A timed callee of a call not timed takes nothing from anyone.
+        let by = sums(&[(1, 0, 1000, false), (3, 200, 300, true)]);
+        assert_eq!(by[&3], (100, 100));
+        assert_eq!(by.len(), 1);
+    }
+
+    #[test]
+    fn tps_own_ticks_count_in_neither() {
+        // 30 ticks of tp's work inside the call (its callees' probes): the
+        // duration is 970, and the callee's 200 leave 770 of its own.
+        let ev = RawEvent {
+            kind: Kind::Exit,
+            probe: 1,
+            pid: 1,
+            tid: 1,
+            tsc: 1000,
+            v: [0, 0, 0, 30, 0, 200, 0, 0, 0],
+            stack: (0, 0),
+        };
+        assert_eq!(durations(&ev, |from, to| to - from), (970, 770));
+        // Words from the target are untrusted: never below zero.
+        let ev = RawEvent { v: [0, 0, 0, 30, 0, 5000, 0, 0, 0], ..ev };
+        assert_eq!(durations(&ev, |from, to| to.saturating_sub(from)), (970, 0));
     }
 }

@@ -138,8 +138,9 @@ fn calls_of_go_code_are_timed_through_stack_growth() {
     assert!(t.quit().success());
 }
 
-/// `tp profile` on Go code: the sampled calls with their latency, while
-/// goroutines come and go; the program's own answers are unchanged.
+/// `tp profile` on Go code: the sampled calls with their latency and self
+/// time, while goroutines come and go; the program's own answers are
+/// unchanged.
 #[test]
 fn tp_profile_times_go_code() {
     let mut t = start();
@@ -163,6 +164,15 @@ fn tp_profile_times_go_code() {
         assert!(r["p50_ns"].as_u64().is_some_and(|n| n > 0), "{f}: {r}");
     }
     assert_eq!(row("main.args3")["hits"], 300);
+    // Self times: never above the durations; deep's timed calls of one
+    // recursion nest (each is inside every one timed before it), so the
+    // inner ones' time is taken from the outer ones'.
+    for r in probes.iter().filter(|r| r["timed"].as_u64().is_some_and(|n| n > 0)) {
+        let own = r["self_total_ns"].as_u64().unwrap_or_else(|| panic!("{r}"));
+        assert!(own <= r["total_ns"].as_u64().unwrap(), "{r}");
+    }
+    let deep = row("main.deep");
+    assert!(deep["self_total_ns"].as_u64().unwrap() < deep["total_ns"].as_u64().unwrap(), "{deep}");
     assert_code_is_original(&t, &["main.fib", "main.deep", "main.args3"]);
     assert!(!has_region(t.pid));
     assert!(t.quit().success());

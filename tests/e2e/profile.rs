@@ -189,7 +189,7 @@ fn the_table_and_the_trace_file() {
     let (stdout, _) = naps_profiled(&[]);
     let mut lines = stdout.lines();
     let head: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
-    assert_eq!(head, ["FUNCTION", "TIMED", "HITS", "AVG", "P50", "P99", "TIME%"]);
+    assert_eq!(head, ["FUNCTION", "TIMED", "HITS", "AVG", "P50", "P99", "SELF", "TIME%", "SELF%"]);
     let nap = lines.find(|l| l.starts_with("nap ")).unwrap_or_else(|| panic!("{stdout}"));
     let cols: Vec<&str> = nap.split_whitespace().collect();
     assert_eq!(cols[1..3], ["2", "3"], "{nap}");
@@ -257,4 +257,162 @@ fn a_library_loaded_during_the_profile_is_profiled() {
         "{stdout}"
     );
     assert!(t.quit().success());
+}
+
+/// The `nested` target's known tree under `tp profile ARGS` (outer, inner
+/// and walk profiled, every call timed): the first call of each function,
+/// made alone, is the one tp never times (its rate is not known yet); once
+/// the rates are, 4 calls of outer, each calling inner 5 times for 2 ms,
+/// and 3 walks of 5 nested calls, each level sleeping 1 ms. Returns tp's
+/// stdout.
+fn known_tree(args: &[&str]) -> String {
+    let mut t = Target::start("nested");
+    let mut full = vec!["-f", "outer", "-f", "inner", "-f", "walk", "--sample", "1000", "--epoch", "10ms"];
+    full.extend_from_slice(args);
+    let session = start(t.pid, &full);
+    // The calls tp does not time: outer's without inner's, inner's and
+    // walk's alone.
+    assert_eq!(t.ask("outer 0 0", "done outer"), "done outer calls=0");
+    t.ask("inner 0", "done inner");
+    assert_eq!(t.ask("walk 0 0", "done walk"), "done walk calls=1");
+    // Their rates become known at the end of the epoch they began in: give
+    // a busy machine the time for it.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for _ in 0..4 {
+        assert_eq!(t.ask("outer 5 2000", "done outer"), "done outer calls=5");
+    }
+    for _ in 0..3 {
+        assert_eq!(t.ask("walk 4 1000", "done walk"), "done walk calls=5");
+    }
+    let (stdout, _, stderr) = stop(session);
+    assert!(t.quit().success(), "the target's own counts must hold");
+    assert!(stderr.contains("profiling 3 functions"), "{stderr}");
+    stdout
+}
+
+/// Self times: outer, which only waits for inner, has next to none; inner
+/// has all of its own; the self times of outer and inner add up to outer's
+/// inclusive time (inner runs only inside outer), and walk's to the time of
+/// its outermost calls, not to its inclusive total, which counts each
+/// level again in every level above it.
+#[test]
+fn self_times_add_up_to_the_outermost_calls() {
+    let stdout = known_tree(&["--json"]);
+    let rows = rows(&stdout);
+    let (outer, inner, walk) = (&rows["outer"], &rows["inner"], &rows["walk"]);
+    // Every call but the first of each function was timed.
+    assert_eq!((num(outer, "hits"), num(outer, "timed")), (5, 4), "{outer}");
+    assert_eq!((num(inner, "hits"), num(inner, "timed")), (21, 20), "{inner}");
+    assert_eq!((num(walk, "hits"), num(walk, "timed")), (16, 15), "{walk}");
+
+    // The nanoseconds of each timed call are rounded down on their own, and
+    // tp refines its clock's rate at every drain (a callee may be converted
+    // at one rate, its caller at the next): a few ns per call, and a few
+    // parts per million.
+    let close = |a: u64, b: u64, calls: u64| a.abs_diff(b) <= calls + b / 100_000;
+    let outer_time = num(outer, "total_ns");
+    let (outer_self, inner_self) = (num(outer, "self_total_ns"), num(inner, "self_total_ns"));
+    assert!(outer_time >= 4 * 5 * 2_000_000, "{outer}");
+    assert!(
+        close(outer_self + inner_self, outer_time, 24),
+        "outer's self {outer_self} ns + inner's {inner_self} ns != outer's {outer_time} ns"
+    );
+    // inner calls nothing probed: all its time is its own.
+    assert_eq!(inner_self, num(inner, "total_ns"), "{inner}");
+    // outer only waits for inner: its loop and tp's work around its callees.
+    assert!(outer_self * 100 < outer_time, "outer: {outer_self} ns of its own in {outer_time} ns");
+    assert!(num(outer, "self_avg_ns") * 100 < num(outer, "avg_ns"), "{outer}");
+
+    // walk: 3 trees of 5 levels (5, 4, 3, 2 and 1 ms): each call's self
+    // time is its own 1 ms sleep; the inclusive total counts 15 ms per tree.
+    let (walk_self, walk_time) = (num(walk, "self_total_ns"), num(walk, "total_ns"));
+    assert!(walk_self >= 15 * 1_000_000, "{walk}");
+    assert!(walk_time >= 3 * 15 * 1_000_000, "{walk}");
+    assert!(walk_self * 2 < walk_time, "recursion counted once in self time: {walk}");
+    assert!(num(walk, "self_avg_ns") >= 1_000_000, "{walk}");
+
+    let share = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k} in {r}"));
+    assert!(share(outer, "self_share") * 100.0 < share(outer, "time_share"), "{outer}");
+    assert!(share(inner, "self_share") == share(inner, "time_share"), "{inner}");
+}
+
+/// A timed call in the trace, in ns: its entry and exit, its duration and
+/// self time (both without tp's work).
+struct Slice {
+    start: u64,
+    end: u64,
+    timed: u64,
+    own: u64,
+    name: String,
+}
+
+impl Slice {
+    fn within(&self, outer: &Slice) -> bool {
+        outer.start <= self.start && self.end <= outer.end && !std::ptr::eq(self, outer)
+    }
+}
+
+/// The trace file: every timed call's slice carries its self time, which
+/// is its duration less the durations of the slices directly inside it on
+/// its thread; the self times of a thread's slices add up to the durations
+/// of its outermost ones.
+#[test]
+fn each_slice_of_the_trace_has_its_self_time() {
+    let trace = std::env::temp_dir().join(format!("tp-self-{}.trace.json", std::process::id()));
+    let stdout = known_tree(&["-o", trace.to_str().unwrap()]);
+    assert_eq!(stdout, "", "-o takes the results");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let _ = std::fs::remove_file(&trace);
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let mut threads: std::collections::BTreeMap<u64, Vec<Slice>> = Default::default();
+    for e in v["traceEvents"].as_array().unwrap().iter().filter(|e| e["ph"] == "X") {
+        let ns = |us: &Value| (us.as_f64().unwrap() * 1000.0).round() as u64;
+        let (start, span) = (ns(&e["ts"]), ns(&e["dur"]));
+        let timed = e["args"]["timed_ns"].as_u64().unwrap_or_else(|| panic!("{e}"));
+        let own = e["args"]["self_ns"].as_u64().unwrap_or_else(|| panic!("{e}"));
+        assert!(own <= timed && timed <= span + 1, "{e}");
+        let name = e["name"].as_str().unwrap().to_string();
+        threads.entry(e["tid"].as_u64().unwrap()).or_default().push(Slice {
+            start,
+            end: start + span,
+            timed,
+            own,
+            name,
+        });
+    }
+    assert_eq!(threads.len(), 1, "one thread ran the calls");
+    let mut slices = threads.into_values().next().unwrap();
+    let count = |f: &str| slices.iter().filter(|s| s.name == f).count();
+    assert_eq!((count("outer"), count("inner"), count("walk")), (4, 20, 15), "{text}");
+    // Outermost first where two begin at the same ns.
+    slices.sort_by_key(|s| (s.start, std::cmp::Reverse(s.end)));
+    let (mut outermost, mut selves) = (0u64, 0u64);
+    for s in &slices {
+        // Directly inside: within it, and within no other slice within it.
+        let inside: Vec<&Slice> = slices.iter().filter(|c| c.within(s)).collect();
+        let direct = inside.iter().filter(|c| !inside.iter().any(|p| c.within(p)));
+        let (children, n) = direct.fold((0, 0), |(sum, n), c| (sum + c.timed, n + 1));
+        assert!(
+            s.own.abs_diff(s.timed.saturating_sub(children)) <= n + 1 + s.timed / 100_000,
+            "{}: self {} ns, duration {} ns, {n} calls inside it of {children} ns",
+            s.name,
+            s.own,
+            s.timed
+        );
+        let expected = match s.name.as_str() {
+            "outer" => 5,
+            "walk" => u64::from(inside.iter().any(|c| c.name == "walk")),
+            _ => 0,
+        };
+        assert_eq!(n, expected, "{}'s calls directly inside it", s.name);
+        if !slices.iter().any(|p| s.within(p)) {
+            outermost += s.timed;
+        }
+        selves += s.own;
+    }
+    assert!(outermost >= (4 * 5 * 2 + 3 * 5) * 1_000_000, "{outermost} ns");
+    assert!(
+        selves.abs_diff(outermost) <= slices.len() as u64 + outermost / 100_000,
+        "the self times add up to {selves} ns, the outermost calls to {outermost} ns"
+    );
 }

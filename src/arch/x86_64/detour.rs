@@ -902,11 +902,13 @@ mod tests {
         assert!(has("mov dword ptr [rcx], 0x1000003"), "{asm:#?}");
         assert!(has("cmp rcx, qword ptr [r11 + 0x10]"), "the head against the slot's limit: {asm:#?}");
         assert!(has("inc qword ptr [r11 + 0x40]"), "the head, published: {asm:#?}");
-        // The frame: its slot before and after the depth that publishes it.
+        // The frame: its slot before and after the depth that publishes it,
+        // and its sum of timed callees cleared before.
         let depth = asm.iter().position(|i| i == "mov dword ptr [r10 + 0x18], 1").expect("the depth");
-        assert_eq!(asm[depth - 1], "mov qword ptr [r10 + 0x40], rdx");
+        assert_eq!(asm[depth - 2], "mov qword ptr [r10 + 0x40], rdx");
+        assert_eq!(asm[depth - 1], "mov qword ptr [r10 + 0x78], 0");
         assert_eq!(asm[depth + 1], "mov qword ptr [r10 + 0x40], rdx");
-        assert_eq!(asm[depth - 2], "lea rdx, [rsp + 0x30]", "the return address above six pushes");
+        assert_eq!(asm[depth - 3], "lea rdx, [rsp + 0x30]", "the return address above six pushes");
         assert!(has("mov qword ptr [rsp + 0x30], rdx"), "the trampoline in its place: {asm:#?}");
         assert_eq!(asm.iter().filter(|i| *i == "rdtsc").count(), 1, "one timestamp for the event and the frame");
         // The fallbacks: the count stub, then tp_entry with the word.

@@ -43,7 +43,8 @@
 //!         cmp rcx, [r11 + limit] ; jae unmark       ; the ring may be full
 //!         rcx = the event at head: rdi, rsi, rdx, rcx, r8, r9, probe | ENTRY,
 //!               TID = [fs:0 + the context's TID offset]
-//! frame:  shadow[0].slot = the return address's ; depth = 1
+//! frame:  shadow[0].slot = the return address's ; shadow[0].children = 0
+//!         depth = 1
 //!         shadow[0] = slot, *slot, probe, trampoline, t->overhead
 //!         rdtsc                              ; the entry's time
 //!         event->tsc = it ; inc qword [r11 + head] ; writing = 0   ; published
@@ -63,7 +64,8 @@
 //! call is the thread's only timed one (depth 1, its frame's slot the word
 //! below the stack pointer) and its ring has room, it takes the timestamp,
 //! pops the frame, writes the exit event (return value, entry time, second
-//! return register, ticks in tp's probes of its callees) and returns to
+//! return register, ticks in tp's probes of its callees, the durations of
+//! the timed calls it made, which the runtime's exits added to its frame) and returns to
 //! the original address; else it restores what it touched and goes on to
 //! the trampoline that calls `tp_exit`:
 //!
@@ -357,6 +359,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     // the depth, and one after sees a frame that is this call's.
     w.put_lea(RDX, RSP, slot);
     w.put_store(RDX, R10, frame0(l, l.frame_slot));
+    w.put_store_imm(R10, frame0(l, l.frame_children), 0);
     w.put_store32_imm(R10, l.thread_depth as i32, 1);
     w.put_store(RDX, R10, frame0(l, l.frame_slot));
     w.put_load(RDX, RDX, 0);
@@ -474,7 +477,9 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
     w.put_store(RDX, RAX, v(3));
     w.put_store_imm(RAX, v(4), 0);
-    w.put_store_imm(RAX, v(5), 0);
+    // The timed calls it made (nested ones end in the runtime's exit).
+    w.put_load(RDX, R11, frame0(l, l.frame_children));
+    w.put_store(RDX, RAX, v(5));
     w.put_load(RDX, R11, frame0(l, l.frame_ret));
     w.put_store(RDX, RSP, EXIT_SLOT);
     w.put_store32_imm(R11, l.thread_depth as i32, 0);
@@ -673,7 +678,8 @@ fn exit_at_fast(
     w.put_store(RDX, RCX, v(3));
     // A tail call leaves no return value of its own: its flag says so.
     w.put_store_imm(RCX, v(4), if tail { l.tail_call as i32 } else { 0 });
-    w.put_store_imm(RCX, v(5), 0);
+    w.put_load(RDX, R11, frame0(l, l.frame_children));
+    w.put_store(RDX, RCX, v(5));
     w.put_store32_imm(R11, l.thread_depth as i32, 0);
     publish(w, l, R11, R10);
     restore_exit(w);
@@ -721,6 +727,7 @@ pub(super) fn example_layout() -> RuntimeLayout {
         frame_probe: 24,
         frame_tramp: 32,
         frame_overhead: 40,
+        frame_children: 56,
         frame_size: 64,
         slot_head: 64,
         slot_limit: 16,

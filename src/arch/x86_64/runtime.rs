@@ -385,6 +385,11 @@ pub(super) mod tests {
         assert!(exit.contains(&"lea rax, [rsp + 0x30]".to_string()), "the slot below the stack pointer: {exit:#?}");
         assert!(exit.contains(&"inc qword ptr [r10 + 0x40]".to_string()), "the head, published: {exit:#?}");
         assert!(exit.contains(&"or edx, 0x2000000".to_string()), "an exit event: {exit:#?}");
+        // The event's last word: the durations of the timed calls it made,
+        // from its frame.
+        let sum = exit.iter().position(|i| i == "mov qword ptr [rax + 0x38], rdx");
+        let sum = sum.unwrap_or_else(|| panic!("v[5]: {exit:#?}"));
+        assert_eq!(exit[sum - 1], "mov rdx, qword ptr [r11 + 0x78]", "{exit:#?}");
         let back = exit.iter().position(|i| i == "jmp qword ptr [rsp - 8]").expect("back through the slot");
         assert_eq!(exit[back - 1], "lea rsp, [rsp + 8]");
         assert!(!exit.contains(&"ret".to_string()), "no second ret: {exit:#?}");

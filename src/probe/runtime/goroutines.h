@@ -99,8 +99,9 @@ HOT void go_push(struct tp_ctx *c, struct tp_thread *t, uint64_t g, uint64_t slo
 		return;
 	}
 	struct tp_go_frame *f = &e->frames[d];
-	f->off = off;
+	f->off = (uint32_t)off; /* below TP_GO_MAX_STACK */
 	f->probe = probe;
+	f->children = 0;
 	uint64_t now = tp_timestamp();
 	if (d)
 		e->overhead += now - tsc;
@@ -126,11 +127,13 @@ HOT void go_exit(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 	if (!f || f->off != off || f->probe != probe) {
 		d = go_settle(c, t, e, off, 1, tsc);
 	} else {
-		uint64_t entry_tsc = f->tsc, nested = e->overhead - f->overhead;
+		uint64_t entry_tsc = f->tsc, nested = e->overhead - f->overhead, children = f->children;
+		if (d >= 2)
+			e->frames[d - 2].children += own_ticks(tsc, entry_tsc, nested);
 		__atomic_store_n(&e->depth, --d, __ATOMIC_RELEASE);
 		uint64_t tail = !!(word & TP_TAIL_CALL);
 		if (t && (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail)))
-			emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, 0);
+			emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, children);
 		if (d)
 			e->overhead += tp_timestamp() - tsc;
 	}

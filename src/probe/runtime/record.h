@@ -288,10 +288,7 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 	if (flags & TP_AGGREGATE) {
 		/* As tp times an exit event: from the entry moved later by tp's
 		 * own ticks in the call's callees, never past the exit. */
-		uint64_t from = entry_tsc + nested;
-		if (from > tsc || from < entry_tsc)
-			from = tsc;
-		return !aggregate(c, t, probe, tsc - from);
+		return !aggregate(c, t, probe, own_ticks(tsc, entry_tsc, nested));
 	}
 	return 1;
 }

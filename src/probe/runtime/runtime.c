@@ -619,6 +619,17 @@ HOT uint32_t settle(struct tp_ctx *c, struct tp_thread *t, uint64_t here, int at
 	return keep;
 }
 
+/* A timed call's own duration in ticks, as tp times its exit event: from
+ * its entry moved later by tp's ticks in the probes of its callees
+ * (`nested`), never past its exit at `tsc`. */
+HOT uint64_t own_ticks(uint64_t tsc, uint64_t entry_tsc, uint64_t nested)
+{
+	uint64_t from = entry_tsc + nested;
+	if (from > tsc || from < entry_tsc)
+		from = tsc;
+	return tsc - from;
+}
+
 #include "record.h" /* predicates, stacks and aggregates: the `_ext` functions' blocks */
 #include "goroutines.h" /* timed calls of Go code, kept per goroutine */
 
@@ -638,6 +649,7 @@ HOT void push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 	}
 	struct tp_frame *f = &t->shadow[d];
 	f->slot = slot;
+	f->children = 0;
 	__atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	f->slot = slot;
@@ -785,6 +797,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		 * is this call's, and takes the next. */
 		struct tp_frame *f = &t->shadow[d];
 		f->slot = (uint64_t)slot;
+		f->children = 0;
 		__atomic_store_n(&t->depth, d + 1, __ATOMIC_RELEASE);
 		__atomic_signal_fence(__ATOMIC_SEQ_CST);
 		f->slot = (uint64_t)slot;
@@ -890,7 +903,12 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 		struct tp_frame *f = &t->shadow[d - 1];
 		if (f->slot == want) {
 			uint64_t ret = f->ret, entry_tsc = f->tsc, nested = t->overhead - f->overhead;
+			uint64_t children = f->children;
 			uint32_t probe = f->probe;
+			/* The call's time counts as its innermost live timed caller's
+			 * children's (frames above it are newer: none contains it). */
+			if (d >= 2)
+				t->shadow[d - 2].children += own_ticks(tsc, entry_tsc, nested);
 			/* Frames above it deeper on this stack were left by longjmp
 			 * once their slots no longer hold the trampoline; frames on
 			 * other stacks are kept. */
@@ -905,7 +923,8 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 			}
 			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
 			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0))
-				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0, 0);
+				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0,
+				     children);
 			account(t, keep, tsc);
 			return ret;
 		}
@@ -971,13 +990,16 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 		account(t, settle(c, t, slot, 1, tsc), tsc);
 		return;
 	}
-	/* The frame is read whole before the depth lets it go. */
-	uint64_t entry_tsc = f->tsc, nested = t->overhead - f->overhead;
+	/* The frame is read whole before the depth lets it go; the call's
+	 * time counts as its innermost live timed caller's children's. */
+	uint64_t entry_tsc = f->tsc, nested = t->overhead - f->overhead, children = f->children;
+	if (d >= 2)
+		t->shadow[d - 2].children += own_ticks(tsc, entry_tsc, nested);
 	__atomic_store_n(&t->depth, d - 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	uint64_t tail = !!(word & TP_TAIL_CALL);
 	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail))
-		emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, 0);
+		emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, children);
 	account(t, d - 1, tsc);
 }
 
