@@ -1412,6 +1412,15 @@ pub trait Arch {
     /// The syscall instruction's encoding.
     fn syscall_insn() -> &'static [u8];
 
+    /// True if single steps cannot get past the instruction `code` begins
+    /// with: an exclusive load (AArch64's LDXR), whose store-exclusive
+    /// always fails when a step's exception comes between the two, so
+    /// that an LL/SC loop stepped would retry for good.
+    fn stepping_stalls(code: &[u8]) -> bool {
+        let _ = code;
+        false
+    }
+
     /// The breakpoint instruction's encoding (`tp run` holds a new program
     /// at its entry point with one, for as long as the loader runs).
     fn breakpoint_insn() -> &'static [u8];

@@ -147,6 +147,7 @@ fn end_text(end: &str) -> String {
         _ if end == "exited" => "the thread exited".into(),
         _ if end == "stopped" => "tp ended first: the call ran on free".into(),
         _ if end == "missed" => "the thread went on before tp took it".into(),
+        _ if end == "stall" => "an exclusive load, which single steps cannot pass: the call ran on free".into(),
         Some(("syscall", nr)) => format!("let go in syscall {nr}, which blocked: the call ran on free"),
         _ => end.into(),
     }

@@ -69,6 +69,9 @@ pub enum End {
     Limit,
     /// The thread blocked in a syscall (its number) and was let go there.
     Syscall(u64),
+    /// The thread reached an instruction single steps cannot pass (an
+    /// exclusive load: [`Arch::stepping_stalls`]) and was let go there.
+    Stall,
     /// The thread or its process exited.
     Exited,
     /// The thread was not at the hand-over any more when tp took it.
@@ -87,6 +90,7 @@ impl End {
             End::Exited => "exited".into(),
             End::Missed => "missed".into(),
             End::Stopped => "stopped".into(),
+            End::Stall => "stall".into(),
         }
     }
 
@@ -98,6 +102,7 @@ impl End {
             "exited" => End::Exited,
             "missed" => End::Missed,
             "stopped" => End::Stopped,
+            "stall" => End::Stall,
             _ => End::Syscall(w.strip_prefix("syscall:")?.parse().ok()?),
         })
     }
@@ -246,7 +251,7 @@ pub fn run(job: &Job) -> io::Result<Trace> {
     let tid = Pid::from_raw(job.tid);
     ptrace::seize(tid, 0)?;
     let mem = Memory::open(job.pid).map_err(io::Error::other)?;
-    let mut stepper = Stepper { job, tid, pending: 0, mem, syscalls: HashMap::new() };
+    let mut stepper = Stepper { job, tid, pending: 0, mem, insns: HashMap::new() };
     let trace = stepper.trace();
     let sig = stepper.pending;
     match ptrace::detach(tid, sig) {
@@ -261,8 +266,17 @@ struct Stepper<'a> {
     /// A signal the thread stopped with, delivered on the next step.
     pending: i32,
     mem: Memory,
-    /// Whether the instruction at each address stepped so far is a syscall.
-    syscalls: HashMap<u64, bool>,
+    /// What the instruction at each address stepped so far is.
+    insns: HashMap<u64, Insn>,
+}
+
+/// What an instruction is, for stepping it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Insn {
+    Plain,
+    Syscall,
+    /// One single steps cannot pass ([`Arch::stepping_stalls`]).
+    Stalls,
 }
 
 /// What one step came to.
@@ -270,6 +284,7 @@ enum Stop {
     At(Box<<Host as Arch>::Regs>),
     Gone,
     Blocked(u64),
+    Stalled,
 }
 
 impl Stepper<'_> {
@@ -308,6 +323,7 @@ impl Stepper<'_> {
                 Stop::At(r) => *r,
                 Stop::Gone => return Ok(missed(End::Exited)),
                 Stop::Blocked(nr) => return Ok(missed(End::Syscall(nr))),
+                Stop::Stalled => return Ok(missed(End::Stall)),
             };
         };
         let started = Instant::now();
@@ -316,10 +332,14 @@ impl Stepper<'_> {
         let mut in_tp = 0;
         let end = loop {
             let pc = Host::pc(&regs);
-            match self.job.map.get(&pc) {
-                Some(&original) => pcs.push(original),
-                None if self.in_tp(pc) => in_tp += 1,
-                None => pcs.push(pc),
+            let recorded = match self.job.map.get(&pc) {
+                Some(&original) => Some(original),
+                None if self.in_tp(pc) => None,
+                None => Some(pc),
+            };
+            match recorded {
+                Some(at) => pcs.push(at),
+                None => in_tp += 1,
             }
             if pcs.len() as u64 >= self.job.limit {
                 break End::Limit;
@@ -331,6 +351,14 @@ impl Stepper<'_> {
                 Stop::At(r) => *r,
                 Stop::Gone => break End::Exited,
                 Stop::Blocked(nr) => break End::Syscall(nr),
+                Stop::Stalled => {
+                    // The instruction did not run: not one of the call's.
+                    match recorded {
+                        Some(_) => drop(pcs.pop()),
+                        None => in_tp -= 1,
+                    }
+                    break End::Stall;
+                }
             };
             if Host::call_left(&entry, &regs) {
                 break End::Returned;
@@ -348,10 +376,18 @@ impl Stepper<'_> {
     /// [`SYSCALL_WAIT`] is interrupted: the thread is left there.
     fn step(&mut self, pc: u64) -> io::Result<Stop> {
         let mem = &self.mem;
-        let is_syscall = *self.syscalls.entry(pc).or_insert_with(|| {
-            let syscall = Host::syscall_insn();
-            mem.read_vec(pc, syscall.len()).is_ok_and(|b| b == syscall)
+        let insn = *self.insns.entry(pc).or_insert_with(|| {
+            let code = mem.read_vec(pc, 16).or_else(|_| mem.read_vec(pc, 4)).unwrap_or_default();
+            match code {
+                c if c.starts_with(Host::syscall_insn()) => Insn::Syscall,
+                c if Host::stepping_stalls(&c) => Insn::Stalls,
+                _ => Insn::Plain,
+            }
         });
+        if insn == Insn::Stalls {
+            return Ok(Stop::Stalled);
+        }
+        let is_syscall = insn == Insn::Syscall;
         let sig = std::mem::take(&mut self.pending);
         ptrace::step(self.tid, sig)?;
         let waited = match is_syscall {
@@ -477,7 +513,7 @@ mod tests {
 
     #[test]
     fn ends_read_back_as_written() {
-        for e in [End::Returned, End::Limit, End::Syscall(7), End::Exited, End::Missed, End::Stopped] {
+        for e in [End::Returned, End::Limit, End::Syscall(7), End::Exited, End::Missed, End::Stopped, End::Stall] {
             assert_eq!(End::from_word(&e.word()), Some(e));
         }
         assert_eq!(End::from_word("syscall:x"), None);

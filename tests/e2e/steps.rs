@@ -104,7 +104,11 @@ fn a_call_that_blocks_in_a_syscall_is_let_go_there() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     let s = &steps_of(&stdout)[0];
-    assert!(s["end"].as_str().unwrap().starts_with("syscall "), "{s}");
+    // ARMv8.0's atomics (ldaxr/stlxr in glibc's cancellation check before
+    // the syscall) cannot be stepped: the thread is let go there.
+    let ll_sc = std::env::var("TP_TEST_ATOMICS").as_deref() == Ok("exclusive");
+    let end = s["end"].as_str().unwrap();
+    assert!(if ll_sc { end == "stall" } else { end.starts_with("syscall ") }, "{s}");
     assert!(executed(s, "napper+0x0 ") == 1, "{s}");
     assert_code_is_original(&t, &["napper"]);
     assert!(t.quit().success(), "the program survived its stepped syscall");

@@ -193,6 +193,11 @@ impl Arch for AArch64 {
         &[0x01, 0x00, 0x00, 0xd4] // svc #0
     }
 
+    fn stepping_stalls(code: &[u8]) -> bool {
+        let Some(word) = code.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])) else { return false };
+        matches!(decode::classify(word, 0), decode::Class::Exclusive)
+    }
+
     fn breakpoint_insn() -> &'static [u8] {
         &[0x00, 0x00, 0x20, 0xd4] // brk #0
     }
@@ -293,4 +298,20 @@ pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
         unwinder: framehop::aarch64::UnwinderAarch64::new(),
         cache: framehop::aarch64::CacheAarch64::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn single_steps_stall_at_exclusive_loads_only() {
+        let stalls = |w: u32| <AArch64 as Arch>::stepping_stalls(&w.to_le_bytes());
+        assert!(stalls(0xc85f_7c20), "ldxr x0, [x1]");
+        assert!(stalls(0x885f_fc20), "ldaxr w0, [x1]");
+        assert!(!stalls(0xc8e0_fc41), "casal x0, x1, [x2] (LSE) steps as any instruction");
+        assert!(!stalls(0xd400_0001), "svc #0");
+        assert!(!stalls(0x9100_0421), "add x1, x1, #1");
+        assert!(!<AArch64 as Arch>::stepping_stalls(&[0x20, 0x7c]), "too short to tell");
+    }
 }
