@@ -181,7 +181,7 @@ pub fn to_json(c: &SteppedCall) -> String {
 }
 
 /// The longest run of lines [`fold_path`] folds as one repeat.
-const FOLD_LEN: usize = 16;
+pub const FOLD_LEN: usize = 16;
 
 /// The path of a call through its source lines, `seq` (each line once per
 /// run), with repeats of up to [`FOLD_LEN`] lines folded: `a (b c)×3 d`.
