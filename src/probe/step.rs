@@ -23,6 +23,8 @@ pub fn arm(region: &Region, pid: i32, calls: u32) -> Result<()> {
     let wait = super::rendezvous::WAIT.as_millis() as u32 / layout::RENDEZVOUS_SLICE_MS;
     region.store_u32(off(offset_of!(StepHandoff, slices)), wait.min(layout::RENDEZVOUS_MAX_SLICES))?;
     region.store_u32(off(offset_of!(StepHandoff, tracer)), super::rendezvous::tracer_in(pid))?;
+    // A session killed while a call was stepped left the hand-over held.
+    region.store_u32(off(offset_of!(StepHandoff, busy)), 0)?;
     region.store_u32(off(offset_of!(StepHandoff, armed)), calls)
 }
 
