@@ -59,13 +59,15 @@ host_files_tests=(
 )
 skips=()
 for t in "${host_files_tests[@]}"; do skips+=(--skip "$t"); done
-VM_CPU=max,pauth-impdef=on TP_TEST_CPU=max TP_TEST_ATOMICS=lse $cargo test --release "${target[@]}" --lib --test e2e -- "${skips[@]}"
+# The whole e2e suite takes about ten minutes in the VM: room for twice that.
+VM_TIMEOUT=1500 VM_CPU=max,pauth-impdef=on TP_TEST_CPU=max TP_TEST_ATOMICS=lse \
+  $cargo test --release "${target[@]}" --lib --test e2e -- "${skips[@]}"
 
 step "e2e tests in the VM, -cpu cortex-a57"
 # The suites named are run (libtest's filters), except tests with "bti" in
 # their names.
 a57_suites=(attach:: aarch64:: events:: profile:: fork_events:: blocked:: stacks:: sites:: usdt:: steps::)
-VM_CPU=cortex-a57 TP_TEST_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test --release "${target[@]}" --test e2e -- \
+VM_TIMEOUT=1200 VM_CPU=cortex-a57 TP_TEST_CPU=cortex-a57 TP_TEST_ATOMICS=exclusive $cargo test --release "${target[@]}" --test e2e -- \
   --skip bti "${a57_suites[@]}"
 
 step "passed"

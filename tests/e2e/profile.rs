@@ -319,9 +319,12 @@ fn self_times_add_up_to_the_outermost_calls() {
     );
     // inner calls nothing probed: all its time is its own.
     assert_eq!(inner_self, num(inner, "total_ns"), "{inner}");
-    // outer only waits for inner: its loop and tp's work around its callees.
-    assert!(outer_self * 100 < outer_time, "outer: {outer_self} ns of its own in {outer_time} ns");
-    assert!(num(outer, "self_avg_ns") * 100 < num(outer, "avg_ns"), "{outer}");
+    // outer only waits for inner: its loop and tp's work around its callees
+    // (under 1 % of its time; on an emulated CPU, the arm64 VM, where every
+    // instruction is far slower and the sleeps are not, 1.1 % was seen).
+    let small = if std::env::var_os("TP_TEST_CPU").is_some() { 10 } else { 100 };
+    assert!(outer_self * small < outer_time, "outer: {outer_self} ns of its own in {outer_time} ns");
+    assert!(num(outer, "self_avg_ns") * small < num(outer, "avg_ns"), "{outer}");
 
     // walk: 3 trees of 5 levels (5, 4, 3, 2 and 1 ms): each call's self
     // time is its own 1 ms sleep; the inclusive total counts 15 ms per tree.
@@ -332,7 +335,7 @@ fn self_times_add_up_to_the_outermost_calls() {
     assert!(num(walk, "self_avg_ns") >= 1_000_000, "{walk}");
 
     let share = |r: &Value, k: &str| r[k].as_f64().unwrap_or_else(|| panic!("no {k} in {r}"));
-    assert!(share(outer, "self_share") * 100.0 < share(outer, "time_share"), "{outer}");
+    assert!(share(outer, "self_share") * (small as f64) < share(outer, "time_share"), "{outer}");
     assert!(share(inner, "self_share") == share(inner, "time_share"), "{inner}");
 }
 
