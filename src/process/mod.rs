@@ -127,18 +127,23 @@ pub fn parse_blocked_in(text: &str) -> Option<BlockedIn> {
     Some(BlockedIn { nr: nr as u64, args, sp: hex(words[7])?, pc: hex(words[8])? })
 }
 
+/// The signal set `key` (`SigPnd`, `SigBlk`, ...) of the text of a
+/// `/proc/PID/task/TID/status`, bit n - 1 for signal n; 0 if absent.
+pub fn signal_mask(status: &str, key: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0)
+}
+
 /// True if a signal is pending for thread `tid` of `pid` (for it or its
 /// process), or among `also` (signals tp holds back to deliver), not
 /// blocked by it, with a handler installed: when the thread goes on, that
 /// handler runs.
 pub fn handler_pending(pid: i32, tid: i32, also: &[i32]) -> bool {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { return false };
-    let mask = |key: &str| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0)
-    };
+    let mask = |key: &str| signal_mask(&text, key);
     let held = also.iter().filter(|&&s| (1..=64).contains(&s)).fold(0u64, |m, &s| m | 1 << (s - 1));
     (mask("SigPnd") | mask("ShdPnd") | held) & !mask("SigBlk") & mask("SigCgt") != 0
 }

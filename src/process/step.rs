@@ -392,24 +392,18 @@ impl Stepper<'_> {
         ptrace::step(self.tid, sig)?;
         let waited = match is_syscall {
             false => ptrace::wait(self.tid)?,
-            true => {
-                let until = Instant::now() + SYSCALL_WAIT;
-                loop {
-                    if let Some(w) = ptrace::try_wait(self.tid)? {
-                        break w;
+            true => match next_stop(self.tid, Instant::now() + SYSCALL_WAIT, true)? {
+                Some(w) => w,
+                None => {
+                    let blocked = super::blocked_in(self.job.pid, self.tid.as_raw());
+                    ptrace::interrupt(self.tid)?;
+                    if !self.settle()? || !self.take_step_trap()? {
+                        return Ok(Stop::Gone);
                     }
-                    if Instant::now() >= until || stop_requested() {
-                        let blocked = super::blocked_in(self.job.pid, self.tid.as_raw());
-                        ptrace::interrupt(self.tid)?;
-                        if !self.settle()? || !self.take_step_trap()? {
-                            return Ok(Stop::Gone);
-                        }
-                        super::stop::restart_interrupted_wait(self.job.pid, self.tid, blocked);
-                        return Ok(Stop::Blocked(blocked.map_or(u64::MAX, |b| b.nr)));
-                    }
-                    std::thread::sleep(Duration::from_micros(200));
+                    super::stop::restart_interrupted_wait(self.job.pid, self.tid, blocked);
+                    return Ok(Stop::Blocked(blocked.map_or(u64::MAX, |b| b.nr)));
                 }
-            }
+            },
         };
         match waited {
             Wait::Gone => Ok(Stop::Gone),
@@ -435,16 +429,9 @@ impl Stepper<'_> {
         // Bounded: a trap the kernel took back meanwhile never comes.
         let until = Instant::now() + SYSCALL_WAIT;
         loop {
-            let waited = match ptrace::try_wait(self.tid)? {
-                Some(w) => w,
-                None if Instant::now() < until => {
-                    std::thread::sleep(Duration::from_micros(200));
-                    continue;
-                }
-                None => {
-                    ptrace::interrupt(self.tid)?;
-                    return self.settle();
-                }
+            let Some(waited) = next_stop(self.tid, until, false)? else {
+                ptrace::interrupt(self.tid)?;
+                return self.settle();
             };
             match waited {
                 Wait::Gone => return Ok(false),
@@ -476,11 +463,24 @@ impl Stepper<'_> {
     }
 }
 
+/// The next stop of thread `tid`, waited for until `until` (and, if
+/// `or_told`, until tp is told to stop): None if none came by then.
+fn next_stop(tid: Pid, until: Instant, or_told: bool) -> io::Result<Option<Wait>> {
+    loop {
+        if let Some(w) = ptrace::try_wait(tid)? {
+            return Ok(Some(w));
+        }
+        if Instant::now() >= until || (or_told && stop_requested()) {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
 /// True if SIGTRAP is pending for thread `tid` of process `pid`.
 fn trap_pending(pid: i32, tid: i32) -> bool {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")) else { return false };
-    let mask = text.lines().find_map(|l| l.strip_prefix("SigPnd:")).map(str::trim);
-    mask.and_then(|m| u64::from_str_radix(m, 16).ok()).is_some_and(|m| m & (1 << (libc::SIGTRAP - 1)) != 0)
+    let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+    super::signal_mask(&status, "SigPnd") & (1 << (libc::SIGTRAP - 1)) != 0
 }
 
 #[cfg(test)]

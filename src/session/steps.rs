@@ -152,16 +152,15 @@ impl Stepping {
     fn failed(&mut self, attached: &Attached, why: &str) {
         self.failures += 1;
         let _ = step::answer(&attached.region);
-        let left = if self.failures >= MAX_FAILURES { 0 } else { self.left };
-        if left == 0 {
+        if self.failures >= MAX_FAILURES {
             self.left = 0;
         }
-        let _ = step::done(&attached.region, left);
+        let _ = step::done(&attached.region, self.left);
         crate::say!(
             "tp: process {}: a call could not be stepped: {}{}",
             attached.pid,
             crate::escape::text(why),
-            if left == 0 { "; no more calls are stepped" } else { "" }
+            if self.left == 0 { "; no more calls are stepped" } else { "" }
         );
     }
 
@@ -187,17 +186,10 @@ impl Stepping {
 /// own namespace numbers `ns_tid` (`NSpid` in its status: the first is
 /// tp's view where tp is in an ancestor namespace, the last its own).
 fn global_tid(pid: i32, ns_tid: u32) -> Option<i32> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    for t in tasks.flatten() {
-        let Some(tid) = t.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
-        let ns: Vec<&str> =
-            status.lines().find_map(|l| l.strip_prefix("NSpid:")).unwrap_or("").split_whitespace().collect();
-        if ns.last().and_then(|n| n.parse::<u32>().ok()) == Some(ns_tid) {
-            return Some(tid);
-        }
-    }
-    None
+    crate::process::threads(pid).ok()?.into_iter().map(|t| t.as_raw()).find(|&tid| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
+        crate::process::parse_status(&status).ns_pid as u32 == ns_tid
+    })
 }
 
 /// The worker's job for thread `tid` of `attached`'s process, which
@@ -257,12 +249,11 @@ fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) ->
             path.push(line.clone());
         }
     }
-    let mut hot: Vec<(u64, String, String, u64)> =
-        counts.iter().map(|(&pc, &n)| (pc, sym.frame(pc, false).text(), line_of[&pc].clone(), n)).collect();
-    hot.sort_by(|a, b| b.3.cmp(&a.3).then(a.0.cmp(&b.0)));
+    let mut hot: Vec<(u64, String, String, u64)> = Vec::with_capacity(counts.len());
     let mut names: HashMap<u64, (String, Place)> = HashMap::new();
-    for &pc in counts.keys() {
+    for (&pc, &n) in &counts {
         let f = sym.frame(pc, false);
+        hot.push((pc, f.text(), line_of[&pc].clone(), n));
         let named = match (&f.function, f.offset) {
             (Some(name), 0) => (name.clone(), Place::Entry),
             (Some(name), _) => (name.clone(), Place::Body),
@@ -271,6 +262,7 @@ fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) ->
         };
         names.insert(pc, named);
     }
+    hot.sort_by(|a, b| b.3.cmp(&a.3).then(a.0.cmp(&b.0)));
     let by_path = crate::output::steps::call_paths(trace.pcs.iter().map(|pc| names[pc].clone()));
     SteppedCall {
         func,

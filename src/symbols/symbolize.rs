@@ -148,13 +148,8 @@ impl Symbolizer {
         let frame = match (found, &self.modules) {
             (Some(i), Some(mods)) => match mods.get(i) {
                 Ok(m) => {
-                    let inlined = {
-                        let ctx = self.inline.entry(m.path.clone()).or_insert_with(|| {
-                            let dwarf = m.debug().filter(|d| d.has_dwarf()).unwrap_or(&m.elf);
-                            context(dwarf)
-                        });
-                        ctx.as_ref().map_or_else(Vec::new, |c| inlined_at(c, m.bias.file(RuntimeAddr(look)).0))
-                    };
+                    let inlined = context_of(&mut self.inline, m)
+                        .map_or_else(Vec::new, |c| inlined_at(c, m.bias.file(RuntimeAddr(look)).0));
                     match m.function_containing(RuntimeAddr(look)) {
                         Some(f) => Frame {
                             function: Some(f.name.clone()),
@@ -185,11 +180,7 @@ impl Symbolizer {
     pub fn line(&mut self, addr: u64) -> Option<String> {
         let mods = self.modules.as_ref()?;
         let m = mods.get(mods.index_containing(addr)?).ok()?;
-        let ctx = self.inline.entry(m.path.clone()).or_insert_with(|| {
-            let dwarf = m.debug().filter(|d| d.has_dwarf()).unwrap_or(&m.elf);
-            context(dwarf)
-        });
-        let loc = ctx.as_ref()?.find_location(m.bias.file(RuntimeAddr(addr)).0).ok()??;
+        let loc = context_of(&mut self.inline, m)?.find_location(m.bias.file(RuntimeAddr(addr)).0).ok()??;
         let file = loc.file?.rsplit('/').next()?;
         Some(format!("{file}:{}", loc.line?))
     }
@@ -267,6 +258,18 @@ fn context(elf: &ElfFile) -> Option<addr2line::Context<Reader>> {
     };
     let dwarf = gimli::Dwarf::load(load).ok()?;
     addr2line::Context::from_dwarf(dwarf).ok()
+}
+
+/// Module `m`'s DWARF context in `contexts` (read on first use: its
+/// separate debug file's where that has DWARF), or None if it has none.
+fn context_of<'a>(
+    contexts: &'a mut HashMap<PathBuf, Option<addr2line::Context<Reader>>>,
+    m: &super::module::Module,
+) -> Option<&'a addr2line::Context<Reader>> {
+    contexts
+        .entry(m.path.clone())
+        .or_insert_with(|| context(m.debug().filter(|d| d.has_dwarf()).unwrap_or(&m.elf)))
+        .as_ref()
 }
 
 /// The functions inlined at file address `at`, innermost first (the
