@@ -32,11 +32,10 @@ const PATH_ITEMS: usize = 40;
 /// How long a worker told to stop may take to let its thread go.
 const STOP_WAIT: Duration = Duration::from_secs(5);
 
-/// What `--steps` asks for.
+/// What `--steps` asks for beyond the calls to step (the selection's
+/// `step_calls`, which the install arms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StepOptions {
-    /// Calls to step, one after the other.
-    pub calls: u32,
     /// Instructions a stepped call records at most.
     pub limit: u64,
 }
@@ -67,10 +66,11 @@ const MAX_FAILURES: u32 = 3;
 
 impl Stepping {
     /// Serves the calls of `attached`'s process whose hand-over the
-    /// attach armed for `opts.calls` calls.
+    /// attach armed for the selection's `step_calls` calls.
     pub fn start(attached: &Attached, opts: StepOptions) -> Stepping {
         let sym = Symbolizer::new(attached.pid);
-        Stepping { opts, left: opts.calls, worker: None, calls: Vec::new(), failures: 0, sym }
+        let left = attached.selection().step_calls;
+        Stepping { opts, left, worker: None, calls: Vec::new(), failures: 0, sym }
     }
 
     /// One tick: collects a finished worker's trace, or starts a worker on
