@@ -110,6 +110,9 @@ const TARGETS: &[Target] = &[
         arch: Some("aarch64"),
         ..c("", &["-fPIE", "-pie"])
     },
+    // AArch64: a thread holding values in its NEON and SVE registers while
+    // tp's syscalls run on it.
+    Target { name: "vectors", sources: &["vectors.c"], arch: Some("aarch64"), ..c("", &["-fPIE", "-pie"]) },
     Target {
         name: "prologues-bti",
         sources: &["prologues_aarch64.c", "prologues_aarch64.S"],

@@ -1117,6 +1117,10 @@ pub trait Arch {
 
     /// The registers of a stopped thread.
     type Regs: Copy + Default + fmt::Debug;
+    /// What a syscall discards of a thread's registers beyond [`Arch::Regs`],
+    /// saved before tp's syscalls run on the thread and written back after
+    /// each ([`Arch::save_vector_state`]).
+    type VectorState: fmt::Debug;
 
     /// Decides the patch window of the function whose code is `code` at
     /// `function`, and checks the whole function: no branch, and no address in
@@ -1433,6 +1437,14 @@ pub trait Arch {
     fn get_regs(tid: Pid) -> io::Result<Self::Regs>;
     /// Writes a stopped thread's registers.
     fn set_regs(tid: Pid, regs: &Self::Regs) -> io::Result<()>;
+    /// Reads the vector state of a stopped thread that a syscall made by
+    /// the thread would discard: on AArch64 the SVE registers beyond their
+    /// low 128 bits, the predicates and streaming mode (the Linux SVE and
+    /// SME ABIs); nothing on x86-64, whose syscalls keep every register but
+    /// two that [`Arch::Regs`] holds.
+    fn save_vector_state(tid: Pid) -> io::Result<Self::VectorState>;
+    /// Writes back what [`Arch::save_vector_state`] read.
+    fn restore_vector_state(tid: Pid, state: &Self::VectorState) -> io::Result<()>;
     /// The register that holds the current goroutine (`g`) in Go code.
     fn go_g(regs: &Self::Regs) -> u64;
     /// The bounds `[lo, hi)` of the goroutine stack a stopped thread runs

@@ -25,3 +25,21 @@ pub fn set_regset<T: Copy>(tid: Pid, nt: u32, regs: &T) -> io::Result<()> {
     check(unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })
         .map(drop)
 }
+
+/// PTRACE_GETREGSET into `out`, a buffer of any length (a regset of
+/// variable size); returns how many bytes the kernel wrote.
+pub fn get_regset_bytes(tid: Pid, nt: u32, out: &mut [u8]) -> io::Result<usize> {
+    let mut iov = libc::iovec { iov_base: out.as_mut_ptr().cast(), iov_len: out.len() };
+    // SAFETY: iov describes `out`, valid for writes of out.len() bytes; the
+    // kernel writes at most iov_len bytes and updates iov_len.
+    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })?;
+    Ok(iov.iov_len)
+}
+
+/// PTRACE_SETREGSET from the bytes of `data`.
+pub fn set_regset_bytes(tid: Pid, nt: u32, data: &[u8]) -> io::Result<()> {
+    let mut iov = libc::iovec { iov_base: data.as_ptr() as *mut libc::c_void, iov_len: data.len() };
+    // SAFETY: the kernel only reads iov_len bytes from `data`.
+    check(unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })
+        .map(drop)
+}

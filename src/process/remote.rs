@@ -4,7 +4,10 @@
 //! instruction that already exists in its executable memory (the vDSO has
 //! one), the number and arguments are loaded, and one PTRACE_SINGLESTEP runs
 //! exactly that instruction. The registers are restored after every call, so
-//! the thread is never left with foreign values for longer than one syscall.
+//! the thread is never left with foreign values for longer than one syscall,
+//! and so are the vector registers a syscall discards (AArch64's SVE state,
+//! [`Arch::save_vector_state`]): a thread stopped in the middle of an SVE
+//! `memcpy` finishes it with the bytes it had loaded.
 //! Before each call the architecture cancels syscall restart
 //! ([`Arch::prepare_syscall`]), so a thread that was stopped inside a blocking syscall is not
 //! rewound onto the wrong instruction.
@@ -40,6 +43,9 @@ pub struct RemoteCaller<'s> {
     pid: i32,
     /// The worker while this caller holds it stopped, and its registers.
     held: Option<(Pid, <Host as Arch>::Regs)>,
+    /// What a syscall would discard of the held worker's vector registers,
+    /// written back after each call.
+    vectors: Option<<Host as Arch>::VectorState>,
     insn: u64,
     /// Signals that arrived while stepping; handed to `stopped` when the
     /// thread is let run or the caller is dropped.
@@ -60,7 +66,16 @@ impl<'s> RemoteCaller<'s> {
     pub fn new(stopped: &'s mut Stopped, mem: &'s Memory, maps: &[Mapping]) -> Result<RemoteCaller<'s>> {
         let pid = stopped.pid();
         let insn = find_syscall_insn(mem, maps)?;
-        Ok(RemoteCaller { stopped, mem, pid, held: None, insn, deferred_signals: Vec::new(), mapped: Vec::new() })
+        Ok(RemoteCaller {
+            stopped,
+            mem,
+            pid,
+            held: None,
+            vectors: None,
+            insn,
+            deferred_signals: Vec::new(),
+            mapped: Vec::new(),
+        })
     }
 
     /// The process.
@@ -86,6 +101,9 @@ impl<'s> RemoteCaller<'s> {
             bail!("process {} ran another program (exec) while tp was attaching", self.pid);
         }
         let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        self.vectors = Some(
+            Host::save_vector_state(tid).with_context(|| format!("reading the vector registers of thread {tid}"))?,
+        );
         self.held = Some((tid, saved));
         Ok((tid, saved))
     }
@@ -95,6 +113,7 @@ impl<'s> RemoteCaller<'s> {
     pub fn let_run(&mut self) {
         self.hand_back_signals();
         self.held = None;
+        self.vectors = None;
         self.stopped.let_worker_run();
     }
 
@@ -139,10 +158,13 @@ impl<'s> RemoteCaller<'s> {
         let mut regs = saved;
         Host::prepare_syscall(tid, &mut regs, self.insn, nr, args).context("setting up a remote syscall")?;
         let result = self.step_over_syscall(tid);
-        // Restore even if stepping failed: the thread must not keep our registers.
+        // Restore even if stepping failed: the thread must not keep our
+        // registers, nor lose the vector registers the syscall discarded.
         let restore = Host::set_regs(tid, &saved);
+        let vectors = self.vectors.as_ref().map_or(Ok(()), |v| Host::restore_vector_state(tid, v));
         let result = result?;
         restore.context("restoring registers after a remote syscall")?;
+        vectors.context("restoring vector registers after a remote syscall")?;
         self.park(tid)?;
         let sc = Host::SYSCALLS;
         if nr == sc.mmap && !(-4095..0).contains(&result) {

@@ -178,6 +178,37 @@ fn pac_and_bti(t: &Target) -> (bool, bool) {
 
 const PACIBSP: u32 = 0xd503237f;
 
+/// A thread stopped in the middle of vector work (say an SVE `memcpy`, the
+/// bytes it loaded in Z0, its predicate in P0) finishes it as it would have
+/// without tp: a syscall discards the SVE registers beyond their low 128
+/// bits and the predicates, and the syscalls tp makes with a stopped thread
+/// give them back whole. The target checks NEON and SVE registers it loaded
+/// once, in a loop that never calls or enters the kernel, while tp attaches
+/// and detaches three times (its main thread makes tp's syscalls).
+#[test]
+fn tps_syscalls_leave_the_stopped_threads_vector_registers_whole() {
+    let mut t = Target::start("vectors");
+    let line = t.out.wait_for("spinning sve=");
+    let sve: u64 = field(&line, "sve");
+    match std::env::var("TP_TEST_CPU").as_deref() {
+        Ok("max") => assert!(sve >= 16, "-cpu max has SVE: {line}"),
+        Ok("cortex-a57") => assert_eq!(sve, 0, "a Cortex-A57 has no SVE: {line}"),
+        _ => {}
+    }
+    let pid = t.pid.to_string();
+    for _ in 0..3 {
+        let args = ["attach", "-p", &pid, "-f", "idle", "-d", "0.2", "--json"];
+        let stdout = expect_success(&args, &tp(&args));
+        assert_eq!(hits_from_json(&stdout)["idle"], 0);
+    }
+    t.send(b"stop\n");
+    let verdict = t.out.wait_for("");
+    assert!(verdict.starts_with("intact rounds="), "sve={sve}: {verdict}");
+    assert!(field(&verdict, "rounds") > 0, "{verdict}");
+    assert!(!has_region(t.pid));
+    assert!(t.quit().success());
+}
+
 #[test]
 fn return_probes_on_functions_that_sign_their_return_address() {
     // fib, nap, jumper and pulse start with paciasp, greet with pacibsp, the

@@ -18,6 +18,7 @@ pub mod relocate;
 pub mod runtime;
 pub mod sdt;
 pub mod shadow;
+pub mod vector;
 pub mod window;
 pub mod writer;
 
@@ -43,6 +44,7 @@ impl Arch for AArch64 {
     const SYSCALLS: Syscalls = super::syscalls::AARCH64;
 
     type Regs = regs::Regs;
+    type VectorState = vector::VectorState;
 
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         window::plan(code, function, extra_targets)
@@ -223,6 +225,14 @@ impl Arch for AArch64 {
 
     fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
         regs::set(tid, r)
+    }
+
+    fn save_vector_state(tid: Pid) -> io::Result<vector::VectorState> {
+        vector::save(tid)
+    }
+
+    fn restore_vector_state(tid: Pid, state: &vector::VectorState) -> io::Result<()> {
+        vector::restore(tid, state)
     }
 
     fn go_g(r: &regs::Regs) -> u64 {

@@ -62,6 +62,7 @@ impl Arch for X86_64 {
     const SYSCALLS: Syscalls = super::syscalls::X86_64;
 
     type Regs = regs::Regs;
+    type VectorState = ();
 
     fn plan(code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
         window::plan(code, function, extra_targets)
@@ -228,6 +229,14 @@ impl Arch for X86_64 {
 
     fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
         regs::set(tid, r)
+    }
+
+    fn save_vector_state(_tid: Pid) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn restore_vector_state(_tid: Pid, _state: &()) -> io::Result<()> {
+        Ok(())
     }
 
     fn go_g(r: &regs::Regs) -> u64 {

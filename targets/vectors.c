@@ -1,0 +1,157 @@
+/* vectors: a thread that keeps values in its vector registers while tp
+ * attaches, for the AArch64 state a syscall discards (the SVE registers
+ * beyond their low 128 bits, the predicates): tp's syscalls, made by a
+ * stopped thread, must leave that thread's registers as they were.
+ *
+ * The main thread loads a pattern into v2 (NEON) and, on a CPU with SVE,
+ * z0 and p0, then checks them in a loop that makes no call and no syscall
+ * until another thread, which reads stdin, tells it to stop:
+ *   prints "ready pid=P sve=VL" (VL: the SVE vector length in bytes, 0
+ *   without SVE), then
+ *     stop  -> "intact rounds=N" or "changed at round N: WHAT"
+ *     quit  -> exit status 0
+ * idle is there to be probed; nothing calls it.
+ */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/auxv.h>
+
+#ifndef HWCAP_SVE
+#define HWCAP_SVE (1 << 22)
+#endif
+
+TP_PROBED int idle(int x)
+{
+	return x + 1;
+}
+
+static atomic_int stop;
+
+/* What the loop found: 0 when every round saw the pattern. */
+struct verdict {
+	uint64_t rounds;
+	uint64_t what; /* 1: v2 changed, 2: p0 changed, 3: z0 changed */
+	uint64_t seen;
+};
+
+static struct verdict spin_neon(atomic_int *flag)
+{
+	uint64_t rounds = 0, what = 0, seen = 0;
+	__asm__ volatile(
+		"movi v2.16b, #0x5a\n"
+		"movz x10, #0x5a5a\n"
+		"movk x10, #0x5a5a, lsl #16\n"
+		"movk x10, #0x5a5a, lsl #32\n"
+		"movk x10, #0x5a5a, lsl #48\n"
+		"1: ldar w9, [%[flag]]\n"
+		"cbnz w9, 2f\n"
+		"umov x11, v2.d[0]\n"
+		"cmp x11, x10\n"
+		"b.ne 3f\n"
+		"umov x11, v2.d[1]\n"
+		"cmp x11, x10\n"
+		"b.ne 3f\n"
+		"add %[rounds], %[rounds], #1\n"
+		"b 1b\n"
+		"3: mov %[what], #1\n"
+		"mov %[seen], x11\n"
+		"2:\n"
+		: [rounds] "+r"(rounds), [what] "+r"(what), [seen] "+r"(seen)
+		: [flag] "r"(flag)
+		: "x9", "x10", "x11", "v2", "cc", "memory");
+	return (struct verdict){ rounds, what, seen };
+}
+
+static struct verdict spin_sve(atomic_int *flag)
+{
+	uint64_t rounds = 0, what = 0, seen = 0;
+	__asm__ volatile(
+		".arch_extension sve\n"
+		"movi v2.16b, #0x5a\n"
+		"movz x10, #0x5a5a\n"
+		"movk x10, #0x5a5a, lsl #16\n"
+		"movk x10, #0x5a5a, lsl #32\n"
+		"movk x10, #0x5a5a, lsl #48\n"
+		"ptrue p0.b\n"
+		"index z0.b, #1, #1\n"
+		"cntb x12\n"
+		"uaddv d1, p0, z0.b\n"
+		"fmov x13, d1\n"
+		"1: ldar w9, [%[flag]]\n"
+		"cbnz w9, 2f\n"
+		"umov x11, v2.d[0]\n"
+		"cmp x11, x10\n"
+		"b.ne 3f\n"
+		"umov x11, v2.d[1]\n"
+		"cmp x11, x10\n"
+		"b.ne 3f\n"
+		"cntp x11, p0, p0.b\n"
+		"cmp x11, x12\n"
+		"b.ne 4f\n"
+		"uaddv d1, p0, z0.b\n"
+		"fmov x11, d1\n"
+		"cmp x11, x13\n"
+		"b.ne 5f\n"
+		"add %[rounds], %[rounds], #1\n"
+		"b 1b\n"
+		"3: mov %[what], #1\n"
+		"b 6f\n"
+		"4: mov %[what], #2\n"
+		"b 6f\n"
+		"5: mov %[what], #3\n"
+		"6: mov %[seen], x11\n"
+		"2:\n"
+		: [rounds] "+r"(rounds), [what] "+r"(what), [seen] "+r"(seen)
+		: [flag] "r"(flag)
+		: "x9", "x10", "x11", "x12", "x13", "v0", "v1", "v2", "p0", "cc", "memory");
+	return (struct verdict){ rounds, what, seen };
+}
+
+static uint64_t sve_bytes(void)
+{
+	if (!(getauxval(AT_HWCAP) & HWCAP_SVE))
+		return 0;
+	uint64_t vl;
+	__asm__ volatile(".arch_extension sve\ncntb %0" : "=r"(vl));
+	return vl;
+}
+
+static void *commands(void *arg)
+{
+	(void)arg;
+	char line[64];
+	while (tp_read_command(line, sizeof line)) {
+		if (strcmp(line, "stop") == 0) {
+			atomic_store(&stop, 1);
+			return NULL;
+		}
+	}
+	atomic_store(&stop, 1);
+	return NULL;
+}
+
+int main(void)
+{
+	uint64_t vl = sve_bytes();
+	tp_ready();
+	/* The ready line already said the PID; this one says what is checked. */
+	printf("spinning sve=%llu\n", (unsigned long long)vl);
+	pthread_t t;
+	if (pthread_create(&t, NULL, commands, NULL) != 0)
+		return 2;
+	struct verdict v = vl ? spin_sve(&stop) : spin_neon(&stop);
+	static const char *names[] = { "", "v2", "p0", "z0" };
+	if (v.what)
+		printf("changed at round %llu: %s (%#llx)\n", (unsigned long long)v.rounds, names[v.what],
+		       (unsigned long long)v.seen);
+	else
+		printf("intact rounds=%llu\n", (unsigned long long)v.rounds);
+	pthread_join(t, NULL);
+	char line[64];
+	while (tp_read_command(line, sizeof line))
+		if (strcmp(line, "quit") == 0)
+			return 0;
+	return 0;
+}
