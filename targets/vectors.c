@@ -8,12 +8,16 @@
  * until another thread, which reads stdin, tells it to stop:
  *   prints "ready pid=P sve=VL" (VL: the SVE vector length in bytes, 0
  *   without SVE), then
- *     stop  -> "intact rounds=N" or "changed at round N: WHAT"
- *     quit  -> exit status 0
- * idle is there to be probed; nothing calls it.
+ *     vpcs N -> calls vpcs_scale N times: "done vpcs calls=N checksum=ok|BAD"
+ *     stop   -> "intact rounds=N" or "changed at round N: WHAT"
+ *     quit   -> exit status 0
+ * idle is there to be probed; nothing calls it. vpcs_scale is a function
+ * of the vector calling convention (its symbol marked
+ * STO_AARCH64_VARIANT_PCS, as SVE functions are), which tp only counts.
  */
 #include "common.h"
 
+#include <arm_neon.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <sys/auxv.h>
@@ -28,6 +32,21 @@ TP_PROBED int idle(int x)
 }
 
 static atomic_int stop;
+
+TP_PROBED __attribute__((aarch64_vector_pcs)) float64x2_t vpcs_scale(float64x2_t x)
+{
+	return vaddq_f64(x, x);
+}
+
+static void call_vpcs(long n)
+{
+	int ok = 1;
+	for (long i = 0; i < n; i++) {
+		float64x2_t v = vpcs_scale(vdupq_n_f64((double)i));
+		ok &= vgetq_lane_f64(v, 0) == 2.0 * (double)i && vgetq_lane_f64(v, 1) == 2.0 * (double)i;
+	}
+	printf("done vpcs calls=%ld checksum=%s\n", n, ok ? "ok" : "BAD");
+}
 
 /* What the loop found: 0 when every round saw the pattern. */
 struct verdict {
@@ -123,6 +142,10 @@ static void *commands(void *arg)
 	(void)arg;
 	char line[64];
 	while (tp_read_command(line, sizeof line)) {
+		if (strncmp(line, "vpcs ", 5) == 0) {
+			call_vpcs(atol(line + 5));
+			continue;
+		}
 		if (strcmp(line, "stop") == 0) {
 			atomic_store(&stop, 1);
 			return NULL;

@@ -163,6 +163,11 @@ pub enum Refusal {
     /// Go code that Go may preempt asynchronously, where no window of one
     /// instruction fits after the stack check.
     GoPreemptible,
+    /// Recording in an AArch64 function of a variant calling convention
+    /// (`STO_AARCH64_VARIANT_PCS`): its arguments and the registers it
+    /// keeps may live in SVE registers and predicates, which a syscall of
+    /// the runtime discards. Counting touches neither.
+    VariantPcs,
     /// A thread of the process runs with a hardware shadow stack, and the
     /// probe's detour would break the pairing of calls and returns it checks.
     ShadowStack {
@@ -209,6 +214,7 @@ impl Refusal {
             Refusal::GoReturns => "returns of Go code",
             Refusal::GoNoStackCheck => "Go function without a stack check",
             Refusal::GoPreemptible => "Go code without a one-instruction window",
+            Refusal::VariantPcs => "variant calling convention",
             Refusal::ShadowStack { .. } => "hardware shadow stack",
             Refusal::NotBoundary { .. } => "not an instruction boundary",
             Refusal::Interior(_) => "cannot probe inside a function here",
@@ -261,6 +267,12 @@ impl fmt::Display for Refusal {
                 "a Go function without a stack check may run with 128 bytes of stack left, too few for \
                  timing its calls; count them, or record its arguments with --args (x86-64: tp records those \
                  where the goroutine's stack has room)"
+            ),
+            Refusal::VariantPcs => write!(
+                f,
+                "it declares a variant calling convention (STO_AARCH64_VARIANT_PCS: SVE or vector registers \
+                 carry its arguments or keep their values across calls), whose upper halves and predicates a \
+                 syscall of tp's runtime would discard; count its calls"
             ),
             Refusal::GoPreemptible => write!(
                 f,

@@ -254,6 +254,12 @@ fn plan_one(m: &Module, f: &Found, kind: u32, shadow: Option<(i32, ShadowStack)>
             Ok((plan, Abi::C, k))
         }),
     };
+    // Only counting in a function whose vector registers a syscall of the
+    // runtime could discard.
+    let planned = planned.and_then(|(plan, abi, k)| match k != kind::COUNT && m.variant_pcs(function) {
+        true => Err(Refusal::VariantPcs),
+        false => Ok((plan, abi, k)),
+    });
     // The long form goes at the entry, before Go's stack check, and has an
     // interior: not for Go code, nor inside a function.
     let long = planned.as_ref().ok().map(|(plan, abi, _)| match abi {

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
+use goblin::elf::header::EM_AARCH64;
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
@@ -30,6 +31,11 @@ pub struct FuncSym {
     pub global: bool,
     /// True for GNU indirect functions: the address is the resolver's.
     pub ifunc: bool,
+    /// True for an AArch64 function of a variant calling convention
+    /// (`STO_AARCH64_VARIANT_PCS`: SVE or vector arguments, more registers
+    /// kept across calls), which only counting may probe
+    /// ([`crate::arch::Refusal::VariantPcs`]).
+    pub variant_pcs: bool,
     /// Its symbol version, if it has one.
     pub version: Option<Version>,
     /// Where it was found.
@@ -406,6 +412,7 @@ impl ElfFile {
                     size: len,
                     global: false,
                     ifunc: false,
+                    variant_pcs: false,
                     version: None,
                     source: Source::EhFrame,
                 });
@@ -506,7 +513,7 @@ fn symtab_functions(elf: &goblin::elf::Elf) -> Vec<FuncSym> {
         .filter_map(|s| {
             let full = elf.strtab.get_at(s.st_name)?;
             let (name, version) = split_version(full);
-            function(&s, name, version, Source::Symtab)
+            function(&s, name, version, Source::Symtab, elf.header.e_machine)
         })
         .collect()
 }
@@ -533,7 +540,7 @@ fn dynsym_functions(elf: &goblin::elf::Elf) -> Vec<FuncSym> {
             let version = versym.filter(|v| v & VERSYM_VERSION > 1).and_then(|v| {
                 Some(Version { name: version_name(v & VERSYM_VERSION)?, default: v & VERSYM_HIDDEN == 0 })
             });
-            function(&s, name, version, Source::Dynsym)
+            function(&s, name, version, Source::Dynsym, elf.header.e_machine)
         })
         .collect()
 }
@@ -542,13 +549,24 @@ fn is_defined_function(s: &goblin::elf::Sym) -> bool {
     (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0
 }
 
-fn function(s: &goblin::elf::Sym, name: &str, version: Option<Version>, source: Source) -> Option<FuncSym> {
+/// `st_other` of an AArch64 function of a variant calling convention (the
+/// AArch64 ELF ABI; the assembler's `.variant_pcs`).
+const STO_AARCH64_VARIANT_PCS: u8 = 0x80;
+
+fn function(
+    s: &goblin::elf::Sym,
+    name: &str,
+    version: Option<Version>,
+    source: Source,
+    machine: u16,
+) -> Option<FuncSym> {
     (!name.is_empty()).then(|| FuncSym {
         name: name.to_string(),
         addr: FileAddr(s.st_value),
         size: s.st_size,
         global: s.st_bind() != goblin::elf::sym::STB_LOCAL,
         ifunc: s.st_type() == STT_GNU_IFUNC,
+        variant_pcs: machine == EM_AARCH64 && s.st_other & STO_AARCH64_VARIANT_PCS != 0,
         version,
         source,
     })

@@ -561,6 +561,16 @@ impl Module {
         self.return_saves.get_or_init(|| ReturnSaves::of(&self.elf)).below_cfa(f.bias.file(f.addr).0)
     }
 
+    /// True if a symbol at `f`'s address declares a variant calling
+    /// convention (AArch64's `STO_AARCH64_VARIANT_PCS`; an alias's mark is
+    /// the function's too).
+    pub fn variant_pcs(&self, f: &Function) -> bool {
+        let at = f.bias.file(f.addr);
+        let syms: &[FuncSym] = &self.elf.functions;
+        let first = syms.partition_point(|s| s.addr < at);
+        syms[first..].iter().take_while(|s| s.addr == at).any(|s| s.variant_pcs)
+    }
+
     /// Branch targets from split-off parts of `f` (`f.cold`), which jump back into it.
     pub fn extra_targets(&self, f: &Function) -> Vec<u64> {
         cold_targets(&self.elf, f.bias, &f.symbol, f.addr, f.size, Isa::host())

@@ -49,7 +49,7 @@ use crate::arch::Isa;
 pub use super::stored_dwarf::StoredDwarf;
 
 /// The version of what is saved and how it is computed: part of every key.
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
 
 /// The kind of entry, in its file name.
 const KIND: &str = "module";
@@ -199,7 +199,7 @@ impl Saved {
             last = f.addr.0;
             let flags = f.global as u8 | (f.ifunc as u8) << 1 | (f.version.is_some() as u8) << 2;
             let default = f.version.as_ref().is_some_and(|v| v.default);
-            w.u8(flags | (default as u8) << 3).u8(source_code(f.source));
+            w.u8(flags | (default as u8) << 3 | (f.variant_pcs as u8) << 4).u8(source_code(f.source));
             if let Some(v) = &f.version {
                 w.str(&v.name);
             }
@@ -263,7 +263,7 @@ impl Saved {
             let size = r.var()?;
             let flags = r.u8()?;
             let source = source_of(r.u8()?)?;
-            if flags & !0xf != 0 {
+            if flags & !0x1f != 0 {
                 return Err(Bad("unknown symbol flags"));
             }
             let version =
@@ -274,6 +274,7 @@ impl Saved {
                 size,
                 global: flags & 1 != 0,
                 ifunc: flags & 2 != 0,
+                variant_pcs: flags & 16 != 0,
                 version,
                 source,
             });

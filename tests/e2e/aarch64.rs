@@ -178,6 +178,32 @@ fn pac_and_bti(t: &Target) -> (bool, bool) {
 
 const PACIBSP: u32 = 0xd503237f;
 
+/// A function of a variant calling convention (here the vector one; the
+/// assembler marks SVE functions the same way) is counted exactly, and
+/// recording in it is refused in one line before anything is injected: its
+/// vector registers, which a syscall of the runtime could discard, may hold
+/// its arguments or values its callers keep.
+#[test]
+fn a_variant_pcs_function_is_counted_and_recording_in_it_refused() {
+    let mut t = Target::start("vectors");
+    t.out.wait_for("spinning sve=");
+    let pid = t.pid.to_string();
+    for records in ["--args", "--ret", "--stack"] {
+        let line = expect_error(&["attach", "-p", &pid, "-f", "vpcs_scale", records], "cannot probe `vpcs_scale`");
+        assert!(line.contains("variant calling convention") && line.contains("count its calls"), "{line}");
+        assert!(!has_region(t.pid), "{records}: nothing may be injected");
+    }
+    let session = Session::start(&["-p", &pid, "--json", "-f", "vpcs_scale"]);
+    assert_eq!(t.ask("vpcs 1000", "done"), "done vpcs calls=1000 checksum=ok");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert_eq!(hits_from_json(&stdout)["vpcs_scale"], 1000);
+    assert_code_is_original(&t, &["vpcs_scale"]);
+    t.send(b"stop\n");
+    assert!(t.out.wait_for("").starts_with("intact rounds="));
+    assert!(t.quit().success());
+}
+
 /// A thread stopped in the middle of vector work (say an SVE `memcpy`, the
 /// bytes it loaded in Z0, its predicate in P0) finishes it as it would have
 /// without tp: a syscall discards the SVE registers beyond their low 128
