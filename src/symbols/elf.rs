@@ -8,7 +8,6 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use goblin::elf::header::EM_AARCH64;
 use goblin::elf::program_header::PT_LOAD;
 use goblin::elf::section_header::{SHF_COMPRESSED, SHT_NOBITS};
 use goblin::elf::sym::{STT_FUNC, STT_GNU_IFUNC};
@@ -549,10 +548,6 @@ fn is_defined_function(s: &goblin::elf::Sym) -> bool {
     (s.st_type() == STT_FUNC || s.st_type() == STT_GNU_IFUNC) && s.st_shndx != 0 && s.st_value != 0
 }
 
-/// `st_other` of an AArch64 function of a variant calling convention (the
-/// AArch64 ELF ABI; the assembler's `.variant_pcs`).
-const STO_AARCH64_VARIANT_PCS: u8 = 0x80;
-
 fn function(
     s: &goblin::elf::Sym,
     name: &str,
@@ -566,7 +561,7 @@ fn function(
         size: s.st_size,
         global: s.st_bind() != goblin::elf::sym::STB_LOCAL,
         ifunc: s.st_type() == STT_GNU_IFUNC,
-        variant_pcs: machine == EM_AARCH64 && s.st_other & STO_AARCH64_VARIANT_PCS != 0,
+        variant_pcs: crate::arch::variant_pcs(machine, s.st_other),
         version,
         source,
     })
