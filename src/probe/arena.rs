@@ -23,6 +23,15 @@ const PAGE: u64 = 4096;
 /// mapped low (not position-independent), small integers a stack holds
 /// lie near there too.
 const PAST_THE_END: u64 = PAGE;
+/// Where small numbers end, for placing arenas: a stack word below this is
+/// likelier a count, a size or an offset than an address. An arena placed
+/// among them (a program mapped low, not position-independent, gets its
+/// arena right after its end, near 4 MiB) would be named by any such number
+/// a stack happens to hold, which keeps tp's memory at the detach
+/// (`remove::check_unused`); so every candidate at or above it comes before
+/// any below it, where branch reach allows one (x86-64's reaches 2 GiB from
+/// a program at 4 MiB, AArch64's 128 MiB).
+const SMALL_NUMBERS: u64 = 64 << 20;
 /// The smallest code arena tp maps.
 pub const MIN_ARENA: u64 = 64 << 10;
 /// A typical detour's size, for sizing arenas: a counting detour, and one
@@ -41,28 +50,44 @@ pub fn reaches(span: Span, a: u64, size: u64, reach: u64) -> bool {
     far_end <= reach
 }
 
-/// Candidate addresses for an arena of `size` bytes near `span`, nearest first.
+/// Candidate addresses for an arena of `size` bytes near `span`: a hole
+/// between the module's own mappings first, then those clear of small
+/// numbers ([`SMALL_NUMBERS`]), then the others, each nearest first.
 pub fn candidates(maps: &[Mapping], span: Span, size: u64, reach: u64) -> Vec<u64> {
     let size = size.next_multiple_of(PAGE);
-    let mut out: Vec<u64> = gaps(maps).iter().filter_map(|g| place_in(g, span, size)).collect();
+    let mut out: Vec<u64> = gaps(maps).iter().flat_map(|g| place_in(g, span, size)).collect();
     out.retain(|&a| reaches(span, a, size, reach));
     // A gap between the module's own mappings (AArch64 linkers align
     // segments to 64 KiB and leave holes) is at distance 0.
-    out.sort_by_key(|&a| if a < span.lo { span.lo - a } else { a.saturating_sub(span.hi) });
+    let distance = |a: u64| if a < span.lo { span.lo - a } else { a.saturating_sub(span.hi) };
+    out.sort_by_key(|&a| {
+        let inside = a >= span.lo && a < span.hi;
+        (!inside, !inside && a < SMALL_NUMBERS, distance(a))
+    });
+    out.dedup();
     out
 }
 
-/// The best spot for the arena in one gap: as close to the module as the
+/// The best spots for the arena in one gap: as close to the module as the
 /// gap allows, but not where the stack or the heap will want to grow, and
-/// a page past the module's end ([`PAST_THE_END`]).
-fn place_in(g: &Gap, span: Span, size: u64) -> Option<u64> {
+/// a page past the module's end ([`PAST_THE_END`]); and, where that one is
+/// among small numbers and the gap goes past them, the closest spot clear
+/// of them ([`SMALL_NUMBERS`]).
+fn place_in(g: &Gap, span: Span, size: u64) -> Vec<u64> {
     let lo = g.start.next_multiple_of(PAGE) + if g.above_heap { GROWTH_ROOM } else { 0 };
-    let hi = (g.end & !(PAGE - 1)).checked_sub(if g.below_stack { GROWTH_ROOM } else { 0 })?;
+    let Some(hi) = (g.end & !(PAGE - 1)).checked_sub(if g.below_stack { GROWTH_ROOM } else { 0 }) else {
+        return Vec::new();
+    };
     if hi < lo || hi - lo < size {
-        return None;
+        return Vec::new();
     }
     // Below the module: the top of the gap; above it: the bottom.
-    Some(if hi <= span.lo { hi - size } else { lo.max((span.hi + PAST_THE_END).min(hi - size)) })
+    let nearest = if hi <= span.lo { hi - size } else { lo.max((span.hi + PAST_THE_END).min(hi - size)) };
+    let clear = nearest.max(SMALL_NUMBERS);
+    match nearest < SMALL_NUMBERS && clear <= hi - size {
+        true => vec![nearest, clear],
+        false => vec![nearest],
+    }
 }
 
 /// The size of a new arena for `probes` detours of `kind`.
@@ -214,14 +239,44 @@ mod tests {
         );
         let span = Span { lo: 0x400000, hi: 0x405000 };
         let c = candidates(&maps, span, 0x10000, REACH);
-        assert_eq!(c[0], 0x406000);
-        // A gap just large enough takes the arena right after the module.
+        // Clear of small numbers first (in this gap, and above the heap's
+        // growth room), then right after the module.
+        assert_eq!(c[0], SMALL_NUMBERS);
+        let after = c.iter().position(|&a| a == 0x406000).expect("right after the module");
+        assert!(c[..after].iter().all(|&a| a >= SMALL_NUMBERS), "{c:x?}");
+        // A gap just large enough takes the arena right after the module,
+        // where nothing clear of small numbers is within reach.
         let tight = parse(
             "400000-405000 r-xp 00000000 fd:01 1 /t/nopie\n\
-             415000-416000 rw-p 00000000 00:00 0\n",
+             415000-416000 rw-p 00000000 00:00 0\n\
+             416000-7ffff000000 rw-p 00000000 00:00 0\n",
         );
         let c = candidates(&tight, span, 0x10000, REACH);
         assert_eq!(c[0], 0x405000);
+    }
+
+    #[test]
+    fn arenas_keep_clear_of_small_numbers_where_reach_allows() {
+        // AArch64 reaches 128 MiB from a program mapped at 4 MiB: clear of
+        // small numbers, the nearest spot above 64 MiB; with the gap taken
+        // past reach, nothing clear is within it: right after the module.
+        let maps = parse(
+            "400000-401000 r-xp 00000000 fd:01 1 /t/nopie\n\
+             404000-405000 rw-p 00003000 fd:01 1 /t/nopie\n\
+             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        let span = Span { lo: 0x400000, hi: 0x405000 };
+        let c = candidates(&maps, span, 0x10000, (128 << 20) - 4);
+        assert_eq!(c[0], SMALL_NUMBERS);
+        let taken = parse(
+            "400000-401000 r-xp 00000000 fd:01 1 /t/nopie\n\
+             404000-405000 rw-p 00003000 fd:01 1 /t/nopie\n\
+             3ff0000-8500000 rw-p 00000000 00:00 0\n\
+             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n",
+        );
+        let c = candidates(&taken, span, 0x10000, (128 << 20) - 4);
+        assert_eq!(c[0], 0x406000);
+        assert!(c.iter().all(|&a| a < SMALL_NUMBERS));
     }
 
     #[test]
