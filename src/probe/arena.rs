@@ -31,7 +31,7 @@ const PAST_THE_END: u64 = PAGE;
 /// (`remove::check_unused`); so every candidate at or above it comes before
 /// any below it, where branch reach allows one (x86-64's reaches 2 GiB from
 /// a program at 4 MiB, AArch64's 128 MiB).
-const SMALL_NUMBERS: u64 = 64 << 20;
+pub const SMALL_NUMBERS: u64 = 64 << 20;
 /// The smallest code arena tp maps.
 pub const MIN_ARENA: u64 = 64 << 10;
 /// A typical detour's size, for sizing arenas: a counting detour, and one
