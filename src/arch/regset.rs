@@ -1,5 +1,6 @@
 //! Reading and writing a stopped thread's register sets (PTRACE_GETREGSET,
-//! PTRACE_SETREGSET), for the architectures' `regs` modules.
+//! PTRACE_SETREGSET), for the architectures' `regs` modules: as bytes (a
+//! set of variable size), or as a `#[repr(C)]` struct of the set's layout.
 
 use std::io;
 
@@ -11,19 +12,17 @@ fn check(rc: libc::c_long) -> io::Result<libc::c_long> {
 
 /// PTRACE_GETREGSET into `T` (a `#[repr(C)]` register struct matching regset `nt`).
 pub fn get_regset<T: Copy>(tid: Pid, nt: u32, out: &mut T) -> io::Result<usize> {
-    let mut iov = libc::iovec { iov_base: out as *mut T as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
-    // SAFETY: iov describes `out`, which is valid for writes of size_of::<T>()
-    // bytes; the kernel writes at most iov_len bytes and updates iov_len.
-    check(unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })?;
-    Ok(iov.iov_len)
+    // SAFETY: `out` is valid for writes of size_of::<T>() bytes, and a
+    // register struct of plain integers takes any bytes the kernel writes.
+    let bytes = unsafe { std::slice::from_raw_parts_mut((out as *mut T).cast::<u8>(), std::mem::size_of::<T>()) };
+    get_regset_bytes(tid, nt, bytes)
 }
 
 /// PTRACE_SETREGSET from `T`.
 pub fn set_regset<T: Copy>(tid: Pid, nt: u32, regs: &T) -> io::Result<()> {
-    let mut iov = libc::iovec { iov_base: regs as *const T as *mut libc::c_void, iov_len: std::mem::size_of::<T>() };
-    // SAFETY: the kernel only reads iov_len bytes from `regs`.
-    check(unsafe { libc::ptrace(libc::PTRACE_SETREGSET, tid.as_raw(), nt as usize, &mut iov as *mut libc::iovec) })
-        .map(drop)
+    // SAFETY: `regs` is valid for reads of size_of::<T>() bytes.
+    let bytes = unsafe { std::slice::from_raw_parts((regs as *const T).cast::<u8>(), std::mem::size_of::<T>()) };
+    set_regset_bytes(tid, nt, bytes)
 }
 
 /// PTRACE_GETREGSET into `out`, a buffer of any length (a regset of
