@@ -41,17 +41,24 @@ pub struct RemoteCaller<'s> {
     stopped: &'s mut Stopped,
     mem: &'s Memory,
     pid: i32,
-    /// The worker while this caller holds it stopped, and its registers.
-    held: Option<(Pid, <Host as Arch>::Regs)>,
-    /// What a syscall would discard of the held worker's vector registers,
-    /// written back after each call.
-    vectors: Option<<Host as Arch>::VectorState>,
+    /// The worker while this caller holds it stopped, with what each call
+    /// gives back.
+    held: Option<Held>,
     insn: u64,
     /// Signals that arrived while stepping; handed to `stopped` when the
     /// thread is let run or the caller is dropped.
     deferred_signals: Vec<i32>,
     /// What this caller's `mmap` calls mapped and no `munmap` took back yet.
     mapped: Vec<(u64, u64)>,
+}
+
+/// The worker a [`RemoteCaller`] holds stopped: its registers, and the
+/// vector registers a syscall discards ([`Arch::save_vector_state`]).
+#[derive(Debug)]
+struct Held {
+    tid: Pid,
+    regs: <Host as Arch>::Regs,
+    vectors: <Host as Arch>::VectorState,
 }
 
 impl Drop for RemoteCaller<'_> {
@@ -66,16 +73,7 @@ impl<'s> RemoteCaller<'s> {
     pub fn new(stopped: &'s mut Stopped, mem: &'s Memory, maps: &[Mapping]) -> Result<RemoteCaller<'s>> {
         let pid = stopped.pid();
         let insn = find_syscall_insn(mem, maps)?;
-        Ok(RemoteCaller {
-            stopped,
-            mem,
-            pid,
-            held: None,
-            vectors: None,
-            insn,
-            deferred_signals: Vec::new(),
-            mapped: Vec::new(),
-        })
+        Ok(RemoteCaller { stopped, mem, pid, held: None, insn, deferred_signals: Vec::new(), mapped: Vec::new() })
     }
 
     /// The process.
@@ -89,8 +87,8 @@ impl<'s> RemoteCaller<'s> {
     /// that no longer runs the program tp opened the memory of (an exec
     /// while the worker ran).
     fn hold(&mut self) -> Result<(Pid, <Host as Arch>::Regs)> {
-        if let Some(held) = self.held {
-            return Ok(held);
+        if let Some(h) = &self.held {
+            return Ok((h.tid, h.regs));
         }
         let tid = self.stopped.hold_worker()?;
         Filters::read(self.pid, tid)?;
@@ -101,10 +99,12 @@ impl<'s> RemoteCaller<'s> {
             bail!("process {} ran another program (exec) while tp was attaching", self.pid);
         }
         let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
-        self.vectors = Some(
-            Host::save_vector_state(tid).with_context(|| format!("reading the vector registers of thread {tid}"))?,
-        );
-        self.held = Some((tid, saved));
+        self.held = Some(Held {
+            tid,
+            regs: saved,
+            vectors: Host::save_vector_state(tid)
+                .with_context(|| format!("reading the vector registers of thread {tid}"))?,
+        });
         Ok((tid, saved))
     }
 
@@ -113,21 +113,20 @@ impl<'s> RemoteCaller<'s> {
     pub fn let_run(&mut self) {
         self.hand_back_signals();
         self.held = None;
-        self.vectors = None;
         self.stopped.let_worker_run();
     }
 
     /// Passes on the signals that come for the worker while it runs
     /// ([`Stopped::serve`]).
     pub fn serve(&mut self) -> Result<()> {
-        match self.held {
+        match &self.held {
             Some(_) => Ok(()),
             None => self.stopped.serve(),
         }
     }
 
     fn hand_back_signals(&mut self) {
-        if let Some((tid, _)) = self.held {
+        if let Some(tid) = self.held.as_ref().map(|h| h.tid) {
             for sig in std::mem::take(&mut self.deferred_signals) {
                 self.stopped.defer_signal(tid, sig);
             }
@@ -161,7 +160,7 @@ impl<'s> RemoteCaller<'s> {
         // Restore even if stepping failed: the thread must not keep our
         // registers, nor lose the vector registers the syscall discarded.
         let restore = Host::set_regs(tid, &saved);
-        let vectors = self.vectors.as_ref().map_or(Ok(()), |v| Host::restore_vector_state(tid, v));
+        let vectors = self.held.as_ref().map_or(Ok(()), |h| Host::restore_vector_state(tid, &h.vectors));
         let result = result?;
         restore.context("restoring registers after a remote syscall")?;
         vectors.context("restoring vector registers after a remote syscall")?;
