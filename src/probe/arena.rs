@@ -228,17 +228,23 @@ mod tests {
         assert_eq!(c[1], 0x400000 - 0x10000);
     }
 
-    #[test]
-    fn an_arena_above_a_module_leaves_a_page_after_its_end() {
-        // A program that is not position-independent, its heap far above.
-        let maps = parse(
+    /// A program that is not position-independent (`NOPIE_SPAN`), its heap
+    /// far above, and the mappings of `more` (lines of /proc/PID/maps).
+    fn nopie_maps(more: &str) -> Vec<Mapping> {
+        parse(&format!(
             "400000-401000 r--p 00000000 fd:01 1 /t/nopie\n\
              401000-402000 r-xp 00001000 fd:01 1 /t/nopie\n\
              404000-405000 rw-p 00003000 fd:01 1 /t/nopie\n\
-             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n",
-        );
-        let span = Span { lo: 0x400000, hi: 0x405000 };
-        let c = candidates(&maps, span, 0x10000, REACH);
+             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n{more}"
+        ))
+    }
+
+    const NOPIE_SPAN: Span = Span { lo: 0x400000, hi: 0x405000 };
+
+    #[test]
+    fn an_arena_above_a_module_leaves_a_page_after_its_end() {
+        let span = NOPIE_SPAN;
+        let c = candidates(&nopie_maps(""), span, 0x10000, REACH);
         // Clear of small numbers first (in this gap, and above the heap's
         // growth room), then right after the module.
         assert_eq!(c[0], SMALL_NUMBERS);
@@ -260,20 +266,10 @@ mod tests {
         // AArch64 reaches 128 MiB from a program mapped at 4 MiB: clear of
         // small numbers, the nearest spot above 64 MiB; with the gap taken
         // past reach, nothing clear is within it: right after the module.
-        let maps = parse(
-            "400000-401000 r-xp 00000000 fd:01 1 /t/nopie\n\
-             404000-405000 rw-p 00003000 fd:01 1 /t/nopie\n\
-             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n",
-        );
-        let span = Span { lo: 0x400000, hi: 0x405000 };
-        let c = candidates(&maps, span, 0x10000, (128 << 20) - 4);
+        let span = NOPIE_SPAN;
+        let c = candidates(&nopie_maps(""), span, 0x10000, (128 << 20) - 4);
         assert_eq!(c[0], SMALL_NUMBERS);
-        let taken = parse(
-            "400000-401000 r-xp 00000000 fd:01 1 /t/nopie\n\
-             404000-405000 rw-p 00003000 fd:01 1 /t/nopie\n\
-             3ff0000-8500000 rw-p 00000000 00:00 0\n\
-             3d3be000-3d3df000 rw-p 00000000 00:00 0 [heap]\n",
-        );
+        let taken = nopie_maps("3ff0000-8500000 rw-p 00000000 00:00 0\n");
         let c = candidates(&taken, span, 0x10000, (128 << 20) - 4);
         assert_eq!(c[0], 0x406000);
         assert!(c.iter().all(|&a| a < SMALL_NUMBERS));
