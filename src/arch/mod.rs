@@ -942,9 +942,8 @@ fn go_arg_registers(params: &[ParamClass], ints: usize, recorded: usize) -> Vec<
 /// `STO_AARCH64_VARIANT_PCS`, which the assembler's `.variant_pcs` sets for
 /// SVE and vector-PCS functions ([`Refusal::VariantPcs`]).
 pub fn variant_pcs(m: u16, st_other: u8) -> bool {
-    const EM_AARCH64: u16 = 183;
     const STO_AARCH64_VARIANT_PCS: u8 = 0x80;
-    m == EM_AARCH64 && st_other & STO_AARCH64_VARIANT_PCS != 0
+    m == goblin::elf::header::EM_AARCH64 && st_other & STO_AARCH64_VARIANT_PCS != 0
 }
 
 /// What a file of ELF machine `m` is, for messages: `an x86-64 binary`,
