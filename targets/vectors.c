@@ -55,35 +55,9 @@ struct verdict {
 	uint64_t seen;
 };
 
-static struct verdict spin_neon(atomic_int *flag)
-{
-	uint64_t rounds = 0, what = 0, seen = 0;
-	__asm__ volatile(
-		"movi v2.16b, #0x5a\n"
-		"movz x10, #0x5a5a\n"
-		"movk x10, #0x5a5a, lsl #16\n"
-		"movk x10, #0x5a5a, lsl #32\n"
-		"movk x10, #0x5a5a, lsl #48\n"
-		"1: ldar w9, [%[flag]]\n"
-		"cbnz w9, 2f\n"
-		"umov x11, v2.d[0]\n"
-		"cmp x11, x10\n"
-		"b.ne 3f\n"
-		"umov x11, v2.d[1]\n"
-		"cmp x11, x10\n"
-		"b.ne 3f\n"
-		"add %[rounds], %[rounds], #1\n"
-		"b 1b\n"
-		"3: mov %[what], #1\n"
-		"mov %[seen], x11\n"
-		"2:\n"
-		: [rounds] "+r"(rounds), [what] "+r"(what), [seen] "+r"(seen)
-		: [flag] "r"(flag)
-		: "x9", "x10", "x11", "v2", "cc", "memory");
-	return (struct verdict){ rounds, what, seen };
-}
-
-static struct verdict spin_sve(atomic_int *flag)
+/* Loads the pattern, into z0 and p0 too when sve (the vector length in
+ * bytes) is not 0, and checks it every round until *flag is set. */
+static struct verdict spin(atomic_int *flag, uint64_t sve)
 {
 	uint64_t rounds = 0, what = 0, seen = 0;
 	__asm__ volatile(
@@ -93,9 +67,9 @@ static struct verdict spin_sve(atomic_int *flag)
 		"movk x10, #0x5a5a, lsl #16\n"
 		"movk x10, #0x5a5a, lsl #32\n"
 		"movk x10, #0x5a5a, lsl #48\n"
+		"cbz %[sve], 1f\n"
 		"ptrue p0.b\n"
 		"index z0.b, #1, #1\n"
-		"cntb x12\n"
 		"uaddv d1, p0, z0.b\n"
 		"fmov x13, d1\n"
 		"1: ldar w9, [%[flag]]\n"
@@ -106,14 +80,15 @@ static struct verdict spin_sve(atomic_int *flag)
 		"umov x11, v2.d[1]\n"
 		"cmp x11, x10\n"
 		"b.ne 3f\n"
+		"cbz %[sve], 7f\n"
 		"cntp x11, p0, p0.b\n"
-		"cmp x11, x12\n"
+		"cmp x11, %[sve]\n"
 		"b.ne 4f\n"
 		"uaddv d1, p0, z0.b\n"
 		"fmov x11, d1\n"
 		"cmp x11, x13\n"
 		"b.ne 5f\n"
-		"add %[rounds], %[rounds], #1\n"
+		"7: add %[rounds], %[rounds], #1\n"
 		"b 1b\n"
 		"3: mov %[what], #1\n"
 		"b 6f\n"
@@ -123,8 +98,8 @@ static struct verdict spin_sve(atomic_int *flag)
 		"6: mov %[seen], x11\n"
 		"2:\n"
 		: [rounds] "+r"(rounds), [what] "+r"(what), [seen] "+r"(seen)
-		: [flag] "r"(flag)
-		: "x9", "x10", "x11", "x12", "x13", "v0", "v1", "v2", "p0", "cc", "memory");
+		: [flag] "r"(flag), [sve] "r"(sve)
+		: "x9", "x10", "x11", "x13", "v0", "v1", "v2", "p0", "cc", "memory");
 	return (struct verdict){ rounds, what, seen };
 }
 
@@ -164,7 +139,7 @@ int main(void)
 	pthread_t t;
 	if (pthread_create(&t, NULL, commands, NULL) != 0)
 		return 2;
-	struct verdict v = vl ? spin_sve(&stop) : spin_neon(&stop);
+	struct verdict v = spin(&stop, vl);
 	static const char *names[] = { "", "v2", "p0", "z0" };
 	if (v.what)
 		printf("changed at round %llu: %s (%#llx)\n", (unsigned long long)v.rounds, names[v.what],
