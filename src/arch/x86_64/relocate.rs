@@ -1,7 +1,9 @@
 //! Relocating an x86-64 window's instructions to a detour, with iced-x86's
 //! BlockEncoder doing the re-encoding: RIP-relative displacements are
 //! recomputed, short branches widened, `jrcxz`/`loop` rewritten, and targets
-//! out of rel32 reach either encoded long or refused.
+//! out of rel32 reach either encoded long or refused. A window whose
+//! instructions mean the same anywhere (no RIP-relative operand, no branch:
+//! most prologues) is copied byte for byte instead, then the `jmp` back.
 //!
 //! Two rewrites are tp's own. A `call` as the window's last instruction
 //! becomes "push the original return address; jmp target", so the callee
@@ -149,6 +151,20 @@ impl Segment {
             return Ok(());
         }
         let here = at + base as u64;
+        if let Some(code) = copied(&block, &origin, here, plan) {
+            let len = code.len() as u32;
+            let mut ends = Vec::with_capacity(block.len() + 1);
+            let mut pos = base;
+            for ins in &block {
+                ends.push(pos);
+                pos += ins.len() as u32;
+            }
+            ends.push(base + len);
+            out.offsets.extend(origin.iter().zip(&ends).filter_map(|(o, &n)| Some(((*o)?, n))));
+            out.offsets.extend(skipped.iter().map(|&(o, k)| (o, ends[k])));
+            out.code.extend(code);
+            return Ok(());
+        }
         let window_end = plan.site + plan.len() as u64;
         // Data operands that the encoder would point at the copy, by block index.
         let data_in_window: Vec<(usize, u64)> = block
@@ -186,6 +202,35 @@ impl Segment {
         out.code.extend(code);
         Ok(())
     }
+}
+
+/// The common block, relocated by copying: instructions of the window
+/// whose meaning does not depend on where they are (no RIP-relative
+/// operand, no branch), in their own bytes, then at most the `jmp` back to
+/// the window's end, at `here`. None for any other block, or a `jmp` back
+/// out of rel32 reach (the encoder then says why).
+fn copied(block: &[Instruction], origin: &[Option<u32>], here: u64, plan: &SitePlan) -> Option<Vec<u8>> {
+    let back = plan.site + plan.len() as u64;
+    let mut code = Vec::with_capacity(plan.len() + 5);
+    for (k, (ins, o)) in block.iter().zip(origin).enumerate() {
+        if k + 1 == block.len() && ins.code() == Code::Jmp_rel32_64 && ins.near_branch_target() == back {
+            let from = (here + code.len() as u64 + 5) as i64;
+            let rel = i32::try_from((back as i64).wrapping_sub(from)).ok()?;
+            code.push(0xe9);
+            code.extend(rel.to_le_bytes());
+            break;
+        }
+        let plain = ins.flow_control() == iced_x86::FlowControl::Next && !ins.is_ip_rel_memory_operand();
+        let off = (*o)? as usize;
+        let bytes = plan.window.get(off..off + ins.len()).filter(|_| plain)?;
+        // The window's own instruction, not one written in its place.
+        let own = Decoder::with_ip(64, bytes, plan.site + off as u64, DecoderOptions::NONE).decode();
+        if !own.eq_all_bits(ins) {
+            return None;
+        }
+        code.extend(bytes);
+    }
+    Some(code)
 }
 
 /// Appends exit `exit` (instruction `c`, `ins`) with `stub`'s bytes before it.
@@ -378,6 +423,23 @@ mod tests {
     fn relocated_asm(window: &[u8], at: u64) -> Vec<String> {
         let r = relocate(&plan_of(window), at).unwrap();
         disassemble(&r.code, at)
+    }
+
+    #[test]
+    fn position_independent_instructions_are_copied_as_they_are() {
+        // push rbp; mov rbp, rsp; mov [rbp-4], edi (with a redundant REX
+        // prefix an encoder would drop), then the jmp back.
+        let window = [0x55, 0x48, 0x89, 0xe5, 0x40, 0x89, 0x7d, 0xfc];
+        for at in [SITE - (1 << 30), SITE + 0x1000, SITE + (1 << 31) - 0x1000] {
+            let r = relocate(&plan_of(&window), at).unwrap();
+            let rel = (SITE + window.len() as u64).wrapping_sub(at + window.len() as u64 + 5) as i32;
+            assert_eq!(r.code, [&window[..], &[0xe9], &rel.to_le_bytes()].concat(), "at {at:#x}");
+            assert_eq!(r.offsets, [(0, 0), (1, 1), (4, 4), (8, 8)]);
+        }
+        // RIP-relative or a branch: re-encoded.
+        let rip = [0x48, 0x8b, 0x05, 0x10, 0x00, 0x00, 0x00];
+        let r = relocate(&plan_of(&rip), SITE + 0x10_0000).unwrap();
+        assert_ne!(r.code[..7], rip);
     }
 
     #[test]
