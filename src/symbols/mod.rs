@@ -22,6 +22,7 @@ pub mod modules;
 pub mod pattern;
 pub mod perf_map;
 pub mod perf_map_file;
+pub mod plan_cache;
 pub mod planner;
 pub mod saved;
 pub mod saving;

@@ -15,6 +15,7 @@ use super::dwarf_index::LazyDwarf;
 use super::eh::ReturnSaves;
 use super::elf::{ElfFile, FuncSym, Opened, Version, split_version};
 use super::pattern::{Glob, glob};
+use super::plan_cache::PlanCache;
 use super::planner::{Planner, PlannerParts};
 use super::saved::{self, Saved, SavedDwarf};
 use super::{Function, cold_targets, debuginfo, suggestions};
@@ -55,7 +56,7 @@ const WHOLE_DWARF_AFTER: usize = 32;
 #[derive(Debug)]
 enum Cached {
     /// Its analysis.
-    Hit(Box<Saved>),
+    Hit(Box<Saved>, saved::Key),
     /// Nothing yet: the analysis is to be saved under this key; the places
     /// of its debug file were these before it was read.
     Miss(saved::Key, Vec<saved::Place>),
@@ -111,6 +112,8 @@ pub struct Module {
     /// The DWARF the cache held.
     cached_dwarf: Option<SavedDwarf>,
     planner: OnceLock<Planner>,
+    /// Entry plans kept across sessions.
+    plans: Arc<PlanCache>,
     return_saves: OnceLock<ReturnSaves>,
 }
 
@@ -154,12 +157,12 @@ impl Module {
     fn read(read_path: &Path, path: &Path, root: &Path) -> Result<Read> {
         let opened = Opened::open(read_path, path)?;
         let key = saved::key(&opened.identity);
-        if let Some(k) = &key
-            && let Some(mut s) = saved::load(k, path, root)
+        if let Some(k) = key.clone()
+            && let Some(mut s) = saved::load(&k, path, root)
         {
             let functions = std::mem::take(&mut s.functions);
             let elf = ElfFile::from_parts(opened, s.headers.clone(), functions, s.has_symtab, read_path);
-            return Ok(Read(elf, Cached::Hit(Box::new(s))));
+            return Ok(Read(elf, Cached::Hit(Box::new(s), k)));
         }
         let elf = ElfFile::parse_opened(opened, read_path, path)?;
         // Where its debug file may be, before one is read.
@@ -181,10 +184,12 @@ impl Module {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let debug = OnceLock::new();
         let dwarf = Arc::new(OnceLock::new());
-        if let Cached::Hit(s) = cached {
+        if let Cached::Hit(s, key) = cached {
             let s = *s;
+            let plans = PlanCache::new(Some(&key), &s.places);
             let parts = PlannerParts { pads: s.pads, branch_targets: s.branch_targets, facts: s.facts, go: s.go };
             let mut m = Module::assemble(Arc::new(elf), debug, dwarf, Some(parts), path, root, name, bias, span);
+            m.plans = Arc::new(plans);
             m.cached_dwarf = Some(s.dwarf);
             m.cached_mangled = Some(s.mangled);
             return m;
@@ -200,8 +205,9 @@ impl Module {
         let found = found.map(Arc::new);
         let _ = debug.set(found.clone());
         let elf = Arc::new(elf);
-        let m = Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span);
+        let mut m = Module::assemble(elf, debug, dwarf, None, path, root, name, bias, span);
         if let Cached::Miss(key, places) = cached {
+            m.plans = Arc::new(PlanCache::new(Some(&key), &places));
             let known = saved::Known { dwarf: m.dwarf.clone(), branch_targets: m.branch_targets.clone() };
             super::saving::enqueue(key, m.elf.clone(), found, places, known, path, root);
         }
@@ -237,6 +243,7 @@ impl Module {
             lazy_dwarf: Mutex::new(None),
             cached_dwarf: None,
             planner: OnceLock::new(),
+            plans: Arc::new(PlanCache::none()),
             return_saves: OnceLock::new(),
         }
     }
@@ -295,6 +302,11 @@ impl Module {
     /// (entries, code facts), read on first use.
     pub fn planner(&self) -> &Planner {
         self.planner.get_or_init(|| Planner::of(&self.elf, self.take_saved_planner(), self.branch_targets_cell()))
+    }
+
+    /// The entry plans this module's file keeps across sessions.
+    pub fn plans(&self) -> &Arc<PlanCache> {
+        &self.plans
     }
 
     /// The module's DWARF index (from the file or its debug file), built on first use.

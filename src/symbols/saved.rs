@@ -177,19 +177,7 @@ impl Saved {
         let mut w = Writer::new();
         w.u32(VERSION);
         encode_headers(&mut w, &self.headers);
-        w.var(self.places.len() as u64);
-        for p in &self.places {
-            w.bool(p.in_root).blob(&p.path);
-            match &p.file {
-                Some(id) => {
-                    w.u8(1);
-                    identity(&mut w, id);
-                }
-                None => {
-                    w.u8(0);
-                }
-            }
-        }
+        write_places(&mut w, &self.places);
         // The names in one string, each function then with its name's length.
         let names: String = self.functions.iter().map(|f| f.name.as_str()).collect();
         w.str(&names).var(self.functions.len() as u64);
@@ -441,6 +429,23 @@ fn own_identity() -> Option<FileId> {
 /// Seconds since the epoch.
 pub(super) fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Writes `places` (the places of a debug file) as an analysis holds them.
+pub(super) fn write_places(w: &mut Writer, places: &[Place]) {
+    w.var(places.len() as u64);
+    for p in places {
+        w.bool(p.in_root).blob(&p.path);
+        match &p.file {
+            Some(id) => {
+                w.u8(1);
+                identity(w, id);
+            }
+            None => {
+                w.u8(0);
+            }
+        }
+    }
 }
 
 fn identity(w: &mut Writer, id: &FileId) {

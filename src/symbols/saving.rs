@@ -203,6 +203,19 @@ pub fn enqueue(
     SAVER.add(name, Box::new(job));
 }
 
+/// What [`enqueue_entry`] computes when its turn comes: an entry's name,
+/// key and payload, or None for nothing to save.
+pub type EntryJob = Box<dyn FnOnce() -> Option<(String, Vec<u8>, Vec<u8>)> + Send>;
+
+/// Queues another kind of entry, named `name`, which `job` computes when
+/// its turn comes, if there is a cache.
+pub fn enqueue_entry(name: String, job: EntryJob) {
+    if store().is_none() {
+        return;
+    }
+    SAVER.add(name, Box::new(move || job().map(|(name, key, payload)| Entry { name, key, payload })));
+}
+
 /// Starts saving what is queued, on a thread of idle priority (it runs
 /// only when nothing else wants the CPU). Call once the probes are live.
 pub fn start() {

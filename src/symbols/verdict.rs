@@ -27,7 +27,12 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
         return Err(Refusal::Unsupported("its symbol has no size, so tp cannot check its code"));
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    m.planner().plan(&m.elf, f, code, isa)
+    if let Some(plan) = m.plans().get(f, code) {
+        return Ok(plan);
+    }
+    let plan = m.planner().plan(&m.elf, f, code, isa)?;
+    m.plans().note(f, code, &plan);
+    Ok(plan)
 }
 
 /// The verdict on a probe at `at` inside function `f` of `m` (its entry's

@@ -316,17 +316,3 @@ fn ctrl_c_during_a_large_attach_restores_every_function() {
     }
     assert!(inside > 0, "no Ctrl-C came while tp was attaching: attaching 10,000 probes took under 10 ms");
 }
-
-/// The executable code of process `pid`'s program (its executable mappings
-/// of its own file), as the process holds it now.
-fn executable_code(pid: i32) -> Vec<Vec<u8>> {
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
-    let maps = tp::process::read_maps(pid).unwrap();
-    let code: Vec<Vec<u8>> = maps
-        .iter()
-        .filter(|m| m.exec && std::path::Path::new(&m.path) == exe)
-        .map(|m| read_mem(pid, m.start, (m.end - m.start) as usize))
-        .collect();
-    assert!(!code.is_empty(), "no executable mapping of {} in {pid}", exe.display());
-    code
-}

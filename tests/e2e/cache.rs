@@ -4,7 +4,8 @@
 //! can write is never read; a file changed in place is analysed again even
 //! with its build-id and times unchanged; concurrent tp processes share one
 //! directory; the directory keeps to its bound; analyses are saved while
-//! tp is attached, and a tp ended at once leaves only whole entries. Each test has a cache
+//! tp is attached, and a tp ended at once leaves only whole entries; the
+//! entry plans of an attach are kept for the next. Each test has a cache
 //! directory of its own (XDG_CACHE_HOME).
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -45,12 +46,23 @@ fn listing(home: Option<&Path>, file: &Path) -> String {
     stdout
 }
 
-/// The entries in a cache (`XDG_CACHE_HOME`), by name.
+/// The module analyses in a cache (`XDG_CACHE_HOME`), and any temporary
+/// file, by name.
 fn entries(home: &Path) -> Vec<PathBuf> {
+    all_entries(home).into_iter().filter(|p| !is_plans(p)).collect()
+}
+
+/// Every file in a cache, by name.
+fn all_entries(home: &Path) -> Vec<PathBuf> {
     let Ok(list) = std::fs::read_dir(home.join("tp")) else { return Vec::new() };
     let mut out: Vec<PathBuf> = list.map(|e| e.unwrap().path()).collect();
     out.sort();
     out
+}
+
+/// True for an entry of kept entry plans (src/symbols/plan_cache.rs).
+fn is_plans(path: &Path) -> bool {
+    path.file_name().unwrap().to_string_lossy().starts_with("plans-")
 }
 
 /// The only entry in a cache.
@@ -180,7 +192,10 @@ fn assert_whole(path: &Path) {
     assert_eq!(bytes.len(), 32 + key_len + len, "{name}: the lengths its header gives");
     let payload = &bytes[32 + key_len..];
     assert_eq!(tp::cache::hash64(payload), u64::from_le_bytes(bytes[24..32].try_into().unwrap()), "{name}: its hash");
-    assert!(tp::symbols::saved::Saved::decode(payload).is_ok(), "{name}: decodes");
+    match is_plans(path) {
+        true => assert!(tp::symbols::plan_cache::well_formed(payload), "{name}: plans that decode"),
+        false => assert!(tp::symbols::saved::Saved::decode(payload).is_ok(), "{name}: decodes"),
+    }
 }
 
 #[test]
@@ -203,9 +218,8 @@ fn an_attach_ended_at_once_leaves_only_whole_entries() {
         assert!(status.success(), "{stderr}");
         assert_eq!(stdout.lines().filter(|l| l.contains("bar(x=")).count(), 3, "{stdout}");
         assert_code_is_original(&t, &["bar"]);
-        let all = entries(&home);
-        assert!(all.len() <= 2, "{all:?}");
-        all.iter().for_each(|e| assert_whole(e));
+        assert!(entries(&home).len() <= 2, "{:?}", entries(&home));
+        all_entries(&home).iter().for_each(|e| assert_whole(e));
     }
 }
 
@@ -417,4 +431,59 @@ fn the_directory_keeps_to_its_bound() {
     assert!(dir.join(format!("module-{:016x}", 29)).exists(), "the newest stayed");
     assert!(dir.join("README").exists(), "files tp did not make are left alone");
     assert!(sizes.iter().any(|(n, s)| n.starts_with("module-") && *s < 10 << 20), "the new entry is there");
+}
+
+#[test]
+fn plans_are_kept_for_the_next_attach_which_probes_the_same() {
+    // An attach to every function of `many` plans 10,000 windows; the next
+    // attach to the same file reads them from the cache. Both count every
+    // function and leave the code as it was.
+    let home = fresh("plans");
+    let dir = fresh("plans-bin");
+    let many = settled_copy("many", &dir);
+    let env = [("XDG_CACHE_HOME", home.to_str().unwrap())];
+    let (mut tables, mut kept) = (Vec::new(), Vec::new());
+    for round in 0..2 {
+        let plans = all_entries(&home).into_iter().filter(|p| is_plans(p)).collect::<Vec<_>>();
+        match round {
+            0 => assert!(plans.is_empty(), "{plans:?}"),
+            _ => {
+                assert_eq!(plans.len(), 1, "one entry of plans: {plans:?}");
+                assert_whole(&plans[0]);
+                age(&plans[0]);
+                kept = std::fs::read(&plans[0]).unwrap();
+            }
+        }
+        let mut t = Target::start_path(&many);
+        let pid = t.pid.to_string();
+        let code = executable_code(t.pid);
+        let session = Session::spawn("attach", &["-p", &pid, "-f", "fn*", "-q"], &env, Some("tp: attached"));
+        std::thread::sleep(Duration::from_millis(100));
+        saved_while_attached(session.child.id());
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{stderr}");
+        let rows: Vec<(String, u64)> = stdout
+            .lines()
+            .filter(|l| l.starts_with("fn"))
+            .map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w[0].to_string(), w[w.len() - 1].parse().unwrap())
+            })
+            .collect();
+        assert_eq!(rows.len(), 10_000, "{stderr}");
+        assert!(rows.iter().all(|(_, hits)| *hits > 0), "every function counted: {stdout}");
+        let mut names: Vec<String> = rows.into_iter().map(|(n, _)| n).collect();
+        names.sort();
+        tables.push(names);
+        assert_eq!(executable_code(t.pid), code, "the code after the detach");
+        // SAFETY: plain kill(2).
+        unsafe { libc::kill(t.pid, libc::SIGUSR1) };
+        let exit = t.out.wait_for("exit");
+        assert!(exit.ends_with("checksum=ok"), "{exit}");
+        if round == 1 {
+            assert!(was_read(&plans[0]), "the second attach read the plans");
+            assert_eq!(std::fs::read(&plans[0]).unwrap(), kept, "and had none to add");
+        }
+    }
+    assert_eq!(tables[0], tables[1]);
 }

@@ -690,3 +690,17 @@ pub fn killed_line(pid: i32, signal: &str) -> String {
 pub fn has_region(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap().contains("/memfd:tp-data")
 }
+
+/// The executable code of process `pid`'s program (its executable mappings
+/// of its own file), as the process holds it now.
+pub fn executable_code(pid: i32) -> Vec<Vec<u8>> {
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap();
+    let maps = tp::process::read_maps(pid).unwrap();
+    let code: Vec<Vec<u8>> = maps
+        .iter()
+        .filter(|m| m.exec && std::path::Path::new(&m.path) == exe)
+        .map(|m| read_mem(pid, m.start, (m.end - m.start) as usize))
+        .collect();
+    assert!(!code.is_empty(), "no executable mapping of {} in {pid}", exe.display());
+    code
+}
