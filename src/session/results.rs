@@ -34,7 +34,8 @@ pub fn write(
     seconds: Option<f64>,
     reports: &[ProcessReport],
 ) -> Result<()> {
-    let mut out = output.sink.clone();
+    // Whole blocks, not a write per line: a summary may have 250,000 rows.
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, output.sink.clone());
     let stacks: Vec<crate::output::stacks::ProbeStacks> =
         reports.iter().flat_map(|r| r.stacks.iter().cloned()).collect();
     let steps: Vec<crate::output::steps::SteppedCall> = reports.iter().flat_map(|r| r.steps.iter().cloned()).collect();
