@@ -653,6 +653,12 @@ pub fn fetch_program(picks: &[(String, Operand)], info: &ProbeInfo) -> Result<(V
             }
             _ => return Err(format!("`{}` cannot be shown", crate::escape::text(text))),
         };
+        if reg >= crate::probe::layout::ENTRY_REGS as u64 {
+            return Err(format!(
+                "`{}` starts from an argument past the sixth register, which the runtime does not copy from",
+                crate::escape::text(text)
+            ));
+        }
         values += 1;
         if values > FETCH_VALUES {
             return Err(format!("--args copies at most {FETCH_VALUES} values from memory"));
