@@ -87,6 +87,8 @@ const TARGETS: &[Target] = &[
     },
     // A call tree whose shape and sleeps are known: self times (tests/e2e/profile.rs).
     Target { name: "nested", sources: &["nested.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Struct fields by DWARF (tests/e2e/fields.rs).
+    Target { name: "server", sources: &["server.c"], ..c("", &["-fPIE", "-pie"]) },
     // A program for `tp run` and --follow-exec: its own count of calls, its exit status or signal.
     Target { name: "launched", sources: &["launched.c"], ..c("", &["-fPIE", "-pie"]) },
     // Forks while return probes are live: parent and child return through the same frames.

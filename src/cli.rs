@@ -87,9 +87,13 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N", default_value_t = 1_000_000, requires = "steps",
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub step_limit: u64,
-    /// Record each call's arguments (named and typed with DWARF, else arg0..arg5).
-    #[arg(long)]
-    pub args: bool,
+    /// Record each call's arguments (named and typed with DWARF, else arg0..arg5),
+    /// or the values EXPR lists: parameters, struct fields by DWARF
+    /// (`--args 'req->method, req->uri.len, path'`, arrays by index `req->ids[2]`),
+    /// strings at an address (`str(arg1)`), copied at the call. In `tp run`, put
+    /// `--` before the program (`--args` would take it as EXPR).
+    #[arg(long, value_name = "EXPR", num_args = 0..=1, default_missing_value = "")]
+    pub args: Option<String>,
     /// Record each call's return value and duration (return probes).
     #[arg(long)]
     pub ret: bool,
@@ -113,7 +117,8 @@ pub struct ProbeArgs {
     /// Record only calls whose integer arguments (by name or arg0..arg5)
     /// and return value (`ret`) satisfy EXPR: `==` `!=` `<` `<=` `>` `>=` `&&` `||` `!`,
     /// and the bitwise `&` `|` `^`, which bind tighter than comparisons (`flags & 4 == 4`);
-    /// C strings by == or != a literal: `path == "/"`, `str(arg0) == "GET"`, a prefix with `str(path, 5) == "/api/"`.
+    /// C strings by == or != a literal: `path == "/"`, `str(arg0) == "GET"`, a prefix with `str(path, 5) == "/api/"`;
+    /// struct fields by DWARF: `req->len > 100`, `str(req->method) == "GET"` (a call whose field cannot be read is not selected).
     #[arg(long = "if", value_name = "EXPR")]
     pub predicate: Option<String>,
     /// Count the calls per value of this integer argument (a name or arg0..arg5), in the target.
@@ -503,8 +508,13 @@ mod tests {
         else {
             panic!()
         };
-        assert!(a.probe.args && a.probe.ret && a.probe.quiet);
+        assert!(a.probe.args.is_some() && a.probe.ret && a.probe.quiet);
         assert_eq!((a.output, a.probe.ring_size), (Some(PathBuf::from("t.json")), Some(64)));
+        // `--args EXPR` names the values; alone it shows every argument.
+        let Command::Attach(a) = parse("tp attach -p 1 -f foo --args req->len -q").unwrap().command else { panic!() };
+        assert_eq!(a.probe.args.as_deref(), Some("req->len"));
+        let Command::Run(r) = parse("tp run -f foo --args -- ./prog x").unwrap().command else { panic!() };
+        assert_eq!((r.probe.args.as_deref(), r.command.len()), (Some(""), 2));
     }
 
     #[test]

@@ -33,7 +33,7 @@ pub fn options(
     output: Option<&Path>,
 ) -> Result<Options> {
     let mut k = kind::COUNT;
-    if probe.args {
+    if probe.args.is_some() {
         k |= kind::ARGS;
     }
     if probe.ret {
@@ -93,6 +93,7 @@ pub fn options(
         // A stack takes several of the ring's events (a 4 KiB copy 75).
         ring_len: probe.ring_size.unwrap_or(if stack.is_some() { STACK_RING_LEN } else { DEFAULT_RING_LEN }),
         predicate: probe.predicate.clone(),
+        picks: probe.args.clone().filter(|a| !a.trim().is_empty()),
         by: probe.by.clone(),
         stack,
         step_calls: probe.steps.unwrap_or(0),

@@ -31,6 +31,35 @@ pub struct ProbeInfo {
     /// A static probe's arguments, which its events record instead of the
     /// argument registers.
     pub operands: Option<Operands>,
+    /// `--args 'EXPR, …'`: the values shown, in order, instead of every
+    /// parameter (empty: every parameter).
+    pub picks: Vec<Pick>,
+    /// The fields `--args` and `--if` name (`req->uri.len`), by their
+    /// text ([`super::predicate::Operand::field_key`]): where each is, or
+    /// why it cannot be read.
+    pub fields: Vec<(String, Result<crate::symbols::fields::FieldPath, String>)>,
+}
+
+/// One value `--args 'EXPR, …'` names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pick {
+    /// As the user wrote it, which names it in the output.
+    pub text: String,
+    /// Where its value comes from.
+    pub from: PickFrom,
+}
+
+/// Where a picked value comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PickFrom {
+    /// A parameter by name, from its register as `--args` shows it.
+    Param(String),
+    /// `argN`, in hex.
+    Position(u8),
+    /// The next value the runtime copied at entry
+    /// ([`crate::probe::layout::stack_word::MODE_FIELDS`]), shown as `ty`;
+    /// a `char *` ([`Type::CString`]) with the bytes of its string.
+    Fetched(Type),
 }
 
 /// A value as it will be shown.
@@ -52,6 +81,9 @@ pub enum Value {
     Str(u64, Option<String>),
     /// Not in an integer register (floating point, stack, aggregate).
     Unknown,
+    /// A value in memory that could not be read at the call: the address
+    /// the read failed at (a bad pointer on the way).
+    Unreadable(u64),
 }
 
 impl Value {
@@ -91,6 +123,7 @@ impl Value {
             Value::Str(_, Some(s)) => format!("\"{}\"", text(s).replace('"', "\\\"")),
             Value::Str(p, None) => format!("{p:#x}"),
             Value::Unknown => "?".into(),
+            Value::Unreadable(_) => "<unreadable>".into(),
         }
     }
 }
@@ -135,12 +168,18 @@ pub fn registers_needed(info: &ProbeInfo) -> usize {
 }
 
 /// The named arguments of an entry event, from its argument registers
-/// ([`Arch::ARG_REGS`] of them recorded).
+/// ([`Arch::ARG_REGS`] of them recorded), or the values `--args` picked
+/// ([`ProbeInfo::picks`]), the copied ones from `fetched` (the words
+/// recorded after the entry).
 pub fn args(
     info: &ProbeInfo,
     regs: &[u64; super::ARG_WORDS],
+    fetched: &[u64],
     read_str: &dyn Fn(u64) -> Option<String>,
 ) -> Vec<(String, Value)> {
+    if !info.picks.is_empty() {
+        return picked(info, regs, fetched, read_str);
+    }
     if let Some(ops) = &info.operands {
         return static_args(ops, regs);
     }
@@ -159,6 +198,81 @@ pub fn args(
             (p.name.clone(), value)
         })
         .collect()
+}
+
+/// The values `--args` picked: parameters from their registers, the
+/// copied values in order from `fetched` (a header, the word of which
+/// values were read whole, then each value's words); a value the words do
+/// not hold (the target wrote them) is unknown.
+fn picked(
+    info: &ProbeInfo,
+    regs: &[u64; super::ARG_WORDS],
+    fetched: &[u64],
+    read_str: &dyn Fn(u64) -> Option<String>,
+) -> Vec<(String, Value)> {
+    use crate::probe::layout::{FETCH_STR_MAX, stack_word};
+    let all = || args(&ProbeInfo { picks: Vec::new(), ..info.clone() }, regs, &[], read_str);
+    let mut params: Option<Vec<(String, Value)>> = None;
+    let head = fetched.first().copied().unwrap_or(0);
+    let count = (head >> stack_word::COUNT_SHIFT) as usize;
+    let words = match head & stack_word::MODE_MASK == stack_word::MODE_FIELDS {
+        true => fetched.get(1..1 + count.min(fetched.len().saturating_sub(1))).unwrap_or(&[]),
+        false => &[],
+    };
+    let ok = words.first().copied().unwrap_or(0);
+    let mut at = 1usize;
+    let mut k = 0u32;
+    let mut out = Vec::with_capacity(info.picks.len());
+    for p in &info.picks {
+        let value = match &p.from {
+            PickFrom::Position(n) => regs.get(*n as usize).map_or(Value::Unknown, |&r| Value::Hex(r)),
+            PickFrom::Param(name) => params
+                .get_or_insert_with(all)
+                .iter()
+                .find(|(n, _)| n == name)
+                .map_or(Value::Unknown, |(_, v)| v.clone()),
+            PickFrom::Fetched(ty) => {
+                let read_whole = k < 64 && ok & (1 << k) != 0;
+                k += 1;
+                let Some(&v) = words.get(at) else {
+                    out.push((p.text.clone(), Value::Unknown));
+                    continue;
+                };
+                at += 1;
+                if *ty == Type::CString {
+                    let n = words.get(at).copied().unwrap_or(0).min(FETCH_STR_MAX as u64) as usize;
+                    let bytes: Vec<u8> =
+                        words.iter().skip(at + 1).take(FETCH_STR_MAX / 8).flat_map(|w| w.to_le_bytes()).collect();
+                    at += 1 + FETCH_STR_MAX / 8;
+                    match (read_whole, v) {
+                        (false, _) => Value::Unreadable(v),
+                        (true, 0) => Value::Str(0, None),
+                        (true, _) if n == 0 => Value::Unreadable(v),
+                        (true, _) => {
+                            let got = &bytes[..n.min(bytes.len())];
+                            let end = got.iter().position(|&b| b == 0);
+                            let mut s = String::from_utf8_lossy(&got[..end.unwrap_or(got.len())]).into_owned();
+                            if end.is_none() {
+                                s.push('…');
+                            }
+                            Value::Str(v, Some(s))
+                        }
+                    }
+                } else if !read_whole {
+                    Value::Unreadable(v)
+                } else {
+                    let size = match ty {
+                        Type::Signed(n) | Type::Unsigned(n) | Type::Enum(n, _) => Some(*n as u64),
+                        Type::Bool | Type::Char => Some(1),
+                        _ => Some(8),
+                    };
+                    Value::of(ty, size, v, read_str)
+                }
+            }
+        };
+        out.push((p.text.clone(), value));
+    }
+    out
 }
 
 /// A static probe's arguments `arg0`… from its recorded words, each kept to
@@ -227,6 +341,7 @@ mod tests {
                 return_type: ret.map(|t| ("t".to_string(), t)),
                 abi,
             }),
+            ..Default::default()
         }
     }
 
@@ -250,7 +365,7 @@ mod tests {
         );
         let regs = [0xffff_ffff_ffff_fffb, 1, b'x' as u64, 0x1000, 0x2000, 0x1_ffff, 0, 0, 0];
         let read = |p: u64| (p == 0x1000).then(|| "hello".to_string());
-        let a = args(&i, &regs, &read);
+        let a = args(&i, &regs, &[], &read);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
         assert_eq!(text, ["n=-5", "x=?", "ok=true", "c='x'", "s=\"hello\"", "p=0x2000", "u=65535"]);
         assert_eq!(ret(&i, (-7i64) as u64, &no_strings), Some(Value::Int(-7)));
@@ -267,7 +382,7 @@ mod tests {
             ],
             None,
         );
-        let a = args(&i, &[7, 8, 9, 0, 0, 0, 0, 0, 0], &no_strings);
+        let a = args(&i, &[7, 8, 9, 0, 0, 0, 0, 0, 0], &[], &no_strings);
         let vals: Vec<&Value> = a.iter().map(|(_, v)| v).collect();
         // `big` is in memory (System V) or passed by reference, taking the
         // first register (AAPCS64): `a` is in the next one.
@@ -297,7 +412,7 @@ mod tests {
             Abi::Go,
         );
         // s: words 0, 1; n: 2; b: 3, 4, 5; k: 6 and p: 7.
-        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3, 7, 0x3000, 0], &no_strings);
+        let a = args(&i, &[0x1000, 5, 42, 0x2000, 3, 3, 7, 0x3000, 0], &[], &no_strings);
         let text: Vec<String> = a.iter().map(|(n, v)| format!("{n}={}", v.text())).collect();
         assert_eq!(text, ["s=?", "n=42", "f=?", "b=?", "k=7", "p=0x3000"]);
         // A struct of unknown makeup ends what can be told.
@@ -307,7 +422,7 @@ mod tests {
             Abi::Go,
         );
         let vals: Vec<Value> =
-            args(&i, &[1, 2, 3, 4, 5, 6, 7, 8, 0], &no_strings).into_iter().map(|(_, v)| v).collect();
+            args(&i, &[1, 2, 3, 4, 5, 6, 7, 8, 0], &[], &no_strings).into_iter().map(|(_, v)| v).collect();
         assert_eq!(vals, [Value::Int(1), Value::Unknown, Value::Unknown]);
     }
 
@@ -322,19 +437,68 @@ mod tests {
             op(1, true),
             Operand { loc: OperandLoc::Unreadable, ..op(8, true) },
         ];
-        let i =
-            ProbeInfo { name: "usdt:p:n".into(), module: "m".into(), dwarf: None, operands: Some(Operands::new(&ops)) };
-        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0, 0, 0, 0], &no_strings);
+        let i = ProbeInfo {
+            name: "usdt:p:n".into(),
+            module: "m".into(),
+            dwarf: None,
+            operands: Some(Operands::new(&ops)),
+            ..Default::default()
+        };
+        let a = args(&i, &[0xdead_ffff_fffb, 0x7f00_1234, 0x1_0005, 0xff, 9, 0, 0, 0, 0], &[], &no_strings);
         assert_eq!(call_text("usdt:p:n", &a), "usdt:p:n(arg0=-5, arg1=0x7f001234, arg2=5, arg3=-1, arg4=?)");
     }
 
     #[test]
     fn without_dwarf_registers_are_hex() {
-        let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None };
-        let a = args(&i, &[1, 2, 3, 4, 5, 255, 7, 8, 0], &no_strings);
+        let i = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() };
+        let a = args(&i, &[1, 2, 3, 4, 5, 255, 7, 8, 0], &[], &no_strings);
         let all = ["arg0=0x1", "arg1=0x2", "arg2=0x3", "arg3=0x4", "arg4=0x5", "arg5=0xff", "arg6=0x7", "arg7=0x8"];
         assert_eq!(call_text("g", &a), format!("g({})", all[..Host::ARG_REGS].join(", ")));
         assert_eq!(registers_needed(&i), Host::ARG_REGS);
         assert_eq!(ret(&i, 42, &no_strings), Some(Value::Hex(42)));
+    }
+
+    #[test]
+    fn picked_values_come_from_the_copied_words() {
+        use crate::probe::layout::{FETCH_STR_MAX, stack_word};
+        let mut i = info(vec![param("n", Type::Signed(4), 4)], None);
+        let pick = |text: &str, from| Pick { text: text.into(), from };
+        i.picks = vec![
+            pick("n", PickFrom::Param("n".into())),
+            pick("r->len", PickFrom::Fetched(Type::Unsigned(4))),
+            pick("r->name", PickFrom::Fetched(Type::CString)),
+            pick("r->bad", PickFrom::Fetched(Type::Signed(8))),
+            pick("r->long", PickFrom::Fetched(Type::CString)),
+            pick("arg1", PickFrom::Position(1)),
+        ];
+        let string = |b: &[u8]| {
+            let mut w = vec![0u64; FETCH_STR_MAX / 8];
+            for (k, &c) in b.iter().enumerate() {
+                w[k / 8] |= (c as u64) << (8 * (k % 8));
+            }
+            w
+        };
+        let mut words = vec![0, 0b1011, 7, 0x2000, 4];
+        words.extend(string(b"GET\0"));
+        words.extend([0x18, 0x3000, FETCH_STR_MAX as u64]);
+        words.extend(string(&[b'x'; FETCH_STR_MAX]));
+        words[0] = stack_word::MODE_FIELDS | (((words.len() - 1) as u64) << stack_word::COUNT_SHIFT);
+        let a = args(&i, &[0xffff_ffff, 0x1000, 0, 0, 0, 0, 0, 0, 0], &words, &no_strings);
+        let values: Vec<Value> = a.into_iter().map(|(_, v)| v).collect();
+        assert_eq!(
+            values,
+            [
+                Value::Int(-1),
+                Value::Uint(7),
+                Value::Str(0x2000, Some("GET".into())),
+                Value::Unreadable(0x18),
+                Value::Str(0x3000, Some("x".repeat(FETCH_STR_MAX) + "…")),
+                Value::Hex(0x1000),
+            ]
+        );
+        assert_eq!(Value::Unreadable(0x18).text(), "<unreadable>");
+        // Words the target cut short: the values they lack are unknown.
+        let a = args(&i, &[0; 9], &words[..3], &no_strings);
+        assert_eq!(a[2].1, Value::Unknown);
     }
 }

@@ -11,9 +11,17 @@
 //! value   := xor ( "|" xor )*
 //! xor     := bits ( "^" bits )*
 //! bits    := operand ( "&" operand )*
-//! operand := NAME | argN | ret | INTEGER (decimal, 0x hex, a leading -) | "(" value ")"
+//! operand := NAME step* | argN | ret | INTEGER (decimal, 0x hex, a leading -) | "(" value ")"
 //!          | "str(" value ( "," INTEGER )? ")"
+//! step    := "->" NAME | "." NAME | "[" INTEGER "]"
 //! ```
+//!
+//! A parameter's fields are named as in C: `req->uri.len`, `req->ids[2]`
+//! (an array by index where DWARF gives its length), by the parameter's
+//! DWARF types ([`crate::symbols::fields`]); the runtime reads each with
+//! process_vm_readv, and a call whose field cannot be read (a bad pointer
+//! on the way) is not selected. `--args 'EXPR, …'` names values the same
+//! way ([`parse_picks`]).
 //!
 //! A C string is compared with a literal (`"..."`, with `\"`, `\\`, `\n`,
 //! `\t`, `\0` and `\xHH`) by `==` or `!=`: `str(arg0) == "GET"` reads the
@@ -38,10 +46,14 @@
 
 use crate::arch::{Arch, Host, ParamClass};
 use crate::probe::filter;
-use crate::probe::layout::{FILTER_RET, FILTER_STR_MAX, FILTER_WORDS, filter_ext, filter_op};
+use crate::probe::layout::{
+    FETCH_STR_MAX, FETCH_VALUES, FETCH_WORDS, FILTER_RET, FILTER_STR_MAX, FILTER_WORDS, fetch_word, filter_ext,
+    filter_op,
+};
 use crate::symbols::dwarf::Type;
+use crate::symbols::fields::{FieldPath, MAX_STEPS, Step, steps_text};
 
-use super::format::ProbeInfo;
+use super::format::{Pick, PickFrom, ProbeInfo};
 
 /// A parsed predicate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +104,16 @@ pub enum Operand {
     Bits(Box<Operand>, BitOp, Box<Operand>),
     /// `str(a)` or `str(a, N)`: the C string at address `a`, of at most N bytes.
     Text(Box<Operand>, Option<u64>),
+    /// A field of a parameter: `req->uri.len` (the parameter's name, or
+    /// `argN`, which has no type to follow), then the steps.
+    Field(String, Vec<Step>),
+}
+
+impl Operand {
+    /// The key a resolved field is found by in [`ProbeInfo::fields`].
+    pub fn field_key(param: &str, steps: &[Step]) -> String {
+        format!("{param}{}", steps_text(steps))
+    }
 }
 
 /// A bitwise operator.
@@ -157,7 +179,8 @@ impl Token {
 }
 
 /// Longer operators first: `&&` before `&`.
-const OPS: [&str; 16] = ["==", "!=", "<=", ">=", "&&", "||", "<", ">", "!", "(", ")", "-", "&", "|", "^", ","];
+const OPS: [&str; 20] =
+    ["==", "!=", "<=", ">=", "&&", "||", "->", "<", ">", "!", "(", ")", "-", "&", "|", "^", ",", ".", "[", "]"];
 
 fn lex(text: &str) -> Result<Vec<Token>, String> {
     let b = text.as_bytes();
@@ -390,15 +413,273 @@ impl Parser {
                 Ok(Operand::Text(Box::new(v), limit))
             }
             Some(Token::Word(w)) if w == "ret" || w == "retval" => Ok(Operand::Ret),
-            Some(Token::Word(w)) => match w.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()) {
-                Some(n) if n < 6 && w.len() == 4 => Ok(Operand::Position(n)),
-                Some(_) => Err(format!("`{w}`: tp records the first six integer arguments, arg0 to arg5")),
-                None => Ok(Operand::Name(w)),
-            },
+            Some(Token::Word(w)) => {
+                let steps = self.steps()?;
+                if !steps.is_empty() {
+                    return Ok(Operand::Field(w, steps));
+                }
+                match w.strip_prefix("arg").and_then(|n| n.parse::<u8>().ok()) {
+                    Some(n) if n < 6 && w.len() == 4 => Ok(Operand::Position(n)),
+                    Some(_) => Err(format!("`{w}`: tp records the first six integer arguments, arg0 to arg5")),
+                    None => Ok(Operand::Name(w)),
+                }
+            }
             Some(t) => Err(format!("expected an argument or a number, found `{}`", t.text())),
             None => Err("the expression ends early".into()),
         }
     }
+}
+
+impl Parser {
+    /// The steps after a name: `->x`, `.y`, `[N]`.
+    fn steps(&mut self) -> Result<Vec<Step>, String> {
+        let mut steps = Vec::new();
+        loop {
+            let step = if self.peek_op("->") || self.peek_op(".") {
+                let arrow = self.peek_op("->");
+                self.at += 1;
+                let Some(Token::Word(name)) = self.tokens.get(self.at).cloned() else {
+                    return Err(format!("`{}` must be followed by a member's name", if arrow { "->" } else { "." }));
+                };
+                self.at += 1;
+                if arrow { Step::Arrow(name) } else { Step::Dot(name) }
+            } else if self.peek_op("[") {
+                let Some(Token::Int(i)) = self.tokens.get(self.at + 1).cloned() else {
+                    return Err("`[` takes an index: a number".into());
+                };
+                if !matches!(self.tokens.get(self.at + 2), Some(Token::Op("]"))) {
+                    return Err("a `[` is not closed".into());
+                }
+                self.at += 3;
+                Step::Index(i as u64)
+            } else {
+                return Ok(steps);
+            };
+            steps.push(step);
+            if steps.len() > MAX_STEPS {
+                return Err(format!("a chain of fields has at most {MAX_STEPS} steps"));
+            }
+        }
+    }
+}
+
+/// Parses `--args 'EXPR, …'`: values separated by commas, each a
+/// parameter (`path`), `argN`, a field (`req->uri.len`) or a string at an
+/// address (`str(arg1)`, `str(req->name)`); each with its text as
+/// written, which names it in the output.
+pub fn parse_picks(text: &str) -> Result<Vec<(String, Operand)>, String> {
+    if text.len() > MAX_LEN {
+        return Err(format!("the list is longer than {MAX_LEN} bytes"));
+    }
+    let mut out = Vec::new();
+    for piece in split_top_level(text) {
+        let piece = piece.trim();
+        if piece.is_empty() {
+            return Err("an empty value in the list (two commas, or one at an end)".into());
+        }
+        let mut p = Parser { tokens: lex(piece)?, at: 0, nesting: 0 };
+        let o = p.value()?;
+        if let Some(t) = p.tokens.get(p.at) {
+            return Err(format!("unexpected `{}` in `{}`", t.text(), crate::escape::text(piece)));
+        }
+        match &o {
+            Operand::Name(_) | Operand::Position(_) | Operand::Field(..) => {}
+            Operand::Text(inner, None)
+                if matches!(**inner, Operand::Name(_) | Operand::Position(_) | Operand::Field(..)) => {}
+            Operand::Text(_, Some(_)) => return Err("--args reads a whole string: str(x), not str(x, N)".into()),
+            _ => {
+                return Err(format!(
+                    "`{}`: --args names parameters, argN, fields (req->len) and str(x)",
+                    crate::escape::text(piece)
+                ));
+            }
+        }
+        out.push((piece.to_string(), o));
+    }
+    if out.len() > FETCH_VALUES * 2 {
+        return Err(format!("at most {} values", FETCH_VALUES * 2));
+    }
+    Ok(out)
+}
+
+/// `text` split at its commas outside parentheses, brackets and strings.
+fn split_top_level(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut quoted, mut escaped, mut start) = (0i32, false, false, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '(' | '[' if !quoted => depth += 1,
+            ')' | ']' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                out.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&text[start..]);
+    out
+}
+
+/// The fields (parameter, steps) `o` names.
+fn operand_fields(o: &Operand, out: &mut Vec<(String, Vec<Step>)>) {
+    match o {
+        Operand::Field(p, steps) if !out.iter().any(|(q, s)| q == p && s == steps) => {
+            out.push((p.clone(), steps.clone()));
+        }
+        Operand::Bits(a, _, b) => {
+            operand_fields(a, out);
+            operand_fields(b, out);
+        }
+        Operand::Text(a, _) => operand_fields(a, out),
+        _ => {}
+    }
+}
+
+/// The fields (parameter, steps) `e` names, each once.
+pub fn fields_of(e: &Expr, out: &mut Vec<(String, Vec<Step>)>) {
+    match e {
+        Expr::Cmp(a, _, b) => {
+            operand_fields(a, out);
+            operand_fields(b, out);
+        }
+        Expr::Truth(a) | Expr::Str(a, _, _) => operand_fields(a, out),
+        Expr::Not(a) => fields_of(a, out),
+        Expr::And(a, b) | Expr::Or(a, b) => {
+            fields_of(a, out);
+            fields_of(b, out);
+        }
+    }
+}
+
+/// The fields (parameter, steps) the picks name, each once.
+pub fn fields_of_picks(picks: &[(String, Operand)], out: &mut Vec<(String, Vec<Step>)>) {
+    for (_, o) in picks {
+        operand_fields(o, out);
+    }
+}
+
+/// The resolved field `o` names in `info`'s function, with the register of
+/// its parameter, or why it cannot be read.
+fn field_of<'a>(
+    param: &str,
+    steps: &[Step],
+    slots: &[(String, Result<Slot, &'static str>)],
+    info: &'a ProbeInfo,
+) -> Result<(u64, &'a FieldPath), String> {
+    if param.strip_prefix("arg").is_some_and(|n| n.parse::<u8>().is_ok())
+        && info.dwarf.as_ref().is_none_or(|f| !f.params.iter().any(|p| p.name == param))
+    {
+        return Err(format!("`{param}` has no type to follow: name the parameter (DWARF names it)"));
+    }
+    if info.dwarf.is_none() {
+        return Err(format!(
+            "`{}` has no debugging information: tp needs DWARF to follow `{}`",
+            info.name,
+            crate::escape::text(&Operand::field_key(param, steps))
+        ));
+    }
+    let reg = match slots.iter().find(|(n, _)| n == param) {
+        Some((_, Ok(s))) => s.reg,
+        Some((_, Err(why))) => {
+            return Err(format!("`{param}` is {why}: tp follows fields from a pointer in a register"));
+        }
+        None => {
+            let names: Vec<&str> = slots.iter().map(|(n, _)| n.as_str()).collect();
+            return Err(format!("`{}` has no parameter `{param}` (it has: {})", info.name, names.join(", ")));
+        }
+    };
+    let key = Operand::field_key(param, steps);
+    match info.fields.iter().find(|(k, _)| *k == key) {
+        Some((_, Ok(path))) => Ok((reg, path)),
+        Some((_, Err(why))) => Err(why.clone()),
+        None => Err(format!("`{}` was not looked up", crate::escape::text(&key))),
+    }
+}
+
+/// The fetch program of `picks` for the function `info` describes (with
+/// its fields resolved), and what each pick shows; an empty program if
+/// none is copied from memory.
+pub fn fetch_program(picks: &[(String, Operand)], info: &ProbeInfo) -> Result<(Vec<u64>, Vec<Pick>), String> {
+    let slots = arg_slots(info);
+    let mut prog = Vec::new();
+    let mut shown = Vec::new();
+    let mut values = 0;
+    for (text, o) in picks {
+        let (inner, string) = match o {
+            Operand::Text(inner, _) => (&**inner, true),
+            o => (o, false),
+        };
+        // A `char *` parameter's string is copied at the call too.
+        let string = string || matches!(inner, Operand::Name(_)) && is_c_string(inner, info);
+        let (reg, loads, width, ty): (u64, &[i64], u64, Type) = match inner {
+            Operand::Name(n) if !string => {
+                if info.dwarf.is_none() {
+                    return Err(format!(
+                        "`{n}`: `{}` has no debugging information naming its parameters; use arg0..arg5",
+                        info.name
+                    ));
+                }
+                if !slots.iter().any(|(s, _)| s == n) {
+                    let names: Vec<&str> = slots.iter().map(|(n, _)| n.as_str()).collect();
+                    return Err(format!("`{}` has no parameter `{n}` (it has: {})", info.name, names.join(", ")));
+                }
+                shown.push(Pick { text: text.clone(), from: PickFrom::Param(n.clone()) });
+                continue;
+            }
+            Operand::Position(n) if !string => {
+                shown.push(Pick { text: text.clone(), from: PickFrom::Position(*n) });
+                continue;
+            }
+            Operand::Name(n) => match slots.iter().find(|(s, _)| s == n) {
+                Some((_, Ok(s))) => (s.reg, &[], 8, Type::CString),
+                Some((_, Err(why))) => return Err(format!("`{n}` is {why}")),
+                None => return Err(format!("`{}` has no parameter `{n}`", info.name)),
+            },
+            Operand::Position(n) => (*n as u64, &[], 8, Type::CString),
+            Operand::Field(p, steps) => {
+                let (reg, path) = field_of(p, steps, &slots, info)?;
+                let ty = if string { Type::CString } else { path.ty.clone() };
+                if string && path.width != 8 {
+                    return Err(format!(
+                        "`{}` is not a pointer: str(…) reads the string at an address",
+                        crate::escape::text(text)
+                    ));
+                }
+                (reg, &path.loads[..], path.width as u64, ty)
+            }
+            _ => return Err(format!("`{}` cannot be shown", crate::escape::text(text))),
+        };
+        if reg >= crate::probe::layout::ENTRY_REGS as u64 {
+            return Err(format!(
+                "`{}` starts from an argument past the sixth register, which the runtime does not copy from",
+                crate::escape::text(text)
+            ));
+        }
+        values += 1;
+        if values > FETCH_VALUES {
+            return Err(format!("--args copies at most {FETCH_VALUES} values from memory"));
+        }
+        let str_bytes = if ty == Type::CString { FETCH_STR_MAX as u64 } else { 0 };
+        prog.push(
+            fetch_word::VALID
+                | reg
+                | ((loads.len() as u64) << fetch_word::LOADS_SHIFT)
+                | (width << fetch_word::WIDTH_SHIFT)
+                | (str_bytes << fetch_word::STR_SHIFT),
+        );
+        prog.extend(loads.iter().map(|&o| o as u64));
+        if prog.len() > FETCH_WORDS {
+            return Err(format!(
+                "the fields need more than the runtime's {FETCH_WORDS} words (one per value and one per load)"
+            ));
+        }
+        shown.push(Pick { text: text.clone(), from: PickFrom::Fetched(ty) });
+    }
+    Ok((prog, shown))
 }
 
 /// The programs a predicate compiles to for one function: the part that
@@ -494,7 +775,8 @@ pub fn compile(e: &Expr, info: &ProbeInfo, records_ret: bool) -> Result<Compiled
 /// value's, one value for the name) replaced by its value: `c == GREEN`.
 fn with_enumerators(e: &Expr, info: &ProbeInfo) -> Expr {
     let Some(f) = &info.dwarf else { return e.clone() };
-    let types = f.params.iter().map(|p| &p.ty).chain(f.return_type.iter().map(|(_, t)| t));
+    let fields = info.fields.iter().filter_map(|(_, r)| r.as_ref().ok()).map(|f| &f.ty);
+    let types = f.params.iter().map(|p| &p.ty).chain(f.return_type.iter().map(|(_, t)| t)).chain(fields);
     let mut known: Vec<(&str, i64)> = Vec::new();
     for ty in types {
         if let Type::Enum(_, names) = ty {
@@ -621,6 +903,12 @@ fn operand_slot(
         Operand::Position(n) => Ok(Some(
             slots.iter().find_map(|(_, s)| s.ok().filter(|s| s.reg == *n as u64)).unwrap_or(Slot::raw(*n as u64)),
         )),
+        Operand::Field(p, steps) => {
+            let (_, path) = field_of(p, steps, slots, info)?;
+            Slot::of(FILTER_RET, &path.ty, Some(path.width as u64))
+                .map(Some)
+                .map_err(|why| format!("`{}` is {why}", crate::escape::text(&Operand::field_key(p, steps))))
+        }
         Operand::Name(name) => match slots.iter().find(|(n, _)| n == name) {
             Some((_, Ok(s))) => Ok(Some(*s)),
             Some((_, Err(why))) => Err(format!("`{name}` is {why}: --if compares integer arguments")),
@@ -714,6 +1002,10 @@ fn is_c_string(o: &Operand, info: &ProbeInfo) -> bool {
     match o {
         Operand::Name(n) => f.params.iter().any(|p| &p.name == n && p.ty == Type::CString),
         Operand::Ret => f.return_type.as_ref().is_some_and(|(_, t)| *t == Type::CString),
+        Operand::Field(p, steps) => {
+            let key = Operand::field_key(p, steps);
+            info.fields.iter().any(|(k, r)| *k == key && r.as_ref().is_ok_and(|f| f.ty == Type::CString))
+        }
         _ => false,
     }
 }
@@ -730,6 +1022,7 @@ fn operand_text(o: &Operand) -> String {
             format!("{} {op} {}", operand_text(a), operand_text(b))
         }
         Operand::Text(a, _) => format!("str({})", operand_text(a)),
+        Operand::Field(p, steps) => Operand::field_key(p, steps),
     }
 }
 
@@ -747,6 +1040,21 @@ fn push(
         push(a, None, slots, info, at_exit, out)?;
         push(b, None, slots, info, at_exit, out)?;
         out.push(op.op());
+        return Ok(());
+    }
+    if let Operand::Field(p, steps) = o {
+        // The parameter's register, a pointer read at each offset but
+        // the last, and the value at the last.
+        let ext = operand_slot(o, slots, info, at_exit)?.map_or(filter_ext::U64, |s| s.ext);
+        let (reg, path) = field_of(p, steps, slots, info)?;
+        out.push(filter::arg_word(reg, filter_ext::U64));
+        for (i, &off) in path.loads.iter().enumerate() {
+            out.push(match i + 1 == path.loads.len() {
+                true => filter::load_word(path.width as u64, ext),
+                false => filter::load_word(8, filter_ext::U64),
+            });
+            out.push(off as u64);
+        }
         return Ok(());
     }
     match (o, operand_slot(o, slots, info, at_exit)?) {
@@ -835,6 +1143,7 @@ mod tests {
                 return_type: ret.map(|t| ("t".into(), t)),
                 abi: Abi::C,
             }),
+            ..Default::default()
         }
     }
 
@@ -922,6 +1231,111 @@ mod tests {
         assert!(e.contains("no parameter `PURPLE`"), "{e}");
     }
 
+    /// `f(const char *path, struct req *r)` with `r->len` (a long at 24),
+    /// `r->name` (a `char *` at 0) and `r->next->id` (a short at 6 of the
+    /// struct `r->next` at 8 points at) looked up.
+    fn with_fields() -> ProbeInfo {
+        let mut i = info(&[("path", Type::CString), ("r", Type::Pointer)], None);
+        let path = |loads: Vec<i64>, width, ty| Ok(FieldPath { loads, width, ty, type_name: String::new() });
+        i.fields = vec![
+            ("r->len".into(), path(vec![24], 8, Type::Signed(8))),
+            ("r->name".into(), path(vec![0], 8, Type::CString)),
+            ("r->next->id".into(), path(vec![8, 6], 2, Type::Signed(2))),
+            ("r->gone".into(), Err("`struct req` has no member `gone`".into())),
+        ];
+        i
+    }
+
+    #[test]
+    fn fields_parse_as_chains_and_compile_to_loads() {
+        let e = parse("r->next->id[2].x == 1").unwrap();
+        let steps = vec![Step::Arrow("next".into()), Step::Arrow("id".into()), Step::Index(2), Step::Dot("x".into())];
+        assert_eq!(e, Expr::Cmp(Operand::Field("r".into(), steps), Cmp::Eq, Operand::Int(1)));
+        let i = with_fields();
+        // r = 0x1000: len 150 at 0x1018, name at 0x1000 -> "GET" at 0x2000,
+        // next at 0x1008 -> 0x3000, whose id at 0x3006 is -3.
+        let read = |addr: u64, buf: &mut [u8]| {
+            let word = |v: u64| v.to_le_bytes();
+            let bytes: Vec<u8> = match addr {
+                0x1018 => word(150).to_vec(),
+                0x1000 => word(0x2000).to_vec(),
+                0x1008 => word(0x3000).to_vec(),
+                0x3006 => (-3i16).to_le_bytes().to_vec(),
+                0x2000 => b"GET\0".to_vec(),
+                _ => return 0,
+            };
+            let n = buf.len().min(bytes.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            n
+        };
+        let pass = |expr: &str, r: u64| {
+            let c = compile(&parse(expr).unwrap(), &i, false).unwrap();
+            assert!(filter::reads_memory(&c.entry), "{expr}");
+            filter::eval(&c.entry, &[0, r, 0, 0, 0, 0, 0], &read)
+        };
+        assert!(pass("r->len > 100", 0x1000));
+        assert!(!pass("r->len > 200", 0x1000));
+        assert!(pass(r#"str(r->name) == "GET""#, 0x1000));
+        assert!(pass(r#"r->name == "GET""#, 0x1000), "a char * field is a string by itself");
+        assert!(pass("r->next->id == -3 && r->len & 2", 0x1000));
+        // A bad pointer: nothing is selected, also under `!`.
+        assert!(!pass("r->len > 100", 0x10));
+        assert!(!pass("!(r->len > 100)", 0x10));
+        let err = |expr: &str| compile(&parse(expr).unwrap(), &i, false).unwrap_err();
+        assert!(err("r->gone == 1").contains("has no member `gone`"));
+        assert!(err("r->next->id == 40000").contains("out of the range"));
+        assert!(err("arg1->len == 1").contains("no type to follow"));
+        assert!(err("q->len == 1").contains("has no parameter `q`"));
+        let none =
+            ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() };
+        assert!(compile(&parse("p->len == 1").unwrap(), &none, false).unwrap_err().contains("debugging information"));
+    }
+
+    #[test]
+    fn args_lists_pick_parameters_fields_and_strings() {
+        let picks = parse_picks("path, r->len, str(arg1), r->next->id, arg0").unwrap();
+        let texts: Vec<&str> = picks.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(texts, ["path", "r->len", "str(arg1)", "r->next->id", "arg0"]);
+        let i = with_fields();
+        let (prog, shown) = fetch_program(&picks, &i).unwrap();
+        let h = |reg: u64, loads: u64, width: u64, s: u64| {
+            fetch_word::VALID
+                | reg
+                | (loads << fetch_word::LOADS_SHIFT)
+                | (width << fetch_word::WIDTH_SHIFT)
+                | (s << fetch_word::STR_SHIFT)
+        };
+        let s = FETCH_STR_MAX as u64;
+        // path (a char *: its string copied), r->len, str(arg1), r->next->id.
+        assert_eq!(prog, [h(0, 0, 8, s), h(1, 1, 8, 0), 24, h(1, 0, 8, s), h(1, 2, 2, 0), 8, 6]);
+        let froms: Vec<&PickFrom> = shown.iter().map(|p| &p.from).collect();
+        assert_eq!(
+            froms,
+            [
+                &PickFrom::Fetched(Type::CString),
+                &PickFrom::Fetched(Type::Signed(8)),
+                &PickFrom::Fetched(Type::CString),
+                &PickFrom::Fetched(Type::Signed(2)),
+                &PickFrom::Position(0),
+            ]
+        );
+        for (text, why) in [
+            ("a,,b", "empty value"),
+            ("r->len + 1", "unexpected `+`"),
+            ("r->len == 1", "unexpected `==`"),
+            ("str(path, 4)", "a whole string"),
+            ("1", "--args names"),
+            ("r->", "member's name"),
+            ("r->x[", "takes an index"),
+        ] {
+            let e = parse_picks(text).unwrap_err();
+            assert!(e.contains(why) && !e.contains('\n'), "{text}: {e}");
+        }
+        let nine = ["r->len"; 9].join(", ");
+        assert!(fetch_program(&parse_picks(&nine).unwrap(), &i).unwrap_err().contains("at most 8"));
+        assert!(fetch_program(&parse_picks("r->gone").unwrap(), &i).unwrap_err().contains("no member"));
+    }
+
     #[test]
     fn bad_expressions_say_why_in_one_line() {
         for (text, why) in [
@@ -973,7 +1387,8 @@ mod tests {
         assert!(e.contains("can name only `ret`"), "{e}");
         let long = (0..6).map(|k| format!("n != {k}")).collect::<Vec<_>>().join(" && ");
         assert!(compile(&parse(&long).unwrap(), &j, false).unwrap_err().contains("too long"));
-        let none = ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None };
+        let none =
+            ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() };
         assert!(compile(&parse("n == 1").unwrap(), &none, false).unwrap_err().contains("use arg0..arg5"));
         assert!(compile(&parse("arg2 == -1").unwrap(), &none, false).is_ok());
     }

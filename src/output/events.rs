@@ -169,7 +169,7 @@ mod tests {
     use super::*;
 
     fn info() -> ProbeInfo {
-        ProbeInfo { name: "foo".into(), module: "m".into(), dwarf: None, operands: None }
+        ProbeInfo { name: "foo".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() }
     }
 
     fn text(style: Style, line: &Line) -> String {

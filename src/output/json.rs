@@ -41,6 +41,7 @@ pub fn value(v: &Value) -> String {
         Value::Str(_, Some(s)) => string(s),
         Value::Str(p, None) => format!("\"{p:#x}\""),
         Value::Unknown => "null".into(),
+        Value::Unreadable(at) => format!("{{\"unreadable\":\"{at:#x}\"}}"),
     }
 }
 

@@ -198,7 +198,7 @@ mod tests {
     use super::*;
 
     fn info(name: &str) -> ProbeInfo {
-        ProbeInfo { name: name.into(), module: "m".into(), dwarf: None, operands: None }
+        ProbeInfo { name: name.into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() }
     }
 
     #[test]

@@ -62,6 +62,17 @@ pub fn validate(program: &[u64], max_reg: u64) -> Result<(), String> {
                 (0, 1)
             }
             filter_op::NOT => (1, 1),
+            filter_op::LOAD => {
+                let (ext, width) = ((w >> 8) & 0xff, (w >> 16) & 0xff);
+                if ext > filter_ext::LAST || ![1, 2, 4, 8].contains(&width) || w >> 24 != 0 {
+                    return Err(format!("word {pc}: bad load"));
+                }
+                if pc + 1 >= program.len().min(FILTER_WORDS) {
+                    return Err(format!("word {pc}: a load without its offset"));
+                }
+                pc += 1;
+                (1, 1)
+            }
             filter_op::STR => {
                 let len = (w >> 8) & 0xff;
                 let words = (len as usize).div_ceil(8);
@@ -77,7 +88,7 @@ pub fn validate(program: &[u64], max_reg: u64) -> Result<(), String> {
             op if op <= filter_op::LAST => (2, 1),
             op => return Err(format!("word {pc}: unknown operation {op}")),
         };
-        if ![filter_op::ARG, filter_op::IMM, filter_op::STR].contains(&op) && w >> 8 != 0 {
+        if ![filter_op::ARG, filter_op::IMM, filter_op::STR, filter_op::LOAD].contains(&op) && w >> 8 != 0 {
             return Err(format!("word {pc}: stray bits"));
         }
         if depth < pops_pushes.0 {
@@ -105,14 +116,21 @@ fn extend(v: u64, ext: u64) -> u64 {
     }
 }
 
-/// True if the programs name a string ([`filter_op::STR`]), which the
-/// runtime reads with process_vm_readv. Programs [`validate`] accepted only.
+/// A [`filter_op::LOAD`] word: `width` bytes (1, 2, 4 or 8) extended by
+/// `ext`; its offset goes in the next word.
+pub fn load_word(width: u64, ext: u64) -> u64 {
+    filter_op::LOAD | (ext << 8) | (width << 16)
+}
+
+/// True if the programs name a string ([`filter_op::STR`]) or a field
+/// ([`filter_op::LOAD`]), which the runtime reads with process_vm_readv.
+/// Programs [`validate`] accepted only.
 pub fn reads_memory(program: &[u64]) -> bool {
     let mut pc = 0;
     while let Some(&w) = program.get(pc) {
         pc += match w & 0xff {
             filter_op::END => return false,
-            filter_op::STR => return true,
+            filter_op::STR | filter_op::LOAD => return true,
             filter_op::IMM => 2,
             _ => 1,
         };
@@ -168,6 +186,19 @@ pub fn eval(program: &[u64], values: &[u64; 7], read: &dyn Fn(u64, &mut [u8]) ->
                 let mut buf = vec![0u8; if prefix { len } else { len + 1 }];
                 let got = read(stack[sp - 1], &mut buf);
                 stack[sp - 1] = (got == buf.len() && buf[..len] == lit[..] && (prefix || buf[len] == 0)) as u64;
+            }
+            filter_op::LOAD => {
+                let (ext, width) = ((w >> 8) & 0xff, ((w >> 16) & 0xff) as usize);
+                let Some(&off) = program.get(pc).filter(|_| pc < FILTER_WORDS) else { return true };
+                pc += 1;
+                if sp < 1 || ![1, 2, 4, 8].contains(&width) {
+                    return true;
+                }
+                let mut b = [0u8; 8];
+                if read(stack[sp - 1].wrapping_add(off), &mut b[..width]) != width {
+                    return false;
+                }
+                stack[sp - 1] = extend(u64::from_le_bytes(b), ext);
             }
             op if op <= filter_op::LAST => {
                 if sp < 2 {
@@ -267,6 +298,36 @@ mod tests {
     }
 
     #[test]
+    fn loads_read_fields_and_an_unreadable_one_selects_nothing() {
+        // struct { int pad; short len; } at 0x1000: len == -2.
+        let read = |addr: u64, buf: &mut [u8]| {
+            let memory: [u8; 8] = [0, 0, 0, 0, 0xfe, 0xff, 0, 0];
+            let from = addr.wrapping_sub(0x1000) as usize;
+            match memory.get(from..from + buf.len()) {
+                Some(m) => {
+                    buf.copy_from_slice(m);
+                    buf.len()
+                }
+                None => 0,
+            }
+        };
+        let p = [arg_word(1, filter_ext::U64), load_word(2, filter_ext::I16), 4, IMM, (-2i64) as u64, EQ, END];
+        assert_eq!(validate(&p, 5), Ok(()));
+        assert!(reads_memory(&p));
+        let mut v = [0u64; 7];
+        v[1] = 0x1000;
+        assert!(eval(&p, &v, &read));
+        v[1] = 0x2000;
+        assert!(!eval(&p, &v, &read), "a field that cannot be read selects nothing");
+        let not = [arg_word(1, 0), load_word(2, filter_ext::I16), 4, NOT, END];
+        assert!(!eval(&not, &v, &read), "not even under a !");
+        for bad in [load_word(3, 0), load_word(2, 9), load_word(2, 0) | (1 << 24)] {
+            assert!(validate(&[arg_word(1, 0), bad, 4, END], 5).unwrap_err().contains("bad load"));
+        }
+        assert!(validate(&[arg_word(1, 0), load_word(8, 0)], 5).unwrap_err().contains("without its offset"));
+    }
+
+    #[test]
     fn bad_programs_are_refused_and_select_the_call() {
         let bad: &[(&[u64], &str)] = &[
             (&[EQ, END], "empty"),
@@ -278,8 +339,12 @@ mod tests {
             (&[IMM | 0x100, 1, END], "bad immediate"),
             (&[IMM, 1, NOT | 0x100, END], "stray bits"),
             (&[IMM, 1], "no end"),
-            (&[IMM, 1, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, NOT, END], "no end"),
         ];
+        // An end one word past the longest program is no end.
+        let long: Vec<u64> =
+            [IMM, 1].into_iter().chain(std::iter::repeat_n(NOT, FILTER_WORDS - 2)).chain([END]).collect();
+        assert!(validate(&long, 5).unwrap_err().contains("no end"));
+        let _ = eval(&long, &[0; 7], &|_, _| 0);
         for (p, why) in bad {
             let e = validate(p, 5).unwrap_err();
             assert!(e.contains(why), "{p:?}: {e}");

@@ -642,10 +642,11 @@ fn check_not_probed(pid: i32, region: &Region, requests: &[Request]) -> Result<(
 /// probe among them sees its calls end at the function's exits.
 fn kinds_of(requests: &[Request]) -> u32 {
     let mut k = requests.iter().fold(kind::COUNT, |k, r| k | r.kind);
-    if requests
-        .iter()
-        .any(|r| super::filter::reads_memory(&r.config.entry) || super::filter::reads_memory(&r.config.exit))
-    {
+    if requests.iter().any(|r| {
+        super::filter::reads_memory(&r.config.entry)
+            || super::filter::reads_memory(&r.config.exit)
+            || r.config.fetch[0] != 0
+    }) {
         k |= runtime_calls::READS_STRINGS;
     }
     match requests.iter().any(|r| shadow::times_returns(r.kind)) {
@@ -661,7 +662,7 @@ pub fn records_of(k: u32) -> Records {
     }
     Records {
         // The runtime is called at entry for a stack or a count by value too.
-        args: k & (kind::ARGS | kind::STACK | kind::BY) != 0,
+        args: k & (kind::ARGS | kind::STACK | kind::FIELDS | kind::BY) != 0,
         ret: k & kind::RET != 0,
         sample: k & kind::SAMPLE != 0,
         unwind: k & kind::UNWIND != 0,
@@ -710,7 +711,7 @@ fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
 /// probes call the plain ones, which have none of that code.
 pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
     let mut rt = rt;
-    if k & (kind::FILTER | kind::STACK | kind::BY) != 0 {
+    if k & (kind::FILTER | kind::STACK | kind::FIELDS | kind::BY) != 0 {
         rt.entry = rt.entry_ext;
     }
     if k & (kind::FILTER_EXIT | kind::AGGREGATE) != 0 {
@@ -728,7 +729,7 @@ pub fn runtime_for(k: u32, rt: RuntimeAddrs) -> RuntimeAddrs {
 /// as plain as any.
 pub fn fast_entry_for(k: u32) -> bool {
     let exit_parts = if k & kind::AT_EXITS != 0 { 0 } else { kind::FILTER_EXIT | kind::AGGREGATE };
-    k & (kind::FILTER | kind::STACK | kind::BY | exit_parts) == 0
+    k & (kind::FILTER | kind::STACK | kind::FIELDS | kind::BY | exit_parts) == 0
 }
 
 /// Where probe `index`'s detour finds its flag, counters and runtime;
@@ -850,7 +851,7 @@ fn write_detours(
         region.set_budget(p.index, opts.sample_budget)?;
         // Nothing reads a count-only probe's configuration (only the
         // runtime's `_ext` paths and tp's `--if` counts do): left unwritten,
-        // its 264 bytes take no memory in the target.
+        // its 584 bytes take no memory in the target.
         let config = config_for(req, p.index);
         if req.kind != kind::COUNT || layout::bytes_of(&config).iter().any(|&b| b != 0) {
             region.set_config(p.index, &config)?;

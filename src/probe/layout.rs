@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 20;
+pub const VERSION: u32 = 21;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -735,6 +735,14 @@ pub mod stack_word {
     pub const NO_BOUNDS: u64 = 1 << 9;
     /// Where the count of words that follow sits.
     pub const COUNT_SHIFT: u32 = 16;
+    /// Values copied from the target's memory at the call's entry
+    /// (`--args 'req->len'`, [`super::ProbeConfig::fetch`]), `count` words:
+    /// a word with bit `i` set where value `i` was read whole, then for
+    /// each value its word (zero-extended; where it could not be read,
+    /// the address the read failed at), and after the word of a string's
+    /// pointer ([`super::fetch_word::STR_SHIFT`]) how many of its bytes
+    /// were read and those bytes, eight to a word, low byte first.
+    pub const MODE_FIELDS: u64 = 3;
 }
 
 /// The predicate bytecode the runtime interprets (`--if`): a stack machine
@@ -786,8 +794,14 @@ pub mod filter_op {
     pub const STR: u64 = 15;
     /// [`STR`]'s flag: the string starts with the literal.
     pub const STR_PREFIX: u64 = 1 << 16;
+    /// Pop a; push the value of bits 16..24 bytes (1, 2, 4 or 8) at the
+    /// address a plus the next word, extended as bits 8..16 say
+    /// ([`super::filter_ext`]): a struct's field (`req->len`). The runtime
+    /// reads it with process_vm_readv; where it cannot, the call is not
+    /// selected (the program ends with 0).
+    pub const LOAD: u64 = 16;
     /// The largest operation.
-    pub const LAST: u64 = STR;
+    pub const LAST: u64 = LOAD;
 }
 
 /// How [`filter_op::ARG`] extends a register's low bytes to 64 bits (a C
@@ -812,13 +826,45 @@ pub mod filter_ext {
 }
 
 /// Words of one predicate program.
-pub const FILTER_WORDS: usize = 15;
+pub const FILTER_WORDS: usize = 23;
 /// Values a predicate's stack holds.
 pub const FILTER_DEPTH: usize = 8;
 /// The value [`filter_op::ARG`] names for the return value.
 pub const FILTER_RET: u64 = 6;
 /// The longest literal [`filter_op::STR`] compares a string with.
 pub const FILTER_STR_MAX: usize = 64;
+
+/// Words of a probe's fetch program ([`ProbeConfig::fetch`]).
+pub const FETCH_WORDS: usize = 24;
+/// Values one fetch program copies.
+pub const FETCH_VALUES: usize = 8;
+/// Loads one fetched value follows (`a->b->c->d`: pointers read on the way,
+/// then the value itself).
+pub const FETCH_DEPTH: usize = 4;
+/// Bytes of a string a fetched `char *` copies.
+pub const FETCH_STR_MAX: usize = 64;
+
+/// One value of a fetch program ([`ProbeConfig::fetch`]): a header word,
+/// then one word per load, each an offset added to the address before
+/// it is read. From the argument register, each load but the last reads
+/// a pointer (8 bytes), and the last the value (`width` bytes); with
+/// `loads` 0 the value is the register itself. A value with a string
+/// length then copies that many bytes of the string it points at. A zero
+/// header ends the program. The runtime reads everything with
+/// process_vm_readv, which fails where a load would fault.
+pub mod fetch_word {
+    /// Bits 0..8: the argument register (0 to 5).
+    pub const REG_MASK: u64 = 0xff;
+    /// Bits 8..16: how many loads follow (0 to [`super::FETCH_DEPTH`]).
+    pub const LOADS_SHIFT: u32 = 8;
+    /// Bits 16..24: bytes the last load reads (1, 2, 4 or 8).
+    pub const WIDTH_SHIFT: u32 = 16;
+    /// Bits 24..32: bytes of the string the value points at to copy (0,
+    /// or a multiple of 8 up to [`super::FETCH_STR_MAX`]).
+    pub const STR_SHIFT: u32 = 24;
+    /// Bit 32: set in every header (a zero word ends the program).
+    pub const VALID: u64 = 1 << 32;
+}
 
 shared_struct! {
     /// What one probe records beyond its kind (`struct tp_probe_config`):
@@ -843,6 +889,10 @@ shared_struct! {
         /// the runtime where the last of them passes (the hit counter, in
         /// the detour, counts every call before any predicate runs).
         pub matched: u64,
+        /// `--args` with fields: the values the runtime copies at entry
+        /// ([`fetch_word`]), sent after the entry event as its stack would
+        /// be ([`stack_word::MODE_FIELDS`]); the first word 0 if none.
+        pub fetch: [u64; FETCH_WORDS],
     }
 }
 
@@ -960,7 +1010,8 @@ pub mod entry_flags {
     /// Spend one of the probe's sample budget (the detour calls the runtime
     /// only while the budget is positive).
     pub const SAMPLE: u32 = 1 << (super::KIND_SHIFT + 2);
-    /// Record the call's stack with its entry event ([`super::ProbeConfig`]).
+    /// Record the call's stack with its entry event ([`super::ProbeConfig`]),
+    /// or the values its fetch program copies ([`super::kind::FIELDS`]).
     pub const STACK: u32 = 1 << (super::KIND_SHIFT + 3);
     /// Record the call only if its entry predicate holds.
     pub const FILTER: u32 = 1 << (super::KIND_SHIFT + 4);
@@ -1041,6 +1092,15 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_FOP_STR", filter_op::STR),
     ("TP_FOP_STR_PREFIX", filter_op::STR_PREFIX),
     ("TP_FILTER_STR_MAX", FILTER_STR_MAX as u64),
+    ("TP_FOP_LOAD", filter_op::LOAD),
+    ("TP_FETCH_WORDS", FETCH_WORDS as u64),
+    ("TP_FETCH_VALUES", FETCH_VALUES as u64),
+    ("TP_FETCH_DEPTH", FETCH_DEPTH as u64),
+    ("TP_FETCH_STR_MAX", FETCH_STR_MAX as u64),
+    ("TP_FETCH_LOADS_SHIFT", fetch_word::LOADS_SHIFT as u64),
+    ("TP_FETCH_WIDTH_SHIFT", fetch_word::WIDTH_SHIFT as u64),
+    ("TP_FETCH_STR_SHIFT", fetch_word::STR_SHIFT as u64),
+    ("TP_STACK_FIELDS", stack_word::MODE_FIELDS),
     ("TP_FEXT_I8", filter_ext::I8),
     ("TP_FEXT_U8", filter_ext::U8),
     ("TP_FEXT_I16", filter_ext::I16),
@@ -1105,7 +1165,7 @@ pub fn c_structs() -> Vec<CStruct> {
 const _: () = assert!(std::mem::size_of::<EventCtx>() == 208 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
-const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 264);
+const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS);
 const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
 const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
 const _: () = assert!(std::mem::size_of::<AggHead>() == 64);
@@ -1265,6 +1325,11 @@ pub mod kind {
     /// instruction (`--steps`): the detour counts, then calls the
     /// runtime's `tp_step` ([`super::StepHandoff`]).
     pub const STEP: u32 = 8192;
+    /// With [`ARGS`]: copies values from memory at the call's entry
+    /// (`--args 'req->len'`, [`super::ProbeConfig::fetch`]), sent after
+    /// the entry event as a stack is ([`super::entry_flags::STACK`]);
+    /// never with [`STACK`].
+    pub const FIELDS: u32 = 16384;
     /// Whatever makes a probe call the runtime at a function's entry.
     pub const CALLS_AT_ENTRY: u32 = ARGS | RET | STACK | BY;
     /// Entries that are tp's own, not probes the user asked for: the
@@ -1291,6 +1356,7 @@ pub fn entry_word(index: u32, k: u32) -> u32 {
     }
     for (bit, flag) in [
         (kind::STACK, entry_flags::STACK),
+        (kind::FIELDS, entry_flags::STACK),
         (kind::FILTER, entry_flags::FILTER),
         (kind::FILTER_EXIT, entry_flags::FILTER_EXIT),
         (kind::AGGREGATE, entry_flags::AGGREGATE),
@@ -1688,7 +1754,7 @@ mod tests {
         assert_eq!(g.slot_size % 4096, 0);
         assert!(g.slot_size >= 192 + 2048 * 64 + AGG_SIZE);
         assert_eq!(g.configs_off % 4096, 0);
-        assert!(g.counters_off >= g.configs_off + 4096 * 264);
+        assert!(g.counters_off >= g.configs_off + 4096 * std::mem::size_of::<ProbeConfig>() as u64);
         let p = private_geometry();
         assert_eq!(p.thread_size, 128 + 128 * 64);
         assert_eq!(p.size % 4096, 0);

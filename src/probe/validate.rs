@@ -42,7 +42,8 @@ const KINDS: u32 = kind::COUNT
     | kind::AT_EXITS
     | kind::EXIT
     | kind::RENDEZVOUS
-    | kind::STEP;
+    | kind::STEP
+    | kind::FIELDS;
 
 /// Checks a header read from a region `len` bytes long. The address it
 /// records (`target_addr`) is checked to be a possible one; whether it is

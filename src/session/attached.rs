@@ -641,6 +641,19 @@ fn batch(
         .as_deref()
         .map(|text| predicate::parse(text).map_err(|why| anyhow::anyhow!("--if `{}`: {why}", text::text(text))))
         .transpose()?;
+    let picks = what
+        .picks
+        .as_deref()
+        .map(|text| predicate::parse_picks(text).map_err(|why| anyhow::anyhow!("--args `{}`: {why}", text::text(text))))
+        .transpose()?;
+    // The fields both name, looked up once per function.
+    let mut chains = Vec::new();
+    if let Some(e) = &predicate {
+        predicate::fields_of(e, &mut chains);
+    }
+    if let Some(p) = &picks {
+        predicate::fields_of_picks(p, &mut chains);
+    }
     let mut infos = Vec::with_capacity(requests.len());
     for r in &mut requests {
         // Inside a function, and at a static probe, DWARF's parameters are
@@ -657,7 +670,50 @@ fn batch(
             .flatten();
         // Call lines add their own parentheses: `f(x=1)`, not `f(long)(x=1)`.
         let name = crate::symbols::demangle::strip_arguments(&r.function.name);
-        let info = ProbeInfo { name, module: r.function.module.clone(), dwarf, operands: r.operands };
+        let module = modules_index(modules, &r.function.module).and_then(|i| modules.get(i).ok());
+        let fields = match (&dwarf, module) {
+            (Some(_), Some(m)) if r.kind & kind::OWN_ENTRY == 0 => chains
+                .iter()
+                .map(|(p, steps)| {
+                    let key = predicate::Operand::field_key(p, steps);
+                    let path = m.field_path(r.function.bias.file(r.function.addr), p, steps, layout::FETCH_DEPTH);
+                    (key, path.map_err(|why| text::text(&why).into_owned()))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let mut info = ProbeInfo {
+            name,
+            module: r.function.module.clone(),
+            dwarf,
+            operands: r.operands,
+            picks: Vec::new(),
+            fields,
+        };
+        if r.plan.interior && r.operands.is_none() && picks.is_some() {
+            bail!(
+                "cannot probe `{}`: --args EXPR shows arguments, which a probe inside a function does not have (a \
+                 static probe's are arg0..arg5)",
+                text::text(&r.function.name)
+            );
+        }
+        if let Some(p) = picks.as_ref().filter(|_| r.kind & kind::OWN_ENTRY == 0) {
+            let (prog, shown) = predicate::fetch_program(p, &info).map_err(|why| {
+                anyhow::anyhow!(
+                    "--args `{}` in `{}`: {why}",
+                    text::text(what.picks.as_deref().unwrap_or("")),
+                    text::text(&info.name)
+                )
+            })?;
+            info.picks = shown;
+            if !prog.is_empty() {
+                if r.kind & kind::STACK != 0 {
+                    bail!("--args with fields and --stack each send words after the entry: use one of them");
+                }
+                r.kind |= kind::FIELDS;
+                r.config.fetch[..prog.len()].copy_from_slice(&prog);
+            }
+        }
         if r.plan.interior && r.operands.is_none() && what.predicate.is_some() {
             bail!(
                 "cannot probe `{}`: --if tests the arguments, which a probe inside a function does not have (a \

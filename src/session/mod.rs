@@ -131,6 +131,8 @@ pub struct Selection {
     pub sample_budget: i32,
     /// `--if`: the predicate a call must satisfy to be recorded.
     pub predicate: Option<String>,
+    /// `--args EXPR`: the values each entry shows (parameters, fields).
+    pub picks: Option<String>,
     /// `--by`: the argument whose values the calls are counted by.
     pub by: Option<String>,
     /// `--stack`: how each recorded call's stack is taken.
@@ -149,6 +151,7 @@ impl Selection {
             ring_len: crate::probe::layout::DEFAULT_RING_LEN,
             sample_budget: 0,
             predicate: None,
+            picks: None,
             by: None,
             stack: None,
             step_calls: 0,

@@ -147,12 +147,17 @@ impl Tracer {
         let index = attached.event_probes().into_iter().collect();
         let clock = attached.clock.clone();
         let origin_ns = crate::events::clock::monotonic_ns();
+        // (`--args 'EXPR'` copies the strings it names at the call.)
         if attached.infos.iter().any(|i| {
-            i.dwarf.as_ref().is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
+            i.picks.is_empty()
+                && i.dwarf
+                    .as_ref()
+                    .is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
         }) && opts.selection.kind & kind::ARGS != 0
         {
             crate::say!(
-                "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort"
+                "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort \
+                 (--args 'NAME, …' copies them at the call)"
             );
         }
         Tracer {
@@ -264,11 +269,19 @@ impl Tracer {
         } else {
             None
         };
+        // The values copied at the call (`--args 'req->len'`), where its stack would be.
+        let fetched: Vec<u64> = match ev.kind == Kind::Entry && attached.probe_kind(i) & kind::FIELDS != 0 {
+            true => {
+                let (start, len) = (ev.stack.0 as usize, ev.stack.1 as usize);
+                self.words.get(start..start + len).unwrap_or(&[]).to_vec()
+            }
+            false => Vec::new(),
+        };
         let info: &ProbeInfo = &attached.infos[i];
         let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
-                let args = format::args(info, &ev.v, &read);
+                let args = format::args(info, &ev.v, &fetched, &read);
                 let lines_of_stack: Option<Vec<String>> =
                     stack.as_ref().map(|frames| frames.iter().flat_map(Frame::lines).collect());
                 let depth = match &mut self.tree {

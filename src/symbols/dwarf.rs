@@ -404,7 +404,11 @@ fn unit_abi(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::Debugging
     })
 }
 
-fn name_of(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, e: &gimli::DebuggingInformationEntry<R>) -> Result<String> {
+pub(super) fn name_of(
+    dwarf: &gimli::Dwarf<R>,
+    unit: &gimli::Unit<R>,
+    e: &gimli::DebuggingInformationEntry<R>,
+) -> Result<String> {
     if let Some(v) = e.attr_value(gimli::DW_AT_name) {
         return Ok(dwarf.attr_string(unit, v)?.to_string_lossy().into_owned());
     }
@@ -435,7 +439,7 @@ fn linkage_name_of(
 }
 
 /// DW_AT_type of `e`, or of its abstract origin.
-fn type_ref(
+pub(super) fn type_ref(
     unit: &gimli::Unit<R>,
     e: &gimli::DebuggingInformationEntry<R>,
     origin: Option<UnitOffset>,
@@ -509,7 +513,7 @@ fn enumerators(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) ->
 }
 
 /// The type's name as C would write it, and how to show its values.
-fn describe(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Result<(String, Type)> {
+pub(super) fn describe(dwarf: &gimli::Dwarf<R>, unit: &gimli::Unit<R>, t: UnitOffset) -> Result<(String, Type)> {
     let e = unit.entry(t)?;
     let inner = match e.attr_value(gimli::DW_AT_type) {
         Some(AttributeValue::UnitRef(o)) => Some(o),

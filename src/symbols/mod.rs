@@ -14,6 +14,7 @@ pub mod dwarf_index;
 pub mod eh;
 pub mod elf;
 pub mod entries;
+pub mod fields;
 pub mod golang;
 pub mod image;
 pub mod lines;

@@ -351,6 +351,21 @@ impl Module {
         lazy.as_mut()?.function_at(src, entry).ok().flatten()
     }
 
+    /// The field `param` `steps` (`req->uri.len`) of the function entered
+    /// at `entry` (a file address), by the module's DWARF types, in at most
+    /// `max_loads` loads; or why it cannot be followed, in one line (not
+    /// escaped: [`super::fields`]).
+    pub fn field_path(
+        &self,
+        entry: FileAddr,
+        param: &str,
+        steps: &[super::fields::Step],
+        max_loads: usize,
+    ) -> Result<super::fields::FieldPath, String> {
+        let src = self.dwarf_file().ok_or_else(|| format!("`{}` has no debugging information", self.name))?;
+        super::fields::resolve(src, entry, param, steps, max_loads)
+    }
+
     /// The file that holds the module's DWARF: the file itself or its debug
     /// file (looked for now if the module's analysis came from the cache).
     pub fn dwarf_file(&self) -> Option<&ElfFile> {

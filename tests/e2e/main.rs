@@ -27,6 +27,8 @@ mod postgres;
 mod nginx;
 // Arguments, return values, latency, exceptions, lost events, Perfetto.
 mod events;
+// Struct fields by DWARF, copied in the target: --args 'req->uri.len', --if on fields.
+mod fields;
 // Stacks, predicates, counts by value and durations kept in the target.
 mod stacks;
 // Frames in JIT code named by the process's perf map: a C target's copied code, node's functions.

@@ -77,6 +77,12 @@ impl Checker {
                     let tree = format!("tree {ty}");
                     self.shape(if v.get("depth").is_some() { &tree } else { &ty }, &v, what);
                     assert!(v["pid"].as_i64().is_some_and(|p| p > 0), "{what}: an event without its pid: {line}");
+                    // A value that could not be read is the one object an argument may be.
+                    for arg in v["args"].as_object().into_iter().flat_map(|a| a.values()) {
+                        if arg.is_object() {
+                            self.shape("unreadable", arg, what);
+                        }
+                    }
                 }
                 "summary" => {
                     self.summary(&v, what);
@@ -168,6 +174,18 @@ fn every_subcommands_json_has_the_documented_shape() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     check.stdout(&stdout, "attach --tree");
+    drop(t);
+
+    // attach --args with fields, some of them unreadable.
+    let mut t = Target::start("server");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-f", "handle", "--args", "path, req->len, req->uri.len", "--json"]);
+    t.ask("serve 3", "done serve");
+    t.ask("bad", "done bad");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    check.stdout(&stdout, "attach --args FIELDS");
+    assert!(stdout.contains("\"unreadable\":"), "{stdout}");
     drop(t);
 
     // attach --blocks: a function's blocks and lines.

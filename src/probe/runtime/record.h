@@ -1,8 +1,9 @@
 /* What a probe records beyond its kind, for tp's in-target runtime
  * (runtime.c includes this after its own helpers): predicates on the
  * arguments and the return value (--if), counts by an argument's value
- * (--by), the call's stack (--stack), and durations kept as per-thread
- * histograms in the data region instead of exit events (--ret -q).
+ * (--by), the call's stack (--stack), values copied from memory at entry
+ * (--args 'req->len'), and durations kept as per-thread histograms in the
+ * data region instead of exit events (--ret -q).
  *
  * Only tp_entry_ext and tp_exit_ext reach these blocks, each under its
  * flag; a probe without them is sent to tp_entry and tp_exit, which do not
@@ -11,7 +12,8 @@
  * target: every index is bounded, every program step checked, and memory
  * outside the region is read only inside the thread's stack, whose bounds
  * the runtime knows without a fault (stack_bounds), or by process_vm_readv
- * (a predicate's strings: string_is), which fails instead of faulting.
+ * (a predicate's strings and fields, the fields --args names: read_own),
+ * which fails instead of faulting.
  *
  * The stack walk reads the frame register as the probed function left it
  * (tp_frame_pointer, from the arch's runtime.h), which only the build with
@@ -49,24 +51,44 @@ HOT uint64_t extend(uint64_t v, uint64_t how)
 	}
 }
 
+/* Reads `len` bytes at `addr` of this process into `buf` with
+ * process_vm_readv, which fails where a load would fault (a bad pointer,
+ * unmapped memory): the bytes read, or a negative error. Where the bytes
+ * run past the end of `addr`'s page, the part in the next page is a
+ * second piece, so that a read that runs into unmapped memory still
+ * gives the bytes before it (a partial transfer stops between pieces). */
+HOT int64_t read_own(const struct tp_ctx *c, uint64_t addr, void *buf, uint64_t len)
+{
+	uint64_t first = 4096 - (addr & 4095);
+	if (first > len)
+		first = len;
+	uint64_t local[2] = {(uint64_t)buf, len};
+	uint64_t remote[4] = {addr, first, addr + first, len - first};
+	return (int64_t)tp_syscall6(TP_SYS_PROCESS_VM_READV, process_id(c), (uint64_t)local, 1, (uint64_t)remote,
+				    first < len ? 2 : 1, 0);
+}
+
 /* 1 if the C string at `addr` in this process equals the `len` bytes of
  * `lit` (or, with `prefix`, starts with them). The bytes are read with
- * process_vm_readv from the process's own memory, which fails where a
- * load would fault: a bad pointer, or a string that runs into unmapped
- * memory before it could match, is not equal (0). */
+ * process_vm_readv from the process's own memory (read_own): a bad
+ * pointer, or a string that runs into unmapped memory before it could
+ * match, is not equal (0). */
 HOT uint64_t string_is(const struct tp_ctx *c, uint64_t addr, const uint8_t *lit, uint64_t len, int prefix)
 {
 	uint8_t buf[TP_FILTER_STR_MAX + 1];
 	uint64_t want = prefix ? len : len + 1;
-	uint64_t local[2] = {(uint64_t)buf, want}, remote[2] = {addr, want};
-	int64_t got = (int64_t)tp_syscall6(TP_SYS_PROCESS_VM_READV, process_id(c), (uint64_t)local, 1,
-					   (uint64_t)remote, 1, 0);
-	if (got != (int64_t)want)
+	if (read_own(c, addr, buf, want) != (int64_t)want)
 		return 0;
 	for (uint64_t i = 0; i < len; i++)
 		if (buf[i] != lit[i])
 			return 0;
 	return prefix || buf[len] == 0;
+}
+
+/* 1 if `width` is a width a load reads (1, 2, 4 or 8 bytes). */
+HOT int load_width(uint64_t width)
+{
+	return width == 1 || width == 2 || width == 4 || width == 8;
 }
 
 /* Runs a predicate program (src/probe/filter.rs checks it before tp writes
@@ -119,6 +141,18 @@ HOT int predicate(const struct tp_ctx *c, const uint64_t *prog, const uint64_t *
 				lit[i] = __atomic_load_n(&prog[pc + i], __ATOMIC_RELAXED);
 			pc += words;
 			st[sp - 1] = string_is(c, st[sp - 1], (const uint8_t *)lit, len, (w & TP_FOP_STR_PREFIX) != 0);
+			continue;
+		}
+		if (op == TP_FOP_LOAD) {
+			/* A field: a call whose field cannot be read is not selected. */
+			uint64_t width = (w >> 16) & 0xff, v = 0;
+			if (sp < 1 || pc >= TP_FILTER_WORDS || !load_width(width))
+				return 1;
+			uint64_t off = __atomic_load_n(&prog[pc], __ATOMIC_RELAXED);
+			pc++;
+			if (read_own(c, st[sp - 1] + off, &v, width) != (int64_t)width)
+				return 0;
+			st[sp - 1] = extend(v, (w >> 8) & 0xff);
 			continue;
 		}
 		if (sp < 2)
@@ -357,6 +391,98 @@ HOT uint64_t *stack_word(struct tp_slot *s, uint64_t mask, uint64_t head, uint32
 	return j == 0 ? &e->tsc : &e->v[j - 1];
 }
 
+/* --args with fields: copies the values the probe's fetch program names
+ * (layout.rs, fetch_word) from the process's memory, each load through
+ * read_own, so that a bad pointer anywhere on the way gives the address
+ * that failed, never a fault, and sends them after the entry event, in a
+ * stack's place (TP_STACK_FIELDS), all published at once. The program's
+ * headers are read and checked once (the target can write the region: a
+ * header that is not one ends the values), which fixes how many words
+ * follow before the ring is reserved; the values are read straight into
+ * the ring (a signal handler's probe on this thread meanwhile counts its
+ * event lost, as while any event is written). */
+HOT void emit_with_fields(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t tsc, const uint64_t *regs,
+			  int more)
+{
+	const struct tp_probe_config *cfg = config_of(c, probe);
+	uint64_t heads[TP_FETCH_VALUES];
+	uint32_t starts[TP_FETCH_VALUES];
+	uint32_t values = 0, pc = 0, n = 2;
+	while (values < TP_FETCH_VALUES && pc < TP_FETCH_WORDS) {
+		uint64_t h = __atomic_load_n(&cfg->fetch[pc], __ATOMIC_RELAXED);
+		uint64_t loads = (h >> TP_FETCH_LOADS_SHIFT) & 0xff, str = (h >> TP_FETCH_STR_SHIFT) & 0xff;
+		if ((h >> 32) != 1 || (h & 0xff) > 5 || loads > TP_FETCH_DEPTH || pc + 1 + loads > TP_FETCH_WORDS ||
+		    !load_width((h >> TP_FETCH_WIDTH_SHIFT) & 0xff) || str > TP_FETCH_STR_MAX || (str & 7))
+			break;
+		heads[values] = h;
+		starts[values] = pc + 1;
+		values++;
+		pc += 1 + (uint32_t)loads;
+		n += 1 + (str ? 1 + (uint32_t)(str / 8) : 0);
+	}
+	uint32_t used = (n + TP_STACK_WORDS_PER_EVENT - 1) / TP_STACK_WORDS_PER_EVENT;
+	uint64_t mask = c->ring_mask;
+	if (1 + used + !!more > mask + 1) {
+		lose(c, t, 1);
+		return;
+	}
+	struct tp_slot *s = begin_events(c, t, 1 + used + !!more);
+	if (!s)
+		return;
+	uint64_t head = s->head;
+	if (more)
+		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
+			  0);
+	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
+		  regs[5]);
+	uint32_t w = 2;
+	uint64_t ok = 0;
+	for (uint32_t i = 0; i < values; i++) {
+		uint64_t h = heads[i];
+		uint64_t loads = (h >> TP_FETCH_LOADS_SHIFT) & 0xff, width = (h >> TP_FETCH_WIDTH_SHIFT) & 0xff;
+		uint64_t str = (h >> TP_FETCH_STR_SHIFT) & 0xff;
+		uint64_t v = regs[h & 0xff];
+		int good = 1;
+		for (uint64_t k = 0; k < loads; k++) {
+			uint64_t at = v + __atomic_load_n(&cfg->fetch[starts[i] + k], __ATOMIC_RELAXED);
+			uint64_t want = k + 1 == loads ? width : 8, got = 0;
+			if (read_own(c, at, &got, want) != (int64_t)want) {
+				v = at;
+				good = 0;
+				break;
+			}
+			v = got;
+		}
+		*stack_word(s, mask, head, w++) = v;
+		ok |= (uint64_t)good << i;
+		if (!str)
+			continue;
+		uint64_t buf[TP_FETCH_STR_MAX / 8];
+		int64_t got = good && v ? read_own(c, v, buf, str) : 0;
+		uint64_t have = got > 0 ? (uint64_t)got : 0;
+		*stack_word(s, mask, head, w++) = have;
+		/* Only the bytes read: the rest of the words are zeros. */
+		for (uint64_t j = 0; j < str / 8; j++) {
+			uint64_t word = 8 * j < have ? buf[j] : 0;
+			if (8 * j < have && have < 8 * j + 8)
+				word &= (1ull << (8 * (have - 8 * j))) - 1;
+			*stack_word(s, mask, head, w++) = word;
+		}
+	}
+	*stack_word(s, mask, head, 0) = TP_STACK_FIELDS | ((uint64_t)(n - 1) << TP_STACK_COUNT_SHIFT);
+	*stack_word(s, mask, head, 1) = ok;
+	for (uint32_t r = 0; r < used; r++) {
+		struct tp_event *x = s->ring + ((head + 1 + r) & mask);
+		uint32_t k = n - r * TP_STACK_WORDS_PER_EVENT;
+		if (k > TP_STACK_WORDS_PER_EVENT)
+			k = TP_STACK_WORDS_PER_EVENT;
+		x->probe = ((uint32_t)TP_STACK_RECORD << TP_KIND_SHIFT) | k;
+		x->tid = 0;
+	}
+	__atomic_store_n(&s->head, head + 1 + used, __ATOMIC_RELEASE);
+	end_write(t);
+}
+
 /* Records the call's stack after its entry event, both published at once:
  * return addresses found by following frame pointers (stack_depth of
  * them), or a copy of the stack's top (stack_copy bytes) for tp to unwind
@@ -367,6 +493,10 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 			 uint64_t *slot, int more)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
+	if (__atomic_load_n(&cfg->fetch[0], __ATOMIC_RELAXED)) {
+		emit_with_fields(c, t, probe, tsc, regs, more);
+		return;
+	}
 	uint32_t depth = __atomic_load_n(&cfg->stack_depth, __ATOMIC_RELAXED);
 	uint32_t copy = __atomic_load_n(&cfg->stack_copy, __ATOMIC_RELAXED) / 8;
 	if (depth > TP_MAX_STACK_DEPTH)

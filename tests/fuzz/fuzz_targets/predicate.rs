@@ -1,5 +1,6 @@
-//! `--if` expressions: arbitrary text parsed, compiled for a function with
-//! parameters of every kind, and the programs run. Parsing and compiling
+//! `--if` expressions and `--args` lists: arbitrary text parsed, compiled
+//! for a function with parameters of every kind and a few fields, and the
+//! programs run. Parsing and compiling
 //! must answer in one line or give programs the runtime's checker accepts
 //! ([`tp::probe::filter::validate`]); the interpreter (the same as
 //! runtime.c's) must never panic, also on programs of arbitrary words,
@@ -10,7 +11,9 @@ use libfuzzer_sys::fuzz_target;
 use tp::events::format::ProbeInfo;
 use tp::events::predicate;
 use tp::probe::filter;
+use tp::probe::layout::{FETCH_WORDS, fetch_word};
 use tp::symbols::dwarf::{DwFunction, Param, Type};
+use tp::symbols::fields::FieldPath;
 
 fn info() -> ProbeInfo {
     let p = |name: &str, ty: Type, size: u64| Param { name: name.into(), type_name: String::new(), ty, size: Some(size) };
@@ -30,10 +33,22 @@ fn info() -> ProbeInfo {
                 p("c", Type::Char, 1),
                 p("big", Type::Other, 32),
                 p("w", Type::Unsigned(2), 2),
+                p("r", Type::Pointer, 8),
             ],
             return_type: Some(("long".into(), Type::Signed(8))),
             abi: Default::default(),
         }),
+        // Fields of `r` as tp would have looked them up (others are errors).
+        fields: vec![
+            ("r->len".into(), Ok(FieldPath { loads: vec![24], width: 8, ty: Type::Signed(8), type_name: "long".into() })),
+            ("r->name".into(), Ok(FieldPath { loads: vec![0], width: 8, ty: Type::CString, type_name: "char *".into() })),
+            (
+                "r->next->id[3]".into(),
+                Ok(FieldPath { loads: vec![8, 46], width: 2, ty: Type::Unsigned(2), type_name: "short".into() }),
+            ),
+            ("r->gone".into(), Err("`r` has no member `gone`".into())),
+        ],
+        ..Default::default()
     }
 }
 
@@ -62,4 +77,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     let _ = predicate::by_word(text, &info);
+    if let Ok(picks) = predicate::parse_picks(text) {
+        match predicate::fetch_program(&picks, &info) {
+            Ok((prog, shown)) => {
+                assert!(prog.len() <= FETCH_WORDS, "{text}");
+                assert!(prog.first().is_none_or(|h| h & fetch_word::VALID != 0), "{text}");
+                assert_eq!(shown.len(), picks.len(), "{text}");
+            }
+            Err(why) => assert!(!why.contains('\n'), "{why}"),
+        }
+    }
 });
