@@ -467,7 +467,7 @@ fn plans_are_kept_for_the_next_attach_which_probes_the_same() {
             .filter(|l| l.starts_with("fn"))
             .map(|l| {
                 let w: Vec<&str> = l.split_whitespace().collect();
-                (w[0].to_string(), w[w.len() - 1].parse().unwrap())
+                (w[0].to_string(), w[w.len() - 1].replace(',', "").parse().unwrap())
             })
             .collect();
         assert_eq!(rows.len(), 10_000, "{stderr}");
