@@ -422,7 +422,7 @@ impl Stepper<'_> {
             };
             regs = match stop {
                 Stop::Ran(r) | Stop::Signal(0, r) => *r,
-                Stop::Signal(sig, r) => match self.after_signal(sig, &r, None)? {
+                Stop::Signal(sig, r) => match self.after_signal(sig, &r)? {
                     Freed::Back(r, _) => *r,
                     Freed::Gone => return Ok(missed(End::Exited)),
                     Freed::Stopped => return Ok(missed(End::Stopped)),
@@ -507,7 +507,7 @@ impl Stepper<'_> {
                     if sig == 0 {
                         *r
                     } else {
-                        match self.after_signal(sig, &r, past)? {
+                        match self.after_signal(sig, &r)? {
                             Freed::Back(back, took) => {
                                 signals += 1;
                                 signal_time += took;
@@ -597,9 +597,12 @@ impl Stepper<'_> {
     /// and lets its handler run free until the thread is back where the
     /// signal found it (the PC and the stack pointer there: a handler on
     /// the same stack runs below it, and one that reaches the PC again
-    /// deeper goes on), or at `or_at` with that stack pointer. A signal
-    /// without a handler comes back at once.
-    fn after_signal(&mut self, sig: i32, at: &Regs, or_at: Option<u64>) -> io::Result<Freed> {
+    /// deeper goes on), or, stopped at a syscall instruction, just past it
+    /// with that stack pointer: AArch64 stops a syscall the signal
+    /// interrupted there (rewound to restart it), and a handler without
+    /// SA_RESTART (or a wait with a timeout) returns past it with EINTR.
+    /// A signal without a handler comes back at once.
+    fn after_signal(&mut self, sig: i32, at: &Regs) -> io::Result<Freed> {
         let sp = Host::sp(at);
         // Stopped where a breakpoint of tp's hit, before the instruction
         // ran: the breakpoint must fire there when the handler returns.
@@ -607,7 +610,9 @@ impl Stepper<'_> {
         if Host::rearm_breakpoint(&mut regs) {
             Host::set_regs(self.tid, &regs)?;
         }
-        let pcs: Vec<u64> = std::iter::once(Host::pc(at)).chain(or_at).collect();
+        let pc = Host::pc(at);
+        let past = (self.insn(pc) == Insn::Syscall).then(|| pc + Host::syscall_insn().len() as u64);
+        let pcs: Vec<u64> = std::iter::once(pc).chain(past).collect();
         self.run_free(&pcs, sig, &|now| Host::sp(now) == sp)
     }
 
