@@ -16,8 +16,8 @@
  *   rec N D   steprec(N), recursive, N frames below the first ->
  *             "done rec N ret=R insns=E" (E: the instructions of the first
  *             D + 1 frames, all of them if D < 0)
- *   sigloop N steploop(N) while another thread sends this one SIGUSR1
- *             every millisecond (a handler counts them) ->
+ *   sigloop N US  steploop(N) while another thread sends this one SIGUSR1
+ *             every US microseconds (a handler counts them) ->
  *             "done sigloop N ret=R insns=E handled=H"
  *   quit
  */
@@ -160,13 +160,15 @@ static void on_usr1(int sig)
 
 static atomic_int pestering;
 
-/* Sends the thread `arg` points at SIGUSR1 every millisecond while asked to. */
+static useconds_t pester_us;
+
+/* Sends the thread `arg` points at SIGUSR1 every pester_us while asked to. */
 static void *pester(void *arg)
 {
 	pthread_t target = *(pthread_t *)arg;
 	while (atomic_load(&pestering)) {
 		pthread_kill(target, SIGUSR1);
-		usleep(1000);
+		usleep(pester_us);
 	}
 	return NULL;
 }
@@ -238,8 +240,9 @@ int main(void)
 		} else if (sscanf(line, "rec %d %d", &n, &d) == 2 && n >= 0) {
 			int r = steprec(n);
 			printf("done rec %d ret=%d insns=%llu\n", n, r, (unsigned long long)rec_insns(n, d));
-		} else if (sscanf(line, "sigloop %d", &n) == 1 && n >= 1) {
+		} else if (sscanf(line, "sigloop %d %d", &n, &d) == 2 && n >= 1 && d >= 1) {
 			pthread_t self = pthread_self(), p;
+			pester_us = (useconds_t)d;
 			handled = 0;
 			atomic_store(&pestering, 1);
 			pthread_create(&p, NULL, pester, &self);

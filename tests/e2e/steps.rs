@@ -275,10 +275,12 @@ fn a_recursive_call_run_free_passes_its_return_address_in_deeper_frames() {
 fn signals_during_a_stepped_call_run_their_handler_free_and_count_nothing_twice() {
     let mut t = Target::start("steps");
     let pid = t.pid.to_string();
-    // An emulated CPU (the arm64 VM) steps a hundred times slower.
-    let n = if std::env::var_os("TP_TEST_CPU").is_some() { "1000" } else { "20000" };
+    // An emulated CPU (the arm64 VM) steps a hundred times slower: fewer
+    // steps, and fewer signals (one each millisecond, about a step's time
+    // there, would stop every step before its instruction ran).
+    let (n, every_us) = if std::env::var_os("TP_TEST_CPU").is_some() { ("1000", 30_000) } else { ("20000", 1_000) };
     let mut session = Session::start(&["-p", &pid, "-f", "steploop", "--steps", "--json"]);
-    let done = t.ask(&format!("sigloop {n}"), "done sigloop");
+    let done = t.ask(&format!("sigloop {n} {every_us}"), "done sigloop");
     assert_eq!(field(&done, "ret"), n.parse::<u64>().unwrap(), "{done}");
     session.err.wait_for("tp: stepped a call of steploop");
     let (status, stdout, stderr) = session.interrupt();
