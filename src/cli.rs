@@ -87,6 +87,14 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N", default_value_t = 1_000_000, requires = "steps",
           value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub step_limit: u64,
+    /// How deep the calls a stepped call makes are stepped: 0 steps the
+    /// function's own instructions alone, N its callees to N levels; a call
+    /// deeper runs free (at full speed, not recorded) until it returns, and
+    /// the trace counts such calls and their time by function called.
+    /// Default: every call is stepped.
+    #[arg(long, value_name = "N", requires = "steps",
+          value_parser = clap::value_parser!(u32).range(0..=10_000))]
+    pub step_depth: Option<u32>,
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5),
     /// or the values EXPR lists: parameters, struct fields by DWARF
     /// (`--args 'req->method, req->uri.len, path'`, arrays by index `req->ids[2]`),

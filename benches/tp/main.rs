@@ -408,6 +408,19 @@ fn stepping_section(env: &Env, r: &mut Results) -> bool {
                 ok = false;
             }
         }
+        match stepping::measure_depth(env, if env.smoke { 100 } else { 2_000 }) {
+            Ok(row) => {
+                eprintln!(
+                    "stepping --step-depth 0: {} own instructions, {:.0} µs (all stepped: {:.0} µs), {:.0} ns per call run free",
+                    row.0, row.1, row.2, row.3
+                );
+                r.stepping_depth.push(row);
+            }
+            Err(e) => {
+                eprintln!("stepping --step-depth 0: {e:#}");
+                ok = false;
+            }
+        }
     }
     ok
 }

@@ -104,6 +104,8 @@ pub struct Results {
     pub dlopen: Vec<Vec<f64>>,
     /// A call stepped with `--steps`, per run.
     pub stepping: Vec<crate::stepping::Row>,
+    /// A call stepped with `--step-depth 0`, and without, per run.
+    pub stepping_depth: Vec<crate::stepping::DepthRow>,
     /// The floor, once per repetition of the hit-cost runs.
     pub floor: Vec<Floor>,
     /// Sections or peers skipped, and why.
@@ -512,6 +514,18 @@ impl Results {
         let slower = Spread::of(&self.stepping.iter().map(|r| r.2).collect::<Vec<_>>());
         let _ =
             writeln!(o, "| ptrace (PTRACE_SINGLESTEP, a wait, PTRACE_GETREGS) | {} | {} |", show(rate), show(slower));
+        o.push('\n');
+        let Some(&(own, ..)) = self.stepping_depth.first() else { return };
+        let _ = writeln!(
+            o,
+            "| `stepcaller`: {own} own instructions, each call of `stepleaf` (12) | µs stepped | ns per call of `stepleaf` run free |"
+        );
+        let _ = writeln!(o, "|---|---|---|");
+        let col = |f: fn(&crate::stepping::DepthRow) -> f64| {
+            show(Spread::of(&self.stepping_depth.iter().map(f).collect::<Vec<_>>()))
+        };
+        let _ = writeln!(o, "| `--step-depth 0`: the calls run free | {} | {} |", col(|r| r.1), col(|r| r.3));
+        let _ = writeln!(o, "| every call stepped | {} | |", col(|r| r.2));
         o.push('\n');
     }
 

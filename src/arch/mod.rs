@@ -1121,6 +1121,11 @@ impl Isa {
     }
 }
 
+/// The hardware breakpoints [`Arch::set_exec_breakpoint`] sets at most
+/// (x86-64 has four debug address registers, AArch64 two breakpoint
+/// registers at least).
+pub const MAX_BREAKPOINTS: usize = 2;
+
 /// An instruction set tp can probe.
 pub trait Arch {
     /// Name, as Rust's `target_arch` spells it.
@@ -1443,6 +1448,31 @@ pub trait Arch {
     /// that an LL/SC loop stepped would retry for good.
     fn stepping_stalls(code: &[u8]) -> bool {
         let _ = code;
+        false
+    }
+
+    /// If the instruction `code` begins with (at `pc`) is a call, direct or
+    /// indirect, the address it returns to: `--step-depth` lets a call
+    /// that would go deeper than its bound run free until the thread is
+    /// back there.
+    fn call_return(code: &[u8], pc: u64) -> Option<u64>;
+
+    /// Sets hardware breakpoints on executing the instructions at the
+    /// addresses `at` (at most [`MAX_BREAKPOINTS`]; none: clears them), in a
+    /// stopped thread tp traces, through the debug registers (no byte of
+    /// the target changes): a hit stops the thread with SIGTRAP, its PC at
+    /// the address, before the instruction runs. The thread gets past it
+    /// once it is cleared.
+    fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()>;
+
+    /// Makes the registers of a thread stopped where a breakpoint of
+    /// [`Arch::set_exec_breakpoint`] hit let the breakpoint fire there
+    /// again; false if they do already. x86-64 clears RF, which the
+    /// kernel sets so that the instruction runs when the thread goes on:
+    /// a signal's frame would keep it, and its handler's return would then
+    /// pass the breakpoint once.
+    fn rearm_breakpoint(regs: &mut Self::Regs) -> bool {
+        let _ = regs;
         false
     }
 

@@ -115,7 +115,7 @@ pub fn options(
         view,
         output: output.map(Path::to_path_buf),
         tree: probe.tree,
-        steps: probe.steps.map(|_| StepOptions { limit: probe.step_limit }),
+        steps: probe.steps.map(|_| StepOptions { limit: probe.step_limit, depth: probe.step_depth }),
         ..Options::new(pid, selection)
     })
 }

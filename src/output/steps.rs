@@ -41,6 +41,15 @@ pub struct SteppedCall {
     /// The instructions by call path, outermost first (`chain;leaf`), in
     /// the order the call first reached each path.
     pub by_path: Vec<(Vec<String>, u64)>,
+    /// `--step-depth`: how deep its calls were stepped (None: all).
+    pub depth: Option<u32>,
+    /// The calls deeper than that, which ran free: (function called,
+    /// calls, their time in ns), in the order first called.
+    pub unstepped: Vec<(String, u64, u64)>,
+    /// Signals delivered during the call; their handlers ran free, not stepped.
+    pub signals: u64,
+    /// From the signals' stops until the thread was back where each found it, in ns.
+    pub signal_ns: u64,
 }
 
 /// Writes each stepped call.
@@ -56,6 +65,23 @@ pub fn write_text(out: &mut impl Write, calls: &[SteppedCall]) -> io::Result<()>
             super::events::duration(c.micros.saturating_mul(1000)),
             end_text(&c.end)
         )?;
+        if let Some(depth) = c.depth {
+            let calls: Vec<String> = c
+                .unstepped
+                .iter()
+                .map(|(f, n, ns)| format!("{} ×{} ({})", text(f), thousands(*n), super::events::duration(*ns)))
+                .collect();
+            let calls = if calls.is_empty() { "none".to_string() } else { calls.join(", ") };
+            writeln!(out, "  not stepped, run free (calls deeper than --step-depth {depth}): {calls}")?;
+        }
+        if c.signals > 0 {
+            writeln!(
+                out,
+                "  signals: {} delivered, their handlers run free, not stepped ({})",
+                thousands(c.signals),
+                super::events::duration(c.signal_ns)
+            )?;
+        }
         if !c.path.is_empty() {
             writeln!(out, "  path: {}", text(&c.path))?;
         }
@@ -163,6 +189,13 @@ pub fn to_json(c: &SteppedCall) -> String {
         .num("us", c.micros)
         .str("end", &c.end)
         .num("steps_in_tp", c.in_tp)
+        .opt("step_depth", c.depth)
+        .list(
+            "unstepped",
+            c.unstepped.iter().map(|(f, n, ns)| Obj::new().str("func", f).num("calls", *n).num("ns", *ns).finish()),
+        )
+        .num("signals", c.signals)
+        .num("signal_ns", c.signal_ns)
         .str("path", &c.path)
         .list("lines", c.lines.iter().map(|(l, n)| Obj::new().str("line", l).num("instructions", *n).finish()))
         .list(
@@ -274,15 +307,29 @@ mod tests {
             lines: vec![("a.c:1".into(), 5)],
             hot: vec![(0x1000, "steploop+0x0".into(), "a.c:1".into(), 5)],
             by_path: vec![(vec!["steploop".into()], 5)],
+            depth: Some(0),
+            unstepped: vec![("leaf".into(), 3, 1500)],
+            signals: 2,
+            signal_ns: 4000,
         };
         assert_eq!(folded(std::slice::from_ref(&c)), ["steploop 5"]);
         let j = to_json(&c);
-        for part in ["\"instructions\":5", "\"end\":\"returned\"", "\"address\":\"0x1000\"", &json::string("a.c:1")] {
+        for part in [
+            "\"instructions\":5",
+            "\"end\":\"returned\"",
+            "\"address\":\"0x1000\"",
+            &json::string("a.c:1"),
+            "\"step_depth\":0",
+            "\"unstepped\":[{\"func\":\"leaf\",\"calls\":3,\"ns\":1500}]",
+            "\"signals\":2",
+        ] {
             assert!(j.contains(part), "{part} in {j}");
         }
         let mut out = Vec::new();
         write_text(&mut out, &[c]).unwrap();
         let t = String::from_utf8(out).unwrap();
         assert!(t.contains("stepped call of steploop (steps) in thread 7: 5 instructions"), "{t}");
+        assert!(t.contains("calls deeper than --step-depth 0): leaf ×3 (1.50µs)"), "{t}");
+        assert!(t.contains("signals: 2 delivered"), "{t}");
     }
 }

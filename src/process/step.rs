@@ -17,6 +17,14 @@
 //! ends it, the thread is detached, which clears the trap flag; the
 //! stepping runs in a process of its own (`tp step-worker`), so that a
 //! tp killed meanwhile never leaves the thread with the flag set.
+//!
+//! Some of the call runs free, not stepped (`Stepper::run_free`: a
+//! hardware breakpoint where it comes back, [`Arch::set_exec_breakpoint`],
+//! and PTRACE_CONT): a call deeper than [`Job::depth`] allows, until it
+//! returns; and a signal's handler, from the signal's stop until the
+//! thread is back where the signal found it. The instruction a signal
+//! interrupted is recorded once, when it runs. The breakpoint is cleared
+//! before the thread is let go, whatever ends the trace.
 
 use std::collections::HashMap;
 use std::io;
@@ -55,9 +63,14 @@ pub struct Job {
     /// Each instruction a detour copied, by its address there: the
     /// original's address.
     pub map: HashMap<u64, u64>,
-    /// tp's code in the target, as `[lo, hi)`: a step there that
+    /// tp's code in the target, as `[lo, hi)` (its arenas, and the jumps
+    /// to the detours at the probes' sites): a step there that
     /// [`Job::map`] does not name is tp's own.
     pub code: Vec<(u64, u64)>,
+    /// How deep the calls the stepped call makes are stepped (0: none of
+    /// them); a call that would go deeper runs free until it returns.
+    /// None: every call is stepped.
+    pub depth: Option<u32>,
 }
 
 /// Why a stepped call's trace ended.
@@ -120,6 +133,25 @@ pub struct Trace {
     pub elapsed: Duration,
     /// Steps through tp's own code during the call (other probes' detours).
     pub in_tp: u64,
+    /// The calls that ran free, deeper than [`Job::depth`], by the address
+    /// called: how many and their time.
+    pub free: Vec<Free>,
+    /// Signals delivered during the call (their handlers ran free).
+    pub signals: u64,
+    /// The time from their stops until the thread was back where each
+    /// signal found it.
+    pub signal_time: Duration,
+}
+
+/// Calls to one address that ran free ([`Job::depth`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Free {
+    /// The address called (the callee's first instruction).
+    pub callee: u64,
+    /// How many calls.
+    pub calls: u64,
+    /// Their time, from the callee's first instruction to the return.
+    pub time: Duration,
 }
 
 impl Job {
@@ -142,6 +174,9 @@ impl Job {
         }
         for (lo, hi) in &self.code {
             s += &format!("code {lo:x} {hi:x}\n");
+        }
+        if let Some(d) = self.depth {
+            s += &format!("depth {d}\n");
         }
         s
     }
@@ -170,6 +205,7 @@ impl Job {
                     job.map.insert(hex(0)?, hex(1)?);
                 }
                 "code" => job.code.push((hex(0)?, hex(1)?)),
+                "depth" => job.depth = Some(dec(0)?.min(u32::MAX as u64) as u32),
                 "" => {}
                 _ => return Err(format!("an unknown line: {line}")),
             }
@@ -183,13 +219,30 @@ impl Job {
 
 impl Trace {
     /// The trace as the worker writes it on its stdout: one line (the end,
-    /// the time in ns, the steps in tp, the instructions), then each
-    /// instruction's address as 8 bytes, little-endian.
+    /// the time in ns, the steps in tp, the instructions, the signals and
+    /// their time in ns, the callees that ran free), then each
+    /// instruction's address as 8 bytes, little-endian, then each free
+    /// callee as three such words (address, calls, ns).
     pub fn write(&self, out: &mut impl io::Write) -> io::Result<()> {
-        writeln!(out, "{} {} {} {}", self.end.word(), self.elapsed.as_nanos(), self.in_tp, self.pcs.len())?;
-        let mut bytes = Vec::with_capacity(self.pcs.len() * 8);
+        writeln!(
+            out,
+            "{} {} {} {} {} {} {}",
+            self.end.word(),
+            self.elapsed.as_nanos(),
+            self.in_tp,
+            self.pcs.len(),
+            self.signals,
+            self.signal_time.as_nanos(),
+            self.free.len()
+        )?;
+        let mut bytes = Vec::with_capacity(self.pcs.len() * 8 + self.free.len() * 24);
         for pc in &self.pcs {
             bytes.extend_from_slice(&pc.to_le_bytes());
+        }
+        for f in &self.free {
+            for w in [f.callee, f.calls, f.time.as_nanos() as u64] {
+                bytes.extend_from_slice(&w.to_le_bytes());
+            }
         }
         out.write_all(&bytes)?;
         out.flush()
@@ -200,17 +253,27 @@ impl Trace {
         let nl = bytes.iter().position(|&b| b == b'\n')?;
         let head = std::str::from_utf8(&bytes[..nl]).ok()?;
         let w: Vec<&str> = head.split(' ').collect();
-        let [end, ns, in_tp, n] = w[..] else { return None };
+        let [end, ns, in_tp, n, signals, signal_ns, nfree] = w[..] else { return None };
         let n: u64 = n.parse().ok()?;
+        let nfree: u64 = nfree.parse().ok()?;
         let body = &bytes[nl + 1..];
-        if n > limit || body.len() as u64 != n * 8 {
+        // Each free callee is a distinct address called: fewer than the steps.
+        if n > limit || nfree > n || body.len() as u64 != n * 8 + nfree * 24 {
             return None;
         }
+        let words: Vec<u64> = body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect();
+        let (pcs, free) = words.split_at(n as usize);
         Some(Trace {
             end: End::from_word(end)?,
             elapsed: Duration::from_nanos(ns.parse().ok()?),
             in_tp: in_tp.parse().ok()?,
-            pcs: body.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect(),
+            pcs: pcs.to_vec(),
+            free: free
+                .chunks_exact(3)
+                .map(|f| Free { callee: f[0], calls: f[1], time: Duration::from_nanos(f[2]) })
+                .collect(),
+            signals: signals.parse().ok()?,
+            signal_time: Duration::from_nanos(signal_ns.parse().ok()?),
         })
     }
 }
@@ -246,13 +309,14 @@ pub fn guard_worker(parent: i32) -> bool {
 }
 
 /// Steps the call `job` describes. The thread is detached whatever happens
-/// once it was seized.
+/// once it was seized, and without tp's breakpoint.
 pub fn run(job: &Job) -> io::Result<Trace> {
     let tid = Pid::from_raw(job.tid);
     ptrace::seize(tid, 0)?;
     let mem = Memory::open(job.pid).map_err(io::Error::other)?;
-    let mut stepper = Stepper { job, tid, pending: 0, mem, insns: HashMap::new() };
+    let mut stepper = Stepper { job, tid, pending: 0, mem, insns: HashMap::new(), breakpoint: false };
     let trace = stepper.trace();
+    stepper.take_out_breakpoint();
     let sig = stepper.pending;
     match ptrace::detach(tid, sig) {
         Err(e) if !ptrace::is_gone(&e) && trace.is_ok() => Err(e),
@@ -260,14 +324,18 @@ pub fn run(job: &Job) -> io::Result<Trace> {
     }
 }
 
+type Regs = <Host as Arch>::Regs;
+
 struct Stepper<'a> {
     job: &'a Job,
     tid: Pid,
-    /// A signal the thread stopped with, delivered on the next step.
+    /// A signal the thread stopped with, delivered when it is let go.
     pending: i32,
     mem: Memory,
     /// What the instruction at each address stepped so far is.
     insns: HashMap<u64, Insn>,
+    /// True while tp's hardware breakpoint is set in the thread.
+    breakpoint: bool,
 }
 
 /// What an instruction is, for stepping it.
@@ -277,26 +345,52 @@ enum Insn {
     Syscall,
     /// One single steps cannot pass ([`Arch::stepping_stalls`]).
     Stalls,
+    /// A call, returning to the address.
+    Call(u64),
 }
 
 /// What one step came to.
 enum Stop {
-    At(Box<<Host as Arch>::Regs>),
+    /// The instruction ran: the thread is at the next.
+    Ran(Box<Regs>),
+    /// The thread stopped for a signal (its number), or a ptrace event (0),
+    /// before the step ended: the instruction did not run, unless the
+    /// thread is past it (a syscall the signal interrupted).
+    Signal(i32, Box<Regs>),
     Gone,
     Blocked(u64),
     Stalled,
 }
 
+/// What running free came to.
+enum Freed {
+    /// The thread is back, stopped there, after running this long.
+    Back(Box<Regs>, Duration),
+    /// The thread or its process exited.
+    Gone,
+    /// tp was told to stop; the thread is stopped where it was.
+    Stopped,
+}
+
 impl Stepper<'_> {
     fn trace(&mut self) -> io::Result<Trace> {
-        let missed = |end| Trace { pcs: Vec::new(), end, elapsed: Duration::ZERO, in_tp: 0 };
+        let missed = |end| Trace {
+            pcs: Vec::new(),
+            end,
+            elapsed: Duration::ZERO,
+            in_tp: 0,
+            free: Vec::new(),
+            signals: 0,
+            signal_time: Duration::ZERO,
+        };
         ptrace::interrupt(self.tid)?;
         loop {
             match ptrace::wait(self.tid)? {
                 Wait::Gone => return Ok(missed(End::Exited)),
                 Wait::Event { event: ptrace::EVENT_STOP, .. } => break,
                 Wait::Event { .. } => ptrace::cont(self.tid, 0)?,
-                // A signal before the stop: delivered when the thread goes on.
+                // A signal before the stop: its handler runs once the
+                // hand-over is answered.
                 Wait::Signal(sig) => {
                     self.pending = sig;
                     break;
@@ -319,17 +413,33 @@ impl Stepper<'_> {
             if approach > MAX_APPROACH || stop_requested() {
                 return Ok(missed(if stop_requested() { End::Stopped } else { End::Missed }));
             }
-            regs = match self.step(Host::pc(&regs))? {
-                Stop::At(r) => *r,
+            let stop = match std::mem::take(&mut self.pending) {
+                0 => {
+                    let insn = self.insn(Host::pc(&regs));
+                    self.step(insn)?
+                }
+                sig => Stop::Signal(sig, Box::new(regs)),
+            };
+            regs = match stop {
+                Stop::Ran(r) | Stop::Signal(0, r) => *r,
+                Stop::Signal(sig, r) => match self.after_signal(sig, &r)? {
+                    Freed::Back(r, _) => *r,
+                    Freed::Gone => return Ok(missed(End::Exited)),
+                    Freed::Stopped => return Ok(missed(End::Stopped)),
+                },
                 Stop::Gone => return Ok(missed(End::Exited)),
                 Stop::Blocked(nr) => return Ok(missed(End::Syscall(nr))),
                 Stop::Stalled => return Ok(missed(End::Stall)),
             };
         };
         let started = Instant::now();
-        let entry = regs;
+        // The stepped call's frame, then each stepped call it made that has
+        // not returned yet (with a depth bound only).
+        let mut frames: Vec<Regs> = vec![regs];
         let mut pcs: Vec<u64> = before.clone();
         let mut in_tp = 0;
+        let mut free: Vec<Free> = Vec::new();
+        let (mut signals, mut signal_time) = (0, Duration::ZERO);
         let end = loop {
             let pc = Host::pc(&regs);
             let recorded = match self.job.map.get(&pc) {
@@ -347,8 +457,73 @@ impl Stepper<'_> {
             if stop_requested() {
                 break End::Stopped;
             }
-            regs = match self.step(pc)? {
-                Stop::At(r) => *r,
+            let insn = self.insn(pc);
+            regs = match self.step(insn)? {
+                Stop::Ran(r) => match (insn, self.job.depth) {
+                    // A call to the next instruction (an address taken) is none.
+                    (Insn::Call(ret), Some(depth)) if Host::pc(&r) != ret => {
+                        if frames.len() <= depth as usize {
+                            frames.push(*r);
+                            *r
+                        } else {
+                            // Deeper than the bound: the callee runs free to its return.
+                            let (callee, entry) = (Host::pc(&r), *r);
+                            match self.run_free(&[ret], 0, &|now| Host::call_left(&entry, now))? {
+                                Freed::Back(back, took) => {
+                                    // tp's own calls (a detour's into the runtime) are not the call's.
+                                    if recorded.is_some() {
+                                        match free.iter_mut().find(|f| f.callee == callee) {
+                                            Some(f) => {
+                                                f.calls += 1;
+                                                f.time += took;
+                                            }
+                                            None => free.push(Free { callee, calls: 1, time: took }),
+                                        }
+                                    }
+                                    *back
+                                }
+                                Freed::Gone => break End::Exited,
+                                Freed::Stopped => break End::Stopped,
+                            }
+                        }
+                    }
+                    _ => *r,
+                },
+                Stop::Signal(sig, r) => {
+                    // The instruction did not run (a syscall the signal
+                    // interrupted did: the thread is past it): it is
+                    // recorded when it runs.
+                    let undone = Host::pc(&r) == pc;
+                    if undone {
+                        match recorded {
+                            Some(_) => drop(pcs.pop()),
+                            None => in_tp -= 1,
+                        }
+                    }
+                    // Where AArch64 stops a syscall the signal interrupted
+                    // (at the `svc`, rewound to restart it) the handler may
+                    // return past it instead (EINTR): the syscall ran.
+                    let past = (undone && insn == Insn::Syscall).then(|| pc + Host::syscall_insn().len() as u64);
+                    if sig == 0 {
+                        *r
+                    } else {
+                        match self.after_signal(sig, &r)? {
+                            Freed::Back(back, took) => {
+                                signals += 1;
+                                signal_time += took;
+                                if past.is_some_and(|p| Host::pc(&back) == p) {
+                                    match recorded {
+                                        Some(at) => pcs.push(at),
+                                        None => in_tp += 1,
+                                    }
+                                }
+                                *back
+                            }
+                            Freed::Gone => break End::Exited,
+                            Freed::Stopped => break End::Stopped,
+                        }
+                    }
+                }
                 Stop::Gone => break End::Exited,
                 Stop::Blocked(nr) => break End::Syscall(nr),
                 Stop::Stalled => {
@@ -360,37 +535,42 @@ impl Stepper<'_> {
                     break End::Stall;
                 }
             };
-            if Host::call_left(&entry, &regs) {
+            while frames.len() > 1 && Host::call_left(frames.last().expect("a frame"), &regs) {
+                frames.pop();
+            }
+            if Host::call_left(&frames[0], &regs) {
                 break End::Returned;
             }
         };
         pcs.truncate(self.job.limit as usize);
-        Ok(Trace { pcs, end, elapsed: started.elapsed(), in_tp })
+        Ok(Trace { pcs, end, elapsed: started.elapsed(), in_tp, free, signals, signal_time })
     }
 
     fn in_tp(&self, pc: u64) -> bool {
         self.job.code.iter().any(|&(lo, hi)| lo <= pc && pc < hi)
     }
 
-    /// Executes the instruction at `pc`. A syscall that does not finish in
-    /// [`SYSCALL_WAIT`] is interrupted: the thread is left there.
-    fn step(&mut self, pc: u64) -> io::Result<Stop> {
+    /// What the instruction at `pc` is (read once per address).
+    fn insn(&mut self, pc: u64) -> Insn {
         let mem = &self.mem;
-        let insn = *self.insns.entry(pc).or_insert_with(|| {
+        *self.insns.entry(pc).or_insert_with(|| {
             let code = mem.read_vec(pc, 16).or_else(|_| mem.read_vec(pc, 4)).unwrap_or_default();
             match code {
                 c if c.starts_with(Host::syscall_insn()) => Insn::Syscall,
                 c if Host::stepping_stalls(&c) => Insn::Stalls,
-                _ => Insn::Plain,
+                c => Host::call_return(&c, pc).map_or(Insn::Plain, Insn::Call),
             }
-        });
+        })
+    }
+
+    /// Executes the instruction `insn` the thread is at. A syscall that does not
+    /// finish in [`SYSCALL_WAIT`] is interrupted: the thread is left there.
+    fn step(&mut self, insn: Insn) -> io::Result<Stop> {
         if insn == Insn::Stalls {
             return Ok(Stop::Stalled);
         }
-        let is_syscall = insn == Insn::Syscall;
-        let sig = std::mem::take(&mut self.pending);
-        ptrace::step(self.tid, sig)?;
-        let waited = match is_syscall {
+        ptrace::step(self.tid, 0)?;
+        let waited = match insn == Insn::Syscall {
             false => ptrace::wait(self.tid)?,
             true => match next_stop(self.tid, Instant::now() + SYSCALL_WAIT, true)? {
                 Some(w) => w,
@@ -407,13 +587,134 @@ impl Stepper<'_> {
         };
         match waited {
             Wait::Gone => Ok(Stop::Gone),
-            Wait::Signal(libc::SIGTRAP) => Ok(Stop::At(Box::new(Host::get_regs(self.tid)?))),
-            Wait::Signal(sig) => {
-                // Delivered with the next step: the handler runs, stepped.
-                self.pending = sig;
-                Ok(Stop::At(Box::new(Host::get_regs(self.tid)?)))
+            Wait::Signal(libc::SIGTRAP) => Ok(Stop::Ran(Box::new(Host::get_regs(self.tid)?))),
+            Wait::Signal(sig) => Ok(Stop::Signal(sig, Box::new(Host::get_regs(self.tid)?))),
+            Wait::Event { .. } => Ok(Stop::Signal(0, Box::new(Host::get_regs(self.tid)?))),
+        }
+    }
+
+    /// Delivers signal `sig`, which stopped the thread with registers `at`,
+    /// and lets its handler run free until the thread is back where the
+    /// signal found it (the PC and the stack pointer there: a handler on
+    /// the same stack runs below it, and one that reaches the PC again
+    /// deeper goes on), or, stopped at a syscall instruction, just past it
+    /// with that stack pointer: AArch64 stops a syscall the signal
+    /// interrupted there (rewound to restart it), and a handler without
+    /// SA_RESTART (or a wait with a timeout) returns past it with EINTR.
+    /// A signal without a handler comes back at once.
+    fn after_signal(&mut self, sig: i32, at: &Regs) -> io::Result<Freed> {
+        let sp = Host::sp(at);
+        // Stopped where a breakpoint of tp's hit, before the instruction
+        // ran: the breakpoint must fire there when the handler returns.
+        let mut regs = *at;
+        if Host::rearm_breakpoint(&mut regs) {
+            Host::set_regs(self.tid, &regs)?;
+        }
+        let pc = Host::pc(at);
+        let past = (self.insn(pc) == Insn::Syscall).then(|| pc + Host::syscall_insn().len() as u64);
+        let pcs: Vec<u64> = std::iter::once(pc).chain(past).collect();
+        self.run_free(&pcs, sig, &|now| Host::sp(now) == sp)
+    }
+
+    /// Lets the stopped thread run free, delivering `sig` (0: none), until
+    /// it reaches one of `at` where `back` says it is back: hardware
+    /// breakpoints there ([`Arch::set_exec_breakpoint`]; a hit where `back` says no,
+    /// a recursion's deeper frame, is stepped past without it and goes on).
+    /// Nothing is stepped or recorded meanwhile. The breakpoint is gone
+    /// when this returns, but after an error (then [`Self::take_out_breakpoint`]).
+    fn run_free(&mut self, at: &[u64], sig: i32, back: &dyn Fn(&Regs) -> bool) -> io::Result<Freed> {
+        self.set_breakpoint(at)?;
+        let started = Instant::now();
+        let freed = self.run_to(at, sig, back)?;
+        let took = started.elapsed();
+        if !matches!(freed, Freed::Gone) {
+            self.set_breakpoint(&[])?;
+        }
+        Ok(match freed {
+            Freed::Back(regs, _) => Freed::Back(regs, took),
+            f => f,
+        })
+    }
+
+    fn run_to(&mut self, at: &[u64], mut sig: i32, back: &dyn Fn(&Regs) -> bool) -> io::Result<Freed> {
+        loop {
+            ptrace::cont(self.tid, std::mem::take(&mut sig))?;
+            let Some(waited) = self.wait_running()? else { return self.stop_running() };
+            match waited {
+                Wait::Gone => return Ok(Freed::Gone),
+                Wait::Signal(libc::SIGTRAP) => {
+                    let regs = Host::get_regs(self.tid)?;
+                    if !at.contains(&Host::pc(&regs)) {
+                        // The program's own SIGTRAP: delivered.
+                        sig = libc::SIGTRAP;
+                        continue;
+                    }
+                    if back(&regs) {
+                        return Ok(Freed::Back(Box::new(regs), Duration::ZERO));
+                    }
+                    // A deeper frame at the address: one step past it
+                    // without the breakpoint, then on with it.
+                    self.set_breakpoint(&[])?;
+                    ptrace::step(self.tid, 0)?;
+                    match self.wait_running()? {
+                        None => return self.stop_running(),
+                        Some(Wait::Gone) => return Ok(Freed::Gone),
+                        Some(Wait::Signal(libc::SIGTRAP) | Wait::Event { .. }) => {}
+                        Some(Wait::Signal(s)) => sig = s,
+                    }
+                    self.set_breakpoint(at)?;
+                }
+                Wait::Signal(s) => sig = s,
+                Wait::Event { .. } => {}
             }
-            Wait::Event { .. } => Ok(Stop::At(Box::new(Host::get_regs(self.tid)?))),
+        }
+    }
+
+    /// Stops the thread running free, for tp was told to stop.
+    fn stop_running(&mut self) -> io::Result<Freed> {
+        ptrace::interrupt(self.tid)?;
+        Ok(if self.settle()? { Freed::Stopped } else { Freed::Gone })
+    }
+
+    /// The next stop of the thread, which runs free; None if tp is told to
+    /// stop first. Polled, so that the end of a trace never waits on the
+    /// program: at once a hundred times (a short callee), then after 50 µs,
+    /// doubling to 5 ms.
+    fn wait_running(&self) -> io::Result<Option<Wait>> {
+        let mut pause = Duration::from_micros(50);
+        let mut polls = 0;
+        loop {
+            if let Some(w) = ptrace::try_wait(self.tid)? {
+                return Ok(Some(w));
+            }
+            if stop_requested() {
+                return Ok(None);
+            }
+            polls += 1;
+            if polls < 100 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(5));
+            }
+        }
+    }
+
+    fn set_breakpoint(&mut self, at: &[u64]) -> io::Result<()> {
+        Host::set_exec_breakpoint(self.tid, at)?;
+        self.breakpoint = !at.is_empty();
+        Ok(())
+    }
+
+    /// Takes tp's breakpoint out of the thread if a trace that failed left
+    /// it set, stopping the thread for it if it runs: let go with it, the
+    /// thread would die of the SIGTRAP its next hit sends.
+    fn take_out_breakpoint(&mut self) {
+        if !self.breakpoint || self.set_breakpoint(&[]).is_ok() {
+            return;
+        }
+        if ptrace::interrupt(self.tid).is_ok() && self.settle().unwrap_or(false) {
+            let _ = self.set_breakpoint(&[]);
         }
     }
 
@@ -497,18 +798,33 @@ mod tests {
             entries: HashMap::from([(0x5000, vec![0x4000]), (0x5100, vec![])]),
             map: HashMap::from([(0x5000, 0x4004), (0x5003, 0x4005)]),
             code: vec![(0x5000, 0x6000)],
+            depth: Some(2),
         };
-        assert_eq!(Job::parse(&job.to_text(99)), Ok((job, 99)));
+        assert_eq!(Job::parse(&job.to_text(99)), Ok((job.clone(), 99)));
+        let unbounded = Job { depth: None, ..job };
+        assert_eq!(Job::parse(&unbounded.to_text(99)), Ok((unbounded, 99)));
         assert!(Job::parse("pid 1\ntid 2\n").is_err(), "no entry");
         assert!(Job::parse("pid 1\ntid x\nentry 10\n").is_err());
         assert!(Job::parse("pid 1\ntid 2\nentry 10\nwhat 1\n").is_err());
-        let t = Trace { pcs: vec![1, 2, 3], end: End::Syscall(35), elapsed: Duration::from_nanos(1234), in_tp: 9 };
+        let t = Trace {
+            pcs: vec![1, 2, 3],
+            end: End::Syscall(35),
+            elapsed: Duration::from_nanos(1234),
+            in_tp: 9,
+            free: vec![Free { callee: 0x4100, calls: 2, time: Duration::from_nanos(800) }],
+            signals: 4,
+            signal_time: Duration::from_nanos(5678),
+        };
         let mut out = Vec::new();
         t.write(&mut out).unwrap();
         assert_eq!(Trace::read(&out, 10), Some(t.clone()));
         assert_eq!(Trace::read(&out, 2), None, "more instructions than the limit");
         assert_eq!(Trace::read(&out[..out.len() - 1], 10), None, "cut short");
         assert_eq!(Trace::read(b"returned 1 2\n", 10), None);
+        let no_steps = Trace { pcs: vec![], ..t };
+        let mut out = Vec::new();
+        no_steps.write(&mut out).unwrap();
+        assert_eq!(Trace::read(&out, 10), None, "a free callee without a call stepped");
     }
 
     #[test]

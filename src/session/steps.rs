@@ -38,6 +38,8 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 pub struct StepOptions {
     /// Instructions a stepped call records at most.
     pub limit: u64,
+    /// How deep its calls are stepped (`--step-depth`); None: all.
+    pub depth: Option<u32>,
 }
 
 /// The worker stepping a call, and what it will say.
@@ -95,7 +97,7 @@ impl Stepping {
     }
 
     fn spawn(&mut self, attached: &Attached, tid: i32, arrival: u32) -> Result<()> {
-        let job = job_for(attached, tid, arrival, self.opts.limit);
+        let job = job_for(attached, tid, arrival, self.opts);
         let exe = std::env::current_exe().context("finding tp's own executable")?;
         let mut child = Command::new(exe)
             .arg("step-worker")
@@ -132,7 +134,7 @@ impl Stepping {
             Some(trace) => {
                 self.left = self.left.saturating_sub(1);
                 let _ = step::done(&attached.region, self.left);
-                let call = report(&mut self.sym, w.tid, &trace, attached);
+                let call = report(&mut self.sym, w.tid, &trace, attached, self.opts.depth);
                 crate::say!(
                     "tp: stepped a call of {} in thread {}: {} instructions",
                     crate::escape::text(&call.func),
@@ -194,12 +196,16 @@ fn global_tid(pid: i32, ns_tid: u32) -> Option<i32> {
 
 /// The worker's job for thread `tid` of `attached`'s process, which
 /// arrived at the hand-over as arrival `arrival`.
-fn job_for(attached: &Attached, tid: i32, arrival: u32, limit: u64) -> Job {
+fn job_for(attached: &Attached, tid: i32, arrival: u32, opts: StepOptions) -> Job {
     let handled = attached.region.target_addr() + layout::STEP_OFF + std::mem::offset_of!(StepHandoff, handled) as u64;
     let mut entries = HashMap::new();
     let mut map = HashMap::new();
+    let mut sites = Vec::new();
     for p in attached.installed().iter().filter(|p| p.request.kind & kind::STEP != 0) {
         let plan = &p.request.plan;
+        // The jump to the detour at the site is tp's: a call that enters
+        // the function there runs its first instructions as the copies.
+        sites.push((plan.site, plan.site + plan.window.len() as u64));
         let Some(&(_, first)) = p.pc_map.iter().find(|(off, _)| *off == 0) else { continue };
         // A landing pad before the site ran before the detour: its
         // instructions are four bytes each (`endbr64`, `bti c`, `paciasp`).
@@ -209,13 +215,22 @@ fn job_for(attached: &Attached, tid: i32, arrival: u32, limit: u64) -> Job {
         }
     }
     let h = attached.region.header();
-    let code = h.arenas[..h.arena_count as usize].iter().map(|a| (a.addr, a.addr + a.size)).collect();
-    Job { pid: attached.pid, tid, limit, handled: (handled, arrival), entries, map, code }
+    let code = h.arenas[..h.arena_count as usize].iter().map(|a| (a.addr, a.addr + a.size)).chain(sites).collect();
+    Job {
+        pid: attached.pid,
+        tid,
+        limit: opts.limit,
+        handled: (handled, arrival),
+        entries,
+        map,
+        code,
+        depth: opts.depth,
+    }
 }
 
 /// The report of one stepped call: its instructions named by function and
 /// source line while the process still runs.
-fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) -> SteppedCall {
+fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached, depth: Option<u32>) -> SteppedCall {
     let first = trace.pcs.first().copied().unwrap_or(0);
     let (func, module) = match attached.installed().iter().find(|p| p.request.function.addr.0 == first) {
         Some(p) => (p.request.function.name.clone(), p.request.function.module.clone()),
@@ -264,6 +279,20 @@ fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) ->
     }
     hot.sort_by(|a, b| b.3.cmp(&a.3).then(a.0.cmp(&b.0)));
     let by_path = crate::output::steps::call_paths(trace.pcs.iter().map(|pc| names[pc].clone()));
+    // The calls that ran free, by the function called (one name for the
+    // addresses of one function), in the order first called.
+    let mut unstepped: Vec<(String, u64, u64)> = Vec::new();
+    for f in &trace.free {
+        let name = sym.frame(f.callee, false).short();
+        let ns = f.time.as_nanos() as u64;
+        match unstepped.iter_mut().find(|u| u.0 == name) {
+            Some(u) => {
+                u.1 += f.calls;
+                u.2 += ns;
+            }
+            None => unstepped.push((name, f.calls, ns)),
+        }
+    }
     SteppedCall {
         func,
         module,
@@ -276,5 +305,9 @@ fn report(sym: &mut Symbolizer, tid: i32, trace: &Trace, attached: &Attached) ->
         lines,
         hot,
         by_path,
+        depth,
+        unstepped,
+        signals: trace.signals,
+        signal_ns: trace.signal_time.as_nanos() as u64,
     }
 }

@@ -136,6 +136,7 @@ impl Checker {
             for s in p["steps"].as_array().unwrap() {
                 self.each("step line", &s["lines"], what);
                 self.each("step path", &s["paths"], what);
+                self.each("unstepped", &s["unstepped"], what);
                 self.each("executed", &s["executed"], what);
             }
         }
@@ -199,16 +200,18 @@ fn every_subcommands_json_has_the_documented_shape() {
     assert!(!docs[0]["processes"][0]["blocks"][0]["blocks"].as_array().unwrap().is_empty(), "{stdout}");
     drop(t);
 
-    // attach --steps: a stepped call, its lines and instructions.
+    // attach --steps: a stepped call, its lines and instructions, its
+    // calls of leaf run free.
     let mut t = Target::start("steps");
     let pid = t.pid.to_string();
-    let mut session = Session::start(&["-p", &pid, "--steps", "-f", "chain", "--json"]);
+    let mut session = Session::start(&["-p", &pid, "--steps", "--step-depth", "0", "-f", "chain", "--json"]);
     t.ask("chain 2", "done chain");
     session.err.wait_for("tp: stepped a call");
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     let docs = check.stdout(&stdout, "attach --steps");
     assert!(!docs[0]["processes"][0]["steps"][0]["lines"].as_array().unwrap().is_empty(), "{stdout}");
+    assert!(!docs[0]["processes"][0]["steps"][0]["unstepped"].as_array().unwrap().is_empty(), "{stdout}");
     drop(t);
 
     // attach, three processes, stacks: the same shapes, pid on every event.

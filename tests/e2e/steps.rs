@@ -195,3 +195,134 @@ fn folded_output_weighs_each_call_path_by_its_instructions() {
     assert_code_is_original(&t, &["chain"]);
     assert!(t.quit().success());
 }
+
+/// The `unstepped` entries of a stepped call: (function, calls).
+fn unstepped(s: &Value) -> Vec<(String, u64)> {
+    s["unstepped"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no unstepped in {s}"))
+        .iter()
+        .map(|u| (u["func"].as_str().unwrap().to_string(), u["calls"].as_u64().unwrap()))
+        .collect()
+}
+
+#[test]
+fn a_depth_bound_steps_the_callers_own_instructions_and_lets_its_calls_run_free() {
+    // (--step-depth, what the call records): 0 the caller's own, 1 with
+    // its calls of stepleaf, none given: the same.
+    for depth in [Some("0"), Some("1"), None] {
+        let mut t = Target::start("steps");
+        let pid = t.pid.to_string();
+        let mut args = vec!["-p", &pid, "-f", "stepcaller", "--steps", "--json"];
+        if let Some(d) = depth {
+            args.extend(["--step-depth", d]);
+        }
+        let mut session = Session::start(&args);
+        let done = t.ask("caller 40", "done caller");
+        assert_eq!(field(&done, "ret"), 40, "{done}");
+        session.err.wait_for("tp: stepped a call of stepcaller");
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "{stderr}");
+        let s = &steps_of(&stdout)[0];
+        assert_eq!(s["end"], "returned", "{s}");
+        let want = if depth == Some("0") { field(&done, "own") } else { field(&done, "all") };
+        assert_eq!(s["instructions"].as_u64(), Some(want), "--step-depth {depth:?}: {s}");
+        match depth {
+            Some("0") => {
+                assert_eq!(unstepped(s), [("stepleaf".to_string(), 40)], "{s}");
+                assert_eq!(executed(s, "stepleaf"), 0, "{s}");
+            }
+            _ => {
+                assert_eq!(unstepped(s), [], "{s}");
+                assert_eq!(executed(s, "stepleaf+0x0 "), 40, "{s}");
+            }
+        }
+        assert_eq!(s["step_depth"].as_u64(), depth.map(|d| d.parse().unwrap()), "{s}");
+        assert_eq!(hits_from_json(&stdout)["stepcaller"], 1);
+        assert_code_is_original(&t, &["stepcaller"]);
+        assert!(t.quit().success());
+    }
+}
+
+#[test]
+fn a_recursive_call_run_free_passes_its_return_address_in_deeper_frames() {
+    // steprec(6) stepped two frames deep: the call from the second frame
+    // runs free through five more frames, each returning to the address
+    // where the second frame's call returns, deeper; only the shallowest
+    // return ends the free run.
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    let mut session = Session::start(&["-p", &pid, "-f", "steprec", "--steps", "--step-depth", "1", "--json"]);
+    let done = t.ask("rec 6 1", "done rec");
+    assert_eq!(field(&done, "ret"), 6, "{done}");
+    session.err.wait_for("tp: stepped a call of steprec");
+    // The breakpoint is gone: the same calls run on, unstepped, many times.
+    for _ in 0..3 {
+        assert_eq!(field(&t.ask("rec 6 -1", "done rec"), "ret"), 6);
+    }
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let s = &steps_of(&stdout)[0];
+    assert_eq!(s["end"], "returned", "{s}");
+    assert_eq!(s["instructions"].as_u64(), Some(field(&done, "insns")), "{s}");
+    assert_eq!(unstepped(s), [("steprec".to_string(), 1)], "{s}");
+    assert_eq!(hits_from_json(&stdout)["steprec"], 4 * 7);
+    assert_code_is_original(&t, &["steprec"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn signals_during_a_stepped_call_run_their_handler_free_and_count_nothing_twice() {
+    let mut t = Target::start("steps");
+    let pid = t.pid.to_string();
+    // An emulated CPU (the arm64 VM) steps a hundred times slower: fewer
+    // steps, and fewer signals (one each millisecond, about a step's time
+    // there, would stop every step before its instruction ran).
+    let (n, every_us) = if std::env::var_os("TP_TEST_CPU").is_some() { ("1000", 30_000) } else { ("20000", 1_000) };
+    let mut session = Session::start(&["-p", &pid, "-f", "steploop", "--steps", "--json"]);
+    let done = t.ask(&format!("sigloop {n} {every_us}"), "done sigloop");
+    assert_eq!(field(&done, "ret"), n.parse::<u64>().unwrap(), "{done}");
+    session.err.wait_for("tp: stepped a call of steploop");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let s = &steps_of(&stdout)[0];
+    assert_eq!(s["end"], "returned", "{s}");
+    // Exactly the loop's instructions: none twice, none of the handler's.
+    assert_eq!(s["instructions"].as_u64(), Some(field(&done, "insns")), "{s}");
+    let signals = s["signals"].as_u64().unwrap();
+    assert!(signals >= 1 && signals <= field(&done, "handled"), "{signals} signals in the call: {done}");
+    assert_code_is_original(&t, &["steploop"]);
+    assert!(t.quit().success());
+}
+
+#[test]
+fn a_callee_running_free_outlives_tp_interrupted_or_killed_without_its_breakpoint() {
+    for kill in [false, true] {
+        let mut t = Target::start("steps");
+        let pid = t.pid.to_string();
+        // napper's call of usleep runs free (depth 0) for two seconds, a
+        // hardware breakpoint where it returns.
+        let mut session = Session::start(&["-p", &pid, "-f", "napper", "--steps", "--step-depth", "0", "--json"]);
+        t.send(b"nap 2000\n");
+        session.err.wait_for("tp: process");
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        if kill {
+            session.kill();
+            let out = tp(&["detach", "-p", &pid]);
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        } else {
+            let (status, stdout, stderr) = session.interrupt();
+            assert!(status.success(), "{stderr}");
+            let s = &steps_of(&stdout)[0];
+            assert_eq!(s["end"], "stopped", "{s}");
+        }
+        t.out.wait_for("done nap 2000");
+        // The return address again, untraced: a breakpoint left there would
+        // kill the program with SIGTRAP.
+        for _ in 0..3 {
+            t.ask("nap 1", "done nap 1");
+        }
+        assert_code_is_original(&t, &["napper"]);
+        assert!(t.quit().success(), "the program outlived tp (killed: {kill})");
+    }
+}

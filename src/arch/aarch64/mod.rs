@@ -200,6 +200,20 @@ impl Arch for AArch64 {
         matches!(decode::classify(word, 0), decode::Class::Exclusive)
     }
 
+    fn call_return(code: &[u8], pc: u64) -> Option<u64> {
+        let word = u32::from_le_bytes(code.get(..4)?.try_into().ok()?);
+        // Unsupported: the authenticated calls (blraa ...), calls all the same.
+        matches!(
+            decode::classify(word, pc),
+            decode::Class::Call { .. } | decode::Class::CallRegister { .. } | decode::Class::Unsupported
+        )
+        .then_some(pc + 4)
+    }
+
+    fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
+        regs::set_exec_breakpoint(tid, at)
+    }
+
     fn breakpoint_insn() -> &'static [u8] {
         &[0x00, 0x00, 0x20, 0xd4] // brk #0
     }
@@ -323,5 +337,16 @@ mod tests {
         assert!(!stalls(0xd400_0001), "svc #0");
         assert!(!stalls(0x9100_0421), "add x1, x1, #1");
         assert!(!<AArch64 as Arch>::stepping_stalls(&[0x20, 0x7c]), "too short to tell");
+    }
+
+    #[test]
+    fn calls_return_after_themselves() {
+        let ret = |w: u32| <AArch64 as Arch>::call_return(&w.to_le_bytes(), 0x1000);
+        assert_eq!(ret(0x9400_0010), Some(0x1004), "bl");
+        assert_eq!(ret(0xd63f_0020), Some(0x1004), "blr x1");
+        assert_eq!(ret(0xd73f_081f), Some(0x1004), "blraa x0, sp");
+        assert_eq!(ret(0x1400_0010), None, "b");
+        assert_eq!(ret(0xd65f_03c0), None, "ret");
+        assert_eq!(<AArch64 as Arch>::call_return(&[0x10, 0x00], 0x1000), None, "too short to tell");
     }
 }

@@ -46,6 +46,33 @@ const NT_ARM_TLS: u32 = 0x401;
 pub const PSTATE_BTYPE: u64 = 0b11 << 10;
 const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
 
+const NT_ARM_HW_BREAK: u32 = 0x402;
+/// A breakpoint control word (DBGBCR) as the kernel's ptrace takes it:
+/// enabled (bit 0), at EL0 (privilege 2 in bits 2:1), an instruction
+/// breakpoint (type 0 in bits 4:3) on all four bytes (length 0xf in bits 12:5).
+const BCR_EXEC_EL0: u32 = (0xf << 5) | (2 << 1) | 1;
+
+/// Sets the hardware breakpoints tp uses on a stopped thread (none: clears
+/// them): the first two of NT_ARM_HW_BREAK's registers (`struct
+/// user_hwdebug_state`: dbg_info and padding, then address, control and
+/// padding per register; the kernel reads as many registers as given; the
+/// architecture has two at least). The kernel reports a hit as a SIGTRAP
+/// with the PC at the address, before the instruction runs, and does not
+/// step over it: the breakpoint must be cleared for the thread to get past.
+pub fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
+    const REGS: usize = 2;
+    if at.len() > REGS {
+        return Err(io::Error::other("more than two hardware breakpoints"));
+    }
+    let mut state = [0u8; 8 + 16 * REGS];
+    for (n, &addr) in at.iter().enumerate() {
+        let reg = &mut state[8 + 16 * n..8 + 16 * (n + 1)];
+        reg[..8].copy_from_slice(&addr.to_le_bytes());
+        reg[8..12].copy_from_slice(&BCR_EXEC_EL0.to_le_bytes());
+    }
+    crate::arch::regset::set_regset_bytes(tid, NT_ARM_HW_BREAK, &state)
+}
+
 /// Reads the registers of a stopped thread.
 pub fn get(tid: Pid) -> io::Result<Regs> {
     let mut r = Regs::default();

@@ -204,6 +204,21 @@ impl Arch for X86_64 {
         &[0x0f, 0x05]
     }
 
+    fn call_return(code: &[u8], pc: u64) -> Option<u64> {
+        let insn = decode::decode(code, pc).into_iter().next()?;
+        matches!(insn.class, decode::Class::Call | decode::Class::IndirectCall).then(|| insn.end())
+    }
+
+    fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
+        regs::set_exec_breakpoint(tid, at)
+    }
+
+    fn rearm_breakpoint(r: &mut regs::Regs) -> bool {
+        let had = r.eflags & regs::EFLAGS_RF != 0;
+        r.eflags &= !regs::EFLAGS_RF;
+        had
+    }
+
     fn breakpoint_insn() -> &'static [u8] {
         &[0xcc] // int3
     }

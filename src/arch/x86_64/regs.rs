@@ -62,6 +62,45 @@ pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
     set_regset(tid, NT_PRSTATUS, r)
 }
 
+/// Where `struct user` (sys/user.h) keeps the debug registers DR0..DR7,
+/// PTRACE_POKEUSER's offset for DR0.
+const DEBUGREG_OFF: usize = 848;
+/// EFLAGS.RF, the resume flag: the next instruction runs without its
+/// instruction breakpoint firing.
+pub const EFLAGS_RF: u64 = 1 << 16;
+/// DR7's local enable bit for DRn is bit 2n: with its RWn and LENn fields
+/// zero, a breakpoint on executing the instruction at DRn's address.
+const DR7_L0: u64 = 1;
+
+fn poke_user(tid: Pid, off: usize, value: u64) -> io::Result<()> {
+    // SAFETY: PTRACE_POKEUSER takes integers and writes nothing in this process.
+    let rc = unsafe { libc::ptrace(libc::PTRACE_POKEUSER, tid.as_raw(), off, value as usize) };
+    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// Sets the hardware breakpoints tp uses on a stopped thread (none:
+/// clears them): DR0, DR1... at the addresses (four at most), each enabled
+/// for execution in DR7. The kernel reports a hit as a SIGTRAP with the PC
+/// at the address, before the instruction runs, and sets RF so that the
+/// instruction runs once the thread goes on.
+pub fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
+    if at.len() > 4 {
+        return Err(io::Error::other("more than four hardware breakpoints"));
+    }
+    // DR7 off first: a new address under an enabled DR7 would be checked
+    // against the old length and type.
+    poke_user(tid, DEBUGREG_OFF + 7 * 8, 0)?;
+    let mut dr7 = 0;
+    for (n, &addr) in at.iter().enumerate() {
+        poke_user(tid, DEBUGREG_OFF + n * 8, addr)?;
+        dr7 |= DR7_L0 << (2 * n);
+    }
+    if dr7 != 0 {
+        poke_user(tid, DEBUGREG_OFF + 7 * 8, dr7)?;
+    }
+    Ok(())
+}
+
 /// Where the thread resumes if the kernel restarts its interrupted syscall.
 pub fn restart_pc(r: &Regs) -> Option<u64> {
     ((r.orig_rax as i64) >= 0 && RESTART_CODES.contains(&(r.rax as i64))).then(|| r.rip.wrapping_sub(2))
@@ -99,6 +138,25 @@ pub fn prepare_syscall(r: &mut Regs, insn: u64, nr: u64, a: [u64; 6]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn calls_return_after_themselves() {
+        use crate::arch::Arch;
+        use crate::arch::x86_64::X86_64;
+        let ret = |code: &[u8]| <X86_64 as Arch>::call_return(code, 0x1000);
+        assert_eq!(ret(&[0xe8, 0, 1, 0, 0]), Some(0x1005), "call rel32");
+        assert_eq!(ret(&[0xff, 0xd0, 0x90]), Some(0x1002), "call rax");
+        assert_eq!(ret(&[0x41, 0xff, 0x14, 0x24]), Some(0x1004), "call [r12]");
+        assert_eq!(ret(&[0xe9, 0, 1, 0, 0]), None, "jmp rel32");
+        assert_eq!(ret(&[0xc3]), None, "ret");
+        assert_eq!(ret(&[0xe8, 0]), None, "cut short");
+    }
+
+    #[test]
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    fn debug_registers_are_where_struct_user_keeps_them() {
+        assert_eq!(std::mem::offset_of!(libc::user, u_debugreg), DEBUGREG_OFF);
+    }
 
     #[test]
     fn layout_matches_the_kernel() {
