@@ -47,7 +47,9 @@ pub struct Count {
 /// `work()` starts with a 5-byte nop).
 pub fn count(env: &Env, build: &str, records: Option<Records>, function: &str) -> Result<(Count, Option<Count>)> {
     let binary = env.target(build);
-    let mut target = Proc::spawn("hot step", &binary, &["step".into(), "120".into(), function.into()], false)?;
+    // Long enough for an emulated CPU under load, where tp's attach and
+    // the stepping take minutes; the target is killed when dropped.
+    let mut target = Proc::spawn("hot step", &binary, &["step".into(), "1200".into(), function.into()], false)?;
     target.wait_prefix("ready", Duration::from_secs(30))?;
     let pid = target.pid();
     let base = step_calls(pid, &binary, 0)?;
