@@ -263,9 +263,17 @@ fn a_recursive_call_run_free_passes_its_return_address_in_deeper_frames() {
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "{stderr}");
     let s = &steps_of(&stdout)[0];
-    assert_eq!(s["end"], "returned", "{s}");
-    assert_eq!(s["instructions"].as_u64(), Some(field(&done, "insns")), "{s}");
-    assert_eq!(unstepped(s), [("steprec".to_string(), 1)], "{s}");
+    // Without ARMv8.1's atomics the count in the probe's detour (the second
+    // frame's call of steprec, stepped) is a load/store-exclusive loop,
+    // which single steps cannot pass: the thread is let go there.
+    match std::env::var("TP_TEST_ATOMICS").as_deref() == Ok("exclusive") {
+        true => assert_eq!(s["end"], "stall", "{s}"),
+        false => {
+            assert_eq!(s["end"], "returned", "{s}");
+            assert_eq!(s["instructions"].as_u64(), Some(field(&done, "insns")), "{s}");
+            assert_eq!(unstepped(s), [("steprec".to_string(), 1)], "{s}");
+        }
+    }
     assert_eq!(hits_from_json(&stdout)["steprec"], 4 * 7);
     assert_code_is_original(&t, &["steprec"]);
     assert!(t.quit().success());
