@@ -391,6 +391,24 @@ HOT uint64_t *stack_word(struct tp_slot *s, uint64_t mask, uint64_t head, uint32
 	return j == 0 ? &e->tsc : &e->v[j - 1];
 }
 
+/* Marks the `used` records after the entry event at `head` as holding the
+ * `n` words written with stack_word, and publishes the entry and them at
+ * once. */
+HOT void publish_records(struct tp_thread *t, struct tp_slot *s, uint64_t mask, uint64_t head, uint32_t n,
+			 uint32_t used)
+{
+	for (uint32_t r = 0; r < used; r++) {
+		struct tp_event *x = s->ring + ((head + 1 + r) & mask);
+		uint32_t words = n - r * TP_STACK_WORDS_PER_EVENT;
+		if (words > TP_STACK_WORDS_PER_EVENT)
+			words = TP_STACK_WORDS_PER_EVENT;
+		x->probe = ((uint32_t)TP_STACK_RECORD << TP_KIND_SHIFT) | words;
+		x->tid = 0;
+	}
+	__atomic_store_n(&s->head, head + 1 + used, __ATOMIC_RELEASE);
+	end_write(t);
+}
+
 /* --args with fields: copies the values the probe's fetch program names
  * (layout.rs, fetch_word) from the process's memory, each load through
  * read_own, so that a bad pointer anywhere on the way gives the address
@@ -430,11 +448,7 @@ HOT void emit_with_fields(struct tp_ctx *c, struct tp_thread *t, uint32_t probe,
 	if (!s)
 		return;
 	uint64_t head = s->head;
-	if (more)
-		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
-			  0);
-	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
-		  regs[5]);
+	head = put_entry(c, t, s, head, probe, tsc, regs, more);
 	uint32_t w = 2;
 	uint64_t ok = 0;
 	for (uint32_t i = 0; i < values; i++) {
@@ -471,16 +485,7 @@ HOT void emit_with_fields(struct tp_ctx *c, struct tp_thread *t, uint32_t probe,
 	}
 	*stack_word(s, mask, head, 0) = TP_STACK_FIELDS | ((uint64_t)(n - 1) << TP_STACK_COUNT_SHIFT);
 	*stack_word(s, mask, head, 1) = ok;
-	for (uint32_t r = 0; r < used; r++) {
-		struct tp_event *x = s->ring + ((head + 1 + r) & mask);
-		uint32_t k = n - r * TP_STACK_WORDS_PER_EVENT;
-		if (k > TP_STACK_WORDS_PER_EVENT)
-			k = TP_STACK_WORDS_PER_EVENT;
-		x->probe = ((uint32_t)TP_STACK_RECORD << TP_KIND_SHIFT) | k;
-		x->tid = 0;
-	}
-	__atomic_store_n(&s->head, head + 1 + used, __ATOMIC_RELEASE);
-	end_write(t);
+	publish_records(t, s, mask, head, n, used);
 }
 
 /* Records the call's stack after its entry event, both published at once:
@@ -514,11 +519,7 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 	if (!s)
 		return;
 	uint64_t head = s->head;
-	if (more)
-		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
-			  0);
-	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
-		  regs[5]);
+	head = put_entry(c, t, s, head, probe, tsc, regs, more);
 
 	uint64_t sp = (uint64_t)slot, lo = 0, hi = 0;
 	int bounded = stack_bounds(c, t, sp, &lo, &hi) && lo <= sp && sp < hi;
@@ -569,14 +570,5 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		head_word |= TP_STACK_NO_BOUNDS;
 	*stack_word(s, mask, head, 0) = head_word;
 	uint32_t used = (n + TP_STACK_WORDS_PER_EVENT - 1) / TP_STACK_WORDS_PER_EVENT;
-	for (uint32_t r = 0; r < used; r++) {
-		struct tp_event *x = s->ring + ((head + 1 + r) & mask);
-		uint32_t words = n - r * TP_STACK_WORDS_PER_EVENT;
-		if (words > TP_STACK_WORDS_PER_EVENT)
-			words = TP_STACK_WORDS_PER_EVENT;
-		x->probe = ((uint32_t)TP_STACK_RECORD << TP_KIND_SHIFT) | words;
-		x->tid = 0;
-	}
-	__atomic_store_n(&s->head, head + 1 + used, __ATOMIC_RELEASE);
-	end_write(t);
+	publish_records(t, s, mask, head, n, used);
 }

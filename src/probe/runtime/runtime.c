@@ -509,6 +509,20 @@ HOT void emit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ts
 	end_write(t);
 }
 
+/* Writes an entry event with its argument registers `regs` at `head` of
+ * slot `s`, after the record of the registers past the sixth when `more`
+ * (see emit_entry); unpublished. Returns the entry event's place. */
+HOT uint64_t put_entry(struct tp_ctx *c, struct tp_thread *t, struct tp_slot *s, uint64_t head, uint32_t probe,
+		       uint64_t tsc, const uint64_t *regs, int more)
+{
+	if (more)
+		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
+			  0);
+	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
+		  regs[5]);
+	return head;
+}
+
 /* Appends an entry event with its argument registers `regs`; where the ABI
  * passes more than an event holds (`more`: AArch64's eight, Go's nine on
  * x86-64; `regs` then holds nine words, the last a saved register on
@@ -523,11 +537,7 @@ HOT void emit_entry(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 	if (!s)
 		return;
 	uint64_t head = s->head;
-	if (more)
-		put_event(c, t, s, head++, probe | (TP_ARGS_MORE << TP_KIND_SHIFT), tsc, regs[6], regs[7], regs[8], 0, 0,
-			  0);
-	put_event(c, t, s, head, probe | (TP_ENTRY << TP_KIND_SHIFT), tsc, regs[0], regs[1], regs[2], regs[3], regs[4],
-		  regs[5]);
+	head = put_entry(c, t, s, head, probe, tsc, regs, more);
 	__atomic_store_n(&s->head, head + 1, __ATOMIC_RELEASE);
 	end_write(t);
 }
