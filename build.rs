@@ -235,6 +235,8 @@ const TARGETS: &[Target] = &[
     Target { name: "blocks", sources: &["blocks.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
     // Calls stepped instruction by instruction (-O0: a line a statement).
     Target { name: "steps", sources: &["steps.c"], ..c("", &["-fPIE", "-pie", "-O0"]) },
+    // The in-target stepping engine's floor: a single-step trap beside a signal (benches/tp/stepping.rs).
+    Target { name: "trapcost", sources: &["trapcost.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     // A process that attacks its tracer (tests/e2e/hostile.rs).
     Target { name: "hostile", sources: &["hostile.c"], arch: Some("x86_64"), ..c("", &["-fPIE", "-pie"]) },
     // A thread held in a signal handler inside a function's first bytes (tests/e2e/sites.rs).
@@ -271,7 +273,7 @@ fn main() {
 /// pointer reserved (they walk the probed function's frame records, so no
 /// code of the runtime may use that register).
 const RUNTIME_FUNCTIONS: &[&str] =
-    &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at", "tp_rendezvous", "tp_step"];
+    &["tp_entry", "tp_exit", "tp_unwind", "tp_count", "tp_exit_at", "tp_rendezvous", "tp_step", "tp_trap"];
 const RUNTIME_EXT_FUNCTIONS: &[&str] = &["tp_entry_ext", "tp_exit_ext", "tp_exit_at_ext"];
 
 /// Compiles src/probe/runtime/runtime.c for the target architecture into

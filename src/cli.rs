@@ -95,6 +95,13 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "N", requires = "steps",
           value_parser = clap::value_parser!(u32).range(0..=10_000))]
     pub step_depth: Option<u32>,
+    /// How --steps steps a call: `ptrace` (tp single-steps the thread, on
+    /// every architecture) or `trap` (x86-64: the thread sets its trap
+    /// flag and a SIGTRAP handler tp installs in the target records each
+    /// instruction, with no stop for tp; refused where the process handles
+    /// SIGTRAP itself or a debugger traces it; every call is stepped).
+    #[arg(long, value_name = "ENGINE", default_value = "ptrace", value_parser = ["ptrace", "trap"], requires = "steps")]
+    pub step_engine: String,
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5),
     /// or the values EXPR lists: parameters, struct fields by DWARF
     /// (`--args 'req->method, req->uri.len, path'`, arrays by index `req->ids[2]`),

@@ -19,12 +19,18 @@
  *   sigloop N US  steploop(N) while another thread sends this one SIGUSR1
  *             every US microseconds (a handler counts them) ->
  *             "done sigloop N ret=R insns=E handled=H"
+ *   spawn     stepspawn(): starts a thread and joins it -> "done spawn ran=1"
+ *   fork      stepfork(): forks a child that exits 7 and waits for it ->
+ *             "done fork status=7"
+ *   sigtrap   installs a SIGTRAP handler of its own -> "done sigtrap"
  *   quit
  */
 #include "common.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -192,6 +198,41 @@ TP_PROBED void napper(int ms)
 	usleep((useconds_t)ms * 1000);
 }
 
+static void *spawned(void *arg)
+{
+	*(int *)arg = 1;
+	return NULL;
+}
+
+/* A thread created while the call is stepped (with the trap flag set,
+ * which a new thread inherits). */
+TP_PROBED int stepspawn(void)
+{
+	int ran = 0;
+	pthread_t t;
+	if (pthread_create(&t, NULL, spawned, &ran) != 0)
+		return -1;
+	pthread_join(t, NULL);
+	return ran;
+}
+
+/* A child forked while the call is stepped. */
+TP_PROBED int stepfork(void)
+{
+	pid_t child = fork();
+	if (child == 0)
+		_exit(7);
+	int status = 0;
+	if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status))
+		return -1;
+	return WEXITSTATUS(status);
+}
+
+static void on_trap(int sig)
+{
+	(void)sig;
+}
+
 static atomic_ulong ticks;
 
 static void *ticker(void *arg)
@@ -251,6 +292,13 @@ int main(void)
 			pthread_join(p, NULL);
 			printf("done sigloop %d ret=%d insns=%llu handled=%d\n", n, r, (unsigned long long)STEPLOOP_INSNS(n),
 			       (int)handled);
+		} else if (!strcmp(line, "spawn")) {
+			printf("done spawn ran=%d\n", stepspawn());
+		} else if (!strcmp(line, "fork")) {
+			printf("done fork status=%d\n", stepfork());
+		} else if (!strcmp(line, "sigtrap")) {
+			signal(SIGTRAP, on_trap);
+			printf("done sigtrap\n");
 		} else if (!strcmp(line, "ticks")) {
 			printf("done ticks ticks=%lu\n", atomic_load(&ticks));
 		} else if (!strcmp(line, "quit")) {

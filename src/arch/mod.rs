@@ -523,6 +523,12 @@ pub struct RuntimeAddrs {
     pub rendezvous: u64,
     /// `tp_step`: where a probe of a call tp steps hands the thread over.
     pub step: u64,
+    /// The SIGTRAP handler of the in-target stepping engine (`tp_trap`,
+    /// entered through a stub that passes the context), or 0 where the
+    /// architecture has none.
+    pub trap: u64,
+    /// The return from that handler: `rt_sigreturn` (the `sa_restorer`).
+    pub trap_return: u64,
     /// Where a counting detour calls `tp_count` (x86-64: a stub that keeps
     /// every register and flag).
     pub count: u64,
@@ -573,6 +579,8 @@ pub struct RuntimeBlobs {
     pub rendezvous: &'static [u8],
     /// `tp_step`.
     pub step: &'static [u8],
+    /// `tp_trap`.
+    pub trap: &'static [u8],
 }
 
 /// What the hand-written parts of a runtime block (an architecture's fast
@@ -1340,6 +1348,11 @@ pub trait Arch {
     /// then be in its arena): x86-64's detours count in a row of the
     /// thread's own, which the runtime gives a thread on its first call.
     const COUNTING_CALLS_RUNTIME: bool = false;
+
+    /// True if user code can single-step itself (x86-64's trap flag, which
+    /// the in-target stepping engine sets): the runtime block then has a
+    /// SIGTRAP handler ([`RuntimeAddrs::trap`]).
+    const TRAP_FLAG_STEPS: bool = false;
 
     /// An unwinder for copies of this architecture's stacks (`--stack dwarf`).
     fn stack_unwinder() -> Box<dyn unwind::StackUnwinder>;

@@ -38,6 +38,9 @@ pub struct Syscalls {
     pub rt_sigprocmask: u64,
     /// exit_group (the same).
     pub exit_group: u64,
+    /// rt_sigreturn (the return from the in-target stepping engine's
+    /// SIGTRAP handler).
+    pub rt_sigreturn: u64,
     /// futex (the runtime: a thread at the dynamic linker's rendezvous
     /// wakes tp and waits for it, bounded).
     pub futex: u64,
@@ -89,6 +92,7 @@ pub const X86_64: Syscalls = Syscalls {
     rt_sigaction: 13,
     rt_sigprocmask: 14,
     exit_group: 231,
+    rt_sigreturn: 15,
     futex: 202,
     process_vm_readv: 310,
     // arch_prctl(ARCH_GET_FS, &v)
@@ -112,6 +116,7 @@ pub const AARCH64: Syscalls = Syscalls {
     rt_sigaction: 134,
     rt_sigprocmask: 135,
     exit_group: 94,
+    rt_sigreturn: 139,
     futex: 98,
     process_vm_readv: 270,
     // TPIDR_EL0 is readable by an instruction on every thread.
@@ -135,6 +140,7 @@ impl Syscalls {
             ("rt_sigaction", self.rt_sigaction),
             ("rt_sigprocmask", self.rt_sigprocmask),
             ("exit_group", self.exit_group),
+            ("rt_sigreturn", self.rt_sigreturn),
             ("futex", self.futex),
             ("process_vm_readv", self.process_vm_readv),
         ];

@@ -97,6 +97,7 @@ pub fn options(
         by: probe.by.clone(),
         stack,
         step_calls: probe.steps.unwrap_or(0),
+        trap_steps: (probe.steps.is_some() && probe.step_engine == "trap").then_some(probe.step_limit),
         ..Selection::new(funcs.iter().cloned().chain(lines).collect(), k)
     };
     let style = match format {
@@ -106,6 +107,9 @@ pub fn options(
         _ => Style::Quiet,
     };
     let view = View { all: probe.all, top: probe.top };
+    if probe.step_engine == "trap" && probe.step_depth.is_some() {
+        bail!("--step-depth needs --step-engine ptrace: the in-target engine steps every call the stepped one makes");
+    }
     if probe.tree && !matches!(format, Format::Text | Format::Json) {
         bail!("--tree shows the calls as text or JSON lines, not as {}", format.name());
     }
@@ -115,7 +119,11 @@ pub fn options(
         view,
         output: output.map(Path::to_path_buf),
         tree: probe.tree,
-        steps: probe.steps.map(|_| StepOptions { limit: probe.step_limit, depth: probe.step_depth }),
+        steps: probe.steps.map(|_| StepOptions {
+            limit: probe.step_limit,
+            depth: probe.step_depth,
+            in_target: probe.step_engine == "trap",
+        }),
         ..Options::new(pid, selection)
     })
 }

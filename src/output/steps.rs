@@ -175,6 +175,9 @@ fn end_text(end: &str) -> String {
         _ if end == "missed" => "the thread went on before tp took it".into(),
         _ if end == "stall" => "an exclusive load, which single steps cannot pass: the call ran on free".into(),
         Some(("syscall", nr)) => format!("let go in syscall {nr}, which blocked: the call ran on free"),
+        Some(("masked", nr)) => {
+            format!("at syscall {nr}, which could block SIGTRAP or replace tp's handler: the call ran on free")
+        }
         _ => end.into(),
     }
 }

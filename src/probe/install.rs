@@ -1109,6 +1109,8 @@ mod tests {
             unwind: 5,
             rendezvous: 9,
             step: 10,
+            trap: 0,
+            trap_return: 0,
             count: 6,
             ctx: 8,
         };

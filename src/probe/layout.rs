@@ -172,7 +172,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 21;
+pub const VERSION: u32 = 22;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -446,7 +446,74 @@ shared_struct! {
         pub gave_up: u32,
         /// tp's PID as the target's PID namespace numbers it, or 0.
         pub tracer: u32,
+        /// The in-target engine's [`TrapTrace`] in the target (its own
+        /// mapping), or 0: tp steps the calls with ptrace. With one, the
+        /// thread that claims `busy` sets the trap flag and traces its own
+        /// call in the SIGTRAP handler tp installed (`tp_trap`), not waiting
+        /// for tp; tp frees `busy` once it has read the trace.
+        pub trap: u64,
     }
+}
+
+shared_struct! {
+    /// A call traced by the in-target engine (`struct tp_trap_trace`, at
+    /// the start of its own mapping, the addresses of the instructions
+    /// after it): the runtime's `tp_step` fills in the thread, the stack
+    /// pointer at the function's entry and the start, and sets the trap
+    /// flag; the SIGTRAP handler (`tp_trap`) appends the address of each
+    /// instruction about to run, until the stack pointer is above the
+    /// entry's (the call returned or unwound), `cap` addresses, a syscall
+    /// that would block SIGTRAP or replace its handler, or tp's end
+    /// (`armed` cleared, tp gone); then it clears the flag, writes `end`
+    /// and `stop` and sets `state` to [`trap::DONE`]. tp reads the trace
+    /// once it is done and sets `state` back to [`trap::IDLE`].
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub struct TrapTrace as "tp_trap_trace" {
+        /// [`trap::IDLE`], [`trap::TRACING`] or [`trap::DONE`].
+        pub state: u32,
+        /// Why the trace ended ([`trap::RETURNED`], ...).
+        pub end: u32,
+        /// The traced thread, as the kernel's gettid answers it there.
+        pub tid: u32,
+        /// The syscall the trace ended at ([`trap::SYSCALL`]).
+        pub syscall: u32,
+        /// Addresses written after this header.
+        pub count: u64,
+        /// Addresses the mapping holds after this header.
+        pub cap: u64,
+        /// The stack pointer at the function's first instruction.
+        pub entry_sp: u64,
+        /// The runtime's timestamp when the flag was set.
+        pub start: u64,
+        /// The runtime's timestamp when the trace ended.
+        pub stop: u64,
+        /// Traps of other threads that had inherited the flag (a thread the
+        /// traced one created, a forked child): the flag cleared in each.
+        pub strays: u32,
+        /// Padding to 64 bytes.
+        pub pad: u32,
+    }
+}
+
+/// The in-target engine's states and ends ([`TrapTrace`]).
+pub mod trap {
+    /// No call is traced.
+    pub const IDLE: u32 = 0;
+    /// A call is traced.
+    pub const TRACING: u32 = 1;
+    /// The trace ended; tp has not read it yet.
+    pub const DONE: u32 = 2;
+    /// The call returned or unwound past its frame.
+    pub const RETURNED: u32 = 1;
+    /// The trace holds `cap` addresses; the call ran on free.
+    pub const LIMIT: u32 = 2;
+    /// At a syscall that would block SIGTRAP or replace its handler: the
+    /// call ran on free from there.
+    pub const SYSCALL: u32 = 3;
+    /// tp stopped stepping or is gone.
+    pub const STOPPED: u32 = 4;
+    /// Bytes from a [`super::TrapTrace`] to its first address.
+    pub const PCS_OFF: u64 = 64;
 }
 
 /// Where the [`StepHandoff`] lies in the region: before the [`Rendezvous`].
@@ -1049,6 +1116,14 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_CTX_OFF", std::mem::offset_of!(Header, ctx) as u64),
     ("TP_RENDEZVOUS_OFF", RENDEZVOUS_OFF),
     ("TP_STEP_OFF", STEP_OFF),
+    ("TP_TRAP_IDLE", trap::IDLE as u64),
+    ("TP_TRAP_TRACING", trap::TRACING as u64),
+    ("TP_TRAP_DONE", trap::DONE as u64),
+    ("TP_TRAP_RETURNED", trap::RETURNED as u64),
+    ("TP_TRAP_LIMIT", trap::LIMIT as u64),
+    ("TP_TRAP_SYSCALL", trap::SYSCALL as u64),
+    ("TP_TRAP_STOPPED", trap::STOPPED as u64),
+    ("TP_TRAP_PCS_OFF", trap::PCS_OFF),
     ("TP_RENDEZVOUS_SLICE_NS", RENDEZVOUS_SLICE_MS as u64 * 1_000_000),
     ("TP_RENDEZVOUS_MAX_SLICES", RENDEZVOUS_MAX_SLICES as u64),
     ("TP_ENTRY", event_kind::ENTRY as u64),
@@ -1147,6 +1222,7 @@ pub fn c_structs() -> Vec<CStruct> {
         EventCtx::c_struct(),
         Rendezvous::c_struct(),
         StepHandoff::c_struct(),
+        TrapTrace::c_struct(),
         Frame::c_struct(),
         Event::c_struct(),
         SlotHead::c_struct(),
@@ -1411,6 +1487,7 @@ pub struct Entry {
 const _: () = assert!(std::mem::size_of::<Entry>() == ENTRY_SIZE as usize);
 const _: () = assert!(std::mem::size_of::<Header>() <= STEP_OFF as usize);
 const _: () = assert!(STEP_OFF as usize + std::mem::size_of::<StepHandoff>() <= RENDEZVOUS_OFF as usize);
+const _: () = assert!(std::mem::size_of::<TrapTrace>() as u64 == trap::PCS_OFF);
 const _: () = assert!(RENDEZVOUS_OFF as usize + std::mem::size_of::<Rendezvous>() <= 4096);
 
 /// Bytes per entry.
@@ -1722,6 +1799,8 @@ unsafe impl Plain for AggHead {}
 unsafe impl Plain for LatEntry {}
 // SAFETY: as above.
 unsafe impl Plain for ByEntry {}
+// SAFETY: as above.
+unsafe impl Plain for TrapTrace {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {

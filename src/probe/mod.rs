@@ -26,6 +26,7 @@ pub mod semaphore;
 pub mod shadow;
 pub mod step;
 pub mod threads;
+pub mod trap;
 pub mod validate;
 
 use crate::arch::{Abi, Operands, Refusal, SitePlan};

@@ -277,12 +277,24 @@ pub enum Kept {
     },
     /// Another tp has unmapped it already.
     Gone,
+    /// A thread (its TID in its PID namespace) traces a call with the
+    /// in-target stepping engine, whose SIGTRAP handler is tp's code.
+    Tracing {
+        /// The thread.
+        tid: u32,
+    },
 }
 
 impl Kept {
-    /// For [`Kept::InUse`]: how the thread uses tp's code, as a clause
+    /// For [`Kept::InUse`] and [`Kept::Tracing`]: how the thread uses tp's code, as a clause
     /// ("thread 12 is running in tp's code (at 0x…)").
     pub fn in_use(&self) -> Option<String> {
+        if let &Kept::Tracing { tid } = self {
+            return Some(format!(
+                "thread {tid} traces a call with the in-target stepping engine, whose SIGTRAP handler is tp's code \
+                 (it ends the trace at the call's next instruction, once a syscall it waits in returns)"
+            ));
+        }
         let &Kept::InUse { tid, place, word, trampoline } = self else { return None };
         if trampoline {
             let held = match place {
@@ -327,6 +339,9 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     if !region.is_mapped_in(&maps) {
         // Another tp unmapped it already; its addresses may hold something else now.
         return Ok(Some(Kept::Gone));
+    }
+    if let Some(tid) = super::trap::tracing(mem, region) {
+        return Ok(Some(Kept::Tracing { tid }));
     }
     let h = region.header();
     let arenas = &h.arenas[..h.arena_count as usize];
@@ -395,6 +410,8 @@ pub fn unmap(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<()>
     let maps = process::read_maps(stopped.pid())?;
     let mut caller = RemoteCaller::new(stopped, mem, &maps)?;
     let sc = Host::SYSCALLS;
+    // The in-target stepping engine's handler is tp's code: it goes first.
+    super::trap::uninstall(&mut caller, mem, region)?;
     // The region first: once its header is gone no later tp will look for the
     // arenas, so dying between the two calls leaks pages but breaks nothing
     // (`tp detach` finds them by what tp wrote into them: `orphan`).

@@ -24,6 +24,7 @@ pub fn blobs() -> RuntimeBlobs {
         exit_at_ext: include_bytes!(concat!(env!("OUT_DIR"), "/tp_exit_at_ext.bin")),
         rendezvous: include_bytes!(concat!(env!("OUT_DIR"), "/tp_rendezvous.bin")),
         step: include_bytes!(concat!(env!("OUT_DIR"), "/tp_step.bin")),
+        trap: include_bytes!(concat!(env!("OUT_DIR"), "/tp_trap.bin")),
     }
 }
 

@@ -123,6 +123,9 @@ pub fn calls(kinds: u32, pid: i32, tid: i32) -> Vec<RuntimeCall> {
     };
     if kinds & kind::STEP != 0 {
         rendezvous.push(RuntimeCall::new("gettid", sc.gettid, [0; 6], NOTHING));
+        // The in-target stepping engine's SIGTRAP handler returns through
+        // tp's own rt_sigreturn.
+        rendezvous.push(RuntimeCall::new("rt_sigreturn", sc.rt_sigreturn, [0; 6], NOTHING));
     }
     let kinds = kinds & !(kind::RENDEZVOUS | kind::STEP | READS_STRINGS);
     if kinds == kind::COUNT {
@@ -408,7 +411,7 @@ mod tests {
     fn every_syscall_of_the_runtime_is_generated_and_checked() {
         use crate::arch::syscalls;
         let runtime = [include_str!("runtime/runtime.c"), include_str!("runtime/record.h")].concat();
-        let checked: Vec<String> = calls(kind::ARGS | kind::RET | kind::RENDEZVOUS | READS_STRINGS, 1, 1)
+        let checked: Vec<String> = calls(kind::ARGS | kind::RET | kind::RENDEZVOUS | kind::STEP | READS_STRINGS, 1, 1)
             .iter()
             .map(|c| c.what.split('(').next().unwrap().to_string())
             .collect();

@@ -82,6 +82,9 @@ pub enum End {
     Limit,
     /// The thread blocked in a syscall (its number) and was let go there.
     Syscall(u64),
+    /// The in-target engine reached a syscall (its number) that could
+    /// block SIGTRAP or replace tp's handler, and let the call run on free.
+    Masked(u64),
     /// The thread reached an instruction single steps cannot pass (an
     /// exclusive load: [`Arch::stepping_stalls`]) and was let go there.
     Stall,
@@ -100,6 +103,7 @@ impl End {
             End::Returned => "returned".into(),
             End::Limit => "limit".into(),
             End::Syscall(nr) => format!("syscall:{nr}"),
+            End::Masked(nr) => format!("masked:{nr}"),
             End::Exited => "exited".into(),
             End::Missed => "missed".into(),
             End::Stopped => "stopped".into(),
@@ -116,6 +120,7 @@ impl End {
             "missed" => End::Missed,
             "stopped" => End::Stopped,
             "stall" => End::Stall,
+            _ if w.starts_with("masked:") => End::Masked(w.strip_prefix("masked:")?.parse().ok()?),
             _ => End::Syscall(w.strip_prefix("syscall:")?.parse().ok()?),
         })
     }
@@ -155,6 +160,37 @@ pub struct Free {
 }
 
 impl Job {
+    /// The instructions of a call the in-target engine traced, from every
+    /// address it recorded (`raw`, tp's own included, from the runtime on):
+    /// from the function's first instruction, each copy a detour executed
+    /// as the original, tp's own counted apart. A syscall instruction is
+    /// followed by the one after it, which the trap after the syscall
+    /// skips (the kernel returns to user space with the flag set by an
+    /// `iret`, which lets one instruction run before the trap), unless
+    /// the next address recorded is that instruction; at the end of the
+    /// trace only if the call went on (`ran_on`). `syscall_at` says whether
+    /// an address holds a syscall instruction. Returns the instructions
+    /// and the steps through tp's code.
+    pub fn traced(&self, raw: &[u64], ran_on: bool, syscall_at: &mut dyn FnMut(u64) -> bool) -> (Vec<u64>, u64) {
+        let mut pcs = Vec::new();
+        let mut in_tp = 0;
+        let Some(start) = raw.iter().position(|pc| self.entries.contains_key(pc)) else { return (pcs, 0) };
+        pcs.extend_from_slice(&self.entries[&raw[start]]);
+        let mut record = |pc: u64| match self.map.get(&pc) {
+            Some(&original) => pcs.push(original),
+            None if self.code.iter().any(|&(lo, hi)| lo <= pc && pc < hi) => in_tp += 1,
+            None => pcs.push(pc),
+        };
+        let after = Host::syscall_insn().len() as u64;
+        for (k, &pc) in raw.iter().enumerate().skip(start) {
+            record(pc);
+            if syscall_at(pc) && raw.get(k + 1).map_or(ran_on, |&next| next != pc + after) {
+                record(pc + after);
+            }
+        }
+        (pcs, in_tp)
+    }
+
     /// The job as the worker reads it on its stdin, for a worker whose
     /// parent is `parent`.
     pub fn to_text(&self, parent: i32) -> String {

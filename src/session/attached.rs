@@ -249,7 +249,7 @@ impl Attached {
             .iter()
             .find(|r| r.kind & kind::RENDEZVOUS != 0)
             .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
-        let waits = Waits { loader_state, step_calls: what.step_calls };
+        let waits = Waits { loader_state, step_calls: what.step_calls, trap_steps: what.trap_steps };
         let done = install(pid, &mem, stopped, existing, requests, opts, discard, waits)?;
         let infos = without_unpatched(infos, &done.report);
         let refused = refused + done.report.unpatched.len();
@@ -787,6 +787,7 @@ struct Done {
 struct Waits {
     loader_state: Option<u64>,
     step_calls: u32,
+    trap_steps: Option<u64>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -805,7 +806,19 @@ fn install(
         None => Stopped::seize_worker(pid)?,
     };
     let rendezvous = requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0);
+    let trap_steps = waits.trap_steps.filter(|_| waits.step_calls > 0);
+    if let Some(why) = trap_steps.and_then(|_| crate::probe::trap::refusal(pid)) {
+        bail!(why);
+    }
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
+    // The in-target stepping engine's handler and trace area, before any
+    // call is armed to use them.
+    if let Some(limit) = trap_steps {
+        let maps = process::read_maps(pid)?;
+        let mut caller = crate::process::remote::RemoteCaller::new(&mut stopped, mem, &maps)?;
+        let handler = crate::probe::trap::handler(&prepared.region);
+        crate::probe::trap::install(&mut caller, mem, &prepared.region, handler, limit)?;
+    }
     // Threads wait at the rendezvous, and calls to step, from the first call on.
     if rendezvous {
         crate::probe::rendezvous::set_state_word(&prepared.region, waits.loader_state.unwrap_or(0))?;

@@ -777,7 +777,7 @@ pub fn say_relatives(pid: i32, relatives: &[Relative]) {
     for r in relatives {
         let child = r.pid;
         match &r.outcome {
-            Outcome::Kept(used @ Kept::InUse { .. }) => crate::say!(
+            Outcome::Kept(used @ (Kept::InUse { .. } | Kept::Tracing { .. })) => crate::say!(
                 "tp: process {child} (forked by {pid}) still maps tp's memory: its code is restored, but {}; \
                  `tp detach -p {child}` removes it once unused",
                 used.in_use().unwrap_or_default()

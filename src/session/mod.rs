@@ -139,6 +139,10 @@ pub struct Selection {
     pub stack: Option<StackMode>,
     /// `--steps`: calls to step, from the probes' first call on.
     pub step_calls: u32,
+    /// `--step-engine trap`: the calls trace themselves in the target
+    /// (the trap flag and tp's SIGTRAP handler), each at most this many
+    /// instructions; None: tp steps them with ptrace.
+    pub trap_steps: Option<u64>,
 }
 
 impl Selection {
@@ -155,6 +159,7 @@ impl Selection {
             by: None,
             stack: None,
             step_calls: 0,
+            trap_steps: None,
         }
     }
 }

@@ -225,6 +225,10 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
             used.in_use().unwrap_or_default()
         ),
         Some(Kept::Gone) => "tp's memory already unmapped".to_string(),
+        Some(ref used @ Kept::Tracing { .. }) => format!(
+            "tp's memory kept: {} (run `tp detach -p {pid}` again to remove it)",
+            used.in_use().unwrap_or_default()
+        ),
     };
     crate::say!(
         "tp: detached from {pid}: {} probe{} removed, {memory} (target stopped {} µs)",

@@ -21,9 +21,13 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use super::attached::Attached;
+use crate::arch::{Arch, Host};
 use crate::output::steps::{Place, SteppedCall, fold_path};
 use crate::probe::layout::{self, StepHandoff, kind};
 use crate::probe::step;
+use crate::probe::trap::{self, TrapArea};
+use crate::process::memory::Memory;
+use crate::process::step::End;
 use crate::process::step::{Job, Trace};
 use crate::symbols::symbolize::Symbolizer;
 
@@ -31,6 +35,9 @@ use crate::symbols::symbolize::Symbolizer;
 const PATH_ITEMS: usize = 40;
 /// How long a worker told to stop may take to let its thread go.
 const STOP_WAIT: Duration = Duration::from_secs(5);
+/// How long a call the in-target engine traces may take to see that tp
+/// stops (its next instruction, unless it waits in a syscall).
+const TRAP_STOP_WAIT: Duration = Duration::from_secs(1);
 
 /// What `--steps` asks for beyond the calls to step (the selection's
 /// `step_calls`, which the install arms).
@@ -40,6 +47,9 @@ pub struct StepOptions {
     pub limit: u64,
     /// How deep its calls are stepped (`--step-depth`); None: all.
     pub depth: Option<u32>,
+    /// The calls trace themselves in the target (`--step-engine trap`,
+    /// [`crate::probe::trap`]) instead of a step worker's ptrace.
+    pub in_target: bool,
 }
 
 /// The worker stepping a call, and what it will say.
@@ -61,6 +71,9 @@ pub struct Stepping {
     /// Names the instructions: made while the process runs, so that a
     /// trace that ends with the process is named too.
     sym: Symbolizer,
+    /// The in-target engine's trace area, and the process's memory it is
+    /// read through (`--step-engine trap`).
+    trap: Option<(TrapArea, Memory)>,
 }
 
 /// Failed hand-overs after which a session stops trying.
@@ -71,13 +84,78 @@ impl Stepping {
     /// attach armed for the selection's `step_calls` calls.
     pub fn start(attached: &Attached, opts: StepOptions) -> Stepping {
         let sym = Symbolizer::new(attached.pid);
-        let left = attached.selection().step_calls;
-        Stepping { opts, left, worker: None, calls: Vec::new(), failures: 0, sym }
+        let mut left = attached.selection().step_calls;
+        let trap = opts.in_target.then(|| trap::area(&attached.region, opts.limit)).flatten();
+        let trap = trap.zip(opts.in_target.then(|| Memory::open(attached.pid).ok()).flatten());
+        if opts.in_target && trap.is_none() {
+            left = 0;
+        }
+        Stepping { opts, left, worker: None, calls: Vec::new(), failures: 0, sym, trap }
+    }
+
+    /// One tick of the in-target engine: a finished trace read, named and
+    /// kept, and the hand-over freed for the next call.
+    fn serve_in_target(&mut self, attached: &Attached) {
+        let Some((area, mem)) = &self.trap else { return };
+        if self.left == 0 {
+            return;
+        }
+        let Some(done) = trap::finished(mem, *area) else { return };
+        let _ = trap::reset(mem, *area);
+        self.left = self.left.saturating_sub(1);
+        let _ = step::done(&attached.region, self.left);
+        let tid = global_tid(attached.pid, done.tid).unwrap_or(done.tid as i32);
+        let job = job_for(attached, tid, 0, self.opts);
+        let mut syscalls: HashMap<u64, bool> = HashMap::new();
+        let mut syscall_at = |pc: u64| {
+            *syscalls.entry(pc).or_insert_with(|| {
+                mem.read_vec(pc, Host::syscall_insn().len()).is_ok_and(|b| b == Host::syscall_insn())
+            })
+        };
+        let (mut pcs, in_tp) = job.traced(&done.raw, done.end == layout::trap::RETURNED, &mut syscall_at);
+        let mut end = match done.end {
+            layout::trap::RETURNED => End::Returned,
+            layout::trap::LIMIT => End::Limit,
+            layout::trap::SYSCALL => End::Masked(done.syscall as u64),
+            _ => End::Stopped,
+        };
+        if pcs.len() as u64 > self.opts.limit {
+            pcs.truncate(self.opts.limit as usize);
+            end = End::Limit;
+        }
+        // The runtime's timestamps, in the session's clock fitted by now.
+        let mut clock = attached.clock.clone();
+        clock.refine();
+        let trace = Trace {
+            pcs,
+            end,
+            elapsed: Duration::from_nanos(clock.duration_ns(done.start, done.stop)),
+            in_tp,
+            free: Vec::new(),
+            signals: 0,
+            signal_time: Duration::ZERO,
+        };
+        self.keep(attached, tid, &trace);
+    }
+
+    /// Keeps the report of a stepped call of thread `tid`, and says so.
+    fn keep(&mut self, attached: &Attached, tid: i32, trace: &Trace) {
+        let call = report(&mut self.sym, tid, trace, attached, self.opts.depth);
+        crate::say!(
+            "tp: stepped a call of {} in thread {}: {} instructions",
+            crate::escape::text(&call.func),
+            tid,
+            crate::output::thousands(call.instructions)
+        );
+        self.calls.push(call);
     }
 
     /// One tick: collects a finished worker's trace, or starts a worker on
     /// a thread that waits at the hand-over.
     pub fn serve(&mut self, attached: &Attached) {
+        if self.trap.is_some() {
+            return self.serve_in_target(attached);
+        }
         if let Some(w) = &mut self.worker {
             let Ok((out, err)) = w.answer.try_recv() else { return };
             let w = self.worker.take().expect("a worker");
@@ -134,14 +212,7 @@ impl Stepping {
             Some(trace) => {
                 self.left = self.left.saturating_sub(1);
                 let _ = step::done(&attached.region, self.left);
-                let call = report(&mut self.sym, w.tid, &trace, attached, self.opts.depth);
-                crate::say!(
-                    "tp: stepped a call of {} in thread {}: {} instructions",
-                    crate::escape::text(&call.func),
-                    w.tid,
-                    crate::output::thousands(call.instructions)
-                );
-                self.calls.push(call);
+                self.keep(attached, w.tid, &trace);
             }
             None => {
                 let why = err.lines().last().unwrap_or("it ended without a trace").trim_start_matches("tp: ");
@@ -169,6 +240,21 @@ impl Stepping {
     /// Ends stepping before the probes go: a worker still stepping lets
     /// its thread go (its trace is kept, cut short), and no call waits.
     pub fn stop(&mut self, attached: &Attached) {
+        if let Some((area, mem)) = &self.trap {
+            // A call traced now ends at its next instruction; one blocked
+            // in a syscall keeps tp's memory until it comes back.
+            let _ = step::disarm(&attached.region);
+            let until = std::time::Instant::now() + TRAP_STOP_WAIT;
+            while trap::tracing(mem, &attached.region).is_some() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            if trap::finished(mem, *area).is_some() {
+                self.left = self.left.max(1);
+                self.serve_in_target(attached);
+                let _ = step::disarm(&attached.region);
+            }
+            return;
+        }
         if let Some(mut w) = self.worker.take() {
             // SAFETY: kill with a PID tp started and has not reaped.
             unsafe { libc::kill(w.child.id() as i32, libc::SIGTERM) };

@@ -45,6 +45,8 @@ mod sites;
 mod blocks;
 // Calls stepped instruction by instruction (--steps).
 mod steps;
+// Calls traced in the target by the trap flag (--step-engine trap).
+mod trap_steps;
 // Static probes (USDT): the bundled target's, python3's and libstdc++'s; semaphores.
 mod usdt;
 // Debug files by build-id from Debian's debuginfod, their cache, bad servers.

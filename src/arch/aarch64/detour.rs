@@ -554,6 +554,8 @@ mod tests {
             unwind: AT - 0x400,
             rendezvous: AT - 0x480,
             step: AT - 0x4c0,
+            trap: 0,
+            trap_return: 0,
             entry_ext: AT - 0x600,
             trampoline_ext: AT - 0x80,
             exit: AT - 0x40,

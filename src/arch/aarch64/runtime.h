@@ -200,4 +200,37 @@ static inline __attribute__((always_inline)) int tp_frame_give_back(const struct
 	return TP_FRAME_GIVEN_BACK;
 }
 
+/* No in-target stepping engine: user code cannot single-step itself here
+ * (MDSCR_EL1.SS, the step bit, is the kernel's), and tp refuses the
+ * engine before it installs anything. These keep runtime.c whole. */
+#define TP_HAS_TRAP_FLAG 0
+#define TP_TRAP_TRACE 2
+
+static inline __attribute__((always_inline)) void tp_trap_flag_on(void)
+{
+}
+
+static inline __attribute__((always_inline)) uint64_t tp_uc_pc(void *uc)
+{
+	(void)uc;
+	return 0;
+}
+
+static inline __attribute__((always_inline)) uint64_t tp_uc_sp(void *uc)
+{
+	(void)uc;
+	return 0;
+}
+
+static inline __attribute__((always_inline)) void tp_uc_trap_flag_off(void *uc)
+{
+	(void)uc;
+}
+
+static inline __attribute__((always_inline)) uint32_t tp_uc_syscall_ends_trace(void *uc)
+{
+	(void)uc;
+	return 0;
+}
+
 #endif

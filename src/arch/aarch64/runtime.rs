@@ -83,6 +83,9 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
         unwind,
         rendezvous,
         step,
+        // No in-target stepping engine here (runtime.h says why).
+        trap: 0,
+        trap_return: 0,
         entry_ext,
         trampoline_ext,
         exit,
@@ -231,6 +234,7 @@ pub(super) mod tests {
             exit_at_ext: &[0; 4],
             rendezvous: &[0; 4],
             step: &[0; 4],
+            trap: &[0; 4],
         };
         let b = build(AT, 0x7f00_0000_1040, (1 << 29) | (1 << 30), &blobs);
         let a = b.addrs;

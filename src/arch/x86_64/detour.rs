@@ -407,6 +407,12 @@ fn emit_head(
     if let Some(to) = spec.records.own_call(&rt) {
         call_runtime(w, |w| {
             w.put_mov_reg_rip(RDI, l.ctx);
+            if spec.records.step {
+                // tp_step(ctx, the stack pointer at the function's entry):
+                // above the eight registers call_runtime saved, the frame.
+                let red_zone = if saves.red_zone { RED_ZONE } else { 0 };
+                w.put_lea_rsp(RSI, 64 + SAVED + red_zone + spec.sp_below_entry as i32);
+            }
             w.put_call(to);
         });
     } else if spec.records.sample {
@@ -689,6 +695,8 @@ mod tests {
             unwind: AT + 0x600,
             rendezvous: AT + 0x680,
             step: AT + 0x6c0,
+            trap: 0,
+            trap_return: 0,
             entry_ext: AT + 0x200,
             trampoline_ext: AT + 0x880,
             exit: AT + 0x900,

@@ -181,6 +181,7 @@ impl Arch for X86_64 {
     }
 
     const COUNTING_CALLS_RUNTIME: bool = true;
+    const TRAP_FLAG_STEPS: bool = true;
 
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();

@@ -121,4 +121,68 @@ static inline __attribute__((always_inline)) int tp_frame_give_back(const struct
 	return TP_FRAME_GIVEN_BACK;
 }
 
+/* The in-target stepping engine (`--step-engine trap`): the trap flag
+ * makes the CPU raise a debug exception after each instruction, which the
+ * kernel delivers as SIGTRAP (si_code TRAP_TRACE) to the handler tp
+ * installed (tp_trap). A popf that sets the flag takes effect after the
+ * instruction that follows it. */
+#define TP_HAS_TRAP_FLAG 1
+#define TP_EFLAGS_TF 0x100ull
+/* si_code of a single-step trap. */
+#define TP_TRAP_TRACE 2
+
+static inline __attribute__((always_inline)) void tp_trap_flag_on(void)
+{
+	__asm__ volatile("pushfq; orq %0, (%%rsp); popfq" : : "i"(TP_EFLAGS_TF) : "memory", "cc");
+}
+
+/* The registers a signal handler's ucontext keeps (the kernel's struct
+ * ucontext: flags, link, stack_t, then struct sigcontext: r8..r15, rdi,
+ * rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, eflags). */
+#define TP_UC_GREG(uc, i) (((uint64_t *)((char *)(uc) + 40))[i])
+#define TP_UC_RDI 8
+#define TP_UC_RSI 9
+#define TP_UC_RAX 13
+#define TP_UC_RSP 15
+#define TP_UC_RIP 16
+#define TP_UC_EFLAGS 17
+
+static inline __attribute__((always_inline)) uint64_t tp_uc_pc(void *uc)
+{
+	return TP_UC_GREG(uc, TP_UC_RIP);
+}
+
+static inline __attribute__((always_inline)) uint64_t tp_uc_sp(void *uc)
+{
+	return TP_UC_GREG(uc, TP_UC_RSP);
+}
+
+/* The thread goes on without the flag once the handler returns. */
+static inline __attribute__((always_inline)) void tp_uc_trap_flag_off(void *uc)
+{
+	TP_UC_GREG(uc, TP_UC_EFLAGS) &= ~TP_EFLAGS_TF;
+}
+
+/* The syscall the thread is about to make, if the trace must end before
+ * it: one that could block SIGTRAP (rt_sigprocmask but SIG_UNBLOCK, and
+ * rt_sigreturn, which sets a mask from the stack), or put another handler
+ * in tp_trap's place (rt_sigaction of SIGTRAP). A trap taken while
+ * SIGTRAP is blocked kills the process. Else 0. The instruction's first
+ * byte is read before its second: `0f` begins no one-byte instruction, so
+ * its second byte is mapped too. */
+static inline __attribute__((always_inline)) uint32_t tp_uc_syscall_ends_trace(void *uc)
+{
+	const volatile uint8_t *pc = (const volatile uint8_t *)tp_uc_pc(uc);
+	if (pc[0] != 0x0f || pc[1] != 0x05)
+		return 0;
+	uint64_t nr = TP_UC_GREG(uc, TP_UC_RAX), a0 = TP_UC_GREG(uc, TP_UC_RDI), a1 = TP_UC_GREG(uc, TP_UC_RSI);
+	if (nr == TP_SYS_RT_SIGPROCMASK && a1 != 0 && a0 != 1 /* SIG_UNBLOCK */)
+		return (uint32_t)nr;
+	if (nr == TP_SYS_RT_SIGACTION && a0 == 5 /* SIGTRAP */ && a1 != 0)
+		return (uint32_t)nr;
+	if (nr == TP_SYS_RT_SIGRETURN)
+		return (uint32_t)nr;
+	return 0;
+}
+
 #endif

@@ -149,6 +149,14 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let exits = fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
     w.put_align(16);
     let step = put_blob(&mut w, blobs.step);
+    let tp_trap = put_blob(&mut w, blobs.trap);
+    // The SIGTRAP handler's entry: the context as tp_trap's fourth argument.
+    let trap = w.pc();
+    w.put_mov_reg_rip(RCX, m.lit_ctx);
+    w.put_jmp(tp_trap);
+    w.put_align(16);
+    let trap_return = w.pc();
+    put_sigreturn(&mut w);
     w.put_align(8);
     out.lit_ctx = w.pc();
     out.lit_cache = out.lit_ctx + 8;
@@ -161,6 +169,8 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
         unwind,
         rendezvous,
         step,
+        trap,
+        trap_return,
         entry_ext,
         trampoline_ext,
         exit: exits.ret,
@@ -170,6 +180,13 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
         ctx: l.ctx,
     };
     (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
+}
+
+/// `mov eax, SYS_rt_sigreturn; syscall`: where the SIGTRAP handler returns.
+fn put_sigreturn(w: &mut Writer) {
+    w.put_bytes(&[0xb8]);
+    w.put_bytes(&(crate::arch::syscalls::X86_64.rt_sigreturn as u32).to_le_bytes());
+    w.put_bytes(&[0x0f, 0x05]);
 }
 
 /// A full return trampoline (see the module doc), calling `exit`.
@@ -322,6 +339,7 @@ pub(super) mod tests {
         exit_at_ext: &[0xc3; 8],
         rendezvous: &[0xc3; 9],
         step: &[0xc3; 10],
+        trap: &[0xc3; 10],
     };
 
     #[test]

@@ -1118,14 +1118,40 @@ void tp_rendezvous(struct tp_ctx *c)
 	__atomic_add_fetch(&r->gave_up, 1, __ATOMIC_RELAXED);
 }
 
+/* The in-target engine starts tracing the call of the thread that claimed
+ * the hand-over, whose stack pointer at the function's first instruction
+ * was `entry_sp`: unless SIGTRAP is blocked in the thread (a trap would
+ * then kill the process), it notes the thread and the start, and sets the
+ * trap flag; each instruction from here on traps into tp_trap. A thread
+ * that cannot be traced frees the hand-over and counts in gave_up. */
+HOT void trap_start(struct tp_step *s, struct tp_trap_trace *t, uint64_t entry_sp)
+{
+	uint64_t blocked = ~0ull;
+	if (!TP_HAS_TRAP_FLAG || (int64_t)tp_syscall4(TP_SYS_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, 0, (uint64_t)&blocked, 8) < 0 ||
+	    (blocked & (1ull << (5 - 1)) /* SIGTRAP */) || __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != TP_TRAP_IDLE) {
+		__atomic_add_fetch(&s->gave_up, 1, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+		return;
+	}
+	t->tid = (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0);
+	t->entry_sp = entry_sp;
+	t->count = 0;
+	t->end = 0;
+	t->syscall = 0;
+	t->start = tp_timestamp();
+	__atomic_store_n(&t->state, TP_TRAP_TRACING, __ATOMIC_RELEASE);
+	tp_trap_flag_on();
+}
+
 /* A call of a probe that tp steps (`--steps`): while tp wants calls
  * (armed), the first thread to claim the hand-over writes its TID, wakes
  * tp and waits for it as at the rendezvous, bounded. tp takes the thread
  * with ptrace while it waits, answers, and steps it from here through
  * its call; it clears `busy` once the call is done. A thread tp does not
  * answer goes on (and lets the next call try); once tp is gone, calls no
- * longer wait. */
-void tp_step(struct tp_ctx *c)
+ * longer wait. With the in-target engine (`trap`), the thread traces its
+ * call itself (trap_start) and does not wait. */
+void tp_step(struct tp_ctx *c, uint64_t entry_sp)
 {
 	struct tp_step *s = (struct tp_step *)((uint64_t)c - TP_CTX_OFF + TP_STEP_OFF);
 	if (!__atomic_load_n(&s->armed, __ATOMIC_ACQUIRE))
@@ -1133,6 +1159,11 @@ void tp_step(struct tp_ctx *c)
 	uint32_t idle = 0;
 	if (!__atomic_compare_exchange_n(&s->busy, &idle, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
 		return;
+	uint64_t trap = __atomic_load_n(&s->trap, __ATOMIC_ACQUIRE);
+	if (trap) {
+		trap_start(s, (struct tp_trap_trace *)trap, entry_sp);
+		return;
+	}
 	__atomic_store_n(&s->tid, (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0), __ATOMIC_RELAXED);
 	uint32_t me = __atomic_add_fetch(&s->arrived, 1, __ATOMIC_ACQ_REL);
 	tp_syscall4(TP_SYS_FUTEX, (uint64_t)&s->arrived, TP_FUTEX_WAKE, 1, 0);
@@ -1145,4 +1176,58 @@ void tp_step(struct tp_ctx *c)
 		__atomic_store_n(&s->armed, 0, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&s->gave_up, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
+}
+
+/* The in-target engine's SIGTRAP handler, installed by tp with every
+ * signal blocked while it runs (the kernel clears the trap flag for a
+ * handler, and sigreturn puts it back); the runtime block's entry to it
+ * passes the context as a fourth argument. A trap of the traced thread
+ * records the address of the instruction about to run, or ends the trace
+ * (trace_end). A single-step trap of any other thread (one that inherited
+ * the flag: a thread the traced one created, a forked child) clears the
+ * flag there. Any other SIGTRAP (kill, int3) does what the process's own
+ * disposition did, which tp checked was the default: the handler puts the
+ * default back and raises the signal again, which ends the process. */
+void tp_trap(int sig, const int32_t *info, void *uc, struct tp_ctx *c)
+{
+	(void)sig;
+	struct tp_step *s = (struct tp_step *)((uint64_t)c - TP_CTX_OFF + TP_STEP_OFF);
+	if (info[2] != TP_TRAP_TRACE) {
+		uint64_t dfl[4] = {0, 0, 0, 0};
+		tp_syscall4(TP_SYS_RT_SIGACTION, 5 /* SIGTRAP */, (uint64_t)dfl, 0, 8);
+		tp_syscall4(TP_SYS_TGKILL, tp_syscall4(TP_SYS_GETPID, 0, 0, 0, 0), tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0), 5, 0);
+		return;
+	}
+	struct tp_trap_trace *t = (struct tp_trap_trace *)__atomic_load_n(&s->trap, __ATOMIC_ACQUIRE);
+	if (!t || __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != TP_TRAP_TRACING ||
+	    (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0) != t->tid) {
+		tp_uc_trap_flag_off(uc);
+		if (t)
+			__atomic_add_fetch(&t->strays, 1, __ATOMIC_RELAXED);
+		return;
+	}
+	uint64_t n = t->count;
+	uint32_t end = 0, nr = 0;
+	uint32_t tracer = __atomic_load_n(&s->tracer, __ATOMIC_RELAXED);
+	if (tp_uc_sp(uc) > t->entry_sp)
+		end = TP_TRAP_RETURNED;
+	else if (!__atomic_load_n(&s->armed, __ATOMIC_ACQUIRE))
+		end = TP_TRAP_STOPPED;
+	else if (n >= t->cap)
+		end = TP_TRAP_LIMIT;
+	else if ((n & 4095) == 4095 && tracer && (int64_t)tp_syscall4(TP_SYS_KILL, tracer, 0, 0, 0) == -3 /* ESRCH */)
+		end = TP_TRAP_STOPPED;
+	if (!end) {
+		((uint64_t *)((uint64_t)t + TP_TRAP_PCS_OFF))[n] = tp_uc_pc(uc);
+		t->count = ++n;
+		nr = tp_uc_syscall_ends_trace(uc);
+		if (!nr)
+			return;
+		end = TP_TRAP_SYSCALL;
+	}
+	tp_uc_trap_flag_off(uc);
+	t->end = end;
+	t->syscall = nr;
+	t->stop = tp_timestamp();
+	__atomic_store_n(&t->state, TP_TRAP_DONE, __ATOMIC_RELEASE);
 }
