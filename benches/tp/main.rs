@@ -397,15 +397,34 @@ fn dlopen_section(env: &Env, r: &mut Results) -> bool {
 fn stepping_section(env: &Env, r: &mut Results) -> bool {
     let iterations = if env.smoke { 1_000 } else { 100_000 };
     let mut ok = true;
+    // The in-target engine needs a trap flag user code can set.
+    let engines: &[&str] = if cfg!(target_arch = "x86_64") { &["ptrace", "trap"] } else { &["ptrace"] };
     for _ in 0..env.reps {
-        match stepping::measure(env, iterations) {
-            Ok(row) => {
-                eprintln!("stepping: {} instructions, {:.0} per second, {:.0} times slower", row.0, row.1, row.2);
-                r.stepping.push(row);
+        for &engine in engines {
+            match stepping::measure(env, iterations, engine) {
+                Ok(row) => {
+                    eprintln!(
+                        "stepping ({engine}): {} instructions, {:.0} per second, {:.0} times slower",
+                        row.0, row.1, row.2
+                    );
+                    if engine == "trap" { r.stepping_trap.push(row) } else { r.stepping.push(row) }
+                }
+                Err(e) => {
+                    eprintln!("stepping ({engine}): {e:#}");
+                    ok = false;
+                }
             }
-            Err(e) => {
-                eprintln!("stepping: {e:#}");
-                ok = false;
+        }
+        if engines.contains(&"trap") {
+            match stepping::floor(env, if env.smoke { 1_000 } else { 100_000 }) {
+                Ok(row) => {
+                    eprintln!("stepping floor: {:.0} ns per trap, {:.0} ns per signal", row.0, row.1);
+                    r.trap_floor.push(row);
+                }
+                Err(e) => {
+                    eprintln!("stepping floor: {e:#}");
+                    ok = false;
+                }
             }
         }
         match stepping::measure_depth(env, if env.smoke { 100 } else { 2_000 }) {

@@ -104,6 +104,11 @@ pub struct Results {
     pub dlopen: Vec<Vec<f64>>,
     /// A call stepped with `--steps`, per run.
     pub stepping: Vec<crate::stepping::Row>,
+    /// The same, stepped by the in-target engine (`--step-engine trap`).
+    pub stepping_trap: Vec<crate::stepping::Row>,
+    /// The in-target engine's floor: ns per single-step trap to an empty
+    /// handler, ns per signal sent to oneself.
+    pub trap_floor: Vec<(f64, f64)>,
     /// A call stepped with `--step-depth 0`, and without, per run.
     pub stepping_depth: Vec<crate::stepping::DepthRow>,
     /// The floor, once per repetition of the hit-cost runs.
@@ -514,7 +519,29 @@ impl Results {
         let slower = Spread::of(&self.stepping.iter().map(|r| r.2).collect::<Vec<_>>());
         let _ =
             writeln!(o, "| ptrace (PTRACE_SINGLESTEP, a wait, PTRACE_GETREGS) | {} | {} |", show(rate), show(slower));
+        if !self.stepping_trap.is_empty() {
+            let rate = Spread::of(&self.stepping_trap.iter().map(|r| r.1).collect::<Vec<_>>());
+            let slower = Spread::of(&self.stepping_trap.iter().map(|r| r.2).collect::<Vec<_>>());
+            let _ = writeln!(
+                o,
+                "| in the target (`--step-engine trap`: the trap flag, tp's SIGTRAP handler) | {} | {} |",
+                show(rate),
+                show(slower)
+            );
+            // Each run's in-target rate over the ptrace rate of the same repetition.
+            let ratios: Vec<f64> =
+                self.stepping_trap.iter().zip(&self.stepping).map(|(t, p)| t.1 / p.1.max(1e-9)).collect();
+            let _ = writeln!(o, "| in the target over ptrace, per repetition | {} | |", show(Spread::of(&ratios)));
+        }
         o.push('\n');
+        if !self.trap_floor.is_empty() {
+            let _ = writeln!(o, "| the in-target engine's floor (targets/trapcost) | ns each |");
+            let _ = writeln!(o, "|---|---|");
+            let col = |f: fn(&(f64, f64)) -> f64| show(Spread::of(&self.trap_floor.iter().map(f).collect::<Vec<_>>()));
+            let _ = writeln!(o, "| a single-step trap delivered to an empty SIGTRAP handler | {} |", col(|r| r.0));
+            let _ = writeln!(o, "| a signal a thread sends itself (tgkill) and handles | {} |", col(|r| r.1));
+            o.push('\n');
+        }
         let Some(&(own, ..)) = self.stepping_depth.first() else { return };
         let _ = writeln!(
             o,

@@ -1,6 +1,7 @@
 //! What stepping a call costs (`--steps`, seed 003's table redone): the
-//! instructions per second tp's ptrace engine steps, and how much slower
-//! the stepped call runs than the same call unprobed. targets/steps.c's
+//! instructions per second tp's engines step (ptrace, and on x86-64 the
+//! in-target one: the trap flag and tp's SIGTRAP handler), and how much
+//! slower the stepped call runs than the same call unprobed. targets/steps.c's
 //! `steploop N` executes 2N + 6 instructions (x86-64) and times itself;
 //! the stepped count must equal what it states.
 
@@ -114,16 +115,34 @@ fn step_once(
     Ok((answer, summary["processes"][0]["steps"][0].clone()))
 }
 
-/// Steps one call of `steploop(iterations)` in a fresh target.
-pub fn measure(env: &Env, iterations: u32) -> Result<Row> {
+/// The in-target engine's floor on this machine (targets/trapcost): ns per
+/// single-step trap delivered to an empty SIGTRAP handler, and ns per
+/// signal a thread sends itself and handles, over `n` of each.
+pub fn floor(env: &Env, n: u32) -> Result<(f64, f64)> {
+    let out = Command::new(env.targets.join("trapcost")).arg(n.to_string()).output().context("running trapcost")?;
+    let line = String::from_utf8_lossy(&out.stdout).into_owned();
+    let word = |key: &str| -> Result<f64> {
+        let v =
+            line.split_whitespace().find_map(|w| w.strip_prefix(key)).with_context(|| format!("{key} in {line}"))?;
+        Ok(v.parse()?)
+    };
+    if !out.status.success() || word("traps=")? < n as f64 {
+        bail!("trapcost: {line}");
+    }
+    Ok((word("trap_ns=")?, word("signal_ns=")?))
+}
+
+/// Steps one call of `steploop(iterations)` in a fresh target, with the
+/// step engine `engine` (`ptrace`, `trap`).
+pub fn measure(env: &Env, iterations: u32, engine: &str) -> Result<Row> {
     let mut t = Target::start(env)?;
     // Unprobed first (the best of three, warm).
     let mut alone = u64::MAX;
     for _ in 0..3 {
         alone = alone.min(field(&t.ask(&format!("loop {iterations}"), "done loop")?, "ns")?);
     }
-    let (done, step) =
-        step_once(env, &mut t, &["-f", "steploop", "--steps"], &format!("loop {iterations}"), "done loop")?;
+    let args = ["-f", "steploop", "--steps", "--step-engine", engine];
+    let (done, step) = step_once(env, &mut t, &args, &format!("loop {iterations}"), "done loop")?;
     let (insns, us) = (step["instructions"].as_u64().unwrap_or(0), step["us"].as_u64().unwrap_or(0));
     t.quit();
     if step["end"] != "returned" || insns != field(&done, "insns")? || us == 0 {
