@@ -180,7 +180,7 @@ fn named(region: &Region) -> u64 {
 
 /// Puts SIGTRAP's default disposition back and unmaps the trace area of
 /// the process `caller` holds, if the region names one: before tp's code
-/// goes. An area the target's maps do not show as tp's (anonymous, private,
+/// goes from that process. An area the target's maps do not show as tp's (anonymous, private,
 /// writable) is left alone.
 pub fn uninstall(caller: &mut RemoteCaller, mem: &Memory, region: &Region) -> Result<()> {
     let addr = named(region);
@@ -211,8 +211,16 @@ pub fn uninstall(caller: &mut RemoteCaller, mem: &Memory, region: &Region) -> Re
         // The handler stays installed, so tp's code must stay too.
         bail!("the in-target stepping engine's area at {addr:#x} is not tp's any more");
     }
-    region.store_u64(layout::STEP_OFF + offset_of!(StepHandoff, trap) as u64, 0)?;
+    // The word stays: a process this one forked shares the region, and
+    // its own copy of the area and of the handler go at its own detach.
     Ok(())
+}
+
+/// Makes the runtime hand calls over to tp's ptrace engine: a trace area
+/// an earlier session named (in a process of the family that still maps
+/// it) is not this session's.
+pub fn forget(region: &Region) -> Result<()> {
+    region.store_u64(layout::STEP_OFF + offset_of!(StepHandoff, trap) as u64, 0)
 }
 
 /// True while a thread of the process traces its call (the handler is in

@@ -825,6 +825,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_trace_from_the_target_starts_at_the_copy_maps_it_and_adds_what_follows_a_syscall() {
+        let job = Job {
+            entries: HashMap::from([(0x5000, vec![0x4000])]),
+            map: HashMap::from([(0x5000, 0x4004), (0x5003, 0x4007)]),
+            code: vec![(0x5000, 0x6000), (0x9000, 0x9100)],
+            ..Job::default()
+        };
+        let len = Host::syscall_insn().len() as u64;
+        // tp's runtime first (not counted), the copies, a jump back through
+        // the site, the function, a syscall at 0x4010 whose next instruction
+        // the trap skipped, another probe's detour, a syscall last.
+        let raw = [0x9000, 0x9004, 0x5000, 0x5003, 0x5008, 0x400c, 0x4010, 0x4010 + len + 3, 0x9010, 0x4020];
+        let mut syscall_at = |pc: u64| pc == 0x4010 || pc == 0x4020;
+        let (pcs, in_tp) = job.traced(&raw, false, &mut syscall_at);
+        assert_eq!(pcs, vec![0x4000, 0x4004, 0x4007, 0x400c, 0x4010, 0x4010 + len, 0x4010 + len + 3, 0x4020]);
+        assert_eq!(in_tp, 2, "the jump back and the other detour");
+        // A call that returned right after its last syscall ran the next instruction.
+        let (pcs, _) = job.traced(&raw, true, &mut syscall_at);
+        assert_eq!(pcs.last(), Some(&(0x4020 + len)));
+        // The instruction after a syscall recorded as the next is not added twice.
+        let (pcs, _) = job.traced(&[0x5000, 0x4010, 0x4010 + len], false, &mut syscall_at);
+        assert_eq!(pcs, vec![0x4000, 0x4004, 0x4010, 0x4010 + len]);
+        // Nothing before the copy: no trace.
+        assert_eq!(job.traced(&[0x9000, 0x4010], false, &mut syscall_at), (vec![], 0));
+    }
+
+    #[test]
     fn jobs_and_traces_read_back_as_written() {
         let job = Job {
             pid: 12,

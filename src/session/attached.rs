@@ -813,6 +813,9 @@ fn install(
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;
     // The in-target stepping engine's handler and trace area, before any
     // call is armed to use them.
+    if waits.step_calls > 0 && trap_steps.is_none() {
+        crate::probe::trap::forget(&prepared.region)?;
+    }
     if let Some(limit) = trap_steps {
         let maps = process::read_maps(pid)?;
         let mut caller = crate::process::remote::RemoteCaller::new(&mut stopped, mem, &maps)?;
