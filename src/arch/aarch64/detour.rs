@@ -564,7 +564,7 @@ mod tests {
         }
     }
 
-    /// The runtime's flags (probe::layout::entry_flags): the detour passes
+    /// The runtime's flags (layout::entry_flags): the detour passes
     /// whatever word it is given.
     const RECORD_ENTRY: u32 = 1 << 24;
     const HIJACK_RETURN: u32 = 1 << 25;
