@@ -14,7 +14,7 @@ pub mod aarch64;
 pub mod blocks;
 pub mod operand;
 mod regset;
-pub mod shadow;
+pub mod shadow_stack;
 pub mod syscalls;
 pub mod unwind;
 pub mod x86_64;
@@ -25,7 +25,7 @@ use std::io;
 use nix::unistd::Pid;
 
 pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
-pub use shadow::{Shadow, ShadowStack};
+pub use shadow_stack::{Shadow, ShadowStack};
 pub use syscalls::{Syscalls, ThreadPointerCall};
 
 /// The architecture tp was built for and traces.
@@ -1372,7 +1372,7 @@ pub trait Arch {
     /// This architecture's hardware shadow stack.
     const SHADOW_STACK: ShadowStack;
 
-    /// The hardware shadow stack thread `tid` runs with ([`shadow`]), from
+    /// The hardware shadow stack thread `tid` runs with ([`shadow_stack`]), from
     /// `status`, the text of its `/proc/PID/task/TID/status`, and `hwcap`,
     /// its process's AT_HWCAP; where the kernel shows it only in a register
     /// set, from that, if the thread is `stopped` (in a ptrace stop of tp's).

@@ -11,13 +11,13 @@ pub mod blocks;
 pub mod decode;
 pub mod detour;
 pub mod exits;
+pub mod gcs;
 pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
 pub mod sdt;
-pub mod shadow;
 pub mod vector;
 pub mod window;
 pub mod writer;
@@ -223,14 +223,14 @@ impl Arch for AArch64 {
         pc_after
     }
 
-    const SHADOW_STACK: crate::arch::ShadowStack = shadow::GCS;
+    const SHADOW_STACK: crate::arch::ShadowStack = gcs::GCS;
 
     fn shadow_stack(tid: Pid, _status: &str, hwcap: u64, stopped: bool) -> crate::arch::Shadow {
-        shadow::of_thread(tid, hwcap, stopped)
+        gcs::of_thread(tid, hwcap, stopped)
     }
 
     fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
-        shadow::unbalances(plan)
+        gcs::unbalances(plan)
     }
 
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {

@@ -121,7 +121,7 @@
 //! ```
 
 use super::fast::{self, thread_cache};
-use super::live;
+use super::liveness;
 use super::operands::{self, Frame};
 use super::relocate::{self, Relocated};
 use super::writer::Writer;
@@ -183,7 +183,7 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     if spec.records.calls_runtime() || spec.records.sample {
         return Saves { red_zone: plan.interior, ..Saves::FULL };
     }
-    let dead = live::Dead::from_bits(plan.dead);
+    let dead = liveness::Dead::from_bits(plan.dead);
     let flags = !dead.flags;
     let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0, red_zone: plan.interior };
     if flags && !dead.reg(RAX) {

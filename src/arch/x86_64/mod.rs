@@ -5,18 +5,18 @@
 //! arch/x86/include/asm/user_64.h for the register layout.
 
 pub mod blocks;
+pub mod cet;
 pub mod decode;
 pub mod detour;
 pub mod exits;
 pub mod fast;
 pub mod golang;
-pub mod live;
+pub mod liveness;
 pub mod operands;
 pub mod regs;
 pub mod relocate;
 pub mod runtime;
 pub mod sdt;
-pub mod shadow;
 pub mod taken;
 pub mod window;
 pub mod writer;
@@ -228,14 +228,14 @@ impl Arch for X86_64 {
         pc_after.wrapping_sub(1)
     }
 
-    const SHADOW_STACK: crate::arch::ShadowStack = shadow::CET;
+    const SHADOW_STACK: crate::arch::ShadowStack = cet::CET;
 
     fn shadow_stack(_tid: Pid, status: &str, _hwcap: u64, _stopped: bool) -> crate::arch::Shadow {
-        shadow::from_status(status)
+        cet::from_status(status)
     }
 
     fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
-        shadow::unbalances(plan)
+        cet::unbalances(plan)
     }
 
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
