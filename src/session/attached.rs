@@ -28,7 +28,7 @@ use crate::process::stop::Stopped;
 use crate::process::{self};
 use crate::symbols::Found;
 use crate::symbols::ProcessModules;
-use crate::symbols::blocks::BlockMap;
+use crate::symbols::block_map::BlockMap;
 
 /// A live attach session: probes installed, the target running.
 pub struct Attached {
