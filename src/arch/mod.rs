@@ -11,7 +11,7 @@
 //! the build where it does. This module imports nothing else of tp's.
 
 pub mod aarch64;
-pub mod blocks;
+pub mod basic_blocks;
 pub mod operand;
 mod regset;
 pub mod shadow_stack;

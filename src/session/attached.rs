@@ -378,7 +378,7 @@ impl Attached {
     /// The blocks and lines of the functions whose blocks this session
     /// counts (`--blocks`), with the counts of `summary` (this process's).
     pub fn blocks(&self, summary: &Summary) -> Vec<crate::output::blocks::FunctionBlocks> {
-        super::blocks::report(&self.blocks, summary)
+        super::block_counts::report(&self.blocks, summary)
     }
 
     /// True if tp's probe at the dynamic linker's rendezvous is among this

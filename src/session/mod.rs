@@ -23,7 +23,7 @@
 //! could be probed in a binary or a process (`tp list-probes`).
 
 pub mod attached;
-pub mod blocks;
+pub mod block_counts;
 pub mod exe;
 pub mod explain;
 pub mod follow;

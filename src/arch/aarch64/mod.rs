@@ -7,7 +7,7 @@
 //! for the Arm 64-bit Architecture (x16/x17 and the stack, 6.1 and 6.4), and
 //! Linux arch/arm64/include/uapi/asm/ptrace.h for the register layout.
 
-pub mod blocks;
+pub mod basic_blocks;
 pub mod decode;
 pub mod detour;
 pub mod exits;
@@ -83,7 +83,7 @@ impl Arch for AArch64 {
         extra_targets: &[u64],
         image: &dyn crate::arch::Image,
     ) -> Result<Vec<crate::arch::Block>, Refusal> {
-        blocks::blocks(code, function, extra_targets, image)
+        basic_blocks::blocks(code, function, extra_targets, image)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {

@@ -4,7 +4,7 @@
 //! at calls §3.2.1), the Intel SDM vol. 2 for encodings, and Linux
 //! arch/x86/include/asm/user_64.h for the register layout.
 
-pub mod blocks;
+pub mod basic_blocks;
 pub mod cet;
 pub mod decode;
 pub mod detour;
@@ -127,7 +127,7 @@ impl Arch for X86_64 {
         extra_targets: &[u64],
         image: &dyn crate::arch::Image,
     ) -> Result<Vec<crate::arch::Block>, Refusal> {
-        blocks::blocks(code, function, extra_targets, image)
+        basic_blocks::blocks(code, function, extra_targets, image)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
