@@ -15,8 +15,8 @@ pub mod basic_blocks;
 pub mod operand;
 mod regset;
 pub mod shadow_stack;
+pub mod stack_unwind;
 pub mod syscalls;
-pub mod unwind;
 pub mod x86_64;
 
 use std::fmt;
@@ -1310,7 +1310,7 @@ pub trait Arch {
     const COUNTING_CALLS_RUNTIME: bool = false;
 
     /// An unwinder for copies of this architecture's stacks (`--stack dwarf`).
-    fn stack_unwinder() -> Box<dyn unwind::StackUnwinder>;
+    fn stack_unwinder() -> Box<dyn stack_unwind::StackUnwinder>;
 
     /// Where the TCB keeps each thread's TID, as an offset from the thread
     /// pointer the runtime uses, found by reading the TCBs of stopped

@@ -617,7 +617,7 @@ fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     }
     call(w);
     // What the call left below the stack pointer: the runtime's spills and
-    // the return address into this detour (see runtime.rs).
+    // the return address into this detour (see runtime_block.rs).
     w.put_clear_below_rsp(super::CLEARED_BELOW);
     for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
         w.put_pop(r);
@@ -977,7 +977,7 @@ mod tests {
         assert!(asm[35].starts_with("mov r8, qword ptr [rip + "));
         assert_eq!(asm[36], format!("call {:#x}", runtime().entry));
         assert_eq!(asm[37], "add rsp, 0x50");
-        super::super::runtime::tests::assert_clears_below(&asm[38..46]);
+        super::super::runtime_block::tests::assert_clears_below(&asm[38..46]);
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
         assert_eq!(asm[46..54], restores);
         assert_eq!(asm[54..59], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
@@ -1020,7 +1020,7 @@ mod tests {
         assert_eq!(block[10..12], ["mov rdx, rsp", "lea rcx, [rsp + 0x58]"]);
         assert_eq!(block[13], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
         assert_eq!(block[14], format!("call {:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below(&block[15..23]);
+        super::super::runtime_block::tests::assert_clears_below(&block[15..23]);
         assert_eq!(target(&block[31]), d.map_pc(0).unwrap() - 8, "back to the restore");
     }
 

@@ -521,7 +521,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_store32_imm(R11, l.thread_depth as i32, 0);
     publish(w, l, R11, R10);
     restore_exit(w);
-    // Back by an indirect jump through the slot, not `ret` (see runtime.rs).
+    // Back by an indirect jump through the slot, not `ret` (see runtime_block.rs).
     w.put_lea(RSP, RSP, 8);
     w.put_jmp_mem(RSP, -8);
 

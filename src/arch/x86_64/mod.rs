@@ -15,7 +15,7 @@ pub mod liveness;
 pub mod operands;
 pub mod regs;
 pub mod relocate;
-pub mod runtime;
+pub mod runtime_block;
 pub mod sdt;
 pub mod taken;
 pub mod window;
@@ -172,19 +172,19 @@ impl Arch for X86_64 {
         None
     }
 
-    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    fn stack_unwinder() -> Box<dyn crate::arch::stack_unwind::StackUnwinder> {
         stack_unwinder()
     }
 
     fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
-        runtime::build(at, layout, blobs)
+        runtime_block::build(at, layout, blobs)
     }
 
     const COUNTING_CALLS_RUNTIME: bool = true;
 
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();
-        runtime::tid_offset(&tps, read)
+        runtime_block::tid_offset(&tps, read)
     }
 
     fn thread_key(
@@ -193,7 +193,7 @@ impl Arch for X86_64 {
         read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     ) -> ThreadKey {
         let bases: Vec<u64> = threads.iter().map(|(_, r)| r.fs_base).collect();
-        runtime::thread_key(hwcap2, &bases, read)
+        runtime_block::thread_key(hwcap2, &bases, read)
     }
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
@@ -299,25 +299,25 @@ struct FramehopUnwinder {
     cache: framehop::x86_64::CacheX86_64,
 }
 
-impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
-    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+impl crate::arch::stack_unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::stack_unwind::UnwindTables) {
         use framehop::Unwinder;
-        self.unwinder.add_module(crate::arch::unwind::module(tables));
+        self.unwinder.add_module(crate::arch::stack_unwind::module(tables));
     }
 
     fn unwind(
         &mut self,
-        start: crate::arch::unwind::UnwindStart,
+        start: crate::arch::stack_unwind::UnwindStart,
         read: &mut dyn FnMut(u64) -> Option<u64>,
         max: usize,
     ) -> Vec<u64> {
         let regs = framehop::x86_64::UnwindRegsX86_64::new(start.pc, start.sp, start.fp);
-        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+        crate::arch::stack_unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
     }
 }
 
 /// A new unwinder for copies of this architecture's stacks.
-pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::stack_unwind::StackUnwinder> {
     Box::new(FramehopUnwinder {
         unwinder: framehop::x86_64::UnwinderX86_64::new(),
         cache: framehop::x86_64::CacheX86_64::new(),
