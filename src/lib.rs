@@ -15,10 +15,12 @@
 //! - [`session`]: the session engine that attach, profile and demo share.
 //! - [`output`]: tables, JSON, the live display, Chrome traces, histograms.
 //! - [`events`]: event rings, clock, typed values, latency, sampling control.
-//! - [`probe`]: the shared data region and its layout, code arenas, install and removal.
+//! - [`probe`]: the shared data region, code arenas, install and removal.
 //! - [`symbols`]: ELF symbols, DWARF, modules and their load biases, verdicts.
 //! - [`process`]: ptrace stops, /proc, remote memory and remote syscalls.
 //! - [`arch`]: everything that knows an instruction set or an ABI, behind [`arch::Arch`].
+//! - [`layout`]: the bytes of the data region and private area, the one source of
+//!   the in-target runtime's C header, read by the detours and the probes alike.
 //! - [`debuginfod`]: debug files by build-id from debuginfod servers, and their cache.
 //! - [`addr`], [`cli`], [`escape`], [`fault`], [`http`], [`progress`], [`streams`]:
 //!   runtime and file addresses and the bias between them, the command line
@@ -51,6 +53,7 @@ pub mod escape;
 pub mod events;
 pub mod fault;
 pub mod http;
+pub mod layout;
 pub mod output;
 pub mod probe;
 pub mod process;

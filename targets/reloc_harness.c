@@ -29,7 +29,7 @@
  * compares only the flags of the mask FLAGS (those the window leaves
  * undefined may differ). -k writes, before each run, the harness thread's
  * entry of the thread cache at CACHE_ADDR (in the data region), with its
- * counter row at ROW_ADDR, as tp's runtime would (src/probe/layout.rs,
+ * counter row at ROW_ADDR, as tp's runtime would (src/layout.rs,
  * CacheEntry), in the entry of its index (WAY 0, the default) or the one
  * paired with it (WAY 1): a counting detour then counts without calling
  * the runtime.

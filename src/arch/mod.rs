@@ -11,12 +11,12 @@
 //! the build where it does. This module imports nothing else of tp's.
 
 pub mod aarch64;
-pub mod blocks;
+pub mod basic_blocks;
 pub mod operand;
 mod regset;
-pub mod shadow;
+pub mod shadow_stack;
+pub mod stack_unwind;
 pub mod syscalls;
-pub mod unwind;
 pub mod x86_64;
 
 use std::fmt;
@@ -25,7 +25,7 @@ use std::io;
 use nix::unistd::Pid;
 
 pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
-pub use shadow::{Shadow, ShadowStack};
+pub use shadow_stack::{Shadow, ShadowStack};
 pub use syscalls::{Syscalls, ThreadPointerCall};
 
 /// The architecture tp was built for and traces.
@@ -45,15 +45,14 @@ pub const USER_END: u64 = 0x7fff_ffff_f000;
 pub const USER_END: u64 = 1 << 48;
 
 /// The most bytes a patch window takes: what a site's entry in the region
-/// keeps of the original code (`probe::layout::WINDOW_BYTES`, which
-/// `probe::install` holds equal).
-pub const MAX_WINDOW: usize = 24;
+/// keeps of the original code ([`crate::layout::WINDOW_BYTES`]).
+pub const MAX_WINDOW: usize = crate::layout::WINDOW_BYTES;
 
 /// The most integer argument registers an entry records: six in its event
-/// and three in the record before it (`probe::layout::ENTRY_REGS` and
-/// `MORE_REGS`, which `probe::layout` holds equal). Go's internal ABI
+/// and three in the record before it ([`crate::layout::ENTRY_REGS`] and
+/// [`crate::layout::MORE_REGS`]). Go's internal ABI
 /// passes nine on x86-64 and sixteen on arm64: its first nine are shown.
-pub const MAX_RECORDED_ARGS: usize = 9;
+pub const MAX_RECORDED_ARGS: usize = crate::layout::ENTRY_REGS + crate::layout::MORE_REGS;
 
 /// Why a function cannot be probed. The text is what `list-probes` and
 /// `attach` show after "refused: ".
@@ -461,37 +460,6 @@ pub struct Block {
     pub entered: bool,
 }
 
-/// How a detour finds a thread's entry in its process's thread cache (the
-/// private area's first pages; `probe::layout`, the layout's one source,
-/// checks that it keeps the same constants): the entry of the thread whose
-/// word at the thread pointer is `w` is number
-/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`, or the one after it paired
-/// with it (number xor 1), of `SIZE` bytes: `!w` at `CHECK`, the thread's
-/// counter row at `ROW`, its state at `THREAD`, the ring slot the fast
-/// paths write its events into at `RING` (0: none). The cache is `SIZE * 2`
-/// aligned. An entry's check goes from 0 (empty) to `BUSY` (being written)
-/// to `!w`, after the row, the state and the ring, and then neither it nor
-/// the row nor the state changes again in the process; the ring is the
-/// thread's own to change.
-pub mod cache {
-    /// log2 of the entries.
-    pub const BITS: u32 = 7;
-    /// The multiplier of the index's hash.
-    pub const HASH: u32 = 0x9e37_79b1;
-    /// Bytes per entry.
-    pub const SIZE: u32 = 32;
-    /// Offsets in an entry.
-    pub const CHECK: i32 = 0;
-    /// See [`CHECK`].
-    pub const ROW: i32 = 8;
-    /// See [`CHECK`].
-    pub const THREAD: i32 = 16;
-    /// See [`CHECK`].
-    pub const RING: i32 = 24;
-    /// The check of an entry being written (no word's complement).
-    pub const BUSY: u64 = 1;
-}
-
 /// Where a detour finds the in-target runtime (in its arena's runtime block).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RuntimeAddrs {
@@ -586,12 +554,12 @@ pub struct RuntimeBlobs {
 /// What the hand-written parts of a runtime block (an architecture's fast
 /// paths of the runtime's functions) read and write of the data region and
 /// the private area: addresses in the target, and the offsets and constants
-/// of `probe::layout`, the layout's one source, which fills this in.
+/// of [`crate::layout`], the layout's one source, which `probe` fills this in from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RuntimeLayout {
     /// The runtime's context (`struct tp_ctx`) in the data region.
     pub ctx: u64,
-    /// The process's thread cache (see [`cache`]).
+    /// The process's thread cache ([`crate::layout::Proc`]'s `cache`).
     pub cache: u64,
     /// Events per ring, minus one.
     pub ring_mask: u32,
@@ -1355,7 +1323,7 @@ pub trait Arch {
     const TRAP_FLAG_STEPS: bool = false;
 
     /// An unwinder for copies of this architecture's stacks (`--stack dwarf`).
-    fn stack_unwinder() -> Box<dyn unwind::StackUnwinder>;
+    fn stack_unwinder() -> Box<dyn stack_unwind::StackUnwinder>;
 
     /// Where the TCB keeps each thread's TID, as an offset from the thread
     /// pointer the runtime uses, found by reading the TCBs of stopped
@@ -1417,7 +1385,7 @@ pub trait Arch {
     /// This architecture's hardware shadow stack.
     const SHADOW_STACK: ShadowStack;
 
-    /// The hardware shadow stack thread `tid` runs with ([`shadow`]), from
+    /// The hardware shadow stack thread `tid` runs with ([`shadow_stack`]), from
     /// `status`, the text of its `/proc/PID/task/TID/status`, and `hwcap`,
     /// its process's AT_HWCAP; where the kernel shows it only in a register
     /// set, from that, if the thread is `stopped` (in a ptrace stop of tp's).

@@ -13,7 +13,7 @@ use crate::output::format::{self, Format};
 use crate::output::report::View;
 use crate::output::sink::Sink;
 use crate::output::{self, thousands};
-use crate::session::family::Family;
+use crate::session::forked::Family;
 use crate::session::profile::{self, Profiler};
 use crate::session::{End, Options, interrupt, observe};
 

@@ -5,6 +5,7 @@
 
 pub mod blocks;
 pub mod chrome;
+pub mod chrome_args;
 pub mod events;
 pub mod format;
 pub mod histogram;

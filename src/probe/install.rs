@@ -27,9 +27,6 @@
 
 use std::collections::HashMap;
 
-// Every window a planner makes fits a site's entry.
-const _: () = assert!(crate::arch::MAX_WINDOW == layout::WINDOW_BYTES);
-
 use anyhow::{Context, Result, bail};
 
 use super::layout::{self, Arena, Entry, EventCtx, Header, State, kind};

@@ -15,7 +15,6 @@ pub mod family;
 pub mod filter;
 pub mod frames;
 pub mod install;
-pub mod layout;
 pub mod orphan;
 pub mod region;
 pub mod remove;
@@ -32,6 +31,9 @@ pub mod validate;
 use crate::arch::{Abi, Operands, Refusal, SitePlan};
 use crate::symbols::Function;
 
+/// The layout of the shared data region, a module of its own below `arch`
+/// (whose detours read it too); here under its old name.
+pub use crate::layout;
 pub use crate::process::maps::Span;
 pub use region::Region;
 

@@ -5,10 +5,7 @@
 
 use std::mem::{offset_of, size_of};
 
-use super::layout::{
-    self, CACHE_BITS, CACHE_HASH, CacheEntry, Event, EventCtx, Frame, Header, Proc, SlotHead, ThreadState, entry_flags,
-    event_kind,
-};
+use super::layout::{self, Event, EventCtx, Frame, Header, Proc, SlotHead, ThreadState, entry_flags, event_kind};
 use crate::arch::{RuntimeBlobs, RuntimeLayout};
 
 /// The runtime's functions for the host architecture.
@@ -27,9 +24,6 @@ pub fn blobs() -> RuntimeBlobs {
         trap: include_bytes!(concat!(env!("OUT_DIR"), "/tp_trap.bin")),
     }
 }
-
-/// What an entry records of its argument registers is what the arch says it shows.
-const _: () = assert!(layout::ENTRY_REGS + layout::MORE_REGS == crate::arch::MAX_RECORDED_ARGS);
 
 /// What a runtime block's hand-written paths read and write, for the
 /// region whose header is `h` (mapped in the target at `h.target_addr`).
@@ -78,17 +72,6 @@ pub fn cache_of(h: &Header) -> u64 {
     h.ctx.private + offset_of!(Proc, cache) as u64
 }
 
-// The detours and the fast paths index the thread cache as the layout puts it.
-const _: () = {
-    use crate::arch::cache;
-    assert!(CACHE_BITS == cache::BITS && CACHE_HASH == cache::HASH && layout::CACHE_BUSY == cache::BUSY);
-    assert!(offset_of!(Proc, cache).is_multiple_of(2 * cache::SIZE as usize));
-    assert!(size_of::<CacheEntry>() == cache::SIZE as usize);
-    assert!(offset_of!(CacheEntry, check) == cache::CHECK as usize);
-    assert!(offset_of!(CacheEntry, row) == cache::ROW as usize);
-    assert!(offset_of!(CacheEntry, thread) == cache::THREAD as usize);
-    assert!(offset_of!(CacheEntry, ring) == cache::RING as usize);
-};
 const _: () = assert!(size_of::<Frame>() == 64 && size_of::<Event>().is_power_of_two());
 const _: () = assert!(offset_of!(EventCtx, ring_mask) < 4096);
 

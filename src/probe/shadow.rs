@@ -1,5 +1,5 @@
 //! What a hardware shadow stack forbids of tp's probes
-//! ([`crate::arch::shadow`]), and the checks of a process's threads that
+//! ([`crate::arch::shadow_stack`]), and the checks of a process's threads that
 //! refuse it in one line.
 //!
 //! A thread that runs with a shadow stack faults at a return whose address

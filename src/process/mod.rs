@@ -3,11 +3,11 @@
 //! [`crate::arch::Arch`].
 
 pub mod bpf;
-pub mod family;
 pub mod files;
 pub mod launch;
 pub mod maps;
 pub mod memory;
+pub mod proc_events;
 pub mod ptrace;
 pub mod remote;
 pub mod seccomp;

@@ -28,7 +28,7 @@ use crate::process::stop::Stopped;
 use crate::process::{self};
 use crate::symbols::Found;
 use crate::symbols::ProcessModules;
-use crate::symbols::blocks::BlockMap;
+use crate::symbols::block_map::BlockMap;
 
 /// A live attach session: probes installed, the target running.
 pub struct Attached {
@@ -378,7 +378,7 @@ impl Attached {
     /// The blocks and lines of the functions whose blocks this session
     /// counts (`--blocks`), with the counts of `summary` (this process's).
     pub fn blocks(&self, summary: &Summary) -> Vec<crate::output::blocks::FunctionBlocks> {
-        super::blocks::report(&self.blocks, summary)
+        super::block_counts::report(&self.blocks, summary)
     }
 
     /// True if tp's probe at the dynamic linker's rendezvous is among this

@@ -13,7 +13,7 @@
 //! [`group::Group`] of attached processes ([`targets`] selects them,
 //! [`follow`] watches their programs change, [`rendezvous`] probes the
 //! dynamic linker's rendezvous where a library is probed before its first
-//! call, [`family`] the processes they fork and how each ends). The
+//! call, [`forked`] the processes they fork and how each ends). The
 //! libraries a process loads are followed through one path
 //! ([`libraries`]), by a group's members and by `tp profile` alike.
 //!
@@ -23,11 +23,11 @@
 //! could be probed in a binary or a process (`tp list-probes`).
 
 pub mod attached;
-pub mod blocks;
+pub mod block_counts;
 pub mod exe;
 pub mod explain;
-pub mod family;
 pub mod follow;
+pub mod forked;
 pub mod group;
 pub mod guard;
 pub mod installed;

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::attached::Attached;
-use super::family::Family;
 use super::follow;
+use super::forked::Family;
 use super::interrupt;
 use super::libraries::{Libraries, Probes};
 use super::tracer::Tracer;

@@ -265,7 +265,7 @@ pub fn blocks(source: Source, names: &[String]) -> Result<Vec<FunctionBlockRows>
 
 /// The blocks of `f` of `m` as rows, or why they cannot be known.
 fn block_rows(m: &Module, f: &Function, isa: Isa) -> FunctionBlockRows {
-    let map = match crate::symbols::blocks::map(m, f, isa) {
+    let map = match crate::symbols::block_map::map(m, f, isa) {
         Ok(map) => map,
         Err(why) => {
             return FunctionBlockRows::Refused {

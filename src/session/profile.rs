@@ -48,6 +48,7 @@ use crate::events::sampling::{FIRST_EPOCH, Sampler};
 use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
+use crate::output::chrome_args::ChromeArgs;
 use crate::output::profile::Row;
 use crate::probe::layout::kind;
 use crate::process;
@@ -236,8 +237,10 @@ impl Watcher for Profiler {
             self.samples += 1;
             if let Some(c) = &mut self.chrome {
                 let span = clock.duration_ns(ev.entry_tsc(), ev.tsc);
-                let args = format!("{{\"self_ns\":{own},\"timed_ns\":{timed}}}");
-                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args)?;
+                let mut args = ChromeArgs::default();
+                args.push("self_ns", own.into());
+                args.push("timed_ns", timed.into());
+                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args.to_json()?)?;
             }
         }
         self.epochs += 1;

@@ -9,7 +9,7 @@ use crate::arch::{ArgLoc, Operand, OperandLoc, Operands, SitePlan};
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::progress::Progress;
-use crate::symbols::blocks::BlockMap;
+use crate::symbols::block_map::BlockMap;
 use crate::symbols::verdict::{go_code, verdict, verdict_at};
 use crate::symbols::{Found, Function, Module, ProcessModules, Site, Usdt};
 
@@ -294,7 +294,7 @@ pub fn plan_found(
     for f in found.iter().filter(|f| f.site.as_ref().is_some_and(|s| s.block)) {
         let m = modules.get(f.module)?;
         if !blocks.iter().any(|b| b.function.addr == f.function.addr && b.function.module == f.function.module)
-            && let Ok(map) = crate::symbols::blocks::map(m, &f.function, Isa::host())
+            && let Ok(map) = crate::symbols::block_map::map(m, &f.function, Isa::host())
         {
             blocks.push(map);
         }

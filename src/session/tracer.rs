@@ -21,13 +21,14 @@ use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
+use crate::output::chrome_args::{self, ChromeArgs};
 use crate::output::events::{self as lines, Line, Style};
 use crate::output::report::ProbeValues;
 use crate::output::report::ProcessReport;
 use crate::output::sink::Sink;
 use crate::output::stacks::ProbeStacks;
 use crate::output::tree::{self, Columns, Outcome, Tree};
-use crate::output::{Summary, json, thousands};
+use crate::output::{Summary, thousands};
 use crate::probe::layout::kind;
 use crate::symbols::stackwalk::StackWalker;
 use crate::symbols::symbolize::Symbolizer;
@@ -119,7 +120,7 @@ pub struct Tracer {
     style: Style,
     output: TraceOutput,
     /// Per thread, the entries still waiting for their exit: (probe, args JSON).
-    pending: HashMap<u32, Vec<(u32, String)>>,
+    pending: HashMap<u32, Vec<(u32, ChromeArgs)>>,
     latency: Vec<Latency>,
     origin_ns: u64,
     lost_at_start: Lost,
@@ -302,18 +303,15 @@ impl Tracer {
                     lines::write(out, self.style, self.origin_ns, pid, &line)?;
                 }
                 if let Some(c) = &mut chrome {
-                    let mut args_json = json::args(&args);
+                    let mut call_args = ChromeArgs::of_call(&args);
                     if let Some(lines) = &lines_of_stack {
                         // The stack as the call's argument `stack`, innermost first.
-                        args_json.pop();
-                        let names: Vec<String> = lines.iter().map(|l| json::string(l)).collect();
-                        let sep = if args_json.len() > 1 { "," } else { "" };
-                        args_json += &format!("{sep}\"stack\":[{}]}}", names.join(","));
+                        call_args.push("stack", lines.clone().into());
                     }
                     if attached_records_returns(attached, i) {
-                        self.pending.entry(ev.tid).or_default().push((ev.probe, args_json));
+                        self.pending.entry(ev.tid).or_default().push((ev.probe, call_args));
                     } else {
-                        c.instant(&info.name, ev.tid, ts_ns, &args_json)?;
+                        c.instant(&info.name, ev.tid, ts_ns, &call_args.to_json()?)?;
                     }
                 }
             }
@@ -355,17 +353,14 @@ impl Tracer {
                     lines::write(out, self.style, self.origin_ns, pid, &line)?;
                 }
                 if let Some(c) = &mut chrome {
-                    let mut args = pop_pending(&mut self.pending, ev.tid, ev.probe).unwrap_or_else(|| "{}".into());
-                    args.pop();
-                    let sep = if args.len() > 1 { "," } else { "" };
-                    let extra = match (&ret, unwound) {
-                        (_, true) => "\"unwound\":true".to_string(),
-                        (Some(v), false) => format!("\"ret\":{}", json::value(v)),
-                        (None, false) if tail_call => "\"tail_call\":true".to_string(),
-                        (None, false) => String::new(),
-                    };
-                    let sep = if extra.is_empty() { "" } else { sep };
-                    c.slice(&info.name, ev.tid, start_ns, span_ns, &format!("{args}{sep}{extra}}}"))?;
+                    let mut args = pop_pending(&mut self.pending, ev.tid, ev.probe).unwrap_or_default();
+                    match (&ret, unwound) {
+                        (_, true) => args.push("unwound", true.into()),
+                        (Some(v), false) => args.push("ret", chrome_args::value(v)),
+                        (None, false) if tail_call => args.push("tail_call", true.into()),
+                        (None, false) => {}
+                    }
+                    c.slice(&info.name, ev.tid, start_ns, span_ns, &args.to_json()?)?;
                 }
             }
         }
@@ -557,7 +552,7 @@ fn attached_records_returns(attached: &Attached, i: usize) -> bool {
 
 /// The args of the innermost pending entry of `probe` on thread `tid`; entries
 /// above it (their exits were lost) are dropped.
-fn pop_pending(pending: &mut HashMap<u32, Vec<(u32, String)>>, tid: u32, probe: u32) -> Option<String> {
+fn pop_pending(pending: &mut HashMap<u32, Vec<(u32, ChromeArgs)>>, tid: u32, probe: u32) -> Option<ChromeArgs> {
     let stack = pending.get_mut(&tid)?;
     let at = stack.iter().rposition(|(p, _)| *p == probe)?;
     let (_, args) = stack.remove(at);

@@ -1,11 +1,11 @@
 //! Functions by name: the modules mapped in a process ([`modules`]), each
 //! an ELF file ([`elf`]) with its load bias, demangled names ([`demangle`]),
 //! separate debug information ([`debuginfo`]), DWARF ([`dwarf`]), line
-//! tables ([`lines`]) and static probes ([`sdt`]); and the names users
+//! tables ([`lines`]) and static probes ([`sdt_notes`]); and the names users
 //! write ([`pattern`], and sites inside functions: [`site`]); JIT code
 //! by the names its runtime writes to a perf map ([`perf_map`]).
 
-pub mod blocks;
+pub mod block_map;
 pub mod contents;
 pub mod debuginfo;
 pub mod demangle;
@@ -15,7 +15,7 @@ pub mod eh;
 pub mod elf;
 pub mod entries;
 pub mod fields;
-pub mod golang;
+pub mod go_module;
 pub mod image;
 pub mod lines;
 pub mod module;
@@ -27,7 +27,7 @@ pub mod plan_cache;
 pub mod planner;
 pub mod saved;
 pub mod saving;
-pub mod sdt;
+pub mod sdt_notes;
 pub mod site;
 pub mod stackwalk;
 pub mod stored_dwarf;

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 
 use super::elf::ElfFile;
 use super::entries::Entries;
-use super::golang::{self, GoModule};
+use super::go_module::{self, GoModule};
 use super::image::{CodeFacts, ElfImage};
 use super::{Function, cold_parts, cold_targets};
 use crate::addr::{Bias, RuntimeAddr};
@@ -224,7 +224,7 @@ impl Planner {
             return None;
         }
         let stack_check = (isa.go_stack_check)(code, f.addr.0).unwrap_or(0);
-        Some(GoCode { stack_check, preemptible: stack_check > 0 && golang::preemptible(&f.symbol) })
+        Some(GoCode { stack_check, preemptible: stack_check > 0 && go_module::preemptible(&f.symbol) })
     }
 }
 

@@ -41,7 +41,7 @@ use super::dwarf::{self, DwarfIndex};
 use super::eh::LandingPads;
 use super::elf::{ElfFile, FuncSym, Headers, Section, Segment, Source, Version};
 use super::entries::Entries;
-use super::golang::GoModule;
+use super::go_module::GoModule;
 use super::image::CodeFacts;
 use crate::addr::FileAddr;
 use crate::arch::Isa;

@@ -6,7 +6,7 @@
 //!   place where that line starts ([`super::lines`]), in the file, or in
 //!   the function;
 //! - `usdt:provider:name`, `usdt:name`, `usdt:module:provider:name`
-//!   (globs in each part): static probes ([`super::sdt`]), with their
+//!   (globs in each part): static probes ([`super::sdt_notes`]), with their
 //!   arguments and semaphores.
 //!
 //! Each resolves to functions with a [`Site`] inside them: the planner
@@ -14,7 +14,7 @@
 
 use super::lines::{self, Query};
 use super::pattern::{Pattern, glob, has_glob};
-use super::sdt::{self, SdtNote};
+use super::sdt_notes::{self, SdtNote};
 use super::{Function, Module};
 use crate::addr::{FileAddr, RuntimeAddr};
 use crate::arch::{ArgSpec, Isa};
@@ -30,7 +30,7 @@ pub struct Site {
     /// What a static probe's note says, if the site is one.
     pub usdt: Option<Usdt>,
     /// True for the start of a basic block that `--blocks` counts
-    /// ([`super::blocks`]).
+    /// ([`super::block_map`]).
     pub block: bool,
 }
 
@@ -70,7 +70,7 @@ pub enum SitePattern {
         line: u32,
     },
     /// `blocks:[module:]function`: the start of each basic block of the
-    /// functions it names that a probe can count ([`super::blocks`]).
+    /// functions it names that a probe can count ([`super::block_map`]).
     Blocks {
         /// The module part.
         module: Option<String>,
@@ -188,7 +188,7 @@ pub fn at_offset(f: &Function, offset: u64) -> Result<Site, String> {
 pub fn usdt_in(m: &Module, provider: &str, name: &str) -> Vec<Result<(Function, Site), SdtNote>> {
     let isa = Isa::for_machine(m.elf.machine);
     let notes: Vec<SdtNote> =
-        sdt::notes(&m.elf).into_iter().filter(|n| glob(provider, &n.provider) && glob(name, &n.name)).collect();
+        sdt_notes::notes(&m.elf).into_iter().filter(|n| glob(provider, &n.provider) && glob(name, &n.name)).collect();
     let mut count: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
     for n in &notes {
         *count.entry((&n.provider, &n.name)).or_default() += 1;

@@ -1,7 +1,7 @@
 //! Return addresses from a copy of a stack's top (`--stack dwarf`): the
 //! process's modules give their unwind tables (`.eh_frame` with its
 //! `.eh_frame_hdr`, `.debug_frame` from the file or its debug file) to the
-//! architecture's unwinder ([`crate::arch::unwind`]), once per module.
+//! architecture's unwinder ([`crate::arch::stack_unwind`]), once per module.
 //! The copy came from the target: reads outside it are misses, never
 //! errors, and the walk is bounded by the depth asked for.
 
@@ -9,7 +9,7 @@ use std::collections::HashSet;
 
 use super::ProcessModules;
 use super::module::Module;
-use crate::arch::unwind::{StackUnwinder, UnwindStart, UnwindTables};
+use crate::arch::stack_unwind::{StackUnwinder, UnwindStart, UnwindTables};
 use crate::arch::{Arch, Host};
 
 /// Unwinds the stacks of one process.

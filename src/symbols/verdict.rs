@@ -5,7 +5,7 @@
 //! only the whole file shows (exception landing pads, other symbols, direct
 //! branches from other functions).
 //!
-//! In Go code ([`super::golang`]) the probe goes after the function's
+//! In Go code ([`super::go_module`]) the probe goes after the function's
 //! stack-bound check: a call whose check fails grows the stack and comes
 //! back to the first instruction, so a probe there would count that call
 //! twice. Where Go may preempt a goroutine asynchronously, the window is a

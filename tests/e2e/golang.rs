@@ -221,7 +221,7 @@ fn calls_are_counted_exactly_through_stack_growth() {
 #[test]
 fn go_code_is_known_without_symbols() {
     use tp::symbols::ElfFile;
-    use tp::symbols::golang::GoModule;
+    use tp::symbols::go_module::GoModule;
     let full = ElfFile::open(program(), program()).unwrap();
     let path = build(false, true);
     let stripped = ElfFile::open(&path, &path).unwrap();

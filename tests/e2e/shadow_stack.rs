@@ -13,7 +13,7 @@
 //! which tests the refusals and that nothing is touched; without it, the
 //! same probes go in (no false refusal), as every other test of return
 //! probes shows too. How tp reads the real state is unit-tested on the
-//! kernel's own text (src/arch/*/shadow.rs).
+//! kernel's own text (src/arch/x86_64/cet.rs, src/arch/aarch64/gcs.rs).
 
 use std::process::Output;
 

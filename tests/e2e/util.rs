@@ -672,7 +672,7 @@ pub fn entry_bytes(t: &Target, func: &str) -> (Vec<u8>, Vec<u8>) {
 /// SIGKILL"), else only that it exited.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn hears_process_events() -> bool {
-    tp::process::family::Events::open().is_ok()
+    tp::process::proc_events::Events::open().is_ok()
 }
 
 /// How tp says that process `pid` was killed by `signal`: with the signal

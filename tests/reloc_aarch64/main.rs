@@ -364,7 +364,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                 tramp.resize((counters + countdowns + 64 * 8) as usize, 0);
                 // The detour's save area, and below it what each call of the
                 // runtime clears (dead stack: no red zone on AArch64).
-                let below = 160 + tp::arch::aarch64::runtime::CLEARED_BELOW;
+                let below = 160 + tp::arch::aarch64::runtime_block::CLEARED_BELOW;
                 let (ok, out) = differential_below_sp(&orig, &tramp, &["x16", "x17"], below);
                 let name = format!("{pad_name}, {kind}, {atomics:?}");
                 eprintln!("{name:<40} {}", out.lines().last().unwrap_or(""));
@@ -400,7 +400,7 @@ fn differential_below_sp(orig: &[u8], tramp: &[u8], scratch: &[&str], below: u32
 #[test]
 fn exit_detours_leave_as_the_function_did() {
     use tp::arch::aarch64::detour::{Atomics, build};
-    use tp::arch::aarch64::runtime;
+    use tp::arch::aarch64::runtime_block;
     use tp::arch::{Abi, DetourSpec, ExitInsn, ExitKind, ExitWords, Records, RuntimeBlobs, SitePlan, WindowInsn};
     let b_out = 0x1400_0000 | (0x4000 / 4); // b ORIG + 0x4000
     let beq_out = 0x5400_0000 | ((0x400 / 4) << 5); // b.eq ORIG + 0x400
@@ -439,7 +439,7 @@ fn exit_detours_leave_as_the_function_did() {
             rendezvous: &[0; 4],
             step: &[0; 4],
         };
-        let block = runtime::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
+        let block = runtime_block::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
         let spec = DetourSpec {
             probe_index: 0,
             records: Records { exit: true, ..Records::COUNT },
@@ -469,7 +469,7 @@ fn exit_detours_leave_as_the_function_did() {
         tramp.resize((runtime_at - TRAMP) as usize, 0);
         tramp.extend(&block.bytes);
         // The stub's 32 bytes, the routine's frame and what the call clears.
-        let below = 32 + 160 + runtime::CLEARED_BELOW;
+        let below = 32 + 160 + runtime_block::CLEARED_BELOW;
         let (ok, out) = differential_below_sp(&word.to_le_bytes(), &tramp, &["x16", "x17"], below);
         eprintln!("{asm:<20} {}", out.lines().last().unwrap_or(""));
         if !ok {

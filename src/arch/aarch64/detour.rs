@@ -285,7 +285,7 @@ const STUB_FRAME: u32 = 32;
 
 /// What a detour puts before an exit of its window: x16, x17 and x30 kept
 /// below the stack pointer, the word in x16 and a call of the runtime's
-/// exit routine ([`super::runtime`]), which keeps every other register and
+/// exit routine ([`super::runtime_block`]), which keeps every other register and
 /// NZCV, then all of it back:
 ///
 /// ```text
@@ -462,9 +462,9 @@ fn put_call(w: &mut Writer, target: u64) -> Result<(), Refusal> {
         return Err(Refusal::Unsupported("the runtime block is out of `bl` reach of the detour"));
     }
     w.put_bl(target);
-    // What the call left below the stack pointer (see runtime.rs); the
+    // What the call left below the stack pointer (see runtime_block.rs); the
     // restore that follows each call reloads x0 and x1.
-    w.put_clear_below_sp(super::runtime::CLEARED_BELOW);
+    w.put_clear_below_sp(super::runtime_block::CLEARED_BELOW);
     Ok(())
 }
 
@@ -519,7 +519,7 @@ mod tests {
     use super::*;
     use crate::arch::Records;
     use crate::arch::aarch64::decode::disassemble;
-    use crate::arch::aarch64::runtime::tests::CLEARING;
+    use crate::arch::aarch64::runtime_block::tests::CLEARING;
     use crate::arch::aarch64::window;
 
     const SITE: u64 = 0x41_2344;
@@ -566,7 +566,7 @@ mod tests {
         }
     }
 
-    /// The runtime's flags (probe::layout::entry_flags): the detour passes
+    /// The runtime's flags (layout::entry_flags): the detour passes
     /// whatever word it is given.
     const RECORD_ENTRY: u32 = 1 << 24;
     const HIJACK_RETURN: u32 = 1 << 25;
@@ -736,7 +736,7 @@ mod tests {
         assert!(asm[29].starts_with("ldr x4, #"));
         assert_eq!(asm[30], format!("bl #{:#x}", runtime().entry));
         let c = CLEARING;
-        super::super::runtime::tests::assert_clears_below_sp(&asm[31..31 + c]);
+        super::super::runtime_block::tests::assert_clears_below_sp(&asm[31..31 + c]);
         assert_eq!(asm[31 + c..44 + c], restores());
         assert_eq!(asm[44 + c..46 + c], ["stp x29, x30, [sp, #-0x10]!".to_string(), format!("b #{:#x}", SITE + 4)]);
         let relocated = AT + (44 + c as u64) * 4;
@@ -764,7 +764,7 @@ mod tests {
             assert_eq!(asm[13..24], saves());
             assert_eq!(asm[24], "stp xzr, x30, [sp, #0x90]", "no CFI: the runtime is told nothing");
             let c = CLEARING;
-            super::super::runtime::tests::assert_clears_below_sp(&asm[31..31 + c]);
+            super::super::runtime_block::tests::assert_clears_below_sp(&asm[31..31 + c]);
             assert_eq!(asm[31 + c..44 + c], restores());
             assert_eq!(asm[44 + c], sign);
             assert_eq!(asm[45 + c], "stp x29, x30, [sp, #-0x10]!");
@@ -800,7 +800,7 @@ mod tests {
         assert_eq!(block[..11], saves());
         assert_eq!(block[12], "mov x5, x16", "the countdown, for the runtime to reset");
         assert_eq!(block[18], format!("bl #{:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below_sp(&block[19..19 + CLEARING]);
+        super::super::runtime_block::tests::assert_clears_below_sp(&block[19..19 + CLEARING]);
         assert_eq!(block[32 + CLEARING], format!("b #{relocated:#x}"));
         assert_eq!(literals(&d.bytes, 7)[3], 0x20_0000);
     }
@@ -813,7 +813,7 @@ mod tests {
         assert_eq!(asm[23], "stp xzr, x30, [sp, #0x90]");
         assert!(asm[24].starts_with("ldr x0, #"));
         assert_eq!(asm[25..27], ["add x1, sp, #0xa0".to_string(), format!("bl #{:#x}", runtime().unwind)]);
-        super::super::runtime::tests::assert_clears_below_sp(&asm[27..27 + CLEARING]);
+        super::super::runtime_block::tests::assert_clears_below_sp(&asm[27..27 + CLEARING]);
         assert_eq!(asm[27 + CLEARING..40 + CLEARING], restores());
     }
 

@@ -7,17 +7,17 @@
 //! for the Arm 64-bit Architecture (x16/x17 and the stack, 6.1 and 6.4), and
 //! Linux arch/arm64/include/uapi/asm/ptrace.h for the register layout.
 
-pub mod blocks;
+pub mod basic_blocks;
 pub mod decode;
 pub mod detour;
 pub mod exits;
+pub mod gcs;
 pub mod golang;
 pub mod long;
 pub mod regs;
 pub mod relocate;
-pub mod runtime;
+pub mod runtime_block;
 pub mod sdt;
-pub mod shadow;
 pub mod vector;
 pub mod window;
 pub mod writer;
@@ -83,7 +83,7 @@ impl Arch for AArch64 {
         extra_targets: &[u64],
         image: &dyn crate::arch::Image,
     ) -> Result<Vec<crate::arch::Block>, Refusal> {
-        blocks::blocks(code, function, extra_targets, image)
+        basic_blocks::blocks(code, function, extra_targets, image)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
@@ -147,17 +147,17 @@ impl Arch for AArch64 {
         None
     }
 
-    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    fn stack_unwinder() -> Box<dyn crate::arch::stack_unwind::StackUnwinder> {
         stack_unwinder()
     }
 
     fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
-        runtime::build(at, layout.ctx, layout.exit_ext, blobs)
+        runtime_block::build(at, layout.ctx, layout.exit_ext, blobs)
     }
 
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let pointers: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.tpidr)).collect();
-        runtime::tid_offset(&pointers, read)
+        runtime_block::tid_offset(&pointers, read)
     }
 
     fn thread_key(
@@ -174,11 +174,11 @@ impl Arch for AArch64 {
     }
 
     fn frame_home(slot: u64, ra_at: u64, tramp: u64, read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> FrameHome {
-        runtime::frame_home(ra_at, slot + 8, tramp, read)
+        runtime_block::frame_home(ra_at, slot + 8, tramp, read)
     }
 
     fn code_address(word: u64) -> u64 {
-        runtime::strip(word)
+        runtime_block::strip(word)
     }
 
     fn return_register(r: &regs::Regs) -> Option<u64> {
@@ -223,14 +223,14 @@ impl Arch for AArch64 {
         pc_after
     }
 
-    const SHADOW_STACK: crate::arch::ShadowStack = shadow::GCS;
+    const SHADOW_STACK: crate::arch::ShadowStack = gcs::GCS;
 
     fn shadow_stack(tid: Pid, _status: &str, hwcap: u64, stopped: bool) -> crate::arch::Shadow {
-        shadow::of_thread(tid, hwcap, stopped)
+        gcs::of_thread(tid, hwcap, stopped)
     }
 
     fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
-        shadow::unbalances(plan)
+        gcs::unbalances(plan)
     }
 
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
@@ -296,15 +296,15 @@ struct FramehopUnwinder {
     cache: framehop::aarch64::CacheAarch64,
 }
 
-impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
-    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+impl crate::arch::stack_unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::stack_unwind::UnwindTables) {
         use framehop::Unwinder;
-        self.unwinder.add_module(crate::arch::unwind::module(tables));
+        self.unwinder.add_module(crate::arch::stack_unwind::module(tables));
     }
 
     fn unwind(
         &mut self,
-        start: crate::arch::unwind::UnwindStart,
+        start: crate::arch::stack_unwind::UnwindStart,
         read: &mut dyn FnMut(u64) -> Option<u64>,
         max: usize,
     ) -> Vec<u64> {
@@ -312,12 +312,12 @@ impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
         // stack pointer the function was entered with (runtime.h): the
         // CFA rules count from the latter.
         let regs = framehop::aarch64::UnwindRegsAarch64::new(start.ra, start.sp + 8, start.fp);
-        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+        crate::arch::stack_unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
     }
 }
 
 /// A new unwinder for copies of this architecture's stacks.
-pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::stack_unwind::StackUnwinder> {
     Box::new(FramehopUnwinder {
         unwinder: framehop::aarch64::UnwinderAarch64::new(),
         cache: framehop::aarch64::CacheAarch64::new(),

@@ -1,7 +1,7 @@
 //! x86-64 detours.
 //!
 //! Every detour starts by counting the call, in a counter row of the
-//! thread's own (`probe::layout`: only that thread writes the row, so the
+//! thread's own (`layout`: only that thread writes the row, so the
 //! add needs no `lock`):
 //!
 //! ```text
@@ -44,7 +44,7 @@
 //!          flag address, counter rows, thread cache[, context, trampoline]
 //! ```
 //!
-//! An entry is written once, its check last (`probe::layout::CacheEntry`):
+//! An entry is written once, its check last (`layout::CacheEntry`):
 //! once the check matches, the row may be read, and the CPU loads it while
 //! it predicts the comparison's branch.
 //!
@@ -120,13 +120,13 @@
 //!          jmp  restore
 //! ```
 
-use super::fast;
-use super::live;
+use super::fast::{self, thread_cache};
+use super::liveness;
 use super::operands::{self, Frame};
 use super::relocate::{self, Relocated};
 use super::writer::Writer;
 use crate::arch::{
-    Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan, cache,
+    Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan,
 };
 
 /// Register numbers as the writer takes them.
@@ -183,7 +183,7 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     if spec.records.calls_runtime() || spec.records.sample {
         return Saves { red_zone: plan.interior, ..Saves::FULL };
     }
-    let dead = live::Dead::from_bits(plan.dead);
+    let dead = liveness::Dead::from_bits(plan.dead);
     let flags = !dead.flags;
     let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0, red_zone: plan.interior };
     if flags && !dead.reg(RAX) {
@@ -392,7 +392,7 @@ fn emit_head(
         // K: the word's complement, then the thread's row.
         fast::cache_entry(w, s, k, l.cache, l.way1);
         found = w.pc();
-        w.put_load(k, s, cache::ROW);
+        w.put_load(k, s, thread_cache::ROW);
         w.put_inc_mem(k, disp, false);
     } else {
         // Go's threads keep 0 at fs:0: the shared row, atomically; a
@@ -483,7 +483,7 @@ fn emit_tail(
         if fast.is_some() {
             w.put_jmp(l.found);
         } else {
-            w.put_load(saves.k, saves.s, cache::ROW);
+            w.put_load(saves.k, saves.s, thread_cache::ROW);
             w.put_inc_mem(saves.k, disp, false);
             w.put_jmp(l.counted);
         }
@@ -623,17 +623,11 @@ fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
     }
     call(w);
     // What the call left below the stack pointer: the runtime's spills and
-    // the return address into this detour (see runtime.rs).
+    // the return address into this detour (see runtime_block.rs).
     w.put_clear_below_rsp(super::CLEARED_BELOW);
     for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
         w.put_pop(r);
     }
-}
-
-/// The index in the caches of the thread whose word at fs:0 is `word`:
-/// what the detour computes.
-pub fn cache_index(word: u64) -> u64 {
-    ((word as u32).wrapping_mul(cache::HASH) >> (32 - cache::BITS)) as u64
 }
 
 /// The bytes replacing the window: `jmp detour`, then `int3` up to the
@@ -659,7 +653,7 @@ mod tests {
 
     const SITE: u64 = 0x5555_5555_1630;
     const AT: u64 = 0x5555_5550_0000;
-    /// The runtime's flags (probe::layout::entry_flags): the detour passes
+    /// The runtime's flags (layout::entry_flags): the detour passes
     /// whatever word it is given.
     const RECORD_ENTRY: u32 = 1 << 24;
     const HIJACK_RETURN: u32 = 1 << 25;
@@ -991,7 +985,7 @@ mod tests {
         assert!(asm[35].starts_with("mov r8, qword ptr [rip + "));
         assert_eq!(asm[36], format!("call {:#x}", runtime().entry));
         assert_eq!(asm[37], "add rsp, 0x50");
-        super::super::runtime::tests::assert_clears_below(&asm[38..46]);
+        super::super::runtime_block::tests::assert_clears_below(&asm[38..46]);
         let restores = ["pop rdi", "pop rsi", "pop rdx", "pop rcx", "pop r8", "pop r9", "pop rax", "pop r10"];
         assert_eq!(asm[46..54], restores);
         assert_eq!(asm[54..59], ["add al, 0x7f", "sahf", "pop r10", "pop r11", "pop rax"]);
@@ -1034,7 +1028,7 @@ mod tests {
         assert_eq!(block[10..12], ["mov rdx, rsp", "lea rcx, [rsp + 0x58]"]);
         assert_eq!(block[13], "lea r9, [r11 + 0x200018]", "the countdown, for the runtime to reset");
         assert_eq!(block[14], format!("call {:#x}", runtime().entry));
-        super::super::runtime::tests::assert_clears_below(&block[15..23]);
+        super::super::runtime_block::tests::assert_clears_below(&block[15..23]);
         assert_eq!(target(&block[31]), d.map_pc(0).unwrap() - 8, "back to the restore");
     }
 
@@ -1156,7 +1150,7 @@ mod tests {
         // guard page apart; musl's 128 KiB stacks; 64 KiB-aligned blocks.
         for stride in [(8 << 20) + 4096, (2 << 20) + 4096, 0x80_1000, 0x2_1000, 0x1_0000] {
             let entries: std::collections::BTreeSet<u64> =
-                (0..16).map(|i| cache_index(0x7f12_3400_0740 + i * stride)).collect();
+                (0..16).map(|i| crate::layout::cache_index(0x7f12_3400_0740 + i * stride)).collect();
             assert!(entries.len() >= 14, "stride {stride:#x}: {entries:?}");
         }
     }

@@ -8,7 +8,7 @@
 //! documents which case that is.
 //!
 //! Both find the thread's state in the thread cache of the private area
-//! (see [`crate::arch::cache`]), which the runtime fills for a thread whose
+//! (see `thread_cache` below), which the runtime fills for a thread whose
 //! word at fs:0 is its key and that counts in a row of its own, in this
 //! process (a fork wipes it, so a state found there has been taken in this
 //! process), and its ring slot in the same entry, which the runtime puts
@@ -87,7 +87,7 @@
 
 use super::CLEARED_BELOW;
 use super::writer::Writer;
-use crate::arch::{RuntimeLayout, cache};
+use crate::arch::RuntimeLayout;
 
 pub(super) const RAX: u8 = 0;
 pub(super) const RCX: u8 = 1;
@@ -176,6 +176,42 @@ impl Marks {
     }
 }
 
+/// How a detour finds a thread's entry in its process's thread cache (the
+/// private area's first pages, [`crate::layout::Proc`]), in the layout's
+/// terms, which are its one source: the entry of the thread whose word at
+/// the thread pointer is `w` is number
+/// `(w as u32).wrapping_mul(HASH) >> (32 - BITS)`
+/// ([`crate::layout::cache_index`]), or the one after it paired
+/// with it (number xor 1), of `SIZE` bytes: `!w` at `CHECK`, the thread's
+/// counter row at `ROW`, its state at `THREAD`, the ring slot the fast
+/// paths write its events into at `RING` (0: none). The cache is `SIZE * 2`
+/// aligned. An entry's check goes from 0 (empty) to
+/// [`crate::layout::CACHE_BUSY`] (being written) to `!w`, after the row,
+/// the state and the ring, and then neither it nor the row nor the state
+/// changes again in the process; the ring is the thread's own to change.
+pub(super) mod thread_cache {
+    use crate::layout::{self, CacheEntry, Proc};
+    use std::mem::{offset_of, size_of};
+
+    /// log2 of the entries.
+    pub const BITS: u32 = layout::CACHE_BITS;
+    /// The multiplier of the index's hash.
+    pub const HASH: u32 = layout::CACHE_HASH;
+    /// Bytes per entry.
+    pub const SIZE: u32 = size_of::<CacheEntry>() as u32;
+    /// Offsets in an entry.
+    pub const CHECK: i32 = offset_of!(CacheEntry, check) as i32;
+    /// See [`CHECK`].
+    pub const ROW: i32 = offset_of!(CacheEntry, row) as i32;
+    /// See [`CHECK`].
+    pub const THREAD: i32 = offset_of!(CacheEntry, thread) as i32;
+    /// See [`CHECK`].
+    pub const RING: i32 = offset_of!(CacheEntry, ring) as i32;
+
+    // An entry and the one paired with it differ in the bit of `SIZE`.
+    const _: () = assert!(offset_of!(Proc, cache).is_multiple_of(2 * SIZE as usize));
+}
+
 /// The literals the fast paths read, in the order [`Marks`] names them.
 pub(super) fn literals(l: &RuntimeLayout) -> [u64; 2] {
     [l.ctx, l.cache]
@@ -187,11 +223,11 @@ pub(super) fn literals(l: &RuntimeLayout) -> [u64; 2] {
 /// instructions as the counting detours'. An entry is written once, its
 /// check last, so once the check matches its other fields may be read.
 pub(super) fn cache_entry(w: &mut Writer, entry: u8, word: u8, lit_cache: u64, way1: u64) {
-    const _: () = assert!(cache::CHECK == 0);
+    const _: () = assert!(thread_cache::CHECK == 0);
     w.put_mov_reg_fs0(word);
-    w.put_imul32_imm_from(entry, word, cache::HASH);
-    w.put_shr32(entry, (32 - cache::BITS - cache::SIZE.trailing_zeros()) as u8);
-    w.put_and32_imm(entry, ((1 << cache::BITS) - 1) << cache::SIZE.trailing_zeros());
+    w.put_imul32_imm_from(entry, word, thread_cache::HASH);
+    w.put_shr32(entry, (32 - thread_cache::BITS - thread_cache::SIZE.trailing_zeros()) as u8);
+    w.put_and32_imm(entry, ((1 << thread_cache::BITS) - 1) << thread_cache::SIZE.trailing_zeros());
     w.put_add_reg_rip(entry, lit_cache);
     w.put_not(word);
     w.put_cmp_reg_deref(word, entry);
@@ -202,7 +238,7 @@ pub(super) fn cache_entry(w: &mut Writer, entry: u8, word: u8, lit_cache: u64, w
 /// cache is aligned to two entries); a jump to `miss` unless it is the
 /// thread's.
 pub(super) fn paired_entry(w: &mut Writer, entry: u8, word: u8, miss: u64) {
-    w.put_xor_imm8(entry, cache::SIZE as i8);
+    w.put_xor_imm8(entry, thread_cache::SIZE as i8);
     w.put_cmp_reg_deref(word, entry);
     w.put_jne(miss);
 }
@@ -328,9 +364,9 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     let probe = word & l.probe_mask;
     let saved = event_saved(l, word);
     if record {
-        w.put_load(R11, R10, cache::RING);
+        w.put_load(R11, R10, thread_cache::RING);
     }
-    w.put_load(R10, R10, cache::THREAD);
+    w.put_load(R10, R10, thread_cache::THREAD);
     check_thread(w, l, R10, 0, x.call);
     for &r in saved {
         w.put_push(r);
@@ -450,8 +486,8 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_mov_reg(RCX, RAX);
     cache_entry(w, R10, RAX, m.lit_cache, m.exit_way1);
     out.exit_found = w.pc();
-    w.put_load(R11, R10, cache::THREAD);
-    w.put_load(R10, R10, cache::RING);
+    w.put_load(R11, R10, thread_cache::THREAD);
+    w.put_load(R10, R10, thread_cache::RING);
     check_thread(w, l, R11, 1, m.exit_slow);
     w.put_lea(RAX, RSP, EXIT_SLOT);
     w.put_cmp_reg_mem(RAX, R11, frame0(l, l.frame_slot));
@@ -485,7 +521,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_store32_imm(R11, l.thread_depth as i32, 0);
     publish(w, l, R11, R10);
     restore_exit(w);
-    // Back by an indirect jump through the slot, not `ret` (see runtime.rs).
+    // Back by an indirect jump through the slot, not `ret` (see runtime_block.rs).
     w.put_lea(RSP, RSP, 8);
     w.put_jmp_mem(RSP, -8);
 
@@ -641,7 +677,7 @@ fn exit_at_fast(
     save_exit(w);
     cache_entry(w, R10, RAX, m.lit_cache, way1);
     *out.1 = w.pc();
-    w.put_load(R11, R10, cache::THREAD);
+    w.put_load(R11, R10, thread_cache::THREAD);
     w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
     w.put_jne(m.at_not_one);
     // One timed call live, in frame 0: this call's, an outer one's, or neither?
@@ -657,7 +693,7 @@ fn exit_at_fast(
     w.put_cmp32_mem_imm(R11, l.thread_writing as i32, 0);
     w.put_jne(m.at_slow);
     // This call's: its end (rax), then the event (rcx) from the frame read whole.
-    w.put_load(R10, R10, cache::RING);
+    w.put_load(R10, R10, thread_cache::RING);
     timestamp(w, RAX);
     reserve_event(w, l, R11, R10, RCX, m.at_slow, m.at_unmark);
     w.put_load32(RDX, R11, frame0(l, l.frame_probe));

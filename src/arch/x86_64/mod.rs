@@ -4,19 +4,19 @@
 //! at calls §3.2.1), the Intel SDM vol. 2 for encodings, and Linux
 //! arch/x86/include/asm/user_64.h for the register layout.
 
-pub mod blocks;
+pub mod basic_blocks;
+pub mod cet;
 pub mod decode;
 pub mod detour;
 pub mod exits;
 pub mod fast;
 pub mod golang;
-pub mod live;
+pub mod liveness;
 pub mod operands;
 pub mod regs;
 pub mod relocate;
-pub mod runtime;
+pub mod runtime_block;
 pub mod sdt;
-pub mod shadow;
 pub mod taken;
 pub mod window;
 pub mod writer;
@@ -127,7 +127,7 @@ impl Arch for X86_64 {
         extra_targets: &[u64],
         image: &dyn crate::arch::Image,
     ) -> Result<Vec<crate::arch::Block>, Refusal> {
-        blocks::blocks(code, function, extra_targets, image)
+        basic_blocks::blocks(code, function, extra_targets, image)
     }
 
     fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
@@ -172,12 +172,12 @@ impl Arch for X86_64 {
         None
     }
 
-    fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+    fn stack_unwinder() -> Box<dyn crate::arch::stack_unwind::StackUnwinder> {
         stack_unwinder()
     }
 
     fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
-        runtime::build(at, layout, blobs)
+        runtime_block::build(at, layout, blobs)
     }
 
     const COUNTING_CALLS_RUNTIME: bool = true;
@@ -185,7 +185,7 @@ impl Arch for X86_64 {
 
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let tps: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.fs_base)).collect();
-        runtime::tid_offset(&tps, read)
+        runtime_block::tid_offset(&tps, read)
     }
 
     fn thread_key(
@@ -194,7 +194,7 @@ impl Arch for X86_64 {
         read: &dyn Fn(u64, usize) -> Option<Vec<u8>>,
     ) -> ThreadKey {
         let bases: Vec<u64> = threads.iter().map(|(_, r)| r.fs_base).collect();
-        runtime::thread_key(hwcap2, &bases, read)
+        runtime_block::thread_key(hwcap2, &bases, read)
     }
 
     fn patch_bytes(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
@@ -229,14 +229,14 @@ impl Arch for X86_64 {
         pc_after.wrapping_sub(1)
     }
 
-    const SHADOW_STACK: crate::arch::ShadowStack = shadow::CET;
+    const SHADOW_STACK: crate::arch::ShadowStack = cet::CET;
 
     fn shadow_stack(_tid: Pid, status: &str, _hwcap: u64, _stopped: bool) -> crate::arch::Shadow {
-        shadow::from_status(status)
+        cet::from_status(status)
     }
 
     fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
-        shadow::unbalances(plan)
+        cet::unbalances(plan)
     }
 
     fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
@@ -300,25 +300,25 @@ struct FramehopUnwinder {
     cache: framehop::x86_64::CacheX86_64,
 }
 
-impl crate::arch::unwind::StackUnwinder for FramehopUnwinder {
-    fn add(&mut self, tables: crate::arch::unwind::UnwindTables) {
+impl crate::arch::stack_unwind::StackUnwinder for FramehopUnwinder {
+    fn add(&mut self, tables: crate::arch::stack_unwind::UnwindTables) {
         use framehop::Unwinder;
-        self.unwinder.add_module(crate::arch::unwind::module(tables));
+        self.unwinder.add_module(crate::arch::stack_unwind::module(tables));
     }
 
     fn unwind(
         &mut self,
-        start: crate::arch::unwind::UnwindStart,
+        start: crate::arch::stack_unwind::UnwindStart,
         read: &mut dyn FnMut(u64) -> Option<u64>,
         max: usize,
     ) -> Vec<u64> {
         let regs = framehop::x86_64::UnwindRegsX86_64::new(start.pc, start.sp, start.fp);
-        crate::arch::unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
+        crate::arch::stack_unwind::walk(&self.unwinder, &mut self.cache, start.pc, regs, read, max)
     }
 }
 
 /// A new unwinder for copies of this architecture's stacks.
-pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::unwind::StackUnwinder> {
+pub(crate) fn stack_unwinder() -> Box<dyn crate::arch::stack_unwind::StackUnwinder> {
     Box::new(FramehopUnwinder {
         unwinder: framehop::x86_64::UnwinderX86_64::new(),
         cache: framehop::x86_64::CacheX86_64::new(),

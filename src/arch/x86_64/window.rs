@@ -17,7 +17,7 @@
 //! data, absolute immediates in position-dependent code).
 
 use super::decode::{Class, Insn, decode};
-use super::{PATCH_LEN, exits, live, relocate, taken};
+use super::{PATCH_LEN, exits, liveness, relocate, taken};
 use crate::arch::{Image, Refusal, SitePlan, WindowInsn};
 
 /// Plans the probe of the function `code` at `function` from its bytes alone;
@@ -183,7 +183,7 @@ fn plan_reaching(
             .iter()
             .map(|i| WindowInsn { offset: (i.addr - site) as u32, len: i.len, mnemonic: i.mnemonic.clone() })
             .collect(),
-        dead: live::dead_at(&code[start..], site).bits(),
+        dead: liveness::dead_at(&code[start..], site).bits(),
         interior,
         exits,
     };

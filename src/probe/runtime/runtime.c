@@ -37,11 +37,11 @@
  *
  * The structures it shares with tp (struct tp_ctx, tp_slot, tp_frame,
  * tp_event, tp_proc, tp_thread) and their constants come from layout.h,
- * which build.rs generates from src/probe/layout.rs.
+ * which build.rs generates from src/layout.rs.
  */
 #include <stdint.h>
 
-#include "layout.h" /* generated from src/probe/layout.rs, in OUT_DIR */
+#include "layout.h" /* generated from src/layout.rs, in OUT_DIR */
 
 /* What the architecture's tp_frame_give_back did with a frame when
  * unwinding starts: nothing (the frame died earlier), put its return

@@ -8,12 +8,12 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use tp::arch::Isa;
-use tp::symbols::{ElfFile, sdt};
+use tp::symbols::{ElfFile, sdt_notes};
 
 fuzz_target!(|data: &[u8]| {
     let isas: Vec<Isa> = [62u16, 183].iter().filter_map(|&m| Isa::for_machine(m)).collect();
     let base = data.first().map(|&b| 0x1000 * b as u64);
-    for note in sdt::parse(data, base) {
+    for note in sdt_notes::parse(data, base) {
         for arg in note.arg_texts() {
             for isa in &isas {
                 let _ = (isa.sdt_argument)(arg);
@@ -28,6 +28,6 @@ fuzz_target!(|data: &[u8]| {
     }
     let path = Path::new("fuzz.elf");
     if let Ok(elf) = ElfFile::parse(data.to_vec(), path, path) {
-        let _ = sdt::notes(&elf);
+        let _ = sdt_notes::notes(&elf);
     }
 });

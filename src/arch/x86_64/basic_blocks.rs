@@ -4,7 +4,7 @@
 
 use super::decode::{Class, Insn, decode};
 use super::taken;
-use crate::arch::blocks::{Flow, split};
+use crate::arch::basic_blocks::{Flow, split};
 use crate::arch::{Block, Image, Refusal};
 
 /// See the module doc.

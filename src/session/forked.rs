@@ -5,7 +5,7 @@
 //! patched code and the mappings): its events reach the session through
 //! the shared rings, each marked with its PID, and the session's end
 //! restores it (`probe::family`). What this module adds is what the
-//! kernel says as it happens ([`crate::process::family::Events`]): which process
+//! kernel says as it happens ([`crate::process::proc_events::Events`]): which process
 //! forked which, which exec'd, and how each ended ("killed by SIGSEGV"),
 //! which no look at `/proc` afterwards can tell for a process tp does not
 //! trace. Where tp cannot listen (no CAP_NET_ADMIN, another namespace),
@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::output::report::Child;
 use crate::probe::family::{Outcome, Relative};
 use crate::probe::remove::Kept;
-use crate::process::family::{Ended, Event, Events};
+use crate::process::proc_events::{Ended, Event, Events};
 
 /// A process forked, directly or not, by one of the session's processes.
 #[derive(Debug, Clone, Default)]

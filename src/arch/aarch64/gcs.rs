@@ -25,7 +25,7 @@ use super::decode::{Class, decode};
 use super::long::LONG_PATCH_LEN;
 use crate::arch::SitePlan;
 use crate::arch::regset::get_regset;
-use crate::arch::shadow::{Shadow, ShadowStack};
+use crate::arch::shadow_stack::{Shadow, ShadowStack};
 
 /// AArch64's shadow stack.
 pub const GCS: ShadowStack = ShadowStack("AArch64 GCS");

@@ -1,10 +1,10 @@
 //! `--blocks` in a session's results: the counts of each function's block
 //! probes, read from the summary's rows, completed by the flow between the
-//! blocks and turned into line counts ([`crate::symbols::blocks::solve`]).
+//! blocks and turned into line counts ([`crate::symbols::block_map::solve`]).
 
 use crate::output::Summary;
 use crate::output::blocks::{BlockCount, FunctionBlocks, LineCount};
-use crate::symbols::blocks::{BlockMap, solve};
+use crate::symbols::block_map::{BlockMap, solve};
 
 /// The blocks and lines of each function of `maps`, with the counts of
 /// `summary` (a process's rows).

@@ -4,7 +4,7 @@
 //! a function's blocks are not known.
 
 use super::decode::{Class, decode};
-use crate::arch::blocks::{Flow, split};
+use crate::arch::basic_blocks::{Flow, split};
 use crate::arch::{Block, Image, Refusal};
 
 /// See the module doc.

@@ -42,7 +42,9 @@
 //! This file is the one source of the layout the in-target runtime shares:
 //! build.rs compiles it too (`#[path]`), and writes the C declarations of
 //! the `shared_struct!` structs and of [`C_CONSTANTS`] into the header
-//! runtime.c includes. So it uses nothing but `std`.
+//! runtime.c includes. So it uses nothing but `std`, and it is a module
+//! of its own below the rest: `arch` (the detours that read the thread
+//! cache) and `probe` (which re-exports it as `probe::layout`) import it.
 
 /// Declares a `repr(C)` struct that the in-target runtime shares, and with
 /// it, from the same fields, its C declaration ([`CStruct`]): build.rs
@@ -1520,7 +1522,7 @@ impl Entry {
     }
 
     /// The original window bytes (at most the whole array, whatever
-    /// `window_len` says: see [`super::validate::entry`]).
+    /// `window_len` says: see [`crate::probe::validate::entry`]).
     pub fn original(&self) -> &[u8] {
         &self.original[..(self.window_len as usize).min(self.original.len())]
     }

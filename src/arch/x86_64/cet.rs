@@ -17,7 +17,7 @@
 
 use super::decode::{self, Class};
 use crate::arch::SitePlan;
-use crate::arch::shadow::{Shadow, ShadowStack};
+use crate::arch::shadow_stack::{Shadow, ShadowStack};
 
 /// x86-64's shadow stack.
 pub const CET: ShadowStack = ShadowStack("x86 CET");
