@@ -153,6 +153,7 @@ impl Member {
                             children: Vec::new(),
                             stacks: Vec::new(),
                             by: Vec::new(),
+                            aggregates: Vec::new(),
                             blocks: Vec::new(),
                             steps: Vec::new(),
                             libraries: Vec::new(),
