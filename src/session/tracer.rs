@@ -501,8 +501,9 @@ impl Tracer {
 
     /// Each of the user's probes' aggregates (`--agg`), or counts by keys
     /// that name the thread or process (`--by 'fd, tid'`), from the
-    /// threads' tables: each thread's rows under their keys, merged.
-    fn aggregate_report(&mut self, attached: &Attached) -> Vec<ProbeAgg> {
+    /// threads' tables: each thread's rows under their keys, merged (the
+    /// summary's, and the live ones `--listen` publishes).
+    pub fn aggregate_report(&self, attached: &Attached) -> Vec<ProbeAgg> {
         let sel = attached.selection();
         let keys = match sel.by.as_deref().map(predicate::parse_keys) {
             Some(Ok(k)) => k,
@@ -521,7 +522,6 @@ impl Tracer {
                 predicate::Key::Pid => "pid".into(),
             })
             .collect();
-        self.owners.note(&attached.region);
         let (values, overflow, unreadable) = crate::events::aggregates::values(&attached.region, &self.owners);
         let (counts, by_overflow) = crate::events::aggregates::by_thread(&attached.region, &self.owners);
         let indexes = attached.all_indexes();
@@ -637,6 +637,7 @@ impl Tracer {
             stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
         }
         let by = self.by_report(attached);
+        self.owners.note(&attached.region);
         let aggregates = self.aggregate_report(attached);
         ProcessReport {
             summary,
