@@ -137,7 +137,8 @@ pub struct ProbeArgs {
     /// Aggregate a value of each call in the target, per --by's keys:
     /// `count()`, `sum(v)`, `min(v)`, `max(v)`, `avg(v)`, `hist(v)` (powers
     /// of two), of one parameter, argN or struct field (`--agg 'hist(len),
-    /// avg(len)'`, `--agg 'sum(req->len)'`); shown with the summary.
+    /// avg(len)'`, `--agg 'sum(req->len)'`), or of `ret` (with --ret -q);
+    /// shown with the summary.
     #[arg(long, value_name = "EXPR")]
     pub agg: Option<String>,
     /// Show the calls as each thread's call tree (implies --args --ret):

@@ -1156,7 +1156,7 @@ pub struct Agg {
 
 /// Parses `--agg 'hist(len), sum(req->len), avg(len), min(len), max(len),
 /// count()'` (bpftrace's names): functions of one value, a parameter,
-/// `argN` or a field, each at most once.
+/// `argN`, a field or the return value `ret`, each at most once.
 pub fn parse_agg(text: &str) -> Result<Agg, String> {
     if text.len() > MAX_LEN {
         return Err(format!("the list is longer than {MAX_LEN} bytes"));
@@ -1217,13 +1217,8 @@ pub fn parse_agg(text: &str) -> Result<Agg, String> {
             return Err(format!("unexpected `{}` in `{shown}`", t.text()));
         }
         match &o {
-            Operand::Name(_) | Operand::Position(_) | Operand::Field(..) => {}
-            Operand::Ret => {
-                return Err("--agg reads its value at the call's entry: `ret` is not one (a parameter, argN or a \
-                            field is)"
-                    .into());
-            }
-            _ => return Err(format!("`{shown}`: --agg aggregates a parameter, argN or a field (req->len)")),
+            Operand::Name(_) | Operand::Position(_) | Operand::Field(..) | Operand::Ret => {}
+            _ => return Err(format!("`{shown}`: --agg aggregates a parameter, argN, a field (req->len) or ret")),
         }
         match &out.value {
             Some((t, v)) if *v != o => {
@@ -1300,14 +1295,28 @@ pub fn fields_of_agg(agg: &Agg, out: &mut Vec<(String, Vec<Step>)>) {
     }
 }
 
+/// True if `--agg`'s value is read at the call's exit (`ret`).
+pub fn agg_at_exit(agg: &Agg) -> bool {
+    matches!(agg.value, Some((_, Operand::Ret)))
+}
+
 /// The words of [`crate::probe::layout::ProbeConfig::agg`] that read
 /// `--agg`'s value in the function `info` describes (with its fields
 /// resolved): the header ([`fetch_word`], with its extension and sign),
-/// then one offset per load. All zeros for `count()` alone.
+/// then one offset per load. All zeros for `count()` alone. For `ret`,
+/// the header alone, whose extension and sign the exit reads.
 pub fn agg_program(agg: &Agg, info: &ProbeInfo) -> Result<[u64; AGG_VALUE_WORDS], String> {
     let mut out = [0u64; AGG_VALUE_WORDS];
     let Some((text, o)) = &agg.value else { return Ok(out) };
     let slots = arg_slots(info);
+    if *o == Operand::Ret {
+        let s = operand_slot(o, &slots, info, true)?.ok_or("name a value")?;
+        out[0] = fetch_word::VALID
+            | (8 << fetch_word::WIDTH_SHIFT)
+            | (s.ext << fetch_word::EXT_SHIFT)
+            | if s.signed { fetch_word::SIGNED } else { 0 };
+        return Ok(out);
+    }
     let (reg, loads, width, slot): (u64, &[i64], u64, Slot) = match o {
         Operand::Field(p, steps) => {
             let (reg, path) = field_of(p, steps, &slots, info)?;
@@ -1636,6 +1645,7 @@ mod tests {
         let f = parse_agg("max(req->uri.len)").unwrap();
         assert!(matches!(f.value, Some((_, Operand::Field(..)))));
         assert_eq!(parse_agg("count()").unwrap().value, None);
+        assert!(agg_at_exit(&parse_agg("hist(ret), sum(ret)").unwrap()));
         for (bad, why) in [
             ("", "name the functions"),
             ("median(x)", "not a function"),
@@ -1645,7 +1655,6 @@ mod tests {
             ("sum(a", "ends with `)`"),
             ("sum()", "needs a value"),
             ("count(a)", "takes no value"),
-            ("sum(ret)", "`ret` is not one"),
             ("sum(3)", "aggregates a parameter"),
             ("sum(str(a))", "aggregates a parameter"),
             ("len", "not a function"),

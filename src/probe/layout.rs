@@ -924,6 +924,10 @@ pub mod by_word {
     /// value [`super::ProbeConfig::agg`] reads), not its
     /// [`super::ByEntry`] table of counts.
     pub const AGG: u32 = 1 << 16;
+    /// With [`AGG`]: the value is the return value, added at the exit of
+    /// a call whose durations are kept in the target
+    /// ([`super::entry_flags::AGGREGATE`]); the entry adds nothing.
+    pub const AT_EXIT: u32 = 1 << 17;
 }
 
 /// Log-linear buckets per power of two of a [`LatEntry`] (`2^LAT_SUB_BITS`).
@@ -1224,6 +1228,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGGV_SIGNED", fetch_word::SIGNED),
     ("TP_BY_NO_VALUE", by_word::NO_VALUE as u64),
     ("TP_BY_AGG", by_word::AGG as u64),
+    ("TP_BY_AT_EXIT", by_word::AT_EXIT as u64),
     ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
     ("TP_STACK_SPAN", STACK_SPAN),
     ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),

@@ -792,6 +792,22 @@ fn configure(
             r.config.by |= layout::by_word::AGG;
         }
     }
+    if agg.is_some_and(predicate::agg_at_exit) {
+        let text = text::text(what.agg.as_deref().unwrap_or(""));
+        if r.kind & kind::AGGREGATE == 0 {
+            bail!(
+                "--agg `{text}` keeps return values in the target, at the exits it times there: add --ret and -q \
+                 (without --args, --stack or a trace file)"
+            );
+        }
+        if let Some(v) = value {
+            bail!(
+                "--agg `{text}`: the return value is read at the exit, where `{}` is gone: key it by tid or pid",
+                text::text(v)
+            );
+        }
+        r.config.by |= layout::by_word::AT_EXIT;
+    }
     if let Some(a) = agg {
         r.config.agg = predicate::agg_program(a, info).map_err(|why| {
             anyhow::anyhow!("--agg `{}` in `{function}`: {why}", text::text(what.agg.as_deref().unwrap_or("")))

@@ -141,6 +141,42 @@ fn an_arguments_aggregates_per_thread_equal_the_targets_books() {
     assert_eq!(total, hists["len"], "tp's histogram vs the target's");
 }
 
+/// The return value (`ret`, a signed long: consume returns its `len`),
+/// added at the exits the target times itself (`--ret -q`): per thread,
+/// the same books as the argument's.
+#[test]
+fn the_return_values_aggregates_per_thread_equal_the_targets_books() {
+    let (lines, stdout) = record(
+        &[
+            "-f",
+            "consume",
+            "--ret",
+            "--agg",
+            "count(), sum(ret), min(ret), max(ret), hist(ret)",
+            "--by",
+            "tid",
+            "--json",
+        ],
+        3,
+        2500,
+    );
+    let (threads, hists) = books(&lines);
+    let a = aggregate(&stdout);
+    assert_eq!(a["value"], "ret");
+    let rows = a["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "one row per thread: {a}");
+    let mut total: BTreeMap<usize, u64> = BTreeMap::new();
+    for r in rows {
+        let b = &threads[&r["key"][0].as_i64().unwrap()];
+        let got = (r["count"].as_i64(), r["sum"].as_i64(), r["min"].as_i64(), r["max"].as_i64());
+        assert_eq!(got, (Some(b.calls), Some(b.sum), Some(b.min), Some(b.max)), "{r}");
+        for (k, n) in buckets(&r["hist"]) {
+            *total.entry(k).or_default() += n;
+        }
+    }
+    assert_eq!(total, hists["len"], "tp's histogram vs the target's");
+}
+
 /// A struct field (`m->size`, an unsigned int read through the pointer
 /// the call passes), in text: one line per thread with its sum, minimum,
 /// maximum and average, and the histogram lines over the threads add up
@@ -243,7 +279,9 @@ fn bad_aggregations_are_refused_in_one_line() {
         (vec!["-f", "consume", "--agg", "median(len)"], "`median` is not a function"),
         (vec!["-f", "consume", "--agg", "hist(len"], "ends with `)`"),
         (vec!["-f", "consume", "--agg", "sum(len), max(fd)"], "one value per function"),
-        (vec!["-f", "consume", "--agg", "sum(ret)"], "`ret` is not one"),
+        (vec!["-f", "consume", "--agg", "sum(ret)"], "add --ret and -q"),
+        (vec!["-f", "consume", "--agg", "sum(ret)", "--ret", "-q", "--by", "fd"], "where `fd` is gone"),
+        (vec!["-f", "consume", "--agg", "sum(ret + 1)"], "unexpected `+`"),
         (vec!["-f", "consume", "--agg", "sum(nosuch)"], "has no parameter `nosuch`"),
         (vec!["-f", "submit", "--agg", "sum(m->nosuch)"], "no member `nosuch`"),
         (vec!["-f", "consume", "--by", "stack"], "does not key by the stack"),
