@@ -127,7 +127,8 @@ fn hist_text(out: &mut impl Write, hist: &[u64]) -> io::Result<()> {
             (Some(lo), hi) if hi - lo == 1 => format!("[{}]", short(lo)),
             (Some(lo), hi) => format!("[{}, {})", short(lo), short(hi)),
         };
-        let bar = "@".repeat((n * BAR / max) as usize);
+        // Counts the target wrote: no product may overflow.
+        let bar = "@".repeat((u128::from(n) * u128::from(BAR) / u128::from(max)) as usize);
         writeln!(out, "{label:<16}{n:>8} |{bar:<52}|")?;
     }
     Ok(())
@@ -280,5 +281,23 @@ mod tests {
         assert_eq!(v["rows"][1]["avg"], 26);
         assert_eq!(v["rows"][1]["hist"][0]["low"], serde_json::Value::Null);
         assert_eq!(v["rows"][1]["hist"].as_array().unwrap().len(), 4);
+    }
+    #[test]
+    fn counts_the_target_wrote_never_overflow_a_bar() {
+        let mut hist = vec![0; BUCKETS];
+        hist[3] = u64::MAX;
+        hist[4] = u64::MAX / 2;
+        let row = AggRow { key: vec![], count: u64::MAX, sum: i128::MAX, min: 0, max: 1, hist };
+        let p = ProbeAgg {
+            function: "f".into(),
+            funcs: vec![AggFn::Avg, AggFn::Hist],
+            rows: vec![row],
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        write_text(&mut out, &[p]).unwrap();
+        let s = String::from_utf8(out).unwrap();
+        assert!(s.contains("@: avg "), "{s}");
+        assert!(s.contains(&format!("|{}|", "@".repeat(52))), "{s}");
     }
 }
