@@ -326,3 +326,32 @@ fn unreadable_fields_are_counted_apart_and_the_target_runs_on() {
     assert_eq!(rows[0]["sum"].as_i64(), Some(lens.iter().sum::<i64>() + 1), "{a}");
     assert_eq!(rows[0]["max"].as_i64(), lens.iter().max().copied(), "{a}");
 }
+
+/// Aggregates keyed by an argument and the thread, of the calls a
+/// predicate selects in the target: each thread passes one fd of its own
+/// and a negative length (-1 - its number) on every 97th call from the
+/// 6th; only those are counted.
+#[test]
+fn aggregates_by_an_argument_and_the_thread_of_the_calls_a_predicate_selects() {
+    let calls = 1000;
+    let (lines, stdout) = record(
+        &["-f", "consume", "--agg", "count(), max(len)", "--by", "fd, tid", "--if", "len < 0", "--json"],
+        3,
+        calls,
+    );
+    let (threads, _) = books(&lines);
+    let a = aggregate(&stdout);
+    let got: BTreeMap<(i64, i64), (i64, i64)> = a["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let key = (r["key"][0].as_i64().unwrap(), r["key"][1].as_i64().unwrap());
+            (key, (r["count"].as_i64().unwrap(), r["max"].as_i64().unwrap()))
+        })
+        .collect();
+    let negative = (0..calls as i64).filter(|i| i % 97 == 5).count() as i64;
+    let want: BTreeMap<(i64, i64), (i64, i64)> =
+        threads.iter().map(|(&tid, b)| ((3 + b.t, tid), (negative, -1 - b.t))).collect();
+    assert_eq!(got, want, "{a}");
+}
