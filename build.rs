@@ -89,6 +89,9 @@ const TARGETS: &[Target] = &[
     Target { name: "nested", sources: &["nested.c"], ..c("", &["-fPIE", "-pie"]) },
     // Struct fields by DWARF (tests/e2e/fields.rs).
     Target { name: "server", sources: &["server.c"], ..c("", &["-fPIE", "-pie"]) },
+    // Lengths passed by several threads, with the target's own sums and
+    // histograms (--agg, tests/e2e/agg.rs).
+    Target { name: "agg", sources: &["agg.c"], ..c("", &["-fPIE", "-pie"]) },
     // A program for `tp run` and --follow-exec: its own count of calls, its exit status or signal.
     Target { name: "launched", sources: &["launched.c"], ..c("", &["-fPIE", "-pie"]) },
     // Forks while return probes are live: parent and child return through the same frames.

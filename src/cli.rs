@@ -72,7 +72,7 @@ pub struct ProbeArgs {
     /// lines: a count-only probe at the start of each block where one fits
     /// (`tp list-probes --blocks FUNCTION` shows which); the others' counts
     /// follow from the flow where it tells them.
-    #[arg(long, conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "lines"])]
+    #[arg(long, conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "agg", "lines"])]
     pub blocks: bool,
     /// Step N calls (default 1) of the functions -f names, one at a time,
     /// instruction by instruction to their return, with the functions they
@@ -81,7 +81,7 @@ pub struct ProbeArgs {
     /// instructions. Each instruction costs microseconds (ptrace).
     #[arg(long, value_name = "N", num_args = 0..=1, default_missing_value = "1",
           value_parser = clap::value_parser!(u32).range(1..=1000),
-          conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "lines", "blocks", "tree"])]
+          conflicts_with_all = ["args", "ret", "stack", "predicate", "by", "agg", "lines", "blocks", "tree"])]
     pub steps: Option<u32>,
     /// The most instructions a stepped call records; then it runs on free.
     #[arg(long, value_name = "N", default_value_t = 1_000_000, requires = "steps",
@@ -136,9 +136,18 @@ pub struct ProbeArgs {
     /// struct fields by DWARF: `req->len > 100`, `str(req->method) == "GET"` (a call whose field cannot be read is not selected).
     #[arg(long = "if", value_name = "EXPR")]
     pub predicate: Option<String>,
-    /// Count the calls per value of this integer argument (a name or arg0..arg5), in the target.
-    #[arg(long, value_name = "ARG")]
+    /// Count the calls per key, in the target: up to three of an integer
+    /// argument (a name or arg0..arg5), `tid` and `pid` (`--by 'fd, tid'`);
+    /// with --agg, the keys its values are aggregated by.
+    #[arg(long, value_name = "KEYS")]
     pub by: Option<String>,
+    /// Aggregate a value of each call in the target, per --by's keys:
+    /// `count()`, `sum(v)`, `min(v)`, `max(v)`, `avg(v)`, `hist(v)` (powers
+    /// of two), of one parameter, argN or struct field (`--agg 'hist(len),
+    /// avg(len)'`, `--agg 'sum(req->len)'`), or of `ret` (with --ret -q);
+    /// shown with the summary.
+    #[arg(long, value_name = "EXPR")]
+    pub agg: Option<String>,
     /// Show the calls as each thread's call tree (implies --args --ret):
     /// every call indented under its probed caller, with its duration; a
     /// call with no probed callee on one line with its return value.
@@ -199,7 +208,7 @@ pub struct AttachArgs {
     pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target (with
     /// --ret, timing each call too: `tp status` shows the latency).
-    #[arg(long, conflicts_with_all = ["duration", "args", "tree", "output", "follow_exec", "listen", "stack", "predicate", "by"])]
+    #[arg(long, conflicts_with_all = ["duration", "args", "tree", "output", "follow_exec", "listen", "stack", "predicate", "by", "agg"])]
     pub keep: bool,
     /// What to record and how to print it.
     #[command(flatten)]

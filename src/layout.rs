@@ -174,7 +174,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 22;
+pub const VERSION: u32 = 23;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -933,6 +933,13 @@ pub mod fetch_word {
     pub const STR_SHIFT: u32 = 24;
     /// Bit 32: set in every header (a zero word ends the program).
     pub const VALID: u64 = 1 << 32;
+    /// In [`super::ProbeConfig::agg`] only, bits 40..48: how the value
+    /// read is extended to 64 bits (a `filter_ext`).
+    pub const EXT_SHIFT: u32 = 40;
+    /// In [`super::ProbeConfig::agg`] only: the value is signed (its
+    /// minimum and maximum compare signed, a negative one has a bucket
+    /// of its own).
+    pub const SIGNED: u64 = 1 << 48;
 }
 
 shared_struct! {
@@ -944,8 +951,9 @@ shared_struct! {
         pub entry: [u64; FILTER_WORDS],
         /// The predicate on the return value, run at exit (`entry_flags::FILTER_EXIT`).
         pub exit: [u64; FILTER_WORDS],
-        /// `--by`: the argument register (bits 0..8) and how it is extended
-        /// (bits 8..16, a `filter_ext`).
+        /// `--by` and `--agg`: the argument register (bits 0..8, [`by_word`]),
+        /// how it is extended (bits 8..16, a `filter_ext`), and whether the
+        /// call goes to the thread's table of aggregates ([`AggEntry`]).
         pub by: u32,
         /// `--stack`: frame-pointer walk depth, or 0.
         pub stack_depth: u32,
@@ -962,7 +970,33 @@ shared_struct! {
         /// ([`fetch_word`]), sent after the entry event as its stack would
         /// be ([`stack_word::MODE_FIELDS`]); the first word 0 if none.
         pub fetch: [u64; FETCH_WORDS],
+        /// `--agg`: the value aggregated at entry ([`fetch_word`]: a header
+        /// with [`fetch_word::EXT_SHIFT`] and [`fetch_word::SIGNED`], then
+        /// its loads); a zero header counts the calls alone.
+        pub agg: [u64; AGG_VALUE_WORDS],
     }
+}
+
+/// Words of [`ProbeConfig::agg`]: a header and its loads.
+pub const AGG_VALUE_WORDS: usize = 1 + FETCH_DEPTH;
+
+/// The bits of [`ProbeConfig::by`].
+pub mod by_word {
+    /// Bits 0..8: the argument register whose value keys the call, or
+    /// [`NO_VALUE`].
+    pub const REG_MASK: u32 = 0xff;
+    /// No value keys the call (`--by tid`, or no `--by`): its key is 0.
+    pub const NO_VALUE: u32 = 0xff;
+    /// Bits 8..16: how the argument is extended (a `filter_ext`).
+    pub const EXT_SHIFT: u32 = 8;
+    /// The call goes to the thread's [`super::AggEntry`] table (with the
+    /// value [`super::ProbeConfig::agg`] reads), not its
+    /// [`super::ByEntry`] table of counts.
+    pub const AGG: u32 = 1 << 16;
+    /// With [`AGG`]: the value is the return value, added at the exit of
+    /// a call whose durations are kept in the target
+    /// ([`super::entry_flags::AGGREGATE`]); the entry adds nothing.
+    pub const AT_EXIT: u32 = 1 << 17;
 }
 
 /// Log-linear buckets per power of two of a [`LatEntry`] (`2^LAT_SUB_BITS`).
@@ -991,8 +1025,14 @@ shared_struct! {
     pub struct AggHead as "tp_agg" {
         /// Calls `--by` could not count: the thread's table was full.
         pub by_overflow: u64,
+        /// Calls `--agg` could not count: the thread's [`AggEntry`] table
+        /// was full.
+        pub agg_overflow: u64,
+        /// Calls `--agg` did not count: their value could not be read (a
+        /// bad pointer on the way to a field).
+        pub agg_unreadable: u64,
         /// Padding to a cache line.
-        pub pad: [u64; 7],
+        pub pad: [u64; 5],
     }
 }
 
@@ -1037,6 +1077,69 @@ shared_struct! {
     }
 }
 
+/// Buckets of an [`AggEntry`]'s histogram: negative values, zero, then one
+/// per power of two ([`agg_bucket`]).
+pub const AGG_HIST_BUCKETS: usize = 66;
+/// (function, key) aggregates a thread keeps for `--agg`; more are counted
+/// as overflow.
+pub const AGG_VAL_ENTRIES: usize = 128;
+/// log2 of [`AGG_VAL_ENTRIES`].
+pub const AGG_VAL_BITS: u32 = AGG_VAL_ENTRIES.trailing_zeros();
+
+shared_struct! {
+    /// One (function, key) aggregate of a value on one thread (`struct
+    /// tp_aggv`): written by that thread alone, read by tp.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct AggEntry as "tp_aggv" {
+        /// The probe's index plus one; 0 while free.
+        pub probe: u32,
+        /// Padding.
+        pub pad: u32,
+        /// The key's value ([`ProbeConfig::by`]), 0 if none.
+        pub key: u64,
+        /// Calls counted.
+        pub count: u64,
+        /// Sum of their values (wrapping).
+        pub sum: u64,
+        /// Smallest value (signed or not as [`fetch_word::SIGNED`] says).
+        pub min: u64,
+        /// Largest value.
+        pub max: u64,
+        /// Padding.
+        pub pad2: [u64; 2],
+        /// Calls per bucket ([`agg_bucket`]).
+        pub buckets: [u64; AGG_HIST_BUCKETS],
+    }
+}
+
+impl Default for AggEntry {
+    fn default() -> AggEntry {
+        AggEntry {
+            probe: 0,
+            pad: 0,
+            key: 0,
+            count: 0,
+            sum: 0,
+            min: 0,
+            max: 0,
+            pad2: [0; 2],
+            buckets: [0; AGG_HIST_BUCKETS],
+        }
+    }
+}
+
+/// The bucket of value `v` in an [`AggEntry`] (what runtime.c computes):
+/// 0 for a negative one (`signed`), 1 for zero, `2 + k` for `[2^k, 2^(k+1))`.
+pub fn agg_bucket(v: u64, signed: bool) -> usize {
+    if signed && (v as i64) < 0 {
+        0
+    } else if v == 0 {
+        1
+    } else {
+        2 + (63 - v.leading_zeros()) as usize
+    }
+}
+
 impl Default for LatEntry {
     fn default() -> LatEntry {
         LatEntry { probe: 0, pad: 0, count: 0, sum: 0, min: 0, max: 0, pad2: [0; 3], buckets: [0; LAT_BUCKETS] }
@@ -1044,10 +1147,11 @@ impl Default for LatEntry {
 }
 
 /// Bytes of a thread's aggregates: [`AggHead`], its [`LatEntry`] table,
-/// its [`ByEntry`] table.
+/// its [`ByEntry`] table, its [`AggEntry`] table.
 pub const AGG_SIZE: u64 = (std::mem::size_of::<AggHead>()
     + AGG_LAT_ENTRIES * std::mem::size_of::<LatEntry>()
-    + AGG_BY_ENTRIES * std::mem::size_of::<ByEntry>()) as u64;
+    + AGG_BY_ENTRIES * std::mem::size_of::<ByEntry>()
+    + AGG_VAL_ENTRIES * std::mem::size_of::<AggEntry>()) as u64;
 
 /// The bucket of a duration of `ticks` in a [`LatEntry`] (what runtime.c computes).
 pub fn lat_bucket(ticks: u64) -> usize {
@@ -1193,6 +1297,15 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGG_BY_ENTRIES", AGG_BY_ENTRIES as u64),
     ("TP_AGG_PROBES", AGG_PROBES as u64),
     ("TP_AGG_BY_BITS", AGG_BY_BITS as u64),
+    ("TP_AGG_VAL_ENTRIES", AGG_VAL_ENTRIES as u64),
+    ("TP_AGG_VAL_BITS", AGG_VAL_BITS as u64),
+    ("TP_AGG_HIST_BUCKETS", AGG_HIST_BUCKETS as u64),
+    ("TP_AGG_VALUE_WORDS", AGG_VALUE_WORDS as u64),
+    ("TP_AGGV_EXT_SHIFT", fetch_word::EXT_SHIFT as u64),
+    ("TP_AGGV_SIGNED", fetch_word::SIGNED),
+    ("TP_BY_NO_VALUE", by_word::NO_VALUE as u64),
+    ("TP_BY_AGG", by_word::AGG as u64),
+    ("TP_BY_AT_EXIT", by_word::AT_EXIT as u64),
     ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
     ("TP_STACK_SPAN", STACK_SPAN),
     ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),
@@ -1237,13 +1350,16 @@ pub fn c_structs() -> Vec<CStruct> {
         AggHead::c_struct(),
         LatEntry::c_struct(),
         ByEntry::c_struct(),
+        AggEntry::c_struct(),
     ]
 }
 
 const _: () = assert!(std::mem::size_of::<EventCtx>() == 208 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
-const _: () = assert!(std::mem::size_of::<ProbeConfig>() == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS);
+const _: () =
+    assert!(std::mem::size_of::<ProbeConfig>() == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS + 8 * AGG_VALUE_WORDS);
+const _: () = assert!(std::mem::size_of::<AggEntry>() == 64 + 8 * AGG_HIST_BUCKETS);
 const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
 const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
 const _: () = assert!(std::mem::size_of::<AggHead>() == 64);
@@ -1803,6 +1919,8 @@ unsafe impl Plain for LatEntry {}
 unsafe impl Plain for ByEntry {}
 // SAFETY: as above.
 unsafe impl Plain for TrapTrace {}
+// SAFETY: plain integers.
+unsafe impl Plain for AggEntry {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {

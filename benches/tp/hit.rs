@@ -39,6 +39,9 @@ pub enum Records {
     FalsePredicate,
     /// Exits timed into the target's own histograms (`--ret -q`): no event.
     Aggregated,
+    /// The argument's sum and histogram per thread, in the target (`--agg
+    /// 'sum(x), hist(x)' --by tid`): no event.
+    AggValue,
     /// Each entry with its stack, walked by frame pointers, this many frames.
     StackFp(u32),
     /// Each entry with a copy of this many bytes of its stack, unwound by the tracer.
@@ -60,6 +63,7 @@ impl Records {
             Records::Disabled => "disabled (flag off)".into(),
             Records::FalsePredicate => "entry + args, predicate false".into(),
             Records::Aggregated => "exit + latency, histogram in the target".into(),
+            Records::AggValue => "aggregate: sum and histogram of an argument by thread".into(),
             Records::StackFp(d) => format!("stack, frame pointers, {d} frames"),
             Records::StackCopy(b) => format!("stack, {b}-byte copy unwound (DWARF)"),
             Records::Blocks => "count, every basic block (--blocks)".into(),
@@ -90,6 +94,7 @@ impl Records {
             // work(x) is called with x from 0 up: never negative.
             Records::FalsePredicate => (s(&["--args", "--if", "x < 0"]), Vec::new()),
             Records::Aggregated => (s(&["--ret"]), Vec::new()),
+            Records::AggValue => (s(&["--agg", "sum(x), hist(x)", "--by", "tid"]), Vec::new()),
             Records::StackFp(d) => (s(&["--stack", "--stack-depth", &d.to_string()]), Vec::new()),
             Records::StackCopy(b) => (s(&["--stack=dwarf", "--stack-size", &b.to_string()]), Vec::new()),
             Records::Blocks => (s(&["--blocks"]), Vec::new()),
@@ -301,9 +306,12 @@ impl Tracer for Tp {
 
     fn sizes(&self) -> Sizes {
         match self.records {
-            Records::Count | Records::Disabled | Records::FalsePredicate | Records::Aggregated | Records::Blocks => {
-                Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 }
-            }
+            Records::Count
+            | Records::Disabled
+            | Records::FalsePredicate
+            | Records::Aggregated
+            | Records::AggValue
+            | Records::Blocks => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
             // A stack takes several of the ring's events.
             Records::StackFp(_) | Records::StackCopy(_) => Sizes { bursts: 31, calls: 1_024, pause_us: 25_000 },
             // Bursts that fit in the ring, and pauses longer than tp's

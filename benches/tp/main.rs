@@ -218,6 +218,7 @@ fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         (Some(Records::ArgsRetStack), "hot", "work"),
         (Some(Records::FalsePredicate), "hot", "work"),
         (Some(Records::Aggregated), "hot", "work"),
+        (Some(Records::AggValue), "hot", "work"),
         (Some(Records::Count), "hot-nop5", "work"),
     ];
     for f in SHAPES {
@@ -479,6 +480,7 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::ArgsRetStack, 1),
         (Records::FalsePredicate, 1),
         (Records::Aggregated, 1),
+        (Records::AggValue, 1),
         (Records::StackFp(10), 1),
         (Records::StackFp(30), 1),
         (Records::StackCopy(1024), 1),

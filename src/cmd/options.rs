@@ -54,7 +54,8 @@ pub fn options(
         // A stack comes with its call's entry event.
         k |= kind::ARGS | kind::STACK;
     }
-    if probe.by.is_some() {
+    crate::session::check_aggregation(probe.by.as_deref(), probe.agg.as_deref())?;
+    if probe.by.is_some() || probe.agg.is_some() {
         k |= kind::BY;
     }
     if probe.predicate.is_some() && k & kind::CALLS_AT_ENTRY == 0 {
@@ -95,6 +96,7 @@ pub fn options(
         predicate: probe.predicate.clone(),
         picks: probe.args.clone().filter(|a| !a.trim().is_empty()),
         by: probe.by.clone(),
+        agg: probe.agg.clone(),
         stack,
         step_calls: probe.steps.unwrap_or(0),
         trap_steps: (probe.steps.is_some() && probe.step_engine == "trap").then_some(probe.step_limit),

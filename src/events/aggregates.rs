@@ -1,7 +1,9 @@
 //! What the runtime keeps in the target instead of sending events: each
 //! thread's latency histograms of return probes whose events nobody reads
-//! (`--ret -q`) and its counts of calls by an argument's value (`--by`),
-//! after its ring in the data region ([`crate::probe::layout::AggHead`]).
+//! (`--ret -q`), its counts of calls by an argument's value (`--by`) and
+//! its aggregates of a value (`--agg`), after its ring in the data region
+//! ([`crate::probe::layout::AggHead`]). Each table is one thread's: the
+//! slot's owner (its PID and TID) keys them by thread and process.
 //! Read here, summed over the threads, and cleared when a session starts.
 //! The target can write these tables: a probe index past the region's
 //! capacity is skipped, a count is taken as it is (it only changes what is
@@ -14,9 +16,13 @@ use anyhow::Result;
 use super::clock::Clock;
 use super::stats::Latency;
 use crate::probe::layout::{
-    AGG_BY_ENTRIES, AGG_LAT_ENTRIES, AggHead, ByEntry, Header, LAT_BUCKETS, LatEntry, lat_bucket_low,
+    AGG_BY_ENTRIES, AGG_LAT_ENTRIES, AGG_VAL_ENTRIES, AggEntry, AggHead, ByEntry, Header, LAT_BUCKETS, LatEntry,
+    lat_bucket_low,
 };
 use crate::probe::region::Region;
+
+/// The buckets of an aggregate's histogram, and the bucket of a value.
+pub use crate::probe::layout::{AGG_HIST_BUCKETS, agg_bucket};
 
 /// Offsets of the thread slots some thread has claimed (as the drainer reads them).
 fn slots_in_use(h: &Header) -> Vec<u64> {
@@ -94,6 +100,114 @@ pub fn by_value(region: &Region) -> (HashMap<(u32, u64), u64>, u64) {
         }
     }
     (out, overflow)
+}
+
+fn value_off(h: &Header, slot: u64, i: usize) -> u64 {
+    by_off(h, slot, AGG_BY_ENTRIES) + (i * std::mem::size_of::<AggEntry>()) as u64
+}
+
+/// The owners of the thread slots, by slot offset, as last seen claimed:
+/// tp frees the slots of a process that ended or detached (their key
+/// becomes 0), and its aggregates are read after that.
+#[derive(Debug, Clone, Default)]
+pub struct Owners(HashMap<u64, u64>);
+
+impl Owners {
+    /// Notes the owner of every claimed slot that has one now.
+    pub fn note(&mut self, region: &Region) {
+        let h = region.header();
+        for slot in slots_in_use(&h) {
+            let key = region.load_u64(slot);
+            if key != 0 {
+                self.0.insert(slot, key);
+            }
+        }
+    }
+
+    /// The thread that owns `slot`: its PID and TID (as the thread wrote
+    /// them), or as last noted if the slot was freed since.
+    fn of(&self, region: &Region, slot: u64) -> (u32, u32) {
+        let key = match region.load_u64(slot) {
+            0 => self.0.get(&slot).copied().unwrap_or(0),
+            key => key,
+        };
+        ((key >> 32) as u32, key as u32)
+    }
+}
+
+/// One thread's count of a probe's calls with one argument value (`--by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadCount {
+    /// The thread's process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// The probe's entry index.
+    pub probe: u32,
+    /// The argument's value.
+    pub value: u64,
+    /// Calls.
+    pub count: u64,
+}
+
+/// Calls counted per thread, probe and argument value (`--by`), and the
+/// calls no thread's table had room for.
+pub fn by_thread(region: &Region, owners: &Owners) -> (Vec<ThreadCount>, u64) {
+    let h = region.header();
+    let mut out = Vec::new();
+    let mut overflow = 0u64;
+    for slot in slots_in_use(&h) {
+        overflow = overflow.saturating_add(region.get::<AggHead>(h.agg_off(slot)).by_overflow);
+        let (pid, tid) = owners.of(region, slot);
+        for i in 0..AGG_BY_ENTRIES {
+            let e: ByEntry = region.get(by_off(&h, slot, i));
+            if e.probe == 0 || e.probe > h.capacity || e.count == 0 {
+                continue;
+            }
+            out.push(ThreadCount { pid, tid, probe: e.probe - 1, value: e.value, count: e.count });
+        }
+    }
+    (out, overflow)
+}
+
+/// One thread's aggregate of a probe's values under one key (`--agg`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadAggregate {
+    /// The thread's process.
+    pub pid: u32,
+    /// The thread.
+    pub tid: u32,
+    /// The probe's entry index.
+    pub probe: u32,
+    /// As the thread kept it.
+    pub entry: AggEntry,
+}
+
+/// What the threads' tables of aggregates hold: each aggregate, the calls
+/// no table had room for, and the calls whose value could not be read.
+pub fn values(region: &Region, owners: &Owners) -> (Vec<ThreadAggregate>, u64, u64) {
+    let h = region.header();
+    let mut out = Vec::new();
+    let (mut overflow, mut unreadable) = (0u64, 0u64);
+    for slot in slots_in_use(&h) {
+        let head: AggHead = region.get(h.agg_off(slot));
+        overflow = overflow.saturating_add(head.agg_overflow);
+        unreadable = unreadable.saturating_add(head.agg_unreadable);
+        let (pid, tid) = owners.of(region, slot);
+        for i in 0..AGG_VAL_ENTRIES {
+            let off = value_off(&h, slot, i);
+            let probe = region.load_u64(off) as u32;
+            if probe == 0 || probe > h.capacity {
+                continue;
+            }
+            let entry: AggEntry = region.get(off);
+            if entry.count == 0 {
+                continue;
+            }
+            out.push(ThreadAggregate { pid, tid, probe: probe - 1, entry });
+        }
+    }
+    (out, overflow, unreadable)
 }
 
 /// Clears every thread's aggregates, so that a session counts only its

@@ -47,8 +47,8 @@
 use crate::arch::{Arch, Host, ParamClass};
 use crate::probe::filter;
 use crate::probe::layout::{
-    FETCH_STR_MAX, FETCH_VALUES, FETCH_WORDS, FILTER_RET, FILTER_STR_MAX, FILTER_WORDS, fetch_word, filter_ext,
-    filter_op,
+    AGG_VALUE_WORDS, FETCH_STR_MAX, FETCH_VALUES, FETCH_WORDS, FILTER_RET, FILTER_STR_MAX, FILTER_WORDS, fetch_word,
+    filter_ext, filter_op,
 };
 use crate::symbols::dwarf::Type;
 use crate::symbols::fields::{FieldPath, MAX_STEPS, Step, steps_text};
@@ -1113,6 +1113,251 @@ pub fn by_value(word: u32, value: u64) -> i128 {
     }
 }
 
+/// A function of `--agg`: what is shown of the value's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AggFn {
+    /// `count()`: the calls.
+    Count,
+    /// `sum(v)`.
+    Sum,
+    /// `min(v)`.
+    Min,
+    /// `max(v)`.
+    Max,
+    /// `avg(v)`: the sum over the count, rounded toward zero.
+    Avg,
+    /// `hist(v)`: calls per power of two of the value.
+    Hist,
+}
+
+impl AggFn {
+    /// The name as written.
+    pub fn name(self) -> &'static str {
+        match self {
+            AggFn::Count => "count",
+            AggFn::Sum => "sum",
+            AggFn::Min => "min",
+            AggFn::Max => "max",
+            AggFn::Avg => "avg",
+            AggFn::Hist => "hist",
+        }
+    }
+}
+
+/// A parsed `--agg`: its functions, in order, of one value (none for
+/// `count()` alone), with the value's text as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Agg {
+    /// The functions.
+    pub funcs: Vec<AggFn>,
+    /// The value they aggregate: its text and operand.
+    pub value: Option<(String, Operand)>,
+}
+
+/// Parses `--agg 'hist(len), sum(req->len), avg(len), min(len), max(len),
+/// count()'` (bpftrace's names): functions of one value, a parameter,
+/// `argN`, a field or the return value `ret`, each at most once.
+pub fn parse_agg(text: &str) -> Result<Agg, String> {
+    if text.len() > MAX_LEN {
+        return Err(format!("the list is longer than {MAX_LEN} bytes"));
+    }
+    if text.trim().is_empty() {
+        return Err("name the functions to aggregate with: count(), sum(v), min(v), max(v), avg(v), hist(v)".into());
+    }
+    let mut out = Agg { funcs: Vec::new(), value: None };
+    for piece in split_top_level(text) {
+        let piece = piece.trim();
+        let shown = crate::escape::text(piece);
+        let Some((name, rest)) = piece.split_once('(') else {
+            return Err(if piece.is_empty() {
+                "an empty function in the list (two commas, or one at an end)".into()
+            } else {
+                format!("`{shown}` is not a function: name one of count(), sum(v), min(v), max(v), avg(v), hist(v)")
+            });
+        };
+        let Some(inner) = rest.trim_end().strip_suffix(')') else {
+            return Err(format!("`{shown}`: a function's value ends with `)`"));
+        };
+        if let Some(close) = inner.find(')')
+            && inner.find('(').is_none_or(|open| close < open)
+        {
+            return Err(format!("`{shown}`: separate the functions with commas"));
+        }
+        let f = match name.trim() {
+            "count" => AggFn::Count,
+            "sum" => AggFn::Sum,
+            "min" => AggFn::Min,
+            "max" => AggFn::Max,
+            "avg" => AggFn::Avg,
+            "hist" => AggFn::Hist,
+            other => {
+                return Err(format!(
+                    "`{}` is not a function tp aggregates with: count, sum, min, max, avg, hist",
+                    crate::escape::text(other)
+                ));
+            }
+        };
+        if out.funcs.contains(&f) {
+            return Err(format!("{}() is named twice", f.name()));
+        }
+        out.funcs.push(f);
+        let inner = inner.trim();
+        if f == AggFn::Count {
+            if !inner.is_empty() {
+                return Err("count() counts the calls: it takes no value".into());
+            }
+            continue;
+        }
+        if inner.is_empty() {
+            return Err(format!("{}(…) needs a value: a parameter, argN or a field (req->len)", f.name()));
+        }
+        let mut p = Parser { tokens: lex(inner)?, at: 0, nesting: 0 };
+        let o = p.value()?;
+        if let Some(t) = p.tokens.get(p.at) {
+            return Err(format!("unexpected `{}` in `{shown}`", t.text()));
+        }
+        match &o {
+            Operand::Name(_) | Operand::Position(_) | Operand::Field(..) | Operand::Ret => {}
+            _ => return Err(format!("`{shown}`: --agg aggregates a parameter, argN, a field (req->len) or ret")),
+        }
+        match &out.value {
+            Some((t, v)) if *v != o => {
+                return Err(format!(
+                    "--agg aggregates one value per function: `{}` and `{}` are two",
+                    crate::escape::text(t),
+                    crate::escape::text(inner)
+                ));
+            }
+            Some(_) => {}
+            None => out.value = Some((inner.to_string(), o)),
+        }
+    }
+    Ok(out)
+}
+
+/// One key of `--by`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// An argument's value (its text as written).
+    Value(String),
+    /// The thread.
+    Tid,
+    /// The process.
+    Pid,
+}
+
+/// The most keys `--by` takes.
+pub const MAX_KEYS: usize = 3;
+
+/// Parses `--by 'len, tid'`: up to [`MAX_KEYS`] keys, each `tid`, `pid` or
+/// an integer argument (a parameter's name or argN; at most one).
+pub fn parse_keys(text: &str) -> Result<Vec<Key>, String> {
+    let mut out = Vec::new();
+    for piece in split_top_level(text) {
+        let piece = piece.trim();
+        let key = match piece {
+            "" => return Err("an empty key in the list (two commas, or one at an end)".into()),
+            "tid" => Key::Tid,
+            "pid" => Key::Pid,
+            "stack" | "ustack" => {
+                return Err("tp does not key by the stack yet: `--stack` records each call's stack, and \
+                            `--format folded` counts the calls per stack"
+                    .into());
+            }
+            v => match parse(v)? {
+                Expr::Truth(Operand::Name(_) | Operand::Position(_)) => Key::Value(v.to_string()),
+                _ => {
+                    return Err(format!(
+                        "`{}` is not a key: name tid, pid, or one argument (a parameter's name or arg0..arg5)",
+                        crate::escape::text(v)
+                    ));
+                }
+            },
+        };
+        if out.contains(&key) {
+            return Err(format!("`{piece}` is named twice"));
+        }
+        if matches!(key, Key::Value(_)) && out.iter().any(|k| matches!(k, Key::Value(_))) {
+            return Err("--by keys by one argument's value at most (with tid and pid)".into());
+        }
+        out.push(key);
+    }
+    if out.len() > MAX_KEYS {
+        return Err(format!("at most {MAX_KEYS} keys"));
+    }
+    Ok(out)
+}
+
+/// The fields (parameter, steps) `--agg`'s value names.
+pub fn fields_of_agg(agg: &Agg, out: &mut Vec<(String, Vec<Step>)>) {
+    if let Some((_, o)) = &agg.value {
+        operand_fields(o, out);
+    }
+}
+
+/// True if `--agg`'s value is read at the call's exit (`ret`).
+pub fn agg_at_exit(agg: &Agg) -> bool {
+    matches!(agg.value, Some((_, Operand::Ret)))
+}
+
+/// The words of [`crate::probe::layout::ProbeConfig::agg`] that read
+/// `--agg`'s value in the function `info` describes (with its fields
+/// resolved): the header ([`fetch_word`], with its extension and sign),
+/// then one offset per load. All zeros for `count()` alone. For `ret`,
+/// the header alone, whose extension and sign the exit reads.
+pub fn agg_program(agg: &Agg, info: &ProbeInfo) -> Result<[u64; AGG_VALUE_WORDS], String> {
+    let mut out = [0u64; AGG_VALUE_WORDS];
+    let Some((text, o)) = &agg.value else { return Ok(out) };
+    let slots = arg_slots(info);
+    if *o == Operand::Ret {
+        let s = operand_slot(o, &slots, info, true)?.ok_or("name a value")?;
+        out[0] = fetch_word::VALID
+            | (8 << fetch_word::WIDTH_SHIFT)
+            | (s.ext << fetch_word::EXT_SHIFT)
+            | if s.signed { fetch_word::SIGNED } else { 0 };
+        return Ok(out);
+    }
+    let (reg, loads, width, slot): (u64, &[i64], u64, Slot) = match o {
+        Operand::Field(p, steps) => {
+            let (reg, path) = field_of(p, steps, &slots, info)?;
+            let slot = Slot::of(reg, &path.ty, Some(path.width as u64))
+                .map_err(|why| format!("`{}` is {why}", crate::escape::text(text)))?;
+            (reg, &path.loads[..], path.width as u64, slot)
+        }
+        o => {
+            let s = operand_slot(o, &slots, info, false)?.ok_or("name a value")?;
+            (s.reg, &[], 8, s)
+        }
+    };
+    if reg >= crate::probe::layout::ENTRY_REGS as u64 {
+        return Err(format!(
+            "`{}` starts from an argument past the sixth register, which the runtime does not read",
+            crate::escape::text(text)
+        ));
+    }
+    if loads.len() > AGG_VALUE_WORDS - 1 {
+        return Err(format!("`{}` takes more than {} loads", crate::escape::text(text), AGG_VALUE_WORDS - 1));
+    }
+    out[0] = fetch_word::VALID
+        | reg
+        | ((loads.len() as u64) << fetch_word::LOADS_SHIFT)
+        | (width << fetch_word::WIDTH_SHIFT)
+        | (slot.ext << fetch_word::EXT_SHIFT)
+        | if slot.signed { fetch_word::SIGNED } else { 0 };
+    for (w, &l) in out[1..].iter_mut().zip(loads) {
+        *w = l as u64;
+    }
+    Ok(out)
+}
+
+/// A value [`agg_program`]'s header `head` read, as the user's type has it.
+pub fn agg_value(head: u64, v: u64) -> i128 {
+    match head & fetch_word::SIGNED != 0 {
+        true => v as i64 as i128,
+        false => v as i128,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1391,5 +1636,61 @@ mod tests {
             ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() };
         assert!(compile(&parse("n == 1").unwrap(), &none, false).unwrap_err().contains("use arg0..arg5"));
         assert!(compile(&parse("arg2 == -1").unwrap(), &none, false).is_ok());
+    }
+    #[test]
+    fn agg_lists_parse_to_functions_of_one_value() {
+        let a = parse_agg("hist(len), sum( len ), count(), avg(len)").unwrap();
+        assert_eq!(a.funcs, [AggFn::Hist, AggFn::Sum, AggFn::Count, AggFn::Avg]);
+        assert_eq!(a.value, Some(("len".to_string(), Operand::Name("len".into()))));
+        let f = parse_agg("max(req->uri.len)").unwrap();
+        assert!(matches!(f.value, Some((_, Operand::Field(..)))));
+        assert_eq!(parse_agg("count()").unwrap().value, None);
+        assert!(agg_at_exit(&parse_agg("hist(ret), sum(ret)").unwrap()));
+        for (bad, why) in [
+            ("", "name the functions"),
+            ("median(x)", "not a function"),
+            ("sum(a), max(b)", "one value per function"),
+            ("sum(a), sum(a)", "named twice"),
+            ("sum(a) max(a)", "separate the functions with commas"),
+            ("sum(a", "ends with `)`"),
+            ("sum()", "needs a value"),
+            ("count(a)", "takes no value"),
+            ("sum(3)", "aggregates a parameter"),
+            ("sum(str(a))", "aggregates a parameter"),
+            ("len", "not a function"),
+        ] {
+            let e = parse_agg(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn by_keys_are_tid_pid_and_one_argument() {
+        assert_eq!(parse_keys("fd, tid").unwrap(), [Key::Value("fd".into()), Key::Tid]);
+        assert_eq!(parse_keys("pid,tid,arg2").unwrap(), [Key::Pid, Key::Tid, Key::Value("arg2".into())]);
+        for (bad, why) in [
+            ("a, b", "one argument's value at most"),
+            ("tid, tid", "named twice"),
+            ("stack", "does not key by the stack"),
+            ("a > 1", "not a key"),
+            ("tid,", "an empty key"),
+        ] {
+            let e = parse_keys(bad).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_agg_program_reads_a_field_at_its_width_and_sign() {
+        let i = info(&[("n", Type::Signed(4))], None);
+        let p = agg_program(&parse_agg("sum(n)").unwrap(), &i).unwrap();
+        let reg = Host::arg_registers(Abi::C, &[ParamClass::Scalar])[0].unwrap() as u64;
+        assert_eq!(p[0] & fetch_word::REG_MASK, reg);
+        assert_eq!((p[0] >> fetch_word::LOADS_SHIFT) & 0xff, 0);
+        assert_eq!((p[0] >> fetch_word::EXT_SHIFT) & 0xff, filter_ext::I32);
+        assert!(p[0] & fetch_word::SIGNED != 0);
+        assert_eq!(agg_value(p[0], -5i64 as u64), -5);
+        assert_eq!(agg_program(&parse_agg("count()").unwrap(), &i).unwrap(), [0; AGG_VALUE_WORDS]);
+        assert!(agg_program(&parse_agg("sum(m)").unwrap(), &i).unwrap_err().contains("no parameter `m`"));
     }
 }

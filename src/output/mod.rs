@@ -3,6 +3,7 @@
 //! once per command ([`mod@format`]); notes go to stderr. docs/output.md
 //! documents every shape.
 
+pub mod aggregates;
 pub mod blocks;
 pub mod chrome;
 pub mod chrome_args;

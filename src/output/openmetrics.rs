@@ -19,6 +19,8 @@
 
 use std::fmt::Write;
 
+use super::aggregates::ProbeAgg;
+use crate::events::predicate::AggFn;
 use crate::events::stats::Latency;
 
 /// The smallest and largest finite bucket bound, as powers of two nanoseconds.
@@ -38,6 +40,8 @@ pub struct Series {
     pub calls: u64,
     /// Durations of the calls timed, when the session recorded returns.
     pub latency: Option<Latency>,
+    /// Its aggregates per key (`--agg`, `--by tid`), when the session keeps them.
+    pub aggregate: Option<ProbeAgg>,
 }
 
 /// An exposition format.
@@ -100,10 +104,79 @@ pub fn render(series: &[Series], format: Format) -> String {
             let _ = writeln!(out, "tp_latency_seconds_count{{{l}}} {}", lat.count);
         }
     }
+    aggregates(&mut out, series, &labels, om);
     if om {
         out.push_str("# EOF\n");
     }
     out
+}
+
+const AGG_CALLS_HELP: &str = "Calls per key of --by (--agg's count), kept in the process.";
+
+/// The aggregates' families: `tp_aggregate_calls` (a counter) per key, and
+/// per key and value `tp_aggregate_sum_value`, `_min_value`, `_max_value` (gauges: a sum
+/// of signed values can go down), with the session's keys as labels
+/// `key_NAME` and the value's text as `value`. Their histograms are not
+/// exposed.
+fn aggregates(out: &mut String, series: &[Series], labels: &[String], om: bool) {
+    let rows = |s: &Series, l: &String| -> Vec<(String, crate::output::aggregates::AggRow)> {
+        let Some(a) = &s.aggregate else { return Vec::new() };
+        let names: Vec<String> = a
+            .keys
+            .iter()
+            .map(|k| {
+                format!(
+                    "key_{}",
+                    k.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect::<String>()
+                )
+            })
+            .collect();
+        a.rows
+            .iter()
+            .map(|r| {
+                let keys: String = names.iter().zip(&r.key).map(|(n, v)| format!(",{n}=\"{v}\"")).collect();
+                (format!("{l}{keys}"), r.clone())
+            })
+            .collect()
+    };
+    if !series.iter().any(|s| s.aggregate.is_some()) {
+        return;
+    }
+    let family = if om { "tp_aggregate_calls" } else { "tp_aggregate_calls_total" };
+    let _ = writeln!(out, "# HELP {family} {AGG_CALLS_HELP}");
+    let _ = writeln!(out, "# TYPE {family} counter");
+    for (s, l) in series.iter().zip(labels) {
+        for (l, r) in rows(s, l) {
+            let _ = writeln!(out, "tp_aggregate_calls_total{{{l}}} {}", r.count);
+        }
+    }
+    for (f, name, help) in [
+        (AggFn::Sum, "tp_aggregate_sum_value", "Sum of --agg's value per key of --by, kept in the process."),
+        (AggFn::Min, "tp_aggregate_min_value", "Smallest of --agg's value per key of --by, kept in the process."),
+        (AggFn::Max, "tp_aggregate_max_value", "Largest of --agg's value per key of --by, kept in the process."),
+    ] {
+        let with: Vec<(&Series, &String)> = series
+            .iter()
+            .zip(labels)
+            .filter(|(s, _)| s.aggregate.as_ref().is_some_and(|a| a.value.is_some() && a.funcs.contains(&f)))
+            .collect();
+        if with.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} gauge");
+        for (s, l) in with {
+            let value = escape(s.aggregate.as_ref().and_then(|a| a.value.as_deref()).unwrap_or(""));
+            for (l, r) in rows(s, l) {
+                let v = match f {
+                    AggFn::Sum => r.sum,
+                    AggFn::Min => r.min,
+                    _ => r.max,
+                };
+                let _ = writeln!(out, "{name}{{{l},value=\"{value}\"}} {v}");
+            }
+        }
+    }
 }
 
 /// The label set of each series. Two functions of one name in one module
@@ -145,7 +218,7 @@ mod tests {
     use super::*;
 
     fn series(function: &str, calls: u64, latency: Option<Latency>) -> Series {
-        Series { pid: 7, module: "m".into(), function: function.into(), calls, latency }
+        Series { pid: 7, module: "m".into(), function: function.into(), calls, latency, aggregate: None }
     }
 
     #[test]
@@ -200,5 +273,28 @@ mod tests {
     fn one_label_set_per_series() {
         let text = render(&[series("f", 1, None), series("f", 2, None)], Format::OpenMetrics);
         assert!(text.contains("function=\"f\"} 1\n") && text.contains("function=\"f#2\"} 2\n"), "{text}");
+    }
+    #[test]
+    fn aggregates_are_a_counter_and_gauges_per_key() {
+        use crate::output::aggregates::AggRow;
+        let row = |tid: i128, count, sum| AggRow { key: vec![3, tid], count, sum, min: -1, max: 9, hist: Vec::new() };
+        let mut s = series("f", 5, None);
+        s.aggregate = Some(ProbeAgg {
+            function: "f".into(),
+            keys: vec!["fd".into(), "tid".into()],
+            value: Some("m->size".into()),
+            funcs: vec![AggFn::Sum, AggFn::Max],
+            rows: vec![row(11, 2, -7), row(12, 3, 40)],
+            overflow: 0,
+            unreadable: 0,
+        });
+        let text = render(&[s, series("g", 1, None)], Format::OpenMetrics);
+        let l = "pid=\"7\",module=\"m\",function=\"f\",key_fd=\"3\",key_tid=\"11\"";
+        assert!(text.contains("# TYPE tp_aggregate_calls counter\n"), "{text}");
+        assert!(text.contains(&format!("tp_aggregate_calls_total{{{l}}} 2\n")), "{text}");
+        assert!(text.contains(&format!("tp_aggregate_sum_value{{{l},value=\"m->size\"}} -7\n")), "{text}");
+        assert!(text.contains(&format!("tp_aggregate_max_value{{{l},value=\"m->size\"}} 9\n")), "{text}");
+        assert!(!text.contains("tp_aggregate_min_value"), "min was not asked: {text}");
+        assert!(text.ends_with("# EOF\n"));
     }
 }

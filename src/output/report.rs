@@ -43,6 +43,8 @@ pub struct ProcessReport {
     pub stacks: Vec<ProbeStacks>,
     /// The calls counted per argument value (`--by`).
     pub by: Vec<ProbeValues>,
+    /// The aggregates per key (`--agg`, `--by tid`).
+    pub aggregates: Vec<super::aggregates::ProbeAgg>,
     /// The basic blocks and lines counted per function (`--blocks`).
     pub blocks: Vec<FunctionBlocks>,
     /// The calls stepped instruction by instruction (`--steps`).
@@ -111,6 +113,7 @@ impl ProcessReport {
             children: Vec::new(),
             stacks: Vec::new(),
             by: Vec::new(),
+            aggregates: Vec::new(),
             blocks: Vec::new(),
             steps: Vec::new(),
             libraries: Vec::new(),
@@ -323,6 +326,7 @@ fn one_text(out: &mut impl Write, r: &ProcessReport, view: View) -> io::Result<u
     let hidden = one_table(out, r, view)?;
     children_text(out, &r.children)?;
     by_text(out, &r.by)?;
+    super::aggregates::write_text(out, &r.aggregates)?;
     super::blocks::write_text(out, &r.blocks)?;
     super::steps::write_text(out, &r.steps)?;
     super::stacks::write_text(out, &r.stacks)?;
@@ -416,6 +420,7 @@ pub fn process_json(
         .list("children", r.children.iter().map(child_json))
         .list("stacks", r.stacks.iter().map(super::stacks::probe_json))
         .list("by", r.by.iter().map(by_json))
+        .list("aggregates", r.aggregates.iter().map(super::aggregates::to_json))
         .list("blocks", r.blocks.iter().map(super::blocks::to_json))
         .list("steps", r.steps.iter().map(super::steps::to_json))
         .list("libraries", r.libraries.iter().map(loaded_json));
@@ -475,6 +480,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         children: Vec::new(),
         stacks: Vec::new(),
         by: Vec::new(),
+        aggregates: Vec::new(),
         blocks: Vec::new(),
         steps: Vec::new(),
         libraries: Vec::new(),
@@ -486,6 +492,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         out.libraries.extend(r.libraries);
         out.stacks.extend(r.stacks);
         out.by.extend(r.by);
+        out.aggregates.extend(r.aggregates);
         out.blocks.extend(r.blocks);
         out.steps.extend(r.steps);
         // A row joins one of an earlier program's; two functions of one name

@@ -646,7 +646,12 @@ fn batch(
         .as_deref()
         .map(|text| predicate::parse_picks(text).map_err(|why| anyhow::anyhow!("--args `{}`: {why}", text::text(text))))
         .transpose()?;
-    // The fields both name, looked up once per function.
+    let agg = what
+        .agg
+        .as_deref()
+        .map(|text| predicate::parse_agg(text).map_err(|why| anyhow::anyhow!("--agg `{}`: {why}", text::text(text))))
+        .transpose()?;
+    // The fields they name, looked up once per function.
     let mut chains = Vec::new();
     if let Some(e) = &predicate {
         predicate::fields_of(e, &mut chains);
@@ -654,12 +659,16 @@ fn batch(
     if let Some(p) = &picks {
         predicate::fields_of_picks(p, &mut chains);
     }
+    if let Some(a) = &agg {
+        predicate::fields_of_agg(a, &mut chains);
+    }
     let mut infos = Vec::with_capacity(requests.len());
     for r in &mut requests {
         // Inside a function, and at a static probe, DWARF's parameters are
         // not where the entry has them (a static probe records its own).
         let wants_dwarf = (r.kind & (kind::ARGS | kind::RET) != 0
-            || (r.kind & kind::OWN_ENTRY == 0 && (what.predicate.is_some() || what.by.is_some())))
+            || (r.kind & kind::OWN_ENTRY == 0
+                && (what.predicate.is_some() || what.by.is_some() || what.agg.is_some())))
             && !r.plan.interior
             && r.operands.is_none();
         let dwarf = wants_dwarf
@@ -722,7 +731,7 @@ fn batch(
             );
         }
         if r.kind & kind::OWN_ENTRY == 0 {
-            configure(r, &info, what, predicate.as_ref())?;
+            configure(r, &info, what, predicate.as_ref(), agg.as_ref())?;
         }
         // Entries record the registers after the sixth only where the ABI
         // has them and the function may take an argument there.
@@ -738,7 +747,13 @@ fn batch(
 }
 
 /// Sets `r`'s configuration and the kind bits that go with it.
-fn configure(r: &mut Request, info: &ProbeInfo, what: &Selection, predicate: Option<&predicate::Expr>) -> Result<()> {
+fn configure(
+    r: &mut Request,
+    info: &ProbeInfo,
+    what: &Selection,
+    predicate: Option<&predicate::Expr>,
+    agg: Option<&predicate::Agg>,
+) -> Result<()> {
     let function = text::text(&info.name);
     if let Some(e) = predicate {
         let c = predicate::compile(e, info, r.kind & kind::RET != 0).map_err(|why| {
@@ -753,9 +768,50 @@ fn configure(r: &mut Request, info: &ProbeInfo, what: &Selection, predicate: Opt
             r.config.exit[..c.exit.len()].copy_from_slice(&c.exit);
         }
     }
-    if let Some(arg) = &what.by {
-        r.config.by = predicate::by_word(arg, info)
-            .map_err(|why| anyhow::anyhow!("--by `{}` in `{function}`: {why}", text::text(arg)))?;
+    let keys = match &what.by {
+        Some(text) => {
+            predicate::parse_keys(text).map_err(|why| anyhow::anyhow!("--by `{}`: {why}", text::text(text)))?
+        }
+        None => Vec::new(),
+    };
+    let value = keys.iter().find_map(|k| match k {
+        predicate::Key::Value(v) => Some(v),
+        _ => None,
+    });
+    if what.by.is_some() || agg.is_some() {
+        r.config.by = match value {
+            Some(arg) => predicate::by_word(arg, info)
+                .map_err(|why| anyhow::anyhow!("--by `{}` in `{function}`: {why}", text::text(arg)))?,
+            None => layout::by_word::NO_VALUE,
+        };
+        // Calls counted by an argument alone, or by it and the thread or
+        // process (each thread's table is its own), go to the table of
+        // counts; an aggregate of a value, or a count by thread or process
+        // alone, to the table of aggregates.
+        if agg.is_some() || value.is_none() {
+            r.config.by |= layout::by_word::AGG;
+        }
+    }
+    if agg.is_some_and(predicate::agg_at_exit) {
+        let text = text::text(what.agg.as_deref().unwrap_or(""));
+        if r.kind & kind::AGGREGATE == 0 {
+            bail!(
+                "--agg `{text}` keeps return values in the target, at the exits it times there: add --ret and -q \
+                 (without --args, --stack or a trace file)"
+            );
+        }
+        if let Some(v) = value {
+            bail!(
+                "--agg `{text}`: the return value is read at the exit, where `{}` is gone: key it by tid or pid",
+                text::text(v)
+            );
+        }
+        r.config.by |= layout::by_word::AT_EXIT;
+    }
+    if let Some(a) = agg {
+        r.config.agg = predicate::agg_program(a, info).map_err(|why| {
+            anyhow::anyhow!("--agg `{}` in `{function}`: {why}", text::text(what.agg.as_deref().unwrap_or("")))
+        })?;
     }
     match what.stack {
         Some(StackMode::FramePointers { depth }) => r.config.stack_depth = depth,

@@ -153,6 +153,7 @@ impl Member {
                             children: Vec::new(),
                             stacks: Vec::new(),
                             by: Vec::new(),
+                            aggregates: t.aggregate_report(&p.attached),
                             blocks: Vec::new(),
                             steps: Vec::new(),
                             libraries: Vec::new(),
@@ -835,6 +836,8 @@ pub fn series_of(r: &ProcessReport) -> Vec<Series> {
             function: p.func.clone(),
             calls: p.hits,
             latency: r.latency.get(i).cloned().flatten(),
+            // One per row, in the rows' order (not so after an exec).
+            aggregate: (r.aggregates.len() == r.summary.probes.len()).then(|| r.aggregates[i].clone()),
         })
         .collect()
 }

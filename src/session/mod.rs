@@ -133,8 +133,10 @@ pub struct Selection {
     pub predicate: Option<String>,
     /// `--args EXPR`: the values each entry shows (parameters, fields).
     pub picks: Option<String>,
-    /// `--by`: the argument whose values the calls are counted by.
+    /// `--by`: the keys the calls are counted by (an argument, `tid`, `pid`).
     pub by: Option<String>,
+    /// `--agg`: the functions of a value aggregated per key.
+    pub agg: Option<String>,
     /// `--stack`: how each recorded call's stack is taken.
     pub stack: Option<StackMode>,
     /// `--steps`: calls to step, from the probes' first call on.
@@ -157,11 +159,26 @@ impl Selection {
             predicate: None,
             picks: None,
             by: None,
+            agg: None,
             stack: None,
             step_calls: 0,
             trap_steps: None,
         }
     }
+}
+
+/// Checks `--by KEYS` and `--agg EXPR` before anything is touched: one
+/// line naming what is wrong (what each function has is checked when it
+/// is resolved).
+pub fn check_aggregation(by: Option<&str>, agg: Option<&str>) -> anyhow::Result<()> {
+    use crate::events::predicate;
+    if let Some(text) = by {
+        predicate::parse_keys(text).map_err(|why| anyhow::anyhow!("--by `{}`: {why}", crate::escape::text(text)))?;
+    }
+    if let Some(text) = agg {
+        predicate::parse_agg(text).map_err(|why| anyhow::anyhow!("--agg `{}`: {why}", crate::escape::text(text)))?;
+    }
+    Ok(())
 }
 
 /// How a recorded call's stack is taken (`--stack`).

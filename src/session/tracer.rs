@@ -20,6 +20,7 @@ use crate::events::predicate;
 use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
+use crate::output::aggregates::{AggRow, ProbeAgg};
 use crate::output::chrome::ChromeTrace;
 use crate::output::chrome_args::{self, ChromeArgs};
 use crate::output::events::{self as lines, Line, Style};
@@ -29,7 +30,7 @@ use crate::output::sink::Sink;
 use crate::output::stacks::ProbeStacks;
 use crate::output::tree::{self, Columns, Outcome, Tree};
 use crate::output::{Summary, thousands};
-use crate::probe::layout::kind;
+use crate::probe::layout::{self, kind};
 use crate::symbols::stackwalk::StackWalker;
 use crate::symbols::symbolize::Symbolizer;
 
@@ -127,6 +128,10 @@ pub struct Tracer {
     /// Events read per process: the session's and those it forked.
     per_process: std::collections::BTreeMap<u32, u64>,
     next_free: std::time::Instant,
+    /// The owner (PID and TID) of each ring slot seen claimed, kept past
+    /// the slot's freeing (its process detached or ended), which zeroes
+    /// it: the aggregates by thread are read at the end.
+    owners: crate::events::aggregates::Owners,
     /// The words of the stacks drained with the batch.
     words: Vec<u64>,
     /// Calls counted per probe and stack (`--stack`).
@@ -175,6 +180,7 @@ impl Tracer {
             lost_at_start: attached.lost_at_start,
             per_process: std::collections::BTreeMap::new(),
             next_free: std::time::Instant::now(),
+            owners: Default::default(),
             words: Vec::new(),
             stacks: StackCounts::default(),
             symbolizer: None,
@@ -228,6 +234,9 @@ impl Tracer {
         self.batch.clear();
         self.words.clear();
         self.drainer.drain_with_stacks(&attached.region, &mut self.batch, &mut self.words)?;
+        if attached.selection().by.is_some() || attached.selection().agg.is_some() {
+            self.owners.note(&attached.region);
+        }
         free_ended_rings(&attached.region, &mut self.next_free);
         if self.batch.is_empty() {
             return Ok(());
@@ -456,6 +465,12 @@ impl Tracer {
     /// The calls of each of the user's probes counted by an argument's value (`--by`).
     fn by_report(&self, attached: &Attached) -> Vec<ProbeValues> {
         let Some(arg) = attached.selection().by.clone() else { return Vec::new() };
+        // Other keys, or values aggregated, are aggregate_report's.
+        if attached.selection().agg.is_some()
+            || !matches!(predicate::parse_keys(&arg).as_deref(), Ok([predicate::Key::Value(_)]))
+        {
+            return Vec::new();
+        }
         let (counts, overflow) = crate::events::aggregates::by_value(&attached.region);
         let indexes = attached.all_indexes();
         let mut out: Vec<ProbeValues> = attached
@@ -475,6 +490,92 @@ impl Tracer {
             .collect();
         if let Some(first) = out.first_mut() {
             first.overflow = overflow;
+        }
+        out
+    }
+
+    /// Each of the user's probes' aggregates (`--agg`), or counts by keys
+    /// that name the thread or process (`--by 'fd, tid'`), from the
+    /// threads' tables: each thread's rows under their keys, merged (the
+    /// summary's, and the live ones `--listen` publishes).
+    pub fn aggregate_report(&self, attached: &Attached) -> Vec<ProbeAgg> {
+        let sel = attached.selection();
+        let keys = match sel.by.as_deref().map(predicate::parse_keys) {
+            Some(Ok(k)) => k,
+            Some(Err(_)) => return Vec::new(),
+            None => Vec::new(),
+        };
+        let agg = sel.agg.as_deref().and_then(|t| predicate::parse_agg(t).ok());
+        if agg.is_none() && (keys.is_empty() || matches!(keys[..], [predicate::Key::Value(_)])) {
+            return Vec::new();
+        }
+        let names: Vec<String> = keys
+            .iter()
+            .map(|k| match k {
+                predicate::Key::Value(v) => v.clone(),
+                predicate::Key::Tid => "tid".into(),
+                predicate::Key::Pid => "pid".into(),
+            })
+            .collect();
+        let (values, overflow, unreadable) = crate::events::aggregates::values(&attached.region, &self.owners);
+        let (counts, by_overflow) = crate::events::aggregates::by_thread(&attached.region, &self.owners);
+        let indexes = attached.all_indexes();
+        let key_of = |word: u32, value: u64, pid: u32, tid: u32| -> Vec<i128> {
+            keys.iter()
+                .map(|k| match k {
+                    predicate::Key::Value(_) => predicate::by_value(word, value),
+                    predicate::Key::Tid => tid as i128,
+                    predicate::Key::Pid => pid as i128,
+                })
+                .collect()
+        };
+        let mut out: Vec<ProbeAgg> = attached
+            .user_positions()
+            .into_iter()
+            .map(|i| {
+                let config = attached.probe_config(i);
+                let index = indexes.get(i).copied().unwrap_or(u32::MAX);
+                let head = config.agg[0];
+                let rows: Vec<AggRow> = match config.by & layout::by_word::AGG != 0 {
+                    true => values
+                        .iter()
+                        .filter(|v| v.probe == index)
+                        .map(|v| {
+                            let e = &v.entry;
+                            AggRow {
+                                key: key_of(config.by, e.key, v.pid, v.tid),
+                                count: e.count,
+                                sum: predicate::agg_value(head, e.sum),
+                                min: predicate::agg_value(head, e.min),
+                                max: predicate::agg_value(head, e.max),
+                                hist: e.buckets.to_vec(),
+                            }
+                        })
+                        .collect(),
+                    false => counts
+                        .iter()
+                        .filter(|c| c.probe == index)
+                        .map(|c| AggRow {
+                            key: key_of(config.by, c.value, c.pid, c.tid),
+                            count: c.count,
+                            ..AggRow::default()
+                        })
+                        .collect(),
+                };
+                ProbeAgg {
+                    function: attached.infos[i].name.clone(),
+                    keys: names.clone(),
+                    value: agg.as_ref().and_then(|a| a.value.as_ref().map(|(t, _)| t.clone())),
+                    funcs: agg.as_ref().map_or(vec![predicate::AggFn::Count], |a| a.funcs.clone()),
+                    rows: crate::output::aggregates::merged(rows),
+                    overflow: 0,
+                    unreadable: 0,
+                }
+            })
+            .collect();
+        if let Some(first) = out.first_mut() {
+            first.overflow = overflow.saturating_add(if agg.is_none() { by_overflow } else { 0 });
+            first.unreadable = unreadable;
         }
         out
     }
@@ -531,6 +632,8 @@ impl Tracer {
             stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
         }
         let by = self.by_report(attached);
+        self.owners.note(&attached.region);
+        let aggregates = self.aggregate_report(attached);
         ProcessReport {
             summary,
             latency,
@@ -539,6 +642,7 @@ impl Tracer {
             children: Vec::new(),
             stacks,
             by,
+            aggregates,
             blocks: Vec::new(),
             steps: Vec::new(),
             libraries: Vec::new(),

@@ -31,6 +31,8 @@ mod events;
 mod fields;
 // Stacks, predicates, counts by value and durations kept in the target.
 mod stacks;
+// Aggregates of arguments and fields kept in the target, by thread (--agg, --by tid).
+mod agg;
 // Frames in JIT code named by the process's perf map: a C target's copied code, node's functions.
 mod jit_frames;
 // list-probes on the bundled targets.

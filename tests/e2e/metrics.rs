@@ -286,3 +286,50 @@ fn status_without_a_pid_covers_every_process_with_probes() {
     assert!(none.status.success());
     assert_eq!(String::from_utf8_lossy(&none.stderr).trim(), "tp: no process holds tp probes");
 }
+
+/// A session's aggregates (`--agg`, `--by tid`) are published while it
+/// runs: per thread of the agg target, the calls, sum, minimum and maximum
+/// of an argument equal the thread's own books, and promtool accepts the
+/// exposition.
+#[test]
+fn a_sessions_aggregates_are_published_per_thread() {
+    need("prometheus");
+    let mut t = Target::start("agg");
+    let pid = t.pid.to_string();
+    let port = free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let args = ["-p", &pid, "-f", "consume", "--agg", "sum(len), min(len), max(len)", "--by", "tid", "-q"];
+    let mut session = Session::spawn(
+        "attach",
+        &[&args[..], &["--listen", &listen]].concat(),
+        &[],
+        Some("tp: serving this session's metrics"),
+    );
+    session.err.wait_for("tp: attached");
+    let before = t.out.seen.len();
+    t.ask("run 2 700", "done run");
+    let threads: Vec<String> = t.out.seen[before..].iter().filter(|l| l.starts_with("thread ")).cloned().collect();
+    assert_eq!(threads.len(), 2);
+    wait_listening(port);
+    let num = |line: &str, key: &str| -> i64 {
+        let at = line.find(&format!(" {key}=")).unwrap() + key.len() + 2;
+        line[at..].split(' ').next().unwrap().parse().unwrap()
+    };
+    for l in &threads {
+        let labels = format!("pid=\"{pid}\",module=\"agg\",function=\"consume\",key_tid=\"{}\"", num(l, "tid"));
+        let calls = format!("tp_aggregate_calls_total{{{labels}}} {}", num(l, "calls"));
+        poll_until("the session publishes the thread's calls", Duration::from_millis(50), || {
+            get(port, "/metrics", None).lines().any(|x| x == calls)
+        });
+        let text = get(port, "/metrics", None);
+        for f in ["sum", "min", "max"] {
+            let want = format!("tp_aggregate_{f}_value{{{labels},value=\"len\"}} {}", num(l, f));
+            assert!(text.lines().any(|x| x == want), "{want} not in:\n{text}");
+        }
+        let body = text.split("\r\n\r\n").nth(1).unwrap();
+        promtool_check(body).unwrap_or_else(|e| panic!("promtool: {e}\n{body}"));
+    }
+    let (status, _, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    assert!(t.quit().success());
+}

@@ -127,6 +127,13 @@ impl Checker {
             if profile {
                 continue;
             }
+            self.each("aggregate", &p["aggregates"], what);
+            for a in p["aggregates"].as_array().unwrap() {
+                self.each("aggregate row", &a["rows"], what);
+                for r in a["rows"].as_array().unwrap() {
+                    self.each("bucket", &r["hist"], what);
+                }
+            }
             self.each("blocks", &p["blocks"], what);
             for b in p["blocks"].as_array().unwrap() {
                 self.each("counted block", &b["blocks"], what);
@@ -187,6 +194,23 @@ fn every_subcommands_json_has_the_documented_shape() {
     assert!(status.success(), "{stderr}");
     check.stdout(&stdout, "attach --args FIELDS");
     assert!(stdout.contains("\"unreadable\":"), "{stdout}");
+    // attach --agg: aggregates of a field by thread, with a histogram.
+    let session = Session::start(&[
+        "-p",
+        &pid,
+        "-f",
+        "handle",
+        "--agg",
+        "hist(req->len), avg(req->len)",
+        "--by",
+        "tid",
+        "--json",
+    ]);
+    t.ask("serve 3", "done serve");
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "{stderr}");
+    let docs = check.stdout(&stdout, "attach --agg");
+    assert!(!docs[0]["processes"][0]["aggregates"][0]["rows"][0]["hist"].as_array().unwrap().is_empty(), "{stdout}");
     drop(t);
 
     // attach --blocks: a function's blocks and lines.

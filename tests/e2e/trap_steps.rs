@@ -9,18 +9,20 @@
 //! the process catches SIGTRAP no more and its code is byte-identical.
 //! AArch64 user code cannot single-step itself: there the engine is
 //! refused in one line.
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports))]
 
+#[cfg(target_arch = "x86_64")]
 use serde_json::Value;
 
 use crate::util::*;
 
+#[cfg(target_arch = "x86_64")]
 /// The steps objects of the one process in a JSON summary.
 fn steps_of(stdout: &str) -> Vec<Value> {
     let p = &summary_doc(stdout)["processes"][0];
     p["steps"].as_array().unwrap_or_else(|| panic!("no steps in {p}")).clone()
 }
 
+#[cfg(target_arch = "x86_64")]
 /// True if process `pid` has a SIGTRAP handler.
 fn catches_sigtrap(pid: i32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -28,6 +30,7 @@ fn catches_sigtrap(pid: i32) -> bool {
     u64::from_str_radix(cgt, 16).unwrap() & (1 << 4) != 0
 }
 
+#[cfg(target_arch = "x86_64")]
 /// The executed instructions of a steps object: address, count.
 fn executed(s: &Value) -> Vec<(u64, u64)> {
     s["executed"]
@@ -41,6 +44,7 @@ fn executed(s: &Value) -> Vec<(u64, u64)> {
         .collect()
 }
 
+#[cfg(target_arch = "x86_64")]
 fn trap_session(pid: &str, func: &str) -> Session {
     Session::start(&["-p", pid, "-f", func, "--steps", "--step-engine", "trap", "--json"])
 }
@@ -120,6 +124,7 @@ fn a_syscall_in_a_traced_call_is_followed_by_the_instruction_after_it() {
     assert!(t.quit().success());
 }
 
+#[cfg(target_arch = "x86_64")]
 /// `len` bytes of process `pid` at `at`.
 fn read_target(pid: i32, at: u64, len: usize) -> Vec<u8> {
     use std::io::{Read, Seek, SeekFrom};

@@ -1,9 +1,10 @@
 /* What a probe records beyond its kind, for tp's in-target runtime
  * (runtime.c includes this after its own helpers): predicates on the
  * arguments and the return value (--if), counts by an argument's value
- * (--by), the call's stack (--stack), values copied from memory at entry
- * (--args 'req->len'), and durations kept as per-thread histograms in the
- * data region instead of exit events (--ret -q).
+ * (--by), aggregates of a value (--agg), the call's stack (--stack),
+ * values copied from memory at entry (--args 'req->len'), and durations
+ * kept as per-thread histograms in the data region instead of exit events
+ * (--ret -q).
  *
  * Only tp_entry_ext and tp_exit_ext reach these blocks, each under its
  * flag; a probe without them is sent to tp_entry and tp_exit, which do not
@@ -228,12 +229,110 @@ HOT struct tp_agg *aggregates(struct tp_ctx *c, struct tp_thread *t)
 	return s ? (struct tp_agg *)((uint64_t)s + c->agg_off) : 0;
 }
 
+/* --agg: adds value `v` (if `has`; signed if `sign`) of a call of `probe`
+ * under `key` to the thread's table of aggregates `a`: count, sum,
+ * minimum, maximum and a histogram of powers of two (one writer: plain
+ * stores of whole words, the count last). A full table counts the call as
+ * overflow.
+ *
+ * aggregate_value, at entry, reads the value the probe's program names
+ * (layout.rs, ProbeConfig::agg: an argument, or a field through loads by
+ * read_own, which fail instead of faulting: the call is then counted as
+ * unreadable) under the key of --by's argument (0 without one). The
+ * program's header is checked as it is read: one the target rewrote into
+ * something else counts nothing. */
+HOT void add_value(struct tp_agg *a, uint32_t probe, uint64_t key, uint64_t v, int has, int sign)
+{
+	struct tp_aggv *table = (struct tp_aggv *)((uint64_t)a + sizeof(struct tp_agg) +
+						   TP_AGG_LAT_ENTRIES * sizeof(struct tp_lat) +
+						   TP_AGG_BY_ENTRIES * sizeof(struct tp_by));
+	uint64_t at = ((key ^ ((uint64_t)probe << 40)) * 0x9e3779b97f4a7c15ull) >> (64 - TP_AGG_VAL_BITS);
+	for (uint64_t i = 0; i < TP_AGG_PROBES; i++) {
+		struct tp_aggv *e = &table[(at + i) & (TP_AGG_VAL_ENTRIES - 1)];
+		uint32_t p = e->probe;
+		if (p == 0) {
+			e->key = key;
+			e->count = 0;
+			e->sum = 0;
+			e->min = v;
+			e->max = v;
+			__atomic_store_n(&e->probe, probe + 1, __ATOMIC_RELEASE);
+		} else if (p != probe + 1 || e->key != key) {
+			continue;
+		}
+		if (has) {
+			uint64_t b = sign && (int64_t)v < 0 ? 0 : v == 0 ? 1 : 2 + (63 - (uint64_t)__builtin_clzll(v));
+			__atomic_store_n(&e->buckets[b], e->buckets[b] + 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&e->sum, e->sum + v, __ATOMIC_RELAXED);
+			uint64_t lo = e->min, hi = e->max;
+			int below = sign ? (int64_t)v < (int64_t)lo : v < lo;
+			int above = sign ? (int64_t)v > (int64_t)hi : v > hi;
+			__atomic_store_n(&e->min, below ? v : lo, __ATOMIC_RELAXED);
+			__atomic_store_n(&e->max, above ? v : hi, __ATOMIC_RELAXED);
+		}
+		/* The count last: tp reads an aggregate whose count it has seen. */
+		__atomic_store_n(&e->count, e->count + 1, __ATOMIC_RELEASE);
+		return;
+	}
+	__atomic_store_n(&a->agg_overflow, a->agg_overflow + 1, __ATOMIC_RELAXED);
+}
+
+HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs, uint32_t by)
+{
+	struct tp_agg *a = aggregates(c, t);
+	if (!a || (by & TP_BY_AT_EXIT))
+		return;
+	const struct tp_probe_config *cfg = config_of(c, probe);
+	uint64_t r = by & 0xff;
+	uint64_t key = r < 6 ? extend(regs[r], (by >> 8) & 0xff) : 0;
+	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
+	uint64_t v = 0;
+	if (h) {
+		uint64_t loads = (h >> TP_FETCH_LOADS_SHIFT) & 0xff, width = (h >> TP_FETCH_WIDTH_SHIFT) & 0xff;
+		if (((h >> 32) & 0xff) != 1 || (h & 0xff) > 5 || loads > TP_FETCH_DEPTH || !load_width(width))
+			return;
+		v = regs[h & 0xff];
+		for (uint64_t k = 0; k < loads; k++) {
+			uint64_t at = v + __atomic_load_n(&cfg->agg[1 + k], __ATOMIC_RELAXED);
+			uint64_t want = k + 1 == loads ? width : 8, got = 0;
+			if (read_own(c, at, &got, want) != (int64_t)want) {
+				__atomic_store_n(&a->agg_unreadable, a->agg_unreadable + 1, __ATOMIC_RELAXED);
+				return;
+			}
+			v = got;
+		}
+		v = extend(v, (h >> TP_AGGV_EXT_SHIFT) & 0xff);
+	}
+	add_value(a, probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0);
+}
+
+/* --agg of the return value: at the exit of a call whose durations the
+ * thread keeps (TP_AGGREGATE), the value `ret` extended as the program's
+ * header says, under key 0 (the arguments are gone by then). A tail call
+ * leaves no return value of its own: not counted. */
+HOT void aggregate_ret(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tail)
+{
+	const struct tp_probe_config *cfg = config_of(c, probe);
+	uint32_t by = __atomic_load_n(&cfg->by, __ATOMIC_RELAXED);
+	struct tp_agg *a = aggregates(c, t);
+	if (!a || tail || !(by & TP_BY_AGG) || !(by & TP_BY_AT_EXIT))
+		return;
+	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
+	if (((h >> 32) & 0xff) != 1)
+		return;
+	add_value(a, probe, 0, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
+}
+
 /* --by: counts the call under its argument's value, in the thread's table
  * (one writer: plain stores, whole words, which tp reads as they are). A
  * full table counts the call as overflow. */
 HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs)
 {
 	uint32_t by = __atomic_load_n(&config_of(c, probe)->by, __ATOMIC_RELAXED);
+	if (by & TP_BY_AGG) {
+		aggregate_value(c, t, probe, regs, by);
+		return;
+	}
 	uint64_t r = by & 0xff;
 	struct tp_agg *a = aggregates(c, t);
 	if (r > 5 || !a)
@@ -320,6 +419,8 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 		count_match(c, probe);
 	}
 	if (flags & TP_AGGREGATE) {
+		if (flags & TP_BY)
+			aggregate_ret(c, t, probe, ret, tail);
 		/* As tp times an exit event: from the entry moved later by tp's
 		 * own ticks in the call's callees, never past the exit. */
 		return !aggregate(c, t, probe, own_ticks(tsc, entry_tsc, nested));
