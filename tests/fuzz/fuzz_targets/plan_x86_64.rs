@@ -55,7 +55,7 @@ fuzz_target!(|data: &[u8]| {
     let end = function + code.len() as u64;
     if let Ok(exits) = X86_64::plan_exits(code, function, &[(function, end)], &[], &taken, false, &Bare) {
         for p in exits.iter().filter_map(|e| e.plan.as_ref().ok()) {
-            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, rendezvous: 0, step: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, exit_tail: detour, exit_runtime: detour, ctx: 0 };
+            let rt = RuntimeAddrs { entry: 0, trampoline: 0, unwind: 0, rendezvous: 0, step: 0, trap: 0, trap_return: 0, count: 0, entry_ext: 0, trampoline_ext: 0, exit: detour, exit_tail: detour, exit_runtime: detour, ctx: 0 };
             let spec = DetourSpec {
                 probe_index: 4,
                 records: Records { exit: true, ..Records::COUNT },
@@ -114,6 +114,8 @@ fuzz_target!(|data: &[u8]| {
         exit_runtime: detour.wrapping_add(0x900),
         rendezvous: detour.wrapping_add(0xa00),
         step: detour.wrapping_add(0xa40),
+        trap: 0,
+        trap_return: 0,
         ctx: 0x7000_0100,
     });
     let spec = DetourSpec {
