@@ -58,15 +58,23 @@ impl TrapArea {
 }
 
 /// Why the in-target engine cannot serve process `pid`, if it cannot: an
-/// architecture without a trap flag user code can set, a process that
-/// handles or ignores SIGTRAP itself, or one another debugger traces.
-pub fn refusal(pid: i32) -> Option<String> {
+/// architecture without a trap flag user code can set, an engine an
+/// earlier session left installed (in `existing`, the process's region),
+/// a process that handles or ignores SIGTRAP itself, or one another
+/// debugger traces.
+pub fn refusal(pid: i32, existing: Option<&Region>) -> Option<String> {
     if !Host::TRAP_FLAG_STEPS {
         return Some(
             "--step-engine trap needs a trap flag user code can set (x86-64's); AArch64 user code cannot \
              single-step itself (the step bit, MDSCR_EL1.SS, is the kernel's): use --step-engine ptrace"
                 .into(),
         );
+    }
+    if existing.is_some_and(|r| named(r) != 0) {
+        return Some(format!(
+            "an earlier tp session's in-target stepping engine is still installed in process {pid} (its SIGTRAP \
+             handler): run `tp detach -p {pid}` first"
+        ));
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let word = |key: &str| {

@@ -863,7 +863,7 @@ fn install(
     };
     let rendezvous = requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0);
     let trap_steps = waits.trap_steps.filter(|_| waits.step_calls > 0);
-    if let Some(why) = trap_steps.and_then(|_| crate::probe::trap::refusal(pid)) {
+    if let Some(why) = trap_steps.and_then(|_| crate::probe::trap::refusal(pid, existing.as_ref())) {
         bail!(why);
     }
     let prepared = install::prepare(&mut stopped, mem, existing, requests, opts)?;

@@ -184,6 +184,12 @@ fn a_traced_call_outlives_tp_interrupted_or_killed() {
         let done = t.out.wait_for("done loop");
         assert_eq!(field(&done, "ret"), 2_000_000, "killed tp: {kill}");
         if kill {
+            // The killed session's handler is still there: a new one is
+            // refused in one line until a detach takes it out.
+            let out = tp(&["attach", "-p", &pid, "-f", "steploop", "--steps", "--step-engine", "trap", "-d", "1"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success() && err.lines().count() == 1, "{err}");
+            assert!(err.contains("still installed") && err.contains("tp detach -p"), "{err}");
             let out = tp(&["detach", "-p", &pid]);
             assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         }

@@ -322,6 +322,8 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                     unwind: runtime_at,
                     rendezvous: runtime_at,
                     step: runtime_at,
+                    trap: 0,
+                    trap_return: 0,
                     entry_ext: runtime_at,
                     trampoline_ext: 0x1234_5670,
                     exit: 0,
@@ -438,6 +440,7 @@ fn exit_detours_leave_as_the_function_did() {
             exit_at_ext: clobber,
             rendezvous: &[0; 4],
             step: &[0; 4],
+            trap: &[0; 4],
         };
         let block = runtime_block::build(runtime_at, 0x5555, (1 << 29) | (1 << 30), &blobs);
         let spec = DetourSpec {
