@@ -391,15 +391,8 @@ pub fn finish(mut stopped: Stopped, mem: &Memory, region: &Region) -> Result<(Op
 /// split or merged its mappings), with tp's mark in it. A header the
 /// target changed never makes tp unmap anything else.
 pub fn is_private_area(mem: &Memory, maps: &[process::Mapping], at: u64) -> bool {
-    let end = at + layout::private_geometry().size;
-    let anonymous = |m: &&process::Mapping| m.inode == 0 && m.path.is_empty() && !m.shared && m.read && m.write;
-    let mut covered = at;
-    for m in maps.iter().filter(anonymous) {
-        if m.start <= covered && covered < m.end {
-            covered = m.end;
-        }
-    }
-    covered >= end && mem.read_u64(at + layout::PRIVATE_MAGIC_OFF).is_ok_and(|w| w == layout::PRIVATE_MAGIC)
+    process::maps::anonymous_covers(maps, at, at + layout::private_geometry().size)
+        && mem.read_u64(at + layout::PRIVATE_MAGIC_OFF).is_ok_and(|w| w == layout::PRIVATE_MAGIC)
 }
 
 /// Unmaps the data region, the private area and the code arenas, after

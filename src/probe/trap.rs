@@ -21,6 +21,7 @@ use super::region::Region;
 use crate::arch::{Arch, Host};
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
+use crate::process::{self};
 
 /// SIGTRAP.
 const SIGTRAP: u64 = 5;
@@ -77,22 +78,18 @@ pub fn refusal(pid: i32, existing: Option<&Region>) -> Option<String> {
         ));
     }
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let word = |key: &str| {
-        status.lines().find_map(|l| l.strip_prefix(key)).map(str::trim).and_then(|v| u64::from_str_radix(v, 16).ok())
-    };
     let bit = 1u64 << (SIGTRAP - 1);
-    if word("SigCgt:").is_some_and(|w| w & bit != 0) || word("SigIgn:").is_some_and(|w| w & bit != 0) {
+    if (process::signal_mask(&status, "SigCgt") | process::signal_mask(&status, "SigIgn")) & bit != 0 {
         return Some(format!(
             "process {pid} handles or ignores SIGTRAP itself, which the in-target engine's traps would reach: \
              use --step-engine ptrace"
         ));
     }
-    let tracer = status.lines().find_map(|l| l.strip_prefix("TracerPid:")).and_then(|v| v.trim().parse::<i32>().ok());
-    if tracer.is_some_and(|t| t != 0 && t != std::process::id() as i32) {
+    let tracer = process::parse_status(&status).tracer_pid;
+    if tracer != 0 && tracer != std::process::id() as i32 {
         return Some(format!(
-            "process {pid} is traced by process {} (a debugger), which would see the in-target engine's traps: \
-             use --step-engine ptrace",
-            tracer.unwrap_or(0)
+            "process {pid} is traced by process {tracer} (a debugger), which would see the in-target engine's \
+             traps: use --step-engine ptrace"
         ));
     }
     None
@@ -159,7 +156,7 @@ pub fn install(
             caller.checked("rt_sigaction", sc.rt_sigaction, [SIGTRAP, old, 0, SIGSET_SIZE, 0, 0])?;
             bail!("process {} installed a SIGTRAP handler of its own: use --step-engine ptrace", caller.pid());
         }
-        region.store_u64(layout::STEP_OFF + offset_of!(StepHandoff, trap) as u64, area.addr)?;
+        region.store_u64(TRAP_WORD, area.addr)?;
         Ok(())
     })();
     if let Err(e) = installed {
@@ -181,9 +178,12 @@ pub fn handler(region: &Region) -> (u64, u64) {
     })
 }
 
+/// Where the region names the trace area ([`StepHandoff::trap`]).
+const TRAP_WORD: u64 = layout::STEP_OFF + offset_of!(StepHandoff, trap) as u64;
+
 /// The trace area the region names, if any.
 fn named(region: &Region) -> u64 {
-    region.load_u64(layout::STEP_OFF + offset_of!(StepHandoff, trap) as u64)
+    region.load_u64(TRAP_WORD)
 }
 
 /// Puts SIGTRAP's default disposition back and unmaps the trace area of
@@ -196,20 +196,12 @@ pub fn uninstall(caller: &mut RemoteCaller, mem: &Memory, region: &Region) -> Re
         return Ok(());
     }
     let sc = Host::SYSCALLS;
-    let cap = mem.read_u64(addr + offset_of!(TrapTrace, cap) as u64).unwrap_or(0);
+    let cap = header(mem, addr).map_or(0, |t| t.cap);
     // The header is the target's to write: the capacity is bounded by the
     // largest tp asks for (`--step-limit` at most 100,000,000).
     let area = TrapArea { addr, cap: cap.min(MAX_LIMIT + SLACK) };
-    let maps = crate::process::read_maps(caller.pid())?;
-    // Anonymous private writable memory over the whole area (the kernel
-    // may have merged it with a neighbour, or split it).
-    let mut covered = addr;
-    for m in maps.iter().filter(|m| m.inode == 0 && m.path.is_empty() && !m.shared && m.write) {
-        if m.start <= covered && covered < m.end {
-            covered = m.end;
-        }
-    }
-    let ours = covered >= addr + area.bytes();
+    let maps = process::read_maps(caller.pid())?;
+    let ours = process::maps::anonymous_covers(&maps, addr, addr + area.bytes());
     // The default action, written where the area's addresses go.
     let act = addr + trap::PCS_OFF;
     if ours && mem.write(act, &[0u8; 32]).is_ok() {
@@ -228,7 +220,7 @@ pub fn uninstall(caller: &mut RemoteCaller, mem: &Memory, region: &Region) -> Re
 /// an earlier session named (in a process of the family that still maps
 /// it) is not this session's.
 pub fn forget(region: &Region) -> Result<()> {
-    region.store_u64(layout::STEP_OFF + offset_of!(StepHandoff, trap) as u64, 0)
+    region.store_u64(TRAP_WORD, 0)
 }
 
 /// True while a thread of the process traces its call (the handler is in
@@ -238,9 +230,13 @@ pub fn tracing(mem: &Memory, region: &Region) -> Option<u32> {
     if addr == 0 {
         return None;
     }
-    let word =
-        |off: usize| mem.read_vec(addr + off as u64, 4).ok().map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    (word(offset_of!(TrapTrace, state))? == trap::TRACING).then(|| word(offset_of!(TrapTrace, tid)).unwrap_or(0))
+    header(mem, addr).filter(|t| t.state == trap::TRACING).map(|t| t.tid)
+}
+
+/// The trace area's header at `addr` in the target, as the target left it.
+fn header(mem: &Memory, addr: u64) -> Option<TrapTrace> {
+    let bytes = mem.read_vec(addr, trap::PCS_OFF as usize).ok()?;
+    Some(layout::from_bytes(&bytes))
 }
 
 /// A finished trace as the handler left it, read with tp's own bound.
@@ -263,8 +259,7 @@ pub struct Finished {
 /// The trace in `area` if it is done ([`trap::DONE`]); None while a call
 /// is traced or none was. The count is bounded by tp's own capacity.
 pub fn finished(mem: &Memory, area: TrapArea) -> Option<Finished> {
-    let head = mem.read_vec(area.addr, trap::PCS_OFF as usize).ok()?;
-    let t: TrapTrace = layout::from_bytes(&head);
+    let t = header(mem, area.addr)?;
     if t.state != trap::DONE {
         return None;
     }

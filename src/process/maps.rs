@@ -70,6 +70,19 @@ impl fmt::Display for Mapping {
     }
 }
 
+/// True if anonymous private read-write memory covers `[lo, hi)` in
+/// `maps` (sorted, as the kernel writes them), however the kernel split
+/// or merged its mappings: memory tp mapped for itself, not a file's.
+pub fn anonymous_covers(maps: &[Mapping], lo: u64, hi: u64) -> bool {
+    let mut covered = lo;
+    for m in maps.iter().filter(|m| m.inode == 0 && m.path.is_empty() && !m.shared && m.read && m.write) {
+        if m.start <= covered && covered < m.end {
+            covered = m.end;
+        }
+    }
+    covered >= hi
+}
+
 /// Parses the whole text of a maps file. Lines that do not parse are skipped.
 pub fn parse(text: &str) -> Vec<Mapping> {
     text.lines().filter_map(parse_line).collect()
