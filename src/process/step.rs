@@ -160,6 +160,11 @@ pub struct Free {
 }
 
 impl Job {
+    /// True if `pc` is in tp's code ([`Job::code`]).
+    fn in_tp(&self, pc: u64) -> bool {
+        self.code.iter().any(|&(lo, hi)| lo <= pc && pc < hi)
+    }
+
     /// The instructions of a call the in-target engine traced, from every
     /// address it recorded (`raw`, tp's own included, from the runtime on):
     /// from the function's first instruction, each copy a detour executed
@@ -178,7 +183,7 @@ impl Job {
         pcs.extend_from_slice(&self.entries[&raw[start]]);
         let mut record = |pc: u64| match self.map.get(&pc) {
             Some(&original) => pcs.push(original),
-            None if self.code.iter().any(|&(lo, hi)| lo <= pc && pc < hi) => in_tp += 1,
+            None if self.in_tp(pc) => in_tp += 1,
             None => pcs.push(pc),
         };
         let after = Host::syscall_insn().len() as u64;
@@ -583,7 +588,7 @@ impl Stepper<'_> {
     }
 
     fn in_tp(&self, pc: u64) -> bool {
-        self.job.code.iter().any(|&(lo, hi)| lo <= pc && pc < hi)
+        self.job.in_tp(pc)
     }
 
     /// What the instruction at `pc` is (read once per address).
