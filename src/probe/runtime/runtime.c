@@ -1122,17 +1122,14 @@ void tp_rendezvous(struct tp_ctx *c)
  * the hand-over, whose stack pointer at the function's first instruction
  * was `entry_sp`: unless SIGTRAP is blocked in the thread (a trap would
  * then kill the process), it notes the thread and the start, and sets the
- * trap flag; each instruction from here on traps into tp_trap. A thread
- * that cannot be traced frees the hand-over and counts in gave_up. */
-HOT void trap_start(struct tp_step *s, struct tp_trap_trace *t, uint64_t entry_sp)
+ * trap flag; each instruction from here on traps into tp_trap. Returns 0
+ * if the call cannot be traced. */
+HOT int trap_start(struct tp_trap_trace *t, uint64_t entry_sp)
 {
 	uint64_t blocked = ~0ull;
 	if (!TP_HAS_TRAP_FLAG || (int64_t)tp_syscall4(TP_SYS_RT_SIGPROCMASK, 0 /* SIG_BLOCK */, 0, (uint64_t)&blocked, 8) < 0 ||
-	    (blocked & (1ull << (5 - 1)) /* SIGTRAP */) || __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != TP_TRAP_IDLE) {
-		__atomic_add_fetch(&s->gave_up, 1, __ATOMIC_RELAXED);
-		__atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
-		return;
-	}
+	    (blocked & (1ull << (5 - 1)) /* SIGTRAP */) || __atomic_load_n(&t->state, __ATOMIC_ACQUIRE) != TP_TRAP_IDLE)
+		return 0;
 	t->tid = (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0);
 	t->entry_sp = entry_sp;
 	t->count = 0;
@@ -1141,6 +1138,7 @@ HOT void trap_start(struct tp_step *s, struct tp_trap_trace *t, uint64_t entry_s
 	t->start = tp_timestamp();
 	__atomic_store_n(&t->state, TP_TRAP_TRACING, __ATOMIC_RELEASE);
 	tp_trap_flag_on();
+	return 1;
 }
 
 /* A call of a probe that tp steps (`--steps`): while tp wants calls
@@ -1150,7 +1148,8 @@ HOT void trap_start(struct tp_step *s, struct tp_trap_trace *t, uint64_t entry_s
  * its call; it clears `busy` once the call is done. A thread tp does not
  * answer goes on (and lets the next call try); once tp is gone, calls no
  * longer wait. With the in-target engine (`trap`), the thread traces its
- * call itself (trap_start) and does not wait. */
+ * call itself (trap_start) and does not wait; one it cannot trace goes on
+ * as one tp did not answer. */
 void tp_step(struct tp_ctx *c, uint64_t entry_sp)
 {
 	struct tp_step *s = (struct tp_step *)((uint64_t)c - TP_CTX_OFF + TP_STEP_OFF);
@@ -1161,19 +1160,20 @@ void tp_step(struct tp_ctx *c, uint64_t entry_sp)
 		return;
 	uint64_t trap = __atomic_load_n(&s->trap, __ATOMIC_ACQUIRE);
 	if (trap) {
-		trap_start(s, (struct tp_trap_trace *)trap, entry_sp);
-		return;
+		if (trap_start((struct tp_trap_trace *)trap, entry_sp))
+			return;
+	} else {
+		__atomic_store_n(&s->tid, (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0), __ATOMIC_RELAXED);
+		uint32_t me = __atomic_add_fetch(&s->arrived, 1, __ATOMIC_ACQ_REL);
+		tp_syscall4(TP_SYS_FUTEX, (uint64_t)&s->arrived, TP_FUTEX_WAKE, 1, 0);
+		uint32_t slices = __atomic_load_n(&s->slices, __ATOMIC_RELAXED);
+		uint32_t tracer = __atomic_load_n(&s->tracer, __ATOMIC_RELAXED);
+		int answer = wait_for_tp(&s->handled, me, &s->armed, slices, tracer);
+		if (answer > 0)
+			return;
+		if (answer < 0)
+			__atomic_store_n(&s->armed, 0, __ATOMIC_RELEASE);
 	}
-	__atomic_store_n(&s->tid, (uint32_t)tp_syscall4(TP_SYS_GETTID, 0, 0, 0, 0), __ATOMIC_RELAXED);
-	uint32_t me = __atomic_add_fetch(&s->arrived, 1, __ATOMIC_ACQ_REL);
-	tp_syscall4(TP_SYS_FUTEX, (uint64_t)&s->arrived, TP_FUTEX_WAKE, 1, 0);
-	uint32_t slices = __atomic_load_n(&s->slices, __ATOMIC_RELAXED);
-	uint32_t tracer = __atomic_load_n(&s->tracer, __ATOMIC_RELAXED);
-	int answer = wait_for_tp(&s->handled, me, &s->armed, slices, tracer);
-	if (answer > 0)
-		return;
-	if (answer < 0)
-		__atomic_store_n(&s->armed, 0, __ATOMIC_RELEASE);
 	__atomic_add_fetch(&s->gave_up, 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->busy, 0, __ATOMIC_RELEASE);
 }
