@@ -167,6 +167,12 @@ impl Saves {
     fn pushed(&self) -> &[u8] {
         &self.pushed[..self.len]
     }
+
+    /// Bytes the prefix steps over below the site's stack pointer (the
+    /// red zone of a site inside a function), before its pushes.
+    fn red_zone_bytes(&self) -> i32 {
+        if self.red_zone { RED_ZONE } else { 0 }
+    }
 }
 
 /// Bytes the frame of a probe that calls the runtime pushes first.
@@ -410,8 +416,7 @@ fn emit_head(
             if spec.records.step {
                 // tp_step(ctx, the stack pointer at the function's entry):
                 // above the eight registers call_runtime saved, the frame.
-                let red_zone = if saves.red_zone { RED_ZONE } else { 0 };
-                w.put_lea_rsp(RSI, 64 + SAVED + red_zone + spec.sp_below_entry as i32);
+                w.put_lea_rsp(RSI, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
             }
             w.put_call(to);
         });
@@ -555,8 +560,7 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             // The site's rax, r11 and r10 as the prefix pushed them, above
             // the eight saved registers; its rsp above them (and above the
             // red zone a site inside a function steps over).
-            let red_zone = if saves.red_zone { RED_ZONE } else { 0 };
-            let frame = Frame { rax: 64 + 16, r11: 64 + 8, r10: 64, rsp: 64 + SAVED + red_zone };
+            let frame = Frame { rax: 64 + 16, r11: 64 + 8, r10: 64, rsp: 64 + SAVED + saves.red_zone_bytes() };
             operands::push(w, ops, frame)
         } else if spec.abi == Abi::Go {
             // The nine registers in the ABI's order, first lowest: rax, r10
