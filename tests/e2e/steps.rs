@@ -10,12 +10,6 @@ use serde_json::Value;
 
 use crate::util::*;
 
-/// The steps objects of the one process in a JSON summary.
-fn steps_of(stdout: &str) -> Vec<Value> {
-    let p = one_process(stdout);
-    p["steps"].as_array().unwrap_or_else(|| panic!("no steps in {p}")).clone()
-}
-
 /// The line of targets/steps.c holding `marker`.
 fn line_of(marker: &str) -> String {
     // Built in: the AArch64 tests run in a VM without the sources.

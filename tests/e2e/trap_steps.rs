@@ -16,13 +16,6 @@ use serde_json::Value;
 use crate::util::*;
 
 #[cfg(target_arch = "x86_64")]
-/// The steps objects of the one process in a JSON summary.
-fn steps_of(stdout: &str) -> Vec<Value> {
-    let p = &summary_doc(stdout)["processes"][0];
-    p["steps"].as_array().unwrap_or_else(|| panic!("no steps in {p}")).clone()
-}
-
-#[cfg(target_arch = "x86_64")]
 /// True if process `pid` has a SIGTRAP handler.
 fn catches_sigtrap(pid: i32) -> bool {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

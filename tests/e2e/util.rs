@@ -609,6 +609,12 @@ pub fn one_process(stdout: &str) -> serde_json::Value {
     processes[0].clone()
 }
 
+/// The steps objects (`--steps`) of the one process in a JSON summary.
+pub fn steps_of(stdout: &str) -> Vec<serde_json::Value> {
+    let p = one_process(stdout);
+    p["steps"].as_array().unwrap_or_else(|| panic!("no steps in {p}")).clone()
+}
+
 /// The event lines (`entry`, `exit`, `unwound`) of tp's JSON output.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub fn json_events(stdout: &str) -> Vec<serde_json::Value> {
