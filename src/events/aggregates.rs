@@ -16,7 +16,7 @@ use anyhow::Result;
 use super::clock::Clock;
 use super::stats::Latency;
 use crate::probe::layout::{
-    AGG_BY_ENTRIES, AGG_LAT_ENTRIES, AGG_VAL_ENTRIES, AggEntry, AggHead, ByEntry, Header, LAT_BUCKETS, LatEntry,
+    AGG_BY_ENTRIES, AGG_LAT_ENTRIES, AGG_VAL_ENTRIES, AggEntry, AggHead, ByEntry, Header, LAT_BUCKETS, LatEntry, Plain,
     lat_bucket_low,
 };
 use crate::probe::region::Region;
@@ -29,6 +29,27 @@ fn slots_in_use(h: &Header) -> Vec<u64> {
     (0..1u64 << h.ctx.slot_bits)
         .filter(|&i| h.ctx.claimed[(i / 64) as usize] & (1 << (i % 64)) != 0)
         .map(|i| h.slot_off(i))
+        .collect()
+}
+
+/// The entries of a thread slot's table of `n` (entry `i` at `off(i)`)
+/// that counted calls, each with its probe's entry index (`probe_count`
+/// reads an entry's probe word and count): a probe word of 0 (a free
+/// entry) or past the capacity (the words are the target's to write)
+/// names no probe.
+fn counted<T: Plain>(
+    region: &Region,
+    h: &Header,
+    n: usize,
+    off: impl Fn(usize) -> u64,
+    probe_count: fn(&T) -> (u32, u64),
+) -> Vec<(u32, T)> {
+    (0..n)
+        .filter_map(|i| {
+            let e: T = region.get(off(i));
+            let (probe, count) = probe_count(&e);
+            (probe != 0 && probe <= h.capacity && count != 0).then(|| (probe - 1, e))
+        })
         .collect()
 }
 
@@ -49,17 +70,9 @@ pub fn latency(region: &Region, clock: &Clock) -> HashMap<u32, Latency> {
     let mut out: HashMap<u32, Latency> = HashMap::new();
     let mut exact: HashMap<u32, (u64, u64, u64)> = HashMap::new();
     for slot in slots_in_use(&h) {
-        for i in 0..AGG_LAT_ENTRIES {
-            let off = lat_off(&h, slot, i);
-            let probe = region.load_u64(off) as u32;
-            if probe == 0 || probe > h.capacity {
-                continue;
-            }
-            let e: LatEntry = region.get(off);
-            if e.count == 0 {
-                continue;
-            }
-            let l = out.entry(probe - 1).or_default();
+        let entries = counted(region, &h, AGG_LAT_ENTRIES, |i| lat_off(&h, slot, i), |e: &LatEntry| (e.probe, e.count));
+        for (probe, e) in entries {
+            let l = out.entry(probe).or_default();
             for (b, &n) in e.buckets.iter().enumerate() {
                 if n == 0 {
                     continue;
@@ -68,7 +81,7 @@ pub fn latency(region: &Region, clock: &Clock) -> HashMap<u32, Latency> {
                 let hi = if b + 1 < LAT_BUCKETS { lat_bucket_low(b + 1) } else { lo };
                 l.add_n(clock.duration_ns(0, lo + (hi - lo) / 2), n);
             }
-            let x = exact.entry(probe - 1).or_insert((0, u64::MAX, 0));
+            let x = exact.entry(probe).or_insert((0, u64::MAX, 0));
             x.0 = x.0.saturating_add(clock.duration_ns(0, e.sum));
             x.1 = x.1.min(clock.duration_ns(0, e.min));
             x.2 = x.2.max(clock.duration_ns(0, e.max));
@@ -90,12 +103,9 @@ pub fn by_value(region: &Region) -> (HashMap<(u32, u64), u64>, u64) {
     let mut overflow = 0u64;
     for slot in slots_in_use(&h) {
         overflow = overflow.saturating_add(region.get::<AggHead>(h.agg_off(slot)).by_overflow);
-        for i in 0..AGG_BY_ENTRIES {
-            let e: ByEntry = region.get(by_off(&h, slot, i));
-            if e.probe == 0 || e.probe > h.capacity || e.count == 0 {
-                continue;
-            }
-            let n = out.entry((e.probe - 1, e.value)).or_default();
+        for (probe, e) in counted(region, &h, AGG_BY_ENTRIES, |i| by_off(&h, slot, i), |e: &ByEntry| (e.probe, e.count))
+        {
+            let n = out.entry((probe, e.value)).or_default();
             *n = n.saturating_add(e.count);
         }
     }
@@ -194,17 +204,10 @@ pub fn values(region: &Region, owners: &Owners) -> (Vec<ThreadAggregate>, u64, u
         overflow = overflow.saturating_add(head.agg_overflow);
         unreadable = unreadable.saturating_add(head.agg_unreadable);
         let (pid, tid) = owners.of(region, slot);
-        for i in 0..AGG_VAL_ENTRIES {
-            let off = value_off(&h, slot, i);
-            let probe = region.load_u64(off) as u32;
-            if probe == 0 || probe > h.capacity {
-                continue;
-            }
-            let entry: AggEntry = region.get(off);
-            if entry.count == 0 {
-                continue;
-            }
-            out.push(ThreadAggregate { pid, tid, probe: probe - 1, entry });
+        let entries =
+            counted(region, &h, AGG_VAL_ENTRIES, |i| value_off(&h, slot, i), |e: &AggEntry| (e.probe, e.count));
+        for (probe, entry) in entries {
+            out.push(ThreadAggregate { pid, tid, probe, entry });
         }
     }
     (out, overflow, unreadable)
