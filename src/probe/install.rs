@@ -697,7 +697,7 @@ fn go_frames(req: &Request) -> u32 {
 /// The configuration written for probe `index` of `req`: the request's,
 /// with the flags its exit reads.
 fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
-    let mut c = req.config;
+    let mut c = *req.config;
     c.flags = layout::entry_word(index, req.kind) & !layout::PROBE_MASK;
     c
 }

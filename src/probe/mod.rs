@@ -66,7 +66,7 @@ pub struct Request {
     pub semaphore: Option<u64>,
     /// What it records beyond its kind: predicates, the argument counted
     /// by, the stack (written to the region before the probe goes live).
-    pub config: layout::ProbeConfig,
+    pub config: Config,
     /// For a probe that sees its calls end at the function's exits
     /// ([`layout::kind::AT_EXITS`]): the window at each exit the entry's
     /// window does not hold ([`crate::arch::Arch::plan_exits`]).
@@ -81,4 +81,28 @@ pub struct Request {
     /// Go code without a stack check recording its entries: the detour
     /// checks its goroutine's room first ([`crate::arch::DetourSpec::go_room_lost`]).
     pub go_room: bool,
+}
+
+/// A probe's configuration, allocated on its first change: most probes
+/// only count, and a request is moved several times during an attach to
+/// every function of a large program, so it holds a pointer instead of
+/// the configuration's 584 bytes. Reads of one never set give zeros.
+#[derive(Debug, Clone, Default)]
+pub struct Config(Option<Box<layout::ProbeConfig>>);
+
+/// The configuration of a probe that records nothing beyond its kind.
+static NO_CONFIG: std::sync::LazyLock<layout::ProbeConfig> = std::sync::LazyLock::new(Default::default);
+
+impl std::ops::Deref for Config {
+    type Target = layout::ProbeConfig;
+
+    fn deref(&self) -> &layout::ProbeConfig {
+        self.0.as_deref().unwrap_or(&NO_CONFIG)
+    }
+}
+
+impl std::ops::DerefMut for Config {
+    fn deref_mut(&mut self) -> &mut layout::ProbeConfig {
+        self.0.get_or_insert_with(Default::default)
+    }
 }

@@ -512,7 +512,7 @@ impl Attached {
 
     /// The configuration of probe `i` (in [`Attached::infos`] order).
     pub fn probe_config(&self, i: usize) -> crate::probe::layout::ProbeConfig {
-        self.probes.get(i).map_or_else(Default::default, |p| p.request.config)
+        self.probes.get(i).map_or_else(Default::default, |p| *p.request.config)
     }
 
     /// What was asked: predicates, counts by value, stacks.
