@@ -83,7 +83,10 @@ fn place_in(g: &Gap, span: Span, size: u64) -> Vec<u64> {
     }
     // Below the module: the top of the gap; above it: the bottom.
     let nearest = if hi <= span.lo { hi - size } else { lo.max((span.hi + PAST_THE_END).min(hi - size)) };
-    let clear = nearest.max(SMALL_NUMBERS);
+    // A page past the bound itself: 64 MiB is a size programs keep too
+    // (glibc's largest heap of a malloc arena), and one on a stack would
+    // name the arena's first byte.
+    let clear = nearest.max(SMALL_NUMBERS + PAST_THE_END);
     match nearest < SMALL_NUMBERS && clear <= hi - size {
         true => vec![nearest, clear],
         false => vec![nearest],
@@ -246,8 +249,8 @@ mod tests {
         let span = NOPIE_SPAN;
         let c = candidates(&nopie_maps(""), span, 0x10000, REACH);
         // Clear of small numbers first (in this gap, and above the heap's
-        // growth room), then right after the module.
-        assert_eq!(c[0], SMALL_NUMBERS);
+        // growth room, a page past the bound), then right after the module.
+        assert_eq!(c[0], SMALL_NUMBERS + PAST_THE_END);
         let after = c.iter().position(|&a| a == 0x406000).expect("right after the module");
         assert!(c[..after].iter().all(|&a| a >= SMALL_NUMBERS), "{c:x?}");
         // A gap just large enough takes the arena right after the module,
@@ -268,7 +271,7 @@ mod tests {
         // past reach, nothing clear is within it: right after the module.
         let span = NOPIE_SPAN;
         let c = candidates(&nopie_maps(""), span, 0x10000, (128 << 20) - 4);
-        assert_eq!(c[0], SMALL_NUMBERS);
+        assert_eq!(c[0], SMALL_NUMBERS + PAST_THE_END);
         let taken = nopie_maps("3ff0000-8500000 rw-p 00000000 00:00 0\n");
         let c = candidates(&taken, span, 0x10000, (128 << 20) - 4);
         assert_eq!(c[0], 0x406000);
