@@ -1,30 +1,75 @@
-//! The command line into session options, for every command that shares
-//! a part of it: what to probe and record (`tp attach`, `tp run`), and
-//! which processes (`tp attach`, `tp status`, `tp serve`). Commands import
-//! this module, never one another.
+//! The command line into session options, for every command that runs a
+//! session: [`Options::from_cli`] is the one way from what clap parsed
+//! (`tp attach`, `tp run`, `tp profile`, `tp demo`) to what the session
+//! engine is asked, every refusal of the command line's included; and
+//! which processes a command names (`tp attach`, `tp status`, `tp serve`).
+//! Commands import this module, never one another.
 
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
-use crate::cli::{ProbeArgs, Targets};
+use crate::cli::{AttachArgs, DemoArgs, ProbeArgs, ProfileArgs, RunArgs, Targets};
 use crate::output::events::Style;
 use crate::output::format::{self, Format};
 use crate::output::report::View;
 use crate::probe::layout::{DEFAULT_RING_LEN, kind};
 use crate::session::steps::StepOptions;
 use crate::session::targets::Which;
-use crate::session::{Options, Selection, StackMode};
+use crate::session::{Options, Selection, StackMode, profile};
 
 /// Events per ring when stacks are recorded and `--ring-size` is not given.
 const STACK_RING_LEN: u32 = 1 << 16;
 
+/// A command line that runs a session, as clap parsed it.
+#[derive(Debug, Clone, Copy)]
+pub enum CommandLine<'a> {
+    /// `tp attach`.
+    Attach(&'a AttachArgs),
+    /// `tp run`.
+    Run(&'a RunArgs),
+    /// `tp profile`.
+    Profile(&'a ProfileArgs),
+    /// `tp demo`, in the process it started (its PID).
+    Demo(&'a DemoArgs, i32),
+}
+
+impl Options {
+    /// The session options `line` asks for, refused before anything is
+    /// touched when its flags cannot be: formats that disagree, a file name
+    /// that says none, a format the session cannot produce (a flame graph
+    /// without stacks, a trace without calls), flags that do not fit
+    /// together.
+    pub fn from_cli(line: CommandLine<'_>) -> Result<Options> {
+        let opts = match line {
+            CommandLine::Attach(args) => Options {
+                keep: args.keep,
+                duration: args.duration.map(Duration::from_secs_f64),
+                ..probing(
+                    "attach",
+                    args.targets.pids.first().copied().unwrap_or(0),
+                    &args.funcs,
+                    &args.addrs,
+                    &args.probe,
+                    args.output.as_deref(),
+                )?
+            },
+            CommandLine::Run(args) => probing("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?,
+            CommandLine::Profile(args) => profiling(args)?,
+            CommandLine::Demo(args, pid) => {
+                let selection = Selection::new(vec!["foo".to_string(), "bar".to_string()], kind::COUNT);
+                Options { duration: Some(Duration::from_secs_f64(args.duration)), ..Options::new(pid, selection) }
+            }
+        };
+        Ok(settle(opts))
+    }
+}
+
 /// The selection and output options `tp attach` and `tp run` share;
-/// `output` is `-o FILE`. Refused before anything is touched: formats that
-/// disagree, a file name that says none, a format the session cannot
-/// produce (a flame graph without stacks, a trace without calls).
-pub fn options(
+/// `output` is `-o FILE`.
+fn probing(
     command: &str,
     pid: i32,
     funcs: &[String],
@@ -130,19 +175,43 @@ pub fn options(
     })
 }
 
+/// `tp profile`'s options: its format, its sampling.
+fn profiling(args: &ProfileArgs) -> Result<Options> {
+    let format = format::choose(
+        "profile",
+        &[(args.json, Format::Json)],
+        args.format.as_deref(),
+        args.output.as_deref(),
+        &[Format::Text, Format::Json, Format::Chrome],
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(Options {
+        duration: args.duration.map(Duration::from_secs_f64),
+        format,
+        view: View { all: args.all, top: args.top },
+        output: args.output.clone(),
+        samples_per_epoch: args.sample,
+        epoch: args.epoch,
+        ..Options::new(args.pid, profile::selection(args.funcs.clone(), args.sample))
+    })
+}
+
 /// Settles what the options ask for once every flag is known: return
-/// probes whose events nobody reads (only the summary, no trace, no
-/// arguments or stacks) keep their durations in the target's histograms
-/// instead of sending an event per call (`TP_AGGREGATE=0` sends the events
-/// still, for the benchmark's rows that measure them).
-pub fn settle(mut opts: Options) -> Options {
+/// probes whose events nobody reads keep their durations in the target's
+/// histograms instead of sending an event per call. Nobody reads a kept
+/// probe's events (its threads keep the durations where `tp status` reads
+/// them), nor a session's that shows only the summary, with no trace, no
+/// arguments or stacks (`TP_AGGREGATE=0` sends its events still, for the
+/// benchmark's rows that measure them).
+fn settle(mut opts: Options) -> Options {
     let k = opts.selection.kind;
-    if opts.style == Style::Quiet
-        && opts.format != Format::Chrome
-        && k & kind::RET != 0
-        && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0
-        && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")
-    {
+    let unread = || {
+        opts.style == Style::Quiet
+            && opts.format != Format::Chrome
+            && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0
+            && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")
+    };
+    if k & kind::RET != 0 && (opts.keep || unread()) {
         opts.selection.kind |= kind::AGGREGATE;
     }
     opts

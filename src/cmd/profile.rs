@@ -2,46 +2,25 @@
 //! counts ([`crate::session::profile`] says how).
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 
+use super::options::CommandLine;
 use crate::cli::ProfileArgs;
 use crate::output::chrome::ChromeTrace;
 use crate::output::events::duration;
-use crate::output::format::{self, Format};
-use crate::output::report::View;
+use crate::output::format::Format;
 use crate::output::sink::Sink;
 use crate::output::{self, thousands};
 use crate::session::forked::Family;
 use crate::session::profile::{self, Profiler};
 use crate::session::{End, Options, interrupt, observe};
 
-/// The session options of `tp profile`; its format refused before anything is touched.
-fn profile_options(args: &ProfileArgs) -> Result<Options> {
-    let format = format::choose(
-        "profile",
-        &[(args.json, Format::Json)],
-        args.format.as_deref(),
-        args.output.as_deref(),
-        &[Format::Text, Format::Json, Format::Chrome],
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(Options {
-        duration: args.duration.map(Duration::from_secs_f64),
-        format,
-        view: View { all: args.all, top: args.top },
-        output: args.output.clone(),
-        samples_per_epoch: args.sample,
-        epoch: args.epoch,
-        ..Options::new(args.pid, profile::selection(args.funcs.clone(), args.sample))
-    })
-}
-
 /// Runs `tp profile`.
 pub fn run(args: ProfileArgs) -> Result<ExitCode> {
     interrupt::install();
-    let opts = profile_options(&args)?;
+    let opts = Options::from_cli(CommandLine::Profile(&args))?;
     let mut out = match &opts.output {
         Some(path) => Sink::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
         None => Sink::stdout(),

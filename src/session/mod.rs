@@ -1,7 +1,8 @@
 //! The session engine: what `tp attach`, `tp profile` and `tp demo` share.
 //!
 //! A session is built from [`Options`], which each subcommand makes once
-//! from its command line (the engine never sees clap's types). It resolves
+//! from its command line with `Options::from_cli` (written in
+//! `cmd::options`: the engine itself never sees clap's types). It resolves
 //! and plans the probes ([`resolve`], [`unwind`]), installs them
 //! ([`attached::Attached::attach`]), watches the target in one loop
 //! ([`observe::run`], for one process [`observe::observe`], for a group
