@@ -3,6 +3,9 @@
 //! (`tp attach`, `tp run`, `tp profile`, `tp demo`) to what the session
 //! engine is asked, every refusal of the command line's included; and
 //! which processes a command names (`tp attach`, `tp status`, `tp serve`).
+//! The command line's closed sets of values (`--stack`, `--step-engine`,
+//! `--format`) arrive typed, and become the engine's and the output's
+//! types here.
 //! Commands import this module, never one another.
 
 use std::path::Path;
@@ -11,7 +14,10 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
-use crate::cli::{AttachArgs, DemoArgs, ProbeArgs, ProfileArgs, RunArgs, Targets};
+use crate::cli::{
+    AttachArgs, DemoArgs, ProbeArgs, ProbeFormat, ProfileArgs, ProfileFormat, RunArgs, StackHow, StatusFormat,
+    StepEngine, Targets,
+};
 use crate::output::events::Style;
 use crate::output::format::{self, Format};
 use crate::output::report::View;
@@ -91,9 +97,10 @@ fn probing(
         // A tree shows every call's entry and exit.
         k |= kind::ARGS | kind::RET;
     }
-    let stack = probe.stack.as_deref().map(|how| match how {
-        "dwarf" => StackMode::Unwind { bytes: probe.stack_size, depth: probe.stack_depth },
-        _ => StackMode::FramePointers { depth: probe.stack_depth },
+    let in_target = probe.step_engine == StepEngine::Trap;
+    let stack = probe.stack.map(|how| match how {
+        StackHow::Dwarf => StackMode::Unwind { bytes: probe.stack_size, depth: probe.stack_depth },
+        StackHow::Fp => StackMode::FramePointers { depth: probe.stack_depth },
     });
     if stack.is_some() {
         // A stack comes with its call's entry event.
@@ -110,7 +117,7 @@ fn probing(
     let format = format::choose(
         command,
         &[(probe.json, Format::Json), (probe.folded, Format::Folded)],
-        probe.format.as_deref(),
+        probe.format.map(Format::from),
         output,
         &[Format::Text, Format::Json, Format::Chrome, Format::Folded, Format::Svg],
     )
@@ -144,7 +151,7 @@ fn probing(
         agg: probe.agg.clone(),
         stack,
         step_calls: probe.steps.unwrap_or(0),
-        trap_steps: (probe.steps.is_some() && probe.step_engine == "trap").then_some(probe.step_limit),
+        trap_steps: (probe.steps.is_some() && in_target).then_some(probe.step_limit),
         ..Selection::new(funcs.iter().cloned().chain(lines).collect(), k)
     };
     let style = match format {
@@ -154,7 +161,7 @@ fn probing(
         _ => Style::Quiet,
     };
     let view = View { all: probe.all, top: probe.top };
-    if probe.step_engine == "trap" && probe.step_depth.is_some() {
+    if in_target && probe.step_depth.is_some() {
         bail!("--step-depth needs --step-engine ptrace: the in-target engine steps every call the stepped one makes");
     }
     if probe.tree && !matches!(format, Format::Text | Format::Json) {
@@ -166,11 +173,7 @@ fn probing(
         view,
         output: output.map(Path::to_path_buf),
         tree: probe.tree,
-        steps: probe.steps.map(|_| StepOptions {
-            limit: probe.step_limit,
-            depth: probe.step_depth,
-            in_target: probe.step_engine == "trap",
-        }),
+        steps: probe.steps.map(|_| StepOptions { limit: probe.step_limit, depth: probe.step_depth, in_target }),
         ..Options::new(pid, selection)
     })
 }
@@ -180,7 +183,7 @@ fn profiling(args: &ProfileArgs) -> Result<Options> {
     let format = format::choose(
         "profile",
         &[(args.json, Format::Json)],
-        args.format.as_deref(),
+        args.format.map(Format::from),
         args.output.as_deref(),
         &[Format::Text, Format::Json, Format::Chrome],
     )
@@ -215,6 +218,39 @@ fn settle(mut opts: Options) -> Options {
         opts.selection.kind |= kind::AGGREGATE;
     }
     opts
+}
+
+impl From<ProbeFormat> for Format {
+    fn from(f: ProbeFormat) -> Format {
+        match f {
+            ProbeFormat::Text => Format::Text,
+            ProbeFormat::Json => Format::Json,
+            ProbeFormat::Chrome => Format::Chrome,
+            ProbeFormat::Folded => Format::Folded,
+            ProbeFormat::Svg => Format::Svg,
+        }
+    }
+}
+
+impl From<ProfileFormat> for Format {
+    fn from(f: ProfileFormat) -> Format {
+        match f {
+            ProfileFormat::Text => Format::Text,
+            ProfileFormat::Json => Format::Json,
+            ProfileFormat::Chrome => Format::Chrome,
+        }
+    }
+}
+
+impl From<StatusFormat> for Format {
+    fn from(f: StatusFormat) -> Format {
+        match f {
+            StatusFormat::Text => Format::Text,
+            StatusFormat::Json => Format::Json,
+            StatusFormat::OpenMetrics => Format::OpenMetrics,
+            StatusFormat::Prometheus => Format::Prometheus,
+        }
+    }
 }
 
 /// The processes named on the command line.
