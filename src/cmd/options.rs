@@ -21,10 +21,10 @@ use crate::cli::{
 use crate::output::events::Style;
 use crate::output::format::{self, Format};
 use crate::output::report::View;
-use crate::probe::layout::{DEFAULT_RING_LEN, kind};
+use crate::probe::layout::DEFAULT_RING_LEN;
 use crate::session::steps::StepOptions;
 use crate::session::targets::Which;
-use crate::session::{Options, Selection, StackMode, profile};
+use crate::session::{Options, Records, Selection, StackMode, profile};
 
 /// Events per ring when stacks are recorded and `--ring-size` is not given.
 const STACK_RING_LEN: u32 = 1 << 16;
@@ -65,7 +65,7 @@ impl Options {
             CommandLine::Run(args) => probing("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?,
             CommandLine::Profile(args) => profiling(args)?,
             CommandLine::Demo(args, pid) => {
-                let selection = Selection::new(vec!["foo".to_string(), "bar".to_string()], kind::COUNT);
+                let selection = Selection::new(vec!["foo".to_string(), "bar".to_string()], Records::COUNT);
                 Options { duration: Some(Duration::from_secs_f64(args.duration)), ..Options::new(pid, selection) }
             }
         };
@@ -83,36 +83,25 @@ fn probing(
     probe: &ProbeArgs,
     output: Option<&Path>,
 ) -> Result<Options> {
-    let mut k = kind::COUNT;
-    if probe.args.is_some() {
-        k |= kind::ARGS;
-    }
-    if probe.ret {
-        k |= kind::RET;
-    }
-    if probe.steps.is_some() {
-        k |= kind::STEP;
-    }
-    if probe.tree {
-        // A tree shows every call's entry and exit.
-        k |= kind::ARGS | kind::RET;
-    }
     let in_target = probe.step_engine == StepEngine::Trap;
     let stack = probe.stack.map(|how| match how {
         StackHow::Dwarf => StackMode::Unwind { bytes: probe.stack_size, depth: probe.stack_depth },
         StackHow::Fp => StackMode::FramePointers { depth: probe.stack_depth },
     });
-    if stack.is_some() {
-        // A stack comes with its call's entry event.
-        k |= kind::ARGS | kind::STACK;
-    }
     crate::session::check_aggregation(probe.by.as_deref(), probe.agg.as_deref())?;
-    if probe.by.is_some() || probe.agg.is_some() {
-        k |= kind::BY;
-    }
-    if probe.predicate.is_some() && k & kind::CALLS_AT_ENTRY == 0 {
+    let mut records = Records {
+        // A tree shows every call's entry and exit; a stack comes with its
+        // call's entry event.
+        args: probe.args.is_some() || probe.tree || stack.is_some(),
+        ret: probe.ret || probe.tree,
+        stack: stack.is_some(),
+        by: probe.by.is_some() || probe.agg.is_some(),
+        step: probe.steps.is_some(),
+        ..Records::COUNT
+    };
+    if probe.predicate.is_some() && !records.calls_at_entry() {
         // A predicate alone selects the calls to show.
-        k |= kind::ARGS;
+        records.args = true;
     }
     let format = format::choose(
         command,
@@ -128,7 +117,7 @@ fn probing(
              instructions of stepped calls: add --steps",
             if format == Format::Svg { "flame graph" } else { "folded output" }
         ),
-        Format::Chrome if k & (kind::ARGS | kind::RET) == 0 => {
+        Format::Chrome if !records.args && !records.ret => {
             bail!("a Chrome trace shows calls: add --args or --ret (or --stack) to record them")
         }
         _ => {}
@@ -152,7 +141,7 @@ fn probing(
         stack,
         step_calls: probe.steps.unwrap_or(0),
         trap_steps: (probe.steps.is_some() && in_target).then_some(probe.step_limit),
-        ..Selection::new(funcs.iter().cloned().chain(lines).collect(), k)
+        ..Selection::new(funcs.iter().cloned().chain(lines).collect(), records)
     };
     let style = match format {
         _ if probe.quiet => Style::Quiet,
@@ -207,15 +196,15 @@ fn profiling(args: &ProfileArgs) -> Result<Options> {
 /// arguments or stacks (`TP_AGGREGATE=0` sends its events still, for the
 /// benchmark's rows that measure them).
 fn settle(mut opts: Options) -> Options {
-    let k = opts.selection.kind;
+    let r = opts.selection.records;
     let unread = || {
         opts.style == Style::Quiet
             && opts.format != Format::Chrome
-            && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0
+            && !(r.args || r.stack || r.sample)
             && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")
     };
-    if k & kind::RET != 0 && (opts.keep || unread()) {
-        opts.selection.kind |= kind::AGGREGATE;
+    if r.ret && (opts.keep || unread()) {
+        opts.selection.records.aggregate = true;
     }
     opts
 }
@@ -256,4 +245,76 @@ impl From<StatusFormat> for Format {
 /// The processes named on the command line.
 pub fn which(t: &Targets) -> Which {
     Which { pids: t.pids.clone(), name: t.name.clone() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::{Cli, Command};
+    use crate::probe::layout::kind;
+    use clap::Parser;
+
+    /// The options of a command line, as `tp` would build them.
+    fn options_of(line: &str) -> Result<Options> {
+        let cli = Cli::try_parse_from(line.split_whitespace()).unwrap();
+        match &cli.command {
+            Command::Attach(a) => Options::from_cli(CommandLine::Attach(a)),
+            Command::Run(r) => Options::from_cli(CommandLine::Run(r)),
+            Command::Profile(p) => Options::from_cli(CommandLine::Profile(p)),
+            Command::Demo(d) => Options::from_cli(CommandLine::Demo(d, 7)),
+            other => panic!("no session options for {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_flag_records_what_its_probes_need() {
+        // Durations nobody reads stay in the target, unless TP_AGGREGATE=0.
+        let quiet = match std::env::var("TP_AGGREGATE").as_deref() {
+            Ok("0") => 0,
+            _ => kind::AGGREGATE,
+        };
+        for (flags, bits) in [
+            ("", kind::COUNT),
+            ("--args", kind::ARGS),
+            ("--ret", kind::RET),
+            ("--tree", kind::ARGS | kind::RET),
+            ("--stack", kind::ARGS | kind::STACK),
+            ("--stack=dwarf -q", kind::ARGS | kind::STACK),
+            ("--if a>1", kind::ARGS),
+            ("--if ret>1 --ret", kind::RET),
+            ("--by a", kind::BY),
+            ("--agg sum(a)", kind::BY),
+            ("--if a>1 --by a", kind::BY),
+            ("--steps", kind::STEP),
+            ("--ret -q", kind::RET | quiet),
+            ("--ret -q --args", kind::RET | kind::ARGS),
+            ("--ret -q -o t.trace.json", kind::RET),
+            ("--ret --keep", kind::RET | kind::AGGREGATE),
+            ("--keep", kind::COUNT),
+        ] {
+            let opts = options_of(&format!("tp attach -p 1 -f foo {flags}")).unwrap();
+            assert_eq!(opts.selection.records.bits(), bits, "{flags}");
+        }
+        let run = options_of("tp run -f foo --ret -q -- /bin/true").unwrap();
+        assert_eq!(run.selection.records.bits(), kind::RET | quiet);
+        let profile = options_of("tp profile -p 1 -f *").unwrap();
+        assert_eq!(profile.selection.records.bits(), kind::RET | kind::SAMPLE);
+        let demo = options_of("tp demo").unwrap();
+        assert_eq!((demo.pid, demo.selection.records.bits()), (7, kind::COUNT));
+    }
+
+    #[test]
+    fn typed_values_become_the_engines() {
+        let opts = options_of("tp attach -p 1 -f foo --stack=dwarf --stack-size 8192 --stack-depth 9").unwrap();
+        assert_eq!(opts.selection.stack, Some(StackMode::Unwind { bytes: 8192, depth: 9 }));
+        let opts = options_of("tp attach -p 1 -f foo --stack --format json").unwrap();
+        assert_eq!((opts.selection.stack, opts.format), (Some(StackMode::FramePointers { depth: 30 }), Format::Json));
+        let opts = options_of("tp attach -p 1 -f foo --steps 2 --step-engine trap --step-limit 50").unwrap();
+        let steps = opts.steps.unwrap();
+        assert_eq!((steps.in_target, steps.limit, opts.selection.trap_steps), (true, 50, Some(50)));
+        let opts = options_of("tp attach -p 1 -f foo --steps --step-depth 3").unwrap();
+        assert_eq!((opts.steps.unwrap().in_target, opts.selection.trap_steps), (false, None));
+        let refused = options_of("tp attach -p 1 -f foo --steps --step-engine trap --step-depth 3").unwrap_err();
+        assert!(refused.to_string().starts_with("--step-depth needs --step-engine ptrace"), "{refused}");
+    }
 }

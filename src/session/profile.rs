@@ -41,7 +41,7 @@ use anyhow::{Context, Result, bail};
 use super::follow;
 use super::libraries::Libraries;
 use super::observe::Watcher;
-use super::{Attached, Detached, Options, Selection};
+use super::{Attached, Detached, Options, Records, Selection};
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::sampling::{FIRST_EPOCH, Sampler};
@@ -50,7 +50,6 @@ use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
 use crate::output::chrome_args::ChromeArgs;
 use crate::output::profile::Row;
-use crate::probe::layout::kind;
 use crate::process;
 use crate::symbols::ProcessModules;
 
@@ -62,7 +61,7 @@ pub fn selection(funcs: Vec<String>, samples_per_epoch: u32) -> Selection {
         // Room for every function's samples of an epoch.
         ring_len: (budget as usize * 4096).clamp(2048, 1 << 18) as u32,
         sample_budget: budget,
-        ..Selection::new(funcs, kind::RET | kind::SAMPLE)
+        ..Selection::new(funcs, Records { ret: true, sample: true, ..Records::COUNT })
     }
 }
 

@@ -159,7 +159,7 @@ impl Tracer {
                 && i.dwarf
                     .as_ref()
                     .is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
-        }) && opts.selection.kind & kind::ARGS != 0
+        }) && opts.selection.records.args
         {
             crate::say!(
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort \
