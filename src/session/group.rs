@@ -147,16 +147,9 @@ impl Member {
                     let mut r = match &p.tracer {
                         Some(t) => ProcessReport {
                             latency: t.latency(&p.attached),
-                            summary,
                             events: true,
-                            lost: 0,
-                            children: Vec::new(),
-                            stacks: Vec::new(),
-                            by: Vec::new(),
                             aggregates: t.aggregate_report(&p.attached),
-                            blocks: Vec::new(),
-                            steps: Vec::new(),
-                            libraries: Vec::new(),
+                            ..ProcessReport::counts(summary)
                         },
                         None => ProcessReport::counts(summary),
                     };

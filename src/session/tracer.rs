@@ -634,19 +634,7 @@ impl Tracer {
         let by = self.by_report(attached);
         self.owners.note(&attached.region);
         let aggregates = self.aggregate_report(attached);
-        ProcessReport {
-            summary,
-            latency,
-            events: true,
-            lost,
-            children: Vec::new(),
-            stacks,
-            by,
-            aggregates,
-            blocks: Vec::new(),
-            steps: Vec::new(),
-            libraries: Vec::new(),
-        }
+        ProcessReport { latency, events: true, lost, stacks, by, aggregates, ..ProcessReport::counts(summary) }
     }
 }
 
