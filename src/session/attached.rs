@@ -585,7 +585,7 @@ impl Attached {
     pub fn detach(&self) -> Result<Detached> {
         // A thread waiting at the rendezvous goes on before the probes go.
         if self.has_rendezvous() {
-            let _ = crate::probe::rendezvous::disarm(&self.region);
+            let _ = crate::probe::rendezvous_wait::disarm(&self.region);
         }
         // A set: the select below runs for every entry with the target stopped.
         let mine: std::collections::HashSet<u32> =
@@ -880,11 +880,11 @@ fn install(
     }
     // Threads wait at the rendezvous, and calls to step, from the first call on.
     if rendezvous {
-        crate::probe::rendezvous::set_state_word(&prepared.region, waits.loader_state.unwrap_or(0))?;
-        crate::probe::rendezvous::arm(&prepared.region, pid)?;
+        crate::probe::rendezvous_wait::set_state_word(&prepared.region, waits.loader_state.unwrap_or(0))?;
+        crate::probe::rendezvous_wait::arm(&prepared.region, pid)?;
     }
     if waits.step_calls > 0 {
-        crate::probe::step::arm(&prepared.region, pid, waits.step_calls)?;
+        crate::probe::step_handoff::arm(&prepared.region, pid, waits.step_calls)?;
     }
     stopped.stop_all()?;
     let committed = install::commit(&mut stopped, mem, &prepared)?;
