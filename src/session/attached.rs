@@ -12,8 +12,8 @@ use super::{Options, Records, Selection, StackMode, kept, rendezvous, resolve, u
 use crate::escape as text;
 use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
-use crate::events::format::ProbeInfo;
 use crate::events::predicate;
+use crate::events::values::ProbeInfo;
 use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
@@ -735,7 +735,7 @@ fn batch(
         }
         // Entries record the registers after the sixth only where the ABI
         // has them and the function may take an argument there.
-        if r.kind & kind::ARGS != 0 && crate::events::format::registers_needed(&info) > layout::ENTRY_REGS {
+        if r.kind & kind::ARGS != 0 && crate::events::values::registers_needed(&info) > layout::ENTRY_REGS {
             r.kind |= kind::ARGS_MORE;
         }
         infos.push(info);

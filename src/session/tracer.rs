@@ -15,10 +15,10 @@ use super::StackMode;
 use super::attached::Attached;
 use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
-use crate::events::format::{self, MAX_STRING, ProbeInfo};
 use crate::events::predicate;
 use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
+use crate::events::values::{self, MAX_STRING, ProbeInfo};
 use crate::events::{Kind, RawEvent};
 use crate::output::aggregates::{AggRow, ProbeAgg};
 use crate::output::chrome::ChromeTrace;
@@ -291,7 +291,7 @@ impl Tracer {
         let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
-                let args = format::args(info, &ev.v, &fetched, &read);
+                let args = values::args(info, &ev.v, &fetched, &read);
                 let lines_of_stack: Option<Vec<String>> =
                     stack.as_ref().map(|frames| frames.iter().flat_map(Frame::lines).collect());
                 let depth = match &mut self.tree {
@@ -332,7 +332,7 @@ impl Tracer {
                 let start_ns = self.clock.ns(ev.entry_tsc());
                 let unwound = ev.kind == Kind::Unwound;
                 let tail_call = !unwound && ev.tail_call();
-                let ret = if unwound || tail_call { None } else { format::ret(info, ev.v[0], &read) };
+                let ret = if unwound || tail_call { None } else { values::ret(info, ev.v[0], &read) };
                 if !unwound {
                     self.latency[i].add(duration_ns);
                 }
