@@ -8,6 +8,94 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// A closed set of values an option takes: the enum, and the `ValueEnum`
+/// that parses each variant from its name on the command line. Written
+/// here rather than derived, so that the option's own help describes the
+/// values (a derived one would add each variant's doc comment to it).
+macro_rules! values {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum $name {
+            $($(#[$vmeta])* $variant,)+
+        }
+
+        impl clap::ValueEnum for $name {
+            fn value_variants<'a>() -> &'a [Self] {
+                &[$($name::$variant,)+]
+            }
+
+            fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+                Some(clap::builder::PossibleValue::new(match self {
+                    $($name::$variant => $text,)+
+                }))
+            }
+        }
+    };
+}
+
+values! {
+    /// How `--stack` takes a call's stack.
+    StackHow {
+        /// Frame pointers, followed in the target.
+        Fp = "fp",
+        /// A copy of the stack's top, unwound by tp.
+        Dwarf = "dwarf",
+    }
+}
+
+values! {
+    /// How `--steps` steps a call (`--step-engine`).
+    StepEngine {
+        /// tp single-steps the thread with ptrace.
+        Ptrace = "ptrace",
+        /// The thread traces itself in the target (trap flag, SIGTRAP handler).
+        Trap = "trap",
+    }
+}
+
+values! {
+    /// The forms of `tp attach`'s and `tp run`'s results (`--format`).
+    ProbeFormat {
+        /// Tables and event lines.
+        Text = "text",
+        /// JSON Lines of events, then one summary document.
+        Json = "json",
+        /// A Chrome trace.
+        Chrome = "chrome",
+        /// Folded stacks.
+        Folded = "folded",
+        /// A flame graph.
+        Svg = "svg",
+    }
+}
+
+values! {
+    /// The forms of `tp status`'s results (`--format`).
+    StatusFormat {
+        /// A table.
+        Text = "text",
+        /// One JSON document.
+        Json = "json",
+        /// The OpenMetrics text format.
+        OpenMetrics = "openmetrics",
+        /// The Prometheus text format 0.0.4.
+        Prometheus = "prometheus",
+    }
+}
+
+values! {
+    /// The forms of `tp profile`'s results (`--format`).
+    ProfileFormat {
+        /// A table.
+        Text = "text",
+        /// One JSON document.
+        Json = "json",
+        /// A Chrome trace of the sampled calls.
+        Chrome = "chrome",
+    }
+}
+
 /// tp: count and time function calls in a running process, without restarting
 /// it, using jump probes patched into its code.
 #[derive(Debug, Parser)]
@@ -100,8 +188,8 @@ pub struct ProbeArgs {
     /// flag and a SIGTRAP handler tp installs in the target records each
     /// instruction, with no stop for tp; refused where the process handles
     /// SIGTRAP itself or a debugger traces it; every call is stepped).
-    #[arg(long, value_name = "ENGINE", default_value = "ptrace", value_parser = ["ptrace", "trap"], requires = "steps")]
-    pub step_engine: String,
+    #[arg(long, value_name = "ENGINE", default_value = "ptrace", value_enum, requires = "steps")]
+    pub step_engine: StepEngine,
     /// Record each call's arguments (named and typed with DWARF, else arg0..arg5),
     /// or the values EXPR lists: parameters, struct fields by DWARF
     /// (`--args 'req->method, req->uri.len, path'`, arrays by index `req->ids[2]`),
@@ -115,8 +203,8 @@ pub struct ProbeArgs {
     /// Record each call's user stack (implies --args): `fp` follows frame
     /// pointers in the target; `dwarf` copies the stack's top for tp to
     /// unwind with the unwind tables (code built without frame pointers).
-    #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "fp", value_parser = ["fp", "dwarf"])]
-    pub stack: Option<String>,
+    #[arg(long, value_name = "HOW", num_args = 0..=1, default_missing_value = "fp", value_enum)]
+    pub stack: Option<StackHow>,
     /// The most frames of a stack.
     #[arg(long, value_name = "N", default_value_t = 30, requires = "stack",
           value_parser = clap::value_parser!(u32).range(1..=127))]
@@ -159,8 +247,8 @@ pub struct ProbeArgs {
     /// The form of the results: text, json (JSON Lines, then one summary
     /// document), chrome (a Chrome trace for the Perfetto UI), folded or svg
     /// (the stacks, with --stack); default: what -o FILE's name says, else text.
-    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "chrome", "folded", "svg"])]
-    pub format: Option<String>,
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub format: Option<ProbeFormat>,
     /// Show the probes without hits too (the text summary leaves them out).
     #[arg(long)]
     pub all: bool,
@@ -260,8 +348,8 @@ pub struct StatusArgs {
     pub prometheus: bool,
     /// The form of the results: text, json, openmetrics or prometheus
     /// (default: what -o FILE's name says, else text).
-    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "openmetrics", "prometheus"])]
-    pub format: Option<String>,
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub format: Option<StatusFormat>,
     /// Write to FILE instead of stdout, atomically (a temporary file renamed
     /// over it), in the format the flags name, else the one FILE's name
     /// says: .txt, .json, .om, .prom.
@@ -392,8 +480,8 @@ pub struct ProfileArgs {
     pub json: bool,
     /// The form of the results: text, json or chrome (default: what -o
     /// FILE's name says, else text).
-    #[arg(long, value_name = "FORMAT", value_parser = ["text", "json", "chrome"])]
-    pub format: Option<String>,
+    #[arg(long, value_name = "FORMAT", value_enum)]
+    pub format: Option<ProfileFormat>,
     /// Show the functions that were not called too (the text leaves them out).
     #[arg(long)]
     pub all: bool,
@@ -546,7 +634,7 @@ mod tests {
         let Command::Attach(a) = parse("tp attach -p 1 -f foo --stack --if arg0>3 --by n").unwrap().command else {
             panic!()
         };
-        assert_eq!(a.probe.stack.as_deref(), Some("fp"));
+        assert_eq!(a.probe.stack, Some(StackHow::Fp));
         assert_eq!(
             (a.probe.stack_depth, a.probe.predicate.as_deref(), a.probe.by.as_deref()),
             (30, Some("arg0>3"), Some("n"))
@@ -556,13 +644,37 @@ mod tests {
         else {
             panic!()
         };
-        assert_eq!((a.probe.stack.as_deref(), a.probe.stack_size, a.probe.folded), (Some("dwarf"), 8192, true));
+        assert_eq!((a.probe.stack, a.probe.stack_size, a.probe.folded), (Some(StackHow::Dwarf), 8192, true));
         assert!(parse("tp attach -p 1 -f foo --stack=lbr").is_err());
         assert!(
             parse("tp attach -p 1 -f foo --folded").is_ok(),
             "--folded is checked with the other options (--stack or --steps)"
         );
         assert!(parse("tp attach -p 1 -f foo --stack --stack-depth 500").is_err());
+    }
+
+    #[test]
+    fn closed_sets_of_values_parse_to_their_variants() {
+        let Command::Attach(a) = parse("tp attach -p 1 -f foo --steps").unwrap().command else { panic!() };
+        assert_eq!((a.probe.step_engine, a.probe.format), (StepEngine::Ptrace, None));
+        let Command::Attach(a) =
+            parse("tp attach -p 1 -f foo --steps --step-engine trap --format folded").unwrap().command
+        else {
+            panic!()
+        };
+        assert_eq!((a.probe.step_engine, a.probe.format), (StepEngine::Trap, Some(ProbeFormat::Folded)));
+        let err = parse("tp attach -p 1 -f foo --steps --step-engine gdb").unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::InvalidValue);
+        let Command::Status(s) = parse("tp status --format openmetrics").unwrap().command else { panic!() };
+        assert_eq!(s.format, Some(StatusFormat::OpenMetrics));
+        let Command::Profile(p) = parse("tp profile -p 1 -f * --format chrome").unwrap().command else { panic!() };
+        assert_eq!(p.format, Some(ProfileFormat::Chrome));
+        for (line, kind) in [
+            ("tp profile -p 1 -f * --format svg", clap::error::ErrorKind::InvalidValue),
+            ("tp status --format chrome", clap::error::ErrorKind::InvalidValue),
+        ] {
+            assert_eq!(parse(line).unwrap_err().kind(), kind, "{line}");
+        }
     }
 
     #[test]

@@ -11,36 +11,19 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use super::metrics;
-use super::options::{options, settle, which};
+use super::options::{CommandLine, which};
 use crate::cli::AttachArgs;
 use crate::output::sink::Sink;
-use crate::probe::layout::kind;
 use crate::session::exe::ExeFile;
 use crate::session::group::{Behaviour, Group};
 use crate::session::targets::Selected;
 use crate::session::{Options, interrupt, results};
 
-/// The session options of `tp attach`.
-pub fn attach_options(args: &AttachArgs) -> Result<Options> {
-    let pid = args.targets.pids.first().copied().unwrap_or(0);
-    let mut opts = settle(Options {
-        keep: args.keep,
-        duration: args.duration.map(Duration::from_secs_f64),
-        ..options("attach", pid, &args.funcs, &args.addrs, &args.probe, args.output.as_deref())?
-    });
-    if opts.keep && opts.selection.kind & kind::RET != 0 {
-        // Nobody reads a kept probe's events: its threads keep the
-        // durations in the target, where `tp status` reads them.
-        opts.selection.kind |= kind::AGGREGATE;
-    }
-    Ok(opts)
-}
-
 /// Runs `tp attach`.
 pub fn run(args: AttachArgs) -> Result<ExitCode> {
     interrupt::install();
     // The command line first: a format that cannot be, before any process is looked at.
-    let opts = attach_options(&args)?;
+    let opts = Options::from_cli(CommandLine::Attach(&args))?;
     let which = which(&args.targets);
     let exe = args.exe.as_deref().map(ExeFile::open).transpose()?;
     if which.is_empty() && exe.is_none() {

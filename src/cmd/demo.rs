@@ -9,17 +9,16 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
-use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
+use super::options::CommandLine;
 use crate::cli::DemoArgs;
 use crate::output::report::{self, ProcessReport, View};
 use crate::output::thousands;
-use crate::probe::layout::kind;
 use crate::process;
 use crate::session::observe::LiveView;
-use crate::session::{Attached, End, Options, Selection, interrupt, observe};
+use crate::session::{Attached, End, Options, interrupt, observe};
 use crate::symbols::ProcessModules;
 
 /// The demo's target program, as the build made it.
@@ -112,12 +111,6 @@ fn field(line: &str, key: &str) -> Option<u64> {
     line.split_whitespace().find_map(|w| w.strip_prefix(key)?.strip_prefix('=')?.parse().ok())
 }
 
-/// What the demo does in the target `pid`: count `foo` and `bar` for `args.duration`.
-fn options(args: &DemoArgs, pid: i32) -> Options {
-    let selection = Selection::new(vec!["foo".to_string(), "bar".to_string()], kind::COUNT);
-    Options { duration: Some(Duration::from_secs_f64(args.duration)), ..Options::new(pid, selection) }
-}
-
 /// Runs `tp demo`.
 pub fn run(args: DemoArgs) -> Result<ExitCode> {
     interrupt::install();
@@ -127,7 +120,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let pid = target.child.id() as i32;
     crate::say!("tp demo: started {} as process {pid}", path.display());
 
-    let opts = options(&args, pid);
+    let opts = Options::from_cli(CommandLine::Demo(&args, pid))?;
     let funcs = opts.selection.funcs.clone();
     let mut attached = Attached::attach(&opts)?;
     let mut guard = crate::session::guard::Restore::new(&mut attached);

@@ -10,14 +10,14 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use super::metrics;
-use super::options::{options, settle};
+use super::options::CommandLine;
 use crate::cli::RunArgs;
 use crate::escape::text;
 use crate::output::format::Format;
 use crate::output::sink::Sink;
 use crate::session::group::Behaviour;
-use crate::session::results;
 use crate::session::run::{self, Ran};
+use crate::session::{Options, results};
 
 /// How often tp looks at the program: its exit ends the session, so a short
 /// program's summary comes this soon after it.
@@ -25,7 +25,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// Runs `tp run`.
 pub fn run(args: RunArgs) -> Result<ExitCode> {
-    let opts = settle(options("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?);
+    let opts = Options::from_cli(CommandLine::Run(&args))?;
     if opts.format != Format::Text && opts.output.is_none() {
         // stdout is the program's, stderr carries tp's notes.
         bail!(

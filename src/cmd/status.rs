@@ -26,7 +26,7 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let format = format::choose(
         "status",
         &[(args.json, Format::Json), (args.openmetrics, Format::OpenMetrics), (args.prometheus, Format::Prometheus)],
-        args.format.as_deref(),
+        args.format.map(Format::from),
         args.output.as_deref(),
         &[Format::Text, Format::Json, Format::OpenMetrics, Format::Prometheus],
     )

@@ -1,16 +1,16 @@
 //! Events recorded by probes in the target, as the tracer sees them: drained
 //! from the per-thread rings ([`drain`]), stamped with CLOCK_MONOTONIC time
-//! ([`clock`]), given names and typed values ([`format`](mod@format)), and summed into
+//! ([`clock`]), given names and typed values ([`values`]), and summed into
 //! latency statistics ([`stats`]).
 
 pub mod aggregates;
 pub mod clock;
 pub mod drain;
-pub mod format;
 pub mod predicate;
 pub mod sampling;
 pub mod stacks;
 pub mod stats;
+pub mod values;
 
 use crate::probe::layout::{self, event_kind};
 

@@ -53,7 +53,7 @@ use crate::probe::layout::{
 use crate::symbols::dwarf::Type;
 use crate::symbols::fields::{FieldPath, MAX_STEPS, Step, steps_text};
 
-use super::format::{Pick, PickFrom, ProbeInfo};
+use super::values::{Pick, PickFrom, ProbeInfo};
 
 /// A parsed predicate.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use serde_json::Value as Json;
 use serde_json::ser::{CharEscape, CompactFormatter, Formatter};
 
 use crate::escape;
-use crate::events::format::Value;
+use crate::events::values::Value;
 
 /// The `args` object of one event: its keys in the order they were added.
 #[derive(Debug, Clone, Default, PartialEq)]

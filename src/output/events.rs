@@ -5,7 +5,7 @@ use std::io::{self, Write};
 
 use super::json;
 use crate::escape::text;
-use crate::events::format::{self, ProbeInfo, Value};
+use crate::events::values::{self, ProbeInfo, Value};
 
 /// How events are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,7 +113,7 @@ pub fn write(
     match (style, line) {
         (Style::Quiet, _) => Ok(()),
         (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
-            writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), format::call_text(&info.name, args))
+            writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), values::call_text(&info.name, args))
         }
         (Style::Text, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, .. }) => {
             let ret = match (ret, tail_call) {

@@ -43,11 +43,6 @@ impl Format {
         FORMATS.iter().find(|f| f.0 == self).map_or("text", |f| f.1)
     }
 
-    /// The format `--format NAME` names.
-    pub fn from_name(name: &str) -> Option<Format> {
-        FORMATS.iter().find(|f| f.1 == name).map(|f| f.0)
-    }
-
     /// The format a file's name says (`.trace.json` before `.json`).
     pub fn from_path(path: &Path) -> Option<Format> {
         let name = path.file_name()?.to_str()?.to_ascii_lowercase();
@@ -83,22 +78,18 @@ pub fn names(formats: &[Format]) -> String {
 }
 
 /// The format of the results of `tp COMMAND`: `asked` by its flags (each
-/// set flag with the format it means; `--format NAME` among them), else
+/// set flag with the format it means), then `format` (`--format`), else
 /// the one `file`'s name says, else text; refused when flags disagree,
 /// when a file says none, or when it is not among `allowed`.
 pub fn choose(
     command: &str,
     asked: &[(bool, Format)],
-    format: Option<&str>,
+    format: Option<Format>,
     file: Option<&Path>,
     allowed: &[Format],
 ) -> Result<Format, String> {
     let mut wanted: Vec<Format> = asked.iter().filter(|a| a.0).map(|a| a.1).collect();
-    if let Some(name) = format {
-        let f = Format::from_name(name)
-            .ok_or_else(|| format!("--format `{name}` is not a format tp writes; it writes {}", names(allowed)))?;
-        wanted.push(f);
-    }
+    wanted.extend(format);
     wanted.dedup();
     let chosen = match (wanted.as_slice(), file) {
         ([], None) => Format::Text,
@@ -151,12 +142,12 @@ mod tests {
     fn flags_then_the_file_then_text() {
         let file = Some(Path::new("out.txt"));
         let choose =
-            |a: &[(bool, Format)], f: Option<&str>, file: Option<&Path>| super::choose("attach", a, f, file, ATTACH);
+            |a: &[(bool, Format)], f: Option<Format>, file: Option<&Path>| super::choose("attach", a, f, file, ATTACH);
         assert_eq!(choose(&[(true, Format::Json)], None, file), Ok(Format::Json));
         assert_eq!(choose(&[(false, Format::Json)], None, file), Ok(Format::Text));
         assert_eq!(choose(&[], None, None), Ok(Format::Text));
-        assert_eq!(choose(&[], Some("chrome"), None), Ok(Format::Chrome));
-        assert_eq!(choose(&[(true, Format::Json)], Some("json"), None), Ok(Format::Json));
+        assert_eq!(choose(&[], Some(Format::Chrome), None), Ok(Format::Chrome));
+        assert_eq!(choose(&[(true, Format::Json)], Some(Format::Json), None), Ok(Format::Json));
         let two = choose(&[(true, Format::Json), (true, Format::Folded)], None, None).unwrap_err();
         assert_eq!(two, "the flags ask for two formats (json or folded); choose one");
         let unknown = choose(&[], None, Some(Path::new("out.dat"))).unwrap_err();
@@ -165,8 +156,6 @@ mod tests {
             "{unknown}"
         );
         assert!(unknown.contains("chrome (.trace.json, .perfetto.json)"), "{unknown}");
-        let bad = choose(&[], Some("yaml"), None).unwrap_err();
-        assert_eq!(bad, "--format `yaml` is not a format tp writes; it writes text, json, chrome, folded or svg");
         let wrong = choose(&[], None, Some(Path::new("m.prom"))).unwrap_err();
         assert_eq!(wrong, "`tp attach` writes text, json, chrome, folded or svg, not prometheus");
     }

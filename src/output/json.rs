@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::events::format::Value;
+use crate::events::values::Value;
 
 /// `s` as a JSON string literal.
 pub fn string(s: &str) -> String {
@@ -136,7 +136,7 @@ pub fn address(a: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::events::format::Value;
+    use crate::events::values::Value;
 
     #[test]
     fn values_and_arguments() {

@@ -103,7 +103,8 @@ pub fn loaded_json(l: &Loaded) -> String {
 }
 
 impl ProcessReport {
-    /// The report of counts alone (no events were recorded).
+    /// The report of counts alone (no events were recorded): every other
+    /// report starts from it, with what its session recorded besides.
     pub fn counts(summary: Summary) -> ProcessReport {
         ProcessReport {
             summary,
@@ -472,19 +473,7 @@ pub fn merge_programs(pid: i32, mut reports: Vec<ProcessReport>) -> ProcessRepor
         r.summary.pid = pid;
         return r;
     }
-    let mut out = ProcessReport {
-        summary: Summary { pid, probes: Vec::new() },
-        latency: Vec::new(),
-        events: false,
-        lost: 0,
-        children: Vec::new(),
-        stacks: Vec::new(),
-        by: Vec::new(),
-        aggregates: Vec::new(),
-        blocks: Vec::new(),
-        steps: Vec::new(),
-        libraries: Vec::new(),
-    };
+    let mut out = ProcessReport::counts(Summary { pid, probes: Vec::new() });
     for r in reports {
         out.events |= r.events;
         out.lost += r.lost;

@@ -15,7 +15,7 @@ use std::io::{self, Write};
 
 use super::events::duration;
 use crate::escape::text;
-use crate::events::format::{self, ProbeInfo, Value};
+use crate::events::values::{self, ProbeInfo, Value};
 
 /// The deepest nesting a thread's open calls are kept for: deeper calls
 /// are shown at this depth.
@@ -128,7 +128,7 @@ impl Tree {
     ) -> io::Result<()> {
         let t = self.thread(cols.pid, tid);
         Self::open_pending(t, cols, tid, out)?;
-        t.pending = Some(Pending { probe, call: format::call_text(&info.name, args), ts_ns });
+        t.pending = Some(Pending { probe, call: values::call_text(&info.name, args), ts_ns });
         Ok(())
     }
 

@@ -7,7 +7,7 @@
 //! target's seccomp filters let the runtime's syscalls run
 //! ([`runtime_calls`]), what a thread's hardware shadow stack forbids
 //! ([`shadow`]), and the rendezvous with the dynamic linker, where a thread
-//! waits for tp ([`rendezvous`]).
+//! waits for tp ([`rendezvous_wait`]).
 
 pub mod acquire;
 pub mod arena;
@@ -18,12 +18,12 @@ pub mod install;
 pub mod orphan;
 pub mod region;
 pub mod remove;
-pub mod rendezvous;
+pub mod rendezvous_wait;
 pub mod runtime;
 pub mod runtime_calls;
 pub mod semaphore;
 pub mod shadow;
-pub mod step;
+pub mod step_handoff;
 pub mod threads;
 pub mod trap;
 pub mod validate;

@@ -11,7 +11,7 @@ pub mod proc_events;
 pub mod ptrace;
 pub mod remote;
 pub mod seccomp;
-pub mod step;
+pub mod single_step;
 pub mod stop;
 
 use std::fmt;

@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 
 use super::follow::Follow;
-use super::{Options, Selection, StackMode, kept, rendezvous, resolve, unwind};
+use super::{Options, Records, Selection, StackMode, kept, rendezvous, resolve, unwind};
 use crate::escape as text;
 use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
-use crate::events::format::ProbeInfo;
 use crate::events::predicate;
+use crate::events::values::ProbeInfo;
 use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
@@ -104,11 +104,11 @@ impl Attached {
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let modules = ProcessModules::new(pid, &maps)?;
             let shadow = shadow::thread_with(pid, &[]);
-            if what.kind & kind::RET != 0 {
+            if what.records.ret {
                 // The unwinder's modules are read while the user's functions are planned.
                 modules.prefetch(&unwind::places(&modules));
             }
-            let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.kind, shadow)?;
+            let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.records.bits(), shadow)?;
             Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started)
         };
         run().map_err(|e| exited_or(pid, e))
@@ -188,7 +188,7 @@ impl Attached {
                     notes: Vec::new(),
                     blocks: Vec::new(),
                 },
-                false => resolve::plan_found(modules, found, opts.selection.kind, shadow)?,
+                false => resolve::plan_found(modules, found, opts.selection.records.bits(), shadow)?,
             };
             resolved.requests.extend(own);
             Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
@@ -213,7 +213,7 @@ impl Attached {
             Some(r) if stopped.is_none() && is_leftover(&r) => reclaim(pid, r)?,
             other => other,
         };
-        if what.kind != kind::COUNT
+        if what.records != Records::COUNT
             && let Some(r) = &existing
             && let Some((_, e)) = r.entries().into_iter().find(|(_, e)| {
                 e.state().maybe_patched() && e.kind & (kind::ARGS | kind::RET) != 0 && kept::session_is_running(e.owner)
@@ -242,7 +242,7 @@ impl Attached {
         let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
         let take_over = !vetted.over.is_empty();
         let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget, take_over };
-        let discard = what.kind != kind::COUNT;
+        let discard = what.records != Records::COUNT;
         // Where the loader keeps its state, for tp's rendezvous probe: read
         // before the probe goes live, so that no call of it misses it.
         let loader_state = requests
@@ -262,7 +262,7 @@ impl Attached {
             region: done.region,
             probes: done.report.installed,
             owner,
-            kind: what.kind,
+            kind: what.records.bits(),
             selection: what.clone(),
             install_opts: opts,
             clock,
@@ -296,7 +296,7 @@ impl Attached {
             region,
             probes: Vec::new(),
             owner,
-            kind: what.kind,
+            kind: what.records.bits(),
             selection: what.clone(),
             install_opts: install::Options { owner, ring_len: what.ring_len, sample_budget: 0, take_over: false },
             clock: Clock::start(),
@@ -585,7 +585,7 @@ impl Attached {
     pub fn detach(&self) -> Result<Detached> {
         // A thread waiting at the rendezvous goes on before the probes go.
         if self.has_rendezvous() {
-            let _ = crate::probe::rendezvous::disarm(&self.region);
+            let _ = crate::probe::rendezvous_wait::disarm(&self.region);
         }
         // A set: the select below runs for every entry with the target stopped.
         let mine: std::collections::HashSet<u32> =
@@ -735,7 +735,7 @@ fn batch(
         }
         // Entries record the registers after the sixth only where the ABI
         // has them and the function may take an argument there.
-        if r.kind & kind::ARGS != 0 && crate::events::format::registers_needed(&info) > layout::ENTRY_REGS {
+        if r.kind & kind::ARGS != 0 && crate::events::values::registers_needed(&info) > layout::ENTRY_REGS {
             r.kind |= kind::ARGS_MORE;
         }
         infos.push(info);
@@ -880,11 +880,11 @@ fn install(
     }
     // Threads wait at the rendezvous, and calls to step, from the first call on.
     if rendezvous {
-        crate::probe::rendezvous::set_state_word(&prepared.region, waits.loader_state.unwrap_or(0))?;
-        crate::probe::rendezvous::arm(&prepared.region, pid)?;
+        crate::probe::rendezvous_wait::set_state_word(&prepared.region, waits.loader_state.unwrap_or(0))?;
+        crate::probe::rendezvous_wait::arm(&prepared.region, pid)?;
     }
     if waits.step_calls > 0 {
-        crate::probe::step::arm(&prepared.region, pid, waits.step_calls)?;
+        crate::probe::step_handoff::arm(&prepared.region, pid, waits.step_calls)?;
     }
     stopped.stop_all()?;
     let committed = install::commit(&mut stopped, mem, &prepared)?;

@@ -43,7 +43,7 @@ use crate::output::report::{self, ProcessReport};
 use crate::probe::family::{Outcome, Relative};
 use crate::probe::layout::kind;
 use crate::probe::remove::Kept;
-use crate::probe::rendezvous;
+use crate::probe::rendezvous_wait;
 use crate::process;
 use crate::process::proc_events::Ended;
 use crate::process::stop::Stopped;
@@ -147,16 +147,9 @@ impl Member {
                     let mut r = match &p.tracer {
                         Some(t) => ProcessReport {
                             latency: t.latency(&p.attached),
-                            summary,
                             events: true,
-                            lost: 0,
-                            children: Vec::new(),
-                            stacks: Vec::new(),
-                            by: Vec::new(),
                             aggregates: t.aggregate_report(&p.attached),
-                            blocks: Vec::new(),
-                            steps: Vec::new(),
-                            libraries: Vec::new(),
+                            ..ProcessReport::counts(summary)
                         },
                         None => ProcessReport::counts(summary),
                     };
@@ -384,11 +377,11 @@ impl Group {
             .members
             .iter()
             .filter(|m| m.left.is_none())
-            .find_map(|m| m.rendezvous().filter(|r| rendezvous::armed(r)));
+            .find_map(|m| m.rendezvous().filter(|r| rendezvous_wait::armed(r)));
         match (armed, &self.exe) {
             // New processes are heard within a slice of this.
-            (Some(region), Some(_)) => rendezvous::wait_for_arrival(region, d.min(EXE_SLICE)),
-            (Some(region), None) => rendezvous::wait_for_arrival(region, d),
+            (Some(region), Some(_)) => rendezvous_wait::wait_for_arrival(region, d.min(EXE_SLICE)),
+            (Some(region), None) => rendezvous_wait::wait_for_arrival(region, d),
             (None, Some(_)) => self.family.wait(d),
             (None, None) => std::thread::sleep(d),
         }

@@ -19,7 +19,7 @@ use super::follow::{self, Follow};
 use crate::escape::text;
 use crate::output::report;
 use crate::probe::region::Region;
-use crate::probe::rendezvous;
+use crate::probe::rendezvous_wait;
 use crate::process::{self, Mapping};
 use crate::symbols::{Found, ProcessModules};
 
@@ -76,7 +76,7 @@ impl Libraries {
     /// library half mapped, and patch code the next mmap replaces), else
     /// at the process's code sizes.
     pub fn check(&mut self, pid: i32, probes: &mut dyn Probes) {
-        match probes.rendezvous().is_some_and(rendezvous::armed) {
+        match probes.rendezvous().is_some_and(rendezvous_wait::armed) {
             true => self.serve(pid, probes),
             false => self.load(pid, probes, None),
         }
@@ -89,19 +89,19 @@ impl Libraries {
     pub fn serve(&mut self, pid: i32, probes: &mut dyn Probes) {
         let watching = self.watching();
         let Some(region) = probes.rendezvous() else { return };
-        let gave_up = rendezvous::gave_up(region);
+        let gave_up = rendezvous_wait::gave_up(region);
         if gave_up != self.gave_up {
             crate::say!(
                 "tp: process {pid}: a thread at the dynamic linker's rendezvous went on after waiting {} s for tp; \
                  libraries loaded meanwhile were probed when tp saw them",
-                rendezvous::WAIT.as_secs()
+                rendezvous_wait::WAIT.as_secs()
             );
             if watching {
-                let _ = rendezvous::arm(region, pid);
+                let _ = rendezvous_wait::arm(region, pid);
             }
         }
-        let waiting = rendezvous::waiting(region);
-        let upto = rendezvous::arrived(region);
+        let waiting = rendezvous_wait::waiting(region);
+        let upto = rendezvous_wait::arrived(region);
         self.gave_up = gave_up;
         if !waiting {
             return;
@@ -110,10 +110,10 @@ impl Libraries {
         self.load(pid, probes, Some(Instant::now()));
         let watching = self.watching();
         if let Some(region) = probes.rendezvous() {
-            let _ = rendezvous::release(region, upto);
+            let _ = rendezvous_wait::release(region, upto);
             // No pattern waits any more: threads pass without waiting.
             if !watching {
-                let _ = rendezvous::disarm(region);
+                let _ = rendezvous_wait::disarm(region);
             }
         }
     }

@@ -1,7 +1,8 @@
 //! The session engine: what `tp attach`, `tp profile` and `tp demo` share.
 //!
 //! A session is built from [`Options`], which each subcommand makes once
-//! from its command line (the engine never sees clap's types). It resolves
+//! from its command line with `Options::from_cli` (written in
+//! `cmd::options`: the engine itself never sees clap's types). It resolves
 //! and plans the probes ([`resolve`], [`unwind`]), installs them
 //! ([`attached::Attached::attach`]), watches the target in one loop
 //! ([`observe::run`], for one process [`observe::observe`], for a group
@@ -123,8 +124,8 @@ pub struct Selection {
     pub funcs: Vec<String>,
     /// Function addresses.
     pub addrs: Vec<RuntimeAddr>,
-    /// What to record: bits of `probe::layout::kind`.
-    pub kind: u32,
+    /// What to record.
+    pub records: Records,
     /// Ring size for a region created now.
     pub ring_len: u32,
     /// Samples per epoch for sampling probes.
@@ -148,12 +149,12 @@ pub struct Selection {
 }
 
 impl Selection {
-    /// A selection of `funcs` recording `kind`, with nothing else asked.
-    pub fn new(funcs: Vec<String>, kind: u32) -> Selection {
+    /// A selection of `funcs` recording `records`, with nothing else asked.
+    pub fn new(funcs: Vec<String>, records: Records) -> Selection {
         Selection {
             funcs,
             addrs: Vec::new(),
-            kind,
+            records,
             ring_len: crate::probe::layout::DEFAULT_RING_LEN,
             sample_budget: 0,
             predicate: None,
@@ -164,6 +165,58 @@ impl Selection {
             step_calls: 0,
             trap_steps: None,
         }
+    }
+}
+
+/// What a selection's probes record, as the command line asks it: each
+/// field one of `probe::layout::kind`'s bits, which [`Records::bits`]
+/// gives where the probes' entries are planned ([`attached::Attached`]);
+/// none set, the calls are counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Records {
+    /// An entry event with each call's arguments (`--args`, and what needs
+    /// the entry's event: `--tree`, `--stack`, `--if` alone).
+    pub args: bool,
+    /// An exit event with each call's return value and duration (`--ret`).
+    pub ret: bool,
+    /// Each entry event's user stack (`--stack`).
+    pub stack: bool,
+    /// The calls counted or aggregated per key, in the target (`--by`, `--agg`).
+    pub by: bool,
+    /// Calls handed to tp to step (`--steps`).
+    pub step: bool,
+    /// A budget of timed calls per epoch (`tp profile`).
+    pub sample: bool,
+    /// The durations kept in the target's histograms, not sent as events.
+    pub aggregate: bool,
+}
+
+impl Records {
+    /// Counts alone.
+    pub const COUNT: Records =
+        Records { args: false, ret: false, stack: false, by: false, step: false, sample: false, aggregate: false };
+
+    /// The bits of `probe::layout::kind` the probes' entries record.
+    pub fn bits(self) -> u32 {
+        use crate::probe::layout::kind;
+        [
+            (self.args, kind::ARGS),
+            (self.ret, kind::RET),
+            (self.stack, kind::STACK),
+            (self.by, kind::BY),
+            (self.step, kind::STEP),
+            (self.sample, kind::SAMPLE),
+            (self.aggregate, kind::AGGREGATE),
+        ]
+        .into_iter()
+        .filter(|r| r.0)
+        .fold(kind::COUNT, |k, r| k | r.1)
+    }
+
+    /// Whether a probe calls the runtime at the function's entry
+    /// (`probe::layout::kind::CALLS_AT_ENTRY`).
+    pub fn calls_at_entry(self) -> bool {
+        self.bits() & crate::probe::layout::kind::CALLS_AT_ENTRY != 0
     }
 }
 

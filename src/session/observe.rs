@@ -18,7 +18,7 @@ use super::libraries::{Libraries, Probes};
 use super::tracer::Tracer;
 use crate::output::live::Live;
 use crate::probe::region::Region;
-use crate::probe::rendezvous;
+use crate::probe::rendezvous_wait;
 use crate::process::Mapping;
 use crate::symbols::{Found, ProcessModules};
 
@@ -211,8 +211,8 @@ impl Observed for Single<'_, '_> {
         // (Looked for among the probes only while libraries are followed.)
         let following = self.libraries.as_ref().is_some_and(|l| l.follow.is_some());
         let has_rendezvous = following && self.attached.has_rendezvous();
-        match has_rendezvous.then_some(&self.attached.region).filter(|r| rendezvous::armed(r)) {
-            Some(region) => rendezvous::wait_for_arrival(region, left),
+        match has_rendezvous.then_some(&self.attached.region).filter(|r| rendezvous_wait::armed(r)) {
+            Some(region) => rendezvous_wait::wait_for_arrival(region, left),
             None => std::thread::sleep(left),
         }
         if has_rendezvous && let Some(libs) = self.libraries.as_deref_mut() {

@@ -34,14 +34,15 @@
 //! its self time is exact.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use super::follow;
+use super::forked::Family;
 use super::libraries::Libraries;
 use super::observe::Watcher;
-use super::{Attached, Detached, Options, Selection};
+use super::{Attached, Detached, End, Options, Records, Selection, observe};
 use crate::events::clock::Clock;
 use crate::events::drain::Drainer;
 use crate::events::sampling::{FIRST_EPOCH, Sampler};
@@ -49,10 +50,60 @@ use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
 use crate::output::chrome::ChromeTrace;
 use crate::output::chrome_args::ChromeArgs;
-use crate::output::profile::Row;
-use crate::probe::layout::kind;
+use crate::output::events::duration;
+use crate::output::profile::{Report, Row};
+use crate::output::thousands;
 use crate::process;
 use crate::symbols::ProcessModules;
+
+/// Profiles `opts.pid` until `opts.duration`, Ctrl-C or the target's
+/// end, then restores its code: the profile, with what it did said on
+/// stderr as it goes. In the Chrome format (`opts.format`) the sampled
+/// calls are written to `trace` as they end.
+pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Report> {
+    let pid = opts.pid;
+    // Listening before the probes go in: no fork of that moment is missed.
+    let mut family = Family::start();
+    family.add_root(pid);
+    let (mut attached, mut libraries) = attach(opts)?;
+    let mut guard = super::guard::Restore::new(&mut attached);
+    let chrome = trace.map(|out| ChromeTrace::new(out, pid).context("writing the trace")).transpose()?;
+    let mut profiler = Profiler::new(guard.get(), opts, chrome)?;
+    crate::say!(
+        "tp: profiling {} functions of {} ({} timed calls each per {} epoch; Ctrl-C to stop){}",
+        profiler.functions(),
+        pid,
+        opts.samples_per_epoch,
+        duration(opts.epoch.as_nanos() as u64),
+        match guard.get().refused {
+            0 => String::new(),
+            n => format!("; {n} more cannot be probed"),
+        }
+    );
+    let started = Instant::now();
+    let end = observe(guard.get_mut(), opts.duration, &mut profiler, Some(&mut family), Some(&mut libraries))?;
+    if end == End::OutputClosed {
+        super::observe::say_output_closed();
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let d = guard.detach()?;
+    match (d.target_gone, d.execd) {
+        (true, true) => crate::say!("tp: process {pid} exec'd another program; its probes went with the old one"),
+        (true, false) => crate::say!("tp: process {pid} {}", family.end_of(pid).sentence()),
+        _ => {}
+    }
+    family.restored(pid, &d.family);
+    libraries.say_never_found(pid);
+    super::group::say_relatives(pid, &d.family);
+    let (epochs, samples, toggles) = (profiler.epochs, profiler.samples, profiler.toggles());
+    let rows = profiler.finish(&attached, &d)?;
+    crate::say!(
+        "tp: {epochs} epochs in {elapsed:.1} s: {} toggles/s, {} samples/s",
+        thousands((toggles as f64 / elapsed) as u64),
+        thousands((samples as f64 / elapsed) as u64),
+    );
+    Ok(Report { pid, elapsed, toggles, samples, rows, libraries: libraries.loaded })
+}
 
 /// What `tp profile` probes: sampling return probes on `funcs`, with room
 /// in each thread's ring for every function's samples of an epoch.
@@ -62,7 +113,7 @@ pub fn selection(funcs: Vec<String>, samples_per_epoch: u32) -> Selection {
         // Room for every function's samples of an epoch.
         ring_len: (budget as usize * 4096).clamp(2048, 1 << 18) as u32,
         sample_budget: budget,
-        ..Selection::new(funcs, kind::RET | kind::SAMPLE)
+        ..Selection::new(funcs, Records { ret: true, sample: true, ..Records::COUNT })
     }
 }
 

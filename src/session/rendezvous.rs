@@ -7,7 +7,7 @@
 //! after it unmaps one. While a session waits for libraries, tp probes that
 //! function (glibc's and musl's loaders both define it): its detour calls
 //! the runtime's `tp_rendezvous`, where the thread wakes tp and waits,
-//! bounded ([`crate::probe::rendezvous`]), until tp has read the new
+//! bounded ([`crate::probe::rendezvous_wait`]), until tp has read the new
 //! modules, installed what the waiting patterns match there, and released
 //! it. If tp dies or stalls, the thread goes on after the bound, and later
 //! rendezvous do not wait until tp arms it again.

@@ -2,9 +2,9 @@
 //! a session whose probes are of kind [`kind::STEP`].
 //!
 //! The session arms the hand-over in the target's region for the calls it
-//! wants ([`crate::probe::step`]); each tick it looks whether a thread
+//! wants ([`crate::probe::step_handoff`]); each tick it looks whether a thread
 //! waits there, and if one does, starts a step worker (`tp step-worker`, a
-//! process of its own: [`crate::process::step`]) on that thread and goes on
+//! process of its own: [`crate::process::single_step`]) on that thread and goes on
 //! draining and counting. When the worker has written the trace, the
 //! session frees the hand-over for the next call and keeps the call's
 //! report: its instructions by source line and by address, named while the
@@ -24,11 +24,11 @@ use super::attached::Attached;
 use crate::arch::{Arch, Host};
 use crate::output::steps::{Place, SteppedCall, fold_path};
 use crate::probe::layout::{self, StepHandoff, kind};
-use crate::probe::step;
+use crate::probe::step_handoff;
 use crate::probe::trap::{self, TrapArea};
 use crate::process::memory::Memory;
-use crate::process::step::End;
-use crate::process::step::{Job, Trace};
+use crate::process::single_step::End;
+use crate::process::single_step::{Job, Trace};
 use crate::symbols::symbolize::Symbolizer;
 
 /// Source lines the folded path shows at most.
@@ -103,7 +103,7 @@ impl Stepping {
         let Some(done) = trap::finished(mem, *area) else { return };
         let _ = trap::reset(mem, *area);
         self.left = self.left.saturating_sub(1);
-        let _ = step::done(&attached.region, self.left);
+        let _ = step_handoff::done(&attached.region, self.left);
         let tid = global_tid(attached.pid, done.tid).unwrap_or(done.tid as i32);
         let job = job_for(attached, tid, 0, self.opts);
         let mut syscalls: HashMap<u64, bool> = HashMap::new();
@@ -165,7 +165,7 @@ impl Stepping {
         if self.left == 0 {
             return;
         }
-        let Some((ns_tid, arrival)) = step::waiting(&attached.region) else { return };
+        let Some((ns_tid, arrival)) = step_handoff::waiting(&attached.region) else { return };
         let started = global_tid(attached.pid, ns_tid)
             .context("the waiting thread is not among the process's")
             .and_then(|tid| self.spawn(attached, tid, arrival));
@@ -211,7 +211,7 @@ impl Stepping {
         match Trace::read(&out, self.opts.limit) {
             Some(trace) => {
                 self.left = self.left.saturating_sub(1);
-                let _ = step::done(&attached.region, self.left);
+                let _ = step_handoff::done(&attached.region, self.left);
                 self.keep(attached, w.tid, &trace);
             }
             None => {
@@ -224,11 +224,11 @@ impl Stepping {
     /// A hand-over that failed: the thread goes on; after a few, no more.
     fn failed(&mut self, attached: &Attached, why: &str) {
         self.failures += 1;
-        let _ = step::answer(&attached.region);
+        let _ = step_handoff::answer(&attached.region);
         if self.failures >= MAX_FAILURES {
             self.left = 0;
         }
-        let _ = step::done(&attached.region, self.left);
+        let _ = step_handoff::done(&attached.region, self.left);
         crate::say!(
             "tp: process {}: a call could not be stepped: {}{}",
             attached.pid,
@@ -243,7 +243,7 @@ impl Stepping {
         if let Some((area, mem)) = &self.trap {
             // A call traced now ends at its next instruction; one blocked
             // in a syscall keeps tp's memory until it comes back.
-            let _ = step::disarm(&attached.region);
+            let _ = step_handoff::disarm(&attached.region);
             let until = std::time::Instant::now() + TRAP_STOP_WAIT;
             while trap::tracing(mem, &attached.region).is_some() && std::time::Instant::now() < until {
                 std::thread::sleep(Duration::from_millis(2));
@@ -251,7 +251,7 @@ impl Stepping {
             if trap::finished(mem, *area).is_some() {
                 self.left = self.left.max(1);
                 self.serve_in_target(attached);
-                let _ = step::disarm(&attached.region);
+                let _ = step_handoff::disarm(&attached.region);
             }
             return;
         }
@@ -266,7 +266,7 @@ impl Stepping {
                 }
             }
         }
-        let _ = step::disarm(&attached.region);
+        let _ = step_handoff::disarm(&attached.region);
     }
 }
 

@@ -15,10 +15,10 @@ use super::StackMode;
 use super::attached::Attached;
 use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
-use crate::events::format::{self, MAX_STRING, ProbeInfo};
 use crate::events::predicate;
 use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
+use crate::events::values::{self, MAX_STRING, ProbeInfo};
 use crate::events::{Kind, RawEvent};
 use crate::output::aggregates::{AggRow, ProbeAgg};
 use crate::output::chrome::ChromeTrace;
@@ -159,7 +159,7 @@ impl Tracer {
                 && i.dwarf
                     .as_ref()
                     .is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
-        }) && opts.selection.kind & kind::ARGS != 0
+        }) && opts.selection.records.args
         {
             crate::say!(
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort \
@@ -291,7 +291,7 @@ impl Tracer {
         let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
-                let args = format::args(info, &ev.v, &fetched, &read);
+                let args = values::args(info, &ev.v, &fetched, &read);
                 let lines_of_stack: Option<Vec<String>> =
                     stack.as_ref().map(|frames| frames.iter().flat_map(Frame::lines).collect());
                 let depth = match &mut self.tree {
@@ -332,7 +332,7 @@ impl Tracer {
                 let start_ns = self.clock.ns(ev.entry_tsc());
                 let unwound = ev.kind == Kind::Unwound;
                 let tail_call = !unwound && ev.tail_call();
-                let ret = if unwound || tail_call { None } else { format::ret(info, ev.v[0], &read) };
+                let ret = if unwound || tail_call { None } else { values::ret(info, ev.v[0], &read) };
                 if !unwound {
                     self.latency[i].add(duration_ns);
                 }
@@ -634,19 +634,7 @@ impl Tracer {
         let by = self.by_report(attached);
         self.owners.note(&attached.region);
         let aggregates = self.aggregate_report(attached);
-        ProcessReport {
-            summary,
-            latency,
-            events: true,
-            lost,
-            children: Vec::new(),
-            stacks,
-            by,
-            aggregates,
-            blocks: Vec::new(),
-            steps: Vec::new(),
-            libraries: Vec::new(),
-        }
+        ProcessReport { latency, events: true, lost, stacks, by, aggregates, ..ProcessReport::counts(summary) }
     }
 }
 

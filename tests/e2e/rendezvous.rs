@@ -154,7 +154,7 @@ fn memory_after(cycles: u32) -> (u32, u32, u64) {
     let region = tp::probe::region::Region::open(pid, mapping).unwrap();
     let h = region.header();
     let used: u64 = h.arenas[..h.arena_count as usize].iter().map(|a| a.used).sum();
-    assert_eq!(tp::probe::rendezvous::arrived(&region), 2 * cycles, "arrivals at the rendezvous");
+    assert_eq!(tp::probe::rendezvous_wait::arrived(&region), 2 * cycles, "arrivals at the rendezvous");
     tp.get_mut().stdin.take().unwrap().write_all(b"end\n").unwrap();
     let status = wait_timeout(tp.get_mut());
     assert!(status.success(), "{status:?}");

@@ -8,7 +8,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tp::events::format::ProbeInfo;
+use tp::events::values::ProbeInfo;
 use tp::events::predicate;
 use tp::probe::filter;
 use tp::probe::layout::{FETCH_WORDS, fetch_word};

@@ -3,7 +3,7 @@
 //! learns which thread waits at a probe of kind [`layout::kind::STEP`]
 //! (runtime.c, tp_step), answers it once it holds the thread, and frees
 //! the hand-over for the next call when the stepped call is done. A
-//! thread waits at most [`super::rendezvous::WAIT`], whatever tp does.
+//! thread waits at most [`super::rendezvous_wait::WAIT`], whatever tp does.
 
 use std::mem::offset_of;
 use std::time::Duration;
@@ -18,11 +18,11 @@ fn off(field: usize) -> u64 {
 }
 
 /// Makes the next `calls` calls of the stepped probes of process `pid`
-/// wait for tp (one at a time), each at most [`super::rendezvous::WAIT`].
+/// wait for tp (one at a time), each at most [`super::rendezvous_wait::WAIT`].
 pub fn arm(region: &Region, pid: i32, calls: u32) -> Result<()> {
-    let wait = super::rendezvous::WAIT.as_millis() as u32 / layout::RENDEZVOUS_SLICE_MS;
+    let wait = super::rendezvous_wait::WAIT.as_millis() as u32 / layout::RENDEZVOUS_SLICE_MS;
     region.store_u32(off(offset_of!(StepHandoff, slices)), wait.min(layout::RENDEZVOUS_MAX_SLICES))?;
-    region.store_u32(off(offset_of!(StepHandoff, tracer)), super::rendezvous::tracer_in(pid))?;
+    region.store_u32(off(offset_of!(StepHandoff, tracer)), super::rendezvous_wait::tracer_in(pid))?;
     // A session killed while a call was stepped left the hand-over held.
     region.store_u32(off(offset_of!(StepHandoff, busy)), 0)?;
     region.store_u32(off(offset_of!(StepHandoff, armed)), calls)
