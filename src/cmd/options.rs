@@ -58,6 +58,10 @@ pub fn options(
     if probe.by.is_some() || probe.agg.is_some() {
         k |= kind::BY;
     }
+    if crate::session::aggregates_latency(probe.agg.as_deref()) {
+        // A duration is the exit's: the call is timed as --ret times it.
+        k |= kind::RET;
+    }
     if probe.predicate.is_some() && k & kind::CALLS_AT_ENTRY == 0 {
         // A predicate alone selects the calls to show.
         k |= kind::ARGS;
@@ -137,7 +141,9 @@ pub fn options(
 /// still, for the benchmark's rows that measure them).
 pub fn settle(mut opts: Options) -> Options {
     let k = opts.selection.kind;
-    if opts.style == Style::Quiet
+    // `--agg` of latency keeps the durations in the target in any style:
+    // it asks for no event.
+    if (opts.style == Style::Quiet || crate::session::aggregates_latency(opts.selection.agg.as_deref()))
         && opts.format != Format::Chrome
         && k & kind::RET != 0
         && k & (kind::ARGS | kind::STACK | kind::SAMPLE) == 0

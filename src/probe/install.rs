@@ -147,6 +147,10 @@ pub struct Options {
     /// kept ones (or those of sessions that died): each new probe goes over
     /// the one there, and records its patch as the bytes to put back.
     pub take_over: bool,
+    /// Nanoseconds per timestamp tick times 2^[`layout::NS_SHIFT`], for
+    /// the runtime's `--agg` of latency ([`layout::EventCtx::ns_mult`]);
+    /// 0 leaves the region's as it is.
+    pub ns_mult: u64,
 }
 
 /// Writes detours for `requests`, the worker of `stopped` (seized) making
@@ -819,6 +823,11 @@ fn write_detours(
     }
     run.flush(mem).context("writing the detours")?;
     progress.finish();
+    if opts.ns_mult != 0 {
+        // Before any probe that converts a duration goes live.
+        h.ctx.ns_mult = opts.ns_mult;
+        region.set_header(&h)?;
+    }
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.

@@ -136,10 +136,7 @@ fn region_of(pid: i32) -> Result<Region> {
 /// A clock that converts the target's timestamps: calibrated for a moment
 /// where the CPU does not say its counter's rate.
 fn calibrated_clock() -> Clock {
-    let mut clock = Clock::start();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    clock.refine();
-    clock
+    Clock::calibrated()
 }
 
 /// Switches on (`on`) or off the probes of `pid` whose function matches
