@@ -982,7 +982,37 @@ shared_struct! {
         /// with [`fetch_word::EXT_SHIFT`] and [`fetch_word::SIGNED`], then
         /// its loads); a zero header counts the calls alone.
         pub agg: [u64; AGG_VALUE_WORDS],
+        /// `--by` as written ([`text_words`]), for `tp status` to name and
+        /// merge the rows it reads; nothing reads it in the target.
+        pub by_text: [u64; BY_TEXT_WORDS],
+        /// `--agg` as written, likewise.
+        pub agg_text: [u64; AGG_TEXT_WORDS],
     }
+}
+
+/// Words of [`ProbeConfig::by_text`].
+pub const BY_TEXT_WORDS: usize = 8;
+/// Words of [`ProbeConfig::agg_text`].
+pub const AGG_TEXT_WORDS: usize = 32;
+
+/// `text` in `N` words, its bytes in order, NUL-padded; all zeros if it
+/// does not fit with a NUL after it.
+pub fn text_words<const N: usize>(text: &str) -> [u64; N] {
+    let mut out = [0u64; N];
+    if text.len() < N * 8 {
+        for (i, b) in text.bytes().enumerate() {
+            out[i / 8] |= (b as u64) << (8 * (i % 8));
+        }
+    }
+    out
+}
+
+/// The text [`text_words`] wrote: its bytes up to the first NUL (the
+/// words are the target's to write: the bytes are taken as they are,
+/// invalid UTF-8 replaced).
+pub fn words_text(words: &[u64]) -> String {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Words of [`ProbeConfig::agg`]: a header and its loads.
@@ -1388,8 +1418,10 @@ pub fn c_structs() -> Vec<CStruct> {
 const _: () = assert!(std::mem::size_of::<EventCtx>() == 216 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
-const _: () =
-    assert!(std::mem::size_of::<ProbeConfig>() == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS + 8 * AGG_VALUE_WORDS);
+const _: () = assert!(
+    std::mem::size_of::<ProbeConfig>()
+        == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS + 8 * AGG_VALUE_WORDS + 8 * (BY_TEXT_WORDS + AGG_TEXT_WORDS)
+);
 const _: () = assert!(std::mem::size_of::<AggEntry>() == 64 + 8 * AGG_HIST_BUCKETS);
 const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
 const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
@@ -2058,6 +2090,16 @@ mod tests {
             last = b;
         }
         assert_eq!(lat_bucket(u64::MAX), ((65 - LAT_SUB_BITS as usize) << LAT_SUB_BITS) - 1);
+    }
+
+    #[test]
+    fn texts_go_into_words_and_back_when_they_fit() {
+        let w: [u64; BY_TEXT_WORDS] = text_words("fd, tid");
+        assert_eq!(words_text(&w), "fd, tid");
+        let long = "x".repeat(BY_TEXT_WORDS * 8);
+        assert_eq!(text_words::<BY_TEXT_WORDS>(&long), [0; BY_TEXT_WORDS], "no room for its NUL");
+        assert_eq!(words_text(&text_words::<BY_TEXT_WORDS>(&long[1..])), &long[1..]);
+        assert_eq!(words_text(&[u64::MAX; 2]), "\u{fffd}".repeat(16), "no NUL: the words' bytes, bounded");
     }
 
     #[test]

@@ -857,7 +857,7 @@ fn write_detours(
         region.set_budget(p.index, opts.sample_budget)?;
         // Nothing reads a count-only probe's configuration (only the
         // runtime's `_ext` paths and tp's `--if` counts do): left unwritten,
-        // its 584 bytes take no memory in the target.
+        // its bytes take no memory in the target.
         let config = config_for(req, p.index);
         if req.kind != kind::COUNT || layout::bytes_of(&config).iter().any(|&b| b != 0) {
             region.set_config(p.index, &config)?;

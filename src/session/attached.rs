@@ -804,6 +804,9 @@ fn configure(
         if agg.is_some() || value.is_none() {
             r.config.by |= layout::by_word::AGG;
         }
+        // For `tp status`, which has only the region to name the rows by.
+        r.config.by_text = layout::text_words(what.by.as_deref().unwrap_or(""));
+        r.config.agg_text = layout::text_words(what.agg.as_deref().unwrap_or(""));
     }
     if let Some(a) = agg.filter(|a| predicate::agg_at_exit(a)) {
         let text = text::text(what.agg.as_deref().unwrap_or(""));

@@ -500,3 +500,69 @@ fn the_return_value_keyed_by_an_argument_equals_the_targets_books() {
     let want: BTreeMap<i64, (i64, i64)> = threads.values().map(|s| (3 + s.t, (s.calls, s.inner))).collect();
     assert_eq!(got, want, "{a}");
 }
+
+/// `tp status` of a process a session aggregates in (`--agg … --by tid`),
+/// while the session runs: the same rows as the session's own summary,
+/// each thread's count and sum equal to its books, in JSON and in text;
+/// and latency (`--by fd`) with each thread's calls.
+#[test]
+fn status_shows_a_running_sessions_aggregates() {
+    let mut t = Target::start("agg");
+    let pid = t.pid.to_string();
+    let session = Session::start(&[
+        "-p",
+        &pid,
+        "-q",
+        "-f",
+        "consume",
+        "--agg",
+        "count(), sum(len), hist(len)",
+        "--by",
+        "tid",
+        "--json",
+    ]);
+    let before = t.out.seen.len();
+    t.ask("run 2 1000", "done run");
+    let (threads, _) = books(&t.out.seen[before..]);
+    let out = tp(&["status", "-p", &pid, "--json"]);
+    let status = aggregate(&format!("{}\n", expect_success(&["status"], &out)));
+    let text = expect_success(&["status"], &tp(&["status", "-p", &pid]));
+    let (code, stdout, stderr) = session.interrupt();
+    assert!(code.success(), "tp failed: {stderr}");
+    let summary = aggregate(&stdout);
+    assert_eq!(status, summary, "tp status vs the session's summary");
+    assert_eq!(status["keys"], serde_json::json!(["tid"]));
+    let rows = status["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{status}");
+    for r in rows {
+        let b = &threads[&r["key"][0].as_i64().unwrap()];
+        assert_eq!((r["count"].as_i64(), r["sum"].as_i64()), (Some(b.calls), Some(b.sum)), "{r}");
+        let line = format!("@[{}]: count {}, sum {}", r["key"][0], thousands(b.calls), b.sum);
+        assert!(text.lines().any(|l| l == line), "{line:?} not in {text}");
+    }
+    assert!(text.contains("\ncount(), sum(len), hist(len) of consume by tid:\n"), "{text}");
+
+    let session = Session::start(&["-p", &pid, "-f", "spin", "--agg", "count(), max(latency)", "--by", "fd"]);
+    let before = t.out.seen.len();
+    t.ask("spin 2 50 10000", "done spin");
+    let spun = spins(&t.out.seen[before..]);
+    let out = tp(&["status", "-p", &pid, "--json"]);
+    let status = aggregate(&format!("{}\n", expect_success(&["status"], &out)));
+    let (code, _, stderr) = session.interrupt();
+    assert!(code.success(), "tp failed: {stderr}");
+    assert_eq!(status["value"], "latency");
+    let got: BTreeMap<i64, i64> = status["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"][0].as_i64().unwrap(), r["count"].as_i64().unwrap()))
+        .collect();
+    let want: BTreeMap<i64, i64> = spun.values().map(|s| (3 + s.t, s.calls)).collect();
+    assert_eq!(got, want, "{status}");
+    for r in status["rows"].as_array().unwrap() {
+        let s = spun.values().find(|s| 3 + s.t == r["key"][0].as_i64().unwrap()).unwrap();
+        assert!(between(r["max"].as_i64().unwrap(), s.imin, s.omax), "{r} vs {s:?}");
+    }
+    assert!(!has_region(t.pid), "tp's memory left in the target");
+    assert!(t.quit().success(), "the target must exit 0");
+}
