@@ -703,6 +703,12 @@ fn go_frames(req: &Request) -> u32 {
 fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
     let mut c = req.config;
     c.flags = layout::entry_word(index, req.kind) & !layout::PROBE_MASK;
+    // A value added at the exit alone (`--agg 'hist(latency)' --by tid`)
+    // leaves the entry plain: only the exit's flags say it.
+    let at_exit = layout::by_word::AGG | layout::by_word::AT_EXIT;
+    if c.by & at_exit == at_exit {
+        c.flags |= layout::entry_flags::BY;
+    }
     c
 }
 

@@ -851,6 +851,12 @@ fn configure(
             r.config.by |= layout::by_word::KEY_IN_FRAME;
         }
         r.config.by |= layout::by_word::AT_EXIT | if latency { layout::by_word::LATENCY } else { 0 };
+        if value.is_none() {
+            // Nothing to do at entry: the probe keeps the plain (and on
+            // x86-64 the detour's fast) entry; its exit still adds the
+            // value (`install::config_for` gives the exit the flag).
+            r.kind &= !kind::BY;
+        }
     }
     if let Some(a) = agg {
         r.config.agg = predicate::agg_program(a, info).map_err(|why| {

@@ -133,7 +133,9 @@ fn aggregates_in(region: &Region, live: &[(u32, crate::probe::layout::Entry)]) -
     use crate::probe::layout::{by_word, words_text};
     let mut groups: Vec<((String, String), Vec<AggProbe>)> = Vec::new();
     for (i, e) in live {
-        let Some(config) = (e.kind & kind::BY != 0).then(|| region.config(*i)).flatten() else { continue };
+        let Some(config) = (e.kind & (kind::BY | kind::AGGREGATE) != 0).then(|| region.config(*i)).flatten() else {
+            continue;
+        };
         let texts = (words_text(&config.by_text), words_text(&config.agg_text));
         if texts.0.is_empty() && texts.1.is_empty()
             || texts.1.is_empty() && config.by & by_word::AGG != 0 && config.agg[0] != 0
