@@ -343,24 +343,31 @@ HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe
 	add_value(a, probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
 }
 
-/* --by: counts the call under its argument's value, in the thread's table
- * (one writer: plain stores, whole words, which tp reads as they are). A
- * full table counts the call as overflow. Returns what the call's frame
- * keeps for its exit (TP_BY_KEY_IN_FRAME: the argument's low 32 bits,
- * for a value added at the exit), else 0. */
-HOT uint32_t count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs)
+/* What the frame of a call of `probe` keeps for its exit: with
+ * TP_BY_KEY_IN_FRAME, the low 32 bits of the argument that keys a value
+ * added at the exit; else 0. Read where the entry pushes the frame only,
+ * so that a count or an aggregate at entry costs nothing more. */
+HOT uint32_t frame_key(const struct tp_ctx *c, uint32_t probe, const uint64_t *regs)
 {
 	uint32_t by = __atomic_load_n(&config_of(c, probe)->by, __ATOMIC_RELAXED);
 	uint64_t r = by & 0xff;
+	return (by & TP_BY_AT_EXIT) && (by & TP_BY_KEY_IN_FRAME) && r < 6 ? (uint32_t)regs[r] : 0;
+}
+
+/* --by: counts the call under its argument's value, in the thread's table
+ * (one writer: plain stores, whole words, which tp reads as they are). A
+ * full table counts the call as overflow. */
+HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs)
+{
+	uint32_t by = __atomic_load_n(&config_of(c, probe)->by, __ATOMIC_RELAXED);
 	if (by & TP_BY_AGG) {
-		if ((by & TP_BY_AT_EXIT) && (by & TP_BY_KEY_IN_FRAME) && r < 6)
-			return (uint32_t)regs[r];
 		aggregate_value(c, t, probe, regs, by);
-		return 0;
+		return;
 	}
+	uint64_t r = by & 0xff;
 	struct tp_agg *a = aggregates(c, t);
 	if (r > 5 || !a)
-		return 0;
+		return;
 	uint64_t v = extend(regs[r], (by >> 8) & 0xff);
 	struct tp_by *table = (struct tp_by *)((uint64_t)a + sizeof(struct tp_agg) +
 					       TP_AGG_LAT_ENTRIES * sizeof(struct tp_lat));
@@ -376,10 +383,9 @@ HOT uint32_t count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, con
 			continue;
 		}
 		__atomic_store_n(&e->count, e->count + 1, __ATOMIC_RELAXED);
-		return 0;
+		return;
 	}
 	__atomic_store_n(&a->by_overflow, a->by_overflow + 1, __ATOMIC_RELAXED);
-	return 0;
 }
 
 /* The bucket of a duration of `ticks` (layout.rs, lat_bucket). */

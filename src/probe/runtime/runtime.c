@@ -754,10 +754,8 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 	if (!have_tsc && ((probe_flags & TP_RECORD_ENTRY) || t->depth))
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
-	/* What the call's frame keeps for a value its exit adds (record.h). */
-	uint32_t key = 0;
 	if (ext && (probe_flags & TP_BY))
-		key = count_by(c, t, probe, regs);
+		count_by(c, t, probe, regs);
 	int more = UNLIKELY(probe_flags & TP_RECORD_MORE) && (probe_flags & TP_RECORD_ENTRY);
 	if (ext && (probe_flags & TP_STACK))
 		emit_with_stack(c, t, probe, tsc, regs, slot, more);
@@ -816,8 +814,9 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		f->slot = (uint64_t)slot;
 		f->ret = *slot;
 		f->probe = probe;
-		if (ext)
-			f->key = key;
+		/* What the frame keeps for a value its exit adds (record.h). */
+		if (ext && (probe_flags & TP_BY))
+			f->key = frame_key(c, probe, regs);
 		f->tramp = tramp;
 		tp_frame_note(f, slot);
 		/* The call is timed from here, after tp's own work; what tp spends
@@ -836,8 +835,8 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 			go_push(c, t, tramp, (uint64_t)slot, probe, tsc);
 		else {
 			struct tp_frame *f = push_timed(c, t, probe, (uint64_t)slot, tsc);
-			if (ext && f)
-				f->key = key;
+			if (ext && (probe_flags & TP_BY) && f)
+				f->key = frame_key(c, probe, regs);
 		}
 		return;
 	}
