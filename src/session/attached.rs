@@ -815,7 +815,7 @@ fn configure(
             match latency {
                 true => bail!(
                     "--agg `{text}` keeps durations in the target, at the exits it times there: drop --args, \
-                     --stack and the trace file (or TP_AGGREGATE=0)"
+                     --stack and the trace file, and unset TP_AGGREGATE"
                 ),
                 false => bail!(
                     "--agg `{text}` keeps return values in the target, at the exits it times there: add --ret and \
