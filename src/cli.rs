@@ -232,7 +232,8 @@ pub struct ProbeArgs {
     /// Aggregate a value of each call in the target, per --by's keys:
     /// `count()`, `sum(v)`, `min(v)`, `max(v)`, `avg(v)`, `hist(v)` (powers
     /// of two), of one parameter, argN or struct field (`--agg 'hist(len),
-    /// avg(len)'`, `--agg 'sum(req->len)'`), or of `ret` (with --ret -q);
+    /// avg(len)'`, `--agg 'sum(req->len)'`), of `ret` (with --ret -q), or
+    /// of `latency`, each call's duration in ns (`--agg 'hist(latency)'`);
     /// shown with the summary.
     #[arg(long, value_name = "EXPR")]
     pub agg: Option<String>,

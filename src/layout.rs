@@ -174,7 +174,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 23;
+pub const VERSION: u32 = 24;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -311,6 +311,12 @@ shared_struct! {
         pub configs: u64,
         /// Bytes from a thread slot to its aggregates ([`AggHead`]).
         pub agg_off: u64,
+        /// Nanoseconds per timestamp tick, times 2^[`NS_SHIFT`] (0 until a
+        /// session asks for latency in `--agg`): the runtime converts a
+        /// call's duration to nanoseconds as `ticks * ns_mult >>
+        /// NS_SHIFT`, as the kernel's clocksources do with their mult and
+        /// shift, so `--agg 'hist(latency)'` buckets nanoseconds.
+        pub ns_mult: u64,
         /// The main thread's stack, as tp saw it at attach: the lowest
         /// address of its mapping (it only grows down from there) ...
         pub main_stack_lo: u64,
@@ -650,8 +656,10 @@ shared_struct! {
         pub tsc: u64,
         /// Probe index.
         pub probe: u32,
-        /// Padding.
-        pub pad: u32,
+        /// `--agg` of the latency or the return value keyed by an argument:
+        /// the argument's low 32 bits at entry (a key of at most 32 bits,
+        /// which the exit extends again as [`ProbeConfig::by`] says).
+        pub key: u32,
         /// The trampoline address written into the slot.
         pub tramp: u64,
         /// The slot's `overhead` when the call began.
@@ -974,7 +982,37 @@ shared_struct! {
         /// with [`fetch_word::EXT_SHIFT`] and [`fetch_word::SIGNED`], then
         /// its loads); a zero header counts the calls alone.
         pub agg: [u64; AGG_VALUE_WORDS],
+        /// `--by` as written ([`text_words`]), for `tp status` to name and
+        /// merge the rows it reads; nothing reads it in the target.
+        pub by_text: [u64; BY_TEXT_WORDS],
+        /// `--agg` as written, likewise.
+        pub agg_text: [u64; AGG_TEXT_WORDS],
     }
+}
+
+/// Words of [`ProbeConfig::by_text`].
+pub const BY_TEXT_WORDS: usize = 8;
+/// Words of [`ProbeConfig::agg_text`].
+pub const AGG_TEXT_WORDS: usize = 32;
+
+/// `text` in `N` words, its bytes in order, NUL-padded; all zeros if it
+/// does not fit with a NUL after it.
+pub fn text_words<const N: usize>(text: &str) -> [u64; N] {
+    let mut out = [0u64; N];
+    if text.len() < N * 8 {
+        for (i, b) in text.bytes().enumerate() {
+            out[i / 8] |= (b as u64) << (8 * (i % 8));
+        }
+    }
+    out
+}
+
+/// The text [`text_words`] wrote: its bytes up to the first NUL (the
+/// words are the target's to write: the bytes are taken as they are,
+/// invalid UTF-8 replaced).
+pub fn words_text(words: &[u64]) -> String {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|&b| b != 0).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 /// Words of [`ProbeConfig::agg`]: a header and its loads.
@@ -997,6 +1035,26 @@ pub mod by_word {
     /// a call whose durations are kept in the target
     /// ([`super::entry_flags::AGGREGATE`]); the entry adds nothing.
     pub const AT_EXIT: u32 = 1 << 17;
+    /// With [`AT_EXIT`]: the value is the call's duration in nanoseconds
+    /// (`--agg 'hist(latency)'`), not its return value.
+    pub const LATENCY: u32 = 1 << 18;
+    /// With [`AT_EXIT`] and an argument in [`REG_MASK`]: the entry keeps
+    /// the argument's low 32 bits in the call's shadow frame
+    /// ([`super::Frame::key`]), for the exit to key the value by.
+    pub const KEY_IN_FRAME: u32 = 1 << 19;
+}
+
+/// The shift of [`EventCtx::ns_mult`].
+pub const NS_SHIFT: u32 = 32;
+
+/// `ticks` in nanoseconds by `mult` (what runtime.c computes, `to_ns`).
+pub fn ticks_to_ns(ticks: u64, mult: u64) -> u64 {
+    ((ticks as u128 * mult as u128) >> NS_SHIFT).min(u64::MAX as u128) as u64
+}
+
+/// The [`EventCtx::ns_mult`] of a counter of `ns_per_tick`.
+pub fn ns_mult(ns_per_tick: f64) -> u64 {
+    (ns_per_tick * (1u64 << NS_SHIFT) as f64).round() as u64
 }
 
 /// Log-linear buckets per power of two of a [`LatEntry`] (`2^LAT_SUB_BITS`).
@@ -1306,6 +1364,9 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_BY_NO_VALUE", by_word::NO_VALUE as u64),
     ("TP_BY_AGG", by_word::AGG as u64),
     ("TP_BY_AT_EXIT", by_word::AT_EXIT as u64),
+    ("TP_BY_LATENCY", by_word::LATENCY as u64),
+    ("TP_BY_KEY_IN_FRAME", by_word::KEY_IN_FRAME as u64),
+    ("TP_NS_SHIFT", NS_SHIFT as u64),
     ("TP_MAX_THREAD_STACK", MAX_THREAD_STACK),
     ("TP_STACK_SPAN", STACK_SPAN),
     ("TP_RECORD_MORE", entry_flags::RECORD_MORE as u64),
@@ -1354,11 +1415,13 @@ pub fn c_structs() -> Vec<CStruct> {
     ]
 }
 
-const _: () = assert!(std::mem::size_of::<EventCtx>() == 208 + 8 * (1 << SLOT_BITS));
+const _: () = assert!(std::mem::size_of::<EventCtx>() == 216 + 8 * (1 << SLOT_BITS));
 const _: () = assert!(std::mem::size_of::<CacheEntry>() == 32);
 const _: () = assert!(std::mem::offset_of!(Proc, cache) == 64);
-const _: () =
-    assert!(std::mem::size_of::<ProbeConfig>() == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS + 8 * AGG_VALUE_WORDS);
+const _: () = assert!(
+    std::mem::size_of::<ProbeConfig>()
+        == 24 + 16 * FILTER_WORDS + 8 * FETCH_WORDS + 8 * AGG_VALUE_WORDS + 8 * (BY_TEXT_WORDS + AGG_TEXT_WORDS)
+);
 const _: () = assert!(std::mem::size_of::<AggEntry>() == 64 + 8 * AGG_HIST_BUCKETS);
 const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
 const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
@@ -1837,6 +1900,7 @@ impl Header {
                 lost_no_room: 0,
                 configs: target_addr + g.configs_off,
                 agg_off: agg_off_in_slot(g.ring_len),
+                ns_mult: 0,
                 main_stack_lo: 0,
                 main_stack_hi: 0,
                 may_check_memory: 0,
@@ -2026,6 +2090,30 @@ mod tests {
             last = b;
         }
         assert_eq!(lat_bucket(u64::MAX), ((65 - LAT_SUB_BITS as usize) << LAT_SUB_BITS) - 1);
+    }
+
+    #[test]
+    fn texts_go_into_words_and_back_when_they_fit() {
+        let w: [u64; BY_TEXT_WORDS] = text_words("fd, tid");
+        assert_eq!(words_text(&w), "fd, tid");
+        let long = "x".repeat(BY_TEXT_WORDS * 8);
+        assert_eq!(text_words::<BY_TEXT_WORDS>(&long), [0; BY_TEXT_WORDS], "no room for its NUL");
+        assert_eq!(words_text(&text_words::<BY_TEXT_WORDS>(&long[1..])), &long[1..]);
+        assert_eq!(words_text(&[u64::MAX; 2]), "\u{fffd}".repeat(16), "no NUL: the words' bytes, bounded");
+    }
+
+    #[test]
+    fn ticks_convert_to_ns_by_a_multiplier_and_a_shift() {
+        // A 3 GHz counter, a 24 MHz one (AArch64's usual), a 1 GHz one.
+        for (ns_per_tick, ticks, ns) in [(1.0 / 3.0, 3_000_000u64, 1_000_000u64), (1e9 / 24e6, 24, 1000), (1.0, 7, 7)] {
+            let got = ticks_to_ns(ticks, ns_mult(ns_per_tick));
+            assert!(got.abs_diff(ns) <= 1, "{ticks} ticks at {ns_per_tick} ns: {got}");
+        }
+        // Ten minutes of a 3 GHz counter, within 10^-9 relative.
+        let ticks = 1_800_000_000_000u64;
+        assert!(ticks_to_ns(ticks, ns_mult(1.0 / 3.0)).abs_diff(600_000_000_000) < 600);
+        assert_eq!(ticks_to_ns(u64::MAX, u64::MAX), u64::MAX, "saturates, never wraps");
+        assert_eq!(ticks_to_ns(u64::MAX, 0), 0);
     }
 
     #[test]

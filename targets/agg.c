@@ -11,6 +11,14 @@
  *             then, over every call of the run, "hist len B N" and
  *             "hist size B N" per bucket with calls, B as tp numbers them
  *             (0 negative, 1 zero, 2+k for [2^k, 2^(k+1))) -> "done run"
+ *   spin T N NS
+ *             T threads, each calling spin(fd, ns) N times, fd 3 + its
+ *             number: spin keeps running until CLOCK_MONOTONIC has moved
+ *             NS ns since it read it first, and returns how long that was
+ *             (its inner time); the caller reads the clock around the call
+ *             too (its outer time). A call's latency as a probe measures it
+ *             lies between the two. Each thread prints "spin t=T tid=X
+ *             calls=N inner=SUM outer=SUM imin=MIN omax=MAX" -> "done spin"
  *   quit      -> exit status 0
  */
 #include "common.h"
@@ -18,6 +26,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sys/syscall.h>
+#include <time.h>
 
 struct msg {
 	int kind;
@@ -37,6 +46,47 @@ TP_PROBED int submit(struct msg *m)
 {
 	sink += m->kind;
 	return m->size > 0;
+}
+
+static long monotonic_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+TP_PROBED long spin(int fd, long ns)
+{
+	long start = monotonic_ns(), now;
+	do
+		now = monotonic_ns();
+	while (now - start < ns);
+	sink += fd;
+	return now - start;
+}
+
+struct spins {
+	int t;
+	long n, ns;
+};
+
+static void *spinner(void *arg)
+{
+	struct spins *s = arg;
+	long tid = syscall(SYS_gettid);
+	long inner = 0, outer = 0, imin = LONG_MAX, omax = 0;
+	for (long i = 0; i < s->n; i++) {
+		long before = monotonic_ns();
+		long in = spin(3 + s->t, s->ns);
+		long out = monotonic_ns() - before;
+		inner += in;
+		outer += out;
+		imin = in < imin ? in : imin;
+		omax = out > omax ? out : omax;
+	}
+	printf("spin t=%d tid=%ld calls=%ld inner=%ld outer=%ld imin=%ld omax=%ld\n", s->t, tid, s->n, inner, outer, imin,
+	       omax);
+	return NULL;
 }
 
 #define BUCKETS 66
@@ -97,7 +147,7 @@ int main(void)
 	tp_ready();
 	char line[256];
 	int threads;
-	long n;
+	long n, ns;
 	while (tp_read_command(line, sizeof line)) {
 		if (sscanf(line, "run %d %ld", &threads, &n) == 2 && threads > 0 && threads <= 64) {
 			struct books books[64];
@@ -123,6 +173,17 @@ int main(void)
 					printf("hist size %d %ld\n", k, s);
 			}
 			printf("done run\n");
+		} else if (sscanf(line, "spin %d %ld %ld", &threads, &n, &ns) == 3 && threads > 0 && threads <= 64) {
+			struct spins spins[64];
+			pthread_t ids[64];
+			for (int t = 0; t < threads; t++) {
+				spins[t] = (struct spins){.t = t, .n = n, .ns = ns};
+				if (pthread_create(&ids[t], NULL, spinner, &spins[t]) != 0)
+					abort();
+			}
+			for (int t = 0; t < threads; t++)
+				pthread_join(ids[t], NULL);
+			printf("done spin\n");
 		} else if (strcmp(line, "quit") == 0) {
 			return 0;
 		} else {

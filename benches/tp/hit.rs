@@ -42,6 +42,12 @@ pub enum Records {
     /// The argument's sum and histogram per thread, in the target (`--agg
     /// 'sum(x), hist(x)' --by tid`): no event.
     AggValue,
+    /// Each call's latency summed and bucketed in nanoseconds per thread,
+    /// in the target (`--agg 'sum(latency), hist(latency)' --by tid`).
+    AggLatency,
+    /// The same keyed by the argument, which the call's frame carries to
+    /// its exit (`--by x`).
+    AggLatencyByArg,
     /// Each entry with its stack, walked by frame pointers, this many frames.
     StackFp(u32),
     /// Each entry with a copy of this many bytes of its stack, unwound by the tracer.
@@ -64,6 +70,8 @@ impl Records {
             Records::FalsePredicate => "entry + args, predicate false".into(),
             Records::Aggregated => "exit + latency, histogram in the target".into(),
             Records::AggValue => "aggregate: sum and histogram of an argument by thread".into(),
+            Records::AggLatency => "aggregate: sum and histogram of latency by thread".into(),
+            Records::AggLatencyByArg => "aggregate: sum and histogram of latency by an argument".into(),
             Records::StackFp(d) => format!("stack, frame pointers, {d} frames"),
             Records::StackCopy(b) => format!("stack, {b}-byte copy unwound (DWARF)"),
             Records::Blocks => "count, every basic block (--blocks)".into(),
@@ -95,6 +103,8 @@ impl Records {
             Records::FalsePredicate => (s(&["--args", "--if", "x < 0"]), Vec::new()),
             Records::Aggregated => (s(&["--ret"]), Vec::new()),
             Records::AggValue => (s(&["--agg", "sum(x), hist(x)", "--by", "tid"]), Vec::new()),
+            Records::AggLatency => (s(&["--agg", "sum(latency), hist(latency)", "--by", "tid"]), Vec::new()),
+            Records::AggLatencyByArg => (s(&["--agg", "sum(latency), hist(latency)", "--by", "x"]), Vec::new()),
             Records::StackFp(d) => (s(&["--stack", "--stack-depth", &d.to_string()]), Vec::new()),
             Records::StackCopy(b) => (s(&["--stack=dwarf", "--stack-size", &b.to_string()]), Vec::new()),
             Records::Blocks => (s(&["--blocks"]), Vec::new()),
@@ -311,6 +321,8 @@ impl Tracer for Tp {
             | Records::FalsePredicate
             | Records::Aggregated
             | Records::AggValue
+            | Records::AggLatency
+            | Records::AggLatencyByArg
             | Records::Blocks => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
             // A stack takes several of the ring's events.
             Records::StackFp(_) | Records::StackCopy(_) => Sizes { bursts: 31, calls: 1_024, pause_us: 25_000 },

@@ -219,6 +219,8 @@ fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         (Some(Records::FalsePredicate), "hot", "work"),
         (Some(Records::Aggregated), "hot", "work"),
         (Some(Records::AggValue), "hot", "work"),
+        (Some(Records::AggLatency), "hot", "work"),
+        (Some(Records::AggLatencyByArg), "hot", "work"),
         (Some(Records::Count), "hot-nop5", "work"),
     ];
     for f in SHAPES {
@@ -481,6 +483,8 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::FalsePredicate, 1),
         (Records::Aggregated, 1),
         (Records::AggValue, 1),
+        (Records::AggLatency, 1),
+        (Records::AggLatencyByArg, 1),
         (Records::StackFp(10), 1),
         (Records::StackFp(30), 1),
         (Records::StackCopy(1024), 1),

@@ -93,7 +93,9 @@ fn probing(
         // A tree shows every call's entry and exit; a stack comes with its
         // call's entry event.
         args: probe.args.is_some() || probe.tree || stack.is_some(),
-        ret: probe.ret || probe.tree,
+        // A duration is the exit's: `--agg` of latency times the call as
+        // --ret times it.
+        ret: probe.ret || probe.tree || crate::session::aggregates_latency(probe.agg.as_deref()),
         stack: stack.is_some(),
         by: probe.by.is_some() || probe.agg.is_some(),
         step: probe.steps.is_some(),
@@ -197,8 +199,11 @@ fn profiling(args: &ProfileArgs) -> Result<Options> {
 /// benchmark's rows that measure them).
 fn settle(mut opts: Options) -> Options {
     let r = opts.selection.records;
+    // `--agg` of latency keeps the durations in the target in any style:
+    // it asks for no event.
+    let latency = crate::session::aggregates_latency(opts.selection.agg.as_deref());
     let unread = || {
-        opts.style == Style::Quiet
+        (opts.style == Style::Quiet || latency)
             && opts.format != Format::Chrome
             && !(r.args || r.stack || r.sample)
             && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")

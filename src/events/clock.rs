@@ -45,6 +45,17 @@ impl Clock {
         Clock { first: s, hz, slope, anchor: (s.0, s.1 as f64), fitted: hz.is_some() }
     }
 
+    /// A clock whose rate is known now: the CPU's, or else fitted over a
+    /// 20 ms wait.
+    pub fn calibrated() -> Clock {
+        let mut clock = Clock::start();
+        if clock.hz.is_none() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            clock.refine();
+        }
+        clock
+    }
+
     /// Adds a sample (call it at every drain): refits the slope over all
     /// the time since the start, continuing from where the map is now.
     pub fn refine(&mut self) {

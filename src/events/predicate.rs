@@ -107,6 +107,9 @@ pub enum Operand {
     /// A field of a parameter: `req->uri.len` (the parameter's name, or
     /// `argN`, which has no type to follow), then the steps.
     Field(String, Vec<Step>),
+    /// `latency` in `--agg`: the call's duration in nanoseconds (never
+    /// in a predicate).
+    Latency,
 }
 
 impl Operand {
@@ -876,6 +879,7 @@ fn operand_slot(
 ) -> Result<Option<Slot>, String> {
     match o {
         Operand::Int(_) => Ok(None),
+        Operand::Latency => Err("`latency` is a value of --agg only".into()),
         Operand::Text(..) => Err("`str(…)` is a string: compare it with a literal in quotes, by == or !=".into()),
         // A 64-bit value, signed when both sides are.
         Operand::Bits(a, _, b) => {
@@ -1016,6 +1020,7 @@ fn operand_text(o: &Operand) -> String {
         Operand::Name(n) => n.clone(),
         Operand::Position(n) => format!("arg{n}"),
         Operand::Ret => "ret".into(),
+        Operand::Latency => "latency".into(),
         Operand::Int(v) => v.to_string(),
         Operand::Bits(a, op, b) => {
             let op = BIT_LEVELS.iter().find(|(_, o)| o == op).map_or("?", |(t, _)| t);
@@ -1209,16 +1214,29 @@ pub fn parse_agg(text: &str) -> Result<Agg, String> {
             continue;
         }
         if inner.is_empty() {
-            return Err(format!("{}(…) needs a value: a parameter, argN or a field (req->len)", f.name()));
+            return Err(format!(
+                "{}(…) needs a value: a parameter, argN, a field (req->len), ret or latency",
+                f.name()
+            ));
         }
-        let mut p = Parser { tokens: lex(inner)?, at: 0, nesting: 0 };
-        let o = p.value()?;
-        if let Some(t) = p.tokens.get(p.at) {
-            return Err(format!("unexpected `{}` in `{shown}`", t.text()));
-        }
+        // The call's duration (a parameter named `latency` is argN here).
+        let o = if inner == "latency" {
+            Operand::Latency
+        } else {
+            let mut p = Parser { tokens: lex(inner)?, at: 0, nesting: 0 };
+            let o = p.value()?;
+            if let Some(t) = p.tokens.get(p.at) {
+                return Err(format!("unexpected `{}` in `{shown}`", t.text()));
+            }
+            o
+        };
         match &o {
-            Operand::Name(_) | Operand::Position(_) | Operand::Field(..) | Operand::Ret => {}
-            _ => return Err(format!("`{shown}`: --agg aggregates a parameter, argN, a field (req->len) or ret")),
+            Operand::Name(_) | Operand::Position(_) | Operand::Field(..) | Operand::Ret | Operand::Latency => {}
+            _ => {
+                return Err(format!(
+                    "`{shown}`: --agg aggregates a parameter, argN, a field (req->len), ret or latency"
+                ));
+            }
         }
         match &out.value {
             Some((t, v)) if *v != o => {
@@ -1295,9 +1313,14 @@ pub fn fields_of_agg(agg: &Agg, out: &mut Vec<(String, Vec<Step>)>) {
     }
 }
 
-/// True if `--agg`'s value is read at the call's exit (`ret`).
+/// True if `--agg`'s value is read at the call's exit (`ret`, `latency`).
 pub fn agg_at_exit(agg: &Agg) -> bool {
-    matches!(agg.value, Some((_, Operand::Ret)))
+    matches!(agg.value, Some((_, Operand::Ret | Operand::Latency)))
+}
+
+/// True if `--agg`'s value is the call's duration (`latency`).
+pub fn agg_latency(agg: &Agg) -> bool {
+    matches!(agg.value, Some((_, Operand::Latency)))
 }
 
 /// The words of [`crate::probe::layout::ProbeConfig::agg`] that read
@@ -1308,6 +1331,11 @@ pub fn agg_at_exit(agg: &Agg) -> bool {
 pub fn agg_program(agg: &Agg, info: &ProbeInfo) -> Result<[u64; AGG_VALUE_WORDS], String> {
     let mut out = [0u64; AGG_VALUE_WORDS];
     let Some((text, o)) = &agg.value else { return Ok(out) };
+    if *o == Operand::Latency {
+        // Nanoseconds, unsigned: the runtime reads no program for them.
+        out[0] = fetch_word::VALID | (8 << fetch_word::WIDTH_SHIFT) | (filter_ext::U64 << fetch_word::EXT_SHIFT);
+        return Ok(out);
+    }
     let slots = arg_slots(info);
     if *o == Operand::Ret {
         let s = operand_slot(o, &slots, info, true)?.ok_or("name a value")?;
@@ -1646,6 +1674,11 @@ mod tests {
         assert!(matches!(f.value, Some((_, Operand::Field(..)))));
         assert_eq!(parse_agg("count()").unwrap().value, None);
         assert!(agg_at_exit(&parse_agg("hist(ret), sum(ret)").unwrap()));
+        let l = parse_agg("count(), hist(latency), avg( latency )").unwrap();
+        assert_eq!(l.value, Some(("latency".to_string(), Operand::Latency)));
+        assert!(agg_at_exit(&l) && agg_latency(&l));
+        assert!(!agg_latency(&parse_agg("sum(ret)").unwrap()));
+        assert!(parse_agg("sum(latency), max(len)").unwrap_err().contains("one value per function"));
         for (bad, why) in [
             ("", "name the functions"),
             ("median(x)", "not a function"),

@@ -147,6 +147,10 @@ pub struct Options {
     /// kept ones (or those of sessions that died): each new probe goes over
     /// the one there, and records its patch as the bytes to put back.
     pub take_over: bool,
+    /// Nanoseconds per timestamp tick times 2^[`layout::NS_SHIFT`], for
+    /// the runtime's `--agg` of latency ([`layout::EventCtx::ns_mult`]);
+    /// 0 leaves the region's as it is.
+    pub ns_mult: u64,
 }
 
 /// Writes detours for `requests`, the worker of `stopped` (seized) making
@@ -699,6 +703,12 @@ fn go_frames(req: &Request) -> u32 {
 fn config_for(req: &Request, index: u32) -> layout::ProbeConfig {
     let mut c = *req.config;
     c.flags = layout::entry_word(index, req.kind) & !layout::PROBE_MASK;
+    // A value added at the exit alone (`--agg 'hist(latency)' --by tid`)
+    // leaves the entry plain: only the exit's flags say it.
+    let at_exit = layout::by_word::AGG | layout::by_word::AT_EXIT;
+    if c.by & at_exit == at_exit {
+        c.flags |= layout::entry_flags::BY;
+    }
     c
 }
 
@@ -819,6 +829,11 @@ fn write_detours(
     }
     run.flush(mem).context("writing the detours")?;
     progress.finish();
+    if opts.ns_mult != 0 {
+        // Before any probe that converts a duration goes live.
+        h.ctx.ns_mult = opts.ns_mult;
+        region.set_header(&h)?;
+    }
     crate::fault::point("after-detour");
 
     // Entries, recorded before any site changes.
@@ -848,7 +863,7 @@ fn write_detours(
         region.set_budget(p.index, opts.sample_budget)?;
         // Nothing reads a count-only probe's configuration (only the
         // runtime's `_ext` paths and tp's `--if` counts do): left unwritten,
-        // its 584 bytes take no memory in the target.
+        // its bytes take no memory in the target.
         let config = config_for(req, p.index);
         if req.kind != kind::COUNT || layout::bytes_of(&config).iter().any(|&b| b != 0) {
             region.set_config(p.index, &config)?;

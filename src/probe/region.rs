@@ -320,6 +320,14 @@ impl Region {
         }
     }
 
+    /// Probe `i`'s configuration ([`layout::ProbeConfig`]), as the target
+    /// holds it now (its words are the target's to write); none past the
+    /// capacity.
+    pub fn config(&self, i: u32) -> Option<layout::ProbeConfig> {
+        let (capacity, off) = self.geometry(|h| (h.capacity, h.config_off(i)));
+        (i < capacity).then(|| self.get(off))
+    }
+
     /// Writes probe `i`'s configuration ([`layout::ProbeConfig`]).
     pub fn set_config(&self, i: u32, c: &layout::ProbeConfig) -> Result<()> {
         let (capacity, off) = self.geometry(|h| (h.capacity, h.config_off(i)));

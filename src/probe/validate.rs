@@ -229,6 +229,8 @@ pub fn sanitize(live: &Header, fixed: &Header) -> Header {
     h.ctx.returns_lost = live.ctx.returns_lost;
     h.ctx.lost_too_deep = live.ctx.lost_too_deep;
     h.ctx.lost_no_room = live.ctx.lost_no_room;
+    // What only changes the numbers `--agg` of latency reports.
+    h.ctx.ns_mult = live.ctx.ns_mult;
     h.ctx.row_owner = live.ctx.row_owner;
     if live.ctx.key_how <= layout::key_how::TCB_REGISTER {
         h.ctx.key_how = live.ctx.key_how;

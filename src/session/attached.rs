@@ -207,7 +207,12 @@ impl Attached {
         stopped: Option<Stopped>,
         started: Instant,
     ) -> Result<Attached> {
-        let clock = Clock::start();
+        // A session that aggregates latency in the target converts it
+        // there with this clock's rate: calibrated first where the CPU
+        // does not say it.
+        let latency =
+            what.agg.as_deref().and_then(|a| predicate::parse_agg(a).ok()).is_some_and(|a| predicate::agg_latency(&a));
+        let clock = if latency { Clock::calibrated() } else { Clock::start() };
         let existing = region::find(maps).map(|m| Region::open(pid, m)).transpose()?;
         let existing = match existing {
             Some(r) if stopped.is_none() && is_leftover(&r) => reclaim(pid, r)?,
@@ -241,7 +246,9 @@ impl Attached {
         let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
         let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
         let take_over = !vetted.over.is_empty();
-        let opts = install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget, take_over };
+        let ns_mult = if latency { layout::ns_mult(clock.ns_per_tick()) } else { 0 };
+        let opts =
+            install::Options { owner, ring_len: what.ring_len, sample_budget: what.sample_budget, take_over, ns_mult };
         let discard = what.records != Records::COUNT;
         // Where the loader keeps its state, for tp's rendezvous probe: read
         // before the probe goes live, so that no call of it misses it.
@@ -298,7 +305,13 @@ impl Attached {
             owner,
             kind: what.records.bits(),
             selection: what.clone(),
-            install_opts: install::Options { owner, ring_len: what.ring_len, sample_budget: 0, take_over: false },
+            install_opts: install::Options {
+                owner,
+                ring_len: what.ring_len,
+                sample_budget: 0,
+                take_over: false,
+                ns_mult: 0,
+            },
             clock: Clock::start(),
             infos: Vec::new(),
             attach_time: started.elapsed(),
@@ -791,22 +804,59 @@ fn configure(
         if agg.is_some() || value.is_none() {
             r.config.by |= layout::by_word::AGG;
         }
+        // For `tp status`, which has only the region to name the rows by.
+        r.config.by_text = layout::text_words(what.by.as_deref().unwrap_or(""));
+        r.config.agg_text = layout::text_words(what.agg.as_deref().unwrap_or(""));
     }
-    if agg.is_some_and(predicate::agg_at_exit) {
+    if let Some(a) = agg.filter(|a| predicate::agg_at_exit(a)) {
         let text = text::text(what.agg.as_deref().unwrap_or(""));
+        let latency = predicate::agg_latency(a);
         if r.kind & kind::AGGREGATE == 0 {
-            bail!(
-                "--agg `{text}` keeps return values in the target, at the exits it times there: add --ret and -q \
-                 (without --args, --stack or a trace file)"
-            );
+            match latency {
+                true => bail!(
+                    "--agg `{text}` keeps durations in the target, at the exits it times there: drop --args, \
+                     --stack and the trace file, and unset TP_AGGREGATE"
+                ),
+                false => bail!(
+                    "--agg `{text}` keeps return values in the target, at the exits it times there: add --ret and \
+                     -q (without --args, --stack or a trace file)"
+                ),
+            }
         }
         if let Some(v) = value {
-            bail!(
-                "--agg `{text}`: the return value is read at the exit, where `{}` is gone: key it by tid or pid",
-                text::text(v)
-            );
+            // The argument is gone at the exit: the call's shadow frame
+            // carries its low 32 bits from the entry.
+            let ext = (r.config.by >> layout::by_word::EXT_SHIFT) as u64 & 0xff;
+            if !matches!(
+                ext,
+                layout::filter_ext::I8
+                    | layout::filter_ext::U8
+                    | layout::filter_ext::I16
+                    | layout::filter_ext::U16
+                    | layout::filter_ext::I32
+                    | layout::filter_ext::U32
+            ) {
+                bail!(
+                    "--agg `{text}` in `{function}`: `{}` is not an integer of at most 32 bits, which is what a \
+                     call carries from its entry to its exit: key it by such an argument, tid or pid",
+                    text::text(v)
+                );
+            }
+            if r.abi == crate::arch::Abi::Go {
+                bail!(
+                    "--agg `{text}` in `{function}`: a Go call carries no key from its entry to its exit: key it \
+                     by tid or pid"
+                );
+            }
+            r.config.by |= layout::by_word::KEY_IN_FRAME;
         }
-        r.config.by |= layout::by_word::AT_EXIT;
+        r.config.by |= layout::by_word::AT_EXIT | if latency { layout::by_word::LATENCY } else { 0 };
+        if value.is_none() {
+            // Nothing to do at entry: the probe keeps the plain (and on
+            // x86-64 the detour's fast) entry; its exit still adds the
+            // value (`install::config_for` gives the exit the flag).
+            r.kind &= !kind::BY;
+        }
     }
     if let Some(a) = agg {
         r.config.agg = predicate::agg_program(a, info).map_err(|why| {

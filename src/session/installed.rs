@@ -14,11 +14,13 @@ use anyhow::{Result, bail};
 use crate::escape::text;
 use crate::events::aggregates;
 use crate::events::clock::Clock;
+use crate::output::aggregates::ProbeAgg;
 use crate::output::report::ProcessReport;
 use crate::output::{ProbeStat, Summary};
 use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::process;
+use crate::session::tracer::{AggProbe, aggregates_of};
 use crate::symbols::demangle::strip_arguments;
 use crate::symbols::pattern::glob;
 
@@ -103,6 +105,7 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
         .iter()
         .map(|(i, e)| (e.kind & kind::AGGREGATE != 0).then(|| durations.remove(i).unwrap_or_default()))
         .collect();
+    let aggregates = aggregates_in(&region, &live);
     let probes = live
         .into_iter()
         .zip(hits)
@@ -118,7 +121,55 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
             }
         })
         .collect();
-    Ok(ProcessReport { latency, ..ProcessReport::counts(Summary { pid, probes }) })
+    Ok(ProcessReport { latency, aggregates, ..ProcessReport::counts(Summary { pid, probes }) })
+}
+
+/// The aggregates a running session keeps in the target (`--agg`, `--by
+/// tid`), as its summary would show them now: the probes' configurations
+/// say what was asked (`--by` and `--agg` as written), the threads'
+/// tables hold the rows. A probe whose texts do not parse (the target can
+/// write them) or were too long to keep shows none.
+fn aggregates_in(region: &Region, live: &[(u32, crate::probe::layout::Entry)]) -> Vec<ProbeAgg> {
+    use crate::probe::layout::{by_word, words_text};
+    let mut groups: Vec<((String, String), Vec<AggProbe>)> = Vec::new();
+    for (i, e) in live {
+        let Some(config) = (e.kind & (kind::BY | kind::AGGREGATE) != 0).then(|| region.config(*i)).flatten() else {
+            continue;
+        };
+        let texts = (words_text(&config.by_text), words_text(&config.agg_text));
+        if texts.0.is_empty() && texts.1.is_empty()
+            || texts.1.is_empty() && config.by & by_word::AGG != 0 && config.agg[0] != 0
+        {
+            continue;
+        }
+        let p = AggProbe { function: e.name(), index: *i, config };
+        match groups.iter_mut().find(|(t, _)| *t == texts) {
+            Some((_, ps)) => ps.push(p),
+            None => groups.push((texts, vec![p])),
+        }
+    }
+    if groups.is_empty() {
+        return Vec::new();
+    }
+    let mut owners = aggregates::Owners::default();
+    owners.note(region);
+    let mut out: Vec<(u32, ProbeAgg)> = Vec::new();
+    for ((by, agg), probes) in &groups {
+        fn opt(t: &str) -> Option<&str> {
+            (!t.is_empty()).then_some(t)
+        }
+        let mut aggs = aggregates_of(region, &owners, probes, opt(by), opt(agg));
+        // The calls no table counted are the process's: said once.
+        if !out.is_empty() {
+            for a in &mut aggs {
+                (a.overflow, a.unreadable) = (0, 0);
+            }
+        }
+        out.extend(probes.iter().map(|p| p.index).zip(aggs));
+    }
+    // In the summary's order, as the metrics pair them with its rows.
+    out.sort_by_key(|(i, _)| live.iter().position(|(j, _)| j == i));
+    out.into_iter().map(|(_, a)| a).collect()
 }
 
 /// The data region of process `pid`; a process without one is an error
@@ -136,10 +187,7 @@ fn region_of(pid: i32) -> Result<Region> {
 /// A clock that converts the target's timestamps: calibrated for a moment
 /// where the CPU does not say its counter's rate.
 fn calibrated_clock() -> Clock {
-    let mut clock = Clock::start();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    clock.refine();
-    clock
+    Clock::calibrated()
 }
 
 /// Switches on (`on`) or off the probes of `pid` whose function matches

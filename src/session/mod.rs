@@ -234,6 +234,13 @@ pub fn check_aggregation(by: Option<&str>, agg: Option<&str>) -> anyhow::Result<
     Ok(())
 }
 
+/// True if `--agg EXPR` aggregates the calls' latency (`hist(latency)`):
+/// the probes then time the calls, and keep the durations in the target.
+pub fn aggregates_latency(agg: Option<&str>) -> bool {
+    use crate::events::predicate;
+    agg.and_then(|a| predicate::parse_agg(a).ok()).is_some_and(|a| predicate::agg_latency(&a))
+}
+
 /// How a recorded call's stack is taken (`--stack`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StackMode {

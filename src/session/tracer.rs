@@ -500,84 +500,17 @@ impl Tracer {
     /// summary's, and the live ones `--listen` publishes).
     pub fn aggregate_report(&self, attached: &Attached) -> Vec<ProbeAgg> {
         let sel = attached.selection();
-        let keys = match sel.by.as_deref().map(predicate::parse_keys) {
-            Some(Ok(k)) => k,
-            Some(Err(_)) => return Vec::new(),
-            None => Vec::new(),
-        };
-        let agg = sel.agg.as_deref().and_then(|t| predicate::parse_agg(t).ok());
-        if agg.is_none() && (keys.is_empty() || matches!(keys[..], [predicate::Key::Value(_)])) {
-            return Vec::new();
-        }
-        let names: Vec<String> = keys
-            .iter()
-            .map(|k| match k {
-                predicate::Key::Value(v) => v.clone(),
-                predicate::Key::Tid => "tid".into(),
-                predicate::Key::Pid => "pid".into(),
-            })
-            .collect();
-        let (values, overflow, unreadable) = crate::events::aggregates::values(&attached.region, &self.owners);
-        let (counts, by_overflow) = crate::events::aggregates::by_thread(&attached.region, &self.owners);
         let indexes = attached.all_indexes();
-        let key_of = |word: u32, value: u64, pid: u32, tid: u32| -> Vec<i128> {
-            keys.iter()
-                .map(|k| match k {
-                    predicate::Key::Value(_) => predicate::by_value(word, value),
-                    predicate::Key::Tid => tid as i128,
-                    predicate::Key::Pid => pid as i128,
-                })
-                .collect()
-        };
-        let mut out: Vec<ProbeAgg> = attached
+        let probes: Vec<AggProbe> = attached
             .user_positions()
             .into_iter()
-            .map(|i| {
-                let config = attached.probe_config(i);
-                let index = indexes.get(i).copied().unwrap_or(u32::MAX);
-                let head = config.agg[0];
-                let rows: Vec<AggRow> = match config.by & layout::by_word::AGG != 0 {
-                    true => values
-                        .iter()
-                        .filter(|v| v.probe == index)
-                        .map(|v| {
-                            let e = &v.entry;
-                            AggRow {
-                                key: key_of(config.by, e.key, v.pid, v.tid),
-                                count: e.count,
-                                sum: predicate::agg_value(head, e.sum),
-                                min: predicate::agg_value(head, e.min),
-                                max: predicate::agg_value(head, e.max),
-                                hist: e.buckets.to_vec(),
-                            }
-                        })
-                        .collect(),
-                    false => counts
-                        .iter()
-                        .filter(|c| c.probe == index)
-                        .map(|c| AggRow {
-                            key: key_of(config.by, c.value, c.pid, c.tid),
-                            count: c.count,
-                            ..AggRow::default()
-                        })
-                        .collect(),
-                };
-                ProbeAgg {
-                    function: attached.infos[i].name.clone(),
-                    keys: names.clone(),
-                    value: agg.as_ref().and_then(|a| a.value.as_ref().map(|(t, _)| t.clone())),
-                    funcs: agg.as_ref().map_or(vec![predicate::AggFn::Count], |a| a.funcs.clone()),
-                    rows: crate::output::aggregates::merged(rows),
-                    overflow: 0,
-                    unreadable: 0,
-                }
+            .map(|i| AggProbe {
+                function: attached.infos[i].name.clone(),
+                index: indexes.get(i).copied().unwrap_or(u32::MAX),
+                config: attached.probe_config(i),
             })
             .collect();
-        if let Some(first) = out.first_mut() {
-            first.overflow = overflow.saturating_add(if agg.is_none() { by_overflow } else { 0 });
-            first.unreadable = unreadable;
-        }
-        out
+        aggregates_of(&attached.region, &self.owners, &probes, sel.by.as_deref(), sel.agg.as_deref())
     }
 
     /// Ends consuming: says how many events were lost, and returns this
@@ -650,4 +583,109 @@ fn pop_pending(pending: &mut HashMap<u32, Vec<(u32, ChromeArgs)>>, tid: u32, pro
     let (_, args) = stack.remove(at);
     stack.truncate(at);
     Some(args)
+}
+
+/// A probe whose aggregates [`aggregates_of`] reads.
+#[derive(Debug, Clone)]
+pub struct AggProbe {
+    /// Its function's name.
+    pub function: String,
+    /// Its entry index in the region.
+    pub index: u32,
+    /// Its configuration (`--by`'s word, `--agg`'s program).
+    pub config: layout::ProbeConfig,
+}
+
+/// The aggregates (`--agg`), or counts by keys that name the thread or
+/// process (`--by 'fd, tid'`), of `probes`, which share `--by` and `--agg`
+/// (`by`, `agg`, as written), from the threads' tables in `region`: each
+/// thread's rows under the keys asked, merged. None if neither asks for
+/// them (`--by` of an argument alone has its own table and output), or if
+/// either does not parse (text the target could have written).
+pub fn aggregates_of(
+    region: &crate::probe::region::Region,
+    owners: &crate::events::aggregates::Owners,
+    probes: &[AggProbe],
+    by: Option<&str>,
+    agg: Option<&str>,
+) -> Vec<ProbeAgg> {
+    let keys = match by.map(predicate::parse_keys) {
+        Some(Ok(k)) => k,
+        Some(Err(_)) => return Vec::new(),
+        None => Vec::new(),
+    };
+    let agg = match agg.map(predicate::parse_agg) {
+        Some(Ok(a)) => Some(a),
+        Some(Err(_)) => return Vec::new(),
+        None => None,
+    };
+    if agg.is_none() && (keys.is_empty() || matches!(keys[..], [predicate::Key::Value(_)])) {
+        return Vec::new();
+    }
+    let names: Vec<String> = keys
+        .iter()
+        .map(|k| match k {
+            predicate::Key::Value(v) => v.clone(),
+            predicate::Key::Tid => "tid".into(),
+            predicate::Key::Pid => "pid".into(),
+        })
+        .collect();
+    let (values, overflow, unreadable) = crate::events::aggregates::values(region, owners);
+    let (counts, by_overflow) = crate::events::aggregates::by_thread(region, owners);
+    let key_of = |word: u32, value: u64, pid: u32, tid: u32| -> Vec<i128> {
+        keys.iter()
+            .map(|k| match k {
+                predicate::Key::Value(_) => predicate::by_value(word, value),
+                predicate::Key::Tid => tid as i128,
+                predicate::Key::Pid => pid as i128,
+            })
+            .collect()
+    };
+    let mut out: Vec<ProbeAgg> = probes
+        .iter()
+        .map(|p| {
+            let (config, index) = (&p.config, p.index);
+            let head = config.agg[0];
+            let rows: Vec<AggRow> = match config.by & layout::by_word::AGG != 0 {
+                true => values
+                    .iter()
+                    .filter(|v| v.probe == index)
+                    .map(|v| {
+                        let e = &v.entry;
+                        AggRow {
+                            key: key_of(config.by, e.key, v.pid, v.tid),
+                            count: e.count,
+                            sum: predicate::agg_value(head, e.sum),
+                            min: predicate::agg_value(head, e.min),
+                            max: predicate::agg_value(head, e.max),
+                            hist: e.buckets.to_vec(),
+                        }
+                    })
+                    .collect(),
+                false => counts
+                    .iter()
+                    .filter(|c| c.probe == index)
+                    .map(|c| AggRow {
+                        key: key_of(config.by, c.value, c.pid, c.tid),
+                        count: c.count,
+                        ..AggRow::default()
+                    })
+                    .collect(),
+            };
+            ProbeAgg {
+                function: p.function.clone(),
+                keys: names.clone(),
+                value: agg.as_ref().and_then(|a| a.value.as_ref().map(|(t, _)| t.clone())),
+                funcs: agg.as_ref().map_or(vec![predicate::AggFn::Count], |a| a.funcs.clone()),
+                rows: crate::output::aggregates::merged(rows),
+                overflow: 0,
+                unreadable: 0,
+            }
+        })
+        .collect();
+    if let Some(first) = out.first_mut() {
+        first.overflow = overflow.saturating_add(if agg.is_none() { by_overflow } else { 0 });
+        first.unreadable = unreadable;
+    }
+    out
 }

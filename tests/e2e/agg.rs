@@ -55,15 +55,23 @@ fn books(lines: &[String]) -> (BTreeMap<i64, Books>, BTreeMap<String, BTreeMap<u
 }
 
 /// Runs `run THREADS CALLS` in the agg target while tp records with
-/// `args`; returns the target's lines and tp's stdout.
+/// `args` (and -q); returns the target's lines and tp's stdout.
 fn record(args: &[&str], threads: u32, calls: u32) -> (Vec<String>, String) {
+    let mut full = vec!["-q"];
+    full.extend_from_slice(args);
+    record_while(&full, &format!("run {threads} {calls}"), "done run")
+}
+
+/// Asks the agg target `command` (answered by `done`) while tp records
+/// with `args`; returns the target's lines and tp's stdout.
+fn record_while(args: &[&str], command: &str, done: &str) -> (Vec<String>, String) {
     let mut t = Target::start("agg");
     let pid = t.pid.to_string();
-    let mut full = vec!["-p", pid.as_str(), "-q"];
+    let mut full = vec!["-p", pid.as_str()];
     full.extend_from_slice(args);
     let session = Session::start(&full);
     let before = t.out.seen.len();
-    t.ask(&format!("run {threads} {calls}"), "done run");
+    t.ask(command, done);
     let lines = t.out.seen[before..].to_vec();
     let (status, stdout, stderr) = session.interrupt();
     assert!(status.success(), "tp failed: {stderr}");
@@ -280,7 +288,9 @@ fn bad_aggregations_are_refused_in_one_line() {
         (vec!["-f", "consume", "--agg", "hist(len"], "ends with `)`"),
         (vec!["-f", "consume", "--agg", "sum(len), max(fd)"], "one value per function"),
         (vec!["-f", "consume", "--agg", "sum(ret)"], "add --ret and -q"),
-        (vec!["-f", "consume", "--agg", "sum(ret)", "--ret", "-q", "--by", "fd"], "where `fd` is gone"),
+        (vec!["-f", "consume", "--agg", "sum(ret)", "--ret", "-q", "--by", "len"], "at most 32 bits"),
+        (vec!["-f", "consume", "--agg", "hist(latency)", "--by", "len"], "at most 32 bits"),
+        (vec!["-f", "consume", "--agg", "hist(latency)", "--args"], "drop --args"),
         (vec!["-f", "consume", "--agg", "sum(ret + 1)"], "unexpected `+`"),
         (vec!["-f", "consume", "--agg", "sum(nosuch)"], "has no parameter `nosuch`"),
         (vec!["-f", "submit", "--agg", "sum(m->nosuch)"], "no member `nosuch`"),
@@ -354,4 +364,205 @@ fn aggregates_by_an_argument_and_the_thread_of_the_calls_a_predicate_selects() {
     let want: BTreeMap<(i64, i64), (i64, i64)> =
         threads.iter().map(|(&tid, b)| ((3 + b.t, tid), (negative, -1 - b.t))).collect();
     assert_eq!(got, want, "{a}");
+}
+
+/// One thread's spins, as its line says: the calls, the sums of their
+/// inner time (spin's own clock reads) and outer time (its caller's), the
+/// shortest inner and the longest outer.
+#[derive(Debug, Clone, Copy)]
+struct Spins {
+    t: i64,
+    calls: i64,
+    inner: i64,
+    outer: i64,
+    imin: i64,
+    omax: i64,
+}
+
+fn spins(lines: &[String]) -> BTreeMap<i64, Spins> {
+    lines
+        .iter()
+        .filter(|l| l.starts_with("spin "))
+        .map(|l| {
+            let s = Spins {
+                t: num(l, "t"),
+                calls: num(l, "calls"),
+                inner: num(l, "inner"),
+                outer: num(l, "outer"),
+                imin: num(l, "imin"),
+                omax: num(l, "omax"),
+            };
+            (num(l, "tid"), s)
+        })
+        .collect()
+}
+
+/// A latency tp measured lies between the call's inner time and its outer
+/// time: its entry's timestamp is taken after the caller's clock read and
+/// before spin's first, its exit's after spin's last and before the
+/// caller's. What it may differ by is the conversion of the runtime's ticks
+/// to nanoseconds (the CPU's rate, or a fit over 20 ms) against
+/// CLOCK_MONOTONIC, which NTP may slew by up to 0.05%: 1% covers both.
+fn between(tp: i64, inner: i64, outer: i64) -> bool {
+    tp as f64 >= inner as f64 * 0.99 && tp as f64 <= outer as f64 * 1.01
+}
+
+/// Latency aggregated in the target, per thread (`--agg '…(latency)' --by
+/// tid`): each thread's count is exactly its calls; its sum, minimum,
+/// maximum and average lie between what the target measured inside and
+/// around the calls; the histogram holds every call, from the bucket of
+/// the minimum to that of the maximum.
+#[test]
+fn latency_per_thread_lies_between_the_targets_inner_and_outer_times() {
+    let (lines, stdout) = record_while(
+        &[
+            "-q",
+            "-f",
+            "spin",
+            "--agg",
+            "count(), sum(latency), avg(latency), min(latency), max(latency), hist(latency)",
+            "--by",
+            "tid",
+            "--json",
+        ],
+        "spin 2 300 20000",
+        "done spin",
+    );
+    let threads = spins(&lines);
+    assert_eq!(threads.len(), 2, "{lines:?}");
+    let a = aggregate(&stdout);
+    assert_eq!(a["value"], "latency");
+    let rows = a["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "one row per thread: {a}");
+    for r in rows {
+        let s = threads[&r["key"][0].as_i64().unwrap()];
+        let (count, sum, min, max) = (
+            r["count"].as_i64().unwrap(),
+            r["sum"].as_i64().unwrap(),
+            r["min"].as_i64().unwrap(),
+            r["max"].as_i64().unwrap(),
+        );
+        assert_eq!(count, s.calls, "{r}");
+        assert!(between(sum, s.inner, s.outer), "sum {sum} vs inner {} outer {}: {r}", s.inner, s.outer);
+        assert!(between(min, s.imin, s.omax) && between(max, s.imin, s.omax), "{r} vs {s:?}");
+        assert!(min >= 20_000 * 99 / 100, "spin runs 20 us at least: {r}");
+        assert_eq!(r["avg"].as_i64(), Some(sum / count), "{r}");
+        let hist = buckets(&r["hist"]);
+        assert_eq!(hist.values().sum::<u64>(), count as u64, "{r}");
+        let bucket = |v: i64| 2 + (63 - (v as u64).leading_zeros()) as usize;
+        assert_eq!(hist.keys().next(), Some(&bucket(min)), "{r}");
+        assert_eq!(hist.keys().last(), Some(&bucket(max)), "{r}");
+    }
+}
+
+/// Latency keyed by an argument (`--by fd`: the call's frame carries it
+/// from the entry to the exit), in text, without -q as a user types it:
+/// one row per fd (each thread passes its own) with the thread's calls and
+/// an average between its inner and outer times, and no event lines.
+#[test]
+fn latency_keyed_by_an_argument_in_text() {
+    let (lines, stdout) = record_while(
+        &["-f", "spin", "--agg", "count(), avg(latency), hist(latency)", "--by", "fd"],
+        "spin 2 200 20000",
+        "done spin",
+    );
+    let threads = spins(&lines);
+    assert!(stdout.contains("\ncount(), avg(latency), hist(latency) of spin by fd:\n"), "{stdout}");
+    for s in threads.values() {
+        let prefix = format!("@[{}]: count {}, avg ", 3 + s.t, s.calls);
+        let line = stdout.lines().find(|l| l.starts_with(&prefix)).unwrap_or_else(|| panic!("{prefix:?} in {stdout}"));
+        let avg: i64 = line[prefix.len()..].parse().unwrap();
+        assert!(between(avg, s.inner / s.calls, s.outer / s.calls), "{line} vs {s:?}");
+    }
+    let rows = stdout.lines().filter(|l| l.starts_with("@[")).count();
+    assert_eq!(rows, 2, "{stdout}");
+    assert!(!stdout.contains("spin("), "no event lines: {stdout}");
+}
+
+/// The return value keyed by an argument (`--ret -q --agg 'sum(ret)' --by
+/// fd`): spin returns its inner time, so each fd's sum is exactly its
+/// thread's inner total.
+#[test]
+fn the_return_value_keyed_by_an_argument_equals_the_targets_books() {
+    let (lines, stdout) = record_while(
+        &["-q", "-f", "spin", "--ret", "--agg", "count(), sum(ret)", "--by", "fd", "--json"],
+        "spin 3 100 5000",
+        "done spin",
+    );
+    let threads = spins(&lines);
+    let a = aggregate(&stdout);
+    let got: BTreeMap<i64, (i64, i64)> = a["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"][0].as_i64().unwrap(), (r["count"].as_i64().unwrap(), r["sum"].as_i64().unwrap())))
+        .collect();
+    let want: BTreeMap<i64, (i64, i64)> = threads.values().map(|s| (3 + s.t, (s.calls, s.inner))).collect();
+    assert_eq!(got, want, "{a}");
+}
+
+/// `tp status` of a process a session aggregates in (`--agg … --by tid`),
+/// while the session runs: the same rows as the session's own summary,
+/// each thread's count and sum equal to its books, in JSON and in text;
+/// and latency (`--by fd`) with each thread's calls.
+#[test]
+fn status_shows_a_running_sessions_aggregates() {
+    let mut t = Target::start("agg");
+    let pid = t.pid.to_string();
+    let session = Session::start(&[
+        "-p",
+        &pid,
+        "-q",
+        "-f",
+        "consume",
+        "--agg",
+        "count(), sum(len), hist(len)",
+        "--by",
+        "tid",
+        "--json",
+    ]);
+    let before = t.out.seen.len();
+    t.ask("run 2 1000", "done run");
+    let (threads, _) = books(&t.out.seen[before..]);
+    let out = tp(&["status", "-p", &pid, "--json"]);
+    let status = aggregate(&format!("{}\n", expect_success(&["status"], &out)));
+    let text = expect_success(&["status"], &tp(&["status", "-p", &pid]));
+    let (code, stdout, stderr) = session.interrupt();
+    assert!(code.success(), "tp failed: {stderr}");
+    let summary = aggregate(&stdout);
+    assert_eq!(status, summary, "tp status vs the session's summary");
+    assert_eq!(status["keys"], serde_json::json!(["tid"]));
+    let rows = status["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{status}");
+    for r in rows {
+        let b = &threads[&r["key"][0].as_i64().unwrap()];
+        assert_eq!((r["count"].as_i64(), r["sum"].as_i64()), (Some(b.calls), Some(b.sum)), "{r}");
+        let line = format!("@[{}]: count {}, sum {}", r["key"][0], thousands(b.calls), b.sum);
+        assert!(text.lines().any(|l| l == line), "{line:?} not in {text}");
+    }
+    assert!(text.contains("\ncount(), sum(len), hist(len) of consume by tid:\n"), "{text}");
+
+    let session = Session::start(&["-p", &pid, "-f", "spin", "--agg", "count(), max(latency)", "--by", "fd"]);
+    let before = t.out.seen.len();
+    t.ask("spin 2 50 10000", "done spin");
+    let spun = spins(&t.out.seen[before..]);
+    let out = tp(&["status", "-p", &pid, "--json"]);
+    let status = aggregate(&format!("{}\n", expect_success(&["status"], &out)));
+    let (code, _, stderr) = session.interrupt();
+    assert!(code.success(), "tp failed: {stderr}");
+    assert_eq!(status["value"], "latency");
+    let got: BTreeMap<i64, i64> = status["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"][0].as_i64().unwrap(), r["count"].as_i64().unwrap()))
+        .collect();
+    let want: BTreeMap<i64, i64> = spun.values().map(|s| (3 + s.t, s.calls)).collect();
+    assert_eq!(got, want, "{status}");
+    for r in status["rows"].as_array().unwrap() {
+        let s = spun.values().find(|s| 3 + s.t == r["key"][0].as_i64().unwrap()).unwrap();
+        assert!(between(r["max"].as_i64().unwrap(), s.imin, s.omax), "{r} vs {s:?}");
+    }
+    assert!(!has_region(t.pid), "tp's memory left in the target");
+    assert!(t.quit().success(), "the target must exit 0");
 }

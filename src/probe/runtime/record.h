@@ -306,21 +306,52 @@ HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 	add_value(a, probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0);
 }
 
-/* --agg of the return value: at the exit of a call whose durations the
- * thread keeps (TP_AGGREGATE), the value `ret` extended as the program's
- * header says, under key 0 (the arguments are gone by then). A tail call
- * leaves no return value of its own: not counted. */
-HOT void aggregate_ret(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tail)
+/* A duration of `ticks` in nanoseconds: by the multiplier tp wrote in
+ * the context (layout.rs, EventCtx::ns_mult), as the kernel's clocksources
+ * convert their cycles (a 64 x 64 bit product, then a shift). */
+HOT uint64_t to_ns(const struct tp_ctx *c, uint64_t ticks)
+{
+	unsigned __int128 ns = ((unsigned __int128)ticks * __atomic_load_n(&c->ns_mult, __ATOMIC_RELAXED)) >> TP_NS_SHIFT;
+	return ns >> 64 ? ~0ull : (uint64_t)ns;
+}
+
+/* --agg of the return value or the latency: at the exit of a call whose
+ * durations the thread keeps (TP_AGGREGATE). The latency is the call's
+ * own `ticks` in nanoseconds; the return value `ret` is extended as the
+ * program's header says, and a tail call, which leaves no return value
+ * of its own, is not counted. The key is an argument's low 32 bits that
+ * the entry kept in the call's frame (`frame_key`, TP_BY_KEY_IN_FRAME),
+ * extended again as --by's word says, or 0. */
+HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tail,
+			   uint64_t ticks, uint32_t frame_key)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t by = __atomic_load_n(&cfg->by, __ATOMIC_RELAXED);
 	struct tp_agg *a = aggregates(c, t);
-	if (!a || tail || !(by & TP_BY_AGG) || !(by & TP_BY_AT_EXIT))
+	if (!a || !(by & TP_BY_AGG) || !(by & TP_BY_AT_EXIT))
+		return;
+	uint64_t key = (by & TP_BY_KEY_IN_FRAME) && (by & 0xff) < 6 ? extend(frame_key, (by >> 8) & 0xff) : 0;
+	if (by & TP_BY_LATENCY) {
+		add_value(a, probe, key, to_ns(c, ticks), 1, 0);
+		return;
+	}
+	if (tail)
 		return;
 	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
 	if (((h >> 32) & 0xff) != 1)
 		return;
-	add_value(a, probe, 0, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
+	add_value(a, probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
+}
+
+/* What the frame of a call of `probe` keeps for its exit: with
+ * TP_BY_KEY_IN_FRAME, the low 32 bits of the argument that keys a value
+ * added at the exit; else 0. Read where the entry pushes the frame only,
+ * so that a count or an aggregate at entry costs nothing more. */
+HOT uint32_t frame_key(const struct tp_ctx *c, uint32_t probe, const uint64_t *regs)
+{
+	uint32_t by = __atomic_load_n(&config_of(c, probe)->by, __ATOMIC_RELAXED);
+	uint64_t r = by & 0xff;
+	return (by & TP_BY_AT_EXIT) && (by & TP_BY_KEY_IN_FRAME) && r < 6 ? (uint32_t)regs[r] : 0;
 }
 
 /* --by: counts the call under its argument's value, in the thread's table
@@ -407,7 +438,7 @@ HOT int aggregate(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_
  * predicate on the return value may reject it; a probe that keeps its
  * durations in the target adds this one there. */
 HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tsc,
-		    uint64_t entry_tsc, uint64_t nested, uint64_t tail)
+		    uint64_t entry_tsc, uint64_t nested, uint64_t tail, uint32_t frame_key)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t flags = __atomic_load_n(&cfg->flags, __ATOMIC_RELAXED);
@@ -419,11 +450,12 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 		count_match(c, probe);
 	}
 	if (flags & TP_AGGREGATE) {
-		if (flags & TP_BY)
-			aggregate_ret(c, t, probe, ret, tail);
 		/* As tp times an exit event: from the entry moved later by tp's
 		 * own ticks in the call's callees, never past the exit. */
-		return !aggregate(c, t, probe, own_ticks(tsc, entry_tsc, nested));
+		uint64_t ticks = own_ticks(tsc, entry_tsc, nested);
+		if (flags & TP_BY)
+			aggregate_at_exit(c, t, probe, ret, tail, ticks, frame_key);
+		return !aggregate(c, t, probe, ticks);
 	}
 	return 1;
 }

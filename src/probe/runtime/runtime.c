@@ -649,13 +649,13 @@ HOT uint64_t own_ticks(uint64_t tsc, uint64_t entry_tsc, uint64_t nested)
  * its return address is; AArch64: the word below the entry stack pointer).
  * Nothing is written to the stack. The frame is published as an entry's
  * hijacked one is (see entry()). */
-HOT void push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t slot, uint64_t tsc)
+HOT struct tp_frame *push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t slot, uint64_t tsc)
 {
 	uint32_t d = settle(c, t, slot, 1, tsc);
 	if (d >= TP_SHADOW_LEN) {
 		lose_too_deep(c); /* this call's exit goes unrecorded */
 		account(t, d, tsc);
-		return;
+		return 0;
 	}
 	struct tp_frame *f = &t->shadow[d];
 	f->slot = slot;
@@ -672,6 +672,7 @@ HOT void push_timed(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 		t->overhead += now - tsc;
 	f->tsc = now;
 	f->overhead = t->overhead;
+	return f;
 }
 
 /* An entry of a probe timed at its exits that times nothing (a sample not
@@ -813,6 +814,9 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		f->slot = (uint64_t)slot;
 		f->ret = *slot;
 		f->probe = probe;
+		/* What the frame keeps for a value its exit adds (record.h). */
+		if (ext && (probe_flags & TP_BY))
+			f->key = frame_key(c, probe, regs);
 		f->tramp = tramp;
 		tp_frame_note(f, slot);
 		/* The call is timed from here, after tp's own work; what tp spends
@@ -829,8 +833,11 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 	if (probe_flags & TP_TIME_CALL) {
 		if (probe_flags & TP_GO_FRAMES)
 			go_push(c, t, tramp, (uint64_t)slot, probe, tsc);
-		else
-			push_timed(c, t, probe, (uint64_t)slot, tsc);
+		else {
+			struct tp_frame *f = push_timed(c, t, probe, (uint64_t)slot, tsc);
+			if (ext && (probe_flags & TP_BY) && f)
+				f->key = frame_key(c, probe, regs);
+		}
 		return;
 	}
 	account(t, t->depth, tsc);
@@ -914,7 +921,7 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 		if (f->slot == want) {
 			uint64_t ret = f->ret, entry_tsc = f->tsc, nested = t->overhead - f->overhead;
 			uint64_t children = f->children;
-			uint32_t probe = f->probe;
+			uint32_t probe = f->probe, key = f->key;
 			/* The call's time counts as its innermost live timed caller's
 			 * children's (frames above it are newer: none contains it). */
 			if (d >= 2)
@@ -932,7 +939,7 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 				t->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
-			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0))
+			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0, key))
 				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0,
 				     children);
 			account(t, keep, tsc);
@@ -1003,12 +1010,13 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 	/* The frame is read whole before the depth lets it go; the call's
 	 * time counts as its innermost live timed caller's children's. */
 	uint64_t entry_tsc = f->tsc, nested = t->overhead - f->overhead, children = f->children;
+	uint32_t key = f->key;
 	if (d >= 2)
 		t->shadow[d - 2].children += own_ticks(tsc, entry_tsc, nested);
 	__atomic_store_n(&t->depth, d - 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	uint64_t tail = !!(word & TP_TAIL_CALL);
-	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail))
+	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, key))
 		emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, children);
 	account(t, d - 1, tsc);
 }
