@@ -86,7 +86,8 @@ pub struct Request {
 /// A probe's configuration, allocated on its first change: most probes
 /// only count, and a request is moved several times during an attach to
 /// every function of a large program, so it holds a pointer instead of
-/// the configuration's 584 bytes. Reads of one never set give zeros.
+/// the configuration's hundreds of bytes (`ProbeConfig`). Reads of one
+/// never set give zeros.
 #[derive(Debug, Clone, Default)]
 pub struct Config(Option<Box<layout::ProbeConfig>>);
 
