@@ -296,8 +296,9 @@ pub struct AttachArgs {
     #[arg(long = "addr", value_name = "0xADDR", value_parser = parse_addr)]
     pub addrs: Vec<u64>,
     /// Install the probes and exit; they keep counting in the target (with
-    /// --ret, timing each call too: `tp status` shows the latency).
-    #[arg(long, conflicts_with_all = ["duration", "args", "tree", "output", "follow_exec", "listen", "stack", "predicate", "by", "agg"])]
+    /// --ret, timing each call too; with --agg or --by, aggregating: `tp
+    /// status` shows the latency and the aggregates).
+    #[arg(long, conflicts_with_all = ["duration", "args", "tree", "output", "follow_exec", "listen", "stack", "predicate"])]
     pub keep: bool,
     /// What to record and how to print it.
     #[command(flatten)]
@@ -607,10 +608,13 @@ mod tests {
             "--listen 127.0.0.1:1",
             "--stack",
             "--if arg0==1",
-            "--by arg0",
         ] {
             let err = parse(&format!("tp attach -p 1 -f foo --keep {extra}")).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict, "{extra}");
+        }
+        // Aggregates stay in the target, where `tp status` reads them.
+        for extra in ["--by arg0", "--agg count()"] {
+            assert!(parse(&format!("tp attach -p 1 -f foo --keep {extra}")).is_ok(), "{extra}");
         }
     }
 

@@ -174,7 +174,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 24;
+pub const VERSION: u32 = 25;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -1130,8 +1130,12 @@ shared_struct! {
         pub value: u64,
         /// Calls with it.
         pub count: u64,
-        /// Padding.
-        pub pad2: u64,
+        /// The thread that counted them, as a slot's key says it (PID
+        /// high, TID low: [`SlotHead::key`]): the entry is kept under it,
+        /// so that a thread taking over the slot of one that ended (glibc
+        /// gives a new thread the descriptor of one that ended) counts in
+        /// entries of its own.
+        pub owner: u64,
     }
 }
 
@@ -1163,8 +1167,10 @@ shared_struct! {
         pub min: u64,
         /// Largest value.
         pub max: u64,
+        /// The thread that counted them (as [`ByEntry::owner`]).
+        pub owner: u64,
         /// Padding.
-        pub pad2: [u64; 2],
+        pub pad2: u64,
         /// Calls per bucket ([`agg_bucket`]).
         pub buckets: [u64; AGG_HIST_BUCKETS],
     }
@@ -1180,7 +1186,8 @@ impl Default for AggEntry {
             sum: 0,
             min: 0,
             max: 0,
-            pad2: [0; 2],
+            owner: 0,
+            pad2: 0,
             buckets: [0; AGG_HIST_BUCKETS],
         }
     }

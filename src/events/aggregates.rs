@@ -2,14 +2,15 @@
 //! thread's latency histograms of return probes whose events nobody reads
 //! (`--ret -q`), its counts of calls by an argument's value (`--by`) and
 //! its aggregates of a value (`--agg`), after its ring in the data region
-//! ([`crate::probe::layout::AggHead`]). Each table is one thread's: the
-//! slot's owner (its PID and TID) keys them by thread and process.
-//! Read here, summed over the threads, and cleared when a session starts.
+//! ([`crate::probe::layout::AggHead`]). Each table is one slot's, and each
+//! entry of `--by` and `--agg` names the thread that made it (its PID and
+//! TID), which keys them by thread and process. Read here, summed over the
+//! threads, and cleared when a session starts (but for kept probes').
 //! The target can write these tables: a probe index past the region's
 //! capacity is skipped, a count is taken as it is (it only changes what is
 //! reported).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use anyhow::Result;
 
@@ -141,8 +142,25 @@ impl Owners {
             0 => self.0.get(&slot).copied().unwrap_or(0),
             key => key,
         };
-        ((key >> 32) as u32, key as u32)
+        split(key)
     }
+
+    /// The thread that made an entry of `slot`'s tables: the owner the
+    /// entry names (`ByEntry::owner`, `AggEntry::owner`: the slot's key
+    /// when the thread made it, so a thread that took over the slot of one
+    /// that ended has entries of its own), or the slot's owner for an
+    /// entry that names none.
+    fn of_entry(&self, region: &Region, slot: u64, owner: u64) -> (u32, u32) {
+        match owner {
+            0 => self.of(region, slot),
+            key => split(key),
+        }
+    }
+}
+
+/// A slot's key as its PID and TID.
+fn split(key: u64) -> (u32, u32) {
+    ((key >> 32) as u32, key as u32)
 }
 
 /// One thread's count of a probe's calls with one argument value (`--by`).
@@ -168,12 +186,12 @@ pub fn by_thread(region: &Region, owners: &Owners) -> (Vec<ThreadCount>, u64) {
     let mut overflow = 0u64;
     for slot in slots_in_use(&h) {
         overflow = overflow.saturating_add(region.get::<AggHead>(h.agg_off(slot)).by_overflow);
-        let (pid, tid) = owners.of(region, slot);
         for i in 0..AGG_BY_ENTRIES {
             let e: ByEntry = region.get(by_off(&h, slot, i));
             if e.probe == 0 || e.probe > h.capacity || e.count == 0 {
                 continue;
             }
+            let (pid, tid) = owners.of_entry(region, slot, e.owner);
             out.push(ThreadCount { pid, tid, probe: e.probe - 1, value: e.value, count: e.count });
         }
     }
@@ -203,23 +221,55 @@ pub fn values(region: &Region, owners: &Owners) -> (Vec<ThreadAggregate>, u64, u
         let head: AggHead = region.get(h.agg_off(slot));
         overflow = overflow.saturating_add(head.agg_overflow);
         unreadable = unreadable.saturating_add(head.agg_unreadable);
-        let (pid, tid) = owners.of(region, slot);
         let entries =
             counted(region, &h, AGG_VAL_ENTRIES, |i| value_off(&h, slot, i), |e: &AggEntry| (e.probe, e.count));
         for (probe, entry) in entries {
+            let (pid, tid) = owners.of_entry(region, slot, entry.owner);
             out.push(ThreadAggregate { pid, tid, probe, entry });
         }
     }
     (out, overflow, unreadable)
 }
 
+/// Reads the probe word of a table's entry at an offset of the region.
+type ProbeAt = fn(&Region, u64) -> u32;
+
 /// Clears every thread's aggregates, so that a session counts only its
-/// own. Call it with the target's threads stopped.
+/// own, but for the entries of probes kept in the process (`--keep`: no
+/// session owns them, and `tp status` reads what they kept). Call it with
+/// the target's threads stopped. An entry cleared in the middle of a
+/// table's run of taken entries may make a thread start a second entry for
+/// a kept probe's key after it: tp adds the two up as it adds up threads.
 pub fn clear(region: &Region) -> Result<()> {
     let h = region.header();
+    let kept: HashSet<u32> = region
+        .entries()
+        .into_iter()
+        .filter(|(_, e)| e.owner == 0 && e.state().maybe_patched())
+        .map(|(i, _)| i + 1)
+        .collect();
     let zeros = vec![0u8; crate::probe::layout::AGG_SIZE as usize];
     for slot in slots_in_use(&h) {
-        region.write(h.agg_off(slot), &zeros)?;
+        if kept.is_empty() {
+            region.write(h.agg_off(slot), &zeros)?;
+            continue;
+        }
+        region.write(h.agg_off(slot), &zeros[..std::mem::size_of::<AggHead>()])?;
+        let tables: [(usize, u64, u64, ProbeAt); 3] = [
+            (AGG_LAT_ENTRIES, lat_off(&h, slot, 0), size_of::<LatEntry>() as u64, |r, at| r.get::<LatEntry>(at).probe),
+            (AGG_BY_ENTRIES, by_off(&h, slot, 0), size_of::<ByEntry>() as u64, |r, at| r.get::<ByEntry>(at).probe),
+            (AGG_VAL_ENTRIES, value_off(&h, slot, 0), size_of::<AggEntry>() as u64, |r, at| {
+                r.get::<AggEntry>(at).probe
+            }),
+        ];
+        for (n, first, size, probe_of) in tables {
+            for i in 0..n as u64 {
+                let at = first + i * size;
+                if !kept.contains(&probe_of(region, at)) {
+                    region.write(at, &zeros[..size as usize])?;
+                }
+            }
+        }
     }
     Ok(())
 }

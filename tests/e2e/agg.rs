@@ -455,6 +455,78 @@ fn latency_per_thread_lies_between_the_targets_inner_and_outer_times() {
     }
 }
 
+/// Threads that start after others ended, in one session: glibc hands a
+/// new thread the descriptor of one that ended, and with it the ended
+/// one's slot in tp's region. Each thread's calls stay its own, in the
+/// table of aggregates (`--by tid`) and in the table of counts (`--by
+/// 'fd, tid'`): one row per thread, with its own count.
+#[test]
+fn threads_that_follow_ended_ones_count_in_rows_of_their_own() {
+    for by in ["tid", "fd, tid"] {
+        let mut t = Target::start("agg");
+        let pid = t.pid.to_string();
+        let session = Session::start(&["-p", &pid, "-q", "-f", "spin", "--by", by, "--json"]);
+        let before = t.out.seen.len();
+        t.ask("spin 2 50 1000", "done spin");
+        t.ask("spin 1 20 1000", "done spin");
+        let threads = spins(&t.out.seen[before..]);
+        let (status, stdout, stderr) = session.interrupt();
+        assert!(status.success(), "tp failed: {stderr}");
+        assert_eq!(threads.len(), 3, "three threads, one after two that ended: {threads:?}");
+        let a = aggregate(&stdout);
+        let rows = a["rows"].as_array().unwrap();
+        assert_eq!(rows.len(), 3, "--by {by}: one row per thread: {a}");
+        for r in rows {
+            let key = r["key"].as_array().unwrap();
+            let tid = key.last().unwrap().as_i64().unwrap();
+            let s = threads.get(&tid).unwrap_or_else(|| panic!("--by {by}: a row of no thread: {r}"));
+            assert_eq!(r["count"].as_i64(), Some(s.calls), "--by {by}: {r}");
+        }
+        assert!(!has_region(t.pid), "tp's memory left in the target");
+        assert!(t.quit().success(), "the target must exit 0");
+    }
+}
+
+/// Aggregates of probes kept after tp exits (`--keep --agg`): the target
+/// keeps them, `tp status` shows them while no session runs (each thread's
+/// calls, threads that followed ended ones apart), and `tp detach` takes
+/// everything out.
+#[test]
+fn kept_probes_keep_their_aggregates_for_tp_status() {
+    let mut t = Target::start("agg");
+    let pid = t.pid.to_string();
+    let out = tp(&["attach", "-p", &pid, "-f", "spin", "--agg", "count(), max(latency)", "--by", "tid", "--keep"]);
+    expect_success(&["attach"], &out);
+    let before = t.out.seen.len();
+    t.ask("spin 2 40 1000", "done spin");
+    t.ask("spin 1 30 1000", "done spin");
+    let spun = spins(&t.out.seen[before..]);
+    let out = tp(&["status", "-p", &pid, "--json"]);
+    let status = aggregate(&format!("{}\n", expect_success(&["status"], &out)));
+    assert_eq!((status["value"].as_str(), &status["keys"]), (Some("latency"), &serde_json::json!(["tid"])));
+    let got: BTreeMap<i64, i64> = status["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["key"][0].as_i64().unwrap(), r["count"].as_i64().unwrap()))
+        .collect();
+    let want: BTreeMap<i64, i64> = spun.iter().map(|(&tid, s)| (tid, s.calls)).collect();
+    assert_eq!(got, want, "{status}");
+    // A session that comes and goes clears the tables for its own counts,
+    // but not what the kept probes keep.
+    let session = Session::start(&["-p", &pid, "-q", "-f", "consume", "--by", "tid", "--json"]);
+    t.ask("run 1 100", "done run");
+    let (code, stdout, stderr) = session.interrupt();
+    assert!(code.success(), "tp failed: {stderr}");
+    assert_eq!(aggregate(&stdout)["rows"][0]["count"].as_i64(), Some(100), "{stdout}");
+    let out = tp(&["status", "-p", &pid, "--json"]);
+    let again = aggregate(&format!("{}\n", expect_success(&["status"], &out)));
+    assert_eq!(again, status, "the kept probes' aggregates after a session came and went");
+    expect_success(&["detach"], &tp(&["detach", "-p", &pid]));
+    assert!(!has_region(t.pid), "tp's memory left in the target");
+    assert!(t.quit().success(), "the target must exit 0");
+}
+
 /// Latency keyed by an argument (`--by fd`: the call's frame carries it
 /// from the entry to the exit), in text, without -q as a user types it:
 /// one row per fd (each thread passes its own) with the thread's calls and

@@ -229,8 +229,21 @@ HOT struct tp_agg *aggregates(struct tp_ctx *c, struct tp_thread *t)
 	return s ? (struct tp_agg *)((uint64_t)s + c->agg_off) : 0;
 }
 
+/* Who counts in `a` (thread `t`'s aggregates, from aggregates()): its
+ * process, as the slot's key says (layout.rs, SlotHead::key), and its
+ * thread as it is now (thread_id). Entries are kept under it: a thread
+ * that takes over the slot of one that ended (glibc hands a new thread
+ * the descriptor, and so the slot, of one that ended) counts in entries
+ * of its own. */
+HOT uint64_t owner_of(const struct tp_ctx *c, const struct tp_thread *t, struct tp_agg *a)
+{
+	uint64_t key = __atomic_load_n(&((struct tp_slot *)((uint64_t)a - c->agg_off))->key, __ATOMIC_RELAXED);
+	return (key & ~0xffffffffull) | thread_id(t);
+}
+
 /* --agg: adds value `v` (if `has`; signed if `sign`) of a call of `probe`
- * under `key` to the thread's table of aggregates `a`: count, sum,
+ * under `key` to the thread's table of aggregates `a`, in an entry of
+ * `owner`'s (owner_of): count, sum,
  * minimum, maximum and a histogram of powers of two (one writer: plain
  * stores of whole words, the count last). A full table counts the call as
  * overflow.
@@ -241,7 +254,7 @@ HOT struct tp_agg *aggregates(struct tp_ctx *c, struct tp_thread *t)
  * unreadable) under the key of --by's argument (0 without one). The
  * program's header is checked as it is read: one the target rewrote into
  * something else counts nothing. */
-HOT void add_value(struct tp_agg *a, uint32_t probe, uint64_t key, uint64_t v, int has, int sign)
+HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t key, uint64_t v, int has, int sign)
 {
 	struct tp_aggv *table = (struct tp_aggv *)((uint64_t)a + sizeof(struct tp_agg) +
 						   TP_AGG_LAT_ENTRIES * sizeof(struct tp_lat) +
@@ -252,12 +265,13 @@ HOT void add_value(struct tp_agg *a, uint32_t probe, uint64_t key, uint64_t v, i
 		uint32_t p = e->probe;
 		if (p == 0) {
 			e->key = key;
+			e->owner = owner;
 			e->count = 0;
 			e->sum = 0;
 			e->min = v;
 			e->max = v;
 			__atomic_store_n(&e->probe, probe + 1, __ATOMIC_RELEASE);
-		} else if (p != probe + 1 || e->key != key) {
+		} else if (p != probe + 1 || e->key != key || e->owner != owner) {
 			continue;
 		}
 		if (has) {
@@ -303,7 +317,7 @@ HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		}
 		v = extend(v, (h >> TP_AGGV_EXT_SHIFT) & 0xff);
 	}
-	add_value(a, probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0);
+	add_value(a, owner_of(c, t, a), probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0);
 }
 
 /* A duration of `ticks` in nanoseconds: by the multiplier tp wrote in
@@ -332,7 +346,7 @@ HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe
 		return;
 	uint64_t key = (by & TP_BY_KEY_IN_FRAME) && (by & 0xff) < 6 ? extend(frame_key, (by >> 8) & 0xff) : 0;
 	if (by & TP_BY_LATENCY) {
-		add_value(a, probe, key, to_ns(c, ticks), 1, 0);
+		add_value(a, owner_of(c, t, a), probe, key, to_ns(c, ticks), 1, 0);
 		return;
 	}
 	if (tail)
@@ -340,7 +354,7 @@ HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe
 	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
 	if (((h >> 32) & 0xff) != 1)
 		return;
-	add_value(a, probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
+	add_value(a, owner_of(c, t, a), probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
 }
 
 /* What the frame of a call of `probe` keeps for its exit: with
@@ -368,7 +382,7 @@ HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const u
 	struct tp_agg *a = aggregates(c, t);
 	if (r > 5 || !a)
 		return;
-	uint64_t v = extend(regs[r], (by >> 8) & 0xff);
+	uint64_t v = extend(regs[r], (by >> 8) & 0xff), owner = owner_of(c, t, a);
 	struct tp_by *table = (struct tp_by *)((uint64_t)a + sizeof(struct tp_agg) +
 					       TP_AGG_LAT_ENTRIES * sizeof(struct tp_lat));
 	uint64_t h = ((v ^ ((uint64_t)probe << 40)) * 0x9e3779b97f4a7c15ull) >> (64 - TP_AGG_BY_BITS);
@@ -377,9 +391,10 @@ HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const u
 		uint32_t p = e->probe;
 		if (p == 0) {
 			e->value = v;
+			e->owner = owner;
 			e->count = 0;
 			__atomic_store_n(&e->probe, probe + 1, __ATOMIC_RELEASE);
-		} else if (p != probe + 1 || e->value != v) {
+		} else if (p != probe + 1 || e->value != v || e->owner != owner) {
 			continue;
 		}
 		__atomic_store_n(&e->count, e->count + 1, __ATOMIC_RELAXED);
