@@ -246,17 +246,21 @@ pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
         if insn.is_invalid() {
             break;
         }
-        let near = (0..insn.op_count()).any(|k| {
-            matches!(
-                insn.op_kind(k),
-                iced_x86::OpKind::NearBranch16 | iced_x86::OpKind::NearBranch32 | iced_x86::OpKind::NearBranch64
-            )
-        });
-        if near {
-            out.push(insn.near_branch_target());
-        }
+        out.extend(near_target(&insn));
     }
     out
+}
+
+/// The absolute target of `insn` (decoded by iced-x86) if it is a direct
+/// near branch or call.
+pub fn near_target(insn: &iced_x86::Instruction) -> Option<u64> {
+    let near = (0..insn.op_count()).any(|k| {
+        matches!(
+            insn.op_kind(k),
+            iced_x86::OpKind::NearBranch16 | iced_x86::OpKind::NearBranch32 | iced_x86::OpKind::NearBranch64
+        )
+    });
+    near.then(|| insn.near_branch_target())
 }
 
 /// The targets in `(lo, hi)` (both exclusive) of the direct branches and

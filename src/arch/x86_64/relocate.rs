@@ -20,7 +20,7 @@ use iced_x86::{
     MemoryOperand, Mnemonic, OpKind, Register,
 };
 
-use super::decode::Class;
+use super::decode::{Class, near_target};
 use crate::arch::{ExitInsn, ExitKind, Refusal, SitePlan};
 
 /// The relocated instructions of one window.
@@ -154,7 +154,7 @@ fn steps_of<'a>(plan: &'a SitePlan, decoded: &[Instruction]) -> Result<Vec<Step<
         };
         let ins = decoded.get(k).filter(|i| !i.is_invalid() && i.ip() == addr && i.len() as u32 == w.len);
         let ins = ins.ok_or_else(disagree)?;
-        steps.push(Step { addr, len: w.len, mnemonic: &w.mnemonic, class: class_of(ins), target: target_of(ins) });
+        steps.push(Step { addr, len: w.len, mnemonic: &w.mnemonic, class: class_of(ins), target: near_target(ins) });
     }
     Ok(steps)
 }
@@ -165,7 +165,7 @@ fn class_of(ins: &Instruction) -> Class {
     match ins.flow_control() {
         _ if matches!(ins.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) => Class::Syscall,
         FlowControl::Return if matches!(ins.mnemonic(), Mnemonic::Ret | Mnemonic::Retf) => Class::Ret,
-        FlowControl::Call if target_of(ins).is_some() => Class::Call,
+        FlowControl::Call if near_target(ins).is_some() => Class::Call,
         FlowControl::IndirectCall => Class::IndirectCall,
         FlowControl::Return | FlowControl::Call => Class::Unsafe,
         FlowControl::UnconditionalBranch => Class::Jump,
@@ -175,14 +175,6 @@ fn class_of(ins: &Instruction) -> Class {
         FlowControl::Interrupt | FlowControl::Exception => Class::Unsafe,
         _ if ins.is_ip_rel_memory_operand() => Class::RipRelative,
         _ => Class::Plain,
-    }
-}
-
-/// The absolute target of a direct near branch or call.
-fn target_of(ins: &Instruction) -> Option<u64> {
-    match ins.op0_kind() {
-        OpKind::NearBranch16 | OpKind::NearBranch32 | OpKind::NearBranch64 => Some(ins.near_branch_target()),
-        _ => None,
     }
 }
 
@@ -682,7 +674,7 @@ mod tests {
                 }
                 compared += 1;
                 let direct = matches!(c.class, Class::Call | Class::Jump);
-                if coarse(class_of(&ins)) != coarse(c.class) || (direct && target_of(&ins) != c.target) {
+                if coarse(class_of(&ins)) != coarse(c.class) || (direct && near_target(&ins) != c.target) {
                     differ.push(format!("{} {:02x?}", c.mnemonic, &chunk[off..off + c.len as usize]));
                 }
             }
