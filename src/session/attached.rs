@@ -210,8 +210,7 @@ impl Attached {
         // A session that aggregates latency in the target converts it
         // there with this clock's rate: calibrated first where the CPU
         // does not say it.
-        let latency =
-            what.agg.as_deref().and_then(|a| predicate::parse_agg(a).ok()).is_some_and(|a| predicate::agg_latency(&a));
+        let latency = super::aggregates_latency(what.agg.as_deref());
         let clock = if latency { Clock::calibrated() } else { Clock::start() };
         let existing = region::find(maps).map(|m| Region::open(pid, m)).transpose()?;
         let existing = match existing {
