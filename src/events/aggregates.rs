@@ -231,9 +231,6 @@ pub fn values(region: &Region, owners: &Owners) -> (Vec<ThreadAggregate>, u64, u
     (out, overflow, unreadable)
 }
 
-/// Reads the probe word of a table's entry at an offset of the region.
-type ProbeAt = fn(&Region, u64) -> u32;
-
 /// Clears every thread's aggregates, so that a session counts only its
 /// own, but for the entries of probes kept in the process (`--keep`: no
 /// session owns them, and `tp status` reads what they kept). Call it with
@@ -254,21 +251,28 @@ pub fn clear(region: &Region) -> Result<()> {
             region.write(h.agg_off(slot), &zeros)?;
             continue;
         }
-        region.write(h.agg_off(slot), &zeros[..std::mem::size_of::<AggHead>()])?;
-        let tables: [(usize, u64, u64, ProbeAt); 3] = [
-            (AGG_LAT_ENTRIES, lat_off(&h, slot, 0), size_of::<LatEntry>() as u64, |r, at| r.get::<LatEntry>(at).probe),
-            (AGG_BY_ENTRIES, by_off(&h, slot, 0), size_of::<ByEntry>() as u64, |r, at| r.get::<ByEntry>(at).probe),
-            (AGG_VAL_ENTRIES, value_off(&h, slot, 0), size_of::<AggEntry>() as u64, |r, at| {
-                r.get::<AggEntry>(at).probe
-            }),
-        ];
-        for (n, first, size, probe_of) in tables {
-            for i in 0..n as u64 {
-                let at = first + i * size;
-                if !kept.contains(&probe_of(region, at)) {
-                    region.write(at, &zeros[..size as usize])?;
-                }
-            }
+        region.write(h.agg_off(slot), &zeros[..size_of::<AggHead>()])?;
+        clear_unkept(region, AGG_LAT_ENTRIES, |i| lat_off(&h, slot, i), |e: &LatEntry| e.probe, &kept)?;
+        clear_unkept(region, AGG_BY_ENTRIES, |i| by_off(&h, slot, i), |e: &ByEntry| e.probe, &kept)?;
+        clear_unkept(region, AGG_VAL_ENTRIES, |i| value_off(&h, slot, i), |e: &AggEntry| e.probe, &kept)?;
+    }
+    Ok(())
+}
+
+/// Zeroes the entries of a table of `n` (entry `i` at `off(i)`) whose
+/// probe word (`probe`) is not one of `kept`.
+fn clear_unkept<T: Plain>(
+    region: &Region,
+    n: usize,
+    off: impl Fn(usize) -> u64,
+    probe: fn(&T) -> u32,
+    kept: &HashSet<u32>,
+) -> Result<()> {
+    let zeros = vec![0u8; size_of::<T>()];
+    for i in 0..n {
+        let e: T = region.get(off(i));
+        if !kept.contains(&probe(&e)) {
+            region.write(off(i), &zeros)?;
         }
     }
     Ok(())
