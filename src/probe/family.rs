@@ -28,9 +28,15 @@ use crate::process::{self};
 
 /// Looks for processes forked meanwhile at most this many times.
 const ROUNDS: usize = 8;
-/// Tries to unmap tp's memory from a process whose thread was caught
-/// running tp's code (a detour, the runtime) at most this many times more.
-const RETRIES: usize = 3;
+/// How long tp keeps trying to unmap its memory from a process whose
+/// thread was caught using tp's code (running a detour or the runtime, or
+/// a call that returns into one live on its stack). The code is restored,
+/// so such a use ends as soon as the thread runs on; on a loaded machine
+/// the thread may not run at all between two looks a few milliseconds
+/// apart, so each look waits for the thread to have run first.
+const IN_USE_PATIENCE: Duration = Duration::from_secs(1);
+/// The longest wait for a thread to run between two looks.
+const RUN_WAIT: Duration = Duration::from_millis(200);
 
 /// True if process `pid` maps `region` where the target has it: one `stat`
 /// of its `/proc/PID/map_files/` entry (a look-up of one mapping), or,
@@ -194,14 +200,16 @@ fn restore_code(pid: i32, region: &Region, select: &dyn Fn(u32, &Entry) -> bool)
 
 /// The second pass in a process of the family: with every thread stopped,
 /// unmaps tp's memory if nothing uses it ([`remove::finish`]); a thread
-/// caught in tp's code gets a few more chances to leave it.
+/// caught in tp's code gets more chances to leave it, each after it ran
+/// ([`IN_USE_PATIENCE`]).
 fn unmap_if_unused(pid: i32, region: &Region) -> Outcome {
+    let deadline = std::time::Instant::now() + IN_USE_PATIENCE;
     let mut outcome = unmap_once(pid, region);
-    for _ in 0..RETRIES {
-        if !matches!(outcome, Outcome::Kept(Kept::InUse { .. })) {
+    while let Outcome::Kept(Kept::InUse { tid, .. }) = outcome {
+        if std::time::Instant::now() >= deadline {
             break;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        process::wait_until_run(pid, tid, RUN_WAIT);
         outcome = unmap_once(pid, region);
     }
     outcome

@@ -290,6 +290,36 @@ pub fn is_alive(pid: i32) -> bool {
     matches!(status(pid), Ok(st) if st.state != 'Z' && st.state != 'X')
 }
 
+/// The time thread `tid` of `pid` has run on a CPU, in nanoseconds (the
+/// first field of its `schedstat`), if the kernel says.
+fn run_time(pid: i32, tid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/schedstat")).ok()?;
+    text.split_whitespace().next()?.parse().ok()
+}
+
+/// Waits until thread `tid` of `pid` has run since the call (its CPU time
+/// grew), it is gone, or `limit` has passed; at least a millisecond. On a
+/// loaded machine a thread let go may not run for a while: what it was
+/// about to do is then still undone.
+pub fn wait_until_run(pid: i32, tid: i32, limit: std::time::Duration) {
+    let start = std::time::Instant::now();
+    let before = run_time(pid, tid);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let now = run_time(pid, tid);
+        // Without schedstat (or once the thread is gone) only the limit, or a
+        // short wait, tells.
+        let ran = match (before, now) {
+            (Some(b), Some(n)) => n > b,
+            (_, None) => true,
+            (None, Some(_)) => start.elapsed() >= std::time::Duration::from_millis(10),
+        };
+        if ran || start.elapsed() >= limit {
+            return;
+        }
+    }
+}
+
 /// True if the process is gone or a zombie, or becomes one within `grace`:
 /// a killed process takes a moment to become a zombie after its threads and
 /// memory go, so a failure caused by its death can be told apart this way.

@@ -143,11 +143,17 @@ impl Postgres {
         all
     }
 
-    /// Asserts that no process of the server maps anything of tp's.
-    fn assert_nothing_of_tp(&self) {
+    /// Asserts that no process of the server maps anything of tp's; `said`
+    /// is what tp printed, shown if one does.
+    fn assert_nothing_of_tp(&self, said: &str) {
         for pid in self.processes() {
             let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
-            assert!(!maps.contains("tp-data"), "process {pid} of the server still maps tp's region");
+            let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            assert!(
+                !maps.contains("tp-data"),
+                "process {pid} of the server ({}) still maps tp's region:\n{maps}\ntp said:\n{said}",
+                cmdline.replace('\0', " ")
+            );
         }
     }
 }
@@ -205,7 +211,7 @@ fn return_probes_on_the_postmaster_survive_pgbench_connect_per_transaction() {
     assert!(lost * 100 <= returns, "{lost} of {returns} lost: {stderr}");
     let children = v["children"].as_array().unwrap();
     assert!(children.len() as u64 >= transactions, "every backend is a child: {}", children.len());
-    pg.assert_nothing_of_tp();
+    pg.assert_nothing_of_tp(&stderr);
     pg.pgbench(&["-t", "5"]);
 }
 
@@ -232,7 +238,7 @@ fn arguments_on_the_postmaster_every_event_printed_or_counted_lost() {
     let pids: std::collections::BTreeSet<&str> =
         stdout.lines().filter_map(|l| l.split("\"pid\":").nth(1)?.split(',').next()).collect();
     assert!(pids.len() as u64 > transactions / 2, "{} processes", pids.len());
-    pg.assert_nothing_of_tp();
+    pg.assert_nothing_of_tp(&stderr);
 }
 
 #[test]
@@ -251,7 +257,7 @@ fn tp_profile_on_the_postmaster_survives_pgbench_connect_per_transaction() {
         assert!(stdout.contains("FUNCTION"), "{stdout}");
         assert_eq!(pg.crashes(), Vec::<String>::new(), "{pattern:?}");
         std::thread::sleep(Duration::from_millis(200));
-        pg.assert_nothing_of_tp();
+        pg.assert_nothing_of_tp(&format!("{stderr}{stdout}"));
     }
     pg.pgbench(&["-t", "5"]);
 }
