@@ -8,8 +8,10 @@
 //!   --reps N     runs of every measurement (default 5)
 //!   --smoke      one short run of everything, to check that it works (CI)
 //!   --only LIST  sections to run, comma-separated:
-//!                hit,steps,attach,large,real,profile,toggle,dlopen,
+//!                hit,steps,attach,large,real,profile,whole,toggle,dlopen,
 //!                stepping (`--steps`: a call stepped with ptrace)
+//!                (whole: every function of libsqlite3 counted in
+//!                the sqlite3 shell)
 //!                (large: 100,000 and 250,000 probes on programs it
 //!                generates; not run unless named)
 //!   --no-peers   tp only
@@ -37,6 +39,7 @@ mod stats;
 mod stepping;
 mod steps;
 mod toggle;
+mod whole;
 
 use std::process::ExitCode;
 
@@ -57,7 +60,8 @@ struct Options {
     matching: Option<String>,
 }
 
-const SECTIONS: [&str; 9] = ["steps", "attach", "large", "real", "profile", "toggle", "dlopen", "stepping", "hit"];
+const SECTIONS: [&str; 10] =
+    ["steps", "attach", "large", "real", "profile", "whole", "toggle", "dlopen", "stepping", "hit"];
 
 fn options() -> Result<Options> {
     let mut o = Options {
@@ -157,6 +161,10 @@ fn run() -> Result<bool> {
     }
     if on("profile") {
         ok &= profile_section(&env, &mut r);
+    }
+    if on("whole") {
+        whole::measure(&env, &mut r.whole, &mut r.whole_failures);
+        ok &= r.whole_failures.is_empty();
     }
     if on("toggle") {
         ok &= toggle_section(&env, &mut r);

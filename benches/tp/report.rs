@@ -95,6 +95,10 @@ pub struct Results {
     pub real: Vec<crate::real::Row>,
     /// Profiling a real server.
     pub server: Vec<crate::server::Row>,
+    /// Every function of libsqlite3 counted in the sqlite3 shell, per run.
+    pub whole: Vec<crate::whole::Run>,
+    /// Its failed runs.
+    pub whole_failures: Vec<String>,
     /// ns per toggle, over the runs.
     pub toggle: Vec<f64>,
     /// ms per `tp disable`/`tp enable` command, over the runs.
@@ -175,6 +179,7 @@ impl Results {
         crate::large::markdown(&self.large, o);
         crate::real::markdown(&self.real, o);
         crate::server::markdown(&self.server, o);
+        crate::whole::markdown(&self.whole, &self.whole_failures, o);
         self.toggle(o);
         self.dlopen(o);
         self.stepping(o);
