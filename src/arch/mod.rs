@@ -14,7 +14,9 @@
 //! own: `plan` (windows, exits, blocks and [`Refusal`]), `abi` (parameter
 //! classes, calling conventions, the Go ABI), `emit` (what detours and the
 //! runtime block are built from and give back), `isa` (the byte-only
-//! functions of any architecture, [`Isa`]) and `syscalls` (numbers, and the
+//! functions of any architecture, [`Isa`]), `register_sets` (the register
+//! sets through which `process`, which issues the ptrace calls, reads and
+//! writes registers: [`RegisterSets`]) and `syscalls` (numbers, and the
 //! syscall a thread was blocked in).
 
 pub mod aarch64;
@@ -24,7 +26,7 @@ mod emit;
 mod isa;
 pub mod operand;
 mod plan;
-mod regset;
+mod register_sets;
 pub mod shadow_stack;
 pub mod stack_unwind;
 pub mod syscalls;
@@ -32,8 +34,6 @@ pub mod x86_64;
 
 use std::fmt;
 use std::io;
-
-use nix::unistd::Pid;
 
 pub use abi::{Abi, MAX_RECORDED_ARGS, ParamClass, variant_pcs};
 use abi::{c_arg_registers, go_arg_registers, goroutine_stack};
@@ -47,6 +47,8 @@ pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
 #[cfg(test)]
 pub(crate) use plan::NoImage;
 pub use plan::{Block, ExitInsn, ExitKind, ExitPlan, Image, MAX_WINDOW, Refusal, SitePlan, StoredPointer, WindowInsn};
+pub use register_sets::RegisterSets;
+pub(crate) use register_sets::{read_into, write_from};
 pub use shadow_stack::{Shadow, ShadowStack};
 pub use syscalls::{BlockedIn, Syscalls, ThreadPointerCall};
 
@@ -354,12 +356,13 @@ pub trait Arch {
     /// This architecture's hardware shadow stack.
     const SHADOW_STACK: ShadowStack;
 
-    /// The hardware shadow stack thread `tid` runs with ([`shadow_stack`]), from
+    /// The hardware shadow stack a thread runs with ([`shadow_stack`]), from
     /// `status`, the text of its `/proc/PID/task/TID/status`, and `hwcap`,
     /// its process's AT_HWCAP; where the kernel shows it only in a register
-    /// set, from that, if the thread is `stopped` (in a ptrace stop of tp's).
-    fn shadow_stack(tid: Pid, status: &str, hwcap: u64, stopped: bool) -> Shadow {
-        let _ = (tid, status, hwcap, stopped);
+    /// set, from that, if the thread is stopped (in a ptrace stop of tp's:
+    /// `sets`, its register sets).
+    fn shadow_stack(status: &str, hwcap: u64, sets: Option<&dyn RegisterSets>) -> Shadow {
+        let _ = (status, hwcap, sets);
         Shadow::Off
     }
 
@@ -409,11 +412,11 @@ pub trait Arch {
 
     /// Sets hardware breakpoints on executing the instructions at the
     /// addresses `at` (at most [`MAX_BREAKPOINTS`]; none: clears them), in a
-    /// stopped thread tp traces, through the debug registers (no byte of
-    /// the target changes): a hit stops the thread with SIGTRAP, its PC at
-    /// the address, before the instruction runs. The thread gets past it
-    /// once it is cleared.
-    fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()>;
+    /// stopped thread tp traces, through the debug registers in its
+    /// register sets `sets` (no byte of the target changes): a hit stops
+    /// the thread with SIGTRAP, its PC at the address, before the
+    /// instruction runs. The thread gets past it once it is cleared.
+    fn set_exec_breakpoint(sets: &dyn RegisterSets, at: &[u64]) -> io::Result<()>;
 
     /// Makes the registers of a thread stopped where a breakpoint of
     /// [`Arch::set_exec_breakpoint`] hit let the breakpoint fire there
@@ -434,18 +437,18 @@ pub trait Arch {
     /// after the trap, mapped back to the breakpoint's address.
     fn breakpoint_at(pc_after: u64) -> u64;
 
-    /// Reads a stopped thread's registers.
-    fn get_regs(tid: Pid) -> io::Result<Self::Regs>;
-    /// Writes a stopped thread's registers.
-    fn set_regs(tid: Pid, regs: &Self::Regs) -> io::Result<()>;
+    /// Reads a stopped thread's registers from its register sets `sets`.
+    fn read_regs(sets: &dyn RegisterSets) -> io::Result<Self::Regs>;
+    /// Writes a stopped thread's registers into its register sets `sets`.
+    fn write_regs(sets: &dyn RegisterSets, regs: &Self::Regs) -> io::Result<()>;
     /// Reads the vector state of a stopped thread that a syscall made by
     /// the thread would discard: on AArch64 the SVE registers beyond their
     /// low 128 bits, the predicates and streaming mode (the Linux SVE and
     /// SME ABIs); nothing on x86-64, whose syscalls keep every register but
     /// two that [`Arch::Regs`] holds.
-    fn save_vector_state(tid: Pid) -> io::Result<Self::VectorState>;
+    fn save_vector_state(sets: &dyn RegisterSets) -> io::Result<Self::VectorState>;
     /// Writes back what [`Arch::save_vector_state`] read.
-    fn restore_vector_state(tid: Pid, state: &Self::VectorState) -> io::Result<()>;
+    fn restore_vector_state(sets: &dyn RegisterSets, state: &Self::VectorState) -> io::Result<()>;
     /// The register that holds the current goroutine (`g`) in Go code.
     fn go_g(regs: &Self::Regs) -> u64;
     /// The bounds `[lo, hi)` of the goroutine stack a stopped thread runs
@@ -467,10 +470,11 @@ pub trait Arch {
     /// Where the thread resumes if the kernel restarts the syscall it was
     /// stopped in; `None` if it was not stopped in a restartable syscall.
     fn restart_pc(regs: &Self::Regs) -> Option<u64>;
-    /// Points a stopped thread at a syscall instruction at `insn` with the
-    /// given number and arguments, and keeps the kernel from restarting an
-    /// interrupted syscall instead.
-    fn prepare_syscall(tid: Pid, regs: &mut Self::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()>;
+    /// Points the registers of a stopped thread at a syscall instruction at
+    /// `insn` with the given number and arguments, and keeps the kernel
+    /// from restarting an interrupted syscall instead (once they are
+    /// written back).
+    fn prepare_syscall(regs: &mut Self::Regs, insn: u64, nr: u64, args: [u64; 6]);
     /// The return value of a syscall that just completed.
     fn syscall_result(regs: &Self::Regs) -> i64;
     /// For a thread stopped on its way out of a wait that the kernel never
