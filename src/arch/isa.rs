@@ -1,6 +1,10 @@
 //! The instruction sets of files of any architecture: [`Isa`], the
-//! functions of an [`Arch`] that work on bytes alone (list-probes inspects
-//! files of other architectures), found by ELF machine; and the machines' names.
+//! object-safe part of an [`Arch`] that works on bytes alone (decoding,
+//! planning, basic blocks; list-probes inspects files of other
+//! architectures), found by ELF machine ([`isa_for_machine`]); and the
+//! machines' names.
+
+use std::fmt;
 
 use super::{Arch, ArgSpec, Block, ExitPlan, Host, Image, Refusal, SitePlan, StoredPointer, aarch64, x86_64};
 
@@ -19,102 +23,180 @@ pub fn machine_name(m: u16) -> String {
     format!("{article} {name} binary")
 }
 
-/// [`Arch::plan`] as a function pointer.
-pub type PlanFn = fn(&[u8], u64, &[u64]) -> Result<SitePlan, Refusal>;
-
-/// [`Arch::plan_in`] as a function pointer.
-pub type PlanInFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
-
-/// [`Arch::plan_at`] as a function pointer.
-pub type PlanAtFn = fn(&[u8], u64, u64, &[u64], &dyn Image) -> Result<SitePlan, Refusal>;
-
-/// [`Arch::plan_to`] as a function pointer.
-pub type PlanToFn = fn(&[u8], u64, &[u64], &dyn Image, u64) -> Result<SitePlan, Refusal>;
-
-/// [`Arch::plan_exits`] as a function pointer.
-pub type PlanExitsFn =
-    fn(&[u8], u64, &[(u64, u64)], &[u64], &[(u64, u64)], bool, &dyn Image) -> Result<Vec<ExitPlan>, Refusal>;
-
-/// [`Arch::blocks`].
-pub type BlocksFn = fn(&[u8], u64, &[u64], &dyn Image) -> Result<Vec<Block>, Refusal>;
-
 /// The architecture-specific functions that work on bytes alone, for any
-/// binary tp can read (list-probes inspects files of other architectures).
-#[derive(Clone, Copy)]
-pub struct Isa {
-    /// Its name.
-    pub name: &'static str,
+/// binary tp can read: each architecture's, through [`Arch`], as a trait
+/// object ([`isa_for_machine`], [`host_isa`]).
+pub trait Isa: Sync {
+    /// Its name ([`Arch::NAME`]).
+    fn name(&self) -> &'static str;
     /// [`Arch::plan`].
-    pub plan: PlanFn,
+    fn plan(&self, code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal>;
     /// [`Arch::branch_targets`].
-    pub branch_targets: fn(&[u8], u64) -> Vec<u64>,
+    fn branch_targets(&self, code: &[u8], addr: u64) -> Vec<u64>;
     /// [`Arch::branch_targets_into`].
-    pub branch_targets_into: fn(&[u8], u64, u64, u64) -> Vec<u64>,
+    fn branch_targets_into(&self, code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64>;
     /// [`Arch::plan_in`].
-    pub plan_in: PlanInFn,
+    fn plan_in(
+        &self,
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal>;
     /// [`Arch::PLANS_WITH_IMAGE`].
-    pub plans_with_image: bool,
+    fn plans_with_image(&self) -> bool;
     /// [`Arch::stored_pointer`].
-    pub stored_pointer: fn(u32) -> Option<StoredPointer>,
+    fn stored_pointer(&self, r_type: u32) -> Option<StoredPointer>;
     /// [`Arch::go_stack_check`].
-    pub go_stack_check: fn(&[u8], u64) -> Option<usize>,
+    fn go_stack_check(&self, code: &[u8], addr: u64) -> Option<usize>;
     /// [`Arch::go_one_instruction_site`].
-    pub go_one_instruction_site: fn(&[u8], u64, usize) -> Option<usize>,
+    fn go_one_instruction_site(&self, code: &[u8], addr: u64, from: usize) -> Option<usize>;
     /// [`Arch::go_sp_below_entry`].
-    pub go_sp_below_entry: fn(&[u8], u64, u64) -> Option<u32>,
+    fn go_sp_below_entry(&self, code: &[u8], addr: u64, site: u64) -> Option<u32>;
     /// [`Arch::plan_at`].
-    pub plan_at: PlanAtFn,
+    fn plan_at(
+        &self,
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal>;
     /// [`Arch::plan_exits`].
-    pub plan_exits: PlanExitsFn,
+    #[allow(clippy::too_many_arguments)]
+    fn plan_exits(
+        &self,
+        code: &[u8],
+        addr: u64,
+        parts: &[(u64, u64)],
+        extra_targets: &[u64],
+        taken: &[(u64, u64)],
+        single: bool,
+        image: &dyn Image,
+    ) -> Result<Vec<ExitPlan>, Refusal>;
     /// [`Arch::plan_to`].
-    pub plan_to: PlanToFn,
+    fn plan_to(
+        &self,
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+        end: u64,
+    ) -> Result<SitePlan, Refusal>;
     /// [`Arch::sdt_argument`].
-    pub sdt_argument: fn(&str) -> Result<ArgSpec, String>,
+    fn sdt_argument(&self, arg: &str) -> Result<ArgSpec, String>;
     /// [`Arch::blocks`].
-    pub blocks: BlocksFn,
+    fn blocks(
+        &self,
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<Vec<Block>, Refusal>;
     /// [`Arch::PATCH_LEN`].
-    pub patch_len: usize,
+    fn patch_len(&self) -> usize;
 }
 
-impl std::fmt::Debug for Isa {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Isa").field(&self.name).finish()
+impl<A: Arch + Sync> Isa for A {
+    fn name(&self) -> &'static str {
+        A::NAME
+    }
+    fn plan(&self, code: &[u8], function: u64, extra_targets: &[u64]) -> Result<SitePlan, Refusal> {
+        <A as Arch>::plan(code, function, extra_targets)
+    }
+    fn branch_targets(&self, code: &[u8], addr: u64) -> Vec<u64> {
+        <A as Arch>::branch_targets(code, addr)
+    }
+    fn branch_targets_into(&self, code: &[u8], addr: u64, lo: u64, hi: u64) -> Vec<u64> {
+        <A as Arch>::branch_targets_into(code, addr, lo, hi)
+    }
+    fn plan_in(
+        &self,
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal> {
+        <A as Arch>::plan_in(code, function, extra_targets, image)
+    }
+    fn plans_with_image(&self) -> bool {
+        A::PLANS_WITH_IMAGE
+    }
+    fn stored_pointer(&self, r_type: u32) -> Option<StoredPointer> {
+        <A as Arch>::stored_pointer(r_type)
+    }
+    fn go_stack_check(&self, code: &[u8], addr: u64) -> Option<usize> {
+        <A as Arch>::go_stack_check(code, addr)
+    }
+    fn go_one_instruction_site(&self, code: &[u8], addr: u64, from: usize) -> Option<usize> {
+        <A as Arch>::go_one_instruction_site(code, addr, from)
+    }
+    fn go_sp_below_entry(&self, code: &[u8], addr: u64, site: u64) -> Option<u32> {
+        <A as Arch>::go_sp_below_entry(code, addr, site)
+    }
+    fn plan_at(
+        &self,
+        code: &[u8],
+        function: u64,
+        site: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<SitePlan, Refusal> {
+        <A as Arch>::plan_at(code, function, site, extra_targets, image)
+    }
+    fn plan_exits(
+        &self,
+        code: &[u8],
+        addr: u64,
+        parts: &[(u64, u64)],
+        extra_targets: &[u64],
+        taken: &[(u64, u64)],
+        single: bool,
+        image: &dyn Image,
+    ) -> Result<Vec<ExitPlan>, Refusal> {
+        <A as Arch>::plan_exits(code, addr, parts, extra_targets, taken, single, image)
+    }
+    fn plan_to(
+        &self,
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+        end: u64,
+    ) -> Result<SitePlan, Refusal> {
+        <A as Arch>::plan_to(code, function, extra_targets, image, end)
+    }
+    fn sdt_argument(&self, arg: &str) -> Result<ArgSpec, String> {
+        <A as Arch>::sdt_argument(arg)
+    }
+    fn blocks(
+        &self,
+        code: &[u8],
+        function: u64,
+        extra_targets: &[u64],
+        image: &dyn Image,
+    ) -> Result<Vec<Block>, Refusal> {
+        <A as Arch>::blocks(code, function, extra_targets, image)
+    }
+    fn patch_len(&self) -> usize {
+        A::PATCH_LEN
     }
 }
 
-impl Isa {
-    fn of<A: Arch>() -> Isa {
-        Isa {
-            name: A::NAME,
-            plan: A::plan,
-            branch_targets: A::branch_targets,
-            branch_targets_into: A::branch_targets_into,
-            plan_in: A::plan_in,
-            plans_with_image: A::PLANS_WITH_IMAGE,
-            stored_pointer: A::stored_pointer,
-            go_stack_check: A::go_stack_check,
-            go_one_instruction_site: A::go_one_instruction_site,
-            go_sp_below_entry: A::go_sp_below_entry,
-            plan_at: A::plan_at,
-            plan_exits: A::plan_exits,
-            plan_to: A::plan_to,
-            sdt_argument: A::sdt_argument,
-            blocks: A::blocks,
-            patch_len: A::PATCH_LEN,
-        }
+impl fmt::Debug for dyn Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Isa").field(&self.name()).finish()
     }
+}
 
-    /// The functions for ELF machine `machine`, if tp knows it.
-    pub fn for_machine(machine: u16) -> Option<Isa> {
-        [Isa::of::<x86_64::X86_64>(), Isa::of::<aarch64::AArch64>()]
-            .into_iter()
-            .zip([x86_64::X86_64::ELF_MACHINE, aarch64::AArch64::ELF_MACHINE])
-            .find(|(_, m)| *m == machine)
-            .map(|(isa, _)| isa)
-    }
+/// The instruction set of ELF machine `machine`, if tp knows it.
+pub fn isa_for_machine(machine: u16) -> Option<&'static dyn Isa> {
+    let known: [(&'static dyn Isa, u16); 2] =
+        [(&x86_64::X86_64, x86_64::X86_64::ELF_MACHINE), (&aarch64::AArch64, aarch64::AArch64::ELF_MACHINE)];
+    known.into_iter().find(|(_, m)| *m == machine).map(|(isa, _)| isa)
+}
 
-    /// The host's functions.
-    pub fn host() -> Isa {
-        Isa::of::<Host>()
-    }
+/// The host's instruction set.
+pub fn host_isa() -> &'static dyn Isa {
+    &Host {}
 }

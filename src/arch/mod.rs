@@ -14,7 +14,7 @@
 //! own: `plan` (windows, exits, blocks and [`Refusal`]), `abi` (parameter
 //! classes, calling conventions, the Go ABI), `emit` (what detours and the
 //! runtime block are built from and give back), `isa` (the byte-only
-//! functions of any architecture, [`Isa`]), `register_sets` (the register
+//! functions of any architecture, the object-safe trait [`Isa`]), `register_sets` (the register
 //! sets through which `process`, which issues the ptrace calls, reads and
 //! writes registers: [`RegisterSets`]) and `syscalls` (numbers, and the
 //! syscall a thread was blocked in).
@@ -42,7 +42,7 @@ pub use emit::{
     ThreadKey, TidOffset,
 };
 pub(crate) use emit::{RUNTIME_STACK, tid_offset_near};
-pub use isa::{BlocksFn, Isa, PlanAtFn, PlanExitsFn, PlanFn, PlanInFn, PlanToFn, machine_name};
+pub use isa::{Isa, host_isa, isa_for_machine, machine_name};
 pub use operand::{ArgLoc, ArgSpec, Operand, OperandLoc, Operands};
 #[cfg(test)]
 pub(crate) use plan::NoImage;
