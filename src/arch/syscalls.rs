@@ -169,6 +169,20 @@ impl Syscalls {
     }
 }
 
+/// The syscall a thread was blocked in, as `/proc/PID/task/TID/syscall`
+/// shows it: its number, arguments, stack pointer and program counter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockedIn {
+    /// The syscall number.
+    pub nr: u64,
+    /// Its six arguments.
+    pub args: [u64; 6],
+    /// The thread's stack pointer.
+    pub sp: u64,
+    /// Its program counter (after the syscall instruction).
+    pub pc: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

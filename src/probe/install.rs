@@ -38,6 +38,7 @@ use crate::arch::{
     Arch, Detour, DetourSpec, ExitWords, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey, TidOffset,
 };
 use crate::process::memory::Memory;
+use crate::process::regset;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
 use crate::process::{self, Mapping};
@@ -454,7 +455,7 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region, events: bool)
         return Ok(());
     }
     let threads: Vec<(i32, <Host as Arch>::Regs)> =
-        stopped.threads().filter_map(|t| Some((t.tid.as_raw(), Host::get_regs(t.tid).ok()?))).collect();
+        stopped.threads().filter_map(|t| Some((t.tid.as_raw(), regset::get_regs(t.tid).ok()?))).collect();
     let read = |addr: u64, len: usize| mem.read_vec(addr, len).ok();
     if h.ctx.key_how == layout::key_how::UNKNOWN {
         let hwcap2 = process::auxv(stopped.pid(), libc::AT_HWCAP2).unwrap_or(0);

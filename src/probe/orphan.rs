@@ -21,6 +21,7 @@ use super::threads;
 use crate::arch::{Arch, Host};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
+use crate::process::regset;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
 
@@ -95,7 +96,7 @@ pub fn find(pid: i32, maps: &[Mapping], mem: &Memory) -> Orphans {
 /// used stack, points into; every thread must be stopped.
 pub fn keep_referenced(stopped: &Stopped, mem: &Memory, maps: &[Mapping], orphans: &mut Orphans) -> Result<()> {
     for t in stopped.threads() {
-        let words = threads::pc_and_stack(mem, maps, &Host::get_regs(t.tid)?);
+        let words = threads::pc_and_stack(mem, maps, &regset::get_regs(t.tid)?);
         orphans.arenas.retain(|&(a, size)| !words.iter().any(|&(_, w)| w >= a && w < a + size));
     }
     Ok(())

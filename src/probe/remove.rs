@@ -19,6 +19,7 @@ use super::threads::{self, Place};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
 use crate::process::memory::Memory;
+use crate::process::regset;
 use crate::process::remote::RemoteCaller;
 use crate::process::stop::Stopped;
 use crate::process::{self};
@@ -350,7 +351,7 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.used);
     let mut regs = Vec::new();
     for t in stopped.threads() {
-        let r = Host::get_regs(t.tid)?;
+        let r = regset::get_regs(t.tid)?;
         let pc = Host::pc(&r);
         if in_arena(pc) {
             return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc, trampoline: false }));

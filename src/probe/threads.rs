@@ -12,6 +12,7 @@ use super::Request;
 use crate::arch::{Arch, Detour, Host};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
+use crate::process::regset;
 use crate::process::stop::Stopped;
 
 /// How far up from a thread's stack pointer tp looks for saved PCs.
@@ -76,7 +77,7 @@ pub fn move_threads_out_of_windows(
     let mut unpatchable = Unpatchable::default();
     let mut all_regs = Vec::with_capacity(tids.len());
     for &tid in &tids {
-        let regs = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        let regs = regset::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
         scan_stack(tid, mem, maps, &regs, requests, interior, &mut unpatchable);
         all_regs.push(regs);
     }
@@ -107,7 +108,7 @@ pub fn move_threads_out_of_windows(
         }
     }
     for (tid, regs) in &moves {
-        Host::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
+        regset::set_regs(*tid, regs).with_context(|| format!("moving thread {tid} out of a patch window"))?;
     }
     Ok((moves.len(), unpatchable))
 }

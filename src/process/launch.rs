@@ -30,6 +30,7 @@ use nix::unistd::Pid;
 
 use super::memory::Memory;
 use super::ptrace::{self, EVENT_EXEC};
+use super::regset;
 use crate::arch::{Arch, Host};
 
 /// `AT_ENTRY` in the auxiliary vector: the executable's entry point.
@@ -226,14 +227,14 @@ fn run_to(pid: i32, entry: u64) -> Result<Option<Exit>> {
         }
     }
     mem.write(entry, &original).context("restoring the program's entry point")?;
-    let mut regs = Host::get_regs(tid)?;
+    let mut regs = regset::get_regs(tid)?;
     Host::set_pc(&mut regs, entry);
-    Host::set_regs(tid, &regs)?;
+    regset::set_regs(tid, &regs)?;
     Ok(None)
 }
 
 fn at_breakpoint(tid: Pid, entry: u64) -> bool {
-    Host::get_regs(tid).is_ok_and(|r| Host::breakpoint_at(Host::pc(&r)) == entry)
+    regset::get_regs(tid).is_ok_and(|r| Host::breakpoint_at(Host::pc(&r)) == entry)
 }
 
 /// The reason a failed exec wrote to the error pipe, as the shell says it.

@@ -9,6 +9,7 @@ pub mod maps;
 pub mod memory;
 pub mod proc_events;
 pub mod ptrace;
+pub mod regset;
 pub mod remote;
 pub mod seccomp;
 pub mod single_step;
@@ -165,7 +166,7 @@ pub fn shadow_stacks(pid: i32, stopped: &[Pid]) -> Vec<(Pid, Shadow)> {
                 return (tid, Shadow::On(Host::SHADOW_STACK));
             }
             let status = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status")).unwrap_or_default();
-            (tid, Host::shadow_stack(tid, &status, hwcap, stopped.contains(&tid)))
+            (tid, regset::shadow_stack(tid, &status, hwcap, stopped.contains(&tid)))
         })
         .collect()
 }

@@ -31,6 +31,7 @@ use super::bpf::SeccompData;
 use super::maps::Mapping;
 use super::memory::Memory;
 use super::ptrace::{self, Wait};
+use super::regset;
 use super::seccomp::Filters;
 use super::stop::Stopped;
 use crate::arch::{Arch, Host};
@@ -98,11 +99,11 @@ impl<'s> RemoteCaller<'s> {
             }
             bail!("process {} ran another program (exec) while tp was attaching", self.pid);
         }
-        let saved = Host::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
+        let saved = regset::get_regs(tid).with_context(|| format!("reading the registers of thread {tid}"))?;
         self.held = Some(Held {
             tid,
             regs: saved,
-            vectors: Host::save_vector_state(tid)
+            vectors: regset::save_vector_state(tid)
                 .with_context(|| format!("reading the vector registers of thread {tid}"))?,
         });
         Ok((tid, saved))
@@ -155,12 +156,13 @@ impl<'s> RemoteCaller<'s> {
         self.check(nr, args)?;
         let (tid, saved) = self.hold()?;
         let mut regs = saved;
-        Host::prepare_syscall(tid, &mut regs, self.insn, nr, args).context("setting up a remote syscall")?;
+        Host::prepare_syscall(&mut regs, self.insn, nr, args);
+        regset::set_regs(tid, &regs).context("setting up a remote syscall")?;
         let result = self.step_over_syscall(tid);
         // Restore even if stepping failed: the thread must not keep our
         // registers, nor lose the vector registers the syscall discarded.
-        let restore = Host::set_regs(tid, &saved);
-        let vectors = self.held.as_ref().map_or(Ok(()), |h| Host::restore_vector_state(tid, &h.vectors));
+        let restore = regset::set_regs(tid, &saved);
+        let vectors = self.held.as_ref().map_or(Ok(()), |h| regset::restore_vector_state(tid, &h.vectors));
         let result = result?;
         restore.context("restoring registers after a remote syscall")?;
         vectors.context("restoring vector registers after a remote syscall")?;
@@ -225,7 +227,7 @@ impl<'s> RemoteCaller<'s> {
                 Wait::Signal(sig) => self.deferred_signals.push(sig),
                 Wait::Event { .. } => {}
             }
-            let regs = Host::get_regs(tid)?;
+            let regs = regset::get_regs(tid)?;
             if Host::pc(&regs) == after {
                 return Ok(Host::syscall_result(&regs));
             }

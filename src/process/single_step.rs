@@ -35,6 +35,7 @@ use nix::unistd::Pid;
 
 use super::memory::Memory;
 use super::ptrace::{self, Wait};
+use super::regset;
 use crate::arch::{Arch, Host};
 
 /// How long a syscall stepped over may take before tp lets the thread go.
@@ -438,7 +439,7 @@ impl Stepper<'_> {
                 }
             }
         }
-        let mut regs = Host::get_regs(self.tid)?;
+        let mut regs = regset::get_regs(self.tid)?;
         if !self.in_tp(Host::pc(&regs)) {
             return Ok(missed(End::Missed));
         }
@@ -628,9 +629,9 @@ impl Stepper<'_> {
         };
         match waited {
             Wait::Gone => Ok(Stop::Gone),
-            Wait::Signal(libc::SIGTRAP) => Ok(Stop::Ran(Box::new(Host::get_regs(self.tid)?))),
-            Wait::Signal(sig) => Ok(Stop::Signal(sig, Box::new(Host::get_regs(self.tid)?))),
-            Wait::Event { .. } => Ok(Stop::Signal(0, Box::new(Host::get_regs(self.tid)?))),
+            Wait::Signal(libc::SIGTRAP) => Ok(Stop::Ran(Box::new(regset::get_regs(self.tid)?))),
+            Wait::Signal(sig) => Ok(Stop::Signal(sig, Box::new(regset::get_regs(self.tid)?))),
+            Wait::Event { .. } => Ok(Stop::Signal(0, Box::new(regset::get_regs(self.tid)?))),
         }
     }
 
@@ -649,7 +650,7 @@ impl Stepper<'_> {
         // ran: the breakpoint must fire there when the handler returns.
         let mut regs = *at;
         if Host::rearm_breakpoint(&mut regs) {
-            Host::set_regs(self.tid, &regs)?;
+            regset::set_regs(self.tid, &regs)?;
         }
         let pc = Host::pc(at);
         let past = (self.insn(pc) == Insn::Syscall).then(|| pc + Host::syscall_insn().len() as u64);
@@ -684,7 +685,7 @@ impl Stepper<'_> {
             match waited {
                 Wait::Gone => return Ok(Freed::Gone),
                 Wait::Signal(libc::SIGTRAP) => {
-                    let regs = Host::get_regs(self.tid)?;
+                    let regs = regset::get_regs(self.tid)?;
                     if !at.contains(&Host::pc(&regs)) {
                         // The program's own SIGTRAP: delivered.
                         sig = libc::SIGTRAP;
@@ -742,7 +743,7 @@ impl Stepper<'_> {
     }
 
     fn set_breakpoint(&mut self, at: &[u64]) -> io::Result<()> {
-        Host::set_exec_breakpoint(self.tid, at)?;
+        regset::set_exec_breakpoint(self.tid, at)?;
         self.breakpoint = !at.is_empty();
         Ok(())
     }

@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 
 use super::ProcessError;
 use super::ptrace::{self, Wait};
+use super::regset;
 use crate::arch::{Arch, BlockedIn, Host};
 
 /// How long tp waits for another tp to let go of the target.
@@ -647,7 +648,7 @@ fn hand_back(pid: i32, t: &StoppedThread) -> (i32, Vec<i32>) {
     if let Some(before) = &t.unrestarted
         && super::handler_pending(pid, t.tid.as_raw(), &t.deferred)
     {
-        let _ = Host::set_regs(t.tid, before);
+        let _ = regset::set_regs(t.tid, before);
     }
     let first = t.deferred.first().copied().unwrap_or(0);
     (first, t.deferred.iter().skip(1).copied().collect())
@@ -667,11 +668,11 @@ fn resend(pid: i32, tid: Pid, signals: &[i32]) {
 /// the registers before, where tp (not the kernel) restarts the wait: see
 /// [`StoppedThread::unrestarted`].
 pub(crate) fn restart_interrupted_wait(pid: i32, tid: Pid, blocked: Option<BlockedIn>) -> Option<<Host as Arch>::Regs> {
-    let before = Host::get_regs(tid).ok()?;
+    let before = regset::get_regs(tid).ok()?;
     let mut regs = before;
     let handler_pending = blocked.is_some() && super::handler_pending(pid, tid.as_raw(), &[]);
     if Host::restart_interrupted_wait(&mut regs, blocked.as_ref(), handler_pending) {
-        let _ = Host::set_regs(tid, &regs);
+        let _ = regset::set_regs(tid, &regs);
         return blocked.map(|_| before);
     }
     None

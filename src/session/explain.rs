@@ -8,7 +8,8 @@
 //! can be (a longer way round: it counts each time a call reaches it).
 
 use crate::addr::RuntimeAddr;
-use crate::arch::{Isa, Refusal};
+use crate::arch::Refusal;
+use crate::arch::host_isa;
 use crate::symbols::verdict::verdict_at;
 use crate::symbols::{Function, Module};
 
@@ -97,7 +98,7 @@ fn name_of(m: &Module, f: &Function, a: u64) -> Option<String> {
 /// where they start (a refusal for an address that is none names them).
 fn nearest_sites(m: &Module, f: &Function, at: RuntimeAddr) -> Vec<u64> {
     let end = f.addr.0 + f.size;
-    let plans = |a: u64| verdict_at(m, f, RuntimeAddr(a), Isa::host());
+    let plans = |a: u64| verdict_at(m, f, RuntimeAddr(a), host_isa());
     // The instruction start before `a` and the one after it, as the planner sees them.
     let around = |a: u64| -> (Option<u64>, Option<u64>) {
         match plans(a) {

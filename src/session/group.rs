@@ -46,6 +46,7 @@ use crate::probe::remove::Kept;
 use crate::probe::rendezvous_wait;
 use crate::process;
 use crate::process::proc_events::Ended;
+use crate::process::regset;
 use crate::process::stop::Stopped;
 use crate::symbols::{Found, ProcessModules};
 use anyhow::Context;
@@ -275,7 +276,8 @@ impl Group {
         // point first, as `tp run` holds its program there. (A static
         // program, which has no rendezvous, is probed where it is, as
         // `tp run` probes it at its entry.)
-        let regs = Host::get_regs(held.worker()).with_context(|| format!("reading the registers of process {pid}"))?;
+        let regs =
+            regset::get_regs(held.worker()).with_context(|| format!("reading the registers of process {pid}"))?;
         if Host::thread_pointer(&regs) == 0
             && crate::process::launch::has_interpreter(pid)
             && let Some(exit) = crate::process::launch::run_to_entry(pid)?

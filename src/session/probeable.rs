@@ -15,6 +15,7 @@ use std::path::Path;
 use anyhow::{Result, bail};
 
 use crate::arch::{Isa, Refusal, ShadowStack, SitePlan, machine_name};
+use crate::arch::{host_isa, isa_for_machine};
 use crate::escape::text;
 use crate::output::listing::{
     BlockRow, BlockWindow, Exits, FunctionBlockRows, FunctionRow, NOP_NOTE, Refused, SiteRow, Verdict, Window,
@@ -61,7 +62,7 @@ pub fn functions(source: Source, verbose: bool) -> Result<Vec<(String, Vec<Funct
     let modules: ModuleRows = match source {
         Source::Binary(path) => {
             let module = Module::from_file(path)?;
-            let Some(isa) = Isa::for_machine(module.elf.machine) else {
+            let Some(isa) = isa_for_machine(module.elf.machine) else {
                 bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(module.elf.machine));
             };
             vec![(0, module.name.clone(), rows_of(&module, isa, verbose, None))]
@@ -74,7 +75,7 @@ pub fn functions(source: Source, verbose: bool) -> Result<Vec<(String, Vec<Funct
 /// The exits of `f` of `m`, whose entry's window is `plan` (widened as a
 /// return probe's would be); None where the architecture has no exit
 /// windows.
-fn exits_of(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -> Option<Result<Exits, String>> {
+fn exits_of(m: &Module, f: &Function, plan: &mut SitePlan, isa: &dyn Isa) -> Option<Result<Exits, String>> {
     let exits = match exits_widening(m, f, plan, isa) {
         Err(Refusal::Unsupported(_)) => return None,
         Err(why) => return Some(Err(why.to_string())),
@@ -111,7 +112,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
                     let mut out = Vec::new();
                     for i in (w..modules.len()).step_by(workers) {
                         match modules.get(i) {
-                            Ok(m) => out.push((i, m.name.clone(), rows_of(m, Isa::host(), verbose, shadow))),
+                            Ok(m) => out.push((i, m.name.clone(), rows_of(m, host_isa(), verbose, shadow))),
                             Err(e) => {
                                 crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
                             }
@@ -137,7 +138,7 @@ fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
 
 /// The verdict on every function of `m`, plus its functions inlined
 /// everywhere; `shadow` as for [`resolve::balanced`].
-fn rows_of(m: &Module, isa: Isa, verbose: bool, shadow: Option<(i32, ShadowStack)>) -> Vec<FunctionRow> {
+fn rows_of(m: &Module, isa: &dyn Isa, verbose: bool, shadow: Option<(i32, ShadowStack)>) -> Vec<FunctionRow> {
     let dwarf = m.dwarf();
     let mut rows: Vec<FunctionRow> = m
         .functions()
@@ -187,11 +188,11 @@ fn rows_of(m: &Module, isa: Isa, verbose: bool, shadow: Option<(i32, ShadowStack
 /// Runs `each` on the binary `source` names (with its instruction set), or
 /// on every module of the process it names (the host's); a module of the
 /// process that cannot be read is skipped, and said so when `say_skipped`.
-fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, Isa) -> Result<()>) -> Result<()> {
+fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, &dyn Isa) -> Result<()>) -> Result<()> {
     match source {
         Source::Binary(path) => {
             let m = Module::from_file(path)?;
-            let Some(isa) = Isa::for_machine(m.elf.machine) else {
+            let Some(isa) = isa_for_machine(m.elf.machine) else {
                 bail!("`{}` is {}; tp knows x86-64 and aarch64", path.display(), machine_name(m.elf.machine));
             };
             each(&m, isa)
@@ -202,7 +203,7 @@ fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, 
             let modules = ProcessModules::new(pid, &process::read_maps(pid)?)?;
             for i in 0..modules.len() {
                 match modules.get(i) {
-                    Ok(m) => each(m, Isa::host())?,
+                    Ok(m) => each(m, host_isa())?,
                     Err(e) if say_skipped => {
                         crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
                     }
@@ -221,7 +222,7 @@ fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, 
 pub fn sites(source: Source, lines: &[String], usdt: bool) -> Result<Vec<SiteRow>> {
     let in_process = matches!(source, Source::Process(_));
     let mut rows = Vec::new();
-    let mut each = |m: &Module, isa: Isa| -> Result<()> {
+    let mut each = |m: &Module, isa: &dyn Isa| -> Result<()> {
         if usdt {
             rows.extend(usdt_rows(m, isa));
         }
@@ -245,7 +246,7 @@ pub fn sites(source: Source, lines: &[String], usdt: bool) -> Result<Vec<SiteRow
 pub fn blocks(source: Source, names: &[String]) -> Result<Vec<FunctionBlockRows>> {
     let in_process = matches!(source, Source::Process(_));
     let mut out = Vec::new();
-    let mut each = |m: &Module, isa: Isa| -> Result<()> {
+    let mut each = |m: &Module, isa: &dyn Isa| -> Result<()> {
         for name in names {
             if in_process && !m.has_function(name) {
                 continue;
@@ -264,7 +265,7 @@ pub fn blocks(source: Source, names: &[String]) -> Result<Vec<FunctionBlockRows>
 }
 
 /// The blocks of `f` of `m` as rows, or why they cannot be known.
-fn block_rows(m: &Module, f: &Function, isa: Isa) -> FunctionBlockRows {
+fn block_rows(m: &Module, f: &Function, isa: &dyn Isa) -> FunctionBlockRows {
     let map = match crate::symbols::block_map::map(m, f, isa) {
         Ok(map) => map,
         Err(why) => {
@@ -306,7 +307,7 @@ fn block_rows(m: &Module, f: &Function, isa: Isa) -> FunctionBlockRows {
 }
 
 /// The static probes of `m`, each with its verdict.
-fn usdt_rows(m: &Module, isa: Isa) -> Vec<SiteRow> {
+fn usdt_rows(m: &Module, isa: &dyn Isa) -> Vec<SiteRow> {
     site::usdt_in(m, "*", "*")
         .into_iter()
         .map(|hit| match hit {
@@ -342,7 +343,7 @@ fn usdt_rows(m: &Module, isa: Isa) -> Vec<SiteRow> {
 
 /// Where each line of the functions `name` of `m` starts, with the verdict
 /// at each place.
-fn line_rows(m: &Module, isa: Isa, name: &str) -> Result<Vec<SiteRow>> {
+fn line_rows(m: &Module, isa: &dyn Isa, name: &str) -> Result<Vec<SiteRow>> {
     let functions: Vec<Function> = m.named(name)?.functions;
     let Some(dwarf) = m.dwarf_file() else {
         bail!("`{}` has no line table (no DWARF): build it with -g, or install its debug symbols", m.name);

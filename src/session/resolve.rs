@@ -4,7 +4,8 @@
 use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
-use crate::arch::{Abi, Arch, Host, Isa, Refusal, ShadowStack};
+use crate::arch::host_isa;
+use crate::arch::{Abi, Arch, Host, Refusal, ShadowStack};
 use crate::arch::{ArgLoc, Operand, OperandLoc, Operands, SitePlan};
 use crate::probe::Request;
 use crate::probe::layout::kind;
@@ -30,12 +31,12 @@ pub struct Resolved {
 
 /// Plans the probe of function `f` of module `m`.
 pub fn plan(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
-    verdict(m, f, Isa::host())
+    verdict(m, f, host_isa())
 }
 
 /// Plans the probe at `site` inside function `f` of `m`.
 pub fn plan_site(m: &Module, f: &Function, site: &Site) -> Result<SitePlan, Refusal> {
-    verdict_at(m, f, site.addr, Isa::host())
+    verdict_at(m, f, site.addr, host_isa())
 }
 
 /// What a probe at an interior site, or a static probe, records of
@@ -123,7 +124,7 @@ pub fn plan_long(m: &Module, f: &Function) -> Result<SitePlan, Refusal> {
 /// only where its calls end at exits tp patches (see [`returns::choose`]):
 /// not in assembly, whose ABI wrappers keep Go's stack-based ABI.
 pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
-    let Some(go) = go_code(m, f, Isa::host()) else { return Ok(Abi::C) };
+    let Some(go) = go_code(m, f, host_isa()) else { return Ok(Abi::C) };
     let abi0 = f.symbol.ends_with(".abi0");
     let times = records & (kind::RET | kind::SAMPLE) != 0;
     if times && abi0 {
@@ -141,7 +142,7 @@ pub fn abi_for(m: &Module, f: &Function, records: u32) -> Result<Abi, Refusal> {
 /// True for an event probe of Go code without a stack check, whose detour
 /// checks its goroutine's room before calling the runtime ([`abi_for`]).
 fn needs_room(m: &Module, f: &Function, abi: Abi, kind: u32) -> bool {
-    abi != Abi::C && kind & kind::ARGS != 0 && go_code(m, f, Isa::host()).is_some_and(|go| go.stack_check == 0)
+    abi != Abi::C && kind & kind::ARGS != 0 && go_code(m, f, host_isa()).is_some_and(|go| go.stack_check == 0)
 }
 
 /// How far below its entry stack pointer the site of `plan` (at the entry
@@ -152,7 +153,7 @@ fn sp_below_entry(m: &Module, f: &Function, plan: &SitePlan, abi: Abi, kind: u32
         return Ok(0);
     }
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
-    (Isa::host().go_sp_below_entry)(code, f.addr.0, plan.site).ok_or(Refusal::GoReturns)
+    host_isa().go_sp_below_entry(code, f.addr.0, plan.site).ok_or(Refusal::GoReturns)
 }
 
 /// `plan`, or why a thread's hardware shadow stack (`shadow`: the thread
@@ -294,7 +295,7 @@ pub fn plan_found(
     for f in found.iter().filter(|f| f.site.as_ref().is_some_and(|s| s.block)) {
         let m = modules.get(f.module)?;
         if !blocks.iter().any(|b| b.function.addr == f.function.addr && b.function.module == f.function.module)
-            && let Ok(map) = crate::symbols::block_map::map(m, &f.function, Isa::host())
+            && let Ok(map) = crate::symbols::block_map::map(m, &f.function, host_isa())
         {
             blocks.push(map);
         }

@@ -13,7 +13,8 @@
 //! on goroutine stacks. `TP_RETURNS` (`exits`, `stack`) forces one form for
 //! other code, for the tests.
 
-use crate::arch::{Isa, Refusal, ShadowStack, SitePlan};
+use crate::arch::host_isa;
+use crate::arch::{Refusal, ShadowStack, SitePlan};
 use crate::escape as text;
 use crate::probe::layout::kind;
 use crate::symbols::verdict;
@@ -90,7 +91,7 @@ pub fn choose(
         Some((tid, stack)) => Err(Refusal::ShadowStack { tid, stack, why: REWRITTEN }),
         None => Ok(()),
     };
-    let exits = match verdict::exits_widening(m, f, plan, Isa::host()) {
+    let exits = match verdict::exits_widening(m, f, plan, host_isa()) {
         Ok(exits) => exits,
         // An architecture without exit windows: the return address, as ever.
         Err(Refusal::Unsupported(_)) => {

@@ -73,7 +73,7 @@ impl MapBlock {
 /// The blocks of function `f` of `m` and the probe of each, or why its
 /// blocks cannot be known (code that does not decode, a jump tp cannot
 /// follow).
-pub fn map(m: &Module, f: &Function, isa: Isa) -> Result<BlockMap, Refusal> {
+pub fn map(m: &Module, f: &Function, isa: &dyn Isa) -> Result<BlockMap, Refusal> {
     if f.ifunc {
         return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
     }
@@ -107,12 +107,12 @@ pub fn map(m: &Module, f: &Function, isa: Isa) -> Result<BlockMap, Refusal> {
                 // A block shorter than the patch whose window would take in
                 // the next block's start, where a branch lands.
                 Err(why @ (Refusal::BranchIntoWindow { .. } | Refusal::EntersWindow { .. }))
-                    if b.end - b.start < isa.patch_len as u64 =>
+                    if b.end - b.start < isa.patch_len() as u64 =>
                 {
                     Err(format!(
                         "a block of {} bytes, shorter than a probe ({} bytes), before a block that is jumped to ({why})",
                         b.end - b.start,
-                        isa.patch_len
+                        isa.patch_len()
                     ))
                 }
                 Err(why) => Err(why.to_string()),

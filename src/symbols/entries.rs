@@ -30,7 +30,7 @@ const SCANS: usize = 4;
 #[derive(Debug)]
 pub struct Entries {
     pads: LandingPads,
-    isa: Option<Isa>,
+    isa: Option<&'static dyn Isa>,
     /// The code, cut at every symbol start: `[lo, hi)` link-time addresses.
     chunks: Vec<(u64, u64)>,
     /// The target of every direct branch and call in the file's code,
@@ -43,13 +43,13 @@ pub struct Entries {
 
 impl Entries {
     /// The entry points of `elf`, whose code `isa` decodes.
-    pub fn of(elf: &ElfFile, isa: Option<Isa>) -> Entries {
+    pub fn of(elf: &ElfFile, isa: Option<&'static dyn Isa>) -> Entries {
         Entries::sharing(elf, isa, Arc::default())
     }
 
     /// [`Entries::of`], its branch targets kept in `targets` (decoded there
     /// already, or to be).
-    pub fn sharing(elf: &ElfFile, isa: Option<Isa>, targets: Arc<OnceLock<Vec<u64>>>) -> Entries {
+    pub fn sharing(elf: &ElfFile, isa: Option<&'static dyn Isa>, targets: Arc<OnceLock<Vec<u64>>>) -> Entries {
         Entries {
             pads: LandingPads::of(elf),
             isa,
@@ -61,7 +61,12 @@ impl Entries {
 
     /// Entries from what was read before: the landing pads and every
     /// branch target, sorted.
-    pub fn from_parts(elf: &ElfFile, isa: Option<Isa>, pads: LandingPads, branch_targets: Vec<u64>) -> Entries {
+    pub fn from_parts(
+        elf: &ElfFile,
+        isa: Option<&'static dyn Isa>,
+        pads: LandingPads,
+        branch_targets: Vec<u64>,
+    ) -> Entries {
         Entries {
             pads,
             isa,
@@ -79,7 +84,7 @@ impl Entries {
             let mut targets = Vec::new();
             for &(lo, hi) in &self.chunks {
                 if let Some(code) = elf.bytes_at(FileAddr(lo), hi - lo) {
-                    targets.extend((isa.branch_targets)(code, lo));
+                    targets.extend(isa.branch_targets(code, lo));
                 }
             }
             targets.sort_unstable();
@@ -99,7 +104,7 @@ impl Entries {
                 .chunks
                 .iter()
                 .filter_map(|&(clo, chi)| elf.bytes_at(FileAddr(clo), chi - clo).map(|code| (clo, code)))
-                .flat_map(|(at, code)| (isa.branch_targets_into)(code, at, lo, hi))
+                .flat_map(|(at, code)| isa.branch_targets_into(code, at, lo, hi))
                 .min();
         }
         let targets = self.branch_targets(elf);
@@ -177,13 +182,14 @@ fn code_chunks(elf: &ElfFile) -> Vec<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::isa_for_machine;
     use std::path::Path;
 
     /// Windows at every symbol and around every branch target: the scan
     /// finds what decoding the whole module finds.
     fn scans_agree(path: &Path, windows_wanted: usize) {
         let elf = ElfFile::open(path, path).unwrap();
-        let isa = Isa::for_machine(elf.machine);
+        let isa = isa_for_machine(elf.machine);
         let decoded = Entries::of(&elf, isa);
         let all = decoded.branch_targets(&elf).to_vec();
         let mut windows: Vec<(u64, u64)> = Vec::new();
@@ -219,7 +225,7 @@ mod tests {
     fn after_a_few_windows_the_module_is_decoded_once() {
         let path = Path::new(env!("TP_TARGETS_DIR")).join("many");
         let elf = ElfFile::open(&path, &path).unwrap();
-        let entries = Entries::of(&elf, Isa::for_machine(elf.machine));
+        let entries = Entries::of(&elf, isa_for_machine(elf.machine));
         for f in elf.functions.iter().take(SCANS) {
             entries.branch_into(&elf, f.addr.0, f.addr.0 + 5);
             assert!(entries.branch_targets.get().is_none());

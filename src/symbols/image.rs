@@ -47,9 +47,9 @@ impl CodeFacts {
     /// Reads the relocations (or, position-dependent, the data words) of
     /// `elf`, whose instruction set is `isa`. Only files whose planner reads
     /// the module ([`Isa::plans_with_image`]) are read.
-    pub fn of(elf: &ElfFile, isa: Option<Isa>) -> CodeFacts {
+    pub fn of(elf: &ElfFile, isa: Option<&'static dyn Isa>) -> CodeFacts {
         let mut facts = CodeFacts { absolute_code: true, targets: Vec::new() };
-        let Some(isa) = isa.filter(|i| i.plans_with_image) else { return facts };
+        let Some(isa) = isa.filter(|i| i.plans_with_image()) else { return facts };
         let Ok(parsed) = goblin::elf::Elf::parse(elf.data()) else { return facts };
         let textrel = parsed.dynamic.as_ref().is_some_and(|d| {
             d.dyns.iter().any(|e| e.d_tag == DT_TEXTREL || (e.d_tag == DT_FLAGS && e.d_val & DF_TEXTREL != 0))
@@ -62,7 +62,7 @@ impl CodeFacts {
         let relocs = parsed.dynrelas.iter().chain(parsed.dynrels.iter()).chain(parsed.pltrelocs.iter());
         for r in relocs {
             let addend = r.r_addend.unwrap_or(0);
-            let target = match (isa.stored_pointer)(r.r_type) {
+            let target = match isa.stored_pointer(r.r_type) {
                 Some(StoredPointer::Addend) => addend as u64,
                 Some(StoredPointer::Symbol) => match parsed.dynsyms.get(r.r_sym).filter(|s| s.st_shndx != 0) {
                     Some(sym) => sym.st_value.wrapping_add_signed(addend),
@@ -138,6 +138,7 @@ impl Image for ElfImage<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::arch::isa_for_machine;
 
     #[test]
     fn a_pie_stores_code_addresses_through_relocations() {
@@ -145,10 +146,10 @@ mod tests {
         // .init_array and vtables of std) are RELATIVE relocations.
         let p = std::env::current_exe().unwrap();
         let elf = ElfFile::open(&p, &p).unwrap();
-        let isa = Isa::for_machine(elf.machine);
+        let isa = isa_for_machine(elf.machine);
         let facts = CodeFacts::of(&elf, isa);
         let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts, parts: Vec::new() };
-        if !isa.unwrap().plans_with_image {
+        if !isa.unwrap().plans_with_image() {
             // The host's planner reads no module: nothing of it is read.
             assert!(image.absolute_code() && image.stored_targets(0, u64::MAX).is_empty());
             return;

@@ -68,11 +68,11 @@ pub struct Function {
 
 /// Targets inside `[addr, addr + size)` (runtime addresses, `bias` applied)
 /// of the direct branches in the split-off parts `name.cold*` of a function.
-pub fn cold_targets(elf: &ElfFile, bias: Bias, name: &str, addr: RuntimeAddr, size: u64, isa: Isa) -> Vec<u64> {
+pub fn cold_targets(elf: &ElfFile, bias: Bias, name: &str, addr: RuntimeAddr, size: u64, isa: &dyn Isa) -> Vec<u64> {
     let RuntimeAddr(addr) = addr;
     cold_parts(elf, bias, name)
         .into_iter()
-        .flat_map(|(at, code)| (isa.branch_targets)(code, at))
+        .flat_map(|(at, code)| isa.branch_targets(code, at))
         .filter(|&t| t >= addr && t < addr + size)
         .collect()
 }

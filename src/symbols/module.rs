@@ -20,7 +20,8 @@ use super::planner::{Planner, PlannerParts};
 use super::saved::{self, Saved, SavedDwarf};
 use super::{Function, cold_targets, debuginfo, suggestions};
 use crate::addr::{Bias, FileAddr, RuntimeAddr};
-use crate::arch::{Arch, Host, Isa};
+use crate::arch::host_isa;
+use crate::arch::{Arch, Host};
 use crate::process::Mapping;
 use crate::process::maps::Span;
 
@@ -600,7 +601,7 @@ impl Module {
 
     /// Branch targets from split-off parts of `f` (`f.cold`), which jump back into it.
     pub fn extra_targets(&self, f: &Function) -> Vec<u64> {
-        cold_targets(&self.elf, f.bias, &f.symbol, f.addr, f.size, Isa::host())
+        cold_targets(&self.elf, f.bias, &f.symbol, f.addr, f.size, host_isa())
     }
 }
 

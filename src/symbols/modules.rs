@@ -98,7 +98,7 @@ impl Found {
 /// The probes that count the blocks of `f` (found in `m`): one at the start
 /// of each block that can have one ([`super::block_map::map`]).
 fn block_sites(m: &Module, f: &Found) -> std::result::Result<Vec<Found>, crate::arch::Refusal> {
-    let map = super::block_map::map(m, &f.function, crate::arch::Isa::host())?;
+    let map = super::block_map::map(m, &f.function, crate::arch::host_isa())?;
     let sites = map.blocks.into_iter().filter_map(|b| b.probe.ok());
     Ok(sites.map(|s| Found { site: Some(s), ..f.clone() }).collect())
 }

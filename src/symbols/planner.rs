@@ -14,6 +14,7 @@ use super::go_module::{self, GoModule};
 use super::image::{CodeFacts, ElfImage};
 use super::{Function, cold_parts, cold_targets};
 use crate::addr::{Bias, RuntimeAddr};
+use crate::arch::isa_for_machine;
 use crate::arch::{Block, ExitPlan, Isa, Refusal, SitePlan};
 
 /// A Go function, as planning found it.
@@ -55,7 +56,7 @@ impl Planner {
     /// or takes them from what the cache held (`saved`); `branch_targets`
     /// is where the module keeps every branch target of its code, shared.
     pub fn of(elf: &ElfFile, saved: Option<PlannerParts>, branch_targets: Arc<OnceLock<Vec<u64>>>) -> Planner {
-        let isa = Isa::for_machine(elf.machine);
+        let isa = isa_for_machine(elf.machine);
         if let Some(p) = saved {
             return Planner {
                 entries: Entries::from_parts(elf, isa, p.pads, p.branch_targets),
@@ -71,7 +72,7 @@ impl Planner {
     }
 
     /// The plan for `f` of `m`, whose bytes are `code`, or why it is refused.
-    pub fn plan(&self, elf: &ElfFile, f: &Function, code: &[u8], isa: Isa) -> Result<SitePlan, Refusal> {
+    pub fn plan(&self, elf: &ElfFile, f: &Function, code: &[u8], isa: &dyn Isa) -> Result<SitePlan, Refusal> {
         if let Some(go) = &self.go
             && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
         {
@@ -81,11 +82,11 @@ impl Planner {
         let skip = match go {
             None => 0,
             Some(g) if !g.preemptible => g.stack_check,
-            Some(g) => (isa.go_one_instruction_site)(code, f.addr.0, g.stack_check).ok_or(Refusal::GoPreemptible)?,
+            Some(g) => isa.go_one_instruction_site(code, f.addr.0, g.stack_check).ok_or(Refusal::GoPreemptible)?,
         };
         let extra = cold_targets(elf, f.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(elf, f) };
-        let mut plan = (isa.plan_in)(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
+        let mut plan = isa.plan_in(&code[skip..], f.addr.0 + skip as u64, &extra, &image)?;
         if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
             return Err(Refusal::GoPreemptible);
         }
@@ -104,7 +105,7 @@ impl Planner {
         f: &Function,
         code: &[u8],
         at: RuntimeAddr,
-        isa: Isa,
+        isa: &dyn Isa,
     ) -> Result<SitePlan, Refusal> {
         if let Some(go) = &self.go
             && go.is_stack_return(f.bias.file(f.addr), &f.symbol)
@@ -119,7 +120,7 @@ impl Planner {
         }
         let extra = cold_targets(elf, f.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(elf, f) };
-        let mut plan = (isa.plan_at)(code, f.addr.0, at.0, &extra, &image)?;
+        let mut plan = isa.plan_at(code, f.addr.0, at.0, &extra, &image)?;
         if go.is_some_and(|g| g.preemptible) && plan.insns.len() > 1 {
             return Err(Refusal::GoPreemptible);
         }
@@ -129,13 +130,20 @@ impl Planner {
     }
 
     /// [`Planner::plan`] with a window reaching `end` at least: see [`super::verdict::verdict_to`].
-    pub fn plan_to(&self, elf: &ElfFile, f: &Function, code: &[u8], isa: Isa, end: u64) -> Result<SitePlan, Refusal> {
+    pub fn plan_to(
+        &self,
+        elf: &ElfFile,
+        f: &Function,
+        code: &[u8],
+        isa: &dyn Isa,
+        end: u64,
+    ) -> Result<SitePlan, Refusal> {
         if self.go_code(f, code, isa).is_some() {
             return Err(Refusal::Unsupported("a longer window in Go code"));
         }
         let extra = cold_targets(elf, f.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(elf, f) };
-        let plan = (isa.plan_to)(code, f.addr.0, &extra, &image, end)?;
+        let plan = isa.plan_to(code, f.addr.0, &extra, &image, end)?;
         self.entries.check(elf, &plan, f.bias)?;
         fits(plan)
     }
@@ -148,7 +156,7 @@ impl Planner {
         f: &Function,
         code: &[u8],
         entry: &SitePlan,
-        isa: Isa,
+        isa: &dyn Isa,
     ) -> Result<Vec<ExitPlan>, Refusal> {
         let image = ElfImage { elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(elf, f) };
         let body = (f.addr.0, f.addr.0 + code.len() as u64);
@@ -168,13 +176,13 @@ impl Planner {
         // Where Go preempts between any two instructions, a window is one.
         let go = self.go_code(f, code, isa);
         let single = go.is_some_and(|g| g.preemptible);
-        let mut exits = (isa.plan_exits)(code, body.0, &parts, &extra, &taken, single, &image)?;
-        let from_body = (isa.branch_targets)(code, body.0);
+        let mut exits = isa.plan_exits(code, body.0, &parts, &extra, &taken, single, &image)?;
+        let from_body = isa.branch_targets(code, body.0);
         for &(at, c) in &cold {
             let end = at + c.len() as u64;
             let mut into: Vec<u64> = from_body.iter().copied().filter(|&t| t > at && t < end).collect();
             into.extend(pads((at, end)));
-            exits.extend((isa.plan_exits)(c, at, &parts, &into, &[], single, &image)?);
+            exits.extend(isa.plan_exits(c, at, &parts, &into, &[], single, &image)?);
         }
         if go.is_some() {
             // Go jumps to its function's entry only after morestack grew
@@ -182,7 +190,7 @@ impl Planner {
             // check) has not run yet.
             exits.retain(|e| {
                 let insn = usize::try_from(e.at - body.0).ok().and_then(|o| code.get(o..o + e.len as usize));
-                insn.is_none_or(|b| (isa.branch_targets)(b, e.at) != [f.addr.0])
+                insn.is_none_or(|b| isa.branch_targets(b, e.at) != [f.addr.0])
             });
         }
         for e in &mut exits {
@@ -211,19 +219,19 @@ impl Planner {
     /// The basic blocks of `f` (in `elf`), whose bytes are `code`
     /// ([`crate::arch::Arch::blocks`]): with the jumps into it from its
     /// split-off parts and the module's stored code pointers.
-    pub fn blocks(&self, elf: &ElfFile, f: &Function, code: &[u8], isa: Isa) -> Result<Vec<Block>, Refusal> {
+    pub fn blocks(&self, elf: &ElfFile, f: &Function, code: &[u8], isa: &dyn Isa) -> Result<Vec<Block>, Refusal> {
         let extra = cold_targets(elf, f.bias, &f.symbol, f.addr, f.size, isa);
         let image = ElfImage { elf, bias: f.bias, facts: &self.facts, parts: cold_ranges(elf, f) };
-        (isa.blocks)(code, f.addr.0, &extra, &image)
+        isa.blocks(code, f.addr.0, &extra, &image)
     }
 
     /// If `f` (whose bytes are `code`) is Go code, what planning found.
-    pub fn go_code(&self, f: &Function, code: &[u8], isa: Isa) -> Option<GoCode> {
+    pub fn go_code(&self, f: &Function, code: &[u8], isa: &dyn Isa) -> Option<GoCode> {
         let go = self.go.as_ref()?;
         if !go.is_go(f.bias.file(f.addr)) {
             return None;
         }
-        let stack_check = (isa.go_stack_check)(code, f.addr.0).unwrap_or(0);
+        let stack_check = isa.go_stack_check(code, f.addr.0).unwrap_or(0);
         Some(GoCode { stack_check, preemptible: stack_check > 0 && go_module::preemptible(&f.symbol) })
     }
 }

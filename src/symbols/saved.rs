@@ -32,6 +32,7 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
+use crate::arch::isa_for_machine;
 use crate::cache::{Bad, Reader, Store, Writer, name_for};
 use crate::process::files::FileId;
 
@@ -44,7 +45,6 @@ use super::entries::Entries;
 use super::go_module::GoModule;
 use super::image::CodeFacts;
 use crate::addr::FileAddr;
-use crate::arch::Isa;
 
 pub use super::stored_dwarf::StoredDwarf;
 
@@ -140,7 +140,7 @@ impl Saved {
     /// The analysis of `elf` (whose symbols are final) and its debug file,
     /// whose places were `places`; what `known` holds is taken as it is.
     pub fn compute(elf: &ElfFile, debug: Option<&ElfFile>, places: Vec<Place>, known: &Known) -> Saved {
-        let isa = Isa::for_machine(elf.machine);
+        let isa = isa_for_machine(elf.machine);
         let entries = Entries::sharing(elf, isa, known.branch_targets.clone());
         let branch_targets = entries.branch_targets(elf).to_vec();
         let facts = CodeFacts::of(elf, isa);

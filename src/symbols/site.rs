@@ -17,7 +17,8 @@ use super::pattern::{Pattern, glob, has_glob};
 use super::sdt_notes::{self, SdtNote};
 use super::{Function, Module};
 use crate::addr::{FileAddr, RuntimeAddr};
-use crate::arch::{ArgSpec, Isa};
+use crate::arch::ArgSpec;
+use crate::arch::isa_for_machine;
 
 /// A probe site inside a function, past its entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -186,7 +187,7 @@ pub fn at_offset(f: &Function, offset: u64) -> Result<Site, String> {
 /// The static probes of `m` whose provider and name match the globs, each
 /// in the function that holds it (`Err` with the note when none does).
 pub fn usdt_in(m: &Module, provider: &str, name: &str) -> Vec<Result<(Function, Site), SdtNote>> {
-    let isa = Isa::for_machine(m.elf.machine);
+    let isa = isa_for_machine(m.elf.machine);
     let notes: Vec<SdtNote> =
         sdt_notes::notes(&m.elf).into_iter().filter(|n| glob(provider, &n.provider) && glob(name, &n.name)).collect();
     let mut count: std::collections::HashMap<(&str, &str), usize> = std::collections::HashMap::new();
@@ -206,7 +207,7 @@ pub fn usdt_in(m: &Module, provider: &str, name: &str) -> Vec<Result<(Function, 
                 .arg_texts()
                 .into_iter()
                 .map(|a| {
-                    let spec = isa.map_or_else(|| Err("unknown architecture".to_string()), |isa| (isa.sdt_argument)(a));
+                    let spec = isa.map_or_else(|| Err("unknown architecture".to_string()), |isa| isa.sdt_argument(a));
                     (a.to_string(), spec)
                 })
                 .collect();

@@ -19,7 +19,7 @@ use crate::arch::{ExitPlan, Isa, Refusal, SitePlan};
 
 /// The verdict on function `f` of `m` for instruction set `isa`: its plan,
 /// or why it cannot be probed. `attach` and `list-probes` both ask this.
-pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> {
+pub fn verdict(m: &Module, f: &Function, isa: &dyn Isa) -> Result<SitePlan, Refusal> {
     if f.ifunc {
         return Err(Refusal::Unsupported("an IFUNC symbol: its address is the resolver, not the implementation"));
     }
@@ -38,7 +38,7 @@ pub fn verdict(m: &Module, f: &Function, isa: Isa) -> Result<SitePlan, Refusal> 
 /// The verdict on a probe at `at` inside function `f` of `m` (its entry's
 /// verdict when `at` is the entry): the same checks over the whole function,
 /// from the instruction that starts at `at`.
-pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result<SitePlan, Refusal> {
+pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: &dyn Isa) -> Result<SitePlan, Refusal> {
     if at == f.addr {
         return verdict(m, f, isa);
     }
@@ -55,7 +55,7 @@ pub fn verdict_at(m: &Module, f: &Function, at: RuntimeAddr, isa: Isa) -> Result
 /// [`verdict`] with the entry's window reaching `end` at least
 /// ([`crate::arch::Arch::plan_to`]). Not for Go code, whose windows follow
 /// rules of their own.
-pub fn verdict_to(m: &Module, f: &Function, isa: Isa, end: u64) -> Result<SitePlan, Refusal> {
+pub fn verdict_to(m: &Module, f: &Function, isa: &dyn Isa, end: u64) -> Result<SitePlan, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     m.planner().plan_to(&m.elf, f, code, isa, end)
 }
@@ -65,7 +65,7 @@ pub fn verdict_to(m: &Module, f: &Function, isa: Isa, end: u64) -> Result<SitePl
 /// split-off parts, each window checked as an entry's is): for a return
 /// probe that sees a call end where it ends. Err if its exits cannot all be
 /// known (code that does not decode).
-pub fn exits(m: &Module, f: &Function, entry: &SitePlan, isa: Isa) -> Result<Vec<ExitPlan>, Refusal> {
+pub fn exits(m: &Module, f: &Function, entry: &SitePlan, isa: &dyn Isa) -> Result<Vec<ExitPlan>, Refusal> {
     let code = m.code_of(f).map_err(|_| Refusal::Undecodable { at: f.addr.0 })?;
     m.planner().plan_exits(&m.elf, f, code, entry, isa)
 }
@@ -75,7 +75,7 @@ pub fn exits(m: &Module, f: &Function, entry: &SitePlan, isa: Isa) -> Result<Vec
 /// to reach as far as every such exit ([`verdict_to`]: a function of a few
 /// instructions, without padding after it), if that leaves every exit a
 /// window: then `plan` becomes that window.
-pub fn exits_widening(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -> Result<Vec<ExitPlan>, Refusal> {
+pub fn exits_widening(m: &Module, f: &Function, plan: &mut SitePlan, isa: &dyn Isa) -> Result<Vec<ExitPlan>, Refusal> {
     let found = exits(m, f, plan, isa)?;
     let Some(end) = found.iter().filter(|e| e.plan.is_err()).map(|e| e.at + e.len as u64).max() else {
         return Ok(found);
@@ -91,7 +91,7 @@ pub fn exits_widening(m: &Module, f: &Function, plan: &mut SitePlan, isa: Isa) -
 }
 
 /// If `f` of `m` is Go code, what its plan was built on.
-pub fn go_code(m: &Module, f: &Function, isa: Isa) -> Option<GoCode> {
+pub fn go_code(m: &Module, f: &Function, isa: &dyn Isa) -> Option<GoCode> {
     let code = m.code_of(f).ok()?;
     m.planner().go_code(f, code, isa)
 }

@@ -19,13 +19,11 @@
 //! and the long form, whose detour goes back to the function with `ret xS`
 //! (`long.rs`), a return to an address the GCS does not hold.
 
-use nix::unistd::Pid;
-
 use super::decode::{Class, decode};
 use super::long::LONG_PATCH_LEN;
 use crate::arch::SitePlan;
-use crate::arch::regset::get_regset;
 use crate::arch::shadow_stack::{Shadow, ShadowStack};
+use crate::arch::{RegisterSets, read_into};
 
 /// AArch64's shadow stack.
 pub const GCS: ShadowStack = ShadowStack("AArch64 GCS");
@@ -39,17 +37,17 @@ pub const HWCAP_GCS: u64 = 1 << 32;
 /// `features_enabled`'s bit for a GCS that is on.
 const PR_SHADOW_STACK_ENABLE: u64 = 1;
 
-/// The GCS of thread `tid` of a process whose AT_HWCAP is `hwcap`, read
-/// from its regset if it is `stopped`.
-pub fn of_thread(tid: Pid, hwcap: u64, stopped: bool) -> Shadow {
+/// The GCS of a thread of a process whose AT_HWCAP is `hwcap`, read from
+/// its regset if it is stopped (`sets`, its register sets).
+pub fn of_thread(hwcap: u64, sets: Option<&dyn RegisterSets>) -> Shadow {
     if hwcap & HWCAP_GCS == 0 {
         return Shadow::Off;
     }
-    if !stopped {
+    let Some(sets) = sets else {
         return Shadow::Unknown;
-    }
+    };
     let mut words = [0u64; 3];
-    match get_regset(tid, NT_ARM_GCS, &mut words) {
+    match read_into(sets, NT_ARM_GCS, &mut words) {
         Ok(len) => from_regset(&words, len),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => Shadow::Off,
         Err(_) => Shadow::Unknown,
@@ -87,6 +85,22 @@ pub fn unbalances(plan: &SitePlan) -> Option<&'static str> {
 mod tests {
     use super::*;
 
+    /// Register sets that cannot be read: a thread whose GCS is asked of
+    /// only where the process may have one.
+    struct Unreadable;
+
+    impl RegisterSets for Unreadable {
+        fn read(&self, _: u32, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("not a thread"))
+        }
+        fn write(&self, _: u32, _: &[u8]) -> std::io::Result<()> {
+            Err(std::io::Error::other("not a thread"))
+        }
+        fn write_user(&self, _: usize, _: u64) -> std::io::Result<()> {
+            Err(std::io::Error::other("not a thread"))
+        }
+    }
+
     #[test]
     fn a_thread_runs_with_a_gcs_when_its_regset_says_enabled() {
         // features_enabled, features_locked, gcspr_el0 as gcs_get writes them.
@@ -100,8 +114,8 @@ mod tests {
         // A short answer is not read as either.
         assert_eq!(from_regset(&[1, 0, 0], 16), Shadow::Unknown);
         // Without HWCAP_GCS nothing needs reading; with it, a running thread is not known.
-        assert_eq!(of_thread(Pid::from_raw(1), 1 << 31, true), Shadow::Off);
-        assert_eq!(of_thread(Pid::from_raw(1), HWCAP_GCS, false), Shadow::Unknown);
+        assert_eq!(of_thread(1 << 31, Some(&Unreadable)), Shadow::Off);
+        assert_eq!(of_thread(HWCAP_GCS, None), Shadow::Unknown);
     }
 
     #[test]

@@ -24,10 +24,8 @@ pub mod writer;
 
 use std::io;
 
-use nix::unistd::Pid;
-
 use crate::arch::{
-    Abi, Arch, BlockedIn, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RuntimeBlobs, RuntimeBlock,
+    Abi, Arch, BlockedIn, Detour, DetourSpec, FrameHome, ParamClass, Refusal, RegisterSets, RuntimeBlobs, RuntimeBlock,
     RuntimeLayout, SitePlan, Syscalls, ThreadKey, TidOffset,
 };
 
@@ -210,8 +208,8 @@ impl Arch for AArch64 {
         .then_some(pc + 4)
     }
 
-    fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
-        regs::set_exec_breakpoint(tid, at)
+    fn set_exec_breakpoint(sets: &dyn RegisterSets, at: &[u64]) -> io::Result<()> {
+        regs::set_exec_breakpoint(sets, at)
     }
 
     fn breakpoint_insn() -> &'static [u8] {
@@ -225,28 +223,28 @@ impl Arch for AArch64 {
 
     const SHADOW_STACK: crate::arch::ShadowStack = gcs::GCS;
 
-    fn shadow_stack(tid: Pid, _status: &str, hwcap: u64, stopped: bool) -> crate::arch::Shadow {
-        gcs::of_thread(tid, hwcap, stopped)
+    fn shadow_stack(_status: &str, hwcap: u64, sets: Option<&dyn RegisterSets>) -> crate::arch::Shadow {
+        gcs::of_thread(hwcap, sets)
     }
 
     fn unbalances_shadow_stack(plan: &SitePlan) -> Option<&'static str> {
         gcs::unbalances(plan)
     }
 
-    fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
-        regs::get(tid)
+    fn read_regs(sets: &dyn RegisterSets) -> io::Result<regs::Regs> {
+        regs::get(sets)
     }
 
-    fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
-        regs::set(tid, r)
+    fn write_regs(sets: &dyn RegisterSets, r: &regs::Regs) -> io::Result<()> {
+        regs::set(sets, r)
     }
 
-    fn save_vector_state(tid: Pid) -> io::Result<vector::VectorState> {
-        vector::save(tid)
+    fn save_vector_state(sets: &dyn RegisterSets) -> io::Result<vector::VectorState> {
+        vector::save(sets)
     }
 
-    fn restore_vector_state(tid: Pid, state: &vector::VectorState) -> io::Result<()> {
-        vector::restore(tid, state)
+    fn restore_vector_state(sets: &dyn RegisterSets, state: &vector::VectorState) -> io::Result<()> {
+        vector::restore(sets, state)
     }
 
     fn go_g(r: &regs::Regs) -> u64 {
@@ -274,9 +272,8 @@ impl Arch for AArch64 {
         regs::restart_pc(r)
     }
 
-    fn prepare_syscall(tid: Pid, r: &mut regs::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()> {
+    fn prepare_syscall(r: &mut regs::Regs, insn: u64, nr: u64, args: [u64; 6]) {
         regs::prepare_syscall(r, insn, nr, args);
-        regs::set(tid, r)
     }
 
     fn syscall_result(r: &regs::Regs) -> i64 {

@@ -8,10 +8,7 @@
 
 use std::io;
 
-use nix::unistd::Pid;
-
-use crate::arch::BlockedIn;
-use crate::arch::regset::{get_regset, set_regset};
+use crate::arch::{BlockedIn, RegisterSets, read_into, write_from};
 
 /// `struct user_pt_regs` of arm64 Linux.
 #[repr(C)]
@@ -59,7 +56,7 @@ const BCR_EXEC_EL0: u32 = (0xf << 5) | (2 << 1) | 1;
 /// architecture has two at least). The kernel reports a hit as a SIGTRAP
 /// with the PC at the address, before the instruction runs, and does not
 /// step over it: the breakpoint must be cleared for the thread to get past.
-pub fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
+pub fn set_exec_breakpoint(sets: &dyn RegisterSets, at: &[u64]) -> io::Result<()> {
     const REGS: usize = 2;
     if at.len() > REGS {
         return Err(io::Error::other("more than two hardware breakpoints"));
@@ -70,22 +67,22 @@ pub fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
         reg[..8].copy_from_slice(&addr.to_le_bytes());
         reg[8..12].copy_from_slice(&BCR_EXEC_EL0.to_le_bytes());
     }
-    crate::arch::regset::set_regset_bytes(tid, NT_ARM_HW_BREAK, &state)
+    sets.write(NT_ARM_HW_BREAK, &state)
 }
 
-/// Reads the registers of a stopped thread.
-pub fn get(tid: Pid) -> io::Result<Regs> {
+/// Reads the registers of a stopped thread from its register sets.
+pub fn get(sets: &dyn RegisterSets) -> io::Result<Regs> {
     let mut r = Regs::default();
-    get_regset(tid, NT_PRSTATUS, &mut r.pt)?;
-    get_regset(tid, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
-    get_regset(tid, NT_ARM_TLS, &mut r.tpidr)?;
+    read_into(sets, NT_PRSTATUS, &mut r.pt)?;
+    read_into(sets, NT_ARM_SYSTEM_CALL, &mut r.syscallno)?;
+    read_into(sets, NT_ARM_TLS, &mut r.tpidr)?;
     Ok(r)
 }
 
-/// Writes the registers of a stopped thread.
-pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
-    set_regset(tid, NT_PRSTATUS, &r.pt)?;
-    set_regset(tid, NT_ARM_SYSTEM_CALL, &r.syscallno)
+/// Writes the registers of a stopped thread into its register sets.
+pub fn set(sets: &dyn RegisterSets, r: &Regs) -> io::Result<()> {
+    write_from(sets, NT_PRSTATUS, &r.pt)?;
+    write_from(sets, NT_ARM_SYSTEM_CALL, &r.syscallno)
 }
 
 /// Where the thread resumes if the kernel restarts its interrupted syscall.

@@ -14,9 +14,7 @@
 
 use std::io;
 
-use nix::unistd::Pid;
-
-use crate::arch::regset::{get_regset_bytes, set_regset_bytes};
+use crate::arch::RegisterSets;
 
 const NT_ARM_SVE: u32 = 0x405;
 const NT_ARM_SSVE: u32 = 0x40b;
@@ -39,11 +37,11 @@ const MAX_SIZE: usize = 64 << 10;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VectorState(Option<(u32, Vec<u8>)>);
 
-/// Reads what a syscall of stopped thread `tid` would discard.
-pub fn save(tid: Pid) -> io::Result<VectorState> {
+/// Reads what a syscall of a stopped thread would discard from its register sets.
+pub fn save(sets: &dyn RegisterSets) -> io::Result<VectorState> {
     // Streaming mode first: then NT_ARM_SVE shows nothing live.
     for nt in [NT_ARM_SSVE, NT_ARM_SVE] {
-        if let Some(bytes) = live(tid, nt)? {
+        if let Some(bytes) = live(sets, nt)? {
             return Ok(VectorState(Some((nt, bytes))));
         }
     }
@@ -51,18 +49,18 @@ pub fn save(tid: Pid) -> io::Result<VectorState> {
 }
 
 /// Writes back what [`save`] read.
-pub fn restore(tid: Pid, state: &VectorState) -> io::Result<()> {
+pub fn restore(sets: &dyn RegisterSets, state: &VectorState) -> io::Result<()> {
     match &state.0 {
-        Some((nt, bytes)) => set_regset_bytes(tid, *nt, bytes),
+        Some((nt, bytes)) => sets.write(*nt, bytes),
         None => Ok(()),
     }
 }
 
-/// Register set `nt` of `tid`, whole, if its registers are live in their
+/// Register set `nt` of `sets`, whole, if its registers are live in their
 /// SVE form; None if not, or if the kernel or the CPU has no such set.
-fn live(tid: Pid, nt: u32) -> io::Result<Option<Vec<u8>>> {
+fn live(sets: &dyn RegisterSets, nt: u32) -> io::Result<Option<Vec<u8>>> {
     let mut header = [0u8; HEADER];
-    match get_regset_bytes(tid, nt, &mut header) {
+    match sets.read(nt, &mut header) {
         Ok(n) if n == HEADER => {}
         Ok(_) => return Ok(None),
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENODEV | libc::EIO)) => return Ok(None),
@@ -78,7 +76,7 @@ fn live(tid: Pid, nt: u32) -> io::Result<Option<Vec<u8>>> {
         return Ok(None);
     }
     let mut bytes = vec![0u8; size.next_multiple_of(QUADWORD)];
-    let n = get_regset_bytes(tid, nt, &mut bytes)?;
+    let n = sets.read(nt, &mut bytes)?;
     if n < size || parse_header(&bytes[..HEADER]) != Some((size, flags)) {
         return Err(io::Error::new(io::ErrorKind::InvalidData, format!("register set {nt:#x} changed while read")));
     }

@@ -23,11 +23,9 @@ pub mod writer;
 
 use std::io;
 
-use nix::unistd::Pid;
-
 use crate::arch::{
-    Arch, BlockedIn, Detour, DetourSpec, Image, RUNTIME_STACK, Refusal, RuntimeBlobs, RuntimeBlock, RuntimeLayout,
-    SitePlan, StoredPointer, Syscalls, ThreadKey, TidOffset,
+    Arch, BlockedIn, Detour, DetourSpec, Image, RUNTIME_STACK, Refusal, RegisterSets, RuntimeBlobs, RuntimeBlock,
+    RuntimeLayout, SitePlan, StoredPointer, Syscalls, ThreadKey, TidOffset,
 };
 
 /// Bytes of `jmp rel32`: the patch at a site.
@@ -210,8 +208,8 @@ impl Arch for X86_64 {
         matches!(insn.class, decode::Class::Call | decode::Class::IndirectCall).then(|| insn.end())
     }
 
-    fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
-        regs::set_exec_breakpoint(tid, at)
+    fn set_exec_breakpoint(sets: &dyn RegisterSets, at: &[u64]) -> io::Result<()> {
+        regs::set_exec_breakpoint(sets, at)
     }
 
     fn rearm_breakpoint(r: &mut regs::Regs) -> bool {
@@ -231,7 +229,7 @@ impl Arch for X86_64 {
 
     const SHADOW_STACK: crate::arch::ShadowStack = cet::CET;
 
-    fn shadow_stack(_tid: Pid, status: &str, _hwcap: u64, _stopped: bool) -> crate::arch::Shadow {
+    fn shadow_stack(status: &str, _hwcap: u64, _sets: Option<&dyn RegisterSets>) -> crate::arch::Shadow {
         cet::from_status(status)
     }
 
@@ -239,19 +237,19 @@ impl Arch for X86_64 {
         cet::unbalances(plan)
     }
 
-    fn get_regs(tid: Pid) -> io::Result<regs::Regs> {
-        regs::get(tid)
+    fn read_regs(sets: &dyn RegisterSets) -> io::Result<regs::Regs> {
+        regs::get(sets)
     }
 
-    fn set_regs(tid: Pid, r: &regs::Regs) -> io::Result<()> {
-        regs::set(tid, r)
+    fn write_regs(sets: &dyn RegisterSets, r: &regs::Regs) -> io::Result<()> {
+        regs::set(sets, r)
     }
 
-    fn save_vector_state(_tid: Pid) -> io::Result<()> {
+    fn save_vector_state(_sets: &dyn RegisterSets) -> io::Result<()> {
         Ok(())
     }
 
-    fn restore_vector_state(_tid: Pid, _state: &()) -> io::Result<()> {
+    fn restore_vector_state(_sets: &dyn RegisterSets, _state: &()) -> io::Result<()> {
         Ok(())
     }
 
@@ -279,9 +277,8 @@ impl Arch for X86_64 {
         regs::restart_pc(r)
     }
 
-    fn prepare_syscall(tid: Pid, r: &mut regs::Regs, insn: u64, nr: u64, args: [u64; 6]) -> io::Result<()> {
+    fn prepare_syscall(r: &mut regs::Regs, insn: u64, nr: u64, args: [u64; 6]) {
         regs::prepare_syscall(r, insn, nr, args);
-        regs::set(tid, r)
     }
 
     fn syscall_result(r: &regs::Regs) -> i64 {

@@ -1,13 +1,12 @@
-//! x86-64 thread registers through PTRACE_GETREGSET/SETREGSET (NT_PRSTATUS).
+//! x86-64 thread registers: NT_PRSTATUS, and the debug registers in `struct
+//! user` (read and written by `process` through ptrace).
 //!
 //! [`Regs`] is this crate's own copy of the kernel's `struct user_regs_struct`
 //! (arch/x86/include/asm/user_64.h), so it compiles on every host.
 
 use std::io;
 
-use nix::unistd::Pid;
-
-use crate::arch::regset::{get_regset, set_regset};
+use crate::arch::{RegisterSets, read_into, write_from};
 
 /// `struct user_regs_struct` of x86-64 Linux.
 #[repr(C)]
@@ -50,16 +49,16 @@ const NT_PRSTATUS: u32 = 1;
 /// (include/linux/errno.h: ERESTARTSYS, ERESTARTNOINTR, ERESTARTNOHAND, ERESTART_RESTARTBLOCK).
 const RESTART_CODES: [i64; 4] = [-512, -513, -514, -516];
 
-/// Reads the registers of a stopped thread.
-pub fn get(tid: Pid) -> io::Result<Regs> {
+/// Reads the registers of a stopped thread from its register sets.
+pub fn get(sets: &dyn RegisterSets) -> io::Result<Regs> {
     let mut r = Regs::default();
-    get_regset(tid, NT_PRSTATUS, &mut r)?;
+    read_into(sets, NT_PRSTATUS, &mut r)?;
     Ok(r)
 }
 
-/// Writes the registers of a stopped thread.
-pub fn set(tid: Pid, r: &Regs) -> io::Result<()> {
-    set_regset(tid, NT_PRSTATUS, r)
+/// Writes the registers of a stopped thread into its register sets.
+pub fn set(sets: &dyn RegisterSets, r: &Regs) -> io::Result<()> {
+    write_from(sets, NT_PRSTATUS, r)
 }
 
 /// Where `struct user` (sys/user.h) keeps the debug registers DR0..DR7,
@@ -72,31 +71,25 @@ pub const EFLAGS_RF: u64 = 1 << 16;
 /// zero, a breakpoint on executing the instruction at DRn's address.
 const DR7_L0: u64 = 1;
 
-fn poke_user(tid: Pid, off: usize, value: u64) -> io::Result<()> {
-    // SAFETY: PTRACE_POKEUSER takes integers and writes nothing in this process.
-    let rc = unsafe { libc::ptrace(libc::PTRACE_POKEUSER, tid.as_raw(), off, value as usize) };
-    if rc < 0 { Err(io::Error::last_os_error()) } else { Ok(()) }
-}
-
 /// Sets the hardware breakpoints tp uses on a stopped thread (none:
 /// clears them): DR0, DR1... at the addresses (four at most), each enabled
 /// for execution in DR7. The kernel reports a hit as a SIGTRAP with the PC
 /// at the address, before the instruction runs, and sets RF so that the
 /// instruction runs once the thread goes on.
-pub fn set_exec_breakpoint(tid: Pid, at: &[u64]) -> io::Result<()> {
+pub fn set_exec_breakpoint(sets: &dyn RegisterSets, at: &[u64]) -> io::Result<()> {
     if at.len() > 4 {
         return Err(io::Error::other("more than four hardware breakpoints"));
     }
     // DR7 off first: a new address under an enabled DR7 would be checked
     // against the old length and type.
-    poke_user(tid, DEBUGREG_OFF + 7 * 8, 0)?;
+    sets.write_user(DEBUGREG_OFF + 7 * 8, 0)?;
     let mut dr7 = 0;
     for (n, &addr) in at.iter().enumerate() {
-        poke_user(tid, DEBUGREG_OFF + n * 8, addr)?;
+        sets.write_user(DEBUGREG_OFF + n * 8, addr)?;
         dr7 |= DR7_L0 << (2 * n);
     }
     if dr7 != 0 {
-        poke_user(tid, DEBUGREG_OFF + 7 * 8, dr7)?;
+        sets.write_user(DEBUGREG_OFF + 7 * 8, dr7)?;
     }
     Ok(())
 }
