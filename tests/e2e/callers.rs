@@ -147,3 +147,39 @@ fn a_static_probe_is_not_keyed_by_caller() {
     assert!(!has_region(t.pid), "tp's memory left in the target");
     assert!(t.quit().success(), "the target must exit 0");
 }
+
+/// Return values keyed by caller (`--ret -q --agg 'sum(ret)' --by
+/// caller`): work(i) returns 3i + 1 and each site calls it for i below
+/// its count, so each row's sum is known exactly; the exit takes the key
+/// from the return address the call's frame kept.
+#[test]
+fn return_values_by_caller_sum_exactly_per_call_site() {
+    let mut t = Target::start("callers");
+    let pid = t.pid.to_string();
+    let session = Session::start(&[
+        "-p",
+        &pid,
+        "-q",
+        "-f",
+        "work",
+        "--ret",
+        "--agg",
+        "count(), sum(ret)",
+        "--by",
+        "caller",
+        "--json",
+    ]);
+    let before = t.out.seen.len();
+    t.ask("calls 100 250 30", "done calls");
+    let books = sites(&t.out.seen[before..]);
+    let (status, stdout, stderr) = session.interrupt();
+    assert!(status.success(), "tp failed: {stderr}");
+    let a = aggregate(&stdout);
+    assert_eq!(rows_by_caller(&a), books, "{a}");
+    for r in a["rows"].as_array().unwrap() {
+        let n = r["count"].as_i64().unwrap();
+        assert_eq!(r["sum"].as_i64(), Some(3 * n * (n - 1) / 2 + n), "{r}");
+    }
+    assert!(!has_region(t.pid), "tp's memory left in the target");
+    assert!(t.quit().success(), "the target must exit 0");
+}
