@@ -99,6 +99,9 @@ const TARGETS: &[Target] = &[
     // Benchmark targets (benches/tp). `many` has 10,000 functions: -O0 keeps
     // its build to seconds and gives them the usual push/mov prologue.
     Target { name: "hot", sources: &["hot.c"], ..c("", &["-fPIE", "-pie"]) },
+    // One function called from three call sites, with the return address
+    // and calls of each (`--by caller`, tests/e2e/agg_callers.rs).
+    Target { name: "callers", sources: &["callers.c"], ..c("", &["-fPIE", "-pie"]) },
     // Known call paths, with frame pointers and without (`--stack` fp and dwarf).
     Target { name: "stacks", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fno-omit-frame-pointer"]) },
     Target { name: "stacks-nofp", sources: &["stacks.c"], ..c("", &["-fPIE", "-pie", "-fomit-frame-pointer"]) },

@@ -174,7 +174,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 25;
+pub const VERSION: u32 = 26;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -1020,11 +1020,15 @@ pub const AGG_VALUE_WORDS: usize = 1 + FETCH_DEPTH;
 
 /// The bits of [`ProbeConfig::by`].
 pub mod by_word {
-    /// Bits 0..8: the argument register whose value keys the call, or
-    /// [`NO_VALUE`].
+    /// Bits 0..8: the argument register whose value keys the call,
+    /// [`CALLER`], or [`NO_VALUE`].
     pub const REG_MASK: u32 = 0xff;
     /// No value keys the call (`--by tid`, or no `--by`): its key is 0.
     pub const NO_VALUE: u32 = 0xff;
+    /// The call's return address keys it (`--by caller`): at entry the
+    /// word the call left (`tp_return_address`, the arch's runtime.h), at
+    /// the exit the one the call's shadow frame kept (`Frame::ret`).
+    pub const CALLER: u32 = 0xfe;
     /// Bits 8..16: how the argument is extended (a `filter_ext`).
     pub const EXT_SHIFT: u32 = 8;
     /// The call goes to the thread's [`super::AggEntry`] table (with the
@@ -1369,6 +1373,7 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGGV_EXT_SHIFT", fetch_word::EXT_SHIFT as u64),
     ("TP_AGGV_SIGNED", fetch_word::SIGNED),
     ("TP_BY_NO_VALUE", by_word::NO_VALUE as u64),
+    ("TP_BY_CALLER", by_word::CALLER as u64),
     ("TP_BY_AGG", by_word::AGG as u64),
     ("TP_BY_AT_EXIT", by_word::AT_EXIT as u64),
     ("TP_BY_LATENCY", by_word::LATENCY as u64),

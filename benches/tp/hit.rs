@@ -48,6 +48,12 @@ pub enum Records {
     /// The same keyed by the argument, which the call's frame carries to
     /// its exit (`--by x`).
     AggLatencyByArg,
+    /// Calls counted per call site, the return address at entry, in the
+    /// target (`--by caller`): no event.
+    CountByCaller,
+    /// Each call's latency summed and bucketed per call site (`--by
+    /// caller`: the key is the return address the call's frame keeps).
+    AggLatencyByCaller,
     /// Each entry with its stack, walked by frame pointers, this many frames.
     StackFp(u32),
     /// Each entry with a copy of this many bytes of its stack, unwound by the tracer.
@@ -72,6 +78,8 @@ impl Records {
             Records::AggValue => "aggregate: sum and histogram of an argument by thread".into(),
             Records::AggLatency => "aggregate: sum and histogram of latency by thread".into(),
             Records::AggLatencyByArg => "aggregate: sum and histogram of latency by an argument".into(),
+            Records::CountByCaller => "aggregate: count by caller".into(),
+            Records::AggLatencyByCaller => "aggregate: sum and histogram of latency by caller".into(),
             Records::StackFp(d) => format!("stack, frame pointers, {d} frames"),
             Records::StackCopy(b) => format!("stack, {b}-byte copy unwound (DWARF)"),
             Records::Blocks => "count, every basic block (--blocks)".into(),
@@ -105,6 +113,8 @@ impl Records {
             Records::AggValue => (s(&["--agg", "sum(x), hist(x)", "--by", "tid"]), Vec::new()),
             Records::AggLatency => (s(&["--agg", "sum(latency), hist(latency)", "--by", "tid"]), Vec::new()),
             Records::AggLatencyByArg => (s(&["--agg", "sum(latency), hist(latency)", "--by", "x"]), Vec::new()),
+            Records::CountByCaller => (s(&["--by", "caller"]), Vec::new()),
+            Records::AggLatencyByCaller => (s(&["--agg", "sum(latency), hist(latency)", "--by", "caller"]), Vec::new()),
             Records::StackFp(d) => (s(&["--stack", "--stack-depth", &d.to_string()]), Vec::new()),
             Records::StackCopy(b) => (s(&["--stack=dwarf", "--stack-size", &b.to_string()]), Vec::new()),
             Records::Blocks => (s(&["--blocks"]), Vec::new()),
@@ -323,6 +333,8 @@ impl Tracer for Tp {
             | Records::AggValue
             | Records::AggLatency
             | Records::AggLatencyByArg
+            | Records::CountByCaller
+            | Records::AggLatencyByCaller
             | Records::Blocks => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
             // A stack takes several of the ring's events.
             Records::StackFp(_) | Records::StackCopy(_) => Sizes { bursts: 31, calls: 1_024, pause_us: 25_000 },

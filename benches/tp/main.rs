@@ -229,6 +229,8 @@ fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         (Some(Records::AggValue), "hot", "work"),
         (Some(Records::AggLatency), "hot", "work"),
         (Some(Records::AggLatencyByArg), "hot", "work"),
+        (Some(Records::CountByCaller), "hot", "work"),
+        (Some(Records::AggLatencyByCaller), "hot", "work"),
         (Some(Records::Count), "hot-nop5", "work"),
     ];
     for f in SHAPES {
@@ -493,6 +495,8 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::AggValue, 1),
         (Records::AggLatency, 1),
         (Records::AggLatencyByArg, 1),
+        (Records::CountByCaller, 1),
+        (Records::AggLatencyByCaller, 1),
         (Records::StackFp(10), 1),
         (Records::StackFp(30), 1),
         (Records::StackCopy(1024), 1),

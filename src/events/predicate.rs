@@ -1262,13 +1262,25 @@ pub enum Key {
     Tid,
     /// The process.
     Pid,
+    /// The call site: the call's return address (`caller`).
+    Caller,
+}
+
+impl Key {
+    /// True for the keys the runtime reads at the call (an argument, the
+    /// caller), of which a probe has one; `tid` and `pid` come with the
+    /// thread's table.
+    pub fn in_call(&self) -> bool {
+        matches!(self, Key::Value(_) | Key::Caller)
+    }
 }
 
 /// The most keys `--by` takes.
 pub const MAX_KEYS: usize = 3;
 
-/// Parses `--by 'len, tid'`: up to [`MAX_KEYS`] keys, each `tid`, `pid` or
-/// an integer argument (a parameter's name or argN; at most one).
+/// Parses `--by 'len, tid'`: up to [`MAX_KEYS`] keys, each `tid`, `pid`,
+/// `caller` or an integer argument (a parameter's name or argN), with at
+/// most one of `caller` and an argument.
 pub fn parse_keys(text: &str) -> Result<Vec<Key>, String> {
     let mut out = Vec::new();
     for piece in split_top_level(text) {
@@ -1277,16 +1289,17 @@ pub fn parse_keys(text: &str) -> Result<Vec<Key>, String> {
             "" => return Err("an empty key in the list (two commas, or one at an end)".into()),
             "tid" => Key::Tid,
             "pid" => Key::Pid,
+            "caller" => Key::Caller,
             "stack" | "ustack" => {
-                return Err("tp does not key by the stack yet: `--stack` records each call's stack, and \
-                            `--format folded` counts the calls per stack"
+                return Err("tp does not key by the whole stack: key by the call site with `caller`, or count \
+                            the calls per stack with `--stack` (and `--format folded`)"
                     .into());
             }
             v => match parse(v)? {
                 Expr::Truth(Operand::Name(_) | Operand::Position(_)) => Key::Value(v.to_string()),
                 _ => {
                     return Err(format!(
-                        "`{}` is not a key: name tid, pid, or one argument (a parameter's name or arg0..arg5)",
+                        "`{}` is not a key: name tid, pid, caller, or one argument (a parameter's name or arg0..arg5)",
                         crate::escape::text(v)
                     ));
                 }
@@ -1295,8 +1308,8 @@ pub fn parse_keys(text: &str) -> Result<Vec<Key>, String> {
         if out.contains(&key) {
             return Err(format!("`{piece}` is named twice"));
         }
-        if matches!(key, Key::Value(_)) && out.iter().any(|k| matches!(k, Key::Value(_))) {
-            return Err("--by keys by one argument's value at most (with tid and pid)".into());
+        if key.in_call() && out.iter().any(Key::in_call) {
+            return Err("--by keys by one of an argument's value and the caller at most (with tid and pid)".into());
         }
         out.push(key);
     }
@@ -1698,13 +1711,15 @@ mod tests {
     }
 
     #[test]
-    fn by_keys_are_tid_pid_and_one_argument() {
+    fn by_keys_are_tid_pid_and_one_argument_or_the_caller() {
         assert_eq!(parse_keys("fd, tid").unwrap(), [Key::Value("fd".into()), Key::Tid]);
         assert_eq!(parse_keys("pid,tid,arg2").unwrap(), [Key::Pid, Key::Tid, Key::Value("arg2".into())]);
+        assert_eq!(parse_keys("caller, tid").unwrap(), [Key::Caller, Key::Tid]);
         for (bad, why) in [
-            ("a, b", "one argument's value at most"),
+            ("a, b", "one of an argument's value and the caller at most"),
+            ("fd, caller", "one of an argument's value and the caller at most"),
             ("tid, tid", "named twice"),
-            ("stack", "does not key by the stack"),
+            ("stack", "does not key by the whole stack"),
             ("a > 1", "not a key"),
             ("tid,", "an empty key"),
         ] {

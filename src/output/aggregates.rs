@@ -1,7 +1,9 @@
 //! Aggregates kept in the target (`--agg`, and `--by` with `tid` or
 //! `pid`): per function, one row per key, with the functions asked (count,
 //! sum, min, max, avg) and a power-of-two histogram (`hist`), written as
-//! bpftrace prints its maps (`@[key]: …`, `[lo, hi)  count |@@@|`).
+//! bpftrace prints its maps (`@[key]: …`, `[lo, hi)  count |@@@|`). A
+//! `caller` key (`--by caller`) is a return address, shown named
+//! (`function+0x1f (module)`) from [`ProbeAgg::callers`].
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -10,6 +12,7 @@ use super::json::{self, Obj};
 use super::thousands;
 use crate::escape::text;
 use crate::events::predicate::AggFn;
+use crate::events::stacks::Frame;
 
 /// Bar width of a histogram, as bpftrace draws it.
 const BAR: u64 = 52;
@@ -31,6 +34,29 @@ pub struct ProbeAgg {
     pub overflow: u64,
     /// Calls not counted: their value could not be read (the process's total).
     pub unreadable: u64,
+    /// The `caller` key's values named (function, offset, module), by
+    /// address; an address not here is shown as a number.
+    pub callers: BTreeMap<i128, Frame>,
+}
+
+/// The key named `caller` (`--by caller`).
+pub const CALLER: &str = "caller";
+
+impl ProbeAgg {
+    /// The texts of `r`'s key values: numbers, a caller named.
+    pub fn key_texts(&self, r: &AggRow) -> Vec<String> {
+        r.key
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match self.keys.get(i).map(String::as_str) {
+                Some(CALLER) => match self.callers.get(v) {
+                    Some(f) => f.text(),
+                    None => format!("{:#x}", *v as u64),
+                },
+                _ => v.to_string(),
+            })
+            .collect()
+    }
 }
 
 /// The aggregate of one key.
@@ -108,10 +134,10 @@ fn short(v: i128) -> String {
     }
 }
 
-fn key_text(key: &[i128]) -> String {
-    match key.is_empty() {
+fn key_text(p: &ProbeAgg, r: &AggRow) -> String {
+    match r.key.is_empty() {
         true => "@".into(),
-        false => format!("@[{}]", key.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(", ")),
+        false => format!("@[{}]", p.key_texts(r).iter().map(|k| text(k).into_owned()).collect::<Vec<_>>().join(", ")),
     }
 }
 
@@ -166,8 +192,8 @@ pub fn write_text(out: &mut impl Write, all: &[ProbeAgg]) -> io::Result<()> {
                 })
                 .collect();
             match parts.is_empty() {
-                true => writeln!(out, "{}:", key_text(&r.key))?,
-                false => writeln!(out, "{}: {}", key_text(&r.key), parts.join(", "))?,
+                true => writeln!(out, "{}:", key_text(p, r))?,
+                false => writeln!(out, "{}: {}", key_text(p, r), parts.join(", "))?,
             }
             if p.funcs.contains(&AggFn::Hist) {
                 hist_text(out, &r.hist)?;
@@ -199,9 +225,26 @@ fn row_json(p: &ProbeAgg, r: &AggRow) -> String {
             .collect(),
         false => Vec::new(),
     };
-    Obj::new()
-        .list("key", r.key.iter().map(|k| k.to_string()))
-        .num("count", r.count)
+    // A caller's key is its name; its address and parts come beside it.
+    let caller = p.keys.iter().position(|k| k == CALLER);
+    let key = r.key.iter().zip(p.key_texts(r)).enumerate().map(|(i, (v, t))| match Some(i) == caller {
+        true => json::string(&t),
+        false => v.to_string(),
+    });
+    let site = caller.and_then(|i| r.key.get(i)).map(|&v| {
+        let f = p.callers.get(&v);
+        Obj::new()
+            .str("addr", &json::address(v as u64))
+            .opt_str("func", f.and_then(|f| f.function.as_deref()))
+            .opt("offset", f.filter(|f| f.function.is_some()).map(|f| f.offset))
+            .opt_str("module", f.and_then(|f| f.module.as_deref()))
+            .finish()
+    });
+    let mut o = Obj::new().list("key", key);
+    if let Some(site) = site {
+        o = o.raw("caller", &site);
+    }
+    o.num("count", r.count)
         .opt("sum", has.then_some(r.sum))
         .opt("min", has.then_some(r.min))
         .opt("max", has.then_some(r.max))
@@ -267,6 +310,7 @@ mod tests {
             rows,
             overflow: 0,
             unreadable: 2,
+            callers: BTreeMap::new(),
         };
         let mut out = Vec::new();
         write_text(&mut out, std::slice::from_ref(&p)).unwrap();

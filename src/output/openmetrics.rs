@@ -134,7 +134,8 @@ fn aggregates(out: &mut String, series: &[Series], labels: &[String], om: bool) 
         a.rows
             .iter()
             .map(|r| {
-                let keys: String = names.iter().zip(&r.key).map(|(n, v)| format!(",{n}=\"{v}\"")).collect();
+                let keys: String =
+                    names.iter().zip(a.key_texts(r)).map(|(n, v)| format!(",{n}=\"{}\"", escape(&v))).collect();
                 (format!("{l}{keys}"), r.clone())
             })
             .collect()
@@ -287,6 +288,7 @@ mod tests {
             rows: vec![row(11, 2, -7), row(12, 3, 40)],
             overflow: 0,
             unreadable: 0,
+            callers: Default::default(),
         });
         let text = render(&[s, series("g", 1, None)], Format::OpenMetrics);
         let l = "pid=\"7\",module=\"m\",function=\"f\",key_fd=\"3\",key_tid=\"11\"";

@@ -742,6 +742,19 @@ fn batch(
                 text::text(&r.function.name)
             );
         }
+        if r.plan.interior
+            && what
+                .by
+                .as_deref()
+                .and_then(|b| predicate::parse_keys(b).ok())
+                .is_some_and(|k| k.contains(&predicate::Key::Caller))
+        {
+            bail!(
+                "cannot probe `{}`: --by caller keys by the return address, which is where a call leaves it at a \
+                 function's entry only (a static probe is inside its function): key by tid, pid or an argument",
+                text::text(&r.function.name)
+            );
+        }
         if r.kind & kind::OWN_ENTRY == 0 {
             configure(r, &info, what, predicate.as_ref(), agg.as_ref())?;
         }
@@ -790,16 +803,19 @@ fn configure(
         predicate::Key::Value(v) => Some(v),
         _ => None,
     });
+    let caller = keys.contains(&predicate::Key::Caller);
     if what.by.is_some() || agg.is_some() {
         r.config.by = match value {
             Some(arg) => predicate::by_word(arg, info)
                 .map_err(|why| anyhow::anyhow!("--by `{}` in `{function}`: {why}", text::text(arg)))?,
+            None if caller => layout::by_word::CALLER,
             None => layout::by_word::NO_VALUE,
         };
         // Calls counted by an argument alone, or by it and the thread or
         // process (each thread's table is its own), go to the table of
-        // counts; an aggregate of a value, or a count by thread or process
-        // alone, to the table of aggregates.
+        // counts; an aggregate of a value, or a count by the caller, thread
+        // or process alone, to the table of aggregates (whose keys are 64
+        // bits wide, as a return address is).
         if agg.is_some() || value.is_none() {
             r.config.by |= layout::by_word::AGG;
         }
@@ -848,6 +864,12 @@ fn configure(
                 );
             }
             r.config.by |= layout::by_word::KEY_IN_FRAME;
+        }
+        if caller && r.abi == crate::arch::Abi::Go {
+            bail!(
+                "--agg `{text}` in `{function}`: a Go call carries no caller from its entry to its exit: key it by \
+                 tid or pid"
+            );
         }
         r.config.by |= layout::by_word::AT_EXIT | if latency { layout::by_word::LATENCY } else { 0 };
         if value.is_none() {

@@ -105,7 +105,7 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
         .iter()
         .map(|(i, e)| (e.kind & kind::AGGREGATE != 0).then(|| durations.remove(i).unwrap_or_default()))
         .collect();
-    let aggregates = aggregates_in(&region, &live);
+    let aggregates = aggregates_in(pid, &region, &live);
     let probes = live
         .into_iter()
         .zip(hits)
@@ -128,8 +128,9 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
 /// tid`), as its summary would show them now: the probes' configurations
 /// say what was asked (`--by` and `--agg` as written), the threads'
 /// tables hold the rows. A probe whose texts do not parse (the target can
-/// write them) or were too long to keep shows none.
-fn aggregates_in(region: &Region, live: &[(u32, crate::probe::layout::Entry)]) -> Vec<ProbeAgg> {
+/// write them) or were too long to keep shows none. `--by caller`'s
+/// return addresses are named in process `pid`.
+fn aggregates_in(pid: i32, region: &Region, live: &[(u32, crate::probe::layout::Entry)]) -> Vec<ProbeAgg> {
     use crate::probe::layout::{by_word, words_text};
     let mut groups: Vec<((String, String), Vec<AggProbe>)> = Vec::new();
     for (i, e) in live {
@@ -154,11 +155,13 @@ fn aggregates_in(region: &Region, live: &[(u32, crate::probe::layout::Entry)]) -
     let mut owners = aggregates::Owners::default();
     owners.note(region);
     let mut out: Vec<(u32, ProbeAgg)> = Vec::new();
+    let mut sym: Option<crate::symbols::symbolize::Symbolizer> = None;
+    let mut name = |a: u64| sym.get_or_insert_with(|| crate::symbols::symbolize::Symbolizer::new(pid)).frame(a, true);
     for ((by, agg), probes) in &groups {
         fn opt(t: &str) -> Option<&str> {
             (!t.is_empty()).then_some(t)
         }
-        let mut aggs = aggregates_of(region, &owners, probes, opt(by), opt(agg));
+        let mut aggs = aggregates_of(region, &owners, probes, opt(by), opt(agg), &mut name);
         // The calls no table counted are the process's: said once.
         if !out.is_empty() {
             for a in &mut aggs {

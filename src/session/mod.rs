@@ -134,7 +134,7 @@ pub struct Selection {
     pub predicate: Option<String>,
     /// `--args EXPR`: the values each entry shows (parameters, fields).
     pub picks: Option<String>,
-    /// `--by`: the keys the calls are counted by (an argument, `tid`, `pid`).
+    /// `--by`: the keys the calls are counted by (an argument or `caller`, `tid`, `pid`).
     pub by: Option<String>,
     /// `--agg`: the functions of a value aggregated per key.
     pub agg: Option<String>,

@@ -138,6 +138,9 @@ pub struct Tracer {
     stacks: StackCounts,
     /// Names the stacks' addresses while the process lives.
     symbolizer: Option<Symbolizer>,
+    /// Names `--by caller`'s return addresses (a report may be made from a
+    /// shared reference: `--listen`'s).
+    callers: RefCell<Option<Symbolizer>>,
     /// Unwinds copies of stacks (`--stack dwarf`).
     walker: Option<StackWalker>,
     /// Per probe position: calls whose stack was cut, read without bounds, not read.
@@ -184,6 +187,7 @@ impl Tracer {
             words: Vec::new(),
             stacks: StackCounts::default(),
             symbolizer: None,
+            callers: RefCell::new(None),
             walker: None,
             stack_notes: HashMap::new(),
             tree: opts.tree.then(Tree::default),
@@ -510,7 +514,10 @@ impl Tracer {
                 config: attached.probe_config(i),
             })
             .collect();
-        aggregates_of(&attached.region, &self.owners, &probes, sel.by.as_deref(), sel.agg.as_deref())
+        // Callers are named while the process runs (its modules as mapped).
+        let mut sym = self.callers.borrow_mut();
+        let mut name = |a: u64| sym.get_or_insert_with(|| Symbolizer::new(self.pid)).frame(a, true);
+        aggregates_of(&attached.region, &self.owners, &probes, sel.by.as_deref(), sel.agg.as_deref(), &mut name)
     }
 
     /// Ends consuming: says how many events were lost, and returns this
@@ -601,13 +608,15 @@ pub struct AggProbe {
 /// (`by`, `agg`, as written), from the threads' tables in `region`: each
 /// thread's rows under the keys asked, merged. None if neither asks for
 /// them (`--by` of an argument alone has its own table and output), or if
-/// either does not parse (text the target could have written).
+/// either does not parse (text the target could have written). `name`
+/// names a `caller` key's return addresses.
 pub fn aggregates_of(
     region: &crate::probe::region::Region,
     owners: &crate::events::aggregates::Owners,
     probes: &[AggProbe],
     by: Option<&str>,
     agg: Option<&str>,
+    name: &mut dyn FnMut(u64) -> Frame,
 ) -> Vec<ProbeAgg> {
     let keys = match by.map(predicate::parse_keys) {
         Some(Ok(k)) => k,
@@ -628,8 +637,10 @@ pub fn aggregates_of(
             predicate::Key::Value(v) => v.clone(),
             predicate::Key::Tid => "tid".into(),
             predicate::Key::Pid => "pid".into(),
+            predicate::Key::Caller => crate::output::aggregates::CALLER.into(),
         })
         .collect();
+    let caller = keys.iter().position(|k| *k == predicate::Key::Caller);
     let (values, overflow, unreadable) = crate::events::aggregates::values(region, owners);
     let (counts, by_overflow) = crate::events::aggregates::by_thread(region, owners);
     let key_of = |word: u32, value: u64, pid: u32, tid: u32| -> Vec<i128> {
@@ -638,6 +649,7 @@ pub fn aggregates_of(
                 predicate::Key::Value(_) => predicate::by_value(word, value),
                 predicate::Key::Tid => tid as i128,
                 predicate::Key::Pid => pid as i128,
+                predicate::Key::Caller => value as i128,
             })
             .collect()
     };
@@ -672,14 +684,19 @@ pub fn aggregates_of(
                     })
                     .collect(),
             };
+            let rows = crate::output::aggregates::merged(rows);
+            let callers = caller
+                .map(|k| rows.iter().filter_map(|r| r.key.get(k)).map(|&v| (v, name(v as u64))).collect())
+                .unwrap_or_default();
             ProbeAgg {
                 function: p.function.clone(),
                 keys: names.clone(),
                 value: agg.as_ref().and_then(|a| a.value.as_ref().map(|(t, _)| t.clone())),
                 funcs: agg.as_ref().map_or(vec![predicate::AggFn::Count], |a| a.funcs.clone()),
-                rows: crate::output::aggregates::merged(rows),
+                rows,
                 overflow: 0,
                 unreadable: 0,
+                callers,
             }
         })
         .collect();

@@ -33,6 +33,8 @@ mod fields;
 mod stacks;
 // Aggregates of arguments and fields kept in the target, by thread (--agg, --by tid).
 mod agg;
+// Calls keyed by their call site, the return address at entry (--by caller).
+mod callers;
 // Frames in JIT code named by the process's perf map: a C target's copied code, node's functions.
 mod jit_frames;
 // list-probes on the bundled targets.

@@ -109,6 +109,15 @@ static inline __attribute__((always_inline)) uint64_t tp_sign(uint64_t p, uint64
 	return x17;
 }
 
+/* The call's return address at its function's entry (--by caller): the
+ * link register x30 as the call left it, which the detour stores in the
+ * slot (entry SP - 8) before it calls tp_entry. At entry it is not signed
+ * yet (a function signs it in its own prologue, after the detour). */
+static inline __attribute__((always_inline)) uint64_t tp_return_address(const uint64_t *slot)
+{
+	return *(const volatile uint64_t *)slot;
+}
+
 /* A call leaves the return address in the link register (x30), which the
  * detour replaced with the trampoline; a function that calls others saves
  * it in its frame, at the offset below its entry stack pointer that its

@@ -96,6 +96,14 @@ static inline __attribute__((always_inline)) int tp_key_is_tcb(uint64_t key)
 	return *(const volatile uint64_t *)key == key;
 }
 
+/* The call's return address at its function's entry (--by caller): a
+ * `call` pushed it, so it is the word at [rsp] on entry, which is the
+ * slot the detour passes (tp_entry's `slot`). */
+static inline __attribute__((always_inline)) uint64_t tp_return_address(const uint64_t *slot)
+{
+	return *(const volatile uint64_t *)slot;
+}
+
 /* A return frame's slot is where the call put the return address, which
  * the function returns through: nothing more to note. */
 static inline __attribute__((always_inline)) void tp_frame_note(struct tp_frame *f, const uint64_t *slot)

@@ -1,10 +1,10 @@
 /* What a probe records beyond its kind, for tp's in-target runtime
  * (runtime.c includes this after its own helpers): predicates on the
- * arguments and the return value (--if), counts by an argument's value
- * (--by), aggregates of a value (--agg), the call's stack (--stack),
- * values copied from memory at entry (--args 'req->len'), and durations
- * kept as per-thread histograms in the data region instead of exit events
- * (--ret -q).
+ * arguments and the return value (--if), counts by an argument's value or
+ * the call site (--by, --by caller), aggregates of a value (--agg), the
+ * call's stack (--stack), values copied from memory at entry (--args
+ * 'req->len'), and durations kept as per-thread histograms in the data
+ * region instead of exit events (--ret -q).
  *
  * Only tp_entry_ext and tp_exit_ext reach these blocks, each under its
  * flag; a probe without them is sent to tp_entry and tp_exit, which do not
@@ -241,6 +241,23 @@ HOT uint64_t owner_of(const struct tp_ctx *c, const struct tp_thread *t, struct 
 	return (key & ~0xffffffffull) | thread_id(t);
 }
 
+/* --by caller: the return address of the call whose entry runs, at
+ * stack slot `slot` (tp_return_address, the arch's runtime.h). A tail call
+ * from a function whose return tp replaced leaves the trampoline there:
+ * the caller is then the one that frame kept (the function that made the
+ * first call, as the call returns to it). */
+HOT uint64_t caller_of(const struct tp_thread *t, const uint64_t *slot)
+{
+	uint64_t v = tp_return_address(slot);
+	uint32_t d = t->depth;
+	if (d > 0 && d <= TP_SHADOW_LEN) {
+		const struct tp_frame *f = &t->shadow[d - 1];
+		if (f->slot == (uint64_t)slot && f->tramp && v == f->tramp)
+			return f->ret;
+	}
+	return v;
+}
+
 /* --agg: adds value `v` (if `has`; signed if `sign`) of a call of `probe`
  * under `key` to the thread's table of aggregates `a`, in an entry of
  * `owner`'s (owner_of): count, sum,
@@ -291,14 +308,15 @@ HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t ke
 	__atomic_store_n(&a->agg_overflow, a->agg_overflow + 1, __ATOMIC_RELAXED);
 }
 
-HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs, uint32_t by)
+HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs,
+			 const uint64_t *slot, uint32_t by)
 {
 	struct tp_agg *a = aggregates(c, t);
 	if (!a || (by & TP_BY_AT_EXIT))
 		return;
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint64_t r = by & 0xff;
-	uint64_t key = r < 6 ? extend(regs[r], (by >> 8) & 0xff) : 0;
+	uint64_t key = r < 6 ? extend(regs[r], (by >> 8) & 0xff) : r == TP_BY_CALLER ? caller_of(t, slot) : 0;
 	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
 	uint64_t v = 0;
 	if (h) {
@@ -335,16 +353,20 @@ HOT uint64_t to_ns(const struct tp_ctx *c, uint64_t ticks)
  * program's header says, and a tail call, which leaves no return value
  * of its own, is not counted. The key is an argument's low 32 bits that
  * the entry kept in the call's frame (`frame_key`, TP_BY_KEY_IN_FRAME),
- * extended again as --by's word says, or 0. */
+ * extended again as --by's word says; with --by caller the return
+ * address the frame kept at entry (`frame_ret`, 0 for goroutine frames,
+ * which tp refuses to key so); or 0. */
 HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tail,
-			   uint64_t ticks, uint32_t frame_key)
+			   uint64_t ticks, uint32_t frame_key, uint64_t frame_ret)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t by = __atomic_load_n(&cfg->by, __ATOMIC_RELAXED);
 	struct tp_agg *a = aggregates(c, t);
 	if (!a || !(by & TP_BY_AGG) || !(by & TP_BY_AT_EXIT))
 		return;
-	uint64_t key = (by & TP_BY_KEY_IN_FRAME) && (by & 0xff) < 6 ? extend(frame_key, (by >> 8) & 0xff) : 0;
+	uint64_t key = (by & TP_BY_KEY_IN_FRAME) && (by & 0xff) < 6 ? extend(frame_key, (by >> 8) & 0xff)
+		       : (by & 0xff) == TP_BY_CALLER			    ? frame_ret
+									    : 0;
 	if (by & TP_BY_LATENCY) {
 		add_value(a, owner_of(c, t, a), probe, key, to_ns(c, ticks), 1, 0);
 		return;
@@ -371,11 +393,11 @@ HOT uint32_t frame_key(const struct tp_ctx *c, uint32_t probe, const uint64_t *r
 /* --by: counts the call under its argument's value, in the thread's table
  * (one writer: plain stores, whole words, which tp reads as they are). A
  * full table counts the call as overflow. */
-HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs)
+HOT void count_by(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs, const uint64_t *slot)
 {
 	uint32_t by = __atomic_load_n(&config_of(c, probe)->by, __ATOMIC_RELAXED);
 	if (by & TP_BY_AGG) {
-		aggregate_value(c, t, probe, regs, by);
+		aggregate_value(c, t, probe, regs, slot, by);
 		return;
 	}
 	uint64_t r = by & 0xff;
@@ -451,9 +473,10 @@ HOT int aggregate(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_
 
 /* At an exit of tp_exit_ext or tp_exit_at_ext: 1 if the exit event is to be sent. Its
  * predicate on the return value may reject it; a probe that keeps its
- * durations in the target adds this one there. */
+ * durations in the target adds this one there (keyed by what the call's
+ * frame kept: `frame_key`, `frame_ret`, see aggregate_at_exit). */
 HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tsc,
-		    uint64_t entry_tsc, uint64_t nested, uint64_t tail, uint32_t frame_key)
+		    uint64_t entry_tsc, uint64_t nested, uint64_t tail, uint32_t frame_key, uint64_t frame_ret)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t flags = __atomic_load_n(&cfg->flags, __ATOMIC_RELAXED);
@@ -469,7 +492,7 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 		 * own ticks in the call's callees, never past the exit. */
 		uint64_t ticks = own_ticks(tsc, entry_tsc, nested);
 		if (flags & TP_BY)
-			aggregate_at_exit(c, t, probe, ret, tail, ticks, frame_key);
+			aggregate_at_exit(c, t, probe, ret, tail, ticks, frame_key, frame_ret);
 		return !aggregate(c, t, probe, ticks);
 	}
 	return 1;

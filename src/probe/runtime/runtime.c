@@ -755,7 +755,7 @@ HOT void entry(struct tp_ctx *c, uint32_t probe_flags, const uint64_t *regs, uin
 		tsc = tp_timestamp();
 	uint32_t probe = probe_flags & TP_PROBE_MASK;
 	if (ext && (probe_flags & TP_BY))
-		count_by(c, t, probe, regs);
+		count_by(c, t, probe, regs, slot);
 	int more = UNLIKELY(probe_flags & TP_RECORD_MORE) && (probe_flags & TP_RECORD_ENTRY);
 	if (ext && (probe_flags & TP_STACK))
 		emit_with_stack(c, t, probe, tsc, regs, slot, more);
@@ -939,7 +939,7 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 				t->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
-			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0, key))
+			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0, key, ret))
 				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0,
 				     children);
 			account(t, keep, tsc);
@@ -1011,12 +1011,13 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 	 * time counts as its innermost live timed caller's children's. */
 	uint64_t entry_tsc = f->tsc, nested = t->overhead - f->overhead, children = f->children;
 	uint32_t key = f->key;
+	uint64_t frame_ret = f->ret;
 	if (d >= 2)
 		t->shadow[d - 2].children += own_ticks(tsc, entry_tsc, nested);
 	__atomic_store_n(&t->depth, d - 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	uint64_t tail = !!(word & TP_TAIL_CALL);
-	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, key))
+	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, key, frame_ret))
 		emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, children);
 	account(t, d - 1, tsc);
 }
