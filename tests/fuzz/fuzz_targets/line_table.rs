@@ -8,7 +8,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use tp::addr::Bias;
-use tp::arch::Isa;
+use tp::arch::isa_for_machine;
 use tp::symbols::image::{CodeFacts, ElfImage};
 use tp::symbols::lines::{self, Query};
 use tp::symbols::{self, ElfFile};
@@ -23,13 +23,13 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = lines::starts(&elf, Query { file: Some("a.c"), line: Some(1), range: Some((0, u64::MAX)) });
     // A probe inside each function, as `foo+N` and `--line` plan it.
-    let Some(isa) = Isa::for_machine(elf.machine) else { return };
+    let Some(isa) = isa_for_machine(elf.machine) else { return };
     let facts = CodeFacts::of(&elf, Some(isa));
     let image = ElfImage { elf: &elf, bias: Bias::ZERO, facts: &facts, parts: Vec::new() };
     for f in elf.unique_functions().into_iter().filter(|f| f.size > 1).take(200) {
         let Some(code) = elf.bytes_at(f.addr, f.size) else { continue };
         let at = Bias::ZERO.runtime(f.addr);
         let extra = symbols::cold_targets(&elf, Bias::ZERO, &f.name, at, f.size, isa);
-        let _ = (isa.plan_at)(code, at.0, at.0 + f.size / 2, &extra, &image);
+        let _ = isa.plan_at(code, at.0, at.0 + f.size / 2, &extra, &image);
     }
 });

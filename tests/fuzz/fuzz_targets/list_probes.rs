@@ -10,7 +10,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use tp::addr::{Bias, RuntimeAddr};
-use tp::arch::Isa;
+use tp::arch::isa_for_machine;
 use tp::output::listing::verdict_text;
 use tp::session::probeable;
 use tp::symbols::{self, ElfFile};
@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
     if !elf.has_symtab {
         tp::symbols::eh::add_unwind_functions(&mut elf);
     }
-    let Some(isa) = Isa::for_machine(elf.machine) else { return };
+    let Some(isa) = isa_for_machine(elf.machine) else { return };
     // What list-probes' verdicts() does, row by row.
     for f in elf.unique_functions().into_iter().filter(|f| f.size > 0) {
         let verdict = match elf.bytes_at(f.addr, f.size) {
@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
                 // The file on its own: loaded at bias 0.
                 let at = Bias::ZERO.runtime(f.addr);
                 let extra = symbols::cold_targets(&elf, Bias::ZERO, &f.name, at, f.size, isa);
-                (isa.plan)(code, at.0, &extra)
+                isa.plan(code, at.0, &extra)
             }
         };
         let verdict = probeable::verdict(&verdict);

@@ -7,23 +7,23 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use tp::arch::Isa;
+use tp::arch::{Isa, isa_for_machine};
 use tp::symbols::{ElfFile, sdt_notes};
 
 fuzz_target!(|data: &[u8]| {
-    let isas: Vec<Isa> = [62u16, 183].iter().filter_map(|&m| Isa::for_machine(m)).collect();
+    let isas: Vec<&dyn Isa> = [62u16, 183].iter().filter_map(|&m| isa_for_machine(m)).collect();
     let base = data.first().map(|&b| 0x1000 * b as u64);
     for note in sdt_notes::parse(data, base) {
         for arg in note.arg_texts() {
             for isa in &isas {
-                let _ = (isa.sdt_argument)(arg);
+                let _ = isa.sdt_argument(arg);
             }
         }
     }
     // Each argument parser on the bytes as text.
     if let Ok(text) = std::str::from_utf8(data) {
         for isa in &isas {
-            let _ = (isa.sdt_argument)(text);
+            let _ = isa.sdt_argument(text);
         }
     }
     let path = Path::new("fuzz.elf");
