@@ -11,9 +11,12 @@
 //! rel32` five, so each exit's window is the exit with as much as it needs
 //! of:
 //!
-//! - the bytes after it that nothing reaches (an unconditional exit never
-//!   falls through to them): dead code, or the alignment padding (`nop`s,
-//!   `int3`s) between the function's last instruction and the next one;
+//! - the `nop`s and `int3`s after it that nothing reaches (an
+//!   unconditional exit never falls through to them): alignment padding,
+//!   inside the function or between its last instruction and the next one.
+//!   Never other instructions, even ones no branch tp sees reaches: an
+//!   interpreter's handlers are reached through a table it builds at run
+//!   time (LuaJIT's VM), and look like dead code to any analysis of the file;
 //! - the straight-line instructions before it (an epilogue: `pop`, `add
 //!   rsp`, `leave`, moves; a system call wrapper's `cmp; jae error`), which
 //!   run out of place first: no call or syscall, no unconditional jump,
@@ -187,18 +190,30 @@ impl Part<'_> {
         self.targets.get(first).copied().filter(|&t| t < hi)
     }
 
-    /// Bytes after instruction `k` that nothing reaches, if it never falls
-    /// through: up to the first target, or past the part's end into its padding.
+    /// Bytes of padding after instruction `k` that nothing reaches, if it
+    /// never falls through: the `nop`s and `int3`s that follow it, up to the
+    /// first target, and past the part's end into its padding. Never an
+    /// instruction of another kind, even one no branch tp sees reaches: code
+    /// reached only through addresses computed at run time (an interpreter's
+    /// dispatch table, built from offsets) looks the same as dead code.
     fn unreachable_after(&self, k: usize, kind: ExitKind) -> u64 {
         if kind == ExitKind::CondJump {
             return 0;
         }
         let from = self.insns[k].end();
         let first = self.targets.partition_point(|&t| t < from);
-        match self.targets.get(first).copied().filter(|&t| t < self.end) {
+        let limit = match self.targets.get(first).copied().filter(|&t| t < self.end) {
             Some(t) => t - from,
             None => self.end - from + self.padding,
+        };
+        let mut len = 0;
+        for i in self.insns[k + 1..].iter().take_while(|i| i.addr < self.end) {
+            if i.mnemonic != "nop" && i.mnemonic != "int3" {
+                return len.min(limit);
+            }
+            len += i.len as u64;
         }
+        (len + self.padding).min(limit)
     }
 
     /// The window of exit `k`, not overlapping `used`; with `single`, of
@@ -430,6 +445,22 @@ mod tests {
         assert_eq!(exits[0].plan.as_ref().unwrap().exits[0].offset, 1);
         // The last: the ret and the padding.
         assert_eq!(window(&exits[1]), (F + 16, 5, "ret, int3, int3, int3, int3".into()));
+    }
+
+    #[test]
+    fn a_ret_never_takes_code_after_it_that_no_branch_reaches() {
+        // An interpreter's handlers, reached through a dispatch table built
+        // at run time: 0: mov eax, 1 (the entry's window); 5: pop rbx;
+        // 6: ret; 7: mov eax, [rbx]; 9: jmp rax; 11: ret. No branch tp sees
+        // reaches offset 7, and the window of the first ret must not cover
+        // it; before it, pop rbx and the entry's window leave no room.
+        let code = [0xb8, 1, 0, 0, 0, 0x5b, 0xc3, 0x8b, 0x03, 0xff, 0xe0, 0xc3];
+        let exits = exits_of(&code, &[0xcc; 4]);
+        let first = exits.iter().find(|e| e.at == F + 6).unwrap_or_else(|| panic!("{exits:?}"));
+        assert!(first.plan.is_err(), "{:?}", first.plan);
+        // The last ret takes the padding after the function.
+        let last = exits.iter().find(|e| e.at == F + 11).unwrap_or_else(|| panic!("{exits:?}"));
+        assert_eq!(window(last), (F + 11, 5, "ret, int3, int3, int3, int3".into()));
     }
 
     #[test]
