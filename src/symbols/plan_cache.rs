@@ -33,7 +33,7 @@ use crate::cache::{Bad, Reader, Writer, hash64, name_for};
 const KIND: &str = "plans";
 
 /// The version of a plan's encoding: part of the key.
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 /// Instructions a window may hold (one byte each at least).
 const MAX_INSNS: usize = MAX_WINDOW;

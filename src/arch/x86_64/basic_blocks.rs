@@ -1,5 +1,5 @@
 //! The basic blocks of an x86-64 function ([`crate::arch::Arch::blocks`]):
-//! capstone's classes as control flow; a jump through a register makes
+//! the decoder's classes as control flow; a jump through a register makes
 //! every code address the function forms a leader ([`super::taken`]).
 
 use super::decode::{Class, Insn, decode};

@@ -1,4 +1,4 @@
-//! x86-64: `jmp rel32` probes, capstone decoding, iced-x86 relocation.
+//! x86-64: `jmp rel32` probes; iced-x86 decoding and relocation.
 //!
 //! References: the System V AMD64 psABI (red zone §3.2.2, dead flags and r11
 //! at calls §3.2.1), the Intel SDM vol. 2 for encodings, and Linux

@@ -16,11 +16,11 @@
 //! on a static probe's 1-byte `nop` relocates only what comes after it.
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock,
-    MemoryOperand, Mnemonic, OpKind, Register,
+    BlockEncoder, BlockEncoderOptions, Code, Decoder, DecoderOptions, Instruction, InstructionBlock, MemoryOperand,
+    OpKind, Register,
 };
 
-use super::decode::{Class, near_target};
+use super::decode::{Class, class_of, near_target};
 use crate::arch::{ExitInsn, ExitKind, Refusal, SitePlan};
 
 /// The relocated instructions of one window.
@@ -127,7 +127,7 @@ pub fn relocate_with(plan: &SitePlan, at: u64, mut stub: Option<ExitStub>) -> Re
 }
 
 /// One instruction of the window as relocation sees it: where it is, its
-/// length and mnemonic as the planner decoded them (capstone, kept with
+/// length and mnemonic as the planner decoded them (kept with
 /// the plan), and what it does as iced-x86 decodes it, which must agree.
 struct Step<'a> {
     addr: u64,
@@ -157,25 +157,6 @@ fn steps_of<'a>(plan: &'a SitePlan, decoded: &[Instruction]) -> Result<Vec<Step<
         steps.push(Step { addr, len: w.len, mnemonic: &w.mnemonic, class: class_of(ins), target: near_target(ins) });
     }
     Ok(steps)
-}
-
-/// What `ins` means for relocation (the classes [`decode::decode`] gives
-/// from capstone's groups, for the instructions a window may hold).
-fn class_of(ins: &Instruction) -> Class {
-    match ins.flow_control() {
-        _ if matches!(ins.mnemonic(), Mnemonic::Syscall | Mnemonic::Sysenter) => Class::Syscall,
-        FlowControl::Return if matches!(ins.mnemonic(), Mnemonic::Ret | Mnemonic::Retf) => Class::Ret,
-        FlowControl::Call if near_target(ins).is_some() => Class::Call,
-        FlowControl::IndirectCall => Class::IndirectCall,
-        FlowControl::Return | FlowControl::Call => Class::Unsafe,
-        FlowControl::UnconditionalBranch => Class::Jump,
-        FlowControl::ConditionalBranch | FlowControl::XbeginXabortXend => Class::CondBranch,
-        FlowControl::IndirectBranch if ins.is_ip_rel_memory_operand() => Class::IndirectJumpRip,
-        FlowControl::IndirectBranch => Class::IndirectJump,
-        FlowControl::Interrupt | FlowControl::Exception => Class::Unsafe,
-        _ if ins.is_ip_rel_memory_operand() => Class::RipRelative,
-        _ => Class::Plain,
-    }
 }
 
 /// Instructions relocated together between exits.
@@ -644,42 +625,5 @@ mod tests {
         let asm = disassemble(&r.code, at);
         let disp = (site + 7 + 0x100) as i64 - (at + 6) as i64;
         assert_eq!(asm[0], format!("lea eax, [rip - {:#x}]", -disp));
-    }
-
-    /// The classes relocation reads from iced-x86 are those the planner
-    /// reads from capstone, with the same direct targets, on every
-    /// instruction both decode alike in the first 2 MiB of this test's own
-    /// code (both decoders start again at each 4 KiB): x86-64 code where the
-    /// host's is.
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn relocation_classes_agree_with_the_planners() {
-        let file = std::fs::read("/proc/self/exe").expect("reading /proc/self/exe");
-        let elf = goblin::elf::Elf::parse(&file).expect("this test's executable");
-        let text = elf.section_headers.iter().find(|s| elf.shdr_strtab.get_at(s.sh_name) == Some(".text"));
-        let text = text.expect("a .text section").file_range().expect("in the file");
-        let data = &file[text];
-        let coarse = |c: Class| match c {
-            Class::Ret | Class::Call | Class::IndirectCall | Class::Jump | Class::IndirectJump => c,
-            Class::IndirectJumpRip | Class::Syscall => c,
-            _ => Class::Plain,
-        };
-        let (mut compared, mut differ) = (0, Vec::new());
-        for chunk in data[..data.len().min(2 << 20)].chunks(4096) {
-            for c in decode::decode(chunk, SITE) {
-                let off = (c.addr - SITE) as usize;
-                let ins = Decoder::with_ip(64, &chunk[off..], c.addr, DecoderOptions::NONE).decode();
-                if ins.is_invalid() || ins.len() as u32 != c.len {
-                    continue;
-                }
-                compared += 1;
-                let direct = matches!(c.class, Class::Call | Class::Jump);
-                if coarse(class_of(&ins)) != coarse(c.class) || (direct && near_target(&ins) != c.target) {
-                    differ.push(format!("{} {:02x?}", c.mnemonic, &chunk[off..off + c.len as usize]));
-                }
-            }
-        }
-        assert!(compared > 100_000, "only {compared} instructions compared");
-        assert!(differ.is_empty(), "{} of {compared} differ: {:?}", differ.len(), &differ[..differ.len().min(10)]);
     }
 }
