@@ -22,6 +22,7 @@ use anyhow::Result;
 use super::layout::Entry;
 use super::region::Region;
 use super::remove::{self, Kept};
+use super::threads::Place;
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
@@ -29,14 +30,15 @@ use crate::process::{self};
 /// Looks for processes forked meanwhile at most this many times.
 const ROUNDS: usize = 8;
 /// How long tp keeps trying to unmap its memory from a process whose
-/// thread was caught using tp's code (running a detour or the runtime, or
-/// a call that returns into one live on its stack). The code is restored,
-/// so such a use ends as soon as the thread runs on; on a loaded machine
-/// the thread may not run at all between two looks a few milliseconds
+/// thread was caught running tp's code (a detour, the runtime). The code
+/// is restored, so the thread leaves it as soon as it runs on; on a loaded
+/// machine it may not run at all between two looks a few milliseconds
 /// apart, so each look waits for the thread to have run first.
 const IN_USE_PATIENCE: Duration = Duration::from_secs(1);
 /// The longest wait for a thread to run between two looks.
 const RUN_WAIT: Duration = Duration::from_millis(200);
+/// More looks at a process whose stack holds an address in tp's code.
+const STACK_RETRIES: usize = 3;
 
 /// True if process `pid` maps `region` where the target has it: one `stat`
 /// of its `/proc/PID/map_files/` entry (a look-up of one mapping), or,
@@ -200,16 +202,24 @@ fn restore_code(pid: i32, region: &Region, select: &dyn Fn(u32, &Entry) -> bool)
 
 /// The second pass in a process of the family: with every thread stopped,
 /// unmaps tp's memory if nothing uses it ([`remove::finish`]); a thread
-/// caught in tp's code gets more chances to leave it, each after it ran
-/// ([`IN_USE_PATIENCE`]).
+/// caught running tp's code gets more chances to leave it, each after it
+/// ran ([`IN_USE_PATIENCE`]), and a word on a stack a few looks more.
 fn unmap_if_unused(pid: i32, region: &Region) -> Outcome {
     let deadline = std::time::Instant::now() + IN_USE_PATIENCE;
     let mut outcome = unmap_once(pid, region);
-    while let Outcome::Kept(Kept::InUse { tid, .. }) = outcome {
-        if std::time::Instant::now() >= deadline {
+    for retry in 0.. {
+        let Outcome::Kept(Kept::InUse { tid, place, .. }) = outcome else { break };
+        // A thread running tp's code leaves it as soon as it runs; a word
+        // on a stack (a call still running through a detour or a
+        // trampoline) may stay for as long as the call lasts: a few looks.
+        let running = place == Place::Pc;
+        if std::time::Instant::now() >= deadline || (!running && retry >= STACK_RETRIES) {
             break;
         }
-        process::wait_until_run(pid, tid, RUN_WAIT);
+        match running {
+            true => process::wait_until_run(pid, tid, RUN_WAIT),
+            false => std::thread::sleep(Duration::from_millis(10)),
+        }
         outcome = unmap_once(pid, region);
     }
     outcome
