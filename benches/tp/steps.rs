@@ -245,18 +245,9 @@ fn return_address(mem: &std::fs::File, r: &libc::user_regs_struct) -> Result<u64
     mem.read_exact_at(&mut word, r.rsp)?;
     Ok(u64::from_le_bytes(word))
 }
-/// The instruction at `pc`, as capstone prints it (Intel syntax).
 #[cfg(target_arch = "x86_64")]
 fn disassemble(bytes: &[u8], pc: u64) -> Option<String> {
-    use capstone::arch::BuildsCapstone;
-    use capstone::arch::x86::ArchMode;
-    let cs = capstone::Capstone::new().x86().mode(ArchMode::Mode64).build().ok()?;
-    let insns = cs.disasm_count(bytes, pc, 1).ok()?;
-    let i = insns.iter().next()?;
-    Some(match (i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")) {
-        (m, "") => m.to_string(),
-        (m, ops) => format!("{m} {ops}"),
-    })
+    tp::arch::x86_64::decode::disassemble(bytes, pc).into_iter().next()
 }
 #[cfg(target_arch = "aarch64")]
 fn pc_of(r: &libc::user_regs_struct) -> u64 {

@@ -12,24 +12,9 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use tp::arch::x86_64::decode::disassemble;
 use tp::arch::x86_64::{detour, relocate, window};
 use tp::arch::{DetourSpec, Records, SitePlan};
-
-/// One line per instruction, `mnemonic operands`, as capstone prints them
-/// (Intel syntax): a decoder other than the one tp plans and relocates with.
-fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
-    use capstone::arch::BuildsCapstone;
-    use capstone::arch::x86::ArchMode;
-    let cs = capstone::Capstone::new().x86().mode(ArchMode::Mode64).build().expect("capstone x86-64");
-    let insns = cs.disasm_all(code, addr).expect("capstone disassembles");
-    insns
-        .iter()
-        .map(|i| match (i.mnemonic().unwrap_or("?"), i.op_str().unwrap_or("")) {
-            (m, "") => m.to_string(),
-            (m, ops) => format!("{m} {ops}"),
-        })
-        .collect()
-}
 
 /// Addresses of the original code; the data region is 1 MiB below each.
 const ORIGINS: [u64; 2] = [0x1040_0000, 0x5555_5540_0000];

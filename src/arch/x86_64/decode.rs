@@ -251,11 +251,26 @@ fn may_branch_into(code: &[u8], addr: u64, lo: u64, hi: u64) -> bool {
     })
 }
 
+thread_local! {
+    /// Capstone, for display and for the tests' oracle; planning and
+    /// relocation never use it.
+    static CAPSTONE: std::cell::RefCell<capstone::Capstone> = std::cell::RefCell::new({
+        use capstone::arch::BuildsCapstone;
+        capstone::Capstone::new()
+            .x86()
+            .mode(capstone::arch::x86::ArchMode::Mode64)
+            .detail(true)
+            .build()
+            .expect("capstone x86-64")
+    });
+}
+
 /// One line per instruction, `mnemonic operands`, as capstone prints them
-/// in Intel syntax: what the tests read emitted code with.
-#[cfg(test)]
+/// in Intel syntax: for display and for the tests (benches/tp and
+/// tests/reloc read emitted code with it), by a decoder other than the one
+/// tp plans and relocates with.
 pub fn disassemble(code: &[u8], addr: u64) -> Vec<String> {
-    oracle::CAPSTONE.with(|cs| {
+    CAPSTONE.with(|cs| {
         let cs = cs.borrow();
         let Ok(insns) = cs.disasm_all(code, addr) else { return Vec::new() };
         insns
@@ -275,19 +290,11 @@ mod oracle {
     // The comparison reads x86-64 code where the host's is.
     #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
-    use std::cell::RefCell;
+    use capstone::InsnGroupType;
+    use capstone::arch::DetailsArchInsn;
+    use capstone::arch::x86::{X86Insn, X86OperandType, X86Reg};
 
-    use capstone::arch::x86::{ArchMode, X86Insn, X86OperandType, X86Reg};
-    use capstone::arch::{BuildsCapstone, DetailsArchInsn};
-    use capstone::{Capstone, InsnGroupType};
-
-    use super::{Class, Insn};
-
-    thread_local! {
-        pub static CAPSTONE: RefCell<Capstone> = RefCell::new(
-            Capstone::new().x86().mode(ArchMode::Mode64).detail(true).build().expect("capstone x86-64"),
-        );
-    }
+    use super::{CAPSTONE, Class, Insn};
 
     /// [`super::decode`] done with capstone.
     pub fn decode(code: &[u8], addr: u64) -> Vec<Insn> {
