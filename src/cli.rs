@@ -225,10 +225,11 @@ pub struct ProbeArgs {
     #[arg(long = "if", value_name = "EXPR")]
     pub predicate: Option<String>,
     /// Count the calls per key, in the target: up to three of an integer
-    /// argument (a name or arg0..arg5) or `caller` (the call site: the
-    /// return address, shown as function+offset), `tid` and `pid` (`--by
-    /// 'fd, tid'`, `--by caller`); with --agg, the keys its values are
-    /// aggregated by.
+    /// argument (a name or arg0..arg5), `caller` (the call site: the
+    /// return address, shown as function+offset) or `stack` (the call
+    /// chain by frame pointers, 32 frames; `stack(N)` for N), `tid` and
+    /// `pid` (`--by 'fd, tid'`, `--by caller`, `--by stack`); with --agg,
+    /// the keys its values are aggregated by.
     #[arg(long, value_name = "KEYS")]
     pub by: Option<String>,
     /// Aggregate a value of each call in the target, per --by's keys:

@@ -174,7 +174,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 26;
+pub const VERSION: u32 = 27;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -1029,7 +1029,15 @@ pub mod by_word {
     /// word the call left (`tp_return_address`, the arch's runtime.h), at
     /// the exit the one the call's shadow frame kept (`Frame::ret`).
     pub const CALLER: u32 = 0xfe;
-    /// Bits 8..16: how the argument is extended (a `filter_ext`).
+    /// The call's stack keys it (`--by stack`): the hash of its return
+    /// addresses ([`super::stack_hash`]), found by following frame
+    /// pointers from the call's return address, at most the frames in
+    /// bits 8..16 ([`super::STACK_KEY_DEPTH`] at most), at entry and again
+    /// at the exit (the function has put the caller's frame pointer back).
+    /// A new key's frames go in the thread's [`super::StackKey`] store.
+    pub const STACK: u32 = 0xfd;
+    /// Bits 8..16: how the argument is extended (a `filter_ext`), or with
+    /// [`STACK`] how many frames the key takes.
     pub const EXT_SHIFT: u32 = 8;
     /// The call goes to the thread's [`super::AggEntry`] table (with the
     /// value [`super::ProbeConfig::agg`] reads), not its
@@ -1215,12 +1223,51 @@ impl Default for LatEntry {
     }
 }
 
+/// The most frames a `--by stack` key takes (the return addresses of the
+/// call and of its callers).
+pub const STACK_KEY_DEPTH: usize = 32;
+
+shared_struct! {
+    /// The frames of a `--by stack` key (`struct tp_stack_key`): the
+    /// [`AggEntry`] at the same index of the thread's table holds its
+    /// calls. Written by the thread when it makes that entry, before the
+    /// entry's probe word; tp takes the frames only where [`stack_hash`] of
+    /// them is the entry's key (the target can write anything here).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub struct StackKey as "tp_stack_key" {
+        /// The key: [`stack_hash`] of the frames.
+        pub hash: u64,
+        /// Frames kept, at most [`STACK_KEY_DEPTH`].
+        pub n: u64,
+        /// Return addresses, the call's own first.
+        pub frames: [u64; STACK_KEY_DEPTH],
+    }
+}
+
+impl Default for StackKey {
+    fn default() -> StackKey {
+        StackKey { hash: 0, n: 0, frames: [0; STACK_KEY_DEPTH] }
+    }
+}
+
+/// A `--by stack` key: the hash of a stack's return addresses, as
+/// runtime.c computes it (`stack_hash`, record.h).
+pub fn stack_hash(frames: &[u64]) -> u64 {
+    let mix = |h: u64, v: u64| {
+        let h = (h ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^ (h >> 31)
+    };
+    mix(frames.iter().fold(0x2545_f491_4f6c_dd1d, |h, &f| mix(h, f)), frames.len() as u64)
+}
+
 /// Bytes of a thread's aggregates: [`AggHead`], its [`LatEntry`] table,
-/// its [`ByEntry`] table, its [`AggEntry`] table.
+/// its [`ByEntry`] table, its [`AggEntry`] table and the [`StackKey`]
+/// beside each of those entries.
 pub const AGG_SIZE: u64 = (std::mem::size_of::<AggHead>()
     + AGG_LAT_ENTRIES * std::mem::size_of::<LatEntry>()
     + AGG_BY_ENTRIES * std::mem::size_of::<ByEntry>()
-    + AGG_VAL_ENTRIES * std::mem::size_of::<AggEntry>()) as u64;
+    + AGG_VAL_ENTRIES * std::mem::size_of::<AggEntry>()
+    + AGG_VAL_ENTRIES * std::mem::size_of::<StackKey>()) as u64;
 
 /// The bucket of a duration of `ticks` in a [`LatEntry`] (what runtime.c computes).
 pub fn lat_bucket(ticks: u64) -> usize {
@@ -1374,6 +1421,8 @@ pub const C_CONSTANTS: &[(&str, u64)] = &[
     ("TP_AGGV_SIGNED", fetch_word::SIGNED),
     ("TP_BY_NO_VALUE", by_word::NO_VALUE as u64),
     ("TP_BY_CALLER", by_word::CALLER as u64),
+    ("TP_BY_STACK", by_word::STACK as u64),
+    ("TP_STACK_KEY_DEPTH", STACK_KEY_DEPTH as u64),
     ("TP_BY_AGG", by_word::AGG as u64),
     ("TP_BY_AT_EXIT", by_word::AT_EXIT as u64),
     ("TP_BY_LATENCY", by_word::LATENCY as u64),
@@ -1424,6 +1473,7 @@ pub fn c_structs() -> Vec<CStruct> {
         LatEntry::c_struct(),
         ByEntry::c_struct(),
         AggEntry::c_struct(),
+        StackKey::c_struct(),
     ]
 }
 
@@ -1437,6 +1487,7 @@ const _: () = assert!(
 const _: () = assert!(std::mem::size_of::<AggEntry>() == 64 + 8 * AGG_HIST_BUCKETS);
 const _: () = assert!(std::mem::size_of::<LatEntry>() == 64 + 8 * LAT_BUCKETS);
 const _: () = assert!(std::mem::size_of::<ByEntry>() == 32);
+const _: () = assert!(std::mem::size_of::<StackKey>() == 16 + 8 * STACK_KEY_DEPTH);
 const _: () = assert!(std::mem::size_of::<AggHead>() == 64);
 const _: () = assert!(AGG_LAT_ENTRIES.is_power_of_two() && AGG_BY_ENTRIES.is_power_of_two());
 const _: () = assert!(std::mem::size_of::<ThreadState>() == 128);
@@ -1997,6 +2048,8 @@ unsafe impl Plain for ByEntry {}
 unsafe impl Plain for TrapTrace {}
 // SAFETY: plain integers.
 unsafe impl Plain for AggEntry {}
+// SAFETY: plain integers.
+unsafe impl Plain for StackKey {}
 
 /// The bytes of a plain value.
 pub fn bytes_of<T: Plain>(v: &T) -> &[u8] {

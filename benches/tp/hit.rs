@@ -54,6 +54,12 @@ pub enum Records {
     /// Each call's latency summed and bucketed per call site (`--by
     /// caller`: the key is the return address the call's frame keeps).
     AggLatencyByCaller,
+    /// Calls counted per stack, 32 frames walked by frame pointers at each
+    /// entry and hashed, in the target (`--by stack`): no event.
+    CountByStack,
+    /// Each call's latency summed and bucketed per stack (`--by stack`:
+    /// the exit walks the stack again).
+    AggLatencyByStack,
     /// Each entry with its stack, walked by frame pointers, this many frames.
     StackFp(u32),
     /// Each entry with a copy of this many bytes of its stack, unwound by the tracer.
@@ -80,6 +86,8 @@ impl Records {
             Records::AggLatencyByArg => "aggregate: sum and histogram of latency by an argument".into(),
             Records::CountByCaller => "aggregate: count by caller".into(),
             Records::AggLatencyByCaller => "aggregate: sum and histogram of latency by caller".into(),
+            Records::CountByStack => "aggregate: count by stack (32 frames)".into(),
+            Records::AggLatencyByStack => "aggregate: sum and histogram of latency by stack (32 frames)".into(),
             Records::StackFp(d) => format!("stack, frame pointers, {d} frames"),
             Records::StackCopy(b) => format!("stack, {b}-byte copy unwound (DWARF)"),
             Records::Blocks => "count, every basic block (--blocks)".into(),
@@ -89,7 +97,7 @@ impl Records {
     /// The frames a stack row walks through (the target nests its calls this deep).
     pub fn depth(self) -> u32 {
         match self {
-            Records::StackFp(_) | Records::StackCopy(_) => 40,
+            Records::StackFp(_) | Records::StackCopy(_) | Records::CountByStack | Records::AggLatencyByStack => 40,
             _ => 0,
         }
     }
@@ -115,6 +123,8 @@ impl Records {
             Records::AggLatencyByArg => (s(&["--agg", "sum(latency), hist(latency)", "--by", "x"]), Vec::new()),
             Records::CountByCaller => (s(&["--by", "caller"]), Vec::new()),
             Records::AggLatencyByCaller => (s(&["--agg", "sum(latency), hist(latency)", "--by", "caller"]), Vec::new()),
+            Records::CountByStack => (s(&["--by", "stack"]), Vec::new()),
+            Records::AggLatencyByStack => (s(&["--agg", "sum(latency), hist(latency)", "--by", "stack"]), Vec::new()),
             Records::StackFp(d) => (s(&["--stack", "--stack-depth", &d.to_string()]), Vec::new()),
             Records::StackCopy(b) => (s(&["--stack=dwarf", "--stack-size", &b.to_string()]), Vec::new()),
             Records::Blocks => (s(&["--blocks"]), Vec::new()),
@@ -161,7 +171,7 @@ pub trait Tracer {
     /// Which build of the target it probes.
     fn binary(&self) -> &'static str {
         match self.records() {
-            Records::StackFp(_) => "hot-fp",
+            Records::StackFp(_) | Records::CountByStack | Records::AggLatencyByStack => "hot-fp",
             _ => "hot",
         }
     }
@@ -305,7 +315,7 @@ impl Tracer for Tp {
 
     fn binary(&self) -> &'static str {
         match self.records {
-            Records::StackFp(_) => "hot-fp",
+            Records::StackFp(_) | Records::CountByStack | Records::AggLatencyByStack => "hot-fp",
             _ => self.binary,
         }
     }
@@ -335,6 +345,8 @@ impl Tracer for Tp {
             | Records::AggLatencyByArg
             | Records::CountByCaller
             | Records::AggLatencyByCaller
+            | Records::CountByStack
+            | Records::AggLatencyByStack
             | Records::Blocks => Sizes { bursts: 31, calls: 2_000_000, pause_us: 0 },
             // A stack takes several of the ring's events.
             Records::StackFp(_) | Records::StackCopy(_) => Sizes { bursts: 31, calls: 1_024, pause_us: 25_000 },

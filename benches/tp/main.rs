@@ -231,6 +231,8 @@ fn steps_section(env: &Env, o: &Options, r: &mut Results) -> bool {
         (Some(Records::AggLatencyByArg), "hot", "work"),
         (Some(Records::CountByCaller), "hot", "work"),
         (Some(Records::AggLatencyByCaller), "hot", "work"),
+        (Some(Records::CountByStack), "hot-fp", "work"),
+        (Some(Records::AggLatencyByStack), "hot-fp", "work"),
         (Some(Records::Count), "hot-nop5", "work"),
     ];
     for f in SHAPES {
@@ -497,6 +499,8 @@ fn tracers(o: &Options, notes: &mut Vec<String>) -> Vec<(Box<dyn Tracer>, u32)> 
         (Records::AggLatencyByArg, 1),
         (Records::CountByCaller, 1),
         (Records::AggLatencyByCaller, 1),
+        (Records::CountByStack, 1),
+        (Records::AggLatencyByStack, 1),
         (Records::StackFp(10), 1),
         (Records::StackFp(30), 1),
         (Records::StackCopy(1024), 1),

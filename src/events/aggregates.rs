@@ -18,7 +18,7 @@ use super::clock::Clock;
 use super::stats::Latency;
 use crate::probe::layout::{
     AGG_BY_ENTRIES, AGG_LAT_ENTRIES, AGG_VAL_ENTRIES, AggEntry, AggHead, ByEntry, Header, LAT_BUCKETS, LatEntry, Plain,
-    lat_bucket_low,
+    STACK_KEY_DEPTH, StackKey, lat_bucket_low, stack_hash,
 };
 use crate::probe::region::Region;
 
@@ -115,6 +115,38 @@ pub fn by_value(region: &Region) -> (HashMap<(u32, u64), u64>, u64) {
 
 fn value_off(h: &Header, slot: u64, i: usize) -> u64 {
     by_off(h, slot, AGG_BY_ENTRIES) + (i * std::mem::size_of::<AggEntry>()) as u64
+}
+
+fn stack_key_off(h: &Header, slot: u64, i: usize) -> u64 {
+    value_off(h, slot, AGG_VAL_ENTRIES) + (i * std::mem::size_of::<StackKey>()) as u64
+}
+
+/// The frames of the `--by stack` keys in the threads' tables of
+/// aggregates, by key (return addresses, the call's own first). A key's
+/// frames are taken only where they hash to it ([`stack_hash`]) and the
+/// entry beside them holds it: the target can write the store, and a
+/// key whose frames are not there (or not whole) is shown by its hash.
+pub fn stack_keys(region: &Region) -> HashMap<u64, Vec<u64>> {
+    let h = region.header();
+    let mut out = HashMap::new();
+    for slot in slots_in_use(&h) {
+        for i in 0..AGG_VAL_ENTRIES {
+            let e: AggEntry = region.get(value_off(&h, slot, i));
+            if e.probe == 0 || out.contains_key(&e.key) {
+                continue;
+            }
+            let k: StackKey = region.get(stack_key_off(&h, slot, i));
+            let Some(frames) =
+                usize::try_from(k.n).ok().filter(|n| (1..=STACK_KEY_DEPTH).contains(n)).map(|n| &k.frames[..n])
+            else {
+                continue;
+            };
+            if k.hash == e.key && stack_hash(frames) == k.hash {
+                out.insert(k.hash, frames.to_vec());
+            }
+        }
+    }
+    out
 }
 
 /// The owners of the thread slots, by slot offset, as last seen claimed:

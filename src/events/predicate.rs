@@ -1264,52 +1264,78 @@ pub enum Key {
     Pid,
     /// The call site: the call's return address (`caller`).
     Caller,
+    /// The call's stack: its return address and its callers', at most
+    /// this many frames (`stack`, `stack(N)`, bpftrace's `ustack`).
+    Stack(u32),
 }
 
 impl Key {
     /// True for the keys the runtime reads at the call (an argument, the
-    /// caller), of which a probe has one; `tid` and `pid` come with the
-    /// thread's table.
+    /// caller, the stack), of which a probe has one; `tid` and `pid` come
+    /// with the thread's table.
     pub fn in_call(&self) -> bool {
-        matches!(self, Key::Value(_) | Key::Caller)
+        matches!(self, Key::Value(_) | Key::Caller | Key::Stack(_))
     }
+
+    /// True for a key read where the call enters its function (the caller,
+    /// the stack): a probe inside a function has neither.
+    pub fn at_entry_only(&self) -> bool {
+        matches!(self, Key::Caller | Key::Stack(_))
+    }
+}
+
+/// Parses `stack`, `stack(N)` (or `ustack`, `ustack(N)`): the frames a
+/// stack key takes, [`crate::probe::layout::STACK_KEY_DEPTH`] unless N says fewer.
+fn stack_key(piece: &str) -> Option<Result<Key, String>> {
+    let rest = piece.strip_prefix("ustack").or_else(|| piece.strip_prefix("stack"))?;
+    let most = crate::probe::layout::STACK_KEY_DEPTH as u32;
+    if rest.is_empty() {
+        return Some(Ok(Key::Stack(most)));
+    }
+    let n = rest.strip_prefix('(')?.strip_suffix(')')?.trim();
+    Some(match n.parse::<u32>() {
+        Ok(n) if (1..=most).contains(&n) => Ok(Key::Stack(n)),
+        _ => Err(format!("`{}`: a stack key takes 1 to {most} frames", crate::escape::text(piece))),
+    })
 }
 
 /// The most keys `--by` takes.
 pub const MAX_KEYS: usize = 3;
 
 /// Parses `--by 'len, tid'`: up to [`MAX_KEYS`] keys, each `tid`, `pid`,
-/// `caller` or an integer argument (a parameter's name or argN), with at
-/// most one of `caller` and an argument.
+/// `caller`, `stack` (`stack(N)`) or an integer argument (a parameter's
+/// name or argN), with at most one of `caller`, `stack` and an argument.
 pub fn parse_keys(text: &str) -> Result<Vec<Key>, String> {
     let mut out = Vec::new();
     for piece in split_top_level(text) {
         let piece = piece.trim();
-        let key = match piece {
-            "" => return Err("an empty key in the list (two commas, or one at an end)".into()),
-            "tid" => Key::Tid,
-            "pid" => Key::Pid,
-            "caller" => Key::Caller,
-            "stack" | "ustack" => {
-                return Err("tp does not key by the whole stack: key by the call site with `caller`, or count \
-                            the calls per stack with `--stack` (and `--format folded`)"
-                    .into());
+        let key = if let Some(key) = stack_key(piece) {
+            key?
+        } else {
+            match piece {
+                "" => return Err("an empty key in the list (two commas, or one at an end)".into()),
+                "tid" => Key::Tid,
+                "pid" => Key::Pid,
+                "caller" => Key::Caller,
+                v => match parse(v)? {
+                    Expr::Truth(Operand::Name(_) | Operand::Position(_)) => Key::Value(v.to_string()),
+                    _ => {
+                        return Err(format!(
+                            "`{}` is not a key: name tid, pid, caller, stack, or one argument (a parameter's name or \
+                         arg0..arg5)",
+                            crate::escape::text(v)
+                        ));
+                    }
+                },
             }
-            v => match parse(v)? {
-                Expr::Truth(Operand::Name(_) | Operand::Position(_)) => Key::Value(v.to_string()),
-                _ => {
-                    return Err(format!(
-                        "`{}` is not a key: name tid, pid, caller, or one argument (a parameter's name or arg0..arg5)",
-                        crate::escape::text(v)
-                    ));
-                }
-            },
         };
         if out.contains(&key) {
             return Err(format!("`{piece}` is named twice"));
         }
         if key.in_call() && out.iter().any(Key::in_call) {
-            return Err("--by keys by one of an argument's value and the caller at most (with tid and pid)".into());
+            return Err(
+                "--by keys by one of an argument's value, the caller and the stack at most (with tid and pid)".into()
+            );
         }
         out.push(key);
     }
@@ -1711,15 +1737,20 @@ mod tests {
     }
 
     #[test]
-    fn by_keys_are_tid_pid_and_one_argument_or_the_caller() {
+    fn by_keys_are_tid_pid_and_one_argument_the_caller_or_the_stack() {
         assert_eq!(parse_keys("fd, tid").unwrap(), [Key::Value("fd".into()), Key::Tid]);
         assert_eq!(parse_keys("pid,tid,arg2").unwrap(), [Key::Pid, Key::Tid, Key::Value("arg2".into())]);
         assert_eq!(parse_keys("caller, tid").unwrap(), [Key::Caller, Key::Tid]);
+        assert_eq!(parse_keys("stack").unwrap(), [Key::Stack(32)]);
+        assert_eq!(parse_keys("ustack(5), pid").unwrap(), [Key::Stack(5), Key::Pid]);
         for (bad, why) in [
-            ("a, b", "one of an argument's value and the caller at most"),
-            ("fd, caller", "one of an argument's value and the caller at most"),
+            ("a, b", "one of an argument's value, the caller and the stack at most"),
+            ("fd, caller", "one of an argument's value, the caller and the stack at most"),
+            ("stack, caller", "one of an argument's value, the caller and the stack at most"),
             ("tid, tid", "named twice"),
-            ("stack", "does not key by the whole stack"),
+            ("stack(0)", "takes 1 to 32 frames"),
+            ("stack(33)", "takes 1 to 32 frames"),
+            ("ustack(x)", "takes 1 to 32 frames"),
             ("a > 1", "not a key"),
             ("tid,", "an empty key"),
         ] {

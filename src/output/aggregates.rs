@@ -3,7 +3,9 @@
 //! sum, min, max, avg) and a power-of-two histogram (`hist`), written as
 //! bpftrace prints its maps (`@[key]: …`, `[lo, hi)  count |@@@|`). A
 //! `caller` key (`--by caller`) is a return address, shown named
-//! (`function+0x1f (module)`) from [`ProbeAgg::callers`].
+//! (`function+0x1f (module)`) from [`ProbeAgg::callers`]; a `stack` key
+//! (`--by stack`) is the hash of a stack's return addresses, shown as its
+//! frames from [`ProbeAgg::stacks`].
 
 use std::collections::BTreeMap;
 use std::io::{self, Write};
@@ -37,13 +39,20 @@ pub struct ProbeAgg {
     /// The `caller` key's values named (function, offset, module), by
     /// address; an address not here is shown as a number.
     pub callers: BTreeMap<i128, Frame>,
+    /// The `stack` key's frames named, the call's return address first, by
+    /// key (the frames' hash); a key not here is shown by its hash.
+    pub stacks: BTreeMap<i128, Vec<Frame>>,
 }
 
 /// The key named `caller` (`--by caller`).
 pub const CALLER: &str = "caller";
+/// The key named `stack` (`--by stack`).
+pub const STACK: &str = "stack";
 
 impl ProbeAgg {
-    /// The texts of `r`'s key values: numbers, a caller named.
+    /// The texts of `r`'s key values: numbers, a caller named, a stack
+    /// folded (its frames outermost first, joined by `;`, as flame graphs
+    /// take them).
     pub fn key_texts(&self, r: &AggRow) -> Vec<String> {
         r.key
             .iter()
@@ -53,10 +62,19 @@ impl ProbeAgg {
                     Some(f) => f.text(),
                     None => format!("{:#x}", *v as u64),
                 },
+                Some(STACK) => match self.stacks.get(v) {
+                    Some(frames) => frames.iter().rev().map(Frame::text).collect::<Vec<_>>().join(";"),
+                    None => stack_id(*v),
+                },
                 _ => v.to_string(),
             })
             .collect()
     }
+}
+
+/// A stack key by its hash, where its frames are not known.
+fn stack_id(v: i128) -> String {
+    format!("stack {:#018x}", v as u64)
 }
 
 /// The aggregate of one key.
@@ -134,11 +152,27 @@ fn short(v: i128) -> String {
     }
 }
 
+/// `@[key, …]`, a stack key's frames one per line as bpftrace prints a
+/// `ustack` key, the call's return address first.
 fn key_text(p: &ProbeAgg, r: &AggRow) -> String {
-    match r.key.is_empty() {
-        true => "@".into(),
-        false => format!("@[{}]", p.key_texts(r).iter().map(|k| text(k).into_owned()).collect::<Vec<_>>().join(", ")),
+    if r.key.is_empty() {
+        return "@".into();
     }
+    let texts = p.key_texts(r);
+    let parts: Vec<String> = r
+        .key
+        .iter()
+        .zip(&texts)
+        .enumerate()
+        .map(|(i, (v, t))| match (p.keys.get(i).map(String::as_str), p.stacks.get(v)) {
+            (Some(STACK), Some(frames)) => {
+                let lines: String = frames.iter().map(|f| format!("    {}\n", text(&f.text()))).collect();
+                format!("\n{lines}")
+            }
+            _ => text(t).into_owned(),
+        })
+        .collect();
+    format!("@[{}]", parts.join(", "))
 }
 
 /// The histogram lines of `hist`: from its first bucket with calls to its last.
@@ -227,9 +261,11 @@ fn row_json(p: &ProbeAgg, r: &AggRow) -> String {
     };
     // A caller's key is its name; its address and parts come beside it.
     let caller = p.keys.iter().position(|k| k == CALLER);
-    let key = r.key.iter().zip(p.key_texts(r)).enumerate().map(|(i, (v, t))| match Some(i) == caller {
-        true => json::string(&t),
-        false => v.to_string(),
+    let stack_at = p.keys.iter().position(|k| k == STACK);
+    let key = r.key.iter().zip(p.key_texts(r)).enumerate().map(|(i, (v, t))| match i {
+        _ if Some(i) == caller => json::string(&t),
+        _ if Some(i) == stack_at => json::string(&format!("{:#x}", *v as u64)),
+        _ => v.to_string(),
     });
     let site = caller.and_then(|i| r.key.get(i)).map(|&v| {
         let f = p.callers.get(&v);
@@ -240,9 +276,14 @@ fn row_json(p: &ProbeAgg, r: &AggRow) -> String {
             .opt_str("module", f.and_then(|f| f.module.as_deref()))
             .finish()
     });
+    // A stack's key is its hash; its frames come beside it, as --stack's.
+    let stack = p.keys.iter().position(|k| k == STACK).and_then(|i| r.key.get(i)).and_then(|v| p.stacks.get(v));
     let mut o = Obj::new().list("key", key);
     if let Some(site) = site {
         o = o.raw("caller", &site);
+    }
+    if let Some(frames) = stack {
+        o = o.list("stack", frames.iter().map(|f| json::string(&f.text())));
     }
     o.num("count", r.count)
         .opt("sum", has.then_some(r.sum))
@@ -311,6 +352,7 @@ mod tests {
             overflow: 0,
             unreadable: 2,
             callers: BTreeMap::new(),
+            stacks: BTreeMap::new(),
         };
         let mut out = Vec::new();
         write_text(&mut out, std::slice::from_ref(&p)).unwrap();

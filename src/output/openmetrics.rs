@@ -289,6 +289,7 @@ mod tests {
             overflow: 0,
             unreadable: 0,
             callers: Default::default(),
+            stacks: Default::default(),
         });
         let text = render(&[s, series("g", 1, None)], Format::OpenMetrics);
         let l = "pid=\"7\",module=\"m\",function=\"f\",key_fd=\"3\",key_tid=\"11\"";

@@ -338,7 +338,9 @@ fn patch_all(
     if Host::COUNTING_CALLS_RUNTIME {
         learn_rows(stopped, region)?;
     }
-    if requests.iter().any(|r| r.kind & kind::STACK != 0) {
+    let walks_stacks =
+        |r: &Request| r.kind & kind::STACK != 0 || r.config.by & layout::by_word::REG_MASK == layout::by_word::STACK;
+    if requests.iter().any(walks_stacks) {
         learn_stacks(stopped, region, &maps)?;
     }
     let detours: Vec<&Detour> = placed.iter().map(|p| &p.detour).collect();

@@ -742,16 +742,19 @@ fn batch(
                 text::text(&r.function.name)
             );
         }
-        if r.plan.interior
-            && what
-                .by
-                .as_deref()
-                .and_then(|b| predicate::parse_keys(b).ok())
-                .is_some_and(|k| k.contains(&predicate::Key::Caller))
-        {
+        let keys = what.by.as_deref().and_then(|b| predicate::parse_keys(b).ok()).unwrap_or_default();
+        if let Some(key) = keys.iter().find(|k| r.plan.interior && k.at_entry_only()) {
             bail!(
-                "cannot probe `{}`: --by caller keys by the return address, which is where a call leaves it at a \
+                "cannot probe `{}`: --by {} keys by the return address, which is where a call leaves it at a \
                  function's entry only (a static probe is inside its function): key by tid, pid or an argument",
+                text::text(&r.function.name),
+                if *key == predicate::Key::Caller { "caller" } else { "stack" }
+            );
+        }
+        if r.abi == crate::arch::Abi::Go && keys.iter().any(|k| matches!(k, predicate::Key::Stack(_))) {
+            bail!(
+                "cannot probe `{}`: --by stack walks frames on the thread's stack, and a goroutine's is not one \
+                 tp knows the bounds of: key by caller, tid or pid",
                 text::text(&r.function.name)
             );
         }
@@ -804,18 +807,24 @@ fn configure(
         _ => None,
     });
     let caller = keys.contains(&predicate::Key::Caller);
+    let stack = keys.iter().find_map(|k| match k {
+        predicate::Key::Stack(depth) => Some(*depth),
+        _ => None,
+    });
     if what.by.is_some() || agg.is_some() {
-        r.config.by = match value {
-            Some(arg) => predicate::by_word(arg, info)
+        r.config.by = match (value, stack) {
+            (Some(arg), _) => predicate::by_word(arg, info)
                 .map_err(|why| anyhow::anyhow!("--by `{}` in `{function}`: {why}", text::text(arg)))?,
-            None if caller => layout::by_word::CALLER,
-            None => layout::by_word::NO_VALUE,
+            (None, Some(depth)) => layout::by_word::STACK | depth << layout::by_word::EXT_SHIFT,
+            (None, None) if caller => layout::by_word::CALLER,
+            (None, None) => layout::by_word::NO_VALUE,
         };
         // Calls counted by an argument alone, or by it and the thread or
         // process (each thread's table is its own), go to the table of
-        // counts; an aggregate of a value, or a count by the caller, thread
-        // or process alone, to the table of aggregates (whose keys are 64
-        // bits wide, as a return address is).
+        // counts; an aggregate of a value, or a count by the caller, the
+        // stack, the thread or process alone, to the table of aggregates
+        // (whose keys are 64 bits wide, as a return address or a stack's
+        // hash is).
         if agg.is_some() || value.is_none() {
             r.config.by |= layout::by_word::AGG;
         }

@@ -609,7 +609,7 @@ pub struct AggProbe {
 /// thread's rows under the keys asked, merged. None if neither asks for
 /// them (`--by` of an argument alone has its own table and output), or if
 /// either does not parse (text the target could have written). `name`
-/// names a `caller` key's return addresses.
+/// names a `caller` key's return addresses, and a `stack` key's.
 pub fn aggregates_of(
     region: &crate::probe::region::Region,
     owners: &crate::events::aggregates::Owners,
@@ -638,9 +638,15 @@ pub fn aggregates_of(
             predicate::Key::Tid => "tid".into(),
             predicate::Key::Pid => "pid".into(),
             predicate::Key::Caller => crate::output::aggregates::CALLER.into(),
+            predicate::Key::Stack(_) => crate::output::aggregates::STACK.into(),
         })
         .collect();
     let caller = keys.iter().position(|k| *k == predicate::Key::Caller);
+    let stack = keys.iter().position(|k| matches!(k, predicate::Key::Stack(_)));
+    let stack_frames = match stack {
+        Some(_) => crate::events::aggregates::stack_keys(region),
+        None => Default::default(),
+    };
     let (values, overflow, unreadable) = crate::events::aggregates::values(region, owners);
     let (counts, by_overflow) = crate::events::aggregates::by_thread(region, owners);
     let key_of = |word: u32, value: u64, pid: u32, tid: u32| -> Vec<i128> {
@@ -649,7 +655,7 @@ pub fn aggregates_of(
                 predicate::Key::Value(_) => predicate::by_value(word, value),
                 predicate::Key::Tid => tid as i128,
                 predicate::Key::Pid => pid as i128,
-                predicate::Key::Caller => value as i128,
+                predicate::Key::Caller | predicate::Key::Stack(_) => value as i128,
             })
             .collect()
     };
@@ -688,6 +694,16 @@ pub fn aggregates_of(
             let callers = caller
                 .map(|k| rows.iter().filter_map(|r| r.key.get(k)).map(|&v| (v, name(v as u64))).collect())
                 .unwrap_or_default();
+            let stacks = stack
+                .map(|k| {
+                    rows.iter()
+                        .filter_map(|r| r.key.get(k))
+                        .filter_map(|&v| {
+                            stack_frames.get(&(v as u64)).map(|f| (v, f.iter().map(|&a| name(a)).collect()))
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
             ProbeAgg {
                 function: p.function.clone(),
                 keys: names.clone(),
@@ -697,6 +713,7 @@ pub fn aggregates_of(
                 overflow: 0,
                 unreadable: 0,
                 callers,
+                stacks,
             }
         })
         .collect();

@@ -294,9 +294,9 @@ fn bad_aggregations_are_refused_in_one_line() {
         (vec!["-f", "consume", "--agg", "sum(ret + 1)"], "unexpected `+`"),
         (vec!["-f", "consume", "--agg", "sum(nosuch)"], "has no parameter `nosuch`"),
         (vec!["-f", "submit", "--agg", "sum(m->nosuch)"], "no member `nosuch`"),
-        (vec!["-f", "consume", "--by", "stack"], "does not key by the whole stack"),
-        (vec!["-f", "consume", "--by", "fd, len"], "one of an argument's value and the caller at most"),
-        (vec!["-f", "consume", "--by", "fd, caller"], "one of an argument's value and the caller at most"),
+        (vec!["-f", "consume", "--by", "stack(0)"], "a stack key takes 1 to 32 frames"),
+        (vec!["-f", "consume", "--by", "fd, len"], "one of an argument's value, the caller and the stack at most"),
+        (vec!["-f", "consume", "--by", "fd, caller"], "one of an argument's value, the caller and the stack at most"),
     ] {
         let mut full = vec!["attach", "-p", pid.as_str(), "-d", "1"];
         full.extend(args);

@@ -35,6 +35,7 @@ mod stacks;
 mod agg;
 // Calls keyed by their call site, the return address at entry (--by caller).
 mod callers;
+mod stack_keys;
 // Frames in JIT code named by the process's perf map: a C target's copied code, node's functions.
 mod jit_frames;
 // list-probes on the bundled targets.

@@ -132,7 +132,7 @@ HOT void go_exit(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 			e->frames[d - 2].children += own_ticks(tsc, entry_tsc, nested);
 		__atomic_store_n(&e->depth, --d, __ATOMIC_RELEASE);
 		uint64_t tail = !!(word & TP_TAIL_CALL);
-		if (t && (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, 0, 0)))
+		if (t && (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, 0, 0, 0)))
 			emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, children);
 		if (d)
 			e->overhead += tp_timestamp() - tsc;

@@ -258,6 +258,33 @@ HOT uint64_t caller_of(const struct tp_thread *t, const uint64_t *slot)
 	return v;
 }
 
+/* --by stack: where a call's stack key is walked from (stack_key): the
+ * call's return address `first`, at stack slot `slot`, at most `depth`
+ * frames, in thread `t` of `c`. */
+struct key_stack {
+	const struct tp_ctx *c;
+	struct tp_thread *t;
+	uint64_t first, slot;
+	uint32_t depth;
+};
+
+/* The key of the stack `k` says, and with `out` its frames written there:
+ * `first`, then the return address of each frame record found by
+ * following the frame pointer the function was entered with (or has put
+ * back, at an exit), as emit_with_stack walks them, at most `depth` in
+ * all (TP_STACK_KEY_DEPTH at most). Every record read lies in the
+ * thread's stack bounds, above the last; without bounds the key is the
+ * return address alone. The hash is layout.rs's stack_hash. Walked once
+ * per call, and again (into the thread's store) when the key is new. */
+HOT uint64_t stack_key(const struct key_stack *k, struct tp_stack_key *out);
+
+/* How many frames a --by stack key of `by` takes (its EXT bits). */
+HOT uint32_t stack_key_depth(uint32_t by)
+{
+	uint32_t d = (by >> 8) & 0xff;
+	return d == 0 ? 1 : d > TP_STACK_KEY_DEPTH ? TP_STACK_KEY_DEPTH : d;
+}
+
 /* --agg: adds value `v` (if `has`; signed if `sign`) of a call of `probe`
  * under `key` to the thread's table of aggregates `a`, in an entry of
  * `owner`'s (owner_of): count, sum,
@@ -271,16 +298,23 @@ HOT uint64_t caller_of(const struct tp_thread *t, const uint64_t *slot)
  * unreadable) under the key of --by's argument (0 without one). The
  * program's header is checked as it is read: one the target rewrote into
  * something else counts nothing. */
-HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t key, uint64_t v, int has, int sign)
+HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t key, uint64_t v, int has, int sign,
+		   const struct key_stack *ks)
 {
 	struct tp_aggv *table = (struct tp_aggv *)((uint64_t)a + sizeof(struct tp_agg) +
 						   TP_AGG_LAT_ENTRIES * sizeof(struct tp_lat) +
 						   TP_AGG_BY_ENTRIES * sizeof(struct tp_by));
 	uint64_t at = ((key ^ ((uint64_t)probe << 40)) * 0x9e3779b97f4a7c15ull) >> (64 - TP_AGG_VAL_BITS);
 	for (uint64_t i = 0; i < TP_AGG_PROBES; i++) {
-		struct tp_aggv *e = &table[(at + i) & (TP_AGG_VAL_ENTRIES - 1)];
+		uint64_t index = (at + i) & (TP_AGG_VAL_ENTRIES - 1);
+		struct tp_aggv *e = &table[index];
 		uint32_t p = e->probe;
 		if (p == 0) {
+			/* A stack key's frames, beside its entry, before the
+			 * entry's probe word makes it count. */
+			if (ks)
+				stack_key(ks, (struct tp_stack_key *)(table + TP_AGG_VAL_ENTRIES) + index);
+			e->key = key;
 			e->key = key;
 			e->owner = owner;
 			e->count = 0;
@@ -317,6 +351,11 @@ HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint64_t r = by & 0xff;
 	uint64_t key = r < 6 ? extend(regs[r], (by >> 8) & 0xff) : r == TP_BY_CALLER ? caller_of(t, slot) : 0;
+	struct key_stack ks = {c, t, 0, (uint64_t)slot, stack_key_depth(by)};
+	if (r == TP_BY_STACK) {
+		ks.first = caller_of(t, slot);
+		key = stack_key(&ks, 0);
+	}
 	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
 	uint64_t v = 0;
 	if (h) {
@@ -335,7 +374,7 @@ HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		}
 		v = extend(v, (h >> TP_AGGV_EXT_SHIFT) & 0xff);
 	}
-	add_value(a, owner_of(c, t, a), probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0);
+	add_value(a, owner_of(c, t, a), probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0, r == TP_BY_STACK ? &ks : 0);
 }
 
 /* A duration of `ticks` in nanoseconds: by the multiplier tp wrote in
@@ -357,7 +396,7 @@ HOT uint64_t to_ns(const struct tp_ctx *c, uint64_t ticks)
  * address the frame kept at entry (`frame_ret`, 0 for goroutine frames,
  * which tp refuses to key so); or 0. */
 HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tail,
-			   uint64_t ticks, uint32_t frame_key, uint64_t frame_ret)
+			   uint64_t ticks, uint32_t frame_key, uint64_t frame_ret, uint64_t slot)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t by = __atomic_load_n(&cfg->by, __ATOMIC_RELAXED);
@@ -367,8 +406,14 @@ HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe
 	uint64_t key = (by & TP_BY_KEY_IN_FRAME) && (by & 0xff) < 6 ? extend(frame_key, (by >> 8) & 0xff)
 		       : (by & 0xff) == TP_BY_CALLER			    ? frame_ret
 									    : 0;
+	/* A stack key is walked again: at an exit the function has put its
+	 * caller's frame pointer back, so the walk reads the entry's frames. */
+	struct key_stack ks = {c, t, frame_ret, slot, stack_key_depth(by)};
+	const struct key_stack *stack = (by & 0xff) == TP_BY_STACK ? &ks : 0;
+	if (stack)
+		key = stack_key(stack, 0);
 	if (by & TP_BY_LATENCY) {
-		add_value(a, owner_of(c, t, a), probe, key, to_ns(c, ticks), 1, 0);
+		add_value(a, owner_of(c, t, a), probe, key, to_ns(c, ticks), 1, 0, stack);
 		return;
 	}
 	if (tail)
@@ -376,7 +421,8 @@ HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe
 	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
 	if (((h >> 32) & 0xff) != 1)
 		return;
-	add_value(a, owner_of(c, t, a), probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0);
+	add_value(a, owner_of(c, t, a), probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0,
+		  stack);
 }
 
 /* What the frame of a call of `probe` keeps for its exit: with
@@ -476,7 +522,8 @@ HOT int aggregate(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_
  * durations in the target adds this one there (keyed by what the call's
  * frame kept: `frame_key`, `frame_ret`, see aggregate_at_exit). */
 HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tsc,
-		    uint64_t entry_tsc, uint64_t nested, uint64_t tail, uint32_t frame_key, uint64_t frame_ret)
+		    uint64_t entry_tsc, uint64_t nested, uint64_t tail, uint32_t frame_key, uint64_t frame_ret,
+		    uint64_t slot)
 {
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint32_t flags = __atomic_load_n(&cfg->flags, __ATOMIC_RELAXED);
@@ -492,7 +539,7 @@ HOT int record_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint6
 		 * own ticks in the call's callees, never past the exit. */
 		uint64_t ticks = own_ticks(tsc, entry_tsc, nested);
 		if (flags & TP_BY)
-			aggregate_at_exit(c, t, probe, ret, tail, ticks, frame_key, frame_ret);
+			aggregate_at_exit(c, t, probe, ret, tail, ticks, frame_key, frame_ret, slot);
 		return !aggregate(c, t, probe, ticks);
 	}
 	return 1;
@@ -551,6 +598,39 @@ HOT uint64_t real_return(const struct tp_thread *t, uint64_t at, uint64_t word)
 			return f->ret;
 	}
 	return word;
+}
+
+HOT uint64_t stack_key(const struct key_stack *k, struct tp_stack_key *out)
+{
+	uint64_t h = 0x2545f4914f6cdd1dull, ret = k->first, lo = 0, hi = 0;
+	uint32_t n = 0;
+	int bounded = k->depth > 1 && stack_bounds(k->c, k->t, k->slot, &lo, &hi) && lo <= k->slot && k->slot < hi;
+	uint64_t fp = tp_frame_pointer(), prev = k->slot;
+	for (;;) {
+		if (out)
+			out->frames[n] = ret;
+		n++;
+		h = (h ^ ret) * 0x9e3779b97f4a7c15ull;
+		h ^= h >> 31;
+		if (!bounded || n >= k->depth)
+			break;
+		if ((fp & 7) || fp <= prev || fp < lo || fp >= hi || hi - fp < 16)
+			break;
+		uint64_t next = ((const volatile uint64_t *)fp)[0];
+		ret = ((const volatile uint64_t *)fp)[1];
+		if (ret == 0)
+			break;
+		ret = real_return(k->t, fp + 8, ret);
+		prev = fp;
+		fp = next;
+	}
+	h = (h ^ n) * 0x9e3779b97f4a7c15ull;
+	h ^= h >> 31;
+	if (out) {
+		out->n = n;
+		out->hash = h;
+	}
+	return h;
 }
 
 /* Where word `i` of a stack goes: the records after the event at `head`,

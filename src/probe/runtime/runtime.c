@@ -939,7 +939,7 @@ HOT uint64_t exit_call(struct tp_ctx *c, const uint64_t *regs, uint64_t sp, cons
 				t->shadow[keep++] = *g;
 			}
 			__atomic_store_n(&t->depth, keep, __ATOMIC_RELEASE);
-			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0, key, ret))
+			if (!ext || record_exit(c, t, probe, regs[0], tsc, entry_tsc, nested, 0, key, ret, want))
 				emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, regs[0], entry_tsc, regs[1], nested, 0,
 				     children);
 			account(t, keep, tsc);
@@ -1017,7 +1017,7 @@ HOT void exit_at(struct tp_ctx *c, uint32_t word, uint64_t slot, uint64_t v0, ui
 	__atomic_store_n(&t->depth, d - 1, __ATOMIC_RELEASE);
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	uint64_t tail = !!(word & TP_TAIL_CALL);
-	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, key, frame_ret))
+	if (!ext || record_exit(c, t, probe, v0, tsc, entry_tsc, nested, tail, key, frame_ret, slot))
 		emit(c, t, probe | (TP_EXIT << TP_KIND_SHIFT), tsc, v0, entry_tsc, v1, nested, tail, children);
 	account(t, d - 1, tsc);
 }
