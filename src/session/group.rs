@@ -69,8 +69,6 @@ pub type Published = Arc<Mutex<Vec<Series>>>;
 pub struct Behaviour {
     /// Several processes were asked for: lines and summaries name them.
     pub several: bool,
-    /// Probe the same functions again after an exec.
-    pub follow_exec: bool,
     /// How often each process is looked at (exit, exec, new libraries).
     pub check_every: Duration,
     /// Show the live counts on stderr (hidden anyway when it is no terminal).
@@ -117,12 +115,20 @@ pub struct Member {
     libs: Libraries,
     /// Set once the process left the session.
     pub left: Option<Left>,
+    /// How long the session's end stopped the process to restore its code
+    /// (zero if it had ended), once it did.
+    pub detach_stop: Option<Duration>,
 }
 
 impl Member {
     /// How many programs the member ran under the session.
     pub fn programs(&self) -> usize {
         self.programs.len()
+    }
+
+    /// The probes of the program it runs now, while they are in.
+    pub fn attached(&self) -> Option<&Attached> {
+        self.programs.last().filter(|p| p.live).map(|p| &p.attached)
     }
 
     fn current(&mut self) -> Option<&mut Program> {
@@ -347,7 +353,7 @@ impl Group {
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
         self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
-        self.members.push(Member { pid, programs, libs: Libraries::new(follow), left: None });
+        self.members.push(Member { pid, programs, libs: Libraries::new(follow), left: None, detach_stop: None });
     }
 
     fn program(&self, attached: Attached) -> Program {
@@ -544,7 +550,7 @@ impl Group {
             }
             Change::Execd(exe) => {
                 self.end_program(i);
-                if self.how.follow_exec {
+                if self.opts.follow_exec {
                     self.follow_exec(i, &exe)?;
                 } else {
                     crate::say!(
@@ -660,6 +666,7 @@ impl Group {
                     continue;
                 }
             };
+            let stop_time = detached.stop_time;
             self.family.restored(pid, &detached.family);
             say_relatives(pid, &detached.family);
             if self.how.announce {
@@ -707,6 +714,7 @@ impl Group {
             report.blocks = blocks;
             report.steps = p.stepping.take().map(|s| s.calls).unwrap_or_default();
             p.report = Some(report);
+            self.members[i].detach_stop = Some(stop_time);
         }
         if let Some(e) = first_error {
             return Err(e);
