@@ -19,6 +19,6 @@ pub fn run(args: AttachArgs) -> Result<ExitCode> {
     interrupt::install();
     // The command line first: a format that cannot be, before any process is looked at.
     let opts = Options::from_cli(CommandLine::Attach(&args))?;
-    attach::run(opts, &which(&args.targets), args.exe.as_deref())?;
-    Ok(ExitCode::SUCCESS)
+    let status = attach::run(opts, &which(&args.targets), args.exe.as_deref())?;
+    Ok(ExitCode::from(status))
 }

@@ -15,8 +15,9 @@ use super::{Options, metrics, results};
 use crate::output::sink::Sink;
 
 /// Probes what `opts` selects in the processes `which` names and in those
-/// that run `exe`, and runs the session.
-pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<()> {
+/// that run `exe`, and runs the session: its exit status is
+/// [`super::exit_status`]'s.
+pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<u8> {
     let exe = exe.map(ExeFile::open).transpose()?;
     if which.is_empty() && exe.is_none() {
         bail!("name the processes to attach to with -p PID (repeat, or a comma list), --name NAME or --exe PATH");
@@ -86,9 +87,10 @@ pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<()> {
     }
     if keep {
         std::mem::forget(group);
-        return Ok(());
+        return Ok(0);
     }
     let why = group.observe(duration)?;
     let reports = group.detach(why)?;
-    group.write_reports(&reports)
+    group.write_reports(&reports)?;
+    Ok(super::exit_status(group.killed_by()))
 }

@@ -118,6 +118,9 @@ pub struct Member {
     /// How long the session's end stopped the process to restore its code
     /// (zero if it had ended), once it did.
     pub detach_stop: Option<Duration>,
+    /// How the process ended, if it ended during the session (as the
+    /// kernel said: [`Ended::Unknown`] where tp does not hear it).
+    pub ended: Option<Ended>,
 }
 
 impl Member {
@@ -353,7 +356,14 @@ impl Group {
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
         self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
-        self.members.push(Member { pid, programs, libs: Libraries::new(follow), left: None, detach_stop: None });
+        self.members.push(Member {
+            pid,
+            programs,
+            libs: Libraries::new(follow),
+            left: None,
+            detach_stop: None,
+            ended: None,
+        });
     }
 
     fn program(&self, attached: Attached) -> Program {
@@ -543,6 +553,7 @@ impl Group {
                 self.end_program(i);
                 let how = self.family.end_of(pid);
                 self.members[i].left = Some(Left::Exited(how));
+                self.members[i].ended = Some(how);
                 // One process: the end of the session says it, with the counts.
                 if several {
                     crate::say!("tp: process {pid} {}", how.sentence());
@@ -616,7 +627,9 @@ impl Group {
             }
             Err(e) if !process::is_alive(pid) => {
                 let _ = e;
-                self.members[i].left = Some(Left::Exited(self.family.end_of(pid)));
+                let how = self.family.end_of(pid);
+                self.members[i].left = Some(Left::Exited(how));
+                self.members[i].ended = Some(how);
             }
             Err(e) => {
                 crate::say!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
@@ -667,6 +680,7 @@ impl Group {
                 }
             };
             let stop_time = detached.stop_time;
+            let ended = (detached.target_gone && !detached.execd).then(|| self.family.end_of(pid));
             self.family.restored(pid, &detached.family);
             say_relatives(pid, &detached.family);
             if self.how.announce {
@@ -715,6 +729,9 @@ impl Group {
             report.steps = p.stepping.take().map(|s| s.calls).unwrap_or_default();
             p.report = Some(report);
             self.members[i].detach_stop = Some(stop_time);
+            if ended.is_some() {
+                self.members[i].ended = ended;
+            }
         }
         if let Some(e) = first_error {
             return Err(e);
@@ -740,6 +757,15 @@ impl Group {
     pub fn write_reports(&mut self, reports: &[ProcessReport]) -> Result<()> {
         let seconds = self.observed.map(|d| d.as_secs_f64());
         super::results::write(&mut self.output, &self.opts, self.how.command, seconds, reports)
+    }
+
+    /// The signal that killed one of the members during the session, as
+    /// the kernel said (the first member's, in the order they joined, that
+    /// a signal killed), for [`super::exit_status`]. None where tp does not
+    /// hear the kernel's process events: it cannot tell how a process it
+    /// did not start ended.
+    pub fn killed_by(&self) -> Option<i32> {
+        self.members.iter().find_map(|m| m.ended.and_then(super::signal_of))
     }
 }
 

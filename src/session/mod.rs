@@ -19,7 +19,8 @@
 //! ([`libraries`]), by a group's members and by `tp profile` alike. Each
 //! command's session is one call: [`attach::run`] (`tp attach`),
 //! [`run::run`] (`tp run`), [`profile::run`] (`tp profile`); `tp demo`
-//! drives a group of its own.
+//! drives a group of its own; [`exit_status`] is how one over processes
+//! tp did not start ends.
 //!
 //! Outside any session, [`installed`] reads the probes a process holds and
 //! switches them on and off (`tp status`, `tp enable`, `tp disable`),
@@ -239,6 +240,24 @@ impl Records {
     /// (`probe::layout::kind::CALLS_AT_ENTRY`).
     pub fn calls_at_entry(self) -> bool {
         self.bits() & crate::probe::layout::kind::CALLS_AT_ENTRY != 0
+    }
+}
+
+/// tp's exit status after a session over processes it attached to (`tp
+/// attach`, `tp profile`): 0, or 128 + the signal that killed one of them
+/// while the probes were in (`killed_by`), as a shell reports a process
+/// killed by a signal and as `tp run` exits for its program. The results
+/// are printed as ever; the status lets a script tell that its target
+/// died.
+pub fn exit_status(killed_by: Option<i32>) -> u8 {
+    killed_by.map_or(0, |s| crate::process::launch::Exit::Signal(s).shell_status())
+}
+
+/// The signal of a process's end, if a signal ended it.
+fn signal_of(end: crate::process::proc_events::Ended) -> Option<i32> {
+    match end {
+        crate::process::proc_events::Ended::Signal { signal, .. } => Some(signal),
+        _ => None,
     }
 }
 
