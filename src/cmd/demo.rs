@@ -14,12 +14,12 @@ use anyhow::{Context, Result, bail};
 
 use super::options::CommandLine;
 use crate::cli::DemoArgs;
-use crate::output::report::{self, ProcessReport, View};
+use crate::output::sink::Sink;
 use crate::output::thousands;
-use crate::process;
-use crate::session::observe::LiveView;
-use crate::session::{Attached, End, Options, interrupt, observe};
-use crate::symbols::ProcessModules;
+use crate::session::group::{Behaviour, Group};
+use crate::session::observe::CHECK_EVERY;
+use crate::session::restore::code_is_original;
+use crate::session::{End, Options, interrupt, results};
 
 /// The demo's target program, as the build made it.
 const COUNTER: &[u8] = include_bytes!(concat!(env!("TP_TARGETS_DIR"), "/counter"));
@@ -122,31 +122,37 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
 
     let opts = Options::from_cli(CommandLine::Demo(&args, pid))?;
     let funcs = opts.selection.funcs.clone();
-    let mut attached = Attached::attach(&opts)?;
-    let mut guard = crate::session::guard::Restore::new(&mut attached);
+    let duration = opts.duration;
+    // tp attach's session, of one process, that says nothing of its own:
+    // the demo tells the story.
+    let output = results::open(&opts, Sink::stdout(), false)?;
+    let how = Behaviour { several: false, check_every: CHECK_EVERY, live: true, announce: false, command: "demo" };
+    let mut group = Group::new(opts, output, how);
+    group.attach(pid)?;
+    let attached = group.members[0].attached().context("the demo's probes")?;
     crate::say!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
-        guard.get().attach_time.as_secs_f64() * 1e3,
-        guard.get().stop_time.as_micros()
+        attached.attach_time.as_secs_f64() * 1e3,
+        attached.stop_time.as_micros()
     );
     target.ask("spin 2", "spinning")?;
-    let mut view = LiveView::new(guard.get(), None);
-    let end = observe(guard.get_mut(), opts.duration, &mut view, None, None)?;
+    let end = group.observe(duration)?;
     let stopped = target.ask("stop", "stopped")?;
-    let d = guard.detach()?;
+    let reports = group.detach(end)?;
     if end == End::Interrupted {
         crate::say!("tp demo: interrupted");
     }
-    crate::say!("tp demo: detached, code restored (target stopped {} µs)", d.stop_time.as_micros());
-    let mut out = crate::streams::stdout();
-    report::write_text(&mut out, &[ProcessReport::counts(d.summary.clone())], View { all: true, top: None })?;
+    let stop_time = group.members[0].detach_stop.unwrap_or_default();
+    crate::say!("tp demo: detached, code restored (target stopped {} µs)", stop_time.as_micros());
+    group.write_reports(&reports)?;
 
     // The facts.
     let own_foo = field(&stopped, "foo").context("target's foo count")?;
     let own_bar = field(&stopped, "bar").context("target's bar count")?;
-    let hits = |name: &str| d.summary.probes.iter().find(|p| p.func == name).map_or(0, |p| p.hits);
+    let probes = &reports[0].summary.probes;
+    let hits = |name: &str| probes.iter().find(|p| p.func == name).map_or(0, |p| p.hits);
     let checksum_ok = stopped.contains("checksum=ok");
-    let code_ok = code_matches_file(pid, &funcs)?;
+    let code_ok = code_is_original(pid, &funcs)?;
     target.ask("quit", "").ok();
     let status = target.child.wait()?;
     let checks = [
@@ -168,19 +174,4 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
         all &= ok;
     }
     Ok(if all { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// True if the in-memory code of each function equals its bytes in the file.
-fn code_matches_file(pid: i32, funcs: &[String]) -> Result<bool> {
-    let maps = process::read_maps(pid)?;
-    let modules = ProcessModules::new(pid, &maps)?;
-    let module = modules.main()?;
-    let mem = process::memory::Memory::open(pid)?;
-    for name in funcs {
-        let f = module.function(name)?;
-        if mem.read_vec(f.addr.0, f.size as usize)? != module.code_of(&f)? {
-            return Ok(false);
-        }
-    }
-    Ok(true)
 }

@@ -6,19 +6,16 @@
 
 use std::process::ExitCode;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
+use super::options::listed;
 use crate::cli::ListProbesArgs;
 use crate::output::listing;
-use crate::session::probeable::{self, Source};
+use crate::session::probeable;
 
 /// Runs `tp list-probes`.
 pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
-    let source = match (&args.binary, args.pid) {
-        (Some(path), None) => Source::Binary(path),
-        (None, Some(pid)) => Source::Process(pid),
-        _ => bail!("give either a binary or --pid, not both"),
-    };
+    let source = listed(&args)?;
     if !args.blocks.is_empty() {
         let functions = probeable::blocks(source, &args.blocks)?;
         listing::blocks(&mut crate::streams::stdout(), &functions, args.json)?;

@@ -115,7 +115,10 @@ const EXIT_STATUS: &[(&str, &str)] = &[
     ("70", "An internal error (a bug; the line asks to report it); probes are removed."),
     ("74", "tp's output cannot be written (ENOSPC, EIO): the session ended as on Ctrl-C."),
     ("126, 127", "tp run: the program cannot be executed, or is not found."),
-    ("128+N", "tp run: the program was killed by signal N; otherwise tp run exits with the program's status."),
+    (
+        "128+N",
+        "tp run: the program was killed by signal N; otherwise tp run exits with the program's status. tp attach, tp profile: a process tp attached to was killed by signal N during the session (the first, with several; known where tp hears the kernel's process events, as root); the results are printed as ever.",
+    ),
     (
         "141",
         "The reader of tp's output went away (tp attach ... | head): the session ended as on Ctrl-C, as a shell reports a process killed by SIGPIPE.",

@@ -8,7 +8,6 @@ pub mod demo;
 pub mod detach;
 pub mod list_probes;
 pub mod man;
-pub mod metrics;
 pub mod options;
 pub mod profile;
 pub mod run;

@@ -2,7 +2,8 @@
 //! session: [`Options::from_cli`] is the one way from what clap parsed
 //! (`tp attach`, `tp run`, `tp profile`, `tp demo`) to what the session
 //! engine is asked, every refusal of the command line's included; and
-//! which processes a command names (`tp attach`, `tp status`, `tp serve`).
+//! which processes a command names (`tp attach`, `tp status`, `tp serve`),
+//! the form of `tp status`'s results and what `tp list-probes` lists.
 //! The command line's closed sets of values (`--stack`, `--step-engine`,
 //! `--format`) arrive typed, and become the engine's and the output's
 //! types here.
@@ -15,16 +16,17 @@ use anyhow::{Result, bail};
 
 use crate::addr::RuntimeAddr;
 use crate::cli::{
-    AttachArgs, DemoArgs, ProbeArgs, ProbeFormat, ProfileArgs, ProfileFormat, RunArgs, StackHow, StatusFormat,
-    StepEngine, Targets,
+    AttachArgs, DemoArgs, ListProbesArgs, ProbeArgs, ProbeFormat, ProfileArgs, ProfileFormat, RunArgs, StackHow,
+    StatusArgs, StatusFormat, StepEngine, Targets,
 };
 use crate::output::events::Style;
 use crate::output::format::{self, Format};
 use crate::output::report::View;
 use crate::probe::layout::DEFAULT_RING_LEN;
+use crate::session::probeable::Source;
 use crate::session::steps::StepOptions;
 use crate::session::targets::Which;
-use crate::session::{Options, Records, Selection, StackMode, profile};
+use crate::session::{Listen, Options, Records, Selection, StackMode, profile};
 
 /// Events per ring when stacks are recorded and `--ring-size` is not given.
 const STACK_RING_LEN: u32 = 1 << 16;
@@ -62,11 +64,27 @@ impl Options {
                     args.output.as_deref(),
                 )?
             },
-            CommandLine::Run(args) => probing("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?,
+            CommandLine::Run(args) => {
+                let opts = probing("run", 0, &args.funcs, &[], &args.probe, args.output.as_deref())?;
+                if opts.format != Format::Text && opts.output.is_none() {
+                    // stdout is the program's, stderr carries tp's notes.
+                    bail!(
+                        "`tp run` writes {} results to a file: add -o FILE (its program keeps stdout, and stderr \
+                         carries tp's lines)",
+                        opts.format.name()
+                    );
+                }
+                opts
+            }
             CommandLine::Profile(args) => profiling(args)?,
             CommandLine::Demo(args, pid) => {
                 let selection = Selection::new(vec!["foo".to_string(), "bar".to_string()], Records::COUNT);
-                Options { duration: Some(Duration::from_secs_f64(args.duration)), ..Options::new(pid, selection) }
+                Options {
+                    duration: Some(Duration::from_secs_f64(args.duration)),
+                    // Every row of the summary, hits or not.
+                    view: View { all: true, top: None },
+                    ..Options::new(pid, selection)
+                }
             }
         };
         Ok(settle(opts))
@@ -165,6 +183,8 @@ fn probing(
         output: output.map(Path::to_path_buf),
         tree: probe.tree,
         steps: probe.steps.map(|_| StepOptions { limit: probe.step_limit, depth: probe.step_depth, in_target }),
+        follow_exec: probe.follow_exec,
+        listen: probe.listen.clone().map(|addr| Listen { addr, any: probe.listen_any }),
         ..Options::new(pid, selection)
     })
 }
@@ -252,6 +272,29 @@ pub fn which(t: &Targets) -> Which {
     Which { pids: t.pids.clone(), name: t.name.clone() }
 }
 
+/// The form of `tp status`'s results: the format its flags and `-o FILE`
+/// name, and how the table shows its rows.
+pub fn status_form(args: &StatusArgs) -> Result<(Format, View)> {
+    let format = format::choose(
+        "status",
+        &[(args.json, Format::Json), (args.openmetrics, Format::OpenMetrics), (args.prometheus, Format::Prometheus)],
+        args.format.map(Format::from),
+        args.output.as_deref(),
+        &[Format::Text, Format::Json, Format::OpenMetrics, Format::Prometheus],
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok((format, View { all: args.all, top: args.top }))
+}
+
+/// What `tp list-probes` lists: a binary, or a process's modules.
+pub fn listed(args: &ListProbesArgs) -> Result<Source<'_>> {
+    match (&args.binary, args.pid) {
+        (Some(path), None) => Ok(Source::Binary(path)),
+        (None, Some(pid)) => Ok(Source::Process(pid)),
+        _ => bail!("give either a binary or --pid, not both"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +364,18 @@ mod tests {
         assert_eq!((opts.steps.unwrap().in_target, opts.selection.trap_steps), (false, None));
         let refused = options_of("tp attach -p 1 -f foo --steps --step-engine trap --step-depth 3").unwrap_err();
         assert!(refused.to_string().starts_with("--step-depth needs --step-engine ptrace"), "{refused}");
+    }
+
+    #[test]
+    fn the_session_is_told_where_to_serve_and_whether_to_follow_exec() {
+        let opts = options_of("tp attach -p 1 -f foo --listen 127.0.0.1:9464 --follow-exec").unwrap();
+        assert_eq!(opts.listen, Some(Listen { addr: "127.0.0.1:9464".into(), any: false }));
+        assert!(opts.follow_exec);
+        let opts = options_of("tp run -f foo --listen 0.0.0.0:1 --listen-any -- /bin/true").unwrap();
+        assert_eq!((opts.listen.map(|l| l.any), opts.follow_exec), (Some(true), false));
+        // `tp run`'s stdout is its program's: other formats go to a file.
+        let refused = options_of("tp run -f foo --json -- /bin/true").unwrap_err();
+        assert!(refused.to_string().starts_with("`tp run` writes json results to a file: add -o FILE"), "{refused}");
+        assert!(options_of("tp run -f foo -o calls.json -- /bin/true").is_ok());
     }
 }

@@ -22,10 +22,10 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode> {
         None => Sink::stdout(),
     };
     let trace = (opts.format == Format::Chrome).then(|| Box::new(out.clone()) as Box<dyn std::io::Write>);
-    let report = profile::run(&opts, trace)?;
+    let profiled = profile::run(&opts, trace)?;
     if opts.format != Format::Chrome {
-        output::profile::write(&report, opts.format, opts.view, &mut out)?;
+        output::profile::write(&profiled.report, opts.format, opts.view, &mut out)?;
     }
     std::io::Write::flush(&mut out)?;
-    Ok(ExitCode::SUCCESS)
+    Ok(ExitCode::from(crate::session::exit_status(profiled.killed_by)))
 }

@@ -12,56 +12,18 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
-use super::options::which;
+use super::options::{status_form, which};
 use crate::cli::StatusArgs;
-use crate::output::format::{self, Format};
+use crate::output::format::Format;
 use crate::output::openmetrics::{self as metrics, render};
-use crate::output::report::{self, View};
-use crate::process;
+use crate::output::report;
 use crate::session::group::series_of;
 use crate::session::installed;
 
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
-    let format = format::choose(
-        "status",
-        &[(args.json, Format::Json), (args.openmetrics, Format::OpenMetrics), (args.prometheus, Format::Prometheus)],
-        args.format.map(Format::from),
-        args.output.as_deref(),
-        &[Format::Text, Format::Json, Format::OpenMetrics, Format::Prometheus],
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let view = View { all: args.all, top: args.top };
-    let which = which(&args.targets);
-    let mut scan = None;
-    let pids = if which.is_empty() {
-        let found = installed::scan();
-        let pids = found.pids.clone();
-        scan = Some(found);
-        pids
-    } else {
-        which.select()?.pids
-    };
-    if pids.is_empty() {
-        crate::say!("tp: {}", scan.unwrap_or_default().nothing_found());
-    }
-    // Named processes must all answer; in a scan of every process, one
-    // that cannot be read (it exited, its region fails validation) is said
-    // in one line and left out, and tp exits 1 after printing the rest.
-    let mut reports = Vec::new();
-    let mut failed = false;
-    for pid in pids {
-        match installed::report(pid) {
-            Ok(report) => reports.push(report),
-            // Gone since the scan: nothing to say.
-            Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
-            Err(e) if which.is_empty() => {
-                crate::say!("tp: process {pid}: {}", crate::escape::text(&format!("{e:#}")));
-                failed = true;
-            }
-            Err(e) => return Err(e),
-        }
-    }
+    let (format, view) = status_form(&args)?;
+    let (reports, failed) = installed::reports(&which(&args.targets))?;
     let mut text = Vec::new();
     match format {
         Format::OpenMetrics | Format::Prometheus => {

@@ -69,8 +69,6 @@ pub type Published = Arc<Mutex<Vec<Series>>>;
 pub struct Behaviour {
     /// Several processes were asked for: lines and summaries name them.
     pub several: bool,
-    /// Probe the same functions again after an exec.
-    pub follow_exec: bool,
     /// How often each process is looked at (exit, exec, new libraries).
     pub check_every: Duration,
     /// Show the live counts on stderr (hidden anyway when it is no terminal).
@@ -117,12 +115,23 @@ pub struct Member {
     libs: Libraries,
     /// Set once the process left the session.
     pub left: Option<Left>,
+    /// How long the session's end stopped the process to restore its code
+    /// (zero if it had ended), once it did.
+    pub detach_stop: Option<Duration>,
+    /// How the process ended, if it ended during the session (as the
+    /// kernel said: [`Ended::Unknown`] where tp does not hear it).
+    pub ended: Option<Ended>,
 }
 
 impl Member {
     /// How many programs the member ran under the session.
     pub fn programs(&self) -> usize {
         self.programs.len()
+    }
+
+    /// The probes of the program it runs now, while they are in.
+    pub fn attached(&self) -> Option<&Attached> {
+        self.programs.last().filter(|p| p.live).map(|p| &p.attached)
     }
 
     fn current(&mut self) -> Option<&mut Program> {
@@ -347,7 +356,14 @@ impl Group {
     pub fn add(&mut self, pid: i32, attached: Option<Attached>, follow: Option<Follow>) {
         self.family.add_root(pid);
         let programs = attached.into_iter().map(|a| self.program(a)).collect();
-        self.members.push(Member { pid, programs, libs: Libraries::new(follow), left: None });
+        self.members.push(Member {
+            pid,
+            programs,
+            libs: Libraries::new(follow),
+            left: None,
+            detach_stop: None,
+            ended: None,
+        });
     }
 
     fn program(&self, attached: Attached) -> Program {
@@ -537,6 +553,7 @@ impl Group {
                 self.end_program(i);
                 let how = self.family.end_of(pid);
                 self.members[i].left = Some(Left::Exited(how));
+                self.members[i].ended = Some(how);
                 // One process: the end of the session says it, with the counts.
                 if several {
                     crate::say!("tp: process {pid} {}", how.sentence());
@@ -544,7 +561,7 @@ impl Group {
             }
             Change::Execd(exe) => {
                 self.end_program(i);
-                if self.how.follow_exec {
+                if self.opts.follow_exec {
                     self.follow_exec(i, &exe)?;
                 } else {
                     crate::say!(
@@ -610,7 +627,9 @@ impl Group {
             }
             Err(e) if !process::is_alive(pid) => {
                 let _ = e;
-                self.members[i].left = Some(Left::Exited(self.family.end_of(pid)));
+                let how = self.family.end_of(pid);
+                self.members[i].left = Some(Left::Exited(how));
+                self.members[i].ended = Some(how);
             }
             Err(e) => {
                 crate::say!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
@@ -660,6 +679,8 @@ impl Group {
                     continue;
                 }
             };
+            let stop_time = detached.stop_time;
+            let ended = (detached.target_gone && !detached.execd).then(|| self.family.end_of(pid));
             self.family.restored(pid, &detached.family);
             say_relatives(pid, &detached.family);
             if self.how.announce {
@@ -707,6 +728,10 @@ impl Group {
             report.blocks = blocks;
             report.steps = p.stepping.take().map(|s| s.calls).unwrap_or_default();
             p.report = Some(report);
+            self.members[i].detach_stop = Some(stop_time);
+            if ended.is_some() {
+                self.members[i].ended = ended;
+            }
         }
         if let Some(e) = first_error {
             return Err(e);
@@ -732,6 +757,15 @@ impl Group {
     pub fn write_reports(&mut self, reports: &[ProcessReport]) -> Result<()> {
         let seconds = self.observed.map(|d| d.as_secs_f64());
         super::results::write(&mut self.output, &self.opts, self.how.command, seconds, reports)
+    }
+
+    /// The signal that killed one of the members during the session, as
+    /// the kernel said (the first member's, in the order they joined, that
+    /// a signal killed), for [`super::exit_status`]. None where tp does not
+    /// hear the kernel's process events: it cannot tell how a process it
+    /// did not start ended.
+    pub fn killed_by(&self) -> Option<i32> {
+        self.members.iter().find_map(|m| m.ended.and_then(super::signal_of))
     }
 }
 

@@ -6,6 +6,7 @@
 //! (the unwinder's, a function's exits, the rendezvous) are not shown.
 //! Switching kept probes on and off (`tp enable`, `tp disable`) is one
 //! store to each one's enable flag in the region: no ptrace, no stop.
+//! [`reports`] gathers `tp status`'s reports.
 
 use std::collections::HashMap;
 
@@ -20,6 +21,7 @@ use crate::output::{ProbeStat, Summary};
 use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
 use crate::process;
+use crate::session::targets::Which;
 use crate::session::tracer::{AggProbe, aggregates_of};
 use crate::symbols::demangle::strip_arguments;
 use crate::symbols::pattern::glob;
@@ -191,6 +193,42 @@ fn region_of(pid: i32) -> Result<Region> {
 /// where the CPU does not say its counter's rate.
 fn calibrated_clock() -> Clock {
     Clock::calibrated()
+}
+
+/// The reports of `tp status`: of the processes `which` names, or of every
+/// process that holds probes when it names none (saying so when none
+/// does). Named processes must all answer; in a scan of every process, one
+/// that cannot be read (it exited, its region fails validation) is said in
+/// one line and left out, and the second value is true: tp exits 1 after
+/// printing the rest.
+pub fn reports(which: &Which) -> Result<(Vec<ProcessReport>, bool)> {
+    let mut scanned = None;
+    let pids = if which.is_empty() {
+        let found = scan();
+        let pids = found.pids.clone();
+        scanned = Some(found);
+        pids
+    } else {
+        which.select()?.pids
+    };
+    if pids.is_empty() {
+        crate::say!("tp: {}", scanned.unwrap_or_default().nothing_found());
+    }
+    let mut reports = Vec::new();
+    let mut failed = false;
+    for pid in pids {
+        match report(pid) {
+            Ok(report) => reports.push(report),
+            // Gone since the scan: nothing to say.
+            Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
+            Err(e) if which.is_empty() => {
+                crate::say!("tp: process {pid}: {}", text(&format!("{e:#}")));
+                failed = true;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((reports, failed))
 }
 
 /// Switches on (`on`) or off the probes of `pid` whose function matches

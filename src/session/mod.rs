@@ -16,13 +16,20 @@
 //! dynamic linker's rendezvous where a library is probed before its first
 //! call, [`forked`] the processes they fork and how each ends). The
 //! libraries a process loads are followed through one path
-//! ([`libraries`]), by a group's members and by `tp profile` alike.
+//! ([`libraries`]), by a group's members and by `tp profile` alike. Each
+//! command's session is one call: [`attach::run`] (`tp attach`),
+//! [`run::run`] (`tp run`), [`profile::run`] (`tp profile`); `tp demo`
+//! drives a group of its own; [`exit_status`] is how one over processes
+//! tp did not start ends.
 //!
 //! Outside any session, [`installed`] reads the probes a process holds and
 //! switches them on and off (`tp status`, `tp enable`, `tp disable`),
-//! [`restore`] removes them (`tp detach`), and [`probeable`] decides what
-//! could be probed in a binary or a process (`tp list-probes`).
+//! [`restore`] removes them (`tp detach`), [`probeable`] decides what
+//! could be probed in a binary or a process (`tp list-probes`), and
+//! [`metrics`] serves counts at `/metrics` (`tp serve`, and a session's
+//! `--listen`).
 
+pub mod attach;
 pub mod attached;
 pub mod block_counts;
 pub mod exe;
@@ -35,6 +42,7 @@ pub mod installed;
 pub mod interrupt;
 pub mod kept;
 pub mod libraries;
+pub mod metrics;
 pub mod observe;
 pub mod probeable;
 pub mod profile;
@@ -89,6 +97,19 @@ pub struct Options {
     pub tree: bool,
     /// Step calls instruction by instruction (`--steps`).
     pub steps: Option<steps::StepOptions>,
+    /// Probe the same functions again after an exec (`--follow-exec`).
+    pub follow_exec: bool,
+    /// Serve the session's metrics over HTTP meanwhile (`--listen`).
+    pub listen: Option<Listen>,
+}
+
+/// Where a session serves its metrics (`--listen ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    /// The address, such as `127.0.0.1:9464`.
+    pub addr: String,
+    /// Any address, not only loopback (`--listen-any`).
+    pub any: bool,
 }
 
 impl Options {
@@ -107,6 +128,8 @@ impl Options {
             epoch: Duration::ZERO,
             tree: false,
             steps: None,
+            follow_exec: false,
+            listen: None,
         }
     }
 
@@ -217,6 +240,24 @@ impl Records {
     /// (`probe::layout::kind::CALLS_AT_ENTRY`).
     pub fn calls_at_entry(self) -> bool {
         self.bits() & crate::probe::layout::kind::CALLS_AT_ENTRY != 0
+    }
+}
+
+/// tp's exit status after a session over processes it attached to (`tp
+/// attach`, `tp profile`): 0, or 128 + the signal that killed one of them
+/// while the probes were in (`killed_by`), as a shell reports a process
+/// killed by a signal and as `tp run` exits for its program. The results
+/// are printed as ever; the status lets a script tell that its target
+/// died.
+pub fn exit_status(killed_by: Option<i32>) -> u8 {
+    killed_by.map_or(0, |s| crate::process::launch::Exit::Signal(s).shell_status())
+}
+
+/// The signal of a process's end, if a signal ended it.
+fn signal_of(end: crate::process::proc_events::Ended) -> Option<i32> {
+    match end {
+        crate::process::proc_events::Ended::Signal { signal, .. } => Some(signal),
+        _ => None,
     }
 }
 

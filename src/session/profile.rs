@@ -56,11 +56,21 @@ use crate::output::thousands;
 use crate::process;
 use crate::symbols::ProcessModules;
 
+/// What a profile gives: the profile, and how its target ended.
+#[derive(Debug)]
+pub struct Profiled {
+    /// The profile.
+    pub report: Report,
+    /// The signal that killed the target during the profile, as the
+    /// kernel said (None where tp does not hear it: [`super::exit_status`]).
+    pub killed_by: Option<i32>,
+}
+
 /// Profiles `opts.pid` until `opts.duration`, Ctrl-C or the target's
 /// end, then restores its code: the profile, with what it did said on
 /// stderr as it goes. In the Chrome format (`opts.format`) the sampled
 /// calls are written to `trace` as they end.
-pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Report> {
+pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Profiled> {
     let pid = opts.pid;
     // Listening before the probes go in: no fork of that moment is missed.
     let mut family = Family::start();
@@ -87,9 +97,10 @@ pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Rep
     }
     let elapsed = started.elapsed().as_secs_f64();
     let d = guard.detach()?;
+    let end = family.end_of(pid);
     match (d.target_gone, d.execd) {
         (true, true) => crate::say!("tp: process {pid} exec'd another program; its probes went with the old one"),
-        (true, false) => crate::say!("tp: process {pid} {}", family.end_of(pid).sentence()),
+        (true, false) => crate::say!("tp: process {pid} {}", end.sentence()),
         _ => {}
     }
     family.restored(pid, &d.family);
@@ -102,7 +113,10 @@ pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Rep
         thousands((toggles as f64 / elapsed) as u64),
         thousands((samples as f64 / elapsed) as u64),
     );
-    Ok(Report { pid, elapsed, toggles, samples, rows, libraries: libraries.loaded })
+    let report = Report { pid, elapsed, toggles, samples, rows, libraries: libraries.loaded };
+    // Only an end the session saw: not one that came after its detach.
+    let killed_by = (d.target_gone && !d.execd).then(|| super::signal_of(end)).flatten();
+    Ok(Profiled { report, killed_by })
 }
 
 /// What `tp profile` probes: sampling return probes on `funcs`, with room

@@ -11,7 +11,8 @@
 //!
 //! Over every process (no PID named), one that it cannot clean (a region
 //! that fails validation, a process that vanished) is reported in one line
-//! while the others are cleaned.
+//! while the others are cleaned. [`code_is_original`] says whether a
+//! process's functions are their file's again.
 
 use std::collections::BTreeMap;
 
@@ -252,4 +253,21 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         crate::say!("tp: process {pid}: left the probes of {}, still running", text(&whose));
     }
     Ok(())
+}
+
+/// True if the code of each of `funcs` (functions of its executable) in
+/// process `pid` is byte for byte its code in the file: nothing of a probe
+/// is left in it (`tp demo` checks it after the session).
+pub fn code_is_original(pid: i32, funcs: &[String]) -> Result<bool> {
+    let maps = process::read_maps(pid)?;
+    let modules = crate::symbols::ProcessModules::new(pid, &maps)?;
+    let module = modules.main()?;
+    let mem = Memory::open(pid)?;
+    for name in funcs {
+        let f = module.function(name)?;
+        if mem.read_vec(f.addr.0, f.size as usize)? != module.code_of(&f)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }

@@ -14,21 +14,25 @@
 //! before it runs an instruction of its own.
 
 use std::ffi::OsString;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use super::Options;
 use super::attached::Attached;
 use super::group::{Behaviour, Group};
-use super::interrupt;
-use super::tracer::TraceOutput;
+use super::{interrupt, metrics, results};
 use crate::escape::text;
 use crate::output::report::ProcessReport;
+use crate::output::sink::Sink;
 use crate::process::launch::{self, Exit, Launch};
 use crate::process::stop::Stopped;
 use crate::process::{self};
 use crate::symbols::ProcessModules;
+
+/// How often tp looks at the program: its exit ends the session, so a short
+/// program's summary comes this soon after it.
+const CHECK_EVERY: Duration = Duration::from_millis(10);
 
 /// How a run ended.
 #[derive(Debug)]
@@ -53,16 +57,16 @@ impl Drop for Reaper {
 }
 
 /// Starts `command` (the program and its arguments), probes what `opts`
-/// selects in it, observes it until it exits, and prints the summary to
-/// `output`. `how` says how the session behaves (`several` and `live` are
-/// ignored: one process, and the program owns the terminal).
-pub fn run(
-    opts: &Options,
-    command: &[OsString],
-    output: TraceOutput,
-    mut how: Behaviour,
-    published: Option<super::group::Published>,
-) -> Result<Ran> {
+/// selects in it, observes it until it exits (serving its metrics
+/// meanwhile if `opts.listen` asks), and prints the summary to `-o FILE`
+/// or stderr: the program owns stdout and the terminal.
+pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
+    let output = results::open(opts, Sink::stderr(), false)?;
+    let published = match &opts.listen {
+        Some(l) => Some(metrics::start_session_server(&l.addr, l.any)?),
+        None => None,
+    };
+    let how = Behaviour { several: false, check_every: CHECK_EVERY, live: false, announce: false, command: "run" };
     let Some((program, args)) = command.split_first() else { anyhow::bail!("name the program to run after `--`") };
     let started = Instant::now();
     let launched = launch::launch(program, args, interrupt::forward_to)?;
@@ -103,9 +107,6 @@ pub fn run(
     for w in &waiting {
         crate::say!("tp: {}; tp probes it if a library loaded later defines it", text(w));
     }
-    how.several = false;
-    how.live = false;
-    how.announce = false;
     let mut group = Group::new(opts, output, how);
     if let Some(p) = published {
         group.publish(p);

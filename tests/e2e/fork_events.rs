@@ -195,6 +195,13 @@ fn a_child_killed_by_a_signal_is_named_and_its_parent_lives_on() {
     assert!(t.quit().success());
 }
 
+/// The exit status of `tp attach` and `tp profile` when a signal killed
+/// their target: 128 + the signal, as a shell reports it, where tp hears
+/// how the process ended (the kernel's process events), else 0.
+fn status_when_killed_by(signal: i32) -> i32 {
+    if hears_process_events() { 128 + signal } else { 0 }
+}
+
 #[test]
 fn a_target_killed_by_a_signal_is_reported_with_the_final_counts() {
     let mut t = Target::start("forker");
@@ -204,11 +211,41 @@ fn a_target_killed_by_a_signal_is_reported_with_the_final_counts() {
     t.send(b"die 11\n");
     assert_eq!(wait_timeout(&mut t.child).signal(), Some(libc::SIGSEGV));
     let (status, stdout, stderr) = session.wait();
-    assert!(status.success(), "{stderr}");
+    assert_eq!(status.code(), Some(status_when_killed_by(libc::SIGSEGV)), "{stderr}");
     assert!(stderr.contains(&format!("{}; final counts", killed_line(t.pid, "SIGSEGV"))), "{stderr}");
+    assert!(!stderr.contains("cannot restore"), "{stderr}");
     let v = summary(&stdout);
     assert_eq!(hits(&v, "level"), field(&done, "calls"));
     assert_eq!(hits(&v, "spawn"), 3);
+}
+
+/// A target that a signal kills during `tp profile`: the profile of its
+/// calls until then, and the status that says it died. (It is dead: no
+/// code or memory of its to look at.)
+#[test]
+fn tp_profile_of_a_target_killed_by_a_signal_exits_128_plus_the_signal() {
+    let mut t = Target::start("forker");
+    let pid = t.pid.to_string();
+    let args = ["-p", pid.as_str(), "-f", "level", "-f", "spawn", "-f", "work", "--epoch", "20ms", "--json"];
+    let profile = Session::spawn("profile", &args, &[], Some("tp: profiling"));
+    let done = t.ask("forks 3", "done");
+    assert_eq!(field(&done, "children_ok"), 3, "{done}");
+    t.send(b"die 11\n");
+    assert_eq!(wait_timeout(&mut t.child).signal(), Some(libc::SIGSEGV));
+    let (status, stdout, stderr) = profile.wait();
+    assert_eq!(status.code(), Some(status_when_killed_by(libc::SIGSEGV)), "{stderr}");
+    let killed = format!("tp: {}", killed_line(t.pid, "SIGSEGV"));
+    assert!(stderr.lines().any(|l| l.starts_with(&killed)), "{stderr}");
+    assert!(!stderr.contains("cannot restore"), "{stderr}");
+    assert_eq!(summary_doc(&stdout)["command"], "profile", "{stdout}");
+    let v = summary(&stdout);
+    let calls = |f: &str| -> u64 {
+        let rows = v["probes"].as_array().unwrap_or_else(|| panic!("{v}"));
+        let row = rows.iter().find(|r| r["func"] == f).unwrap_or_else(|| panic!("no {f} in {v}"));
+        row["hits"].as_u64().unwrap_or_else(|| panic!("{row}"))
+    };
+    assert_eq!(calls("level"), field(&done, "calls"));
+    assert_eq!(calls("spawn"), 3);
 }
 
 #[test]
