@@ -295,10 +295,11 @@ HOT uint32_t stack_key_depth(uint32_t by)
  * aggregate_value, at entry, reads the value the probe's program names
  * (layout.rs, ProbeConfig::agg: an argument, or a field through loads by
  * read_own, which fail instead of faulting: the call is then counted as
- * unreadable) under the key of --by's argument (0 without one). The
+ * unreadable) under the key of --by's argument (0 without one), the
+ * caller, or the stack (`ks`: its frames go beside a new entry). The
  * program's header is checked as it is read: one the target rewrote into
  * something else counts nothing. */
-HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t key, uint64_t v, int has, int sign,
+HOT void add_keyed(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t key, uint64_t v, int has, int sign,
 		   const struct key_stack *ks)
 {
 	struct tp_aggv *table = (struct tp_aggv *)((uint64_t)a + sizeof(struct tp_agg) +
@@ -342,6 +343,13 @@ HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t ke
 	__atomic_store_n(&a->agg_overflow, a->agg_overflow + 1, __ATOMIC_RELAXED);
 }
 
+/* add_keyed for a key that is not a stack (the stack's branch compiled
+ * out). */
+HOT void add_value(struct tp_agg *a, uint64_t owner, uint32_t probe, uint64_t key, uint64_t v, int has, int sign)
+{
+	add_keyed(a, owner, probe, key, v, has, sign, 0);
+}
+
 HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, const uint64_t *regs,
 			 const uint64_t *slot, uint32_t by)
 {
@@ -351,11 +359,6 @@ HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 	const struct tp_probe_config *cfg = config_of(c, probe);
 	uint64_t r = by & 0xff;
 	uint64_t key = r < 6 ? extend(regs[r], (by >> 8) & 0xff) : r == TP_BY_CALLER ? caller_of(t, slot) : 0;
-	struct key_stack ks = {c, t, 0, (uint64_t)slot, stack_key_depth(by)};
-	if (r == TP_BY_STACK) {
-		ks.first = caller_of(t, slot);
-		key = stack_key(&ks, 0);
-	}
 	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
 	uint64_t v = 0;
 	if (h) {
@@ -374,7 +377,13 @@ HOT void aggregate_value(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		}
 		v = extend(v, (h >> TP_AGGV_EXT_SHIFT) & 0xff);
 	}
-	add_value(a, owner_of(c, t, a), probe, key, v, h != 0, (h & TP_AGGV_SIGNED) != 0, r == TP_BY_STACK ? &ks : 0);
+	int sign = (h & TP_AGGV_SIGNED) != 0;
+	if (UNLIKELY(r == TP_BY_STACK)) {
+		struct key_stack ks = {c, t, caller_of(t, slot), (uint64_t)slot, stack_key_depth(by)};
+		add_keyed(a, owner_of(c, t, a), probe, stack_key(&ks, 0), v, h != 0, sign, &ks);
+		return;
+	}
+	add_value(a, owner_of(c, t, a), probe, key, v, h != 0, sign);
 }
 
 /* A duration of `ticks` in nanoseconds: by the multiplier tp wrote in
@@ -395,6 +404,22 @@ HOT uint64_t to_ns(const struct tp_ctx *c, uint64_t ticks)
  * extended again as --by's word says; with --by caller the return
  * address the frame kept at entry (`frame_ret`, 0 for goroutine frames,
  * which tp refuses to key so); or 0. */
+HOT void add_at_exit(struct tp_ctx *c, struct tp_thread *t, struct tp_agg *a, uint32_t probe, uint32_t by,
+			uint64_t key, uint64_t ret, uint64_t tail, uint64_t ticks, const struct key_stack *ks)
+{
+	if (by & TP_BY_LATENCY) {
+		add_keyed(a, owner_of(c, t, a), probe, key, to_ns(c, ticks), 1, 0, ks);
+		return;
+	}
+	if (tail)
+		return;
+	uint64_t h = __atomic_load_n(&config_of(c, probe)->agg[0], __ATOMIC_RELAXED);
+	if (((h >> 32) & 0xff) != 1)
+		return;
+	add_keyed(a, owner_of(c, t, a), probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1,
+		  (h & TP_AGGV_SIGNED) != 0, ks);
+}
+
 HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, uint64_t ret, uint64_t tail,
 			   uint64_t ticks, uint32_t frame_key, uint64_t frame_ret, uint64_t slot)
 {
@@ -403,26 +428,17 @@ HOT void aggregate_at_exit(struct tp_ctx *c, struct tp_thread *t, uint32_t probe
 	struct tp_agg *a = aggregates(c, t);
 	if (!a || !(by & TP_BY_AGG) || !(by & TP_BY_AT_EXIT))
 		return;
+	/* A stack key is walked again: at an exit the function has put its
+	 * caller's frame pointer back, so the walk reads the entry's frames. */
+	if (UNLIKELY((by & 0xff) == TP_BY_STACK)) {
+		struct key_stack ks = {c, t, frame_ret, slot, stack_key_depth(by)};
+		add_at_exit(c, t, a, probe, by, stack_key(&ks, 0), ret, tail, ticks, &ks);
+		return;
+	}
 	uint64_t key = (by & TP_BY_KEY_IN_FRAME) && (by & 0xff) < 6 ? extend(frame_key, (by >> 8) & 0xff)
 		       : (by & 0xff) == TP_BY_CALLER			    ? frame_ret
 									    : 0;
-	/* A stack key is walked again: at an exit the function has put its
-	 * caller's frame pointer back, so the walk reads the entry's frames. */
-	struct key_stack ks = {c, t, frame_ret, slot, stack_key_depth(by)};
-	const struct key_stack *stack = (by & 0xff) == TP_BY_STACK ? &ks : 0;
-	if (stack)
-		key = stack_key(stack, 0);
-	if (by & TP_BY_LATENCY) {
-		add_value(a, owner_of(c, t, a), probe, key, to_ns(c, ticks), 1, 0, stack);
-		return;
-	}
-	if (tail)
-		return;
-	uint64_t h = __atomic_load_n(&cfg->agg[0], __ATOMIC_RELAXED);
-	if (((h >> 32) & 0xff) != 1)
-		return;
-	add_value(a, owner_of(c, t, a), probe, key, extend(ret, (h >> TP_AGGV_EXT_SHIFT) & 0xff), 1, (h & TP_AGGV_SIGNED) != 0,
-		  stack);
+	add_at_exit(c, t, a, probe, by, key, ret, tail, ticks, 0);
 }
 
 /* What the frame of a call of `probe` keeps for its exit: with
