@@ -39,6 +39,21 @@ pub struct ProbeStat {
     pub enabled: bool,
 }
 
+impl ProbeStat {
+    /// The row of the probe at `address` in `func` of `module`, switched
+    /// on, with its `calls`: those counted (with `--if`, those that passed
+    /// it) and, with `--if`, every call that reached it.
+    pub fn new(func: String, module: String, address: u64, calls: (u64, Option<u64>)) -> ProbeStat {
+        let (hits, unfiltered) = calls;
+        ProbeStat { func, module, address, hits, unfiltered, enabled: true }
+    }
+
+    /// The row, switched on or off (`tp disable`).
+    pub fn switched(self, enabled: bool) -> ProbeStat {
+        ProbeStat { enabled, ..self }
+    }
+}
+
 /// The probes of one process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Summary {

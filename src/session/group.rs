@@ -146,12 +146,9 @@ impl Member {
                     let summary = p.attached.summary();
                     let blocks = p.attached.blocks(&summary);
                     let mut r = match &p.tracer {
-                        Some(t) => ProcessReport {
-                            latency: t.latency(&p.attached),
-                            events: true,
-                            aggregates: t.aggregate_report(&p.attached),
-                            ..ProcessReport::counts(summary)
-                        },
+                        Some(t) => {
+                            ProcessReport::traced(summary, t.latency(&p.attached), t.aggregate_report(&p.attached))
+                        }
                         None => ProcessReport::counts(summary),
                     };
                     r.blocks = blocks;

@@ -110,18 +110,11 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
         .into_iter()
         .zip(hits)
         .map(|((i, e), hits)| {
-            let (hits, unfiltered) = crate::session::attached::filtered(&region, i, e.kind, hits);
-            ProbeStat {
-                func: e.name(),
-                module: e.module(),
-                address: e.function,
-                hits,
-                unfiltered,
-                enabled: region.enabled(i),
-            }
+            let calls = crate::session::attached::filtered(&region, i, e.kind, hits);
+            ProbeStat::new(e.name(), e.module(), e.function, calls).switched(region.enabled(i))
         })
         .collect();
-    Ok(ProcessReport { latency, aggregates, ..ProcessReport::counts(Summary { pid, probes }) })
+    Ok(ProcessReport::kept(Summary { pid, probes }, latency, aggregates))
 }
 
 /// The aggregates a running session keeps in the target (`--agg`, `--by

@@ -574,7 +574,7 @@ impl Tracer {
         let by = self.by_report(attached);
         self.owners.note(&attached.region);
         let aggregates = self.aggregate_report(attached);
-        ProcessReport { latency, events: true, lost, stacks, by, aggregates, ..ProcessReport::counts(summary) }
+        ProcessReport::traced(summary, latency, aggregates).with_events(lost, stacks, by)
     }
 }
 
