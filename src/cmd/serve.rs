@@ -15,7 +15,7 @@ use crate::cli::ServeArgs;
 use crate::escape::text;
 use crate::http;
 use crate::output::openmetrics::Series;
-use crate::session::group::series_of;
+use crate::output::openmetrics::series_of;
 use crate::session::installed;
 use crate::session::interrupt;
 use crate::session::targets::Which;

@@ -16,6 +16,7 @@ pub mod live;
 pub mod openmetrics;
 pub mod profile;
 pub mod report;
+pub mod results;
 pub mod sink;
 pub mod stacks;
 pub mod steps;

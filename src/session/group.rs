@@ -38,7 +38,7 @@ use super::tracer::{TraceOutput, Tracer};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
 use crate::output::live::Live;
-use crate::output::openmetrics::Series;
+use crate::output::openmetrics::{Series, series_of};
 use crate::output::report::{self, ProcessReport};
 use crate::probe::family::{Outcome, Relative};
 use crate::probe::layout::kind;
@@ -814,24 +814,6 @@ pub fn announce(attached: &Attached, opts: &Options) {
             "tp: probes stay in {pid} after tp exits; `tp status -p {pid}` shows counts, `tp detach -p {pid}` removes them"
         );
     }
-}
-
-/// The OpenMetrics series of one process's report.
-pub fn series_of(r: &ProcessReport) -> Vec<Series> {
-    r.summary
-        .probes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| Series {
-            pid: r.summary.pid,
-            module: p.module.clone(),
-            function: p.func.clone(),
-            calls: p.hits,
-            latency: r.latency.get(i).cloned().flatten(),
-            // One per row, in the rows' order (not so after an exec).
-            aggregate: (r.aggregates.len() == r.summary.probes.len()).then(|| r.aggregates[i].clone()),
-        })
-        .collect()
 }
 
 fn plural(n: usize) -> &'static str {

@@ -57,7 +57,6 @@ pub use kept::session_is_running;
 pub use observe::{End, observe};
 
 use crate::addr::RuntimeAddr;
-use crate::output::events::Style;
 use crate::output::format::Format;
 use crate::output::report::View;
 
@@ -73,8 +72,8 @@ pub struct Options {
     pub keep: bool,
     /// Stop observing after this long (default: a signal or the target's exit).
     pub duration: Option<Duration>,
-    /// How events are printed.
-    pub style: Style,
+    /// Write no event lines, only the results at the end (`--quiet`).
+    pub quiet: bool,
     /// The form of the results (`--format`, `-o FILE`'s name).
     pub format: Format,
     /// How the text summary shows its rows (`--all`, `--top`).
@@ -99,7 +98,7 @@ impl Options {
             selection,
             keep: false,
             duration: None,
-            style: Style::Text,
+            quiet: false,
             format: Format::Text,
             view: View::default(),
             output: None,
@@ -108,6 +107,12 @@ impl Options {
             tree: false,
             steps: None,
         }
+    }
+
+    /// How events are written as they come: in the format's lines, unless
+    /// `--quiet` or a format that writes none.
+    pub fn event_lines(&self) -> Option<&'static dyn crate::output::results::EventLines> {
+        if self.quiet { None } else { crate::output::results::event_lines(self.format) }
     }
 
     /// The owner recorded in the probes' entries: this tp's PID, or 0 when

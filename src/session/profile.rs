@@ -291,7 +291,7 @@ impl Watcher for Profiler {
                 let mut args = ChromeArgs::default();
                 args.push("self_ns", own.into());
                 args.push("timed_ns", timed.into());
-                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args.to_json()?)?;
+                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args)?;
             }
         }
         self.epochs += 1;
