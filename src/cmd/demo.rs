@@ -123,7 +123,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     let opts = Options::from_cli(CommandLine::Demo(&args, pid))?;
     let funcs = opts.selection.funcs.clone();
     let mut attached = Attached::attach(&opts)?;
-    let mut guard = crate::session::guard::Restore::new(&mut attached);
+    let mut guard = crate::session::guard::Restore::new(&mut attached, &*opts.notes);
     crate::say!(
         "tp demo: attached 2 probes in {:.1} ms (target stopped {} µs); two threads now call foo and bar",
         guard.get().attach_time.as_secs_f64() * 1e3,
@@ -131,7 +131,7 @@ pub fn run(args: DemoArgs) -> Result<ExitCode> {
     );
     target.ask("spin 2", "spinning")?;
     let mut view = LiveView::new(guard.get(), None);
-    let end = observe(guard.get_mut(), opts.duration, &mut view, None, None)?;
+    let end = observe(guard.get_mut(), opts.duration, &mut view, None, None, &*opts.notes)?;
     let stopped = target.ask("stop", "stopped")?;
     let d = guard.detach()?;
     if end == End::Interrupted {

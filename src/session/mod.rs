@@ -50,6 +50,7 @@ pub mod tracer;
 pub mod unwind;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use attached::{Attached, Detached};
@@ -57,6 +58,7 @@ pub use kept::session_is_running;
 pub use observe::{End, observe};
 
 use crate::addr::RuntimeAddr;
+use crate::notes::{Notes, Stderr};
 use crate::output::format::Format;
 use crate::output::report::View;
 
@@ -88,6 +90,8 @@ pub struct Options {
     pub tree: bool,
     /// Step calls instruction by instruction (`--steps`).
     pub steps: Option<steps::StepOptions>,
+    /// Where the session's notes and warnings go (the command line's: stderr).
+    pub notes: Arc<dyn Notes>,
 }
 
 impl Options {
@@ -106,6 +110,7 @@ impl Options {
             epoch: Duration::ZERO,
             tree: false,
             steps: None,
+            notes: Arc::new(Stderr),
         }
     }
 

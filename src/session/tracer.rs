@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
@@ -20,6 +21,7 @@ use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
 use crate::events::values::{self, MAX_STRING, ProbeInfo};
 use crate::events::{Kind, RawEvent};
+use crate::notes::Notes;
 use crate::output::aggregates::{AggRow, ProbeAgg};
 use crate::output::chrome::ChromeTrace;
 use crate::output::chrome_args::{self, ChromeArgs};
@@ -104,10 +106,10 @@ fn ended(region: &crate::probe::region::Region, pid: i32) -> bool {
     }
 }
 
-/// Says the note `sym` has about frames it could not name, if any.
-fn say_note(sym: &mut Symbolizer) {
+/// Says to `notes` the note `sym` has about frames it could not name, if any.
+fn say_note(notes: &dyn Notes, sym: &mut Symbolizer) {
     if let Some(note) = sym.take_note() {
-        crate::say!("tp: {}", crate::escape::text(&note));
+        crate::note!(notes, "tp: {}", crate::escape::text(&note));
     }
 }
 
@@ -135,6 +137,8 @@ pub struct Tracer {
     index: HashMap<u32, usize>,
     /// How events are written as they come; None: not at all.
     lines: Option<&'static dyn EventLines>,
+    /// Where its notes go.
+    notes: Arc<dyn Notes>,
     output: TraceOutput,
     /// Per thread, the entries still waiting for their exit: (probe, args JSON).
     pending: HashMap<u32, Vec<(u32, ChromeArgs)>>,
@@ -180,7 +184,8 @@ impl Tracer {
                     .is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
         }) && opts.selection.records.args
         {
-            crate::say!(
+            crate::note!(
+                opts.notes,
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort \
                  (--args 'NAME, …' copies them at the call)"
             );
@@ -192,6 +197,7 @@ impl Tracer {
             batch: Vec::new(),
             index,
             lines,
+            notes: opts.notes.clone(),
             output,
             pending: HashMap::new(),
             latency: vec![Latency::default(); attached.infos.len()],
@@ -433,7 +439,7 @@ impl Tracer {
             inlined: Vec::new(),
         });
         frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
-        say_note(sym);
+        say_note(&*self.notes, sym);
         if !self.stacks.add(i, addrs) {
             self.stack_notes.entry(i).or_default().2 += 1;
         }
@@ -470,7 +476,7 @@ impl Tracer {
                         (frames, n)
                     })
                     .collect();
-                say_note(sym);
+                say_note(&*self.notes, sym);
                 let (truncated, no_bounds, unreadable) = self.stack_notes.get(&i).copied().unwrap_or_default();
                 ProbeStacks {
                     function: info.name.clone(),
@@ -582,12 +588,12 @@ impl Tracer {
         }
         // Nobody reads the events once tp's output is closed.
         if lost > 0 && !crate::streams::closed() {
-            crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
+            crate::note!(self.notes, "tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
         let stacks = self.stack_report(attached);
         if matches!(attached.selection().stack, Some(StackMode::FramePointers { .. })) {
-            stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
+            stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::note!(self.notes, "{h}"));
         }
         let by = self.by_report(attached);
         self.owners.note(&attached.region);
