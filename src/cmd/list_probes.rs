@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::{Result, bail};
 
 use crate::cli::ListProbesArgs;
+use crate::notes::Stderr;
 use crate::output::format::{self, Format};
 use crate::output::listing;
 use crate::session::probeable::{self, Source};
@@ -28,12 +29,12 @@ pub fn run(args: ListProbesArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if !args.lines.is_empty() || args.usdt {
-        let rows = probeable::sites(source, &args.lines, args.usdt)?;
+        let rows = probeable::sites(&Stderr, source, &args.lines, args.usdt)?;
         let mut out = crate::streams::stdout();
         listing::sites(&mut out, &rows, args.usdt, format)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let modules = probeable::functions(source, args.verbose)?;
+    let modules = probeable::functions(&Stderr, source, args.verbose)?;
     let mut out = crate::streams::stdout();
     if args.summary {
         listing::summaries(&mut out, &modules, format)?;
