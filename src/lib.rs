@@ -54,6 +54,7 @@ pub mod events;
 pub mod fault;
 pub mod http;
 pub mod layout;
+pub mod notes;
 pub mod output;
 pub mod probe;
 pub mod process;

@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::cli::DetachArgs;
+use crate::notes::Stderr;
 use crate::session::restore;
 
 /// Runs `tp detach`.
 pub fn run(args: DetachArgs) -> Result<ExitCode> {
-    let clean = restore::detach(args.pid, args.force)?;
+    let clean = restore::detach(&Stderr, args.pid, args.force)?;
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

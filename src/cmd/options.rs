@@ -19,7 +19,6 @@ use crate::cli::{
     AttachArgs, DemoArgs, ListProbesArgs, ProbeArgs, ProbeFormat, ProfileArgs, ProfileFormat, RunArgs, StackHow,
     StatusArgs, StatusFormat, StepEngine, Targets,
 };
-use crate::output::events::Style;
 use crate::output::format::{self, Format};
 use crate::output::report::View;
 use crate::probe::layout::DEFAULT_RING_LEN;
@@ -163,12 +162,6 @@ fn probing(
         trap_steps: (probe.steps.is_some() && in_target).then_some(probe.step_limit),
         ..Selection::new(funcs.iter().cloned().chain(lines).collect(), records)
     };
-    let style = match format {
-        _ if probe.quiet => Style::Quiet,
-        Format::Text => Style::Text,
-        Format::Json => Style::Json,
-        _ => Style::Quiet,
-    };
     let view = View { all: probe.all, top: probe.top };
     if in_target && probe.step_depth.is_some() {
         bail!("--step-depth needs --step-engine ptrace: the in-target engine steps every call the stepped one makes");
@@ -177,7 +170,7 @@ fn probing(
         bail!("--tree shows the calls as text or JSON lines, not as {}", format.name());
     }
     Ok(Options {
-        style,
+        quiet: probe.quiet,
         format,
         view,
         output: output.map(Path::to_path_buf),
@@ -223,7 +216,7 @@ fn settle(mut opts: Options) -> Options {
     // it asks for no event.
     let latency = crate::session::aggregates_latency(opts.selection.agg.as_deref());
     let unread = || {
-        (opts.style == Style::Quiet || latency)
+        (opts.event_lines().is_none() || latency)
             && opts.format != Format::Chrome
             && !(r.args || r.stack || r.sample)
             && std::env::var("TP_AGGREGATE").as_deref() != Ok("0")

@@ -14,10 +14,7 @@ use anyhow::{Context, Result};
 
 use super::options::{status_form, which};
 use crate::cli::StatusArgs;
-use crate::output::format::Format;
-use crate::output::openmetrics::{self as metrics, render};
-use crate::output::report;
-use crate::session::group::series_of;
+use crate::output::results::{self, Results};
 use crate::session::installed;
 
 /// Runs `tp status`.
@@ -25,16 +22,8 @@ pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let (format, view) = status_form(&args)?;
     let (reports, failed) = installed::reports(&which(&args.targets))?;
     let mut text = Vec::new();
-    match format {
-        Format::OpenMetrics | Format::Prometheus => {
-            let series: Vec<_> = reports.iter().flat_map(series_of).collect();
-            let f = if format == Format::OpenMetrics { metrics::Format::OpenMetrics } else { metrics::Format::Text };
-            text.extend_from_slice(render(&series, f).as_bytes());
-        }
-        // Every process's probes, an empty document when there are none.
-        Format::Json => writeln!(text, "{}", report::document("status", None, &reports, view))?,
-        _ => report::say_hidden(report::write_text(&mut text, &reports, view)?),
-    }
+    let results = Results { command: "status", seconds: None, reports: &reports, view };
+    results::output(format).results(&mut text, &results)?;
     match &args.output {
         Some(path) => write_atomically(path, &text)?,
         None => {

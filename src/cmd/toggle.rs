@@ -7,10 +7,11 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use crate::cli::ToggleArgs;
+use crate::notes::Stderr;
 use crate::session::installed;
 
 /// Runs `tp enable` (`on`) or `tp disable`.
 pub fn run(args: ToggleArgs, on: bool) -> Result<ExitCode> {
-    installed::switch(args.pid, &args.funcs, args.all, on)?;
+    installed::switch(&Stderr, args.pid, &args.funcs, args.all, on)?;
     Ok(ExitCode::SUCCESS)
 }

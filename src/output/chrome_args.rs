@@ -32,7 +32,7 @@ impl ChromeArgs {
     /// The object as JSON text, on one line.
     pub fn to_json(&self) -> io::Result<String> {
         let mut out = Vec::new();
-        self.serialize(&mut serde_json::Serializer::with_formatter(&mut out, Escapes)).map_err(io::Error::other)?;
+        write(&mut out, self)?;
         String::from_utf8(out).map_err(io::Error::other)
     }
 }
@@ -64,13 +64,25 @@ pub fn value(v: &Value) -> Json {
     }
 }
 
+/// Writes `v` to `w` as a trace writes its JSON: compact, with the escapes
+/// of [`super::json::string`], times to the nanosecond.
+pub fn write(w: &mut impl Write, v: &impl Serialize) -> io::Result<()> {
+    v.serialize(&mut serde_json::Serializer::with_formatter(w, Escapes)).map_err(io::Error::other)
+}
+
 /// serde_json's compact output with the escapes of [`super::json::string`]:
 /// `\"`, `\\`, `\n`, `\r` and `\t`, and every other [`escape::is_unsafe`]
 /// character (serde_json leaves DEL, the C1 controls and the invisible
 /// format characters as they are, and writes `\b` and `\f`) as `\uXXXX`.
+/// A number with a fraction is a trace's time in microseconds, written to
+/// the nanosecond (three decimals); the values of a call are integers.
 struct Escapes;
 
 impl Formatter for Escapes {
+    fn write_f64<W: ?Sized + Write>(&mut self, w: &mut W, value: f64) -> io::Result<()> {
+        write!(w, "{value:.3}")
+    }
+
     fn write_string_fragment<W: ?Sized + Write>(&mut self, w: &mut W, fragment: &str) -> io::Result<()> {
         let mut rest = fragment;
         while let Some((at, c)) = rest.char_indices().find(|&(_, c)| escape::is_unsafe(c)) {

@@ -7,17 +7,6 @@ use super::json;
 use crate::escape::text;
 use crate::events::values::{self, ProbeInfo, Value};
 
-/// How events are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Style {
-    /// Not at all (only the summary).
-    Quiet,
-    /// Live lines.
-    Text,
-    /// JSON Lines.
-    Json,
-}
-
 /// A decoded event, ready to print.
 #[derive(Debug, Clone)]
 pub enum Line<'a> {
@@ -82,19 +71,44 @@ pub fn duration(ns: u64) -> String {
     }
 }
 
-/// Writes `line` of process `pid` in `style`; `origin_ns` is the session's
-/// start (live lines show seconds since it). Text lines have a PID column
-/// before the TID when `show_pid` (a session of several processes, or one
-/// whose children recorded); JSON lines always name the process.
-pub fn write(
-    out: &mut impl Write,
-    style: Style,
-    origin_ns: u64,
-    (pid, show_pid): (i32, bool),
-    line: &Line,
-) -> io::Result<()> {
+/// Writes `line` of process `pid` as a live line; `origin_ns` is the
+/// session's start (the lines show seconds since it). The lines have a PID
+/// column before the TID when `show_pid` (a session of several processes,
+/// or one whose children recorded).
+pub fn write_text(out: &mut dyn Write, origin_ns: u64, (pid, show_pid): (i32, bool), line: &Line) -> io::Result<()> {
     let secs = |ts: u64| ts.saturating_sub(origin_ns) as f64 / 1e9;
     let pid_col = if show_pid { format!(" {pid:>7}") } else { String::new() };
+    match line {
+        Line::Entry { info, tid, ts_ns, args, .. } => {
+            writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), values::call_text(&info.name, args))
+        }
+        Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, .. } => {
+            let ret = match (ret, tail_call) {
+                (_, true) => " ↷ tail call".to_string(),
+                (Some(v), false) => format!(" → {}", v.text()),
+                (None, false) => String::new(),
+            };
+            writeln!(
+                out,
+                "{:>12.6}{pid_col} {tid:>7} {}{ret}  {}",
+                secs(*ts_ns),
+                text(&info.name),
+                duration(*duration_ns)
+            )
+        }
+        Line::Unwound { info, tid, ts_ns, duration_ns, .. } => writeln!(
+            out,
+            "{:>12.6}{pid_col} {tid:>7} {} ↯ left without a return tp saw (an exception, a longjmp)  {}",
+            secs(*ts_ns),
+            text(&info.name),
+            duration(*duration_ns)
+        ),
+    }
+}
+
+/// Writes `line` of process `pid` as one JSON object on a line (JSON
+/// Lines), which always names the process.
+pub fn write_json(out: &mut dyn Write, pid: i32, line: &Line) -> io::Result<()> {
     // The keys every event has, in order: type, pid, tid, ts_ns, func, module.
     // (`depth` after them with `--tree`.)
     let common = |kind: &str, info: &ProbeInfo, tid: u32, ts_ns: u64, depth: &Option<usize>| {
@@ -110,33 +124,8 @@ pub fn write(
             None => o,
         }
     };
-    match (style, line) {
-        (Style::Quiet, _) => Ok(()),
-        (Style::Text, Line::Entry { info, tid, ts_ns, args, .. }) => {
-            writeln!(out, "{:>12.6}{pid_col} {tid:>7} {}", secs(*ts_ns), values::call_text(&info.name, args))
-        }
-        (Style::Text, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, .. }) => {
-            let ret = match (ret, tail_call) {
-                (_, true) => " ↷ tail call".to_string(),
-                (Some(v), false) => format!(" → {}", v.text()),
-                (None, false) => String::new(),
-            };
-            writeln!(
-                out,
-                "{:>12.6}{pid_col} {tid:>7} {}{ret}  {}",
-                secs(*ts_ns),
-                text(&info.name),
-                duration(*duration_ns)
-            )
-        }
-        (Style::Text, Line::Unwound { info, tid, ts_ns, duration_ns, .. }) => writeln!(
-            out,
-            "{:>12.6}{pid_col} {tid:>7} {} ↯ left without a return tp saw (an exception, a longjmp)  {}",
-            secs(*ts_ns),
-            text(&info.name),
-            duration(*duration_ns)
-        ),
-        (Style::Json, Line::Entry { info, tid, ts_ns, args, stack, depth }) => {
+    match line {
+        Line::Entry { info, tid, ts_ns, args, stack, depth } => {
             let o = common("entry", info, *tid, *ts_ns, depth).raw("args", &json::args(args));
             let o = match stack {
                 Some(frames) => o.list("stack", frames.iter().map(|f| json::string(f))),
@@ -144,12 +133,12 @@ pub fn write(
             };
             writeln!(out, "{}", o.finish())
         }
-        (Style::Json, Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, depth }) => {
+        Line::Exit { info, tid, ts_ns, ret, tail_call, duration_ns, depth } => {
             let ret = ret.map_or("null".to_string(), json::value);
             let o = common("exit", info, *tid, *ts_ns, depth).raw("ret", &ret).num("tail_call", tail_call);
             writeln!(out, "{}", o.num("duration_ns", duration_ns).finish())
         }
-        (Style::Json, Line::Unwound { info, tid, ts_ns, duration_ns, depth }) => {
+        Line::Unwound { info, tid, ts_ns, duration_ns, depth } => {
             writeln!(out, "{}", common("unwound", info, *tid, *ts_ns, depth).num("duration_ns", duration_ns).finish())
         }
     }
@@ -172,9 +161,15 @@ mod tests {
         ProbeInfo { name: "foo".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() }
     }
 
-    fn text(style: Style, line: &Line) -> String {
+    fn text(line: &Line) -> String {
         let mut v = Vec::new();
-        write(&mut v, style, 1_000_000_000, (42, false), line).unwrap();
+        write_text(&mut v, 1_000_000_000, (42, false), line).unwrap();
+        String::from_utf8(v).unwrap()
+    }
+
+    fn json(line: &Line) -> String {
+        let mut v = Vec::new();
+        write_json(&mut v, 42, line).unwrap();
         String::from_utf8(v).unwrap()
     }
 
@@ -183,7 +178,7 @@ mod tests {
         let i = info();
         let args = [("n".to_string(), Value::Int(5)), ("name".to_string(), Value::Str(1, Some("x".into())))];
         let entry = Line::Entry { info: &i, tid: 77, ts_ns: 2_500_000_000, args: &args, stack: None, depth: None };
-        assert_eq!(text(Style::Text, &entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
+        assert_eq!(text(&entry), "    1.500000      77 foo(n=5, name=\"x\")\n");
         let exit = Line::Exit {
             info: &i,
             tid: 77,
@@ -193,8 +188,7 @@ mod tests {
             duration_ns: 1230,
             depth: None,
         };
-        assert_eq!(text(Style::Text, &exit), "    1.500001      77 foo → 42  1.23µs\n");
-        assert_eq!(text(Style::Quiet, &exit), "");
+        assert_eq!(text(&exit), "    1.500001      77 foo → 42  1.23µs\n");
     }
 
     #[test]
@@ -210,10 +204,10 @@ mod tests {
             depth: None,
         };
         let mut v = Vec::new();
-        write(&mut v, Style::Text, 1_000_000_000, (4242, true), &exit).unwrap();
+        write_text(&mut v, 1_000_000_000, (4242, true), &exit).unwrap();
         assert_eq!(String::from_utf8(v).unwrap(), "    1.500001    4242      77 foo  1.23µs\n");
         let mut v = Vec::new();
-        write(&mut v, Style::Json, 0, (4242, false), &exit).unwrap();
+        write_json(&mut v, 4242, &exit).unwrap();
         assert!(String::from_utf8(v).unwrap().starts_with("{\"type\":\"exit\",\"pid\":4242,\"tid\":77,"));
         assert_eq!(header(true), "     TIME(s)     PID     TID CALL");
     }
@@ -224,18 +218,18 @@ mod tests {
         let args = [("n".to_string(), Value::Int(5))];
         let entry = Line::Entry { info: &i, tid: 7, ts_ns: 10, args: &args, stack: None, depth: None };
         assert_eq!(
-            text(Style::Json, &entry),
+            json(&entry),
             "{\"type\":\"entry\",\"pid\":42,\"tid\":7,\"ts_ns\":10,\"func\":\"foo\",\"module\":\"m\",\"args\":{\"n\":5},\"stack\":null}\n"
         );
         let exit =
             Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: false, duration_ns: 10, depth: None };
         assert_eq!(
-            text(Style::Json, &exit),
+            json(&exit),
             "{\"type\":\"exit\",\"pid\":42,\"tid\":7,\"ts_ns\":20,\"func\":\"foo\",\"module\":\"m\",\"ret\":null,\"tail_call\":false,\"duration_ns\":10}\n"
         );
         let tail = Line::Exit { info: &i, tid: 7, ts_ns: 20, ret: None, tail_call: true, duration_ns: 10, depth: None };
-        assert!(text(Style::Json, &tail).contains("\"ret\":null,\"tail_call\":true,"));
-        assert!(text(Style::Text, &tail).contains("foo ↷ tail call  10ns"), "{}", text(Style::Text, &tail));
+        assert!(json(&tail).contains("\"ret\":null,\"tail_call\":true,"));
+        assert!(text(&tail).contains("foo ↷ tail call  10ns"), "{}", text(&tail));
     }
 
     #[test]

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, Write};
 
+use super::format::Format;
 use super::json::{self, Obj};
 use super::table::{MODULE_MAX, NAME_MAX, fit, width};
 use crate::escape::text;
@@ -107,8 +108,17 @@ fn address_text(addr: Option<u64>) -> String {
     addr.map_or("-".to_string(), |a| format!("{a:#x}"))
 }
 
+/// The functions in `format`: JSON lines, else a table with the module
+/// column when `with_module`.
+pub fn functions(out: &mut impl Write, rows: &[FunctionRow], format: Format, with_module: bool) -> io::Result<()> {
+    match format {
+        Format::Json => functions_json(out, rows),
+        _ => functions_table(out, rows, with_module),
+    }
+}
+
 /// The functions as a table; `with_module` adds the module column (a process's listing).
-pub fn functions_table(out: &mut impl Write, rows: &[FunctionRow], with_module: bool) -> io::Result<()> {
+fn functions_table(out: &mut impl Write, rows: &[FunctionRow], with_module: bool) -> io::Result<()> {
     let w = width(rows.iter().map(|r| r.name.as_str()), 8, NAME_MAX);
     let mw = width(rows.iter().map(|r| r.module.as_str()), 6, MODULE_MAX);
     let sw = rows.iter().map(|r| r.source.len()).max().unwrap_or(0).max(6);
@@ -132,7 +142,7 @@ pub fn functions_table(out: &mut impl Write, rows: &[FunctionRow], with_module: 
 }
 
 /// The functions as JSON lines (`"type":"function"`).
-pub fn functions_json(out: &mut impl Write, rows: &[FunctionRow]) -> io::Result<()> {
+fn functions_json(out: &mut impl Write, rows: &[FunctionRow]) -> io::Result<()> {
     for r in rows {
         let reason = r.verdict.as_ref().err().map(|why| why.to_string());
         let site = match &r.verdict {
@@ -178,10 +188,10 @@ pub fn functions_json(out: &mut impl Write, rows: &[FunctionRow]) -> io::Result<
 
 /// A summary of every module listed (one without functions too), each
 /// given by its name and rows, then of all of them together.
-pub fn summaries(out: &mut impl Write, modules: &[(String, Vec<FunctionRow>)], as_json: bool) -> io::Result<()> {
-    let each = |out: &mut dyn Write, title: &str, rows: &[&FunctionRow]| match as_json {
-        true => summary_json(out, title, rows),
-        false => summarize(out, title, rows),
+pub fn summaries(out: &mut impl Write, modules: &[(String, Vec<FunctionRow>)], format: Format) -> io::Result<()> {
+    let each = |out: &mut dyn Write, title: &str, rows: &[&FunctionRow]| match format {
+        Format::Json => summary_json(out, title, rows),
+        _ => summarize(out, title, rows),
     };
     for (name, rows) in modules {
         each(out, name, &rows.iter().collect::<Vec<_>>())?;
@@ -317,8 +327,16 @@ pub struct SiteRow {
     pub args: Vec<String>,
 }
 
+/// The sites in `format`: JSON lines, else a table; `usdt` for static probes.
+pub fn sites(out: &mut impl Write, rows: &[SiteRow], usdt: bool, format: Format) -> io::Result<()> {
+    match format {
+        Format::Json => sites_json(out, rows, usdt),
+        _ => sites_table(out, rows, usdt),
+    }
+}
+
 /// The sites as a table; `usdt` for static probes (their semaphore and arguments under each).
-pub fn sites_table(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> io::Result<()> {
+fn sites_table(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> io::Result<()> {
     let ww = width(rows.iter().map(|r| r.what.as_str()), 8, NAME_MAX);
     let pw = width(rows.iter().map(|r| r.place.as_str()), 5, NAME_MAX);
     let first = if usdt { "PROBE" } else { "LINE" };
@@ -340,7 +358,7 @@ pub fn sites_table(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> io::Re
 }
 
 /// The sites as JSON lines (`"type":"line"` or `"usdt"`).
-pub fn sites_json(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> io::Result<()> {
+fn sites_json(out: &mut impl Write, rows: &[SiteRow], usdt: bool) -> io::Result<()> {
     for r in rows {
         let reason = r.verdict.as_ref().err().map(|why| why.to_string());
         let nop = r.verdict.as_ref().is_ok_and(|w| w.nop);
@@ -418,7 +436,8 @@ pub struct BlockWindow {
 }
 
 /// The blocks of each function, as a table per function or as JSON lines (`"type":"block"`).
-pub fn blocks(out: &mut impl Write, functions: &[FunctionBlockRows], as_json: bool) -> io::Result<()> {
+pub fn blocks(out: &mut impl Write, functions: &[FunctionBlockRows], format: Format) -> io::Result<()> {
+    let as_json = format == Format::Json;
     for f in functions {
         let (module, func, blocks) = match f {
             FunctionBlockRows::Blocks { module, func, blocks } => (module, func, blocks),

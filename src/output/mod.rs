@@ -16,6 +16,7 @@ pub mod live;
 pub mod openmetrics;
 pub mod profile;
 pub mod report;
+pub mod results;
 pub mod sink;
 pub mod stacks;
 pub mod steps;
@@ -37,6 +38,21 @@ pub struct ProbeStat {
     pub unfiltered: Option<u64>,
     /// False while the probe is switched off (`tp disable`).
     pub enabled: bool,
+}
+
+impl ProbeStat {
+    /// The row of the probe at `address` in `func` of `module`, switched
+    /// on, with its `calls`: those counted (with `--if`, those that passed
+    /// it) and, with `--if`, every call that reached it.
+    pub fn new(func: String, module: String, address: u64, calls: (u64, Option<u64>)) -> ProbeStat {
+        let (hits, unfiltered) = calls;
+        ProbeStat { func, module, address, hits, unfiltered, enabled: true }
+    }
+
+    /// The row, switched on or off (`tp disable`).
+    pub fn switched(self, enabled: bool) -> ProbeStat {
+        ProbeStat { enabled, ..self }
+    }
 }
 
 /// The probes of one process.

@@ -20,6 +20,8 @@
 use std::fmt::Write;
 
 use super::aggregates::ProbeAgg;
+use super::format::Format;
+use super::report::ProcessReport;
 use crate::events::predicate::AggFn;
 use crate::events::stats::Latency;
 
@@ -44,39 +46,48 @@ pub struct Series {
     pub aggregate: Option<ProbeAgg>,
 }
 
-/// An exposition format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// OpenMetrics 1.0.0.
-    OpenMetrics,
-    /// The Prometheus text format 0.0.4.
-    Text,
+/// The HTTP Content-Type of `format` ([`Format::OpenMetrics`], else the
+/// Prometheus text format).
+pub fn content_type(format: Format) -> &'static str {
+    match format {
+        Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        _ => "text/plain; version=0.0.4; charset=utf-8",
+    }
 }
 
-impl Format {
-    /// The HTTP Content-Type of the format.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
-            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
-        }
+/// The format a scrape's `Accept` header asks for: OpenMetrics when it
+/// names it (Prometheus does), else the Prometheus text format, as
+/// Prometheus's own client libraries choose.
+pub fn negotiate(accept: Option<&str>) -> Format {
+    match accept {
+        Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+        _ => Format::Prometheus,
     }
+}
 
-    /// The format a scrape's `Accept` header asks for: OpenMetrics when it
-    /// names it (Prometheus does), else the text format, as Prometheus's
-    /// own client libraries choose.
-    pub fn negotiate(accept: Option<&str>) -> Format {
-        match accept {
-            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
-            _ => Format::Text,
-        }
-    }
+/// The series of one process's report, one per row.
+pub fn series_of(r: &ProcessReport) -> Vec<Series> {
+    r.summary
+        .probes
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Series {
+            pid: r.summary.pid,
+            module: p.module.clone(),
+            function: p.func.clone(),
+            calls: p.hits,
+            latency: r.latency.get(i).cloned().flatten(),
+            // One per row, in the rows' order (not so after an exec).
+            aggregate: (r.aggregates.len() == r.summary.probes.len()).then(|| r.aggregates[i].clone()),
+        })
+        .collect()
 }
 
 const CALLS_HELP: &str = "Calls of a probed function, counted by tp's probe in the process.";
 const LATENCY_HELP: &str = "Durations of the calls tp timed (return probes).";
 
-/// The exposition of `series` in `format`.
+/// The exposition of `series` in `format`: [`Format::OpenMetrics`], else
+/// the Prometheus text format.
 pub fn render(series: &[Series], format: Format) -> String {
     let labels = unique_labels(series);
     let om = format == Format::OpenMetrics;
@@ -257,17 +268,14 @@ mod tests {
 
     #[test]
     fn the_text_format_names_the_counter_by_its_samples() {
-        let text = render(&[series("foo", 3, Some(Latency::default()))], Format::Text);
+        let text = render(&[series("foo", 3, Some(Latency::default()))], Format::Prometheus);
         assert!(text.starts_with("# HELP tp_calls_total Calls"), "{text}");
         assert!(text.contains("# TYPE tp_calls_total counter\ntp_calls_total{"), "{text}");
         assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
         assert!(text.contains("tp_latency_seconds_count{pid=\"7\",module=\"m\",function=\"foo\"} 0\n"), "{text}");
-        assert_eq!(
-            Format::negotiate(Some("application/openmetrics-text;version=1.0.0,*/*;q=0.1")),
-            Format::OpenMetrics
-        );
-        assert_eq!(Format::negotiate(Some("*/*")), Format::Text);
-        assert_eq!(Format::negotiate(None), Format::Text);
+        assert_eq!(negotiate(Some("application/openmetrics-text;version=1.0.0,*/*;q=0.1")), Format::OpenMetrics);
+        assert_eq!(negotiate(Some("*/*")), Format::Prometheus);
+        assert_eq!(negotiate(None), Format::Prometheus);
     }
 
     #[test]

@@ -130,14 +130,7 @@ pub fn write(r: &Report, format: Format, view: View, out: &mut impl Write) -> io
 /// rows' `timed` calls are the sampled ones, each with its `time_share`,
 /// and the process's `toggles_per_s` and `samples_per_s`.
 pub fn document(r: &Report, view: View) -> String {
-    let stat = |p: &Row| ProbeStat {
-        func: p.func.clone(),
-        module: p.module.clone(),
-        address: p.address,
-        hits: p.calls,
-        unfiltered: None,
-        enabled: true,
-    };
+    let stat = |p: &Row| ProbeStat::new(p.func.clone(), p.module.clone(), p.address, (p.calls, None));
     let order = view.pick_all(&r.rows, Report::key);
     let rows = order.iter().map(|&k| {
         let p = &r.rows[k];

@@ -13,6 +13,7 @@
 
 use std::io::{self, Write};
 
+use super::aggregates::ProbeAgg;
 use super::blocks::FunctionBlocks;
 use super::json::{self, Obj};
 use super::stacks::ProbeStacks;
@@ -44,7 +45,7 @@ pub struct ProcessReport {
     /// The calls counted per argument value (`--by`).
     pub by: Vec<ProbeValues>,
     /// The aggregates per key (`--agg`, `--by tid`).
-    pub aggregates: Vec<super::aggregates::ProbeAgg>,
+    pub aggregates: Vec<ProbeAgg>,
     /// The basic blocks and lines counted per function (`--blocks`).
     pub blocks: Vec<FunctionBlocks>,
     /// The calls stepped instruction by instruction (`--steps`).
@@ -119,6 +120,25 @@ impl ProcessReport {
             steps: Vec::new(),
             libraries: Vec::new(),
         }
+    }
+
+    /// The report of a session that recorded events: the `latency` of each
+    /// row and the `aggregates` besides the counts.
+    pub fn traced(summary: Summary, latency: Vec<Option<Latency>>, aggregates: Vec<ProbeAgg>) -> ProcessReport {
+        ProcessReport { latency, events: true, aggregates, ..ProcessReport::counts(summary) }
+    }
+
+    /// The report read from a process's region outside any session (`tp
+    /// status`): the counts, the latency its threads kept in the target
+    /// (`None` for a row that keeps none) and the aggregates.
+    pub fn kept(summary: Summary, latency: Vec<Option<Latency>>, aggregates: Vec<ProbeAgg>) -> ProcessReport {
+        ProcessReport { latency, aggregates, ..ProcessReport::counts(summary) }
+    }
+
+    /// The report with what the events carried besides: how many were
+    /// `lost`, the `stacks` recorded (`--stack`) and the counts `by` value.
+    pub fn with_events(self, lost: u64, stacks: Vec<ProbeStacks>, by: Vec<ProbeValues>) -> ProcessReport {
+        ProcessReport { lost, stacks, by, ..self }
     }
 
     /// The latency of row `i`, if its returns were timed.
@@ -596,17 +616,8 @@ mod tests {
     }
 
     fn report(pid: i32, rows: &[(&str, u64)]) -> ProcessReport {
-        let probes = rows
-            .iter()
-            .map(|(f, hits)| ProbeStat {
-                func: f.to_string(),
-                module: "m".into(),
-                address: 0x10,
-                hits: *hits,
-                unfiltered: None,
-                enabled: true,
-            })
-            .collect();
+        let probes =
+            rows.iter().map(|(f, hits)| ProbeStat::new(f.to_string(), "m".into(), 0x10, (*hits, None))).collect();
         ProcessReport::counts(Summary { pid, probes })
     }
 

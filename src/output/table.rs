@@ -72,22 +72,8 @@ mod tests {
         let s = Summary {
             pid: 1,
             probes: vec![
-                ProbeStat {
-                    func: "foo".into(),
-                    module: "counter".into(),
-                    address: 0x1630,
-                    hits: 1234,
-                    unfiltered: None,
-                    enabled: true,
-                },
-                ProbeStat {
-                    func: "a_longer_name".into(),
-                    module: "counter".into(),
-                    address: 0x1670,
-                    hits: 5,
-                    unfiltered: None,
-                    enabled: false,
-                },
+                ProbeStat::new("foo".into(), "counter".into(), 0x1630, (1234, None)),
+                ProbeStat::new("a_longer_name".into(), "counter".into(), 0x1670, (5, None)).switched(false),
             ],
         };
         let mut out = Vec::new();
@@ -108,16 +94,8 @@ mod tests {
         assert_eq!(cell, "<app::Sin…>::matched");
         // Escaped first: what is shortened is the escaped text, safe to print.
         assert_eq!(fit("a\x1bb", 60), "a\\x1bb");
-        let probes: Vec<ProbeStat> = (0..3)
-            .map(|i| ProbeStat {
-                func: long.repeat(i + 1),
-                module: "m".into(),
-                address: 0,
-                hits: 1,
-                unfiltered: None,
-                enabled: true,
-            })
-            .collect();
+        let probes: Vec<ProbeStat> =
+            (0..3).map(|i| ProbeStat::new(long.repeat(i + 1), "m".into(), 0, (1, None))).collect();
         let mut out = Vec::new();
         summary(&Summary { pid: 1, probes }, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();

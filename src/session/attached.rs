@@ -569,16 +569,11 @@ impl Attached {
                 .user_probes_at()
                 .zip(hits)
                 .map(|((pos, p), hits)| {
-                    let (hits, unfiltered) = self.calls_of(pos, p, hits);
-                    ProbeStat {
-                        func: p.request.function.name.clone(),
-                        module: p.request.function.module.clone(),
-                        // A probe inside a function is at its site.
-                        address: if p.request.plan.interior { p.request.plan.site } else { p.request.function.addr.0 },
-                        hits,
-                        unfiltered,
-                        enabled: self.region.enabled(p.index),
-                    }
+                    let f = &p.request.function;
+                    // A probe inside a function is at its site.
+                    let address = if p.request.plan.interior { p.request.plan.site } else { f.addr.0 };
+                    ProbeStat::new(f.name.clone(), f.module.clone(), address, self.calls_of(pos, p, hits))
+                        .switched(self.region.enabled(p.index))
                 })
                 .collect(),
         }

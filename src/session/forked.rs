@@ -14,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::notes::Notes;
 use crate::output::report::Child;
 use crate::probe::family::{Outcome, Relative};
 use crate::probe::remove::Kept;
@@ -134,10 +135,12 @@ impl Family {
     }
 
     /// Children killed by a signal since the last call: (child, root, how).
-    pub fn take_news(&mut self) -> Vec<(i32, i32, Ended)> {
+    /// Says to `notes`, once, that the kernel dropped events.
+    pub fn take_news(&mut self, notes: &dyn Notes) -> Vec<(i32, i32, Ended)> {
         if !self.overrun_said && self.events.as_ref().is_some_and(|e| e.overrun) {
             self.overrun_said = true;
-            crate::say!(
+            crate::note!(
+                notes,
                 "tp: the kernel dropped process events (forks came faster than tp read them): some children \
                  may be missing from the summary, and how they ended"
             );

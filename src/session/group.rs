@@ -37,8 +37,9 @@ use super::steps::Stepping;
 use super::tracer::{TraceOutput, Tracer};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
+use crate::notes::Notes;
 use crate::output::live::Live;
-use crate::output::openmetrics::Series;
+use crate::output::openmetrics::{Series, series_of};
 use crate::output::report::{self, ProcessReport};
 use crate::probe::family::{Outcome, Relative};
 use crate::probe::layout::kind;
@@ -155,12 +156,9 @@ impl Member {
                     let summary = p.attached.summary();
                     let blocks = p.attached.blocks(&summary);
                     let mut r = match &p.tracer {
-                        Some(t) => ProcessReport {
-                            latency: t.latency(&p.attached),
-                            events: true,
-                            aggregates: t.aggregate_report(&p.attached),
-                            ..ProcessReport::counts(summary)
-                        },
+                        Some(t) => {
+                            ProcessReport::traced(summary, t.latency(&p.attached), t.aggregate_report(&p.attached))
+                        }
                         None => ProcessReport::counts(summary),
                     };
                     r.blocks = blocks;
@@ -247,19 +245,28 @@ impl Group {
             }
             match Stopped::hold_new(pid) {
                 Ok(stopped) => held.push((pid, stopped, Instant::now())),
-                Err(e) => crate::say!("tp: process {pid} started but was not probed: {}", text(&format!("{e:#}"))),
+                Err(e) => crate::note!(
+                    self.opts.notes,
+                    "tp: process {pid} started but was not probed: {}",
+                    text(&format!("{e:#}"))
+                ),
             }
         }
         let path = exe.path.display().to_string();
         for (pid, stopped, heard) in held {
             match self.join(pid, stopped) {
-                Ok(n) => crate::say!(
+                Ok(n) => crate::note!(
+                    self.opts.notes,
                     "tp: process {pid} started {}: {n} probe{} in, {:.1} ms after it was stopped",
                     text(&path),
                     plural(n),
                     heard.elapsed().as_secs_f64() * 1e3
                 ),
-                Err(e) => crate::say!("tp: process {pid} started but was not probed: {}", text(&format!("{e:#}"))),
+                Err(e) => crate::note!(
+                    self.opts.notes,
+                    "tp: process {pid} started but was not probed: {}",
+                    text(&format!("{e:#}"))
+                ),
             }
         }
     }
@@ -341,11 +348,11 @@ impl Group {
         let (attached, follow, waiting) = Attached::attach_following(&opts, modules, None, Some(self.how.check_every))?;
         match &attached {
             Some(a) if self.how.announce && !a.names().is_empty() => announce(a, &opts),
-            _ if self.how.announce => crate::say!("tp: attached to {pid}: no probe yet"),
+            _ if self.how.announce => crate::note!(self.opts.notes, "tp: attached to {pid}: no probe yet"),
             _ => {}
         }
         for w in &waiting {
-            crate::say!("tp: {}; tp probes it when the process loads it", text(w));
+            crate::note!(self.opts.notes, "tp: {}; tp probes it when the process loads it", text(w));
         }
         self.add(pid, attached, Some(follow));
         Ok(())
@@ -359,7 +366,7 @@ impl Group {
         self.members.push(Member {
             pid,
             programs,
-            libs: Libraries::new(follow),
+            libs: Libraries::new(follow, self.opts.notes.clone()),
             left: None,
             detach_stop: None,
             ended: None,
@@ -517,8 +524,12 @@ impl Group {
                 }
             }
         }
-        for (child, root, how) in self.family.take_news() {
-            crate::say!("tp: process {child} (forked by {root} while the probes were in) {}", how.sentence());
+        for (child, root, how) in self.family.take_news(&*self.opts.notes) {
+            crate::note!(
+                self.opts.notes,
+                "tp: process {child} (forked by {root} while the probes were in) {}",
+                how.sentence()
+            );
         }
         for i in 0..self.members.len() {
             if self.members[i].left.is_some() {
@@ -539,7 +550,7 @@ impl Group {
             self.end_program(i);
             self.members[i].left = Some(Left::Removed);
             if several {
-                crate::say!("tp: the probes in process {pid} were removed by another tp");
+                crate::note!(self.opts.notes, "tp: the probes in process {pid} were removed by another tp");
             }
             return Ok(());
         }
@@ -556,7 +567,7 @@ impl Group {
                 self.members[i].ended = Some(how);
                 // One process: the end of the session says it, with the counts.
                 if several {
-                    crate::say!("tp: process {pid} {}", how.sentence());
+                    crate::note!(self.opts.notes, "tp: process {pid} {}", how.sentence());
                 }
             }
             Change::Execd(exe) => {
@@ -564,7 +575,8 @@ impl Group {
                 if self.opts.follow_exec {
                     self.follow_exec(i, &exe)?;
                 } else {
-                    crate::say!(
+                    crate::note!(
+                        self.opts.notes,
                         "tp: process {pid} exec'd {}; its probes went with its old program (--follow-exec probes the new one)",
                         text(&exe)
                     );
@@ -613,12 +625,20 @@ impl Group {
         match started {
             Ok((attached, follow, waiting)) => {
                 let n = attached.as_ref().map_or(0, |a| a.names().len());
-                crate::say!("tp: process {pid} exec'd {}; probed {n} function{} in it", text(exe), plural(n));
+                crate::note!(
+                    self.opts.notes,
+                    "tp: process {pid} exec'd {}; probed {n} function{} in it",
+                    text(exe),
+                    plural(n)
+                );
                 for w in &waiting {
-                    crate::say!("tp: process {pid}: not in the new program: {}", text(w));
+                    crate::note!(self.opts.notes, "tp: process {pid}: not in the new program: {}", text(w));
                 }
                 if !opts.selection.addrs.is_empty() {
-                    crate::say!("tp: process {pid}: --addr probes are not followed across exec (addresses change)");
+                    crate::note!(
+                        self.opts.notes,
+                        "tp: process {pid}: --addr probes are not followed across exec (addresses change)"
+                    );
                 }
                 let program = attached.map(|a| self.program(a));
                 let m = &mut self.members[i];
@@ -632,7 +652,12 @@ impl Group {
                 self.members[i].ended = Some(how);
             }
             Err(e) => {
-                crate::say!("tp: process {pid} exec'd {}; cannot probe it: {}", text(exe), text(&format!("{e:#}")));
+                crate::note!(
+                    self.opts.notes,
+                    "tp: process {pid} exec'd {}; cannot probe it: {}",
+                    text(exe),
+                    text(&format!("{e:#}"))
+                );
                 self.members[i].left = Some(Left::Execd(exe.to_string()));
             }
         }
@@ -647,7 +672,7 @@ impl Group {
             // `tp run`'s stdout is its program's: the line goes to stderr or nowhere.
             (End::OutputClosed, "run") => {
                 if let Some(f) = crate::streams::failure() {
-                    crate::say!("tp: {}; removing every probe", f.describe());
+                    crate::note!(self.opts.notes, "tp: {}; removing every probe", f.describe());
                 }
             }
             (End::OutputClosed, _) => super::observe::say_output_closed(),
@@ -661,8 +686,12 @@ impl Group {
             let Some(p) = self.members[i].current() else {
                 if !several && self.how.announce {
                     match left {
-                        Some(Left::Removed) => crate::say!("tp: the probes were removed by another tp; final counts:"),
-                        Some(Left::Exited(how)) => crate::say!("tp: process {pid} {}; final counts:", how.sentence()),
+                        Some(Left::Removed) => {
+                            crate::note!(self.opts.notes, "tp: the probes were removed by another tp; final counts:")
+                        }
+                        Some(Left::Exited(how)) => {
+                            crate::note!(self.opts.notes, "tp: process {pid} {}; final counts:", how.sentence())
+                        }
                         _ => {}
                     }
                 }
@@ -682,19 +711,20 @@ impl Group {
             let stop_time = detached.stop_time;
             let ended = (detached.target_gone && !detached.execd).then(|| self.family.end_of(pid));
             self.family.restored(pid, &detached.family);
-            say_relatives(pid, &detached.family);
+            say_relatives(&*self.opts.notes, pid, &detached.family);
             if self.how.announce {
                 let gone = match detached.execd {
                     true => "exec'd another program; its probes went with the old one".to_string(),
                     false => self.family.end_of(pid).sentence(),
                 };
                 match (detached.target_gone, why, several) {
-                    (true, _, false) => crate::say!("tp: process {pid} {gone}; final counts:"),
-                    (true, _, true) => crate::say!("tp: process {pid} {gone}"),
+                    (true, _, false) => crate::note!(self.opts.notes, "tp: process {pid} {gone}; final counts:"),
+                    (true, _, true) => crate::note!(self.opts.notes, "tp: process {pid} {gone}"),
                     (false, End::Removed, false) => {
-                        crate::say!("tp: the probes were removed by another tp; final counts:")
+                        crate::note!(self.opts.notes, "tp: the probes were removed by another tp; final counts:")
                     }
-                    (false, _, _) => crate::say!(
+                    (false, _, _) => crate::note!(
+                        self.opts.notes,
                         "tp: detached from {pid}, code restored{} (target stopped {} µs)",
                         match p.attached.went_over() {
                             0 => String::new(),
@@ -705,7 +735,8 @@ impl Group {
                 }
             }
             if let Some(used) = detached.kept.as_ref().and_then(Kept::in_use) {
-                crate::say!(
+                crate::note!(
+                    self.opts.notes,
                     "tp: process {pid} still maps tp's memory: {used}; `tp detach -p {pid}` removes it once unused"
                 );
             }
@@ -783,7 +814,8 @@ impl Drop for Group {
             }
             // Quiet when it works: the error (or the panic) is the one line.
             if let Err(e) = p.attached.detach() {
-                crate::say!(
+                crate::note!(
+                    self.opts.notes,
                     "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
                     text(&format!("{e:#}"))
                 );
@@ -796,10 +828,11 @@ impl Drop for Group {
 /// `pid` forked while the probes were in: each one that still maps tp's
 /// memory, and why, with the command that removes it; each one tp could
 /// not restore. Those restored cleanly are counted.
-pub fn say_relatives(pid: i32, relatives: &[Relative]) {
+pub fn say_relatives(notes: &dyn Notes, pid: i32, relatives: &[Relative]) {
     let restored = relatives.iter().filter(|r| r.outcome == Outcome::Restored).count();
     if restored > 0 {
-        crate::say!(
+        crate::note!(
+            notes,
             "tp: restored the code of {restored} process{} forked by {pid} while the probes were in",
             if restored == 1 { "" } else { "es" }
         );
@@ -807,16 +840,19 @@ pub fn say_relatives(pid: i32, relatives: &[Relative]) {
     for r in relatives {
         let child = r.pid;
         match &r.outcome {
-            Outcome::Kept(used @ (Kept::InUse { .. } | Kept::Tracing { .. })) => crate::say!(
+            Outcome::Kept(used @ (Kept::InUse { .. } | Kept::Tracing { .. })) => crate::note!(
+                notes,
                 "tp: process {child} (forked by {pid}) still maps tp's memory: its code is restored, but {}; \
                  `tp detach -p {child}` removes it once unused",
                 used.in_use().unwrap_or_default()
             ),
-            Outcome::Kept(Kept::LiveProbes) => crate::say!(
+            Outcome::Kept(Kept::LiveProbes) => crate::note!(
+                notes,
                 "tp: process {child} (forked by {pid}) still maps tp's memory for other probes (`tp status -p {child}`); \
                  `tp detach -p {child}` removes them"
             ),
-            Outcome::Failed(why) => crate::say!(
+            Outcome::Failed(why) => crate::note!(
+                notes,
                 "tp: cannot restore process {child} (forked by {pid} while the probes were in): {}; run `tp detach -p {child}`",
                 text(why)
             ),
@@ -834,12 +870,14 @@ pub fn announce(attached: &Attached, opts: &Options) {
         return;
     }
     if attached.refused > 0 {
-        crate::say!(
+        crate::note!(
+            opts.notes,
             "tp: {} of the matched functions cannot be probed and are skipped (`tp list-probes -p {pid}` says why)",
             attached.refused
         );
     }
-    crate::say!(
+    crate::note!(
+        opts.notes,
         "tp: attached {n} probe{} to {pid} in {:.1} ms (target stopped {} µs; one thread {} µs in all)",
         plural(n),
         attached.attach_time.as_secs_f64() * 1e3,
@@ -847,28 +885,11 @@ pub fn announce(attached: &Attached, opts: &Options) {
         attached.worker_time.as_micros()
     );
     if opts.keep {
-        crate::say!(
+        crate::note!(
+            opts.notes,
             "tp: probes stay in {pid} after tp exits; `tp status -p {pid}` shows counts, `tp detach -p {pid}` removes them"
         );
     }
-}
-
-/// The OpenMetrics series of one process's report.
-pub fn series_of(r: &ProcessReport) -> Vec<Series> {
-    r.summary
-        .probes
-        .iter()
-        .enumerate()
-        .map(|(i, p)| Series {
-            pid: r.summary.pid,
-            module: p.module.clone(),
-            function: p.func.clone(),
-            calls: p.hits,
-            latency: r.latency.get(i).cloned().flatten(),
-            // One per row, in the rows' order (not so after an exec).
-            aggregate: (r.aggregates.len() == r.summary.probes.len()).then(|| r.aggregates[i].clone()),
-        })
-        .collect()
 }
 
 fn plural(n: usize) -> &'static str {
@@ -924,7 +945,7 @@ impl observe::Observed for Observing<'_> {
 fn program(attached: Attached, opts: &Options, output: &TraceOutput) -> Program {
     let tracer =
         (attached.records() & !kind::STEP != kind::COUNT).then(|| Tracer::with_output(&attached, opts, output.clone()));
-    let stepping = opts.steps.map(|s| Stepping::start(&attached, s));
+    let stepping = opts.steps.map(|s| Stepping::start(&attached, s, opts.notes.clone()));
     Program { attached, tracer, live: true, report: None, events: Default::default(), stepping }
 }
 

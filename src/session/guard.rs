@@ -12,16 +12,20 @@ use anyhow::Result;
 
 use super::attached::{Attached, Detached};
 use crate::escape::text;
+use crate::notes::Notes;
 
 /// Detaches `attached` when dropped, unless [`Restore::detach`] did.
 pub struct Restore<'a> {
     attached: Option<&'a mut Attached>,
+    /// Where it says a restore that failed.
+    notes: &'a dyn Notes,
 }
 
 impl<'a> Restore<'a> {
-    /// Guards the probes of `attached` from here on.
-    pub fn new(attached: &'a mut Attached) -> Restore<'a> {
-        Restore { attached: Some(attached) }
+    /// Guards the probes of `attached` from here on; a restore that fails
+    /// is said to `notes`.
+    pub fn new(attached: &'a mut Attached, notes: &'a dyn Notes) -> Restore<'a> {
+        Restore { attached: Some(attached), notes }
     }
 
     /// The guarded session.
@@ -48,7 +52,8 @@ impl Drop for Restore<'_> {
         // Quiet when it works: the error (or the panic) is the one line.
         match attached.detach() {
             Ok(_) => {}
-            Err(e) => crate::say!(
+            Err(e) => crate::note!(
+                self.notes,
                 "tp: cannot restore the code of process {pid}: {}; run `tp detach -p {pid}`",
                 text(&format!("{e:#}"))
             ),

@@ -15,6 +15,7 @@ use anyhow::{Result, bail};
 use crate::escape::text;
 use crate::events::aggregates;
 use crate::events::clock::Clock;
+use crate::notes::Notes;
 use crate::output::aggregates::ProbeAgg;
 use crate::output::report::ProcessReport;
 use crate::output::{ProbeStat, Summary};
@@ -112,18 +113,11 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
         .into_iter()
         .zip(hits)
         .map(|((i, e), hits)| {
-            let (hits, unfiltered) = crate::session::attached::filtered(&region, i, e.kind, hits);
-            ProbeStat {
-                func: e.name(),
-                module: e.module(),
-                address: e.function,
-                hits,
-                unfiltered,
-                enabled: region.enabled(i),
-            }
+            let calls = crate::session::attached::filtered(&region, i, e.kind, hits);
+            ProbeStat::new(e.name(), e.module(), e.function, calls).switched(region.enabled(i))
         })
         .collect();
-    Ok(ProcessReport { latency, aggregates, ..ProcessReport::counts(Summary { pid, probes }) })
+    Ok(ProcessReport::kept(Summary { pid, probes }, latency, aggregates))
 }
 
 /// The aggregates a running session keeps in the target (`--agg`, `--by
@@ -233,11 +227,11 @@ pub fn reports(which: &Which) -> Result<(Vec<ProcessReport>, bool)> {
 
 /// Switches on (`on`) or off the probes of `pid` whose function matches
 /// one of the names or globs `funcs` (every probe with `all`) by writing
-/// their enable flags in its data region, and says each on stderr. Every
+/// their enable flags in its data region, and says each to `notes`. Every
 /// detour tests its flag first, so a switch is one store: no ptrace, no
 /// stop, no code modification; a disabled probe costs a jump, a test and a
 /// jump back. Matching no probe is an error that says how to list them.
-pub fn switch(pid: i32, funcs: &[String], all: bool, on: bool) -> Result<()> {
+pub fn switch(notes: &dyn Notes, pid: i32, funcs: &[String], all: bool, on: bool) -> Result<()> {
     let region = region_of(pid)?;
     let mut switched = 0;
     for (i, e) in region.entries() {
@@ -250,7 +244,7 @@ pub fn switch(pid: i32, funcs: &[String], all: bool, on: bool) -> Result<()> {
         if wanted {
             region.set_enabled(i, on)?;
             switched += 1;
-            crate::say!("tp: {} `{}` in {pid}", if on { "enabled" } else { "disabled" }, text(&name));
+            crate::note!(notes, "tp: {} `{}` in {pid}", if on { "enabled" } else { "disabled" }, text(&name));
         }
     }
     if switched == 0 {

@@ -11,12 +11,14 @@
 //! (or starts one), `tp profile` ([`super::observe::observe`]) extends its
 //! one attach and tells its sampler.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
 use super::follow::{self, Follow};
 use crate::escape::text;
+use crate::notes::Notes;
 use crate::output::report;
 use crate::probe::region::Region;
 use crate::probe::rendezvous_wait;
@@ -41,7 +43,7 @@ pub trait Probes {
 }
 
 /// What a session follows of one process's libraries.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Libraries {
     /// Patterns that may still match in libraries loaded later.
     pub follow: Option<Follow>,
@@ -50,12 +52,15 @@ pub struct Libraries {
     gave_up: u32,
     /// The libraries it loaded that tp probed.
     pub loaded: Vec<report::Loaded>,
+    /// Where its notes go.
+    notes: Arc<dyn Notes>,
 }
 
 impl Libraries {
-    /// Follows the libraries that `follow`'s patterns wait for (none if None).
-    pub fn new(follow: Option<Follow>) -> Libraries {
-        Libraries { follow, gave_up: 0, loaded: Vec::new() }
+    /// Follows the libraries that `follow`'s patterns wait for (none if
+    /// None), saying what it does to `notes`.
+    pub fn new(follow: Option<Follow>, notes: Arc<dyn Notes>) -> Libraries {
+        Libraries { follow, gave_up: 0, loaded: Vec::new(), notes }
     }
 
     /// Follows `follow`'s patterns from now on, in a new program the
@@ -91,7 +96,8 @@ impl Libraries {
         let Some(region) = probes.rendezvous() else { return };
         let gave_up = rendezvous_wait::gave_up(region);
         if gave_up != self.gave_up {
-            crate::say!(
+            crate::note!(
+                self.notes,
                 "tp: process {pid}: a thread at the dynamic linker's rendezvous went on after waiting {} s for tp; \
                  libraries loaded meanwhile were probed when tp saw them",
                 rendezvous_wait::WAIT.as_secs()
@@ -132,7 +138,7 @@ impl Libraries {
         if let Ok(maps) = &maps
             && let Err(e) = probes.drop_unloaded(maps)
         {
-            crate::say!("tp: process {pid}: cannot let go of the probes of an unloaded library: {e:#}");
+            crate::note!(self.notes, "tp: process {pid}: cannot let go of the probes of an unloaded library: {e:#}");
         }
         let looked = match maps.map_err(anyhow::Error::from).and_then(|maps| follow.new_functions(&maps)) {
             Ok(Some(x)) => x,
@@ -140,7 +146,11 @@ impl Libraries {
             // A process on its way out drops its mappings first: not worth a word.
             Err(_) if process::has_exited(pid, Duration::from_millis(100)) => return,
             Err(e) => {
-                crate::say!("tp: process {pid}: cannot read its new libraries: {}", text(&format!("{e:#}")));
+                crate::note!(
+                    self.notes,
+                    "tp: process {pid}: cannot read its new libraries: {}",
+                    text(&format!("{e:#}"))
+                );
                 return;
             }
         };
@@ -158,10 +168,11 @@ impl Libraries {
                 let loaded =
                     report::Loaded { modules: names.clone(), probes: added, skipped: refused, at, loads: 1, took };
                 report::Loaded::add_to(&mut self.loaded, loaded);
-                say_loaded(pid, &names, added, refused, rendezvous.is_some(), took, self.loaded.last());
+                self.say_loaded(pid, &names, added, refused, rendezvous.is_some(), took);
             }
             Err(_) if process::has_exited(pid, Duration::from_millis(100)) => {}
-            Err(e) => crate::say!(
+            Err(e) => crate::note!(
+                self.notes,
                 "tp: process {pid} loaded {}; cannot probe it: {}",
                 text(&names.join(", ")),
                 text(&format!("{e:#}"))
@@ -173,53 +184,59 @@ impl Libraries {
     pub fn say_never_found(&self, pid: i32) {
         if let Some(f) = &self.follow {
             for name in f.never_found() {
-                crate::say!("tp: process {pid}: `{}` was never found", text(&name));
+                crate::note!(self.notes, "tp: process {pid}: `{}` was never found", text(&name));
             }
         }
     }
 }
 
-/// The line for process `pid`'s load of `names`, where tp probed `added`
-/// functions (`refused` more cannot be), at the rendezvous or when seen,
-/// in `took`; `last` is the summary's entry for it. The same library loaded
-/// over and over: its first loads, then at 10, 100, 1000, … loads in a row
-/// (the summary counts them all).
-fn say_loaded(
-    pid: i32,
-    names: &[String],
-    added: usize,
-    refused: usize,
-    at_rendezvous: bool,
-    took: Duration,
-    last: Option<&report::Loaded>,
-) {
-    let loads = last.map_or(1, |l| l.loads);
-    let joined = names.join(", ");
-    let names = text(&joined);
-    if loads > SAID_LOADS {
-        if power_of_ten(loads) {
-            let when = if at_rendezvous { "at the dynamic linker's rendezvous" } else { "when seen" };
-            crate::say!(
-                "tp: process {pid} loaded {names} again: {loads} loads in a row, each probed ({added} function{}) \
+impl Libraries {
+    /// The line for process `pid`'s load of `names`, where tp probed `added`
+    /// functions (`refused` more cannot be), at the rendezvous or when seen,
+    /// in `took`; the last of [`Libraries::loaded`] is the summary's entry for
+    /// it. The same library loaded over and over: its first loads, then at 10,
+    /// 100, 1000, … loads in a row (the summary counts them all).
+    fn say_loaded(
+        &self,
+        pid: i32,
+        names: &[String],
+        added: usize,
+        refused: usize,
+        at_rendezvous: bool,
+        took: Duration,
+    ) {
+        let loads = self.loaded.last().map_or(1, |l| l.loads);
+        let joined = names.join(", ");
+        let names = text(&joined);
+        if loads > SAID_LOADS {
+            if power_of_ten(loads) {
+                let when = if at_rendezvous { "at the dynamic linker's rendezvous" } else { "when seen" };
+                crate::note!(
+                    self.notes,
+                    "tp: process {pid} loaded {names} again: {loads} loads in a row, each probed ({added} function{}) \
                  {when}; tp says so at 10, 100, 1000, … loads",
-                plural(added),
-            );
+                    plural(added),
+                );
+            }
+            return;
         }
-        return;
-    }
-    let skipped = if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
-    match at_rendezvous {
-        true => crate::say!(
-            "tp: process {pid} loaded {names}: probed {added} more function{} at the dynamic linker's \
+        let skipped =
+            if refused > 0 { format!(" ({refused} cannot be probed and are skipped)") } else { String::new() };
+        match at_rendezvous {
+            true => crate::note!(
+                self.notes,
+                "tp: process {pid} loaded {names}: probed {added} more function{} at the dynamic linker's \
              rendezvous, before its initializers and its first call (the loading thread waited {:.1} ms){skipped}",
-            plural(added),
-            took.as_secs_f64() * 1e3
-        ),
-        false => crate::say!(
-            "tp: process {pid} loaded {names}: probed {added} more function{} in {:.1} ms{skipped}",
-            plural(added),
-            took.as_secs_f64() * 1e3
-        ),
+                plural(added),
+                took.as_secs_f64() * 1e3
+            ),
+            false => crate::note!(
+                self.notes,
+                "tp: process {pid} loaded {names}: probed {added} more function{} in {:.1} ms{skipped}",
+                plural(added),
+                took.as_secs_f64() * 1e3
+            ),
+        }
     }
 }
 

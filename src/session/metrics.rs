@@ -11,21 +11,22 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, Result, anyhow};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 
-use super::group::{Published, series_of};
+use super::group::Published;
 use super::installed;
 use super::interrupt;
 use super::targets::Which;
 use crate::escape::text;
 use crate::http::{self, Request, Response};
-use crate::output::openmetrics::{Format, Series, render};
+use crate::output::openmetrics::series_of;
+use crate::output::openmetrics::{Series, content_type, negotiate, render};
 
 /// The answer to `req`: the exposition of `series()` at /metrics, in the
 /// format the scrape asks for.
 fn answer(req: &Request, series: impl FnOnce() -> Vec<Series>) -> Response {
     match req.path.as_str() {
         "/metrics" => {
-            let format = Format::negotiate(req.accept.as_deref());
-            Response { status: (200, "OK"), content_type: format.content_type(), body: render(&series(), format) }
+            let format = negotiate(req.accept.as_deref());
+            Response { status: (200, "OK"), content_type: content_type(format), body: render(&series(), format) }
         }
         "/" => Response::text((200, "OK"), "tp: the metrics are at /metrics"),
         _ => Response::text((404, "Not Found"), "not found; the metrics are at /metrics"),

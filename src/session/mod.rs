@@ -58,6 +58,7 @@ pub mod tracer;
 pub mod unwind;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use attached::{Attached, Detached};
@@ -65,7 +66,7 @@ pub use kept::session_is_running;
 pub use observe::{End, observe};
 
 use crate::addr::RuntimeAddr;
-use crate::output::events::Style;
+use crate::notes::{Notes, Stderr};
 use crate::output::format::Format;
 use crate::output::report::View;
 
@@ -81,8 +82,8 @@ pub struct Options {
     pub keep: bool,
     /// Stop observing after this long (default: a signal or the target's exit).
     pub duration: Option<Duration>,
-    /// How events are printed.
-    pub style: Style,
+    /// Write no event lines, only the results at the end (`--quiet`).
+    pub quiet: bool,
     /// The form of the results (`--format`, `-o FILE`'s name).
     pub format: Format,
     /// How the text summary shows its rows (`--all`, `--top`).
@@ -101,6 +102,8 @@ pub struct Options {
     pub follow_exec: bool,
     /// Serve the session's metrics over HTTP meanwhile (`--listen`).
     pub listen: Option<Listen>,
+    /// Where the session's notes and warnings go (the command line's: stderr).
+    pub notes: Arc<dyn Notes>,
 }
 
 /// Where a session serves its metrics (`--listen ADDR`).
@@ -120,7 +123,7 @@ impl Options {
             selection,
             keep: false,
             duration: None,
-            style: Style::Text,
+            quiet: false,
             format: Format::Text,
             view: View::default(),
             output: None,
@@ -130,7 +133,14 @@ impl Options {
             steps: None,
             follow_exec: false,
             listen: None,
+            notes: Arc::new(Stderr),
         }
+    }
+
+    /// How events are written as they come: in the format's lines, unless
+    /// `--quiet` or a format that writes none.
+    pub fn event_lines(&self) -> Option<&'static dyn crate::output::results::EventLines> {
+        if self.quiet { None } else { crate::output::results::event_lines(self.format) }
     }
 
     /// The owner recorded in the probes' entries: this tp's PID, or 0 when

@@ -16,6 +16,7 @@ use super::forked::Family;
 use super::interrupt;
 use super::libraries::{Libraries, Probes};
 use super::tracer::Tracer;
+use crate::notes::Notes;
 use crate::output::live::Live;
 use crate::probe::region::Region;
 use crate::probe::rendezvous_wait;
@@ -114,7 +115,7 @@ pub trait Watcher {
 }
 
 /// Lets `watcher` tick until a signal, the duration, the target's exit or
-/// exec, or the probes' removal. With `family`, says at once when a child
+/// exec, or the probes' removal. With `family`, says at once (to `notes`) when a child
 /// the target forked is killed by a signal. With `libraries`, probes what
 /// its patterns match in the libraries the target loads, as a group's
 /// member does ([`Libraries`]): at the dynamic linker's rendezvous, where
@@ -126,9 +127,10 @@ pub fn observe(
     watcher: &mut dyn Watcher,
     family: Option<&mut Family>,
     libraries: Option<&mut Libraries>,
+    notes: &dyn Notes,
 ) -> Result<End> {
     let next_tick = Instant::now() + watcher.pause();
-    let mut single = Single { attached: &mut *attached, watcher: &mut *watcher, family, libraries, next_tick };
+    let mut single = Single { attached: &mut *attached, watcher: &mut *watcher, family, libraries, next_tick, notes };
     let end = run(&mut single, duration);
     // What the probes produced since the last tick (a call that returned
     // just before the signal) is consumed too, while the probes are in.
@@ -149,6 +151,8 @@ struct Single<'a, 'w> {
     libraries: Option<&'a mut Libraries>,
     /// When the watcher ticks next.
     next_tick: Instant,
+    /// Where the session's notes go.
+    notes: &'a dyn Notes,
 }
 
 /// The one attached process of [`observe`] as [`Libraries`] sees it: new
@@ -179,9 +183,14 @@ impl Observed for Single<'_, '_> {
         crate::streams::check();
         if let Some(f) = self.family.as_deref_mut() {
             f.poll();
-            for (child, root, how) in f.take_news() {
+            let notes = self.notes;
+            for (child, root, how) in f.take_news(notes) {
                 self.watcher.suspended(&mut || {
-                    crate::say!("tp: process {child} (forked by {root} while the probes were in) {}", how.sentence())
+                    crate::note!(
+                        notes,
+                        "tp: process {child} (forked by {root} while the probes were in) {}",
+                        how.sentence()
+                    )
                 });
             }
         }

@@ -17,6 +17,7 @@ use anyhow::{Result, bail};
 use crate::arch::{Isa, Refusal, ShadowStack, SitePlan, machine_name};
 use crate::arch::{host_isa, isa_for_machine};
 use crate::escape::text;
+use crate::notes::Notes;
 use crate::output::listing::{
     BlockRow, BlockWindow, Exits, FunctionBlockRows, FunctionRow, NOP_NOTE, Refused, SiteRow, Verdict, Window,
 };
@@ -57,8 +58,9 @@ pub fn verdict(v: &Result<SitePlan, Refusal>) -> Verdict {
 }
 
 /// The verdict on every function of `source`, by module (each given by its
-/// name), with each function's signature when `verbose`.
-pub fn functions(source: Source, verbose: bool) -> Result<Vec<(String, Vec<FunctionRow>)>> {
+/// name), with each function's signature when `verbose`; a module of a
+/// process that cannot be read is skipped, and said so to `notes`.
+pub fn functions(notes: &dyn Notes, source: Source, verbose: bool) -> Result<Vec<(String, Vec<FunctionRow>)>> {
     let modules: ModuleRows = match source {
         Source::Binary(path) => {
             let module = Module::from_file(path)?;
@@ -67,7 +69,7 @@ pub fn functions(source: Source, verbose: bool) -> Result<Vec<(String, Vec<Funct
             };
             vec![(0, module.name.clone(), rows_of(&module, isa, verbose, None))]
         }
-        Source::Process(pid) => process_rows(pid, verbose)?,
+        Source::Process(pid) => process_rows(notes, pid, verbose)?,
     };
     Ok(modules.into_iter().map(|(_, name, rows)| (name, rows)).collect())
 }
@@ -93,7 +95,7 @@ fn exits_of(m: &Module, f: &Function, plan: &mut SitePlan, isa: &dyn Isa) -> Opt
 /// The rows of every module of process `pid`, parsed on two threads; where
 /// a thread runs with a hardware shadow stack, the functions whose detour
 /// it would reject are refused, as attach refuses them.
-fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
+fn process_rows(notes: &dyn Notes, pid: i32, verbose: bool) -> Result<ModuleRows> {
     process::status(pid)?;
     process::check_readable(pid)?;
     let maps = process::read_maps(pid)?;
@@ -113,9 +115,12 @@ fn process_rows(pid: i32, verbose: bool) -> Result<ModuleRows> {
                     for i in (w..modules.len()).step_by(workers) {
                         match modules.get(i) {
                             Ok(m) => out.push((i, m.name.clone(), rows_of(m, host_isa(), verbose, shadow))),
-                            Err(e) => {
-                                crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
-                            }
+                            Err(e) => crate::note!(
+                                notes,
+                                "tp: skipping `{}`: {}",
+                                text(&modules.name(i)),
+                                text(&format!("{e:#}"))
+                            ),
                         }
                         for _ in 0..100 {
                             progress.inc();
@@ -187,8 +192,12 @@ fn rows_of(m: &Module, isa: &dyn Isa, verbose: bool, shadow: Option<(i32, Shadow
 
 /// Runs `each` on the binary `source` names (with its instruction set), or
 /// on every module of the process it names (the host's); a module of the
-/// process that cannot be read is skipped, and said so when `say_skipped`.
-fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, &dyn Isa) -> Result<()>) -> Result<()> {
+/// process that cannot be read is skipped, and said so to `skipped` if given.
+fn each_module(
+    source: Source,
+    skipped: Option<&dyn Notes>,
+    each: &mut dyn FnMut(&Module, &dyn Isa) -> Result<()>,
+) -> Result<()> {
     match source {
         Source::Binary(path) => {
             let m = Module::from_file(path)?;
@@ -204,10 +213,16 @@ fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, 
             for i in 0..modules.len() {
                 match modules.get(i) {
                     Ok(m) => each(m, host_isa())?,
-                    Err(e) if say_skipped => {
-                        crate::say!("tp: skipping `{}`: {}", text(&modules.name(i)), text(&format!("{e:#}")))
+                    Err(e) => {
+                        if let Some(notes) = skipped {
+                            crate::note!(
+                                notes,
+                                "tp: skipping `{}`: {}",
+                                text(&modules.name(i)),
+                                text(&format!("{e:#}"))
+                            )
+                        }
                     }
-                    Err(_) => {}
                 }
             }
             Ok(())
@@ -218,8 +233,8 @@ fn each_module(source: Source, say_skipped: bool, each: &mut dyn FnMut(&Module, 
 /// The static probes of `source` (with `usdt`) and where each source line
 /// of the functions named `lines` starts, one row per site with the
 /// verdict there. Naming functions of which none has lines with code is an
-/// error.
-pub fn sites(source: Source, lines: &[String], usdt: bool) -> Result<Vec<SiteRow>> {
+/// error. A module of a process that cannot be read is said to `notes`.
+pub fn sites(notes: &dyn Notes, source: Source, lines: &[String], usdt: bool) -> Result<Vec<SiteRow>> {
     let in_process = matches!(source, Source::Process(_));
     let mut rows = Vec::new();
     let mut each = |m: &Module, isa: &dyn Isa| -> Result<()> {
@@ -233,7 +248,7 @@ pub fn sites(source: Source, lines: &[String], usdt: bool) -> Result<Vec<SiteRow
         }
         Ok(())
     };
-    each_module(source, true, &mut each)?;
+    each_module(source, Some(notes), &mut each)?;
     if !lines.is_empty() && rows.is_empty() {
         bail!("no function named {} has lines with code", lines.join(", "));
     }
@@ -257,7 +272,7 @@ pub fn blocks(source: Source, names: &[String]) -> Result<Vec<FunctionBlockRows>
         }
         Ok(())
     };
-    each_module(source, false, &mut each)?;
+    each_module(source, None, &mut each)?;
     if out.is_empty() {
         bail!("no function named {} was found", names.join(", "));
     }

@@ -34,6 +34,7 @@
 //! its self time is exact.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -48,6 +49,7 @@ use crate::events::drain::Drainer;
 use crate::events::sampling::{FIRST_EPOCH, Sampler};
 use crate::events::stats::Latency;
 use crate::events::{Kind, RawEvent};
+use crate::notes::Notes;
 use crate::output::chrome::ChromeTrace;
 use crate::output::chrome_args::ChromeArgs;
 use crate::output::events::duration;
@@ -76,10 +78,11 @@ pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Pro
     let mut family = Family::start();
     family.add_root(pid);
     let (mut attached, mut libraries) = attach(opts)?;
-    let mut guard = super::guard::Restore::new(&mut attached);
+    let mut guard = super::guard::Restore::new(&mut attached, &*opts.notes);
     let chrome = trace.map(|out| ChromeTrace::new(out, pid).context("writing the trace")).transpose()?;
     let mut profiler = Profiler::new(guard.get(), opts, chrome)?;
-    crate::say!(
+    crate::note!(
+        opts.notes,
         "tp: profiling {} functions of {} ({} timed calls each per {} epoch; Ctrl-C to stop){}",
         profiler.functions(),
         pid,
@@ -91,7 +94,8 @@ pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Pro
         }
     );
     let started = Instant::now();
-    let end = observe(guard.get_mut(), opts.duration, &mut profiler, Some(&mut family), Some(&mut libraries))?;
+    let end =
+        observe(guard.get_mut(), opts.duration, &mut profiler, Some(&mut family), Some(&mut libraries), &*opts.notes)?;
     if end == End::OutputClosed {
         super::observe::say_output_closed();
     }
@@ -99,16 +103,19 @@ pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Pro
     let d = guard.detach()?;
     let end = family.end_of(pid);
     match (d.target_gone, d.execd) {
-        (true, true) => crate::say!("tp: process {pid} exec'd another program; its probes went with the old one"),
-        (true, false) => crate::say!("tp: process {pid} {}", end.sentence()),
+        (true, true) => {
+            crate::note!(opts.notes, "tp: process {pid} exec'd another program; its probes went with the old one")
+        }
+        (true, false) => crate::note!(opts.notes, "tp: process {pid} {}", end.sentence()),
         _ => {}
     }
     family.restored(pid, &d.family);
     libraries.say_never_found(pid);
-    super::group::say_relatives(pid, &d.family);
+    super::group::say_relatives(&*opts.notes, pid, &d.family);
     let (epochs, samples, toggles) = (profiler.epochs, profiler.samples, profiler.toggles());
     let rows = profiler.finish(&attached, &d)?;
-    crate::say!(
+    crate::note!(
+        opts.notes,
         "tp: {epochs} epochs in {elapsed:.1} s: {} toggles/s, {} samples/s",
         thousands((toggles as f64 / elapsed) as u64),
         thousands((samples as f64 / elapsed) as u64),
@@ -146,7 +153,7 @@ pub fn attach(opts: &Options) -> Result<(Attached, Libraries)> {
     let modules = ProcessModules::new(pid, &maps)?;
     let later = follow::waiting_for_libraries(&modules, &opts.selection.funcs)?;
     if later.is_empty() {
-        return Ok((Attached::attach(opts)?, Libraries::new(None)));
+        return Ok((Attached::attach(opts)?, Libraries::new(None, opts.notes.clone())));
     }
     if later.len() == opts.selection.funcs.len()
         && let Some(why) = super::rendezvous::missing(pid, &modules)
@@ -170,9 +177,9 @@ pub fn attach(opts: &Options) -> Result<(Attached, Libraries)> {
         );
     };
     for w in &waiting {
-        crate::say!("tp: {}; tp profiles it when the process loads it", crate::escape::text(w));
+        crate::note!(opts.notes, "tp: {}; tp profiles it when the process loads it", crate::escape::text(w));
     }
-    Ok((attached, Libraries::new(Some(follow))))
+    Ok((attached, Libraries::new(Some(follow), opts.notes.clone())))
 }
 
 /// Adapts the sampling at every epoch and sums the sampled latencies.
@@ -196,6 +203,7 @@ pub struct Profiler {
     /// Epochs ended so far.
     pub epochs: u64,
     next_free: std::time::Instant,
+    notes: Arc<dyn Notes>,
 }
 
 impl Profiler {
@@ -223,6 +231,7 @@ impl Profiler {
             samples: 0,
             epochs: 0,
             next_free: std::time::Instant::now(),
+            notes: opts.notes.clone(),
         })
     }
 
@@ -271,7 +280,7 @@ impl Watcher for Profiler {
         self.sampler.add(&attached.region, &new);
         // A library loaded again: its probes sample as before from its first call.
         if let Err(e) = self.sampler.reinstalled(&attached.region) {
-            crate::say!("tp: process {}: cannot sample a library loaded again: {e:#}", attached.pid);
+            crate::note!(self.notes, "tp: process {}: cannot sample a library loaded again: {e:#}", attached.pid);
         }
         self.at_start.extend(new.iter().map(|_| 0));
         self.latency.extend(new.iter().map(|_| Latency::default()));
@@ -305,7 +314,7 @@ impl Watcher for Profiler {
                 let mut args = ChromeArgs::default();
                 args.push("self_ns", own.into());
                 args.push("timed_ns", timed.into());
-                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args.to_json()?)?;
+                c.slice(&self.names[k], ev.tid, clock.ns(ev.entry_tsc()), span, &args)?;
             }
         }
         self.epochs += 1;

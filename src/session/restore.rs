@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use anyhow::{Context, Result, bail};
 
 use crate::escape::text;
+use crate::notes::Notes;
 use crate::output::thousands;
 use crate::probe::layout::kind;
 use crate::probe::region::{self, Region};
@@ -33,9 +34,9 @@ use super::kept::session_is_running;
 
 /// Removes the probes of process `pid`, or of every process that holds
 /// some when `pid` is None; `force` removes those of running sessions too.
-/// Says on stderr what it removed from each process and, in one line, why
+/// Says to `notes` what it removed from each process and, in one line, why
 /// one could not be cleaned; false when one could not.
-pub fn detach(pid: Option<i32>, force: bool) -> Result<bool> {
+pub fn detach(notes: &dyn Notes, pid: Option<i32>, force: bool) -> Result<bool> {
     super::interrupt::install();
     let pids = match pid {
         Some(pid) => {
@@ -46,7 +47,7 @@ pub fn detach(pid: Option<i32>, force: bool) -> Result<bool> {
         None => {
             let scan = installed::scan();
             if scan.pids.is_empty() {
-                crate::say!("tp: {}", scan.nothing_found());
+                crate::note!(notes, "tp: {}", scan.nothing_found());
             }
             scan.pids
         }
@@ -54,16 +55,16 @@ pub fn detach(pid: Option<i32>, force: bool) -> Result<bool> {
     let scope = Scope { named: pid.is_some(), force };
     let mut failed = false;
     for pid in pids {
-        match detach_one(pid, scope) {
+        match detach_one(notes, pid, scope) {
             Ok(()) => {}
             // It died under our hands: its code is gone with it.
             Err(_) if process::has_exited(pid, std::time::Duration::from_millis(200)) => {
-                crate::say!("tp: process {pid} exited; nothing left to restore");
+                crate::note!(notes, "tp: process {pid} exited; nothing left to restore");
             }
             Err(e) => {
                 let e = format!("{e:#}");
                 let e = e.strip_prefix(&format!("process {pid}: ")).unwrap_or(&e);
-                crate::say!("tp: process {pid}: {}", text(e));
+                crate::note!(notes, "tp: process {pid}: {}", text(e));
                 failed = true;
             }
         }
@@ -112,11 +113,11 @@ fn describe(sessions: &BTreeMap<u32, Vec<String>>) -> String {
 
 /// Releases what a tp killed while creating the data region left (see
 /// [`orphan`]), in a process without a region.
-fn release_orphans(pid: i32) -> Result<()> {
+fn release_orphans(notes: &dyn Notes, pid: i32) -> Result<()> {
     let mem = Memory::open(pid)?;
     let maps = process::read_maps(pid)?;
     if orphan::find(pid, &maps, &mem).is_empty() {
-        crate::say!("tp: process {pid} has no tp probes");
+        crate::note!(notes, "tp: process {pid} has no tp probes");
         return Ok(());
     }
     process::check_attachable(pid)?;
@@ -127,13 +128,14 @@ fn release_orphans(pid: i32) -> Result<()> {
     let mut orphans = orphan::find(pid, &maps, &mem);
     orphan::keep_referenced(&stopped, &mem, &maps, &mut orphans)?;
     if region::find(&maps).is_some() || orphans.is_empty() {
-        crate::say!("tp: process {pid} has no tp probes to remove");
+        crate::note!(notes, "tp: process {pid} has no tp probes to remove");
         return Ok(());
     }
     stopped.release_all_but_worker();
     orphan::release(&mut stopped, &mem, &maps, &orphans)?;
     stopped.resume();
-    crate::say!(
+    crate::note!(
+        notes,
         "tp: detached from {pid}: released what a killed tp left (code arenas: {}, descriptors: {}, private areas: {})",
         orphans.arenas.len(),
         orphans.fds.len(),
@@ -147,14 +149,14 @@ const LISTED: usize = 12;
 
 /// One line per probe removed, or, after a probe-all, a few lines: how many
 /// were restored with how many hits, the busiest, and the ones left changed.
-fn report_removed(pid: i32, removed: &[remove::Removed]) {
+fn report_removed(notes: &dyn Notes, pid: i32, removed: &[remove::Removed]) {
     let line = |r: &remove::Removed| {
         let what = if r.restored { "restored" } else { "left changed" };
         format!("tp: {pid}: {what} `{}` ({} hits)", text(&r.entry.name()), thousands(r.hits))
     };
     if removed.len() <= LISTED {
         for r in removed {
-            crate::say!("{}", line(r));
+            crate::note!(notes, "{}", line(r));
         }
         return;
     }
@@ -168,7 +170,8 @@ fn report_removed(pid: i32, removed: &[remove::Removed]) {
         .map(|r| format!("`{}` ({})", text(&r.entry.name()), thousands(r.hits)))
         .collect();
     let called = restored.iter().filter(|r| r.hits > 0).count();
-    crate::say!(
+    crate::note!(
+        notes,
         "tp: {pid}: restored {} probes, {} of them called ({} hits in all){}{}",
         thousands(restored.len() as u64),
         thousands(called as u64),
@@ -178,17 +181,17 @@ fn report_removed(pid: i32, removed: &[remove::Removed]) {
     );
     let changed: Vec<&remove::Removed> = removed.iter().filter(|r| !r.restored).collect();
     for r in changed.iter().take(LISTED) {
-        crate::say!("{}", line(r));
+        crate::note!(notes, "{}", line(r));
     }
     if changed.len() > LISTED {
-        crate::say!("tp: {pid}: and {} more left changed", changed.len() - LISTED);
+        crate::note!(notes, "tp: {pid}: and {} more left changed", changed.len() - LISTED);
     }
 }
 
-fn detach_one(pid: i32, scope: Scope) -> Result<()> {
+fn detach_one(notes: &dyn Notes, pid: i32, scope: Scope) -> Result<()> {
     let maps = process::read_maps(pid)?;
     let Some(mapping) = region::find(&maps) else {
-        return release_orphans(pid);
+        return release_orphans(notes, pid);
     };
     process::check_attachable(pid)?;
     let region = Region::open(pid, mapping)?;
@@ -204,7 +207,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
                  or remove them anyway with `tp detach -p {pid} --force`"
             );
         }
-        crate::say!("tp: process {pid}: left alone: its probes belong to {}, still running", text(&whose));
+        crate::note!(notes, "tp: process {pid}: left alone: its probes belong to {}, still running", text(&whose));
         return Ok(());
     }
     let mem = Memory::open(pid)?;
@@ -217,7 +220,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     // are said only where one could not be restored.
     let removed: Vec<remove::Removed> =
         removed.into_iter().filter(|r| r.entry.kind & kind::OWN == 0 || !r.restored).collect();
-    report_removed(pid, &removed);
+    report_removed(notes, pid, &removed);
     let memory = match kept {
         None => "tp's memory unmapped".to_string(),
         Some(Kept::LiveProbes) => "tp's memory kept (probes left)".to_string(),
@@ -231,7 +234,8 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
             used.in_use().unwrap_or_default()
         ),
     };
-    crate::say!(
+    crate::note!(
+        notes,
         "tp: detached from {pid}: {} probe{} removed, {memory} (target stopped {} µs)",
         removed.len(),
         if removed.len() == 1 { "" } else { "s" },
@@ -240,7 +244,8 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
     let live_elsewhere = region.entries().iter().any(|(_, e)| e.state().maybe_patched());
     if live_elsewhere && !sharer_pids.is_empty() {
         let list: Vec<String> = sharer_pids.iter().map(|p| p.to_string()).collect();
-        crate::say!(
+        crate::note!(
+            notes,
             "tp: process {pid} shares its probes with {} (forked while they were in); `tp detach -p PID` removes them there",
             list.join(", ")
         );
@@ -250,7 +255,7 @@ fn detach_one(pid: i32, scope: Scope) -> Result<()> {
         if scope.named {
             bail!("left the probes of {whose}, still running; `tp detach -p {pid} --force` removes them too");
         }
-        crate::say!("tp: process {pid}: left the probes of {}, still running", text(&whose));
+        crate::note!(notes, "tp: process {pid}: left the probes of {}, still running", text(&whose));
     }
     Ok(())
 }

@@ -73,7 +73,8 @@ pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
     let pid = match launched {
         Launch::Failed { why, status } => return Ok(Ran::NotStarted(why, status)),
         Launch::Ended { pid, exit } => {
-            crate::say!(
+            crate::note!(
+                opts.notes,
                 "tp: process {pid} ({}) {} before its entry point; nothing was probed",
                 text(&program.to_string_lossy()),
                 exit.describe()
@@ -86,13 +87,15 @@ pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
     let mut reaper = Reaper(Some(pid));
     let held = Stopped::adopt(pid);
     let opts = Options { pid, ..opts.clone() };
+    let notes = opts.notes.clone();
     let maps = process::read_maps(pid)?;
     let modules = ProcessModules::new(pid, &maps)?;
     // While patterns wait for libraries, tp probes the dynamic linker's
     // rendezvous: a library is probed before its first call.
     let (attached, follow, waiting) = Attached::attach_following(&opts, &modules, Some(held), Some(how.check_every))?;
     let n = attached.as_ref().map_or(0, |a| a.names().len());
-    crate::say!(
+    crate::note!(
+        opts.notes,
         "tp: started {} as process {pid}; {n} probe{} in before its first instruction ({:.1} ms, stopped {} µs)",
         text(&program.to_string_lossy()),
         if n == 1 { "" } else { "s" },
@@ -102,10 +105,10 @@ pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
     if let Some(a) = &attached
         && a.refused > 0
     {
-        crate::say!("tp: {} of the matched functions cannot be probed and are skipped", a.refused);
+        crate::note!(opts.notes, "tp: {} of the matched functions cannot be probed and are skipped", a.refused);
     }
     for w in &waiting {
-        crate::say!("tp: {}; tp probes it if a library loaded later defines it", text(w));
+        crate::note!(opts.notes, "tp: {}; tp probes it if a library loaded later defines it", text(w));
     }
     let mut group = Group::new(opts, output, how);
     if let Some(p) = published {
@@ -116,7 +119,7 @@ pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
     let reports: Vec<ProcessReport> = group.detach(why)?;
     reaper.0 = None;
     let exit = launch::reap(pid)?;
-    crate::say!("tp: process {pid} {}; calls counted:", exit.describe());
+    crate::note!(notes, "tp: process {pid} {}; calls counted:", exit.describe());
     // Its output closed, tp still hands back the program's status.
     match group.write_reports(&reports) {
         Err(e) if !crate::streams::closed() => Err(e),

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use anyhow::{Context, Result};
 
 use super::attached::Attached;
 use crate::arch::{Arch, Host};
+use crate::notes::Notes;
 use crate::output::steps::{Place, SteppedCall, fold_path};
 use crate::probe::layout::{self, StepHandoff, kind};
 use crate::probe::step_handoff;
@@ -74,6 +76,8 @@ pub struct Stepping {
     /// The in-target engine's trace area, and the process's memory it is
     /// read through (`--step-engine trap`).
     trap: Option<(TrapArea, Memory)>,
+    /// Where its notes go.
+    notes: Arc<dyn Notes>,
 }
 
 /// Failed hand-overs after which a session stops trying.
@@ -81,8 +85,9 @@ const MAX_FAILURES: u32 = 3;
 
 impl Stepping {
     /// Serves the calls of `attached`'s process whose hand-over the
-    /// attach armed for the selection's `step_calls` calls.
-    pub fn start(attached: &Attached, opts: StepOptions) -> Stepping {
+    /// attach armed for the selection's `step_calls` calls; says what it
+    /// steps to `notes`.
+    pub fn start(attached: &Attached, opts: StepOptions, notes: Arc<dyn Notes>) -> Stepping {
         let sym = Symbolizer::new(attached.pid);
         let mut left = attached.selection().step_calls;
         let trap = opts.in_target.then(|| trap::area(&attached.region, opts.limit)).flatten();
@@ -90,7 +95,7 @@ impl Stepping {
         if opts.in_target && trap.is_none() {
             left = 0;
         }
-        Stepping { opts, left, worker: None, calls: Vec::new(), failures: 0, sym, trap }
+        Stepping { opts, left, worker: None, calls: Vec::new(), failures: 0, sym, trap, notes }
     }
 
     /// One tick of the in-target engine: a finished trace read, named and
@@ -141,7 +146,8 @@ impl Stepping {
     /// Keeps the report of a stepped call of thread `tid`, and says so.
     fn keep(&mut self, attached: &Attached, tid: i32, trace: &Trace) {
         let call = report(&mut self.sym, tid, trace, attached, self.opts.depth);
-        crate::say!(
+        crate::note!(
+            self.notes,
             "tp: stepped a call of {} in thread {}: {} instructions",
             crate::escape::text(&call.func),
             tid,
@@ -201,7 +207,7 @@ impl Stepping {
             let _ = stderr.take(4096).read_to_string(&mut err);
             let _ = tx.send((out, err));
         });
-        crate::say!("tp: process {}: stepping a call in thread {tid}", attached.pid);
+        crate::note!(self.notes, "tp: process {}: stepping a call in thread {tid}", attached.pid);
         self.worker = Some(Worker { child, answer: rx, tid });
         Ok(())
     }
@@ -229,7 +235,8 @@ impl Stepping {
             self.left = 0;
         }
         let _ = step_handoff::done(&attached.region, self.left);
-        crate::say!(
+        crate::note!(
+            self.notes,
             "tp: process {}: a call could not be stepped: {}{}",
             attached.pid,
             crate::escape::text(why),

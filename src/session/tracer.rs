@@ -7,6 +7,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::rc::Rc;
+use std::sync::Arc;
 
 use anyhow::{Context, Result};
 
@@ -20,15 +21,17 @@ use crate::events::stacks::{self, Frame, Recorded, StackCounts};
 use crate::events::stats::Latency;
 use crate::events::values::{self, MAX_STRING, ProbeInfo};
 use crate::events::{Kind, RawEvent};
+use crate::notes::Notes;
 use crate::output::aggregates::{AggRow, ProbeAgg};
 use crate::output::chrome::ChromeTrace;
 use crate::output::chrome_args::{self, ChromeArgs};
-use crate::output::events::{self as lines, Line, Style};
+use crate::output::events::Line;
 use crate::output::report::ProbeValues;
 use crate::output::report::ProcessReport;
+use crate::output::results::EventLines;
 use crate::output::sink::Sink;
 use crate::output::stacks::ProbeStacks;
-use crate::output::tree::{self, Columns, Outcome, Tree};
+use crate::output::tree::{Columns, Outcome, Tree};
 use crate::output::{Summary, thousands};
 use crate::probe::layout::{self, kind};
 use crate::symbols::stackwalk::StackWalker;
@@ -103,10 +106,24 @@ fn ended(region: &crate::probe::region::Region, pid: i32) -> bool {
     }
 }
 
-/// Says the note `sym` has about frames it could not name, if any.
-fn say_note(sym: &mut Symbolizer) {
+/// Says to `notes` the note `sym` has about frames it could not name, if any.
+fn say_note(notes: &dyn Notes, sym: &mut Symbolizer) {
     if let Some(note) = sym.take_note() {
-        crate::say!("tp: {}", crate::escape::text(&note));
+        crate::note!(notes, "tp: {}", crate::escape::text(&note));
+    }
+}
+
+/// Writes `line` in the form of `lines`, if events are written.
+fn write_line(
+    lines: Option<&dyn EventLines>,
+    out: &mut dyn Write,
+    origin_ns: u64,
+    pid: (i32, bool),
+    line: &Line,
+) -> io::Result<()> {
+    match lines {
+        Some(l) => l.write(out, origin_ns, pid, line),
+        None => Ok(()),
     }
 }
 
@@ -118,7 +135,10 @@ pub struct Tracer {
     batch: Vec<RawEvent>,
     /// Entry index → position in the session's probes.
     index: HashMap<u32, usize>,
-    style: Style,
+    /// How events are written as they come; None: not at all.
+    lines: Option<&'static dyn EventLines>,
+    /// Where its notes go.
+    notes: Arc<dyn Notes>,
     output: TraceOutput,
     /// Per thread, the entries still waiting for their exit: (probe, args JSON).
     pending: HashMap<u32, Vec<(u32, ChromeArgs)>>,
@@ -152,7 +172,7 @@ pub struct Tracer {
 impl Tracer {
     /// Starts consuming the events of `attached`, written to `output`.
     pub fn with_output(attached: &Attached, opts: &Options, output: TraceOutput) -> Tracer {
-        let style = opts.style;
+        let lines = opts.event_lines();
         let index = attached.event_probes().into_iter().collect();
         let clock = attached.clock.clone();
         let origin_ns = crate::events::clock::monotonic_ns();
@@ -164,7 +184,8 @@ impl Tracer {
                     .is_some_and(|d| d.params.iter().any(|p| p.ty == crate::symbols::dwarf::Type::CString))
         }) && opts.selection.records.args
         {
-            crate::say!(
+            crate::note!(
+                opts.notes,
                 "tp: `char *` arguments are read from the target when tp drains events, after the call: best effort \
                  (--args 'NAME, …' copies them at the call)"
             );
@@ -175,7 +196,8 @@ impl Tracer {
             drainer: Drainer::default(),
             batch: Vec::new(),
             index,
-            style,
+            lines,
+            notes: opts.notes.clone(),
             output,
             pending: HashMap::new(),
             latency: vec![Latency::default(); attached.infos.len()],
@@ -255,9 +277,9 @@ impl Tracer {
             self.output.show_pid.set(true);
             self.output.header_done.set(false);
         }
-        if !self.output.header_done.get() && self.style == Style::Text {
-            let show_pid = self.output.show_pid.get();
-            let header = if self.tree.is_some() { tree::header(show_pid) } else { lines::header(show_pid) };
+        if !self.output.header_done.get()
+            && let Some(header) = self.lines.and_then(|l| l.header(self.output.show_pid.get(), self.tree.is_some()))
+        {
             writeln!(out, "{header}")?;
             self.output.header_done.set(true);
         }
@@ -292,6 +314,8 @@ impl Tracer {
             false => Vec::new(),
         };
         let info: &ProbeInfo = &attached.infos[i];
+        // `--tree` as text draws the tree; else each line has its depth.
+        let draws_tree = self.lines.is_some_and(|l| l.draws_tree());
         let mut chrome = self.output.chrome.as_ref().map(|c| c.borrow_mut());
         match ev.kind {
             Kind::Entry => {
@@ -304,16 +328,16 @@ impl Tracer {
                         let cols = Columns { origin_ns: self.origin_ns, pid: pid.0, show_pid: pid.1 };
                         // (In JSON the tree only counts the depth.)
                         let mut sink = io::sink();
-                        let mut w: &mut dyn Write = if self.style == Style::Text { &mut *out } else { &mut sink };
+                        let mut w: &mut dyn Write = if draws_tree { &mut *out } else { &mut sink };
                         tree.entry(&mut w, &cols, ev.tid, ts_ns, ev.probe, info, &args)?;
                         Some(depth)
                     }
                     None => None,
                 };
-                if !(self.tree.is_some() && self.style == Style::Text) {
+                if !(self.tree.is_some() && draws_tree) {
                     let stack = lines_of_stack.as_deref();
                     let line = Line::Entry { info, tid: ev.tid, ts_ns, args: &args, stack, depth };
-                    lines::write(out, self.style, self.origin_ns, pid, &line)?;
+                    write_line(self.lines, out, self.origin_ns, pid, &line)?;
                 }
                 if let Some(c) = &mut chrome {
                     let mut call_args = ChromeArgs::of_call(&args);
@@ -324,7 +348,7 @@ impl Tracer {
                     if attached_records_returns(attached, i) {
                         self.pending.entry(ev.tid).or_default().push((ev.probe, call_args));
                     } else {
-                        c.instant(&info.name, ev.tid, ts_ns, &call_args.to_json()?)?;
+                        c.instant(&info.name, ev.tid, ts_ns, &call_args)?;
                     }
                 }
             }
@@ -349,21 +373,21 @@ impl Tracer {
                             (false, false) => Outcome::Returned(ret.as_ref()),
                         };
                         let mut sink = io::sink();
-                        let mut w: &mut dyn Write = if self.style == Style::Text { &mut *out } else { &mut sink };
+                        let mut w: &mut dyn Write = if draws_tree { &mut *out } else { &mut sink };
                         tree.exit(&mut w, &cols, ev.tid, ts_ns, ev.probe, info, outcome, duration_ns)?;
                         // The call's own depth, now that it is closed.
                         Some(tree.depth(pid.0, ev.tid))
                     }
                     None => None,
                 };
-                if !(self.tree.is_some() && self.style == Style::Text) {
+                if !(self.tree.is_some() && draws_tree) {
                     let line = match unwound {
                         true => Line::Unwound { info, tid: ev.tid, ts_ns, duration_ns, depth },
                         false => {
                             Line::Exit { info, tid: ev.tid, ts_ns, ret: ret.as_ref(), tail_call, duration_ns, depth }
                         }
                     };
-                    lines::write(out, self.style, self.origin_ns, pid, &line)?;
+                    write_line(self.lines, out, self.origin_ns, pid, &line)?;
                 }
                 if let Some(c) = &mut chrome {
                     let mut args = pop_pending(&mut self.pending, ev.tid, ev.probe).unwrap_or_default();
@@ -373,7 +397,7 @@ impl Tracer {
                         (None, false) if tail_call => args.push("tail_call", true.into()),
                         (None, false) => {}
                     }
-                    c.slice(&info.name, ev.tid, start_ns, span_ns, &args.to_json()?)?;
+                    c.slice(&info.name, ev.tid, start_ns, span_ns, &args)?;
                 }
             }
         }
@@ -415,7 +439,7 @@ impl Tracer {
             inlined: Vec::new(),
         });
         frames.extend(addrs.iter().map(|&a| sym.frame(a, true)));
-        say_note(sym);
+        say_note(&*self.notes, sym);
         if !self.stacks.add(i, addrs) {
             self.stack_notes.entry(i).or_default().2 += 1;
         }
@@ -452,7 +476,7 @@ impl Tracer {
                         (frames, n)
                     })
                     .collect();
-                say_note(sym);
+                say_note(&*self.notes, sym);
                 let (truncated, no_bounds, unreadable) = self.stack_notes.get(&i).copied().unwrap_or_default();
                 ProbeStacks {
                     function: info.name.clone(),
@@ -524,7 +548,7 @@ impl Tracer {
     /// process's report (its counts in `summary`, with latency).
     pub fn end(mut self, attached: &Attached, summary: Summary) -> ProcessReport {
         if let Some(tree) = &mut self.tree
-            && self.style == Style::Text
+            && self.lines.is_some_and(|l| l.draws_tree())
         {
             // Calls still open when the session ends.
             let cols = Columns { origin_ns: self.origin_ns, pid: self.pid, show_pid: self.output.show_pid.get() };
@@ -564,17 +588,17 @@ impl Tracer {
         }
         // Nobody reads the events once tp's output is closed.
         if lost > 0 && !crate::streams::closed() {
-            crate::say!("tp: lost {} events ({})", thousands(lost), why.join("; "));
+            crate::note!(self.notes, "tp: lost {} events ({})", thousands(lost), why.join("; "));
         }
         let latency = self.latency(attached);
         let stacks = self.stack_report(attached);
         if matches!(attached.selection().stack, Some(StackMode::FramePointers { .. })) {
-            stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::say!("{h}"));
+            stacks.iter().filter_map(super::explain::stack_hint).for_each(|h| crate::note!(self.notes, "{h}"));
         }
         let by = self.by_report(attached);
         self.owners.note(&attached.region);
         let aggregates = self.aggregate_report(attached);
-        ProcessReport { latency, events: true, lost, stacks, by, aggregates, ..ProcessReport::counts(summary) }
+        ProcessReport::traced(summary, latency, aggregates).with_events(lost, stacks, by)
     }
 }
 
