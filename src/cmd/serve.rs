@@ -14,6 +14,6 @@ use crate::session::metrics;
 
 /// Runs `tp serve`.
 pub fn run(args: ServeArgs) -> Result<ExitCode> {
-    metrics::serve_installed(&args.listen, args.listen_any, &which(&args.targets))?;
+    metrics::serve_installed(&crate::notes::Stderr, &args.listen, args.listen_any, &which(&args.targets))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -20,7 +20,7 @@ use crate::session::installed;
 /// Runs `tp status`.
 pub fn run(args: StatusArgs) -> Result<ExitCode> {
     let (format, view) = status_form(&args)?;
-    let (reports, failed) = installed::reports(&which(&args.targets))?;
+    let (reports, failed) = installed::reports(&crate::notes::Stderr, &which(&args.targets))?;
     let mut text = Vec::new();
     let results = Results { command: "status", seconds: None, reports: &reports, view };
     results::output(format).results(&mut text, &results)?;

@@ -18,6 +18,7 @@ use crate::output::sink::Sink;
 /// that run `exe`, and runs the session: its exit status is
 /// [`super::exit_status`]'s.
 pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<u8> {
+    let notes = opts.notes.clone();
     let exe = exe.map(ExeFile::open).transpose()?;
     if which.is_empty() && exe.is_none() {
         bail!("name the processes to attach to with -p PID (repeat, or a comma list), --name NAME or --exe PATH");
@@ -47,7 +48,8 @@ pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<u8> {
         }
     }
     if let (Some(n), Some(name)) = (selected.by_name, &which.name) {
-        crate::say!(
+        crate::note!(
+            notes,
             "tp: --name {} matched {n} process{}: {}",
             crate::escape::text(name),
             if n == 1 { "" } else { "es" },
@@ -60,7 +62,7 @@ pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<u8> {
     }
     let several = selected.pids.len() > 1 || which.name.is_some() || exe.is_some();
     let published = match &opts.listen {
-        Some(l) if !opts.keep => Some(metrics::start_session_server(&l.addr, l.any)?),
+        Some(l) if !opts.keep => Some(metrics::start_session_server(&*notes, &l.addr, l.any)?),
         _ => None,
     };
     let output = results::open(&opts, Sink::stdout(), several)?;
@@ -78,7 +80,7 @@ pub fn run(opts: Options, which: &Which, exe: Option<&Path>) -> Result<u8> {
         group.follow_exe(exe)?;
     }
     if let Some(line) = exe_line {
-        crate::say!("{line}");
+        crate::note!(notes, "{line}");
     }
     // One after another, each with its own stop; an error restores those
     // attached already (the group's guard) and is the one line.

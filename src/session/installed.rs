@@ -195,7 +195,7 @@ fn calibrated_clock() -> Clock {
 /// that cannot be read (it exited, its region fails validation) is said in
 /// one line and left out, and the second value is true: tp exits 1 after
 /// printing the rest.
-pub fn reports(which: &Which) -> Result<(Vec<ProcessReport>, bool)> {
+pub fn reports(notes: &dyn Notes, which: &Which) -> Result<(Vec<ProcessReport>, bool)> {
     let mut scanned = None;
     let pids = if which.is_empty() {
         let found = scan();
@@ -206,7 +206,7 @@ pub fn reports(which: &Which) -> Result<(Vec<ProcessReport>, bool)> {
         which.select()?.pids
     };
     if pids.is_empty() {
-        crate::say!("tp: {}", scanned.unwrap_or_default().nothing_found());
+        crate::note!(notes, "tp: {}", scanned.unwrap_or_default().nothing_found());
     }
     let mut reports = Vec::new();
     let mut failed = false;
@@ -216,7 +216,7 @@ pub fn reports(which: &Which) -> Result<(Vec<ProcessReport>, bool)> {
             // Gone since the scan: nothing to say.
             Err(_) if which.is_empty() && process::has_exited(pid, std::time::Duration::from_millis(100)) => {}
             Err(e) if which.is_empty() => {
-                crate::say!("tp: process {pid}: {}", text(&format!("{e:#}")));
+                crate::note!(notes, "tp: process {pid}: {}", text(&format!("{e:#}")));
                 failed = true;
             }
             Err(e) => return Err(e),

@@ -17,6 +17,7 @@ use super::interrupt;
 use super::targets::Which;
 use crate::escape::text;
 use crate::http::{self, Request, Response};
+use crate::notes::Notes;
 use crate::output::openmetrics::series_of;
 use crate::output::openmetrics::{Series, content_type, negotiate, render};
 
@@ -43,12 +44,12 @@ fn bind(addr: &str, any: bool) -> Result<TcpListener> {
 
 /// Starts the server a session's `--listen` asks for, on a thread of its
 /// own: it answers each scrape with the text the session last published.
-pub fn start_session_server(addr: &str, any: bool) -> Result<Published> {
+pub fn start_session_server(notes: &dyn Notes, addr: &str, any: bool) -> Result<Published> {
     let listener = bind(addr, any)?;
     listener.set_nonblocking(false)?;
     let published: Published = Arc::new(Mutex::new(Vec::new()));
     let shared = published.clone();
-    crate::say!("tp: serving this session's metrics at http://{}/metrics", listener.local_addr()?);
+    crate::note!(notes, "tp: serving this session's metrics at http://{}/metrics", listener.local_addr()?);
     std::thread::Builder::new().name("tp-metrics".into()).spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream): std::io::Result<TcpStream> = stream else { continue };
@@ -63,14 +64,18 @@ pub fn start_session_server(addr: &str, any: bool) -> Result<Published> {
 /// every scrape with the counts of the probes in the processes `which`
 /// names (every process that holds tp probes when it names none), read
 /// afresh from each process's data region, until a signal.
-pub fn serve_installed(addr: &str, any: bool, which: &Which) -> Result<()> {
+pub fn serve_installed(notes: &dyn Notes, addr: &str, any: bool, which: &Which) -> Result<()> {
     interrupt::install();
     let listener = bind(addr, any)?;
     if !which.is_empty() {
         // Name errors (no such process name) now, not at the first scrape.
         which.select()?;
     }
-    crate::say!("tp: serving the counts of tp's probes at http://{}/metrics; Ctrl-C to stop", listener.local_addr()?);
+    crate::note!(
+        notes,
+        "tp: serving the counts of tp's probes at http://{}/metrics; Ctrl-C to stop",
+        listener.local_addr()?
+    );
     let mut warned: Vec<i32> = Vec::new();
     while !interrupt::interrupted() {
         let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
@@ -82,16 +87,16 @@ pub fn serve_installed(addr: &str, any: bool, which: &Which) -> Result<()> {
         }
         let Ok((stream, _)) = listener.accept() else { continue };
         let _ = stream.set_nonblocking(false);
-        let _ = http::serve_one(stream, |req| answer(req, || exposition(which, &mut warned)));
+        let _ = http::serve_one(stream, |req| answer(req, || exposition(notes, which, &mut warned)));
     }
-    crate::say!("tp: stopped serving");
+    crate::note!(notes, "tp: stopped serving");
     Ok(())
 }
 
 /// The exposition of the probes in the processes `which` names (every
 /// process with probes when it names none). A process that cannot be read
-/// is left out, and said once on stderr.
-fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
+/// is left out, and said once in `notes`.
+fn exposition(notes: &dyn Notes, which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
     let pids = if which.is_empty() {
         installed::processes_with_probes()
     } else {
@@ -103,7 +108,7 @@ fn exposition(which: &Which, warned: &mut Vec<i32>) -> Vec<Series> {
             Ok(r) => series.extend(series_of(&r)),
             Err(e) if !warned.contains(&pid) => {
                 warned.push(pid);
-                crate::say!("tp: process {pid} left out of the metrics: {}", text(&format!("{e:#}")));
+                crate::note!(notes, "tp: process {pid} left out of the metrics: {}", text(&format!("{e:#}")));
             }
             Err(_) => {}
         }

@@ -63,7 +63,7 @@ impl Drop for Reaper {
 pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
     let output = results::open(opts, Sink::stderr(), false)?;
     let published = match &opts.listen {
-        Some(l) => Some(metrics::start_session_server(&l.addr, l.any)?),
+        Some(l) => Some(metrics::start_session_server(&*opts.notes, &l.addr, l.any)?),
         None => None,
     };
     let how = Behaviour { several: false, check_every: CHECK_EVERY, live: false, announce: false, command: "run" };
