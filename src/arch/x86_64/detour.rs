@@ -123,37 +123,26 @@
 use super::fast::{self, thread_cache};
 use super::liveness;
 use super::operands::{self, Frame};
+use super::reg::Reg;
 use super::relocate::{self, Relocated};
 use super::writer::Writer;
 use crate::arch::{
     Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan,
 };
 
-/// Register numbers as the writer takes them.
-const RAX: u8 = 0;
-const RCX: u8 = 1;
-const RBX: u8 = 3;
-const RDX: u8 = 2;
-const RSI: u8 = 6;
-const RDI: u8 = 7;
-const R8: u8 = 8;
-const R9: u8 = 9;
-const R10: u8 = 10;
-const R11: u8 = 11;
-
 /// What the prefix saves, and the registers the count uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Saves {
     /// Registers pushed, in this order (`len` of them).
-    pushed: [u8; 3],
+    pushed: [Reg; 3],
     /// How many of `pushed` are.
     len: usize,
     /// The status flags go to rax (`lahf`/`seto`) and come back from it.
     flags: bool,
     /// The scratch registers S (the cache entry) and K (the counter row).
-    s: u8,
+    s: Reg,
     /// See [`Saves::s`].
-    k: u8,
+    k: Reg,
     /// The prefix steps over the red zone first, and the restore back
     /// after the pops (a site inside a function).
     red_zone: bool,
@@ -162,9 +151,16 @@ struct Saves {
 impl Saves {
     /// The frame of a probe that calls the runtime: rax (the flags), r11
     /// (K: the row, which a sampling detour counts down in) and r10 (S).
-    const FULL: Saves = Saves { pushed: [RAX, R11, R10], len: 3, flags: true, s: R10, k: R11, red_zone: false };
+    const FULL: Saves = Saves {
+        pushed: [Reg::Rax, Reg::R11, Reg::R10],
+        len: 3,
+        flags: true,
+        s: Reg::R10,
+        k: Reg::R11,
+        red_zone: false,
+    };
 
-    fn pushed(&self) -> &[u8] {
+    fn pushed(&self) -> &[Reg] {
         &self.pushed[..self.len]
     }
 
@@ -182,7 +178,7 @@ const RED_ZONE: i32 = 128;
 
 /// Scratch registers a counting detour may take when the window leaves
 /// them dead, r11 first (none needs a SIB byte as a base).
-const SCRATCH: [u8; 9] = [R11, R10, R9, R8, RCX, RDX, RSI, RDI, RAX];
+const SCRATCH: [Reg; 9] = [Reg::R11, Reg::R10, Reg::R9, Reg::R8, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi, Reg::Rax];
 
 /// What the prefix of a detour for `plan` must save.
 fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
@@ -191,16 +187,17 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     }
     let dead = liveness::Dead::from_bits(plan.dead);
     let flags = !dead.flags;
-    let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0, red_zone: plan.interior };
-    if flags && !dead.reg(RAX) {
-        saves.pushed[0] = RAX;
+    let mut saves = Saves { pushed: [Reg::Rax; 3], len: 0, flags, s: Reg::Rax, k: Reg::Rax, red_zone: plan.interior };
+    if flags && !dead.reg(Reg::Rax) {
+        saves.pushed[0] = Reg::Rax;
         saves.len = 1;
     }
     // S and K: dead registers (not rax while it holds the flags), else r11
     // and r10, pushed. Go code needs only S.
     let need = if spec.abi == Abi::C { 2 } else { 1 };
-    let mut free: Vec<u8> = SCRATCH.into_iter().filter(|&r| dead.reg(r) && !(flags && r == RAX)).take(need).collect();
-    for r in [R11, R10] {
+    let mut free: Vec<Reg> =
+        SCRATCH.into_iter().filter(|&r| dead.reg(r) && !(flags && r == Reg::Rax)).take(need).collect();
+    for r in [Reg::R11, Reg::R10] {
         if free.len() < need && !free.contains(&r) {
             saves.pushed[saves.len] = r;
             saves.len += 1;
@@ -361,10 +358,10 @@ fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
     let mut w = Writer::new(pc);
     w.put_push_imm32(word as u32 as i32);
     if (word as u32 as i32 as i64) as u64 != word {
-        w.put_store32_imm(fast::RSP, 4, (word >> 32) as u32);
+        w.put_store32_imm(Reg::Rsp, 4, (word >> 32) as u32);
     }
     w.put_call(exit);
-    w.put_store_imm(fast::RSP, -16, 0);
+    w.put_store_imm(Reg::Rsp, -16, 0);
     w.into_bytes()
 }
 
@@ -412,11 +409,11 @@ fn emit_head(
     let counted = w.pc();
     if let Some(to) = spec.records.own_call(&rt) {
         call_runtime(w, |w| {
-            w.put_mov_reg_rip(RDI, l.ctx);
+            w.put_mov_reg_rip(Reg::Rdi, l.ctx);
             if spec.records.step {
                 // tp_step(ctx, the stack pointer at the function's entry):
                 // above the eight registers call_runtime saved, the frame.
-                w.put_lea_rsp(RSI, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
+                w.put_lea_rsp(Reg::Rsi, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
             }
             w.put_call(to);
         });
@@ -439,8 +436,8 @@ fn emit_head(
         if spec.go_room_lost.is_some() {
             // Go code without a stack check: the call only where the
             // goroutine's stack (its lowest address at g, r14) has room.
-            w.put_mov_reg(s, fast::RSP);
-            w.put_sub_reg_mem(s, fast::R14, 0);
+            w.put_mov_reg(s, Reg::Rsp);
+            w.put_sub_reg_mem(s, Reg::R14, 0);
             w.put_cmp_reg_imm(s, GO_ROOM as i32);
             w.put_jb(l.no_room);
         }
@@ -498,7 +495,7 @@ fn emit_tail(
         w.put_pop(saves.k);
         // The return address into this detour, which the count stub left
         // below its argument (the stub clears below that itself).
-        w.put_store_imm(fast::RSP, -16, 0);
+        w.put_store_imm(Reg::Rsp, -16, 0);
         w.put_jmp(if fast.is_some() { l.back.call } else { l.counted });
     }
     let mut unmark = way1;
@@ -570,29 +567,29 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             // function's. A tenth word keeps the stack 16-aligned.
             w.put_sub_rsp(GO_ARGS as i8);
             let prefix = |r: i32| GO_ARGS + 64 + r;
-            w.put_load(RAX, fast::RSP, prefix(16));
-            w.put_store(RAX, fast::RSP, 0);
-            for (k, r) in [RBX, RCX, RDI, RSI, R8, R9].into_iter().enumerate() {
-                w.put_store(r, fast::RSP, 8 * (k as i32 + 1));
+            w.put_load(Reg::Rax, Reg::Rsp, prefix(16));
+            w.put_store(Reg::Rax, Reg::Rsp, 0);
+            for (k, r) in [Reg::Rbx, Reg::Rcx, Reg::Rdi, Reg::Rsi, Reg::R8, Reg::R9].into_iter().enumerate() {
+                w.put_store(r, Reg::Rsp, 8 * (k as i32 + 1));
             }
-            w.put_load(RAX, fast::RSP, prefix(0));
-            w.put_store(RAX, fast::RSP, 56);
-            w.put_load(RAX, fast::RSP, prefix(8));
-            w.put_store(RAX, fast::RSP, 64);
+            w.put_load(Reg::Rax, Reg::Rsp, prefix(0));
+            w.put_store(Reg::Rax, Reg::Rsp, 56);
+            w.put_load(Reg::Rax, Reg::Rsp, prefix(8));
+            w.put_store(Reg::Rax, Reg::Rsp, 64);
             GO_ARGS
         } else {
             0
         };
         // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
-        w.put_mov_reg_rip(RDI, l.ctx);
+        w.put_mov_reg_rip(Reg::Rdi, l.ctx);
         w.put_mov_esi_imm32(flags);
         w.put_mov_rdx_rsp();
-        w.put_lea_rsp(RCX, extra + 64 + SAVED + spec.sp_below_entry as i32);
+        w.put_lea_rsp(Reg::Rcx, extra + 64 + SAVED + spec.sp_below_entry as i32);
         if spec.records.ret && spec.exit_words.is_some() && spec.abi == Abi::Go {
             // A call of Go code timed at its exits is its goroutine's.
-            w.put_mov_reg(R8, fast::R14);
+            w.put_mov_reg(Reg::R8, Reg::R14);
         } else if spec.records.ret {
-            w.put_mov_reg_rip(R8, l.tramp);
+            w.put_mov_reg_rip(Reg::R8, l.tramp);
         } else {
             w.put_zero_r8();
         }
@@ -622,14 +619,14 @@ fn countdown_disp(spec: &DetourSpec) -> i32 {
 /// flags (see the module doc). At entry rsp was 8 mod 16; the three words
 /// of the prefix and eight pushes make it 0 mod 16, as a call needs.
 fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
-    for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
+    for r in [Reg::R10, Reg::Rax, Reg::R9, Reg::R8, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi] {
         w.put_push(r);
     }
     call(w);
     // What the call left below the stack pointer: the runtime's spills and
     // the return address into this detour (see runtime_block.rs).
     w.put_clear_below_rsp(super::CLEARED_BELOW);
-    for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
+    for r in [Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9, Reg::Rax, Reg::R10] {
         w.put_pop(r);
     }
 }
@@ -1090,9 +1087,9 @@ mod tests {
         use crate::arch::{Operand, OperandLoc, Operands};
         let plan = SitePlan { interior: true, ..window::plan(&PROLOGUE, SITE, &[]).unwrap() };
         let ops = [
-            Operand { size: 8, signed: false, loc: OperandLoc::Register(RDI) },
-            Operand { size: 4, signed: true, loc: OperandLoc::Register(RAX) },
-            Operand { size: 8, signed: false, loc: OperandLoc::Register(R10) },
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(Reg::Rdi.num()) },
+            Operand { size: 4, signed: true, loc: OperandLoc::Register(Reg::Rax.num()) },
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(Reg::R10.num()) },
         ];
         let s = DetourSpec {
             records: Records { args: true, ..Records::COUNT },

@@ -66,7 +66,8 @@
 //! the call.
 
 use super::CLEARED_BELOW;
-use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
+use super::fast::{self, Marks};
+use super::reg::Reg;
 use super::writer::Writer;
 use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
@@ -93,11 +94,11 @@ pub fn thread_key(hwcap2: u64, fs_bases: &[u64], read: &dyn Fn(u64, usize) -> Op
 }
 
 /// Pushed in this order, so rax and rdx (the results) end up lowest.
-const SAVED: [u8; 9] = [R11, R10, R9, R8, RDI, RSI, RCX, RDX, RAX];
+const SAVED: [Reg; 9] = [Reg::R11, Reg::R10, Reg::R9, Reg::R8, Reg::Rdi, Reg::Rsi, Reg::Rcx, Reg::Rdx, Reg::Rax];
 /// Bytes between the trampoline's stack pointer at the call and at its start.
 const FRAME: i8 = 96;
 /// Registers the count stub saves after rax and the flags, in this order.
-const COUNT_SAVED: [u8; 8] = [RCX, RDX, RSI, RDI, R8, R9, R10, R11];
+const COUNT_SAVED: [Reg; 8] = [Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi, Reg::R8, Reg::R9, Reg::R10, Reg::R11];
 /// From the count stub's rbx to the probe the detour pushed: rbx, the eight
 /// registers, the flags, rax and the return address.
 const COUNT_ARG: i8 = 96;
@@ -152,7 +153,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let tp_trap = put_blob(&mut w, blobs.trap);
     // The SIGTRAP handler's entry: the context as tp_trap's fourth argument.
     let trap = w.pc();
-    w.put_mov_reg_rip(RCX, m.lit_ctx);
+    w.put_mov_reg_rip(Reg::Rcx, m.lit_ctx);
     w.put_jmp(tp_trap);
     w.put_align(16);
     let trap_return = w.pc();
@@ -191,14 +192,14 @@ fn put_sigreturn(w: &mut Writer) {
 
 /// A full return trampoline (see the module doc), calling `exit`.
 fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
-    w.put_lea_rsp(RSP, -16);
+    w.put_lea_rsp(Reg::Rsp, -16);
     for r in SAVED {
         w.put_push(r);
     }
     w.put_push_flags_via_rax();
-    w.put_mov_reg_rip(RDI, lit_ctx);
-    w.put_lea_rsp(RSI, 8);
-    w.put_lea_rsp(RDX, FRAME as i32);
+    w.put_mov_reg_rip(Reg::Rdi, lit_ctx);
+    w.put_lea_rsp(Reg::Rsi, 8);
+    w.put_lea_rsp(Reg::Rdx, FRAME as i32);
     w.put_call(exit);
     // tp_exit always answers: a frame lost for good ends the process in
     // the runtime (runtime.c, end_process), never here.
@@ -210,32 +211,32 @@ fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
     }
     // The slot is the word below the stack pointer now: back by an
     // indirect jump through it (see the module doc).
-    w.put_lea_rsp(RSP, 16);
-    w.put_jmp_mem(RSP, -8);
+    w.put_lea_rsp(Reg::Rsp, 16);
+    w.put_jmp_mem(Reg::Rsp, -8);
 }
 
 /// The count stub (see the module doc), which calls `tp_count`.
 fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
-    w.put_push(RAX);
+    w.put_push(Reg::Rax);
     w.put_push_flags_via_rax();
     for r in COUNT_SAVED {
         w.put_push(r);
     }
-    w.put_push(RBX);
+    w.put_push(Reg::Rbx);
     w.put_mov_rbx_rsp();
     w.put_align_rsp();
-    w.put_mov_reg_rip(RDI, lit_ctx);
+    w.put_mov_reg_rip(Reg::Rdi, lit_ctx);
     w.put_load_esi_rbx(COUNT_ARG);
     w.put_call(tp_count);
     w.put_store_rax_rbx(COUNT_ARG);
     w.put_clear_below_rsp(CLEARED_BELOW);
     w.put_mov_rsp_rbx();
-    w.put_pop(RBX);
+    w.put_pop(Reg::Rbx);
     for r in COUNT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
     w.put_pop_flags_via_rax();
-    w.put_pop(RAX);
+    w.put_pop(Reg::Rax);
     w.put_ret();
 }
 
