@@ -377,7 +377,7 @@ fn emit_head(
 ) -> (u64, u64, u64) {
     let (s, k) = (saves.s, saves.k);
     if saves.red_zone {
-        w.put_lea_rsp_rsp(-RED_ZONE);
+        w.put_lea_short(Reg::Rsp, Reg::Rsp, -RED_ZONE);
     }
     for &r in saves.pushed() {
         w.put_push(r);
@@ -413,14 +413,14 @@ fn emit_head(
             if spec.records.step {
                 // tp_step(ctx, the stack pointer at the function's entry):
                 // above the eight registers call_runtime saved, the frame.
-                w.put_lea_rsp(Reg::Rsi, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
+                w.put_lea_short(Reg::Rsi, Reg::Rsp, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
             }
             w.put_call(to);
         });
     } else if spec.records.sample {
         // Count down to the next sample in this thread's row (K = r11);
         // the call of the runtime is out of line.
-        w.put_sub_r11_disp_1(countdown_disp(spec), spec.abi != Abi::C);
+        w.put_sub_mem_imm8(Reg::R11, countdown_disp(spec), 1, spec.abi != Abi::C);
         w.put_jb(l.sample);
     } else if let Some(layout) = fast {
         // The fast entry, with S (r10) the thread's cache entry.
@@ -451,7 +451,7 @@ fn emit_head(
         w.put_pop(r);
     }
     if saves.red_zone {
-        w.put_lea_rsp_rsp(RED_ZONE);
+        w.put_lea_short(Reg::Rsp, Reg::Rsp, RED_ZONE);
     }
     (counted, restore, found)
 }
@@ -565,7 +565,7 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             // call_runtime saved (rax free now: its copy of the flags is
             // there too); rbx, which C code preserves, is still the
             // function's. A tenth word keeps the stack 16-aligned.
-            w.put_sub_rsp(GO_ARGS as i8);
+            w.put_sub_imm8(Reg::Rsp, GO_ARGS as i8);
             let prefix = |r: i32| GO_ARGS + 64 + r;
             w.put_load(Reg::Rax, Reg::Rsp, prefix(16));
             w.put_store(Reg::Rax, Reg::Rsp, 0);
@@ -582,20 +582,20 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
         };
         // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
         w.put_mov_reg_rip(Reg::Rdi, l.ctx);
-        w.put_mov_esi_imm32(flags);
-        w.put_mov_rdx_rsp();
-        w.put_lea_rsp(Reg::Rcx, extra + 64 + SAVED + spec.sp_below_entry as i32);
+        w.put_mov32_imm(Reg::Rsi, flags);
+        w.put_mov_reg(Reg::Rdx, Reg::Rsp);
+        w.put_lea_short(Reg::Rcx, Reg::Rsp, extra + 64 + SAVED + spec.sp_below_entry as i32);
         if spec.records.ret && spec.exit_words.is_some() && spec.abi == Abi::Go {
             // A call of Go code timed at its exits is its goroutine's.
             w.put_mov_reg(Reg::R8, Reg::R14);
         } else if spec.records.ret {
             w.put_mov_reg_rip(Reg::R8, l.tramp);
         } else {
-            w.put_zero_r8();
+            w.put_zero32(Reg::R8);
         }
         if spec.records.sample {
             // r11 still holds this thread's counter row (Go: the shared one).
-            w.put_lea_r9_r11_disp(countdown_disp(spec));
+            w.put_lea(Reg::R9, Reg::R11, countdown_disp(spec));
         }
         if saves.red_zone {
             // The stack pointer's alignment inside a function is unknown.
@@ -604,7 +604,7 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             w.put_call(rt.entry);
         }
         if extra != 0 {
-            w.put_add_rsp(extra as i8);
+            w.put_add_imm8(Reg::Rsp, extra as i8);
         }
     });
 }

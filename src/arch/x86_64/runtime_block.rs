@@ -192,18 +192,18 @@ fn put_sigreturn(w: &mut Writer) {
 
 /// A full return trampoline (see the module doc), calling `exit`.
 fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
-    w.put_lea_rsp(Reg::Rsp, -16);
+    w.put_lea_short(Reg::Rsp, Reg::Rsp, -16);
     for r in SAVED {
         w.put_push(r);
     }
     w.put_push_flags_via_rax();
     w.put_mov_reg_rip(Reg::Rdi, lit_ctx);
-    w.put_lea_rsp(Reg::Rsi, 8);
-    w.put_lea_rsp(Reg::Rdx, FRAME as i32);
+    w.put_lea_short(Reg::Rsi, Reg::Rsp, 8);
+    w.put_lea_short(Reg::Rdx, Reg::Rsp, FRAME as i32);
     w.put_call(exit);
     // tp_exit always answers: a frame lost for good ends the process in
     // the runtime (runtime.c, end_process), never here.
-    w.put_store_rax(FRAME - 8);
+    w.put_store_short(Reg::Rax, Reg::Rsp, i32::from(FRAME - 8));
     w.put_clear_below_rsp(CLEARED_BELOW);
     w.put_pop_flags_via_rax();
     for r in SAVED.iter().rev() {
@@ -211,7 +211,7 @@ fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
     }
     // The slot is the word below the stack pointer now: back by an
     // indirect jump through it (see the module doc).
-    w.put_lea_rsp(Reg::Rsp, 16);
+    w.put_lea_short(Reg::Rsp, Reg::Rsp, 16);
     w.put_jmp_mem(Reg::Rsp, -8);
 }
 
@@ -223,14 +223,14 @@ fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
         w.put_push(r);
     }
     w.put_push(Reg::Rbx);
-    w.put_mov_rbx_rsp();
-    w.put_align_rsp();
+    w.put_mov_reg(Reg::Rbx, Reg::Rsp);
+    w.put_and_imm8(Reg::Rsp, -16);
     w.put_mov_reg_rip(Reg::Rdi, lit_ctx);
-    w.put_load_esi_rbx(COUNT_ARG);
+    w.put_load32_short(Reg::Rsi, Reg::Rbx, i32::from(COUNT_ARG));
     w.put_call(tp_count);
-    w.put_store_rax_rbx(COUNT_ARG);
+    w.put_store_short(Reg::Rax, Reg::Rbx, i32::from(COUNT_ARG));
     w.put_clear_below_rsp(CLEARED_BELOW);
-    w.put_mov_rsp_rbx();
+    w.put_mov_reg(Reg::Rsp, Reg::Rbx);
     w.put_pop(Reg::Rbx);
     for r in COUNT_SAVED.iter().rev() {
         w.put_pop(*r);

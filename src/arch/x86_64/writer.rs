@@ -90,22 +90,14 @@ impl Writer {
         self.buf.extend_from_slice(&[0x0f, op]);
         self.buf.extend_from_slice(&d);
     }
-
-    /// `sub qword [r11 + disp], 1`, `lock`ed if `locked` (sets CF when the
-    /// value was 0).
-    pub fn put_sub_r11_disp_1(&mut self, disp: i32, locked: bool) {
-        if locked {
+    /// `sub qword [base + disp32], imm8` (sign-extended), `lock`ed if
+    /// `lock` (sets CF when it borrows).
+    pub fn put_sub_mem_imm8(&mut self, base: Reg, disp: i32, imm: i8, lock: bool) {
+        if lock {
             self.buf.push(0xf0);
         }
-        self.buf.extend_from_slice(&[0x49, 0x83, 0xab]);
-        self.buf.extend_from_slice(&disp.to_le_bytes());
-        self.buf.push(1);
-    }
-
-    /// `lea r9, [r11 + disp]`.
-    pub fn put_lea_r9_r11_disp(&mut self, disp: i32) {
-        self.buf.extend_from_slice(&[0x4d, 0x8d, 0x8b]);
-        self.buf.extend_from_slice(&disp.to_le_bytes());
+        self.put_mem_op(true, &[0x83], 5, base, disp);
+        self.buf.push(imm as u8);
     }
 
     /// `jmp target` (rel32).
@@ -262,30 +254,61 @@ impl Writer {
         self.buf.push(0x68);
         self.buf.extend_from_slice(&imm.to_le_bytes());
     }
-
-    /// `mov rbx, rsp`.
-    pub fn put_mov_rbx_rsp(&mut self) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xe3]);
+    /// `and reg, imm8` (sign-extended).
+    pub fn put_and_imm8(&mut self, reg: Reg, imm: i8) {
+        self.rex(true, 0, reg.num());
+        self.buf.extend_from_slice(&[0x83, 0xe0 | reg.low(), imm as u8]);
     }
 
-    /// `mov rsp, rbx`.
-    pub fn put_mov_rsp_rbx(&mut self) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xdc]);
+    /// `add reg, imm8` (sign-extended).
+    pub fn put_add_imm8(&mut self, reg: Reg, imm: i8) {
+        self.rex(true, 0, reg.num());
+        self.buf.extend_from_slice(&[0x83, 0xc0 | reg.low(), imm as u8]);
     }
 
-    /// `and rsp, -16`.
-    pub fn put_align_rsp(&mut self) {
-        self.buf.extend_from_slice(&[0x48, 0x83, 0xe4, 0xf0]);
+    /// `sub reg, imm8` (sign-extended).
+    pub fn put_sub_imm8(&mut self, reg: Reg, imm: i8) {
+        self.rex(true, 0, reg.num());
+        self.buf.extend_from_slice(&[0x83, 0xe8 | reg.low(), imm as u8]);
+    }
+    /// An instruction with a ModRM memory operand `[base + disp]` in its
+    /// short form: an 8-bit displacement when `disp` fits one, else 32
+    /// bits (a SIB byte when base is rsp or r12); otherwise as
+    /// [`Writer::put_mem_op`].
+    fn put_mem_op_short(&mut self, w: bool, opcode: &[u8], reg: u8, base: Reg, disp: i32) {
+        self.rex(w, reg, base.num());
+        self.buf.extend_from_slice(opcode);
+        let short = i8::try_from(disp).ok();
+        let mode = if short.is_some() { 0x40 } else { 0x80 };
+        self.buf.push(mode | ((reg & 7) << 3) | base.low());
+        if base.low() == 4 {
+            self.buf.push(0x24);
+        }
+        match short {
+            Some(d) => self.buf.push(d as u8),
+            None => self.buf.extend_from_slice(&disp.to_le_bytes()),
+        }
     }
 
-    /// `mov esi, dword [rbx + disp8]`.
-    pub fn put_load_esi_rbx(&mut self, disp: i8) {
-        self.buf.extend_from_slice(&[0x8b, 0x73, disp as u8]);
+    /// `mov reg32, dword [base + disp]`, short form (clears the upper half).
+    pub fn put_load32_short(&mut self, reg: Reg, base: Reg, disp: i32) {
+        self.put_mem_op_short(false, &[0x8b], reg.num(), base, disp);
     }
 
-    /// `mov qword [rbx + disp8], rax`.
-    pub fn put_store_rax_rbx(&mut self, disp: i8) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0x43, disp as u8]);
+    /// `mov qword [base + disp], reg`, short form.
+    pub fn put_store_short(&mut self, reg: Reg, base: Reg, disp: i32) {
+        self.put_mem_op_short(true, &[0x89], reg.num(), base, disp);
+    }
+
+    /// `lea reg, [base + disp]`, short form (the flags stay as they are).
+    pub fn put_lea_short(&mut self, reg: Reg, base: Reg, disp: i32) {
+        self.put_mem_op_short(true, &[0x8d], reg.num(), base, disp);
+    }
+
+    /// `push qword [base + disp]`, short form (the address is taken
+    /// before the push).
+    pub fn put_push_mem_short(&mut self, base: Reg, disp: i32) {
+        self.put_mem_op_short(false, &[0xff], 6, base, disp);
     }
 
     /// An instruction with a ModRM memory operand `[base + disp32]` (a SIB
@@ -515,32 +538,12 @@ impl Writer {
         self.buf.push(0x50 + reg.low());
     }
 
-    /// `push qword [rsp + disp8]` (the address is taken before the push).
-    pub fn put_push_rsp_disp(&mut self, disp: i8) {
-        self.buf.extend_from_slice(&[0xff, 0x74, 0x24, disp as u8]);
-    }
-
-    /// `mov rdx, rsp`.
-    pub fn put_mov_rdx_rsp(&mut self) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xe2]);
-    }
-
     /// `pop reg`.
     pub fn put_pop(&mut self, reg: Reg) {
         if reg.ext() != 0 {
             self.buf.push(0x41);
         }
         self.buf.push(0x58 + reg.low());
-    }
-
-    /// `sub rsp, imm8`.
-    pub fn put_sub_rsp(&mut self, n: i8) {
-        self.buf.extend_from_slice(&[0x48, 0x83, 0xec, n as u8]);
-    }
-
-    /// `add rsp, imm8`.
-    pub fn put_add_rsp(&mut self, n: i8) {
-        self.buf.extend_from_slice(&[0x48, 0x83, 0xc4, n as u8]);
     }
 
     /// `mov reg, qword [rip + to(addr)]`.
@@ -551,43 +554,23 @@ impl Writer {
         self.buf.extend_from_slice(&[0x8b, 0x05 | (reg.low() << 3)]);
         self.buf.extend_from_slice(&d);
     }
-
-    /// `mov esi, imm32`.
-    pub fn put_mov_esi_imm32(&mut self, imm: u32) {
-        self.buf.push(0xbe);
+    /// `mov reg32, imm32` (clears the upper half).
+    pub fn put_mov32_imm(&mut self, reg: Reg, imm: u32) {
+        self.rex(false, 0, reg.num());
+        self.buf.push(0xb8 + reg.low());
         self.buf.extend_from_slice(&imm.to_le_bytes());
-    }
-
-    /// `lea reg, [rsp + disp]` for rax..rdi (the shorter displacement that holds it).
-    pub fn put_lea_rsp(&mut self, reg: Reg, disp: i32) {
-        assert!(reg.ext() == 0);
-        match i8::try_from(disp) {
-            Ok(d) => self.buf.extend_from_slice(&[0x48, 0x8d, 0x44 | (reg.low() << 3), 0x24, d as u8]),
-            Err(_) => {
-                self.buf.extend_from_slice(&[0x48, 0x8d, 0x84 | (reg.low() << 3), 0x24]);
-                self.buf.extend_from_slice(&disp.to_le_bytes());
-            }
-        }
-    }
-
-    /// `lea rsp, [rsp + disp]` (the flags stay as they are).
-    pub fn put_lea_rsp_rsp(&mut self, disp: i32) {
-        match i8::try_from(disp) {
-            Ok(d) => self.buf.extend_from_slice(&[0x48, 0x8d, 0x64, 0x24, d as u8]),
-            Err(_) => {
-                self.buf.extend_from_slice(&[0x48, 0x8d, 0xa4, 0x24]);
-                self.buf.extend_from_slice(&disp.to_le_bytes());
-            }
-        }
     }
 
     /// `mov rax, rsp; and rsp, -16; push rax; push rax; call target; pop
     /// rsp`: a call with the stack aligned, from any stack pointer (rax and
     /// the flags are clobbered).
     pub fn put_align_stack_and_call(&mut self, target: u64) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0xe0, 0x48, 0x83, 0xe4, 0xf0, 0x50, 0x50]);
+        self.put_mov_reg(Reg::Rax, Reg::Rsp);
+        self.put_and_imm8(Reg::Rsp, -16);
+        self.put_push(Reg::Rax);
+        self.put_push(Reg::Rax);
         self.put_call(target);
-        self.buf.push(0x5c);
+        self.put_pop(Reg::Rsp);
     }
 
     /// Zeroes the `bytes` below the stack pointer (a multiple of 16), two
@@ -599,10 +582,9 @@ impl Writer {
     /// with `rep stosq`, whose microcode start-up dominates.
     pub fn put_clear_below_rsp(&mut self, bytes: u32) {
         assert!(bytes.is_multiple_of(16) && bytes > 0);
-        self.put_lea_rsp(Reg::Rdi, -(bytes as i32));
-        self.buf.push(0xb9);
-        self.buf.extend_from_slice(&(bytes / 16).to_le_bytes());
-        self.buf.extend_from_slice(&[0x31, 0xc0]);
+        self.put_lea_short(Reg::Rdi, Reg::Rsp, -(bytes as i32));
+        self.put_mov32_imm(Reg::Rcx, bytes / 16);
+        self.put_zero32(Reg::Rax);
         // 1: mov [rdi], rax; mov [rdi + 8], rax; add rdi, 16; dec ecx; jnz 1b
         self.buf.extend_from_slice(&[0x48, 0x89, 0x07, 0x48, 0x89, 0x47, 0x08, 0x48, 0x83, 0xc7, 0x10, 0xff, 0xc9]);
         self.buf.extend_from_slice(&[0x75, 0xf1]);
@@ -616,22 +598,10 @@ impl Writer {
     /// once.
     pub fn put_clear_below_rsp_unrolled(&mut self, bytes: u32) {
         assert!(bytes.is_multiple_of(8) && bytes > 0);
-        self.buf.extend_from_slice(&[0x31, 0xc0]);
+        self.put_zero32(Reg::Rax);
         for k in 1..=bytes / 8 {
-            let disp = -(8 * k as i32);
-            match i8::try_from(disp) {
-                Ok(d) => self.buf.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, d as u8]),
-                Err(_) => {
-                    self.buf.extend_from_slice(&[0x48, 0x89, 0x84, 0x24]);
-                    self.buf.extend_from_slice(&disp.to_le_bytes());
-                }
-            }
+            self.put_store_short(Reg::Rax, Reg::Rsp, -(8 * k as i32));
         }
-    }
-
-    /// `xor r8d, r8d`.
-    pub fn put_zero_r8(&mut self) {
-        self.buf.extend_from_slice(&[0x45, 0x31, 0xc0]);
     }
 
     /// `call target` (rel32).
@@ -640,11 +610,6 @@ impl Writer {
         let d = self.rel32(end, target);
         self.buf.push(0xe8);
         self.buf.extend_from_slice(&d);
-    }
-
-    /// `mov [rsp + disp], rax`.
-    pub fn put_store_rax(&mut self, disp: i8) {
-        self.buf.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, disp as u8]);
     }
 
     /// `jmp qword [base + disp]` (no REX.W: a near indirect jump is 64-bit).
@@ -708,24 +673,28 @@ mod tests {
         assert_eq!(clear[16], "mov qword ptr [rsp - 0x80], rax");
         assert_eq!(clear[18], "mov qword ptr [rsp - 0x90], rax");
         assert_eq!(asm(|w| w.put_flags_to_rax()), ["lahf", "seto al"]);
-        assert_eq!(asm(|w| w.put_mov_rbx_rsp()), ["mov rbx, rsp"]);
-        assert_eq!(asm(|w| w.put_mov_rsp_rbx()), ["mov rsp, rbx"]);
-        assert_eq!(asm(|w| w.put_align_rsp()), ["and rsp, 0xfffffffffffffff0"]);
-        assert_eq!(asm(|w| w.put_load_esi_rbx(0x60)), ["mov esi, dword ptr [rbx + 0x60]"]);
-        assert_eq!(asm(|w| w.put_store_rax_rbx(0x60)), ["mov qword ptr [rbx + 0x60], rax"]);
+        assert_eq!(asm(|w| w.put_mov_reg(Reg::Rbx, Reg::Rsp)), ["mov rbx, rsp"]);
+        assert_eq!(asm(|w| w.put_mov_reg(Reg::Rsp, Reg::Rbx)), ["mov rsp, rbx"]);
+        assert_eq!(asm(|w| w.put_and_imm8(Reg::Rsp, -16)), ["and rsp, 0xfffffffffffffff0"]);
+        assert_eq!(asm(|w| w.put_load32_short(Reg::Rsi, Reg::Rbx, 0x60)), ["mov esi, dword ptr [rbx + 0x60]"]);
+        assert_eq!(asm(|w| w.put_store_short(Reg::Rax, Reg::Rbx, 0x60)), ["mov qword ptr [rbx + 0x60], rax"]);
         assert_eq!(asm(|w| w.put_flags_from_rax()), ["add al, 0x7f", "sahf"]);
         assert_eq!(asm(|w| w.put_push(Reg::R10)), ["push r10"]);
         assert_eq!(asm(|w| w.put_push(Reg::Rdi)), ["push rdi"]);
         assert_eq!(asm(|w| w.put_pop(Reg::R8)), ["pop r8"]);
         assert_eq!(asm(|w| w.put_pop(Reg::Rax)), ["pop rax"]);
-        assert_eq!(asm(|w| w.put_sub_rsp(8)), ["sub rsp, 8"]);
-        assert_eq!(asm(|w| w.put_add_rsp(8)), ["add rsp, 8"]);
+        assert_eq!(asm(|w| w.put_sub_imm8(Reg::Rsp, 8)), ["sub rsp, 8"]);
+        assert_eq!(asm(|w| w.put_add_imm8(Reg::Rsp, 8)), ["add rsp, 8"]);
         assert_eq!(asm(|w| w.put_mov_reg_rip(Reg::Rdi, AT + 0x27)), ["mov rdi, qword ptr [rip + 0x20]"]);
         assert_eq!(asm(|w| w.put_mov_reg_rip(Reg::R8, AT + 0x27)), ["mov r8, qword ptr [rip + 0x20]"]);
-        assert_eq!(asm(|w| w.put_mov_esi_imm32(0x0100_0003)), ["mov esi, 0x1000003"]);
-        assert_eq!(asm(|w| w.put_lea_rsp(Reg::Rdx, 8)), ["lea rdx, [rsp + 8]"]);
-        assert_eq!(asm(|w| w.put_lea_rsp(Reg::Rcx, 72)), ["lea rcx, [rsp + 0x48]"]);
-        assert_eq!(asm(|w| w.put_zero_r8()), ["xor r8d, r8d"]);
+        assert_eq!(asm(|w| w.put_mov32_imm(Reg::Rsi, 0x0100_0003)), ["mov esi, 0x1000003"]);
+        assert_eq!(asm(|w| w.put_lea_short(Reg::Rdx, Reg::Rsp, 8)), ["lea rdx, [rsp + 8]"]);
+        assert_eq!(asm(|w| w.put_lea_short(Reg::Rcx, Reg::Rsp, 72)), ["lea rcx, [rsp + 0x48]"]);
+        assert_eq!(asm(|w| w.put_zero32(Reg::R8)), ["xor r8d, r8d"]);
+        assert_eq!(asm(|w| w.put_push_mem_short(Reg::Rsp, 0x30)), ["push qword ptr [rsp + 0x30]"]);
+        assert_eq!(asm(|w| w.put_lea_short(Reg::Rsp, Reg::Rsp, -128)), ["lea rsp, [rsp - 0x80]"]);
+        assert_eq!(asm(|w| w.put_lea_short(Reg::R10, Reg::R12, 0x200)), ["lea r10, [r12 + 0x200]"]);
+        assert_eq!(asm(|w| w.put_load32_short(Reg::R9, Reg::Rbp, -8)), ["mov r9d, dword ptr [rbp - 8]"]);
         assert_eq!(
             asm(|w| w.put_clear_below_rsp(336)),
             [
@@ -741,13 +710,16 @@ mod tests {
         );
         assert_eq!(asm(|w| w.put_store_imm(Reg::Rsp, -16, 0)), ["mov qword ptr [rsp - 0x10], 0"]);
         assert_eq!(asm(|w| w.put_call(AT + 0x100)), [format!("call {:#x}", AT + 0x100)]);
-        assert_eq!(asm(|w| w.put_store_rax(0x58)), ["mov qword ptr [rsp + 0x58], rax"]);
+        assert_eq!(asm(|w| w.put_store_short(Reg::Rax, Reg::Rsp, 0x58)), ["mov qword ptr [rsp + 0x58], rax"]);
         assert_eq!(asm(|w| w.put_push_flags_via_rax()), ["lahf", "seto al", "push rax"]);
         assert_eq!(asm(|w| w.put_jb(AT + 0x40)), [format!("jb {:#x}", AT + 0x40)]);
         assert_eq!(asm(|w| w.put_jae(AT + 0x40)), [format!("jae {:#x}", AT + 0x40)]);
-        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018, false)), ["sub qword ptr [r11 + 0x200018], 1"]);
-        assert_eq!(asm(|w| w.put_sub_r11_disp_1(0x20_0018, true)), ["lock sub qword ptr [r11 + 0x200018], 1"]);
-        assert_eq!(asm(|w| w.put_lea_r9_r11_disp(0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
+        assert_eq!(asm(|w| w.put_sub_mem_imm8(Reg::R11, 0x20_0018, 1, false)), ["sub qword ptr [r11 + 0x200018], 1"]);
+        assert_eq!(
+            asm(|w| w.put_sub_mem_imm8(Reg::R11, 0x20_0018, 1, true)),
+            ["lock sub qword ptr [r11 + 0x200018], 1"]
+        );
+        assert_eq!(asm(|w| w.put_lea(Reg::R9, Reg::R11, 0x20_0018)), ["lea r9, [r11 + 0x200018]"]);
         assert_eq!(asm(|w| w.put_pop_flags_via_rax()), ["pop rax", "add al, 0x7f", "sahf"]);
         assert_eq!(asm(|w| w.put_ret()), ["ret"]);
     }
