@@ -125,7 +125,7 @@ use super::liveness;
 use super::operands::{self, Frame};
 use super::reg::Reg;
 use super::relocate::{self, Relocated};
-use super::writer::Writer;
+use super::writer::{Label, Writer};
 use crate::arch::{
     Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan,
 };
@@ -209,35 +209,65 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     saves
 }
 
-/// Where the parts of a detour are.
+/// The parts of a detour, which its code refers to before they are written.
 #[derive(Clone, Copy)]
 struct Labels {
-    flag: u64,
-    counters: u64,
-    cache: u64,
-    ctx: u64,
-    tramp: u64,
-    /// The count of entries skipped for want of room ([`DetourSpec::go_room_lost`]).
-    lost_room: u64,
+    /// The literals: the enable flag's address, the counter rows, the
+    /// thread cache, the context, the trampoline, and the count of entries
+    /// skipped for want of room ([`DetourSpec::go_room_lost`]).
+    flag: Label,
+    /// See [`Labels::flag`].
+    counters: Label,
+    /// See [`Labels::flag`].
+    cache: Label,
+    /// See [`Labels::flag`].
+    ctx: Label,
+    /// See [`Labels::flag`].
+    tramp: Label,
+    /// See [`Labels::flag`].
+    lost_room: Label,
     /// Where such an entry is counted, out of line.
-    no_room: u64,
+    no_room: Label,
     /// After the count (a slow count comes back here).
-    counted: u64,
+    counted: Label,
     /// The restore of what the prefix saved.
-    restore: u64,
+    restore: Label,
     /// The out-of-line count in the entry paired with the thread's.
-    way1: u64,
+    way1: Label,
     /// The out-of-line call of tp_count.
-    slow: u64,
+    slow: Label,
     /// The out-of-line call of a sampling probe.
-    sample: u64,
+    sample: Label,
     /// The fast entry of an event probe: the thread's cache entry found.
-    found: u64,
+    found: Label,
     /// The fast entry's fallbacks.
     back: Fallbacks,
 }
 
-/// Assembles the detour of `plan` at address `at`.
+impl Labels {
+    fn new(w: &mut Writer) -> Labels {
+        Labels {
+            flag: w.label(),
+            counters: w.label(),
+            cache: w.label(),
+            ctx: w.label(),
+            tramp: w.label(),
+            lost_room: w.label(),
+            no_room: w.label(),
+            counted: w.label(),
+            restore: w.label(),
+            way1: w.label(),
+            slow: w.label(),
+            sample: w.label(),
+            found: w.label(),
+            back: Fallbacks { unmark: w.label(), full: w.label(), call: w.label() },
+        }
+    }
+}
+
+/// Assembles the detour of `plan` at address `at`, in one pass: the
+/// relocated window goes where the head ends, and the writer fills in the
+/// branches to what follows when the detour is whole.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
     let Some(rt) = spec.runtime else {
         return Err(Refusal::Unsupported("a probe needs the runtime block"));
@@ -247,64 +277,30 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     }
     let saves = saves_for(plan, spec);
     let fast = fast_event(plan, spec);
-    // Every part has a fixed length for a given probe: measure with dummy
-    // addresses first, then assemble for good.
-    let dummy = Labels {
-        flag: at,
-        counters: at,
-        cache: at,
-        ctx: at,
-        tramp: at,
-        lost_room: at,
-        no_room: at,
-        counted: at,
-        restore: at,
-        way1: at,
-        slow: at,
-        sample: at,
-        found: at,
-        back: Fallbacks { unmark: at, full: at, call: at },
-    };
     let mut w = Writer::new(at);
-    let (counted, restore, found) = emit_head(&mut w, spec, fast, rt, saves, &dummy);
+    let l = Labels::new(&mut w);
+    emit_head(&mut w, spec, fast, rt, saves, &l);
     let relocated_at = w.pc();
     let reloc = relocate_window(plan, relocated_at, spec, &rt)?;
-    let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
-    let (way1, slow, sample, no_room, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
-    let literals = w.pc().next_multiple_of(8);
-    let l = Labels {
-        flag: literals,
-        counters: literals + 8,
-        cache: literals + 16,
-        ctx: literals + 24,
-        tramp: literals + 32,
-        lost_room: literals + 40,
-        no_room,
-        counted,
-        restore,
-        way1,
-        slow,
-        sample,
-        found,
-        back,
-    };
-
-    let mut w = Writer::new(at);
-    emit_head(&mut w, spec, fast, rt, saves, &l);
-    debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
     emit_tail(&mut w, spec, fast, rt, saves, &l);
     w.put_align(8);
-    w.put_u64(spec.flag_addr);
-    w.put_u64(spec.counters);
-    w.put_u64(spec.cache);
-    w.put_u64(rt.ctx);
-    w.put_u64(rt.trampoline);
+    for (label, value) in [
+        (l.flag, spec.flag_addr),
+        (l.counters, spec.counters),
+        (l.cache, spec.cache),
+        (l.ctx, rt.ctx),
+        (l.tramp, rt.trampoline),
+    ] {
+        w.bind(label);
+        w.put_u64(value);
+    }
     if let Some(lost) = spec.go_room_lost {
+        w.bind(l.lost_room);
         w.put_u64(lost);
     }
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
-    Ok(Detour { bytes: w.into_bytes(), pc_map })
+    Ok(Detour { bytes: w.finish(), pc_map })
 }
 
 /// The detour of an exit's site: the window relocated, the call's end
@@ -362,11 +358,11 @@ fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
     }
     w.put_call(exit);
     w.put_store_imm(Reg::Rsp, -16, 0);
-    w.into_bytes()
+    w.finish()
 }
 
-/// The prefix, the count, the runtime call and the restore; returns the
-/// addresses of `counted`, `restore` and (a fast event probe's) `found`.
+/// The prefix, the count, the runtime call and the restore; binds
+/// `counted`, `restore` and (a fast event probe's) `found`.
 fn emit_head(
     w: &mut Writer,
     spec: &DetourSpec,
@@ -374,7 +370,7 @@ fn emit_head(
     rt: RuntimeAddrs,
     saves: Saves,
     l: &Labels,
-) -> (u64, u64, u64) {
+) {
     let (s, k) = (saves.s, saves.k);
     if saves.red_zone {
         w.put_lea_short(Reg::Rsp, Reg::Rsp, -RED_ZONE);
@@ -389,12 +385,11 @@ fn emit_head(
     w.put_cmp_byte_mem_0(s);
     w.put_je(l.restore);
     let disp = (spec.probe_index * 8) as i32;
-    let mut found = 0;
     if spec.abi == Abi::C {
         // The thread's entry in the thread cache, by the word at fs:0 (S);
         // K: the word's complement, then the thread's row.
-        fast::cache_entry(w, s, k, l.cache, l.way1);
-        found = w.pc();
+        fast::cache_entry(w, s, k, l.cache.into(), l.way1.into());
+        w.bind(l.found);
         w.put_load(k, s, thread_cache::ROW);
         w.put_inc_mem(k, disp, false);
     } else {
@@ -406,7 +401,7 @@ fn emit_head(
             w.put_mov_reg(k, s);
         }
     }
-    let counted = w.pc();
+    w.bind(l.counted);
     if let Some(to) = spec.records.own_call(&rt) {
         call_runtime(w, |w| {
             w.put_mov_reg_rip(Reg::Rdi, l.ctx);
@@ -424,14 +419,7 @@ fn emit_head(
         w.put_jb(l.sample);
     } else if let Some(layout) = fast {
         // The fast entry, with S (r10) the thread's cache entry.
-        let exits = fast::EventExits {
-            full: l.back.full,
-            unmark: l.back.unmark,
-            call: l.back.call,
-            lit_tramp: l.tramp,
-            lit_ctx: l.ctx,
-        };
-        fast::event(w, &layout, spec.entry_word, &exits);
+        fast::event(w, &layout, spec.entry_word, &event_exits(l));
     } else if spec.records.args || spec.records.ret {
         if spec.go_room_lost.is_some() {
             // Go code without a stack check: the call only where the
@@ -443,7 +431,7 @@ fn emit_head(
         }
         emit_entry_call(w, spec, l, rt, saves);
     }
-    let restore = w.pc();
+    w.bind(l.restore);
     if saves.flags {
         w.put_flags_from_rax();
     }
@@ -453,7 +441,6 @@ fn emit_head(
     if saves.red_zone {
         w.put_lea_short(Reg::Rsp, Reg::Rsp, RED_ZONE);
     }
-    (counted, restore, found)
 }
 
 /// Bytes of the goroutine's stack below the stack pointer that an event
@@ -466,8 +453,8 @@ const GO_ROOM: u32 = 64 + super::CLEARED_BELOW + 64;
 /// the count in the entry paired with the thread's, else the call of
 /// tp_count; a fast event probe's fallbacks, to `tp_entry`; a sampling
 /// probe's call of the runtime, which returns to the restore; and the count
-/// of an entry of Go code skipped for want of room. Returns the addresses
-/// of `way1`, `slow`, `sample`, `no_room` and the fallbacks.
+/// of an entry of Go code skipped for want of room. Binds `way1`, `slow`,
+/// `sample`, `no_room` and the fallbacks.
 fn emit_tail(
     w: &mut Writer,
     spec: &DetourSpec,
@@ -475,13 +462,11 @@ fn emit_tail(
     rt: RuntimeAddrs,
     saves: Saves,
     l: &Labels,
-) -> (u64, u64, u64, u64, Fallbacks) {
-    let way1 = w.pc();
-    let mut slow = way1;
-    let (mut full, mut call) = (way1, way1);
+) {
+    w.bind(l.way1);
     if spec.abi == Abi::C {
         let disp = (spec.probe_index * 8) as i32;
-        fast::paired_entry(w, saves.s, saves.k, l.slow);
+        fast::paired_entry(w, saves.s, saves.k, l.slow.into());
         if fast.is_some() {
             w.put_jmp(l.found);
         } else {
@@ -489,7 +474,7 @@ fn emit_tail(
             w.put_inc_mem(saves.k, disp, false);
             w.put_jmp(l.counted);
         }
-        slow = w.pc();
+        w.bind(l.slow);
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.k);
@@ -498,33 +483,36 @@ fn emit_tail(
         w.put_store_imm(Reg::Rsp, -16, 0);
         w.put_jmp(if fast.is_some() { l.back.call } else { l.counted });
     }
-    let mut unmark = way1;
     if let Some(layout) = fast {
-        (unmark, full) = fast::event_full(w, &layout, spec.entry_word);
-        call = w.pc();
+        fast::event_full(w, &layout, spec.entry_word, &event_exits(l));
+        w.bind(l.back.call);
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    let sample = w.pc();
+    w.bind(l.sample);
     if spec.records.sample {
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    let no_room = w.pc();
+    w.bind(l.no_room);
     if spec.go_room_lost.is_some() {
         w.put_mov_reg_rip(saves.s, l.lost_room);
         w.put_inc_mem(saves.s, 0, true);
         w.put_jmp(l.restore);
     }
-    (way1, slow, sample, no_room, Fallbacks { unmark, full, call })
 }
 
-/// Where a fast event probe's fallbacks are.
+/// A fast event probe's fallbacks.
 #[derive(Clone, Copy)]
 struct Fallbacks {
-    unmark: u64,
-    full: u64,
-    call: u64,
+    unmark: Label,
+    full: Label,
+    call: Label,
+}
+
+/// Where the fast entry of a detour goes back to it.
+fn event_exits(l: &Labels) -> fast::EventExits {
+    fast::EventExits { full: l.back.full, unmark: l.back.unmark, call: l.back.call, lit_tramp: l.tramp, lit_ctx: l.ctx }
 }
 
 /// The layout for the fast entry if the detour records with it: an event

@@ -87,7 +87,7 @@
 
 use super::CLEARED_BELOW;
 use super::reg::Reg;
-use super::writer::Writer;
+use super::writer::{Label, Target, Writer};
 use crate::arch::RuntimeLayout;
 
 /// Addresses in the runtime block the fast exit refers to, found by a
@@ -210,7 +210,7 @@ pub(super) fn literals(l: &RuntimeLayout) -> [u64; 2] {
 /// entry is the thread's ([`paired_entry`] follows there). The same
 /// instructions as the counting detours'. An entry is written once, its
 /// check last, so once the check matches its other fields may be read.
-pub(super) fn cache_entry(w: &mut Writer, entry: Reg, word: Reg, lit_cache: u64, way1: u64) {
+pub(super) fn cache_entry(w: &mut Writer, entry: Reg, word: Reg, lit_cache: Target, way1: Target) {
     const _: () = assert!(thread_cache::CHECK == 0);
     w.put_mov_reg_fs0(word);
     w.put_imul32_imm_from(entry, word, thread_cache::HASH);
@@ -225,7 +225,7 @@ pub(super) fn cache_entry(w: &mut Writer, entry: Reg, word: Reg, lit_cache: u64,
 /// At `way1`: the entry paired with the one [`cache_entry`] found (the
 /// cache is aligned to two entries); a jump to `miss` unless it is the
 /// thread's.
-pub(super) fn paired_entry(w: &mut Writer, entry: Reg, word: Reg, miss: u64) {
+pub(super) fn paired_entry(w: &mut Writer, entry: Reg, word: Reg, miss: Target) {
     w.put_xor_imm8(entry, thread_cache::SIZE as i8);
     w.put_cmp_reg_deref(word, entry);
     w.put_jne(miss);
@@ -249,7 +249,7 @@ fn frame0(l: &RuntimeLayout, f: u32) -> i32 {
 /// paths write them 32 bits at a time, and a wider load of stores still
 /// in flight waits for them to reach the cache (2 ns more per entry and 7
 /// ns more per exit, measured here).
-fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: Reg, depth: u32, slow: u64) {
+fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: Reg, depth: u32, slow: Target) {
     w.put_cmp32_mem_imm(state, l.thread_depth as i32, depth);
     w.put_jne(slow);
     w.put_cmp32_mem_imm(state, l.thread_writing as i32, 0);
@@ -262,7 +262,7 @@ fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: Reg, depth: u32, slow:
 /// `ev` = the event at the slot's head (the thread marked as writing).
 /// Jumps to `busy` if the entry has no ring, to `unmark` if the ring may be
 /// full (the mark set). The thread was seen not writing ([`check_thread`]).
-fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: Reg, slot: Reg, ev: Reg, busy: u64, unmark: u64) {
+fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: Reg, slot: Reg, ev: Reg, busy: Target, unmark: Target) {
     w.put_test_reg(slot);
     w.put_je(busy);
     w.put_store32_imm(state, l.thread_writing as i32, 1);
@@ -290,7 +290,7 @@ fn publish(w: &mut Writer, l: &RuntimeLayout, state: Reg, slot: Reg) {
 /// offset tp found, which the context holds. The runtime gives a ring in
 /// the cache entry ([`reserve_event`]) only to a thread whose TID is there.
 /// None of these loads waits for the thread's state.
-fn thread_tid(w: &mut Writer, l: &RuntimeLayout, lit_ctx: u64, into: Reg) {
+fn thread_tid(w: &mut Writer, l: &RuntimeLayout, lit_ctx: Target, into: Reg) {
     w.put_mov_reg_rip(into, lit_ctx);
     w.put_movsxd(into, into, l.ctx_tid_offset as i32);
     w.put_add_reg_fs0(into);
@@ -328,15 +328,15 @@ fn event_slot(saved: &[Reg]) -> i32 {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct EventExits {
     /// Pops what [`event`] pushed, then goes on to `call`.
-    pub full: u64,
+    pub full: Label,
     /// Clears the thread's writing mark, then goes on to `full`.
-    pub unmark: u64,
+    pub unmark: Label,
     /// Calls `tp_entry` (the call is counted already).
-    pub call: u64,
+    pub call: Label,
     /// The literal holding the trampoline's address.
-    pub lit_tramp: u64,
+    pub lit_tramp: Label,
     /// The literal holding the context's address.
-    pub lit_ctx: u64,
+    pub lit_ctx: Label,
 }
 
 /// The fast entry of an event probe of a C function, which its detour
@@ -355,7 +355,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
         w.put_load(Reg::R11, Reg::R10, thread_cache::RING);
     }
     w.put_load(Reg::R10, Reg::R10, thread_cache::THREAD);
-    check_thread(w, l, Reg::R10, 0, x.call);
+    check_thread(w, l, Reg::R10, 0, x.call.into());
     for &r in saved {
         w.put_push(r);
     }
@@ -366,13 +366,13 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     let v = |k: u32| (l.event_v + 8 * k) as i32;
     if record {
         // r11: the thread's ring slot; rcx the event at its head.
-        reserve_event(w, l, Reg::R10, Reg::R11, Reg::Rcx, x.full, x.unmark);
+        reserve_event(w, l, Reg::R10, Reg::R11, Reg::Rcx, x.full.into(), x.unmark.into());
         for (k, r) in [(0, Reg::Rdi), (1, Reg::Rsi), (2, Reg::Rdx), (4, Reg::R8), (5, Reg::R9)] {
             w.put_store(r, Reg::Rcx, v(k));
         }
         w.put_load(Reg::Rax, Reg::Rsp, 16); // the function's rcx, pushed
         w.put_store(Reg::Rax, Reg::Rcx, v(3));
-        thread_tid(w, l, x.lit_ctx, Reg::Rdx);
+        thread_tid(w, l, x.lit_ctx.into(), Reg::Rdx);
         w.put_store32(Reg::Rdx, Reg::Rcx, l.event_tid as i32);
         w.put_store32_imm(Reg::Rcx, l.event_probe as i32, probe | l.entry_kind);
     }
@@ -422,7 +422,7 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
 /// (the flags, pushed) holds the event.
 fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExits) {
     timestamp(w, Reg::Rdx);
-    reserve_event(w, l, Reg::R10, Reg::R11, Reg::Rax, x.full, x.unmark);
+    reserve_event(w, l, Reg::R10, Reg::R11, Reg::Rax, x.full.into(), x.unmark.into());
     let v = |k: u32| (l.event_v + 8 * k) as i32;
     for (k, r) in [(0, Reg::Rdi), (1, Reg::Rsi), (3, Reg::Rcx), (4, Reg::R8), (5, Reg::R9)] {
         w.put_store(r, Reg::Rax, v(k));
@@ -430,7 +430,7 @@ fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExit
     w.put_store(Reg::Rdx, Reg::Rax, l.event_tsc as i32);
     w.put_load(Reg::Rdx, Reg::Rsp, 8); // the function's rdx, pushed
     w.put_store(Reg::Rdx, Reg::Rax, v(2));
-    thread_tid(w, l, x.lit_ctx, Reg::Rdx);
+    thread_tid(w, l, x.lit_ctx.into(), Reg::Rdx);
     w.put_store32(Reg::Rdx, Reg::Rax, l.event_tid as i32);
     w.put_store32_imm(Reg::Rax, l.event_probe as i32, probe | l.entry_kind);
     publish(w, l, Reg::R10, Reg::R11);
@@ -441,16 +441,14 @@ fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExit
 /// The fast entry's fallbacks once it has pushed: at `x.unmark` (a full
 /// ring) it clears the writing mark, at `x.full` pops what the fast entry
 /// of the probe with entry word `word` pushed, then goes on to the call of
-/// `tp_entry`, which the detour emits next. Returns the addresses of
-/// `unmark` and `full`.
-pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout, word: u32) -> (u64, u64) {
-    let unmark = w.pc();
+/// `tp_entry`, which the detour emits next. Binds `x.unmark` and `x.full`.
+pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits) {
+    w.bind(x.unmark);
     w.put_store32_imm(Reg::R10, l.thread_writing as i32, 0);
-    let full = w.pc();
+    w.bind(x.full);
     for r in event_saved(l, word).iter().rev() {
         w.put_pop(*r);
     }
-    (unmark, full)
 }
 
 /// Where, above the fast exit's stack pointer after its pushes, the saved
@@ -472,22 +470,22 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     // The call's end, first.
     timestamp(w, Reg::Rax);
     w.put_mov_reg(Reg::Rcx, Reg::Rax);
-    cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache, m.exit_way1);
+    cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache.into(), m.exit_way1.into());
     out.exit_found = w.pc();
     w.put_load(Reg::R11, Reg::R10, thread_cache::THREAD);
     w.put_load(Reg::R10, Reg::R10, thread_cache::RING);
-    check_thread(w, l, Reg::R11, 1, m.exit_slow);
+    check_thread(w, l, Reg::R11, 1, m.exit_slow.into());
     w.put_lea(Reg::Rax, Reg::Rsp, EXIT_SLOT);
     w.put_cmp_reg_mem(Reg::Rax, Reg::R11, frame0(l, l.frame_slot));
     w.put_jne(m.exit_slow);
     // r10: the thread's ring slot; rax the event at its head.
-    reserve_event(w, l, Reg::R11, Reg::R10, Reg::Rax, m.exit_slow, m.exit_unmark);
+    reserve_event(w, l, Reg::R11, Reg::R10, Reg::Rax, m.exit_slow.into(), m.exit_unmark.into());
     // The frame is read whole before the depth lets it go: a signal
     // handler whose probes run on this thread from then on take frame 0.
     w.put_load32(Reg::Rdx, Reg::R11, frame0(l, l.frame_probe));
     w.put_or32_imm(Reg::Rdx, l.exit_kind);
     w.put_store32(Reg::Rdx, Reg::Rax, l.event_probe as i32);
-    thread_tid(w, l, m.lit_ctx, Reg::Rdx);
+    thread_tid(w, l, m.lit_ctx.into(), Reg::Rdx);
     w.put_store32(Reg::Rdx, Reg::Rax, l.event_tid as i32);
     w.put_store(Reg::Rcx, Reg::Rax, l.event_tsc as i32);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
@@ -514,7 +512,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_jmp_mem(Reg::Rsp, -8);
 
     out.exit_way1 = w.pc();
-    paired_entry(w, Reg::R10, Reg::Rax, m.exit_slow);
+    paired_entry(w, Reg::R10, Reg::Rax, m.exit_slow.into());
     w.put_jmp(m.exit_found);
     out.exit_unmark = w.pc();
     w.put_store32_imm(Reg::R11, l.thread_writing as i32, 0);
@@ -663,7 +661,7 @@ fn exit_at_fast(
 ) {
     let (way1, found) = marks;
     save_exit(w);
-    cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache, way1);
+    cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache.into(), way1.into());
     *out.1 = w.pc();
     w.put_load(Reg::R11, Reg::R10, thread_cache::THREAD);
     w.put_cmp32_mem_imm(Reg::R11, l.thread_depth as i32, 1);
@@ -683,11 +681,11 @@ fn exit_at_fast(
     // This call's: its end (rax), then the event (rcx) from the frame read whole.
     w.put_load(Reg::R10, Reg::R10, thread_cache::RING);
     timestamp(w, Reg::Rax);
-    reserve_event(w, l, Reg::R11, Reg::R10, Reg::Rcx, m.at_slow, m.at_unmark);
+    reserve_event(w, l, Reg::R11, Reg::R10, Reg::Rcx, m.at_slow.into(), m.at_unmark.into());
     w.put_load32(Reg::Rdx, Reg::R11, frame0(l, l.frame_probe));
     w.put_or32_imm(Reg::Rdx, l.exit_kind);
     w.put_store32(Reg::Rdx, Reg::Rcx, l.event_probe as i32);
-    thread_tid(w, l, m.lit_ctx, Reg::Rdx);
+    thread_tid(w, l, m.lit_ctx.into(), Reg::Rdx);
     w.put_store32(Reg::Rdx, Reg::Rcx, l.event_tid as i32);
     w.put_store(Reg::Rax, Reg::Rcx, l.event_tsc as i32);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
@@ -710,7 +708,7 @@ fn exit_at_fast(
     w.put_ret_pop(8);
 
     *out.0 = w.pc();
-    paired_entry(w, Reg::R10, Reg::Rax, m.at_slow);
+    paired_entry(w, Reg::R10, Reg::Rax, m.at_slow.into());
     w.put_jmp(found);
 }
 

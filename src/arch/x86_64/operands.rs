@@ -164,7 +164,7 @@ mod tests {
     fn asm(ops: &[Operand]) -> Vec<String> {
         let mut w = Writer::new(AT);
         assert_eq!(push(&mut w, &Operands::new(ops), FRAME), 48);
-        disassemble(&w.into_bytes(), AT)
+        disassemble(&w.finish(), AT)
     }
 
     fn reg(r: u8) -> Operand {

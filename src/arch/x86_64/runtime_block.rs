@@ -180,7 +180,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
         count,
         ctx: l.ctx,
     };
-    (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
+    (RuntimeBlock { bytes: w.finish(), addrs }, out)
 }
 
 /// `mov eax, SYS_rt_sigreturn; syscall`: where the SIGTRAP handler returns.

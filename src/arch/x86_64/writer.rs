@@ -2,22 +2,64 @@
 //!
 //! Each `put_*` appends one instruction. The writer knows the address its
 //! first byte will run at, so RIP-relative operands and branches are encoded
-//! for that address, not for where the buffer lives. Every encoding is
-//! checked against capstone's disassembly in the tests below.
+//! for that address, not for where the buffer lives. A branch or operand
+//! may point at a [`Label`] not bound yet: every such use has a 32-bit
+//! field, which [`Writer::finish`] fills once the code is whole, so code is
+//! assembled in one pass. Every encoding is checked against capstone's
+//! disassembly in the tests below.
 
 use super::reg::Reg;
+
+/// A place in the code, bound to an address when the writer reaches it
+/// ([`Writer::bind`]); branches and RIP-relative operands may use it before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(usize);
+
+/// Where a branch goes or a RIP-relative operand points: an address, or
+/// a label of the same writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// This address.
+    Addr(u64),
+    /// Where this label is bound.
+    Label(Label),
+}
+
+impl From<u64> for Target {
+    fn from(addr: u64) -> Target {
+        Target::Addr(addr)
+    }
+}
+
+impl From<Label> for Target {
+    fn from(label: Label) -> Target {
+        Target::Label(label)
+    }
+}
 
 /// An instruction buffer that will run at `base`.
 #[derive(Debug, Clone)]
 pub struct Writer {
     base: u64,
     buf: Vec<u8>,
+    /// Where each label is bound, if it is yet.
+    labels: Vec<Option<u64>>,
+    /// The rel32 fields (their offsets in `buf`) that point at labels
+    /// not bound when they were written.
+    uses: Vec<(usize, Label)>,
+}
+
+/// The rel32 from the end of an instruction at `end_of_insn` to `target`.
+fn rel32(end_of_insn: u64, target: u64) -> [u8; 4] {
+    let rel = target.wrapping_sub(end_of_insn) as i64;
+    assert!(i32::try_from(rel).is_ok(), "rel32 out of range: {end_of_insn:#x} -> {target:#x}");
+    (rel as i32).to_le_bytes()
 }
 
 impl Writer {
     /// An empty buffer whose first byte will run at `base`.
     pub fn new(base: u64) -> Writer {
-        Writer { base, buf: Vec::new() }
+        Writer { base, buf: Vec::new(), labels: Vec::new(), uses: Vec::new() }
     }
 
     /// The address of the next byte.
@@ -35,15 +77,49 @@ impl Writer {
         self.buf.is_empty()
     }
 
-    /// The code.
-    pub fn into_bytes(self) -> Vec<u8> {
+    /// A new label, bound nowhere yet.
+    pub fn label(&mut self) -> Label {
+        self.labels.push(None);
+        Label(self.labels.len() - 1)
+    }
+
+    /// Binds `label` to the address of the next byte.
+    pub fn bind(&mut self, label: Label) {
+        assert!(self.labels[label.0].is_none(), "a label bound twice");
+        self.labels[label.0] = Some(self.pc());
+    }
+
+    /// Where `label` is bound, if it is yet.
+    pub fn address(&self, label: Label) -> Option<u64> {
+        self.labels[label.0]
+    }
+
+    /// The code, with every use of a label filled in (each label used
+    /// must be bound by now).
+    pub fn finish(mut self) -> Vec<u8> {
+        for (at, label) in std::mem::take(&mut self.uses) {
+            let to = self.labels[label.0].expect("a label used but never bound");
+            let d = rel32(self.base + at as u64 + 4, to);
+            self.buf[at..at + 4].copy_from_slice(&d);
+        }
         self.buf
     }
 
-    fn rel32(&self, end_of_insn: u64, target: u64) -> [u8; 4] {
-        let rel = target.wrapping_sub(end_of_insn) as i64;
-        assert!(i32::try_from(rel).is_ok(), "rel32 out of range: {end_of_insn:#x} -> {target:#x}");
-        (rel as i32).to_le_bytes()
+    /// The rel32 field of an instruction ending at `end_of_insn`, its last
+    /// four bytes: for a label not bound yet, zeros that [`Writer::finish`]
+    /// fills in.
+    fn rel32(&mut self, end_of_insn: u64, target: impl Into<Target>) -> [u8; 4] {
+        let to = match target.into() {
+            Target::Addr(a) => a,
+            Target::Label(l) => match self.labels[l.0] {
+                Some(a) => a,
+                None => {
+                    self.uses.push(((end_of_insn - 4 - self.base) as usize, l));
+                    return [0; 4];
+                }
+            },
+        };
+        rel32(end_of_insn, to)
     }
 
     /// A REX prefix with W set if `w`, R from `reg` (the ModRM reg field)
@@ -70,21 +146,21 @@ impl Writer {
     }
 
     /// `jb target` (rel32): taken when the last subtraction borrowed.
-    pub fn put_jb(&mut self, target: u64) {
+    pub fn put_jb(&mut self, target: impl Into<Target>) {
         self.put_jcc(0x82, target);
     }
 
     /// `je target` (rel32).
-    pub fn put_je(&mut self, target: u64) {
+    pub fn put_je(&mut self, target: impl Into<Target>) {
         self.put_jcc(0x84, target);
     }
 
     /// `jne target` (rel32).
-    pub fn put_jne(&mut self, target: u64) {
+    pub fn put_jne(&mut self, target: impl Into<Target>) {
         self.put_jcc(0x85, target);
     }
 
-    fn put_jcc(&mut self, op: u8, target: u64) {
+    fn put_jcc(&mut self, op: u8, target: impl Into<Target>) {
         let end = self.pc() + 6;
         let d = self.rel32(end, target);
         self.buf.extend_from_slice(&[0x0f, op]);
@@ -101,7 +177,7 @@ impl Writer {
     }
 
     /// `jmp target` (rel32).
-    pub fn put_jmp(&mut self, target: u64) {
+    pub fn put_jmp(&mut self, target: impl Into<Target>) {
         let end = self.pc() + 5;
         let d = self.rel32(end, target);
         self.buf.push(0xe9);
@@ -188,7 +264,7 @@ impl Writer {
     }
 
     /// `add reg, qword [rip + to(addr)]`.
-    pub fn put_add_reg_rip(&mut self, reg: Reg, addr: u64) {
+    pub fn put_add_reg_rip(&mut self, reg: Reg, addr: impl Into<Target>) {
         let end = self.pc() + 7;
         let d = self.rel32(end, addr);
         self.rex(true, reg.num(), 0);
@@ -197,7 +273,7 @@ impl Writer {
     }
 
     /// `test qword [rip + to(addr)], reg`.
-    pub fn put_test_rip_reg(&mut self, addr: u64, reg: Reg) {
+    pub fn put_test_rip_reg(&mut self, addr: impl Into<Target>, reg: Reg) {
         let end = self.pc() + 7;
         let d = self.rel32(end, addr);
         self.rex(true, reg.num(), 0);
@@ -423,7 +499,7 @@ impl Writer {
     }
 
     /// `lea reg, [rip + to(addr)]`.
-    pub fn put_lea_rip(&mut self, reg: Reg, addr: u64) {
+    pub fn put_lea_rip(&mut self, reg: Reg, addr: impl Into<Target>) {
         let end = self.pc() + 7;
         let d = self.rel32(end, addr);
         self.rex(true, reg.num(), 0);
@@ -489,13 +565,13 @@ impl Writer {
     }
 
     /// `ja target` (rel32): taken when the last comparison found it above.
-    pub fn put_ja(&mut self, target: u64) {
+    pub fn put_ja(&mut self, target: impl Into<Target>) {
         self.put_jcc(0x87, target);
     }
 
     /// `jae target` (rel32): taken when the last comparison found it above
     /// or equal (unsigned).
-    pub fn put_jae(&mut self, target: u64) {
+    pub fn put_jae(&mut self, target: impl Into<Target>) {
         self.put_jcc(0x83, target);
     }
 
@@ -547,7 +623,7 @@ impl Writer {
     }
 
     /// `mov reg, qword [rip + to(addr)]`.
-    pub fn put_mov_reg_rip(&mut self, reg: Reg, addr: u64) {
+    pub fn put_mov_reg_rip(&mut self, reg: Reg, addr: impl Into<Target>) {
         let end = self.pc() + 7;
         let d = self.rel32(end, addr);
         self.buf.push(if reg.ext() != 0 { 0x4c } else { 0x48 });
@@ -564,7 +640,7 @@ impl Writer {
     /// `mov rax, rsp; and rsp, -16; push rax; push rax; call target; pop
     /// rsp`: a call with the stack aligned, from any stack pointer (rax and
     /// the flags are clobbered).
-    pub fn put_align_stack_and_call(&mut self, target: u64) {
+    pub fn put_align_stack_and_call(&mut self, target: impl Into<Target>) {
         self.put_mov_reg(Reg::Rax, Reg::Rsp);
         self.put_and_imm8(Reg::Rsp, -16);
         self.put_push(Reg::Rax);
@@ -605,7 +681,7 @@ impl Writer {
     }
 
     /// `call target` (rel32).
-    pub fn put_call(&mut self, target: u64) {
+    pub fn put_call(&mut self, target: impl Into<Target>) {
         let end = self.pc() + 5;
         let d = self.rel32(end, target);
         self.buf.push(0xe8);
@@ -657,7 +733,7 @@ mod tests {
     fn asm(f: impl FnOnce(&mut Writer)) -> Vec<String> {
         let mut w = Writer::new(AT);
         f(&mut w);
-        disassemble(&w.into_bytes(), AT)
+        disassemble(&w.finish(), AT)
     }
 
     #[test]
@@ -809,7 +885,7 @@ mod tests {
     fn align_pads_with_int3() {
         let mut w = Writer::new(AT + 3);
         w.put_align(8);
-        assert_eq!(w.into_bytes(), [0xcc; 5]);
+        assert_eq!(w.finish(), [0xcc; 5]);
     }
 
     #[test]
