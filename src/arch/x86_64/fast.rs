@@ -90,76 +90,76 @@ use super::reg::Reg;
 use super::writer::{Label, Target, Writer};
 use crate::arch::RuntimeLayout;
 
-/// Addresses in the runtime block the fast exit refers to, found by a
-/// first assembly (every instruction has a fixed length).
-#[derive(Debug, Clone, Copy, Default)]
+/// The places in the runtime block the fast exits refer to, bound as the
+/// block is written.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Marks {
     /// The trampoline that calls `tp_exit`.
-    pub tramp_full: u64,
+    pub tramp_full: Label,
     /// The fast exit, where a timed call returns: the trampoline.
-    pub tramp: u64,
+    pub tramp: Label,
     /// Literals: the context, the thread cache.
-    pub lit_ctx: u64,
+    pub lit_ctx: Label,
     /// See [`Marks::lit_ctx`].
-    pub lit_cache: u64,
+    pub lit_cache: Label,
     /// Labels inside the fast exit.
-    pub exit_slow: u64,
+    pub exit_slow: Label,
     /// See [`Marks::exit_slow`].
-    pub exit_way1: u64,
+    pub exit_way1: Label,
     /// See [`Marks::exit_slow`].
-    pub exit_found: u64,
+    pub exit_found: Label,
     /// See [`Marks::exit_slow`].
-    pub exit_unmark: u64,
+    pub exit_unmark: Label,
     /// Labels inside the exit routine ([`exit_at`]).
-    pub at_found: u64,
+    pub at_found: Label,
     /// See [`Marks::at_found`].
-    pub at_way1: u64,
+    pub at_way1: Label,
     /// See [`Marks::at_found`].
-    pub at_found_tail: u64,
+    pub at_found_tail: Label,
     /// See [`Marks::at_found`].
-    pub at_way1_tail: u64,
+    pub at_way1_tail: Label,
     /// See [`Marks::at_found`].
-    pub at_done: u64,
+    pub at_done: Label,
     /// See [`Marks::at_found`].
-    pub at_not_one: u64,
+    pub at_not_one: Label,
     /// See [`Marks::at_found`].
-    pub at_other0: u64,
+    pub at_other0: Label,
     /// See [`Marks::at_found`].
-    pub at_other: u64,
+    pub at_other: Label,
     /// See [`Marks::at_found`].
-    pub at_unmark: u64,
+    pub at_unmark: Label,
     /// See [`Marks::at_found`].
-    pub at_slow: u64,
+    pub at_slow: Label,
     /// See [`Marks::at_found`].
-    pub at_ext: u64,
+    pub at_ext: Label,
     /// See [`Marks::at_found`].
-    pub at_called: u64,
+    pub at_called: Label,
 }
 
 impl Marks {
-    /// Every mark at `at`: for a first assembly, which only measures.
-    pub(super) fn near(at: u64) -> Marks {
+    /// Every mark, bound nowhere yet.
+    pub(super) fn new(w: &mut Writer) -> Marks {
         Marks {
-            tramp_full: at,
-            tramp: at,
-            lit_ctx: at,
-            lit_cache: at,
-            exit_slow: at,
-            exit_way1: at,
-            exit_found: at,
-            exit_unmark: at,
-            at_found: at,
-            at_way1: at,
-            at_found_tail: at,
-            at_way1_tail: at,
-            at_done: at,
-            at_not_one: at,
-            at_other0: at,
-            at_other: at,
-            at_unmark: at,
-            at_slow: at,
-            at_ext: at,
-            at_called: at,
+            tramp_full: w.label(),
+            tramp: w.label(),
+            lit_ctx: w.label(),
+            lit_cache: w.label(),
+            exit_slow: w.label(),
+            exit_way1: w.label(),
+            exit_found: w.label(),
+            exit_unmark: w.label(),
+            at_found: w.label(),
+            at_way1: w.label(),
+            at_found_tail: w.label(),
+            at_way1_tail: w.label(),
+            at_done: w.label(),
+            at_not_one: w.label(),
+            at_other0: w.label(),
+            at_other: w.label(),
+            at_unmark: w.label(),
+            at_slow: w.label(),
+            at_ext: w.label(),
+            at_called: w.label(),
         }
     }
 }
@@ -459,8 +459,8 @@ const EXIT_RAX: i32 = 40;
 const EXIT_SLOT: i32 = 48;
 
 /// The fast exit (the trampoline), falling back to the full trampoline at
-/// `m.tramp_full`. Records the marks it defines in `out`.
-pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
+/// `m.tramp_full`. Binds the marks it defines.
+pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks) {
     w.put_lea(Reg::Rsp, Reg::Rsp, -8);
     w.put_push(Reg::Rax);
     w.put_push_flags_via_rax();
@@ -471,7 +471,7 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     timestamp(w, Reg::Rax);
     w.put_mov_reg(Reg::Rcx, Reg::Rax);
     cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache.into(), m.exit_way1.into());
-    out.exit_found = w.pc();
+    w.bind(m.exit_found);
     w.put_load(Reg::R11, Reg::R10, thread_cache::THREAD);
     w.put_load(Reg::R10, Reg::R10, thread_cache::RING);
     check_thread(w, l, Reg::R11, 1, m.exit_slow.into());
@@ -511,12 +511,12 @@ pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks
     w.put_lea(Reg::Rsp, Reg::Rsp, 8);
     w.put_jmp_mem(Reg::Rsp, -8);
 
-    out.exit_way1 = w.pc();
+    w.bind(m.exit_way1);
     paired_entry(w, Reg::R10, Reg::Rax, m.exit_slow.into());
     w.put_jmp(m.exit_found);
-    out.exit_unmark = w.pc();
+    w.bind(m.exit_unmark);
     w.put_store32_imm(Reg::R11, l.thread_writing as i32, 0);
-    out.exit_slow = w.pc();
+    w.bind(m.exit_slow);
     restore_exit(w);
     w.put_lea(Reg::Rsp, Reg::Rsp, 8);
     w.put_jmp(m.tramp_full);
@@ -570,18 +570,11 @@ pub(super) struct ExitRoutines {
 /// done:   pop rcx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
 ///         ret 8
 /// ```
-pub(super) fn exit_at(
-    w: &mut Writer,
-    l: &RuntimeLayout,
-    m: &Marks,
-    out: &mut Marks,
-    plain: u64,
-    ext: u64,
-) -> ExitRoutines {
+pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, plain: u64, ext: u64) -> ExitRoutines {
     // The runtime's way in, then what every way ends in.
     let runtime = w.pc();
     save_exit(w);
-    out.at_slow = w.pc();
+    w.bind(m.at_slow);
     for r in AT_SAVED {
         w.put_push(r);
     }
@@ -600,21 +593,21 @@ pub(super) fn exit_at(
     // The stack pointer's alignment at an exit is the caller's: aligned here.
     w.put_align_stack_and_call(plain);
     w.put_jmp(m.at_called);
-    out.at_ext = w.pc();
+    w.bind(m.at_ext);
     w.put_align_stack_and_call(ext);
-    out.at_called = w.pc();
+    w.bind(m.at_called);
     w.put_clear_below_rsp_unrolled(CLEARED_BELOW);
     for r in AT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
-    out.at_done = w.pc();
+    w.bind(m.at_done);
     restore_exit(w);
     w.put_ret_pop(8);
 
     // The depth is not 1 (in rcx once loaded): none, or more than one timed
     // call live, where the same test is made on the top frame; this call's
     // own (nested) goes to the runtime, which keeps tp's time.
-    out.at_not_one = w.pc();
+    w.bind(m.at_not_one);
     w.put_load32(Reg::Rcx, Reg::R11, l.thread_depth as i32);
     w.put_test_reg(Reg::Rcx);
     w.put_je(m.at_done);
@@ -627,42 +620,34 @@ pub(super) fn exit_at(
     w.put_je(m.at_slow);
     w.put_jmp(m.at_other);
     // One timed call live, in frame 0, not at this call's slot (rdx).
-    out.at_other0 = w.pc();
+    w.bind(m.at_other0);
     w.put_load(Reg::Rax, Reg::R11, frame0(l, l.frame_slot));
     w.put_sub_reg(Reg::Rax, Reg::Rdx);
     // rax: the top frame's slot less this call's, not 0. Above it within a
     // stack's span: an outer call of this stack, and this one was not timed.
-    out.at_other = w.pc();
+    w.bind(m.at_other);
     w.put_cmp_reg_imm(Reg::Rax, l.stack_span as i32);
     w.put_jb(m.at_done);
     w.put_jmp(m.at_slow);
-    out.at_unmark = w.pc();
+    w.bind(m.at_unmark);
     w.put_store32_imm(Reg::R11, l.thread_writing as i32, 0);
     w.put_jmp(m.at_slow);
 
     let ret = w.pc();
-    exit_at_fast(w, l, m, (m.at_way1, m.at_found), (&mut out.at_way1, &mut out.at_found), false);
+    exit_at_fast(w, l, m, (m.at_way1, m.at_found), false);
     let tail = w.pc();
-    exit_at_fast(w, l, m, (m.at_way1_tail, m.at_found_tail), (&mut out.at_way1_tail, &mut out.at_found_tail), true);
+    exit_at_fast(w, l, m, (m.at_way1_tail, m.at_found_tail), true);
     ExitRoutines { ret, tail, runtime }
 }
 
 /// The exit routine's fast path for a return's word (the probe alone) or,
 /// with `tail`, a tail call's (the probe and its flag): `marks` are its own
-/// labels (the paired cache entry, the entry found) from the first
-/// assembly, `out` where this one puts them.
-fn exit_at_fast(
-    w: &mut Writer,
-    l: &RuntimeLayout,
-    m: &Marks,
-    marks: (u64, u64),
-    out: (&mut u64, &mut u64),
-    tail: bool,
-) {
+/// labels (the paired cache entry, the entry found), bound here.
+fn exit_at_fast(w: &mut Writer, l: &RuntimeLayout, m: &Marks, marks: (Label, Label), tail: bool) {
     let (way1, found) = marks;
     save_exit(w);
     cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache.into(), way1.into());
-    *out.1 = w.pc();
+    w.bind(found);
     w.put_load(Reg::R11, Reg::R10, thread_cache::THREAD);
     w.put_cmp32_mem_imm(Reg::R11, l.thread_depth as i32, 1);
     w.put_jne(m.at_not_one);
@@ -707,7 +692,7 @@ fn exit_at_fast(
     restore_exit(w);
     w.put_ret_pop(8);
 
-    *out.0 = w.pc();
+    w.bind(way1);
     paired_entry(w, Reg::R10, Reg::Rax, m.at_slow.into());
     w.put_jmp(found);
 }

@@ -68,7 +68,7 @@
 use super::CLEARED_BELOW;
 use super::fast::{self, Marks};
 use super::reg::Reg;
-use super::writer::Writer;
+use super::writer::{Label, Writer};
 use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
@@ -103,22 +103,11 @@ const COUNT_SAVED: [Reg; 8] = [Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi, Reg::R8, 
 /// registers, the flags, rax and the return address.
 const COUNT_ARG: i8 = 96;
 
-/// Assembles the runtime block at `at` for the region `layout` describes.
-pub fn build(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
-    // Every instruction has a fixed length: assemble once to find where
-    // everything is, then for good.
-    let (_, marks) = assemble(at, layout, blobs, &Marks::near(at));
-    let (mut block, again) = assemble(at, layout, blobs, &marks);
-    debug_assert_eq!(again.lit_ctx, marks.lit_ctx);
-    block.addrs.ctx = layout.ctx;
-    block
-}
-
-/// The runtime block at `at`, with the addresses of `m` (from a first
-/// assembly); returns it and the addresses it found.
-fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (RuntimeBlock, Marks) {
-    let mut out = Marks::default();
+/// Assembles the runtime block at `at` for the region `l` describes, in
+/// one pass (the writer fills in the branches to its later parts).
+pub fn build(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut w = Writer::new(at);
+    let m = Marks::new(&mut w);
     let put_blob = |w: &mut Writer, blob: &[u8]| {
         let at = w.pc();
         w.put_bytes(blob);
@@ -133,10 +122,10 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let exit_ext = put_blob(&mut w, blobs.exit_ext);
     let rendezvous = put_blob(&mut w, blobs.rendezvous);
     let trampoline = w.pc();
-    out.tramp = trampoline;
-    fast::exit(&mut w, l, m, &mut out);
+    w.bind(m.tramp);
+    fast::exit(&mut w, l, &m);
     w.put_align(16);
-    out.tramp_full = w.pc();
+    w.bind(m.tramp_full);
     put_trampoline(&mut w, exit, m.lit_ctx);
     w.put_align(16);
     let trampoline_ext = w.pc();
@@ -147,7 +136,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_align(16);
     let exit_at = put_blob(&mut w, blobs.exit_at);
     let exit_at_ext = put_blob(&mut w, blobs.exit_at_ext);
-    let exits = fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
+    let exits = fast::exit_at(&mut w, l, &m, exit_at, exit_at_ext);
     w.put_align(16);
     let step = put_blob(&mut w, blobs.step);
     let tp_trap = put_blob(&mut w, blobs.trap);
@@ -159,11 +148,11 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let trap_return = w.pc();
     put_sigreturn(&mut w);
     w.put_align(8);
-    out.lit_ctx = w.pc();
-    out.lit_cache = out.lit_ctx + 8;
-    for v in fast::literals(l) {
-        w.put_u64(v);
-    }
+    let [ctx, cache] = fast::literals(l);
+    w.bind(m.lit_ctx);
+    w.put_u64(ctx);
+    w.bind(m.lit_cache);
+    w.put_u64(cache);
     let addrs = RuntimeAddrs {
         entry,
         trampoline,
@@ -180,7 +169,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
         count,
         ctx: l.ctx,
     };
-    (RuntimeBlock { bytes: w.finish(), addrs }, out)
+    RuntimeBlock { bytes: w.finish(), addrs }
 }
 
 /// `mov eax, SYS_rt_sigreturn; syscall`: where the SIGTRAP handler returns.
@@ -191,7 +180,7 @@ fn put_sigreturn(w: &mut Writer) {
 }
 
 /// A full return trampoline (see the module doc), calling `exit`.
-fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
+fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: Label) {
     w.put_lea_short(Reg::Rsp, Reg::Rsp, -16);
     for r in SAVED {
         w.put_push(r);
@@ -216,7 +205,7 @@ fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
 }
 
 /// The count stub (see the module doc), which calls `tp_count`.
-fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
+fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: Label) {
     w.put_push(Reg::Rax);
     w.put_push_flags_via_rax();
     for r in COUNT_SAVED {
