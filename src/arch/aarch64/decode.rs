@@ -15,7 +15,8 @@ use capstone::Capstone;
 use capstone::arch::BuildsCapstone;
 use capstone::arch::arm64::ArchMode;
 
-use super::writer::{LoadKind, Reg};
+use super::reg::Reg;
+use super::writer::LoadKind;
 
 /// What an instruction means for relocation and for the probe site.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -164,7 +165,7 @@ pub fn branch_targets(code: &[u8], addr: u64) -> Vec<u64> {
 /// The class of the instruction `word` at `pc`, from its encoding alone.
 pub fn classify(word: u32, pc: u64) -> Class {
     let rel = |imm: i64| pc.wrapping_add((imm * 4) as u64);
-    let rd = word & 31;
+    let rd = Reg::field_of(word, 0);
     let imm19 = sext(field(word, 5, 19), 19);
     // Data processing, immediate: PC-relative addressing.
     if word & 0x1f00_0000 == 0x1000_0000 {
@@ -213,7 +214,7 @@ pub fn classify(word: u32, pc: u64) -> Class {
         return system(word);
     }
     if word & 0xfe00_0000 == 0xd600_0000 {
-        let rn = field(word, 5, 5);
+        let rn = Reg::field_of(word, 5);
         return match field(word, 21, 4) {
             0b0001 if word & 0xffff_fc1f == 0xd63f_0000 => Class::CallRegister { rn },
             0b0001 | 0b1001 => Class::Unsupported, // blraa, blrab, blraaz, blrabz
@@ -284,17 +285,21 @@ mod tests {
             (0xd503233f, "paciasp", Class::LandingPad),
             (0xd503237f, "pacibsp", Class::LandingPad),
             (0xd50323bf, "autiasp", Class::Plain),
-            (0x10000080, "adr x0, #0x401010", Class::Adr { rd: 0, target: PC + 0x10 }),
-            (0x70ffffe2, "adr x2, #0x400fff", Class::Adr { rd: 2, target: PC - 1 }),
-            (0x90000010, "adrp x16, #0x401000", Class::Adrp { rd: 16, target: PC }),
-            (0xf0fffff1, "adrp x17, #0x400000", Class::Adrp { rd: 17, target: PC - 0x1000 }),
-            (0x58000101, "ldr x1, #0x401020", Class::LoadLiteral { kind: LoadKind::X, rt: 1, addr: PC + 0x20 }),
-            (0x18ffffe3, "ldr w3, #0x400ffc", Class::LoadLiteral { kind: LoadKind::W, rt: 3, addr: PC - 4 }),
-            (0x98000044, "ldrsw x4, #0x401008", Class::LoadLiteral { kind: LoadKind::Sw, rt: 4, addr: PC + 8 }),
-            (0xd8000040, "prfm pldl1keep, #0x401008", Class::LoadLiteral { kind: LoadKind::Prfm, rt: 0, addr: PC + 8 }),
-            (0x1c000045, "ldr s5, #0x401008", Class::LoadLiteral { kind: LoadKind::S, rt: 5, addr: PC + 8 }),
-            (0x5c000046, "ldr d6, #0x401008", Class::LoadLiteral { kind: LoadKind::D, rt: 6, addr: PC + 8 }),
-            (0x9c000047, "ldr q7, #0x401008", Class::LoadLiteral { kind: LoadKind::Q, rt: 7, addr: PC + 8 }),
+            (0x10000080, "adr x0, #0x401010", Class::Adr { rd: Reg::x(0), target: PC + 0x10 }),
+            (0x70ffffe2, "adr x2, #0x400fff", Class::Adr { rd: Reg::x(2), target: PC - 1 }),
+            (0x90000010, "adrp x16, #0x401000", Class::Adrp { rd: Reg::x(16), target: PC }),
+            (0xf0fffff1, "adrp x17, #0x400000", Class::Adrp { rd: Reg::x(17), target: PC - 0x1000 }),
+            (0x58000101, "ldr x1, #0x401020", Class::LoadLiteral { kind: LoadKind::X, rt: Reg::x(1), addr: PC + 0x20 }),
+            (0x18ffffe3, "ldr w3, #0x400ffc", Class::LoadLiteral { kind: LoadKind::W, rt: Reg::x(3), addr: PC - 4 }),
+            (0x98000044, "ldrsw x4, #0x401008", Class::LoadLiteral { kind: LoadKind::Sw, rt: Reg::x(4), addr: PC + 8 }),
+            (
+                0xd8000040,
+                "prfm pldl1keep, #0x401008",
+                Class::LoadLiteral { kind: LoadKind::Prfm, rt: Reg::x(0), addr: PC + 8 },
+            ),
+            (0x1c000045, "ldr s5, #0x401008", Class::LoadLiteral { kind: LoadKind::S, rt: Reg::x(5), addr: PC + 8 }),
+            (0x5c000046, "ldr d6, #0x401008", Class::LoadLiteral { kind: LoadKind::D, rt: Reg::x(6), addr: PC + 8 }),
+            (0x9c000047, "ldr q7, #0x401008", Class::LoadLiteral { kind: LoadKind::Q, rt: Reg::x(7), addr: PC + 8 }),
             (0x14000010, "b #0x401040", Class::Branch { target: PC + 0x40 }),
             (0x17ffffff, "b #0x400ffc", Class::Branch { target: PC - 4 }),
             (0x94000010, "bl #0x401040", Class::Call { target: PC + 0x40 }),
@@ -304,7 +309,7 @@ mod tests {
             (0x35fffe01, "cbnz w1, #0x400fc0", Class::CondBranch { target: PC - 0x40 }),
             (0x36180202, "tbz w2, #3, #0x401040", Class::CondBranch { target: PC + 0x40 }),
             (0xb7f7fe03, "tbnz x3, #0x3e, #0x400fc0", Class::CondBranch { target: PC - 0x40 }),
-            (0xd63f0040, "blr x2", Class::CallRegister { rn: 2 }),
+            (0xd63f0040, "blr x2", Class::CallRegister { rn: Reg::x(2) }),
             (0xd61f0200, "br x16", Class::IndirectJump),
             (0xd65f03c0, "ret", Class::IndirectJump),
             (0xd65f0bff, "retaa", Class::IndirectJump),

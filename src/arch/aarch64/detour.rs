@@ -110,7 +110,8 @@
 //! An unwinder probe calls `tp_unwind(ctx, entry stack pointer)` with the
 //! same registers saved.
 
-use super::writer::{Hint, LR, SP, Writer, X16, X17, XZR};
+use super::reg::Reg;
+use super::writer::{Hint, Writer};
 use super::{long, relocate};
 use crate::arch::{Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, SitePlan};
 
@@ -120,7 +121,16 @@ const HASH: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Bytes the detour saves below the stack pointer around a runtime call.
 pub const FRAME: u32 = 160;
 /// Where x0-x15 go in the frame (the runtime reads the arguments there).
-const SAVED_PAIRS: [(u32, u32); 8] = [(0, 1), (2, 3), (4, 5), (6, 7), (8, 9), (10, 11), (12, 13), (14, 15)];
+const SAVED_PAIRS: [(Reg, Reg); 8] = [
+    (Reg::x(0), Reg::x(1)),
+    (Reg::x(2), Reg::x(3)),
+    (Reg::x(4), Reg::x(5)),
+    (Reg::x(6), Reg::x(7)),
+    (Reg::x(8), Reg::x(9)),
+    (Reg::x(10), Reg::x(11)),
+    (Reg::x(12), Reg::x(13)),
+    (Reg::x(14), Reg::x(15)),
+];
 /// Where NZCV and x18 go.
 const NZCV_AT: i32 = 128;
 /// The word below the slot: where the function saves its link register.
@@ -304,14 +314,14 @@ const STUB_FRAME: u32 = 32;
 /// outside the function's code, compared with NZCV kept in the fourth word
 /// and a scratch register that is not xn.
 fn exit_stub(w: &mut Writer, word: u64, e: ExitInsn, plan: &SitePlan, exit: u64) -> Result<(), Refusal> {
-    w.put_sub_imm(SP, SP, STUB_FRAME);
-    w.put_stp(X16, X17, SP, 0);
-    w.put_str_offset(LR, SP, 16);
+    w.put_sub_imm(Reg::SP, Reg::SP, STUB_FRAME);
+    w.put_stp(Reg::X16, Reg::X17, Reg::SP, 0);
+    w.put_str_offset(Reg::LR, Reg::SP, 16);
     let check = match e.kind {
         ExitKind::MaybeJump { lo, hi } => {
             let insn = u32::from_le_bytes(plan.window[e.offset as usize..][..4].try_into().expect("a word"));
             let rn = super::exits::branch_register(insn);
-            Some((lo, hi, rn, if rn == X16 { X17 } else { X16 }))
+            Some((lo, hi, rn, if rn == Reg::X16 { Reg::X17 } else { Reg::X16 }))
         }
         _ => None,
     };
@@ -319,7 +329,7 @@ fn exit_stub(w: &mut Writer, word: u64, e: ExitInsn, plan: &SitePlan, exit: u64)
     let after = call_at + 8;
     if let Some((lo, hi, rn, scratch)) = check {
         w.put_mrs_nzcv(scratch);
-        w.put_str_offset(scratch, SP, 24);
+        w.put_str_offset(scratch, Reg::SP, 24);
         w.put_ldr_literal(scratch, lo);
         w.put_cmp(rn, scratch);
         w.put_b_lo(call_at);
@@ -328,19 +338,19 @@ fn exit_stub(w: &mut Writer, word: u64, e: ExitInsn, plan: &SitePlan, exit: u64)
         w.put_b_lo(after);
     }
     debug_assert_eq!(w.pc(), call_at);
-    w.put_ldr_literal(X16, word);
+    w.put_ldr_literal(Reg::X16, word);
     if !super::writer::reaches(w.pc(), exit, super::writer::B_REACH) {
         return Err(Refusal::Unsupported("the runtime block is out of `bl` reach of the detour"));
     }
     w.put_bl(exit);
     debug_assert_eq!(w.pc(), after);
     if let Some((.., scratch)) = check {
-        w.put_ldr_offset(scratch, SP, 24);
+        w.put_ldr_offset(scratch, Reg::SP, 24);
         w.put_msr_nzcv(scratch);
     }
-    w.put_ldr_offset(LR, SP, 16);
-    w.put_ldp(X16, X17, SP, 0);
-    w.put_add_imm(SP, SP, STUB_FRAME);
+    w.put_ldr_offset(Reg::LR, Reg::SP, 16);
+    w.put_ldp(Reg::X16, Reg::X17, Reg::SP, 0);
+    w.put_add_imm(Reg::SP, Reg::SP, STUB_FRAME);
     Ok(())
 }
 
@@ -353,28 +363,28 @@ fn emit_prefix(
     atomics: Atomics,
     parts: Parts,
 ) -> Result<(), Refusal> {
-    w.put_ldr_literal(X16, spec.flag_addr);
-    w.put_ldrb(X16, X16);
-    w.put_cbz_w(X16, parts.relocated);
-    w.put_mrs_tpidr_el0(X16);
-    w.put_lsr(X16, X16, 12);
-    w.put_ldr_literal(X17, HASH);
-    w.put_mul(X16, X16, X17);
-    w.put_lsr(X16, X16, 64 - spec.slot_bits);
-    w.put_ldr_literal(X17, spec.counters + 8 * spec.probe_index as u64);
-    w.put_add_lsl(X16, X17, X16, spec.stride_shift);
+    w.put_ldr_literal(Reg::X16, spec.flag_addr);
+    w.put_ldrb(Reg::X16, Reg::X16);
+    w.put_cbz_w(Reg::X16, parts.relocated);
+    w.put_mrs_tpidr_el0(Reg::X16);
+    w.put_lsr(Reg::X16, Reg::X16, 12);
+    w.put_ldr_literal(Reg::X17, HASH);
+    w.put_mul(Reg::X16, Reg::X16, Reg::X17);
+    w.put_lsr(Reg::X16, Reg::X16, 64 - spec.slot_bits);
+    w.put_ldr_literal(Reg::X17, spec.counters + 8 * spec.probe_index as u64);
+    w.put_add_lsl(Reg::X16, Reg::X17, Reg::X16, spec.stride_shift);
     match atomics {
         Atomics::Lse => {
-            w.put_movz(X17, 1);
-            w.put_stadd(X17, X16);
+            w.put_movz(Reg::X17, 1);
+            w.put_stadd(Reg::X17, Reg::X16);
         }
         Atomics::Exclusive => {
-            const STATUS: u32 = 15;
+            const STATUS: Reg = Reg::x(15);
             w.put_push(STATUS);
             let again = w.pc();
-            w.put_ldxr(X17, X16);
-            w.put_add_imm(X17, X17, 1);
-            w.put_stxr(STATUS, X17, X16);
+            w.put_ldxr(Reg::X17, Reg::X16);
+            w.put_add_imm(Reg::X17, Reg::X17, 1);
+            w.put_stxr(STATUS, Reg::X17, Reg::X16);
             w.put_cbnz_w(STATUS, again);
             w.put_pop(STATUS);
         }
@@ -382,20 +392,20 @@ fn emit_prefix(
     let Some(rt) = runtime else { return Ok(()) };
     if let Some(to) = spec.records.own_call(&rt) {
         save(w);
-        w.put_stp(XZR, LR, SP, SAVED_BELOW_AT);
-        w.put_ldr_literal(0, rt.ctx);
-        w.put_add_imm(1, SP, FRAME);
+        w.put_stp(Reg::XZR, Reg::LR, Reg::SP, SAVED_BELOW_AT);
+        w.put_ldr_literal(Reg::x(0), rt.ctx);
+        w.put_add_imm(Reg::x(1), Reg::SP, FRAME);
         put_call(w, to)?;
         restore(w);
     } else if spec.records.sample {
         // x16 holds this thread's counter of the probe: its countdown is as
         // far on as the countdown rows are from the counter rows.
-        w.put_ldr_literal(X17, spec.countdowns_from_counters);
-        w.put_add_lsl(X16, X16, X17, 0);
-        w.put_ldr_offset(X17, X16, 0);
-        w.put_cbz_x(X17, parts.sample);
-        w.put_sub_imm(X17, X17, 1);
-        w.put_str_offset(X17, X16, 0);
+        w.put_ldr_literal(Reg::X17, spec.countdowns_from_counters);
+        w.put_add_lsl(Reg::X16, Reg::X16, Reg::X17, 0);
+        w.put_ldr_offset(Reg::X17, Reg::X16, 0);
+        w.put_cbz_x(Reg::X17, parts.sample);
+        w.put_sub_imm(Reg::X17, Reg::X17, 1);
+        w.put_str_offset(Reg::X17, Reg::X16, 0);
     } else if spec.records.args || spec.records.ret {
         emit_entry_call(w, plan, spec, rt, false)?;
     }
@@ -423,28 +433,28 @@ fn emit_entry_call(
     save(w);
     match spec.return_saved_below.filter(|_| rewrites) {
         Some(below) => {
-            w.put_ldr_literal(X17, below as u64);
-            w.put_stp(X17, LR, SP, SAVED_BELOW_AT);
+            w.put_ldr_literal(Reg::X17, below as u64);
+            w.put_stp(Reg::X17, Reg::LR, Reg::SP, SAVED_BELOW_AT);
         }
-        None => w.put_stp(XZR, LR, SP, SAVED_BELOW_AT),
+        None => w.put_stp(Reg::XZR, Reg::LR, Reg::SP, SAVED_BELOW_AT),
     }
     if sample {
-        w.put_mov(5, X16);
+        w.put_mov(Reg::x(5), Reg::X16);
     }
-    w.put_ldr_literal(0, rt.ctx);
-    w.put_ldr_literal(1, spec.entry_word as u64);
-    w.put_add_imm(2, SP, 0);
+    w.put_ldr_literal(Reg::x(0), rt.ctx);
+    w.put_ldr_literal(Reg::x(1), spec.entry_word as u64);
+    w.put_add_imm(Reg::x(2), Reg::SP, 0);
     if spec.sp_below_entry != 0 {
         return Err(Refusal::Unsupported("a probe below the entry's stack pointer on AArch64"));
     }
-    w.put_add_imm(3, SP, SLOT_AT);
+    w.put_add_imm(Reg::x(3), Reg::SP, SLOT_AT);
     if rewrites {
-        w.put_ldr_literal(4, rt.trampoline);
+        w.put_ldr_literal(Reg::x(4), rt.trampoline);
     } else if spec.records.ret && spec.abi == Abi::Go {
         // A call of Go code timed at its exits is its goroutine's (x28).
-        w.put_mov(4, 28);
+        w.put_mov(Reg::x(4), Reg::x(28));
     } else {
-        w.put_movz(4, 0);
+        w.put_movz(Reg::x(4), 0);
     }
     put_call(w, rt.entry)?;
     restore(w);
@@ -472,12 +482,12 @@ fn put_call(w: &mut Writer, target: u64) -> Result<(), Refusal> {
 /// is scratch); the caller stores the last pair (what the function saves
 /// below the slot, and x30 into the slot).
 pub fn save(w: &mut Writer) {
-    w.put_sub_imm(SP, SP, FRAME);
+    w.put_sub_imm(Reg::SP, Reg::SP, FRAME);
     for (k, (a, b)) in SAVED_PAIRS.into_iter().enumerate() {
-        w.put_stp(a, b, SP, 16 * k as i32);
+        w.put_stp(a, b, Reg::SP, 16 * k as i32);
     }
-    w.put_mrs_nzcv(X17);
-    w.put_stp(X17, 18, SP, NZCV_AT);
+    w.put_mrs_nzcv(Reg::X17);
+    w.put_stp(Reg::X17, Reg::X18, Reg::SP, NZCV_AT);
 }
 
 /// Restores what [`save`] saved and x30 from the slot, clears the slot
@@ -486,13 +496,13 @@ pub fn save(w: &mut Writer) {
 /// scans the used stack for such addresses), and moves SP back.
 pub fn restore(w: &mut Writer) {
     for (k, (a, b)) in SAVED_PAIRS.into_iter().enumerate() {
-        w.put_ldp(a, b, SP, 16 * k as i32);
+        w.put_ldp(a, b, Reg::SP, 16 * k as i32);
     }
-    w.put_ldp(X17, 18, SP, NZCV_AT);
-    w.put_msr_nzcv(X17);
-    w.put_ldr_offset(LR, SP, SLOT_AT);
-    w.put_str_offset(XZR, SP, SLOT_AT);
-    w.put_add_imm(SP, SP, FRAME);
+    w.put_ldp(Reg::X17, Reg::X18, Reg::SP, NZCV_AT);
+    w.put_msr_nzcv(Reg::X17);
+    w.put_ldr_offset(Reg::LR, Reg::SP, SLOT_AT);
+    w.put_str_offset(Reg::XZR, Reg::SP, SLOT_AT);
+    w.put_add_imm(Reg::SP, Reg::SP, FRAME);
 }
 
 /// The row a thread pointer hashes to: what the detour computes.

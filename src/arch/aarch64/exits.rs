@@ -18,6 +18,7 @@
 //! has exits tp cannot all know: refused as a whole.
 
 use super::decode::{Class, Insn, decode};
+use super::reg::Reg;
 use super::relocate;
 use crate::arch::{ExitInsn, ExitKind, ExitPlan, Image, Refusal, SitePlan, WindowInsn};
 
@@ -104,8 +105,8 @@ pub(super) fn exit_kind(
 }
 
 /// The register `br xn` jumps through.
-pub(super) fn branch_register(word: u32) -> u32 {
-    (word & RN_MASK) >> 5
+pub(super) fn branch_register(word: u32) -> Reg {
+    Reg::field_of(word & RN_MASK, 5)
 }
 
 #[cfg(test)]

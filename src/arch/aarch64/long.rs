@@ -18,8 +18,9 @@
 //! use), which needs no landing pad in the function.
 
 use super::decode::{Class, decode};
+use super::reg::Reg;
 use super::relocate::{self, Exit};
-use super::writer::{Writer, X16, X17};
+use super::writer::Writer;
 use crate::arch::{Refusal, SitePlan, WindowInsn};
 
 /// Bytes of the long form's patch.
@@ -109,7 +110,7 @@ fn taken_address(insns: &[super::decode::Insn], k: usize) -> Option<u64> {
         Class::Adrp { rd, target } => {
             let add = insns.get(k + 1)?.word;
             // ADD (immediate), 64-bit, unshifted: sf=1 op=0 S=0 100010 sh=0
-            let same = (add >> 5) & 31 == rd && add & 31 == rd;
+            let same = Reg::field_of(add, 5) == rd && Reg::field_of(add, 0) == rd;
             (add & 0xffc0_0000 == 0x9100_0000 && same).then(|| target + ((add >> 10) & 0xfff) as u64)
         }
         _ => None,
@@ -122,15 +123,16 @@ fn is_return(word: u32) -> bool {
 }
 
 /// The register the detour leaves through: x16, or x17 if the window names x16.
-fn scratch(plan: &SitePlan) -> Result<u32, Refusal> {
-    let names = |r: u32| {
+fn scratch(plan: &SitePlan) -> Result<Reg, Refusal> {
+    let names = |r: Reg| {
+        let r = r.field();
         decode(&plan.window, plan.site).iter().any(|i| {
             i.operands.split(|c: char| !c.is_ascii_alphanumeric()).any(|t| t == format!("x{r}") || t == format!("w{r}"))
         })
     };
-    match (names(X16), names(X17)) {
-        (false, _) => Ok(X16),
-        (true, false) => Ok(X17),
+    match (names(Reg::X16), names(Reg::X17)) {
+        (false, _) => Ok(Reg::X16),
+        (true, false) => Ok(Reg::X17),
         (true, true) => Err(Refusal::Unrelocatable {
             mnemonic: plan.summary(),
             at: plan.site,
@@ -152,9 +154,9 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
         return Err(Refusal::OutOfReach { at: plan.site });
     }
     let mut w = Writer::new(plan.site);
-    w.put_adrp(X16, detour);
-    w.put_add_imm(X16, X16, (detour & 0xfff) as u32);
-    w.put_br(X16);
+    w.put_adrp(Reg::X16, detour);
+    w.put_add_imm(Reg::X16, Reg::X16, (detour & 0xfff) as u32);
+    w.put_br(Reg::X16);
     Ok(w.finish())
 }
 
@@ -182,7 +184,7 @@ mod tests {
         let p = long(&[BTI_C, STP, MOV_FP, 0x90000000, RET]).unwrap(); // ..., adrp x0
         assert_eq!((p.site, p.len(), p.summary().as_str()), (F + 4, 12, "stp, mov, adrp"));
         assert_eq!(p.interior_boundaries().collect::<Vec<_>>(), [F + 8, F + 12]);
-        assert_eq!(exit(&p).unwrap(), Exit::Return(X16));
+        assert_eq!(exit(&p).unwrap(), Exit::Return(Reg::X16));
     }
 
     #[test]
@@ -235,7 +237,7 @@ mod tests {
         // adrp x16, ...; ldr x17, [x16]; br x17 would need both, but has a br.
         // mov x16, #1; add x0, x0, x16; ret: x17 is free.
         let p = long(&[0xd2800030, 0x8b100000, RET]).unwrap();
-        assert_eq!(exit(&p).unwrap(), Exit::Return(X17));
+        assert_eq!(exit(&p).unwrap(), Exit::Return(Reg::X17));
         // mov x16, #1; mov w17, #2; add x0, x16, x17
         let r = long(&[0xd2800030, 0x52800051, 0x8b110200, RET]).unwrap_err();
         assert!(matches!(&r, Refusal::Unrelocatable { why, .. } if why.contains("x16 and x17")), "{r:?}");

@@ -14,6 +14,7 @@ pub mod exits;
 pub mod gcs;
 pub mod golang;
 pub mod long;
+pub mod reg;
 pub mod regs;
 pub mod relocate;
 pub mod runtime_block;

@@ -29,7 +29,8 @@
 //! instruction has no destination register to use.
 
 use super::decode::{Class, classify};
-use super::writer::{B_REACH, LR, LoadKind, Reg, Writer, X16, X17, XZR, reaches};
+use super::reg::Reg;
+use super::writer::{B_REACH, LoadKind, Writer, reaches};
 use crate::arch::{ExitInsn, ExitKind, Refusal, SitePlan};
 
 /// How relocated code continues in the function.
@@ -159,8 +160,8 @@ fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan
         Class::Adr { rd, target } | Class::Adrp { rd, target } => w.put_ldr_literal(rd, target),
         Class::LoadLiteral { kind, rt, addr } => {
             let base = match kind {
-                LoadKind::W | LoadKind::X | LoadKind::Sw if rt != XZR => rt,
-                _ => X16,
+                LoadKind::W | LoadKind::X | LoadKind::Sw if rt != Reg::XZR => rt,
+                _ => Reg::X16,
             };
             w.put_ldr_literal(base, addr);
             w.put_load(kind, rt, base);
@@ -170,7 +171,7 @@ fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan
             return Ok(false);
         }
         Class::Call { target } => {
-            w.put_ldr_literal(LR, next);
+            w.put_ldr_literal(Reg::LR, next);
             exit.put(w, target, plan.site)?;
             return Ok(false);
         }
@@ -187,9 +188,9 @@ fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan
             exit.put(w, target, plan.site)?;
         }
         Class::CallRegister { rn } => {
-            w.put_mov(X17, rn);
-            w.put_ldr_literal(LR, next);
-            w.put_br(X17);
+            w.put_mov(Reg::X17, rn);
+            w.put_ldr_literal(Reg::LR, next);
+            w.put_br(Reg::X17);
             return Ok(false);
         }
         class @ (Class::LandingPad
@@ -218,7 +219,7 @@ pub fn needs_scratch(plan: &SitePlan) -> bool {
         let word = u32::from_le_bytes(chunk.try_into().unwrap());
         match classify(word, plan.site + 4 * k as u64) {
             Class::LoadLiteral { kind, rt, .. } => {
-                !(matches!(kind, LoadKind::W | LoadKind::X | LoadKind::Sw) && rt != XZR)
+                !(matches!(kind, LoadKind::W | LoadKind::X | LoadKind::Sw) && rt != Reg::XZR)
             }
             _ => false,
         }

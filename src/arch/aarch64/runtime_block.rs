@@ -34,7 +34,8 @@
 //! plays no part here.
 
 use super::detour::{FRAME, restore, save};
-use super::writer::{LR, SP, Writer, X16};
+use super::reg::Reg;
+use super::writer::Writer;
 use crate::arch::{FrameHome, RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
 
 /// What a call of the C runtime may leave written below the stack pointer
@@ -102,17 +103,17 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
 fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
     let mut w = Writer::new(at);
     save(&mut w);
-    w.put_ldr_literal(0, ctx);
-    w.put_add_imm(1, SP, 0);
-    w.put_add_imm(2, SP, FRAME);
+    w.put_ldr_literal(Reg::x(0), ctx);
+    w.put_add_imm(Reg::x(1), Reg::SP, 0);
+    w.put_add_imm(Reg::x(2), Reg::SP, FRAME);
     w.put_bl(exit);
     // tp_exit always answers: a frame lost for good ends the process in
     // the runtime (runtime.c, end_process), never here. restore() loads
     // x30 from the word the detours keep it in.
-    w.put_str_offset(0, SP, FRAME - 8);
+    w.put_str_offset(Reg::x(0), Reg::SP, FRAME - 8);
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
-    w.put_ret(LR);
+    w.put_ret(Reg::LR);
     w.finish()
 }
 
@@ -141,18 +142,18 @@ fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
 fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u8> {
     let mut w = Writer::new(at);
     save(&mut w);
-    w.put_str_offset(LR, SP, FRAME - 8);
-    w.put_ldr_literal(0, ctx);
-    w.put_mov(1, X16);
-    w.put_add_imm(2, SP, FRAME + 24);
-    w.put_ldp(3, 4, SP, 0);
+    w.put_str_offset(Reg::LR, Reg::SP, FRAME - 8);
+    w.put_ldr_literal(Reg::x(0), ctx);
+    w.put_mov(Reg::x(1), Reg::X16);
+    w.put_add_imm(Reg::x(2), Reg::SP, FRAME + 24);
+    w.put_ldp(Reg::x(3), Reg::x(4), Reg::SP, 0);
     // Go code's goroutine, which C code leaves alone in x28.
-    w.put_mov(5, 28);
+    w.put_mov(Reg::x(5), Reg::x(28));
     let bits: Vec<u32> = (0..32).filter(|b| exit_ext & (1 << b) != 0).collect();
     let ext_at = w.pc() + 4 * (bits.len() as u64 + 2);
     let done = ext_at + 4;
     for &b in &bits {
-        w.put_tbnz(1, b, ext_at);
+        w.put_tbnz(Reg::x(1), b, ext_at);
     }
     w.put_bl(plain);
     w.put_b(done);
@@ -160,7 +161,7 @@ fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u
     debug_assert_eq!(w.pc(), done);
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
-    w.put_ret(LR);
+    w.put_ret(Reg::LR);
     w.finish()
 }
 

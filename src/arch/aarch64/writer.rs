@@ -9,20 +9,7 @@
 //! Reference: Arm Architecture Reference Manual for A-profile, section C4
 //! (A64 instruction set encoding).
 
-/// A general-purpose register number: 0..=30, or 31 for XZR/WZR or SP
-/// depending on the instruction.
-pub type Reg = u32;
-
-/// Intra-procedure-call scratch register 0: free at a function's entry.
-pub const X16: Reg = 16;
-/// Intra-procedure-call scratch register 1: free at a function's entry.
-pub const X17: Reg = 17;
-/// The link register.
-pub const LR: Reg = 30;
-/// Register number 31 where it means the stack pointer.
-pub const SP: Reg = 31;
-/// Register number 31 where it means the zero register.
-pub const XZR: Reg = 31;
+use super::reg::Reg;
 
 /// How far a `b`/`bl` reaches: ±128 MiB.
 pub const B_REACH: i64 = 1 << 27;
@@ -120,13 +107,13 @@ impl Writer {
     /// `cbz wt, target`.
     pub fn put_cbz_w(&mut self, rt: Reg, target: u64) {
         let imm = self.offset(target, IMM19_REACH, "cbz");
-        self.put(0x3400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt);
+        self.put(0x3400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt.field());
     }
 
     /// `cbnz wt, target`.
     pub fn put_cbnz_w(&mut self, rt: Reg, target: u64) {
         let imm = self.offset(target, IMM19_REACH, "cbnz");
-        self.put(0x3500_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt);
+        self.put(0x3500_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt.field());
     }
 
     /// A conditional branch `word` (b.cond, cbz/cbnz, tbz/tbnz) re-encoded
@@ -144,7 +131,7 @@ impl Writer {
     /// `ldr xt, =value`: a 64-bit load from the literal pool.
     pub fn put_ldr_literal(&mut self, rt: Reg, value: u64) {
         self.fixups.push((self.words.len(), value));
-        self.put(0x5800_0000 | rt);
+        self.put(0x5800_0000 | rt.field());
     }
 
     /// A load of `kind` from the address in `rn`: `ldr wt, [xn]`,
@@ -159,76 +146,76 @@ impl Writer {
             LoadKind::D => 0xfd40_0000,
             LoadKind::Q => 0x3dc0_0000,
         };
-        self.put(op | (rn << 5) | rt);
+        self.put(op | (rn.field() << 5) | rt.field());
     }
 
     /// `ldrb wt, [xn]`.
     pub fn put_ldrb(&mut self, rt: Reg, rn: Reg) {
-        self.put(0x3940_0000 | (rn << 5) | rt);
+        self.put(0x3940_0000 | (rn.field() << 5) | rt.field());
     }
 
     /// `mrs xt, tpidr_el0`: the thread pointer.
     pub fn put_mrs_tpidr_el0(&mut self, rt: Reg) {
-        self.put(0xd53b_d040 | rt);
+        self.put(0xd53b_d040 | rt.field());
     }
 
     /// `lsr xd, xn, #shift`.
     pub fn put_lsr(&mut self, rd: Reg, rn: Reg, shift: u32) {
         assert!(shift < 64);
-        self.put(0xd340_fc00 | (shift << 16) | (rn << 5) | rd);
+        self.put(0xd340_fc00 | (shift << 16) | (rn.field() << 5) | rd.field());
     }
 
     /// `mul xd, xn, xm`.
     pub fn put_mul(&mut self, rd: Reg, rn: Reg, rm: Reg) {
-        self.put(0x9b00_7c00 | (rm << 16) | (rn << 5) | rd);
+        self.put(0x9b00_7c00 | (rm.field() << 16) | (rn.field() << 5) | rd.field());
     }
 
     /// `add xd, xn, xm, lsl #shift`.
     pub fn put_add_lsl(&mut self, rd: Reg, rn: Reg, rm: Reg, shift: u32) {
         assert!(shift < 64);
-        self.put(0x8b00_0000 | (rm << 16) | (shift << 10) | (rn << 5) | rd);
+        self.put(0x8b00_0000 | (rm.field() << 16) | (shift << 10) | (rn.field() << 5) | rd.field());
     }
 
     /// `add xd, xn, #imm` (12-bit unsigned immediate; `xn` may be SP).
     pub fn put_add_imm(&mut self, rd: Reg, rn: Reg, imm: u32) {
         assert!(imm < 4096);
-        self.put(0x9100_0000 | (imm << 10) | (rn << 5) | rd);
+        self.put(0x9100_0000 | (imm << 10) | (rn.field() << 5) | rd.field());
     }
 
     /// `mov xd, #imm` (movz, 16-bit immediate).
     pub fn put_movz(&mut self, rd: Reg, imm: u16) {
-        self.put(0xd280_0000 | ((imm as u32) << 5) | rd);
+        self.put(0xd280_0000 | ((imm as u32) << 5) | rd.field());
     }
 
     /// `mov xd, xm` (orr xd, xzr, xm).
     pub fn put_mov(&mut self, rd: Reg, rm: Reg) {
-        self.put(0xaa00_03e0 | (rm << 16) | rd);
+        self.put(0xaa00_03e0 | (rm.field() << 16) | rd.field());
     }
 
     /// `stadd xs, [xn]`: atomic add without a result (LSE, ARMv8.1).
     pub fn put_stadd(&mut self, rs: Reg, rn: Reg) {
-        self.put(0xf820_001f | (rs << 16) | (rn << 5));
+        self.put(0xf820_001f | (rs.field() << 16) | (rn.field() << 5));
     }
 
     /// `ldxr xt, [xn]`.
     pub fn put_ldxr(&mut self, rt: Reg, rn: Reg) {
-        self.put(0xc85f_7c00 | (rn << 5) | rt);
+        self.put(0xc85f_7c00 | (rn.field() << 5) | rt.field());
     }
 
     /// `stxr ws, xt, [xn]`.
     pub fn put_stxr(&mut self, rs: Reg, rt: Reg, rn: Reg) {
         assert!(rs != rt && rs != rn, "stxr status register must differ");
-        self.put(0xc800_7c00 | (rs << 16) | (rn << 5) | rt);
+        self.put(0xc800_7c00 | (rs.field() << 16) | (rn.field() << 5) | rt.field());
     }
 
     /// `str xt, [sp, #-16]!`: moves SP down first, so nothing below it is written.
     pub fn put_push(&mut self, rt: Reg) {
-        self.put(0xf81f_0fe0 | rt);
+        self.put(0xf81f_0fe0 | rt.field());
     }
 
     /// `ldr xt, [sp], #16`.
     pub fn put_pop(&mut self, rt: Reg) {
-        self.put(0xf841_07e0 | rt);
+        self.put(0xf841_07e0 | rt.field());
     }
 
     /// `bl target` (±128 MiB; the caller checks the reach).
@@ -240,13 +227,13 @@ impl Writer {
     /// `cbz xt, target`.
     pub fn put_cbz_x(&mut self, rt: Reg, target: u64) {
         let imm = self.offset(target, IMM19_REACH, "cbz");
-        self.put(0xb400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt);
+        self.put(0xb400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt.field());
     }
 
     /// `sub xd, xn, #imm` (12-bit unsigned immediate; `xd` and `xn` may be SP).
     pub fn put_sub_imm(&mut self, rd: Reg, rn: Reg, imm: u32) {
         assert!(imm < 4096);
-        self.put(0xd100_0000 | (imm << 10) | (rn << 5) | rd);
+        self.put(0xd100_0000 | (imm << 10) | (rn.field() << 5) | rd.field());
     }
 
     /// Zeroes the `bytes` below the stack pointer (a multiple of 16, at
@@ -256,40 +243,40 @@ impl Writer {
     pub fn put_clear_below_sp(&mut self, bytes: u32) {
         assert!(bytes.is_multiple_of(16) && bytes > 0 && bytes <= 512);
         for k in 1..=bytes / 16 {
-            self.put_stp(XZR, XZR, SP, -16 * k as i32);
+            self.put_stp(Reg::XZR, Reg::XZR, Reg::SP, -16 * k as i32);
         }
     }
 
     /// `stp xt, xt2, [xn, #offset]` (a multiple of 8 in [-512, 504]).
     pub fn put_stp(&mut self, rt: Reg, rt2: Reg, rn: Reg, offset: i32) {
-        self.put(0xa900_0000 | pair_offset(offset) | (rt2 << 10) | (rn << 5) | rt);
+        self.put(0xa900_0000 | pair_offset(offset) | (rt2.field() << 10) | (rn.field() << 5) | rt.field());
     }
 
     /// `ldp xt, xt2, [xn, #offset]` (a multiple of 8 in [-512, 504]).
     pub fn put_ldp(&mut self, rt: Reg, rt2: Reg, rn: Reg, offset: i32) {
-        self.put(0xa940_0000 | pair_offset(offset) | (rt2 << 10) | (rn << 5) | rt);
+        self.put(0xa940_0000 | pair_offset(offset) | (rt2.field() << 10) | (rn.field() << 5) | rt.field());
     }
 
     /// `str xt, [xn, #offset]` (a multiple of 8 below 32 KiB).
     pub fn put_str_offset(&mut self, rt: Reg, rn: Reg, offset: u32) {
         assert!(offset.is_multiple_of(8) && offset < 1 << 15);
-        self.put(0xf900_0000 | ((offset / 8) << 10) | (rn << 5) | rt);
+        self.put(0xf900_0000 | ((offset / 8) << 10) | (rn.field() << 5) | rt.field());
     }
 
     /// `ldr xt, [xn, #offset]` (a multiple of 8 below 32 KiB).
     pub fn put_ldr_offset(&mut self, rt: Reg, rn: Reg, offset: u32) {
         assert!(offset.is_multiple_of(8) && offset < 1 << 15);
-        self.put(0xf940_0000 | ((offset / 8) << 10) | (rn << 5) | rt);
+        self.put(0xf940_0000 | ((offset / 8) << 10) | (rn.field() << 5) | rt.field());
     }
 
     /// `mrs xt, nzcv`.
     pub fn put_mrs_nzcv(&mut self, rt: Reg) {
-        self.put(0xd53b_4200 | rt);
+        self.put(0xd53b_4200 | rt.field());
     }
 
     /// `msr nzcv, xt`.
     pub fn put_msr_nzcv(&mut self, rt: Reg) {
-        self.put(0xd51b_4200 | rt);
+        self.put(0xd51b_4200 | rt.field());
     }
 
     /// A hint-space instruction (`hint #imm`): BTI and the pointer
@@ -301,17 +288,17 @@ impl Writer {
 
     /// `stp x16, x17, [sp, #-16]!`.
     pub fn put_push_ip_registers(&mut self) {
-        self.put(0xa980_0000 | (0x7e << 15) | (X17 << 10) | (31 << 5) | X16);
+        self.put(0xa980_0000 | (0x7e << 15) | (Reg::X17.field() << 10) | (31 << 5) | Reg::X16.field());
     }
 
     /// `ldp x16, x17, [sp], #16`.
     pub fn put_pop_ip_registers(&mut self) {
-        self.put(0xa8c0_0000 | (2 << 15) | (X17 << 10) | (31 << 5) | X16);
+        self.put(0xa8c0_0000 | (2 << 15) | (Reg::X17.field() << 10) | (31 << 5) | Reg::X16.field());
     }
 
     /// `cmp xn, xm` (`subs xzr, xn, xm`).
     pub fn put_cmp(&mut self, rn: Reg, rm: Reg) {
-        self.put(0xeb00_001f | (rm << 16) | (rn << 5));
+        self.put(0xeb00_001f | (rm.field() << 16) | (rn.field() << 5));
     }
 
     /// `b.lo target` (unsigned lower, carry clear).
@@ -324,17 +311,17 @@ impl Writer {
     pub fn put_tbnz(&mut self, rt: Reg, bit: u32, target: u64) {
         assert!(bit < 32);
         let imm = self.offset(target, IMM14_REACH, "tbnz");
-        self.put(0x3700_0000 | (bit << 19) | ((imm as u32 & 0x3fff) << 5) | rt);
+        self.put(0x3700_0000 | (bit << 19) | ((imm as u32 & 0x3fff) << 5) | rt.field());
     }
 
     /// `br xn`.
     pub fn put_br(&mut self, rn: Reg) {
-        self.put(0xd61f_0000 | (rn << 5));
+        self.put(0xd61f_0000 | (rn.field() << 5));
     }
 
     /// `ret xn`: an indirect branch that, unlike `br`, needs no BTI landing pad.
     pub fn put_ret(&mut self, rn: Reg) {
-        self.put(0xd65f_0000 | (rn << 5));
+        self.put(0xd65f_0000 | (rn.field() << 5));
     }
 
     /// `adrp xd, target` (the 4 KiB page of `target`, ±4 GiB).
@@ -342,7 +329,7 @@ impl Writer {
         let pages = ((target & !0xfff) as i64).wrapping_sub((self.pc() & !0xfff) as i64) >> 12;
         assert!((-(1 << 20)..(1 << 20)).contains(&pages), "adrp out of range: {:#x} -> {target:#x}", self.pc());
         let imm = pages as u32;
-        self.put(0x9000_0000 | ((imm & 3) << 29) | (((imm >> 2) & 0x7_ffff) << 5) | rd);
+        self.put(0x9000_0000 | ((imm & 3) << 29) | (((imm >> 2) & 0x7_ffff) << 5) | rd.field());
     }
 
     /// The code, then the literal pool at the next 8-byte boundary (padded
@@ -388,48 +375,48 @@ mod tests {
         let rows: Vec<(Vec<String>, &str)> = vec![
             (asm(|w| w.put_b(AT + 0x7ff_fffc)), "b #0x7f0008000ffc"),
             (asm(|w| w.put_b(AT - 0x800_0000)), "b #0x7efff8001000"),
-            (asm(|w| w.put_cbz_w(X16, AT + 0x30)), "cbz w16, #0x7f0000001030"),
-            (asm(|w| w.put_cbnz_w(15, AT - 8)), "cbnz w15, #0x7f0000000ff8"),
-            (asm(|w| w.put_load(LoadKind::W, 3, 3)), "ldr w3, [x3]"),
-            (asm(|w| w.put_load(LoadKind::X, 0, 0)), "ldr x0, [x0]"),
-            (asm(|w| w.put_load(LoadKind::Sw, 7, 7)), "ldrsw x7, [x7]"),
-            (asm(|w| w.put_load(LoadKind::Prfm, 1, X16)), "prfm pldl1strm, [x16]"),
-            (asm(|w| w.put_load(LoadKind::S, 2, X16)), "ldr s2, [x16]"),
-            (asm(|w| w.put_load(LoadKind::D, 31, X16)), "ldr d31, [x16]"),
-            (asm(|w| w.put_load(LoadKind::Q, 4, X16)), "ldr q4, [x16]"),
-            (asm(|w| w.put_ldrb(X16, X16)), "ldrb w16, [x16]"),
-            (asm(|w| w.put_mrs_tpidr_el0(X16)), "mrs x16, tpidr_el0"),
-            (asm(|w| w.put_lsr(X16, X16, 12)), "lsr x16, x16, #0xc"),
-            (asm(|w| w.put_lsr(X16, X16, 58)), "lsr x16, x16, #0x3a"),
-            (asm(|w| w.put_mul(X16, X16, X17)), "mul x16, x16, x17"),
-            (asm(|w| w.put_add_lsl(X16, X17, X16, 15)), "add x16, x17, x16, lsl #15"),
-            (asm(|w| w.put_add_imm(X16, X16, 0x123)), "add x16, x16, #0x123"),
-            (asm(|w| w.put_movz(X17, 1)), "mov x17, #1"),
-            (asm(|w| w.put_mov(X17, 5)), "mov x17, x5"),
-            (asm(|w| w.put_stadd(X17, X16)), "stadd x17, [x16]"),
-            (asm(|w| w.put_ldxr(X17, X16)), "ldxr x17, [x16]"),
-            (asm(|w| w.put_stxr(15, X17, X16)), "stxr w15, x17, [x16]"),
-            (asm(|w| w.put_push(15)), "str x15, [sp, #-0x10]!"),
-            (asm(|w| w.put_pop(15)), "ldr x15, [sp], #0x10"),
-            (asm(|w| w.put_br(X17)), "br x17"),
-            (asm(|w| w.put_ret(X16)), "ret x16"),
-            (asm(|w| w.put_adrp(X16, AT + 0x1234_5678)), "adrp x16, #0x7f0012346000"),
-            (asm(|w| w.put_adrp(X16, AT - 0xffff_f000)), "adrp x16, #0x7eff00002000"),
+            (asm(|w| w.put_cbz_w(Reg::X16, AT + 0x30)), "cbz w16, #0x7f0000001030"),
+            (asm(|w| w.put_cbnz_w(Reg::x(15), AT - 8)), "cbnz w15, #0x7f0000000ff8"),
+            (asm(|w| w.put_load(LoadKind::W, Reg::x(3), Reg::x(3))), "ldr w3, [x3]"),
+            (asm(|w| w.put_load(LoadKind::X, Reg::x(0), Reg::x(0))), "ldr x0, [x0]"),
+            (asm(|w| w.put_load(LoadKind::Sw, Reg::x(7), Reg::x(7))), "ldrsw x7, [x7]"),
+            (asm(|w| w.put_load(LoadKind::Prfm, Reg::x(1), Reg::X16)), "prfm pldl1strm, [x16]"),
+            (asm(|w| w.put_load(LoadKind::S, Reg::x(2), Reg::X16)), "ldr s2, [x16]"),
+            (asm(|w| w.put_load(LoadKind::D, Reg::x(31), Reg::X16)), "ldr d31, [x16]"),
+            (asm(|w| w.put_load(LoadKind::Q, Reg::x(4), Reg::X16)), "ldr q4, [x16]"),
+            (asm(|w| w.put_ldrb(Reg::X16, Reg::X16)), "ldrb w16, [x16]"),
+            (asm(|w| w.put_mrs_tpidr_el0(Reg::X16)), "mrs x16, tpidr_el0"),
+            (asm(|w| w.put_lsr(Reg::X16, Reg::X16, 12)), "lsr x16, x16, #0xc"),
+            (asm(|w| w.put_lsr(Reg::X16, Reg::X16, 58)), "lsr x16, x16, #0x3a"),
+            (asm(|w| w.put_mul(Reg::X16, Reg::X16, Reg::X17)), "mul x16, x16, x17"),
+            (asm(|w| w.put_add_lsl(Reg::X16, Reg::X17, Reg::X16, 15)), "add x16, x17, x16, lsl #15"),
+            (asm(|w| w.put_add_imm(Reg::X16, Reg::X16, 0x123)), "add x16, x16, #0x123"),
+            (asm(|w| w.put_movz(Reg::X17, 1)), "mov x17, #1"),
+            (asm(|w| w.put_mov(Reg::X17, Reg::x(5))), "mov x17, x5"),
+            (asm(|w| w.put_stadd(Reg::X17, Reg::X16)), "stadd x17, [x16]"),
+            (asm(|w| w.put_ldxr(Reg::X17, Reg::X16)), "ldxr x17, [x16]"),
+            (asm(|w| w.put_stxr(Reg::x(15), Reg::X17, Reg::X16)), "stxr w15, x17, [x16]"),
+            (asm(|w| w.put_push(Reg::x(15))), "str x15, [sp, #-0x10]!"),
+            (asm(|w| w.put_pop(Reg::x(15))), "ldr x15, [sp], #0x10"),
+            (asm(|w| w.put_br(Reg::X17)), "br x17"),
+            (asm(|w| w.put_ret(Reg::X16)), "ret x16"),
+            (asm(|w| w.put_adrp(Reg::X16, AT + 0x1234_5678)), "adrp x16, #0x7f0012346000"),
+            (asm(|w| w.put_adrp(Reg::X16, AT - 0xffff_f000)), "adrp x16, #0x7eff00002000"),
             (asm(|w| w.put_bl(AT + 0x100)), "bl #0x7f0000001100"),
-            (asm(|w| w.put_cbz_x(X17, AT + 0x30)), "cbz x17, #0x7f0000001030"),
-            (asm(|w| w.put_sub_imm(SP, SP, 0xa0)), "sub sp, sp, #0xa0"),
-            (asm(|w| w.put_sub_imm(X17, X17, 1)), "sub x17, x17, #1"),
-            (asm(|w| w.put_add_imm(SP, SP, 0xa0)), "add sp, sp, #0xa0"),
-            (asm(|w| w.put_add_imm(2, SP, 0)), "mov x2, sp"),
-            (asm(|w| w.put_stp(0, 1, SP, 0)), "stp x0, x1, [sp]"),
-            (asm(|w| w.put_stp(17, LR, SP, 144)), "stp x17, x30, [sp, #0x90]"),
-            (asm(|w| w.put_stp(29, LR, SP, -512)), "stp x29, x30, [sp, #-0x200]"),
-            (asm(|w| w.put_ldp(14, 15, SP, 112)), "ldp x14, x15, [sp, #0x70]"),
-            (asm(|w| w.put_str_offset(X17, X16, 0)), "str x17, [x16]"),
-            (asm(|w| w.put_str_offset(LR, SP, 152)), "str x30, [sp, #0x98]"),
-            (asm(|w| w.put_ldr_offset(LR, SP, 152)), "ldr x30, [sp, #0x98]"),
-            (asm(|w| w.put_mrs_nzcv(X17)), "mrs x17, nzcv"),
-            (asm(|w| w.put_msr_nzcv(X17)), "msr nzcv, x17"),
+            (asm(|w| w.put_cbz_x(Reg::X17, AT + 0x30)), "cbz x17, #0x7f0000001030"),
+            (asm(|w| w.put_sub_imm(Reg::SP, Reg::SP, 0xa0)), "sub sp, sp, #0xa0"),
+            (asm(|w| w.put_sub_imm(Reg::X17, Reg::X17, 1)), "sub x17, x17, #1"),
+            (asm(|w| w.put_add_imm(Reg::SP, Reg::SP, 0xa0)), "add sp, sp, #0xa0"),
+            (asm(|w| w.put_add_imm(Reg::x(2), Reg::SP, 0)), "mov x2, sp"),
+            (asm(|w| w.put_stp(Reg::x(0), Reg::x(1), Reg::SP, 0)), "stp x0, x1, [sp]"),
+            (asm(|w| w.put_stp(Reg::x(17), Reg::LR, Reg::SP, 144)), "stp x17, x30, [sp, #0x90]"),
+            (asm(|w| w.put_stp(Reg::x(29), Reg::LR, Reg::SP, -512)), "stp x29, x30, [sp, #-0x200]"),
+            (asm(|w| w.put_ldp(Reg::x(14), Reg::x(15), Reg::SP, 112)), "ldp x14, x15, [sp, #0x70]"),
+            (asm(|w| w.put_str_offset(Reg::X17, Reg::X16, 0)), "str x17, [x16]"),
+            (asm(|w| w.put_str_offset(Reg::LR, Reg::SP, 152)), "str x30, [sp, #0x98]"),
+            (asm(|w| w.put_ldr_offset(Reg::LR, Reg::SP, 152)), "ldr x30, [sp, #0x98]"),
+            (asm(|w| w.put_mrs_nzcv(Reg::X17)), "mrs x17, nzcv"),
+            (asm(|w| w.put_msr_nzcv(Reg::X17)), "msr nzcv, x17"),
             (asm(|w| w.put_hint(Hint::Paciasp)), "paciasp"),
             (asm(|w| w.put_hint(Hint::Pacibsp)), "pacibsp"),
             (asm(|w| w.put_hint(Hint::Autiasp)), "autiasp"),
@@ -461,9 +448,9 @@ mod tests {
     #[test]
     fn literals_go_to_an_aligned_deduplicated_pool() {
         let mut w = Writer::new(AT);
-        w.put_ldr_literal(X16, 0x1122_3344_5566_7788);
-        w.put_ldr_literal(X17, 0x99);
-        w.put_ldr_literal(0, 0x1122_3344_5566_7788);
+        w.put_ldr_literal(Reg::X16, 0x1122_3344_5566_7788);
+        w.put_ldr_literal(Reg::X17, 0x99);
+        w.put_ldr_literal(Reg::x(0), 0x1122_3344_5566_7788);
         let bytes = w.finish();
         // 3 instructions, a brk pad to 8 bytes, then 2 literals
         assert_eq!(bytes.len(), 16 + 16);

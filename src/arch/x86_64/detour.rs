@@ -123,37 +123,26 @@
 use super::fast::{self, thread_cache};
 use super::liveness;
 use super::operands::{self, Frame};
+use super::reg::Reg;
 use super::relocate::{self, Relocated};
-use super::writer::Writer;
+use super::writer::{Label, Writer};
 use crate::arch::{
     Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, RuntimeLayout, SitePlan,
 };
-
-/// Register numbers as the writer takes them.
-const RAX: u8 = 0;
-const RCX: u8 = 1;
-const RBX: u8 = 3;
-const RDX: u8 = 2;
-const RSI: u8 = 6;
-const RDI: u8 = 7;
-const R8: u8 = 8;
-const R9: u8 = 9;
-const R10: u8 = 10;
-const R11: u8 = 11;
 
 /// What the prefix saves, and the registers the count uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Saves {
     /// Registers pushed, in this order (`len` of them).
-    pushed: [u8; 3],
+    pushed: [Reg; 3],
     /// How many of `pushed` are.
     len: usize,
     /// The status flags go to rax (`lahf`/`seto`) and come back from it.
     flags: bool,
     /// The scratch registers S (the cache entry) and K (the counter row).
-    s: u8,
+    s: Reg,
     /// See [`Saves::s`].
-    k: u8,
+    k: Reg,
     /// The prefix steps over the red zone first, and the restore back
     /// after the pops (a site inside a function).
     red_zone: bool,
@@ -162,9 +151,16 @@ struct Saves {
 impl Saves {
     /// The frame of a probe that calls the runtime: rax (the flags), r11
     /// (K: the row, which a sampling detour counts down in) and r10 (S).
-    const FULL: Saves = Saves { pushed: [RAX, R11, R10], len: 3, flags: true, s: R10, k: R11, red_zone: false };
+    const FULL: Saves = Saves {
+        pushed: [Reg::Rax, Reg::R11, Reg::R10],
+        len: 3,
+        flags: true,
+        s: Reg::R10,
+        k: Reg::R11,
+        red_zone: false,
+    };
 
-    fn pushed(&self) -> &[u8] {
+    fn pushed(&self) -> &[Reg] {
         &self.pushed[..self.len]
     }
 
@@ -182,7 +178,7 @@ const RED_ZONE: i32 = 128;
 
 /// Scratch registers a counting detour may take when the window leaves
 /// them dead, r11 first (none needs a SIB byte as a base).
-const SCRATCH: [u8; 9] = [R11, R10, R9, R8, RCX, RDX, RSI, RDI, RAX];
+const SCRATCH: [Reg; 9] = [Reg::R11, Reg::R10, Reg::R9, Reg::R8, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi, Reg::Rax];
 
 /// What the prefix of a detour for `plan` must save.
 fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
@@ -191,16 +187,17 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     }
     let dead = liveness::Dead::from_bits(plan.dead);
     let flags = !dead.flags;
-    let mut saves = Saves { pushed: [0; 3], len: 0, flags, s: 0, k: 0, red_zone: plan.interior };
-    if flags && !dead.reg(RAX) {
-        saves.pushed[0] = RAX;
+    let mut saves = Saves { pushed: [Reg::Rax; 3], len: 0, flags, s: Reg::Rax, k: Reg::Rax, red_zone: plan.interior };
+    if flags && !dead.reg(Reg::Rax) {
+        saves.pushed[0] = Reg::Rax;
         saves.len = 1;
     }
     // S and K: dead registers (not rax while it holds the flags), else r11
     // and r10, pushed. Go code needs only S.
     let need = if spec.abi == Abi::C { 2 } else { 1 };
-    let mut free: Vec<u8> = SCRATCH.into_iter().filter(|&r| dead.reg(r) && !(flags && r == RAX)).take(need).collect();
-    for r in [R11, R10] {
+    let mut free: Vec<Reg> =
+        SCRATCH.into_iter().filter(|&r| dead.reg(r) && !(flags && r == Reg::Rax)).take(need).collect();
+    for r in [Reg::R11, Reg::R10] {
         if free.len() < need && !free.contains(&r) {
             saves.pushed[saves.len] = r;
             saves.len += 1;
@@ -212,35 +209,65 @@ fn saves_for(plan: &SitePlan, spec: &DetourSpec) -> Saves {
     saves
 }
 
-/// Where the parts of a detour are.
+/// The parts of a detour, which its code refers to before they are written.
 #[derive(Clone, Copy)]
 struct Labels {
-    flag: u64,
-    counters: u64,
-    cache: u64,
-    ctx: u64,
-    tramp: u64,
-    /// The count of entries skipped for want of room ([`DetourSpec::go_room_lost`]).
-    lost_room: u64,
+    /// The literals: the enable flag's address, the counter rows, the
+    /// thread cache, the context, the trampoline, and the count of entries
+    /// skipped for want of room ([`DetourSpec::go_room_lost`]).
+    flag: Label,
+    /// See [`Labels::flag`].
+    counters: Label,
+    /// See [`Labels::flag`].
+    cache: Label,
+    /// See [`Labels::flag`].
+    ctx: Label,
+    /// See [`Labels::flag`].
+    tramp: Label,
+    /// See [`Labels::flag`].
+    lost_room: Label,
     /// Where such an entry is counted, out of line.
-    no_room: u64,
+    no_room: Label,
     /// After the count (a slow count comes back here).
-    counted: u64,
+    counted: Label,
     /// The restore of what the prefix saved.
-    restore: u64,
+    restore: Label,
     /// The out-of-line count in the entry paired with the thread's.
-    way1: u64,
+    way1: Label,
     /// The out-of-line call of tp_count.
-    slow: u64,
+    slow: Label,
     /// The out-of-line call of a sampling probe.
-    sample: u64,
+    sample: Label,
     /// The fast entry of an event probe: the thread's cache entry found.
-    found: u64,
+    found: Label,
     /// The fast entry's fallbacks.
     back: Fallbacks,
 }
 
-/// Assembles the detour of `plan` at address `at`.
+impl Labels {
+    fn new(w: &mut Writer) -> Labels {
+        Labels {
+            flag: w.label(),
+            counters: w.label(),
+            cache: w.label(),
+            ctx: w.label(),
+            tramp: w.label(),
+            lost_room: w.label(),
+            no_room: w.label(),
+            counted: w.label(),
+            restore: w.label(),
+            way1: w.label(),
+            slow: w.label(),
+            sample: w.label(),
+            found: w.label(),
+            back: Fallbacks { unmark: w.label(), full: w.label(), call: w.label() },
+        }
+    }
+}
+
+/// Assembles the detour of `plan` at address `at`, in one pass: the
+/// relocated window goes where the head ends, and the writer fills in the
+/// branches to what follows when the detour is whole.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refusal> {
     let Some(rt) = spec.runtime else {
         return Err(Refusal::Unsupported("a probe needs the runtime block"));
@@ -250,64 +277,30 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec) -> Result<Detour, Refu
     }
     let saves = saves_for(plan, spec);
     let fast = fast_event(plan, spec);
-    // Every part has a fixed length for a given probe: measure with dummy
-    // addresses first, then assemble for good.
-    let dummy = Labels {
-        flag: at,
-        counters: at,
-        cache: at,
-        ctx: at,
-        tramp: at,
-        lost_room: at,
-        no_room: at,
-        counted: at,
-        restore: at,
-        way1: at,
-        slow: at,
-        sample: at,
-        found: at,
-        back: Fallbacks { unmark: at, full: at, call: at },
-    };
     let mut w = Writer::new(at);
-    let (counted, restore, found) = emit_head(&mut w, spec, fast, rt, saves, &dummy);
+    let l = Labels::new(&mut w);
+    emit_head(&mut w, spec, fast, rt, saves, &l);
     let relocated_at = w.pc();
     let reloc = relocate_window(plan, relocated_at, spec, &rt)?;
-    let mut w = Writer::new(relocated_at + reloc.code.len() as u64);
-    let (way1, slow, sample, no_room, back) = emit_tail(&mut w, spec, fast, rt, saves, &dummy);
-    let literals = w.pc().next_multiple_of(8);
-    let l = Labels {
-        flag: literals,
-        counters: literals + 8,
-        cache: literals + 16,
-        ctx: literals + 24,
-        tramp: literals + 32,
-        lost_room: literals + 40,
-        no_room,
-        counted,
-        restore,
-        way1,
-        slow,
-        sample,
-        found,
-        back,
-    };
-
-    let mut w = Writer::new(at);
-    emit_head(&mut w, spec, fast, rt, saves, &l);
-    debug_assert_eq!(w.pc(), relocated_at);
     w.put_bytes(&reloc.code);
     emit_tail(&mut w, spec, fast, rt, saves, &l);
     w.put_align(8);
-    w.put_u64(spec.flag_addr);
-    w.put_u64(spec.counters);
-    w.put_u64(spec.cache);
-    w.put_u64(rt.ctx);
-    w.put_u64(rt.trampoline);
+    for (label, value) in [
+        (l.flag, spec.flag_addr),
+        (l.counters, spec.counters),
+        (l.cache, spec.cache),
+        (l.ctx, rt.ctx),
+        (l.tramp, rt.trampoline),
+    ] {
+        w.bind(label);
+        w.put_u64(value);
+    }
     if let Some(lost) = spec.go_room_lost {
+        w.bind(l.lost_room);
         w.put_u64(lost);
     }
     let pc_map = reloc.offsets.iter().map(|&(window, code)| (window, relocated_at + code as u64)).collect();
-    Ok(Detour { bytes: w.into_bytes(), pc_map })
+    Ok(Detour { bytes: w.finish(), pc_map })
 }
 
 /// The detour of an exit's site: the window relocated, the call's end
@@ -361,15 +354,15 @@ fn exit_stub(pc: u64, word: u64, exit: u64) -> Vec<u8> {
     let mut w = Writer::new(pc);
     w.put_push_imm32(word as u32 as i32);
     if (word as u32 as i32 as i64) as u64 != word {
-        w.put_store32_imm(fast::RSP, 4, (word >> 32) as u32);
+        w.put_store32_imm(Reg::Rsp, 4, (word >> 32) as u32);
     }
     w.put_call(exit);
-    w.put_store_imm(fast::RSP, -16, 0);
-    w.into_bytes()
+    w.put_store_imm(Reg::Rsp, -16, 0);
+    w.finish()
 }
 
-/// The prefix, the count, the runtime call and the restore; returns the
-/// addresses of `counted`, `restore` and (a fast event probe's) `found`.
+/// The prefix, the count, the runtime call and the restore; binds
+/// `counted`, `restore` and (a fast event probe's) `found`.
 fn emit_head(
     w: &mut Writer,
     spec: &DetourSpec,
@@ -377,10 +370,10 @@ fn emit_head(
     rt: RuntimeAddrs,
     saves: Saves,
     l: &Labels,
-) -> (u64, u64, u64) {
+) {
     let (s, k) = (saves.s, saves.k);
     if saves.red_zone {
-        w.put_lea_rsp_rsp(-RED_ZONE);
+        w.put_lea_short(Reg::Rsp, Reg::Rsp, -RED_ZONE);
     }
     for &r in saves.pushed() {
         w.put_push(r);
@@ -392,12 +385,11 @@ fn emit_head(
     w.put_cmp_byte_mem_0(s);
     w.put_je(l.restore);
     let disp = (spec.probe_index * 8) as i32;
-    let mut found = 0;
     if spec.abi == Abi::C {
         // The thread's entry in the thread cache, by the word at fs:0 (S);
         // K: the word's complement, then the thread's row.
-        fast::cache_entry(w, s, k, l.cache, l.way1);
-        found = w.pc();
+        fast::cache_entry(w, s, k, l.cache.into(), l.way1.into());
+        w.bind(l.found);
         w.put_load(k, s, thread_cache::ROW);
         w.put_inc_mem(k, disp, false);
     } else {
@@ -409,44 +401,37 @@ fn emit_head(
             w.put_mov_reg(k, s);
         }
     }
-    let counted = w.pc();
+    w.bind(l.counted);
     if let Some(to) = spec.records.own_call(&rt) {
         call_runtime(w, |w| {
-            w.put_mov_reg_rip(RDI, l.ctx);
+            w.put_mov_reg_rip(Reg::Rdi, l.ctx);
             if spec.records.step {
                 // tp_step(ctx, the stack pointer at the function's entry):
                 // above the eight registers call_runtime saved, the frame.
-                w.put_lea_rsp(RSI, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
+                w.put_lea_short(Reg::Rsi, Reg::Rsp, 64 + SAVED + saves.red_zone_bytes() + spec.sp_below_entry as i32);
             }
             w.put_call(to);
         });
     } else if spec.records.sample {
         // Count down to the next sample in this thread's row (K = r11);
         // the call of the runtime is out of line.
-        w.put_sub_r11_disp_1(countdown_disp(spec), spec.abi != Abi::C);
+        w.put_sub_mem_imm8(Reg::R11, countdown_disp(spec), 1, spec.abi != Abi::C);
         w.put_jb(l.sample);
     } else if let Some(layout) = fast {
         // The fast entry, with S (r10) the thread's cache entry.
-        let exits = fast::EventExits {
-            full: l.back.full,
-            unmark: l.back.unmark,
-            call: l.back.call,
-            lit_tramp: l.tramp,
-            lit_ctx: l.ctx,
-        };
-        fast::event(w, &layout, spec.entry_word, &exits);
+        fast::event(w, &layout, spec.entry_word, &event_exits(l));
     } else if spec.records.args || spec.records.ret {
         if spec.go_room_lost.is_some() {
             // Go code without a stack check: the call only where the
             // goroutine's stack (its lowest address at g, r14) has room.
-            w.put_mov_reg(s, fast::RSP);
-            w.put_sub_reg_mem(s, fast::R14, 0);
+            w.put_mov_reg(s, Reg::Rsp);
+            w.put_sub_reg_mem(s, Reg::R14, 0);
             w.put_cmp_reg_imm(s, GO_ROOM as i32);
             w.put_jb(l.no_room);
         }
         emit_entry_call(w, spec, l, rt, saves);
     }
-    let restore = w.pc();
+    w.bind(l.restore);
     if saves.flags {
         w.put_flags_from_rax();
     }
@@ -454,9 +439,8 @@ fn emit_head(
         w.put_pop(r);
     }
     if saves.red_zone {
-        w.put_lea_rsp_rsp(RED_ZONE);
+        w.put_lea_short(Reg::Rsp, Reg::Rsp, RED_ZONE);
     }
-    (counted, restore, found)
 }
 
 /// Bytes of the goroutine's stack below the stack pointer that an event
@@ -469,8 +453,8 @@ const GO_ROOM: u32 = 64 + super::CLEARED_BELOW + 64;
 /// the count in the entry paired with the thread's, else the call of
 /// tp_count; a fast event probe's fallbacks, to `tp_entry`; a sampling
 /// probe's call of the runtime, which returns to the restore; and the count
-/// of an entry of Go code skipped for want of room. Returns the addresses
-/// of `way1`, `slow`, `sample`, `no_room` and the fallbacks.
+/// of an entry of Go code skipped for want of room. Binds `way1`, `slow`,
+/// `sample`, `no_room` and the fallbacks.
 fn emit_tail(
     w: &mut Writer,
     spec: &DetourSpec,
@@ -478,13 +462,11 @@ fn emit_tail(
     rt: RuntimeAddrs,
     saves: Saves,
     l: &Labels,
-) -> (u64, u64, u64, u64, Fallbacks) {
-    let way1 = w.pc();
-    let mut slow = way1;
-    let (mut full, mut call) = (way1, way1);
+) {
+    w.bind(l.way1);
     if spec.abi == Abi::C {
         let disp = (spec.probe_index * 8) as i32;
-        fast::paired_entry(w, saves.s, saves.k, l.slow);
+        fast::paired_entry(w, saves.s, saves.k, l.slow.into());
         if fast.is_some() {
             w.put_jmp(l.found);
         } else {
@@ -492,42 +474,45 @@ fn emit_tail(
             w.put_inc_mem(saves.k, disp, false);
             w.put_jmp(l.counted);
         }
-        slow = w.pc();
+        w.bind(l.slow);
         w.put_push_imm32(spec.probe_index as i32);
         w.put_call(rt.count);
         w.put_pop(saves.k);
         // The return address into this detour, which the count stub left
         // below its argument (the stub clears below that itself).
-        w.put_store_imm(fast::RSP, -16, 0);
+        w.put_store_imm(Reg::Rsp, -16, 0);
         w.put_jmp(if fast.is_some() { l.back.call } else { l.counted });
     }
-    let mut unmark = way1;
     if let Some(layout) = fast {
-        (unmark, full) = fast::event_full(w, &layout, spec.entry_word);
-        call = w.pc();
+        fast::event_full(w, &layout, spec.entry_word, &event_exits(l));
+        w.bind(l.back.call);
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    let sample = w.pc();
+    w.bind(l.sample);
     if spec.records.sample {
         emit_entry_call(w, spec, l, rt, saves);
         w.put_jmp(l.restore);
     }
-    let no_room = w.pc();
+    w.bind(l.no_room);
     if spec.go_room_lost.is_some() {
         w.put_mov_reg_rip(saves.s, l.lost_room);
         w.put_inc_mem(saves.s, 0, true);
         w.put_jmp(l.restore);
     }
-    (way1, slow, sample, no_room, Fallbacks { unmark, full, call })
 }
 
-/// Where a fast event probe's fallbacks are.
+/// A fast event probe's fallbacks.
 #[derive(Clone, Copy)]
 struct Fallbacks {
-    unmark: u64,
-    full: u64,
-    call: u64,
+    unmark: Label,
+    full: Label,
+    call: Label,
+}
+
+/// Where the fast entry of a detour goes back to it.
+fn event_exits(l: &Labels) -> fast::EventExits {
+    fast::EventExits { full: l.back.full, unmark: l.back.unmark, call: l.back.call, lit_tramp: l.tramp, lit_ctx: l.ctx }
 }
 
 /// The layout for the fast entry if the detour records with it: an event
@@ -568,37 +553,37 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             // call_runtime saved (rax free now: its copy of the flags is
             // there too); rbx, which C code preserves, is still the
             // function's. A tenth word keeps the stack 16-aligned.
-            w.put_sub_rsp(GO_ARGS as i8);
+            w.put_sub_imm8(Reg::Rsp, GO_ARGS as i8);
             let prefix = |r: i32| GO_ARGS + 64 + r;
-            w.put_load(RAX, fast::RSP, prefix(16));
-            w.put_store(RAX, fast::RSP, 0);
-            for (k, r) in [RBX, RCX, RDI, RSI, R8, R9].into_iter().enumerate() {
-                w.put_store(r, fast::RSP, 8 * (k as i32 + 1));
+            w.put_load(Reg::Rax, Reg::Rsp, prefix(16));
+            w.put_store(Reg::Rax, Reg::Rsp, 0);
+            for (k, r) in [Reg::Rbx, Reg::Rcx, Reg::Rdi, Reg::Rsi, Reg::R8, Reg::R9].into_iter().enumerate() {
+                w.put_store(r, Reg::Rsp, 8 * (k as i32 + 1));
             }
-            w.put_load(RAX, fast::RSP, prefix(0));
-            w.put_store(RAX, fast::RSP, 56);
-            w.put_load(RAX, fast::RSP, prefix(8));
-            w.put_store(RAX, fast::RSP, 64);
+            w.put_load(Reg::Rax, Reg::Rsp, prefix(0));
+            w.put_store(Reg::Rax, Reg::Rsp, 56);
+            w.put_load(Reg::Rax, Reg::Rsp, prefix(8));
+            w.put_store(Reg::Rax, Reg::Rsp, 64);
             GO_ARGS
         } else {
             0
         };
         // tp_entry(ctx, probe | flags, saved registers, return-address slot, trampoline, countdown)
-        w.put_mov_reg_rip(RDI, l.ctx);
-        w.put_mov_esi_imm32(flags);
-        w.put_mov_rdx_rsp();
-        w.put_lea_rsp(RCX, extra + 64 + SAVED + spec.sp_below_entry as i32);
+        w.put_mov_reg_rip(Reg::Rdi, l.ctx);
+        w.put_mov32_imm(Reg::Rsi, flags);
+        w.put_mov_reg(Reg::Rdx, Reg::Rsp);
+        w.put_lea_short(Reg::Rcx, Reg::Rsp, extra + 64 + SAVED + spec.sp_below_entry as i32);
         if spec.records.ret && spec.exit_words.is_some() && spec.abi == Abi::Go {
             // A call of Go code timed at its exits is its goroutine's.
-            w.put_mov_reg(R8, fast::R14);
+            w.put_mov_reg(Reg::R8, Reg::R14);
         } else if spec.records.ret {
-            w.put_mov_reg_rip(R8, l.tramp);
+            w.put_mov_reg_rip(Reg::R8, l.tramp);
         } else {
-            w.put_zero_r8();
+            w.put_zero32(Reg::R8);
         }
         if spec.records.sample {
             // r11 still holds this thread's counter row (Go: the shared one).
-            w.put_lea_r9_r11_disp(countdown_disp(spec));
+            w.put_lea(Reg::R9, Reg::R11, countdown_disp(spec));
         }
         if saves.red_zone {
             // The stack pointer's alignment inside a function is unknown.
@@ -607,7 +592,7 @@ fn emit_entry_call(w: &mut Writer, spec: &DetourSpec, l: &Labels, rt: RuntimeAdd
             w.put_call(rt.entry);
         }
         if extra != 0 {
-            w.put_add_rsp(extra as i8);
+            w.put_add_imm8(Reg::Rsp, extra as i8);
         }
     });
 }
@@ -622,14 +607,14 @@ fn countdown_disp(spec: &DetourSpec) -> i32 {
 /// flags (see the module doc). At entry rsp was 8 mod 16; the three words
 /// of the prefix and eight pushes make it 0 mod 16, as a call needs.
 fn call_runtime(w: &mut Writer, call: impl FnOnce(&mut Writer)) {
-    for r in [R10, RAX, R9, R8, RCX, RDX, RSI, RDI] {
+    for r in [Reg::R10, Reg::Rax, Reg::R9, Reg::R8, Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi] {
         w.put_push(r);
     }
     call(w);
     // What the call left below the stack pointer: the runtime's spills and
     // the return address into this detour (see runtime_block.rs).
     w.put_clear_below_rsp(super::CLEARED_BELOW);
-    for r in [RDI, RSI, RDX, RCX, R8, R9, RAX, R10] {
+    for r in [Reg::Rdi, Reg::Rsi, Reg::Rdx, Reg::Rcx, Reg::R8, Reg::R9, Reg::Rax, Reg::R10] {
         w.put_pop(r);
     }
 }
@@ -1090,9 +1075,9 @@ mod tests {
         use crate::arch::{Operand, OperandLoc, Operands};
         let plan = SitePlan { interior: true, ..window::plan(&PROLOGUE, SITE, &[]).unwrap() };
         let ops = [
-            Operand { size: 8, signed: false, loc: OperandLoc::Register(RDI) },
-            Operand { size: 4, signed: true, loc: OperandLoc::Register(RAX) },
-            Operand { size: 8, signed: false, loc: OperandLoc::Register(R10) },
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(Reg::Rdi.num()) },
+            Operand { size: 4, signed: true, loc: OperandLoc::Register(Reg::Rax.num()) },
+            Operand { size: 8, signed: false, loc: OperandLoc::Register(Reg::R10.num()) },
         ];
         let s = DetourSpec {
             records: Records { args: true, ..Records::COUNT },

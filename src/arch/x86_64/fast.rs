@@ -86,92 +86,80 @@
 //! ```
 
 use super::CLEARED_BELOW;
-use super::writer::Writer;
+use super::reg::Reg;
+use super::writer::{Label, Target, Writer};
 use crate::arch::RuntimeLayout;
 
-pub(super) const RAX: u8 = 0;
-pub(super) const RCX: u8 = 1;
-pub(super) const RDX: u8 = 2;
-pub(super) const RBX: u8 = 3;
-pub(super) const RSP: u8 = 4;
-pub(super) const RSI: u8 = 6;
-pub(super) const RDI: u8 = 7;
-pub(super) const R8: u8 = 8;
-pub(super) const R9: u8 = 9;
-pub(super) const R10: u8 = 10;
-pub(super) const R11: u8 = 11;
-pub(super) const R14: u8 = 14;
-
-/// Addresses in the runtime block the fast exit refers to, found by a
-/// first assembly (every instruction has a fixed length).
-#[derive(Debug, Clone, Copy, Default)]
+/// The places in the runtime block the fast exits refer to, bound as the
+/// block is written.
+#[derive(Debug, Clone, Copy)]
 pub(super) struct Marks {
     /// The trampoline that calls `tp_exit`.
-    pub tramp_full: u64,
+    pub tramp_full: Label,
     /// The fast exit, where a timed call returns: the trampoline.
-    pub tramp: u64,
+    pub tramp: Label,
     /// Literals: the context, the thread cache.
-    pub lit_ctx: u64,
+    pub lit_ctx: Label,
     /// See [`Marks::lit_ctx`].
-    pub lit_cache: u64,
+    pub lit_cache: Label,
     /// Labels inside the fast exit.
-    pub exit_slow: u64,
+    pub exit_slow: Label,
     /// See [`Marks::exit_slow`].
-    pub exit_way1: u64,
+    pub exit_way1: Label,
     /// See [`Marks::exit_slow`].
-    pub exit_found: u64,
+    pub exit_found: Label,
     /// See [`Marks::exit_slow`].
-    pub exit_unmark: u64,
+    pub exit_unmark: Label,
     /// Labels inside the exit routine ([`exit_at`]).
-    pub at_found: u64,
+    pub at_found: Label,
     /// See [`Marks::at_found`].
-    pub at_way1: u64,
+    pub at_way1: Label,
     /// See [`Marks::at_found`].
-    pub at_found_tail: u64,
+    pub at_found_tail: Label,
     /// See [`Marks::at_found`].
-    pub at_way1_tail: u64,
+    pub at_way1_tail: Label,
     /// See [`Marks::at_found`].
-    pub at_done: u64,
+    pub at_done: Label,
     /// See [`Marks::at_found`].
-    pub at_not_one: u64,
+    pub at_not_one: Label,
     /// See [`Marks::at_found`].
-    pub at_other0: u64,
+    pub at_other0: Label,
     /// See [`Marks::at_found`].
-    pub at_other: u64,
+    pub at_other: Label,
     /// See [`Marks::at_found`].
-    pub at_unmark: u64,
+    pub at_unmark: Label,
     /// See [`Marks::at_found`].
-    pub at_slow: u64,
+    pub at_slow: Label,
     /// See [`Marks::at_found`].
-    pub at_ext: u64,
+    pub at_ext: Label,
     /// See [`Marks::at_found`].
-    pub at_called: u64,
+    pub at_called: Label,
 }
 
 impl Marks {
-    /// Every mark at `at`: for a first assembly, which only measures.
-    pub(super) fn near(at: u64) -> Marks {
+    /// Every mark, bound nowhere yet.
+    pub(super) fn new(w: &mut Writer) -> Marks {
         Marks {
-            tramp_full: at,
-            tramp: at,
-            lit_ctx: at,
-            lit_cache: at,
-            exit_slow: at,
-            exit_way1: at,
-            exit_found: at,
-            exit_unmark: at,
-            at_found: at,
-            at_way1: at,
-            at_found_tail: at,
-            at_way1_tail: at,
-            at_done: at,
-            at_not_one: at,
-            at_other0: at,
-            at_other: at,
-            at_unmark: at,
-            at_slow: at,
-            at_ext: at,
-            at_called: at,
+            tramp_full: w.label(),
+            tramp: w.label(),
+            lit_ctx: w.label(),
+            lit_cache: w.label(),
+            exit_slow: w.label(),
+            exit_way1: w.label(),
+            exit_found: w.label(),
+            exit_unmark: w.label(),
+            at_found: w.label(),
+            at_way1: w.label(),
+            at_found_tail: w.label(),
+            at_way1_tail: w.label(),
+            at_done: w.label(),
+            at_not_one: w.label(),
+            at_other0: w.label(),
+            at_other: w.label(),
+            at_unmark: w.label(),
+            at_slow: w.label(),
+            at_ext: w.label(),
+            at_called: w.label(),
         }
     }
 }
@@ -222,7 +210,7 @@ pub(super) fn literals(l: &RuntimeLayout) -> [u64; 2] {
 /// entry is the thread's ([`paired_entry`] follows there). The same
 /// instructions as the counting detours'. An entry is written once, its
 /// check last, so once the check matches its other fields may be read.
-pub(super) fn cache_entry(w: &mut Writer, entry: u8, word: u8, lit_cache: u64, way1: u64) {
+pub(super) fn cache_entry(w: &mut Writer, entry: Reg, word: Reg, lit_cache: Target, way1: Target) {
     const _: () = assert!(thread_cache::CHECK == 0);
     w.put_mov_reg_fs0(word);
     w.put_imul32_imm_from(entry, word, thread_cache::HASH);
@@ -237,7 +225,7 @@ pub(super) fn cache_entry(w: &mut Writer, entry: u8, word: u8, lit_cache: u64, w
 /// At `way1`: the entry paired with the one [`cache_entry`] found (the
 /// cache is aligned to two entries); a jump to `miss` unless it is the
 /// thread's.
-pub(super) fn paired_entry(w: &mut Writer, entry: u8, word: u8, miss: u64) {
+pub(super) fn paired_entry(w: &mut Writer, entry: Reg, word: Reg, miss: Target) {
     w.put_xor_imm8(entry, thread_cache::SIZE as i8);
     w.put_cmp_reg_deref(word, entry);
     w.put_jne(miss);
@@ -261,7 +249,7 @@ fn frame0(l: &RuntimeLayout, f: u32) -> i32 {
 /// paths write them 32 bits at a time, and a wider load of stores still
 /// in flight waits for them to reach the cache (2 ns more per entry and 7
 /// ns more per exit, measured here).
-fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: u8, depth: u32, slow: u64) {
+fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: Reg, depth: u32, slow: Target) {
     w.put_cmp32_mem_imm(state, l.thread_depth as i32, depth);
     w.put_jne(slow);
     w.put_cmp32_mem_imm(state, l.thread_writing as i32, 0);
@@ -274,7 +262,7 @@ fn check_thread(w: &mut Writer, l: &RuntimeLayout, state: u8, depth: u32, slow: 
 /// `ev` = the event at the slot's head (the thread marked as writing).
 /// Jumps to `busy` if the entry has no ring, to `unmark` if the ring may be
 /// full (the mark set). The thread was seen not writing ([`check_thread`]).
-fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, ev: u8, busy: u64, unmark: u64) {
+fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: Reg, slot: Reg, ev: Reg, busy: Target, unmark: Target) {
     w.put_test_reg(slot);
     w.put_je(busy);
     w.put_store32_imm(state, l.thread_writing as i32, 1);
@@ -292,7 +280,7 @@ fn reserve_event(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8, ev: u8,
 /// writer, so a plain increment; the reader sees the old or the new value,
 /// and x86-64 makes the event's stores visible before it), then clears the
 /// thread's writing mark.
-fn publish(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8) {
+fn publish(w: &mut Writer, l: &RuntimeLayout, state: Reg, slot: Reg) {
     w.put_inc_mem(slot, l.slot_head as i32, false);
     w.put_store32_imm(state, l.thread_writing as i32, 0);
 }
@@ -302,7 +290,7 @@ fn publish(w: &mut Writer, l: &RuntimeLayout, state: u8, slot: u8) {
 /// offset tp found, which the context holds. The runtime gives a ring in
 /// the cache entry ([`reserve_event`]) only to a thread whose TID is there.
 /// None of these loads waits for the thread's state.
-fn thread_tid(w: &mut Writer, l: &RuntimeLayout, lit_ctx: u64, into: u8) {
+fn thread_tid(w: &mut Writer, l: &RuntimeLayout, lit_ctx: Target, into: Reg) {
     w.put_mov_reg_rip(into, lit_ctx);
     w.put_movsxd(into, into, l.ctx_tid_offset as i32);
     w.put_add_reg_fs0(into);
@@ -310,18 +298,18 @@ fn thread_tid(w: &mut Writer, l: &RuntimeLayout, lit_ctx: u64, into: u8) {
 }
 
 /// `into` (rax or rdx) = the time stamp counter; the other is clobbered.
-fn timestamp(w: &mut Writer, into: u8) {
-    let other = if into == RAX { RDX } else { RAX };
+fn timestamp(w: &mut Writer, into: Reg) {
+    let other = if into == Reg::Rax { Reg::Rdx } else { Reg::Rax };
     w.put_rdtsc();
-    w.put_shl64(RDX, 32);
+    w.put_shl64(Reg::Rdx, 32);
     w.put_or_reg(into, other);
 }
 
 /// The registers the fast entry of a probe pushes after the detour's own
 /// three (rax, now the flags, last): rdx and rax for the timestamp, and rcx
 /// for the event when the probe also times the call.
-fn event_saved(l: &RuntimeLayout, word: u32) -> &'static [u8] {
-    if word & l.record_entry != 0 && timed(l, word) { &[RCX, RDX, RAX] } else { &[RDX, RAX] }
+fn event_saved(l: &RuntimeLayout, word: u32) -> &'static [Reg] {
+    if word & l.record_entry != 0 && timed(l, word) { &[Reg::Rcx, Reg::Rdx, Reg::Rax] } else { &[Reg::Rdx, Reg::Rax] }
 }
 
 /// True if the probe whose entry word is `word` times its calls: by
@@ -332,7 +320,7 @@ fn timed(l: &RuntimeLayout, word: u32) -> bool {
 
 /// Where the probed function's return address is above the stack pointer
 /// once the fast entry has pushed: above the detour's three words and its own.
-fn event_slot(saved: &[u8]) -> i32 {
+fn event_slot(saved: &[Reg]) -> i32 {
     (3 + saved.len() as i32) * 8
 }
 
@@ -340,15 +328,15 @@ fn event_slot(saved: &[u8]) -> i32 {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct EventExits {
     /// Pops what [`event`] pushed, then goes on to `call`.
-    pub full: u64,
+    pub full: Label,
     /// Clears the thread's writing mark, then goes on to `full`.
-    pub unmark: u64,
+    pub unmark: Label,
     /// Calls `tp_entry` (the call is counted already).
-    pub call: u64,
+    pub call: Label,
     /// The literal holding the trampoline's address.
-    pub lit_tramp: u64,
+    pub lit_tramp: Label,
     /// The literal holding the context's address.
-    pub lit_ctx: u64,
+    pub lit_ctx: Label,
 }
 
 /// The fast entry of an event probe of a C function, which its detour
@@ -364,10 +352,10 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     let probe = word & l.probe_mask;
     let saved = event_saved(l, word);
     if record {
-        w.put_load(R11, R10, thread_cache::RING);
+        w.put_load(Reg::R11, Reg::R10, thread_cache::RING);
     }
-    w.put_load(R10, R10, thread_cache::THREAD);
-    check_thread(w, l, R10, 0, x.call);
+    w.put_load(Reg::R10, Reg::R10, thread_cache::THREAD);
+    check_thread(w, l, Reg::R10, 0, x.call.into());
     for &r in saved {
         w.put_push(r);
     }
@@ -378,49 +366,49 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
     let v = |k: u32| (l.event_v + 8 * k) as i32;
     if record {
         // r11: the thread's ring slot; rcx the event at its head.
-        reserve_event(w, l, R10, R11, RCX, x.full, x.unmark);
-        for (k, r) in [(0, RDI), (1, RSI), (2, RDX), (4, R8), (5, R9)] {
-            w.put_store(r, RCX, v(k));
+        reserve_event(w, l, Reg::R10, Reg::R11, Reg::Rcx, x.full.into(), x.unmark.into());
+        for (k, r) in [(0, Reg::Rdi), (1, Reg::Rsi), (2, Reg::Rdx), (4, Reg::R8), (5, Reg::R9)] {
+            w.put_store(r, Reg::Rcx, v(k));
         }
-        w.put_load(RAX, RSP, 16); // the function's rcx, pushed
-        w.put_store(RAX, RCX, v(3));
-        thread_tid(w, l, x.lit_ctx, RDX);
-        w.put_store32(RDX, RCX, l.event_tid as i32);
-        w.put_store32_imm(RCX, l.event_probe as i32, probe | l.entry_kind);
+        w.put_load(Reg::Rax, Reg::Rsp, 16); // the function's rcx, pushed
+        w.put_store(Reg::Rax, Reg::Rcx, v(3));
+        thread_tid(w, l, x.lit_ctx.into(), Reg::Rdx);
+        w.put_store32(Reg::Rdx, Reg::Rcx, l.event_tid as i32);
+        w.put_store32_imm(Reg::Rcx, l.event_probe as i32, probe | l.entry_kind);
     }
     let slot = event_slot(saved);
     // Shadow frame 0. Its slot is written before the depth that publishes
     // it and again after: a signal handler whose probes run on this thread
     // before the depth is 1 takes frame 0 itself and leaves it as it found
     // the depth, and one after sees a frame that is this call's.
-    w.put_lea(RDX, RSP, slot);
-    w.put_store(RDX, R10, frame0(l, l.frame_slot));
-    w.put_store_imm(R10, frame0(l, l.frame_children), 0);
-    w.put_store32_imm(R10, l.thread_depth as i32, 1);
-    w.put_store(RDX, R10, frame0(l, l.frame_slot));
-    w.put_load(RDX, RDX, 0);
-    w.put_store(RDX, R10, frame0(l, l.frame_ret));
-    w.put_store32_imm(R10, frame0(l, l.frame_probe), probe);
+    w.put_lea(Reg::Rdx, Reg::Rsp, slot);
+    w.put_store(Reg::Rdx, Reg::R10, frame0(l, l.frame_slot));
+    w.put_store_imm(Reg::R10, frame0(l, l.frame_children), 0);
+    w.put_store32_imm(Reg::R10, l.thread_depth as i32, 1);
+    w.put_store(Reg::Rdx, Reg::R10, frame0(l, l.frame_slot));
+    w.put_load(Reg::Rdx, Reg::Rdx, 0);
+    w.put_store(Reg::Rdx, Reg::R10, frame0(l, l.frame_ret));
+    w.put_store32_imm(Reg::R10, frame0(l, l.frame_probe), probe);
     // The trampoline it puts in the return address's place; none for a
     // call timed to the end its function's exits see.
     if hijack {
-        w.put_mov_reg_rip(RDX, x.lit_tramp);
-        w.put_store(RDX, R10, frame0(l, l.frame_tramp));
+        w.put_mov_reg_rip(Reg::Rdx, x.lit_tramp);
+        w.put_store(Reg::Rdx, Reg::R10, frame0(l, l.frame_tramp));
     } else {
-        w.put_store_imm(R10, frame0(l, l.frame_tramp), 0);
+        w.put_store_imm(Reg::R10, frame0(l, l.frame_tramp), 0);
     }
-    w.put_load(RDX, R10, l.thread_overhead as i32);
-    w.put_store(RDX, R10, frame0(l, l.frame_overhead));
+    w.put_load(Reg::Rdx, Reg::R10, l.thread_overhead as i32);
+    w.put_store(Reg::Rdx, Reg::R10, frame0(l, l.frame_overhead));
     // One timestamp, after tp's work, for the event and the timed call.
-    timestamp(w, RAX);
+    timestamp(w, Reg::Rax);
     if record {
-        w.put_store(RAX, RCX, l.event_tsc as i32);
-        publish(w, l, R10, R11);
+        w.put_store(Reg::Rax, Reg::Rcx, l.event_tsc as i32);
+        publish(w, l, Reg::R10, Reg::R11);
     }
-    w.put_store(RAX, R10, frame0(l, l.frame_tsc));
+    w.put_store(Reg::Rax, Reg::R10, frame0(l, l.frame_tsc));
     if hijack {
-        w.put_mov_reg_rip(RDX, x.lit_tramp);
-        w.put_store(RDX, RSP, slot);
+        w.put_mov_reg_rip(Reg::Rdx, x.lit_tramp);
+        w.put_store(Reg::Rdx, Reg::Rsp, slot);
     }
     for r in saved.iter().rev() {
         w.put_pop(*r);
@@ -433,36 +421,34 @@ pub(super) fn event(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits
 /// function's rdx is read back from where [`event`] pushed it, and rax
 /// (the flags, pushed) holds the event.
 fn entry_event_only(w: &mut Writer, l: &RuntimeLayout, probe: u32, x: &EventExits) {
-    timestamp(w, RDX);
-    reserve_event(w, l, R10, R11, RAX, x.full, x.unmark);
+    timestamp(w, Reg::Rdx);
+    reserve_event(w, l, Reg::R10, Reg::R11, Reg::Rax, x.full.into(), x.unmark.into());
     let v = |k: u32| (l.event_v + 8 * k) as i32;
-    for (k, r) in [(0, RDI), (1, RSI), (3, RCX), (4, R8), (5, R9)] {
-        w.put_store(r, RAX, v(k));
+    for (k, r) in [(0, Reg::Rdi), (1, Reg::Rsi), (3, Reg::Rcx), (4, Reg::R8), (5, Reg::R9)] {
+        w.put_store(r, Reg::Rax, v(k));
     }
-    w.put_store(RDX, RAX, l.event_tsc as i32);
-    w.put_load(RDX, RSP, 8); // the function's rdx, pushed
-    w.put_store(RDX, RAX, v(2));
-    thread_tid(w, l, x.lit_ctx, RDX);
-    w.put_store32(RDX, RAX, l.event_tid as i32);
-    w.put_store32_imm(RAX, l.event_probe as i32, probe | l.entry_kind);
-    publish(w, l, R10, R11);
-    w.put_pop(RAX);
-    w.put_pop(RDX);
+    w.put_store(Reg::Rdx, Reg::Rax, l.event_tsc as i32);
+    w.put_load(Reg::Rdx, Reg::Rsp, 8); // the function's rdx, pushed
+    w.put_store(Reg::Rdx, Reg::Rax, v(2));
+    thread_tid(w, l, x.lit_ctx.into(), Reg::Rdx);
+    w.put_store32(Reg::Rdx, Reg::Rax, l.event_tid as i32);
+    w.put_store32_imm(Reg::Rax, l.event_probe as i32, probe | l.entry_kind);
+    publish(w, l, Reg::R10, Reg::R11);
+    w.put_pop(Reg::Rax);
+    w.put_pop(Reg::Rdx);
 }
 
 /// The fast entry's fallbacks once it has pushed: at `x.unmark` (a full
 /// ring) it clears the writing mark, at `x.full` pops what the fast entry
 /// of the probe with entry word `word` pushed, then goes on to the call of
-/// `tp_entry`, which the detour emits next. Returns the addresses of
-/// `unmark` and `full`.
-pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout, word: u32) -> (u64, u64) {
-    let unmark = w.pc();
-    w.put_store32_imm(R10, l.thread_writing as i32, 0);
-    let full = w.pc();
+/// `tp_entry`, which the detour emits next. Binds `x.unmark` and `x.full`.
+pub(super) fn event_full(w: &mut Writer, l: &RuntimeLayout, word: u32, x: &EventExits) {
+    w.bind(x.unmark);
+    w.put_store32_imm(Reg::R10, l.thread_writing as i32, 0);
+    w.bind(x.full);
     for r in event_saved(l, word).iter().rev() {
         w.put_pop(*r);
     }
-    (unmark, full)
 }
 
 /// Where, above the fast exit's stack pointer after its pushes, the saved
@@ -473,66 +459,66 @@ const EXIT_RAX: i32 = 40;
 const EXIT_SLOT: i32 = 48;
 
 /// The fast exit (the trampoline), falling back to the full trampoline at
-/// `m.tramp_full`. Records the marks it defines in `out`.
-pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks, out: &mut Marks) {
-    w.put_lea(RSP, RSP, -8);
-    w.put_push(RAX);
+/// `m.tramp_full`. Binds the marks it defines.
+pub(super) fn exit(w: &mut Writer, l: &RuntimeLayout, m: &Marks) {
+    w.put_lea(Reg::Rsp, Reg::Rsp, -8);
+    w.put_push(Reg::Rax);
     w.put_push_flags_via_rax();
-    for r in [RDX, R10, R11, RCX] {
+    for r in [Reg::Rdx, Reg::R10, Reg::R11, Reg::Rcx] {
         w.put_push(r);
     }
     // The call's end, first.
-    timestamp(w, RAX);
-    w.put_mov_reg(RCX, RAX);
-    cache_entry(w, R10, RAX, m.lit_cache, m.exit_way1);
-    out.exit_found = w.pc();
-    w.put_load(R11, R10, thread_cache::THREAD);
-    w.put_load(R10, R10, thread_cache::RING);
-    check_thread(w, l, R11, 1, m.exit_slow);
-    w.put_lea(RAX, RSP, EXIT_SLOT);
-    w.put_cmp_reg_mem(RAX, R11, frame0(l, l.frame_slot));
+    timestamp(w, Reg::Rax);
+    w.put_mov_reg(Reg::Rcx, Reg::Rax);
+    cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache.into(), m.exit_way1.into());
+    w.bind(m.exit_found);
+    w.put_load(Reg::R11, Reg::R10, thread_cache::THREAD);
+    w.put_load(Reg::R10, Reg::R10, thread_cache::RING);
+    check_thread(w, l, Reg::R11, 1, m.exit_slow.into());
+    w.put_lea(Reg::Rax, Reg::Rsp, EXIT_SLOT);
+    w.put_cmp_reg_mem(Reg::Rax, Reg::R11, frame0(l, l.frame_slot));
     w.put_jne(m.exit_slow);
     // r10: the thread's ring slot; rax the event at its head.
-    reserve_event(w, l, R11, R10, RAX, m.exit_slow, m.exit_unmark);
+    reserve_event(w, l, Reg::R11, Reg::R10, Reg::Rax, m.exit_slow.into(), m.exit_unmark.into());
     // The frame is read whole before the depth lets it go: a signal
     // handler whose probes run on this thread from then on take frame 0.
-    w.put_load32(RDX, R11, frame0(l, l.frame_probe));
-    w.put_or32_imm(RDX, l.exit_kind);
-    w.put_store32(RDX, RAX, l.event_probe as i32);
-    thread_tid(w, l, m.lit_ctx, RDX);
-    w.put_store32(RDX, RAX, l.event_tid as i32);
-    w.put_store(RCX, RAX, l.event_tsc as i32);
+    w.put_load32(Reg::Rdx, Reg::R11, frame0(l, l.frame_probe));
+    w.put_or32_imm(Reg::Rdx, l.exit_kind);
+    w.put_store32(Reg::Rdx, Reg::Rax, l.event_probe as i32);
+    thread_tid(w, l, m.lit_ctx.into(), Reg::Rdx);
+    w.put_store32(Reg::Rdx, Reg::Rax, l.event_tid as i32);
+    w.put_store(Reg::Rcx, Reg::Rax, l.event_tsc as i32);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
-    w.put_load(RDX, RSP, EXIT_RAX);
-    w.put_store(RDX, RAX, v(0));
-    w.put_load(RDX, R11, frame0(l, l.frame_tsc));
-    w.put_store(RDX, RAX, v(1));
-    w.put_load(RDX, RSP, EXIT_RDX);
-    w.put_store(RDX, RAX, v(2));
-    w.put_load(RDX, R11, l.thread_overhead as i32);
-    w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
-    w.put_store(RDX, RAX, v(3));
-    w.put_store_imm(RAX, v(4), 0);
+    w.put_load(Reg::Rdx, Reg::Rsp, EXIT_RAX);
+    w.put_store(Reg::Rdx, Reg::Rax, v(0));
+    w.put_load(Reg::Rdx, Reg::R11, frame0(l, l.frame_tsc));
+    w.put_store(Reg::Rdx, Reg::Rax, v(1));
+    w.put_load(Reg::Rdx, Reg::Rsp, EXIT_RDX);
+    w.put_store(Reg::Rdx, Reg::Rax, v(2));
+    w.put_load(Reg::Rdx, Reg::R11, l.thread_overhead as i32);
+    w.put_sub_reg_mem(Reg::Rdx, Reg::R11, frame0(l, l.frame_overhead));
+    w.put_store(Reg::Rdx, Reg::Rax, v(3));
+    w.put_store_imm(Reg::Rax, v(4), 0);
     // The timed calls it made (nested ones end in the runtime's exit).
-    w.put_load(RDX, R11, frame0(l, l.frame_children));
-    w.put_store(RDX, RAX, v(5));
-    w.put_load(RDX, R11, frame0(l, l.frame_ret));
-    w.put_store(RDX, RSP, EXIT_SLOT);
-    w.put_store32_imm(R11, l.thread_depth as i32, 0);
-    publish(w, l, R11, R10);
+    w.put_load(Reg::Rdx, Reg::R11, frame0(l, l.frame_children));
+    w.put_store(Reg::Rdx, Reg::Rax, v(5));
+    w.put_load(Reg::Rdx, Reg::R11, frame0(l, l.frame_ret));
+    w.put_store(Reg::Rdx, Reg::Rsp, EXIT_SLOT);
+    w.put_store32_imm(Reg::R11, l.thread_depth as i32, 0);
+    publish(w, l, Reg::R11, Reg::R10);
     restore_exit(w);
     // Back by an indirect jump through the slot, not `ret` (see runtime_block.rs).
-    w.put_lea(RSP, RSP, 8);
-    w.put_jmp_mem(RSP, -8);
+    w.put_lea(Reg::Rsp, Reg::Rsp, 8);
+    w.put_jmp_mem(Reg::Rsp, -8);
 
-    out.exit_way1 = w.pc();
-    paired_entry(w, R10, RAX, m.exit_slow);
+    w.bind(m.exit_way1);
+    paired_entry(w, Reg::R10, Reg::Rax, m.exit_slow.into());
     w.put_jmp(m.exit_found);
-    out.exit_unmark = w.pc();
-    w.put_store32_imm(R11, l.thread_writing as i32, 0);
-    out.exit_slow = w.pc();
+    w.bind(m.exit_unmark);
+    w.put_store32_imm(Reg::R11, l.thread_writing as i32, 0);
+    w.bind(m.exit_slow);
     restore_exit(w);
-    w.put_lea(RSP, RSP, 8);
+    w.put_lea(Reg::Rsp, Reg::Rsp, 8);
     w.put_jmp(m.tramp_full);
 }
 
@@ -544,7 +530,7 @@ const AT_WORD: i32 = 56;
 const AT_SLOT: i32 = 64;
 /// Registers the exit routine's slow path saves besides the fast path's:
 /// with those, every one a C function may clobber.
-const AT_SAVED: [u8; 4] = [RSI, RDI, R8, R9];
+const AT_SAVED: [Reg; 4] = [Reg::Rsi, Reg::Rdi, Reg::R8, Reg::R9];
 
 /// Where the exit routine's three ways in are (see [`exit_at`]).
 #[derive(Debug, Clone, Copy)]
@@ -584,165 +570,150 @@ pub(super) struct ExitRoutines {
 /// done:   pop rcx, r11, r10, rdx ; pop rax ; add al, 0x7f ; sahf ; pop rax
 ///         ret 8
 /// ```
-pub(super) fn exit_at(
-    w: &mut Writer,
-    l: &RuntimeLayout,
-    m: &Marks,
-    out: &mut Marks,
-    plain: u64,
-    ext: u64,
-) -> ExitRoutines {
+pub(super) fn exit_at(w: &mut Writer, l: &RuntimeLayout, m: &Marks, plain: u64, ext: u64) -> ExitRoutines {
     // The runtime's way in, then what every way ends in.
     let runtime = w.pc();
     save_exit(w);
-    out.at_slow = w.pc();
+    w.bind(m.at_slow);
     for r in AT_SAVED {
         w.put_push(r);
     }
     let above = 8 * AT_SAVED.len() as i32;
-    w.put_mov_reg_rip(RDI, m.lit_ctx);
+    w.put_mov_reg_rip(Reg::Rdi, m.lit_ctx);
     // The whole word: its top half is how far above the slot's stack
     // pointer the return address is (an exit ahead of its return).
-    w.put_load(RSI, RSP, above + AT_WORD);
-    w.put_lea(RDX, RSP, above + AT_SLOT);
-    w.put_load(RCX, RSP, above + EXIT_RAX);
-    w.put_load(R8, RSP, above + EXIT_RDX);
+    w.put_load(Reg::Rsi, Reg::Rsp, above + AT_WORD);
+    w.put_lea(Reg::Rdx, Reg::Rsp, above + AT_SLOT);
+    w.put_load(Reg::Rcx, Reg::Rsp, above + EXIT_RAX);
+    w.put_load(Reg::R8, Reg::Rsp, above + EXIT_RDX);
     // Go code's goroutine, which C code leaves alone in r14.
-    w.put_mov_reg(R9, R14);
-    w.put_test32_imm(RSI, l.exit_ext);
+    w.put_mov_reg(Reg::R9, Reg::R14);
+    w.put_test32_imm(Reg::Rsi, l.exit_ext);
     w.put_jne(m.at_ext);
     // The stack pointer's alignment at an exit is the caller's: aligned here.
     w.put_align_stack_and_call(plain);
     w.put_jmp(m.at_called);
-    out.at_ext = w.pc();
+    w.bind(m.at_ext);
     w.put_align_stack_and_call(ext);
-    out.at_called = w.pc();
+    w.bind(m.at_called);
     w.put_clear_below_rsp_unrolled(CLEARED_BELOW);
     for r in AT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
-    out.at_done = w.pc();
+    w.bind(m.at_done);
     restore_exit(w);
     w.put_ret_pop(8);
 
     // The depth is not 1 (in rcx once loaded): none, or more than one timed
     // call live, where the same test is made on the top frame; this call's
     // own (nested) goes to the runtime, which keeps tp's time.
-    out.at_not_one = w.pc();
-    w.put_load32(RCX, R11, l.thread_depth as i32);
-    w.put_test_reg(RCX);
+    w.bind(m.at_not_one);
+    w.put_load32(Reg::Rcx, Reg::R11, l.thread_depth as i32);
+    w.put_test_reg(Reg::Rcx);
     w.put_je(m.at_done);
-    w.put_lea32(RAX, RCX, -1);
-    w.put_shl64(RAX, l.frame_size.trailing_zeros() as u8);
-    w.put_add_reg(RAX, R11);
-    w.put_load(RAX, RAX, frame0(l, l.frame_slot));
-    w.put_lea(RDX, RSP, AT_SLOT);
-    w.put_sub_reg(RAX, RDX);
+    w.put_lea32(Reg::Rax, Reg::Rcx, -1);
+    w.put_shl64(Reg::Rax, l.frame_size.trailing_zeros() as u8);
+    w.put_add_reg(Reg::Rax, Reg::R11);
+    w.put_load(Reg::Rax, Reg::Rax, frame0(l, l.frame_slot));
+    w.put_lea(Reg::Rdx, Reg::Rsp, AT_SLOT);
+    w.put_sub_reg(Reg::Rax, Reg::Rdx);
     w.put_je(m.at_slow);
     w.put_jmp(m.at_other);
     // One timed call live, in frame 0, not at this call's slot (rdx).
-    out.at_other0 = w.pc();
-    w.put_load(RAX, R11, frame0(l, l.frame_slot));
-    w.put_sub_reg(RAX, RDX);
+    w.bind(m.at_other0);
+    w.put_load(Reg::Rax, Reg::R11, frame0(l, l.frame_slot));
+    w.put_sub_reg(Reg::Rax, Reg::Rdx);
     // rax: the top frame's slot less this call's, not 0. Above it within a
     // stack's span: an outer call of this stack, and this one was not timed.
-    out.at_other = w.pc();
-    w.put_cmp_reg_imm(RAX, l.stack_span as i32);
+    w.bind(m.at_other);
+    w.put_cmp_reg_imm(Reg::Rax, l.stack_span as i32);
     w.put_jb(m.at_done);
     w.put_jmp(m.at_slow);
-    out.at_unmark = w.pc();
-    w.put_store32_imm(R11, l.thread_writing as i32, 0);
+    w.bind(m.at_unmark);
+    w.put_store32_imm(Reg::R11, l.thread_writing as i32, 0);
     w.put_jmp(m.at_slow);
 
     let ret = w.pc();
-    exit_at_fast(w, l, m, (m.at_way1, m.at_found), (&mut out.at_way1, &mut out.at_found), false);
+    exit_at_fast(w, l, m, (m.at_way1, m.at_found), false);
     let tail = w.pc();
-    exit_at_fast(w, l, m, (m.at_way1_tail, m.at_found_tail), (&mut out.at_way1_tail, &mut out.at_found_tail), true);
+    exit_at_fast(w, l, m, (m.at_way1_tail, m.at_found_tail), true);
     ExitRoutines { ret, tail, runtime }
 }
 
 /// The exit routine's fast path for a return's word (the probe alone) or,
 /// with `tail`, a tail call's (the probe and its flag): `marks` are its own
-/// labels (the paired cache entry, the entry found) from the first
-/// assembly, `out` where this one puts them.
-fn exit_at_fast(
-    w: &mut Writer,
-    l: &RuntimeLayout,
-    m: &Marks,
-    marks: (u64, u64),
-    out: (&mut u64, &mut u64),
-    tail: bool,
-) {
+/// labels (the paired cache entry, the entry found), bound here.
+fn exit_at_fast(w: &mut Writer, l: &RuntimeLayout, m: &Marks, marks: (Label, Label), tail: bool) {
     let (way1, found) = marks;
     save_exit(w);
-    cache_entry(w, R10, RAX, m.lit_cache, way1);
-    *out.1 = w.pc();
-    w.put_load(R11, R10, thread_cache::THREAD);
-    w.put_cmp32_mem_imm(R11, l.thread_depth as i32, 1);
+    cache_entry(w, Reg::R10, Reg::Rax, m.lit_cache.into(), way1.into());
+    w.bind(found);
+    w.put_load(Reg::R11, Reg::R10, thread_cache::THREAD);
+    w.put_cmp32_mem_imm(Reg::R11, l.thread_depth as i32, 1);
     w.put_jne(m.at_not_one);
     // One timed call live, in frame 0: this call's, an outer one's, or neither?
-    w.put_lea(RDX, RSP, AT_SLOT);
-    w.put_cmp_reg_mem(RDX, R11, frame0(l, l.frame_slot));
+    w.put_lea(Reg::Rdx, Reg::Rsp, AT_SLOT);
+    w.put_cmp_reg_mem(Reg::Rdx, Reg::R11, frame0(l, l.frame_slot));
     w.put_jne(m.at_other0);
-    w.put_load32(RAX, RSP, AT_WORD);
+    w.put_load32(Reg::Rax, Reg::Rsp, AT_WORD);
     if tail {
-        w.put_and32_imm(RAX, l.probe_mask);
+        w.put_and32_imm(Reg::Rax, l.probe_mask);
     }
-    w.put_cmp32_reg_mem(RAX, R11, frame0(l, l.frame_probe));
+    w.put_cmp32_reg_mem(Reg::Rax, Reg::R11, frame0(l, l.frame_probe));
     w.put_jne(m.at_slow);
-    w.put_cmp32_mem_imm(R11, l.thread_writing as i32, 0);
+    w.put_cmp32_mem_imm(Reg::R11, l.thread_writing as i32, 0);
     w.put_jne(m.at_slow);
     // This call's: its end (rax), then the event (rcx) from the frame read whole.
-    w.put_load(R10, R10, thread_cache::RING);
-    timestamp(w, RAX);
-    reserve_event(w, l, R11, R10, RCX, m.at_slow, m.at_unmark);
-    w.put_load32(RDX, R11, frame0(l, l.frame_probe));
-    w.put_or32_imm(RDX, l.exit_kind);
-    w.put_store32(RDX, RCX, l.event_probe as i32);
-    thread_tid(w, l, m.lit_ctx, RDX);
-    w.put_store32(RDX, RCX, l.event_tid as i32);
-    w.put_store(RAX, RCX, l.event_tsc as i32);
+    w.put_load(Reg::R10, Reg::R10, thread_cache::RING);
+    timestamp(w, Reg::Rax);
+    reserve_event(w, l, Reg::R11, Reg::R10, Reg::Rcx, m.at_slow.into(), m.at_unmark.into());
+    w.put_load32(Reg::Rdx, Reg::R11, frame0(l, l.frame_probe));
+    w.put_or32_imm(Reg::Rdx, l.exit_kind);
+    w.put_store32(Reg::Rdx, Reg::Rcx, l.event_probe as i32);
+    thread_tid(w, l, m.lit_ctx.into(), Reg::Rdx);
+    w.put_store32(Reg::Rdx, Reg::Rcx, l.event_tid as i32);
+    w.put_store(Reg::Rax, Reg::Rcx, l.event_tsc as i32);
     let v = |k: u32| (l.event_v + 8 * k) as i32;
-    w.put_load(RDX, RSP, EXIT_RAX);
-    w.put_store(RDX, RCX, v(0));
-    w.put_load(RDX, R11, frame0(l, l.frame_tsc));
-    w.put_store(RDX, RCX, v(1));
-    w.put_load(RDX, RSP, EXIT_RDX);
-    w.put_store(RDX, RCX, v(2));
-    w.put_load(RDX, R11, l.thread_overhead as i32);
-    w.put_sub_reg_mem(RDX, R11, frame0(l, l.frame_overhead));
-    w.put_store(RDX, RCX, v(3));
+    w.put_load(Reg::Rdx, Reg::Rsp, EXIT_RAX);
+    w.put_store(Reg::Rdx, Reg::Rcx, v(0));
+    w.put_load(Reg::Rdx, Reg::R11, frame0(l, l.frame_tsc));
+    w.put_store(Reg::Rdx, Reg::Rcx, v(1));
+    w.put_load(Reg::Rdx, Reg::Rsp, EXIT_RDX);
+    w.put_store(Reg::Rdx, Reg::Rcx, v(2));
+    w.put_load(Reg::Rdx, Reg::R11, l.thread_overhead as i32);
+    w.put_sub_reg_mem(Reg::Rdx, Reg::R11, frame0(l, l.frame_overhead));
+    w.put_store(Reg::Rdx, Reg::Rcx, v(3));
     // A tail call leaves no return value of its own: its flag says so.
-    w.put_store_imm(RCX, v(4), if tail { l.tail_call as i32 } else { 0 });
-    w.put_load(RDX, R11, frame0(l, l.frame_children));
-    w.put_store(RDX, RCX, v(5));
-    w.put_store32_imm(R11, l.thread_depth as i32, 0);
-    publish(w, l, R11, R10);
+    w.put_store_imm(Reg::Rcx, v(4), if tail { l.tail_call as i32 } else { 0 });
+    w.put_load(Reg::Rdx, Reg::R11, frame0(l, l.frame_children));
+    w.put_store(Reg::Rdx, Reg::Rcx, v(5));
+    w.put_store32_imm(Reg::R11, l.thread_depth as i32, 0);
+    publish(w, l, Reg::R11, Reg::R10);
     restore_exit(w);
     w.put_ret_pop(8);
 
-    *out.0 = w.pc();
-    paired_entry(w, R10, RAX, m.at_slow);
+    w.bind(way1);
+    paired_entry(w, Reg::R10, Reg::Rax, m.at_slow.into());
     w.put_jmp(found);
 }
 
 /// Pushes what the exit routine keeps of the registers it uses: rax, the
 /// flags, rdx, r10, r11 and rcx.
 fn save_exit(w: &mut Writer) {
-    w.put_push(RAX);
+    w.put_push(Reg::Rax);
     w.put_push_flags_via_rax();
-    for r in [RDX, R10, R11, RCX] {
+    for r in [Reg::Rdx, Reg::R10, Reg::R11, Reg::Rcx] {
         w.put_push(r);
     }
 }
 
 /// Pops what the fast exit pushed but the word for the return address.
 fn restore_exit(w: &mut Writer) {
-    for r in [RCX, R11, R10, RDX] {
+    for r in [Reg::Rcx, Reg::R11, Reg::R10, Reg::Rdx] {
         w.put_pop(r);
     }
     w.put_pop_flags_via_rax();
-    w.put_pop(RAX);
+    w.put_pop(Reg::Rax);
 }
 
 /// A layout as `probe::runtime::layout_of` makes one, for tests.

@@ -26,9 +26,10 @@
 //! included.
 
 use iced_x86::{
-    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, Register,
-    RflagsBits,
+    Decoder, DecoderOptions, FlowControl, Instruction, InstructionInfoFactory, Mnemonic, OpAccess, OpKind, RflagsBits,
 };
+
+use super::reg::Reg;
 
 /// OF SF ZF AF PF CF: the flags `lahf`/`seto` save and `sahf`/`add` restore.
 const STATUS: u32 = RflagsBits::OF | RflagsBits::SF | RflagsBits::ZF | RflagsBits::AF | RflagsBits::PF | RflagsBits::CF;
@@ -36,7 +37,7 @@ const STATUS: u32 = RflagsBits::OF | RflagsBits::SF | RflagsBits::ZF | RflagsBit
 /// Registers and flags dead at a window's first instruction.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Dead {
-    /// Bit `n`: general-purpose register `n` (rax = 0 … r15 = 15).
+    /// The dead general-purpose registers, each as its [`Reg::bit`].
     pub regs: u16,
     /// All six status flags.
     pub flags: bool,
@@ -46,9 +47,9 @@ pub struct Dead {
 const FLAGS_BIT: u32 = 1 << 16;
 
 impl Dead {
-    /// True if register `n` is dead.
-    pub fn reg(&self, n: u8) -> bool {
-        self.regs & (1 << n) != 0
+    /// True if register `r` is dead.
+    pub fn reg(&self, r: Reg) -> bool {
+        self.regs & r.bit() != 0
     }
 
     /// As [`crate::arch::SitePlan::dead`] keeps it.
@@ -80,24 +81,24 @@ pub fn dead_at(code: &[u8], site: u64) -> Dead {
         }
         // Reads come before the instruction's writes.
         for u in used.used_registers() {
-            if let Some(n) = gpr(u.register())
+            if let Some(r) = Reg::of_iced(u.register())
                 && matches!(
                     u.access(),
                     OpAccess::Read | OpAccess::CondRead | OpAccess::ReadWrite | OpAccess::ReadCondWrite
                 )
             {
-                decided |= 1 << n;
+                decided |= r.bit();
             }
         }
         for u in used.used_registers() {
             let whole = matches!(u.register().size(), 4 | 8);
-            if let Some(n) = gpr(u.register())
+            if let Some(r) = Reg::of_iced(u.register())
                 && u.access() == OpAccess::Write
                 && whole
-                && decided & (1 << n) == 0
+                && decided & r.bit() == 0
             {
-                dead |= 1 << n;
-                decided |= 1 << n;
+                dead |= r.bit();
+                decided |= r.bit();
             }
         }
         if ins.rflags_read() & STATUS & !flags_written != 0 {
@@ -167,18 +168,6 @@ fn is_immediate(k: OpKind) -> bool {
     )
 }
 
-/// The number (0-15) of the 64-bit register that `r` is part of, if `r` is
-/// a general-purpose register.
-fn gpr(r: Register) -> Option<u8> {
-    if !r.is_gpr() {
-        return None;
-    }
-    let full = r.full_register(); // ah is part of rax, r8d of r8
-    (Register::RAX as u32..=Register::R15 as u32)
-        .contains(&(full as u32))
-        .then(|| (full as u32 - Register::RAX as u32) as u8)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,8 +176,8 @@ mod tests {
         dead_at(bytes, 0x1000)
     }
 
-    const RAX: u16 = 1;
-    const RDI: u16 = 1 << 7;
+    const RAX: u16 = Reg::Rax.bit();
+    const RDI: u16 = Reg::Rdi.bit();
 
     #[test]
     fn a_register_written_whole_before_any_read_is_dead() {
@@ -211,7 +200,7 @@ mod tests {
         // overflow) before the sub writes the flags.
         assert_eq!(dead(&[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10]), Dead::default());
         // xor eax, eax; div ecx: rax is dead before the division.
-        assert!(dead(&[0x31, 0xc0, 0xf7, 0xf1]).reg(0));
+        assert!(dead(&[0x31, 0xc0, 0xf7, 0xf1]).reg(Reg::Rax));
         // div ecx; mov eax, 1: the division may trap first.
         assert_eq!(dead(&[0xf7, 0xf1, 0xb8, 1, 0, 0, 0]), Dead::default());
         // rdtsc writes rax and rdx, but may trap (PR_SET_TSC).
@@ -257,7 +246,7 @@ mod tests {
         // call rel32 as the window: nothing after it counts.
         assert_eq!(dead(&[0xe8, 0, 0, 0, 0, 0xb8, 1, 0, 0, 0]), Dead::default());
         // xor eax, eax; ret: rax written before the return.
-        assert!(dead(&[0x31, 0xc0, 0xc3, 0x90, 0x90]).reg(0));
+        assert!(dead(&[0x31, 0xc0, 0xc3, 0x90, 0x90]).reg(Reg::Rax));
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod fast;
 pub mod golang;
 pub mod liveness;
 pub mod operands;
+pub mod reg;
 pub mod regs;
 pub mod relocate;
 pub mod runtime_block;

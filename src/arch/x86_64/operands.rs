@@ -27,6 +27,7 @@
 
 use iced_x86::{Code, Encoder, Instruction, MemoryOperand, Register};
 
+use super::reg::Reg;
 use super::writer::Writer;
 use crate::arch::operand::MAX_OPERANDS;
 use crate::arch::{Operand, OperandLoc, Operands};
@@ -47,30 +48,6 @@ pub struct Frame {
 
 /// Bytes [`push`] pushes: one word per argument the event records.
 pub const PUSHED: i32 = 8 * MAX_OPERANDS as i32;
-
-const RAX: u8 = 0;
-const RSP: u8 = 4;
-const R10: u8 = 10;
-const R11: u8 = 11;
-
-const REGISTERS: [Register; 16] = [
-    Register::RAX,
-    Register::RCX,
-    Register::RDX,
-    Register::RBX,
-    Register::RSP,
-    Register::RBP,
-    Register::RSI,
-    Register::RDI,
-    Register::R8,
-    Register::R9,
-    Register::R10,
-    Register::R11,
-    Register::R12,
-    Register::R13,
-    Register::R14,
-    Register::R15,
-];
 
 /// Pushes the values of `ops` (and zeros up to [`MAX_OPERANDS`] words), the
 /// first operand at the stack pointer. Returns the bytes pushed
@@ -165,12 +142,13 @@ fn load(code: &mut Vec<Instruction>, op: &Operand, at: Frame) {
 /// Code that puts the site's value of register `r` into `dst` (rax or r11).
 fn site_register(code: &mut Vec<Instruction>, dst: Register, r: u8, at: Frame) {
     let saved = |disp: i32| MemoryOperand::with_base_displ(Register::RSP, disp as i64);
-    let ins = match r {
-        RAX => Instruction::with2(Code::Mov_r64_rm64, dst, saved(at.rax)),
-        R11 => Instruction::with2(Code::Mov_r64_rm64, dst, saved(at.r11)),
-        R10 => Instruction::with2(Code::Mov_r64_rm64, dst, saved(at.r10)),
-        RSP => Instruction::with2(Code::Lea_r64_m, dst, saved(at.rsp)),
-        r => Instruction::with2(Code::Mov_r64_rm64, dst, REGISTERS[r as usize & 15]),
+    // Operands number registers as the encoding does (`sdt`).
+    let ins = match Reg::from_num(r & 15).expect("a register") {
+        Reg::Rax => Instruction::with2(Code::Mov_r64_rm64, dst, saved(at.rax)),
+        Reg::R11 => Instruction::with2(Code::Mov_r64_rm64, dst, saved(at.r11)),
+        Reg::R10 => Instruction::with2(Code::Mov_r64_rm64, dst, saved(at.r10)),
+        Reg::Rsp => Instruction::with2(Code::Lea_r64_m, dst, saved(at.rsp)),
+        r => Instruction::with2(Code::Mov_r64_rm64, dst, r.iced()),
     };
     code.push(ins.expect("register"));
 }
@@ -186,7 +164,7 @@ mod tests {
     fn asm(ops: &[Operand]) -> Vec<String> {
         let mut w = Writer::new(AT);
         assert_eq!(push(&mut w, &Operands::new(ops), FRAME), 48);
-        disassemble(&w.into_bytes(), AT)
+        disassemble(&w.finish(), AT)
     }
 
     fn reg(r: u8) -> Operand {

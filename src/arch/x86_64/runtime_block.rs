@@ -66,8 +66,9 @@
 //! the call.
 
 use super::CLEARED_BELOW;
-use super::fast::{self, Marks, R8, R9, R10, R11, RAX, RBX, RCX, RDI, RDX, RSI, RSP};
-use super::writer::Writer;
+use super::fast::{self, Marks};
+use super::reg::Reg;
+use super::writer::{Label, Writer};
 use crate::arch::{RuntimeAddrs, RuntimeBlobs, RuntimeBlock, RuntimeLayout, ThreadKey, TidOffset};
 
 /// `HWCAP2_FSGSBASE`: the kernel lets user space read the FS base (rdfsbase).
@@ -93,31 +94,20 @@ pub fn thread_key(hwcap2: u64, fs_bases: &[u64], read: &dyn Fn(u64, usize) -> Op
 }
 
 /// Pushed in this order, so rax and rdx (the results) end up lowest.
-const SAVED: [u8; 9] = [R11, R10, R9, R8, RDI, RSI, RCX, RDX, RAX];
+const SAVED: [Reg; 9] = [Reg::R11, Reg::R10, Reg::R9, Reg::R8, Reg::Rdi, Reg::Rsi, Reg::Rcx, Reg::Rdx, Reg::Rax];
 /// Bytes between the trampoline's stack pointer at the call and at its start.
 const FRAME: i8 = 96;
 /// Registers the count stub saves after rax and the flags, in this order.
-const COUNT_SAVED: [u8; 8] = [RCX, RDX, RSI, RDI, R8, R9, R10, R11];
+const COUNT_SAVED: [Reg; 8] = [Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi, Reg::R8, Reg::R9, Reg::R10, Reg::R11];
 /// From the count stub's rbx to the probe the detour pushed: rbx, the eight
 /// registers, the flags, rax and the return address.
 const COUNT_ARG: i8 = 96;
 
-/// Assembles the runtime block at `at` for the region `layout` describes.
-pub fn build(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
-    // Every instruction has a fixed length: assemble once to find where
-    // everything is, then for good.
-    let (_, marks) = assemble(at, layout, blobs, &Marks::near(at));
-    let (mut block, again) = assemble(at, layout, blobs, &marks);
-    debug_assert_eq!(again.lit_ctx, marks.lit_ctx);
-    block.addrs.ctx = layout.ctx;
-    block
-}
-
-/// The runtime block at `at`, with the addresses of `m` (from a first
-/// assembly); returns it and the addresses it found.
-fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (RuntimeBlock, Marks) {
-    let mut out = Marks::default();
+/// Assembles the runtime block at `at` for the region `l` describes, in
+/// one pass (the writer fills in the branches to its later parts).
+pub fn build(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut w = Writer::new(at);
+    let m = Marks::new(&mut w);
     let put_blob = |w: &mut Writer, blob: &[u8]| {
         let at = w.pc();
         w.put_bytes(blob);
@@ -132,10 +122,10 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     let exit_ext = put_blob(&mut w, blobs.exit_ext);
     let rendezvous = put_blob(&mut w, blobs.rendezvous);
     let trampoline = w.pc();
-    out.tramp = trampoline;
-    fast::exit(&mut w, l, m, &mut out);
+    w.bind(m.tramp);
+    fast::exit(&mut w, l, &m);
     w.put_align(16);
-    out.tramp_full = w.pc();
+    w.bind(m.tramp_full);
     put_trampoline(&mut w, exit, m.lit_ctx);
     w.put_align(16);
     let trampoline_ext = w.pc();
@@ -146,23 +136,23 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
     w.put_align(16);
     let exit_at = put_blob(&mut w, blobs.exit_at);
     let exit_at_ext = put_blob(&mut w, blobs.exit_at_ext);
-    let exits = fast::exit_at(&mut w, l, m, &mut out, exit_at, exit_at_ext);
+    let exits = fast::exit_at(&mut w, l, &m, exit_at, exit_at_ext);
     w.put_align(16);
     let step = put_blob(&mut w, blobs.step);
     let tp_trap = put_blob(&mut w, blobs.trap);
     // The SIGTRAP handler's entry: the context as tp_trap's fourth argument.
     let trap = w.pc();
-    w.put_mov_reg_rip(RCX, m.lit_ctx);
+    w.put_mov_reg_rip(Reg::Rcx, m.lit_ctx);
     w.put_jmp(tp_trap);
     w.put_align(16);
     let trap_return = w.pc();
     put_sigreturn(&mut w);
     w.put_align(8);
-    out.lit_ctx = w.pc();
-    out.lit_cache = out.lit_ctx + 8;
-    for v in fast::literals(l) {
-        w.put_u64(v);
-    }
+    let [ctx, cache] = fast::literals(l);
+    w.bind(m.lit_ctx);
+    w.put_u64(ctx);
+    w.bind(m.lit_cache);
+    w.put_u64(cache);
     let addrs = RuntimeAddrs {
         entry,
         trampoline,
@@ -179,7 +169,7 @@ fn assemble(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs, m: &Marks) -> (Run
         count,
         ctx: l.ctx,
     };
-    (RuntimeBlock { bytes: w.into_bytes(), addrs }, out)
+    RuntimeBlock { bytes: w.finish(), addrs }
 }
 
 /// `mov eax, SYS_rt_sigreturn; syscall`: where the SIGTRAP handler returns.
@@ -190,19 +180,19 @@ fn put_sigreturn(w: &mut Writer) {
 }
 
 /// A full return trampoline (see the module doc), calling `exit`.
-fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
-    w.put_lea_rsp(RSP, -16);
+fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: Label) {
+    w.put_lea_short(Reg::Rsp, Reg::Rsp, -16);
     for r in SAVED {
         w.put_push(r);
     }
     w.put_push_flags_via_rax();
-    w.put_mov_reg_rip(RDI, lit_ctx);
-    w.put_lea_rsp(RSI, 8);
-    w.put_lea_rsp(RDX, FRAME as i32);
+    w.put_mov_reg_rip(Reg::Rdi, lit_ctx);
+    w.put_lea_short(Reg::Rsi, Reg::Rsp, 8);
+    w.put_lea_short(Reg::Rdx, Reg::Rsp, FRAME as i32);
     w.put_call(exit);
     // tp_exit always answers: a frame lost for good ends the process in
     // the runtime (runtime.c, end_process), never here.
-    w.put_store_rax(FRAME - 8);
+    w.put_store_short(Reg::Rax, Reg::Rsp, i32::from(FRAME - 8));
     w.put_clear_below_rsp(CLEARED_BELOW);
     w.put_pop_flags_via_rax();
     for r in SAVED.iter().rev() {
@@ -210,32 +200,32 @@ fn put_trampoline(w: &mut Writer, exit: u64, lit_ctx: u64) {
     }
     // The slot is the word below the stack pointer now: back by an
     // indirect jump through it (see the module doc).
-    w.put_lea_rsp(RSP, 16);
-    w.put_jmp_mem(RSP, -8);
+    w.put_lea_short(Reg::Rsp, Reg::Rsp, 16);
+    w.put_jmp_mem(Reg::Rsp, -8);
 }
 
 /// The count stub (see the module doc), which calls `tp_count`.
-fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: u64) {
-    w.put_push(RAX);
+fn put_count_stub(w: &mut Writer, tp_count: u64, lit_ctx: Label) {
+    w.put_push(Reg::Rax);
     w.put_push_flags_via_rax();
     for r in COUNT_SAVED {
         w.put_push(r);
     }
-    w.put_push(RBX);
-    w.put_mov_rbx_rsp();
-    w.put_align_rsp();
-    w.put_mov_reg_rip(RDI, lit_ctx);
-    w.put_load_esi_rbx(COUNT_ARG);
+    w.put_push(Reg::Rbx);
+    w.put_mov_reg(Reg::Rbx, Reg::Rsp);
+    w.put_and_imm8(Reg::Rsp, -16);
+    w.put_mov_reg_rip(Reg::Rdi, lit_ctx);
+    w.put_load32_short(Reg::Rsi, Reg::Rbx, i32::from(COUNT_ARG));
     w.put_call(tp_count);
-    w.put_store_rax_rbx(COUNT_ARG);
+    w.put_store_short(Reg::Rax, Reg::Rbx, i32::from(COUNT_ARG));
     w.put_clear_below_rsp(CLEARED_BELOW);
-    w.put_mov_rsp_rbx();
-    w.put_pop(RBX);
+    w.put_mov_reg(Reg::Rsp, Reg::Rbx);
+    w.put_pop(Reg::Rbx);
     for r in COUNT_SAVED.iter().rev() {
         w.put_pop(*r);
     }
     w.put_pop_flags_via_rax();
-    w.put_pop(RAX);
+    w.put_pop(Reg::Rax);
     w.put_ret();
 }
 
