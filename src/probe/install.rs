@@ -937,7 +937,7 @@ fn reuse(
         if e.kind != req.kind {
             continue;
         }
-        let runtime = if !needs_runtime(req) {
+        let runtime = if !runtime::needs_runtime(req) {
             None
         } else {
             match h.arenas[..h.arena_count as usize].iter().find(|a| a.addr <= e.detour && e.detour < a.addr + a.size) {
@@ -954,11 +954,6 @@ fn reuse(
         }
     }
     Ok(None)
-}
-
-/// True if the detour of `req` calls the arena's runtime block.
-pub(super) fn needs_runtime(req: &Request) -> bool {
-    req.kind != kind::COUNT || Host::COUNTING_CALLS_RUNTIME
 }
 
 /// Where the runtime block at `at` keeps its parts. Assembling the block
@@ -980,16 +975,6 @@ fn runtime_addrs(region: &Region, at: u64) -> RuntimeAddrs {
     addrs
 }
 
-/// Bytes an arena's runtime block takes, rounded to 16 (detours start
-/// 16-aligned): the same for every block this tp writes.
-pub(super) fn runtime_block_len() -> u64 {
-    static LEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *LEN.get_or_init(|| {
-        (Host::build_runtime(0, &RuntimeLayout::default(), &runtime::blobs()).bytes.len() as u64 + 16)
-            .next_multiple_of(16)
-    })
-}
-
 /// Builds the detour of probe `index` in an arena within reach (allocating
 /// one if needed, and writing the arena's runtime block first when the probe
 /// needs it) and reserves its bytes in the header.
@@ -1006,10 +991,10 @@ fn place_detour(
     remaining: usize,
 ) -> Result<(u64, Detour)> {
     let refused = |r: Refusal| anyhow::anyhow!("cannot probe `{}`: {r}", req.function.name);
-    let needs_runtime = needs_runtime(req);
+    let needs_runtime = runtime::needs_runtime(req);
     // A multiple of 16, as every arena's size and use then are (detours
     // start 16-aligned).
-    let runtime_len = runtime_block_len();
+    let runtime_len = runtime::block_len();
     let reachable = |a: &Arena| arena::reaches(req.span, a.addr, a.size, arena::reach_of(req));
     // Arenas within reach first, then a new one: the detour goes in the
     // first where it really fits (its size depends on where it goes).

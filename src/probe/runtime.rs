@@ -5,8 +5,24 @@
 
 use std::mem::{offset_of, size_of};
 
+use super::Request;
+use super::layout::kind;
 use super::layout::{self, Event, EventCtx, Frame, Header, Proc, SlotHead, ThreadState, entry_flags, event_kind};
-use crate::arch::{RuntimeBlobs, RuntimeLayout};
+use crate::arch::{Arch, Host, RuntimeBlobs, RuntimeLayout};
+
+/// True if the detour of `req` calls the arena's runtime block.
+pub fn needs_runtime(req: &Request) -> bool {
+    req.kind != kind::COUNT || Host::COUNTING_CALLS_RUNTIME
+}
+
+/// Bytes an arena's runtime block takes, rounded to 16 (detours start
+/// 16-aligned): the same for every block this tp writes.
+pub fn block_len() -> u64 {
+    static LEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LEN.get_or_init(|| {
+        (Host::build_runtime(0, &RuntimeLayout::default(), &blobs()).bytes.len() as u64 + 16).next_multiple_of(16)
+    })
+}
 
 /// The runtime's functions for the host architecture.
 pub fn blobs() -> RuntimeBlobs {

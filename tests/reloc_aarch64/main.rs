@@ -17,6 +17,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use tp::arch::aarch64::decode::disassemble;
+use tp::arch::aarch64::reg::Reg;
 use tp::arch::aarch64::relocate::{Exit, relocate_alone};
 use tp::arch::aarch64::window;
 
@@ -233,11 +234,11 @@ fn long_form_windows_behave_like_the_original() {
 fn clobbering_runtime(at: u64) -> Vec<u8> {
     let mut w = tp::arch::aarch64::writer::Writer::new(at);
     for r in (0..=18).filter(|&r| r != 16) {
-        w.put_movz(r, 0xdead ^ r as u16);
+        w.put_movz(Reg::x(r), 0xdead ^ r as u16);
     }
     w.put(0xd2a0_0000 | (0xf000 << 5) | 16); // movz x16, #0xf000, lsl #16: N, Z, C and V set
-    w.put_msr_nzcv(16);
-    w.put_ret(30);
+    w.put_msr_nzcv(Reg::X16);
+    w.put_ret(Reg::LR);
     w.finish()
 }
 
@@ -366,7 +367,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                 tramp.resize((counters + countdowns + 64 * 8) as usize, 0);
                 // The detour's save area, and below it what each call of the
                 // runtime clears (dead stack: no red zone on AArch64).
-                let below = 160 + tp::arch::aarch64::runtime_block::CLEARED_BELOW;
+                let below = 160 + tp::arch::aarch64::CLEARED_BELOW;
                 let (ok, out) = differential_below_sp(&orig, &tramp, &["x16", "x17"], below);
                 let name = format!("{pad_name}, {kind}, {atomics:?}");
                 eprintln!("{name:<40} {}", out.lines().last().unwrap_or(""));
@@ -472,7 +473,7 @@ fn exit_detours_leave_as_the_function_did() {
         tramp.resize((runtime_at - TRAMP) as usize, 0);
         tramp.extend(&block.bytes);
         // The stub's 32 bytes, the routine's frame and what the call clears.
-        let below = 32 + 160 + runtime_block::CLEARED_BELOW;
+        let below = 32 + 160 + tp::arch::aarch64::CLEARED_BELOW;
         let (ok, out) = differential_below_sp(&word.to_le_bytes(), &tramp, &["x16", "x17"], below);
         eprintln!("{asm:<20} {}", out.lines().last().unwrap_or(""));
         if !ok {

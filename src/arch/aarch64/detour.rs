@@ -474,7 +474,7 @@ fn put_call(w: &mut Writer, target: u64) -> Result<(), Refusal> {
     w.put_bl(target);
     // What the call left below the stack pointer (see runtime_block.rs); the
     // restore that follows each call reloads x0 and x1.
-    w.put_clear_below_sp(super::runtime_block::CLEARED_BELOW);
+    w.put_clear_below_sp(super::CLEARED_BELOW);
     Ok(())
 }
 

@@ -30,6 +30,16 @@ use crate::arch::{
     RuntimeLayout, SitePlan, Syscalls, ThreadKey, TidOffset,
 };
 
+/// What a call of the C runtime may leave written below the stack pointer
+/// once it returns (no red zone here: its frames), which each call clears:
+/// the link register it saved (an address in tp's code) or the
+/// trampoline's address spilled there would lie in the stack the program
+/// uses next, in words its frames do not write, where tp's check at
+/// detach that nothing refers to its code finds them
+/// ([`crate::probe::remove`]), keeping tp's memory mapped for good.
+pub const CLEARED_BELOW: u32 = crate::arch::RUNTIME_STACK.next_multiple_of(16);
+const _: () = assert!(CLEARED_BELOW <= 512, "one pair store per 16 bytes reaches 512 bytes below SP");
+
 /// The AArch64 architecture.
 #[derive(Debug, Clone, Copy)]
 pub struct AArch64;

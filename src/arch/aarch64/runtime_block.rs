@@ -33,20 +33,11 @@
 //! detour recorded after authenticating it, so pointer authentication
 //! plays no part here.
 
+use super::CLEARED_BELOW;
 use super::detour::{FRAME, restore, save};
 use super::reg::Reg;
 use super::writer::Writer;
-use crate::arch::{FrameHome, RUNTIME_STACK, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
-
-/// What a call of the C runtime may leave written below the stack pointer
-/// once it returns (no red zone here: its frames), which each call clears:
-/// the link register it saved (an address in tp's code) or the
-/// trampoline's address spilled there would lie in the stack the program
-/// uses next, in words its frames do not write, where tp's check at
-/// detach that nothing refers to its code finds them
-/// ([`crate::probe::remove`]), keeping tp's memory mapped for good.
-pub const CLEARED_BELOW: u32 = RUNTIME_STACK.next_multiple_of(16);
-const _: () = assert!(CLEARED_BELOW <= 512, "one pair store per 16 bytes reaches 512 bytes below SP");
+use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset};
 
 /// Assembles the runtime block at `at`: the runtime's functions, then two
 /// trampolines, one calling `tp_exit` and one `tp_exit_ext`, then the exit

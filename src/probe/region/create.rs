@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use super::Region;
 use crate::arch::{Arch, Host};
 use crate::probe::layout::{self, Header, MEMFD_NAME};
-use crate::probe::{Request, acquire, arena, install, orphan};
+use crate::probe::{Request, acquire, arena, orphan, runtime};
 use crate::process::Mapping;
 use crate::process::memory::Memory;
 use crate::process::remote::RemoteCaller;
@@ -49,7 +49,7 @@ pub fn create_region(
     // The first arena holds the runtime block too, where a probe needs one:
     // a second arena beside it would split what `tp detach` finds of a
     // killed tp's memory by the name at the first one's end.
-    let runtime = if requests.iter().any(install::needs_runtime) { install::runtime_block_len() } else { 0 };
+    let runtime = if requests.iter().any(runtime::needs_runtime) { runtime::block_len() } else { 0 };
     let size = (arena::arena_size(requests.len(), kind) + runtime).next_multiple_of(4096);
     let near = arena::candidates(maps, first.span, size, arena::reach_of(first)).first().copied().unwrap_or(0);
     caller.check(sc.memfd_create, [near + size - orphan::NAME_FROM_END, flags, 0, 0, 0, 0])?;
