@@ -714,7 +714,12 @@ pub fn aggregates_of(
                     })
                     .collect(),
             };
-            let rows = crate::output::aggregates::merged(rows);
+            let mut rows = crate::output::aggregates::merged(rows);
+            // A stack's key is a hash, whose order says nothing: the
+            // stacks with the most calls first (ties in key order).
+            if stack.is_some() {
+                rows.sort_by_key(|r| std::cmp::Reverse(r.count));
+            }
             let callers = caller
                 .map(|k| rows.iter().filter_map(|r| r.key.get(k)).map(|&v| (v, name(v as u64))).collect())
                 .unwrap_or_default();

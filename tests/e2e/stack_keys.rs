@@ -81,6 +81,9 @@ fn each_call_chain_is_counted_apart_with_its_frames() {
     assert_eq!(calls_with_prefix(&a, &["a_mid", "path_a", "run_paths", "thread_main"]), [200], "{a}");
     assert_eq!(calls_with_prefix(&a, &["path_b", "run_paths", "main"]), [300, 300], "{a}");
     assert_eq!(calls_with_prefix(&a, &["path_b", "run_paths", "thread_main"]), [200, 200], "{a}");
+    // The stacks with the most calls first.
+    let counts: Vec<u64> = a["rows"].as_array().unwrap().iter().map(|r| r["count"].as_u64().unwrap()).collect();
+    assert_eq!(counts, [300, 300, 300, 200, 200, 200], "{a}");
 }
 
 /// The frames of each stack key are the ones `--stack` walks for the same
