@@ -133,18 +133,20 @@ fn status_names_a_running_sessions_callers() {
 }
 
 /// A static probe sits inside its function, where no return address is
-/// at the stack pointer: `--by caller` there is refused in one line, the
-/// target untouched.
+/// at the stack pointer: `--by caller` and `--by stack` (which starts
+/// from it) there are refused in one line, the target untouched.
 #[test]
-fn a_static_probe_is_not_keyed_by_caller() {
+fn a_static_probe_is_not_keyed_by_caller_or_stack() {
     let t = Target::start("sdt");
     let pid = t.pid.to_string();
-    let err = expect_error(
-        &["attach", "-p", &pid, "-d", "1", "-f", "usdt:tpsdt:tick", "--by", "caller"],
-        "--by caller keys by the return address",
-    );
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(!has_region(t.pid), "tp's memory left in the target");
+    for key in ["caller", "stack"] {
+        let err = expect_error(
+            &["attach", "-p", &pid, "-d", "1", "-f", "usdt:tpsdt:tick", "--by", key],
+            &format!("--by {key} keys by the return address"),
+        );
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(!has_region(t.pid), "tp's memory left in the target");
+    }
     assert!(t.quit().success(), "the target must exit 0");
 }
 

@@ -201,18 +201,3 @@ fn status_shows_a_running_sessions_stacks() {
     assert!(!has_region(t.pid), "tp's memory left in the target");
     assert!(t.quit().success(), "the target must exit 0");
 }
-
-/// A static probe sits inside its function, where no return address is at
-/// the stack pointer: `--by stack` there is refused in one line.
-#[test]
-fn a_static_probe_is_not_keyed_by_stack() {
-    let t = Target::start("sdt");
-    let pid = t.pid.to_string();
-    let err = expect_error(
-        &["attach", "-p", &pid, "-d", "1", "-f", "usdt:tpsdt:tick", "--by", "stack"],
-        "--by stack keys by the return address",
-    );
-    assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(!has_region(t.pid), "tp's memory left in the target");
-    assert!(t.quit().success(), "the target must exit 0");
-}
