@@ -616,6 +616,18 @@ HOT uint64_t real_return(const struct tp_thread *t, uint64_t at, uint64_t word)
 	return word;
 }
 
+/* One step of a frame-pointer walk: the return address in the frame
+ * record at `fp` ([fp] the caller's fp, [fp + 8] its return address), or
+ * 0 where the walk ends: a record misaligned, not above the last one
+ * (`prev`, first the stack pointer), not wholly inside the checked bounds
+ * [lo, hi), or with no return address. */
+HOT uint64_t frame_return(uint64_t fp, uint64_t prev, uint64_t lo, uint64_t hi)
+{
+	if ((fp & 7) || fp <= prev || fp < lo || fp >= hi || hi - fp < 16)
+		return 0;
+	return ((const volatile uint64_t *)fp)[1];
+}
+
 HOT uint64_t stack_key(const struct key_stack *k, struct tp_stack_key *out)
 {
 	uint64_t h = 0x2545f4914f6cdd1dull, ret = k->first, lo = 0, hi = 0;
@@ -630,15 +642,12 @@ HOT uint64_t stack_key(const struct key_stack *k, struct tp_stack_key *out)
 		h ^= h >> 31;
 		if (!bounded || n >= k->depth)
 			break;
-		if ((fp & 7) || fp <= prev || fp < lo || fp >= hi || hi - fp < 16)
-			break;
-		uint64_t next = ((const volatile uint64_t *)fp)[0];
-		ret = ((const volatile uint64_t *)fp)[1];
+		ret = frame_return(fp, prev, lo, hi);
 		if (ret == 0)
 			break;
 		ret = real_return(k->t, fp + 8, ret);
 		prev = fp;
-		fp = next;
+		fp = ((const volatile uint64_t *)fp)[0];
 	}
 	h = (h ^ n) * 0x9e3779b97f4a7c15ull;
 	h ^= h >> 31;
@@ -817,19 +826,15 @@ HOT void emit_with_stack(struct tp_ctx *c, struct tp_thread *t, uint32_t probe, 
 		found++;
 		uint64_t fp = tp_frame_pointer(), prev = sp;
 		while (bounded && found < depth) {
-			if ((fp & 7) || fp <= prev || fp < lo || fp >= hi || hi - fp < 16)
-				break;
-			uint64_t ret = ((const volatile uint64_t *)fp)[1];
-			uint64_t next = ((const volatile uint64_t *)fp)[0];
+			uint64_t ret = frame_return(fp, prev, lo, hi);
 			if (ret == 0)
 				break;
 			*stack_word(s, mask, head, n++) = real_return(t, fp + 8, ret);
 			found++;
 			prev = fp;
-			fp = next;
+			fp = ((const volatile uint64_t *)fp)[0];
 		}
-		if (found == depth && bounded && !(fp & 7) && fp > prev && fp >= lo && fp < hi && hi - fp >= 16 &&
-		    ((const volatile uint64_t *)fp)[1] != 0)
+		if (found == depth && bounded && frame_return(fp, prev, lo, hi) != 0)
 			head_word |= TP_STACK_TRUNCATED;
 		head_word |= ((uint64_t)found << TP_STACK_COUNT_SHIFT);
 	}
