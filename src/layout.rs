@@ -174,7 +174,7 @@ impl<T: CType, const N: usize> CType for [T; N] {
 /// The magic at offset 0.
 pub const MAGIC: [u8; 8] = *b"tp-data\0";
 /// The layout version; bumped on any incompatible change.
-pub const VERSION: u32 = 27;
+pub const VERSION: u32 = 28;
 /// The memfd's name; `/proc/PID/maps` shows it as `/memfd:tp-data (deleted)`.
 pub const MEMFD_NAME: &str = "tp-data";
 /// How many code arenas the header records.
@@ -982,10 +982,12 @@ shared_struct! {
         /// with [`fetch_word::EXT_SHIFT`] and [`fetch_word::SIGNED`], then
         /// its loads); a zero header counts the calls alone.
         pub agg: [u64; AGG_VALUE_WORDS],
-        /// `--by` as written ([`text_words`]), for `tp status` to name and
-        /// merge the rows it reads; nothing reads it in the target.
+        /// `--by`'s keys in the words that name them (`stack(2),tid`:
+        /// [`text_words`]), for `tp status` to name and merge the rows it
+        /// reads; nothing reads it in the target.
         pub by_text: [u64; BY_TEXT_WORDS],
-        /// `--agg` as written, likewise.
+        /// `--agg`'s functions and value, the value named once
+        /// (`count,hist(latency)`), likewise.
         pub agg_text: [u64; AGG_TEXT_WORDS],
     }
 }

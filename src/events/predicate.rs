@@ -1253,6 +1253,87 @@ pub fn parse_agg(text: &str) -> Result<Agg, String> {
     Ok(out)
 }
 
+/// What a report names of an `--agg`: its functions, in order, and the
+/// text of the value they aggregate. The region keeps it for `tp status`
+/// in a short form that names the value once ([`AggNames::stored`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AggNames {
+    /// The functions.
+    pub funcs: Vec<AggFn>,
+    /// The value's text as written (none for `count()` alone).
+    pub value: Option<String>,
+}
+
+impl Agg {
+    /// Its functions and its value's text.
+    pub fn names(&self) -> AggNames {
+        AggNames { funcs: self.funcs.clone(), value: self.value.as_ref().map(|(t, _)| t.clone()) }
+    }
+}
+
+impl AggNames {
+    /// The short form, shorter than `room` bytes: the functions' names
+    /// joined by commas, then the value once in parentheses
+    /// (`count,hist(req->len)`, or `count`). A value too long for that is
+    /// cut at a character and ends with `…`.
+    pub fn stored(&self, room: usize) -> String {
+        let mut out = self.funcs.iter().map(|f| f.name()).collect::<Vec<_>>().join(",");
+        if let Some(v) = &self.value {
+            let left = room.saturating_sub(out.len() + 2 + 1);
+            out.push('(');
+            if v.len() <= left {
+                out.push_str(v);
+            } else {
+                let cut = (0..=left.saturating_sub('…'.len_utf8())).rev().find(|&i| v.is_char_boundary(i)).unwrap_or(0);
+                out.push_str(&v[..cut]);
+                out.push('…');
+            }
+            out.push(')');
+        }
+        out
+    }
+
+    /// Reads [`AggNames::stored`]'s form, which the target can write:
+    /// none unless every name is a function's, none twice, and a value
+    /// is given exactly when a function takes one.
+    pub fn from_stored(text: &str) -> Option<AggNames> {
+        let (names, value) = match text.split_once('(') {
+            Some((names, rest)) => (names, Some(rest.strip_suffix(')')?.to_string())),
+            None => (text, None),
+        };
+        let mut funcs = Vec::new();
+        for name in names.split(',') {
+            let f = [AggFn::Count, AggFn::Sum, AggFn::Min, AggFn::Max, AggFn::Avg, AggFn::Hist]
+                .into_iter()
+                .find(|f| f.name() == name)?;
+            if funcs.contains(&f) {
+                return None;
+            }
+            funcs.push(f);
+        }
+        let takes_value = funcs.iter().any(|f| *f != AggFn::Count);
+        (takes_value == value.is_some()).then_some(AggNames { funcs, value })
+    }
+}
+
+/// `--by`'s keys in the words that name them (`stack(2),tid`): what the
+/// region keeps for `tp status`, which [`parse_keys`] reads back.
+pub fn keys_text(keys: &[Key]) -> String {
+    let most = crate::probe::layout::STACK_KEY_DEPTH as u32;
+    let words: Vec<String> = keys
+        .iter()
+        .map(|k| match k {
+            Key::Value(v) => v.clone(),
+            Key::Tid => "tid".into(),
+            Key::Pid => "pid".into(),
+            Key::Caller => "caller".into(),
+            Key::Stack(n) if *n == most => "stack".into(),
+            Key::Stack(n) => format!("stack({n})"),
+        })
+        .collect();
+    words.join(",")
+}
+
 /// One key of `--by`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Key {
@@ -1703,6 +1784,33 @@ mod tests {
             ProbeInfo { name: "g".into(), module: "m".into(), dwarf: None, operands: None, ..Default::default() };
         assert!(compile(&parse("n == 1").unwrap(), &none, false).unwrap_err().contains("use arg0..arg5"));
         assert!(compile(&parse("arg2 == -1").unwrap(), &none, false).is_ok());
+    }
+    #[test]
+    fn agg_names_keep_in_a_short_form_that_reads_back() {
+        let a = parse_agg("hist(len), sum( len ), count(), avg(len)").unwrap().names();
+        assert_eq!(a.stored(256), "hist,sum,count,avg(len)");
+        assert_eq!(AggNames::from_stored(&a.stored(256)), Some(a));
+        let c = parse_agg("count()").unwrap().names();
+        assert_eq!((c.stored(256).as_str(), AggNames::from_stored("count")), ("count", Some(c)));
+        // A value too long for the room is cut at a character, marked.
+        let long = AggNames { funcs: vec![AggFn::Sum], value: Some("é".repeat(200)) };
+        let s = long.stored(256);
+        assert!(s.len() < 256 && s.ends_with("…)") && s.starts_with("sum(éé"), "{s}");
+        assert!(AggNames::from_stored(&s).is_some());
+        // Text the target wrote: nothing but what stored() writes reads.
+        for bad in ["", "count()", "sum", "count(x)", "sum,sum(x)", "sum(x", "bogus(x)", "sum,(x)", "hist(x))y"] {
+            assert_eq!(AggNames::from_stored(bad), None, "{bad:?}");
+        }
+    }
+    #[test]
+    fn keys_keep_as_words_that_parse_back() {
+        for (written, kept) in
+            [("fd, tid", "fd,tid"), ("stack, pid", "stack,pid"), ("ustack(2)", "stack(2)"), ("caller", "caller")]
+        {
+            let keys = parse_keys(written).unwrap();
+            assert_eq!(keys_text(&keys), kept);
+            assert_eq!(parse_keys(kept).unwrap(), keys);
+        }
     }
     #[test]
     fn agg_lists_parse_to_functions_of_one_value() {

@@ -823,9 +823,11 @@ fn configure(
         if agg.is_some() || value.is_none() {
             r.config.by |= layout::by_word::AGG;
         }
-        // For `tp status`, which has only the region to name the rows by.
-        r.config.by_text = layout::text_words(what.by.as_deref().unwrap_or(""));
-        r.config.agg_text = layout::text_words(what.agg.as_deref().unwrap_or(""));
+        // For `tp status`, which has only the region to name the rows by:
+        // the keys and the aggregate in their short forms.
+        r.config.by_text = layout::text_words(&predicate::keys_text(&keys));
+        let agg_text = agg.map(|a| a.names().stored(8 * layout::AGG_TEXT_WORDS)).unwrap_or_default();
+        r.config.agg_text = layout::text_words(&agg_text);
     }
     if let Some(a) = agg.filter(|a| predicate::agg_at_exit(a)) {
         let text = text::text(what.agg.as_deref().unwrap_or(""));

@@ -122,21 +122,20 @@ pub fn report(pid: i32) -> Result<ProcessReport> {
 
 /// The aggregates a running session keeps in the target (`--agg`, `--by
 /// tid`), as its summary would show them now: the probes' configurations
-/// say what was asked (`--by` and `--agg` as written), the threads'
-/// tables hold the rows. A probe whose texts do not parse (the target can
-/// write them) or were too long to keep shows none. `--by caller`'s
+/// say what was asked (`--by`'s keys and `--agg`'s names, in short
+/// forms), the threads' tables hold the rows. A probe whose texts do not
+/// read back (the target can write them) shows none. `--by caller`'s
 /// return addresses are named in process `pid`.
 fn aggregates_in(pid: i32, region: &Region, live: &[(u32, crate::probe::layout::Entry)]) -> Vec<ProbeAgg> {
-    use crate::probe::layout::{by_word, words_text};
+    use crate::events::predicate;
+    use crate::probe::layout::words_text;
     let mut groups: Vec<((String, String), Vec<AggProbe>)> = Vec::new();
     for (i, e) in live {
         let Some(config) = (e.kind & (kind::BY | kind::AGGREGATE) != 0).then(|| region.config(*i)).flatten() else {
             continue;
         };
         let texts = (words_text(&config.by_text), words_text(&config.agg_text));
-        if texts.0.is_empty() && texts.1.is_empty()
-            || texts.1.is_empty() && config.by & by_word::AGG != 0 && config.agg[0] != 0
-        {
+        if texts.0.is_empty() && texts.1.is_empty() {
             continue;
         }
         let p = AggProbe { function: e.name(), index: *i, config };
@@ -157,7 +156,12 @@ fn aggregates_in(pid: i32, region: &Region, live: &[(u32, crate::probe::layout::
         fn opt(t: &str) -> Option<&str> {
             (!t.is_empty()).then_some(t)
         }
-        let mut aggs = aggregates_of(region, &owners, probes, opt(by), opt(agg), &mut name);
+        // A text that does not read back (the target can write it) shows none.
+        let names = match opt(agg).map(predicate::AggNames::from_stored) {
+            Some(None) => continue,
+            n => n.flatten(),
+        };
+        let mut aggs = aggregates_of(region, &owners, probes, opt(by), names.as_ref(), &mut name);
         // The calls no table counted are the process's: said once.
         if !out.is_empty() {
             for a in &mut aggs {

@@ -541,7 +541,12 @@ impl Tracer {
         // Callers are named while the process runs (its modules as mapped).
         let mut sym = self.callers.borrow_mut();
         let mut name = |a: u64| sym.get_or_insert_with(|| Symbolizer::new(self.pid)).frame(a, true);
-        aggregates_of(&attached.region, &self.owners, &probes, sel.by.as_deref(), sel.agg.as_deref(), &mut name)
+        let agg = match sel.agg.as_deref().map(predicate::parse_agg) {
+            Some(Ok(a)) => Some(a.names()),
+            Some(Err(_)) => return Vec::new(),
+            None => None,
+        };
+        aggregates_of(&attached.region, &self.owners, &probes, sel.by.as_deref(), agg.as_ref(), &mut name)
     }
 
     /// Ends consuming: says how many events were lost, and returns this
@@ -629,28 +634,23 @@ pub struct AggProbe {
 
 /// The aggregates (`--agg`), or counts by keys that name the thread or
 /// process (`--by 'fd, tid'`), of `probes`, which share `--by` and `--agg`
-/// (`by`, `agg`, as written), from the threads' tables in `region`: each
-/// thread's rows under the keys asked, merged. None if neither asks for
-/// them (`--by` of an argument alone has its own table and output), or if
-/// either does not parse (text the target could have written). `name`
+/// (`by` as written, `agg`'s names), from the threads' tables in `region`:
+/// each thread's rows under the keys asked, merged. None if neither asks
+/// for them (`--by` of an argument alone has its own table and output), or
+/// if `by` does not parse (text the target could have written). `name`
 /// names a `caller` key's return addresses, and a `stack` key's.
 pub fn aggregates_of(
     region: &crate::probe::region::Region,
     owners: &crate::events::aggregates::Owners,
     probes: &[AggProbe],
     by: Option<&str>,
-    agg: Option<&str>,
+    agg: Option<&predicate::AggNames>,
     name: &mut dyn FnMut(u64) -> Frame,
 ) -> Vec<ProbeAgg> {
     let keys = match by.map(predicate::parse_keys) {
         Some(Ok(k)) => k,
         Some(Err(_)) => return Vec::new(),
         None => Vec::new(),
-    };
-    let agg = match agg.map(predicate::parse_agg) {
-        Some(Ok(a)) => Some(a),
-        Some(Err(_)) => return Vec::new(),
-        None => None,
     };
     if agg.is_none() && (keys.is_empty() || matches!(keys[..], [predicate::Key::Value(_)])) {
         return Vec::new();
@@ -736,8 +736,8 @@ pub fn aggregates_of(
             ProbeAgg {
                 function: p.function.clone(),
                 keys: names.clone(),
-                value: agg.as_ref().and_then(|a| a.value.as_ref().map(|(t, _)| t.clone())),
-                funcs: agg.as_ref().map_or(vec![predicate::AggFn::Count], |a| a.funcs.clone()),
+                value: agg.and_then(|a| a.value.clone()),
+                funcs: agg.map_or(vec![predicate::AggFn::Count], |a| a.funcs.clone()),
                 rows,
                 overflow: 0,
                 unreadable: 0,

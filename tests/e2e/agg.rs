@@ -639,3 +639,37 @@ fn status_shows_a_running_sessions_aggregates() {
     assert!(!has_region(t.pid), "tp's memory left in the target");
     assert!(t.quit().success(), "the target must exit 0");
 }
+
+/// An `--agg` written in more than the 256 bytes the region keeps for its
+/// text (six functions of a struct field, spaced out): `tp status` names it
+/// as the session does (the region keeps the functions and the value once)
+/// and shows the same rows, each thread's sum equal to its books.
+#[test]
+fn status_names_an_aggregate_written_long() {
+    let funcs = ["count()", "sum(m -> size)", "min(m -> size)", "max(m -> size)", "avg(m -> size)", "hist(m -> size)"];
+    let long = funcs.join(&format!(",{}", " ".repeat(40)));
+    assert!(long.len() >= 256, "the text must not fit the region: {} bytes", long.len());
+    let mut t = Target::start("agg");
+    let pid = t.pid.to_string();
+    let session = Session::start(&["-p", &pid, "-q", "-f", "submit", "--agg", &long, "--by", "tid", "--json"]);
+    let before = t.out.seen.len();
+    t.ask("run 2 1000", "done run");
+    let (threads, _) = books(&t.out.seen[before..]);
+    let status = aggregate(&format!("{}\n", expect_success(&["status"], &tp(&["status", "-p", &pid, "--json"]))));
+    let text = expect_success(&["status"], &tp(&["status", "-p", &pid]));
+    let (code, stdout, stderr) = session.interrupt();
+    assert!(code.success(), "tp failed: {stderr}");
+    assert_eq!(status, aggregate(&stdout), "tp status vs the session's summary");
+    assert_eq!(status["value"], "m -> size", "{status}");
+    let rows = status["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "{status}");
+    for r in rows {
+        let b = &threads[&r["key"][0].as_i64().unwrap()];
+        assert_eq!((r["count"].as_i64(), r["sum"].as_i64()), (Some(b.calls), Some(b.fsum)), "{r}");
+    }
+    let title =
+        "count(), sum(m -> size), min(m -> size), max(m -> size), avg(m -> size), hist(m -> size) of submit by tid:";
+    assert!(text.lines().any(|l| l == title), "{title:?} not in {text}");
+    assert!(!has_region(t.pid), "tp's memory left in the target");
+    assert!(t.quit().success(), "the target must exit 0");
+}

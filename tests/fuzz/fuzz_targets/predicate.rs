@@ -4,7 +4,8 @@
 //! must answer in one line or give programs the runtime's checker accepts
 //! ([`tp::probe::filter::validate`]); the interpreter (the same as
 //! runtime.c's) must never panic, also on programs of arbitrary words,
-//! which the target could write into the region.
+//! which the target could write into the region, as it could the short
+//! forms of `--by` and `--agg` `tp status` reads back.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -61,6 +62,14 @@ fuzz_target!(|data: &[u8]| {
     let _ = filter::validate(&words, 6);
     let _ = filter::eval(&words, &values, &|_, buf: &mut [u8]| buf.len() / 2);
     let Ok(text) = std::str::from_utf8(data) else { return };
+    // The short forms the region keeps for `tp status` (target-writable):
+    // what reads back writes back the same.
+    if let Some(names) = predicate::AggNames::from_stored(text) {
+        assert_eq!(predicate::AggNames::from_stored(&names.stored(usize::MAX)), Some(names), "{text}");
+    }
+    if let Ok(keys) = predicate::parse_keys(text) {
+        assert_eq!(predicate::parse_keys(&predicate::keys_text(&keys)), Ok(keys), "{text}");
+    }
     let Ok(e) = predicate::parse(text) else { return };
     let info = info();
     for ret in [false, true] {
