@@ -321,14 +321,21 @@ impl Kept {
     }
 }
 
+/// Instructions a thread found in tp's code is run for, one at a time, to
+/// leave it ([`Stopped::step_out`]): a detour's path is tens, a call
+/// into the runtime hundreds.
+const STEP_OUT_LIMIT: u32 = 4096;
+
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
-/// is live in this process and no thread's PC or stack refers to a code arena. Calls live
+/// is live in this process and no thread's PC or stack refers to a code
+/// arena; a thread whose PC is in one is first run out of it, one
+/// instruction at a time, where it can be without blocking. Calls live
 /// through a return probe are given their return addresses back first
 /// ([`super::frames::give_back`]), once no probe is left and no thread runs
 /// tp's code. Once that holds it stays true (nothing can create a new
 /// reference), so the unmap itself ([`unmap`]) needs only the worker thread
 /// stopped.
-pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
+pub fn check_unused(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Result<Option<Kept>> {
     // Live here: a site of this process that holds the patch (or cannot be
     // read). An entry stays live while another process of the family holds
     // its patch; this one's copy of tp's memory can go all the same.
@@ -350,13 +357,19 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
     // validated: `used` is within the arena, the detours within `used`).
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.used);
     let mut regs = Vec::new();
-    for t in stopped.threads() {
-        let r = regset::get_regs(t.tid)?;
+    let tids: Vec<_> = stopped.threads().map(|t| t.tid).collect();
+    for tid in tids {
+        let mut r = regset::get_regs(tid)?;
         let pc = Host::pc(&r);
+        // A thread caught in a detour (a loop that calls a probed function
+        // all the time is, often) runs on to the jump back to its function.
         if in_arena(pc) {
-            return Ok(Some(Kept::InUse { tid: t.tid.as_raw(), place: Place::Pc, word: pc, trampoline: false }));
+            if !stopped.step_out(tid, mem, &in_arena, STEP_OUT_LIMIT)? {
+                return Ok(Some(Kept::InUse { tid: tid.as_raw(), place: Place::Pc, word: pc, trampoline: false }));
+            }
+            r = regset::get_regs(tid)?;
         }
-        regs.push((t.tid, r));
+        regs.push((tid, r));
     }
     // No thread runs tp's code and no probe is left: calls that would
     // return through the trampoline return to their callers instead.
@@ -378,7 +391,7 @@ pub fn check_unused(stopped: &Stopped, mem: &Memory, region: &Region) -> Result<
 /// was unused; lets the worker go. Returns why the memory was kept, if it
 /// was, and how long all threads were stopped.
 pub fn finish(mut stopped: Stopped, mem: &Memory, region: &Region) -> Result<(Option<Kept>, std::time::Duration)> {
-    let kept = check_unused(&stopped, mem, region)?;
+    let kept = check_unused(&mut stopped, mem, region)?;
     let world = stopped.release_all_but_worker();
     if kept.is_none() {
         unmap(&mut stopped, mem, region)?;

@@ -23,6 +23,7 @@ use anyhow::{Result, bail};
 use nix::unistd::Pid;
 
 use super::ProcessError;
+use super::memory::Memory;
 use super::ptrace::{self, Wait};
 use super::regset;
 use crate::arch::{Arch, BlockedIn, Host};
@@ -537,6 +538,39 @@ impl Stopped {
         if let Some(t) = self.threads.get_mut(&tid.as_raw()) {
             t.deferred.push(sig);
         }
+    }
+
+    /// Runs stopped thread `tid` one instruction at a time while its PC is
+    /// in the code `inside` says is tp's, at most `limit` instructions,
+    /// and returns whether it left. A detour ends with a jump back to its
+    /// function, so a thread caught in one leaves it in a few steps (in
+    /// tp's runtime, in more). It is not stepped where it could block: a
+    /// thread that will restart an interrupted syscall, or one before a
+    /// syscall instruction (tp's runtime waits in futexes). Signals that
+    /// come meanwhile are kept for its release.
+    pub fn step_out(&mut self, tid: Pid, mem: &Memory, inside: &dyn Fn(u64) -> bool, limit: u32) -> Result<bool> {
+        if !self.is_stopped(tid) {
+            return Ok(false);
+        }
+        let syscall = Host::syscall_insn();
+        for _ in 0..limit {
+            let regs = regset::get_regs(tid)?;
+            let pc = Host::pc(&regs);
+            if !inside(pc) {
+                return Ok(true);
+            }
+            if Host::restart_pc(&regs).is_some() || mem.read_vec(pc, syscall.len()).map_or(true, |b| b == syscall) {
+                return Ok(false);
+            }
+            ptrace::step(tid, 0)?;
+            match ptrace::wait(tid)? {
+                Wait::Gone => bail!(ProcessError::Exited(self.pid)),
+                Wait::Signal(libc::SIGTRAP) | Wait::Event { .. } => {}
+                // Delivered when the thread is let go; the step is taken again.
+                Wait::Signal(sig) => self.defer_signal(tid, sig),
+            }
+        }
+        Ok(false)
     }
 
     /// Lets every thread but the worker run again; returns how long all

@@ -274,3 +274,33 @@ fn kept_return_probes_time_every_call_without_tp() {
     assert!(!has_region(t.pid));
     assert!(t.quit().success());
 }
+
+/// A thread that calls the probed functions all the time is often in a
+/// detour (or tp's runtime, or an exit's routine) when `tp detach` stops
+/// it: tp runs it on, one instruction at a time, back to the program's
+/// code, and unmaps its memory in the same detach, every time. The
+/// thread's results stay right.
+#[test]
+fn detach_runs_a_thread_out_of_a_detour_and_unmaps_at_once() {
+    let mut t = Target::start("counter");
+    let pid = t.pid.to_string();
+    t.ask("spin 1 hot", "spinning 1");
+    for round in 0..12 {
+        // Counts alone, and durations kept in the target: a detour that
+        // calls tp's runtime, and exits at the functions' returns.
+        let mut args = vec!["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--keep", "-q"];
+        if round % 2 == 1 {
+            args.push("--ret");
+        }
+        expect_success(&args, &tp(&args));
+        let out = tp(&["detach", "-p", &pid]);
+        let stderr = expect_success(&["detach"], &out);
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string() + &stderr;
+        assert!(stderr.contains("tp's memory unmapped"), "round {round}: {stderr}");
+        assert!(!has_region(t.pid), "round {round}: tp's memory left in the target");
+    }
+    let stopped = t.ask("stop", "stopped");
+    assert!(stopped.ends_with("checksum=ok"), "{stopped}");
+    assert_code_is_original(&t, &["foo", "bar"]);
+    assert!(t.quit().success());
+}
