@@ -125,6 +125,9 @@ impl Follow {
     /// defines it instead of failing. Any other lookup error is an error.
     pub fn start(pid: i32, modules: &ProcessModules, patterns: &[String]) -> Result<(Follow, Start)> {
         let mut found: Vec<Found> = Vec::new();
+        // Probes already found, by site: a pattern over a whole large
+        // library finds tens of thousands.
+        let mut seen = std::collections::HashSet::new();
         let mut watches = Vec::new();
         let mut waiting = Vec::new();
         for text in patterns {
@@ -146,7 +149,7 @@ impl Follow {
                     let hits = resolution.found;
                     let in_exe = hits.iter().any(|f| f.module == 0);
                     for f in hits {
-                        if !found.iter().any(|o| o.key() == f.key()) {
+                        if seen.insert(f.key()) {
                             found.push(f);
                         }
                     }
@@ -200,8 +203,9 @@ impl Follow {
         }
         self.searched.extend(new.iter().filter_map(|&i| modules.identity(i)));
         let mut found: Vec<Found> = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         let mut push = |f: Found| {
-            if !found.iter().any(|o| o.key() == f.key()) {
+            if seen.insert(f.key()) {
                 found.push(f);
             }
         };
