@@ -63,6 +63,9 @@ mod prologues;
 // Every function of python3, perl and libsqlite3 (and libc) at once, under a real workload.
 #[cfg(target_arch = "x86_64")]
 mod probe_all;
+// Every function of libLLVM while opt and llc compile: output unchanged.
+#[cfg(target_arch = "x86_64")]
+mod llvm;
 // Coverage of list-probes on Debian's libc, python3, libstdc++, libsqlite3, libcrypto and perl.
 #[cfg(target_arch = "x86_64")]
 mod coverage;
