@@ -5,6 +5,7 @@
 //! SHF_COMPRESSED.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -130,8 +131,10 @@ pub struct ElfFile {
     pub functions: Vec<FuncSym>,
     /// True when the symbols came from .symtab (the file is not stripped).
     pub has_symtab: bool,
-    /// Indices into `functions` of split-off parts (`foo.cold`, `foo.cold.1`).
-    pub cold_parts: Vec<usize>,
+    /// Indices into `functions` of split-off parts (`foo.cold`,
+    /// `foo.cold.1`), by the name of the function they were split from
+    /// (`foo`): a lookup per function, where a program has thousands.
+    pub cold_parts: HashMap<String, Vec<usize>>,
     /// The GNU build-id note.
     pub build_id: Option<Vec<u8>>,
     /// `.gnu_debuglink`: the debug file's name and its CRC-32.
@@ -589,8 +592,19 @@ fn sort_functions(functions: &mut [FuncSym]) {
     functions.sort_by(|a, b| key(a).cmp(&key(b)).then_with(|| a.name.cmp(&b.name)));
 }
 
-fn cold_parts_of(functions: &[FuncSym]) -> Vec<usize> {
-    (0..functions.len()).filter(|&i| functions[i].name.contains(".cold")).collect()
+fn cold_parts_of(functions: &[FuncSym]) -> HashMap<String, Vec<usize>> {
+    let mut out: HashMap<String, Vec<usize>> = HashMap::new();
+    for (i, f) in functions.iter().enumerate() {
+        // Under each name it may be a part of: `a.cold.b.cold` is a part
+        // of `a.cold.b`, and of `a` (a part `.b` of `a`'s cold part).
+        for (at, _) in f.name.match_indices(".cold") {
+            let rest = &f.name[at + ".cold".len()..];
+            if rest.is_empty() || rest.starts_with('.') {
+                out.entry(f.name[..at].to_string()).or_default().push(i);
+            }
+        }
+    }
+    out
 }
 
 /// Decompresses an SHF_COMPRESSED section: an Elf64_Chdr (type, reserved,
@@ -669,6 +683,28 @@ mod tests {
             .unwrap();
         let runtime = reads_our_own_symbols_and_code as *const () as u64;
         assert_eq!(bias.runtime(sym.addr), RuntimeAddr(runtime));
+    }
+
+    #[test]
+    fn cold_parts_are_found_by_the_function_they_were_split_from() {
+        let sym = |name: &str| FuncSym {
+            name: name.into(),
+            addr: FileAddr(0),
+            size: 0,
+            global: false,
+            ifunc: false,
+            variant_pcs: false,
+            version: None,
+            source: Source::Symtab,
+        };
+        let names = ["foo", "foo.cold", "foo.cold.1", "foo.coldish", "bar.cold.b", "bar.cold.b.cold", "foobar.cold"];
+        let parts = cold_parts_of(&names.map(sym));
+        let of = |name: &str| parts.get(name).cloned().unwrap_or_default();
+        assert_eq!(of("foo"), [1, 2]);
+        assert_eq!(of("bar.cold.b"), [5]);
+        assert_eq!(of("bar"), [4, 5]);
+        assert_eq!(of("foobar"), [6]);
+        assert!(of("foo.cold").is_empty() && of("fo").is_empty());
     }
 
     #[test]

@@ -80,15 +80,11 @@ pub fn cold_targets(elf: &ElfFile, bias: Bias, name: &str, addr: RuntimeAddr, si
 /// The split-off parts `name.cold*` of a function: each one's runtime
 /// address (`bias` applied) and code.
 pub fn cold_parts<'a>(elf: &'a ElfFile, bias: Bias, name: &str) -> Vec<(u64, &'a [u8])> {
-    let is_cold_part = |sym: &str| {
-        sym.strip_prefix(name)
-            .and_then(|rest| rest.strip_prefix(".cold"))
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-    };
     elf.cold_parts
-        .iter()
-        .map(|&i| &elf.functions[i])
-        .filter(|s| is_cold_part(&s.name))
+        .get(name)
+        .into_iter()
+        .flatten()
+        .filter_map(|&i| elf.functions.get(i))
         .filter_map(|s| Some((bias.runtime(s.addr).0, elf.bytes_at(s.addr, s.size)?)))
         .collect()
 }
