@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::io::Write;
+use std::sync::Arc;
 
 use crate::streams::{self, Stream};
 
@@ -14,6 +15,13 @@ use crate::streams::{self, Stream};
 pub trait Notes: fmt::Debug + Send + Sync {
     /// Says one line.
     fn say(&self, line: fmt::Arguments);
+}
+
+/// A shared sink (a session's, held by each layer that says something).
+impl<N: Notes + ?Sized> Notes for Arc<N> {
+    fn say(&self, line: fmt::Arguments) {
+        (**self).say(line);
+    }
 }
 
 /// The command line's notes: each a line on stderr.

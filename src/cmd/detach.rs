@@ -5,14 +5,17 @@
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use anyhow::Result;
 
 use crate::cli::DetachArgs;
-use crate::notes::Stderr;
+use crate::notes::{Notes, Stderr};
 use crate::session::restore;
 
 /// Runs `tp detach`.
 pub fn run(args: DetachArgs) -> Result<ExitCode> {
-    let clean = restore::detach(&Stderr, args.pid, args.force)?;
+    let notes: Arc<dyn Notes> = Arc::new(Stderr);
+    let clean = restore::detach(&notes, args.pid, args.force)?;
     Ok(if clean { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -189,7 +189,7 @@ fn profiling(args: &ProfileArgs) -> Result<Options> {
         &[(args.json, Format::Json)],
         args.format.map(Format::from),
         args.output.as_deref(),
-        &[Format::Text, Format::Json, Format::Chrome],
+        crate::output::profile::FORMATS,
     )
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(Options {

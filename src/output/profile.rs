@@ -1,5 +1,6 @@
 //! The results of `tp profile`: a table of the functions that ran, by their
-//! share of time, or tp's JSON summary document with all of them.
+//! share of time, or tp's JSON summary document with all of them; the
+//! formats' [`super::results::Output::profile`] writes one or the other.
 
 use std::io::{self, Write};
 
@@ -12,6 +13,10 @@ use crate::events::stats::Latency;
 
 /// Rows of the text table unless `--top` or `--all` says otherwise.
 const TOP: usize = 40;
+
+/// The formats of a profile: the table, the JSON document, and a Chrome
+/// trace of the sampled calls (written as they end).
+pub const FORMATS: &[Format] = &[Format::Text, Format::Json, Format::Chrome];
 
 /// One function's results.
 #[derive(Debug, Clone, Default)]
@@ -79,12 +84,9 @@ impl Report {
     }
 }
 
-/// Writes `r` to `out` as text (the top functions by time) or as tp's JSON
-/// document (every function); notes on what the text left out go to stderr.
-pub fn write(r: &Report, format: Format, view: View, out: &mut impl Write) -> io::Result<()> {
-    if format == Format::Json {
-        return writeln!(out, "{}", document(r, view));
-    }
+/// Writes `r` to `out` as text: the top functions by time, as `view`
+/// says; notes on what the text left out go to stderr.
+pub fn write_text(out: &mut dyn Write, r: &Report, view: View) -> io::Result<()> {
     let profiles = &r.rows;
     // Every function that ran; one whose calls all left by longjmp or an
     // exception has calls but no samples.

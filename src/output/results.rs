@@ -1,16 +1,18 @@
 //! The results of a command in the form chosen for them: one [`Output`] per
 //! format for the report model (the summary at a session's end, what `tp
-//! status` prints), and one [`EventLines`] per format that writes events
-//! as they come. The session engine and the commands hand their reports
-//! and events to these; none of them matches on the format itself.
+//! status` prints) and for a profile (`tp profile`'s), and one
+//! [`EventLines`] per format that writes events as they come. The session
+//! engine and the commands hand their reports and events to these; none of
+//! them matches on the format itself.
 
 use std::io::{self, Write};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use super::events::{self, Line};
-use super::format::Format;
+use super::format::{self, Format};
 use super::openmetrics::{self, render};
+use super::profile::{self, Report as Profile};
 use super::report::{self, ProcessReport, View};
 use super::{stacks, steps, tree};
 
@@ -31,6 +33,11 @@ pub struct Results<'a> {
 pub trait Output {
     /// Writes `results` to `out` (notes about them to stderr).
     fn results(&self, out: &mut dyn Write, results: &Results) -> Result<()>;
+
+    /// Writes `profile`, shown as `view` says, to `out` (notes about it to
+    /// stderr); an error in a format a profile does not take
+    /// ([`profile::FORMATS`], which the command line refuses first).
+    fn profile(&self, out: &mut dyn Write, profile: &Profile, view: View) -> Result<()>;
 }
 
 /// A format of events as they come.
@@ -89,6 +96,11 @@ impl Output for Text {
         report::say_hidden(hidden);
         Ok(())
     }
+
+    fn profile(&self, out: &mut dyn Write, p: &Profile, view: View) -> Result<()> {
+        profile::write_text(out, p, view)?;
+        Ok(())
+    }
 }
 
 impl EventLines for Text {
@@ -111,6 +123,11 @@ impl Output for JsonLines {
         out.write_all(format!("{doc}\n").as_bytes())?;
         Ok(())
     }
+
+    fn profile(&self, out: &mut dyn Write, p: &Profile, view: View) -> Result<()> {
+        out.write_all(format!("{}\n", profile::document(p, view)).as_bytes())?;
+        Ok(())
+    }
 }
 
 impl EventLines for JsonLines {
@@ -131,6 +148,16 @@ impl Output for Chrome {
     fn results(&self, _: &mut dyn Write, _: &Results) -> Result<()> {
         Ok(())
     }
+
+    /// Nothing: the trace got the sampled calls as they ended.
+    fn profile(&self, _: &mut dyn Write, _: &Profile, _: View) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// The refusal of a profile in `format`, which it does not take.
+fn not_a_profile(format: Format) -> Result<()> {
+    bail!("`tp profile` writes {}, not {}", format::names(profile::FORMATS), format.name())
 }
 
 /// The stacks and the stepped calls of every report.
@@ -148,6 +175,10 @@ impl Output for Folded {
         }
         Ok(())
     }
+
+    fn profile(&self, _: &mut dyn Write, _: &Profile, _: View) -> Result<()> {
+        not_a_profile(Format::Folded)
+    }
 }
 
 impl Output for Svg {
@@ -161,6 +192,10 @@ impl Output for Svg {
                 .context("writing the flame graph")
         }
     }
+
+    fn profile(&self, _: &mut dyn Write, _: &Profile, _: View) -> Result<()> {
+        not_a_profile(Format::Svg)
+    }
 }
 
 impl Output for Metrics {
@@ -168,5 +203,28 @@ impl Output for Metrics {
         let series: Vec<_> = r.reports.iter().flat_map(openmetrics::series_of).collect();
         out.write_all(render(&series, self.0).as_bytes())?;
         Ok(())
+    }
+
+    fn profile(&self, _: &mut dyn Write, _: &Profile, _: View) -> Result<()> {
+        not_a_profile(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_profile_is_refused_in_a_format_it_does_not_take() {
+        let p = Profile { pid: 1, elapsed: 1.0, toggles: 0, samples: 0, rows: Vec::new(), libraries: Vec::new() };
+        for f in [Format::Folded, Format::Svg, Format::OpenMetrics, Format::Prometheus] {
+            let mut out = Vec::new();
+            let err = output(f).profile(&mut out, &p, View::default()).unwrap_err();
+            assert_eq!(err.to_string(), format!("`tp profile` writes text, json or chrome, not {}", f.name()));
+            assert!(out.is_empty());
+        }
+        let mut out = Vec::new();
+        output(Format::Chrome).profile(&mut out, &p, View::default()).unwrap();
+        assert!(out.is_empty(), "a Chrome trace is written as the calls end");
     }
 }

@@ -15,6 +15,7 @@
 
 use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -23,6 +24,7 @@ use super::layout::Entry;
 use super::region::Region;
 use super::remove::{self, Kept};
 use super::threads::Place;
+use crate::notes::Notes;
 use crate::process::memory::Memory;
 use crate::process::stop::Stopped;
 use crate::process::{self};
@@ -103,7 +105,9 @@ pub enum Own {
 /// Restores the probes `select` picks in process `pid` and in every other
 /// process that holds `region`, and unmaps tp's memory where it is unused.
 /// Returns how `pid` came out and what became of each other process.
+/// Warnings go to `notes`.
 pub fn restore_family(
+    notes: &Arc<dyn Notes>,
     pid: i32,
     mem: &Memory,
     region: &Region,
@@ -119,18 +123,18 @@ pub fn restore_family(
             }
             for p in new {
                 seen.insert(p);
-                relatives.push(Relative { pid: p, outcome: restore_code(p, region, select) });
+                relatives.push(Relative { pid: p, outcome: restore_code(notes, p, region, select) });
             }
         }
     };
     // Children first: while the session's process still has the patch it
     // may fork more, which the next look finds.
     restore_new(&mut seen, &mut relatives);
-    let own = restore_own(pid, mem, region, select)?;
+    let own = restore_own(notes, pid, mem, region, select)?;
     // Forked between the last look and the restore: they hold the patch.
     restore_new(&mut seen, &mut relatives);
     for r in relatives.iter_mut().filter(|r| r.outcome == Outcome::Kept(Kept::LiveProbes)) {
-        r.outcome = unmap_if_unused(r.pid, region);
+        r.outcome = unmap_if_unused(notes, r.pid, region);
     }
     Ok((own, relatives))
 }
@@ -143,7 +147,13 @@ fn sharer_memories(region: &Region, pid: i32) -> Vec<Memory> {
 
 /// Restores the session's probes in the session's own process, then
 /// unmaps tp's memory there if unused.
-fn restore_own(pid: i32, mem: &Memory, region: &Region, select: &dyn Fn(u32, &Entry) -> bool) -> Result<Own> {
+fn restore_own(
+    notes: &Arc<dyn Notes>,
+    pid: i32,
+    mem: &Memory,
+    region: &Region,
+    select: &dyn Fn(u32, &Entry) -> bool,
+) -> Result<Own> {
     if !process::is_alive(pid) {
         return Ok(Own::Exited);
     }
@@ -151,19 +161,19 @@ fn restore_own(pid: i32, mem: &Memory, region: &Region, select: &dyn Fn(u32, &En
         return Ok(if process::has_exited(pid, Duration::from_millis(100)) { Own::Exited } else { Own::Execd });
     }
     let sharers = sharer_memories(region, pid);
-    let stopped = match Stopped::stop(pid) {
+    let stopped = match Stopped::stop(pid, notes.clone()) {
         Ok(s) => s,
         Err(_) if !process::is_alive(pid) => return Ok(Own::Exited),
         Err(e) => return Err(e),
     };
     let done = (|| {
-        remove::remove(mem, region, &sharers, select)?;
+        remove::remove(&**notes, mem, region, &sharers, select)?;
         remove::finish(stopped, mem, region)
     })();
     match done {
         Ok((Some(used @ Kept::InUse { .. }), stop_time)) => {
             // A thread was in tp's code at that instant: it leaves soon.
-            let kept = match unmap_if_unused(pid, region) {
+            let kept = match unmap_if_unused(notes, pid, region) {
                 Outcome::Restored | Outcome::Gone => None,
                 Outcome::Kept(k) => Some(k),
                 Outcome::Failed(_) => Some(used),
@@ -180,15 +190,15 @@ fn restore_own(pid: i32, mem: &Memory, region: &Region, select: &dyn Fn(u32, &En
 /// Restores the session's probes in a process of the family; tp's memory
 /// stays until the second pass ([`unmap_if_unused`]), since the entries
 /// are live until every process is restored.
-fn restore_code(pid: i32, region: &Region, select: &dyn Fn(u32, &Entry) -> bool) -> Outcome {
+fn restore_code(notes: &Arc<dyn Notes>, pid: i32, region: &Region, select: &dyn Fn(u32, &Entry) -> bool) -> Outcome {
     let run = || -> Result<Outcome> {
         if !holds(region, pid) {
             return Ok(Outcome::Gone);
         }
         let mem = Memory::open(pid)?;
         let sharers = sharer_memories(region, pid);
-        let stopped = Stopped::stop(pid)?;
-        let removed = remove::remove(&mem, region, &sharers, select);
+        let stopped = Stopped::stop(pid, notes.clone())?;
+        let removed = remove::remove(&**notes, &mem, region, &sharers, select);
         stopped.resume();
         removed?;
         Ok(Outcome::Kept(Kept::LiveProbes))
@@ -204,9 +214,9 @@ fn restore_code(pid: i32, region: &Region, select: &dyn Fn(u32, &Entry) -> bool)
 /// unmaps tp's memory if nothing uses it ([`remove::finish`]); a thread
 /// caught running tp's code gets more chances to leave it, each after it
 /// ran ([`IN_USE_PATIENCE`]), and a word on a stack a few looks more.
-fn unmap_if_unused(pid: i32, region: &Region) -> Outcome {
+fn unmap_if_unused(notes: &Arc<dyn Notes>, pid: i32, region: &Region) -> Outcome {
     let deadline = std::time::Instant::now() + IN_USE_PATIENCE;
-    let mut outcome = unmap_once(pid, region);
+    let mut outcome = unmap_once(notes, pid, region);
     for retry in 0.. {
         let Outcome::Kept(Kept::InUse { tid, place, .. }) = outcome else { break };
         // A thread running tp's code leaves it as soon as it runs; a word
@@ -220,18 +230,18 @@ fn unmap_if_unused(pid: i32, region: &Region) -> Outcome {
             true => process::wait_until_run(pid, tid, RUN_WAIT),
             false => std::thread::sleep(Duration::from_millis(10)),
         }
-        outcome = unmap_once(pid, region);
+        outcome = unmap_once(notes, pid, region);
     }
     outcome
 }
 
-fn unmap_once(pid: i32, region: &Region) -> Outcome {
+fn unmap_once(notes: &Arc<dyn Notes>, pid: i32, region: &Region) -> Outcome {
     let run = || -> Result<Outcome> {
         if !holds(region, pid) {
             return Ok(Outcome::Gone);
         }
         let mem = Memory::open(pid)?;
-        let stopped = Stopped::stop(pid)?;
+        let stopped = Stopped::stop(pid, notes.clone())?;
         let (kept, _) = remove::finish(stopped, &mem, region)?;
         Ok(match kept {
             None => Outcome::Restored,

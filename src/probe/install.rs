@@ -37,6 +37,7 @@ use crate::addr::RegionOffset;
 use crate::arch::{
     Arch, Detour, DetourSpec, ExitWords, Host, Records, Refusal, RuntimeAddrs, RuntimeLayout, ThreadKey, TidOffset,
 };
+use crate::notes::Notes;
 use crate::process::memory::Memory;
 use crate::process::regset;
 use crate::process::remote::RemoteCaller;
@@ -353,7 +354,7 @@ fn patch_all(
         region.set_entry(placed[i].index, &Entry::free())?;
     }
 
-    let mut guard = PatchGuard { mem, region, patched: Vec::new(), acquired: Vec::new() };
+    let mut guard = PatchGuard { mem, region, notes: stopped.notes(), patched: Vec::new(), acquired: Vec::new() };
     let patchable: Vec<usize> = (0..requests.len()).filter(|i| !unpatchable.requests.contains(i)).collect();
     for group in page_groups(requests, &patchable) {
         for &i in group {
@@ -467,7 +468,8 @@ fn learn_threads(stopped: &Stopped, mem: &Memory, region: &Region, events: bool)
             ThreadKey::TcbOrRegister => layout::key_how::TCB_REGISTER,
             ThreadKey::Syscall => {
                 if events {
-                    crate::say!(
+                    crate::note!(
+                        stopped.notes(),
                         "tp: the threads of process {} do not keep their thread pointer where glibc does, and the \
                      kernel does not let programs read it (FSGSBASE, Linux 5.9): each event costs a system call",
                         stopped.pid()
@@ -1063,10 +1065,11 @@ fn place_detour(
 }
 
 /// Restores the sites a failed transaction had patched, then takes back
-/// the semaphores it had incremented.
+/// the semaphores it had incremented; says to `notes` what it cannot.
 struct PatchGuard<'a> {
     mem: &'a Memory,
     region: &'a Region,
+    notes: &'a dyn Notes,
     patched: Vec<u32>,
     acquired: Vec<u64>,
 }
@@ -1079,14 +1082,19 @@ impl Drop for PatchGuard<'_> {
                 if process::has_exited(self.mem.pid(), std::time::Duration::from_millis(200)) {
                     return; // nothing left to restore; the caller reports the exit
                 }
-                crate::say!("tp: warning: cannot restore `{}` at {:#x}: {err}", crate::escape::text(&e.name()), e.site);
+                crate::note!(
+                    self.notes,
+                    "tp: warning: cannot restore `{}` at {:#x}: {err}",
+                    crate::escape::text(&e.name()),
+                    e.site
+                );
                 continue;
             }
             let _ = self.region.set_state(i, State::Inactive);
         }
         for &sem in self.acquired.iter().rev() {
             if let Err(err) = semaphore::release(self.mem, sem) {
-                crate::say!("tp: warning: cannot take back the semaphore at {sem:#x}: {err:#}");
+                crate::note!(self.notes, "tp: warning: cannot take back the semaphore at {sem:#x}: {err:#}");
             }
         }
     }

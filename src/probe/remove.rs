@@ -18,6 +18,7 @@ use super::semaphore;
 use super::threads::{self, Place};
 use crate::arch::{Arch, Host};
 use crate::escape::text;
+use crate::notes::Notes;
 use crate::process::memory::Memory;
 use crate::process::regset;
 use crate::process::remote::RemoteCaller;
@@ -47,8 +48,9 @@ pub struct Removed {
 /// entries are taken newest first: the session's puts the kept patch back,
 /// then the kept one puts the file's bytes back. A probe another one has
 /// gone over is taken out of that chain instead: the one over it will put
-/// back what it would have.
+/// back what it would have. A site tp cannot restore is said to `notes`.
 pub fn remove(
+    notes: &dyn Notes,
     mem: &Memory,
     region: &Region,
     sharers: &[Memory],
@@ -113,7 +115,8 @@ pub fn remove(
                     false => Err("it is not in writable private memory of the process".to_string()),
                 };
                 if let Err(why) = released {
-                    crate::say!(
+                    crate::note!(
+                        notes,
                         "tp: warning: the semaphore of `{}` at {:#x} was not taken back: {why}",
                         text(&e.name()),
                         e.semaphore
@@ -125,7 +128,8 @@ pub fn remove(
             now == e.original()
         };
         if !restored {
-            crate::say!(
+            crate::note!(
+                notes,
                 "tp: warning: the code of `{}` at {:#x} was changed by something else since tp patched it; left as it is",
                 text(&e.name()),
                 e.site

@@ -17,6 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -27,6 +28,7 @@ use super::memory::Memory;
 use super::ptrace::{self, Wait};
 use super::regset;
 use crate::arch::{Arch, BlockedIn, Host};
+use crate::notes::Notes;
 
 /// How long tp waits for another tp to let go of the target.
 const ANOTHER_TP_PATIENCE: Duration = Duration::from_secs(5);
@@ -77,12 +79,15 @@ pub struct Stopped {
     /// Keep the worker stopped until [`Stopped::resume`], instead of letting
     /// it run between tp's steps ([`Stopped::let_worker_run`]).
     keep_held: bool,
+    /// Where the warnings of a thread tp cannot let go are said.
+    notes: Arc<dyn Notes>,
 }
 
 impl Stopped {
-    /// Seizes and interrupts every thread of `pid` and waits until all are stopped.
-    pub fn stop(pid: i32) -> Result<Stopped> {
-        let mut stopped = Stopped::none(pid);
+    /// Seizes and interrupts every thread of `pid` and waits until all are
+    /// stopped. Warnings as tp lets them go are said to `notes`.
+    pub fn stop(pid: i32, notes: Arc<dyn Notes>) -> Result<Stopped> {
+        let mut stopped = Stopped::none(pid, notes);
         stopped.stop_all()?;
         Ok(stopped)
     }
@@ -90,8 +95,8 @@ impl Stopped {
     /// A process whose main thread this tp traces already and holds in a
     /// stop (a program `tp run` started, held at its entry point): that
     /// thread is the worker, and [`Stopped::stop_all`] seizes the others.
-    pub fn adopt(pid: i32) -> Stopped {
-        let mut stopped = Stopped::none(pid);
+    pub fn adopt(pid: i32, notes: Arc<dyn Notes>) -> Stopped {
+        let mut stopped = Stopped::none(pid, notes);
         let tid = Pid::from_raw(pid);
         stopped.threads.insert(
             pid,
@@ -103,7 +108,7 @@ impl Stopped {
         stopped
     }
 
-    fn none(pid: i32) -> Stopped {
+    fn none(pid: i32, notes: Arc<dyn Notes>) -> Stopped {
         crate::fault::set_target(pid);
         Stopped {
             pid,
@@ -116,6 +121,7 @@ impl Stopped {
             seen_running_at: None,
             kill_on_drop: false,
             keep_held: false,
+            notes,
         }
     }
 
@@ -123,8 +129,8 @@ impl Stopped {
     /// (the main thread, unless it has exited), without stopping it: it
     /// runs on until [`Stopped::hold_worker`] or [`Stopped::stop_all`]
     /// stops it, and meanwhile no other tracer can take the process.
-    pub fn seize_worker(pid: i32) -> Result<Stopped> {
-        let mut stopped = Stopped::none(pid);
+    pub fn seize_worker(pid: i32, notes: Arc<dyn Notes>) -> Result<Stopped> {
+        let mut stopped = Stopped::none(pid, notes);
         let candidates = stopped.candidates().map_err(|_| ProcessError::NoSuchProcess(pid))?;
         for tid in candidates {
             // Without PTRACE_O_TRACECLONE while it runs: a thread it starts
@@ -142,8 +148,8 @@ impl Stopped {
     /// exec'd) and keeps it stopped until [`Stopped::resume`]: it does not
     /// run between the steps of an attach, as a program `tp run` holds at
     /// its entry does not; on an error it runs on, untouched.
-    pub fn hold_new(pid: i32) -> Result<Stopped> {
-        let mut stopped = Stopped::seize_worker(pid)?;
+    pub fn hold_new(pid: i32, notes: Arc<dyn Notes>) -> Result<Stopped> {
+        let mut stopped = Stopped::seize_worker(pid, notes)?;
         stopped.hold_worker()?;
         stopped.keep_held = true;
         Ok(stopped)
@@ -236,7 +242,7 @@ impl Stopped {
         self.worker = Some(worker);
         let others: Vec<StoppedThread> = self.threads.values().filter(|t| t.tid != worker).cloned().collect();
         self.threads.retain(|_, t| t.tid == worker);
-        release_threads(self.pid, &others);
+        release_threads(&*self.notes, self.pid, &others);
         self.end_world_stop();
         if let Some(t) = self.threads.get_mut(&worker.as_raw()) {
             let _ = ptrace::set_options(worker, 0);
@@ -244,7 +250,7 @@ impl Stopped {
             if let Err(e) = ptrace::cont(worker, first)
                 && !ptrace::is_gone(&e)
             {
-                crate::say!("tp: warning: cannot let thread {worker} run: {e}");
+                crate::note!(self.notes, "tp: warning: cannot let thread {worker} run: {e}");
             }
             resend(self.pid, worker, &rest);
             *t = StoppedThread {
@@ -512,6 +518,11 @@ impl Stopped {
         }
     }
 
+    /// Where warnings about the process are said, as the caller said.
+    pub fn notes(&self) -> &dyn Notes {
+        &*self.notes
+    }
+
     /// The PID of the process.
     pub fn pid(&self) -> i32 {
         self.pid
@@ -580,7 +591,7 @@ impl Stopped {
         self.worker = Some(worker);
         let others: Vec<StoppedThread> = self.threads.values().filter(|t| t.tid != worker).cloned().collect();
         self.threads.retain(|_, t| t.tid == worker);
-        release_threads(self.pid, &others);
+        release_threads(&*self.notes, self.pid, &others);
         self.end_world_stop();
         self.world_stop
     }
@@ -595,7 +606,7 @@ impl Stopped {
 
     fn release(&mut self) {
         let threads: Vec<StoppedThread> = std::mem::take(&mut self.threads).into_values().collect();
-        release_threads(self.pid, &threads);
+        release_threads(&*self.notes, self.pid, &threads);
         self.end_world_stop();
         self.end_hold();
     }
@@ -645,7 +656,7 @@ impl Drop for Stopped {
     }
 }
 
-fn release_threads(pid: i32, threads: &[StoppedThread]) {
+fn release_threads(notes: &dyn Notes, pid: i32, threads: &[StoppedThread]) {
     for t in threads {
         if !t.confirmed {
             // Seized but running (never seen stopped, or the worker let
@@ -668,7 +679,7 @@ fn release_threads(pid: i32, threads: &[StoppedThread]) {
         if let Err(e) = ptrace::detach(t.tid, first)
             && !ptrace::is_gone(&e)
         {
-            crate::say!("tp: warning: cannot detach from thread {}: {e}", t.tid);
+            crate::note!(notes, "tp: warning: cannot detach from thread {}: {e}", t.tid);
         }
         resend(pid, t.tid, &rest);
     }

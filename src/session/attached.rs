@@ -3,6 +3,7 @@
 //! uses it any more, unmap tp's memory from the target.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -14,6 +15,7 @@ use crate::events::clock::Clock;
 use crate::events::drain::{Drainer, Lost};
 use crate::events::predicate;
 use crate::events::values::ProbeInfo;
+use crate::notes::Notes;
 use crate::output::{ProbeStat, Summary};
 use crate::probe::Request;
 use crate::probe::family::{self, Own, Relative};
@@ -73,6 +75,8 @@ pub struct Attached {
     /// before the current one: a library loaded again at the same address
     /// takes the same entry (counting from 0 again) and the same position.
     earlier: HashMap<usize, (u64, u64)>,
+    /// Where what the session's installs and its detach say goes.
+    notes: Arc<dyn Notes>,
 }
 
 /// How a detach went.
@@ -108,8 +112,9 @@ impl Attached {
                 // The unwinder's modules are read while the user's functions are planned.
                 modules.prefetch(&unwind::places(&modules));
             }
-            let resolved = resolve::requests(&modules, &what.funcs, &what.addrs, what.records.bits(), shadow)?;
-            Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started)
+            let resolved =
+                resolve::requests(&*opts.notes, &modules, &what.funcs, &what.addrs, what.records.bits(), shadow)?;
+            Self::install_new(pid, what, owner, &maps, &modules, resolved, None, started, &opts.notes)
         };
         run().map_err(|e| exited_or(pid, e))
     }
@@ -144,9 +149,9 @@ impl Attached {
         rendezvous_every: Option<Duration>,
     ) -> Result<(Option<Attached>, Follow, Vec<String>)> {
         let pid = opts.pid;
-        let (follow, start) = Follow::start(pid, modules, &opts.selection.funcs)?;
+        let (follow, start) = Follow::start(&*opts.notes, pid, modules, &opts.selection.funcs)?;
         let own = match rendezvous_every {
-            Some(every) => rendezvous::own_probes(pid, modules, &follow, &start.found, every),
+            Some(every) => rendezvous::own_probes(&*opts.notes, pid, modules, &follow, &start.found, every),
             None => Vec::new(),
         };
         let attached = match start.found.is_empty() && own.is_empty() {
@@ -188,10 +193,10 @@ impl Attached {
                     notes: Vec::new(),
                     blocks: Vec::new(),
                 },
-                false => resolve::plan_found(modules, found, opts.selection.records.bits(), shadow)?,
+                false => resolve::plan_found(&*opts.notes, modules, found, opts.selection.records.bits(), shadow)?,
             };
             resolved.requests.extend(own);
-            Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started)
+            Self::install_new(pid, &opts.selection, owner, &maps, modules, resolved, stopped, started, &opts.notes)
         };
         run().map_err(|e| if adopted { e } else { exited_or(pid, e) })
     }
@@ -206,6 +211,7 @@ impl Attached {
         resolved: resolve::Resolved,
         stopped: Option<Stopped>,
         started: Instant,
+        notes: &Arc<dyn Notes>,
     ) -> Result<Attached> {
         // A session that aggregates latency in the target converts it
         // there with this clock's rate: calibrated first where the CPU
@@ -214,7 +220,7 @@ impl Attached {
         let clock = if latency { Clock::calibrated() } else { Clock::start() };
         let existing = region::find(maps).map(|m| Region::open(pid, m)).transpose()?;
         let existing = match existing {
-            Some(r) if stopped.is_none() && is_leftover(&r) => reclaim(pid, r)?,
+            Some(r) if stopped.is_none() && is_leftover(&r) => reclaim(notes, pid, r)?,
             other => other,
         };
         if what.records != Records::COUNT
@@ -232,18 +238,18 @@ impl Attached {
         let refused = resolved.refused.len();
         let vetted = kept::vet(pid, existing.as_ref(), resolved.requests, owner == 0)?;
         for note in &vetted.notes {
-            crate::say!("{note}");
+            crate::note!(notes, "{note}");
         }
         let mem = Memory::open(pid)?;
         if vetted.requests.is_empty()
             && let Some(region) = existing
         {
             // `--keep` of functions kept already: nothing to do.
-            return Ok(Attached::nothing_new(pid, mem, region, what, owner, started, refused));
+            return Ok(Attached::nothing_new(pid, mem, region, what, owner, started, refused, notes));
         }
         let blocks = resolved.blocks.clone();
         let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
-        let (requests, infos) = batch(modules, resolved, what, existing.as_ref())?;
+        let (requests, infos) = batch(&**notes, modules, resolved, what, existing.as_ref())?;
         let take_over = !vetted.over.is_empty();
         let ns_mult = if latency { layout::ns_mult(clock.ns_per_tick()) } else { 0 };
         let opts =
@@ -256,8 +262,8 @@ impl Attached {
             .find(|r| r.kind & kind::RENDEZVOUS != 0)
             .and_then(|r| rendezvous::state_word(pid, modules, r.function.addr.0));
         let waits = Waits { loader_state, step_calls: what.step_calls, trap_steps: what.trap_steps };
-        let done = install(pid, &mem, stopped, existing, requests, opts, discard, waits)?;
-        let infos = without_unpatched(infos, &done.report);
+        let done = install(notes, pid, &mem, stopped, existing, requests, opts, discard, waits)?;
+        let infos = without_unpatched(&**notes, infos, &done.report);
         let refused = refused + done.report.unpatched.len();
         let over = over_pairs(&done.report.installed, &vetted.over);
         // The probes are live: what tp learnt of the binaries is saved meanwhile.
@@ -283,10 +289,12 @@ impl Attached {
             blocks,
             unloaded: HashMap::new(),
             earlier: HashMap::new(),
+            notes: notes.clone(),
         })
     }
 
     /// An attach that installs nothing (`--keep` of functions kept already).
+    #[allow(clippy::too_many_arguments)]
     fn nothing_new(
         pid: i32,
         mem: Memory,
@@ -295,6 +303,7 @@ impl Attached {
         owner: u32,
         started: Instant,
         refused: usize,
+        notes: &Arc<dyn Notes>,
     ) -> Attached {
         Attached {
             pid,
@@ -323,6 +332,7 @@ impl Attached {
             blocks: Vec::new(),
             unloaded: HashMap::new(),
             earlier: HashMap::new(),
+            notes: notes.clone(),
         }
     }
 
@@ -336,7 +346,7 @@ impl Attached {
         let run = || {
             let maps = process::read_maps(pid).with_context(|| format!("cannot read the memory map of {pid}"))?;
             let shadow = shadow::thread_with(pid, &[]);
-            let resolved = resolve::plan_found(modules, found, self.kind, shadow)?;
+            let resolved = resolve::plan_found(&*self.notes, modules, found, self.kind, shadow)?;
             let refused = resolved.refused.len();
             let Some(mapping) = region::find(&maps).filter(|m| m.inode == self.region.inode()) else {
                 bail!("tp's data region is no longer mapped in process {pid}");
@@ -344,14 +354,15 @@ impl Attached {
             let existing = Region::open(pid, mapping)?;
             let vetted = kept::vet(pid, Some(&existing), resolved.requests, self.owner == 0)?;
             for note in &vetted.notes {
-                crate::say!("{note}");
+                crate::note!(self.notes, "{note}");
             }
             let blocks = resolved.blocks.clone();
             let resolved = resolve::Resolved { requests: vetted.requests, ..resolved };
-            let (requests, infos) = batch(modules, resolved, &self.selection, Some(&existing))?;
+            let (requests, infos) = batch(&*self.notes, modules, resolved, &self.selection, Some(&existing))?;
             let opts = install::Options { take_over: !vetted.over.is_empty(), ..self.install_opts };
-            let done = install(pid, &self.mem, None, Some(existing), requests, opts, false, Waits::default())?;
-            let infos = without_unpatched(infos, &done.report);
+            let done =
+                install(&self.notes, pid, &self.mem, None, Some(existing), requests, opts, false, Waits::default())?;
+            let infos = without_unpatched(&*self.notes, infos, &done.report);
             let refused = refused + done.report.unpatched.len();
             crate::symbols::saving::start();
             let over = over_pairs(&done.report.installed, &vetted.over);
@@ -609,7 +620,7 @@ impl Attached {
             }
             mine.contains(&i) && e.owner == owner
         };
-        let (own, family) = family::restore_family(self.pid, &self.mem, &self.region, &select)?;
+        let (own, family) = family::restore_family(&self.notes, self.pid, &self.mem, &self.region, &select)?;
         let summary = self.summary();
         // The kept probes this session went over count on with its calls.
         kept::give_back_counts(&self.region, &self.over, |i| self.region.hits_of(&[i])[0]);
@@ -631,14 +642,15 @@ impl Attached {
 /// are recorded, and what tp knows of each for its events. Each request
 /// gets its configuration: the predicate compiled for its function (a
 /// false one costs the target no event), the argument it is counted by,
-/// the stack it records.
+/// the stack it records. What the plans noted is said to `notes`.
 fn batch(
+    notes: &dyn Notes,
     modules: &ProcessModules,
     resolved: resolve::Resolved,
     what: &Selection,
     existing: Option<&Region>,
 ) -> Result<(Vec<Request>, Vec<ProbeInfo>)> {
-    let notes = resolved.notes;
+    let noted = resolved.notes;
     let mut requests = resolved.requests;
     if requests.iter().any(|r| replaces_returns(r.kind)) {
         requests.extend(unwind::unwinder_requests(modules, existing)?);
@@ -763,8 +775,8 @@ fn batch(
         }
         infos.push(info);
     }
-    for note in notes {
-        crate::say!("{note}");
+    for note in noted {
+        crate::note!(notes, "{note}");
     }
     Ok((requests, infos))
 }
@@ -925,6 +937,7 @@ struct Waits {
 
 #[allow(clippy::too_many_arguments)]
 fn install(
+    notes: &Arc<dyn Notes>,
     pid: i32,
     mem: &Memory,
     stopped: Option<Stopped>,
@@ -936,7 +949,7 @@ fn install(
 ) -> Result<Done> {
     let mut stopped = match stopped {
         Some(s) => s,
-        None => Stopped::seize_worker(pid)?,
+        None => Stopped::seize_worker(pid, notes.clone())?,
     };
     let rendezvous = requests.iter().any(|r| r.kind & kind::RENDEZVOUS != 0);
     let trap_steps = waits.trap_steps.filter(|_| waits.step_calls > 0);
@@ -993,26 +1006,34 @@ fn is_leftover(region: &Region) -> bool {
 /// Unmaps the `region` an ended session left in process `pid`, as `tp
 /// detach -p` would, if no thread is inside it now (a short stop of every
 /// thread): the session starts with a region of its own size, not the
-/// rest of the old one. Returns the region if it is still in use.
-fn reclaim(pid: i32, region: Region) -> Result<Option<Region>> {
+/// rest of the old one. Returns the region if it is still in use; says to
+/// `notes` when it unmapped it.
+fn reclaim(notes: &Arc<dyn Notes>, pid: i32, region: Region) -> Result<Option<Region>> {
     let mem = Memory::open(pid)?;
-    let stopped = Stopped::stop(pid)?;
+    let stopped = Stopped::stop(pid, notes.clone())?;
     let (kept, _) = crate::probe::remove::finish(stopped, &mem, &region)?;
     if kept.is_none() {
-        crate::say!("tp: process {pid}: unmapped the memory an ended session left there (a thread was in it then)");
+        crate::note!(
+            notes,
+            "tp: process {pid}: unmapped the memory an ended session left there (a thread was in it then)"
+        );
     }
     Ok(kept.map(|_| region))
 }
 
 /// `infos` (one per probe requested) without those of the functions the
-/// install left unpatched, which it names on stderr, with why.
-fn without_unpatched<T>(infos: Vec<T>, report: &install::Report) -> Vec<T> {
+/// install left unpatched, which it names to `notes`, with why.
+fn without_unpatched<T>(notes: &dyn Notes, infos: Vec<T>, report: &install::Report) -> Vec<T> {
     const SHOWN: usize = 3;
     for why in report.unpatched.iter().take(SHOWN) {
-        crate::say!("tp: not probed this time: {}; attach again to probe it", crate::escape::text(why));
+        crate::note!(notes, "tp: not probed this time: {}; attach again to probe it", crate::escape::text(why));
     }
     if report.unpatched.len() > SHOWN {
-        crate::say!("tp: {} more functions not probed this time, for the same reason", report.unpatched.len() - SHOWN);
+        crate::note!(
+            notes,
+            "tp: {} more functions not probed this time, for the same reason",
+            report.unpatched.len() - SHOWN
+        );
     }
     infos.into_iter().enumerate().filter(|(i, _)| !report.unpatched_at.contains(i)).map(|(_, info)| info).collect()
 }

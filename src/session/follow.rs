@@ -25,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Result;
 
+use crate::notes::Notes;
 use crate::probe::region::Region;
 use crate::process;
 use crate::symbols::pattern::{Pattern, module_matches};
@@ -123,7 +124,13 @@ impl Follow {
     /// Resolves `patterns` in `modules` (process `pid`'s modules now),
     /// leniently: a pattern that names nothing yet waits for a module that
     /// defines it instead of failing. Any other lookup error is an error.
-    pub fn start(pid: i32, modules: &ProcessModules, patterns: &[String]) -> Result<(Follow, Start)> {
+    /// What the look-up notes is said to `notes`.
+    pub fn start(
+        notes: &dyn Notes,
+        pid: i32,
+        modules: &ProcessModules,
+        patterns: &[String],
+    ) -> Result<(Follow, Start)> {
         let mut found: Vec<Found> = Vec::new();
         // Probes already found, by site: a pattern over a whole large
         // library finds tens of thousands.
@@ -144,7 +151,7 @@ impl Follow {
             let looks = match modules.resolve_noted(std::slice::from_ref(text)) {
                 Ok(resolution) => {
                     for note in &resolution.notes {
-                        crate::say!("tp: {}", crate::escape::text(note));
+                        crate::note!(notes, "tp: {}", crate::escape::text(note));
                     }
                     let hits = resolution.found;
                     let in_exe = hits.iter().any(|f| f.module == 0);

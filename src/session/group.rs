@@ -243,7 +243,7 @@ impl Group {
             if pid == me || !exe.in_new_process(pid) || self.members.iter().any(|m| m.pid == pid && m.left.is_none()) {
                 continue;
             }
-            match Stopped::hold_new(pid) {
+            match Stopped::hold_new(pid, self.opts.notes.clone()) {
                 Ok(stopped) => held.push((pid, stopped, Instant::now())),
                 Err(e) => crate::note!(
                     self.opts.notes,
@@ -621,7 +621,8 @@ impl Group {
         let opts = self.opts_for(pid);
         // Held from the start: a process still in its dynamic linker goes
         // no further until its probes are in (and none before its TLS).
-        let started = Stopped::hold_new(pid).and_then(|held| self.probe_new_program(pid, held));
+        let started =
+            Stopped::hold_new(pid, self.opts.notes.clone()).and_then(|held| self.probe_new_program(pid, held));
         match started {
             Ok((attached, follow, waiting)) => {
                 let n = attached.as_ref().map_or(0, |a| a.names().len());

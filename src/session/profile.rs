@@ -68,11 +68,23 @@ pub struct Profiled {
     pub killed_by: Option<i32>,
 }
 
+/// Runs `tp profile` as `opts` say: opens where its results go (`-o
+/// FILE`, created first, else stdout), profiles, and writes the profile
+/// there in the format of `opts` ([`super::results::write_profile`]).
+/// Returns the signal that killed the target during the profile, as
+/// [`Profiled::killed_by`].
+pub fn run(opts: &Options) -> Result<Option<i32>> {
+    let (mut out, trace) = super::results::open_profile(opts)?;
+    let profiled = profile(opts, trace)?;
+    super::results::write_profile(&mut out, opts, &profiled.report)?;
+    Ok(profiled.killed_by)
+}
+
 /// Profiles `opts.pid` until `opts.duration`, Ctrl-C or the target's
 /// end, then restores its code: the profile, with what it did said on
 /// stderr as it goes. In the Chrome format (`opts.format`) the sampled
 /// calls are written to `trace` as they end.
-pub fn run(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Profiled> {
+fn profile(opts: &Options, trace: Option<Box<dyn std::io::Write>>) -> Result<Profiled> {
     let pid = opts.pid;
     // Listening before the probes go in: no fork of that moment is missed.
     let mut family = Family::start();

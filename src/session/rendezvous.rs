@@ -18,6 +18,7 @@
 use std::time::Duration;
 
 use crate::arch::Abi;
+use crate::notes::Notes;
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::probe::runtime_calls;
@@ -36,9 +37,10 @@ const AT_BASE: u64 = 7;
 /// tp's own probes for a session over process `pid` (whose modules are
 /// `modules`) whose patterns `follow` may wait for libraries, beside the
 /// user's probes on `found`: the rendezvous, if some pattern waits and the
-/// process has one; else nothing, and a line that says libraries are
-/// looked for every `check_every`.
+/// process has one; else nothing, and a line to `notes` that says
+/// libraries are looked for every `check_every`.
 pub fn own_probes(
+    notes: &dyn Notes,
     pid: i32,
     modules: &ProcessModules,
     follow: &Follow,
@@ -55,7 +57,8 @@ pub fn own_probes(
     match filters_allow(pid).and_then(|()| request(pid, modules)).and_then(not_the_users) {
         Ok(r) => vec![r],
         Err(why) => {
-            crate::say!(
+            crate::note!(
+                notes,
                 "tp: process {pid}: no rendezvous with the dynamic linker: {why}; tp looks for libraries it loads \
                  every {} ms, and their first calls may not be counted",
                 check_every.as_millis()

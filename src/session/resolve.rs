@@ -7,6 +7,7 @@ use crate::addr::RuntimeAddr;
 use crate::arch::host_isa;
 use crate::arch::{Abi, Arch, Host, Refusal, ShadowStack};
 use crate::arch::{ArgLoc, Operand, OperandLoc, Operands, SitePlan};
+use crate::notes::Notes;
 use crate::probe::Request;
 use crate::probe::layout::kind;
 use crate::progress::Progress;
@@ -171,7 +172,9 @@ pub fn balanced(plan: SitePlan, shadow: Option<(i32, ShadowStack)>) -> Result<Si
 /// `shadow` names a thread that runs with a hardware shadow stack, if one
 /// does. A function named exactly that cannot be probed is an error; one
 /// matched by a glob is skipped and reported in [`Resolved::refused`].
+/// What the look-up notes is said to `notes`.
 pub fn requests(
+    notes: &dyn Notes,
     modules: &ProcessModules,
     patterns: &[String],
     addrs: &[RuntimeAddr],
@@ -180,7 +183,7 @@ pub fn requests(
 ) -> Result<Resolved> {
     let resolution = modules.resolve_noted(patterns)?;
     for note in &resolution.notes {
-        crate::say!("tp: {}", crate::escape::text(note));
+        crate::note!(notes, "tp: {}", crate::escape::text(note));
     }
     let mut found = resolution.found;
     for &a in addrs {
@@ -189,7 +192,7 @@ pub fn requests(
             found.push(f);
         }
     }
-    plan_found(modules, found, kind, shadow)
+    plan_found(notes, modules, found, kind, shadow)
 }
 
 /// A function's plan (its site, calling convention and what it records),
@@ -275,8 +278,10 @@ fn plan_one(m: &Module, f: &Found, kind: u32, shadow: Option<(i32, ShadowStack)>
 /// `kind`, with `shadow` as in [`requests`]: [`requests`] once the names
 /// are resolved. Where a thread runs with a hardware shadow stack, a plan
 /// whose detour would break the pairing of calls and returns is refused,
-/// and so is such a long form.
+/// and so is such a long form. Operands that cannot be shown and two names
+/// of one site are said to `notes`.
 pub fn plan_found(
+    notes: &dyn Notes,
     modules: &ProcessModules,
     found: Vec<Found>,
     kind: u32,
@@ -317,7 +322,12 @@ pub fn plan_found(
                 let operands = usdt.filter(|_| kind & crate::probe::layout::kind::ARGS != 0).map(|u| {
                     let (ops, why) = operands_of(m, u);
                     for w in why {
-                        crate::say!("tp: `{}`: {}; shown as ?", crate::escape::text(&label), crate::escape::text(&w));
+                        crate::note!(
+                            notes,
+                            "tp: `{}`: {}; shown as ?",
+                            crate::escape::text(&label),
+                            crate::escape::text(&w)
+                        );
                     }
                     ops
                 });
@@ -325,7 +335,8 @@ pub fn plan_found(
                 // Two names for one site (`foo` and `foo+4` after its
                 // `endbr64`, a line that starts at an entry): one probe.
                 if let Some(first) = at_site.get(&plan.site).map(|&k| &requests[k]) {
-                    crate::say!(
+                    crate::note!(
+                        notes,
                         "tp: `{}` is where `{}` is probed already",
                         crate::escape::text(&label),
                         crate::escape::text(&first.function.name)

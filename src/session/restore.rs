@@ -15,6 +15,7 @@
 //! process's functions are their file's again.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 
@@ -36,7 +37,7 @@ use super::kept::session_is_running;
 /// some when `pid` is None; `force` removes those of running sessions too.
 /// Says to `notes` what it removed from each process and, in one line, why
 /// one could not be cleaned; false when one could not.
-pub fn detach(notes: &dyn Notes, pid: Option<i32>, force: bool) -> Result<bool> {
+pub fn detach(notes: &Arc<dyn Notes>, pid: Option<i32>, force: bool) -> Result<bool> {
     super::interrupt::install();
     let pids = match pid {
         Some(pid) => {
@@ -113,7 +114,7 @@ fn describe(sessions: &BTreeMap<u32, Vec<String>>) -> String {
 
 /// Releases what a tp killed while creating the data region left (see
 /// [`orphan`]), in a process without a region.
-fn release_orphans(notes: &dyn Notes, pid: i32) -> Result<()> {
+fn release_orphans(notes: &Arc<dyn Notes>, pid: i32) -> Result<()> {
     let mem = Memory::open(pid)?;
     let maps = process::read_maps(pid)?;
     if orphan::find(pid, &maps, &mem).is_empty() {
@@ -123,7 +124,7 @@ fn release_orphans(notes: &dyn Notes, pid: i32) -> Result<()> {
     process::check_attachable(pid)?;
     // A tp creating or unmapping a region holds the target: once we hold
     // it, what looks orphaned is.
-    let mut stopped = Stopped::stop(pid)?;
+    let mut stopped = Stopped::stop(pid, notes.clone())?;
     let maps = process::read_maps(pid)?;
     let mut orphans = orphan::find(pid, &maps, &mem);
     orphan::keep_referenced(&stopped, &mem, &maps, &mut orphans)?;
@@ -188,7 +189,7 @@ fn report_removed(notes: &dyn Notes, pid: i32, removed: &[remove::Removed]) {
     }
 }
 
-fn detach_one(notes: &dyn Notes, pid: i32, scope: Scope) -> Result<()> {
+fn detach_one(notes: &Arc<dyn Notes>, pid: i32, scope: Scope) -> Result<()> {
     let maps = process::read_maps(pid)?;
     let Some(mapping) = region::find(&maps) else {
         return release_orphans(notes, pid);
@@ -213,8 +214,9 @@ fn detach_one(notes: &dyn Notes, pid: i32, scope: Scope) -> Result<()> {
     let mem = Memory::open(pid)?;
     let sharer_pids = family::others(&region, pid);
     let sharers: Vec<Memory> = sharer_pids.iter().filter_map(|&p| Memory::open(p).ok()).collect();
-    let stopped = Stopped::stop(pid)?;
-    let removed = remove::remove(&mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
+    let stopped = Stopped::stop(pid, notes.clone())?;
+    let removed =
+        remove::remove(&**notes, &mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
     let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
     // tp's own sites (a function's exits, the unwinder's, the rendezvous)
     // are said only where one could not be restored.

@@ -3,12 +3,17 @@
 //! in the format chosen once ([`crate::output::format`]). Text and JSON
 //! carry the events as they come and the summary at the end; a Chrome trace
 //! is written as the events come; folded stacks and a flame graph at the end.
+//! A profile (`tp profile`) goes to `-o FILE` or stdout: its table or its
+//! document at the end, or its Chrome trace as the sampled calls end.
+
+use std::io::Write;
 
 use anyhow::{Context, Result};
 
 use super::Options;
 use super::tracer::{TraceOutput, chrome_on, close_chrome};
 use crate::output::format::Format;
+use crate::output::profile::Report as Profile;
 use crate::output::report::ProcessReport;
 use crate::output::results::Results;
 use crate::output::sink::Sink;
@@ -17,12 +22,34 @@ use crate::output::sink::Sink;
 /// else `default`; the Chrome trace is started on it when that is the
 /// format. `several`: event lines name their process.
 pub fn open(opts: &Options, default: Sink, several: bool) -> Result<TraceOutput> {
-    let sink = match &opts.output {
-        Some(path) => Sink::create(path).with_context(|| format!("cannot create `{}`", path.display()))?,
-        None => default,
-    };
+    let sink = destination(opts, default)?;
     let chrome = (opts.format == Format::Chrome).then(|| chrome_on(sink.clone(), opts.pid)).transpose()?;
     Ok(TraceOutput::new(sink, chrome, several))
+}
+
+/// `-o FILE` of `opts`, created now, else `default`.
+fn destination(opts: &Options, default: Sink) -> Result<Sink> {
+    match &opts.output {
+        Some(path) => Sink::create(path).with_context(|| format!("cannot create `{}`", path.display())),
+        None => Ok(default),
+    }
+}
+
+/// Where the results of a profile of `opts` go: `-o FILE` (created now),
+/// else stdout; with the writer of its Chrome trace when that is the format.
+pub fn open_profile(opts: &Options) -> Result<(Sink, Option<Box<dyn Write>>)> {
+    let sink = destination(opts, Sink::stdout())?;
+    let trace = (opts.format == Format::Chrome).then(|| Box::new(sink.clone()) as Box<dyn Write>);
+    Ok((sink, trace))
+}
+
+/// Writes `profile` to `out` in the format of `opts`
+/// ([`crate::output::results::Output::profile`]: the table or the JSON
+/// document; nothing more in a Chrome trace), shown as `opts.view` says.
+pub fn write_profile(out: &mut Sink, opts: &Options, profile: &Profile) -> Result<()> {
+    crate::output::results::output(opts.format).profile(out, profile, opts.view)?;
+    out.flush()?;
+    Ok(())
 }
 
 /// Writes the end of the results of a session of `opts` (`command`, which

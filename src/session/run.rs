@@ -85,7 +85,7 @@ pub fn run(opts: &Options, command: &[OsString]) -> Result<Ran> {
     };
     // From here on, the program is tp's child: tp waits for it on every path.
     let mut reaper = Reaper(Some(pid));
-    let held = Stopped::adopt(pid);
+    let held = Stopped::adopt(pid, opts.notes.clone());
     let opts = Options { pid, ..opts.clone() };
     let notes = opts.notes.clone();
     let maps = process::read_maps(pid)?;
