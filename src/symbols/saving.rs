@@ -53,7 +53,9 @@ struct Saver {
 
 /// The jobs waiting, by entry name, and the state of the thread.
 struct Queue {
-    jobs: Vec<(String, Job)>,
+    /// Each with whether it only encodes what the session made already
+    /// ([`enqueue_entry`]: a module's plans), which go first.
+    jobs: Vec<(String, bool, Job)>,
     /// True while the thread runs: it clears this, under the lock, when it
     /// finds the queue empty.
     running: bool,
@@ -81,11 +83,12 @@ impl Saver {
         }
     }
 
-    /// Queues `job` for entry `name`, unless it is queued already.
-    fn add(&self, name: String, job: Job) {
+    /// Queues `job` for entry `name`, unless it is queued already; `ready`
+    /// if it only encodes what is made already.
+    fn add(&self, name: String, ready: bool, job: Job) {
         let mut q = lock(&self.queue);
-        if !q.jobs.iter().any(|(n, _)| *n == name) {
-            q.jobs.push((name, job));
+        if !q.jobs.iter().any(|(n, ..)| *n == name) {
+            q.jobs.push((name, ready, job));
         }
     }
 
@@ -119,8 +122,11 @@ impl Saver {
         }
     }
 
-    /// The thread's loop: the jobs in the order they came, each computed,
-    /// then written unless closed meanwhile.
+    /// The thread's loop: the jobs in the order they came, those that only
+    /// encode first (a module's plans are a fraction of a second to write;
+    /// its analysis may take seconds to compute, and a short session's
+    /// wait at exit would end before the plans' turn), each computed, then
+    /// written unless closed meanwhile.
     fn work(&self, store: &Store) {
         loop {
             let job = {
@@ -129,7 +135,8 @@ impl Saver {
                     q.running = false;
                     return;
                 }
-                q.jobs.remove(0).1
+                let at = q.jobs.iter().position(|(_, ready, _)| *ready).unwrap_or(0);
+                q.jobs.remove(at).2
             };
             let Some(entry) = job() else { continue };
             let closed = lock(&self.closed);
@@ -200,7 +207,7 @@ pub fn enqueue(
             payload: saved.encode(),
         })
     };
-    SAVER.add(name, Box::new(job));
+    SAVER.add(name, false, Box::new(job));
 }
 
 /// What [`enqueue_entry`] computes when its turn comes: an entry's name,
@@ -213,7 +220,7 @@ pub fn enqueue_entry(name: String, job: EntryJob) {
     if store().is_none() {
         return;
     }
-    SAVER.add(name, Box::new(move || job().map(|(name, key, payload)| Entry { name, key, payload })));
+    SAVER.add(name, true, Box::new(move || job().map(|(name, key, payload)| Entry { name, key, payload })));
 }
 
 /// Starts saving what is queued, on a thread of idle priority (it runs
@@ -262,13 +269,14 @@ mod tests {
     fn what_is_saved_in_time_is_whole_and_the_rest_is_never_written() {
         let store = scratch("bounded");
         let saver: &'static Saver = Box::leak(Box::new(Saver::new()));
-        saver.add("module-0000000000000001".into(), Box::new(|| entry("module-0000000000000001")));
+        saver.add("module-0000000000000001".into(), false, Box::new(|| entry("module-0000000000000001")));
         saver.start(store);
         // A job that is still computing when tp stops waiting.
         let (release, held) = channel::<()>();
         let (finished, computed) = channel::<()>();
         saver.add(
             "module-0000000000000002".into(),
+            false,
             Box::new(move || {
                 let _ = held.recv();
                 let _ = finished.send(());
@@ -291,7 +299,7 @@ mod tests {
         assert_eq!(files(store), ["module-0000000000000001"], "the first entry whole, no temporary file, no second");
         assert_eq!(store.load("module-0000000000000001", b"key").as_deref(), Some(&b"payload"[..]));
         // Closed: a later start writes nothing either.
-        saver.add("module-0000000000000003".into(), Box::new(|| entry("module-0000000000000003")));
+        saver.add("module-0000000000000003".into(), false, Box::new(|| entry("module-0000000000000003")));
         saver.start(store);
         assert!(!lock(&saver.queue).running);
         assert_eq!(files(store), ["module-0000000000000001"]);
@@ -302,10 +310,32 @@ mod tests {
         let store = scratch("all");
         let saver: &'static Saver = Box::leak(Box::new(Saver::new()));
         for n in ["module-00000000000000a1", "module-00000000000000a2"] {
-            saver.add(n.into(), Box::new(move || entry(n)));
+            saver.add(n.into(), false, Box::new(move || entry(n)));
         }
-        saver.add("module-00000000000000a3".into(), Box::new(|| None));
+        saver.add("module-00000000000000a3".into(), false, Box::new(|| None));
         assert!(saver.finish(store, Duration::from_secs(600)));
         assert_eq!(files(store), ["module-00000000000000a1", "module-00000000000000a2"]);
+    }
+
+    #[test]
+    fn entries_made_already_are_saved_before_analyses_to_compute() {
+        let store = scratch("ready-first");
+        let saver: &'static Saver = Box::leak(Box::new(Saver::new()));
+        // An analysis that computes until tp has stopped waiting, queued
+        // before a module's plans: the plans are written all the same.
+        let (release, held) = channel::<()>();
+        saver.add(
+            "module-00000000000000b1".into(),
+            false,
+            Box::new(move || {
+                let _ = held.recv();
+                entry("module-00000000000000b1")
+            }),
+        );
+        saver.add("plans-00000000000000b1".into(), true, Box::new(|| entry("plans-00000000000000b1")));
+        saver.start(store);
+        assert!(!saver.finish(store, Duration::from_secs(5)), "the analysis was not saved");
+        release.send(()).unwrap();
+        assert_eq!(files(store), ["plans-00000000000000b1"]);
     }
 }
