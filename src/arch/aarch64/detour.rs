@@ -251,7 +251,7 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
         emit_entry_call(&mut w, plan, spec, rt, true)?;
         w.put_b(relocated);
     }
-    Ok(Detour { bytes: w.finish(), pc_map })
+    Ok(Detour { bytes: w.finish()?, pc_map })
 }
 
 /// The detour of an exit's site: the call's end recorded (see
@@ -268,7 +268,7 @@ fn build_exit(plan: &SitePlan, at: u64, rt: RuntimeAddrs, words: ExitWords) -> R
         relocate::Exit::Branch,
         Some(&mut |w, e| exit_stub(w, words.of(e), e, plan, rt.exit)),
     )?;
-    Ok(Detour { bytes: w.finish(), pc_map })
+    Ok(Detour { bytes: w.finish()?, pc_map })
 }
 
 /// The window of `plan` relocated into `w`, with the call's end recorded
@@ -521,7 +521,7 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
         return Err(Refusal::OutOfReach { at: plan.site });
     }
     w.put_b(detour);
-    Ok(w.finish())
+    Ok(w.finish()?)
 }
 
 #[cfg(test)]

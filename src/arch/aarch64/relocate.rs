@@ -230,7 +230,7 @@ pub fn needs_scratch(plan: &SitePlan) -> bool {
 pub fn relocate_alone(plan: &SitePlan, at: u64, exit: Exit) -> Result<Vec<u8>, Refusal> {
     let mut w = Writer::new(at);
     relocate(plan, &mut w, exit)?;
-    Ok(w.finish())
+    Ok(w.finish()?)
 }
 
 #[cfg(test)]

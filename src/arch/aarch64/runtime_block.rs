@@ -105,7 +105,7 @@ fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(Reg::LR);
-    w.finish()
+    w.finish().expect("a block's own code and literals lie within reach")
 }
 
 /// The exit routine at `at`, which the detour at an exit of a function
@@ -153,7 +153,7 @@ fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(Reg::LR);
-    w.finish()
+    w.finish().expect("a block's own code and literals lie within reach")
 }
 
 /// Bits of a user-space code address (48-bit virtual addresses): above
