@@ -140,16 +140,15 @@ fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u
     w.put_ldp(Reg::x(3), Reg::x(4), Reg::SP, 0);
     // Go code's goroutine, which C code leaves alone in x28.
     w.put_mov(Reg::x(5), Reg::x(28));
-    let bits: Vec<u32> = (0..32).filter(|b| exit_ext & (1 << b) != 0).collect();
-    let ext_at = w.pc() + 4 * (bits.len() as u64 + 2);
-    let done = ext_at + 4;
-    for &b in &bits {
-        w.put_tbnz(Reg::x(1), b, ext_at);
+    let (to_ext, done) = (w.label(), w.label());
+    for b in (0..32).filter(|b| exit_ext & (1 << b) != 0) {
+        w.put_tbnz(Reg::x(1), b, to_ext);
     }
     w.put_bl(plain);
     w.put_b(done);
+    w.bind(to_ext);
     w.put_bl(ext);
-    debug_assert_eq!(w.pc(), done);
+    w.bind(done);
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(Reg::LR);
