@@ -283,6 +283,11 @@ pub trait Arch {
     /// its parts are does not depend on `layout`.
     fn build_runtime(at: u64, layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock;
 
+    /// Bytes of the runtime block [`Arch::build_runtime`] assembles for
+    /// `layout` and `blobs` at any 16-aligned address, known without
+    /// assembling it.
+    fn runtime_len(layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> u64;
+
     /// True if a counting detour may call the runtime block (which must
     /// then be in its arena): x86-64's detours count in a row of the
     /// thread's own, which the runtime gives a thread on its first call.

@@ -16,12 +16,10 @@ pub fn needs_runtime(req: &Request) -> bool {
 }
 
 /// Bytes an arena's runtime block takes, rounded to 16 (detours start
-/// 16-aligned): the same for every block this tp writes.
+/// 16-aligned), with 16 to spare: the same for every block this tp writes.
 pub fn block_len() -> u64 {
     static LEN: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
-    *LEN.get_or_init(|| {
-        (Host::build_runtime(0, &RuntimeLayout::default(), &blobs()).bytes.len() as u64 + 16).next_multiple_of(16)
-    })
+    *LEN.get_or_init(|| (Host::runtime_len(&RuntimeLayout::default(), &blobs()) + 16).next_multiple_of(16))
 }
 
 /// The runtime's functions for the host architecture.
@@ -94,6 +92,19 @@ const _: () = assert!(offset_of!(EventCtx, ring_mask) < 4096);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_runtime_block_takes_what_its_length_says_and_fits_block_len() {
+        let g = layout::geometry(4, 1024);
+        let h = Header::new(&g, 62, 0x7f00_0000_0000, 0x7f10_0000_0000);
+        for l in [RuntimeLayout::default(), layout_of(&h)] {
+            for at in [0, 0x7f00_0010_0000] {
+                let built = Host::build_runtime(at, &l, &blobs()).bytes.len() as u64;
+                assert_eq!(Host::runtime_len(&l, &blobs()), built);
+                assert!(built <= block_len());
+            }
+        }
+    }
 
     #[test]
     fn the_layout_is_the_regions() {

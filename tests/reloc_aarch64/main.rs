@@ -178,7 +178,7 @@ fn the_harness_catches_a_wrong_rewrite() {
         w.put_cond_branch(0x5400_0000, TRAMP + 8); // b.eq (should be b.ne)
         w.put_b(ORIG + 4);
         w.put_b(ORIG + 0x40);
-        w.finish()
+        w.finish().unwrap()
     };
     let (ok, _) = differential(&0x5400_0201u32.to_le_bytes(), &wrong, &[]);
     assert!(!ok);
@@ -187,7 +187,7 @@ fn the_harness_catches_a_wrong_rewrite() {
     let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
     w.put(0x8b02_0020);
     w.put_b(ORIG + 4);
-    let (ok, out) = differential(&add, &w.finish(), &[]);
+    let (ok, out) = differential(&add, &w.finish().unwrap(), &[]);
     assert!(ok, "{out}");
 }
 
@@ -239,7 +239,7 @@ fn clobbering_runtime(at: u64) -> Vec<u8> {
     w.put(0xd2a0_0000 | (0xf000 << 5) | 16); // movz x16, #0xf000, lsl #16: N, Z, C and V set
     w.put_msr_nzcv(Reg::X16);
     w.put_ret(Reg::LR);
-    w.finish()
+    w.finish().unwrap()
 }
 
 #[test]
@@ -358,7 +358,7 @@ fn the_whole_event_detour_preserves_every_register_a_caller_may_keep() {
                 w.put(AND_X30_48_BITS);
                 w.put(pad);
                 w.put_b(detour_at);
-                let mut tramp = w.finish();
+                let mut tramp = w.finish().unwrap();
                 tramp.resize((detour_at - TRAMP) as usize, 0);
                 tramp.extend(&detour.bytes);
                 assert!(tramp.len() <= (runtime_at - TRAMP) as usize, "detour too long: {}", tramp.len());
@@ -466,7 +466,7 @@ fn exit_detours_leave_as_the_function_did() {
         let detour = build(&plan, detour_at, &spec, Atomics::Lse).unwrap();
         let mut w = tp::arch::aarch64::writer::Writer::new(TRAMP);
         w.put_b(detour_at);
-        let mut tramp = w.finish();
+        let mut tramp = w.finish().unwrap();
         tramp.resize((detour_at - TRAMP) as usize, 0);
         tramp.extend(&detour.bytes);
         assert!(tramp.len() <= (runtime_at - TRAMP) as usize, "detour too long: {}", tramp.len());

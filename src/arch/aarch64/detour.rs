@@ -111,7 +111,7 @@
 //! same registers saved.
 
 use super::reg::Reg;
-use super::writer::{Hint, Writer};
+use super::writer::{Hint, Label, Writer};
 use super::{long, relocate};
 use crate::arch::{Abi, Detour, DetourSpec, ExitInsn, ExitKind, ExitWords, Refusal, RuntimeAddrs, SitePlan};
 
@@ -194,14 +194,18 @@ pub fn signed_with(plan: &SitePlan) -> Option<SignedWith> {
     })
 }
 
-/// Where the parts of a detour are, for the branches between them.
+/// The parts of a detour that its prefix branches to, bound as the detour
+/// is written.
 #[derive(Clone, Copy)]
 struct Parts {
-    relocated: u64,
-    sample: u64,
+    /// Where a disabled probe goes: the relocated code, or the restore of
+    /// x16 and x17 before it.
+    relocated: Label,
+    /// The out-of-line call of a sampling probe.
+    sample: Label,
 }
 
-/// Assembles the detour of `plan` at address `at`.
+/// Assembles the detour of `plan` at address `at`, in one pass.
 pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> Result<Detour, Refusal> {
     let runtime = match (spec.records.calls_runtime(), spec.runtime) {
         (true, None) => return Err(Refusal::Unsupported("an event probe needs the runtime block")),
@@ -220,38 +224,25 @@ pub fn build(plan: &SitePlan, at: u64, spec: &DetourSpec, atomics: Atomics) -> R
             "AArch64 probes inside functions count calls; arguments and latency are recorded at function entries",
         ));
     }
-    let saves = if plan.interior { 4 } else { 0 };
     let exit = long::exit(plan)?;
-    // The prefix has a fixed length for a given kind: measure it, then the
-    // relocated code, then place the sample block after it.
     let mut w = Writer::new(at);
-    if plan.interior {
-        w.put_push_ip_registers();
-    }
-    emit_prefix(&mut w, plan, spec, runtime, atomics, Parts { relocated: at, sample: at })?;
-    let restore_at = w.pc();
-    let relocated = restore_at + saves;
-    let mut r = Writer::new(relocated);
-    relocate_window(plan, &mut r, exit, spec, runtime)?;
-    let parts = Parts { relocated: restore_at, sample: r.pc() };
-
-    let mut w = Writer::new(at);
+    let parts = Parts { relocated: w.label(), sample: w.label() };
     if plan.interior {
         w.put_push_ip_registers();
     }
     emit_prefix(&mut w, plan, spec, runtime, atomics, parts)?;
-    debug_assert_eq!(w.pc(), restore_at);
+    w.bind(parts.relocated);
     if plan.interior {
         w.put_pop_ip_registers();
     }
-    debug_assert_eq!(w.pc(), relocated);
+    let relocated = w.pc();
     let pc_map = relocate_window(plan, &mut w, exit, spec, runtime)?;
     if let (Some(rt), true) = (runtime, spec.records.sample) {
-        debug_assert_eq!(w.pc(), parts.sample);
+        w.bind(parts.sample);
         emit_entry_call(&mut w, plan, spec, rt, true)?;
         w.put_b(relocated);
     }
-    Ok(Detour { bytes: w.finish(), pc_map })
+    Ok(Detour { bytes: w.finish()?, pc_map })
 }
 
 /// The detour of an exit's site: the call's end recorded (see
@@ -268,7 +259,7 @@ fn build_exit(plan: &SitePlan, at: u64, rt: RuntimeAddrs, words: ExitWords) -> R
         relocate::Exit::Branch,
         Some(&mut |w, e| exit_stub(w, words.of(e), e, plan, rt.exit)),
     )?;
-    Ok(Detour { bytes: w.finish(), pc_map })
+    Ok(Detour { bytes: w.finish()?, pc_map })
 }
 
 /// The window of `plan` relocated into `w`, with the call's end recorded
@@ -325,25 +316,24 @@ fn exit_stub(w: &mut Writer, word: u64, e: ExitInsn, plan: &SitePlan, exit: u64)
         }
         _ => None,
     };
-    let call_at = w.pc() + 4 * if check.is_some() { 8 } else { 0 };
-    let after = call_at + 8;
+    let (call, after) = (w.label(), w.label());
     if let Some((lo, hi, rn, scratch)) = check {
         w.put_mrs_nzcv(scratch);
         w.put_str_offset(scratch, Reg::SP, 24);
         w.put_ldr_literal(scratch, lo);
         w.put_cmp(rn, scratch);
-        w.put_b_lo(call_at);
+        w.put_b_lo(call);
         w.put_ldr_literal(scratch, hi);
         w.put_cmp(rn, scratch);
         w.put_b_lo(after);
     }
-    debug_assert_eq!(w.pc(), call_at);
+    w.bind(call);
     w.put_ldr_literal(Reg::X16, word);
     if !super::writer::reaches(w.pc(), exit, super::writer::B_REACH) {
         return Err(Refusal::Unsupported("the runtime block is out of `bl` reach of the detour"));
     }
     w.put_bl(exit);
-    debug_assert_eq!(w.pc(), after);
+    w.bind(after);
     if let Some((.., scratch)) = check {
         w.put_ldr_offset(scratch, Reg::SP, 24);
         w.put_msr_nzcv(scratch);
@@ -521,7 +511,7 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
         return Err(Refusal::OutOfReach { at: plan.site });
     }
     w.put_b(detour);
-    Ok(w.finish())
+    Ok(w.finish()?)
 }
 
 #[cfg(test)]

@@ -157,7 +157,7 @@ pub fn patch(plan: &SitePlan, detour: u64) -> Result<Vec<u8>, Refusal> {
     w.put_adrp(Reg::X16, detour);
     w.put_add_imm(Reg::X16, Reg::X16, (detour & 0xfff) as u32);
     w.put_br(Reg::X16);
-    Ok(w.finish())
+    Ok(w.finish()?)
 }
 
 #[cfg(test)]

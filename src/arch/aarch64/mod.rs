@@ -164,6 +164,10 @@ impl Arch for AArch64 {
         runtime_block::build(at, layout.ctx, layout.exit_ext, blobs)
     }
 
+    fn runtime_len(layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> u64 {
+        runtime_block::len(layout.exit_ext, blobs)
+    }
+
     fn tid_offset(threads: &[(i32, regs::Regs)], read: &dyn Fn(u64, usize) -> Option<Vec<u8>>) -> TidOffset {
         let pointers: Vec<(i32, u64)> = threads.iter().map(|(tid, r)| (*tid, r.tpidr)).collect();
         runtime_block::tid_offset(&pointers, read)

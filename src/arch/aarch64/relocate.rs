@@ -44,14 +44,6 @@ pub enum Exit {
 }
 
 impl Exit {
-    /// Instructions an exit takes.
-    fn len(self) -> u64 {
-        match self {
-            Exit::Branch => 1,
-            Exit::Return(_) => 2,
-        }
-    }
-
     fn put(self, w: &mut Writer, target: u64, site: u64) -> Result<(), Refusal> {
         match self {
             Exit::Branch if reaches(w.pc(), target, B_REACH) => w.put_b(target),
@@ -133,8 +125,10 @@ fn relocate_exit(
             Ok(false)
         }
         (ExitKind::CondJump, Class::CondBranch { target }) if last => {
-            w.put_cond_branch(word, w.pc() + 4 * (1 + exit.len()));
+            let taken = w.label();
+            w.put_cond_branch(word, taken);
             exit.put(w, pc + 4, plan.site)?;
+            w.bind(taken);
             stub(w, e)?;
             exit.put(w, target, plan.site)?;
             Ok(false)
@@ -176,16 +170,20 @@ fn relocate_one(word: u32, pc: u64, last: bool, w: &mut Writer, exit: Exit, plan
             return Ok(false);
         }
         Class::CondBranch { target } if last => {
-            w.put_cond_branch(word, w.pc() + 4 * (1 + exit.len()));
+            let taken = w.label();
+            w.put_cond_branch(word, taken);
             exit.put(w, next, plan.site)?;
+            w.bind(taken);
             exit.put(w, target, plan.site)?;
             return Ok(false);
         }
         Class::CondBranch { target } => {
-            let taken = w.pc() + 8;
+            let (taken, not_taken) = (w.label(), w.label());
             w.put_cond_branch(word, taken);
-            w.put_b(taken + 4 * exit.len());
+            w.put_b(not_taken);
+            w.bind(taken);
             exit.put(w, target, plan.site)?;
+            w.bind(not_taken);
         }
         Class::CallRegister { rn } => {
             w.put_mov(Reg::X17, rn);
@@ -230,7 +228,7 @@ pub fn needs_scratch(plan: &SitePlan) -> bool {
 pub fn relocate_alone(plan: &SitePlan, at: u64, exit: Exit) -> Result<Vec<u8>, Refusal> {
     let mut w = Writer::new(at);
     relocate(plan, &mut w, exit)?;
-    Ok(w.finish())
+    Ok(w.finish()?)
 }
 
 #[cfg(test)]

@@ -45,31 +45,68 @@ use crate::arch::{FrameHome, RuntimeAddrs, RuntimeBlobs, RuntimeBlock, TidOffset
 /// or `tp_exit_at_ext` for a word with a flag of `exit_ext`.
 pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut bytes = Vec::new();
-    let place = |bytes: &mut Vec<u8>, blob: &[u8]| {
-        let addr = at + bytes.len() as u64;
-        bytes.extend_from_slice(blob);
-        bytes.resize(bytes.len().next_multiple_of(16), 0);
+    let addrs = lay_out(&mut Parts { at, len: 0, bytes: Some(&mut bytes) }, ctx, exit_ext, blobs);
+    RuntimeBlock { bytes, addrs }
+}
+
+/// Bytes of the block [`build`] assembles for `exit_ext` and `blobs` (at
+/// any 16-aligned address), without assembling it: laid out as [`build`] lays it out,
+/// the runtime's functions only counted (each starts 16-aligned) and the
+/// hand-written code (what decides its length) written alone.
+pub fn len(exit_ext: u32, blobs: &RuntimeBlobs) -> u64 {
+    let mut parts = Parts { at: 0, len: 0, bytes: None };
+    lay_out(&mut parts, 0, exit_ext, blobs);
+    parts.len
+}
+
+/// Where a block's parts go, one after the other, each 16-aligned: into
+/// `bytes`, or only counted in `len`.
+struct Parts<'a> {
+    /// The block's address.
+    at: u64,
+    /// Its bytes so far.
+    len: u64,
+    /// The block, if it is being assembled.
+    bytes: Option<&'a mut Vec<u8>>,
+}
+
+impl Parts<'_> {
+    /// The address of the next part.
+    fn next(&self) -> u64 {
+        self.at + self.len
+    }
+
+    /// Appends `part`, padded with zeros to 16 bytes; its address.
+    fn place(&mut self, part: &[u8]) -> u64 {
+        let addr = self.next();
+        self.len = (self.len + part.len() as u64).next_multiple_of(16);
+        if let Some(bytes) = self.bytes.as_deref_mut() {
+            bytes.extend_from_slice(part);
+            bytes.resize(self.len as usize, 0);
+        }
         addr
-    };
-    let entry = place(&mut bytes, blobs.entry);
-    let exit = place(&mut bytes, blobs.exit);
-    let unwind = place(&mut bytes, blobs.unwind);
-    let entry_ext = place(&mut bytes, blobs.entry_ext);
+    }
+}
+
+/// The parts of a runtime block in their order (see [`build`]), made for
+/// where `parts` puts them.
+fn lay_out(parts: &mut Parts, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeAddrs {
+    let entry = parts.place(blobs.entry);
+    let exit = parts.place(blobs.exit);
+    let unwind = parts.place(blobs.unwind);
+    let entry_ext = parts.place(blobs.entry_ext);
     let exit_ext_flags = exit_ext;
-    let exit_ext = place(&mut bytes, blobs.exit_ext);
-    let code = trampoline_code(at + bytes.len() as u64, exit, ctx);
-    let trampoline = place(&mut bytes, &code);
-    let code = trampoline_code(at + bytes.len() as u64, exit_ext, ctx);
-    let trampoline_ext = place(&mut bytes, &code);
-    let exit_at = place(&mut bytes, blobs.exit_at);
-    let exit_at_ext = place(&mut bytes, blobs.exit_at_ext);
-    let code = exit_routine(at + bytes.len() as u64, ctx, exit_ext_flags, exit_at, exit_at_ext);
-    let exit = place(&mut bytes, &code);
-    let rendezvous = place(&mut bytes, blobs.rendezvous);
-    let step = place(&mut bytes, blobs.step);
+    let exit_ext = parts.place(blobs.exit_ext);
+    let trampoline = parts.place(&trampoline_code(parts.next(), exit, ctx));
+    let trampoline_ext = parts.place(&trampoline_code(parts.next(), exit_ext, ctx));
+    let exit_at = parts.place(blobs.exit_at);
+    let exit_at_ext = parts.place(blobs.exit_at_ext);
+    let exit = parts.place(&exit_routine(parts.next(), ctx, exit_ext_flags, exit_at, exit_at_ext));
+    let rendezvous = parts.place(blobs.rendezvous);
+    let step = parts.place(blobs.step);
     // No count stub nor fast entry: AArch64 detours count with atomics and call tp_entry.
     // One exit routine takes every word (the runtime's function decides).
-    let addrs = RuntimeAddrs {
+    RuntimeAddrs {
         entry,
         trampoline,
         unwind,
@@ -85,8 +122,7 @@ pub fn build(at: u64, ctx: u64, exit_ext: u32, blobs: &RuntimeBlobs) -> RuntimeB
         exit_runtime: exit,
         count: 0,
         ctx,
-    };
-    RuntimeBlock { bytes, addrs }
+    }
 }
 
 /// One return trampoline at `at` (see the module doc), calling `exit`,
@@ -105,7 +141,7 @@ fn trampoline_code(at: u64, exit: u64, ctx: u64) -> Vec<u8> {
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(Reg::LR);
-    w.finish()
+    w.finish().expect("a block's own code and literals lie within reach")
 }
 
 /// The exit routine at `at`, which the detour at an exit of a function
@@ -140,20 +176,19 @@ fn exit_routine(at: u64, ctx: u64, exit_ext: u32, plain: u64, ext: u64) -> Vec<u
     w.put_ldp(Reg::x(3), Reg::x(4), Reg::SP, 0);
     // Go code's goroutine, which C code leaves alone in x28.
     w.put_mov(Reg::x(5), Reg::x(28));
-    let bits: Vec<u32> = (0..32).filter(|b| exit_ext & (1 << b) != 0).collect();
-    let ext_at = w.pc() + 4 * (bits.len() as u64 + 2);
-    let done = ext_at + 4;
-    for &b in &bits {
-        w.put_tbnz(Reg::x(1), b, ext_at);
+    let (to_ext, done) = (w.label(), w.label());
+    for b in (0..32).filter(|b| exit_ext & (1 << b) != 0) {
+        w.put_tbnz(Reg::x(1), b, to_ext);
     }
     w.put_bl(plain);
     w.put_b(done);
+    w.bind(to_ext);
     w.put_bl(ext);
-    debug_assert_eq!(w.pc(), done);
+    w.bind(done);
     w.put_clear_below_sp(CLEARED_BELOW);
     restore(&mut w);
     w.put_ret(Reg::LR);
-    w.finish()
+    w.finish().expect("a block's own code and literals lie within reach")
 }
 
 /// Bits of a user-space code address (48-bit virtual addresses): above
@@ -266,6 +301,34 @@ pub(super) mod tests {
         let lit = u64::from_str_radix(asm[11].strip_prefix("ldr x0, #0x").unwrap(), 16).unwrap();
         let at = (lit - AT) as usize;
         assert_eq!(u64::from_le_bytes(b.bytes[at..at + 8].try_into().unwrap()), 0x7f00_0000_1040);
+    }
+
+    #[test]
+    fn len_is_the_length_of_the_block_built() {
+        static B: [u8; 100] = [0x1f; 100];
+        let sizes = [[8, 20, 4, 4, 4, 8, 4, 4, 4, 4, 4], [100, 36, 20, 8, 36, 100, 20, 8, 36, 20, 0], [4; 11]];
+        for s in sizes {
+            let blobs = RuntimeBlobs {
+                entry: &B[..s[0]],
+                exit: &B[..s[1]],
+                unwind: &B[..s[2]],
+                count: &B[..s[3]],
+                entry_ext: &B[..s[4]],
+                exit_ext: &B[..s[5]],
+                exit_at: &B[..s[6]],
+                exit_at_ext: &B[..s[7]],
+                rendezvous: &B[..s[8]],
+                step: &B[..s[9]],
+                trap: &B[..s[10]],
+            };
+            // Each flag of the runtime's work takes a tbnz in the exit routine.
+            for exit_ext in [0, 1 << 29, (1 << 29) | (1 << 30), 0xf000_000f] {
+                for at in [0, AT, 0x40_0000] {
+                    let b = build(at, 0x7f00_0000_1040, exit_ext, &blobs);
+                    assert_eq!(len(exit_ext, &blobs), b.bytes.len() as u64, "{s:?} {exit_ext:#x} {at:#x}");
+                }
+            }
+        }
     }
 
     /// How many instructions clear what a call of the runtime left below

@@ -2,6 +2,9 @@
 //!
 //! Each `put_*` appends one 32-bit instruction. The writer knows the address
 //! its first word will run at, so branches are encoded for that address.
+//! A branch or `adr` may point at a [`Label`] not bound yet, so code is
+//! assembled in one pass: [`Writer::finish`] fills in its offset once the
+//! code is whole, and answers [`OutOfRange`] if it does not reach.
 //! `put_ldr_literal` loads a 64-bit value from a pool that [`Writer::finish`]
 //! appends, 8-byte aligned, after the code; equal values share one slot.
 //! Every encoding is checked against capstone's disassembly in the tests.
@@ -66,6 +69,84 @@ pub enum LoadKind {
     Q,
 }
 
+/// A place in the code, bound to an address when the writer reaches it
+/// ([`Writer::bind`]); branches and `adr` may use it before.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(usize);
+
+/// Where a branch goes or an `adr` points: an address, or a label of the
+/// same writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// This address.
+    Addr(u64),
+    /// Where this label is bound.
+    Label(Label),
+}
+
+impl From<u64> for Target {
+    fn from(addr: u64) -> Target {
+        Target::Addr(addr)
+    }
+}
+
+impl From<Label> for Target {
+    fn from(label: Label) -> Target {
+        Target::Label(label)
+    }
+}
+
+/// A branch, `adr` or literal load whose target lies beyond what its
+/// instruction can encode, found when the code is finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OutOfRange {
+    /// The instruction's address.
+    pub from: u64,
+    /// Its target.
+    pub to: u64,
+}
+
+impl std::fmt::Display for OutOfRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#x} does not reach {:#x}", self.from, self.to)
+    }
+}
+
+impl From<OutOfRange> for crate::arch::Refusal {
+    fn from(_: OutOfRange) -> crate::arch::Refusal {
+        crate::arch::Refusal::Unsupported("a branch inside tp's code out of its instruction's reach")
+    }
+}
+
+/// The offset field of an instruction that points at a label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Field {
+    /// `b`, `bl`: words, bits 0-25.
+    Imm26,
+    /// `b.cond`, `cbz`, `cbnz`, `ldr` literal: words, bits 5-23.
+    Imm19,
+    /// `tbz`, `tbnz`: words, bits 5-18.
+    Imm14,
+    /// `adr`: bytes, the low two in bits 29-30, the rest in bits 5-23.
+    Adr,
+}
+
+impl Field {
+    /// The field holding the offset `d` (bytes from the instruction to its
+    /// target), if it fits.
+    fn encode(self, d: i64) -> Option<u32> {
+        let words = |reach: i64| (d % 4 == 0 && (-reach..reach).contains(&d)).then_some((d / 4) as u32);
+        match self {
+            Field::Imm26 => words(B_REACH).map(|imm| imm & 0x03ff_ffff),
+            Field::Imm19 => words(IMM19_REACH).map(|imm| (imm & 0x7_ffff) << 5),
+            Field::Imm14 => words(IMM14_REACH).map(|imm| (imm & 0x3fff) << 5),
+            Field::Adr => (-IMM19_REACH..IMM19_REACH)
+                .contains(&d)
+                .then_some(((d as u32 & 3) << 29) | (((d as u32 >> 2) & 0x7_ffff) << 5)),
+        }
+    }
+}
+
 /// An instruction buffer that will run at `base`, with a literal pool.
 #[derive(Debug, Clone)]
 pub struct Writer {
@@ -73,13 +154,35 @@ pub struct Writer {
     words: Vec<u32>,
     /// (index of an `ldr` literal in `words`, the value it loads).
     fixups: Vec<(usize, u64)>,
+    /// Where each label is bound, if it is yet.
+    labels: Vec<Option<u64>>,
+    /// The instructions (their index in `words`) that point at labels,
+    /// with the field their offset goes into.
+    uses: Vec<(usize, Field, Label)>,
 }
 
 impl Writer {
     /// An empty buffer whose first word will run at `base` (4-byte aligned).
     pub fn new(base: u64) -> Writer {
         assert!(base.is_multiple_of(4), "A64 code must be word-aligned: {base:#x}");
-        Writer { base, words: Vec::new(), fixups: Vec::new() }
+        Writer { base, words: Vec::new(), fixups: Vec::new(), labels: Vec::new(), uses: Vec::new() }
+    }
+
+    /// A new label, bound nowhere yet.
+    pub fn label(&mut self) -> Label {
+        self.labels.push(None);
+        Label(self.labels.len() - 1)
+    }
+
+    /// Binds `label` to the address of the next instruction.
+    pub fn bind(&mut self, label: Label) {
+        assert!(self.labels[label.0].is_none(), "a label bound twice");
+        self.labels[label.0] = Some(self.pc());
+    }
+
+    /// Where `label` is bound, if it is yet.
+    pub fn address(&self, label: Label) -> Option<u64> {
+        self.labels[label.0]
     }
 
     /// The address of the next instruction.
@@ -92,39 +195,45 @@ impl Writer {
         self.words.push(word);
     }
 
-    fn offset(&self, target: u64, reach: i64, what: &str) -> i64 {
-        let pc = self.pc();
-        assert!(reaches(pc, target, reach), "{what} out of range: {pc:#x} -> {target:#x}");
-        target.wrapping_sub(pc) as i64 / 4
+    /// Appends `op` with `target`'s offset in `field`: now for an address
+    /// (which must be in reach: the caller checks), at [`Writer::finish`]
+    /// for a label.
+    fn put_to(&mut self, op: u32, field: Field, target: impl Into<Target>, what: &str) {
+        match target.into() {
+            Target::Addr(to) => {
+                let pc = self.pc();
+                let bits = field.encode(to.wrapping_sub(pc) as i64);
+                self.put(op | bits.unwrap_or_else(|| panic!("{what} out of range: {pc:#x} -> {to:#x}")));
+            }
+            Target::Label(label) => {
+                self.uses.push((self.words.len(), field, label));
+                self.put(op);
+            }
+        }
     }
 
     /// `b target` (±128 MiB; the caller checks the reach).
-    pub fn put_b(&mut self, target: u64) {
-        let imm = self.offset(target, B_REACH, "b");
-        self.put(0x1400_0000 | (imm as u32 & 0x03ff_ffff));
+    pub fn put_b(&mut self, target: impl Into<Target>) {
+        self.put_to(0x1400_0000, Field::Imm26, target, "b");
     }
 
     /// `cbz wt, target`.
-    pub fn put_cbz_w(&mut self, rt: Reg, target: u64) {
-        let imm = self.offset(target, IMM19_REACH, "cbz");
-        self.put(0x3400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt.field());
+    pub fn put_cbz_w(&mut self, rt: Reg, target: impl Into<Target>) {
+        self.put_to(0x3400_0000 | rt.field(), Field::Imm19, target, "cbz");
     }
 
     /// `cbnz wt, target`.
-    pub fn put_cbnz_w(&mut self, rt: Reg, target: u64) {
-        let imm = self.offset(target, IMM19_REACH, "cbnz");
-        self.put(0x3500_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt.field());
+    pub fn put_cbnz_w(&mut self, rt: Reg, target: impl Into<Target>) {
+        self.put_to(0x3500_0000 | rt.field(), Field::Imm19, target, "cbnz");
     }
 
     /// A conditional branch `word` (b.cond, cbz/cbnz, tbz/tbnz) re-encoded
     /// to branch to `target` from here, with its condition and registers kept.
-    pub fn put_cond_branch(&mut self, word: u32, target: u64) {
+    pub fn put_cond_branch(&mut self, word: u32, target: impl Into<Target>) {
         if word & 0x7e00_0000 == 0x3600_0000 {
-            let imm = self.offset(target, IMM14_REACH, "tbz");
-            self.put((word & !(0x3fff << 5)) | ((imm as u32 & 0x3fff) << 5));
+            self.put_to(word & !(0x3fff << 5), Field::Imm14, target, "tbz");
         } else {
-            let imm = self.offset(target, IMM19_REACH, "b.cond/cbz");
-            self.put((word & !(0x7_ffff << 5)) | ((imm as u32 & 0x7_ffff) << 5));
+            self.put_to(word & !(0x7_ffff << 5), Field::Imm19, target, "b.cond/cbz");
         }
     }
 
@@ -219,15 +328,13 @@ impl Writer {
     }
 
     /// `bl target` (±128 MiB; the caller checks the reach).
-    pub fn put_bl(&mut self, target: u64) {
-        let imm = self.offset(target, B_REACH, "bl");
-        self.put(0x9400_0000 | (imm as u32 & 0x03ff_ffff));
+    pub fn put_bl(&mut self, target: impl Into<Target>) {
+        self.put_to(0x9400_0000, Field::Imm26, target, "bl");
     }
 
     /// `cbz xt, target`.
-    pub fn put_cbz_x(&mut self, rt: Reg, target: u64) {
-        let imm = self.offset(target, IMM19_REACH, "cbz");
-        self.put(0xb400_0000 | ((imm as u32 & 0x7_ffff) << 5) | rt.field());
+    pub fn put_cbz_x(&mut self, rt: Reg, target: impl Into<Target>) {
+        self.put_to(0xb400_0000 | rt.field(), Field::Imm19, target, "cbz");
     }
 
     /// `sub xd, xn, #imm` (12-bit unsigned immediate; `xd` and `xn` may be SP).
@@ -302,16 +409,25 @@ impl Writer {
     }
 
     /// `b.lo target` (unsigned lower, carry clear).
-    pub fn put_b_lo(&mut self, target: u64) {
-        let imm = self.offset(target, IMM19_REACH, "b.lo");
-        self.put(0x5400_0003 | ((imm as u32 & 0x7_ffff) << 5));
+    pub fn put_b_lo(&mut self, target: impl Into<Target>) {
+        self.put_to(0x5400_0003, Field::Imm19, target, "b.lo");
     }
 
     /// `tbnz wt, #bit, target`.
-    pub fn put_tbnz(&mut self, rt: Reg, bit: u32, target: u64) {
+    pub fn put_tbnz(&mut self, rt: Reg, bit: u32, target: impl Into<Target>) {
         assert!(bit < 32);
-        let imm = self.offset(target, IMM14_REACH, "tbnz");
-        self.put(0x3700_0000 | (bit << 19) | ((imm as u32 & 0x3fff) << 5) | rt.field());
+        self.put_to(0x3700_0000 | (bit << 19) | rt.field(), Field::Imm14, target, "tbnz");
+    }
+
+    /// `tbz wt, #bit, target`.
+    pub fn put_tbz(&mut self, rt: Reg, bit: u32, target: impl Into<Target>) {
+        assert!(bit < 32);
+        self.put_to(0x3600_0000 | (bit << 19) | rt.field(), Field::Imm14, target, "tbz");
+    }
+
+    /// `adr xd, target` (±1 MiB).
+    pub fn put_adr(&mut self, rd: Reg, target: impl Into<Target>) {
+        self.put_to(0x1000_0000 | rd.field(), Field::Adr, target, "adr");
     }
 
     /// `br xn`.
@@ -333,8 +449,15 @@ impl Writer {
     }
 
     /// The code, then the literal pool at the next 8-byte boundary (padded
-    /// with `brk #0`), with every `ldr` literal pointing at its value.
-    pub fn finish(mut self) -> Vec<u8> {
+    /// with `brk #0`), with every use of a label filled in (each label used
+    /// must be bound by now) and every `ldr` literal pointing at its value;
+    /// [`OutOfRange`] if one of them does not reach.
+    pub fn finish(mut self) -> Result<Vec<u8>, OutOfRange> {
+        for (index, field, label) in std::mem::take(&mut self.uses) {
+            let from = self.base + 4 * index as u64;
+            let to = self.labels[label.0].expect("a label used but never bound");
+            self.words[index] |= field.encode(to.wrapping_sub(from) as i64).ok_or(OutOfRange { from, to })?;
+        }
         if !self.fixups.is_empty() && !self.pc().is_multiple_of(8) {
             self.put(BRK0);
         }
@@ -347,13 +470,11 @@ impl Writer {
             });
             let from = self.base + 4 * index as u64;
             let to = pool_at + 8 * slot as u64;
-            assert!(reaches(from, to, IMM19_REACH), "literal out of range");
-            let imm = (to - from) / 4;
-            self.words[index] |= (imm as u32 & 0x7_ffff) << 5;
+            self.words[index] |= Field::Imm19.encode(to.wrapping_sub(from) as i64).ok_or(OutOfRange { from, to })?;
         }
         let mut bytes: Vec<u8> = self.words.iter().flat_map(|w| w.to_le_bytes()).collect();
         bytes.extend(pool.iter().flat_map(|v| v.to_le_bytes()));
-        bytes
+        Ok(bytes)
     }
 }
 
@@ -367,7 +488,7 @@ mod tests {
     fn asm(f: impl FnOnce(&mut Writer)) -> Vec<String> {
         let mut w = Writer::new(AT);
         f(&mut w);
-        disassemble(&w.finish(), AT)
+        disassemble(&w.finish().unwrap(), AT)
     }
 
     #[test]
@@ -421,6 +542,11 @@ mod tests {
             (asm(|w| w.put_hint(Hint::Pacibsp)), "pacibsp"),
             (asm(|w| w.put_hint(Hint::Autiasp)), "autiasp"),
             (asm(|w| w.put_hint(Hint::Autibsp)), "autibsp"),
+            (asm(|w| w.put_tbz(Reg::x(3), 31, AT + 0x7ffc)), "tbz w3, #0x1f, #0x7f0000008ffc"),
+            (asm(|w| w.put_tbnz(Reg::x(1), 0, AT - 0x8000)), "tbnz w1, #0, #0x7effffff9000"),
+            (asm(|w| w.put_adr(Reg::x(7), AT + 0xf_ffff)), "adr x7, #0x7f0000100fff"),
+            (asm(|w| w.put_adr(Reg::X16, AT - 0x10_0000)), "adr x16, #0x7efffff01000"),
+            (asm(|w| w.put_adr(Reg::x(0), AT + 3)), "adr x0, #0x7f0000001003"),
         ];
         for (got, want) in rows {
             assert_eq!(got, [want]);
@@ -451,7 +577,7 @@ mod tests {
         w.put_ldr_literal(Reg::X16, 0x1122_3344_5566_7788);
         w.put_ldr_literal(Reg::X17, 0x99);
         w.put_ldr_literal(Reg::x(0), 0x1122_3344_5566_7788);
-        let bytes = w.finish();
+        let bytes = w.finish().unwrap();
         // 3 instructions, a brk pad to 8 bytes, then 2 literals
         assert_eq!(bytes.len(), 16 + 16);
         let asm = disassemble(&bytes[..16], AT);
@@ -467,6 +593,89 @@ mod tests {
         assert!(reaches(B_REACH as u64, 0, B_REACH));
         assert!(!reaches(B_REACH as u64 + 4, 0, B_REACH));
         assert!(!reaches(0x1000, 0x1002, B_REACH));
+    }
+
+    #[test]
+    fn labels_are_filled_in_when_the_code_is_finished() {
+        // Forward and backward uses of every kind of field, and an address
+        // and a label of the same place encoding alike.
+        let mut w = Writer::new(AT);
+        let (back, fwd) = (w.label(), w.label());
+        w.bind(back);
+        w.put_b(fwd);
+        w.put_bl(fwd);
+        w.put_cbz_w(Reg::X16, fwd);
+        w.put_cbnz_w(Reg::x(15), back);
+        w.put_cbz_x(Reg::X17, fwd);
+        w.put_cond_branch(0x5400_0001, fwd);
+        w.put_cond_branch(0x3718_0005, back);
+        w.put_b_lo(fwd);
+        w.put_tbnz(Reg::x(1), 29, fwd);
+        w.put_tbz(Reg::x(2), 3, back);
+        w.put_adr(Reg::x(4), fwd);
+        w.put_ldr_literal(Reg::X16, 7);
+        assert_eq!((w.address(back), w.address(fwd)), (Some(AT), None));
+        w.bind(fwd);
+        assert_eq!(w.address(fwd), Some(AT + 48));
+        w.put_b(AT);
+        let bytes = w.finish().unwrap();
+        let (b, f) = (format!("#{AT:#x}"), format!("#{:#x}", AT + 48));
+        assert_eq!(
+            disassemble(&bytes[..52], AT),
+            [
+                format!("b {f}"),
+                format!("bl {f}"),
+                format!("cbz w16, {f}"),
+                format!("cbnz w15, {b}"),
+                format!("cbz x17, {f}"),
+                format!("b.ne {f}"),
+                format!("tbnz w5, #3, {b}"),
+                format!("b.lo {f}"),
+                format!("tbnz w1, #0x1d, {f}"),
+                format!("tbz w2, #3, {b}"),
+                format!("adr x4, {f}"),
+                format!("ldr x16, #{:#x}", AT + 56),
+                format!("b {b}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_label_out_of_reach_is_an_answer_not_a_panic() {
+        let mut w = Writer::new(AT);
+        let far = w.label();
+        w.put_tbnz(Reg::x(1), 0, far);
+        for _ in 0..IMM14_REACH / 4 - 2 {
+            w.put(BRK0);
+        }
+        w.bind(far);
+        assert!(w.finish().is_ok(), "32 KiB less 4 is in reach");
+        let mut w = Writer::new(AT);
+        let far = w.label();
+        w.put_tbnz(Reg::x(1), 0, far);
+        for _ in 0..IMM14_REACH / 4 - 1 {
+            w.put(BRK0);
+        }
+        w.bind(far);
+        assert_eq!(w.finish(), Err(OutOfRange { from: AT, to: AT + IMM14_REACH as u64 }));
+        let mut w = Writer::new(AT);
+        let back = w.label();
+        w.bind(back);
+        for _ in 0..IMM19_REACH / 4 + 1 {
+            w.put(BRK0);
+        }
+        w.put_cbz_x(Reg::X17, back);
+        let from = AT + IMM19_REACH as u64 + 4;
+        assert_eq!(w.finish(), Err(OutOfRange { from, to: AT }));
+    }
+
+    #[test]
+    #[should_panic(expected = "a label used but never bound")]
+    fn a_label_used_must_be_bound() {
+        let mut w = Writer::new(AT);
+        let nowhere = w.label();
+        w.put_b(nowhere);
+        let _ = w.finish();
     }
 
     #[test]

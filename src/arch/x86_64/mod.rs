@@ -179,6 +179,10 @@ impl Arch for X86_64 {
         runtime_block::build(at, layout, blobs)
     }
 
+    fn runtime_len(layout: &RuntimeLayout, blobs: &RuntimeBlobs) -> u64 {
+        runtime_block::len(layout, blobs)
+    }
+
     const COUNTING_CALLS_RUNTIME: bool = true;
     const TRAP_FLAG_STEPS: bool = true;
 

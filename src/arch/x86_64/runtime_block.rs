@@ -103,57 +103,87 @@ const COUNT_SAVED: [Reg; 8] = [Reg::Rcx, Reg::Rdx, Reg::Rsi, Reg::Rdi, Reg::R8, 
 /// registers, the flags, rax and the return address.
 const COUNT_ARG: i8 = 96;
 
-/// Assembles the runtime block at `at` for the region `l` describes, in
-/// one pass (the writer fills in the branches to its later parts).
+/// Assembles the runtime block at `at` (16-aligned) for the region `l`
+/// describes, in one pass (the writer fills in the branches to its later
+/// parts).
 pub fn build(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
     let mut w = Writer::new(at);
-    let m = Marks::new(&mut w);
-    let put_blob = |w: &mut Writer, blob: &[u8]| {
+    let addrs = lay_out(&mut w, l, blobs, &mut |w, blob| {
         let at = w.pc();
         w.put_bytes(blob);
         w.put_align(16);
         at
-    };
-    let entry = put_blob(&mut w, blobs.entry);
-    let exit = put_blob(&mut w, blobs.exit);
-    let unwind = put_blob(&mut w, blobs.unwind);
-    let tp_count = put_blob(&mut w, blobs.count);
-    let entry_ext = put_blob(&mut w, blobs.entry_ext);
-    let exit_ext = put_blob(&mut w, blobs.exit_ext);
-    let rendezvous = put_blob(&mut w, blobs.rendezvous);
+    });
+    RuntimeBlock { bytes: w.finish(), addrs }
+}
+
+/// Bytes of the block [`build`] assembles for `l` and `blobs` (at any
+/// 16-aligned address), without assembling it: laid out as [`build`] lays
+/// it out, the runtime's functions only counted (each starts and ends
+/// 16-aligned) and the hand-written code (what decides its length) written
+/// alone.
+pub fn len(l: &RuntimeLayout, blobs: &RuntimeBlobs) -> u64 {
+    let mut w = Writer::new(0);
+    let mut counted = 0;
+    lay_out(&mut w, l, blobs, &mut |w, blob| {
+        assert!(w.pc().is_multiple_of(16), "a runtime function starts 16-aligned");
+        let at = w.pc() + counted;
+        counted += (blob.len() as u64).next_multiple_of(16);
+        at
+    });
+    w.len() as u64 + counted
+}
+
+/// The parts of a runtime block in their order (see the module doc),
+/// written by `w` but for the runtime's functions, which `put_blob` places
+/// (16-aligned, as what follows each) and answers the address of.
+fn lay_out(
+    w: &mut Writer,
+    l: &RuntimeLayout,
+    blobs: &RuntimeBlobs,
+    put_blob: &mut dyn FnMut(&mut Writer, &[u8]) -> u64,
+) -> RuntimeAddrs {
+    let m = Marks::new(w);
+    let entry = put_blob(w, blobs.entry);
+    let exit = put_blob(w, blobs.exit);
+    let unwind = put_blob(w, blobs.unwind);
+    let tp_count = put_blob(w, blobs.count);
+    let entry_ext = put_blob(w, blobs.entry_ext);
+    let exit_ext = put_blob(w, blobs.exit_ext);
+    let rendezvous = put_blob(w, blobs.rendezvous);
     let trampoline = w.pc();
     w.bind(m.tramp);
-    fast::exit(&mut w, l, &m);
+    fast::exit(w, l, &m);
     w.put_align(16);
     w.bind(m.tramp_full);
-    put_trampoline(&mut w, exit, m.lit_ctx);
+    put_trampoline(w, exit, m.lit_ctx);
     w.put_align(16);
     let trampoline_ext = w.pc();
-    put_trampoline(&mut w, exit_ext, m.lit_ctx);
+    put_trampoline(w, exit_ext, m.lit_ctx);
     w.put_align(16);
     let count = w.pc();
-    put_count_stub(&mut w, tp_count, m.lit_ctx);
+    put_count_stub(w, tp_count, m.lit_ctx);
     w.put_align(16);
-    let exit_at = put_blob(&mut w, blobs.exit_at);
-    let exit_at_ext = put_blob(&mut w, blobs.exit_at_ext);
-    let exits = fast::exit_at(&mut w, l, &m, exit_at, exit_at_ext);
+    let exit_at = put_blob(w, blobs.exit_at);
+    let exit_at_ext = put_blob(w, blobs.exit_at_ext);
+    let exits = fast::exit_at(w, l, &m, exit_at, exit_at_ext);
     w.put_align(16);
-    let step = put_blob(&mut w, blobs.step);
-    let tp_trap = put_blob(&mut w, blobs.trap);
+    let step = put_blob(w, blobs.step);
+    let tp_trap = put_blob(w, blobs.trap);
     // The SIGTRAP handler's entry: the context as tp_trap's fourth argument.
     let trap = w.pc();
     w.put_mov_reg_rip(Reg::Rcx, m.lit_ctx);
     w.put_jmp(tp_trap);
     w.put_align(16);
     let trap_return = w.pc();
-    put_sigreturn(&mut w);
+    put_sigreturn(w);
     w.put_align(8);
     let [ctx, cache] = fast::literals(l);
     w.bind(m.lit_ctx);
     w.put_u64(ctx);
     w.bind(m.lit_cache);
     w.put_u64(cache);
-    let addrs = RuntimeAddrs {
+    RuntimeAddrs {
         entry,
         trampoline,
         unwind,
@@ -168,8 +198,7 @@ pub fn build(at: u64, l: &RuntimeLayout, blobs: &RuntimeBlobs) -> RuntimeBlock {
         exit_runtime: exits.runtime,
         count,
         ctx: l.ctx,
-    };
-    RuntimeBlock { bytes: w.finish(), addrs }
+    }
 }
 
 /// `mov eax, SYS_rt_sigreturn; syscall`: where the SIGTRAP handler returns.
@@ -254,6 +283,33 @@ pub(super) mod tests {
 
     fn layout() -> RuntimeLayout {
         fast::example_layout()
+    }
+
+    #[test]
+    fn len_is_the_length_of_the_block_built() {
+        static B: [u8; 100] = [0xc3; 100];
+        let sizes = [[8, 20, 4, 4, 4, 8, 4, 4, 4, 4, 4], [100, 36, 20, 1, 36, 100, 20, 8, 37, 20, 0], [16; 11]];
+        let blobs = sizes.map(|s| RuntimeBlobs {
+            entry: &B[..s[0]],
+            exit: &B[..s[1]],
+            unwind: &B[..s[2]],
+            count: &B[..s[3]],
+            entry_ext: &B[..s[4]],
+            exit_ext: &B[..s[5]],
+            exit_at: &B[..s[6]],
+            exit_at_ext: &B[..s[7]],
+            rendezvous: &B[..s[8]],
+            step: &B[..s[9]],
+            trap: &B[..s[10]],
+        });
+        for blobs in &blobs {
+            for l in [RuntimeLayout::default(), layout(), RuntimeLayout { exit_ext: 1, ..layout() }] {
+                for at in [0, AT, 0x40_0000] {
+                    let b = build(at, &l, blobs);
+                    assert_eq!(len(&l, blobs), b.bytes.len() as u64, "{blobs:?} {at:#x}");
+                }
+            }
+        }
     }
 
     /// The full trampoline: the fast exit's fallback jumps to it last.
