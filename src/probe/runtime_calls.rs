@@ -410,7 +410,14 @@ mod tests {
     #[test]
     fn every_syscall_of_the_runtime_is_generated_and_checked() {
         use crate::arch::syscalls;
-        let runtime = [include_str!("runtime/runtime.c"), include_str!("runtime/record.h")].concat();
+        let runtime = [
+            include_str!("runtime/runtime.c"),
+            include_str!("runtime/threads.h"),
+            include_str!("runtime/events.h"),
+            include_str!("runtime/record.h"),
+            include_str!("runtime/goroutines.h"),
+        ]
+        .concat();
         let checked: Vec<String> = calls(kind::ARGS | kind::RET | kind::RENDEZVOUS | kind::STEP | READS_STRINGS, 1, 1)
             .iter()
             .map(|c| c.what.split('(').next().unwrap().to_string())
