@@ -73,6 +73,34 @@ pub enum ThreadKey {
     Syscall,
 }
 
+/// A place in the code a writer emits, bound to an address when the writer
+/// reaches it; branches and address operands may use it before (each
+/// architecture's writer fills them in when the code is finished).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Label(pub(crate) usize);
+
+/// Where a branch goes or an address operand points: an address, or a
+/// label of the same writer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// This address.
+    Addr(u64),
+    /// Where this label is bound.
+    Label(Label),
+}
+
+impl From<u64> for Target {
+    fn from(addr: u64) -> Target {
+        Target::Addr(addr)
+    }
+}
+
+impl From<Label> for Target {
+    fn from(label: Label) -> Target {
+        Target::Label(label)
+    }
+}
+
 /// The runtime's functions, compiled for one architecture by build.rs.
 #[derive(Debug, Clone, Copy)]
 pub struct RuntimeBlobs {
@@ -98,6 +126,28 @@ pub struct RuntimeBlobs {
     pub step: &'static [u8],
     /// `tp_trap`.
     pub trap: &'static [u8],
+}
+
+#[cfg(test)]
+impl RuntimeBlobs {
+    /// Blobs of `sizes` bytes each (in the fields' order) cut from `bytes`,
+    /// for the tests that lay out a block.
+    pub fn sized(bytes: &'static [u8], sizes: [usize; 11]) -> RuntimeBlobs {
+        let s = sizes;
+        RuntimeBlobs {
+            entry: &bytes[..s[0]],
+            exit: &bytes[..s[1]],
+            unwind: &bytes[..s[2]],
+            count: &bytes[..s[3]],
+            entry_ext: &bytes[..s[4]],
+            exit_ext: &bytes[..s[5]],
+            exit_at: &bytes[..s[6]],
+            exit_at_ext: &bytes[..s[7]],
+            rendezvous: &bytes[..s[8]],
+            step: &bytes[..s[9]],
+            trap: &bytes[..s[10]],
+        }
+    }
 }
 
 /// What the hand-written parts of a runtime block (an architecture's fast

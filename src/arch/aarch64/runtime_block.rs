@@ -308,19 +308,7 @@ pub(super) mod tests {
         static B: [u8; 100] = [0x1f; 100];
         let sizes = [[8, 20, 4, 4, 4, 8, 4, 4, 4, 4, 4], [100, 36, 20, 8, 36, 100, 20, 8, 36, 20, 0], [4; 11]];
         for s in sizes {
-            let blobs = RuntimeBlobs {
-                entry: &B[..s[0]],
-                exit: &B[..s[1]],
-                unwind: &B[..s[2]],
-                count: &B[..s[3]],
-                entry_ext: &B[..s[4]],
-                exit_ext: &B[..s[5]],
-                exit_at: &B[..s[6]],
-                exit_at_ext: &B[..s[7]],
-                rendezvous: &B[..s[8]],
-                step: &B[..s[9]],
-                trap: &B[..s[10]],
-            };
+            let blobs = RuntimeBlobs::sized(&B, s);
             // Each flag of the runtime's work takes a tbnz in the exit routine.
             for exit_ext in [0, 1 << 29, (1 << 29) | (1 << 30), 0xf000_000f] {
                 for at in [0, AT, 0x40_0000] {

@@ -13,6 +13,7 @@
 //! (A64 instruction set encoding).
 
 use super::reg::Reg;
+pub use crate::arch::emit::{Label, Target};
 
 /// How far a `b`/`bl` reaches: ±128 MiB.
 pub const B_REACH: i64 = 1 << 27;
@@ -67,33 +68,6 @@ pub enum LoadKind {
     D,
     /// `ldr qt`: 128-bit SIMD&FP.
     Q,
-}
-
-/// A place in the code, bound to an address when the writer reaches it
-/// ([`Writer::bind`]); branches and `adr` may use it before.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Label(usize);
-
-/// Where a branch goes or an `adr` points: an address, or a label of the
-/// same writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// This address.
-    Addr(u64),
-    /// Where this label is bound.
-    Label(Label),
-}
-
-impl From<u64> for Target {
-    fn from(addr: u64) -> Target {
-        Target::Addr(addr)
-    }
-}
-
-impl From<Label> for Target {
-    fn from(label: Label) -> Target {
-        Target::Label(label)
-    }
 }
 
 /// A branch, `adr` or literal load whose target lies beyond what its

@@ -289,19 +289,7 @@ pub(super) mod tests {
     fn len_is_the_length_of_the_block_built() {
         static B: [u8; 100] = [0xc3; 100];
         let sizes = [[8, 20, 4, 4, 4, 8, 4, 4, 4, 4, 4], [100, 36, 20, 1, 36, 100, 20, 8, 37, 20, 0], [16; 11]];
-        let blobs = sizes.map(|s| RuntimeBlobs {
-            entry: &B[..s[0]],
-            exit: &B[..s[1]],
-            unwind: &B[..s[2]],
-            count: &B[..s[3]],
-            entry_ext: &B[..s[4]],
-            exit_ext: &B[..s[5]],
-            exit_at: &B[..s[6]],
-            exit_at_ext: &B[..s[7]],
-            rendezvous: &B[..s[8]],
-            step: &B[..s[9]],
-            trap: &B[..s[10]],
-        });
+        let blobs = sizes.map(|s| RuntimeBlobs::sized(&B, s));
         for blobs in &blobs {
             for l in [RuntimeLayout::default(), layout(), RuntimeLayout { exit_ext: 1, ..layout() }] {
                 for at in [0, AT, 0x40_0000] {

@@ -9,33 +9,7 @@
 //! disassembly in the tests below.
 
 use super::reg::Reg;
-
-/// A place in the code, bound to an address when the writer reaches it
-/// ([`Writer::bind`]); branches and RIP-relative operands may use it before.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Label(usize);
-
-/// Where a branch goes or a RIP-relative operand points: an address, or
-/// a label of the same writer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
-    /// This address.
-    Addr(u64),
-    /// Where this label is bound.
-    Label(Label),
-}
-
-impl From<u64> for Target {
-    fn from(addr: u64) -> Target {
-        Target::Addr(addr)
-    }
-}
-
-impl From<Label> for Target {
-    fn from(label: Label) -> Target {
-        Target::Label(label)
-    }
-}
+pub use crate::arch::emit::{Label, Target};
 
 /// An instruction buffer that will run at `base`.
 #[derive(Debug, Clone)]
