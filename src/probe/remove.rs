@@ -330,6 +330,12 @@ impl Kept {
 /// into the runtime hundreds.
 const STEP_OUT_LIMIT: u32 = 4096;
 
+/// The most time one look spends stepping threads out of tp's code, while
+/// every thread is stopped (a step is a few microseconds natively, far
+/// more on an emulated CPU); past it, the thread is left where it is, as
+/// one that could not be stepped.
+const STEP_OUT_BUDGET: std::time::Duration = std::time::Duration::from_millis(20);
+
 /// Decides, with every thread stopped, whether tp's memory can go: no probe
 /// is live in this process and no thread's PC or stack refers to a code
 /// arena; a thread whose PC is in one is first run out of it, one
@@ -362,13 +368,14 @@ pub fn check_unused(stopped: &mut Stopped, mem: &Memory, region: &Region) -> Res
     let in_arena = |a: u64| arenas.iter().any(|r| a >= r.addr && a < r.addr + r.used);
     let mut regs = Vec::new();
     let tids: Vec<_> = stopped.threads().map(|t| t.tid).collect();
+    let deadline = std::time::Instant::now() + STEP_OUT_BUDGET;
     for tid in tids {
         let mut r = regset::get_regs(tid)?;
         let pc = Host::pc(&r);
         // A thread caught in a detour (a loop that calls a probed function
         // all the time is, often) runs on to the jump back to its function.
         if in_arena(pc) {
-            if !stopped.step_out(tid, mem, &in_arena, STEP_OUT_LIMIT)? {
+            if !stopped.step_out(tid, mem, &in_arena, STEP_OUT_LIMIT, deadline)? {
                 return Ok(Some(Kept::InUse { tid: tid.as_raw(), place: Place::Pc, word: pc, trampoline: false }));
             }
             r = regset::get_regs(tid)?;

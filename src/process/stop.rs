@@ -552,14 +552,21 @@ impl Stopped {
     }
 
     /// Runs stopped thread `tid` one instruction at a time while its PC is
-    /// in the code `inside` says is tp's, at most `limit` instructions,
-    /// and returns whether it left. A detour ends with a jump back to its
+    /// in the code `inside` says is tp's, at most `limit` instructions and
+    /// until `deadline`, and returns whether it left. A detour ends with a jump back to its
     /// function, so a thread caught in one leaves it in a few steps (in
     /// tp's runtime, in more). It is not stepped where it could block: a
     /// thread that will restart an interrupted syscall, or one before a
     /// syscall instruction (tp's runtime waits in futexes). Signals that
     /// come meanwhile are kept for its release.
-    pub fn step_out(&mut self, tid: Pid, mem: &Memory, inside: &dyn Fn(u64) -> bool, limit: u32) -> Result<bool> {
+    pub fn step_out(
+        &mut self,
+        tid: Pid,
+        mem: &Memory,
+        inside: &dyn Fn(u64) -> bool,
+        limit: u32,
+        deadline: Instant,
+    ) -> Result<bool> {
         if !self.is_stopped(tid) {
             return Ok(false);
         }
@@ -570,7 +577,10 @@ impl Stopped {
             if !inside(pc) {
                 return Ok(true);
             }
-            if Host::restart_pc(&regs).is_some() || mem.read_vec(pc, syscall.len()).map_or(true, |b| b == syscall) {
+            if Host::restart_pc(&regs).is_some()
+                || mem.read_vec(pc, syscall.len()).map_or(true, |b| b == syscall)
+                || Instant::now() >= deadline
+            {
                 return Ok(false);
             }
             ptrace::step(tid, 0)?;
