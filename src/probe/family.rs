@@ -214,7 +214,7 @@ fn restore_code(notes: &Arc<dyn Notes>, pid: i32, region: &Region, select: &dyn 
 /// unmaps tp's memory if nothing uses it ([`remove::finish`]); a thread
 /// caught running tp's code gets more chances to leave it, each after it
 /// ran ([`IN_USE_PATIENCE`]), and a word on a stack a few looks more.
-fn unmap_if_unused(notes: &Arc<dyn Notes>, pid: i32, region: &Region) -> Outcome {
+pub fn unmap_if_unused(notes: &Arc<dyn Notes>, pid: i32, region: &Region) -> Outcome {
     let deadline = std::time::Instant::now() + IN_USE_PATIENCE;
     let mut outcome = unmap_once(notes, pid, region);
     for retry in 0.. {
