@@ -77,7 +77,35 @@ pub enum ThreadKey {
 /// reaches it; branches and address operands may use it before (each
 /// architecture's writer fills them in when the code is finished).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Label(pub(crate) usize);
+pub struct Label(usize);
+
+/// A writer's labels: where each is bound, once it is.
+#[derive(Debug, Clone, Default)]
+pub struct Labels(Vec<Option<u64>>);
+
+impl Labels {
+    /// A new label, bound nowhere yet.
+    pub fn add(&mut self) -> Label {
+        self.0.push(None);
+        Label(self.0.len() - 1)
+    }
+
+    /// Binds `label` to address `at`.
+    pub fn bind(&mut self, label: Label, at: u64) {
+        assert!(self.0[label.0].is_none(), "a label bound twice");
+        self.0[label.0] = Some(at);
+    }
+
+    /// Where `label` is bound, if it is yet.
+    pub fn get(&self, label: Label) -> Option<u64> {
+        self.0[label.0]
+    }
+
+    /// Where `label` is bound, once the code is finished.
+    pub fn bound(&self, label: Label) -> u64 {
+        self.get(label).expect("a label used but never bound")
+    }
+}
 
 /// Where a branch goes or an address operand points: an address, or a
 /// label of the same writer.

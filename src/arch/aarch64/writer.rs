@@ -13,6 +13,7 @@
 //! (A64 instruction set encoding).
 
 use super::reg::Reg;
+use crate::arch::emit::Labels;
 pub use crate::arch::emit::{Label, Target};
 
 /// How far a `b`/`bl` reaches: ±128 MiB.
@@ -129,7 +130,7 @@ pub struct Writer {
     /// (index of an `ldr` literal in `words`, the value it loads).
     fixups: Vec<(usize, u64)>,
     /// Where each label is bound, if it is yet.
-    labels: Vec<Option<u64>>,
+    labels: Labels,
     /// The instructions (their index in `words`) that point at labels,
     /// with the field their offset goes into.
     uses: Vec<(usize, Field, Label)>,
@@ -139,24 +140,23 @@ impl Writer {
     /// An empty buffer whose first word will run at `base` (4-byte aligned).
     pub fn new(base: u64) -> Writer {
         assert!(base.is_multiple_of(4), "A64 code must be word-aligned: {base:#x}");
-        Writer { base, words: Vec::new(), fixups: Vec::new(), labels: Vec::new(), uses: Vec::new() }
+        Writer { base, words: Vec::new(), fixups: Vec::new(), labels: Labels::default(), uses: Vec::new() }
     }
 
     /// A new label, bound nowhere yet.
     pub fn label(&mut self) -> Label {
-        self.labels.push(None);
-        Label(self.labels.len() - 1)
+        self.labels.add()
     }
 
     /// Binds `label` to the address of the next instruction.
     pub fn bind(&mut self, label: Label) {
-        assert!(self.labels[label.0].is_none(), "a label bound twice");
-        self.labels[label.0] = Some(self.pc());
+        let at = self.pc();
+        self.labels.bind(label, at);
     }
 
     /// Where `label` is bound, if it is yet.
     pub fn address(&self, label: Label) -> Option<u64> {
-        self.labels[label.0]
+        self.labels.get(label)
     }
 
     /// The address of the next instruction.
@@ -429,7 +429,7 @@ impl Writer {
     pub fn finish(mut self) -> Result<Vec<u8>, OutOfRange> {
         for (index, field, label) in std::mem::take(&mut self.uses) {
             let from = self.base + 4 * index as u64;
-            let to = self.labels[label.0].expect("a label used but never bound");
+            let to = self.labels.bound(label);
             self.words[index] |= field.encode(to.wrapping_sub(from) as i64).ok_or(OutOfRange { from, to })?;
         }
         if !self.fixups.is_empty() && !self.pc().is_multiple_of(8) {

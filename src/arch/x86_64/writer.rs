@@ -9,6 +9,7 @@
 //! disassembly in the tests below.
 
 use super::reg::Reg;
+use crate::arch::emit::Labels;
 pub use crate::arch::emit::{Label, Target};
 
 /// An instruction buffer that will run at `base`.
@@ -17,7 +18,7 @@ pub struct Writer {
     base: u64,
     buf: Vec<u8>,
     /// Where each label is bound, if it is yet.
-    labels: Vec<Option<u64>>,
+    labels: Labels,
     /// The rel32 fields (their offsets in `buf`) that point at labels
     /// not bound when they were written.
     uses: Vec<(usize, Label)>,
@@ -33,7 +34,7 @@ fn rel32(end_of_insn: u64, target: u64) -> [u8; 4] {
 impl Writer {
     /// An empty buffer whose first byte will run at `base`.
     pub fn new(base: u64) -> Writer {
-        Writer { base, buf: Vec::new(), labels: Vec::new(), uses: Vec::new() }
+        Writer { base, buf: Vec::new(), labels: Labels::default(), uses: Vec::new() }
     }
 
     /// The address of the next byte.
@@ -53,26 +54,25 @@ impl Writer {
 
     /// A new label, bound nowhere yet.
     pub fn label(&mut self) -> Label {
-        self.labels.push(None);
-        Label(self.labels.len() - 1)
+        self.labels.add()
     }
 
     /// Binds `label` to the address of the next byte.
     pub fn bind(&mut self, label: Label) {
-        assert!(self.labels[label.0].is_none(), "a label bound twice");
-        self.labels[label.0] = Some(self.pc());
+        let at = self.pc();
+        self.labels.bind(label, at);
     }
 
     /// Where `label` is bound, if it is yet.
     pub fn address(&self, label: Label) -> Option<u64> {
-        self.labels[label.0]
+        self.labels.get(label)
     }
 
     /// The code, with every use of a label filled in (each label used
     /// must be bound by now).
     pub fn finish(mut self) -> Vec<u8> {
         for (at, label) in std::mem::take(&mut self.uses) {
-            let to = self.labels[label.0].expect("a label used but never bound");
+            let to = self.labels.bound(label);
             let d = rel32(self.base + at as u64 + 4, to);
             self.buf[at..at + 4].copy_from_slice(&d);
         }
@@ -85,7 +85,7 @@ impl Writer {
     fn rel32(&mut self, end_of_insn: u64, target: impl Into<Target>) -> [u8; 4] {
         let to = match target.into() {
             Target::Addr(a) => a,
-            Target::Label(l) => match self.labels[l.0] {
+            Target::Label(l) => match self.labels.get(l) {
                 Some(a) => a,
                 None => {
                     self.uses.push(((end_of_insn - 4 - self.base) as usize, l));
