@@ -171,16 +171,7 @@ fn restore_own(
         remove::finish(stopped, mem, region)
     })();
     match done {
-        Ok((Some(used @ Kept::InUse { .. }), stop_time)) => {
-            // A thread was in tp's code at that instant: it leaves soon.
-            let kept = match unmap_if_unused(notes, pid, region) {
-                Outcome::Restored | Outcome::Gone => None,
-                Outcome::Kept(k) => Some(k),
-                Outcome::Failed(_) => Some(used),
-            };
-            Ok(Own::Restored { kept, stop_time })
-        }
-        Ok((kept, stop_time)) => Ok(Own::Restored { kept, stop_time }),
+        Ok((kept, stop_time)) => Ok(Own::Restored { kept: looked_again(notes, pid, region, kept), stop_time }),
         // The target died under our hands: its counts are still in our mapping.
         Err(_) if process::has_exited(pid, Duration::from_millis(200)) => Ok(Own::Exited),
         Err(e) => Err(e),
@@ -210,11 +201,24 @@ fn restore_code(notes: &Arc<dyn Notes>, pid: i32, region: &Region, select: &dyn 
     }
 }
 
+/// Why tp's memory stays in process `pid` after [`remove::finish`] said
+/// `kept`: where a thread was in tp's code at that instant (and could not
+/// be stepped out), it leaves once it runs: tp looks again, each time
+/// once it has run, for up to a second.
+pub fn looked_again(notes: &Arc<dyn Notes>, pid: i32, region: &Region, kept: Option<Kept>) -> Option<Kept> {
+    let Some(used @ Kept::InUse { .. }) = kept else { return kept };
+    match unmap_if_unused(notes, pid, region) {
+        Outcome::Restored | Outcome::Gone => None,
+        Outcome::Kept(k) => Some(k),
+        Outcome::Failed(_) => Some(used),
+    }
+}
+
 /// The second pass in a process of the family: with every thread stopped,
 /// unmaps tp's memory if nothing uses it ([`remove::finish`]); a thread
 /// caught running tp's code gets more chances to leave it, each after it
 /// ran ([`IN_USE_PATIENCE`]), and a word on a stack a few looks more.
-pub fn unmap_if_unused(notes: &Arc<dyn Notes>, pid: i32, region: &Region) -> Outcome {
+fn unmap_if_unused(notes: &Arc<dyn Notes>, pid: i32, region: &Region) -> Outcome {
     let deadline = std::time::Instant::now() + IN_USE_PATIENCE;
     let mut outcome = unmap_once(notes, pid, region);
     for retry in 0.. {

@@ -553,9 +553,9 @@ impl Stopped {
 
     /// Runs stopped thread `tid` one instruction at a time while its PC is
     /// in the code `inside` says is tp's, at most `limit` instructions and
-    /// until `deadline`, and returns whether it left. A detour ends with a jump back to its
-    /// function, so a thread caught in one leaves it in a few steps (in
-    /// tp's runtime, in more). It is not stepped where it could block: a
+    /// until `deadline`, and returns whether it left. A detour ends with a
+    /// jump back to its function, so a thread caught in one leaves it in a
+    /// few steps (in tp's runtime, in more). It is not stepped where it could block: a
     /// thread that will restart an interrupted syscall, or one before a
     /// syscall instruction (tp's runtime waits in futexes). Signals that
     /// come meanwhile are kept for its release.

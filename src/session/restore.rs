@@ -217,16 +217,8 @@ fn detach_one(notes: &Arc<dyn Notes>, pid: i32, scope: Scope) -> Result<()> {
     let stopped = Stopped::stop(pid, notes.clone())?;
     let removed =
         remove::remove(&**notes, &mem, &region, &sharers, |_, e| !spare(e.owner)).context("restoring the code")?;
-    let (mut kept, stop_time) = remove::finish(stopped, &mem, &region)?;
-    if let Some(used @ Kept::InUse { .. }) = &kept {
-        // A thread was in tp's code at that instant and could not be
-        // stepped out: it leaves once it runs. Looks again, each after it ran.
-        kept = match family::unmap_if_unused(notes, pid, &region) {
-            family::Outcome::Restored | family::Outcome::Gone => None,
-            family::Outcome::Kept(k) => Some(k),
-            family::Outcome::Failed(_) => Some(used.clone()),
-        };
-    }
+    let (kept, stop_time) = remove::finish(stopped, &mem, &region)?;
+    let kept = family::looked_again(notes, pid, &region, kept);
     // tp's own sites (a function's exits, the unwinder's, the rendezvous)
     // are said only where one could not be restored.
     let removed: Vec<remove::Removed> =
