@@ -1136,6 +1136,14 @@ pub enum AggFn {
 }
 
 impl AggFn {
+    /// Every function, in the order they are listed to users.
+    const ALL: [AggFn; 6] = [AggFn::Count, AggFn::Sum, AggFn::Min, AggFn::Max, AggFn::Avg, AggFn::Hist];
+
+    /// The function named `name` (`count`, `hist`, …).
+    fn named(name: &str) -> Option<AggFn> {
+        AggFn::ALL.into_iter().find(|f| f.name() == name)
+    }
+
     /// The name as written.
     pub fn name(self) -> &'static str {
         match self {
@@ -1188,19 +1196,11 @@ pub fn parse_agg(text: &str) -> Result<Agg, String> {
         {
             return Err(format!("`{shown}`: separate the functions with commas"));
         }
-        let f = match name.trim() {
-            "count" => AggFn::Count,
-            "sum" => AggFn::Sum,
-            "min" => AggFn::Min,
-            "max" => AggFn::Max,
-            "avg" => AggFn::Avg,
-            "hist" => AggFn::Hist,
-            other => {
-                return Err(format!(
-                    "`{}` is not a function tp aggregates with: count, sum, min, max, avg, hist",
-                    crate::escape::text(other)
-                ));
-            }
+        let Some(f) = AggFn::named(name.trim()) else {
+            return Err(format!(
+                "`{}` is not a function tp aggregates with: count, sum, min, max, avg, hist",
+                crate::escape::text(name.trim())
+            ));
         };
         if out.funcs.contains(&f) {
             return Err(format!("{}() is named twice", f.name()));
@@ -1303,9 +1303,7 @@ impl AggNames {
         };
         let mut funcs = Vec::new();
         for name in names.split(',') {
-            let f = [AggFn::Count, AggFn::Sum, AggFn::Min, AggFn::Max, AggFn::Avg, AggFn::Hist]
-                .into_iter()
-                .find(|f| f.name() == name)?;
+            let f = AggFn::named(name)?;
             if funcs.contains(&f) {
                 return None;
             }
