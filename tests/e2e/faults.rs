@@ -87,7 +87,10 @@ fn tracer_killed_in(fault: &str, quiet: bool, records: &[&str]) {
     if !quiet {
         t.ask("spin 2 hot", "spinning");
     }
-    let mut args = vec!["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", "0.2"];
+    // Long enough for a few looks of the observing loop, which an emulated
+    // CPU draining a full ring makes slow (the fault comes first either way).
+    let duration = if std::env::var_os("TP_TEST_CPU").is_some() { "2" } else { "0.2" };
+    let mut args = vec!["attach", "-p", pid.as_str(), "-f", "foo", "-f", "bar", "--duration", duration];
     args.extend(records);
     let out = tp_with_fault(fault, &args);
     assert_eq!(
